@@ -1,0 +1,85 @@
+// Names and the text printer of the lowering IR.
+#include "compiler/ir/lowering.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "attnjit/error.hpp"
+
+namespace attnjit {
+
+std::string_view name_of(IntervalVector vector) {
+  switch (vector) {
+    case IntervalVector::lts: return "LTS";
+    case IntervalVector::lte: return "LTE";
+    case IntervalVector::uts: return "UTS";
+    case IntervalVector::ute: return "UTE";
+  }
+  throw InternalError("unknown IntervalVector");
+}
+
+std::string_view name_of(KernelFamily family) {
+  switch (family) {
+    case KernelFamily::sm80: return "sm80";
+  }
+  throw InternalError("unknown KernelFamily");
+}
+
+std::string_view name_of(KernelRole role) {
+  switch (role) {
+    case KernelRole::flashmask_minmax: return "flashmask_minmax";
+    case KernelRole::forward: return "forward";
+  }
+  throw InternalError("unknown KernelRole");
+}
+
+bool MaskLowering::has(IntervalVector vector) const {
+  return std::find(vectors.begin(), vectors.end(), vector) != vectors.end();
+}
+
+const KernelDesc* KernelPlan::find(KernelRole role) const {
+  for (const KernelDesc& kernel : kernels) {
+    if (kernel.role == role) return &kernel;
+  }
+  return nullptr;
+}
+
+std::string to_string(const Lowering& lowering) {
+  std::string out = fmt::format("attention {{{}}}\n", to_string(lowering.spec));
+  if (lowering.mask) {
+    const MaskLowering& mask = *lowering.mask;
+    std::string vectors;
+    for (IntervalVector vector : mask.vectors) {
+      vectors += fmt::format("{}{}", vectors.empty() ? "" : ",", name_of(vector));
+    }
+    out += fmt::format("  mask_lowering {{causal={} window={} vectors=[{}] minmax={}}}\n",
+                       mask.causal_by_index ? "index" : "none",
+                       mask.window_by_index ? "index" : "none", vectors, mask.needs_minmax);
+  }
+  if (lowering.target) {
+    const TargetInfo& target = *lowering.target;
+    out += fmt::format("  target {{arch={} family={} max_dynamic_smem={}}}\n",
+                       name_of(target.arch), name_of(target.family),
+                       target.max_dynamic_smem_bytes);
+  }
+  if (lowering.tiles) {
+    const TileConfig& tiles = *lowering.tiles;
+    out += fmt::format(
+        "  tiles {{block_m={} block_n={} warps={} kv_stages={} q_in_registers={} "
+        "smem_bytes={}}}\n",
+        tiles.block_m, tiles.block_n, tiles.warps, tiles.kv_stages, tiles.q_in_registers,
+        tiles.smem_bytes);
+  }
+  if (lowering.plan) {
+    for (const KernelDesc& kernel : lowering.plan->kernels) {
+      out += fmt::format(
+          "  kernel @{} {{role={} template=\"{}\" threads={} dynamic_smem={} grid={}}}\n",
+          kernel.name, name_of(kernel.role), kernel.template_header, kernel.threads,
+          kernel.dynamic_smem_bytes, kernel.grid);
+    }
+  }
+  return out;
+}
+
+}  // namespace attnjit

@@ -1,0 +1,96 @@
+// The IR as the passes refine it: the user's AttentionSpec plus what each pass decided
+// (mask lowering, target, tiles, kernel plan), with a text printer for --print-after-all.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attnjit/spec.hpp"
+
+namespace attnjit {
+
+/// Which FlashMask interval vector a column of startend_row_indices holds.
+enum class IntervalVector { lts, lte, uts, ute };
+std::string_view name_of(IntervalVector vector);
+
+/// How the kernels apply the mask (decided by lower_mask).
+struct MaskLowering {
+  bool causal_by_index = false;  ///< j <= i + (Sk - Sq), no vectors
+  bool window_by_index = false;  ///< runtime window_left/window_right, no vectors
+  /// FlashMask vectors read from startend_row_indices, in column order (empty if none).
+  std::vector<IntervalVector> vectors;
+  /// The per-key-block min/max tables are needed (a preprocessing kernel builds them).
+  bool needs_minmax = false;
+
+  bool has(IntervalVector vector) const;
+  bool operator==(const MaskLowering&) const = default;
+};
+
+/// Kernel families. sm80: FA2 structure with mma.sync (runs on sm_80..sm_90).
+enum class KernelFamily { sm80 };
+std::string_view name_of(KernelFamily family);
+
+/// The hardware the kernels are generated for (decided by select_target).
+struct TargetInfo {
+  Arch arch = Arch::sm_80;
+  KernelFamily family = KernelFamily::sm80;
+  int max_dynamic_smem_bytes = 0;  ///< opt-in limit per block
+
+  bool operator==(const TargetInfo&) const = default;
+};
+
+/// Tile shape and pipeline of the forward kernel (decided by select_tiles).
+struct TileConfig {
+  int block_m = 0;       ///< query rows per CTA
+  int block_n = 0;       ///< keys per iteration (also the min/max key-block size)
+  int warps = 0;         ///< each warp owns block_m / warps query rows (16-row slabs)
+  int kv_stages = 0;     ///< K/V shared-memory buffers in the cp.async pipeline
+  bool q_in_registers = false;  ///< Q fragments loaded once instead of every iteration
+  int smem_bytes = 0;    ///< dynamic shared memory of the forward kernel
+
+  int threads() const { return warps * 32; }
+  int rows_per_warp() const { return block_m / warps; }
+  bool operator==(const TileConfig&) const = default;
+};
+
+/// What a kernel computes inside the plan.
+enum class KernelRole { flashmask_minmax, forward };
+std::string_view name_of(KernelRole role);
+
+/// One kernel to generate, compile and launch.
+struct KernelDesc {
+  KernelRole role = KernelRole::forward;
+  std::string name;            ///< extern "C" entry point, deterministic from the spec
+  std::string template_header; ///< the templates/ header holding its mainloop
+  int threads = 0;
+  int dynamic_smem_bytes = 0;
+  std::string grid;            ///< human-readable launch grid, e.g. "(ceil(Sq/128), H, B)"
+
+  bool operator==(const KernelDesc&) const = default;
+};
+
+/// The kernels of one spec, in launch order (decided by plan_kernels).
+struct KernelPlan {
+  std::vector<KernelDesc> kernels;
+
+  const KernelDesc* find(KernelRole role) const;
+  bool operator==(const KernelPlan&) const = default;
+};
+
+/// The IR between passes: the spec and every decision made so far.
+struct Lowering {
+  AttentionSpec spec;
+  std::optional<MaskLowering> mask;
+  std::optional<TargetInfo> target;
+  std::optional<TileConfig> tiles;
+  std::optional<KernelPlan> plan;
+};
+
+/// Text form of the IR, one decision per line, e.g.
+///   attention {dtype=bf16 head_dim_qk=128 ...}
+///     mask_lowering {causal=index window=none vectors=[] minmax=false}
+/// Only the decisions made so far are printed.
+std::string to_string(const Lowering& lowering);
+
+}  // namespace attnjit

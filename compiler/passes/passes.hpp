@@ -1,0 +1,34 @@
+// The lowering passes, in pipeline order. Each is one free function over the IR that
+// returns the IR with its decision added; each lives in its own file.
+#pragma once
+
+#include "compiler/ir/lowering.hpp"
+
+namespace attnjit {
+
+/// Rejects specs attnjit cannot compile (head dims, mask arity, direction) with an Error
+/// naming the field, the value and what is accepted. Returns the IR unchanged.
+Lowering validate(const Lowering& in);
+
+/// Puts the spec in its one canonical form: head_dim_v = 0 means "same as head_dim_qk".
+/// Two specs that generate the same code print the same after this pass.
+Lowering canonicalize(const Lowering& in);
+
+/// Decides how kernels apply the mask: causal and sliding window by index arithmetic,
+/// FlashMask by reading the interval vectors (which ones, in which column) and, because
+/// whole tiles can then be skipped, whether the per-key-block min/max tables are built.
+Lowering lower_mask(const Lowering& in);
+
+/// Picks the kernel family and the shared-memory limit for the spec's target. The target
+/// must be resolved (auto_detect is replaced by the device's arch before lowering).
+Lowering select_target(const Lowering& in);
+
+/// Picks the forward tile shape (block_m x block_n, warps, K/V pipeline depth, whether Q
+/// stays in registers) per head dim and arch, within the target's shared memory.
+Lowering select_tiles(const Lowering& in);
+
+/// Lists the kernels to generate in launch order: the FlashMask min/max preprocessing
+/// kernel when the mask needs it, then the forward kernel, with names and launch shapes.
+Lowering plan_kernels(const Lowering& in);
+
+}  // namespace attnjit

@@ -1,0 +1,63 @@
+// validate: the spec is one attnjit can compile.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+
+#include "attnjit/error.hpp"
+#include "compiler/passes/passes.hpp"
+
+namespace attnjit {
+namespace {
+
+constexpr std::array<int, 6> kHeadDims{32, 64, 96, 128, 192, 256};
+
+void check_head_dim(std::string_view field, int value) {
+  if (std::find(kHeadDims.begin(), kHeadDims.end(), value) == kHeadDims.end()) {
+    throw_field_error(field, std::to_string(value), "32, 64, 96, 128, 192, 256");
+  }
+}
+
+void check_mask(const MaskSpec& mask) {
+  if (mask.kind != MaskKind::flashmask) {
+    if (mask.causal || mask.columns != 0) {
+      throw Error(fmt::format(
+          "mask: causal/columns are FlashMask arguments and do not apply to mask={}; "
+          "accepted: flashmask(causal=...,columns=...)",
+          name_of(mask.kind)));
+    }
+    return;
+  }
+  const std::string value = to_string(mask);
+  if (mask.columns != 1 && mask.columns != 2 && mask.columns != 4) {
+    throw_field_error("flashmask columns", std::to_string(mask.columns), "1, 2, 4");
+  }
+  if (mask.causal && mask.columns == 4) {
+    throw_field_error("mask", value,
+                      "causal flashmask with columns=1 (LTS) or 2 (LTS, LTE); 4 columns need "
+                      "causal=false");
+  }
+  if (!mask.causal && mask.columns == 1) {
+    throw_field_error("mask", value,
+                      "non-causal flashmask with columns=2 (LTS, UTE) or 4 (LTS, LTE, UTS, "
+                      "UTE); 1 column needs causal=true");
+  }
+}
+
+}  // namespace
+
+Lowering validate(const Lowering& in) {
+  const AttentionSpec& spec = in.spec;
+  check_head_dim("head_dim_qk", spec.head_dim_qk);
+  if (spec.head_dim_v != 0) {
+    check_head_dim("head_dim_v", spec.head_dim_v);
+    if (spec.head_dim_v != spec.head_dim_qk) {
+      throw_field_error("head_dim_v", std::to_string(spec.head_dim_v),
+                        fmt::format("equal to head_dim_qk ({}) in this version", spec.head_dim_qk));
+    }
+  }
+  check_mask(spec.mask);
+  return in;
+}
+
+}  // namespace attnjit

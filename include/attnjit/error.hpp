@@ -1,0 +1,38 @@
+// Error types shared by every attnjit library. User errors name the field, the value
+// and what is accepted; device and compile failures say what failed and where to look.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace attnjit {
+
+/// A user error: a bad spec, mask, tensor or option. The message names the field, the
+/// value that was given and what is accepted. The CLI exits 2 with this message.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// The environment failed: no CUDA driver, no device, a Driver API call failed, or NVRTC
+/// rejected generated code. Not the user's input; the CLI exits 1 with this message.
+class DeviceError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A broken internal invariant (a bug in attnjit, never the user's fault).
+class InternalError : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+/// Throws Error("<field>: got '<value>'; accepted: <accepted>").
+[[noreturn]] void throw_field_error(std::string_view field, std::string_view value,
+                                    std::string_view accepted);
+
+/// Throws InternalError naming the failed condition when `condition` is false.
+void internal_check(bool condition, std::string_view what);
+
+}  // namespace attnjit

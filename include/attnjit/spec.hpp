@@ -1,0 +1,93 @@
+// The attention IR a user writes: AttentionSpec and MaskSpec, their canonical text form
+// (one printer, one parser, round-tripping) and the names of their enum values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace attnjit {
+
+/// Element type of Q, K, V and O.
+enum class DType : std::uint8_t { fp16, bf16 };
+
+/// Structure of the mask. Runtime data (window sizes, interval vectors) is not part of it.
+enum class MaskKind : std::uint8_t {
+  none,            ///< every key visible
+  causal,          ///< key j visible to query i iff j <= i + (Sk - Sq) (bottom-right aligned)
+  sliding_window,  ///< i + off - window_left <= j <= i + off + window_right (runtime sizes)
+  flashmask,       ///< FlashMask column intervals LTS/LTE/UTS/UTE (flashmask.md)
+};
+
+/// Which pass over the attention the kernels compute.
+enum class Direction : std::uint8_t { forward };
+
+/// Target architecture. `auto_detect` resolves to the current device when compiling.
+enum class Arch : std::uint8_t { auto_detect, sm_80, sm_86, sm_89, sm_90, sm_90a };
+
+/// The mask's structure: what changes generated code.
+struct MaskSpec {
+  MaskKind kind = MaskKind::none;
+  bool causal = false;  ///< flashmask only: the causal part is applied by index arithmetic
+  int columns = 0;      ///< flashmask only: interval vectors per key column (1, 2 or 4)
+
+  bool operator==(const MaskSpec&) const = default;
+};
+
+/// An explicit forward tile shape (tuning and benchmarking); all zero means "chosen by
+/// select_tiles". Text form `BMxBNxW`, optionally suffixed `q` (Q fragments in registers) or
+/// `s` (Q re-read from shared memory), e.g. `tiles=128x64x8s`.
+struct TileShape {
+  int block_m = 0;
+  int block_n = 0;
+  int warps = 0;
+  char q_mode = 0;  ///< 'q', 's' or 0 (the rule of select_tiles)
+
+  bool is_auto() const { return block_m == 0 && block_n == 0 && warps == 0 && q_mode == 0; }
+  bool operator==(const TileShape&) const = default;
+};
+
+/// One attention problem's compile-time signature. Batch, lengths, head counts, strides,
+/// pointers, the softmax scale, window sizes and interval vectors are launch arguments.
+struct AttentionSpec {
+  DType dtype = DType::bf16;
+  int head_dim_qk = 0;
+  int head_dim_v = 0;
+  MaskSpec mask;
+  bool return_lse = false;
+  Direction direction = Direction::forward;
+  Arch target = Arch::auto_detect;
+  TileShape tiles;
+
+  bool operator==(const AttentionSpec&) const = default;
+};
+
+/// Canonical text form, e.g.
+/// `dtype=bf16 head_dim_qk=128 head_dim_v=128 mask=causal return_lse=false direction=forward
+/// target=auto tiles=auto`.
+/// parse_spec(to_string(s)) == s for every spec.
+std::string to_string(const AttentionSpec& spec);
+std::string to_string(const MaskSpec& mask);
+std::string to_string(const TileShape& tiles);
+
+/// Parses `key=value` words separated by spaces. Accepted keys: dtype, head_dim (sets both
+/// head dims), head_dim_qk, head_dim_v, mask, return_lse, direction, target, tiles. Throws Error
+/// naming the key, the value and what is accepted. Does not check value ranges (validate does).
+AttentionSpec parse_spec(std::string_view text);
+
+std::string_view name_of(DType dtype);
+std::string_view name_of(MaskKind kind);
+std::string_view name_of(Direction direction);
+std::string_view name_of(Arch arch);
+
+/// Parses an arch name (`auto`, `sm_80`, `sm_86`, `sm_89`, `sm_90`, `sm_90a`); throws Error
+/// naming `field` otherwise.
+Arch parse_arch(std::string_view text, std::string_view field);
+
+/// Compute capability times ten (80, 86, 89, 90); 0 for auto_detect.
+int compute_capability(Arch arch);
+
+/// Size in bytes of one element of `dtype`.
+int size_of(DType dtype);
+
+}  // namespace attnjit

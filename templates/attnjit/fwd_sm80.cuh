@@ -1,0 +1,400 @@
+// The forward attention mainloop of the sm80 family (FA2 structure, mma.sync).
+//
+// One CTA owns kBlockM query rows of one (head, batch); each warp owns kBlockM / kWarps rows
+// as 16-row slabs (split-Q: no cross-warp reduction). The CTA walks its key blocks from the
+// last to the first; K, V (and FlashMask vector values) of the next block stream into shared
+// memory with cp.async while the current one is computed. Per block:
+//   S = Q K^T                    mma.sync m16n8k16, fp32 accumulators, ldmatrix operands
+//   mask                         only when the block is partial (mask.cuh classifies)
+//   online softmax               exp2 with the scale folded in, running max and sum
+//   O += P V                     P re-packed from the S accumulators as the A operand
+// O is divided by the row sum once, at the end; rows with no visible key give O = 0 and
+// LSE = -inf.
+//
+// Config (bound by the generated code): Element, kHeadDimQK, kHeadDimV, kBlockM, kBlockN,
+// kWarps, kStages, kQInRegisters, kReturnLse.
+#pragma once
+
+#include "attnjit/mask.cuh"
+#include "attnjit/params.cuh"
+#include "attnjit/primitives.cuh"
+#include "attnjit/smem_tile.cuh"
+
+namespace attnjit {
+
+template <class Config, class Mask>
+struct ForwardSm80 {
+  typedef typename Config::Element Element;
+  static constexpr int kHeadDim = Config::kHeadDimQK;
+  static constexpr int kBlockM = Config::kBlockM;
+  static constexpr int kBlockN = Config::kBlockN;
+  static constexpr int kWarps = Config::kWarps;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kStages = Config::kStages;
+  static constexpr int kSlabs = kBlockM / (16 * kWarps);  // 16-row slabs per warp
+  static constexpr int kWarpRows = 16 * kSlabs;
+  static constexpr int kNTiles = kBlockN / 8;             // n8 tiles of S
+  static constexpr int kKSteps = kHeadDim / 16;           // k16 steps of Q K^T
+  static constexpr int kDTiles = kHeadDim / 8;            // n8 tiles of O
+  static constexpr int kPvSteps = kBlockN / 16;           // k16 steps of P V
+  static constexpr int kColumns = Mask::kColumns;
+  static constexpr bool kQInRegisters = Config::kQInRegisters;
+
+  static_assert(Config::kHeadDimQK == Config::kHeadDimV, "head_dim_v must equal head_dim_qk");
+  static_assert(kBlockM % (16 * kWarps) == 0, "each warp owns whole 16-row slabs");
+  static_assert(kBlockN % 16 == 0 && kHeadDim % 16 == 0, "tiles are multiples of 16");
+  static_assert(kStages >= 2, "the K/V pipeline needs at least two stages");
+
+  typedef SmemTile<kBlockM, kHeadDim> QTile;
+  typedef SmemTile<kBlockN, kHeadDim> KvTile;
+  static constexpr int kStageBytes = 2 * KvTile::kBytes;  // K then V
+  static constexpr int kVectorBytes = kBlockN * kColumns * 4;
+
+  /// Dynamic shared memory: Q, then kStages x (K, V), then kStages x FlashMask values.
+  static constexpr int kSmemBytes = QTile::kBytes + kStages * (kStageBytes + kVectorBytes);
+
+  // Per-thread accumulator state.
+  float acc_o[kSlabs][kDTiles][4];
+  float row_max[kSlabs][2];
+  float row_sum[kSlabs][2];
+  u32 q_frag[kQInRegisters ? kSlabs : 1][kQInRegisters ? kKSteps : 1][4];
+
+  __device__ __forceinline__ void run(const FwdParams& p, unsigned char* smem) {
+    const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest causal rows start first
+    const int head = blockIdx.y;
+    const int batch = blockIdx.z;
+    const int kv_head = head / (p.heads / p.kv_heads);
+    const int thread = threadIdx.x;
+    const int warp = thread / 32;
+    const int lane = thread % 32;
+
+    MaskState ms;
+    ms.seqlen_q = p.seqlen_q;
+    ms.seqlen_k = p.seqlen_k;
+    ms.diagonal = p.seqlen_k - p.seqlen_q;
+    ms.row_begin = m_block * kBlockM;
+    ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
+    ms.window_left = p.window_left;
+    ms.window_right = p.window_right;
+    ms.intervals = 0;
+    ms.minmax = 0;
+    if (Mask::kHasVectors) {
+      const int mask_head = head / (p.heads / p.mask_heads);
+      const long long bh = static_cast<long long>(batch) * p.mask_heads + mask_head;
+      const int num_key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+      ms.intervals = p.intervals + bh * p.seqlen_k * kColumns;
+      ms.minmax = p.minmax + bh * num_key_blocks * 2 * kColumns;
+    }
+
+    const u16* q_base = static_cast<const u16*>(p.q) + batch * p.q_batch_stride +
+                        head * p.q_head_stride + ms.row_begin * p.q_row_stride;
+    const u16* k_base =
+        static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
+    const u16* v_base =
+        static_cast<const u16*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
+
+    const u32 smem_q = smem_address(smem);
+    const u32 smem_kv = smem_q + QTile::kBytes;
+    const u32 smem_vectors = smem_kv + kStages * kStageBytes;
+    const int* vectors = reinterpret_cast<const int*>(smem + QTile::kBytes + kStages * kStageBytes);
+
+    int n_begin, n_end;
+    Mask::template key_block_range<kBlockN>(ms, n_begin, n_end);
+
+    // Prologue: Q and the first kStages-1 key blocks.
+    load_tile_async<kBlockM, kHeadDim, kThreads>(smem_q, q_base, p.q_row_stride,
+                                                 ms.row_end - ms.row_begin, thread);
+    int n_load = next_active(ms, n_end - 1, n_begin);
+    const int n_first = n_load;
+#pragma unroll
+    for (int stage = 0; stage < kStages - 1; ++stage) {
+      if (n_load >= n_begin) {
+        load_key_block(ms, k_base, v_base, p, n_load, smem_kv + stage * kStageBytes,
+                       smem_vectors + stage * kVectorBytes, thread);
+        n_load = next_active(ms, n_load - 1, n_begin);
+      }
+      cp_async_commit();
+    }
+
+#pragma unroll
+    for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_o[s][dt][e] = 0.f;
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        row_max[s][r] = negative_infinity();
+        row_sum[s][r] = 0.f;
+      }
+    }
+
+    const int warp_row = warp * kWarpRows;
+    if (kQInRegisters && n_first >= n_begin) {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();
+#pragma unroll
+      for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+        for (int kk = 0; kk < kKSteps; ++kk) {
+          ldmatrix_x4(q_frag[s][kk], QTile::matrix_address(smem_q, QTile::lane_offset(lane % 16, lane / 16),
+                                                           warp_row + s * 16, kk * 2));
+        }
+      }
+    }
+
+    int n_compute = n_first;
+    for (int it = 0; n_compute >= n_begin; ++it) {
+      cp_async_wait<kStages - 2>();
+      // Makes block n_compute visible to all warps, and frees the stage computed in the
+      // previous iteration, which the load below overwrites.
+      __syncthreads();
+      if (n_load >= n_begin) {
+        const int stage = (it + kStages - 1) % kStages;
+        load_key_block(ms, k_base, v_base, p, n_load, smem_kv + stage * kStageBytes,
+                       smem_vectors + stage * kVectorBytes, thread);
+        n_load = next_active(ms, n_load - 1, n_begin);
+      }
+      cp_async_commit();
+
+      const int stage = it % kStages;
+      const int kind = Mask::template classify<kBlockN>(ms, n_compute);
+      compute_block(p, ms, smem_q, smem_kv + stage * kStageBytes, vectors + stage * kBlockN * kColumns,
+                    n_compute, kind, warp_row, lane);
+      n_compute = next_active(ms, n_compute - 1, n_begin);
+    }
+
+    cp_async_wait<0>();
+    __syncthreads();  // no cp.async into Q's rows may land after the epilogue reuses them
+    epilogue(p, ms, smem, head, batch, warp_row, lane);
+  }
+
+  /// The highest key block <= from that is not skipped, or n_begin - 1.
+  __device__ __forceinline__ static int next_active(const MaskState& ms, int from, int n_begin) {
+    if (!Mask::kHasVectors) return from;
+    for (int n = from; n >= n_begin; --n) {
+      if (Mask::template classify<kBlockN>(ms, n) != kTileSkip) return n;
+    }
+    return n_begin - 1;
+  }
+
+  /// Issues the cp.async copies of key block n: K, V, and the block's FlashMask values.
+  __device__ __forceinline__ static void load_key_block(const MaskState& ms, const u16* k_base,
+                                                        const u16* v_base, const FwdParams& p,
+                                                        int n, u32 smem_stage, u32 smem_vectors,
+                                                        int thread) {
+    const int key0 = n * kBlockN;
+    const int valid = min(kBlockN, ms.seqlen_k - key0);
+    load_tile_async<kBlockN, kHeadDim, kThreads>(smem_stage, k_base + key0 * p.k_row_stride,
+                                                 p.k_row_stride, valid, thread);
+    load_tile_async<kBlockN, kHeadDim, kThreads>(smem_stage + KvTile::kBytes,
+                                                 v_base + key0 * p.v_row_stride, p.v_row_stride,
+                                                 valid, thread);
+    if (Mask::kHasVectors) {
+      const int* src = ms.intervals + static_cast<long long>(key0) * kColumns;
+      for (int i = thread; i < kBlockN * kColumns; i += kThreads) {
+        const bool in_range = i < valid * kColumns;
+        cp_async_4(smem_vectors + i * 4, in_range ? src + i : ms.intervals, in_range ? 4 : 0);
+      }
+    }
+  }
+
+  /// S = Q K^T, mask, online softmax, O += P V for one key block.
+  __device__ __forceinline__ void compute_block(const FwdParams& p, const MaskState& ms,
+                                                u32 smem_q, u32 smem_k, const int* vectors,
+                                                int n_block, int kind, int warp_row, int lane) {
+    const u32 smem_v = smem_k + KvTile::kBytes;
+    // Per-lane parts of the ldmatrix addresses (see SmemTile::matrix_address).
+    const u32 q_lane = opaque(QTile::lane_offset(lane % 16, lane / 16));
+    const u32 k_lane = opaque(KvTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
+    const u32 v_lane = opaque(KvTile::lane_offset(lane % 16, lane / 16));
+    float acc_s[kSlabs][kNTiles][4];
+#pragma unroll
+    for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_s[s][nt][e] = 0.f;
+      }
+    }
+
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      u32 a[kSlabs][4];
+#pragma unroll
+      for (int s = 0; s < kSlabs; ++s) {
+        if (kQInRegisters) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) a[s][e] = q_frag[kQInRegisters ? s : 0][kQInRegisters ? kk : 0][e];
+        } else {
+          ldmatrix_x4(a[s], QTile::matrix_address(smem_q, q_lane, warp_row + s * 16, kk * 2));
+        }
+      }
+#pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        u32 b[4];
+        ldmatrix_x4(b, KvTile::matrix_address(smem_k, k_lane, np * 16, kk * 2));
+#pragma unroll
+        for (int s = 0; s < kSlabs; ++s) {
+          mma_m16n8k16<Element>(acc_s[s][2 * np], a[s], b[0], b[1]);
+          mma_m16n8k16<Element>(acc_s[s][2 * np + 1], a[s], b[2], b[3]);
+        }
+      }
+    }
+
+    const int g = lane / 4;
+    const int t = lane % 4;
+    if (kind == kTilePartial) {
+      const int row0 = ms.row_begin + warp_row + g;
+      const int col0 = n_block * kBlockN + 2 * t;
+#pragma unroll
+      for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = row0 + s * 16 + (e / 2) * 8;
+            const int local_col = nt * 8 + 2 * t + (e % 2);
+            if (Mask::masked(ms, row, col0 + nt * 8 + (e % 2), vectors + local_col * kColumns)) {
+              acc_s[s][nt][e] = negative_infinity();
+            }
+          }
+        }
+      }
+    }
+
+    // Online softmax: new running max, rescale what was accumulated, P = 2^(S*c - max*c).
+#pragma unroll
+    for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float block_max = row_max[s][r];
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          block_max = fmaxf(block_max, fmaxf(acc_s[s][nt][2 * r], acc_s[s][nt][2 * r + 1]));
+        }
+        block_max = quad_max(block_max);
+        // A row with nothing visible yet keeps max = -inf; subtracting 0 keeps P = 0, not NaN.
+        const float max_scaled = block_max == negative_infinity() ? 0.f : block_max * p.scale_log2;
+        const float correction = exp2_approx(row_max[s][r] * p.scale_log2 - max_scaled);
+        row_max[s][r] = block_max;
+        row_sum[s][r] *= correction;
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          acc_o[s][dt][2 * r] *= correction;
+          acc_o[s][dt][2 * r + 1] *= correction;
+        }
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float p_value = exp2_approx(fmaf(acc_s[s][nt][2 * r + c], p.scale_log2, -max_scaled));
+            acc_s[s][nt][2 * r + c] = p_value;
+            sum += p_value;
+          }
+        }
+        row_sum[s][r] += sum;
+      }
+    }
+
+    // P as 16-bit pairs: the A fragment of P V for k-step kk is {p[2kk][0], p[2kk][1],
+    // p[2kk+1][0], p[2kk+1][1]} (no shared memory). Packing now frees the fp32 scores.
+    u32 p_packed[kSlabs][kNTiles][2];
+#pragma unroll
+    for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        p_packed[s][nt][0] = pack2<Element>(acc_s[s][nt][0], acc_s[s][nt][1]);
+        p_packed[s][nt][1] = pack2<Element>(acc_s[s][nt][2], acc_s[s][nt][3]);
+      }
+    }
+
+    // O += P V.
+#pragma unroll
+    for (int kk = 0; kk < kPvSteps; ++kk) {
+#pragma unroll
+      for (int dp = 0; dp < kDTiles / 2; ++dp) {
+        u32 b[4];
+        ldmatrix_x4_trans(b, KvTile::matrix_address(smem_v, v_lane, kk * 16, dp * 2));
+#pragma unroll
+        for (int s = 0; s < kSlabs; ++s) {
+          const u32 a[4] = {p_packed[s][2 * kk][0], p_packed[s][2 * kk][1],
+                            p_packed[s][2 * kk + 1][0], p_packed[s][2 * kk + 1][1]};
+          mma_m16n8k16<Element>(acc_o[s][2 * dp], a, b[0], b[1]);
+          mma_m16n8k16<Element>(acc_o[s][2 * dp + 1], a, b[2], b[3]);
+        }
+      }
+    }
+  }
+
+  /// O = acc / rowsum (0 for rows with nothing visible), LSE, and 16-byte stores of O
+  /// staged through the warp's own rows of the Q tile.
+  __device__ __forceinline__ void epilogue(const FwdParams& p, const MaskState& ms,
+                                           unsigned char* smem, int head, int batch,
+                                           int warp_row, int lane) {
+    const int g = lane / 4;
+    const int t = lane % 4;
+#pragma unroll
+    for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float sum = quad_sum(row_sum[s][r]);
+        const float inverse = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          acc_o[s][dt][2 * r] *= inverse;
+          acc_o[s][dt][2 * r + 1] *= inverse;
+        }
+        if (Config::kReturnLse && t == 0) {
+          const int row = ms.row_begin + warp_row + s * 16 + r * 8 + g;
+          if (row < ms.seqlen_q) {
+            const float lse = sum > 0.f
+                                  ? (row_max[s][r] * p.scale_log2 + log2_approx(sum)) * 0.69314718056f
+                                  : negative_infinity();
+            p.lse[batch * p.lse_batch_stride + head * p.lse_head_stride + row] = lse;
+          }
+        }
+      }
+    }
+
+#pragma unroll
+    for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = warp_row + s * 16 + r * 8 + g;
+          const int col = dt * 8 + 2 * t;
+          *reinterpret_cast<u32*>(smem + QTile::element_offset(row, col)) =
+              pack2<Element>(acc_o[s][dt][2 * r], acc_o[s][dt][2 * r + 1]);
+        }
+      }
+    }
+    __syncwarp();
+
+    u16* o_base = static_cast<u16*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
+    constexpr int kChunks = QTile::kChunks;
+#pragma unroll
+    for (int i = lane; i < kWarpRows * kChunks; i += 32) {
+      const int row = warp_row + i / kChunks;
+      const int chunk = i % kChunks;
+      const int global_row = ms.row_begin + row;
+      if (global_row < ms.seqlen_q) {
+        const uint4 value = *reinterpret_cast<const uint4*>(smem + QTile::offset(row, chunk));
+        *reinterpret_cast<uint4*>(o_base + global_row * p.o_row_stride + chunk * 8) = value;
+      }
+    }
+  }
+};
+
+/// The body of a generated forward kernel.
+template <class Config, class Mask>
+__device__ __forceinline__ void forward_sm80(const FwdParams& params) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  ForwardSm80<Config, Mask> kernel;
+  kernel.run(params, smem);
+}
+
+}  // namespace attnjit

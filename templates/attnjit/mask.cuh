@@ -1,0 +1,104 @@
+// Mask hooks of the attention kernels: which key blocks a CTA visits, how each block is
+// classified (skipped / partial / full), and the element rule applied to partial blocks.
+//
+// One policy covers every mask kind; the generated code binds its flags:
+//   kCausal  key j visible to query i only if j <= i + (Sk - Sq)   (bottom-right aligned)
+//   kWindow  i + off - window_left <= j <= i + off + window_right  (runtime sizes, < 0: none)
+//   kLts..kUte  column of each FlashMask vector in startend_row_indices, -1 if absent.
+// FlashMask (flashmask.md): column j masks rows [LTS, LTE) and [UTS, UTE); an absent LTE
+// reads as Sq and an absent UTS as 0.
+#pragma once
+
+#include "attnjit/primitives.cuh"
+
+namespace attnjit {
+
+enum TileKind { kTileSkip = 0, kTilePartial = 1, kTileFull = 2 };
+
+/// What one CTA knows about the mask: its rows and the runtime mask data of its (b, head).
+struct MaskState {
+  int seqlen_q, seqlen_k;
+  int diagonal;              ///< Sk - Sq: the causal diagonal of row i is key i + diagonal
+  int row_begin, row_end;    ///< this CTA's rows, row_end clamped to Sq
+  int window_left, window_right;
+  const int* intervals;      ///< startend_row_indices of (b, mask head): [Sk, C]
+  const int* minmax;         ///< key-block min/max of (b, mask head): [num_blocks, 2*C]
+};
+
+template <bool kCausal, bool kWindow, int kLts, int kLte, int kUts, int kUte>
+struct MaskPolicy {
+  static constexpr int kColumns = (kLts >= 0) + (kLte >= 0) + (kUts >= 0) + (kUte >= 0);
+  static constexpr bool kHasVectors = kColumns > 0;
+  static constexpr bool kHasLower = kLts >= 0;
+  static constexpr bool kHasUpper = kUte >= 0;
+
+  /// Key blocks [begin, end) that can hold a visible key for the CTA's rows.
+  template <int kBlockN>
+  __device__ static void key_block_range(const MaskState& s, int& begin, int& end) {
+    const int num_blocks = (s.seqlen_k + kBlockN - 1) / kBlockN;
+    begin = 0;
+    end = num_blocks;
+    if (kCausal || (kWindow && s.window_right >= 0)) {
+      const int right = kCausal ? 0 : s.window_right;
+      const int last_visible = s.row_end - 1 + s.diagonal + right;
+      end = last_visible < 0 ? 0 : min(num_blocks, last_visible / kBlockN + 1);
+    }
+    if (kWindow && s.window_left >= 0) {
+      const int first_visible = s.row_begin + s.diagonal - s.window_left;
+      begin = first_visible <= 0 ? 0 : first_visible / kBlockN;
+    }
+  }
+
+  /// Skip (every element masked: no load, no MMA), partial (element rule needed) or full.
+  template <int kBlockN>
+  __device__ static int classify(const MaskState& s, int n_block) {
+    const int col_begin = n_block * kBlockN;
+    const int col_last = min(col_begin + kBlockN, s.seqlen_k) - 1;
+    bool partial = col_begin + kBlockN > s.seqlen_k;
+    if (kCausal) partial |= col_last > s.row_begin + s.diagonal;
+    if (kWindow) {
+      if (s.window_right >= 0) partial |= col_last > s.row_begin + s.diagonal + s.window_right;
+      if (s.window_left >= 0) partial |= col_begin < s.row_end - 1 + s.diagonal - s.window_left;
+    }
+    if (kHasVectors) {
+      const int* mm = s.minmax + n_block * 2 * kColumns;
+      if (kHasLower) {
+        const int start_min = mm[2 * kLts], start_max = mm[2 * kLts + 1];
+        const int end_min = kLte >= 0 ? mm[2 * kLte] : s.seqlen_q;
+        const int end_max = kLte >= 0 ? mm[2 * kLte + 1] : s.seqlen_q;
+        if (s.row_begin >= start_max && s.row_end <= end_min) return kTileSkip;
+        partial |= s.row_begin < end_max && s.row_end > start_min;
+      }
+      if (kHasUpper) {
+        const int start_min = kUts >= 0 ? mm[2 * kUts] : 0;
+        const int start_max = kUts >= 0 ? mm[2 * kUts + 1] : 0;
+        const int end_min = mm[2 * kUte], end_max = mm[2 * kUte + 1];
+        if (s.row_begin >= start_max && s.row_end <= end_min) return kTileSkip;
+        partial |= s.row_begin < end_max && s.row_end > start_min;
+      }
+    }
+    return partial ? kTilePartial : kTileFull;
+  }
+
+  /// The element rule. `values` holds column `col`'s kColumns vector values.
+  __device__ static __forceinline__ bool masked(const MaskState& s, int row, int col,
+                                                const int* values) {
+    bool out = col >= s.seqlen_k;
+    if (kCausal) out |= col > row + s.diagonal;
+    if (kWindow) {
+      if (s.window_left >= 0) out |= col < row + s.diagonal - s.window_left;
+      if (s.window_right >= 0) out |= col > row + s.diagonal + s.window_right;
+    }
+    if (kHasLower) {
+      const int end = kLte >= 0 ? values[kLte] : s.seqlen_q;
+      out |= row >= values[kLts] && row < end;
+    }
+    if (kHasUpper) {
+      const int start = kUts >= 0 ? values[kUts] : 0;
+      out |= row >= start && row < values[kUte];
+    }
+    return out;
+  }
+};
+
+}  // namespace attnjit

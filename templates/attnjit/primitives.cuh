@@ -1,0 +1,153 @@
+// Device primitives in inline PTX: 16-bit float packing, mma.sync m16n8k16, ldmatrix,
+// cp.async, exp2, warp shuffles. No CUDA headers needed (NVRTC compiles this alone).
+#pragma once
+
+namespace attnjit {
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+/// Element tags: the storage is 16 bits either way; they select the PTX type names.
+struct bf16 {
+  u16 bits;
+};
+struct fp16 {
+  u16 bits;
+};
+
+/// Packs two floats into one register of two 16-bit values (lo in the low half).
+template <class Element>
+__device__ __forceinline__ u32 pack2(float lo, float hi);
+
+template <>
+__device__ __forceinline__ u32 pack2<bf16>(float lo, float hi) {
+  u32 out;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
+  return out;
+}
+
+template <>
+__device__ __forceinline__ u32 pack2<fp16>(float lo, float hi) {
+  u32 out;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
+  return out;
+}
+
+/// Converts one 16-bit value to float.
+template <class Element>
+__device__ __forceinline__ float to_float(u16 bits);
+
+template <>
+__device__ __forceinline__ float to_float<bf16>(u16 bits) {
+  return __uint_as_float(static_cast<u32>(bits) << 16);
+}
+
+template <>
+__device__ __forceinline__ float to_float<fp16>(u16 bits) {
+  float out;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(out) : "h"(bits));
+  return out;
+}
+
+/// D += A * B for one m16n8k16 tile, fp32 accumulators (fragment layouts in kernel-notes).
+template <class Element>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1);
+
+template <>
+__device__ __forceinline__ void mma_m16n8k16<bf16>(float (&d)[4], const u32 (&a)[4], u32 b0,
+                                                   u32 b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <>
+__device__ __forceinline__ void mma_m16n8k16<fp16>(float (&d)[4], const u32 (&a)[4], u32 b0,
+                                                   u32 b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/// Shared-memory address of a generic pointer into shared memory.
+__device__ __forceinline__ u32 smem_address(const void* ptr) {
+  return static_cast<u32>(__cvta_generic_to_shared(ptr));
+}
+
+/// Four 8x8 16-bit matrices; lane l gives the address of row l%8 of matrix l/8.
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+/// As ldmatrix_x4, each matrix transposed.
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+/// 16-byte global -> shared copy, bypassing L1; bytes past src_bytes are zero-filled.
+__device__ __forceinline__ void cp_async_16(u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+
+/// 4-byte global -> shared copy; zero-filled when src_bytes is 0.
+__device__ __forceinline__ void cp_async_4(u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+
+/// Waits until at most `kPending` committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending));
+}
+
+/// Hides `value` from the optimizer inside a loop, so that values derived from it are
+/// recomputed there instead of being hoisted out and held in registers across the loop.
+__device__ __forceinline__ u32 opaque(u32 value) {
+  asm volatile("" : "+r"(value));
+  return value;
+}
+
+__device__ __forceinline__ long long opaque(long long value) {
+  asm volatile("" : "+l"(value));
+  return value;
+}
+
+/// 2^x (approximate, flushes denormals; exact enough for softmax weights).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float out;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(out) : "f"(x));
+  return out;
+}
+
+__device__ __forceinline__ float log2_approx(float x) {
+  float out;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(out) : "f"(x));
+  return out;
+}
+
+/// Max / sum over the four lanes of a quad (the lanes that share an accumulator row).
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+__device__ __forceinline__ float negative_infinity() { return __int_as_float(0xff800000); }
+
+}  // namespace attnjit

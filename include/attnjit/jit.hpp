@@ -1,0 +1,114 @@
+// The user-facing entry point: jit::compile(spec) returns a Kernel whose forward() runs
+// the generated kernels on device tensors. Kernels are cached by signature in memory and
+// on disk (ATTNJIT_CACHE_DIR, default ~/.cache/attnjit).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnjit/spec.hpp"
+#include "attnjit/tensor.hpp"
+
+namespace attnjit::jit {
+
+/// A CUDA stream handle (CUstream / cudaStream_t); nullptr is the legacy default stream.
+using Stream = void*;
+
+/// What ptxas reported for one compiled kernel.
+struct KernelReport {
+  std::string name;          ///< the kernel's entry point
+  std::string role;          ///< its place in the plan, e.g. "flashmask_minmax", "forward"
+  int registers = 0;         ///< registers per thread
+  int spill_bytes = 0;       ///< spill stores + spill loads
+  int stack_bytes = 0;       ///< stack frame
+  int static_smem_bytes = 0;
+  int dynamic_smem_bytes = 0;
+  int threads = 0;           ///< threads per block
+};
+
+/// Where a compile() call found its kernels.
+enum class CacheLevel { memory, disk, miss };
+std::string_view name_of(CacheLevel level);
+
+/// What one compile() call did.
+struct CompileInfo {
+  std::string key;            ///< cache key of the spec's kernel set
+  std::string spec_text;      ///< canonical spec with the target resolved
+  CacheLevel cache = CacheLevel::miss;
+  double compile_ms = 0.0;    ///< wall time of this call (lowering + lookup + NVRTC)
+  std::vector<KernelReport> kernels;
+};
+
+struct CompileOptions {
+  /// Skip the disk cache (the memory cache is still used).
+  bool no_disk_cache = false;
+};
+
+namespace detail {
+struct KernelSet;
+}
+
+/// A compiled attention: immutable, cheap to copy, safe to share between threads.
+class Kernel {
+ public:
+  const CompileInfo& info() const { return info_; }
+  const AttentionSpec& spec() const;
+
+  /// Runs the forward pass on `stream`. Checks every tensor against the spec (dtype, rank,
+  /// shapes, strides, alignment) and throws Error naming the first bad field. Asynchronous:
+  /// returns after enqueueing the kernels.
+  void forward(const ForwardArgs& args, Stream stream = nullptr) const;
+
+  /// PTX of each kernel, in plan order.
+  std::vector<std::string> ptx() const;
+
+ private:
+  friend Kernel compile(const AttentionSpec&, const CompileOptions&);
+  friend Kernel compile_reference(const AttentionSpec&);
+  std::shared_ptr<const detail::KernelSet> set_;
+  CompileInfo info_;
+};
+
+/// Lowers, generates, compiles (or finds in the cache) and returns the kernels of `spec`.
+/// A spec whose target is auto_detect is compiled for the current device (and throws
+/// DeviceError when there is none). Throws Error for an invalid spec.
+Kernel compile(const AttentionSpec& spec, const CompileOptions& options = {});
+
+/// A plain fp32 attention (one CTA per query row, the mask evaluated element by element)
+/// computing the same function as compile(spec).forward, for checking results. Always writes
+/// LSE, so ForwardArgs::lse is required. Slow; needs (head_dim + Sk) * 4 bytes of shared
+/// memory per CTA.
+Kernel compile_reference(const AttentionSpec& spec);
+
+/// The arch of the current CUDA device (what target=auto resolves to). Throws DeviceError
+/// when there is no driver or device, or the device is not supported.
+Arch current_device_arch();
+
+/// Counters of the kernel caches since the process started.
+struct CacheStats {
+  std::uint64_t memory_hits = 0;
+  std::uint64_t disk_hits = 0;
+  std::uint64_t compiles = 0;  ///< kernel sets built with NVRTC
+  std::size_t memory_entries = 0;
+};
+CacheStats cache_stats();
+
+/// One entry of the disk cache.
+struct CacheListing {
+  std::string key;
+  std::string spec_text;
+  std::uintmax_t bytes = 0;
+};
+
+/// The disk cache directory: $ATTNJIT_CACHE_DIR, else $XDG_CACHE_HOME/attnjit, else
+/// ~/.cache/attnjit.
+std::string cache_dir();
+std::vector<CacheListing> list_disk_cache();
+/// Removes every disk entry; returns how many there were.
+std::size_t clear_disk_cache();
+/// Forgets every kernel held in memory (kernels already handed out stay valid).
+void clear_memory_cache();
+
+}  // namespace attnjit::jit

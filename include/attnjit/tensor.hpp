@@ -1,0 +1,45 @@
+// Non-owning views of device tensors and the runtime arguments of an attention launch.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace attnjit {
+
+/// Element type of a tensor handed to a kernel.
+enum class ScalarType : std::uint8_t { fp16, bf16, fp32, int32 };
+
+std::string_view name_of(ScalarType type);
+
+/// A device tensor: pointer, element type, shape and strides (in elements). Up to rank 4.
+struct TensorView {
+  void* data = nullptr;
+  ScalarType dtype = ScalarType::bf16;
+  int rank = 0;
+  std::array<std::int64_t, 4> shape{};
+  std::array<std::int64_t, 4> stride{};
+
+  bool empty() const { return data == nullptr && rank == 0; }
+};
+
+/// Builds a view with contiguous (row-major) strides.
+TensorView contiguous_view(void* data, ScalarType dtype, std::initializer_list<std::int64_t> shape);
+
+/// Everything a forward launch needs besides the compiled kernel.
+///
+/// Layouts: q [B, Sq, H, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv], o [B, Sq, H, Dv] with
+/// any strides whose last dimension is contiguous (stride 1) and whose other strides are
+/// multiples of 8 elements (16-byte rows); H must be a multiple of Hkv (GQA/MQA).
+/// lse [B, H, Sq] fp32, contiguous in Sq; required iff the spec has return_lse=true.
+/// startend_row_indices: int32 [B, Hm, Sk, C], contiguous, Hm in {1, Hkv}; flashmask only.
+struct ForwardArgs {
+  TensorView q, k, v, o;
+  TensorView lse;
+  TensorView startend_row_indices;
+  float softmax_scale = 0.0f;  ///< 0 means 1/sqrt(head_dim_qk)
+  int window_left = -1;        ///< sliding_window: keys left of the diagonal; -1 unbounded
+  int window_right = 0;        ///< sliding_window: keys right of the diagonal; -1 unbounded
+};
+
+}  // namespace attnjit

@@ -1,0 +1,44 @@
+// The compiled kernels of one spec as the runtime holds them: the lowering (for launch
+// shapes), the cached binaries, and the modules loaded into each CUDA context on demand.
+#pragma once
+
+#include <cuda.h>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "attnjit/jit.hpp"
+#include "compiler/ir/lowering.hpp"
+#include "runtime/disk_cache.hpp"
+#include "runtime/module.hpp"
+
+namespace attnjit::jit::detail {
+
+/// A kernel of the set, loaded into one context.
+struct LoadedKernel {
+  CUfunction function = nullptr;
+  int threads = 0;
+  int dynamic_smem_bytes = 0;
+};
+
+struct KernelSet {
+  AttentionSpec spec;             ///< canonical, target resolved
+  std::optional<Lowering> ir;     ///< the plan; absent for the reference kernel
+  runtime::CacheEntry entry;      ///< binaries in plan order
+
+  /// The kernels loaded into the current context (loading them the first time).
+  const std::vector<LoadedKernel>& kernels_in_current_context() const;
+
+ private:
+  struct PerContext {
+    CUcontext context = nullptr;
+    std::vector<runtime::LoadedModule> modules;
+    std::vector<LoadedKernel> kernels;
+  };
+  mutable std::mutex mutex_;
+  mutable std::vector<std::unique_ptr<PerContext>> loaded_;
+};
+
+}  // namespace attnjit::jit::detail

@@ -1,0 +1,203 @@
+// FlashMask interval vectors: the element rule, validation, stacking, head broadcast and the
+// dense rendering.
+#include "dsl/intervals.hpp"
+
+#include <array>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "attnjit/error.hpp"
+
+namespace attnjit::dsl {
+namespace {
+
+/// Name of vector `c` under the column table of flashmask.md.
+std::string_view column_role(bool causal, int columns, int c) {
+  static constexpr std::array<std::string_view, 4> kFour = {"LTS", "LTE", "UTS", "UTE"};
+  if (columns == 4) return kFour[c];
+  if (columns == 2) return c == 0 ? "LTS" : (causal ? "LTE" : "UTE");
+  return "LTS";
+}
+
+/// The two intervals of one key column with the defaults of omitted vectors filled in.
+struct ColumnIntervals {
+  std::int32_t lts, lte, uts, ute;
+};
+
+ColumnIntervals column_intervals(const IntervalVectors& m, int b, int h, int col) {
+  ColumnIntervals iv{m.at(b, h, col, 0), m.seqlen_q, 0, 0};
+  if (m.columns == 4) {
+    iv.lte = m.at(b, h, col, 1);
+    iv.uts = m.at(b, h, col, 2);
+    iv.ute = m.at(b, h, col, 3);
+  } else if (m.columns == 2) {
+    if (m.causal) {
+      iv.lte = m.at(b, h, col, 1);
+    } else {
+      iv.ute = m.at(b, h, col, 1);
+    }
+  }
+  return iv;
+}
+
+void check_positive(std::string_view field, int value) {
+  if (value < 1) throw_field_error(field, fmt::to_string(value), ">= 1");
+}
+
+std::string element_name(int b, int h, int col) {
+  return fmt::format("startend_row_indices[batch={}, head={}, column={}]", b, h, col);
+}
+
+void validate_column(const IntervalVectors& m, int b, int h, int col) {
+  for (int c = 0; c < m.columns; ++c) {
+    const std::int32_t value = m.at(b, h, col, c);
+    if (value < 0 || value > m.seqlen_q) {
+      const std::string_view role = column_role(m.causal, m.columns, c);
+      throw Error(fmt::format("{} {}={} is outside [0, {}]; accepted: 0 <= {} <= {} (seqlen_q)",
+                              element_name(b, h, col), role, value, m.seqlen_q, role, m.seqlen_q));
+    }
+  }
+  const ColumnIntervals iv = column_intervals(m, b, h, col);
+  if (iv.lts > iv.lte) {
+    throw Error(fmt::format("{} LTE={} is below LTS={}; accepted: LTS <= LTE <= {} (seqlen_q)",
+                            element_name(b, h, col), iv.lte, iv.lts, m.seqlen_q));
+  }
+  if (m.columns == 4 && iv.uts > iv.ute) {
+    throw Error(fmt::format("{} UTE={} is below UTS={}; accepted: UTS <= UTE <= {} (seqlen_q)",
+                            element_name(b, h, col), iv.ute, iv.uts, m.seqlen_q));
+  }
+}
+
+/// Throws unless `sample` agrees with `first` on everything but its data.
+void check_stackable(const IntervalVectors& first, const IntervalVectors& sample, int index) {
+  const auto mismatch = [&](std::string_view field, auto got, auto expected) {
+    if (got != expected) {
+      throw Error(
+          fmt::format("stack: samples[{}].{}: got {}; accepted: {} (the value of samples[0])",
+                      index, field, got, expected));
+    }
+  };
+  if (sample.batch != 1) {
+    throw Error(fmt::format("stack: samples[{}].batch: got {}; accepted: 1 (single-sample vectors)",
+                            index, sample.batch));
+  }
+  mismatch("causal", sample.causal, first.causal);
+  mismatch("columns", sample.columns, first.columns);
+  mismatch("heads", sample.heads, first.heads);
+  mismatch("seqlen_q", sample.seqlen_q, first.seqlen_q);
+  mismatch("seqlen_k", sample.seqlen_k, first.seqlen_k);
+  const std::size_t expected_size =
+      static_cast<std::size_t>(sample.heads) * sample.seqlen_k * sample.columns;
+  if (sample.data.size() != expected_size) {
+    throw Error(
+        fmt::format("stack: samples[{}].data: got {} values; accepted: heads*seqlen_k*"
+                    "columns = {}",
+                    index, sample.data.size(), expected_size));
+  }
+}
+
+}  // namespace
+
+bool is_masked(const IntervalVectors& m, int b, int h, int row, int col) {
+  if (m.causal && col > row + (m.seqlen_k - m.seqlen_q)) return true;
+  const ColumnIntervals iv = column_intervals(m, b, h, col);
+  if (row >= iv.lts && row < iv.lte) return true;
+  return !m.causal && row >= iv.uts && row < iv.ute;
+}
+
+void validate_shape(const IntervalVectors& m) {
+  if (m.columns != 1 && m.columns != 2 && m.columns != 4) {
+    throw_field_error("columns", fmt::to_string(m.columns), "1, 2 or 4");
+  }
+  if (m.causal && m.columns == 4) {
+    throw Error(
+        "columns: got '4' with causal=true; accepted: 1 (LTS) or 2 (LTS, LTE) when causal, "
+        "since causal mode never reads UTS/UTE");
+  }
+  if (!m.causal && m.columns == 1) {
+    throw Error(
+        "columns: got '1' with causal=false; accepted: 2 (LTS, UTE) or 4 (LTS, LTE, UTS, UTE) "
+        "when not causal");
+  }
+  check_positive("batch", m.batch);
+  check_positive("heads", m.heads);
+  check_positive("seqlen_q", m.seqlen_q);
+  check_positive("seqlen_k", m.seqlen_k);
+}
+
+void validate(const IntervalVectors& m) {
+  validate_shape(m);
+  const std::size_t expected = static_cast<std::size_t>(m.batch) * m.heads * m.seqlen_k *
+                               static_cast<std::size_t>(m.columns);
+  if (m.data.size() != expected) {
+    throw Error(
+        fmt::format("startend_row_indices: got {} values; accepted: batch*heads*seqlen_k*columns = "
+                    "{}*{}*{}*{} = {}",
+                    m.data.size(), m.batch, m.heads, m.seqlen_k, m.columns, expected));
+  }
+  for (int b = 0; b < m.batch; ++b) {
+    for (int h = 0; h < m.heads; ++h) {
+      for (int col = 0; col < m.seqlen_k; ++col) validate_column(m, b, h, col);
+    }
+  }
+}
+
+IntervalVectors stack(std::span<const IntervalVectors> samples) {
+  if (samples.empty()) throw_field_error("stack: samples", "an empty list", "one or more samples");
+  IntervalVectors result = samples.front();
+  result.data.clear();
+  result.batch = static_cast<int>(samples.size());
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    check_stackable(samples.front(), samples[i], static_cast<int>(i));
+    result.data.insert(result.data.end(), samples[i].data.begin(), samples[i].data.end());
+  }
+  return result;
+}
+
+IntervalVectors broadcast_heads(const IntervalVectors& m, int heads) {
+  if (m.heads != 1) {
+    throw_field_error("broadcast_heads: mask heads", fmt::to_string(m.heads),
+                      "1 (a single-head mask to repeat)");
+  }
+  check_positive("broadcast_heads: heads", heads);
+  const std::size_t per_head = static_cast<std::size_t>(m.seqlen_k) * m.columns;
+  if (m.data.size() != per_head * m.batch) {
+    throw Error(fmt::format(
+        "broadcast_heads: startend_row_indices: got {} values; accepted: batch*seqlen_k*columns "
+        "= {}",
+        m.data.size(), per_head * m.batch));
+  }
+  IntervalVectors result = m;
+  result.heads = heads;
+  result.data.clear();
+  result.data.reserve(per_head * m.batch * heads);
+  for (int b = 0; b < m.batch; ++b) {
+    const auto first = m.data.begin() + static_cast<std::ptrdiff_t>(per_head * b);
+    for (int h = 0; h < heads; ++h) {
+      result.data.insert(result.data.end(), first, first + static_cast<std::ptrdiff_t>(per_head));
+    }
+  }
+  return result;
+}
+
+std::vector<std::uint8_t> dense_mask(const IntervalVectors& m, int b, int h) {
+  validate(m);
+  if (b < 0 || b >= m.batch) {
+    throw_field_error("dense_mask: batch index", fmt::to_string(b),
+                      fmt::format("0 <= batch index < {}", m.batch));
+  }
+  if (h < 0 || h >= m.heads) {
+    throw_field_error("dense_mask: head index", fmt::to_string(h),
+                      fmt::format("0 <= head index < {}", m.heads));
+  }
+  std::vector<std::uint8_t> dense(static_cast<std::size_t>(m.seqlen_q) * m.seqlen_k);
+  for (int row = 0; row < m.seqlen_q; ++row) {
+    for (int col = 0; col < m.seqlen_k; ++col) {
+      dense[static_cast<std::size_t>(row) * m.seqlen_k + col] = is_masked(m, b, h, row, col);
+    }
+  }
+  return dense;
+}
+
+}  // namespace attnjit::dsl

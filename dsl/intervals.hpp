@@ -1,0 +1,68 @@
+// FlashMask interval vectors on the host: the int32 tensor `startend_row_indices`
+// [batch, heads, seqlen_k, columns], its element rule, validation, batching and a dense
+// rendering for tests and the CLI. The column roles follow docs/flashmask.md:
+//
+//   causal  C=1: LTS            masked rows of column j: causal ∪ [LTS, Sq)
+//   causal  C=2: LTS, LTE       masked rows of column j: causal ∪ [LTS, LTE)
+//   !causal C=2: LTS, UTE       masked rows of column j: [LTS, Sq) ∪ [0, UTE)
+//   !causal C=4: LTS, LTE, UTS, UTE   masked rows:      [LTS, LTE) ∪ [UTS, UTE)
+//
+// The causal part is bottom-right aligned: query i sees key j only if j <= i + (Sk - Sq).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "attnjit/spec.hpp"
+
+namespace attnjit::dsl {
+
+/// The interval vectors of a FlashMask mask and the shape they apply to.
+struct IntervalVectors {
+  bool causal = false;  ///< the causal part is applied by index arithmetic; UTS/UTE unused
+  int columns = 0;      ///< interval vectors per key column: 1, 2 or 4 (table above)
+  int batch = 0;
+  int heads = 0;  ///< mask heads: 1 or the number of KV heads
+  int seqlen_q = 0;
+  int seqlen_k = 0;
+  /// int32 [batch, heads, seqlen_k, columns], columns fastest.
+  std::vector<std::int32_t> data;
+
+  /// Value of vector `c` for key column `col` of (batch `b`, mask head `h`). No bounds check.
+  std::int32_t at(int b, int h, int col, int c) const {
+    const auto index = ((static_cast<std::size_t>(b) * heads + h) * seqlen_k + col) * columns + c;
+    return data[index];
+  }
+
+  /// The mask's structure for an AttentionSpec: kind flashmask, `causal`, `columns`.
+  MaskSpec mask_spec() const { return MaskSpec{MaskKind::flashmask, causal, columns}; }
+};
+
+/// True iff query `row` must not see key `col` in (batch `b`, mask head `h`): the row lies in
+/// one of the column's intervals, or (when m.causal) col > row + (seqlen_k - seqlen_q).
+/// Expects valid vectors and in-range indices.
+bool is_masked(const IntervalVectors& m, int b, int h, int row, int col);
+
+/// Throws attnjit::Error unless the layout and shape of `m` are well formed (its data is not
+/// read): columns in {1, 2, 4} and allowed with m.causal (causal: 1 or 2; non-causal: 2 or 4),
+/// batch, heads, seqlen_q and seqlen_k >= 1.
+void validate_shape(const IntervalVectors& m);
+
+/// Throws attnjit::Error unless `m` is well formed: validate_shape(), data size equal to
+/// batch*heads*seqlen_k*columns, every value in [0, seqlen_q], LTS <= LTE and UTS <= UTE.
+/// The message names the first bad element, its value and what is accepted.
+void validate(const IntervalVectors& m);
+
+/// Concatenates single-sample vectors (batch = 1 each, equal causal flag, columns, heads and
+/// sequence lengths) into one batch, in order. Throws Error naming the first mismatch.
+IntervalVectors stack(std::span<const IntervalVectors> samples);
+
+/// Repeats the single head of `m` (m.heads must be 1) `heads` times.
+IntervalVectors broadcast_heads(const IntervalVectors& m, int heads);
+
+/// Row-major [seqlen_q][seqlen_k] rendering of (batch `b`, mask head `h`): 1 = masked,
+/// causal part included. Throws Error for `b` or `h` out of range.
+std::vector<std::uint8_t> dense_mask(const IntervalVectors& m, int b, int h);
+
+}  // namespace attnjit::dsl

@@ -1,0 +1,239 @@
+// Running and checking one GPU forward case.
+#include "gpu/gpu_case.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <random>
+
+#include "attnjit/jit.hpp"
+#include "dsl/builders.hpp"
+#include "runtime/driver.hpp"
+#include "support/half_round.hpp"
+
+namespace attnjit::gpu_test {
+namespace {
+
+constexpr std::uint8_t kPoison = 0xff;  // 0xffff is NaN in both bf16 and fp16
+
+// A [B, S, H, D] tensor in device memory, optionally with padded rows and batches.
+struct DeviceTensor {
+  runtime::DeviceBuffer buffer;
+  TensorView view;
+};
+
+DeviceTensor make_tensor(DType dtype, int b, int s, int h, int d, bool padded) {
+  const std::int64_t head_stride = d;
+  const std::int64_t row_stride = static_cast<std::int64_t>(h) * d + (padded ? 24 : 0);
+  const std::int64_t batch_stride = s * row_stride + (padded ? 40 : 0);
+  const std::size_t elements = static_cast<std::size_t>(std::max<std::int64_t>(b * batch_stride, 1));
+  DeviceTensor t{runtime::DeviceBuffer(elements * 2), {}};
+  t.buffer.fill_bytes(kPoison);
+  t.view.data = t.buffer.data();
+  t.view.dtype = dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
+  t.view.rank = 4;
+  t.view.shape = {b, s, h, d};
+  t.view.stride = {batch_stride, row_stride, head_stride, 1};
+  return t;
+}
+
+std::uint16_t to_bits(DType dtype, float value) {
+  return dtype == DType::bf16 ? testing::float_to_bf16_bits(value)
+                              : testing::float_to_fp16_bits(value);
+}
+
+float from_bits(DType dtype, std::uint16_t bits) {
+  return dtype == DType::bf16 ? testing::bf16_bits_to_float(bits)
+                              : testing::fp16_bits_to_float(bits);
+}
+
+// Scatters contiguous [B, S, H, D] values into the tensor's strided layout (padding poisoned).
+void upload(DeviceTensor& t, DType dtype, const std::vector<float>& values) {
+  std::vector<std::uint16_t> host(t.buffer.bytes() / 2, 0xffff);
+  const auto& sh = t.view.shape;
+  const auto& st = t.view.stride;
+  std::size_t i = 0;
+  for (std::int64_t b = 0; b < sh[0]; ++b)
+    for (std::int64_t s = 0; s < sh[1]; ++s)
+      for (std::int64_t h = 0; h < sh[2]; ++h)
+        for (std::int64_t d = 0; d < sh[3]; ++d)
+          host[b * st[0] + s * st[1] + h * st[2] + d] = to_bits(dtype, values[i++]);
+  t.buffer.upload(host.data(), host.size() * 2);
+}
+
+std::vector<float> download(const DeviceTensor& t, DType dtype, bool& padding_intact) {
+  std::vector<std::uint16_t> host(t.buffer.bytes() / 2);
+  t.buffer.download(host.data(), host.size() * 2);
+  std::vector<bool> inside(host.size(), false);
+  std::vector<float> values;
+  const auto& sh = t.view.shape;
+  const auto& st = t.view.stride;
+  for (std::int64_t b = 0; b < sh[0]; ++b)
+    for (std::int64_t s = 0; s < sh[1]; ++s)
+      for (std::int64_t h = 0; h < sh[2]; ++h)
+        for (std::int64_t d = 0; d < sh[3]; ++d) {
+          const std::int64_t index = b * st[0] + s * st[1] + h * st[2] + d;
+          inside[index] = true;
+          values.push_back(from_bits(dtype, host[index]));
+        }
+  padding_intact = true;
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    if (!inside[i] && host[i] != 0xffff) padding_intact = false;
+  }
+  return values;
+}
+
+std::vector<float> random_values(std::size_t count, DType dtype, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> out(count);
+  for (float& x : out) x = testing::round_to(dtype, normal(rng));
+  return out;
+}
+
+}  // namespace
+
+std::string Case::describe() const {
+  return fmt::format("{} | B={} H={} Hkv={} Sq={} Sk={} window=({},{}) mask_heads={} padded={} seed={}",
+                     to_string(spec), batch, heads, kv_heads, seqlen_q, seqlen_k, window_left,
+                     window_right, intervals ? intervals->heads : 0, padded_strides, seed);
+}
+
+Inputs make_inputs(const Case& c) {
+  std::mt19937_64 rng(c.seed);
+  Inputs in;
+  const std::size_t dq = c.spec.head_dim_qk, dv = c.spec.head_dim_v;
+  in.q = random_values(static_cast<std::size_t>(c.batch) * c.seqlen_q * c.heads * dq, c.spec.dtype, rng);
+  in.k = random_values(static_cast<std::size_t>(c.batch) * c.seqlen_k * c.kv_heads * dq, c.spec.dtype, rng);
+  in.v = random_values(static_cast<std::size_t>(c.batch) * c.seqlen_k * c.kv_heads * dv, c.spec.dtype, rng);
+  return in;
+}
+
+Outputs run_on_gpu(const Case& c, const Inputs& in, bool reference_kernel) {
+  const DType dtype = c.spec.dtype;
+  const int dq = c.spec.head_dim_qk, dv = c.spec.head_dim_v;
+  DeviceTensor q = make_tensor(dtype, c.batch, c.seqlen_q, c.heads, dq, c.padded_strides);
+  DeviceTensor k = make_tensor(dtype, c.batch, c.seqlen_k, c.kv_heads, dq, c.padded_strides);
+  DeviceTensor v = make_tensor(dtype, c.batch, c.seqlen_k, c.kv_heads, dv, c.padded_strides);
+  DeviceTensor o = make_tensor(dtype, c.batch, c.seqlen_q, c.heads, dv, c.padded_strides);
+  upload(q, dtype, in.q);
+  upload(k, dtype, in.k);
+  upload(v, dtype, in.v);
+
+  const std::size_t lse_count = static_cast<std::size_t>(c.batch) * c.heads * c.seqlen_q;
+  runtime::DeviceBuffer lse(std::max<std::size_t>(lse_count, 1) * 4);
+  lse.fill_bytes(kPoison);
+  runtime::DeviceBuffer vectors;
+
+  ForwardArgs args;
+  args.q = q.view;
+  args.k = k.view;
+  args.v = v.view;
+  args.o = o.view;
+  args.lse = contiguous_view(lse.data(), ScalarType::fp32, {c.batch, c.heads, c.seqlen_q});
+  args.window_left = c.window_left;
+  args.window_right = c.window_right;
+  if (c.intervals) {
+    const dsl::IntervalVectors& m = *c.intervals;
+    vectors = runtime::DeviceBuffer(m.data.size() * 4);
+    vectors.upload(m.data.data(), m.data.size() * 4);
+    args.startend_row_indices = contiguous_view(vectors.data(), ScalarType::int32,
+                                                {m.batch, m.heads, m.seqlen_k, m.columns});
+  }
+  AttentionSpec spec = c.spec;
+  spec.return_lse = true;
+  const jit::Kernel kernel = reference_kernel ? jit::compile_reference(spec) : jit::compile(spec);
+  kernel.forward(args, nullptr);
+  runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+
+  Outputs out;
+  out.out = download(o, dtype, out.padding_intact);
+  out.lse.resize(lse_count);
+  lse.download(out.lse.data(), lse_count * 4);
+  return out;
+}
+
+testing::Reference reference_of(const Case& c, const Inputs& in) {
+  testing::Problem p;
+  p.batch = c.batch;
+  p.seqlen_q = c.seqlen_q;
+  p.seqlen_k = c.seqlen_k;
+  p.heads = c.heads;
+  p.kv_heads = c.kv_heads;
+  p.head_dim = c.spec.head_dim_qk;
+  p.head_dim_v = c.spec.head_dim_v;
+  p.softmax_scale = 1.f / std::sqrt(static_cast<float>(c.spec.head_dim_qk));
+  p.dtype = c.spec.dtype;
+  p.mask.kind = c.spec.mask.kind;
+  p.mask.window_left = c.window_left;
+  p.mask.window_right = c.window_right;
+  p.mask.intervals = c.intervals ? &*c.intervals : nullptr;
+  return testing::reference_forward(p, in.q, in.k, in.v);
+}
+
+std::vector<Case> sweep_cases() {
+  struct Shape {
+    int batch, heads, kv_heads, seqlen_q, seqlen_k;
+  };
+  // Lengths that are not tile multiples, Sq != Sk both ways, MHA / GQA / MQA.
+  const Shape shapes[] = {{2, 4, 4, 100, 100}, {1, 4, 2, 257, 129}, {2, 4, 1, 130, 300},
+                          {1, 2, 2, 333, 333}, {2, 6, 3, 17, 70},   {1, 4, 4, 1, 65}};
+  struct MaskCase {
+    MaskSpec mask;
+    int window_left, window_right;
+    int kind;  // 0 index mask, 1 documents, 2 random intervals
+  };
+  const MaskCase masks[] = {
+      {{MaskKind::none, false, 0}, -1, 0, 0},
+      {{MaskKind::causal, false, 0}, -1, 0, 0},
+      {{MaskKind::sliding_window, false, 0}, 37, 0, 0},
+      {{MaskKind::sliding_window, false, 0}, 20, 11, 0},
+      {{MaskKind::flashmask, true, 1}, -1, 0, 1},
+      {{MaskKind::flashmask, true, 2}, -1, 0, 2},
+      {{MaskKind::flashmask, false, 2}, -1, 0, 1},
+      {{MaskKind::flashmask, false, 4}, -1, 0, 2},
+  };
+  std::vector<Case> cases;
+  std::uint64_t seed = 1000;
+  int rotation = 0;
+  for (DType dtype : {DType::bf16, DType::fp16}) {
+    for (int head_dim : {32, 64, 96, 128, 192, 256}) {
+      for (const MaskCase& mc : masks) {
+        for (int repeat = 0; repeat < 2; ++repeat) {
+          const Shape& s = shapes[rotation++ % std::size(shapes)];
+          Case c;
+          c.spec.dtype = dtype;
+          c.spec.head_dim_qk = c.spec.head_dim_v = head_dim;
+          c.spec.mask = mc.mask;
+          c.spec.return_lse = true;
+          c.batch = s.batch;
+          c.heads = s.heads;
+          c.kv_heads = s.kv_heads;
+          c.seqlen_q = s.seqlen_q;
+          c.seqlen_k = s.seqlen_k;
+          c.window_left = mc.window_left;
+          c.window_right = mc.window_right;
+          c.padded_strides = rotation % 3 == 0;
+          c.seed = ++seed;
+          if (mc.kind != 0) {
+            const int mask_heads = rotation % 2 == 0 ? 1 : s.kv_heads;
+            if (mc.kind == 2 || s.seqlen_q != s.seqlen_k) {
+              c.intervals = dsl::random_intervals(mc.mask.causal, mc.mask.columns, s.batch,
+                                                  mask_heads, s.seqlen_q, s.seqlen_k, seed);
+            } else {
+              std::vector<dsl::IntervalVectors> samples;
+              for (int b = 0; b < s.batch; ++b) {
+                samples.push_back(dsl::broadcast_heads(
+                    dsl::random_documents(mc.mask.causal, s.seqlen_q, 1, 5, seed + b), mask_heads));
+              }
+              c.intervals = dsl::stack(samples);
+            }
+          }
+          cases.push_back(std::move(c));
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+}  // namespace attnjit::gpu_test

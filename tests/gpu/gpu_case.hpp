@@ -1,0 +1,53 @@
+// One forward problem run on the GPU and checked: fresh random inputs (rounded to the dtype),
+// optional padded strides, poisoned outputs, the CPU float64 reference, and the
+// FlashAttention criterion on O and LSE.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attnjit/spec.hpp"
+#include "dsl/intervals.hpp"
+#include "support/reference.hpp"
+
+namespace attnjit::gpu_test {
+
+struct Case {
+  AttentionSpec spec;  ///< return_lse is forced on so LSE is always checked
+  int batch = 1, heads = 1, kv_heads = 1, seqlen_q = 1, seqlen_k = 1;
+  int window_left = -1, window_right = 0;
+  std::optional<dsl::IntervalVectors> intervals;  ///< flashmask only
+  bool padded_strides = false;  ///< q/k/v/o rows and batches padded (and poisoned)
+  std::uint64_t seed = 1;
+
+  std::string describe() const;
+};
+
+/// What the GPU produced, converted to float.
+struct Outputs {
+  std::vector<float> out;  ///< [B, Sq, H, Dv]
+  std::vector<float> lse;  ///< [B, H, Sq]
+  bool padding_intact = true;  ///< no byte of o's padding was written
+};
+
+/// Host inputs of a case: contiguous float arrays already rounded to the dtype.
+struct Inputs {
+  std::vector<float> q, k, v;
+};
+
+Inputs make_inputs(const Case& c);
+
+/// Runs the case's compiled kernel (or, with `reference_kernel`, attnjit's fp32 reference
+/// kernel) on the GPU.
+Outputs run_on_gpu(const Case& c, const Inputs& inputs, bool reference_kernel = false);
+
+/// The CPU reference of the case.
+testing::Reference reference_of(const Case& c, const Inputs& inputs);
+
+/// The forward cases of the sweep: every dtype, head dim and mask kind, with GQA ratios,
+/// mask heads, lengths that are not tile multiples, Sq != Sk and padded strides rotating.
+std::vector<Case> sweep_cases();
+
+}  // namespace attnjit::gpu_test

@@ -1,0 +1,48 @@
+// The GPU test runner: exits 77 (CTest: skipped) when there is no CUDA driver or device, so
+// GPU tests never count as passed on machines without one. Otherwise compiles every kernel
+// of the sweep in parallel first (NVRTC is thread-safe per program), then runs Catch2.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <future>
+#include <thread>
+
+#include "attnjit/jit.hpp"
+#include "gpu/gpu_case.hpp"
+#include "runtime/driver.hpp"
+
+namespace {
+
+void compile_sweep_in_parallel() {
+  std::vector<attnjit::AttentionSpec> specs;
+  for (const attnjit::gpu_test::Case& c : attnjit::gpu_test::sweep_cases()) {
+    attnjit::AttentionSpec spec = c.spec;
+    spec.return_lse = true;
+    if (std::find(specs.begin(), specs.end(), spec) == specs.end()) specs.push_back(spec);
+  }
+  const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::future<void>> running;
+  for (const attnjit::AttentionSpec& spec : specs) {
+    if (running.size() >= workers) {
+      running.front().get();
+      running.erase(running.begin());
+    }
+    running.push_back(std::async(std::launch::async, [spec] { attnjit::jit::compile(spec); }));
+  }
+  for (auto& job : running) job.get();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    attnjit::runtime::ensure_context();
+  } catch (const std::exception& error) {
+    std::printf("attnjit GPU tests skipped: %s\n", error.what());
+    return 77;
+  }
+  compile_sweep_in_parallel();
+  return Catch::Session().run(argc, argv);
+}

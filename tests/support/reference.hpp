@@ -1,0 +1,80 @@
+// The CPU reference attention forward the GPU tests check kernels against, and the comparison
+// that decides pass or fail. Written plainly and independently of any kernel code.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "attnjit/spec.hpp"
+#include "dsl/intervals.hpp"
+
+namespace attnjit::testing {
+
+/// The mask of a reference problem, with off = seqlen_k - seqlen_q (bottom-right alignment):
+/// - none: every key visible;
+/// - causal: key j visible to query i iff j <= i + off;
+/// - sliding_window: visible iff (window_left < 0 || j >= i + off - window_left) &&
+///   (window_right < 0 || j <= i + off + window_right); a negative size is unbounded;
+/// - flashmask: visible iff !dsl::is_masked(*intervals, b, h_mask, i, j) with
+///   h_mask = h / (heads / intervals->heads).
+struct MaskRef {
+  MaskKind kind = MaskKind::none;
+  int window_left = -1;
+  int window_right = 0;
+  const dsl::IntervalVectors* intervals = nullptr;
+};
+
+/// Shapes and parameters of one attention forward. The KV head of query head h is
+/// h / (heads / kv_heads).
+struct Problem {
+  int batch = 1;
+  int seqlen_q = 0;
+  int seqlen_k = 0;
+  int heads = 1;
+  int kv_heads = 1;
+  int head_dim = 0;
+  int head_dim_v = 0;
+  float softmax_scale = 1.0f;
+  DType dtype = DType::bf16;
+  MaskRef mask;
+};
+
+/// What the reference computes.
+struct Reference {
+  std::vector<double> out;  ///< [B, Sq, H, Dv], exact float64 attention
+  std::vector<double> lse;  ///< [B, H, Sq], natural log; -inf for rows with no visible key
+  /// [B, Sq, H, Dv]: a plain low-precision implementation (fp32 scores and softmax, P rounded to
+  /// the dtype, fp32 P·V, result rounded to the dtype); its error sets the tolerance.
+  std::vector<float> out_lowp;
+};
+
+/// Attention forward of `p` on contiguous q [B, Sq, H, D], k [B, Sk, Hkv, D],
+/// v [B, Sk, Hkv, Dv] (values already representable in p.dtype). Rows with no visible key give
+/// O = 0 and LSE = -inf. Runs (batch, head) pairs on all hardware threads. Throws
+/// attnjit::Error for inconsistent shapes, sizes or mask.
+Reference reference_forward(const Problem& p, std::span<const float> q, std::span<const float> k,
+                            std::span<const float> v);
+
+/// Result of comparing a kernel's output with the reference.
+struct Comparison {
+  double max_abs_err = 0;           ///< over finite values
+  double baseline_max_abs_err = 0;  ///< the low-precision emulation's error (output only)
+  double rel_l2_err = 0;            ///< ||got - ref||_2 / ||ref||_2 over finite values
+  std::int64_t nonfinite = 0;       ///< NaN or infinite values where the reference is finite
+  std::int64_t count = 0;           ///< number of values compared
+  bool passed = false;
+  std::string summary;  ///< one line with every number and the limits
+};
+
+/// FlashAttention's criterion for an output [B, Sq, H, Dv]: passes iff every value is finite,
+/// max|got - out| <= 2 * max|out_lowp - out| + atol and rel_l2_err <= 2e-2 (bf16) or 5e-3
+/// (fp16). Throws Error when the sizes differ.
+Comparison compare_output(std::span<const float> got, const Reference& ref, DType dtype);
+
+/// LSE [B, H, Sq]: -inf must be -inf exactly where the reference is -inf (and only there);
+/// finite values need |got - ref| <= 1e-3 + 1e-4 * |ref|. Throws Error when the sizes differ.
+Comparison compare_lse(std::span<const float> got, const Reference& ref);
+
+}  // namespace attnjit::testing

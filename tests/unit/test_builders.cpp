@@ -1,0 +1,368 @@
+// Unit tests of dsl/builders: the ten-token examples of flashmask.md, every family against a
+// brute-force evaluation of its own definition, parameter errors and the random generators.
+#include <algorithm>
+#include <functional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <catch2/catch.hpp>
+
+#include "attnjit/error.hpp"
+#include "dsl/builders.hpp"
+
+namespace dsl = attnjit::dsl;
+using attnjit::Error;
+using Catch::Matchers::Contains;
+using dsl::IntervalVectors;
+
+namespace {
+
+/// Vector `c` of the single sample, column by column.
+std::vector<int> vector_of(const IntervalVectors& m, int c) {
+  std::vector<int> values;
+  for (int col = 0; col < m.seqlen_k; ++col) values.push_back(m.at(0, 0, col, c));
+  return values;
+}
+
+/// Checks that `m` is a valid single sample of `n` tokens with the given layout whose dense mask
+/// is exactly "not visible(i, j)" for every query row i and key column j.
+void check_family(const IntervalVectors& m, int n, bool causal, int columns,
+                  const std::function<bool(int, int)>& visible) {
+  REQUIRE_NOTHROW(dsl::validate(m));
+  REQUIRE(m.batch == 1);
+  REQUIRE(m.heads == 1);
+  REQUIRE(m.seqlen_q == n);
+  REQUIRE(m.seqlen_k == n);
+  CHECK(m.causal == causal);
+  CHECK(m.columns == columns);
+  const std::vector<std::uint8_t> dense = dsl::dense_mask(m, 0, 0);
+  int mismatches = 0;
+  std::string first;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      const bool masked = dense[static_cast<std::size_t>(i) * n + j] != 0;
+      if (masked == !visible(i, j)) continue;
+      if (mismatches++ == 0) first = fmt::format("row {} column {}: masked={}", i, j, masked);
+    }
+  }
+  INFO("first mismatch: " << first);
+  CHECK(mismatches == 0);
+}
+
+/// Random segment lengths: `count` lengths in [0, max_length] (zero only when `allow_zero`).
+std::vector<int> random_lengths(std::mt19937& rng, int count, int max_length, bool allow_zero) {
+  std::uniform_int_distribution<int> length(allow_zero ? 0 : 1, max_length);
+  std::vector<int> lengths(count);
+  for (int& l : lengths) l = length(rng);
+  return lengths;
+}
+
+int uniform(std::mt19937& rng, int lo, int hi) {
+  return std::uniform_int_distribution<int>(lo, hi)(rng);
+}
+
+/// Segment index of every token for consecutive segments of `lengths`.
+std::vector<int> owners(const std::vector<int>& lengths) {
+  std::vector<int> owner;
+  for (std::size_t s = 0; s < lengths.size(); ++s)
+    owner.insert(owner.end(), lengths[s], static_cast<int>(s));
+  return owner;
+}
+
+int sum(const std::vector<int>& values) {
+  int total = 0;
+  for (const int v : values) total += v;
+  return total;
+}
+
+/// Random lengths summing to at least 1 (zero-length segments included when `allow_zero`).
+std::vector<int> random_documents_lengths(std::mt19937& rng, bool allow_zero) {
+  std::vector<int> lengths;
+  do {
+    lengths = random_lengths(rng, uniform(rng, 1, 6), uniform(rng, 1, 40), allow_zero);
+  } while (sum(lengths) == 0);
+  return lengths;
+}
+
+constexpr int kTrials = 150;
+
+}  // namespace
+
+TEST_CASE("the ten-token examples of flashmask.md", "[dsl]") {
+  SECTION("document") {
+    const std::vector<int> docs = {4, 3, 3};
+    const IntervalVectors m = dsl::document(docs);
+    CHECK(vector_of(m, 0) == std::vector<int>{4, 4, 4, 4, 7, 7, 7, 10, 10, 10});
+    CHECK(vector_of(m, 1) == std::vector<int>{0, 0, 0, 0, 4, 4, 4, 7, 7, 7});
+  }
+  SECTION("share question") {
+    const std::vector<int> answers = {3, 3};
+    const IntervalVectors m = dsl::share_question(4, answers);
+    CHECK(m.columns == 1);
+    CHECK(vector_of(m, 0) == std::vector<int>{10, 10, 10, 10, 7, 7, 7, 10, 10, 10});
+  }
+  SECTION("causal blockwise") {
+    const std::vector<int> blocks = {4, 3};
+    const IntervalVectors m = dsl::causal_blockwise(blocks, 3);
+    CHECK(vector_of(m, 0) == std::vector<int>{4, 4, 4, 4, 7, 7, 7, 10, 10, 10});
+    CHECK(vector_of(m, 1) == std::vector<int>{7, 7, 7, 7, 7, 7, 7, 10, 10, 10});
+  }
+}
+
+TEST_CASE("sliding window matches its definition", "[dsl]") {
+  std::mt19937 rng(1);
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const int n = trial < 3 ? trial + 1 : uniform(rng, 1, 150);
+    const int window = uniform(rng, 1, n + 3);
+    INFO("n=" << n << " window=" << window);
+    // Causal, and key j is one of the `window` most recent keys of row i (itself included).
+    check_family(dsl::sliding_window(n, window), n, true, 1,
+                 [&](int i, int j) { return j <= i && i - j < window; });
+  }
+}
+
+TEST_CASE("causal document and document match their definitions", "[dsl]") {
+  std::mt19937 rng(2);
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const std::vector<int> lengths =
+        trial == 0 ? std::vector<int>{1} : random_documents_lengths(rng, trial % 3 == 0);
+    const int n = sum(lengths);
+    const std::vector<int> doc = owners(lengths);
+    INFO("doc_lengths=" << fmt::format("{}", fmt::join(lengths, ",")));
+    // Causal document: causal, and query and key in the same document.
+    check_family(dsl::causal_document(lengths), n, true, 1,
+                 [&](int i, int j) { return j <= i && doc[i] == doc[j]; });
+    // Document: query and key in the same document, in both directions.
+    check_family(dsl::document(lengths), n, false, 2,
+                 [&](int i, int j) { return doc[i] == doc[j]; });
+  }
+}
+
+TEST_CASE("share question matches its definition", "[dsl]") {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const int question = uniform(rng, trial % 5 == 0 ? 0 : 1, 30);
+    std::vector<int> answers = random_lengths(rng, uniform(rng, 0, 5), 25, trial % 4 == 0);
+    if (question + sum(answers) == 0) answers.push_back(1);
+    const int n = question + sum(answers);
+    // Segment of each token: -1 for the question, otherwise the answer's index.
+    std::vector<int> segment(question, -1);
+    const std::vector<int> answer_of = owners(answers);
+    segment.insert(segment.end(), answer_of.begin(), answer_of.end());
+    INFO("question=" << question << " answers=" << fmt::format("{}", fmt::join(answers, ",")));
+    // Causal; question keys are visible to every later row, an answer's keys only to rows of
+    // the same answer.
+    check_family(dsl::share_question(question, answers), n, true, 1, [&](int i, int j) {
+      return j <= i && (segment[j] == -1 || segment[j] == segment[i]);
+    });
+  }
+}
+
+TEST_CASE("global + sliding window matches its definition", "[dsl]") {
+  std::mt19937 rng(4);
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const int n = trial < 3 ? trial + 1 : uniform(rng, 1, 130);
+    const int global = uniform(rng, 0, std::min(n, 12));
+    const int left = uniform(rng, 0, 20);
+    const int right = uniform(rng, 0, 20);
+    INFO("n=" << n << " global=" << global << " left=" << left << " right=" << right);
+    // Global keys are visible to every row and global rows see every key; other keys are
+    // visible to rows that have them within `left` keys before or `right` keys after the row.
+    check_family(dsl::global_sliding_window(n, global, left, right), n, false, 4,
+                 [&](int i, int j) {
+                   return j < global || i < global || (j >= i - left && j <= i + right);
+                 });
+  }
+}
+
+TEST_CASE("causal blockwise matches its definition", "[dsl]") {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < kTrials; ++trial) {
+    std::vector<int> blocks = random_lengths(rng, uniform(rng, 0, 5), 25, trial % 4 == 0);
+    const int test = uniform(rng, trial % 3 == 0 ? 0 : 1, 20);
+    if (sum(blocks) + test == 0) blocks.push_back(2);
+    const int n = sum(blocks) + test;
+    const int test_start = sum(blocks);
+    const std::vector<int> block = owners(blocks);
+    INFO("blocks=" << fmt::format("{}", fmt::join(blocks, ",")) << " test=" << test);
+    // Causal; a demonstration row sees its own block only, a test row sees every earlier key.
+    check_family(dsl::causal_blockwise(blocks, test), n, true, 2,
+                 [&](int i, int j) { return j <= i && (i >= test_start || block[i] == block[j]); });
+  }
+}
+
+TEST_CASE("prefix-LM causal and prefix-LM document match their definitions", "[dsl]") {
+  std::mt19937 rng(6);
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const int n = trial < 3 ? trial + 1 : uniform(rng, 1, 120);
+    const int prefix = trial % 7 == 0 ? n : uniform(rng, 0, n);
+    INFO("n=" << n << " prefix=" << prefix);
+    // Prefix keys are visible to every row, the others causally.
+    check_family(dsl::prefix_lm_causal(n, prefix), n, false, 2,
+                 [&](int i, int j) { return j < prefix || j <= i; });
+  }
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const std::vector<int> lengths = random_documents_lengths(rng, trial % 3 == 0);
+    std::vector<int> prefixes;
+    for (const int length : lengths) prefixes.push_back(uniform(rng, 0, length));
+    const int n = sum(lengths);
+    const std::vector<int> doc = owners(lengths);
+    std::vector<int> start(lengths.size(), 0);
+    for (std::size_t d = 1; d < lengths.size(); ++d) start[d] = start[d - 1] + lengths[d - 1];
+    INFO("doc_lengths=" << fmt::format("{}", fmt::join(lengths, ","))
+                        << " prefixes=" << fmt::format("{}", fmt::join(prefixes, ",")));
+    // Same document, and the key lies in its document's prefix or is causally visible.
+    check_family(dsl::prefix_lm_document(lengths, prefixes), n, false, 2, [&](int i, int j) {
+      return doc[i] == doc[j] && (j - start[doc[j]] < prefixes[doc[j]] || j <= i);
+    });
+  }
+}
+
+TEST_CASE("QK-sparse matches its definition", "[dsl]") {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const int n = trial < 3 ? trial + 1 : uniform(rng, 1, 120);
+    const int offset = uniform(rng, 0, n);
+    const int length = uniform(rng, 0, n - offset);
+    INFO("n=" << n << " offset=" << offset << " length=" << length);
+    // Causal; keys of the dropped segment are hidden from every row before its end.
+    const int end = offset + length;
+    check_family(dsl::qk_sparse(n, offset, length), n, true, 2,
+                 [&](int i, int j) { return j <= i && !(j >= offset && j < end && i < end); });
+  }
+}
+
+TEST_CASE("random eviction matches its definition", "[dsl]") {
+  std::mt19937 rng(8);
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const int n = trial < 3 ? trial + 1 : uniform(rng, 1, 120);
+    std::vector<int> evicted(n);
+    for (int j = 0; j < n; ++j) evicted[j] = uniform(rng, 0, 2) == 0 ? n : uniform(rng, 0, n);
+    INFO("evicted_at_row=" << fmt::format("{}", fmt::join(evicted, ",")));
+    // Causal; key j is visible from its own row until the row where it is evicted.
+    check_family(dsl::random_eviction(evicted), n, true, 1,
+                 [&](int i, int j) { return j <= i && i < evicted[j]; });
+  }
+}
+
+TEST_CASE("builders reject bad parameters by name and value", "[dsl]") {
+  const std::vector<int> negative = {3, -1, 2};
+  const std::vector<int> empty;
+  const std::vector<int> zeros = {0, 0};
+  CHECK_THROWS_WITH(dsl::sliding_window(0, 2), Contains("n: got '0'"));
+  CHECK_THROWS_WITH(dsl::sliding_window(8, 0), Contains("window: got '0'; accepted: >= 1"));
+  CHECK_THROWS_WITH(dsl::causal_document(negative), Contains("doc_lengths[1]: got '-1'"));
+  CHECK_THROWS_WITH(dsl::document(empty), Contains("doc_lengths: sum: got '0'"));
+  CHECK_THROWS_WITH(dsl::document(zeros), Contains("doc_lengths: sum: got '0'"));
+  CHECK_THROWS_WITH(dsl::share_question(-2, zeros), Contains("question: got '-2'"));
+  CHECK_THROWS_WITH(dsl::share_question(3, negative), Contains("answers[1]: got '-1'"));
+  CHECK_THROWS_WITH(dsl::share_question(0, zeros), Contains("question + sum(answers): got '0'"));
+  CHECK_THROWS_WITH(dsl::global_sliding_window(10, 11, 1, 1),
+                    Contains("global: got '11'; accepted: 0 <= global <= 10 (n)"));
+  CHECK_THROWS_WITH(dsl::global_sliding_window(10, 2, -1, 1), Contains("left: got '-1'"));
+  CHECK_THROWS_WITH(dsl::global_sliding_window(10, 2, 1, -3), Contains("right: got '-3'"));
+  CHECK_THROWS_WITH(dsl::causal_blockwise(negative, 2), Contains("blocks[1]: got '-1'"));
+  CHECK_THROWS_WITH(dsl::causal_blockwise(zeros, -1), Contains("test: got '-1'"));
+  CHECK_THROWS_WITH(dsl::prefix_lm_causal(10, 11), Contains("prefix: got '11'"));
+  const std::vector<int> docs = {4, 6};
+  const std::vector<int> one_prefix = {2};
+  const std::vector<int> long_prefix = {2, 7};
+  CHECK_THROWS_WITH(dsl::prefix_lm_document(docs, one_prefix),
+                    Contains("prefixes: count: got '1'; accepted: one prefix per document (2)"));
+  CHECK_THROWS_WITH(dsl::prefix_lm_document(docs, long_prefix),
+                    Contains("prefixes[1]: got '7'; accepted: 0 <= prefixes[1] <= 6"));
+  CHECK_THROWS_WITH(dsl::qk_sparse(10, 11, 0), Contains("offset: got '11'"));
+  CHECK_THROWS_WITH(dsl::qk_sparse(10, 4, 7),
+                    Contains("length: got '7'; accepted: 0 <= length <= 6 (n - offset)"));
+  CHECK_THROWS_WITH(dsl::qk_sparse(10, 4, -1), Contains("length: got '-1'"));
+  const std::vector<int> evicted = {3, 2, 5};
+  CHECK_THROWS_WITH(dsl::random_eviction(evicted), Contains("evicted_at_row[2]: got '5'"));
+  CHECK_THROWS_WITH(dsl::random_eviction(empty), Contains("evicted_at_row: size: got '0'"));
+}
+
+TEST_CASE("random_intervals gives valid, varied vectors", "[dsl]") {
+  struct Layout {
+    bool causal;
+    int columns;
+  };
+  const Layout layouts[] = {{true, 1}, {true, 2}, {false, 2}, {false, 4}};
+  std::mt19937 rng(9);
+  int fully_masked_blocks = 0, unmasked_blocks = 0, partial_blocks = 0;
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    const Layout layout = layouts[seed % 4];
+    const int seqlen_q = uniform(rng, 1, 300);
+    const int seqlen_k = uniform(rng, 1, 300);
+    const int heads = uniform(rng, 1, 2);
+    INFO("seed=" << seed << " seqlen_q=" << seqlen_q << " seqlen_k=" << seqlen_k);
+    const IntervalVectors m =
+        dsl::random_intervals(layout.causal, layout.columns, 1, heads, seqlen_q, seqlen_k, seed);
+    REQUIRE_NOTHROW(dsl::validate(m));
+    CHECK(m.mask_spec() ==
+          attnjit::MaskSpec{attnjit::MaskKind::flashmask, layout.causal, layout.columns});
+    const std::vector<std::uint8_t> dense = dsl::dense_mask(m, 0, heads - 1);
+    const int off = seqlen_k - seqlen_q;
+    // Classify whole 64-key blocks by their interval masking (the causal part aside).
+    for (int first = 0; first + 64 <= seqlen_k; first += 64) {
+      int masked = 0, interval_masked = 0;
+      for (int i = 0; i < seqlen_q; ++i) {
+        for (int j = first; j < first + 64; ++j) {
+          const bool m_ij = dense[static_cast<std::size_t>(i) * seqlen_k + j] != 0;
+          masked += m_ij;
+          interval_masked += m_ij && !(layout.causal && j > i + off);
+        }
+      }
+      if (masked == seqlen_q * 64) {
+        ++fully_masked_blocks;
+      } else if (interval_masked == 0) {
+        ++unmasked_blocks;
+      } else {
+        ++partial_blocks;
+      }
+    }
+  }
+  CHECK(fully_masked_blocks >= 20);
+  CHECK(unmasked_blocks >= 20);
+  CHECK(partial_blocks >= 20);
+}
+
+TEST_CASE("random_intervals is deterministic and checks its layout", "[dsl]") {
+  const IntervalVectors a = dsl::random_intervals(false, 4, 2, 3, 100, 90, 42);
+  const IntervalVectors b = dsl::random_intervals(false, 4, 2, 3, 100, 90, 42);
+  const IntervalVectors c = dsl::random_intervals(false, 4, 2, 3, 100, 90, 43);
+  CHECK(a.data == b.data);
+  CHECK(a.data != c.data);
+  CHECK(a.data.size() == 2u * 3 * 90 * 4);
+  // Different (batch, head) slices differ too.
+  CHECK_FALSE(std::equal(a.data.begin(), a.data.begin() + 360, a.data.begin() + 360));
+  CHECK_THROWS_WITH(dsl::random_intervals(true, 4, 1, 1, 8, 8, 0),
+                    Contains("columns: got '4' with causal=true"));
+  CHECK_THROWS_WITH(dsl::random_intervals(false, 2, 1, 1, 0, 8, 0), Contains("seqlen_q: got '0'"));
+}
+
+TEST_CASE("random_documents splits a sample into documents", "[dsl]") {
+  for (std::uint64_t seed = 0; seed < 100; ++seed) {
+    const bool causal = seed % 2 == 0;
+    const int seqlen = 1 + static_cast<int>(seed * 37 % 500);
+    const int min_docs = std::min(seqlen, 1 + static_cast<int>(seed % 4));
+    const int max_docs = min_docs + static_cast<int>(seed % 5);
+    INFO("seed=" << seed << " seqlen=" << seqlen);
+    const IntervalVectors m = dsl::random_documents(causal, seqlen, min_docs, max_docs, seed);
+    REQUIRE_NOTHROW(dsl::validate(m));
+    CHECK(m.causal == causal);
+    CHECK(m.columns == (causal ? 1 : 2));
+    CHECK(m.seqlen_q == seqlen);
+    // Every LTS is the end of its column's document, so the distinct values count documents.
+    const std::vector<int> ends = vector_of(m, 0);
+    const std::set<int> distinct(ends.begin(), ends.end());
+    CHECK(static_cast<int>(distinct.size()) >= min_docs);
+    CHECK(static_cast<int>(distinct.size()) <= std::min(max_docs, seqlen));
+    CHECK(ends.back() == seqlen);
+    CHECK(std::is_sorted(ends.begin(), ends.end()));
+  }
+  CHECK_THROWS_WITH(dsl::random_documents(false, 4, 5, 6, 0), Contains("min_docs: got '5'"));
+  CHECK_THROWS_WITH(dsl::random_documents(false, 4, 2, 1, 0), Contains("max_docs: got '1'"));
+  CHECK_THROWS_WITH(dsl::random_documents(true, 0, 1, 1, 0), Contains("seqlen: got '0'"));
+}

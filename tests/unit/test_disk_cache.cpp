@@ -1,0 +1,360 @@
+// DiskCache: round trips, corruption handling, atomic writes, listing, clearing, the
+// default directory, unusable directories, and two processes racing on one key.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "attnjit/error.hpp"
+#include "runtime/disk_cache.hpp"
+
+using namespace attnjit::runtime;
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kKey = "0123456789abcdef0123456789abcdef";
+const std::string kOtherKey = "fedcba9876543210fedcba9876543210";
+
+/// A fresh directory under the system temp directory, removed with its contents.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path = fs::temp_directory_path() /
+           ("attnjit-test-cache-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+
+/// Sets (or, for nullptr, unsets) an environment variable until destruction.
+class EnvOverride {
+ public:
+  EnvOverride(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~EnvOverride() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+CacheEntry sample_entry(const std::string& key = kKey) {
+  CacheEntry entry;
+  entry.key = key;
+  entry.spec_text = "attention<fp16, d=128> { mask = causal }";
+  CompiledKernel first;
+  first.role = "flashmask_minmax";
+  first.name = "attnjit_minmax";
+  first.cubin = std::string(
+      "\x7f"
+      "ELF\0\0\x01\xff\0tail",
+      12);
+  first.ptx = ".version 9.0\n.target sm_90\n";
+  first.report = {40, 8, 12, 16, 4096};
+  first.threads = 128;
+  first.dynamic_smem_bytes = 0;
+  CompiledKernel second;
+  second.role = "forward";
+  second.name = "attnjit_forward";
+  second.cubin = std::string(1000, '\0') + "end";
+  second.ptx = "";
+  second.report = {255, 0, 0, 0, 0};
+  second.threads = 256;
+  second.dynamic_smem_bytes = 196608;
+  entry.kernels = {first, second};
+  return entry;
+}
+
+bool same_entry(const CacheEntry& a, const CacheEntry& b) {
+  if (a.key != b.key || a.spec_text != b.spec_text || a.kernels.size() != b.kernels.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < a.kernels.size(); ++i) {
+    const CompiledKernel& x = a.kernels[i];
+    const CompiledKernel& y = b.kernels[i];
+    if (x.role != y.role || x.name != y.name || x.cubin != y.cubin || x.ptx != y.ptx ||
+        !(x.report == y.report) || x.threads != y.threads ||
+        x.dynamic_smem_bytes != y.dynamic_smem_bytes) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string read_all(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_all(const fs::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+/// Runs `body` with stderr redirected to a file and returns what it wrote there.
+template <class Body>
+std::string capture_stderr(const fs::path& file, Body body) {
+  std::fflush(stderr);
+  const int saved = ::dup(STDERR_FILENO);
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ::dup2(fd, STDERR_FILENO);
+  ::close(fd);
+  body();
+  std::fflush(stderr);
+  ::dup2(saved, STDERR_FILENO);
+  ::close(saved);
+  return read_all(file);
+}
+
+}  // namespace
+
+TEST_CASE("an entry round-trips through the disk cache", "[cache]") {
+  TempDir dir;
+  const DiskCache cache(dir.path / "cache");
+  CHECK_FALSE(cache.load(kKey).has_value());  // missing key, missing directory
+  cache.store(sample_entry());
+  const std::optional<CacheEntry> loaded = cache.load(kKey);
+  REQUIRE(loaded.has_value());
+  CHECK(same_entry(*loaded, sample_entry()));
+  CHECK_FALSE(cache.load(kOtherKey).has_value());
+
+  // Storing again replaces the entry atomically and leaves only the entry behind.
+  CacheEntry changed = sample_entry();
+  changed.spec_text = "changed";
+  cache.store(changed);
+  REQUIRE(cache.load(kKey).has_value());
+  CHECK(cache.load(kKey)->spec_text == "changed");
+  int files = 0;
+  for (const auto& item : fs::directory_iterator(cache.dir())) {
+    CHECK(item.path().filename() == kKey + ".kernel");
+    ++files;
+  }
+  CHECK(files == 1);
+}
+
+TEST_CASE("corrupt entries are reported, deleted and treated as absent", "[cache]") {
+  TempDir dir;
+  const DiskCache cache(dir.path);
+  const fs::path path = dir.path / (kKey + ".kernel");
+  cache.store(sample_entry());
+  const std::string good = read_all(path);
+
+  const auto expect_rejected = [&](const std::string& bytes, const std::string& reason) {
+    write_all(path, bytes);
+    std::optional<CacheEntry> loaded;
+    const std::string warning =
+        capture_stderr(dir.path / "stderr.txt", [&] { loaded = cache.load(kKey); });
+    CHECK_FALSE(loaded.has_value());
+    CHECK_FALSE(fs::exists(path));
+    CHECK(warning.find("attnjit: cache entry " + path.string() + " is corrupt (") == 0);
+    CHECK(warning.find(reason) != std::string::npos);
+    CHECK(warning.find("; rebuilding\n") != std::string::npos);
+    CHECK(std::count(warning.begin(), warning.end(), '\n') == 1);
+  };
+
+  SECTION("one flipped payload byte") {
+    std::string bytes = good;
+    bytes[bytes.size() - 5] ^= 0x01;
+    expect_rejected(bytes, "checksum mismatch");
+  }
+  SECTION("truncated") {
+    expect_rejected(good.substr(0, good.size() - 7), "truncated");
+  }
+  SECTION("truncated inside the header") {
+    expect_rejected(good.substr(0, 10), "truncated");
+  }
+  SECTION("empty") {
+    expect_rejected("", "truncated");
+  }
+  SECTION("bytes appended") {
+    expect_rejected(good + "x", "wrong size");
+  }
+  SECTION("wrong magic") {
+    std::string bytes = good;
+    bytes[0] = 'X';
+    expect_rejected(bytes, "wrong magic");
+  }
+  SECTION("wrong format version") {
+    std::string bytes = good;
+    bytes[8] = 99;
+    expect_rejected(bytes, "format version");
+  }
+  SECTION("renamed to another key") {
+    const DiskCache other(dir.path);
+    other.store(sample_entry(kOtherKey));
+    fs::rename(dir.path / (kOtherKey + ".kernel"), path);
+    expect_rejected(read_all(path), kOtherKey);
+  }
+}
+
+TEST_CASE("list shows entries and clear removes them", "[cache]") {
+  TempDir dir;
+  const DiskCache cache(dir.path);
+  CHECK(DiskCache(dir.path / "absent").list().empty());
+  CHECK(DiskCache(dir.path / "absent").clear() == 0);
+  cache.store(sample_entry(kKey));
+  CacheEntry other = sample_entry(kOtherKey);
+  other.spec_text = "other spec";
+  cache.store(other);
+  const std::string corrupt_key = "00000000000000000000000000000000";
+  write_all(dir.path / (corrupt_key + ".kernel"), "garbage");
+  { const FileLock lock = cache.lock(kKey); }
+  write_all(dir.path / (kKey + ".kernel.tmp.1234.00000000deadbeef"), "stray");
+  write_all(dir.path / "notes.txt", "not ours");
+
+  const std::vector<EntrySummary> entries = cache.list();
+  REQUIRE(entries.size() == 3);
+  CHECK(entries[0].key == corrupt_key);
+  CHECK(entries[0].spec_text == "<corrupt>");
+  CHECK(entries[0].bytes == 7);
+  CHECK(entries[1].key == kKey);
+  CHECK(entries[1].spec_text == sample_entry().spec_text);
+  CHECK(entries[1].bytes == fs::file_size(dir.path / (kKey + ".kernel")));
+  CHECK(entries[2].key == kOtherKey);
+  CHECK(entries[2].spec_text == "other spec");
+  CHECK(fs::exists(dir.path / (corrupt_key + ".kernel")));  // list never deletes
+
+  CHECK(cache.clear() == 3);
+  std::vector<std::string> left;
+  for (const auto& item : fs::directory_iterator(dir.path)) {
+    left.push_back(item.path().filename().string());
+  }
+  CHECK(left == std::vector<std::string>{"notes.txt"});
+  CHECK(cache.list().empty());
+}
+
+TEST_CASE("default_dir follows ATTNJIT_CACHE_DIR, XDG_CACHE_HOME and HOME", "[cache]") {
+  SECTION("ATTNJIT_CACHE_DIR wins") {
+    const EnvOverride cache_dir("ATTNJIT_CACHE_DIR", "/tmp/attnjit-explicit");
+    const EnvOverride xdg("XDG_CACHE_HOME", "/tmp/xdg");
+    CHECK(DiskCache::default_dir() == fs::path("/tmp/attnjit-explicit"));
+  }
+  SECTION("then XDG_CACHE_HOME") {
+    const EnvOverride cache_dir("ATTNJIT_CACHE_DIR", "");
+    const EnvOverride xdg("XDG_CACHE_HOME", "/tmp/xdg");
+    CHECK(DiskCache::default_dir() == fs::path("/tmp/xdg/attnjit"));
+  }
+  SECTION("then HOME") {
+    const EnvOverride cache_dir("ATTNJIT_CACHE_DIR", nullptr);
+    const EnvOverride xdg("XDG_CACHE_HOME", nullptr);
+    const EnvOverride home("HOME", "/tmp/home");
+    CHECK(DiskCache::default_dir() == fs::path("/tmp/home/.cache/attnjit"));
+  }
+  SECTION("none set") {
+    const EnvOverride cache_dir("ATTNJIT_CACHE_DIR", nullptr);
+    const EnvOverride xdg("XDG_CACHE_HOME", nullptr);
+    const EnvOverride home("HOME", nullptr);
+    CHECK_THROWS_AS(DiskCache::default_dir(), attnjit::Error);
+  }
+}
+
+TEST_CASE("an unusable cache directory is a user error naming the path", "[cache]") {
+  TempDir dir;
+  write_all(dir.path / "file", "a regular file");
+  const fs::path bad = dir.path / "file" / "cache";
+  const DiskCache cache(bad);
+  CHECK_THROWS_WITH(cache.store(sample_entry()),
+                    Catch::Contains(bad.string()) && Catch::Contains("ATTNJIT_CACHE_DIR"));
+  CHECK_THROWS_AS(cache.store(sample_entry()), attnjit::Error);
+  CHECK_THROWS_AS(cache.lock(kKey), attnjit::Error);
+  CHECK_FALSE(cache.load(kKey).has_value());
+}
+
+TEST_CASE("keys that are not 32 hex digits are internal errors", "[cache]") {
+  TempDir dir;
+  const DiskCache cache(dir.path);
+  for (const std::string key : {"", "../../etc/passwd", "0123456789ABCDEF0123456789ABCDEF",
+                                "0123456789abcdef0123456789abcde"}) {
+    CHECK_THROWS_AS(cache.load(key), attnjit::InternalError);
+    CHECK_THROWS_AS(cache.lock(key), attnjit::InternalError);
+    CHECK_THROWS_AS(cache.store(sample_entry(key)), attnjit::InternalError);
+  }
+}
+
+namespace {
+
+/// One process's side of the race: lock; load; if absent build slowly, count, store; unlock.
+/// Exit status 0 when it ends with an intact entry.
+int build_once(const fs::path& dir, const fs::path& counter) noexcept {
+  try {
+    const DiskCache cache(dir);
+    {
+      const FileLock lock = cache.lock(kKey);
+      if (!cache.load(kKey)) {
+        std::this_thread::sleep_for(300ms);
+        const int builds = std::stoi(read_all(counter));
+        write_all(counter, std::to_string(builds + 1));
+        cache.store(sample_entry());
+      }
+    }
+    const std::optional<CacheEntry> loaded = cache.load(kKey);
+    return loaded && same_entry(*loaded, sample_entry()) ? 0 : 3;
+  } catch (...) {
+    return 4;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("two processes compiling one key build it once", "[cache]") {
+  TempDir dir;
+  const fs::path counter = dir.path / "counter";
+  write_all(counter, "0");
+  int gate[2];
+  REQUIRE(::pipe(gate) == 0);
+  std::fflush(nullptr);
+  pid_t children[2];
+  for (pid_t& child : children) {
+    child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      ::close(gate[1]);
+      char byte = 0;
+      // Both children start when the parent closes the pipe.
+      while (::read(gate[0], &byte, 1) < 0 && errno == EINTR) {
+      }
+      ::_exit(build_once(dir.path / "cache", counter));
+    }
+  }
+  ::close(gate[0]);
+  ::close(gate[1]);
+  for (const pid_t child : children) {
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  CHECK(read_all(counter) == "1");
+}

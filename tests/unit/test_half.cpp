@@ -1,0 +1,82 @@
+// Host bf16/fp16 conversions: known values, rounding ties, specials and exact round trips.
+#include <catch2/catch.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "runtime/half.hpp"
+
+using namespace attnjit::runtime;
+
+TEST_CASE("fp16 conversion of known values", "[runtime]") {
+  CHECK(float_to_fp16(1.0f) == 0x3c00);
+  CHECK(float_to_fp16(-2.5f) == 0xc100);
+  CHECK(float_to_fp16(65504.0f) == 0x7bff);
+  CHECK(float_to_fp16(0.0f) == 0x0000);
+  CHECK(float_to_fp16(-0.0f) == 0x8000);
+  CHECK(float_to_fp16(std::ldexp(1.0f, -14)) == 0x0400);  // smallest normal
+  CHECK(float_to_fp16(std::ldexp(1.0f, -24)) == 0x0001);  // smallest subnormal
+  CHECK(float_to_fp16(1e-5f) == 0x00a8);                  // subnormal
+  CHECK(float_to_fp16(6e-8f) == 0x0001);                  // rounds up to the smallest
+  CHECK(float_to_fp16(1e-8f) == 0x0000);                  // underflows to zero
+  CHECK(float_to_fp16(-1e-8f) == 0x8000);
+  CHECK(float_to_fp16(std::ldexp(1.0f, -25)) == 0x0000);  // tie between 0 and 2^-24: even
+  CHECK(float_to_fp16(std::ldexp(3.0f, -25)) == 0x0002);  // tie between 1 and 2 units: even
+  CHECK(float_to_fp16(65519.0f) == 0x7bff);
+  CHECK(float_to_fp16(65520.0f) == 0x7c00);  // overflow to infinity
+  CHECK(float_to_fp16(1e10f) == 0x7c00);
+  CHECK(float_to_fp16(-1e10f) == 0xfc00);
+  CHECK(float_to_fp16(std::numeric_limits<float>::infinity()) == 0x7c00);
+  CHECK(float_to_fp16(-std::numeric_limits<float>::infinity()) == 0xfc00);
+  const std::uint16_t nan = float_to_fp16(std::numeric_limits<float>::quiet_NaN());
+  CHECK((nan & 0x7c00) == 0x7c00);
+  CHECK((nan & 0x03ff) != 0);
+  CHECK(std::isnan(fp16_to_float(nan)));
+  CHECK(std::isnan(fp16_to_float(0x7c01)));
+  CHECK(fp16_to_float(0x7c00) == std::numeric_limits<float>::infinity());
+  CHECK(fp16_to_float(0x3c00) == 1.0f);
+  CHECK(fp16_to_float(0x0001) == std::ldexp(1.0f, -24));
+}
+
+TEST_CASE("fp16 rounds ties to even", "[runtime]") {
+  CHECK(float_to_fp16(2049.0f) == 0x6800);  // 2048 and 2050: 2048 is even
+  CHECK(float_to_fp16(2051.0f) == 0x6802);  // 2050 and 2052: 2052 is even
+  CHECK(float_to_fp16(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);
+  CHECK(float_to_fp16(1.0f + std::ldexp(3.0f, -11)) == 0x3c02);
+  CHECK(float_to_fp16(1.0f + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20)) == 0x3c01);
+  CHECK(float_to_fp16(std::ldexp(2047.0f, -25)) == 0x0400);  // carries into the normals
+}
+
+TEST_CASE("bf16 conversion of known values", "[runtime]") {
+  CHECK(float_to_bf16(1.0f) == 0x3f80);
+  CHECK(float_to_bf16(-2.5f) == 0xc020);
+  CHECK(float_to_bf16(65504.0f) == 0x4780);                 // rounds up to 65536
+  CHECK(bf16_to_float(0x7f7f) == std::ldexp(255.0f, 120));  // bf16 max, (2 - 2^-7) * 2^127
+  CHECK(float_to_bf16(bf16_to_float(0x7f7f)) == 0x7f7f);
+  CHECK(float_to_bf16(std::numeric_limits<float>::max()) == 0x7f80);  // overflow to infinity
+  CHECK(float_to_bf16(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);        // tie: even
+  CHECK(float_to_bf16(1.0f + std::ldexp(3.0f, -8)) == 0x3f82);        // tie: even
+  CHECK(float_to_bf16(std::numeric_limits<float>::infinity()) == 0x7f80);
+  CHECK(float_to_bf16(-std::numeric_limits<float>::infinity()) == 0xff80);
+  CHECK(float_to_bf16(-0.0f) == 0x8000);
+  // A NaN whose payload lies only in the dropped bits must not become infinity.
+  const std::uint16_t nan = float_to_bf16(std::bit_cast<float>(0x7f800001u));
+  CHECK(std::isnan(bf16_to_float(nan)));
+  CHECK(std::isnan(bf16_to_float(float_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST_CASE("every non-NaN 16-bit pattern round-trips exactly", "[runtime]") {
+  int fp16_mismatches = 0;
+  int bf16_mismatches = 0;
+  for (std::uint32_t bits = 0; bits <= 0xffff; ++bits) {
+    const auto pattern = static_cast<std::uint16_t>(bits);
+    const float as_fp16 = fp16_to_float(pattern);
+    if (!std::isnan(as_fp16) && float_to_fp16(as_fp16) != pattern) ++fp16_mismatches;
+    const float as_bf16 = bf16_to_float(pattern);
+    if (!std::isnan(as_bf16) && float_to_bf16(as_bf16) != pattern) ++bf16_mismatches;
+  }
+  CHECK(fp16_mismatches == 0);
+  CHECK(bf16_mismatches == 0);
+}

@@ -1,0 +1,331 @@
+// Unit tests of the CPU reference attention (tests/support/reference) and of the half-precision
+// rounding it uses: hand-checkable cases, masking, GQA, and the pass/fail comparisons.
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "attnjit/error.hpp"
+#include "dsl/builders.hpp"
+#include "support/half_round.hpp"
+#include "support/reference.hpp"
+
+using attnjit::DType;
+using attnjit::Error;
+using attnjit::MaskKind;
+using attnjit::testing::Problem;
+using attnjit::testing::Reference;
+using attnjit::testing::reference_forward;
+using Catch::Matchers::Contains;
+
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+std::vector<float> random_values(std::mt19937& rng, std::size_t count, DType dtype) {
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<float> values(count);
+  for (float& v : values) v = attnjit::testing::round_to(dtype, value(rng));
+  return values;
+}
+
+struct Inputs {
+  std::vector<float> q, k, v;
+};
+
+Inputs random_inputs(const Problem& p, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  const auto b = static_cast<std::size_t>(p.batch);
+  Inputs in;
+  in.q = random_values(rng, b * p.seqlen_q * p.heads * p.head_dim, p.dtype);
+  in.k = random_values(rng, b * p.seqlen_k * p.kv_heads * p.head_dim, p.dtype);
+  in.v = random_values(rng, b * p.seqlen_k * p.kv_heads * p.head_dim_v, p.dtype);
+  return in;
+}
+
+Reference run(const Problem& p, const Inputs& in) {
+  return reference_forward(p, in.q, in.k, in.v);
+}
+
+/// A problem with zero queries (so every visible key gets the same score) and v[j][d] = j + d.
+Inputs uniform_score_inputs(const Problem& p) {
+  Inputs in;
+  in.q.assign(static_cast<std::size_t>(p.batch) * p.seqlen_q * p.heads * p.head_dim, 0.0f);
+  in.k.assign(static_cast<std::size_t>(p.batch) * p.seqlen_k * p.kv_heads * p.head_dim, 1.0f);
+  for (int b = 0; b < p.batch; ++b) {
+    for (int j = 0; j < p.seqlen_k; ++j) {
+      for (int g = 0; g < p.kv_heads; ++g) {
+        for (int d = 0; d < p.head_dim_v; ++d) in.v.push_back(static_cast<float>(j + d + 10 * g));
+      }
+    }
+  }
+  return in;
+}
+
+void check_close(const std::vector<double>& got, const std::vector<double>& expected) {
+  REQUIRE(got.size() == expected.size());
+  for (std::size_t n = 0; n < got.size(); ++n) CHECK(got[n] == Approx(expected[n]).margin(1e-12));
+}
+
+Problem small_problem(int seqlen_q, int seqlen_k) {
+  Problem p;
+  p.seqlen_q = seqlen_q;
+  p.seqlen_k = seqlen_k;
+  p.head_dim = 4;
+  p.head_dim_v = 3;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("half rounding is round-to-nearest-even", "[reference]") {
+  using namespace attnjit::testing;
+  CHECK(round_to_bf16(1.0f + 0x1p-8f) == 1.0f);
+  CHECK(round_to_bf16(1.0f + 3 * 0x1p-8f) == 1.0f + 0x1p-6f);
+  CHECK(round_to_bf16(1.0f + 0x1p-8f + 0x1p-20f) == 1.0f + 0x1p-7f);
+  CHECK(std::isinf(round_to_bf16(3.4028235e38f)));
+  CHECK(std::isnan(round_to_bf16(std::numeric_limits<float>::quiet_NaN())));
+  CHECK(round_to_fp16(1.0f + 0x1p-11f) == 1.0f);
+  CHECK(round_to_fp16(1.0f + 3 * 0x1p-11f) == 1.0f + 0x1p-9f);
+  CHECK(round_to_fp16(65504.0f) == 65504.0f);
+  CHECK(round_to_fp16(65519.0f) == 65504.0f);
+  CHECK(std::isinf(round_to_fp16(65520.0f)));
+  CHECK(round_to_fp16(-0x1p-24f) == -0x1p-24f);
+  CHECK(round_to_fp16(0x1p-25f) == 0.0f);
+  CHECK(round_to_fp16(3 * 0x1p-25f) == 0x1p-23f);
+  CHECK(round_to_fp16(0x1p-14f - 0x1p-26f) == 0x1p-14f);
+  CHECK(std::isnan(round_to_fp16(std::numeric_limits<float>::quiet_NaN())));
+  for (std::uint32_t bits = 0; bits < 0x10000u; ++bits) {
+    const auto b16 = static_cast<std::uint16_t>(bits);
+    const float bf = bf16_bits_to_float(b16);
+    if (!std::isnan(bf)) CHECK(float_to_bf16_bits(bf) == b16);
+    const float h = fp16_bits_to_float(b16);
+    if (!std::isnan(h)) CHECK(float_to_fp16_bits(h) == b16);
+  }
+  // Every rounded value is at least as close as both neighbours of the result.
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> value(0x1p-20f, 60000.0f);
+  for (int n = 0; n < 20000; ++n) {
+    const float x = value(rng) * (n % 2 == 0 ? 1.0f : 0x1p-10f);
+    const std::uint16_t h = float_to_fp16_bits(x);
+    const double err = std::abs(static_cast<double>(fp16_bits_to_float(h)) - x);
+    CHECK(err <= std::abs(static_cast<double>(fp16_bits_to_float(h + 1)) - x));
+    if (h > 0) CHECK(err <= std::abs(static_cast<double>(fp16_bits_to_float(h - 1)) - x));
+    const std::uint16_t bf = float_to_bf16_bits(x);
+    const double bf_err = std::abs(static_cast<double>(bf16_bits_to_float(bf)) - x);
+    CHECK(bf_err <= std::abs(static_cast<double>(bf16_bits_to_float(bf + 1)) - x));
+    CHECK(bf_err <= std::abs(static_cast<double>(bf16_bits_to_float(bf - 1)) - x));
+  }
+}
+
+TEST_CASE("one visible key: O is its value row and LSE its score", "[reference]") {
+  Problem p = small_problem(2, 1);
+  p.softmax_scale = 0.5f;
+  const Inputs in{{1, 2, 3, 4, -1, 0, 0.5f, 2}, {1, -1, 2, 0.25f}, {3, -2, 0.5f}};
+  const Reference ref = run(p, in);
+  CHECK(ref.out == std::vector<double>{3, -2, 0.5, 3, -2, 0.5});
+  CHECK(ref.lse[0] == Approx(0.5 * (1 - 2 + 6 + 1)));
+  CHECK(ref.lse[1] == Approx(0.5 * (-1 + 0 + 1 + 0.5)));
+  CHECK(ref.out_lowp == std::vector<float>{3, -2, 0.5f, 3, -2, 0.5f});
+}
+
+TEST_CASE("uniform scores average V; Sq != Sk causal is bottom-right aligned", "[reference]") {
+  Problem p = small_problem(2, 5);
+  const Inputs in = uniform_score_inputs(p);
+  SECTION("no mask: every row is the mean of V") {
+    const Reference ref = run(p, in);
+    check_close(ref.out, std::vector<double>{2, 3, 4, 2, 3, 4});
+    CHECK(ref.lse[0] == Approx(std::log(5.0)));
+  }
+  SECTION("causal: row 0 sees keys 0..3, row 1 sees all five") {
+    p.mask.kind = MaskKind::causal;
+    const Reference ref = run(p, in);
+    check_close(ref.out, std::vector<double>{1.5, 2.5, 3.5, 2, 3, 4});
+    CHECK(ref.lse[0] == Approx(std::log(4.0)));
+    CHECK(ref.lse[1] == Approx(std::log(5.0)));
+  }
+  SECTION("sliding window of one key on each side of the shifted diagonal") {
+    p.mask = {MaskKind::sliding_window, 1, 1, nullptr};
+    const Reference ref = run(p, in);
+    // Row 0's diagonal is key 3 (keys 2..4), row 1's is key 4 (keys 3..4).
+    check_close(ref.out, std::vector<double>{3, 4, 5, 3.5, 4.5, 5.5});
+  }
+}
+
+TEST_CASE("a row with no visible key gives O = 0 and LSE = -inf", "[reference]") {
+  SECTION("flashmask") {
+    Problem p = small_problem(3, 4);
+    // Non-causal, 2 columns: UTE = 1 hides row 0 from every key; LTS = 3 (Sq) masks nothing.
+    attnjit::dsl::IntervalVectors m{false, 2, 1, 1, 3, 4, {3, 1, 3, 1, 3, 1, 3, 1}};
+    p.mask = {MaskKind::flashmask, -1, 0, &m};
+    const Reference ref = run(p, uniform_score_inputs(p));
+    CHECK(ref.lse[0] == kNegInf);
+    CHECK(ref.lse[1] == Approx(std::log(4.0)));
+    CHECK(ref.out == std::vector<double>{0, 0, 0, 1.5, 2.5, 3.5, 1.5, 2.5, 3.5});
+    CHECK(ref.out_lowp == std::vector<float>{0, 0, 0, 1.5f, 2.5f, 3.5f, 1.5f, 2.5f, 3.5f});
+  }
+  SECTION("causal with more queries than keys") {
+    Problem p = small_problem(4, 2);
+    p.mask.kind = MaskKind::causal;
+    const Reference ref = run(p, uniform_score_inputs(p));
+    CHECK(ref.lse[0] == kNegInf);
+    CHECK(ref.lse[1] == kNegInf);
+    CHECK(ref.lse[2] == Approx(0.0).margin(1e-12));
+    CHECK(ref.out == std::vector<double>{0, 0, 0, 0, 0, 0, 0, 1, 2, 0.5, 1.5, 2.5});
+  }
+}
+
+TEST_CASE("GQA maps query heads to KV heads and mask heads", "[reference]") {
+  Problem p = small_problem(2, 3);
+  p.heads = 4;
+  p.kv_heads = 2;
+  const Inputs in = uniform_score_inputs(p);
+  const auto out_at = [&](const Reference& ref, int i, int h, int d) {
+    return ref.out[(static_cast<std::size_t>(i) * p.heads + h) * p.head_dim_v + d];
+  };
+  const Reference ref = run(p, in);
+  for (int h = 0; h < 4; ++h) {
+    // KV head 0 holds v = j + d, KV head 1 holds v = j + d + 10; the mean over j is 1 + d.
+    CHECK(out_at(ref, 0, h, 0) == Approx(h < 2 ? 1.0 : 11.0));
+    CHECK(out_at(ref, 1, h, 2) == Approx(h < 2 ? 3.0 : 13.0));
+  }
+  // Two mask heads for four query heads: mask head 0 (query heads 0, 1) hides row 0.
+  attnjit::dsl::IntervalVectors m{false, 2, 1, 2, 2, 3, {2, 1, 2, 1, 2, 1, 2, 0, 2, 0, 2, 0}};
+  p.mask = {MaskKind::flashmask, -1, 0, &m};
+  const Reference masked = run(p, in);
+  for (int h = 0; h < 4; ++h) {
+    const double lse_row0 = masked.lse[static_cast<std::size_t>(h) * p.seqlen_q];
+    if (h < 2) {
+      CHECK(lse_row0 == kNegInf);
+    } else {
+      CHECK(lse_row0 == Approx(std::log(3.0)));
+    }
+  }
+}
+
+TEST_CASE("flashmask masks agree with the equivalent built-in masks", "[reference]") {
+  Problem p;
+  p.batch = 2;
+  p.seqlen_q = 45;
+  p.seqlen_k = 45;
+  p.heads = 2;
+  p.head_dim = 16;
+  p.head_dim_v = 8;
+  p.softmax_scale = 0.25f;
+  const Inputs in = random_inputs(p, 5);
+  // A causal sliding window of 7 keys is window_left = 6, window_right = 0.
+  const attnjit::dsl::IntervalVectors one = attnjit::dsl::sliding_window(45, 7);
+  const std::vector<attnjit::dsl::IntervalVectors> samples = {one, one};
+  const attnjit::dsl::IntervalVectors both = attnjit::dsl::stack(samples);
+  p.mask = {MaskKind::flashmask, -1, 0, &both};
+  const Reference from_vectors = run(p, in);
+  p.mask = {MaskKind::sliding_window, 6, 0, nullptr};
+  const Reference from_window = run(p, in);
+  CHECK(from_vectors.out == from_window.out);
+  CHECK(from_vectors.lse == from_window.lse);
+  CHECK(from_vectors.out_lowp == from_window.out_lowp);
+}
+
+TEST_CASE("out_lowp is close to out and passes the comparison", "[reference]") {
+  for (const DType dtype : {DType::bf16, DType::fp16}) {
+    Problem p;
+    p.batch = 2;
+    p.seqlen_q = 37;
+    p.seqlen_k = 53;
+    p.heads = 4;
+    p.kv_heads = 2;
+    p.head_dim = 64;
+    p.head_dim_v = 32;
+    p.softmax_scale = 0.125f;
+    p.dtype = dtype;
+    p.mask.kind = MaskKind::causal;
+    const Reference ref = run(p, random_inputs(p, 7));
+    const auto c = attnjit::testing::compare_output(ref.out_lowp, ref, dtype);
+    INFO(c.summary);
+    CHECK(c.passed);
+    CHECK(c.baseline_max_abs_err > 0);
+    CHECK(c.baseline_max_abs_err < (dtype == DType::bf16 ? 2e-2 : 3e-3));
+    CHECK(c.max_abs_err == c.baseline_max_abs_err);
+    CHECK(c.count == static_cast<std::int64_t>(ref.out.size()));
+    CHECK_THAT(c.summary, Contains("passed") && Contains("rel_l2_err="));
+    const std::vector<float> exact(ref.out.begin(), ref.out.end());
+    CHECK(attnjit::testing::compare_output(exact, ref, dtype).passed);
+  }
+}
+
+TEST_CASE("compare_output fails on a perturbed output, a NaN and a wrong mask", "[reference]") {
+  Problem p;
+  p.seqlen_q = 30;
+  p.seqlen_k = 30;
+  p.heads = 2;
+  p.head_dim = 32;
+  p.head_dim_v = 32;
+  p.softmax_scale = 0.2f;
+  p.mask.kind = MaskKind::causal;
+  const Inputs in = random_inputs(p, 9);
+  const Reference ref = run(p, in);
+  std::vector<float> got = ref.out_lowp;
+  got[100] += 0.05f;
+  const auto perturbed = attnjit::testing::compare_output(got, ref, DType::bf16);
+  CHECK_FALSE(perturbed.passed);
+  CHECK(perturbed.max_abs_err > 0.04);
+  CHECK_THAT(perturbed.summary, Contains("FAILED"));
+  got = ref.out_lowp;
+  got[7] = std::numeric_limits<float>::quiet_NaN();
+  const auto nan = attnjit::testing::compare_output(got, ref, DType::bf16);
+  CHECK_FALSE(nan.passed);
+  CHECK(nan.nonfinite == 1);
+  CHECK_THAT(nan.summary, Contains("nonfinite=1 of 1920"));
+  p.mask.kind = MaskKind::none;
+  const Reference unmasked = run(p, in);
+  CHECK_FALSE(attnjit::testing::compare_output(unmasked.out_lowp, ref, DType::bf16).passed);
+  CHECK_THROWS_AS(attnjit::testing::compare_output(std::vector<float>(5), ref, DType::bf16), Error);
+}
+
+TEST_CASE("compare_lse matches -inf exactly and finite values within tolerance", "[reference]") {
+  Problem p = small_problem(4, 2);
+  p.mask.kind = MaskKind::causal;
+  const Reference ref = run(p, random_inputs(p, 3));
+  REQUIRE(ref.lse[0] == kNegInf);
+  const std::vector<float> exact(ref.lse.begin(), ref.lse.end());
+  const auto same = attnjit::testing::compare_lse(exact, ref);
+  INFO(same.summary);
+  CHECK(same.passed);
+  std::vector<float> got = exact;
+  got[0] = 0.0f;
+  CHECK_FALSE(attnjit::testing::compare_lse(got, ref).passed);
+  got = exact;
+  got[3] = -std::numeric_limits<float>::infinity();
+  const auto missing = attnjit::testing::compare_lse(got, ref);
+  CHECK_FALSE(missing.passed);
+  CHECK(missing.nonfinite == 1);
+  got = exact;
+  got[2] += 5e-3f;
+  const auto off = attnjit::testing::compare_lse(got, ref);
+  CHECK_FALSE(off.passed);
+  CHECK_THAT(off.summary, Contains("1 over"));
+  got = exact;
+  got[2] += 5e-4f;
+  CHECK(attnjit::testing::compare_lse(got, ref).passed);
+}
+
+TEST_CASE("reference_forward rejects inconsistent problems", "[reference]") {
+  Problem p = small_problem(2, 3);
+  const Inputs in = uniform_score_inputs(p);
+  Inputs short_q = in;
+  short_q.q.pop_back();
+  CHECK_THROWS_WITH(run(p, short_q), Contains("q size: got '7'; accepted: B*Sq*H*D = 8"));
+  Problem gqa = p;
+  gqa.heads = 3;
+  gqa.kv_heads = 2;
+  CHECK_THROWS_WITH(run(gqa, in), Contains("kv_heads: got '2'; accepted: a divisor of heads"));
+  Problem no_vectors = p;
+  no_vectors.mask.kind = MaskKind::flashmask;
+  CHECK_THROWS_WITH(run(no_vectors, in), Contains("mask.intervals"));
+  attnjit::dsl::IntervalVectors m = attnjit::dsl::sliding_window(3, 2);
+  Problem wrong_lengths = p;
+  wrong_lengths.mask = {MaskKind::flashmask, -1, 0, &m};
+  CHECK_THROWS_WITH(run(wrong_lengths, in), Contains("mask.intervals->seqlen_q: got '3'"));
+}

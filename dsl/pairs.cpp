@@ -61,11 +61,11 @@ std::int64_t flashmask_pairs(const IntervalVectors& m, int heads) {
 
 }  // namespace
 
-std::int64_t visible_pairs(const MaskSpec& mask, int batch, int heads, int seqlen_q,
-                           int seqlen_k, int window_left, int window_right,
-                           const IntervalVectors* intervals) {
+std::int64_t visible_pairs(const MaskSpec& mask, int batch, int heads, int seqlen_q, int seqlen_k,
+                           int window_left, int window_right, const IntervalVectors* intervals) {
   if (mask.kind == MaskKind::flashmask) {
-    if (intervals == nullptr) throw Error("visible_pairs: mask=flashmask needs its interval vectors");
+    if (intervals == nullptr)
+      throw Error("visible_pairs: mask=flashmask needs its interval vectors");
     if (intervals->heads < 1 || heads % intervals->heads != 0) {
       throw Error("visible_pairs: the query heads must be a multiple of the mask heads");
     }

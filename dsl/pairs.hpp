@@ -13,8 +13,7 @@ namespace attnjit::dsl {
 /// flashmask (its heads are mask heads, each shared by heads / intervals->heads query heads)
 /// and ignored otherwise; the window sizes apply to sliding_window only (< 0: unbounded).
 /// O(batch * (seqlen_q + heads * seqlen_k)).
-std::int64_t visible_pairs(const MaskSpec& mask, int batch, int heads, int seqlen_q,
-                           int seqlen_k, int window_left, int window_right,
-                           const IntervalVectors* intervals);
+std::int64_t visible_pairs(const MaskSpec& mask, int batch, int heads, int seqlen_q, int seqlen_k,
+                           int window_left, int window_right, const IntervalVectors* intervals);
 
 }  // namespace attnjit::dsl

@@ -16,17 +16,22 @@ namespace attnjit {
 
 std::string_view name_of(ScalarType type) {
   switch (type) {
-    case ScalarType::fp16: return "fp16";
-    case ScalarType::bf16: return "bf16";
-    case ScalarType::fp32: return "fp32";
-    case ScalarType::int32: return "int32";
+    case ScalarType::fp16:
+      return "fp16";
+    case ScalarType::bf16:
+      return "bf16";
+    case ScalarType::fp32:
+      return "fp32";
+    case ScalarType::int32:
+      return "int32";
   }
   throw InternalError("unknown ScalarType");
 }
 
 TensorView contiguous_view(void* data, ScalarType dtype,
                            std::initializer_list<std::int64_t> shape) {
-  if (shape.size() > 4) throw Error(fmt::format("tensor rank: got {}; accepted: 0 to 4", shape.size()));
+  if (shape.size() > 4)
+    throw Error(fmt::format("tensor rank: got {}; accepted: 0 to 4", shape.size()));
   TensorView view;
   view.data = data;
   view.dtype = dtype;
@@ -57,9 +62,9 @@ void check_int_range(std::string_view field, std::int64_t value, std::int64_t ma
 }
 
 // q/k/v/o: 16-bit, rank 4, last dim contiguous, 16-byte rows, given head dim.
-void check_activation(std::string_view name, const TensorView& t, ScalarType dtype,
-                      int head_dim) {
-  if (t.data == nullptr) throw Error(fmt::format("{}: data is null; accepted: a device pointer", name));
+void check_activation(std::string_view name, const TensorView& t, ScalarType dtype, int head_dim) {
+  if (t.data == nullptr)
+    throw Error(fmt::format("{}: data is null; accepted: a device pointer", name));
   if (t.dtype != dtype) {
     throw_field_error(fmt::format("{}.dtype", name), name_of(t.dtype),
                       fmt::format("{} (the spec's dtype)", name_of(dtype)));
@@ -126,10 +131,13 @@ Shapes check_args(const AttentionSpec& spec, const ForwardArgs& a, bool lse_requ
   if (lse_required) {
     const TensorView& l = a.lse;
     if (l.data == nullptr) {
-      throw Error("lse: missing; the spec has return_lse=true: pass an fp32 [batch, heads, seqlen_q] tensor");
+      throw Error(
+          "lse: missing; the spec has return_lse=true: pass an fp32 [batch, heads, seqlen_q] "
+          "tensor");
     }
     if (l.dtype != ScalarType::fp32) throw_field_error("lse.dtype", name_of(l.dtype), "fp32");
-    if (l.rank != 3) throw_field_error("lse.rank", std::to_string(l.rank), "3 ([batch, heads, seqlen_q])");
+    if (l.rank != 3)
+      throw_field_error("lse.rank", std::to_string(l.rank), "3 ([batch, heads, seqlen_q])");
     check_same("lse.shape[0]", l.shape[0], s.batch, "batch of q");
     check_same("lse.shape[1]", l.shape[1], s.heads, "heads of q");
     check_same("lse.shape[2]", l.shape[2], s.seqlen_q, "seqlen of q");
@@ -140,13 +148,16 @@ Shapes check_args(const AttentionSpec& spec, const ForwardArgs& a, bool lse_requ
 
   const bool window = spec.mask.kind == MaskKind::sliding_window;
   if (!window && (a.window_left != -1 || a.window_right != 0)) {
-    throw Error(fmt::format("window_left/window_right: got {}/{}, but they apply to "
-                            "mask=sliding_window only; accepted: -1/0 (the defaults)",
-                            a.window_left, a.window_right));
+    throw Error(
+        fmt::format("window_left/window_right: got {}/{}, but they apply to "
+                    "mask=sliding_window only; accepted: -1/0 (the defaults)",
+                    a.window_left, a.window_right));
   }
   if (window) {
-    if (a.window_left < -1) throw_field_error("window_left", std::to_string(a.window_left), "-1 (unbounded) or >= 0");
-    if (a.window_right < -1) throw_field_error("window_right", std::to_string(a.window_right), "-1 (unbounded) or >= 0");
+    if (a.window_left < -1)
+      throw_field_error("window_left", std::to_string(a.window_left), "-1 (unbounded) or >= 0");
+    if (a.window_right < -1)
+      throw_field_error("window_right", std::to_string(a.window_right), "-1 (unbounded) or >= 0");
   }
   if (!(a.softmax_scale >= 0.f) || !std::isfinite(a.softmax_scale)) {
     throw_field_error("softmax_scale", fmt::format("{}", a.softmax_scale),
@@ -157,11 +168,16 @@ Shapes check_args(const AttentionSpec& spec, const ForwardArgs& a, bool lse_requ
   if (spec.mask.kind == MaskKind::flashmask) {
     const int columns = spec.mask.columns;
     if (m.data == nullptr) {
-      throw Error(fmt::format("startend_row_indices: missing; mask={} needs an int32 [batch, "
-                              "mask_heads, seqlen_k, {}] tensor", to_string(spec.mask), columns));
+      throw Error(
+          fmt::format("startend_row_indices: missing; mask={} needs an int32 [batch, "
+                      "mask_heads, seqlen_k, {}] tensor",
+                      to_string(spec.mask), columns));
     }
-    if (m.dtype != ScalarType::int32) throw_field_error("startend_row_indices.dtype", name_of(m.dtype), "int32");
-    if (m.rank != 4) throw_field_error("startend_row_indices.rank", std::to_string(m.rank), "4 ([batch, mask_heads, seqlen_k, columns])");
+    if (m.dtype != ScalarType::int32)
+      throw_field_error("startend_row_indices.dtype", name_of(m.dtype), "int32");
+    if (m.rank != 4)
+      throw_field_error("startend_row_indices.rank", std::to_string(m.rank),
+                        "4 ([batch, mask_heads, seqlen_k, columns])");
     check_same("startend_row_indices.shape[0]", m.shape[0], s.batch, "batch of q");
     if (m.shape[1] != 1 && m.shape[1] != s.kv_heads) {
       throw_field_error("startend_row_indices.shape[1] (mask heads)", std::to_string(m.shape[1]),
@@ -180,8 +196,10 @@ Shapes check_args(const AttentionSpec& spec, const ForwardArgs& a, bool lse_requ
     }
     s.mask_heads = static_cast<int>(m.shape[1]);
   } else if (!m.empty()) {
-    throw Error(fmt::format("startend_row_indices: given, but mask={} reads no vectors; "
-                            "accepted: no startend_row_indices", to_string(spec.mask)));
+    throw Error(
+        fmt::format("startend_row_indices: given, but mask={} reads no vectors; "
+                    "accepted: no startend_row_indices",
+                    to_string(spec.mask)));
   }
   return s;
 }
@@ -215,9 +233,8 @@ FwdParams make_params(const AttentionSpec& spec, const ForwardArgs& a, const Sha
   p.mask_heads = s.mask_heads;
   p.seqlen_q = s.seqlen_q;
   p.seqlen_k = s.seqlen_k;
-  p.softmax_scale = a.softmax_scale > 0.f
-                        ? a.softmax_scale
-                        : 1.f / std::sqrt(static_cast<float>(spec.head_dim_qk));
+  p.softmax_scale = a.softmax_scale > 0.f ? a.softmax_scale
+                                          : 1.f / std::sqrt(static_cast<float>(spec.head_dim_qk));
   p.scale_log2 = p.softmax_scale * 1.4426950408889634f;
   p.window_left = a.window_left;
   p.window_right = a.window_right;
@@ -245,15 +262,18 @@ class StreamScratch {
   CUstream stream_;
 };
 
-unsigned ceil_div(std::int64_t a, std::int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
+unsigned ceil_div(std::int64_t a, std::int64_t b) {
+  return static_cast<unsigned>((a + b - 1) / b);
+}
 
 void launch_reference(const detail::KernelSet& set, FwdParams& params, CUstream stream) {
   const detail::LoadedKernel& kernel = set.kernels_in_current_context().front();
   const std::int64_t smem = (static_cast<std::int64_t>(set.spec.head_dim_qk) + params.seqlen_k) * 4;
   const int limit = runtime::current_device().max_smem_optin;
   if (smem > limit) {
-    throw_field_error("k.shape[1] (seqlen_k) for the reference kernel", std::to_string(params.seqlen_k),
-                      fmt::format("at most {} keys on this device", limit / 4 - set.spec.head_dim_qk));
+    throw_field_error(
+        "k.shape[1] (seqlen_k) for the reference kernel", std::to_string(params.seqlen_k),
+        fmt::format("at most {} keys on this device", limit / 4 - set.spec.head_dim_qk));
   }
   int current = 0;
   runtime::check(runtime::driver().cuFuncGetAttribute(
@@ -301,8 +321,10 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
     config.dynamic_smem_bytes = static_cast<unsigned>(kernel.dynamic_smem_bytes);
     if (desc.role == KernelRole::flashmask_minmax) {
       const int key_blocks = static_cast<int>(ceil_div(shapes.seqlen_k, tiles.block_n));
-      const std::int64_t warps = static_cast<std::int64_t>(shapes.batch) * shapes.mask_heads * key_blocks;
-      const std::size_t bytes = static_cast<std::size_t>(warps) * 2 * set.spec.mask.columns * sizeof(int);
+      const std::int64_t warps =
+          static_cast<std::int64_t>(shapes.batch) * shapes.mask_heads * key_blocks;
+      const std::size_t bytes =
+          static_cast<std::size_t>(warps) * 2 * set.spec.mask.columns * sizeof(int);
       if (warps == 0) continue;
       minmax.emplace(bytes, stream);
       params.minmax = minmax->data();

@@ -68,8 +68,8 @@ AttentionSpec resolve_target(const AttentionSpec& spec) {
 // The key: a hash of the canonical spec text and of everything else that changes the
 // binary. One derivation for every kernel family (see design.md, the signature rule).
 std::string cache_key(std::string_view kind, std::string_view spec_text) {
-  std::string material = fmt::format("{}\n{}\nnvrtc={}\nattnjit={}\ntemplates={}\noptions={}",
-                                     kind, spec_text, runtime::nvrtc_version(), ATTNJIT_VERSION,
+  std::string material = fmt::format("{}\n{}\nnvrtc={}\nattnjit={}\ntemplates={}\noptions={}", kind,
+                                     spec_text, runtime::nvrtc_version(), ATTNJIT_VERSION,
                                      templates::hash(), fmt::join(nvrtc_options(), " "));
   const XXH128_hash_t hash = XXH3_128bits(material.data(), material.size());
   return fmt::format("{:016x}{:016x}", hash.high64, hash.low64);
@@ -188,14 +188,19 @@ double elapsed_ms(std::chrono::steady_clock::time_point start) {
 
 std::string_view name_of(CacheLevel level) {
   switch (level) {
-    case CacheLevel::memory: return "memory";
-    case CacheLevel::disk: return "disk";
-    case CacheLevel::miss: return "miss";
+    case CacheLevel::memory:
+      return "memory";
+    case CacheLevel::disk:
+      return "disk";
+    case CacheLevel::miss:
+      return "miss";
   }
   throw InternalError("unknown CacheLevel");
 }
 
-const AttentionSpec& Kernel::spec() const { return set_->spec; }
+const AttentionSpec& Kernel::spec() const {
+  return set_->spec;
+}
 
 std::vector<std::string> Kernel::ptx() const {
   std::vector<std::string> out;
@@ -203,52 +208,48 @@ std::vector<std::string> Kernel::ptx() const {
   return out;
 }
 
-Kernel compile(const AttentionSpec& spec, const CompileOptions& options) {
+namespace detail {
+
+Kernel compile_set(SetKind kind, const AttentionSpec& spec, bool use_disk_cache) {
   const auto start = std::chrono::steady_clock::now();
-  const AttentionSpec canonical = canonical_spec(resolve_target(spec));
+  // Validate first: a bad spec is the user's error even where no device could resolve it.
+  const AttentionSpec canonical = resolve_target(canonical_spec(spec));
   const std::string spec_text = to_string(canonical);
-  const std::string key = cache_key("attention", spec_text);
+  const std::string key =
+      cache_key(kind == SetKind::attention ? "attention" : "reference", spec_text);
   CacheLevel level = CacheLevel::memory;
   auto result = memory_cache().get_or_build(key, [&] {
     auto set = std::make_shared<KernelSet>();
     set->spec = canonical;
-    set->ir = lower(canonical);
-    set->entry = load_or_build(
-        key, spec_text, !options.no_disk_cache, level, [&] { return plan_sources(*set->ir); },
-        canonical.target);
+    std::function<std::vector<SourceToCompile>()> sources;
+    if (kind == SetKind::attention) {
+      set->ir = lower(canonical);
+      sources = [&] { return plan_sources(*set->ir); };
+    } else {
+      sources = [&] {
+        const ReferenceKernel reference = emit_reference_kernel(canonical);
+        return std::vector<SourceToCompile>{
+            {"reference", reference.name, reference.source, reference.threads, 0}};
+      };
+    }
+    set->entry = load_or_build(key, spec_text, use_disk_cache, level, sources, canonical.target);
     return std::shared_ptr<const KernelSet>(std::move(set));
   });
   Kernel kernel;
   kernel.set_ = result.value;
-  kernel.info_ = make_info(*result.value, result.built ? level : CacheLevel::memory,
-                           elapsed_ms(start));
+  kernel.info_ =
+      make_info(*result.value, result.built ? level : CacheLevel::memory, elapsed_ms(start));
   return kernel;
 }
 
+}  // namespace detail
+
+Kernel compile(const AttentionSpec& spec, const CompileOptions& options) {
+  return detail::compile_set(detail::SetKind::attention, spec, !options.no_disk_cache);
+}
+
 Kernel compile_reference(const AttentionSpec& spec) {
-  const auto start = std::chrono::steady_clock::now();
-  const AttentionSpec canonical = canonical_spec(resolve_target(spec));
-  const std::string spec_text = to_string(canonical);
-  const std::string key = cache_key("reference", spec_text);
-  CacheLevel level = CacheLevel::memory;
-  auto result = memory_cache().get_or_build(key, [&] {
-    auto set = std::make_shared<KernelSet>();
-    set->spec = canonical;
-    const ReferenceKernel reference = emit_reference_kernel(canonical);
-    set->entry = load_or_build(
-        key, spec_text, true, level,
-        [&] {
-          return std::vector<SourceToCompile>{
-              {"reference", reference.name, reference.source, reference.threads, 0}};
-        },
-        canonical.target);
-    return std::shared_ptr<const KernelSet>(std::move(set));
-  });
-  Kernel kernel;
-  kernel.set_ = result.value;
-  kernel.info_ = make_info(*result.value, result.built ? level : CacheLevel::memory,
-                           elapsed_ms(start));
-  return kernel;
+  return detail::compile_set(detail::SetKind::reference, spec, true);
 }
 
 CacheStats cache_stats() {
@@ -261,7 +262,9 @@ CacheStats cache_stats() {
   return stats;
 }
 
-std::string cache_dir() { return runtime::DiskCache::default_dir().string(); }
+std::string cache_dir() {
+  return runtime::DiskCache::default_dir().string();
+}
 
 std::vector<CacheListing> list_disk_cache() {
   std::vector<CacheListing> out;
@@ -276,6 +279,8 @@ std::size_t clear_disk_cache() {
   return runtime::DiskCache(runtime::DiskCache::default_dir()).clear();
 }
 
-void clear_memory_cache() { memory_cache().clear(); }
+void clear_memory_cache() {
+  memory_cache().clear();
+}
 
 }  // namespace attnjit::jit

@@ -24,9 +24,9 @@ struct LoadedKernel {
 };
 
 struct KernelSet {
-  AttentionSpec spec;             ///< canonical, target resolved
-  std::optional<Lowering> ir;     ///< the plan; absent for the reference kernel
-  runtime::CacheEntry entry;      ///< binaries in plan order
+  AttentionSpec spec;          ///< canonical, target resolved
+  std::optional<Lowering> ir;  ///< the plan; absent for the reference kernel
+  runtime::CacheEntry entry;   ///< binaries in plan order
 
   /// The kernels loaded into the current context (loading them the first time).
   const std::vector<LoadedKernel>& kernels_in_current_context() const;

@@ -10,7 +10,9 @@
 
 namespace attnjit::templates {
 
-std::span<const EmbeddedFile> all() { return {detail::kFiles, detail::kFileCount}; }
+std::span<const EmbeddedFile> all() {
+  return {detail::kFiles, detail::kFileCount};
+}
 
 const EmbeddedFile* find(std::string_view name) {
   for (const EmbeddedFile& file : all()) {

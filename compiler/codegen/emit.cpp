@@ -57,11 +57,11 @@ std::string emit_forward(const Lowering& ir, const KernelDesc& kernel) {
   w.dedent();
   w.line("}};");
   w.blank();
-  w.line("// mask={}: causal by {}, window by {}, vectors [{}]", to_string(spec.mask),
-         mask.causal_by_index ? "index" : "-", mask.window_by_index ? "index" : "-",
-         fmt::join(mask.vectors | std::views::transform(
-                                      [](IntervalVector v) { return name_of(v); }),
-                   ","));
+  w.line(
+      "// mask={}: causal by {}, window by {}, vectors [{}]", to_string(spec.mask),
+      mask.causal_by_index ? "index" : "-", mask.window_by_index ? "index" : "-",
+      fmt::join(mask.vectors | std::views::transform([](IntervalVector v) { return name_of(v); }),
+                ","));
   w.line("typedef attnjit::MaskPolicy</*kCausal=*/{}, /*kWindow=*/{}, /*kLts=*/{}, /*kLte=*/{},",
          mask.causal_by_index, mask.window_by_index, column_of(mask, IntervalVector::lts),
          column_of(mask, IntervalVector::lte));
@@ -86,8 +86,10 @@ std::string emit_forward(const Lowering& ir, const KernelDesc& kernel) {
 std::string emit_minmax(const Lowering& ir, const KernelDesc& kernel) {
   SourceWriter w;
   emit_header(w, ir, kernel);
-  w.line("extern \"C\" __global__ void __launch_bounds__({}) {}(const attnjit::MinMaxParams params) {{",
-         kernel.threads, kernel.name);
+  w.line(
+      "extern \"C\" __global__ void __launch_bounds__({}) {}(const attnjit::MinMaxParams params) "
+      "{{",
+      kernel.threads, kernel.name);
   w.indent();
   w.line("attnjit::flashmask_minmax</*kColumns=*/{}, /*kBlockN=*/{}>(params);",
          ir.mask->vectors.size(), ir.tiles->block_n);
@@ -101,8 +103,10 @@ std::string emit_minmax(const Lowering& ir, const KernelDesc& kernel) {
 std::string emit_kernel(const Lowering& ir, const KernelDesc& kernel) {
   internal_check(ir.mask && ir.target && ir.tiles && ir.plan, "emit_kernel needs a planned IR");
   switch (kernel.role) {
-    case KernelRole::forward: return emit_forward(ir, kernel);
-    case KernelRole::flashmask_minmax: return emit_minmax(ir, kernel);
+    case KernelRole::forward:
+      return emit_forward(ir, kernel);
+    case KernelRole::flashmask_minmax:
+      return emit_minmax(ir, kernel);
   }
   throw InternalError("emit_kernel: unknown role");
 }
@@ -110,24 +114,33 @@ std::string emit_kernel(const Lowering& ir, const KernelDesc& kernel) {
 ReferenceKernel emit_reference_kernel(const AttentionSpec& spec) {
   int mask_kind = 0;
   switch (spec.mask.kind) {
-    case MaskKind::none: mask_kind = 0; break;
-    case MaskKind::causal: mask_kind = 1; break;
-    case MaskKind::sliding_window: mask_kind = 2; break;
-    case MaskKind::flashmask: mask_kind = 3; break;
+    case MaskKind::none:
+      mask_kind = 0;
+      break;
+    case MaskKind::causal:
+      mask_kind = 1;
+      break;
+    case MaskKind::sliding_window:
+      mask_kind = 2;
+      break;
+    case MaskKind::flashmask:
+      mask_kind = 3;
+      break;
   }
   ReferenceKernel out;
-  out.name = fmt::format("attnjit_reference_{}_d{}_{}", name_of(spec.dtype), spec.head_dim_qk,
-                         mask_kind == 3 ? fmt::format("flashmask{}_c{}",
-                                                      spec.mask.causal ? "_causal" : "",
-                                                      spec.mask.columns)
-                                        : std::string(name_of(spec.mask.kind)));
+  out.name = fmt::format(
+      "attnjit_reference_{}_d{}_{}", name_of(spec.dtype), spec.head_dim_qk,
+      mask_kind == 3
+          ? fmt::format("flashmask{}_c{}", spec.mask.causal ? "_causal" : "", spec.mask.columns)
+          : std::string(name_of(spec.mask.kind)));
   out.threads = 128;
   SourceWriter w;
   w.line("// attnjit reference kernel (fp32, unfused) for: {}", to_string(spec));
   w.line("#include \"attnjit/reference.cuh\"");
   w.blank();
-  w.line("extern \"C\" __global__ void __launch_bounds__({}) {}(const attnjit::FwdParams params) {{",
-         out.threads, out.name);
+  w.line(
+      "extern \"C\" __global__ void __launch_bounds__({}) {}(const attnjit::FwdParams params) {{",
+      out.threads, out.name);
   w.indent();
   w.line("attnjit::reference_attention<{}, /*kHeadDim=*/{}, /*kMask=*/{}, /*kFlashCausal=*/{},",
          element_type(spec.dtype), spec.head_dim_qk, mask_kind, spec.mask.causal);

@@ -5,8 +5,7 @@
 
 namespace attnjit {
 
-void throw_field_error(std::string_view field, std::string_view value,
-                       std::string_view accepted) {
+void throw_field_error(std::string_view field, std::string_view value, std::string_view accepted) {
   throw Error(fmt::format("{}: got '{}'; accepted: {}", field, value, accepted));
 }
 

@@ -11,25 +11,32 @@ namespace attnjit {
 
 std::string_view name_of(IntervalVector vector) {
   switch (vector) {
-    case IntervalVector::lts: return "LTS";
-    case IntervalVector::lte: return "LTE";
-    case IntervalVector::uts: return "UTS";
-    case IntervalVector::ute: return "UTE";
+    case IntervalVector::lts:
+      return "LTS";
+    case IntervalVector::lte:
+      return "LTE";
+    case IntervalVector::uts:
+      return "UTS";
+    case IntervalVector::ute:
+      return "UTE";
   }
   throw InternalError("unknown IntervalVector");
 }
 
 std::string_view name_of(KernelFamily family) {
   switch (family) {
-    case KernelFamily::sm80: return "sm80";
+    case KernelFamily::sm80:
+      return "sm80";
   }
   throw InternalError("unknown KernelFamily");
 }
 
 std::string_view name_of(KernelRole role) {
   switch (role) {
-    case KernelRole::flashmask_minmax: return "flashmask_minmax";
-    case KernelRole::forward: return "forward";
+    case KernelRole::flashmask_minmax:
+      return "flashmask_minmax";
+    case KernelRole::forward:
+      return "forward";
   }
   throw InternalError("unknown KernelRole");
 }
@@ -59,9 +66,8 @@ std::string to_string(const Lowering& lowering) {
   }
   if (lowering.target) {
     const TargetInfo& target = *lowering.target;
-    out += fmt::format("  target {{arch={} family={} max_dynamic_smem={}}}\n",
-                       name_of(target.arch), name_of(target.family),
-                       target.max_dynamic_smem_bytes);
+    out += fmt::format("  target {{arch={} family={} max_dynamic_smem={}}}\n", name_of(target.arch),
+                       name_of(target.family), target.max_dynamic_smem_bytes);
   }
   if (lowering.tiles) {
     const TileConfig& tiles = *lowering.tiles;

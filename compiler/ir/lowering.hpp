@@ -42,12 +42,12 @@ struct TargetInfo {
 
 /// Tile shape and pipeline of the forward kernel (decided by select_tiles).
 struct TileConfig {
-  int block_m = 0;       ///< query rows per CTA
-  int block_n = 0;       ///< keys per iteration (also the min/max key-block size)
-  int warps = 0;         ///< each warp owns block_m / warps query rows (16-row slabs)
-  int kv_stages = 0;     ///< K/V shared-memory buffers in the cp.async pipeline
+  int block_m = 0;              ///< query rows per CTA
+  int block_n = 0;              ///< keys per iteration (also the min/max key-block size)
+  int warps = 0;                ///< each warp owns block_m / warps query rows (16-row slabs)
+  int kv_stages = 0;            ///< K/V shared-memory buffers in the cp.async pipeline
   bool q_in_registers = false;  ///< Q fragments loaded once instead of every iteration
-  int smem_bytes = 0;    ///< dynamic shared memory of the forward kernel
+  int smem_bytes = 0;           ///< dynamic shared memory of the forward kernel
 
   int threads() const { return warps * 32; }
   int rows_per_warp() const { return block_m / warps; }
@@ -61,11 +61,11 @@ std::string_view name_of(KernelRole role);
 /// One kernel to generate, compile and launch.
 struct KernelDesc {
   KernelRole role = KernelRole::forward;
-  std::string name;            ///< extern "C" entry point, deterministic from the spec
-  std::string template_header; ///< the templates/ header holding its mainloop
+  std::string name;             ///< extern "C" entry point, deterministic from the spec
+  std::string template_header;  ///< the templates/ header holding its mainloop
   int threads = 0;
   int dynamic_smem_bytes = 0;
-  std::string grid;            ///< human-readable launch grid, e.g. "(ceil(Sq/128), H, B)"
+  std::string grid;  ///< human-readable launch grid, e.g. "(ceil(Sq/128), H, B)"
 
   bool operator==(const KernelDesc&) const = default;
 };

@@ -75,10 +75,11 @@ MaskSpec parse_flashmask_arguments(std::string_view args) {
   MaskSpec mask{MaskKind::flashmask, false, 0};
   bool seen_causal = false;
   bool seen_columns = false;
-  while (!args.empty()) {
+  for (bool more = !args.empty(); more;) {
     const std::size_t comma = args.find(',');
     const std::string_view item = args.substr(0, comma);
-    args = comma == std::string_view::npos ? std::string_view{} : args.substr(comma + 1);
+    more = comma != std::string_view::npos;
+    args = more ? args.substr(comma + 1) : std::string_view{};
     const std::size_t eq = item.find('=');
     if (eq == std::string_view::npos) {
       throw_field_error("mask=flashmask(...) argument", item, "causal=true|false, columns=1|2|4");
@@ -123,7 +124,8 @@ MaskSpec parse_mask(std::string_view text) {
 }
 
 TileShape parse_tiles(std::string_view text) {
-  constexpr std::string_view kAccepted = "auto or BMxBNxW with an optional q/s suffix, e.g. 128x64x4";
+  constexpr std::string_view kAccepted =
+      "auto or BMxBNxW with an optional q/s suffix, e.g. 128x64x4";
   if (text == "auto") return {};
   TileShape tiles;
   std::string_view rest = text;
@@ -144,10 +146,18 @@ TileShape parse_tiles(std::string_view text) {
 
 }  // namespace
 
-std::string_view name_of(DType dtype) { return lookup_name(kDTypeNames, dtype); }
-std::string_view name_of(MaskKind kind) { return lookup_name(kMaskNames, kind); }
-std::string_view name_of(Direction direction) { return lookup_name(kDirectionNames, direction); }
-std::string_view name_of(Arch arch) { return lookup_name(kArchNames, arch); }
+std::string_view name_of(DType dtype) {
+  return lookup_name(kDTypeNames, dtype);
+}
+std::string_view name_of(MaskKind kind) {
+  return lookup_name(kMaskNames, kind);
+}
+std::string_view name_of(Direction direction) {
+  return lookup_name(kDirectionNames, direction);
+}
+std::string_view name_of(Arch arch) {
+  return lookup_name(kArchNames, arch);
+}
 
 Arch parse_arch(std::string_view text, std::string_view field) {
   return parse_enum(kArchNames, text, field);
@@ -155,17 +165,24 @@ Arch parse_arch(std::string_view text, std::string_view field) {
 
 int compute_capability(Arch arch) {
   switch (arch) {
-    case Arch::auto_detect: return 0;
-    case Arch::sm_80: return 80;
-    case Arch::sm_86: return 86;
-    case Arch::sm_89: return 89;
+    case Arch::auto_detect:
+      return 0;
+    case Arch::sm_80:
+      return 80;
+    case Arch::sm_86:
+      return 86;
+    case Arch::sm_89:
+      return 89;
     case Arch::sm_90:
-    case Arch::sm_90a: return 90;
+    case Arch::sm_90a:
+      return 90;
   }
   throw InternalError("unknown Arch");
 }
 
-int size_of(DType) { return 2; }
+int size_of(DType) {
+  return 2;
+}
 
 std::string to_string(const MaskSpec& mask) {
   if (mask.kind != MaskKind::flashmask) return std::string(name_of(mask.kind));
@@ -182,8 +199,8 @@ std::string to_string(const AttentionSpec& spec) {
   return fmt::format(
       "dtype={} head_dim_qk={} head_dim_v={} mask={} return_lse={} direction={} target={} "
       "tiles={}",
-      name_of(spec.dtype), spec.head_dim_qk, spec.head_dim_v, to_string(spec.mask),
-      spec.return_lse, name_of(spec.direction), name_of(spec.target), to_string(spec.tiles));
+      name_of(spec.dtype), spec.head_dim_qk, spec.head_dim_v, to_string(spec.mask), spec.return_lse,
+      name_of(spec.direction), name_of(spec.target), to_string(spec.tiles));
 }
 
 AttentionSpec parse_spec(std::string_view text) {
@@ -210,7 +227,9 @@ AttentionSpec parse_spec(std::string_view text) {
     const std::string_view key = word.substr(0, eq);
     const std::string_view value = word.substr(eq + 1);
     for (std::string_view previous : seen) {
-      if (previous == key) throw Error(fmt::format("spec: key '{}' is given twice", key));
+      if (previous == key) {
+        throw Error(fmt::format("spec: key '{}' is given twice; accepted: each key once", key));
+      }
     }
     seen.push_back(key);
     if (key == "dtype") {

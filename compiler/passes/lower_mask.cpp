@@ -22,9 +22,14 @@ Lowering lower_mask(const Lowering& in) {
   Lowering out = in;
   MaskLowering mask;
   switch (in.spec.mask.kind) {
-    case MaskKind::none: break;
-    case MaskKind::causal: mask.causal_by_index = true; break;
-    case MaskKind::sliding_window: mask.window_by_index = true; break;
+    case MaskKind::none:
+      break;
+    case MaskKind::causal:
+      mask.causal_by_index = true;
+      break;
+    case MaskKind::sliding_window:
+      mask.window_by_index = true;
+      break;
     case MaskKind::flashmask:
       mask.causal_by_index = in.spec.mask.causal;
       mask.vectors = flashmask_vectors(in.spec.mask);

@@ -23,8 +23,8 @@ Lowering plan_kernels(const Lowering& in) {
     constexpr int kWarpsPerBlock = 4;  // one warp per key block
     KernelDesc minmax;
     minmax.role = KernelRole::flashmask_minmax;
-    minmax.name = fmt::format("attnjit_flashmask_minmax_c{}_bn{}", spec.mask.columns,
-                              tiles.block_n);
+    minmax.name =
+        fmt::format("attnjit_flashmask_minmax_c{}_bn{}", spec.mask.columns, tiles.block_n);
     minmax.template_header = "attnjit/flashmask_minmax.cuh";
     minmax.threads = kWarpsPerBlock * 32;
     minmax.dynamic_smem_bytes = 0;

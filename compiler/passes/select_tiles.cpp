@@ -9,35 +9,47 @@
 namespace attnjit {
 namespace {
 
+// How much per-element mask work (and so how many registers) a kernel carries: causal by
+// index only, FlashMask vectors, or a runtime window.
+enum MaskCost { kIndexMask = 0, kVectorMask = 1, kWindowMask = 2 };
+
+MaskCost mask_cost(const MaskLowering& mask) {
+  if (mask.window_by_index) return kWindowMask;
+  return mask.vectors.empty() ? kIndexMask : kVectorMask;
+}
+
 struct Candidate {
   int head_dim, block_m, block_n, warps;
-  char q_mode;  // 'q': Q fragments in registers, 's': Q re-read from shared memory
+  char q_mode;     // 'q': Q fragments in registers, 's': Q re-read from shared memory
+  MaskCost up_to;  // the costliest mask this shape compiles for without spilling
 };
 
-// Preferred first; the first that fits the target's shared memory wins. Each warp owns
-// 16-row slabs of the CTA's rows. Two-slab warps (d = 32) read every K/V fragment once for
-// two MMAs. From d = 64 on, one-slab warps: a two-slab accumulator next to the scores does
-// not fit in 255 registers without spilling. At d = 128 a 128-key block with Q held in
-// registers measured fastest among spill-free shapes on an H100 (305 TFLOP/s against 247 for
-// 128x64 with Q in shared memory; docs/benchmarks/forward-d128.md). The narrower shapes fit
-// sm_80 with FlashMask staging and the ~99 KB of sm_86/sm_89.
-constexpr std::array<Candidate, 16> kCandidates{{
-    {32, 128, 128, 4, 's'},
-    {32, 128, 64, 4, 's'},
-    {64, 128, 128, 8, 'q'},
-    {64, 128, 64, 8, 'q'},
-    {64, 64, 64, 4, 'q'},
-    {96, 128, 64, 8, 'q'},
-    {96, 64, 64, 4, 'q'},
-    {128, 128, 128, 8, 'q'},
-    {128, 128, 64, 8, 'q'},
-    {128, 64, 64, 4, 'q'},
-    {192, 128, 64, 8, 's'},
-    {192, 64, 32, 4, 's'},
-    {256, 128, 64, 8, 's'},
-    {256, 128, 32, 8, 's'},
-    {256, 64, 32, 4, 's'},
-    {256, 32, 32, 2, 's'},
+// Preferred first; the first that fits the target's shared memory and the mask wins. Each
+// warp owns 16-row slabs of the CTA's rows. Two-slab warps (32 rows) read every K/V
+// fragment once for two MMAs, which an H100 rewards (d64: 318 TFLOP/s against 226 for
+// one-slab warps; d96: 327 against 239), so they are used wherever their accumulators fit
+// in 255 registers without spilling: the key block shrinks as the head dim grows and as the
+// mask needs more registers. d192/d256 use one-slab warps. The later shapes fit sm_80 with
+// FlashMask staging and the ~99 KB of sm_86/sm_89. Measurements: docs/benchmarks/.
+constexpr std::array<Candidate, 18> kCandidates{{
+    {32, 128, 128, 4, 's', kIndexMask},
+    {32, 128, 64, 4, 's', kWindowMask},
+    {64, 128, 96, 4, 's', kIndexMask},
+    {64, 128, 64, 4, 's', kWindowMask},
+    {64, 64, 64, 4, 'q', kWindowMask},
+    {96, 128, 64, 4, 's', kWindowMask},
+    {96, 128, 32, 4, 's', kWindowMask},
+    {96, 64, 64, 4, 'q', kWindowMask},
+    {128, 128, 48, 4, 's', kIndexMask},
+    {128, 128, 32, 4, 's', kWindowMask},
+    {128, 64, 64, 4, 'q', kWindowMask},
+    {192, 128, 64, 8, 's', kWindowMask},
+    {192, 128, 32, 8, 's', kWindowMask},
+    {192, 64, 32, 4, 's', kWindowMask},
+    {256, 128, 64, 8, 's', kWindowMask},
+    {256, 128, 32, 8, 's', kWindowMask},
+    {256, 64, 32, 4, 's', kWindowMask},
+    {256, 32, 32, 2, 's', kWindowMask},
 }};
 
 constexpr int kKvStages = 2;
@@ -74,9 +86,8 @@ void check_explicit(const TileShape& shape, int smem, const TargetInfo& target) 
   if (shape.block_m % shape.warps != 0 || (rows_per_warp != 16 && rows_per_warp != 32)) {
     throw_field_error("tiles block_m", value, "16 or 32 rows per warp (block_m = 16*W or 32*W)");
   }
-  if (shape.block_n != 16 && shape.block_n != 32 && shape.block_n != 64 &&
-      shape.block_n != 128) {
-    throw_field_error("tiles block_n", value, "16, 32, 64 or 128");
+  if (shape.block_n % 16 != 0 || shape.block_n < 16 || shape.block_n > 128) {
+    throw_field_error("tiles block_n", value, "a multiple of 16 from 16 to 128");
   }
   if (smem > target.max_dynamic_smem_bytes) {
     throw_field_error("tiles", value,
@@ -99,8 +110,9 @@ Lowering select_tiles(const Lowering& in) {
     out.tiles = make_config(shape.block_m, shape.block_n, shape.warps, shape.q_mode, smem);
     return out;
   }
+  const MaskCost cost = mask_cost(*in.mask);
   for (const Candidate& c : kCandidates) {
-    if (c.head_dim != spec.head_dim_qk) continue;
+    if (c.head_dim != spec.head_dim_qk || cost > c.up_to) continue;
     const int smem = smem_bytes(c.block_m, c.block_n, spec, *in.mask);
     if (smem > target.max_dynamic_smem_bytes) continue;
     out.tiles = make_config(c.block_m, c.block_n, c.warps, c.q_mode, smem);

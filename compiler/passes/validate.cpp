@@ -21,10 +21,10 @@ void check_head_dim(std::string_view field, int value) {
 void check_mask(const MaskSpec& mask) {
   if (mask.kind != MaskKind::flashmask) {
     if (mask.causal || mask.columns != 0) {
-      throw Error(fmt::format(
-          "mask: causal/columns are FlashMask arguments and do not apply to mask={}; "
-          "accepted: flashmask(causal=...,columns=...)",
-          name_of(mask.kind)));
+      throw Error(
+          fmt::format("mask: causal/columns are FlashMask arguments and do not apply to mask={}; "
+                      "accepted: flashmask(causal=...,columns=...)",
+                      name_of(mask.kind)));
     }
     return;
   }
@@ -48,7 +48,9 @@ void check_mask(const MaskSpec& mask) {
 
 Lowering validate(const Lowering& in) {
   const AttentionSpec& spec = in.spec;
-  check_head_dim("head_dim_qk", spec.head_dim_qk);
+  // Equal dims were most likely given as one `head_dim`; name what the user wrote.
+  check_head_dim(spec.head_dim_v == spec.head_dim_qk ? "head_dim" : "head_dim_qk",
+                 spec.head_dim_qk);
   if (spec.head_dim_v != 0) {
     check_head_dim("head_dim_v", spec.head_dim_v);
     if (spec.head_dim_v != spec.head_dim_qk) {

@@ -18,14 +18,14 @@ using Stream = void*;
 
 /// What ptxas reported for one compiled kernel.
 struct KernelReport {
-  std::string name;          ///< the kernel's entry point
-  std::string role;          ///< its place in the plan, e.g. "flashmask_minmax", "forward"
-  int registers = 0;         ///< registers per thread
-  int spill_bytes = 0;       ///< spill stores + spill loads
-  int stack_bytes = 0;       ///< stack frame
+  std::string name;     ///< the kernel's entry point
+  std::string role;     ///< its place in the plan, e.g. "flashmask_minmax", "forward"
+  int registers = 0;    ///< registers per thread
+  int spill_bytes = 0;  ///< spill stores + spill loads
+  int stack_bytes = 0;  ///< stack frame
   int static_smem_bytes = 0;
   int dynamic_smem_bytes = 0;
-  int threads = 0;           ///< threads per block
+  int threads = 0;  ///< threads per block
 };
 
 /// Where a compile() call found its kernels.
@@ -34,10 +34,10 @@ std::string_view name_of(CacheLevel level);
 
 /// What one compile() call did.
 struct CompileInfo {
-  std::string key;            ///< cache key of the spec's kernel set
-  std::string spec_text;      ///< canonical spec with the target resolved
+  std::string key;        ///< cache key of the spec's kernel set
+  std::string spec_text;  ///< canonical spec with the target resolved
   CacheLevel cache = CacheLevel::miss;
-  double compile_ms = 0.0;    ///< wall time of this call (lowering + lookup + NVRTC)
+  double compile_ms = 0.0;  ///< wall time of this call (lowering + lookup + NVRTC)
   std::vector<KernelReport> kernels;
 };
 
@@ -46,9 +46,14 @@ struct CompileOptions {
   bool no_disk_cache = false;
 };
 
+class Kernel;
+
 namespace detail {
 struct KernelSet;
-}
+/// What a kernel set computes: the planned attention kernels or the reference kernel.
+enum class SetKind { attention, reference };
+Kernel compile_set(SetKind kind, const AttentionSpec& spec, bool use_disk_cache);
+}  // namespace detail
 
 /// A compiled attention: immutable, cheap to copy, safe to share between threads.
 class Kernel {
@@ -65,8 +70,7 @@ class Kernel {
   std::vector<std::string> ptx() const;
 
  private:
-  friend Kernel compile(const AttentionSpec&, const CompileOptions&);
-  friend Kernel compile_reference(const AttentionSpec&);
+  friend Kernel detail::compile_set(detail::SetKind, const AttentionSpec&, bool);
   std::shared_ptr<const detail::KernelSet> set_;
   CompileInfo info_;
 };

@@ -33,10 +33,10 @@ struct ForwardSm80 {
   static constexpr int kStages = Config::kStages;
   static constexpr int kSlabs = kBlockM / (16 * kWarps);  // 16-row slabs per warp
   static constexpr int kWarpRows = 16 * kSlabs;
-  static constexpr int kNTiles = kBlockN / 8;             // n8 tiles of S
-  static constexpr int kKSteps = kHeadDim / 16;           // k16 steps of Q K^T
-  static constexpr int kDTiles = kHeadDim / 8;            // n8 tiles of O
-  static constexpr int kPvSteps = kBlockN / 16;           // k16 steps of P V
+  static constexpr int kNTiles = kBlockN / 8;    // n8 tiles of S
+  static constexpr int kKSteps = kHeadDim / 16;  // k16 steps of Q K^T
+  static constexpr int kDTiles = kHeadDim / 8;   // n8 tiles of O
+  static constexpr int kPvSteps = kBlockN / 16;  // k16 steps of P V
   static constexpr int kColumns = Mask::kColumns;
   static constexpr bool kQInRegisters = Config::kQInRegisters;
 
@@ -63,7 +63,6 @@ struct ForwardSm80 {
     const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest causal rows start first
     const int head = blockIdx.y;
     const int batch = blockIdx.z;
-    const int kv_head = head / (p.heads / p.kv_heads);
     const int thread = threadIdx.x;
     const int warp = thread / 32;
     const int lane = thread % 32;
@@ -76,22 +75,11 @@ struct ForwardSm80 {
     ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
     ms.window_left = p.window_left;
     ms.window_right = p.window_right;
-    ms.intervals = 0;
-    ms.minmax = 0;
-    if (Mask::kHasVectors) {
-      const int mask_head = head / (p.heads / p.mask_heads);
-      const long long bh = static_cast<long long>(batch) * p.mask_heads + mask_head;
-      const int num_key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
-      ms.intervals = p.intervals + bh * p.seqlen_k * kColumns;
-      ms.minmax = p.minmax + bh * num_key_blocks * 2 * kColumns;
-    }
+    ms.vector_row = Mask::kHasVectors ? batch * p.mask_heads + head / (p.heads / p.mask_heads) : 0;
+    ms.num_key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
 
     const u16* q_base = static_cast<const u16*>(p.q) + batch * p.q_batch_stride +
                         head * p.q_head_stride + ms.row_begin * p.q_row_stride;
-    const u16* k_base =
-        static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
-    const u16* v_base =
-        static_cast<const u16*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
 
     const u32 smem_q = smem_address(smem);
     const u32 smem_kv = smem_q + QTile::kBytes;
@@ -104,14 +92,14 @@ struct ForwardSm80 {
     // Prologue: Q and the first kStages-1 key blocks.
     load_tile_async<kBlockM, kHeadDim, kThreads>(smem_q, q_base, p.q_row_stride,
                                                  ms.row_end - ms.row_begin, thread);
-    int n_load = next_active(ms, n_end - 1, n_begin);
+    int n_load = next_active(ms, p, n_end - 1, n_begin);
     const int n_first = n_load;
 #pragma unroll
     for (int stage = 0; stage < kStages - 1; ++stage) {
       if (n_load >= n_begin) {
-        load_key_block(ms, k_base, v_base, p, n_load, smem_kv + stage * kStageBytes,
+        load_key_block(ms, p, n_load, smem_kv + stage * kStageBytes,
                        smem_vectors + stage * kVectorBytes, thread);
-        n_load = next_active(ms, n_load - 1, n_begin);
+        n_load = next_active(ms, p, n_load - 1, n_begin);
       }
       cp_async_commit();
     }
@@ -138,8 +126,9 @@ struct ForwardSm80 {
       for (int s = 0; s < kSlabs; ++s) {
 #pragma unroll
         for (int kk = 0; kk < kKSteps; ++kk) {
-          ldmatrix_x4(q_frag[s][kk], QTile::matrix_address(smem_q, QTile::lane_offset(lane % 16, lane / 16),
-                                                           warp_row + s * 16, kk * 2));
+          ldmatrix_x4(q_frag[s][kk],
+                      QTile::matrix_address(smem_q, QTile::lane_offset(lane % 16, lane / 16),
+                                            warp_row + s * 16, kk * 2));
         }
       }
     }
@@ -152,17 +141,17 @@ struct ForwardSm80 {
       __syncthreads();
       if (n_load >= n_begin) {
         const int stage = (it + kStages - 1) % kStages;
-        load_key_block(ms, k_base, v_base, p, n_load, smem_kv + stage * kStageBytes,
+        load_key_block(ms, p, n_load, smem_kv + stage * kStageBytes,
                        smem_vectors + stage * kVectorBytes, thread);
-        n_load = next_active(ms, n_load - 1, n_begin);
+        n_load = next_active(ms, p, n_load - 1, n_begin);
       }
       cp_async_commit();
 
       const int stage = it % kStages;
-      const int kind = Mask::template classify<kBlockN>(ms, n_compute);
-      compute_block(p, ms, smem_q, smem_kv + stage * kStageBytes, vectors + stage * kBlockN * kColumns,
-                    n_compute, kind, warp_row, lane);
-      n_compute = next_active(ms, n_compute - 1, n_begin);
+      const int kind = Mask::template classify<kBlockN>(ms, p, n_compute);
+      compute_block(p, ms, smem_q, smem_kv + stage * kStageBytes,
+                    vectors + stage * kBlockN * kColumns, n_compute, kind, warp_row, lane);
+      n_compute = next_active(ms, p, n_compute - 1, n_begin);
     }
 
     cp_async_wait<0>();
@@ -171,39 +160,48 @@ struct ForwardSm80 {
   }
 
   /// The highest key block <= from that is not skipped, or n_begin - 1.
-  __device__ __forceinline__ static int next_active(const MaskState& ms, int from, int n_begin) {
+  __device__ __forceinline__ static int next_active(const MaskState& ms, const FwdParams& p,
+                                                    int from, int n_begin) {
     if (!Mask::kHasVectors) return from;
     for (int n = from; n >= n_begin; --n) {
-      if (Mask::template classify<kBlockN>(ms, n) != kTileSkip) return n;
+      if (Mask::template classify<kBlockN>(ms, p, n) != kTileSkip) return n;
     }
     return n_begin - 1;
   }
 
   /// Issues the cp.async copies of key block n: K, V, and the block's FlashMask values.
-  __device__ __forceinline__ static void load_key_block(const MaskState& ms, const u16* k_base,
-                                                        const u16* v_base, const FwdParams& p,
+  /// The K/V bases of the CTA's (batch, kv head) are recomputed from the block indices on
+  /// every call (opaque, so not hoisted): two 64-bit bases held across the key loop would
+  /// take registers that the accumulators need.
+  __device__ __forceinline__ static void load_key_block(const MaskState& ms, const FwdParams& p,
                                                         int n, u32 smem_stage, u32 smem_vectors,
                                                         int thread) {
+    const int batch = static_cast<int>(opaque(static_cast<u32>(blockIdx.z)));
+    const int kv_head =
+        static_cast<int>(opaque(static_cast<u32>(blockIdx.y))) / (p.heads / p.kv_heads);
+    const u16* k_base =
+        static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
+    const u16* v_base =
+        static_cast<const u16*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
     const int key0 = n * kBlockN;
     const int valid = min(kBlockN, ms.seqlen_k - key0);
     load_tile_async<kBlockN, kHeadDim, kThreads>(smem_stage, k_base + key0 * p.k_row_stride,
                                                  p.k_row_stride, valid, thread);
-    load_tile_async<kBlockN, kHeadDim, kThreads>(smem_stage + KvTile::kBytes,
-                                                 v_base + key0 * p.v_row_stride, p.v_row_stride,
-                                                 valid, thread);
+    load_tile_async<kBlockN, kHeadDim, kThreads>(
+        smem_stage + KvTile::kBytes, v_base + key0 * p.v_row_stride, p.v_row_stride, valid, thread);
     if (Mask::kHasVectors) {
-      const int* src = ms.intervals + static_cast<long long>(key0) * kColumns;
+      const int* src = interval_values<kColumns>(p, ms, key0);
       for (int i = thread; i < kBlockN * kColumns; i += kThreads) {
         const bool in_range = i < valid * kColumns;
-        cp_async_4(smem_vectors + i * 4, in_range ? src + i : ms.intervals, in_range ? 4 : 0);
+        cp_async_4(smem_vectors + i * 4, in_range ? src + i : p.intervals, in_range ? 4 : 0);
       }
     }
   }
 
   /// S = Q K^T, mask, online softmax, O += P V for one key block.
-  __device__ __forceinline__ void compute_block(const FwdParams& p, const MaskState& ms,
-                                                u32 smem_q, u32 smem_k, const int* vectors,
-                                                int n_block, int kind, int warp_row, int lane) {
+  __device__ __forceinline__ void compute_block(const FwdParams& p, const MaskState& ms, u32 smem_q,
+                                                u32 smem_k, const int* vectors, int n_block,
+                                                int kind, int warp_row, int lane) {
     const u32 smem_v = smem_k + KvTile::kBytes;
     // Per-lane parts of the ldmatrix addresses (see SmemTile::matrix_address).
     const u32 q_lane = opaque(QTile::lane_offset(lane % 16, lane / 16));
@@ -226,7 +224,8 @@ struct ForwardSm80 {
       for (int s = 0; s < kSlabs; ++s) {
         if (kQInRegisters) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) a[s][e] = q_frag[kQInRegisters ? s : 0][kQInRegisters ? kk : 0][e];
+          for (int e = 0; e < 4; ++e)
+            a[s][e] = q_frag[kQInRegisters ? s : 0][kQInRegisters ? kk : 0][e];
         } else {
           ldmatrix_x4(a[s], QTile::matrix_address(smem_q, q_lane, warp_row + s * 16, kk * 2));
         }
@@ -290,7 +289,8 @@ struct ForwardSm80 {
         for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            const float p_value = exp2_approx(fmaf(acc_s[s][nt][2 * r + c], p.scale_log2, -max_scaled));
+            const float p_value =
+                exp2_approx(fmaf(acc_s[s][nt][2 * r + c], p.scale_log2, -max_scaled));
             acc_s[s][nt][2 * r + c] = p_value;
             sum += p_value;
           }
@@ -332,8 +332,8 @@ struct ForwardSm80 {
   /// O = acc / rowsum (0 for rows with nothing visible), LSE, and 16-byte stores of O
   /// staged through the warp's own rows of the Q tile.
   __device__ __forceinline__ void epilogue(const FwdParams& p, const MaskState& ms,
-                                           unsigned char* smem, int head, int batch,
-                                           int warp_row, int lane) {
+                                           unsigned char* smem, int head, int batch, int warp_row,
+                                           int lane) {
     const int g = lane / 4;
     const int t = lane % 4;
 #pragma unroll
@@ -350,9 +350,9 @@ struct ForwardSm80 {
         if (Config::kReturnLse && t == 0) {
           const int row = ms.row_begin + warp_row + s * 16 + r * 8 + g;
           if (row < ms.seqlen_q) {
-            const float lse = sum > 0.f
-                                  ? (row_max[s][r] * p.scale_log2 + log2_approx(sum)) * 0.69314718056f
-                                  : negative_infinity();
+            const float lse =
+                sum > 0.f ? (row_max[s][r] * p.scale_log2 + log2_approx(sum)) * 0.69314718056f
+                          : negative_infinity();
             p.lse[batch * p.lse_batch_stride + head * p.lse_head_stride + row] = lse;
           }
         }

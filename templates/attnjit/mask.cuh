@@ -9,6 +9,7 @@
 // reads as Sq and an absent UTS as 0.
 #pragma once
 
+#include "attnjit/params.cuh"
 #include "attnjit/primitives.cuh"
 
 namespace attnjit {
@@ -18,12 +19,23 @@ enum TileKind { kTileSkip = 0, kTilePartial = 1, kTileFull = 2 };
 /// What one CTA knows about the mask: its rows and the runtime mask data of its (b, head).
 struct MaskState {
   int seqlen_q, seqlen_k;
-  int diagonal;              ///< Sk - Sq: the causal diagonal of row i is key i + diagonal
-  int row_begin, row_end;    ///< this CTA's rows, row_end clamped to Sq
+  int diagonal;            ///< Sk - Sq: the causal diagonal of row i is key i + diagonal
+  int row_begin, row_end;  ///< this CTA's rows, row_end clamped to Sq
   int window_left, window_right;
-  const int* intervals;      ///< startend_row_indices of (b, mask head): [Sk, C]
-  const int* minmax;         ///< key-block min/max of (b, mask head): [num_blocks, 2*C]
+  /// FlashMask: row b * mask_heads + mask head of startend_row_indices [B * Hm, Sk, C] and
+  /// of the min/max tables [B * Hm, num_key_blocks, 2 * C]. An index, not pointers: the
+  /// pointers are formed where used, so no 64-bit value is held across the key loop.
+  int vector_row;
+  int num_key_blocks;
 };
+
+/// Start of the FlashMask values of key column `key` for the CTA's (batch, mask head).
+template <int kColumns>
+__device__ __forceinline__ const int* interval_values(const FwdParams& p, const MaskState& s,
+                                                      int key) {
+  const long long row = static_cast<int>(opaque(static_cast<u32>(s.vector_row)));
+  return p.intervals + (row * s.seqlen_k + key) * kColumns;
+}
 
 template <bool kCausal, bool kWindow, int kLts, int kLte, int kUts, int kUte>
 struct MaskPolicy {
@@ -51,7 +63,7 @@ struct MaskPolicy {
 
   /// Skip (every element masked: no load, no MMA), partial (element rule needed) or full.
   template <int kBlockN>
-  __device__ static int classify(const MaskState& s, int n_block) {
+  __device__ static int classify(const MaskState& s, const FwdParams& p, int n_block) {
     const int col_begin = n_block * kBlockN;
     const int col_last = min(col_begin + kBlockN, s.seqlen_k) - 1;
     bool partial = col_begin + kBlockN > s.seqlen_k;
@@ -61,7 +73,11 @@ struct MaskPolicy {
       if (s.window_left >= 0) partial |= col_begin < s.row_end - 1 + s.diagonal - s.window_left;
     }
     if (kHasVectors) {
-      const int* mm = s.minmax + n_block * 2 * kColumns;
+      const long long block =
+          static_cast<long long>(static_cast<int>(opaque(static_cast<u32>(s.vector_row)))) *
+              s.num_key_blocks +
+          n_block;
+      const int* mm = p.minmax + block * 2 * kColumns;
       if (kHasLower) {
         const int start_min = mm[2 * kLts], start_max = mm[2 * kLts + 1];
         const int end_min = kLte >= 0 ? mm[2 * kLte] : s.seqlen_q;

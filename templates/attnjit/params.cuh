@@ -7,11 +7,11 @@ namespace attnjit {
 
 /// Arguments of the forward kernel. Strides are in elements; the last dim is contiguous.
 struct FwdParams {
-  const void* q;  ///< [B, Sq, H, D]
-  const void* k;  ///< [B, Sk, Hkv, D]
-  const void* v;  ///< [B, Sk, Hkv, Dv]
-  void* o;        ///< [B, Sq, H, Dv]
-  float* lse;     ///< [B, H, Sq] (natural log); written only when the spec returns it
+  const void* q;         ///< [B, Sq, H, D]
+  const void* k;         ///< [B, Sk, Hkv, D]
+  const void* v;         ///< [B, Sk, Hkv, Dv]
+  void* o;               ///< [B, Sq, H, Dv]
+  float* lse;            ///< [B, H, Sq] (natural log); written only when the spec returns it
   const int* intervals;  ///< startend_row_indices [B, Hm, Sk, C]; flashmask only
   const int* minmax;     ///< per key block min/max [B, Hm, ceil(Sk/block_n), 2*C]
   long long q_batch_stride, q_row_stride, q_head_stride;

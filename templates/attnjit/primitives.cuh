@@ -100,11 +100,12 @@ __device__ __forceinline__ void cp_async_16(u32 dst, const void* src, int src_by
 
 /// 4-byte global -> shared copy; zero-filled when src_bytes is 0.
 __device__ __forceinline__ void cp_async_4(u32 dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src),
-               "r"(src_bytes));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;");
+}
 
 /// Waits until at most `kPending` committed groups are still in flight.
 template <int kPending>
@@ -148,6 +149,8 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-__device__ __forceinline__ float negative_infinity() { return __int_as_float(0xff800000); }
+__device__ __forceinline__ float negative_infinity() {
+  return __int_as_float(0xff800000);
+}
 
 }  // namespace attnjit

@@ -65,12 +65,12 @@ __device__ __forceinline__ void reference_attention(const FwdParams& p) {
   const int mask_head = kMask == kRefFlashmask ? head / (p.heads / p.mask_heads) : 0;
   const int* column_values =
       kMask == kRefFlashmask
-          ? p.intervals + (static_cast<long long>(batch) * p.mask_heads + mask_head) *
-                              p.seqlen_k * kColumns
+          ? p.intervals +
+                (static_cast<long long>(batch) * p.mask_heads + mask_head) * p.seqlen_k * kColumns
           : 0;
 
-  const u16* q = static_cast<const u16*>(p.q) + batch * p.q_batch_stride +
-                 head * p.q_head_stride + row * p.q_row_stride;
+  const u16* q = static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
+                 row * p.q_row_stride;
   const u16* k =
       static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
   const u16* v =

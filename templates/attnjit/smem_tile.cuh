@@ -14,8 +14,8 @@ template <int kRows, int kCols>
 struct SmemTile {
   static_assert(kCols % 32 == 0, "tile width must be a multiple of 32 elements");
   static constexpr int kPanelCols = kCols % 64 == 0 ? 64 : 32;
-  static constexpr int kChunksPerPanel = kPanelCols / 8;       // 16-byte chunks per panel row
-  static constexpr int kChunks = kCols / 8;                    // 16-byte chunks per row
+  static constexpr int kChunksPerPanel = kPanelCols / 8;  // 16-byte chunks per panel row
+  static constexpr int kChunks = kCols / 8;               // 16-byte chunks per row
   static constexpr int kPanelBytes = kRows * kPanelCols * 2;
   static constexpr int kBytes = kRows * kCols * 2;
 
@@ -59,8 +59,7 @@ struct SmemTile {
 /// that out-of-range keys and queries never feed garbage (or NaN) into the MMAs.
 template <int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void load_tile_async(u32 smem_base, const u16* global,
-                                                long long row_stride, int valid_rows,
-                                                int thread) {
+                                                long long row_stride, int valid_rows, int thread) {
   typedef SmemTile<kRows, kCols> Tile;
   constexpr int kTotal = kRows * Tile::kChunks;
   // Called inside the key-block loop: opaque inputs keep the per-copy address terms from

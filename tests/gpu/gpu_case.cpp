@@ -26,7 +26,8 @@ DeviceTensor make_tensor(DType dtype, int b, int s, int h, int d, bool padded) {
   const std::int64_t head_stride = d;
   const std::int64_t row_stride = static_cast<std::int64_t>(h) * d + (padded ? 24 : 0);
   const std::int64_t batch_stride = s * row_stride + (padded ? 40 : 0);
-  const std::size_t elements = static_cast<std::size_t>(std::max<std::int64_t>(b * batch_stride, 1));
+  const std::size_t elements =
+      static_cast<std::size_t>(std::max<std::int64_t>(b * batch_stride, 1));
   DeviceTensor t{runtime::DeviceBuffer(elements * 2), {}};
   t.buffer.fill_bytes(kPoison);
   t.view.data = t.buffer.data();
@@ -93,18 +94,22 @@ std::vector<float> random_values(std::size_t count, DType dtype, std::mt19937_64
 }  // namespace
 
 std::string Case::describe() const {
-  return fmt::format("{} | B={} H={} Hkv={} Sq={} Sk={} window=({},{}) mask_heads={} padded={} seed={}",
-                     to_string(spec), batch, heads, kv_heads, seqlen_q, seqlen_k, window_left,
-                     window_right, intervals ? intervals->heads : 0, padded_strides, seed);
+  return fmt::format(
+      "{} | B={} H={} Hkv={} Sq={} Sk={} window=({},{}) mask_heads={} padded={} seed={}",
+      to_string(spec), batch, heads, kv_heads, seqlen_q, seqlen_k, window_left, window_right,
+      intervals ? intervals->heads : 0, padded_strides, seed);
 }
 
 Inputs make_inputs(const Case& c) {
   std::mt19937_64 rng(c.seed);
   Inputs in;
   const std::size_t dq = c.spec.head_dim_qk, dv = c.spec.head_dim_v;
-  in.q = random_values(static_cast<std::size_t>(c.batch) * c.seqlen_q * c.heads * dq, c.spec.dtype, rng);
-  in.k = random_values(static_cast<std::size_t>(c.batch) * c.seqlen_k * c.kv_heads * dq, c.spec.dtype, rng);
-  in.v = random_values(static_cast<std::size_t>(c.batch) * c.seqlen_k * c.kv_heads * dv, c.spec.dtype, rng);
+  in.q = random_values(static_cast<std::size_t>(c.batch) * c.seqlen_q * c.heads * dq, c.spec.dtype,
+                       rng);
+  in.k = random_values(static_cast<std::size_t>(c.batch) * c.seqlen_k * c.kv_heads * dq,
+                       c.spec.dtype, rng);
+  in.v = random_values(static_cast<std::size_t>(c.batch) * c.seqlen_k * c.kv_heads * dv,
+                       c.spec.dtype, rng);
   return in;
 }
 

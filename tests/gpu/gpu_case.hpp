@@ -27,8 +27,8 @@ struct Case {
 
 /// What the GPU produced, converted to float.
 struct Outputs {
-  std::vector<float> out;  ///< [B, Sq, H, Dv]
-  std::vector<float> lse;  ///< [B, H, Sq]
+  std::vector<float> out;      ///< [B, Sq, H, Dv]
+  std::vector<float> lse;      ///< [B, H, Sq]
   bool padding_intact = true;  ///< no byte of o's padding was written
 };
 

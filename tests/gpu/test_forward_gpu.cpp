@@ -100,7 +100,8 @@ TEST_CASE("forward is deterministic", "[gpu][forward]") {
 }
 
 TEST_CASE("the GPU reference kernel agrees with the CPU reference", "[gpu][reference]") {
-  for (MaskSpec mask : {MaskSpec{MaskKind::causal, false, 0}, MaskSpec{MaskKind::flashmask, false, 4}}) {
+  for (MaskSpec mask :
+       {MaskSpec{MaskKind::causal, false, 0}, MaskSpec{MaskKind::flashmask, false, 4}}) {
     Case c = base_case(mask, 64);
     c.batch = 1;
     c.heads = 4;
@@ -128,8 +129,10 @@ TEST_CASE("large problems match the GPU reference kernel", "[gpu][forward][large
     MaskSpec mask;
     int seqlen;
   };
-  for (const Large& l : {Large{{MaskKind::none, false, 0}, 2000}, Large{{MaskKind::causal, false, 0}, 3001},
-                         Large{{MaskKind::flashmask, true, 1}, 4099}, Large{{MaskKind::flashmask, false, 2}, 2500}}) {
+  for (const Large& l :
+       {Large{{MaskKind::none, false, 0}, 2000}, Large{{MaskKind::causal, false, 0}, 3001},
+        Large{{MaskKind::flashmask, true, 1}, 4099},
+        Large{{MaskKind::flashmask, false, 2}, 2500}}) {
     Case c = base_case(l.mask, 128);
     c.batch = 1;
     c.heads = 4;

@@ -1,0 +1,66 @@
+// Generated sources: what each kernel's translation unit binds.
+#include <catch2/catch.hpp>
+
+#include "compiler/codegen/emit.hpp"
+#include "compiler/passes/pipeline.hpp"
+
+using namespace attnjit;
+
+namespace {
+
+std::string forward_source(const char* text) {
+  const Lowering ir = lower(parse_spec(text));
+  return emit_kernel(ir, *ir.plan->find(KernelRole::forward));
+}
+
+}  // namespace
+
+TEST_CASE("the forward TU binds constants and the mask policy", "[emit]") {
+  const std::string src =
+      forward_source("dtype=fp16 head_dim=96 mask=causal return_lse=true target=sm_80");
+  CHECK_THAT(src, Catch::Contains("#include \"attnjit/fwd_sm80.cuh\""));
+  CHECK_THAT(src, Catch::Contains("typedef attnjit::fp16 Element;"));
+  CHECK_THAT(src, Catch::Contains("static constexpr int kHeadDimQK = 96;"));
+  CHECK_THAT(src, Catch::Contains("static constexpr bool kReturnLse = true;"));
+  CHECK_THAT(
+      src, Catch::Contains("attnjit::MaskPolicy</*kCausal=*/true, /*kWindow=*/false, /*kLts=*/-1"));
+  CHECK_THAT(src,
+             Catch::Contains("attnjit_fwd_fp16_d96_causal_lse(const attnjit::FwdParams params)"));
+  CHECK_THAT(src,
+             Catch::Contains("static_assert(attnjit::ForwardSm80<Config, Mask>::kSmemBytes =="));
+}
+
+TEST_CASE("FlashMask vectors map to the policy's columns", "[emit]") {
+  CHECK_THAT(
+      forward_source("dtype=bf16 head_dim=64 mask=flashmask(causal=false,columns=2) target=sm_90"),
+      Catch::Contains("/*kLts=*/0, /*kLte=*/-1,") && Catch::Contains("/*kUts=*/-1, /*kUte=*/1>"));
+  CHECK_THAT(
+      forward_source("dtype=bf16 head_dim=64 mask=flashmask(causal=false,columns=4) target=sm_90"),
+      Catch::Contains("/*kLts=*/0, /*kLte=*/1,") && Catch::Contains("/*kUts=*/2, /*kUte=*/3>"));
+  CHECK_THAT(
+      forward_source("dtype=bf16 head_dim=64 mask=flashmask(causal=true,columns=2) target=sm_90"),
+      Catch::Contains("/*kCausal=*/true") && Catch::Contains("/*kLts=*/0, /*kLte=*/1,"));
+}
+
+TEST_CASE("the min/max TU instantiates the preprocessing kernel", "[emit]") {
+  const Lowering ir = lower(
+      parse_spec("dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1) target=sm_90"));
+  const KernelDesc& minmax = *ir.plan->find(KernelRole::flashmask_minmax);
+  const std::string src = emit_kernel(ir, minmax);
+  CHECK_THAT(src, Catch::Contains("#include \"attnjit/flashmask_minmax.cuh\""));
+  CHECK_THAT(src, Catch::Contains("attnjit::flashmask_minmax</*kColumns=*/1, /*kBlockN=*/" +
+                                  std::to_string(ir.tiles->block_n) + ">(params);"));
+}
+
+TEST_CASE("emission is deterministic", "[emit]") {
+  const char* text = "dtype=bf16 head_dim=128 mask=flashmask(causal=false,columns=4) target=sm_90";
+  CHECK(forward_source(text) == forward_source(text));
+}
+
+TEST_CASE("the reference kernel evaluates the same mask", "[emit]") {
+  const ReferenceKernel ref = emit_reference_kernel(
+      parse_spec("dtype=bf16 head_dim=64 mask=flashmask(causal=true,columns=2)"));
+  CHECK(ref.name == "attnjit_reference_bf16_d64_flashmask_causal_c2");
+  CHECK_THAT(ref.source, Catch::Contains("/*kMask=*/3, /*kFlashCausal=*/true,"));
+  CHECK_THAT(ref.source, Catch::Contains("/*kColumns=*/2"));
+}

@@ -1,0 +1,128 @@
+// Kernel::forward rejects bad tensors with an Error naming the field before touching the
+// device. Uses fake device pointers: nothing is launched.
+#include <catch2/catch.hpp>
+
+#include "attnjit/error.hpp"
+#include "attnjit/jit.hpp"
+#include "runtime/driver.hpp"
+
+using namespace attnjit;
+
+namespace {
+
+void* fake(std::uintptr_t address) {
+  return reinterpret_cast<void*>(address);
+}
+
+jit::Kernel compiled(const char* text) {
+  jit::CompileOptions options;
+  options.no_disk_cache = true;
+  return jit::compile(parse_spec(text), options);
+}
+
+ForwardArgs good_args(int d = 64, int heads = 4, int kv_heads = 2) {
+  ForwardArgs a;
+  a.q = contiguous_view(fake(0x10000), ScalarType::bf16, {2, 100, heads, d});
+  a.k = contiguous_view(fake(0x20000), ScalarType::bf16, {2, 120, kv_heads, d});
+  a.v = contiguous_view(fake(0x30000), ScalarType::bf16, {2, 120, kv_heads, d});
+  a.o = contiguous_view(fake(0x40000), ScalarType::bf16, {2, 100, heads, d});
+  return a;
+}
+
+std::string error_of(const jit::Kernel& kernel, const ForwardArgs& args) {
+  try {
+    kernel.forward(args);
+  } catch (const Error& error) {
+    return error.what();
+  } catch (const DeviceError& error) {
+    return std::string("device: ") + error.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("forward names the bad tensor field", "[runtime][args]") {
+  const jit::Kernel kernel = compiled("dtype=bf16 head_dim=64 mask=causal target=sm_80");
+  ForwardArgs a = good_args();
+
+  a.q.dtype = ScalarType::fp16;
+  CHECK_THAT(error_of(kernel, a), Catch::Contains("q.dtype: got 'fp16'; accepted: bf16"));
+  a = good_args();
+  a.k.rank = 3;
+  CHECK_THAT(error_of(kernel, a), Catch::Contains("k.rank: got '3'; accepted: 4"));
+  a = good_args();
+  a.v.shape[3] = 32;
+  CHECK_THAT(error_of(kernel, a), Catch::Contains("v.shape[3]: got '32'; accepted: 64"));
+  a = good_args();
+  a.o.stride[3] = 2;
+  CHECK_THAT(error_of(kernel, a), Catch::Contains("o.stride[3]: got '2'; accepted: 1"));
+  a = good_args();
+  a.q.stride[1] = 4 * 64 + 4;
+  CHECK_THAT(error_of(kernel, a),
+             Catch::Contains("q.stride[1]: got '260'; accepted: a non-negative multiple of 8"));
+  a = good_args();
+  a.k.data = fake(0x20008);
+  CHECK_THAT(error_of(kernel, a), Catch::Contains("k.data") && Catch::Contains("16-byte aligned"));
+  a = good_args();
+  a.q.data = nullptr;
+  CHECK_THAT(error_of(kernel, a), Catch::Contains("q: data is null"));
+  a = good_args();
+  a.k.shape[0] = 3;
+  CHECK_THAT(error_of(kernel, a), Catch::Contains("k.shape[0]: got '3'; accepted: 2 (batch of q)"));
+  a = good_args(64, 4, 3);
+  CHECK_THAT(error_of(kernel, a),
+             Catch::Contains("k.shape[2] (kv heads): got '3'; accepted: a divisor of the 4"));
+  a = good_args();
+  a.o.shape[1] = 99;
+  CHECK_THAT(error_of(kernel, a),
+             Catch::Contains("o.shape[1]: got '99'; accepted: 100 (seqlen of q)"));
+  a = good_args();
+  a.window_left = 16;
+  CHECK_THAT(error_of(kernel, a), Catch::Contains("apply to mask=sliding_window only"));
+  a = good_args();
+  a.softmax_scale = -1.f;
+  CHECK_THAT(error_of(kernel, a), Catch::Contains("softmax_scale: got '-1'"));
+  a = good_args();
+  a.lse = contiguous_view(fake(0x50000), ScalarType::fp32, {2, 4, 100});
+  CHECK_THAT(error_of(kernel, a), Catch::Contains("lse: given, but the spec has return_lse=false"));
+  a = good_args();
+  a.startend_row_indices = contiguous_view(fake(0x60000), ScalarType::int32, {2, 1, 120, 1});
+  CHECK_THAT(error_of(kernel, a),
+             Catch::Contains("startend_row_indices: given, but mask=causal reads no vectors"));
+}
+
+TEST_CASE("forward checks lse and the FlashMask vectors", "[runtime][args]") {
+  const jit::Kernel kernel = compiled(
+      "dtype=bf16 head_dim=64 mask=flashmask(causal=false,columns=2) return_lse=true target=sm_80");
+  ForwardArgs a = good_args();
+  a.startend_row_indices = contiguous_view(fake(0x60000), ScalarType::int32, {2, 2, 120, 2});
+  CHECK_THAT(error_of(kernel, a), Catch::Contains("lse: missing"));
+  a.lse = contiguous_view(fake(0x50000), ScalarType::fp32, {2, 4, 99});
+  CHECK_THAT(error_of(kernel, a), Catch::Contains("lse.shape[2]: got '99'; accepted: 100"));
+  a.lse = contiguous_view(fake(0x50000), ScalarType::fp32, {2, 4, 100});
+
+  ForwardArgs b = a;
+  b.startend_row_indices = {};
+  CHECK_THAT(error_of(kernel, b), Catch::Contains("startend_row_indices: missing"));
+  b = a;
+  b.startend_row_indices = contiguous_view(fake(0x60000), ScalarType::int32, {2, 2, 120, 4});
+  CHECK_THAT(error_of(kernel, b),
+             Catch::Contains("startend_row_indices.shape[3]: got '4'; accepted: 2"));
+  b = a;
+  b.startend_row_indices = contiguous_view(fake(0x60000), ScalarType::int32, {2, 3, 120, 2});
+  CHECK_THAT(error_of(kernel, b), Catch::Contains("(mask heads): got '3'; accepted: 1 or 2"));
+  b = a;
+  b.startend_row_indices.dtype = ScalarType::fp32;
+  CHECK_THAT(error_of(kernel, b),
+             Catch::Contains("startend_row_indices.dtype: got 'fp32'; accepted: int32"));
+  b = a;
+  b.startend_row_indices.stride[2] = 4;
+  CHECK_THAT(error_of(kernel, b),
+             Catch::Contains("startend_row_indices.stride[2]: got '4'; accepted: 2"));
+
+  if (!runtime::driver_available()) {
+    // Valid arguments get as far as the device, which this machine does not have.
+    CHECK_THAT(error_of(kernel, a), Catch::Contains("device: no CUDA driver"));
+  }
+}

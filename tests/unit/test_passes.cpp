@@ -1,0 +1,168 @@
+// Each lowering pass on its own, and the pipeline's print-after-pass hook.
+#include <catch2/catch.hpp>
+
+#include "attnjit/error.hpp"
+#include "compiler/passes/passes.hpp"
+#include "compiler/passes/pipeline.hpp"
+
+using namespace attnjit;
+
+namespace {
+
+Lowering ir_of(const char* text) {
+  return Lowering{parse_spec(text)};
+}
+
+std::string validation_error(const char* text) {
+  try {
+    validate(ir_of(text));
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("validate rejects what attnjit cannot compile", "[pass]") {
+  CHECK_NOTHROW(validate(ir_of("dtype=bf16 head_dim=128 mask=causal")));
+  CHECK_THAT(validation_error("dtype=bf16 head_dim=100"),
+             Catch::Contains("head_dim: got '100'; accepted: 32, 64, 96, 128, 192, 256"));
+  CHECK_THAT(validation_error("dtype=bf16 head_dim_qk=128 head_dim_v=64"),
+             Catch::Contains("head_dim_v: got '64'; accepted: equal to head_dim_qk (128)"));
+  CHECK_THAT(validation_error("dtype=bf16 head_dim=128 mask=flashmask(causal=false,columns=3)"),
+             Catch::Contains("flashmask columns: got '3'; accepted: 1, 2, 4"));
+  CHECK_THAT(validation_error("dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=4)"),
+             Catch::Contains("4 columns need causal=false"));
+  CHECK_THAT(validation_error("dtype=bf16 head_dim=128 mask=flashmask(causal=false,columns=1)"),
+             Catch::Contains("1 column needs causal=true"));
+  Lowering bad = ir_of("dtype=bf16 head_dim=128 mask=causal");
+  bad.spec.mask.columns = 2;
+  CHECK_THROWS_WITH(validate(bad), Catch::Contains("do not apply to mask=causal"));
+}
+
+TEST_CASE("canonicalize fills head_dim_v", "[pass]") {
+  AttentionSpec spec = parse_spec("dtype=bf16 head_dim=64");
+  spec.head_dim_v = 0;
+  CHECK(canonicalize(Lowering{spec}).spec.head_dim_v == 64);
+  CHECK(canonical_spec(spec) == parse_spec("dtype=bf16 head_dim=64"));
+}
+
+TEST_CASE("lower_mask maps each mask to index arithmetic or vectors", "[pass]") {
+  using V = IntervalVector;
+  auto lowered = [](const char* mask) {
+    return *lower_mask(ir_of((std::string("dtype=bf16 head_dim=64 mask=") + mask).c_str())).mask;
+  };
+  CHECK(lowered("none") == MaskLowering{});
+  CHECK(lowered("causal").causal_by_index);
+  CHECK(lowered("sliding_window").window_by_index);
+  const MaskLowering c1 = lowered("flashmask(causal=true,columns=1)");
+  CHECK(c1.causal_by_index);
+  CHECK(c1.vectors == std::vector<V>{V::lts});
+  CHECK(c1.needs_minmax);
+  CHECK(lowered("flashmask(causal=true,columns=2)").vectors == std::vector<V>{V::lts, V::lte});
+  const MaskLowering c2 = lowered("flashmask(causal=false,columns=2)");
+  CHECK(!c2.causal_by_index);
+  CHECK(c2.vectors == std::vector<V>{V::lts, V::ute});
+  CHECK(lowered("flashmask(causal=false,columns=4)").vectors ==
+        std::vector<V>{V::lts, V::lte, V::uts, V::ute});
+}
+
+TEST_CASE("select_target needs a resolved arch and knows its shared memory", "[pass]") {
+  CHECK_THROWS_WITH(select_target(ir_of("dtype=bf16 head_dim=64")),
+                    Catch::Contains("target: got 'auto'"));
+  CHECK(
+      select_target(ir_of("dtype=bf16 head_dim=64 target=sm_90")).target->max_dynamic_smem_bytes ==
+      232448);
+  CHECK(
+      select_target(ir_of("dtype=bf16 head_dim=64 target=sm_80")).target->max_dynamic_smem_bytes ==
+      166912);
+  CHECK(
+      select_target(ir_of("dtype=bf16 head_dim=64 target=sm_86")).target->max_dynamic_smem_bytes ==
+      101376);
+  CHECK(select_target(ir_of("dtype=bf16 head_dim=64 target=sm_90a")).target->family ==
+        KernelFamily::sm80);
+}
+
+TEST_CASE("select_tiles fits every head dim into every target", "[pass]") {
+  for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90"}) {
+    for (int d : {32, 64, 96, 128, 192, 256}) {
+      for (const char* mask : {"none", "flashmask(causal=false,columns=4)"}) {
+        const std::string text =
+            "dtype=bf16 head_dim=" + std::to_string(d) + " mask=" + mask + " target=" + arch;
+        INFO(text);
+        const Lowering ir = lower(parse_spec(text));
+        const TileConfig& t = *ir.tiles;
+        CHECK(t.smem_bytes <= ir.target->max_dynamic_smem_bytes);
+        CHECK(t.block_m % (16 * t.warps) == 0);
+        CHECK((t.rows_per_warp() == 16 || t.rows_per_warp() == 32));
+        CHECK(t.block_n % 16 == 0);
+        CHECK(t.kv_stages >= 2);
+      }
+    }
+  }
+  // Two-slab warps at d128; the key block shrinks where the mask needs more registers.
+  const Lowering plain = lower(parse_spec("dtype=bf16 head_dim=128 mask=causal target=sm_90"));
+  CHECK(plain.tiles->block_m == 128);
+  CHECK(plain.tiles->block_n == 48);
+  CHECK(plain.tiles->warps == 4);
+  CHECK(plain.tiles->rows_per_warp() == 32);
+  CHECK(!plain.tiles->q_in_registers);
+  const Lowering vectors = lower(
+      parse_spec("dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1) target=sm_90"));
+  CHECK(vectors.tiles->block_n == 32);
+  const Lowering window =
+      lower(parse_spec("dtype=bf16 head_dim=64 mask=sliding_window target=sm_90"));
+  CHECK(window.tiles->block_n == 64);
+  CHECK(lower(parse_spec("dtype=bf16 head_dim=64 mask=none target=sm_90")).tiles->block_n == 96);
+}
+
+TEST_CASE("select_tiles honours and checks an explicit shape", "[pass]") {
+  const Lowering ir = lower(parse_spec("dtype=bf16 head_dim=128 target=sm_90 tiles=128x32x4s"));
+  CHECK(ir.tiles->block_m == 128);
+  CHECK(ir.tiles->block_n == 32);
+  CHECK(ir.tiles->warps == 4);
+  CHECK(!ir.tiles->q_in_registers);
+  CHECK(ir.tiles->smem_bytes == (128 * 128 + 2 * 32 * 256) * 2);
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 target=sm_90 tiles=128x64x3")),
+                    Catch::Contains("tiles warps"));
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 target=sm_90 tiles=256x64x4")),
+                    Catch::Contains("16 or 32 rows per warp"));
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 target=sm_90 tiles=128x40x8")),
+                    Catch::Contains("a multiple of 16 from 16 to 128"));
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=256 target=sm_86 tiles=128x128x8")),
+                    Catch::Contains("fits sm_86's 101376 bytes"));
+}
+
+TEST_CASE("plan_kernels lists the min/max kernel first, for FlashMask only", "[pass]") {
+  const Lowering causal = lower(parse_spec("dtype=bf16 head_dim=128 mask=causal target=sm_90"));
+  REQUIRE(causal.plan->kernels.size() == 1);
+  CHECK(causal.plan->kernels[0].name == "attnjit_fwd_bf16_d128_causal");
+  CHECK(causal.plan->kernels[0].threads == causal.tiles->threads());
+  CHECK(causal.plan->kernels[0].dynamic_smem_bytes == causal.tiles->smem_bytes);
+
+  const Lowering fm = lower(parse_spec(
+      "dtype=fp16 head_dim=64 mask=flashmask(causal=true,columns=2) return_lse=true target=sm_80"));
+  REQUIRE(fm.plan->kernels.size() == 2);
+  CHECK(fm.plan->kernels[0].role == KernelRole::flashmask_minmax);
+  CHECK(fm.plan->kernels[0].name ==
+        "attnjit_flashmask_minmax_c2_bn" + std::to_string(fm.tiles->block_n));
+  CHECK(fm.plan->kernels[1].name == "attnjit_fwd_fp16_d64_flashmask_causal_c2_lse");
+}
+
+TEST_CASE("the pipeline runs the six passes in order and reports each", "[pass]") {
+  std::vector<std::string> passes;
+  PipelineOptions options;
+  options.after_pass = [&](std::string_view pass, const Lowering& ir, double ms) {
+    passes.emplace_back(pass);
+    CHECK(ms >= 0);
+    CHECK_THAT(to_string(ir), Catch::StartsWith("attention {dtype=bf16"));
+  };
+  const Lowering ir = lower(parse_spec("dtype=bf16 head_dim=64 mask=causal target=sm_90"), options);
+  CHECK(passes == std::vector<std::string>{"validate", "canonicalize", "lower_mask",
+                                           "select_target", "select_tiles", "plan_kernels"});
+  const std::string text = to_string(ir);
+  CHECK_THAT(text,
+             Catch::Contains("mask_lowering {causal=index window=none vectors=[] minmax=false}"));
+  CHECK_THAT(text, Catch::Contains("kernel @attnjit_fwd_bf16_d64_causal"));
+}

@@ -1,0 +1,86 @@
+// The spec's canonical text form: parsing, printing, round trips and parse errors.
+#include <catch2/catch.hpp>
+
+#include "attnjit/error.hpp"
+#include "attnjit/spec.hpp"
+
+using namespace attnjit;
+
+TEST_CASE("the issue's spec strings parse exactly as written", "[ir]") {
+  const AttentionSpec a = parse_spec("dtype=bf16 head_dim=128 mask=causal");
+  CHECK(a.dtype == DType::bf16);
+  CHECK(a.head_dim_qk == 128);
+  CHECK(a.head_dim_v == 128);
+  CHECK(a.mask == MaskSpec{MaskKind::causal, false, 0});
+  CHECK(a.target == Arch::auto_detect);
+  CHECK(!a.return_lse);
+
+  CHECK(parse_spec("dtype=fp16 head_dim=64 mask=none").dtype == DType::fp16);
+  CHECK(parse_spec("dtype=bf16 head_dim=128 mask=sliding_window").mask.kind ==
+        MaskKind::sliding_window);
+  CHECK(parse_spec("dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1)").mask ==
+        MaskSpec{MaskKind::flashmask, true, 1});
+  CHECK(parse_spec("dtype=bf16 head_dim=256 mask=flashmask(causal=false,columns=4)").mask ==
+        MaskSpec{MaskKind::flashmask, false, 4});
+}
+
+TEST_CASE("print and parse round trip", "[ir]") {
+  const char* texts[] = {
+      "dtype=bf16 head_dim=128 mask=causal",
+      "dtype=fp16 head_dim_qk=64 head_dim_v=64 mask=flashmask(causal=false,columns=2) "
+      "return_lse=true target=sm_90a",
+      "dtype=bf16 head_dim=96 mask=sliding_window direction=forward target=sm_86 tiles=64x64x4q",
+      "dtype=bf16 head_dim=32 tiles=128x128x4",
+  };
+  for (const char* text : texts) {
+    INFO(text);
+    const AttentionSpec spec = parse_spec(text);
+    const std::string printed = to_string(spec);
+    CHECK(parse_spec(printed) == spec);
+    CHECK(to_string(parse_spec(printed)) == printed);
+  }
+  CHECK(to_string(parse_spec("mask=causal head_dim=64 dtype=fp16")) ==
+        "dtype=fp16 head_dim_qk=64 head_dim_v=64 mask=causal return_lse=false "
+        "direction=forward target=auto tiles=auto");
+}
+
+TEST_CASE("parse errors name the field, the value and what is accepted", "[ir]") {
+  auto message = [](const char* text) {
+    try {
+      parse_spec(text);
+    } catch (const Error& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  CHECK_THAT(message("dtype=fp32 head_dim=128"),
+             Catch::Contains("dtype: got 'fp32'; accepted: fp16, bf16"));
+  CHECK_THAT(message("dtype=bf16 head_dim=abc"), Catch::Contains("head_dim: got 'abc'"));
+  CHECK_THAT(message("dtype=bf16 head_dim=128 colour=red"),
+             Catch::Contains("spec key: got 'colour'; accepted: dtype,"));
+  CHECK_THAT(message("dtype=bf16 head_dim=128 mask=flashmask(causal=true"),
+             Catch::Contains("mask: got 'flashmask(causal=true'"));
+  CHECK_THAT(message("dtype=bf16 head_dim=128 mask=flashmask"),
+             Catch::Contains("without arguments"));
+  CHECK_THAT(message("dtype=bf16 head_dim=128 mask=flashmask(causal=yes,columns=1)"),
+             Catch::Contains("flashmask causal: got 'yes'; accepted: true, false"));
+  CHECK_THAT(message("dtype=bf16 head_dim=128 mask=flashmask(columns=1)"),
+             Catch::Contains("needs both arguments"));
+  CHECK_THAT(message("dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1,)"),
+             Catch::Contains("argument: got ''"));
+  CHECK_THAT(message("dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1,x=2)"),
+             Catch::Contains("argument: got 'x=2'"));
+  CHECK_THAT(message("dtype=bf16 head_dim=128 dtype=fp16"), Catch::Contains("given twice"));
+  CHECK_THAT(message("head_dim=128"), Catch::Contains("dtype: missing"));
+  CHECK_THAT(message("dtype=bf16"), Catch::Contains("head_dim: missing"));
+  CHECK_THAT(message("dtype=bf16 head_dim=64 head_dim_qk=64"),
+             Catch::Contains("give one or the other"));
+  CHECK_THAT(message("dtype=bf16 head_dim_qk=64"), Catch::Contains("head_dim_v: missing"));
+  CHECK_THAT(message("dtype=bf16 head_dim=64 target=sm_75"),
+             Catch::Contains("target: got 'sm_75'; accepted: auto, sm_80"));
+  CHECK_THAT(message("dtype=bf16 head_dim=64 tiles=128x64"),
+             Catch::Contains("tiles: got '128x64'"));
+  CHECK_THAT(message("dtype=bf16 head_dim=64 return_lse=1"),
+             Catch::Contains("return_lse: got '1'; accepted: true, false"));
+  CHECK_THAT(message("dtype=bf16 head_dim=64 junk"), Catch::Contains("key=value words"));
+}

@@ -20,10 +20,12 @@ void add_cache(CLI::App& app) {
       for (const auto& entry : entries) {
         fmt::print("{}  {:>9} B  {}\n", entry.key, entry.bytes, entry.spec_text);
       }
-      fmt::print("{} entries in {}\n", entries.size(), attnjit::jit::cache_dir());
+      fmt::print("{} {} in {}\n", entries.size(), entries.size() == 1 ? "entry" : "entries",
+                 attnjit::jit::cache_dir());
     } else {
       const std::size_t removed = attnjit::jit::clear_disk_cache();
-      fmt::print("removed {} entries from {}\n", removed, attnjit::jit::cache_dir());
+      fmt::print("removed {} {} from {}\n", removed, removed == 1 ? "entry" : "entries",
+                 attnjit::jit::cache_dir());
     }
   });
 }

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <optional>
 #include <string>
 
 #include "attnjit/spec.hpp"
@@ -15,11 +16,13 @@ void add_compile(CLI::App& app);
 void add_cache(CLI::App& app);
 void add_run(CLI::App& app);
 
-/// The spec of --spec with --arch applied (empty: keep the spec's target).
-attnjit::AttentionSpec spec_with_arch(const std::string& spec_text, const std::string& arch);
+/// The spec of --spec with --arch applied (absent: keep the spec's target).
+attnjit::AttentionSpec spec_with_arch(const std::string& spec_text,
+                                      const std::optional<std::string>& arch);
 
 /// As spec_with_arch, and a target still `auto` becomes the current device's arch, or sm_90
 /// when there is no device (emission and compilation need no GPU).
-attnjit::AttentionSpec spec_for_emission(const std::string& spec_text, const std::string& arch);
+attnjit::AttentionSpec spec_for_emission(const std::string& spec_text,
+                                         const std::optional<std::string>& arch);
 
 }  // namespace attnc

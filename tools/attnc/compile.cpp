@@ -11,7 +11,7 @@
 namespace attnc {
 namespace {
 
-void compile(const std::string& spec_text, const std::string& arch, bool json,
+void compile(const std::string& spec_text, const std::optional<std::string>& arch, bool json,
              bool print_after_all) {
   const attnjit::AttentionSpec spec = spec_for_emission(spec_text, arch);
   if (print_after_all) {
@@ -56,9 +56,10 @@ void compile(const std::string& spec_text, const std::string& arch, bool json,
   fmt::print("key      {}\nspec     {}\ncache    {}\ncompile  {:.2f} ms\n", info.key,
              info.spec_text, attnjit::jit::name_of(info.cache), info.compile_ms);
   for (const auto& k : info.kernels) {
-    fmt::print("kernel   {} ({}): {} registers, {} spill bytes, {} stack bytes, {} B smem, {} threads\n",
-               k.name, k.role, k.registers, k.spill_bytes, k.stack_bytes,
-               k.static_smem_bytes + k.dynamic_smem_bytes, k.threads);
+    fmt::print(
+        "kernel   {} ({}): {} registers, {} spill bytes, {} stack bytes, {} B smem, {} threads\n",
+        k.name, k.role, k.registers, k.spill_bytes, k.stack_bytes,
+        k.static_smem_bytes + k.dynamic_smem_bytes, k.threads);
   }
 }
 
@@ -66,7 +67,8 @@ void compile(const std::string& spec_text, const std::string& arch, bool json,
 
 void add_compile(CLI::App& app) {
   auto* cmd = app.add_subcommand("compile", "Compile a spec through the kernel cache");
-  static std::string spec_text, arch;
+  static std::string spec_text;
+  static std::optional<std::string> arch;
   static bool json = false, print_after_all = false;
   cmd->add_option("--spec", spec_text, "Attention spec")->required();
   cmd->add_option("--arch", arch, "Target: sm_80, sm_86, sm_89, sm_90, sm_90a");

@@ -21,8 +21,8 @@ void print_after_pass(std::FILE* out, std::string_view pass, const Lowering& ir,
              attnjit::to_string(ir));
 }
 
-void emit(const std::string& spec_text, const std::string& arch, const std::string& stage,
-          bool print_after_all) {
+void emit(const std::string& spec_text, const std::optional<std::string>& arch,
+          const std::string& stage, bool print_after_all) {
   const attnjit::AttentionSpec spec = spec_for_emission(spec_text, arch);
   attnjit::PipelineOptions options;
   if (stage == "ir-after-all") {
@@ -49,7 +49,8 @@ void emit(const std::string& spec_text, const std::string& arch, const std::stri
     } else {
       const attnjit::runtime::NvrtcOutput out = attnjit::runtime::nvrtc_compile(
           source, kernel.name + ".cu", headers, name_of(spec.target), {}, kernel.name);
-      fmt::print("// ===== kernel @{} ({}) =====\n{}\n", kernel.name, name_of(kernel.role), out.ptx);
+      fmt::print("// ===== kernel @{} ({}) =====\n{}\n", kernel.name, name_of(kernel.role),
+                 out.ptx);
     }
   }
 }
@@ -58,15 +59,18 @@ void emit(const std::string& spec_text, const std::string& arch, const std::stri
 
 void add_emit(CLI::App& app) {
   auto* cmd = app.add_subcommand("emit", "Print the IR, the IR after every pass, CUDA or PTX");
-  static std::string spec_text, arch, stage;
+  static std::string spec_text, stage;
+  static std::optional<std::string> arch;
   static bool print_after_all = false;
-  cmd->add_option("--spec", spec_text, "Attention spec, e.g. \"dtype=bf16 head_dim=128 mask=causal\"")
+  cmd->add_option("--spec", spec_text,
+                  "Attention spec, e.g. \"dtype=bf16 head_dim=128 mask=causal\"")
       ->required();
   cmd->add_option("--stage", stage, "What to print")
       ->required()
       ->check(CLI::IsMember({"ir", "ir-after-all", "cuda", "ptx"}));
-  cmd->add_option("--arch", arch, "Target: sm_80, sm_86, sm_89, sm_90, sm_90a (default: the "
-                                  "spec's target, else the device, else sm_90)");
+  cmd->add_option("--arch", arch,
+                  "Target: sm_80, sm_86, sm_89, sm_90, sm_90a (default: the "
+                  "spec's target, else the device, else sm_90)");
   cmd->add_flag("--print-after-all", print_after_all,
                 "Also print the IR after every pass, with its time, to stderr");
   cmd->callback([] { emit(spec_text, arch, stage, print_after_all); });

@@ -11,13 +11,15 @@
 
 namespace attnc {
 
-attnjit::AttentionSpec spec_with_arch(const std::string& spec_text, const std::string& arch) {
+attnjit::AttentionSpec spec_with_arch(const std::string& spec_text,
+                                      const std::optional<std::string>& arch) {
   attnjit::AttentionSpec spec = attnjit::parse_spec(spec_text);
-  if (!arch.empty()) spec.target = attnjit::parse_arch(arch, "--arch");
+  if (arch) spec.target = attnjit::parse_arch(*arch, "--arch");
   return spec;
 }
 
-attnjit::AttentionSpec spec_for_emission(const std::string& spec_text, const std::string& arch) {
+attnjit::AttentionSpec spec_for_emission(const std::string& spec_text,
+                                         const std::optional<std::string>& arch) {
   attnjit::AttentionSpec spec = spec_with_arch(spec_text, arch);
   if (spec.target == attnjit::Arch::auto_detect) {
     try {

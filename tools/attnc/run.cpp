@@ -22,7 +22,8 @@ namespace {
 using attnjit::runtime::DeviceBuffer;
 
 struct RunOptions {
-  std::string spec_text, arch, mask_data = "documents";
+  std::string spec_text, mask_data = "documents";
+  std::optional<std::string> arch;
   int batch = 1, heads = 1, kv_heads = 0, mask_heads = 1, seqlen_q = 0, seqlen_k = 0;
   int window_left = -1, window_right = 0;
   int warmup = 1, repeat = 1;
@@ -131,16 +132,29 @@ void run(RunOptions o) {
   if (o.seqlen_k == 0) o.seqlen_k = o.seqlen_q;
   if (o.repeat < 1) attnjit::throw_field_error("--repeat", std::to_string(o.repeat), ">= 1");
   if (o.warmup < 0) attnjit::throw_field_error("--warmup", std::to_string(o.warmup), ">= 0");
+  // Shape errors are the user's, whether or not a device is there to launch on.
+  if (o.heads % o.kv_heads != 0) {
+    attnjit::throw_field_error("--kv-heads", std::to_string(o.kv_heads),
+                               fmt::format("a divisor of --heads ({})", o.heads));
+  }
+  if (o.mask_heads != 1 && o.mask_heads != o.kv_heads) {
+    attnjit::throw_field_error("--mask-heads", std::to_string(o.mask_heads),
+                               fmt::format("1 or --kv-heads ({})", o.kv_heads));
+  }
   const bool lse_wanted = spec.return_lse || o.check;
   spec.return_lse = lse_wanted;
   const attnjit::jit::Kernel kernel = attnjit::jit::compile(spec);
   const attnjit::AttentionSpec& s = kernel.spec();
 
   std::mt19937_64 rng(o.seed);
-  const std::size_t q_count = static_cast<std::size_t>(o.batch) * o.seqlen_q * o.heads * s.head_dim_qk;
-  const std::size_t k_count = static_cast<std::size_t>(o.batch) * o.seqlen_k * o.kv_heads * s.head_dim_qk;
-  const std::size_t v_count = static_cast<std::size_t>(o.batch) * o.seqlen_k * o.kv_heads * s.head_dim_v;
-  const std::size_t o_count = static_cast<std::size_t>(o.batch) * o.seqlen_q * o.heads * s.head_dim_v;
+  const std::size_t q_count =
+      static_cast<std::size_t>(o.batch) * o.seqlen_q * o.heads * s.head_dim_qk;
+  const std::size_t k_count =
+      static_cast<std::size_t>(o.batch) * o.seqlen_k * o.kv_heads * s.head_dim_qk;
+  const std::size_t v_count =
+      static_cast<std::size_t>(o.batch) * o.seqlen_k * o.kv_heads * s.head_dim_v;
+  const std::size_t o_count =
+      static_cast<std::size_t>(o.batch) * o.seqlen_q * o.heads * s.head_dim_v;
   const std::size_t lse_count = static_cast<std::size_t>(o.batch) * o.heads * o.seqlen_q;
   DeviceBuffer q = random_tensor(q_count, s.dtype, rng);
   DeviceBuffer k = random_tensor(k_count, s.dtype, rng);
@@ -149,15 +163,20 @@ void run(RunOptions o) {
   out.fill_bytes(0xff);  // NaN: an unwritten element fails the check
   lse.fill_bytes(0xff);
 
-  const auto element = s.dtype == attnjit::DType::bf16 ? attnjit::ScalarType::bf16
-                                                       : attnjit::ScalarType::fp16;
+  const auto element =
+      s.dtype == attnjit::DType::bf16 ? attnjit::ScalarType::bf16 : attnjit::ScalarType::fp16;
   attnjit::ForwardArgs args;
-  args.q = attnjit::contiguous_view(q.data(), element, {o.batch, o.seqlen_q, o.heads, s.head_dim_qk});
-  args.k = attnjit::contiguous_view(k.data(), element, {o.batch, o.seqlen_k, o.kv_heads, s.head_dim_qk});
-  args.v = attnjit::contiguous_view(v.data(), element, {o.batch, o.seqlen_k, o.kv_heads, s.head_dim_v});
-  args.o = attnjit::contiguous_view(out.data(), element, {o.batch, o.seqlen_q, o.heads, s.head_dim_v});
+  args.q =
+      attnjit::contiguous_view(q.data(), element, {o.batch, o.seqlen_q, o.heads, s.head_dim_qk});
+  args.k =
+      attnjit::contiguous_view(k.data(), element, {o.batch, o.seqlen_k, o.kv_heads, s.head_dim_qk});
+  args.v =
+      attnjit::contiguous_view(v.data(), element, {o.batch, o.seqlen_k, o.kv_heads, s.head_dim_v});
+  args.o =
+      attnjit::contiguous_view(out.data(), element, {o.batch, o.seqlen_q, o.heads, s.head_dim_v});
   if (lse_wanted) {
-    args.lse = attnjit::contiguous_view(lse.data(), attnjit::ScalarType::fp32, {o.batch, o.heads, o.seqlen_q});
+    args.lse = attnjit::contiguous_view(lse.data(), attnjit::ScalarType::fp32,
+                                        {o.batch, o.heads, o.seqlen_q});
   }
   args.window_left = o.window_left;
   args.window_right = o.window_right;
@@ -167,9 +186,9 @@ void run(RunOptions o) {
     vectors = make_vectors(s.mask, o);
     vector_buffer = DeviceBuffer(vectors->data.size() * 4);
     vector_buffer.upload(vectors->data.data(), vectors->data.size() * 4);
-    args.startend_row_indices = attnjit::contiguous_view(
-        vector_buffer.data(), attnjit::ScalarType::int32,
-        {o.batch, o.mask_heads, o.seqlen_k, s.mask.columns});
+    args.startend_row_indices =
+        attnjit::contiguous_view(vector_buffer.data(), attnjit::ScalarType::int32,
+                                 {o.batch, o.mask_heads, o.seqlen_k, s.mask.columns});
   }
 
   for (int i = 0; i < o.warmup; ++i) kernel.forward(args, nullptr);
@@ -183,9 +202,9 @@ void run(RunOptions o) {
   }
   std::sort(times.begin(), times.end());
   const double ms = times[times.size() / 2];
-  const std::int64_t pairs = attnjit::dsl::visible_pairs(
-      s.mask, o.batch, o.heads, o.seqlen_q, o.seqlen_k, o.window_left, o.window_right,
-      vectors ? &*vectors : nullptr);
+  const std::int64_t pairs =
+      attnjit::dsl::visible_pairs(s.mask, o.batch, o.heads, o.seqlen_q, o.seqlen_k, o.window_left,
+                                  o.window_right, vectors ? &*vectors : nullptr);
   const double tflops = 4.0 * s.head_dim_qk * static_cast<double>(pairs) / (ms * 1e-3) / 1e12;
   const double density = static_cast<double>(pairs) /
                          (static_cast<double>(o.batch) * o.heads * o.seqlen_q * o.seqlen_k);
@@ -220,28 +239,34 @@ void run(RunOptions o) {
     j["density"] = density;
     j["times_ms"] = times;
     if (check) {
-      j["check"] = {{"passed", check->passed}, {"max_abs_err", check->max_abs_err},
-                    {"rel_l2_err", check->rel_l2_err}, {"lse_max_err", check->lse_max_err},
+      j["check"] = {{"passed", check->passed},
+                    {"max_abs_err", check->max_abs_err},
+                    {"rel_l2_err", check->rel_l2_err},
+                    {"lse_max_err", check->lse_max_err},
                     {"nonfinite", check->nonfinite}};
     }
     fmt::print("{}\n", j.dump());
   } else {
-    fmt::print("device   {}\nspec     {}\nproblem  B={} H={} Hkv={} Sq={} Sk={}, {:.1f}% of pairs visible\n",
-               device.name, info.spec_text, o.batch, o.heads, o.kv_heads, o.seqlen_q, o.seqlen_k,
-               100 * density);
+    fmt::print(
+        "device   {}\nspec     {}\nproblem  B={} H={} Hkv={} Sq={} Sk={}, {:.1f}% of pairs "
+        "visible\n",
+        device.name, info.spec_text, o.batch, o.heads, o.kv_heads, o.seqlen_q, o.seqlen_k,
+        100 * density);
     for (const auto& k : info.kernels) {
       fmt::print("kernel   {}: {} registers, {} spill bytes, {} B smem\n", k.name, k.registers,
                  k.spill_bytes, k.static_smem_bytes + k.dynamic_smem_bytes);
     }
     fmt::print("time     {:.4f} ms (median of {}), {:.1f} TFLOP/s\n", ms, o.repeat, tflops);
     if (check) {
-      fmt::print("check    O max abs err {:.3e}, rel l2 err {:.3e}; LSE max abs err {:.3e}; "
-                 "non-finite {}: {}\n",
-                 check->max_abs_err, check->rel_l2_err, check->lse_max_err, check->nonfinite,
-                 check->passed ? "PASS" : "FAIL");
+      fmt::print(
+          "check    O max abs err {:.3e}, rel l2 err {:.3e}; LSE max abs err {:.3e}; "
+          "non-finite {}: {}\n",
+          check->max_abs_err, check->rel_l2_err, check->lse_max_err, check->nonfinite,
+          check->passed ? "PASS" : "FAIL");
     }
   }
-  if (check && !check->passed) throw attnjit::DeviceError("attnc run --check: the output does not match the reference");
+  if (check && !check->passed)
+    throw attnjit::DeviceError("attnc run --check: the output does not match the reference");
 }
 
 }  // namespace
@@ -253,12 +278,19 @@ void add_run(CLI::App& app) {
   cmd->add_option("--arch", o.arch, "Target (default: the spec's, else the device's)");
   cmd->add_option("--batch", o.batch, "Batch size")->required()->check(CLI::Range(1, 65535));
   cmd->add_option("--heads", o.heads, "Query heads")->required()->check(CLI::Range(1, 65535));
-  cmd->add_option("--kv-heads", o.kv_heads, "Key/value heads (default: --heads)")->check(CLI::Range(1, 65535));
-  cmd->add_option("--mask-heads", o.mask_heads, "FlashMask heads: 1 or the kv heads")->check(CLI::Range(1, 65535));
-  cmd->add_option("--seqlen-q", o.seqlen_q, "Query length")->required()->check(CLI::Range(1, 1 << 24));
-  cmd->add_option("--seqlen-k", o.seqlen_k, "Key length (default: --seqlen-q)")->check(CLI::Range(1, 1 << 24));
-  cmd->add_option("--window-left", o.window_left, "sliding_window: keys left of the diagonal (-1: unbounded)");
-  cmd->add_option("--window-right", o.window_right, "sliding_window: keys right of the diagonal (-1: unbounded)");
+  cmd->add_option("--kv-heads", o.kv_heads, "Key/value heads (default: --heads)")
+      ->check(CLI::Range(1, 65535));
+  cmd->add_option("--mask-heads", o.mask_heads, "FlashMask heads: 1 or the kv heads")
+      ->check(CLI::Range(1, 65535));
+  cmd->add_option("--seqlen-q", o.seqlen_q, "Query length")
+      ->required()
+      ->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--seqlen-k", o.seqlen_k, "Key length (default: --seqlen-q)")
+      ->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--window-left", o.window_left,
+                  "sliding_window: keys left of the diagonal (-1: unbounded)");
+  cmd->add_option("--window-right", o.window_right,
+                  "sliding_window: keys right of the diagonal (-1: unbounded)");
   cmd->add_option("--mask-data", o.mask_data, "FlashMask vectors: documents (per family) or random")
       ->check(CLI::IsMember({"documents", "random"}));
   cmd->add_option("--seed", o.seed, "Random seed");

@@ -1,0 +1,315 @@
+"""attnjit from Python: JIT-compiled fused attention (FlashAttention structure, FlashMask masks).
+
+A thin ctypes layer over libattnjit.so. Importing it needs no PyTorch; running kernels takes
+torch tensors shaped [batch, seq, heads, head_dim] on a CUDA device.
+
+    import attnjit
+    o = attnjit.forward(q, k, v, mask="causal")
+    o, lse = attnjit.forward(q, k, v, mask="flashmask", causal=True,
+                             startend_row_indices=lts, return_lse=True)
+    attnjit.compile("dtype=bf16 head_dim=128 mask=causal").info()["kernels"]
+"""
+
+import ctypes
+import importlib.util
+import json
+import math
+import sys
+
+from . import _ffi
+from ._ffi import AttnjitError, DeviceError, InternalError
+
+__all__ = [
+    "AttnjitError",
+    "DeviceError",
+    "InternalError",
+    "Kernel",
+    "cache_dir",
+    "clear_cache",
+    "compile",
+    "compile_reference",
+    "forward",
+    "version",
+]
+
+MASKS = ("none", "causal", "sliding_window", "flashmask")
+_SPEC_DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
+_DTYPE_CODES = {
+    "float16": _ffi.FP16,
+    "bfloat16": _ffi.BF16,
+    "float32": _ffi.FP32,
+    "int32": _ffi.INT32,
+}
+
+
+def version():
+    """The library's version string."""
+    return _ffi.lib.attnjit_version().decode()
+
+
+def cache_dir():
+    """The disk cache directory: $ATTNJIT_CACHE_DIR, else $XDG_CACHE_HOME/attnjit, else
+    ~/.cache/attnjit."""
+    return _ffi.read_text(_ffi.lib.attnjit_cache_dir)
+
+
+def clear_cache(memory=True, disk=False):
+    """Forgets the kernels held in memory (by this module and the library) and/or on disk.
+    Kernel objects already handed out stay valid."""
+    if memory:
+        _compiled.clear()
+    _ffi.check(_ffi.lib.attnjit_cache_clear(int(bool(memory)), int(bool(disk))))
+
+
+class Kernel:
+    """A compiled attention (a library handle); attnjit.compile returns one."""
+
+    def __init__(self, handle):
+        self._handle = handle
+        self._info = None
+        self._release = _ffi.lib.attnjit_release
+
+    @classmethod
+    def compile(cls, spec):
+        """Compiles `spec` through the library's memory and disk caches only (attnjit.compile
+        also keeps one Kernel per spec text)."""
+        return cls._build(_ffi.lib.attnjit_compile, spec)
+
+    @classmethod
+    def compile_reference(cls, spec):
+        """The slow fp32 reference attention of `spec`; its run() always needs `lse`."""
+        return cls._build(_ffi.lib.attnjit_compile_reference, spec)
+
+    @classmethod
+    def _build(cls, function, spec):
+        if not isinstance(spec, str):
+            raise TypeError(f"spec: expected a str such as 'dtype=bf16 head_dim=128', "
+                            f"got {type(spec).__name__}")
+        handle = ctypes.c_void_p()
+        _ffi.check(function(spec.encode(), ctypes.byref(handle)))
+        return cls(handle)
+
+    def __del__(self):
+        handle = getattr(self, "_handle", None)
+        if handle:
+            self._release(handle)
+
+    def info(self):
+        """What the compile call did: key, spec, cache ("memory", "disk" or "miss"),
+        compile_ms, and per kernel name, role, registers, spill/stack/smem bytes, threads."""
+        if self._info is None:
+            text = _ffi.read_text(_ffi.lib.attnjit_kernel_info, self._handle)
+            self._info = json.loads(text)
+        return self._info
+
+    @property
+    def spec(self):
+        """The canonical spec text, with the target resolved."""
+        return self.info()["spec"]
+
+    def run(self, q, k, v, o, *, lse=None, startend_row_indices=None, scale=None,
+            window=(-1, 0)):
+        """Enqueues the kernels on torch's current stream of q's device, writing `o` (and
+        `lse`). The library checks every tensor against the spec; attnjit.forward is the
+        convenient form that builds the spec and allocates the outputs."""
+        torch = _torch_of(q, "q")
+        softmax_scale = _check_scale(scale)
+        window_left, window_right = _check_window(window)
+        tensors = (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse),
+                   ("startend_row_indices", startend_row_indices))
+        descriptors = [_descriptor(name, tensor) for name, tensor in tensors]
+        pointers = [None if d is None else ctypes.byref(d) for d in descriptors]
+        with torch.cuda.device(q.device):
+            stream = torch.cuda.current_stream(q.device).cuda_stream
+            _ffi.check(_ffi.lib.attnjit_forward(self._handle, *pointers, softmax_scale,
+                                                window_left, window_right, stream))
+
+
+_compiled = {}
+
+
+def compile(spec):
+    """The Kernel of a spec text such as "dtype=bf16 head_dim=128 mask=causal"; compiled
+    once per process and spec text."""
+    kernel = _compiled.get(spec)
+    if kernel is None:
+        kernel = Kernel.compile(spec)
+        _compiled[spec] = kernel
+    return kernel
+
+
+def compile_reference(spec):
+    """The slow fp32 reference attention of `spec`, for checking results."""
+    return Kernel.compile_reference(spec)
+
+
+def forward(q, k, v, *, spec=None, mask="none", causal=False, startend_row_indices=None,
+            scale=None, window=(-1, 0), return_lse=False):
+    """Attention forward, softmax(q k^T * scale + mask) v, on torch tensors [B, S, H, D].
+
+    q [B, Sq, H, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv]: bf16 or fp16, on one CUDA device,
+    last dimension contiguous; H a multiple of Hkv. mask: "none", "causal" (bottom-right
+    aligned), "sliding_window" (window=(left, right), -1 unbounded) or "flashmask" (causal=
+    and the int32 startend_row_indices [B, Hm, Sk, C]). causal=True with mask="none" means
+    mask="causal". scale defaults to 1/sqrt(D). `spec` replaces the spec built from these
+    arguments (e.g. to force tiles=...): mask, causal and return_lse then stay at their
+    defaults and the outputs follow the spec's return_lse. Returns o [B, Sq, H, Dv], and also
+    lse fp32 [B, H, Sq] when return_lse. Runs on torch's current stream, asynchronously.
+    """
+    if spec is None:
+        _check_mask_arguments(mask, causal, startend_row_indices)
+        if not isinstance(return_lse, bool):
+            raise TypeError(f"return_lse: expected a bool, got {type(return_lse).__name__}")
+    elif not isinstance(spec, str):
+        raise TypeError(f"spec: expected a str, got {type(spec).__name__}")
+    elif mask != "none" or causal is not False or return_lse is not False:
+        raise ValueError("spec: given together with mask/causal/return_lse; accepted: either "
+                         "a spec or those arguments (the spec says them)")
+    _check_scale(scale)
+    _check_window(window)
+
+    torch = _torch_of(q, "q")
+    _check_activations(q, k, v)
+    if startend_row_indices is not None:
+        _check_startend(torch, startend_row_indices, q, k)
+    if spec is None:
+        spec = _spec_text(q, v, mask, causal, startend_row_indices, return_lse)
+    kernel = compile(spec)
+    with_lse = "return_lse=true" in kernel.spec.split()
+
+    batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
+    o = torch.empty((batch, seqlen_q, heads, v.shape[3]), dtype=q.dtype, device=q.device)
+    lse = None
+    if with_lse:
+        lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
+    kernel.run(q, k, v, o, lse=lse, startend_row_indices=startend_row_indices, scale=scale,
+               window=window)
+    return (o, lse) if with_lse else o
+
+
+def _check_mask_arguments(mask, causal, indices):
+    if mask not in MASKS:
+        raise ValueError(f"mask: got {mask!r}; accepted: {', '.join(MASKS)}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
+    if causal and mask == "sliding_window":
+        raise ValueError("causal: got True with mask='sliding_window'; accepted: False "
+                         "(a causal window is window=(left, 0))")
+    if mask == "flashmask" and indices is None:
+        raise ValueError("startend_row_indices: got None with mask='flashmask'; accepted: an "
+                         "int32 tensor [B, Hm, Sk, C]")
+    if mask != "flashmask" and indices is not None:
+        raise ValueError(f"startend_row_indices: given with mask={mask!r}; accepted: None "
+                         "(it belongs to mask='flashmask')")
+
+
+def _check_scale(scale):
+    """The softmax scale for the library: 0.0 (its 1/sqrt(D) default) for None."""
+    if scale is None:
+        return 0.0
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"scale: expected a float or None, got {type(scale).__name__}")
+    if not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale: got {scale}; accepted: a finite number > 0, or None for "
+                         "1/sqrt(head_dim)")
+    return float(scale)
+
+
+def _check_window(window):
+    is_int = [isinstance(w, int) and not isinstance(w, bool) for w in window] \
+        if isinstance(window, (tuple, list)) else []
+    if len(is_int) != 2 or not all(is_int):
+        raise TypeError(f"window: expected a pair of ints (left, right), got {window!r}")
+    if min(window) < -1:
+        raise ValueError(f"window: got {tuple(window)}; accepted: sizes >= 0, or -1 for "
+                         "unbounded")
+    return window[0], window[1]
+
+
+def _torch_of(tensor, name):
+    """The torch module of a tensor argument; TypeError naming the argument if it is none."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(tensor, torch.Tensor):
+        note = ""
+        if importlib.util.find_spec("torch") is None:
+            note = " (PyTorch is not installed; attnjit needs it to run kernels)"
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}{note}")
+    return torch
+
+
+def _dtype_name(tensor):
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+def _descriptor(name, tensor):
+    """The attnjit_tensor of a torch tensor (None stays None)."""
+    if tensor is None:
+        return None
+    _torch_of(tensor, name)
+    if tensor.device.type != "cuda":
+        raise ValueError(f"{name}: on device {tensor.device}; accepted: a CUDA device")
+    code = _DTYPE_CODES.get(_dtype_name(tensor))
+    if code is None:
+        accepted = ", ".join("torch." + dtype for dtype in _DTYPE_CODES)
+        raise TypeError(f"{name}: dtype {tensor.dtype}; accepted: {accepted}")
+    rank = tensor.dim()
+    if rank > 4:
+        raise ValueError(f"{name}: rank {rank}; accepted: at most 4")
+    padding = [0] * (4 - rank)
+    return _ffi.Tensor(tensor.data_ptr(), code, rank,
+                       (ctypes.c_int64 * 4)(*tensor.shape, *padding),
+                       (ctypes.c_int64 * 4)(*tensor.stride(), *padding))
+
+
+def _check_activations(q, k, v):
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        _torch_of(tensor, name)
+        if tensor.device.type != "cuda":
+            raise ValueError(f"{name}: on device {tensor.device}; accepted: a CUDA device")
+        if tensor.device != q.device:
+            raise ValueError(f"{name}: on {tensor.device} but q is on {q.device}; accepted: "
+                             "q's device")
+        if _dtype_name(tensor) not in _SPEC_DTYPES:
+            raise TypeError(f"{name}: dtype {tensor.dtype}; accepted: torch.bfloat16, "
+                            "torch.float16")
+        if tensor.dtype != q.dtype:
+            raise TypeError(f"{name}: dtype {tensor.dtype} but q is {q.dtype}; accepted: one "
+                            "dtype for q, k and v")
+        if tensor.dim() != 4:
+            raise ValueError(f"{name}: rank {tensor.dim()} (shape {tuple(tensor.shape)}); "
+                             "accepted: 4, [batch, seq, heads, head_dim]")
+        if tensor.stride(-1) != 1:
+            raise ValueError(f"{name}: last dimension has stride {tensor.stride(-1)}; "
+                             "accepted: 1 (contiguous head_dim)")
+    if tuple(k.shape[:3]) != tuple(v.shape[:3]):
+        raise ValueError(f"v: shape {tuple(v.shape)} differs from k {tuple(k.shape)} in "
+                         "[batch, seq, heads]")
+    if k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]:
+        raise ValueError(f"k: shape {tuple(k.shape)} differs from q {tuple(q.shape)} in batch "
+                         "or head_dim")
+
+
+def _check_startend(torch, indices, q, k):
+    _torch_of(indices, "startend_row_indices")
+    shape = tuple(indices.shape)
+    if indices.dtype != torch.int32:
+        raise TypeError(f"startend_row_indices: dtype {indices.dtype}; accepted: torch.int32")
+    if indices.device != q.device:
+        raise ValueError(f"startend_row_indices: on {indices.device} but q is on {q.device}; "
+                         "accepted: q's device")
+    batch, seqlen_k = k.shape[0], k.shape[1]
+    if len(shape) != 4 or shape[0] != batch or shape[2] != seqlen_k or shape[3] not in (1, 2, 4):
+        raise ValueError(f"startend_row_indices: shape {shape}; accepted: [B={batch}, Hm, "
+                         f"Sk={seqlen_k}, C] with C in 1, 2, 4")
+    if not indices.is_contiguous():
+        raise ValueError("startend_row_indices: not contiguous; accepted: a contiguous tensor "
+                         "(call .contiguous())")
+
+
+def _spec_text(q, v, mask, causal, indices, return_lse):
+    if mask == "none" and causal:
+        mask = "causal"
+    if mask == "flashmask":
+        mask = f"flashmask(causal={str(causal).lower()},columns={indices.shape[3]})"
+    return (f"dtype={_SPEC_DTYPES[_dtype_name(q)]} head_dim_qk={q.shape[3]} "
+            f"head_dim_v={v.shape[3]} mask={mask} return_lse={str(return_lse).lower()}")

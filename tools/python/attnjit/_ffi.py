@@ -1,0 +1,115 @@
+"""ctypes declarations of libattnjit's C ABI (include/attnjit/attnjit.h) and the library lookup.
+
+The library is found from the ATTNJIT_LIBRARY environment variable, else in the build trees of
+the repository holding this package: <repo>/build/libattnjit.so, then <repo>/build-*/.
+"""
+
+import ctypes
+import os
+from pathlib import Path
+
+LIBRARY_NAME = "libattnjit.so"
+
+# Return codes (ATTNJIT_OK ...) and tensor element types (ATTNJIT_FP16 ...) of attnjit.h.
+OK = 0
+USER_ERROR = 1
+DEVICE_ERROR = 2
+INTERNAL_ERROR = 3
+
+FP16 = 0
+BF16 = 1
+FP32 = 2
+INT32 = 3
+
+
+class AttnjitError(ValueError):
+    """A bad spec, tensor or argument; the message names the field and what is accepted."""
+
+
+class DeviceError(RuntimeError):
+    """No CUDA driver or device, a Driver API call failed, or NVRTC rejected generated code."""
+
+
+class InternalError(RuntimeError):
+    """A bug in attnjit (or the host ran out of memory)."""
+
+
+class Tensor(ctypes.Structure):
+    """attnjit_tensor: a device pointer, element type, rank, shape and strides in elements."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int),
+        ("rank", ctypes.c_int),
+        ("shape", ctypes.c_int64 * 4),
+        ("stride", ctypes.c_int64 * 4),
+    ]
+
+
+def candidate_paths():
+    """Where the library is looked for, in order."""
+    configured = os.environ.get("ATTNJIT_LIBRARY")
+    if configured:
+        return [Path(configured)]
+    repo = Path(__file__).resolve().parents[3]
+    return [repo / "build" / LIBRARY_NAME] + sorted(repo.glob("build-*/" + LIBRARY_NAME))
+
+
+def _load():
+    paths = candidate_paths()
+    for path in paths:
+        if path.is_file():
+            return ctypes.CDLL(str(path))
+    looked = ", ".join(str(path) for path in paths) or "(no build directory)"
+    raise ImportError(
+        f"attnjit: cannot find {LIBRARY_NAME}; looked at: {looked}. Build the attnjit_shared "
+        "target (cmake --build <build dir> --target attnjit_shared) or set ATTNJIT_LIBRARY to "
+        "the library's path."
+    )
+
+
+def _declare(lib):
+    kernel_p = ctypes.c_void_p
+    tensor_p = ctypes.POINTER(Tensor)
+    signatures = {
+        "attnjit_compile": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(kernel_p)]),
+        "attnjit_compile_reference": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(kernel_p)]),
+        "attnjit_release": (None, [kernel_p]),
+        "attnjit_forward": (ctypes.c_int, [kernel_p] + [tensor_p] * 6 + [
+            ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]),
+        "attnjit_kernel_info": (ctypes.c_int, [kernel_p, ctypes.c_char_p, ctypes.c_size_t]),
+        "attnjit_cache_clear": (ctypes.c_int, [ctypes.c_int, ctypes.c_int]),
+        "attnjit_cache_dir": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]),
+        "attnjit_last_error": (ctypes.c_char_p, []),
+        "attnjit_version": (ctypes.c_char_p, []),
+    }
+    for name, (restype, argtypes) in signatures.items():
+        function = getattr(lib, name)
+        function.restype = restype
+        function.argtypes = argtypes
+    return lib
+
+
+lib = _declare(_load())
+
+_ERRORS = {USER_ERROR: AttnjitError, DEVICE_ERROR: DeviceError, INTERNAL_ERROR: InternalError}
+
+
+def check(code):
+    """Raises the exception of a nonzero return code with the library's message."""
+    if code != OK:
+        error = _ERRORS.get(code, InternalError)
+        raise error(lib.attnjit_last_error().decode("utf-8", "replace"))
+
+
+def read_text(function, *args):
+    """Calls a function with attnjit.h's size protocol (0: fit; > 3: bytes needed) to a str."""
+    size = 256
+    while True:
+        buffer = ctypes.create_string_buffer(size)
+        result = function(*args, buffer, size)
+        if result == OK:
+            return buffer.value.decode("utf-8")
+        if result <= INTERNAL_ERROR:
+            check(result)
+        size = result

@@ -1,0 +1,175 @@
+"""Tests of the Python binding's ctypes layer that need neither PyTorch nor a GPU.
+
+Run: python3 -m unittest discover -s tools/python/tests (ATTNJIT_LIBRARY may name the library).
+Kernels are compiled for an explicit target=sm_90, which NVRTC does without a device.
+"""
+
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+PYTHON_DIR = Path(__file__).resolve().parents[1]
+REPO = PYTHON_DIR.parents[1]
+sys.path.insert(0, str(PYTHON_DIR))
+
+import attnjit  # noqa: E402
+from attnjit import _ffi  # noqa: E402
+
+SPEC = "dtype=bf16 head_dim=64 mask=causal target=sm_90"
+
+
+def header_constants(text, prefix):
+    return {name: int(value) for name, value in re.findall(rf"\b({prefix}\w+) = (\d+)", text)}
+
+
+class LibraryTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.cache = tempfile.mkdtemp(prefix="attnjit-test-")
+        cls.saved_cache = os.environ.get("ATTNJIT_CACHE_DIR")
+        os.environ["ATTNJIT_CACHE_DIR"] = cls.cache
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.saved_cache is None:
+            os.environ.pop("ATTNJIT_CACHE_DIR", None)
+        else:
+            os.environ["ATTNJIT_CACHE_DIR"] = cls.saved_cache
+        shutil.rmtree(cls.cache, ignore_errors=True)
+
+    def test_version(self):
+        self.assertRegex(attnjit.version(), r"^\d+\.\d+\.\d+")
+
+    def test_bad_spec_raises_user_error_naming_the_field(self):
+        with self.assertRaisesRegex(attnjit.AttnjitError, "head_dim") as caught:
+            attnjit.compile("dtype=bf16 head_dim=100 mask=causal target=sm_90")
+        self.assertIn("100", str(caught.exception))
+        with self.assertRaisesRegex(attnjit.AttnjitError, "mask: got 'bogus'"):
+            attnjit.compile("dtype=bf16 head_dim=128 mask=bogus target=sm_90")
+        with self.assertRaisesRegex(TypeError, "spec"):
+            attnjit.compile(128)
+
+    def test_constants_match_the_headers(self):
+        header = (REPO / "include/attnjit/attnjit.h").read_text()
+        dtypes = header_constants(header, "ATTNJIT_")
+        self.assertEqual(dtypes["ATTNJIT_FP16"], _ffi.FP16)
+        self.assertEqual(dtypes["ATTNJIT_BF16"], _ffi.BF16)
+        self.assertEqual(dtypes["ATTNJIT_FP32"], _ffi.FP32)
+        self.assertEqual(dtypes["ATTNJIT_INT32"], _ffi.INT32)
+        self.assertEqual(dtypes["ATTNJIT_OK"], _ffi.OK)
+        self.assertEqual(dtypes["ATTNJIT_USER_ERROR"], _ffi.USER_ERROR)
+        self.assertEqual(dtypes["ATTNJIT_DEVICE_ERROR"], _ffi.DEVICE_ERROR)
+        self.assertEqual(dtypes["ATTNJIT_INTERNAL_ERROR"], _ffi.INTERNAL_ERROR)
+        # The C enum must follow attnjit::ScalarType's order.
+        tensor_hpp = (REPO / "include/attnjit/tensor.hpp").read_text()
+        members = re.search(r"enum class ScalarType[^{]*\{([^}]*)\}", tensor_hpp).group(1)
+        order = [name.strip() for name in members.split(",")]
+        self.assertEqual(order, ["fp16", "bf16", "fp32", "int32"])
+        self.assertEqual(_ffi.Tensor.shape.offset, 16)
+        self.assertEqual(ctypes.sizeof(_ffi.Tensor), 80)
+
+    def test_cache_dir_honors_the_environment(self):
+        self.assertEqual(attnjit.cache_dir(), self.cache)
+
+    def test_info_layout_and_cache_levels(self):
+        attnjit.clear_cache(memory=True, disk=True)
+        first = attnjit.compile(SPEC)
+        info = first.info()
+        self.assertCountEqual(info, ["key", "spec", "cache", "compile_ms", "kernels"])
+        self.assertEqual(info["cache"], "miss")
+        self.assertRegex(info["key"], r"^[0-9a-f]{32}$")
+        self.assertIn("target=sm_90", info["spec"].split())
+        self.assertIn("head_dim_qk=64", first.spec.split())
+        self.assertGreater(info["compile_ms"], 0)
+        self.assertGreaterEqual(len(info["kernels"]), 1)
+        fields = ["name", "role", "registers", "spill_bytes", "stack_bytes", "static_smem_bytes",
+                  "dynamic_smem_bytes", "threads"]
+        for kernel in info["kernels"]:
+            self.assertCountEqual(kernel, fields)
+            self.assertIsInstance(kernel["name"], str)
+            self.assertTrue(all(isinstance(kernel[field], int) for field in fields[2:]))
+        self.assertIn("forward", [kernel["role"] for kernel in info["kernels"]])
+
+        self.assertIs(attnjit.compile(SPEC), first)
+        self.assertEqual(attnjit.Kernel.compile(SPEC).info()["cache"], "memory")
+        attnjit.clear_cache(memory=True)
+        self.assertEqual(attnjit.compile(SPEC).info()["cache"], "disk")
+        self.assertEqual(first.info()["cache"], "miss")
+        attnjit.clear_cache(memory=True, disk=True)
+        self.assertEqual(os.listdir(self.cache), [])
+
+    def test_size_protocol(self):
+        kernel = attnjit.compile(SPEC)
+        needed = _ffi.lib.attnjit_kernel_info(kernel._handle, None, 0)
+        self.assertEqual(needed, len(_ffi.read_text(_ffi.lib.attnjit_kernel_info,
+                                                    kernel._handle).encode()) + 1)
+        small = ctypes.create_string_buffer(8)
+        self.assertEqual(_ffi.lib.attnjit_kernel_info(kernel._handle, small, 8), needed)
+        self.assertEqual(small.raw, b"\0" * 8)
+        self.assertEqual(_ffi.lib.attnjit_cache_dir(None, 0), len(self.cache.encode()) + 1)
+
+    def test_c_abi_rejects_bad_arguments(self):
+        lib = _ffi.lib
+        handle = ctypes.c_void_p()
+        self.assertEqual(lib.attnjit_compile(None, ctypes.byref(handle)), _ffi.USER_ERROR)
+        self.assertIn("spec_text", lib.attnjit_last_error().decode())
+        self.assertIsNone(handle.value)
+        self.assertEqual(lib.attnjit_compile(SPEC.encode(), None), _ffi.USER_ERROR)
+        self.assertIn("out", lib.attnjit_last_error().decode())
+        self.assertEqual(lib.attnjit_kernel_info(None, None, 0), _ffi.USER_ERROR)
+        lib.attnjit_release(None)
+
+        kernel = attnjit.compile(SPEC)
+        q = _ffi.Tensor(0x1000, 7, 4, (64, 1, 1, 64), (64, 64, 64, 1))
+        ok = _ffi.Tensor(0x1000, _ffi.BF16, 4, (1, 64, 1, 64), (4096, 64, 64, 1))
+        args = [ctypes.byref(t) for t in (q, ok, ok, ok)] + [None, None, 0.0, -1, 0, None]
+        self.assertEqual(lib.attnjit_forward(kernel._handle, *args), _ffi.USER_ERROR)
+        self.assertIn("q.dtype: got '7'", lib.attnjit_last_error().decode())
+        args[0] = None
+        self.assertEqual(lib.attnjit_forward(kernel._handle, *args), _ffi.USER_ERROR)
+        self.assertIn("q: got 'NULL'", lib.attnjit_last_error().decode())
+        args[0] = ctypes.byref(_ffi.Tensor(0x1000, _ffi.BF16, 5))
+        self.assertEqual(lib.attnjit_forward(kernel._handle, *args), _ffi.USER_ERROR)
+        self.assertIn("q.rank", lib.attnjit_last_error().decode())
+        with self.assertRaisesRegex(attnjit.AttnjitError, "kernel"):
+            _ffi.check(lib.attnjit_forward(None, *args))
+
+    def test_forward_checks_arguments_before_needing_torch(self):
+        cases = [
+            (ValueError, "mask", dict(mask="bogus")),
+            (TypeError, "causal", dict(mask="flashmask", causal="yes")),
+            (ValueError, "causal", dict(mask="sliding_window", causal=True)),
+            (ValueError, "startend_row_indices", dict(mask="flashmask")),
+            (ValueError, "startend_row_indices", dict(startend_row_indices=object())),
+            (TypeError, "return_lse", dict(return_lse=1)),
+            (TypeError, "spec", dict(spec=3)),
+            (ValueError, "spec", dict(spec=SPEC, mask="causal")),
+            (ValueError, "scale", dict(scale=-1.0)),
+            (TypeError, "scale", dict(scale="1")),
+            (TypeError, "window", dict(window=(1,))),
+            (ValueError, "window", dict(window=(-2, 0))),
+            (TypeError, "q: expected a torch.Tensor", dict()),
+        ]
+        for error, message, kwargs in cases:
+            with self.subTest(**{key: repr(value) for key, value in kwargs.items()}):
+                with self.assertRaisesRegex(error, message):
+                    attnjit.forward([1.0], [1.0], [1.0], **kwargs)
+
+    def test_missing_library_is_an_import_error_listing_the_paths(self):
+        environment = dict(os.environ, ATTNJIT_LIBRARY="/nonexistent/libattnjit.so",
+                           PYTHONPATH=str(PYTHON_DIR))
+        result = subprocess.run([sys.executable, "-c", "import attnjit"], env=environment,
+                                capture_output=True, text=True, check=False)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("ImportError", result.stderr)
+        self.assertIn("/nonexistent/libattnjit.so", result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Everything attnjit checks and measures on a GPU machine, from one command, for a build made
+# elsewhere (build/ holds attnc, attnjit_gpu_tests and libattnjit.so):
+#   1. the GPU tests; 2. `attnc run --check` at 8K for each mask kind; 3. a tile sweep of the
+#   other head dims; 4. tools/bench/fwd_vs_sdpa.py (attnjit vs SDPA flash / cuDNN and
+#   FlexAttention in one process), whose table is printed last.
+# Usage: tools/bench/gpu_session.sh [OUT_DIR]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out="${1:-${OUT:-/tmp/attnjit-session}}"
+mkdir -p "$out"
+export ATTNJIT_CACHE_DIR="${ATTNJIT_CACHE_DIR:-/tmp/attnjit-cache}"
+attnc=build/tools/attnc
+status=0
+
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
+
+echo "== GPU tests"
+build/tests/attnjit_gpu_tests 2>&1 | tee "$out/gpu_tests.log" | tail -4
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+
+echo "== attnc run --check (bf16, d128, B=1, H=16, S=8192)"
+for mask in none causal sliding_window "flashmask(causal=true,columns=1)" \
+            "flashmask(causal=true,columns=2)" "flashmask(causal=false,columns=2)" \
+            "flashmask(causal=false,columns=4)"; do
+  extra=()
+  [[ $mask == sliding_window ]] && extra=(--window-left 1024)
+  $attnc run --spec "dtype=bf16 head_dim=128 mask=$mask" --batch 1 --heads 16 --seqlen-q 8192 \
+    "${extra[@]}" --check --warmup 3 --repeat 20 >"$out/run.txt" 2>&1 || status=1
+  echo "$mask: $(grep -E '^(time|check)' "$out/run.txt" | tr -s ' ' | tr '\n' ' ')"
+done
+
+echo "== tile sweep (bf16, B=1, H=16, S=8192; TFLOP/s none / causal)"
+for dim_tiles in "64:auto,128x64x4s,128x128x4s" "96:auto,128x32x4s" "128:auto,128x32x4s,128x128x8q" \
+                 "192:auto,128x32x8s" "256:auto,128x32x8s"; do
+  dim=${dim_tiles%%:*}
+  for tiles in $(echo "${dim_tiles#*:}" | tr ',' ' '); do
+    line="d$dim $tiles:"
+    for mask in none causal; do
+      r=$($attnc run --spec "dtype=bf16 head_dim=$dim mask=$mask tiles=$tiles" --batch 1 \
+          --heads 16 --seqlen-q 8192 --warmup 3 --repeat 20 --json 2>&1)
+      line="$line $(python3 -c 'import json,sys; print(round(json.loads(sys.argv[1])["tflops"]))' "$r" 2>/dev/null || echo "error: $r")"
+    done
+    echo "$line"
+  done
+done
+
+echo "== attnjit vs SDPA / FlexAttention (one process)"
+PYTHONUNBUFFERED=1 python3 tools/bench/fwd_vs_sdpa.py --batch 1 --heads 16 --seqlen 8192 \
+  --head-dim 128 --tiles 128x32x4s,128x128x8q,128x64x4s --out "$out/fwd_vs_sdpa.md" || status=1
+exit $status

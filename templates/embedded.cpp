@@ -14,13 +14,6 @@ std::span<const EmbeddedFile> all() {
   return {detail::kFiles, detail::kFileCount};
 }
 
-const EmbeddedFile* find(std::string_view name) {
-  for (const EmbeddedFile& file : all()) {
-    if (file.name == name) return &file;
-  }
-  return nullptr;
-}
-
 std::string_view hash() {
   static const std::string digest = [] {
     XXH3_state_t* state = XXH3_createState();

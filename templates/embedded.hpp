@@ -16,9 +16,6 @@ struct EmbeddedFile {
 /// Every embedded header, sorted by name.
 std::span<const EmbeddedFile> all();
 
-/// The embedded header called `name`, or nullptr.
-const EmbeddedFile* find(std::string_view name);
-
 /// Hex digest over all names and contents; part of every cache key.
 std::string_view hash();
 

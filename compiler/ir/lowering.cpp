@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 
 #include "attnjit/error.hpp"
 
@@ -39,10 +38,6 @@ std::string_view name_of(KernelRole role) {
       return "forward";
   }
   throw InternalError("unknown KernelRole");
-}
-
-bool MaskLowering::has(IntervalVector vector) const {
-  return std::find(vectors.begin(), vectors.end(), vector) != vectors.end();
 }
 
 const KernelDesc* KernelPlan::find(KernelRole role) const {

@@ -23,7 +23,6 @@ struct MaskLowering {
   /// The per-key-block min/max tables are needed (a preprocessing kernel builds them).
   bool needs_minmax = false;
 
-  bool has(IntervalVector vector) const;
   bool operator==(const MaskLowering&) const = default;
 };
 

@@ -163,23 +163,6 @@ Arch parse_arch(std::string_view text, std::string_view field) {
   return parse_enum(kArchNames, text, field);
 }
 
-int compute_capability(Arch arch) {
-  switch (arch) {
-    case Arch::auto_detect:
-      return 0;
-    case Arch::sm_80:
-      return 80;
-    case Arch::sm_86:
-      return 86;
-    case Arch::sm_89:
-      return 89;
-    case Arch::sm_90:
-    case Arch::sm_90a:
-      return 90;
-  }
-  throw InternalError("unknown Arch");
-}
-
 int size_of(DType) {
   return 2;
 }

@@ -84,9 +84,6 @@ std::string_view name_of(Arch arch);
 /// naming `field` otherwise.
 Arch parse_arch(std::string_view text, std::string_view field);
 
-/// Compute capability times ten (80, 86, 89, 90); 0 for auto_detect.
-int compute_capability(Arch arch);
-
 /// Size in bytes of one element of `dtype`.
 int size_of(DType dtype);
 

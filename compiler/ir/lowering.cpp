@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-
 #include "attnjit/error.hpp"
 
 namespace attnjit {
@@ -36,6 +35,16 @@ std::string_view name_of(KernelRole role) {
       return "flashmask_minmax";
     case KernelRole::forward:
       return "forward";
+    case KernelRole::backward_preprocess:
+      return "backward_preprocess";
+    case KernelRole::backward:
+      return "backward";
+    case KernelRole::backward_dq:
+      return "backward_dq";
+    case KernelRole::backward_convert_dq:
+      return "backward_convert_dq";
+    case KernelRole::backward_reduce_dkdv:
+      return "backward_reduce_dkdv";
   }
   throw InternalError("unknown KernelRole");
 }
@@ -72,12 +81,21 @@ std::string to_string(const Lowering& lowering) {
         tiles.block_m, tiles.block_n, tiles.warps, tiles.kv_stages, tiles.q_in_registers,
         tiles.smem_bytes);
   }
+  if (lowering.backward_tiles) {
+    const BackwardTiles& t = *lowering.backward_tiles;
+    out += fmt::format(
+        "  backward_tiles {{block_m={} block_n={} warps={} dim_warps={} smem_bytes={} "
+        "dq_block_m={} dq_block_n={} dq_warps={} dq_smem_bytes={}}}\n",
+        t.block_m, t.block_n, t.warps, t.dim_warps, t.smem_bytes, t.dq_block_m, t.dq_block_n,
+        t.dq_warps, t.dq_smem_bytes);
+  }
   if (lowering.plan) {
     for (const KernelDesc& kernel : lowering.plan->kernels) {
       out += fmt::format(
-          "  kernel @{} {{role={} template=\"{}\" threads={} dynamic_smem={} grid={}}}\n",
+          "  kernel @{} {{role={} template=\"{}\" threads={} dynamic_smem={}{} grid={}}}\n",
           kernel.name, name_of(kernel.role), kernel.template_header, kernel.threads,
-          kernel.dynamic_smem_bytes, kernel.grid);
+          kernel.dynamic_smem_bytes,
+          kernel.block_n ? fmt::format(" block_n={}", kernel.block_n) : std::string(), kernel.grid);
     }
   }
   return out;

@@ -53,8 +53,31 @@ struct TileConfig {
   bool operator==(const TileConfig&) const = default;
 };
 
+/// Tile shapes of the backward kernels (decided by select_tiles for direction=backward).
+struct BackwardTiles {
+  int block_m = 0;    ///< main kernel: queries per iteration
+  int block_n = 0;    ///< main kernel: keys per CTA (also its min/max key-block size)
+  int warps = 0;      ///< main kernel warps: block_n / 16 key slabs x dim_warps
+  int dim_warps = 0;  ///< warps sharing a key slab, each owning a share of the head dim
+  int smem_bytes = 0;
+  int dq_block_m = 0;  ///< deterministic dQ kernel: queries per CTA (16 per warp)
+  int dq_block_n = 0;  ///< deterministic dQ kernel: keys per iteration
+  int dq_warps = 0;
+  int dq_smem_bytes = 0;
+
+  bool operator==(const BackwardTiles&) const = default;
+};
+
 /// What a kernel computes inside the plan.
-enum class KernelRole { flashmask_minmax, forward };
+enum class KernelRole {
+  flashmask_minmax,      ///< min/max of the interval vectors per key block
+  forward,               ///< the forward pass
+  backward_preprocess,   ///< D = rowsum(dO * O), LSE in log2 units, dQ accumulator zeroed
+  backward,              ///< dK, dV (and dQ by atomics unless deterministic) per key block
+  backward_dq,           ///< deterministic mode: dQ per query block
+  backward_convert_dq,   ///< dQ accumulator (fp32) to the input dtype
+  backward_reduce_dkdv,  ///< GQA: dK, dV summed over the query heads of each KV head
+};
 std::string_view name_of(KernelRole role);
 
 /// One kernel to generate, compile and launch.
@@ -64,6 +87,7 @@ struct KernelDesc {
   std::string template_header;  ///< the templates/ header holding its mainloop
   int threads = 0;
   int dynamic_smem_bytes = 0;
+  int block_n = 0;   ///< flashmask_minmax: the key-block size of its tables
   std::string grid;  ///< human-readable launch grid, e.g. "(ceil(Sq/128), H, B)"
 
   bool operator==(const KernelDesc&) const = default;
@@ -82,7 +106,8 @@ struct Lowering {
   AttentionSpec spec;
   std::optional<MaskLowering> mask;
   std::optional<TargetInfo> target;
-  std::optional<TileConfig> tiles;
+  std::optional<TileConfig> tiles;              ///< forward
+  std::optional<BackwardTiles> backward_tiles;  ///< backward
   std::optional<KernelPlan> plan;
 };
 

@@ -22,7 +22,8 @@ constexpr NameTable<MaskKind, 4> kMaskNames{{{MaskKind::none, "none"},
                                              {MaskKind::causal, "causal"},
                                              {MaskKind::sliding_window, "sliding_window"},
                                              {MaskKind::flashmask, "flashmask"}}};
-constexpr NameTable<Direction, 1> kDirectionNames{{{Direction::forward, "forward"}}};
+constexpr NameTable<Direction, 2> kDirectionNames{
+    {{Direction::forward, "forward"}, {Direction::backward, "backward"}}};
 constexpr NameTable<Arch, 6> kArchNames{{{Arch::auto_detect, "auto"},
                                          {Arch::sm_80, "sm_80"},
                                          {Arch::sm_86, "sm_86"},
@@ -180,15 +181,17 @@ std::string to_string(const TileShape& tiles) {
 
 std::string to_string(const AttentionSpec& spec) {
   return fmt::format(
-      "dtype={} head_dim_qk={} head_dim_v={} mask={} return_lse={} direction={} target={} "
+      "dtype={} head_dim_qk={} head_dim_v={} mask={} return_lse={} direction={} "
+      "deterministic={} target={} "
       "tiles={}",
       name_of(spec.dtype), spec.head_dim_qk, spec.head_dim_v, to_string(spec.mask), spec.return_lse,
-      name_of(spec.direction), name_of(spec.target), to_string(spec.tiles));
+      name_of(spec.direction), spec.deterministic, name_of(spec.target), to_string(spec.tiles));
 }
 
 AttentionSpec parse_spec(std::string_view text) {
   constexpr std::string_view kKeys =
-      "dtype, head_dim, head_dim_qk, head_dim_v, mask, return_lse, direction, target, tiles";
+      "dtype, head_dim, head_dim_qk, head_dim_v, mask, return_lse, direction, deterministic, "
+      "target, tiles";
   constexpr std::string_view kHeadDims = "32, 64, 96, 128, 192, 256";
   AttentionSpec spec;
   std::optional<int> head_dim, head_dim_qk, head_dim_v;
@@ -230,6 +233,8 @@ AttentionSpec parse_spec(std::string_view text) {
       spec.return_lse = parse_bool(value, "return_lse");
     } else if (key == "direction") {
       spec.direction = parse_enum(kDirectionNames, value, "direction");
+    } else if (key == "deterministic") {
+      spec.deterministic = parse_bool(value, "deterministic");
     } else if (key == "target") {
       spec.target = parse_arch(value, "target");
     } else if (key == "tiles") {

@@ -6,6 +6,9 @@ namespace attnjit {
 Lowering canonicalize(const Lowering& in) {
   Lowering out = in;
   if (out.spec.head_dim_v == 0) out.spec.head_dim_v = out.spec.head_dim_qk;
+  // The backward reads the LSE (it never returns one); the forward is deterministic anyway.
+  if (out.spec.direction == Direction::backward) out.spec.return_lse = false;
+  if (out.spec.direction == Direction::forward) out.spec.deterministic = false;
   return out;
 }
 

@@ -10,8 +10,9 @@ namespace attnjit {
 /// naming the field, the value and what is accepted. Returns the IR unchanged.
 Lowering validate(const Lowering& in);
 
-/// Puts the spec in its one canonical form: head_dim_v = 0 means "same as head_dim_qk".
-/// Two specs that generate the same code print the same after this pass.
+/// Puts the spec in its one canonical form: head_dim_v = 0 means "same as head_dim_qk";
+/// return_lse is false for the backward (it reads the LSE) and deterministic is false for
+/// the forward (always deterministic). Two specs that generate the same code print the same.
 Lowering canonicalize(const Lowering& in);
 
 /// Decides how kernels apply the mask: causal and sliding window by index arithmetic,
@@ -23,12 +24,14 @@ Lowering lower_mask(const Lowering& in);
 /// must be resolved (auto_detect is replaced by the device's arch before lowering).
 Lowering select_target(const Lowering& in);
 
-/// Picks the forward tile shape (block_m x block_n, warps, K/V pipeline depth, whether Q
-/// stays in registers) per head dim and arch, within the target's shared memory.
+/// Picks the tile shapes per head dim, mask cost and arch, within the target's shared memory:
+/// the forward's (block_m x block_n, warps, K/V pipeline depth, Q in registers or not) or
+/// the backward kernels' (key block per CTA, query block per iteration, warp layout).
 Lowering select_tiles(const Lowering& in);
 
-/// Lists the kernels to generate in launch order: the FlashMask min/max preprocessing
-/// kernel when the mask needs it, then the forward kernel, with names and launch shapes.
+/// Lists the kernels to generate in launch order, with names and launch shapes: the
+/// FlashMask min/max kernel(s) when the mask needs them, then the forward kernel, or the
+/// backward's preprocess, main, (deterministic) dQ, dQ conversion and GQA reduction kernels.
 Lowering plan_kernels(const Lowering& in);
 
 }  // namespace attnjit

@@ -12,25 +12,34 @@ std::string mask_tag(const MaskSpec& mask) {
   return fmt::format("flashmask{}_c{}", mask.causal ? "_causal" : "", mask.columns);
 }
 
-}  // namespace
+KernelDesc minmax_kernel(const AttentionSpec& spec, int block_n) {
+  constexpr int kWarpsPerBlock = 4;  // one warp per key block
+  KernelDesc minmax;
+  minmax.role = KernelRole::flashmask_minmax;
+  minmax.name = fmt::format("attnjit_flashmask_minmax_c{}_bn{}", spec.mask.columns, block_n);
+  minmax.template_header = "attnjit/flashmask_minmax.cuh";
+  minmax.threads = kWarpsPerBlock * 32;
+  minmax.block_n = block_n;
+  minmax.grid = fmt::format("(ceil(B*Hm*ceil(Sk/{})/{}), 1, 1)", block_n, kWarpsPerBlock);
+  return minmax;
+}
 
-Lowering plan_kernels(const Lowering& in) {
-  internal_check(in.mask && in.target && in.tiles, "plan_kernels runs after select_tiles");
+KernelDesc row_kernel(KernelRole role, std::string name, std::string grid) {
+  constexpr int kRowsPerBlock = 4;  // bwd_rows.cuh: one warp per row
+  KernelDesc kernel;
+  kernel.role = role;
+  kernel.name = std::move(name);
+  kernel.template_header = "attnjit/bwd_rows.cuh";
+  kernel.threads = kRowsPerBlock * 32;
+  kernel.grid = std::move(grid);
+  return kernel;
+}
+
+KernelPlan plan_forward(const Lowering& in) {
   const AttentionSpec& spec = in.spec;
   const TileConfig& tiles = *in.tiles;
   KernelPlan plan;
-  if (in.mask->needs_minmax) {
-    constexpr int kWarpsPerBlock = 4;  // one warp per key block
-    KernelDesc minmax;
-    minmax.role = KernelRole::flashmask_minmax;
-    minmax.name =
-        fmt::format("attnjit_flashmask_minmax_c{}_bn{}", spec.mask.columns, tiles.block_n);
-    minmax.template_header = "attnjit/flashmask_minmax.cuh";
-    minmax.threads = kWarpsPerBlock * 32;
-    minmax.dynamic_smem_bytes = 0;
-    minmax.grid = fmt::format("(ceil(B*Hm*ceil(Sk/{})/{}), 1, 1)", tiles.block_n, kWarpsPerBlock);
-    plan.kernels.push_back(minmax);
-  }
+  if (in.mask->needs_minmax) plan.kernels.push_back(minmax_kernel(spec, tiles.block_n));
   KernelDesc forward;
   forward.role = KernelRole::forward;
   forward.name = fmt::format("attnjit_fwd_{}_d{}_{}{}", name_of(spec.dtype), spec.head_dim_qk,
@@ -40,8 +49,63 @@ Lowering plan_kernels(const Lowering& in) {
   forward.dynamic_smem_bytes = tiles.smem_bytes;
   forward.grid = fmt::format("(ceil(Sq/{}), H, B)", tiles.block_m);
   plan.kernels.push_back(forward);
+  return plan;
+}
+
+// The min/max kernel(s), preprocess, main (dK, dV and atomic dQ), or main + dQ kernel when
+// deterministic, then the dQ conversion (atomic mode) and the GQA reduction of dK/dV
+// (launched only when H != Hkv).
+KernelPlan plan_backward(const Lowering& in) {
+  const AttentionSpec& spec = in.spec;
+  const BackwardTiles& tiles = *in.backward_tiles;
+  const std::string type = fmt::format("{}_d{}", name_of(spec.dtype), spec.head_dim_qk);
+  KernelPlan plan;
+  if (in.mask->needs_minmax) {
+    plan.kernels.push_back(minmax_kernel(spec, tiles.block_n));
+    if (spec.deterministic && tiles.dq_block_n != tiles.block_n) {
+      plan.kernels.push_back(minmax_kernel(spec, tiles.dq_block_n));
+    }
+  }
+  plan.kernels.push_back(row_kernel(
+      KernelRole::backward_preprocess,
+      fmt::format("attnjit_bwd_preprocess_{}{}", type, spec.deterministic ? "" : "_zero_dq"),
+      "(ceil(Sq/4), H, B)"));
+  KernelDesc main;
+  main.role = KernelRole::backward;
+  main.name = fmt::format("attnjit_bwd_{}_{}{}", type, mask_tag(spec.mask),
+                          spec.deterministic ? "_deterministic" : "");
+  main.template_header = "attnjit/bwd_sm80.cuh";
+  main.threads = tiles.warps * 32;
+  main.dynamic_smem_bytes = tiles.smem_bytes;
+  main.grid = fmt::format("(ceil(Sk/{}), H, B)", tiles.block_n);
+  plan.kernels.push_back(main);
+  if (spec.deterministic) {
+    KernelDesc dq;
+    dq.role = KernelRole::backward_dq;
+    dq.name = fmt::format("attnjit_bwd_dq_{}_{}", type, mask_tag(spec.mask));
+    dq.template_header = "attnjit/bwd_dq_sm80.cuh";
+    dq.threads = tiles.dq_warps * 32;
+    dq.dynamic_smem_bytes = tiles.dq_smem_bytes;
+    dq.grid = fmt::format("(ceil(Sq/{}), H, B)", tiles.dq_block_m);
+    plan.kernels.push_back(dq);
+  } else {
+    plan.kernels.push_back(row_kernel(KernelRole::backward_convert_dq,
+                                      fmt::format("attnjit_bwd_convert_dq_{}", type),
+                                      "(ceil(Sq/4), H, B)"));
+  }
+  plan.kernels.push_back(row_kernel(KernelRole::backward_reduce_dkdv,
+                                    fmt::format("attnjit_bwd_reduce_dkdv_{}", type),
+                                    "(ceil(Sk/4), Hkv, B) when H != Hkv"));
+  return plan;
+}
+
+}  // namespace
+
+Lowering plan_kernels(const Lowering& in) {
+  internal_check(in.mask && in.target && (in.tiles || in.backward_tiles),
+                 "plan_kernels runs after select_tiles");
   Lowering out = in;
-  out.plan = plan;
+  out.plan = in.spec.direction == Direction::backward ? plan_backward(in) : plan_forward(in);
   return out;
 }
 

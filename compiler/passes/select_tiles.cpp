@@ -96,6 +96,92 @@ void check_explicit(const TileShape& shape, int smem, const TargetInfo& target) 
   }
 }
 
+// Backward main kernel: 16 keys per key warp; dim_warps > 1 splits a wide head dim's dK/dV
+// accumulators over warps sharing the same keys (they recompute S^T and dP^T). dQ = dS K is
+// split as (block_m / 16) row slabs x (warps / that) column groups of 16-multiples.
+struct BackwardCandidate {
+  int head_dim, block_m, block_n, warps, dim_warps;
+};
+
+constexpr std::array<BackwardCandidate, 16> kBackwardCandidates{{
+    {32, 64, 128, 8, 1},
+    {32, 64, 64, 4, 1},
+    {64, 64, 128, 8, 1},
+    {64, 64, 64, 4, 1},
+    {96, 64, 128, 8, 1},
+    {96, 64, 64, 8, 2},
+    {96, 32, 32, 4, 2},
+    {128, 64, 128, 8, 1},
+    {128, 64, 64, 8, 2},
+    {128, 32, 64, 8, 2},
+    {192, 64, 64, 8, 2},
+    {192, 32, 64, 8, 2},
+    {192, 32, 32, 4, 2},
+    {256, 64, 64, 8, 2},
+    {256, 32, 64, 8, 2},
+    {256, 32, 32, 4, 2},
+}};
+
+// Deterministic dQ kernel: one-slab warps (block_m = 16 * warps) over key blocks.
+struct DqCandidate {
+  int max_head_dim, warps, block_n;
+};
+
+constexpr std::array<DqCandidate, 5> kDqCandidates{{
+    {128, 4, 64},
+    {128, 4, 32},
+    {256, 4, 32},
+    {256, 2, 32},
+    {256, 2, 16},
+}};
+
+int backward_smem(const BackwardCandidate& c, const AttentionSpec& spec, int columns) {
+  const int d = spec.head_dim_qk;
+  const int kv = 2 * c.block_n * d * 2;
+  const int stages = 2 * (2 * c.block_m * d * 2 + 2 * c.block_m * 4);
+  const int ds = spec.deterministic ? 0 : c.block_n * c.block_m * 2;
+  return kv + stages + ds + c.block_n * columns * 4;
+}
+
+int dq_smem(const DqCandidate& c, const AttentionSpec& spec, int columns) {
+  const int d = spec.head_dim_qk;
+  return 2 * (16 * c.warps) * d * 2 + 2 * (2 * c.block_n * d * 2 + c.block_n * columns * 4);
+}
+
+BackwardTiles select_backward_tiles(const AttentionSpec& spec, const MaskLowering& mask,
+                                    const TargetInfo& target) {
+  const int columns = static_cast<int>(mask.vectors.size());
+  BackwardTiles tiles;
+  for (const BackwardCandidate& c : kBackwardCandidates) {
+    if (c.head_dim != spec.head_dim_qk) continue;
+    const int smem = backward_smem(c, spec, columns);
+    if (smem > target.max_dynamic_smem_bytes) continue;
+    tiles.block_m = c.block_m;
+    tiles.block_n = c.block_n;
+    tiles.warps = c.warps;
+    tiles.dim_warps = c.dim_warps;
+    tiles.smem_bytes = smem;
+    break;
+  }
+  for (const DqCandidate& c : kDqCandidates) {
+    if (!spec.deterministic) break;
+    if (spec.head_dim_qk > c.max_head_dim) continue;
+    const int smem = dq_smem(c, spec, columns);
+    if (smem > target.max_dynamic_smem_bytes) continue;
+    tiles.dq_block_m = 16 * c.warps;
+    tiles.dq_block_n = c.block_n;
+    tiles.dq_warps = c.warps;
+    tiles.dq_smem_bytes = smem;
+    break;
+  }
+  if (tiles.block_m == 0 || (spec.deterministic && tiles.dq_block_m == 0)) {
+    throw InternalError(
+        fmt::format("select_tiles: no backward tile shape for head_dim {} within {} bytes",
+                    spec.head_dim_qk, target.max_dynamic_smem_bytes));
+  }
+  return tiles;
+}
+
 }  // namespace
 
 Lowering select_tiles(const Lowering& in) {
@@ -103,6 +189,10 @@ Lowering select_tiles(const Lowering& in) {
   const AttentionSpec& spec = in.spec;
   const TargetInfo& target = *in.target;
   Lowering out = in;
+  if (spec.direction == Direction::backward) {
+    out.backward_tiles = select_backward_tiles(spec, *in.mask, target);
+    return out;
+  }
   if (!spec.tiles.is_auto()) {
     const TileShape& shape = spec.tiles;
     const int smem = smem_bytes(shape.block_m, shape.block_n, spec, *in.mask);

@@ -66,6 +66,12 @@ class Kernel {
   /// returns after enqueueing the kernels.
   void forward(const ForwardArgs& args, Stream stream = nullptr) const;
 
+  /// Runs the backward pass on `stream` (the spec must have direction=backward): writes d_q,
+  /// d_k and d_v. Checks every tensor like forward() and throws Error naming the first bad
+  /// field. Asynchronous; takes stream-ordered scratch memory for the fp32 dQ accumulator,
+  /// the row sums D = rowsum(dO * O) and, with GQA, per-query-head dK/dV partials.
+  void backward(const BackwardArgs& args, Stream stream = nullptr) const;
+
   /// PTX of each kernel, in plan order.
   std::vector<std::string> ptx() const;
 

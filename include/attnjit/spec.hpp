@@ -20,7 +20,7 @@ enum class MaskKind : std::uint8_t {
 };
 
 /// Which pass over the attention the kernels compute.
-enum class Direction : std::uint8_t { forward };
+enum class Direction : std::uint8_t { forward, backward };
 
 /// Target architecture. `auto_detect` resolves to the current device when compiling.
 enum class Arch : std::uint8_t { auto_detect, sm_80, sm_86, sm_89, sm_90, sm_90a };
@@ -56,6 +56,8 @@ struct AttentionSpec {
   MaskSpec mask;
   bool return_lse = false;
   Direction direction = Direction::forward;
+  /// Backward only: gradients bitwise identical from run to run (dQ without atomics).
+  bool deterministic = false;
   Arch target = Arch::auto_detect;
   TileShape tiles;
 
@@ -64,14 +66,15 @@ struct AttentionSpec {
 
 /// Canonical text form, e.g.
 /// `dtype=bf16 head_dim_qk=128 head_dim_v=128 mask=causal return_lse=false direction=forward
-/// target=auto tiles=auto`.
+/// deterministic=false target=auto tiles=auto`.
 /// parse_spec(to_string(s)) == s for every spec.
 std::string to_string(const AttentionSpec& spec);
 std::string to_string(const MaskSpec& mask);
 std::string to_string(const TileShape& tiles);
 
 /// Parses `key=value` words separated by spaces. Accepted keys: dtype, head_dim (sets both
-/// head dims), head_dim_qk, head_dim_v, mask, return_lse, direction, target, tiles. Throws Error
+/// head dims), head_dim_qk, head_dim_v, mask, return_lse, direction, deterministic, target,
+/// tiles. Throws Error
 /// naming the key, the value and what is accepted. Does not check value ranges (validate does).
 AttentionSpec parse_spec(std::string_view text);
 

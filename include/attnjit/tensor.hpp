@@ -42,4 +42,20 @@ struct ForwardArgs {
   int window_right = 0;        ///< sliding_window: keys right of the diagonal; -1 unbounded
 };
 
+/// Everything a backward launch needs besides the compiled kernel (a spec with
+/// direction=backward). Layouts as in ForwardArgs: q [B, Sq, H, D], k [B, Sk, Hkv, D],
+/// v [B, Sk, Hkv, Dv], o and d_o [B, Sq, H, Dv]; lse [B, H, Sq] fp32 as the forward pass
+/// returned it (return_lse=true). Outputs, same dtype as q: d_q like q, d_k like k, d_v like v
+/// (for GQA each KV head's gradient is the sum over its query heads). The mask arguments and
+/// the softmax scale must be those of the forward pass.
+struct BackwardArgs {
+  TensorView q, k, v, o, d_o;
+  TensorView lse;
+  TensorView startend_row_indices;
+  TensorView d_q, d_k, d_v;
+  float softmax_scale = 0.0f;  ///< 0 means 1/sqrt(head_dim_qk)
+  int window_left = -1;
+  int window_right = 0;
+};
+
 }  // namespace attnjit

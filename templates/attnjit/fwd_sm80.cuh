@@ -84,7 +84,6 @@ struct ForwardSm80 {
     const u32 smem_q = smem_address(smem);
     const u32 smem_kv = smem_q + QTile::kBytes;
     const u32 smem_vectors = smem_kv + kStages * kStageBytes;
-    const int* vectors = reinterpret_cast<const int*>(smem + QTile::kBytes + kStages * kStageBytes);
 
     int n_begin, n_end;
     Mask::template key_block_range<kBlockN>(ms, n_begin, n_end);
@@ -148,9 +147,9 @@ struct ForwardSm80 {
       cp_async_commit();
 
       const int stage = it % kStages;
-      const int kind = Mask::template classify<kBlockN>(ms, p, n_compute);
+      const int kind = Mask::template classify<kBlockN>(ms, p.minmax, n_compute);
       compute_block(p, ms, smem_q, smem_kv + stage * kStageBytes,
-                    vectors + stage * kBlockN * kColumns, n_compute, kind, warp_row, lane);
+                    smem_vectors + stage * kVectorBytes, n_compute, kind, warp_row, lane);
       n_compute = next_active(ms, p, n_compute - 1, n_begin);
     }
 
@@ -164,7 +163,7 @@ struct ForwardSm80 {
                                                     int from, int n_begin) {
     if (!Mask::kHasVectors) return from;
     for (int n = from; n >= n_begin; --n) {
-      if (Mask::template classify<kBlockN>(ms, p, n) != kTileSkip) return n;
+      if (Mask::template classify<kBlockN>(ms, p.minmax, n) != kTileSkip) return n;
     }
     return n_begin - 1;
   }
@@ -190,7 +189,7 @@ struct ForwardSm80 {
     load_tile_async<kBlockN, kHeadDim, kThreads>(
         smem_stage + KvTile::kBytes, v_base + key0 * p.v_row_stride, p.v_row_stride, valid, thread);
     if (Mask::kHasVectors) {
-      const int* src = interval_values<kColumns>(p, ms, key0);
+      const int* src = interval_values<kColumns>(p.intervals, ms, key0);
       for (int i = thread; i < kBlockN * kColumns; i += kThreads) {
         const bool in_range = i < valid * kColumns;
         cp_async_4(smem_vectors + i * 4, in_range ? src + i : p.intervals, in_range ? 4 : 0);
@@ -200,8 +199,8 @@ struct ForwardSm80 {
 
   /// S = Q K^T, mask, online softmax, O += P V for one key block.
   __device__ __forceinline__ void compute_block(const FwdParams& p, const MaskState& ms, u32 smem_q,
-                                                u32 smem_k, const int* vectors, int n_block,
-                                                int kind, int warp_row, int lane) {
+                                                u32 smem_k, u32 vectors, int n_block, int kind,
+                                                int warp_row, int lane) {
     const u32 smem_v = smem_k + KvTile::kBytes;
     // Per-lane parts of the ldmatrix addresses (see SmemTile::matrix_address).
     const u32 q_lane = opaque(QTile::lane_offset(lane % 16, lane / 16));
@@ -255,7 +254,8 @@ struct ForwardSm80 {
           for (int e = 0; e < 4; ++e) {
             const int row = row0 + s * 16 + (e / 2) * 8;
             const int local_col = nt * 8 + 2 * t + (e % 2);
-            if (Mask::masked(ms, row, col0 + nt * 8 + (e % 2), vectors + local_col * kColumns)) {
+            if (Mask::masked(ms, row, col0 + nt * 8 + (e % 2),
+                             vectors + local_col * kColumns * 4)) {
               acc_s[s][nt][e] = negative_infinity();
             }
           }

@@ -9,7 +9,6 @@
 // reads as Sq and an absent UTS as 0.
 #pragma once
 
-#include "attnjit/params.cuh"
 #include "attnjit/primitives.cuh"
 
 namespace attnjit {
@@ -29,12 +28,13 @@ struct MaskState {
   int num_key_blocks;
 };
 
-/// Start of the FlashMask values of key column `key` for the CTA's (batch, mask head).
+/// Start of the FlashMask values of key column `key` for the CTA's (batch, mask head), from
+/// the kernel parameter `intervals` (passed at each use, not held in a register).
 template <int kColumns>
-__device__ __forceinline__ const int* interval_values(const FwdParams& p, const MaskState& s,
+__device__ __forceinline__ const int* interval_values(const int* intervals, const MaskState& s,
                                                       int key) {
   const long long row = static_cast<int>(opaque(static_cast<u32>(s.vector_row)));
-  return p.intervals + (row * s.seqlen_k + key) * kColumns;
+  return intervals + (row * s.seqlen_k + key) * kColumns;
 }
 
 template <bool kCausal, bool kWindow, int kLts, int kLte, int kUts, int kUte>
@@ -61,9 +61,32 @@ struct MaskPolicy {
     }
   }
 
+  /// Query blocks [begin, end) whose rows can see a key of block n_block (backward: the CTA
+  /// owns the key block and walks the query blocks).
+  template <int kBlockM, int kBlockN>
+  __device__ static void query_block_range(const MaskState& s, int n_block, int& begin, int& end) {
+    const int num_blocks = (s.seqlen_q + kBlockM - 1) / kBlockM;
+    const int first_key = n_block * kBlockN;
+    const int last_key = min(first_key + kBlockN, s.seqlen_k) - 1;
+    begin = 0;
+    end = num_blocks;
+    // Query i sees key j only if j <= i + diagonal + right, i.e. i >= j - diagonal - right.
+    if (kCausal || (kWindow && s.window_right >= 0)) {
+      const int right = kCausal ? 0 : s.window_right;
+      const int first_row = first_key - s.diagonal - right;
+      begin = first_row <= 0 ? 0 : min(num_blocks, first_row / kBlockM);
+    }
+    // And j >= i + diagonal - left, i.e. i <= j - diagonal + left.
+    if (kWindow && s.window_left >= 0) {
+      const int last_row = last_key - s.diagonal + s.window_left;
+      end = last_row < 0 ? 0 : min(num_blocks, last_row / kBlockM + 1);
+    }
+  }
+
   /// Skip (every element masked: no load, no MMA), partial (element rule needed) or full.
+  /// `minmax` is the kernel parameter holding the tables (built for key blocks of kBlockN).
   template <int kBlockN>
-  __device__ static int classify(const MaskState& s, const FwdParams& p, int n_block) {
+  __device__ static int classify(const MaskState& s, const int* minmax, int n_block) {
     const int col_begin = n_block * kBlockN;
     const int col_last = min(col_begin + kBlockN, s.seqlen_k) - 1;
     bool partial = col_begin + kBlockN > s.seqlen_k;
@@ -77,7 +100,7 @@ struct MaskPolicy {
           static_cast<long long>(static_cast<int>(opaque(static_cast<u32>(s.vector_row)))) *
               s.num_key_blocks +
           n_block;
-      const int* mm = p.minmax + block * 2 * kColumns;
+      const int* mm = minmax + block * 2 * kColumns;
       if (kHasLower) {
         const int start_min = mm[2 * kLts], start_max = mm[2 * kLts + 1];
         const int end_min = kLte >= 0 ? mm[2 * kLte] : s.seqlen_q;
@@ -96,9 +119,9 @@ struct MaskPolicy {
     return partial ? kTilePartial : kTileFull;
   }
 
-  /// The element rule. `values` holds column `col`'s kColumns vector values.
-  __device__ static __forceinline__ bool masked(const MaskState& s, int row, int col,
-                                                const int* values) {
+  /// The element rule. `values` is the shared-memory address of column `col`'s kColumns
+  /// vector values.
+  __device__ static __forceinline__ bool masked(const MaskState& s, int row, int col, u32 values) {
     bool out = col >= s.seqlen_k;
     if (kCausal) out |= col > row + s.diagonal;
     if (kWindow) {
@@ -106,12 +129,12 @@ struct MaskPolicy {
       if (s.window_right >= 0) out |= col > row + s.diagonal + s.window_right;
     }
     if (kHasLower) {
-      const int end = kLte >= 0 ? values[kLte] : s.seqlen_q;
-      out |= row >= values[kLts] && row < end;
+      const int end = kLte >= 0 ? load_shared_s32(values + 4 * kLte) : s.seqlen_q;
+      out |= row >= load_shared_s32(values + 4 * kLts) && row < end;
     }
     if (kHasUpper) {
-      const int start = kUts >= 0 ? values[kUts] : 0;
-      out |= row >= start && row < values[kUte];
+      const int start = kUts >= 0 ? load_shared_s32(values + 4 * kUts) : 0;
+      out |= row >= start && row < load_shared_s32(values + 4 * kUte);
     }
     return out;
   }

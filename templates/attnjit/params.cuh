@@ -27,6 +27,42 @@ struct FwdParams {
   int window_right;
 };
 
+/// Arguments of the backward kernels. Strides are in elements; the last dim is contiguous.
+/// Scratch buffers (fp32, contiguous) belong to one backward call.
+struct BwdParams {
+  const void* q;         ///< [B, Sq, H, D]
+  const void* k;         ///< [B, Sk, Hkv, D]
+  const void* v;         ///< [B, Sk, Hkv, D]
+  const void* o;         ///< [B, Sq, H, D], the forward output
+  const void* d_o;       ///< [B, Sq, H, D]
+  const float* lse;      ///< [B, H, Sq] from the forward pass (natural log)
+  void* d_q;             ///< [B, Sq, H, D]
+  void* d_k;             ///< [B, Sk, Hkv, D]
+  void* d_v;             ///< [B, Sk, Hkv, D]
+  float* dq_accum;       ///< [B, H, Sq, D]: sum over key blocks of dS K (atomics), or null
+  float* row_dot;        ///< [B, H, Sq]: D = rowsum(dO * O)
+  float* lse_log2;       ///< [B, H, Sq]: LSE * log2(e); +inf where no key is visible
+  float* dk_partial;     ///< [B, H, Sk, D]: per-query-head dK when H != Hkv, else null
+  float* dv_partial;     ///< [B, H, Sk, D]: per-query-head dV when H != Hkv, else null
+  const int* intervals;  ///< startend_row_indices [B, Hm, Sk, C]; flashmask only
+  const int* minmax;     ///< min/max per key block of the main kernel's block_n
+  const int* minmax_dq;  ///< min/max per key block of the dQ kernel's block_n
+  long long q_batch_stride, q_row_stride, q_head_stride;
+  long long k_batch_stride, k_row_stride, k_head_stride;
+  long long v_batch_stride, v_row_stride, v_head_stride;
+  long long o_batch_stride, o_row_stride, o_head_stride;
+  long long do_batch_stride, do_row_stride, do_head_stride;
+  long long dq_batch_stride, dq_row_stride, dq_head_stride;
+  long long dk_batch_stride, dk_row_stride, dk_head_stride;
+  long long dv_batch_stride, dv_row_stride, dv_head_stride;
+  long long lse_batch_stride, lse_head_stride;
+  int batch, heads, kv_heads, mask_heads;
+  int seqlen_q, seqlen_k;
+  float softmax_scale;
+  float scale_log2;
+  int window_left, window_right;
+};
+
 /// Arguments of the FlashMask min/max preprocessing kernel.
 struct MinMaxParams {
   const int* intervals;  ///< [B, Hm, Sk, C]

@@ -49,6 +49,17 @@ __device__ __forceinline__ float to_float<fp16>(u16 bits) {
   return out;
 }
 
+/// The two floats of a packed pair (inverse of pack2, up to its rounding).
+template <class Element>
+__device__ __forceinline__ float unpack_lo(u32 pair) {
+  return to_float<Element>(static_cast<u16>(pair & 0xffffu));
+}
+
+template <class Element>
+__device__ __forceinline__ float unpack_hi(u32 pair) {
+  return to_float<Element>(static_cast<u16>(pair >> 16));
+}
+
 /// D += A * B for one m16n8k16 tile, fp32 accumulators (fragment layouts in kernel-notes).
 template <class Element>
 __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1);
@@ -92,6 +103,19 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 address) {
                : "r"(address));
 }
 
+/// Loads from shared memory by 32-bit shared address (no 64-bit generic pointer needed).
+__device__ __forceinline__ float load_shared_f32(u32 address) {
+  float out;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(out) : "r"(address));
+  return out;
+}
+
+__device__ __forceinline__ int load_shared_s32(u32 address) {
+  int out;
+  asm volatile("ld.shared.s32 %0, [%1];" : "=r"(out) : "r"(address));
+  return out;
+}
+
 /// 16-byte global -> shared copy, bypassing L1; bytes past src_bytes are zero-filled.
 __device__ __forceinline__ void cp_async_16(u32 dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
@@ -123,6 +147,26 @@ __device__ __forceinline__ u32 opaque(u32 value) {
 __device__ __forceinline__ long long opaque(long long value) {
   asm volatile("" : "+l"(value));
   return value;
+}
+
+/// Thread and block indices read from their special registers at the point of use (volatile,
+/// so not hoisted): inside long loops this keeps them out of the register budget.
+__device__ __forceinline__ int read_tid_x() {
+  int out;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(out));
+  return out;
+}
+
+__device__ __forceinline__ int read_ctaid_y() {
+  int out;
+  asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(out));
+  return out;
+}
+
+__device__ __forceinline__ int read_ctaid_z() {
+  int out;
+  asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(out));
+  return out;
 }
 
 /// 2^x (approximate, flushes denormals; exact enough for softmax weights).

@@ -41,7 +41,7 @@ TEST_CASE("print and parse round trip", "[ir]") {
   }
   CHECK(to_string(parse_spec("mask=causal head_dim=64 dtype=fp16")) ==
         "dtype=fp16 head_dim_qk=64 head_dim_v=64 mask=causal return_lse=false "
-        "direction=forward target=auto tiles=auto");
+        "direction=forward deterministic=false target=auto tiles=auto");
 }
 
 TEST_CASE("parse errors name the field, the value and what is accepted", "[ir]") {

@@ -1,0 +1,106 @@
+// Backward emitters: bind the tile constants and the mask policy, instantiate the templates.
+#include "compiler/codegen/emit_backward.hpp"
+
+#include <fmt/format.h>
+
+#include "attnjit/error.hpp"
+#include "compiler/codegen/emit_common.hpp"
+
+namespace attnjit::codegen {
+namespace {
+
+std::string emit_main(const Lowering& ir, const KernelDesc& kernel) {
+  const AttentionSpec& spec = ir.spec;
+  const BackwardTiles& tiles = *ir.backward_tiles;
+  SourceWriter w;
+  emit_header(w, ir, kernel);
+  w.line("namespace {{");
+  w.blank();
+  w.line("struct Config {{");
+  w.indent();
+  w.line("typedef {} Element;", element_type(spec.dtype));
+  w.line("static constexpr int kHeadDim = {};", spec.head_dim_qk);
+  w.line("static constexpr int kBlockM = {};", tiles.block_m);
+  w.line("static constexpr int kBlockN = {};", tiles.block_n);
+  w.line("static constexpr int kWarps = {};", tiles.warps);
+  w.line("static constexpr int kDimWarps = {};", tiles.dim_warps);
+  w.line("static constexpr bool kAtomicDq = {};", !spec.deterministic);
+  w.dedent();
+  w.line("}};");
+  w.blank();
+  emit_mask_policy(w, spec, *ir.mask);
+  w.blank();
+  emit_smem_check(w, "attnjit::BackwardSm80<Config, Mask>", tiles.smem_bytes);
+  w.blank();
+  w.line("}}  // namespace");
+  w.blank();
+  emit_entry(w, kernel, "attnjit::BwdParams", "attnjit::backward_sm80<Config, Mask>(params);",
+             /*min_blocks_per_sm=*/1);
+  return w.str();
+}
+
+std::string emit_dq(const Lowering& ir, const KernelDesc& kernel) {
+  const AttentionSpec& spec = ir.spec;
+  const BackwardTiles& tiles = *ir.backward_tiles;
+  SourceWriter w;
+  emit_header(w, ir, kernel);
+  w.line("namespace {{");
+  w.blank();
+  w.line("struct Config {{");
+  w.indent();
+  w.line("typedef {} Element;", element_type(spec.dtype));
+  w.line("static constexpr int kHeadDim = {};", spec.head_dim_qk);
+  w.line("static constexpr int kBlockM = {};", tiles.dq_block_m);
+  w.line("static constexpr int kBlockN = {};", tiles.dq_block_n);
+  w.line("static constexpr int kWarps = {};", tiles.dq_warps);
+  w.dedent();
+  w.line("}};");
+  w.blank();
+  emit_mask_policy(w, spec, *ir.mask);
+  w.blank();
+  emit_smem_check(w, "attnjit::BackwardDqSm80<Config, Mask>", tiles.dq_smem_bytes);
+  w.blank();
+  w.line("}}  // namespace");
+  w.blank();
+  emit_entry(w, kernel, "attnjit::BwdParams", "attnjit::backward_dq_sm80<Config, Mask>(params);",
+             /*min_blocks_per_sm=*/1);
+  return w.str();
+}
+
+std::string emit_rows(const Lowering& ir, const KernelDesc& kernel, std::string_view body) {
+  SourceWriter w;
+  emit_header(w, ir, kernel);
+  emit_entry(w, kernel, "attnjit::BwdParams", body);
+  return w.str();
+}
+
+}  // namespace
+
+std::string emit_backward_kernel(const Lowering& ir, const KernelDesc& kernel) {
+  internal_check(ir.backward_tiles.has_value(), "backward kernels need backward tiles");
+  const std::string element(element_type(ir.spec.dtype));
+  const int d = ir.spec.head_dim_qk;
+  switch (kernel.role) {
+    case KernelRole::backward:
+      return emit_main(ir, kernel);
+    case KernelRole::backward_dq:
+      return emit_dq(ir, kernel);
+    case KernelRole::backward_preprocess:
+      return emit_rows(
+          ir, kernel,
+          fmt::format("attnjit::backward_preprocess<{}, {}, /*kZeroDqAccum=*/{}>(params);", element,
+                      d, !ir.spec.deterministic));
+    case KernelRole::backward_convert_dq:
+      return emit_rows(ir, kernel,
+                       fmt::format("attnjit::backward_convert_dq<{}, {}>(params);", element, d));
+    case KernelRole::backward_reduce_dkdv:
+      return emit_rows(ir, kernel,
+                       fmt::format("attnjit::backward_reduce_dkdv<{}, {}>(params);", element, d));
+    case KernelRole::forward:
+    case KernelRole::flashmask_minmax:
+      break;
+  }
+  throw InternalError("emit_backward_kernel: not a backward role");
+}
+
+}  // namespace attnjit::codegen

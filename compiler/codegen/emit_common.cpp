@@ -1,0 +1,78 @@
+// Shared emitter pieces.
+#include "compiler/codegen/emit_common.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <ranges>
+
+namespace attnjit::codegen {
+namespace {
+
+// Column of `vector` in startend_row_indices, or -1.
+int column_of(const MaskLowering& mask, IntervalVector vector) {
+  for (std::size_t i = 0; i < mask.vectors.size(); ++i) {
+    if (mask.vectors[i] == vector) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::string_view element_type(DType dtype) {
+  return dtype == DType::bf16 ? "attnjit::bf16" : "attnjit::fp16";
+}
+
+void emit_header(SourceWriter& w, const Lowering& ir, const KernelDesc& kernel) {
+  w.line("// attnjit generated kernel: {} ({} family)", name_of(kernel.role),
+         name_of(ir.target->family));
+  w.line("// spec:  {}", to_string(ir.spec));
+  if (ir.tiles) {
+    const TileConfig& t = *ir.tiles;
+    w.line("// tiles: block_m={} block_n={} warps={} kv_stages={} q_in_registers={}", t.block_m,
+           t.block_n, t.warps, t.kv_stages, t.q_in_registers);
+  }
+  if (ir.backward_tiles) {
+    const BackwardTiles& t = *ir.backward_tiles;
+    w.line("// tiles: block_m={} block_n={} warps={} dim_warps={} dq: {}x{}, {} warps", t.block_m,
+           t.block_n, t.warps, t.dim_warps, t.dq_block_m, t.dq_block_n, t.dq_warps);
+  }
+  w.line("#include \"{}\"", kernel.template_header);
+  w.blank();
+}
+
+void emit_mask_policy(SourceWriter& w, const AttentionSpec& spec, const MaskLowering& mask) {
+  w.line(
+      "// mask={}: causal by {}, window by {}, vectors [{}]", to_string(spec.mask),
+      mask.causal_by_index ? "index" : "-", mask.window_by_index ? "index" : "-",
+      fmt::join(mask.vectors | std::views::transform([](IntervalVector v) { return name_of(v); }),
+                ","));
+  w.line("typedef attnjit::MaskPolicy</*kCausal=*/{}, /*kWindow=*/{}, /*kLts=*/{}, /*kLte=*/{},",
+         mask.causal_by_index, mask.window_by_index, column_of(mask, IntervalVector::lts),
+         column_of(mask, IntervalVector::lte));
+  w.line("                            /*kUts=*/{}, /*kUte=*/{}>",
+         column_of(mask, IntervalVector::uts), column_of(mask, IntervalVector::ute));
+  w.line("    Mask;");
+}
+
+void emit_smem_check(SourceWriter& w, std::string_view kernel_type, int smem_bytes) {
+  w.line("static_assert({}::kSmemBytes == {},", kernel_type, smem_bytes);
+  w.line("              \"the plan and the template disagree on shared memory\");");
+}
+
+void emit_entry(SourceWriter& w, const KernelDesc& kernel, std::string_view params_type,
+                std::string_view body, int min_blocks_per_sm) {
+  if (min_blocks_per_sm > 0) {
+    w.line("extern \"C\" __global__ void __launch_bounds__({}, {})", kernel.threads,
+           min_blocks_per_sm);
+  } else {
+    w.line("extern \"C\" __global__ void __launch_bounds__({})", kernel.threads);
+  }
+  w.line("{}(const {} params) {{", kernel.name, params_type);
+  w.indent();
+  w.line("{}", body);
+  w.dedent();
+  w.line("}}");
+}
+
+}  // namespace attnjit::codegen

@@ -1,0 +1,29 @@
+// Pieces every emitter writes: the header comment and include, the element type, the mask
+// policy binding and the extern "C" entry point. Internal to compiler/codegen.
+#pragma once
+
+#include <string_view>
+
+#include "compiler/codegen/writer.hpp"
+#include "compiler/ir/lowering.hpp"
+
+namespace attnjit::codegen {
+
+std::string_view element_type(DType dtype);
+
+/// `// attnjit generated kernel: ...`, the spec, the tiles, and the template's #include.
+void emit_header(SourceWriter& w, const Lowering& ir, const KernelDesc& kernel);
+
+/// `typedef attnjit::MaskPolicy<...> Mask;` with the flags of the mask lowering.
+void emit_mask_policy(SourceWriter& w, const AttentionSpec& spec, const MaskLowering& mask);
+
+/// `static_assert(<kernel type>::kSmemBytes == <planned bytes>, ...)`.
+void emit_smem_check(SourceWriter& w, std::string_view kernel_type, int smem_bytes);
+
+/// The extern "C" __global__ entry taking `params_type` by value and calling `body`. A
+/// min_blocks_per_sm of 1 tells ptxas that all 255 registers may be used (otherwise it can
+/// cap a 256-thread kernel at 128 to fit two blocks, and spill); 0 leaves it out.
+void emit_entry(SourceWriter& w, const KernelDesc& kernel, std::string_view params_type,
+                std::string_view body, int min_blocks_per_sm = 0);
+
+}  // namespace attnjit::codegen

@@ -1,0 +1,217 @@
+// Argument checks and launch helpers shared by Kernel::forward and Kernel::backward.
+#include "runtime/launch_support.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "attnjit/error.hpp"
+#include "runtime/driver.hpp"
+
+namespace attnjit::jit::detail {
+namespace {
+
+constexpr std::int64_t kMaxGridYZ = 65535;
+
+void check_int_range(std::string_view field, std::int64_t value, std::int64_t max) {
+  if (value < 0 || value > max) {
+    throw_field_error(field, std::to_string(value), fmt::format("0 to {}", max));
+  }
+}
+
+// q/k/v/o: 16-bit, rank 4, last dim contiguous, 16-byte rows, given head dim.
+void check_activation(std::string_view name, const TensorView& t, ScalarType dtype, int head_dim) {
+  if (t.data == nullptr)
+    throw Error(fmt::format("{}: data is null; accepted: a device pointer", name));
+  if (t.dtype != dtype) {
+    throw_field_error(fmt::format("{}.dtype", name), name_of(t.dtype),
+                      fmt::format("{} (the spec's dtype)", name_of(dtype)));
+  }
+  if (t.rank != 4) {
+    throw_field_error(fmt::format("{}.rank", name), std::to_string(t.rank),
+                      "4 ([batch, seq, heads, head_dim])");
+  }
+  if (t.shape[3] != head_dim) {
+    throw_field_error(fmt::format("{}.shape[3]", name), std::to_string(t.shape[3]),
+                      fmt::format("{} (the spec's head dim)", head_dim));
+  }
+  if (t.stride[3] != 1) {
+    throw_field_error(fmt::format("{}.stride[3]", name), std::to_string(t.stride[3]),
+                      "1 (the head dim must be contiguous)");
+  }
+  for (int d = 0; d < 3; ++d) {
+    if (t.stride[d] < 0 || t.stride[d] % 8 != 0) {
+      throw_field_error(fmt::format("{}.stride[{}]", name, d), std::to_string(t.stride[d]),
+                        "a non-negative multiple of 8 elements (16-byte aligned rows)");
+    }
+  }
+  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) {
+    throw_field_error(fmt::format("{}.data", name), fmt::format("{}", t.data),
+                      "a 16-byte aligned address");
+  }
+}
+
+void check_same(std::string_view field, std::int64_t got, std::int64_t expected,
+                std::string_view what) {
+  if (got != expected) {
+    throw_field_error(field, std::to_string(got), fmt::format("{} ({})", expected, what));
+  }
+}
+
+}  // namespace
+
+template <class Args>
+Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
+  const ScalarType dtype = spec.dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
+  check_activation("q", a.q, dtype, spec.head_dim_qk);
+  check_activation("k", a.k, dtype, spec.head_dim_qk);
+  check_activation("v", a.v, dtype, spec.head_dim_v);
+  check_activation("o", a.o, dtype, spec.head_dim_v);
+  Shapes s;
+  check_int_range("q.shape[0] (batch)", a.q.shape[0], kMaxGridYZ);
+  check_int_range("q.shape[1] (seqlen_q)", a.q.shape[1], INT32_MAX / 2);
+  check_int_range("q.shape[2] (heads)", a.q.shape[2], kMaxGridYZ);
+  check_int_range("k.shape[1] (seqlen_k)", a.k.shape[1], INT32_MAX / 2);
+  s.batch = static_cast<int>(a.q.shape[0]);
+  s.seqlen_q = static_cast<int>(a.q.shape[1]);
+  s.heads = static_cast<int>(a.q.shape[2]);
+  s.seqlen_k = static_cast<int>(a.k.shape[1]);
+  s.kv_heads = static_cast<int>(a.k.shape[2]);
+  check_same("k.shape[0]", a.k.shape[0], s.batch, "batch of q");
+  check_same("v.shape[0]", a.v.shape[0], s.batch, "batch of q");
+  check_same("v.shape[1]", a.v.shape[1], s.seqlen_k, "seqlen of k");
+  check_same("v.shape[2]", a.v.shape[2], s.kv_heads, "heads of k");
+  if (s.kv_heads < 1 || s.heads % s.kv_heads != 0) {
+    throw_field_error("k.shape[2] (kv heads)", std::to_string(s.kv_heads),
+                      fmt::format("a divisor of the {} query heads (GQA/MQA)", s.heads));
+  }
+  check_same("o.shape[0]", a.o.shape[0], s.batch, "batch of q");
+  check_same("o.shape[1]", a.o.shape[1], s.seqlen_q, "seqlen of q");
+  check_same("o.shape[2]", a.o.shape[2], s.heads, "heads of q");
+
+  if (lse_required) {
+    const TensorView& l = a.lse;
+    if (l.data == nullptr) {
+      throw Error(
+          "lse: missing; the spec has return_lse=true: pass an fp32 [batch, heads, seqlen_q] "
+          "tensor");
+    }
+    if (l.dtype != ScalarType::fp32) throw_field_error("lse.dtype", name_of(l.dtype), "fp32");
+    if (l.rank != 3)
+      throw_field_error("lse.rank", std::to_string(l.rank), "3 ([batch, heads, seqlen_q])");
+    check_same("lse.shape[0]", l.shape[0], s.batch, "batch of q");
+    check_same("lse.shape[1]", l.shape[1], s.heads, "heads of q");
+    check_same("lse.shape[2]", l.shape[2], s.seqlen_q, "seqlen of q");
+    if (l.stride[2] != 1) throw_field_error("lse.stride[2]", std::to_string(l.stride[2]), "1");
+  } else if (!a.lse.empty()) {
+    throw Error("lse: given, but the spec has return_lse=false; accepted: no lse tensor");
+  }
+
+  const bool window = spec.mask.kind == MaskKind::sliding_window;
+  if (!window && (a.window_left != -1 || a.window_right != 0)) {
+    throw Error(
+        fmt::format("window_left/window_right: got {}/{}, but they apply to "
+                    "mask=sliding_window only; accepted: -1/0 (the defaults)",
+                    a.window_left, a.window_right));
+  }
+  if (window) {
+    if (a.window_left < -1)
+      throw_field_error("window_left", std::to_string(a.window_left), "-1 (unbounded) or >= 0");
+    if (a.window_right < -1)
+      throw_field_error("window_right", std::to_string(a.window_right), "-1 (unbounded) or >= 0");
+  }
+  if (!(a.softmax_scale >= 0.f) || !std::isfinite(a.softmax_scale)) {
+    throw_field_error("softmax_scale", fmt::format("{}", a.softmax_scale),
+                      "a finite value > 0, or 0 for 1/sqrt(head_dim)");
+  }
+
+  const TensorView& m = a.startend_row_indices;
+  if (spec.mask.kind == MaskKind::flashmask) {
+    const int columns = spec.mask.columns;
+    if (m.data == nullptr) {
+      throw Error(
+          fmt::format("startend_row_indices: missing; mask={} needs an int32 [batch, "
+                      "mask_heads, seqlen_k, {}] tensor",
+                      to_string(spec.mask), columns));
+    }
+    if (m.dtype != ScalarType::int32)
+      throw_field_error("startend_row_indices.dtype", name_of(m.dtype), "int32");
+    if (m.rank != 4)
+      throw_field_error("startend_row_indices.rank", std::to_string(m.rank),
+                        "4 ([batch, mask_heads, seqlen_k, columns])");
+    check_same("startend_row_indices.shape[0]", m.shape[0], s.batch, "batch of q");
+    if (m.shape[1] != 1 && m.shape[1] != s.kv_heads) {
+      throw_field_error("startend_row_indices.shape[1] (mask heads)", std::to_string(m.shape[1]),
+                        fmt::format("1 or {} (the kv heads)", s.kv_heads));
+    }
+    check_same("startend_row_indices.shape[2]", m.shape[2], s.seqlen_k, "seqlen of k");
+    check_same("startend_row_indices.shape[3]", m.shape[3], columns, "columns of the spec's mask");
+    const std::int64_t expected[4] = {m.shape[1] * m.shape[2] * columns, m.shape[2] * columns,
+                                      columns, 1};
+    for (int d = 0; d < 4; ++d) {
+      if (m.shape[d] > 1 && m.stride[d] != expected[d]) {
+        throw_field_error(fmt::format("startend_row_indices.stride[{}]", d),
+                          std::to_string(m.stride[d]),
+                          fmt::format("{} (the tensor must be contiguous)", expected[d]));
+      }
+    }
+    s.mask_heads = static_cast<int>(m.shape[1]);
+  } else if (!m.empty()) {
+    throw Error(
+        fmt::format("startend_row_indices: given, but mask={} reads no vectors; "
+                    "accepted: no startend_row_indices",
+                    to_string(spec.mask)));
+  }
+  return s;
+}
+
+template Shapes check_args<ForwardArgs>(const AttentionSpec&, const ForwardArgs&, bool);
+template Shapes check_args<BackwardArgs>(const AttentionSpec&, const BackwardArgs&, bool);
+
+void check_same_layout(std::string_view name, const TensorView& t, std::string_view like_name,
+                       const TensorView& like) {
+  if (t.data == nullptr) {
+    throw Error(fmt::format("{}: data is null; accepted: a device pointer", name));
+  }
+  if (t.dtype != like.dtype) {
+    throw_field_error(fmt::format("{}.dtype", name), name_of(t.dtype),
+                      fmt::format("{} (that of {})", name_of(like.dtype), like_name));
+  }
+  if (t.rank != like.rank) {
+    throw_field_error(fmt::format("{}.rank", name), std::to_string(t.rank),
+                      fmt::format("{} (that of {})", like.rank, like_name));
+  }
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.shape[d] != like.shape[d]) {
+      throw_field_error(fmt::format("{}.shape[{}]", name, d), std::to_string(t.shape[d]),
+                        fmt::format("{} (that of {})", like.shape[d], like_name));
+    }
+  }
+  if (t.stride[t.rank - 1] != 1) {
+    throw_field_error(fmt::format("{}.stride[{}]", name, t.rank - 1),
+                      std::to_string(t.stride[t.rank - 1]), "1 (the head dim must be contiguous)");
+  }
+  for (int d = 0; d + 1 < t.rank; ++d) {
+    if (t.stride[d] < 0 || t.stride[d] % 8 != 0) {
+      throw_field_error(fmt::format("{}.stride[{}]", name, d), std::to_string(t.stride[d]),
+                        "a non-negative multiple of 8 elements (16-byte aligned rows)");
+    }
+  }
+  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) {
+    throw_field_error(fmt::format("{}.data", name), fmt::format("{}", t.data),
+                      "a 16-byte aligned address");
+  }
+}
+
+StreamScratch::StreamScratch(std::size_t bytes, CUstream stream) : stream_(stream) {
+  runtime::check(runtime::driver().cuMemAllocAsync(&ptr_, std::max<std::size_t>(bytes, 4), stream),
+                 "cuMemAllocAsync(attnjit scratch)");
+}
+
+StreamScratch::~StreamScratch() {
+  if (const runtime::DriverApi* driver = runtime::detail::driver_for_cleanup()) {
+    driver->cuMemFreeAsync(ptr_, stream_);
+  }
+}
+}  // namespace attnjit::jit::detail

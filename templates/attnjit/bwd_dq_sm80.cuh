@@ -1,0 +1,263 @@
+// The dQ kernel of the deterministic backward: one CTA per query block (like the forward),
+// each warp owning 16 query rows, walking the key blocks that its rows can see. Per block:
+//   S = Q K^T, P = 2^(S c - LSE2), dP = dO V^T, dS = P (dP - D), dQ += dS K
+// with dS used from registers as the A operand. Every dQ element is summed by one thread in
+// a fixed order: no atomics, bitwise repeatable. Costs a second computation of S and dP.
+//
+// Config: Element, kHeadDim, kBlockM (16 * kWarps), kBlockN, kWarps.
+#pragma once
+
+#include "attnjit/mask.cuh"
+#include "attnjit/params.cuh"
+#include "attnjit/primitives.cuh"
+#include "attnjit/smem_tile.cuh"
+
+namespace attnjit {
+
+template <class Config, class Mask>
+struct BackwardDqSm80 {
+  typedef typename Config::Element Element;
+  static constexpr int kHeadDim = Config::kHeadDim;
+  static constexpr int kBlockM = Config::kBlockM;
+  static constexpr int kBlockN = Config::kBlockN;
+  static constexpr int kWarps = Config::kWarps;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kNTiles = kBlockN / 8;
+  static constexpr int kKSteps = kHeadDim / 16;
+  static constexpr int kDTiles = kHeadDim / 8;
+  static constexpr int kKeySteps = kBlockN / 16;
+  static constexpr int kColumns = Mask::kColumns;
+
+  static_assert(kBlockM == 16 * kWarps, "each warp owns 16 query rows");
+
+  typedef SmemTile<kBlockM, kHeadDim> QTile;  // Q and dO
+  typedef SmemTile<kBlockN, kHeadDim> KvTile;
+  static constexpr int kStageBytes = 2 * KvTile::kBytes;  // K then V
+  static constexpr int kVectorBytes = kBlockN * kColumns * 4;
+  /// Q, dO, then two stages of (K, V), then two stages of FlashMask values.
+  static constexpr int kSmemBytes = 2 * QTile::kBytes + 2 * (kStageBytes + kVectorBytes);
+
+  float acc_dq[kDTiles][4];
+  float lse_log2[2];  // rows g and g + 8 of the warp
+  float row_dot[2];
+
+  __device__ __forceinline__ void run(const BwdParams& p, unsigned char* smem) {
+    const int m_block = gridDim.x - 1 - blockIdx.x;
+    const int head = blockIdx.y;
+    const int batch = blockIdx.z;
+    const int thread = threadIdx.x;
+    const int warp = thread / 32;
+    const int lane = thread % 32;
+
+    MaskState ms;
+    ms.seqlen_q = p.seqlen_q;
+    ms.seqlen_k = p.seqlen_k;
+    ms.diagonal = p.seqlen_k - p.seqlen_q;
+    ms.row_begin = m_block * kBlockM;
+    ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
+    ms.window_left = p.window_left;
+    ms.window_right = p.window_right;
+    ms.vector_row = Mask::kHasVectors ? batch * p.mask_heads + head / (p.heads / p.mask_heads) : 0;
+    ms.num_key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+
+    const u32 smem_q = smem_address(smem);
+    const u32 smem_do = smem_q + QTile::kBytes;
+    const u32 smem_kv = smem_do + QTile::kBytes;
+    const u32 smem_vectors = smem_kv + 2 * kStageBytes;
+    const int valid_rows = ms.row_end - ms.row_begin;
+    load_tile_async<kBlockM, kHeadDim, kThreads>(
+        smem_q,
+        static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
+            ms.row_begin * p.q_row_stride,
+        p.q_row_stride, valid_rows, thread);
+    load_tile_async<kBlockM, kHeadDim, kThreads>(
+        smem_do,
+        static_cast<const u16*>(p.d_o) + batch * p.do_batch_stride + head * p.do_head_stride +
+            ms.row_begin * p.do_row_stride,
+        p.do_row_stride, valid_rows, thread);
+
+    const int g = lane / 4;
+    const long long bh = static_cast<long long>(batch) * p.heads + head;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = ms.row_begin + warp * 16 + g + 8 * r;
+      // Rows past Sq: +inf makes their P 0 (their Q and dO are zero-filled as well).
+      lse_log2[r] = row < p.seqlen_q ? p.lse_log2[bh * p.seqlen_q + row] : -negative_infinity();
+      row_dot[r] = row < p.seqlen_q ? p.row_dot[bh * p.seqlen_q + row] : 0.f;
+    }
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dq[dt][e] = 0.f;
+    }
+
+    int n_begin, n_end;
+    Mask::template key_block_range<kBlockN>(ms, n_begin, n_end);
+    int n_load = next_active(ms, p, n_end - 1, n_begin);
+    int n_compute = n_load;
+    if (n_load >= n_begin) {
+      load_key_block(p, ms, n_load, smem_kv, smem_vectors, head, batch, thread);
+      n_load = next_active(ms, p, n_load - 1, n_begin);
+    }
+    cp_async_commit();
+
+    for (int it = 0; n_compute >= n_begin; ++it) {
+      cp_async_wait<0>();
+      __syncthreads();
+      if (n_load >= n_begin) {
+        const int stage = (it + 1) % 2;
+        load_key_block(p, ms, n_load, smem_kv + stage * kStageBytes,
+                       smem_vectors + stage * kVectorBytes, head, batch, thread);
+        n_load = next_active(ms, p, n_load - 1, n_begin);
+      }
+      cp_async_commit();
+      const int stage = it % 2;
+      const int kind = Mask::template classify<kBlockN>(ms, p.minmax_dq, n_compute);
+      compute_block(p, ms, smem_q, smem_do, smem_kv + stage * kStageBytes,
+                    smem_vectors + stage * kVectorBytes, n_compute, kind, warp, lane);
+      n_compute = next_active(ms, p, n_compute - 1, n_begin);
+    }
+    cp_async_wait<0>();
+
+    const int t = lane % 4;
+    u16* d_q = static_cast<u16*>(p.d_q) + batch * p.dq_batch_stride + head * p.dq_head_stride;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = ms.row_begin + warp * 16 + g + 8 * r;
+      if (row < p.seqlen_q) {
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          *reinterpret_cast<u32*>(d_q + row * p.dq_row_stride + dt * 8 + 2 * t) = pack2<Element>(
+              acc_dq[dt][2 * r] * p.softmax_scale, acc_dq[dt][2 * r + 1] * p.softmax_scale);
+        }
+      }
+    }
+  }
+
+  __device__ __forceinline__ static int next_active(const MaskState& ms, const BwdParams& p,
+                                                    int from, int n_begin) {
+    if (!Mask::kHasVectors) return from;
+    for (int n = from; n >= n_begin; --n) {
+      if (Mask::template classify<kBlockN>(ms, p.minmax_dq, n) != kTileSkip) return n;
+    }
+    return n_begin - 1;
+  }
+
+  __device__ __forceinline__ static void load_key_block(const BwdParams& p, const MaskState& ms,
+                                                        int n, u32 smem_stage, u32 smem_vectors,
+                                                        int head, int batch, int thread) {
+    const int key0 = n * kBlockN;
+    const int valid = min(kBlockN, p.seqlen_k - key0);
+    const int kv_head = static_cast<int>(opaque(static_cast<u32>(head))) / (p.heads / p.kv_heads);
+    load_tile_async<kBlockN, kHeadDim, kThreads>(
+        smem_stage,
+        static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
+            key0 * p.k_row_stride,
+        p.k_row_stride, valid, thread);
+    load_tile_async<kBlockN, kHeadDim, kThreads>(
+        smem_stage + KvTile::kBytes,
+        static_cast<const u16*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride +
+            key0 * p.v_row_stride,
+        p.v_row_stride, valid, thread);
+    if (Mask::kHasVectors) {
+      const int* src = interval_values<kColumns>(p.intervals, ms, key0);
+      for (int i = thread; i < kBlockN * kColumns; i += kThreads) {
+        const bool in_range = i < valid * kColumns;
+        cp_async_4(smem_vectors + i * 4, in_range ? src + i : p.intervals, in_range ? 4 : 0);
+      }
+    }
+  }
+
+  /// acc (16 x kBlockN) = rows of a Q-shaped tile times the K-shaped tile transposed.
+  __device__ __forceinline__ static void gemm_rows_by_keys(float (&acc)[kNTiles][4], u32 smem_a,
+                                                           u32 a_lane, int row0, u32 smem_b,
+                                                           u32 b_lane) {
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      u32 a[4];
+      ldmatrix_x4(a, QTile::matrix_address(smem_a, a_lane, row0, kk * 2));
+#pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        u32 b[4];
+        ldmatrix_x4(b, KvTile::matrix_address(smem_b, b_lane, np * 16, kk * 2));
+        mma_m16n8k16<Element>(acc[2 * np], a, b[0], b[1]);
+        mma_m16n8k16<Element>(acc[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+  }
+
+  __device__ __forceinline__ void compute_block(const BwdParams& p, const MaskState& ms, u32 smem_q,
+                                                u32 smem_do, u32 smem_k, u32 vectors, int n_block,
+                                                int kind, int warp, int lane) {
+    const u32 smem_v = smem_k + KvTile::kBytes;
+    const u32 a_lane = opaque(QTile::lane_offset(lane % 16, lane / 16));
+    const u32 b_lane = opaque(KvTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
+    const u32 bt_lane = opaque(KvTile::lane_offset(lane % 16, lane / 16));
+    const int row0 = warp * 16;
+    const int g = lane / 4;
+    const int t = lane % 4;
+
+    float acc_s[kNTiles][4];
+    gemm_rows_by_keys(acc_s, smem_q, a_lane, row0, smem_k, b_lane);
+    if (kind == kTilePartial) {
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int local_col = nt * 8 + 2 * t + (e % 2);
+          const int row = ms.row_begin + row0 + g + (e / 2) * 8;
+          if (Mask::masked(ms, row, n_block * kBlockN + local_col,
+                           vectors + local_col * kColumns * 4)) {
+            acc_s[nt][e] = negative_infinity();
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc_s[nt][e] = exp2_approx(fmaf(acc_s[nt][e], p.scale_log2, -lse_log2[e / 2]));
+      }
+    }
+    float acc_ds[kNTiles][4];
+    gemm_rows_by_keys(acc_ds, smem_do, a_lane, row0, smem_v, b_lane);
+    u32 ds[kNTiles][2];
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc_ds[nt][e] = acc_s[nt][e] * (acc_ds[nt][e] - row_dot[e / 2]);
+      }
+      ds[nt][0] = pack2<Element>(acc_ds[nt][0], acc_ds[nt][1]);
+      ds[nt][1] = pack2<Element>(acc_ds[nt][2], acc_ds[nt][3]);
+    }
+    // dQ += dS K: K read transposed (k = key, n = head dim).
+#pragma unroll
+    for (int kk = 0; kk < kKeySteps; ++kk) {
+      const u32 a[4] = {ds[2 * kk][0], ds[2 * kk][1], ds[2 * kk + 1][0], ds[2 * kk + 1][1]};
+#pragma unroll
+      for (int dp = 0; dp < kDTiles / 2; ++dp) {
+        u32 b[4];
+        ldmatrix_x4_trans(b, KvTile::matrix_address(smem_k, bt_lane, kk * 16, dp * 2));
+        mma_m16n8k16<Element>(acc_dq[2 * dp], a, b[0], b[1]);
+        mma_m16n8k16<Element>(acc_dq[2 * dp + 1], a, b[2], b[3]);
+      }
+    }
+  }
+};
+
+/// The body of a generated deterministic dQ kernel.
+template <class Config, class Mask>
+__device__ __forceinline__ void backward_dq_sm80(const BwdParams& params) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  BackwardDqSm80<Config, Mask> kernel;
+  kernel.run(params, smem);
+}
+
+}  // namespace attnjit

@@ -1,0 +1,435 @@
+// The backward mainloop of the sm80 family (FA2 structure, mma.sync): one CTA per key block.
+//
+// K_j and V_j stay in shared memory; each warp owns 16 keys (and, for wide heads, a share
+// of the head dim) and accumulates its rows of dK_j and dV_j in registers. The CTA walks the
+// query blocks that can see its keys (mask.cuh: index ranges, FlashMask min/max skipping),
+// streaming Q_i, dO_i, LSE_i and D_i through two cp.async stages. Per query block, with
+// the transposed products so that P^T and dS^T land in the A-operand layout:
+//   S^T  = K Q^T                 P^T = 2^(S^T * scale * log2e - LSE_i * log2e)
+//   dV  += P^T dO                dP^T = V dO^T
+//   dS^T = P^T * (dP^T - D_i)    dK  += dS^T Q
+//   dQ_i += dS K                 dS^T goes through shared memory; fp32 atomics (kAtomicDq),
+//                                or a separate query-parallel kernel (deterministic mode)
+// dK is scaled by softmax_scale at the end; dQ in backward_convert_dq.
+//
+// Config: Element, kHeadDim, kBlockM, kBlockN, kWarps, kDimWarps, kAtomicDq.
+#pragma once
+
+#include "attnjit/mask.cuh"
+#include "attnjit/params.cuh"
+#include "attnjit/primitives.cuh"
+#include "attnjit/smem_tile.cuh"
+
+namespace attnjit {
+
+template <class Config, class Mask>
+struct BackwardSm80 {
+  typedef typename Config::Element Element;
+  static constexpr int kHeadDim = Config::kHeadDim;
+  static constexpr int kBlockM = Config::kBlockM;  // queries per iteration
+  static constexpr int kBlockN = Config::kBlockN;  // keys of the CTA
+  static constexpr int kWarps = Config::kWarps;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kDimWarps = Config::kDimWarps;
+  static constexpr int kKeyWarps = kWarps / kDimWarps;
+  static constexpr bool kAtomicDq = Config::kAtomicDq;
+  static constexpr int kDimPerWarp = kHeadDim / kDimWarps;  // dK/dV columns of a warp
+  static constexpr int kQTiles = kBlockM / 8;               // n8 tiles of S^T (queries)
+  static constexpr int kQSteps = kBlockM / 16;              // k16 steps over queries
+  static constexpr int kDSteps = kHeadDim / 16;             // k16 steps over the head dim
+  static constexpr int kDTiles = kDimPerWarp / 8;           // n8 tiles of a warp's dK/dV
+  static constexpr int kKeySteps = kBlockN / 16;            // k16 steps of dQ = dS K
+  static constexpr int kDqRowWarps = kBlockM / 16;          // dQ: 16-row slabs
+  static constexpr int kDqColWarps = kWarps / kDqRowWarps;  // dQ: column groups
+  static constexpr int kDqCols = kHeadDim / kDqColWarps;
+  static constexpr int kDqTiles = kDqCols / 8;
+  static constexpr int kColumns = Mask::kColumns;
+
+  static_assert(kBlockN == 16 * kKeyWarps, "each key warp owns 16 keys");
+  static_assert(kWarps % kDimWarps == 0 && kWarps % kDqRowWarps == 0, "warp layout");
+  static_assert(kDimPerWarp % 16 == 0 && kDqCols % 16 == 0, "n16 pairs of tiles");
+  static_assert(kBlockM % 32 == 0, "query block is a whole number of 32-column panels");
+
+  typedef SmemTile<kBlockN, kHeadDim> KvTile;
+  typedef SmemTile<kBlockM, kHeadDim> QTile;                               // Q and dO
+  typedef SmemTile<kBlockN, kBlockM> DsTile;                               // dS^T: [key][query]
+  static constexpr int kStageBytes = 2 * QTile::kBytes + 2 * kBlockM * 4;  // Q, dO, LSE2, D
+  static constexpr int kDsBytes = kAtomicDq ? DsTile::kBytes : 0;
+  /// K, V, two stages of (Q, dO, LSE2, D), dS^T, the key block's FlashMask values.
+  static constexpr int kSmemBytes =
+      2 * KvTile::kBytes + 2 * kStageBytes + kDsBytes + kBlockN * kColumns * 4;
+
+  float acc_dk[kDTiles][4];
+  float acc_dv[kDTiles][4];
+
+  __device__ __forceinline__ void run(const BwdParams& p, unsigned char* smem) {
+    const int n_block = blockIdx.x;  // low key blocks see the most queries under causal
+    const int head = blockIdx.y;
+    const int batch = blockIdx.z;
+    const int thread = threadIdx.x;
+    const int warp = thread / 32;
+    const int lane = thread % 32;
+
+    MaskState ms;
+    ms.seqlen_q = p.seqlen_q;
+    ms.seqlen_k = p.seqlen_k;
+    ms.diagonal = p.seqlen_k - p.seqlen_q;
+    ms.window_left = p.window_left;
+    ms.window_right = p.window_right;
+    ms.vector_row = Mask::kHasVectors ? batch * p.mask_heads + head / (p.heads / p.mask_heads) : 0;
+    ms.num_key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+    ms.row_begin = 0;
+    ms.row_end = 0;
+
+    const int key0 = n_block * kBlockN;
+    const int valid_keys = min(kBlockN, p.seqlen_k - key0);
+    const u32 smem_k = smem_address(smem);
+    const u32 smem_v = smem_k + KvTile::kBytes;
+    const u32 smem_stages = smem_v + KvTile::kBytes;
+    const u32 smem_ds = smem_stages + 2 * kStageBytes;
+    const int vectors_offset = 2 * KvTile::kBytes + 2 * kStageBytes + kDsBytes;
+
+    const int kv_head = head / (p.heads / p.kv_heads);
+    load_tile_async<kBlockN, kHeadDim, kThreads>(
+        smem_k,
+        static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
+            key0 * p.k_row_stride,
+        p.k_row_stride, valid_keys, thread);
+    load_tile_async<kBlockN, kHeadDim, kThreads>(
+        smem_v,
+        static_cast<const u16*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride +
+            key0 * p.v_row_stride,
+        p.v_row_stride, valid_keys, thread);
+    if (Mask::kHasVectors) {
+      const int* src = interval_values<kColumns>(p.intervals, ms, key0);
+      for (int i = thread; i < kBlockN * kColumns; i += kThreads) {
+        const bool in_range = i < valid_keys * kColumns;
+        cp_async_4(smem_k + vectors_offset + i * 4, in_range ? src + i : p.intervals,
+                   in_range ? 4 : 0);
+      }
+    }
+
+    int m_begin, m_end;
+    Mask::template query_block_range<kBlockM, kBlockN>(ms, n_block, m_begin, m_end);
+    int m_load = next_active(ms, p, n_block, m_begin, m_end);
+    const int m_first = m_load;
+    if (m_load < m_end) {
+      load_query_block(p, m_load, smem_stages, head, batch, thread);
+      m_load = next_active(ms, p, n_block, m_load + 1, m_end);
+    }
+    cp_async_commit();
+
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc_dk[dt][e] = 0.f;
+        acc_dv[dt][e] = 0.f;
+      }
+    }
+
+    int m_block = m_first;
+    for (int it = 0; m_block < m_end; ++it) {
+      cp_async_wait<0>();
+      // Makes stage `it` visible to all warps; frees the other stage and dS^T, which the
+      // previous iteration read.
+      __syncthreads();
+      if (m_load < m_end) {
+        load_query_block(p, m_load, smem_stages + ((it + 1) % 2) * kStageBytes, read_ctaid_y(),
+                         read_ctaid_z(), read_tid_x());
+        m_load = next_active(ms, p, n_block, m_load + 1, m_end);
+      }
+      cp_async_commit();
+      ms.row_begin = m_block * kBlockM;
+      ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
+      const int kind = Mask::template classify<kBlockN>(ms, p.minmax, n_block);
+      compute_block(p, ms, smem_k, smem_v, smem_stages + (it % 2) * kStageBytes, smem_ds,
+                    smem_k + vectors_offset, key0, kind);
+      m_block = next_active(ms, p, n_block, m_block + 1, m_end);
+    }
+    cp_async_wait<0>();
+    epilogue(p, key0);
+  }
+
+  /// The first query block >= from (and < end) with a visible element in this key block.
+  __device__ __forceinline__ static int next_active(MaskState ms, const BwdParams& p, int n_block,
+                                                    int from, int end) {
+    if (!Mask::kHasVectors) return from;
+    for (int m = from; m < end; ++m) {
+      ms.row_begin = m * kBlockM;
+      ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
+      if (Mask::template classify<kBlockN>(ms, p.minmax, n_block) != kTileSkip) return m;
+    }
+    return end;
+  }
+
+  /// cp.async of query block m: Q, dO (zero-filled past Sq), LSE2 and D (zero past Sq).
+  __device__ __forceinline__ static void load_query_block(const BwdParams& p, int m, u32 smem_stage,
+                                                          int head, int batch, int thread) {
+    const int row0 = m * kBlockM;
+    const int valid = min(kBlockM, p.seqlen_q - row0);
+    load_tile_async<kBlockM, kHeadDim, kThreads>(smem_stage,
+                                                 static_cast<const u16*>(p.q) +
+                                                     batch * p.q_batch_stride +
+                                                     head * p.q_head_stride + row0 * p.q_row_stride,
+                                                 p.q_row_stride, valid, thread);
+    load_tile_async<kBlockM, kHeadDim, kThreads>(
+        smem_stage + QTile::kBytes,
+        static_cast<const u16*>(p.d_o) + batch * p.do_batch_stride + head * p.do_head_stride +
+            row0 * p.do_row_stride,
+        p.do_row_stride, valid, thread);
+    const long long bh_row = (static_cast<long long>(batch) * p.heads + head) * p.seqlen_q + row0;
+    for (int i = thread; i < 2 * kBlockM; i += kThreads) {
+      const int r = i % kBlockM;
+      const float* src = (i < kBlockM ? p.lse_log2 : p.row_dot) + bh_row + r;
+      cp_async_4(smem_stage + 2 * QTile::kBytes + i * 4, r < valid ? src : p.row_dot,
+                 r < valid ? 4 : 0);
+    }
+  }
+
+  __device__ __forceinline__ void compute_block(const BwdParams& p, const MaskState& ms, u32 smem_k,
+                                                u32 smem_v, u32 smem_stage, u32 smem_ds,
+                                                u32 vectors, int key0, int kind) {
+    const int warp = read_tid_x() / 32;
+    const int lane = read_tid_x() % 32;
+    const u32 smem_q = smem_stage;
+    const u32 smem_do = smem_stage + QTile::kBytes;
+    const u32 lse_log2 = smem_stage + 2 * QTile::kBytes;  // kBlockM floats, then D
+    const u32 row_dot = lse_log2 + kBlockM * 4;
+    const int key_warp = warp % kKeyWarps;
+    const int dim_warp = warp / kKeyWarps;
+    const int key_row0 = key_warp * 16;
+    const int dim_chunk0 = dim_warp * kDimPerWarp / 8;
+    const int g = lane / 4;
+    const int t = lane % 4;
+    // Per-lane address parts (SmemTile::matrix_address): A rows, B rows (non-transposed),
+    // B rows transposed.
+    const u32 kv_a_lane = opaque(KvTile::lane_offset(lane % 16, lane / 16));
+    const u32 q_b_lane = opaque(QTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
+    const u32 q_bt_lane = opaque(QTile::lane_offset(lane % 16, lane / 16));
+
+    // S^T = K Q^T for the warp's 16 keys.
+    float acc_s[kQTiles][4];
+    gemm_rows_by_tile_rows(acc_s, smem_k, kv_a_lane, key_row0, smem_q, q_b_lane);
+
+    if (kind == kTilePartial) {
+#pragma unroll
+      for (int nt = 0; nt < kQTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key_local = key_row0 + g + (e / 2) * 8;
+          const int query = ms.row_begin + nt * 8 + 2 * t + (e % 2);
+          if (Mask::masked(ms, query, key0 + key_local, vectors + key_local * kColumns * 4)) {
+            acc_s[nt][e] = negative_infinity();
+          }
+        }
+      }
+    }
+
+    // P^T = 2^(S^T c - LSE2): 0 where masked and in rows that see no key (LSE2 = +inf).
+#pragma unroll
+    for (int nt = 0; nt < kQTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int query_local = nt * 8 + 2 * t + (e % 2);
+        acc_s[nt][e] = exp2_approx(
+            fmaf(acc_s[nt][e], p.scale_log2, -load_shared_f32(lse_log2 + query_local * 4)));
+      }
+    }
+
+    // dV += P^T dO. From here on P lives only in its 16-bit form (the registers go to dP^T);
+    // dS uses that rounded P, as a plain 16-bit implementation would.
+    u32 p_packed[kQTiles][2];
+    pack_tiles(p_packed, acc_s);
+    gemm_regs_by_tile(acc_dv, p_packed, smem_do, q_bt_lane, dim_chunk0);
+
+    // dP^T = V dO^T, then dS^T = P^T (dP^T - D).
+    float acc_ds[kQTiles][4];
+    gemm_rows_by_tile_rows(acc_ds, smem_v, kv_a_lane, key_row0, smem_do, q_b_lane);
+#pragma unroll
+    for (int nt = 0; nt < kQTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float d = load_shared_f32(row_dot + (nt * 8 + 2 * t + (e % 2)) * 4);
+        const u32 pair = p_packed[nt][e / 2];
+        const float p_value = e % 2 ? unpack_hi<Element>(pair) : unpack_lo<Element>(pair);
+        acc_ds[nt][e] = p_value * (acc_ds[nt][e] - d);
+      }
+    }
+
+    // dK += dS^T Q.
+    u32 ds_packed[kQTiles][2];
+    pack_tiles(ds_packed, acc_ds);
+    gemm_regs_by_tile(acc_dk, ds_packed, smem_q, q_bt_lane, dim_chunk0);
+
+    if (kAtomicDq) {
+      if (dim_warp == 0) {
+#pragma unroll
+        for (int nt = 0; nt < kQTiles; ++nt) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int offset = DsTile::element_offset(key_row0 + g + 8 * r, nt * 8 + 2 * t);
+            asm volatile("st.shared.u32 [%0], %1;" ::"r"(smem_ds + offset), "r"(ds_packed[nt][r]));
+          }
+        }
+      }
+      __syncthreads();
+      accumulate_dq(p, ms, smem_ds, smem_k);
+    }
+  }
+
+  /// acc (16 x kBlockM) = A (16 rows of an [rows][kHeadDim] tile) * B^T, B the Q-shaped
+  /// tile [kBlockM][kHeadDim] read non-transposed: the products K Q^T and V dO^T.
+  __device__ __forceinline__ static void gemm_rows_by_tile_rows(float (&acc)[kQTiles][4],
+                                                                u32 smem_a, u32 a_lane, int row0,
+                                                                u32 smem_b, u32 b_lane) {
+#pragma unroll
+    for (int nt = 0; nt < kQTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < kDSteps; ++kk) {
+      u32 a[4];
+      ldmatrix_x4(a, KvTile::matrix_address(smem_a, a_lane, row0, kk * 2));
+#pragma unroll
+      for (int np = 0; np < kQTiles / 2; ++np) {
+        u32 b[4];
+        ldmatrix_x4(b, QTile::matrix_address(smem_b, b_lane, np * 16, kk * 2));
+        mma_m16n8k16<Element>(acc[2 * np], a, b[0], b[1]);
+        mma_m16n8k16<Element>(acc[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+  }
+
+  /// acc (16 x the warp's head-dim share) += A (registers, 16 x kBlockM) * B, B the
+  /// Q-shaped tile read transposed (k = query): the products P^T dO and dS^T Q.
+  __device__ __forceinline__ static void gemm_regs_by_tile(float (&acc)[kDTiles][4],
+                                                           const u32 (&a)[kQTiles][2], u32 smem_b,
+                                                           u32 b_lane, int chunk0) {
+#pragma unroll
+    for (int kk = 0; kk < kQSteps; ++kk) {
+      const u32 frag[4] = {a[2 * kk][0], a[2 * kk][1], a[2 * kk + 1][0], a[2 * kk + 1][1]};
+#pragma unroll
+      for (int dp = 0; dp < kDTiles / 2; ++dp) {
+        u32 b[4];
+        ldmatrix_x4_trans(b, QTile::matrix_address(smem_b, b_lane, kk * 16, chunk0 + dp * 2));
+        mma_m16n8k16<Element>(acc[2 * dp], frag, b[0], b[1]);
+        mma_m16n8k16<Element>(acc[2 * dp + 1], frag, b[2], b[3]);
+      }
+    }
+  }
+
+  __device__ __forceinline__ static void pack_tiles(u32 (&out)[kQTiles][2],
+                                                    const float (&acc)[kQTiles][4]) {
+#pragma unroll
+    for (int nt = 0; nt < kQTiles; ++nt) {
+      out[nt][0] = pack2<Element>(acc[nt][0], acc[nt][1]);
+      out[nt][1] = pack2<Element>(acc[nt][2], acc[nt][3]);
+    }
+  }
+
+  /// dQ_i += dS K for the query block, split over the warps as 16-row slabs x column
+  /// groups, added to the fp32 accumulator with atomics (red.global.add).
+  __device__ __forceinline__ static void accumulate_dq(const BwdParams& p, const MaskState& ms,
+                                                       u32 smem_ds, u32 smem_k) {
+    const int warp = read_tid_x() / 32;
+    const int lane = read_tid_x() % 32;
+    const int head = read_ctaid_y();
+    const int batch = read_ctaid_z();
+    const int q0 = (warp % kDqRowWarps) * 16;
+    const int chunk0 = (warp / kDqRowWarps) * kDqCols / 8;
+    const u32 ds_lane = opaque(DsTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
+    const u32 k_lane = opaque(KvTile::lane_offset(lane % 16, lane / 16));
+    float acc[kDqTiles][4];
+#pragma unroll
+    for (int dt = 0; dt < kDqTiles; ++dt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[dt][e] = 0.f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < kKeySteps; ++kk) {
+      u32 a[4];
+      // dS (query x key) from the [key][query] tile: the transposed load gives A's layout.
+      ldmatrix_x4_trans(a, DsTile::matrix_address(smem_ds, ds_lane, kk * 16, q0 / 8));
+#pragma unroll
+      for (int dp = 0; dp < kDqTiles / 2; ++dp) {
+        u32 b[4];
+        ldmatrix_x4_trans(b, KvTile::matrix_address(smem_k, k_lane, kk * 16, chunk0 + dp * 2));
+        mma_m16n8k16<Element>(acc[2 * dp], a, b[0], b[1]);
+        mma_m16n8k16<Element>(acc[2 * dp + 1], a, b[2], b[3]);
+      }
+    }
+    const int g = lane / 4;
+    const int t = lane % 4;
+    float* base = p.dq_accum +
+                  (static_cast<long long>(batch) * p.heads + head) * p.seqlen_q * kHeadDim +
+                  chunk0 * 8 + 2 * t;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int query = ms.row_begin + q0 + g + 8 * r;
+      if (query < ms.seqlen_q) {
+        float* row = base + static_cast<long long>(query) * kHeadDim;
+#pragma unroll
+        for (int dt = 0; dt < kDqTiles; ++dt) {
+          atomicAdd(row + dt * 8, acc[dt][2 * r]);
+          atomicAdd(row + dt * 8 + 1, acc[dt][2 * r + 1]);
+        }
+      }
+    }
+  }
+
+  /// dK (scaled) and dV of the warp's keys and columns: straight to d_k / d_v for MHA, to
+  /// the fp32 per-query-head partials for GQA (summed by backward_reduce_dkdv).
+  __device__ __forceinline__ void epilogue(const BwdParams& p, int key0) {
+    const int warp = threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    const int head = blockIdx.y;
+    const int batch = blockIdx.z;
+    const int kv_head = head / (p.heads / p.kv_heads);
+    const int key_row0 = key0 + (warp % kKeyWarps) * 16;
+    const int col0 = (warp / kKeyWarps) * kDimPerWarp;
+    const int g = lane / 4;
+    const int t = lane % 4;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int key = key_row0 + g + 8 * r;
+      if (key >= p.seqlen_k) continue;
+      if (p.dk_partial != 0) {
+        const long long row =
+            ((static_cast<long long>(batch) * p.heads + head) * p.seqlen_k + key) * kHeadDim;
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          const int col = col0 + dt * 8 + 2 * t;
+          p.dk_partial[row + col] = acc_dk[dt][2 * r] * p.softmax_scale;
+          p.dk_partial[row + col + 1] = acc_dk[dt][2 * r + 1] * p.softmax_scale;
+          p.dv_partial[row + col] = acc_dv[dt][2 * r];
+          p.dv_partial[row + col + 1] = acc_dv[dt][2 * r + 1];
+        }
+      } else {
+        u16* d_k = static_cast<u16*>(p.d_k) + batch * p.dk_batch_stride + key * p.dk_row_stride +
+                   kv_head * p.dk_head_stride;
+        u16* d_v = static_cast<u16*>(p.d_v) + batch * p.dv_batch_stride + key * p.dv_row_stride +
+                   kv_head * p.dv_head_stride;
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          const int col = col0 + dt * 8 + 2 * t;
+          *reinterpret_cast<u32*>(d_k + col) = pack2<Element>(
+              acc_dk[dt][2 * r] * p.softmax_scale, acc_dk[dt][2 * r + 1] * p.softmax_scale);
+          *reinterpret_cast<u32*>(d_v + col) =
+              pack2<Element>(acc_dv[dt][2 * r], acc_dv[dt][2 * r + 1]);
+        }
+      }
+    }
+  }
+};
+
+/// The body of a generated backward (dK, dV and, with kAtomicDq, dQ) kernel.
+template <class Config, class Mask>
+__device__ __forceinline__ void backward_sm80(const BwdParams& params) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  BackwardSm80<Config, Mask> kernel;
+  kernel.run(params, smem);
+}
+
+}  // namespace attnjit

@@ -157,7 +157,9 @@ Outputs run_on_gpu(const Case& c, const Inputs& in, bool reference_kernel) {
   return out;
 }
 
-testing::Reference reference_of(const Case& c, const Inputs& in) {
+namespace {
+
+testing::Problem problem_of(const Case& c) {
   testing::Problem p;
   p.batch = c.batch;
   p.seqlen_q = c.seqlen_q;
@@ -172,7 +174,99 @@ testing::Reference reference_of(const Case& c, const Inputs& in) {
   p.mask.window_left = c.window_left;
   p.mask.window_right = c.window_right;
   p.mask.intervals = c.intervals ? &*c.intervals : nullptr;
-  return testing::reference_forward(p, in.q, in.k, in.v);
+  return p;
+}
+
+}  // namespace
+
+testing::Reference reference_of(const Case& c, const Inputs& in) {
+  return testing::reference_forward(problem_of(c), in.q, in.k, in.v);
+}
+
+testing::Gradients reference_gradients_of(const Case& c, const Inputs& in,
+                                          const std::vector<float>& d_o) {
+  return testing::reference_backward(problem_of(c), in.q, in.k, in.v, d_o);
+}
+
+std::vector<float> make_d_o(const Case& c) {
+  std::mt19937_64 rng(c.seed ^ 0x5eedd0ull);
+  return random_values(static_cast<std::size_t>(c.batch) * c.seqlen_q * c.heads * c.spec.head_dim_v,
+                       c.spec.dtype, rng);
+}
+
+BackwardOutputs run_backward_on_gpu(const Case& c, const Inputs& in, const std::vector<float>& d_o,
+                                    bool deterministic) {
+  const DType dtype = c.spec.dtype;
+  const int dq = c.spec.head_dim_qk, dv = c.spec.head_dim_v;
+  const bool padded = c.padded_strides;
+  DeviceTensor q = make_tensor(dtype, c.batch, c.seqlen_q, c.heads, dq, padded);
+  DeviceTensor k = make_tensor(dtype, c.batch, c.seqlen_k, c.kv_heads, dq, padded);
+  DeviceTensor v = make_tensor(dtype, c.batch, c.seqlen_k, c.kv_heads, dv, padded);
+  DeviceTensor o = make_tensor(dtype, c.batch, c.seqlen_q, c.heads, dv, padded);
+  DeviceTensor grad_o = make_tensor(dtype, c.batch, c.seqlen_q, c.heads, dv, padded);
+  DeviceTensor grad_q = make_tensor(dtype, c.batch, c.seqlen_q, c.heads, dq, padded);
+  DeviceTensor grad_k = make_tensor(dtype, c.batch, c.seqlen_k, c.kv_heads, dq, padded);
+  DeviceTensor grad_v = make_tensor(dtype, c.batch, c.seqlen_k, c.kv_heads, dv, padded);
+  upload(q, dtype, in.q);
+  upload(k, dtype, in.k);
+  upload(v, dtype, in.v);
+  upload(grad_o, dtype, d_o);
+  const std::size_t lse_count = static_cast<std::size_t>(c.batch) * c.heads * c.seqlen_q;
+  runtime::DeviceBuffer lse(std::max<std::size_t>(lse_count, 1) * 4);
+  lse.fill_bytes(kPoison);
+  runtime::DeviceBuffer vectors;
+  TensorView vector_view;
+  if (c.intervals) {
+    const dsl::IntervalVectors& m = *c.intervals;
+    vectors = runtime::DeviceBuffer(m.data.size() * 4);
+    vectors.upload(m.data.data(), m.data.size() * 4);
+    vector_view = contiguous_view(vectors.data(), ScalarType::int32,
+                                  {m.batch, m.heads, m.seqlen_k, m.columns});
+  }
+  const TensorView lse_view =
+      contiguous_view(lse.data(), ScalarType::fp32, {c.batch, c.heads, c.seqlen_q});
+
+  ForwardArgs fwd;
+  fwd.q = q.view;
+  fwd.k = k.view;
+  fwd.v = v.view;
+  fwd.o = o.view;
+  fwd.lse = lse_view;
+  fwd.startend_row_indices = vector_view;
+  fwd.window_left = c.window_left;
+  fwd.window_right = c.window_right;
+  AttentionSpec spec = c.spec;
+  spec.return_lse = true;
+  jit::compile(spec).forward(fwd, nullptr);
+
+  BackwardArgs bwd;
+  bwd.q = q.view;
+  bwd.k = k.view;
+  bwd.v = v.view;
+  bwd.o = o.view;
+  bwd.d_o = grad_o.view;
+  bwd.lse = lse_view;
+  bwd.startend_row_indices = vector_view;
+  bwd.d_q = grad_q.view;
+  bwd.d_k = grad_k.view;
+  bwd.d_v = grad_v.view;
+  bwd.window_left = c.window_left;
+  bwd.window_right = c.window_right;
+  spec.return_lse = false;
+  spec.direction = Direction::backward;
+  spec.deterministic = deterministic;
+  jit::compile(spec).backward(bwd, nullptr);
+  runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+
+  BackwardOutputs out;
+  bool intact = true;
+  out.dq = download(grad_q, dtype, intact);
+  out.padding_intact = intact;
+  out.dk = download(grad_k, dtype, intact);
+  out.padding_intact = out.padding_intact && intact;
+  out.dv = download(grad_v, dtype, intact);
+  out.padding_intact = out.padding_intact && intact;
+  return out;
 }
 
 std::vector<Case> sweep_cases() {

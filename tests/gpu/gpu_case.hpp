@@ -11,6 +11,7 @@
 #include "attnjit/spec.hpp"
 #include "dsl/intervals.hpp"
 #include "support/reference.hpp"
+#include "support/reference_backward.hpp"
 
 namespace attnjit::gpu_test {
 
@@ -42,6 +43,24 @@ Inputs make_inputs(const Case& c);
 /// Runs the case's compiled kernel (or, with `reference_kernel`, attnjit's fp32 reference
 /// kernel) on the GPU.
 Outputs run_on_gpu(const Case& c, const Inputs& inputs, bool reference_kernel = false);
+
+/// Gradients from the GPU, converted to float, and whether o's and the gradients' padding
+/// stayed untouched.
+struct BackwardOutputs {
+  std::vector<float> dq, dk, dv;
+  bool padding_intact = true;
+};
+
+/// Random dO [B, Sq, H, Dv] for the case (rounded to the dtype).
+std::vector<float> make_d_o(const Case& c);
+
+/// Runs attnjit's forward (for O and LSE) and then its backward (deterministic or not).
+BackwardOutputs run_backward_on_gpu(const Case& c, const Inputs& inputs,
+                                    const std::vector<float>& d_o, bool deterministic);
+
+/// The CPU reference gradients of the case.
+testing::Gradients reference_gradients_of(const Case& c, const Inputs& inputs,
+                                          const std::vector<float>& d_o);
 
 /// The CPU reference of the case.
 testing::Reference reference_of(const Case& c, const Inputs& inputs);

@@ -17,10 +17,19 @@ namespace {
 
 void compile_sweep_in_parallel() {
   std::vector<attnjit::AttentionSpec> specs;
+  auto add = [&](const attnjit::AttentionSpec& spec) {
+    if (std::find(specs.begin(), specs.end(), spec) == specs.end()) specs.push_back(spec);
+  };
   for (const attnjit::gpu_test::Case& c : attnjit::gpu_test::sweep_cases()) {
     attnjit::AttentionSpec spec = c.spec;
     spec.return_lse = true;
-    if (std::find(specs.begin(), specs.end(), spec) == specs.end()) specs.push_back(spec);
+    add(spec);
+    spec.return_lse = false;
+    spec.direction = attnjit::Direction::backward;
+    for (bool deterministic : {false, true}) {
+      spec.deterministic = deterministic;
+      add(spec);
+    }
   }
   const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::future<void>> running;

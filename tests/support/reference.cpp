@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string_view>
 #include <thread>
@@ -23,16 +24,18 @@ void check_positive(std::string_view field, int value) {
   if (value < 1) throw_field_error(field, fmt::to_string(value), ">= 1");
 }
 
-void check_size(std::string_view name, std::size_t got, std::size_t expected,
-                std::string_view shape) {
+}  // namespace
+
+void check_size(std::string_view function, std::string_view name, std::size_t got,
+                std::size_t expected, std::string_view shape) {
   if (got != expected) {
-    throw_field_error(fmt::format("reference_forward: {} size", name), fmt::to_string(got),
+    throw_field_error(fmt::format("{}: {} size", function, name), fmt::to_string(got),
                       fmt::format("{} = {}", shape, expected));
   }
 }
 
-void check_problem(const Problem& p, std::span<const float> q, std::span<const float> k,
-                   std::span<const float> v) {
+void check_problem(std::string_view function, const Problem& p, std::span<const float> q,
+                   std::span<const float> k, std::span<const float> v) {
   check_positive("batch", p.batch);
   check_positive("seqlen_q", p.seqlen_q);
   check_positive("seqlen_k", p.seqlen_k);
@@ -48,9 +51,9 @@ void check_problem(const Problem& p, std::span<const float> q, std::span<const f
     throw_field_error("softmax_scale", fmt::to_string(p.softmax_scale), "a finite number");
   }
   const auto b = static_cast<std::size_t>(p.batch);
-  check_size("q", q.size(), b * p.seqlen_q * p.heads * p.head_dim, "B*Sq*H*D");
-  check_size("k", k.size(), b * p.seqlen_k * p.kv_heads * p.head_dim, "B*Sk*Hkv*D");
-  check_size("v", v.size(), b * p.seqlen_k * p.kv_heads * p.head_dim_v, "B*Sk*Hkv*Dv");
+  check_size(function, "q", q.size(), b * p.seqlen_q * p.heads * p.head_dim, "B*Sq*H*D");
+  check_size(function, "k", k.size(), b * p.seqlen_k * p.kv_heads * p.head_dim, "B*Sk*Hkv*D");
+  check_size(function, "v", v.size(), b * p.seqlen_k * p.kv_heads * p.head_dim_v, "B*Sk*Hkv*Dv");
   if (p.mask.kind != MaskKind::flashmask) return;
   const dsl::IntervalVectors* m = p.mask.intervals;
   if (m == nullptr) throw_field_error("mask.intervals", "null", "interval vectors for flashmask");
@@ -70,7 +73,6 @@ void check_problem(const Problem& p, std::span<const float> q, std::span<const f
   }
 }
 
-/// Whether query `i` sees key `j` in (batch `b`, query head `h`): MaskRef's definition.
 bool key_visible(const Problem& p, int b, int h, int i, int j) {
   const int diagonal = i + (p.seqlen_k - p.seqlen_q);
   const MaskRef& mask = p.mask;
@@ -89,6 +91,21 @@ bool key_visible(const Problem& p, int b, int h, int i, int j) {
   }
   return false;
 }
+
+void for_each_head(const Problem& p, const std::function<void(int b, int h)>& task) {
+  const int tasks = p.batch * p.heads;
+  const int workers = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, tasks);
+  std::atomic<int> next{0};
+  const auto work = [&] {
+    for (int n = next++; n < tasks; n = next++) task(n / p.heads, n % p.heads);
+  };
+  std::vector<std::jthread> threads;
+  threads.reserve(workers - 1);
+  for (int t = 1; t < workers; ++t) threads.emplace_back(work);
+  work();
+}
+
+namespace {
 
 /// Computes rows of one (batch, query head) pair into `ref`. Scores are accumulated as
 /// s[j] += q[d] * kT[d][j] so that the inner loops vectorize without reordering sums.
@@ -185,25 +202,14 @@ std::string format_verdict(bool passed) {
 
 Reference reference_forward(const Problem& p, std::span<const float> q, std::span<const float> k,
                             std::span<const float> v) {
-  check_problem(p, q, k, v);
+  check_problem("reference_forward", p, q, k, v);
   Reference ref;
   const std::size_t out_size =
       static_cast<std::size_t>(p.batch) * p.seqlen_q * p.heads * p.head_dim_v;
   ref.out.assign(out_size, 0.0);
   ref.out_lowp.assign(out_size, 0.0f);
   ref.lse.assign(static_cast<std::size_t>(p.batch) * p.heads * p.seqlen_q, 0.0);
-  const int tasks = p.batch * p.heads;
-  const int workers = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, tasks);
-  std::atomic<int> next{0};
-  const auto work = [&] {
-    for (int task = next++; task < tasks; task = next++) {
-      attend_head(p, q, k, v, task / p.heads, task % p.heads, ref);
-    }
-  };
-  std::vector<std::jthread> threads;
-  threads.reserve(workers - 1);
-  for (int t = 1; t < workers; ++t) threads.emplace_back(work);
-  work();
+  for_each_head(p, [&](int b, int h) { attend_head(p, q, k, v, b, h, ref); });
   return ref;
 }
 

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "attnjit/spec.hpp"
@@ -56,6 +58,25 @@ struct Reference {
 /// attnjit::Error for inconsistent shapes, sizes or mask.
 Reference reference_forward(const Problem& p, std::span<const float> q, std::span<const float> k,
                             std::span<const float> v);
+
+/// Throws attnjit::Error("<function>: <name> size: ...") unless `got` equals `expected`, the
+/// element count of a tensor of shape `shape` (for example "B*Sq*H*D").
+void check_size(std::string_view function, std::string_view name, std::size_t got,
+                std::size_t expected, std::string_view shape);
+
+/// Throws attnjit::Error unless `p` is consistent (positive sizes, kv_heads dividing heads, a
+/// finite scale, valid flashmask vectors of the problem's shape) and q, k, v have its sizes;
+/// size errors name `function`.
+void check_problem(std::string_view function, const Problem& p, std::span<const float> q,
+                   std::span<const float> k, std::span<const float> v);
+
+/// Whether query `i` sees key `j` in (batch `b`, query head `h`) under p.mask: MaskRef's
+/// definition. Expects a problem that passed check_problem().
+bool key_visible(const Problem& p, int b, int h, int i, int j);
+
+/// Calls task(b, h) once for every (batch, query head) pair of `p`, spread over all hardware
+/// threads; returns when all calls have returned. Calls for different pairs run concurrently.
+void for_each_head(const Problem& p, const std::function<void(int b, int h)>& task);
 
 /// Result of comparing a kernel's output with the reference.
 struct Comparison {

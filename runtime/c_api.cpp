@@ -1,6 +1,6 @@
-// The C ABI (include/attnjit/attnjit.h) over jit::compile and Kernel::forward. Every entry
-// point catches every exception, maps it to a return code and keeps its message for
-// attnjit_last_error() on the calling thread.
+// The C ABI (include/attnjit/attnjit.h) over jit::compile, Kernel::forward and
+// Kernel::backward. Every entry point catches every exception, maps it to a return code and
+// keeps its message for attnjit_last_error() on the calling thread.
 #include "attnjit/attnjit.h"
 
 #include <fmt/format.h>
@@ -176,6 +176,32 @@ int attnjit_forward(const attnjit_kernel* kernel, const attnjit_tensor* q, const
     args.window_left = window_left;
     args.window_right = window_right;
     kernel->kernel.forward(args, stream);
+  });
+}
+
+int attnjit_backward(const attnjit_kernel* kernel, const attnjit_tensor* q, const attnjit_tensor* k,
+                     const attnjit_tensor* v, const attnjit_tensor* o, const attnjit_tensor* d_o,
+                     const attnjit_tensor* lse, const attnjit_tensor* startend_row_indices,
+                     const attnjit_tensor* d_q, const attnjit_tensor* d_k,
+                     const attnjit_tensor* d_v, float softmax_scale, int window_left,
+                     int window_right, void* stream) {
+  return guarded([&] {
+    require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
+    attnjit::BackwardArgs args;
+    args.q = required_view("q", q);
+    args.k = required_view("k", k);
+    args.v = required_view("v", v);
+    args.o = required_view("o", o);
+    args.d_o = required_view("d_o", d_o);
+    args.lse = required_view("lse", lse);
+    args.startend_row_indices = optional_view("startend_row_indices", startend_row_indices);
+    args.d_q = required_view("d_q", d_q);
+    args.d_k = required_view("d_k", d_k);
+    args.d_v = required_view("d_v", d_v);
+    args.softmax_scale = softmax_scale;
+    args.window_left = window_left;
+    args.window_right = window_right;
+    kernel->kernel.backward(args, stream);
   });
 }
 

@@ -1,7 +1,7 @@
-/* The stable C ABI of attnjit: compile a spec, run its forward pass on device tensors, read
- * what the compiler did, manage the kernel cache. C99; usable from C, C++ and through FFI
- * layers (ctypes, cffi). No C++ exception crosses it: every failing call returns a nonzero
- * code and leaves a message in attnjit_last_error(). */
+/* The stable C ABI of attnjit: compile a spec, run its forward or backward pass on device
+ * tensors, read what the compiler did, manage the kernel cache. C99; usable from C, C++ and
+ * through FFI layers (ctypes, cffi). No C++ exception crosses it: every failing call returns a
+ * nonzero code and leaves a message in attnjit_last_error(). */
 #ifndef ATTNJIT_ATTNJIT_H
 #define ATTNJIT_ATTNJIT_H
 
@@ -67,6 +67,23 @@ ATTNJIT_API int attnjit_forward(const attnjit_kernel* kernel, const attnjit_tens
                                 const attnjit_tensor* o, const attnjit_tensor* lse,
                                 const attnjit_tensor* startend_row_indices, float softmax_scale,
                                 int window_left, int window_right, void* stream);
+
+/** Enqueues the backward pass of a kernel compiled from a spec with direction=backward on
+ * `stream` and returns without waiting: writes d_q [B, Sq, H, D], d_k [B, Sk, Hkv, D] and
+ * d_v [B, Sk, Hkv, Dv], each of q's dtype and shaped like q, k and v (with GQA a KV head's
+ * gradient sums over its query heads). Inputs as in attnjit_forward, plus the forward pass's
+ * output o and its gradient d_o [B, Sq, H, Dv], and lse fp32 [B, H, Sq] as a forward with
+ * return_lse=true wrote it (required). startend_row_indices, softmax_scale and the window sizes
+ * must be those of the forward pass. Takes stream-ordered scratch memory on `stream`. Uses the
+ * CUDA context current on the calling thread. */
+ATTNJIT_API int attnjit_backward(const attnjit_kernel* kernel, const attnjit_tensor* q,
+                                 const attnjit_tensor* k, const attnjit_tensor* v,
+                                 const attnjit_tensor* o, const attnjit_tensor* d_o,
+                                 const attnjit_tensor* lse,
+                                 const attnjit_tensor* startend_row_indices,
+                                 const attnjit_tensor* d_q, const attnjit_tensor* d_k,
+                                 const attnjit_tensor* d_v, float softmax_scale, int window_left,
+                                 int window_right, void* stream);
 
 /** Writes a NUL-terminated JSON object describing the compile call that produced `kernel`:
  * {"key", "spec", "cache": "memory"|"disk"|"miss", "compile_ms", "kernels": [{"name", "role",

@@ -7,6 +7,7 @@ torch tensors shaped [batch, seq, heads, head_dim] on a CUDA device.
     o = attnjit.forward(q, k, v, mask="causal")
     o, lse = attnjit.forward(q, k, v, mask="flashmask", causal=True,
                              startend_row_indices=lts, return_lse=True)
+    o = attnjit.attention(q, k, v, mask="causal")  # differentiable: o.backward(d_o)
     attnjit.compile("dtype=bf16 head_dim=128 mask=causal").info()["kernels"]
 """
 
@@ -24,6 +25,7 @@ __all__ = [
     "DeviceError",
     "InternalError",
     "Kernel",
+    "attention",
     "cache_dir",
     "clear_cache",
     "compile",
@@ -112,17 +114,32 @@ class Kernel:
         """Enqueues the kernels on torch's current stream of q's device, writing `o` (and
         `lse`). The library checks every tensor against the spec; attnjit.forward is the
         convenient form that builds the spec and allocates the outputs."""
+        tensors = (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse),
+                   ("startend_row_indices", startend_row_indices))
+        self._launch(_ffi.lib.attnjit_forward, tensors, scale, window)
+
+    def run_backward(self, q, k, v, o, d_o, lse, d_q, d_k, d_v, *, startend_row_indices=None,
+                     scale=None, window=(-1, 0)):
+        """Enqueues the backward kernels (a spec with direction=backward) on torch's current
+        stream of q's device, writing d_q, d_k and d_v from the forward's inputs, its output o,
+        the gradient d_o and the lse it returned; the mask arguments and scale must be the
+        forward's. attnjit.attention is the convenient, differentiable form."""
+        tensors = (("q", q), ("k", k), ("v", v), ("o", o), ("d_o", d_o), ("lse", lse),
+                   ("startend_row_indices", startend_row_indices), ("d_q", d_q), ("d_k", d_k),
+                   ("d_v", d_v))
+        self._launch(_ffi.lib.attnjit_backward, tensors, scale, window)
+
+    def _launch(self, function, tensors, scale, window):
+        q = tensors[0][1]
         torch = _torch_of(q, "q")
         softmax_scale = _check_scale(scale)
         window_left, window_right = _check_window(window)
-        tensors = (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse),
-                   ("startend_row_indices", startend_row_indices))
         descriptors = [_descriptor(name, tensor) for name, tensor in tensors]
         pointers = [None if d is None else ctypes.byref(d) for d in descriptors]
         with torch.cuda.device(q.device):
             stream = torch.cuda.current_stream(q.device).cuda_stream
-            _ffi.check(_ffi.lib.attnjit_forward(self._handle, *pointers, softmax_scale,
-                                                window_left, window_right, stream))
+            _ffi.check(function(self._handle, *pointers, softmax_scale, window_left,
+                                window_right, stream))
 
 
 _compiled = {}
@@ -185,6 +202,90 @@ def forward(q, k, v, *, spec=None, mask="none", causal=False, startend_row_indic
     kernel.run(q, k, v, o, lse=lse, startend_row_indices=startend_row_indices, scale=scale,
                window=window)
     return (o, lse) if with_lse else o
+
+
+def attention(q, k, v, *, mask="none", causal=False, startend_row_indices=None, scale=None,
+              window=(-1, 0), return_lse=False, deterministic=False):
+    """Differentiable attention: the arguments and results of attnjit.forward (without spec=),
+    as a torch.autograd.Function whose backward pass runs attnjit's backward kernels.
+
+    The forward pass always computes the LSE, which the backward pass needs; with
+    return_lse=True it is also returned (fp32 [B, H, Sq], not differentiable).
+    deterministic=True makes the gradients bitwise identical from run to run (a slower dQ
+    reduction). q, k and v receive d_q, d_k and d_v (with GQA, a KV head's gradient sums over
+    its query heads); the mask vectors get none. A d_o whose layout the kernels do not take
+    (e.g. the expanded gradient of o.sum()) is copied to a contiguous tensor first. Runs on
+    torch's current stream, asynchronously.
+    """
+    _check_mask_arguments(mask, causal, startend_row_indices)
+    for name, value in (("return_lse", return_lse), ("deterministic", deterministic)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+    _check_scale(scale)
+    _check_window(window)
+
+    torch = _torch_of(q, "q")
+    _check_activations(q, k, v)
+    if startend_row_indices is not None:
+        _check_startend(torch, startend_row_indices, q, k)
+    forward_spec = _spec_text(q, v, mask, causal, startend_row_indices, True)
+    backward_spec = (f"{_spec_text(q, v, mask, causal, startend_row_indices, False)} "
+                     f"direction=backward deterministic={str(deterministic).lower()}")
+    o, lse = _attention_function(torch).apply(q, k, v, startend_row_indices, forward_spec,
+                                              backward_spec, scale, tuple(window))
+    return (o, lse) if return_lse else o
+
+
+_function = None
+
+
+def _attention_function(torch):
+    """The torch.autograd.Function behind attention(), defined on first use so that importing
+    attnjit needs no PyTorch."""
+    global _function
+    if _function is None:
+        _function = _define_attention_function(torch)
+    return _function
+
+
+def _define_attention_function(torch):
+    class Attention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, indices, forward_spec, backward_spec, scale, window):
+            batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
+            o = torch.empty((batch, seqlen_q, heads, v.shape[3]), dtype=q.dtype,
+                            device=q.device)
+            lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
+            compile(forward_spec).run(q, k, v, o, lse=lse, startend_row_indices=indices,
+                                      scale=scale, window=window)
+            ctx.save_for_backward(q, k, v, o, lse, indices)
+            ctx.backward_spec = backward_spec
+            ctx.scale = scale
+            ctx.window = window
+            ctx.mark_non_differentiable(lse)
+            return o, lse
+
+        @staticmethod
+        @torch.autograd.function.once_differentiable
+        def backward(ctx, d_o, _d_lse):
+            q, k, v, o, lse, indices = ctx.saved_tensors
+            if not _is_kernel_layout(d_o):
+                d_o = d_o.contiguous()
+            d_q, d_k, d_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+            compile(ctx.backward_spec).run_backward(
+                q, k, v, o, d_o, lse, d_q, d_k, d_v, startend_row_indices=indices,
+                scale=ctx.scale, window=ctx.window)
+            return d_q, d_k, d_v, None, None, None, None, None
+
+    return Attention
+
+
+def _is_kernel_layout(tensor):
+    """Whether the kernels take `tensor` as it is: last dimension contiguous, the other strides
+    whole 16-byte rows (multiples of 8 elements), a 16-byte aligned start."""
+    strides = tensor.stride()
+    return (strides[-1] == 1 and all(stride % 8 == 0 for stride in strides[:-1])
+            and tensor.data_ptr() % 16 == 0)
 
 
 def _check_mask_arguments(mask, causal, indices):

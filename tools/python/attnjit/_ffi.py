@@ -77,6 +77,8 @@ def _declare(lib):
         "attnjit_release": (None, [kernel_p]),
         "attnjit_forward": (ctypes.c_int, [kernel_p] + [tensor_p] * 6 + [
             ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]),
+        "attnjit_backward": (ctypes.c_int, [kernel_p] + [tensor_p] * 10 + [
+            ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]),
         "attnjit_kernel_info": (ctypes.c_int, [kernel_p, ctypes.c_char_p, ctypes.c_size_t]),
         "attnjit_cache_clear": (ctypes.c_int, [ctypes.c_int, ctypes.c_int]),
         "attnjit_cache_dir": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]),

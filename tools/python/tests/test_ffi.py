@@ -22,6 +22,7 @@ import attnjit  # noqa: E402
 from attnjit import _ffi  # noqa: E402
 
 SPEC = "dtype=bf16 head_dim=64 mask=causal target=sm_90"
+BACKWARD_SPEC = SPEC + " direction=backward"
 
 
 def header_constants(text, prefix):
@@ -160,6 +161,77 @@ class LibraryTest(unittest.TestCase):
             with self.subTest(**{key: repr(value) for key, value in kwargs.items()}):
                 with self.assertRaisesRegex(error, message):
                     attnjit.forward([1.0], [1.0], [1.0], **kwargs)
+
+    def test_backward_spec_compiles_without_a_device(self):
+        kernel = attnjit.compile(BACKWARD_SPEC)
+        words = kernel.spec.split()
+        self.assertIn("direction=backward", words)
+        self.assertIn("deterministic=false", words)
+        self.assertIn("backward", [k["role"] for k in kernel.info()["kernels"]])
+        deterministic = attnjit.compile(BACKWARD_SPEC + " deterministic=true")
+        self.assertIn("deterministic=true", deterministic.spec.split())
+        self.assertNotEqual(deterministic.info()["key"], kernel.info()["key"])
+        self.assertNotEqual(attnjit.compile(SPEC).info()["key"], kernel.info()["key"])
+
+    def test_c_abi_backward_rejects_bad_arguments(self):
+        lib = _ffi.lib
+        self.assertEqual(lib.attnjit_backward.argtypes[1], ctypes.POINTER(_ffi.Tensor))
+        ok = _ffi.Tensor(0x1000, _ffi.BF16, 4, (1, 64, 1, 64), (4096, 64, 64, 1))
+        lse = _ffi.Tensor(0x1000, _ffi.FP32, 3, (1, 1, 64), (64, 64, 1))
+
+        def arguments():
+            """q, k, v, o, d_o, lse, startend_row_indices, d_q, d_k, d_v, scale, windows,
+            stream, all well formed; each call below breaks one, so none reaches a launch."""
+            return [ctypes.byref(ok)] * 5 + [ctypes.byref(lse), None] + \
+                [ctypes.byref(ok)] * 3 + [0.0, -1, 0, None]
+
+        backward = attnjit.compile(BACKWARD_SPEC)
+        for index, field in ((0, "q"), (4, "d_o"), (5, "lse"), (7, "d_q"), (9, "d_v")):
+            with self.subTest(null=field):
+                args = arguments()
+                args[index] = None
+                self.assertEqual(lib.attnjit_backward(backward._handle, *args), _ffi.USER_ERROR)
+                self.assertIn(f"{field}: got 'NULL'", lib.attnjit_last_error().decode())
+        args = arguments()
+        args[4] = ctypes.byref(_ffi.Tensor(0x1000, 9, 4, (1, 64, 1, 64), (4096, 64, 64, 1)))
+        self.assertEqual(lib.attnjit_backward(backward._handle, *args), _ffi.USER_ERROR)
+        self.assertIn("d_o.dtype: got '9'", lib.attnjit_last_error().decode())
+        args[4] = ctypes.byref(_ffi.Tensor(0x1000, _ffi.BF16, 6))
+        self.assertEqual(lib.attnjit_backward(backward._handle, *args), _ffi.USER_ERROR)
+        self.assertIn("d_o.rank", lib.attnjit_last_error().decode())
+        with self.assertRaisesRegex(attnjit.AttnjitError, "kernel"):
+            _ffi.check(lib.attnjit_backward(None, *arguments()))
+
+        forward = attnjit.compile(SPEC)
+        self.assertEqual(lib.attnjit_backward(forward._handle, *arguments()), _ffi.USER_ERROR)
+        self.assertIn("direction=backward", lib.attnjit_last_error().decode())
+        forward_args = arguments()[:4] + [None, None, 0.0, -1, 0, None]
+        self.assertEqual(lib.attnjit_forward(backward._handle, *forward_args), _ffi.USER_ERROR)
+        self.assertIn("direction=forward", lib.attnjit_last_error().decode())
+
+    def test_attention_checks_arguments_before_needing_torch(self):
+        cases = [
+            (ValueError, "mask", dict(mask="bogus")),
+            (TypeError, "causal", dict(mask="flashmask", causal="yes")),
+            (ValueError, "causal", dict(mask="sliding_window", causal=True)),
+            (ValueError, "startend_row_indices", dict(mask="flashmask")),
+            (ValueError, "startend_row_indices", dict(startend_row_indices=object())),
+            (TypeError, "return_lse", dict(return_lse=1)),
+            (TypeError, "deterministic", dict(deterministic="true")),
+            (ValueError, "scale", dict(scale=0.0)),
+            (TypeError, "window", dict(window=(1, 2, 3))),
+            (ValueError, "window", dict(window=(0, -5))),
+            (TypeError, "q: expected a torch.Tensor", dict()),
+            (TypeError, "q: expected a torch.Tensor", dict(deterministic=True)),
+        ]
+        for error, message, kwargs in cases:
+            with self.subTest(**{key: repr(value) for key, value in kwargs.items()}):
+                with self.assertRaisesRegex(error, message):
+                    attnjit.attention([1.0], [1.0], [1.0], **kwargs)
+        with self.assertRaises(TypeError):
+            attnjit.attention([1.0], [1.0], [1.0], spec=SPEC)
+        with self.assertRaisesRegex(TypeError, "q: expected a torch.Tensor"):
+            attnjit.compile(BACKWARD_SPEC).run_backward(*[[1.0]] * 9)
 
     def test_missing_library_is_an_import_error_listing_the_paths(self):
         environment = dict(os.environ, ATTNJIT_LIBRARY="/nonexistent/libattnjit.so",

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <vector>
 
 #include "attnjit/error.hpp"
 #include "compiler/passes/passes.hpp"
@@ -148,11 +149,44 @@ int dq_smem(const DqCandidate& c, const AttentionSpec& spec, int columns) {
   return 2 * (16 * c.warps) * d * 2 + 2 * (2 * c.block_n * d * 2 + c.block_n * columns * 4);
 }
 
+// An explicit `tiles=BMxBNxW` for the backward main kernel: block_n / 16 key warps, the rest
+// of the warps splitting the head dim, and the dQ product's warp grid, all in whole tiles.
+BackwardCandidate explicit_backward(const AttentionSpec& spec, const TargetInfo& target,
+                                    int columns) {
+  const TileShape& shape = spec.tiles;
+  const std::string value = to_string(shape);
+  const int d = spec.head_dim_qk;
+  if (shape.q_mode != 0) throw_field_error("tiles", value, "BMxBNxW without q/s for the backward");
+  const int key_warps = shape.block_n / 16;
+  if (shape.block_n % 16 != 0 || key_warps < 1 || shape.warps % key_warps != 0 ||
+      d % (16 * (shape.warps / key_warps)) != 0) {
+    throw_field_error("tiles", value,
+                      "block_n a multiple of 16 whose key slabs (block_n/16) divide the warps, "
+                      "the other warps splitting the head dim in multiples of 16");
+  }
+  const int row_warps = shape.block_m / 16;
+  if (shape.block_m % 32 != 0 || shape.warps % row_warps != 0 ||
+      d % (16 * (shape.warps / row_warps)) != 0) {
+    throw_field_error("tiles", value,
+                      "block_m a multiple of 32 whose 16-row slabs divide the warps (dQ product)");
+  }
+  const BackwardCandidate c{d, shape.block_m, shape.block_n, shape.warps, shape.warps / key_warps};
+  const int smem = backward_smem(c, spec, columns);
+  if (smem > target.max_dynamic_smem_bytes) {
+    throw_field_error("tiles", value,
+                      fmt::format("shapes whose shared memory ({} bytes here) fits {}'s {} bytes",
+                                  smem, name_of(target.arch), target.max_dynamic_smem_bytes));
+  }
+  return c;
+}
+
 BackwardTiles select_backward_tiles(const AttentionSpec& spec, const MaskLowering& mask,
                                     const TargetInfo& target) {
   const int columns = static_cast<int>(mask.vectors.size());
   BackwardTiles tiles;
-  for (const BackwardCandidate& c : kBackwardCandidates) {
+  std::vector<BackwardCandidate> candidates(kBackwardCandidates.begin(), kBackwardCandidates.end());
+  if (!spec.tiles.is_auto()) candidates = {explicit_backward(spec, target, columns)};
+  for (const BackwardCandidate& c : candidates) {
     if (c.head_dim != spec.head_dim_qk) continue;
     const int smem = backward_smem(c, spec, columns);
     if (smem > target.max_dynamic_smem_bytes) continue;

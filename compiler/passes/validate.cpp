@@ -59,10 +59,6 @@ Lowering validate(const Lowering& in) {
     }
   }
   check_mask(spec.mask);
-  if (spec.direction == Direction::backward && !spec.tiles.is_auto()) {
-    throw_field_error("tiles", to_string(spec.tiles),
-                      "auto for direction=backward (explicit shapes are forward-only)");
-  }
   return in;
 }
 

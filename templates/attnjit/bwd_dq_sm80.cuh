@@ -136,11 +136,7 @@ struct BackwardDqSm80 {
 
   __device__ __forceinline__ static int next_active(const MaskState& ms, const BwdParams& p,
                                                     int from, int n_begin) {
-    if (!Mask::kHasVectors) return from;
-    for (int n = from; n >= n_begin; --n) {
-      if (Mask::template classify<kBlockN>(ms, p.minmax_dq, n) != kTileSkip) return n;
-    }
-    return n_begin - 1;
+    return Mask::template last_active_key_block<kBlockN>(ms, p.minmax_dq, from, n_begin);
   }
 
   __device__ __forceinline__ static void load_key_block(const BwdParams& p, const MaskState& ms,
@@ -208,12 +204,16 @@ struct BackwardDqSm80 {
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int local_col = nt * 8 + 2 * t + (e % 2);
-          const int row = ms.row_begin + row0 + g + (e / 2) * 8;
-          if (Mask::masked(ms, row, n_block * kBlockN + local_col,
-                           vectors + local_col * kColumns * 4)) {
-            acc_s[nt][e] = negative_infinity();
+        for (int c = 0; c < 2; ++c) {
+          const int local_col = nt * 8 + 2 * t + c;
+          const typename Mask::Column column =
+              Mask::load_column(ms, vectors + local_col * kColumns * 4);
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            if (Mask::masked(ms, ms.row_begin + row0 + g + 8 * r, n_block * kBlockN + local_col,
+                             column)) {
+              acc_s[nt][2 * r + c] = negative_infinity();
+            }
           }
         }
       }

@@ -152,15 +152,10 @@ struct BackwardSm80 {
   }
 
   /// The first query block >= from (and < end) with a visible element in this key block.
-  __device__ __forceinline__ static int next_active(MaskState ms, const BwdParams& p, int n_block,
-                                                    int from, int end) {
-    if (!Mask::kHasVectors) return from;
-    for (int m = from; m < end; ++m) {
-      ms.row_begin = m * kBlockM;
-      ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
-      if (Mask::template classify<kBlockN>(ms, p.minmax, n_block) != kTileSkip) return m;
-    }
-    return end;
+  __device__ __forceinline__ static int next_active(const MaskState& ms, const BwdParams& p,
+                                                    int n_block, int from, int end) {
+    return Mask::template first_active_query_block<kBlockM, kBlockN>(ms, p.minmax, n_block, from,
+                                                                     end);
   }
 
   /// cp.async of query block m: Q, dO (zero-filled past Sq), LSE2 and D (zero past Sq).
@@ -213,14 +208,20 @@ struct BackwardSm80 {
     gemm_rows_by_tile_rows(acc_s, smem_k, kv_a_lane, key_row0, smem_q, q_b_lane);
 
     if (kind == kTilePartial) {
+      // This thread's two keys (rows g, g + 8 of S^T) are the FlashMask columns.
 #pragma unroll
-      for (int nt = 0; nt < kQTiles; ++nt) {
+      for (int r = 0; r < 2; ++r) {
+        const int key_local = key_row0 + g + 8 * r;
+        const typename Mask::Column column =
+            Mask::load_column(ms, vectors + key_local * kColumns * 4);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key_local = key_row0 + g + (e / 2) * 8;
-          const int query = ms.row_begin + nt * 8 + 2 * t + (e % 2);
-          if (Mask::masked(ms, query, key0 + key_local, vectors + key_local * kColumns * 4)) {
-            acc_s[nt][e] = negative_infinity();
+        for (int nt = 0; nt < kQTiles; ++nt) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int query = ms.row_begin + nt * 8 + 2 * t + c;
+            if (Mask::masked(ms, query, key0 + key_local, column)) {
+              acc_s[nt][2 * r + c] = negative_infinity();
+            }
           }
         }
       }
@@ -229,11 +230,12 @@ struct BackwardSm80 {
     // P^T = 2^(S^T c - LSE2): 0 where masked and in rows that see no key (LSE2 = +inf).
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt) {
+      float lse0, lse1;
+      load_shared_v2_f32(lse_log2 + (nt * 8 + 2 * t) * 4, lse0, lse1);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int query_local = nt * 8 + 2 * t + (e % 2);
-        acc_s[nt][e] = exp2_approx(
-            fmaf(acc_s[nt][e], p.scale_log2, -load_shared_f32(lse_log2 + query_local * 4)));
+      for (int r = 0; r < 2; ++r) {
+        acc_s[nt][2 * r] = exp2_approx(fmaf(acc_s[nt][2 * r], p.scale_log2, -lse0));
+        acc_s[nt][2 * r + 1] = exp2_approx(fmaf(acc_s[nt][2 * r + 1], p.scale_log2, -lse1));
       }
     }
 
@@ -248,12 +250,13 @@ struct BackwardSm80 {
     gemm_rows_by_tile_rows(acc_ds, smem_v, kv_a_lane, key_row0, smem_do, q_b_lane);
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt) {
+      float d[2];
+      load_shared_v2_f32(row_dot + (nt * 8 + 2 * t) * 4, d[0], d[1]);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float d = load_shared_f32(row_dot + (nt * 8 + 2 * t + (e % 2)) * 4);
         const u32 pair = p_packed[nt][e / 2];
         const float p_value = e % 2 ? unpack_hi<Element>(pair) : unpack_lo<Element>(pair);
-        acc_ds[nt][e] = p_value * (acc_ds[nt][e] - d);
+        acc_ds[nt][e] = p_value * (acc_ds[nt][e] - d[e % 2]);
       }
     }
 
@@ -365,6 +368,29 @@ struct BackwardSm80 {
     float* base = p.dq_accum +
                   (static_cast<long long>(batch) * p.heads + head) * p.seqlen_q * kHeadDim +
                   chunk0 * 8 + 2 * t;
+#if __CUDA_ARCH__ >= 900
+    // Quad pairs swap halves so that each thread owns four consecutive floats of one row
+    // (even t: row g, odd t: row g + 8) and adds them with one 16-byte vector reduction.
+    const bool even = (t & 1) == 0;
+    const int query = ms.row_begin + q0 + g + (even ? 0 : 8);
+    float* row = base + static_cast<long long>(query) * kHeadDim - (even ? 0 : 2);
+#pragma unroll
+    for (int dt = 0; dt < kDqTiles; ++dt) {
+      const float send0 = even ? acc[dt][2] : acc[dt][0];
+      const float send1 = even ? acc[dt][3] : acc[dt][1];
+      const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+      const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+      const float x0 = even ? acc[dt][0] : got0;
+      const float x1 = even ? acc[dt][1] : got1;
+      const float x2 = even ? got0 : acc[dt][2];
+      const float x3 = even ? got1 : acc[dt][3];
+      if (query < ms.seqlen_q) {
+        asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(row + dt * 8), "f"(x0),
+                     "f"(x1), "f"(x2), "f"(x3)
+                     : "memory");
+      }
+    }
+#else
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int query = ms.row_begin + q0 + g + 8 * r;
@@ -377,6 +403,7 @@ struct BackwardSm80 {
         }
       }
     }
+#endif
   }
 
   /// dK (scaled) and dV of the warp's keys and columns: straight to d_k / d_v for MHA, to

@@ -161,11 +161,7 @@ struct ForwardSm80 {
   /// The highest key block <= from that is not skipped, or n_begin - 1.
   __device__ __forceinline__ static int next_active(const MaskState& ms, const FwdParams& p,
                                                     int from, int n_begin) {
-    if (!Mask::kHasVectors) return from;
-    for (int n = from; n >= n_begin; --n) {
-      if (Mask::template classify<kBlockN>(ms, p.minmax, n) != kTileSkip) return n;
-    }
-    return n_begin - 1;
+    return Mask::template last_active_key_block<kBlockN>(ms, p.minmax, from, n_begin);
   }
 
   /// Issues the cp.async copies of key block n: K, V, and the block's FlashMask values.
@@ -245,18 +241,20 @@ struct ForwardSm80 {
     const int t = lane % 4;
     if (kind == kTilePartial) {
       const int row0 = ms.row_begin + warp_row + g;
-      const int col0 = n_block * kBlockN + 2 * t;
 #pragma unroll
-      for (int s = 0; s < kSlabs; ++s) {
+      for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
+        for (int c = 0; c < 2; ++c) {
+          const int local_col = nt * 8 + 2 * t + c;
+          const typename Mask::Column column =
+              Mask::load_column(ms, vectors + local_col * kColumns * 4);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = row0 + s * 16 + (e / 2) * 8;
-            const int local_col = nt * 8 + 2 * t + (e % 2);
-            if (Mask::masked(ms, row, col0 + nt * 8 + (e % 2),
-                             vectors + local_col * kColumns * 4)) {
-              acc_s[s][nt][e] = negative_infinity();
+          for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              if (Mask::masked(ms, row0 + s * 16 + r * 8, n_block * kBlockN + local_col, column)) {
+                acc_s[s][nt][2 * r + c] = negative_infinity();
+              }
             }
           }
         }

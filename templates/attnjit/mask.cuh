@@ -119,23 +119,69 @@ struct MaskPolicy {
     return partial ? kTilePartial : kTileFull;
   }
 
-  /// The element rule. `values` is the shared-memory address of column `col`'s kColumns
-  /// vector values.
-  __device__ static __forceinline__ bool masked(const MaskState& s, int row, int col, u32 values) {
+  /// The highest key block in [n_begin, from] that is not skipped for the CTA's rows, or
+  /// n_begin - 1. Each lane of the warp classifies one block per step and a ballot takes the
+  /// first hit, so a long run of skipped blocks costs 1/32 of a serial scan. Call from all
+  /// lanes of a warp with the same arguments.
+  template <int kBlockN>
+  __device__ static int last_active_key_block(const MaskState& s, const int* minmax, int from,
+                                              int n_begin) {
+    if (!kHasVectors) return from;
+    const int lane = threadIdx.x % 32;
+    for (int base = from; base >= n_begin; base -= 32) {
+      const int n = base - lane;
+      const bool active = n >= n_begin && classify<kBlockN>(s, minmax, n) != kTileSkip;
+      const unsigned hits = __ballot_sync(0xffffffffu, active);
+      if (hits != 0) return base - (__ffs(hits) - 1);
+    }
+    return n_begin - 1;
+  }
+
+  /// The lowest query block in [from, end) with a visible element in key block n_block (the
+  /// backward's walk), or end; the same warp-parallel search.
+  template <int kBlockM, int kBlockN>
+  __device__ static int first_active_query_block(MaskState s, const int* minmax, int n_block,
+                                                 int from, int end) {
+    if (!kHasVectors) return from;
+    const int lane = threadIdx.x % 32;
+    for (int base = from; base < end; base += 32) {
+      const int m = base + lane;
+      s.row_begin = m * kBlockM;
+      s.row_end = min(s.row_begin + kBlockM, s.seqlen_q);
+      const bool active = m < end && classify<kBlockN>(s, minmax, n_block) != kTileSkip;
+      const unsigned hits = __ballot_sync(0xffffffffu, active);
+      if (hits != 0) return base + (__ffs(hits) - 1);
+    }
+    return end;
+  }
+
+  /// One key column's FlashMask rows, read once from shared memory (`values` is the address
+  /// of the column's kColumns values) and then applied to every row of the column: masked
+  /// rows are [lower_start, lower_end) and [upper_start, upper_end).
+  struct Column {
+    int lower_start, lower_end, upper_start, upper_end;
+  };
+
+  __device__ static __forceinline__ Column load_column(const MaskState& s, u32 values) {
+    Column c;
+    c.lower_start = kHasLower ? load_shared_s32(values + 4 * kLts) : s.seqlen_q;
+    c.lower_end = kLte >= 0 ? load_shared_s32(values + 4 * kLte) : s.seqlen_q;
+    c.upper_start = kUts >= 0 ? load_shared_s32(values + 4 * kUts) : 0;
+    c.upper_end = kHasUpper ? load_shared_s32(values + 4 * kUte) : 0;
+    return c;
+  }
+
+  /// The element rule for query `row` and key `col` (whose column was loaded as `c`).
+  __device__ static __forceinline__ bool masked(const MaskState& s, int row, int col,
+                                                const Column& c) {
     bool out = col >= s.seqlen_k;
     if (kCausal) out |= col > row + s.diagonal;
     if (kWindow) {
       if (s.window_left >= 0) out |= col < row + s.diagonal - s.window_left;
       if (s.window_right >= 0) out |= col > row + s.diagonal + s.window_right;
     }
-    if (kHasLower) {
-      const int end = kLte >= 0 ? load_shared_s32(values + 4 * kLte) : s.seqlen_q;
-      out |= row >= load_shared_s32(values + 4 * kLts) && row < end;
-    }
-    if (kHasUpper) {
-      const int start = kUts >= 0 ? load_shared_s32(values + 4 * kUts) : 0;
-      out |= row >= start && row < load_shared_s32(values + 4 * kUte);
-    }
+    if (kHasLower) out |= row >= c.lower_start && row < c.lower_end;
+    if (kHasUpper) out |= row >= c.upper_start && row < c.upper_end;
     return out;
   }
 };

@@ -110,6 +110,11 @@ __device__ __forceinline__ float load_shared_f32(u32 address) {
   return out;
 }
 
+/// Two consecutive floats (8-byte aligned address).
+__device__ __forceinline__ void load_shared_v2_f32(u32 address, float& x, float& y) {
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(x), "=f"(y) : "r"(address));
+}
+
 __device__ __forceinline__ int load_shared_s32(u32 address) {
   int out;
   asm volatile("ld.shared.s32 %0, [%1];" : "=r"(out) : "r"(address));

@@ -1,5 +1,5 @@
-// NVRTC compiles every supported (dtype x head dim x mask kind) spec for sm_80 and sm_90
-// with no spills and no stack; the reference kernels compile too. Needs no GPU.
+// NVRTC compiles every supported (direction x dtype x head dim x mask kind) spec for sm_80
+// and sm_90 with no spills and no stack; the reference kernels compile too. Needs no GPU.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -12,6 +12,7 @@ using namespace attnjit;
 
 namespace {
 
+// Forward with LSE, and backward in both modes.
 std::vector<AttentionSpec> every_supported_spec() {
   const MaskSpec masks[] = {{MaskKind::none, false, 0},           {MaskKind::causal, false, 0},
                             {MaskKind::sliding_window, false, 0}, {MaskKind::flashmask, true, 1},
@@ -29,6 +30,12 @@ std::vector<AttentionSpec> every_supported_spec() {
           spec.return_lse = true;  // the heavier variant: LSE stores included
           spec.target = arch;
           specs.push_back(spec);
+          spec.return_lse = false;
+          spec.direction = Direction::backward;
+          for (bool deterministic : {false, true}) {
+            spec.deterministic = deterministic;
+            specs.push_back(spec);
+          }
         }
       }
     }
@@ -38,7 +45,8 @@ std::vector<AttentionSpec> every_supported_spec() {
 
 }  // namespace
 
-TEST_CASE("every supported spec compiles for sm_80 and sm_90 without spills", "[nvrtc][specs]") {
+TEST_CASE("every supported spec, forward and backward, compiles for sm_80 and sm_90 without spills",
+          "[nvrtc][specs]") {
   const std::vector<AttentionSpec> specs = every_supported_spec();
   std::vector<jit::CompileInfo> infos(specs.size());
   const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
@@ -59,7 +67,13 @@ TEST_CASE("every supported spec compiles for sm_80 and sm_90 without spills", "[
   for (std::size_t i = 0; i < specs.size(); ++i) {
     INFO(to_string(specs[i]));
     const jit::CompileInfo& info = infos[i];
-    CHECK(info.kernels.size() == (specs[i].mask.kind == MaskKind::flashmask ? 2u : 1u));
+    const bool flashmask = specs[i].mask.kind == MaskKind::flashmask;
+    if (specs[i].direction == Direction::forward) {
+      CHECK(info.kernels.size() == (flashmask ? 2u : 1u));
+    } else {
+      // min/max table(s), preprocess, main, dQ (deterministic) or dQ conversion, GQA reduction.
+      CHECK(info.kernels.size() >= (flashmask ? 5u : 4u));
+    }
     for (const jit::KernelReport& kernel : info.kernels) {
       INFO(kernel.name << ": " << kernel.registers << " registers, " << kernel.spill_bytes
                        << " spill bytes, " << kernel.stack_bytes << " stack bytes");

@@ -166,3 +166,86 @@ TEST_CASE("the pipeline runs the six passes in order and reports each", "[pass]"
              Catch::Contains("mask_lowering {causal=index window=none vectors=[] minmax=false}"));
   CHECK_THAT(text, Catch::Contains("kernel @attnjit_fwd_bf16_d64_causal"));
 }
+
+TEST_CASE("canonicalize drops what a direction ignores", "[pass]") {
+  const AttentionSpec backward =
+      canonical_spec(parse_spec("dtype=bf16 head_dim=64 direction=backward return_lse=true"));
+  CHECK(!backward.return_lse);
+  const AttentionSpec forward =
+      canonical_spec(parse_spec("dtype=bf16 head_dim=64 deterministic=true"));
+  CHECK(!forward.deterministic);
+}
+
+TEST_CASE("the backward plan", "[pass]") {
+  auto roles = [](const Lowering& ir) {
+    std::vector<KernelRole> out;
+    for (const KernelDesc& k : ir.plan->kernels) out.push_back(k.role);
+    return out;
+  };
+  using R = KernelRole;
+  const Lowering atomic =
+      lower(parse_spec("dtype=bf16 head_dim=128 mask=causal direction=backward target=sm_90"));
+  CHECK(roles(atomic) == std::vector<R>{R::backward_preprocess, R::backward, R::backward_convert_dq,
+                                        R::backward_reduce_dkdv});
+  CHECK(atomic.plan->kernels[0].name == "attnjit_bwd_preprocess_bf16_d128_zero_dq");
+  CHECK(atomic.plan->kernels[1].name == "attnjit_bwd_bf16_d128_causal");
+  const BackwardTiles& t = *atomic.backward_tiles;
+  CHECK(t.block_m == 64);
+  CHECK(t.block_n == 128);
+  CHECK(t.warps == 8);
+  CHECK(t.dim_warps == 1);
+  CHECK(t.dq_block_m == 0);
+  CHECK(atomic.plan->kernels[1].dynamic_smem_bytes == t.smem_bytes);
+  CHECK(!atomic.tiles.has_value());
+
+  const Lowering det = lower(
+      parse_spec("dtype=fp16 head_dim=128 mask=flashmask(causal=true,columns=1) direction=backward "
+                 "deterministic=true target=sm_90"));
+  CHECK(roles(det) == std::vector<R>{R::flashmask_minmax, R::flashmask_minmax,
+                                     R::backward_preprocess, R::backward, R::backward_dq,
+                                     R::backward_reduce_dkdv});
+  CHECK(det.plan->kernels[0].block_n == det.backward_tiles->block_n);
+  CHECK(det.plan->kernels[1].block_n == det.backward_tiles->dq_block_n);
+  CHECK(det.plan->kernels[2].name == "attnjit_bwd_preprocess_fp16_d128");
+  CHECK(det.plan->kernels[3].name == "attnjit_bwd_fp16_d128_flashmask_causal_c1_deterministic");
+  CHECK(det.plan->kernels[4].name == "attnjit_bwd_dq_fp16_d128_flashmask_causal_c1");
+  CHECK(det.backward_tiles->dq_block_m == 16 * det.backward_tiles->dq_warps);
+
+  // Wide heads split their dK/dV accumulators over warps sharing the same keys.
+  const Lowering wide =
+      lower(parse_spec("dtype=bf16 head_dim=256 direction=backward target=sm_90"));
+  CHECK(wide.backward_tiles->dim_warps == 2);
+  CHECK(wide.backward_tiles->block_n == 16 * wide.backward_tiles->warps / 2);
+  // Every head dim fits every target.
+  for (const char* arch : {"sm_80", "sm_86", "sm_90"}) {
+    for (int d : {32, 64, 96, 128, 192, 256}) {
+      const std::string text = "dtype=bf16 head_dim=" + std::to_string(d) +
+                               " mask=flashmask(causal=false,columns=4) direction=backward "
+                               "deterministic=true target=" +
+                               arch;
+      INFO(text);
+      const Lowering ir = lower(parse_spec(text));
+      CHECK(ir.backward_tiles->smem_bytes <= ir.target->max_dynamic_smem_bytes);
+      CHECK(ir.backward_tiles->dq_smem_bytes <= ir.target->max_dynamic_smem_bytes);
+    }
+  }
+}
+
+TEST_CASE("explicit backward tiles are checked", "[pass]") {
+  const Lowering ir =
+      lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=32x128x8 target=sm_90"));
+  CHECK(ir.backward_tiles->block_m == 32);
+  CHECK(ir.backward_tiles->dim_warps == 1);
+  CHECK_THROWS_WITH(
+      lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=48x128x8 target=sm_90")),
+      Catch::Contains("block_m a multiple of 32"));
+  CHECK_THROWS_WITH(
+      lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x48x8 target=sm_90")),
+      Catch::Contains("key slabs (block_n/16) divide the warps"));
+  CHECK_THROWS_WITH(
+      lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x128x8q target=sm_90")),
+      Catch::Contains("without q/s"));
+  CHECK_THROWS_WITH(
+      lower(parse_spec("dtype=bf16 head_dim=256 direction=backward tiles=64x128x8 target=sm_80")),
+      Catch::Contains("fits sm_80's 166912 bytes"));
+}

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Everything attnjit checks and measures on a GPU machine, from one command, for a build made
 # elsewhere (build/ holds attnc, attnjit_gpu_tests and libattnjit.so):
-#   1. the GPU tests; 2. `attnc run --check` at 8K for each mask kind; 3. a tile sweep of the
-#   other head dims; 4. tools/bench/fwd_vs_sdpa.py (attnjit vs SDPA flash / cuDNN and
-#   FlexAttention in one process), whose table is printed last.
+#   1. the GPU tests (forward and backward); 2. the Python autograd tests; 3. `attnc run
+#   --check` at 8K for each mask kind; 4. a tile sweep of the other head dims;
+#   5. tools/bench/fwd_vs_sdpa.py and 6. tools/bench/bwd_vs_sdpa.py (attnjit vs SDPA flash /
+#   cuDNN / dense mask and FlexAttention, each in one process); the last table is printed last.
 # Usage: tools/bench/gpu_session.sh [OUT_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,6 +18,11 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/dev
 
 echo "== GPU tests"
 build/tests/attnjit_gpu_tests 2>&1 | tee "$out/gpu_tests.log" | tail -4
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+
+echo "== Python autograd tests (torch, GPU)"
+PYTHONUNBUFFERED=1 python3 -m unittest discover -s tools/python/tests -p "test_autograd_gpu.py" \
+  2>&1 | tail -3
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 
 echo "== attnc run --check (bf16, d128, B=1, H=16, S=8192)"
@@ -48,4 +54,7 @@ done
 echo "== attnjit vs SDPA / FlexAttention (one process)"
 PYTHONUNBUFFERED=1 python3 tools/bench/fwd_vs_sdpa.py --batch 1 --heads 16 --seqlen 8192 \
   --head-dim 128 --tiles 128x32x4s,128x128x8q,128x64x4s --out "$out/fwd_vs_sdpa.md" || status=1
+
+echo "== forward + backward vs SDPA / FlexAttention (one process)"
+PYTHONUNBUFFERED=1 python3 tools/bench/bwd_vs_sdpa.py --out "$out/bwd_vs_sdpa.md" || status=1
 exit $status

@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import datetime
 import shlex
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -38,6 +37,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import attnjit  # noqa: E402
+from timing import median_ms  # noqa: E402
 
 MAX_RELATIVE_ERROR = 2e-2
 INPUT_SETS = 3
@@ -116,20 +116,6 @@ def flashmask_block_mask(lts, batch, seqlen):
         return (kv_idx <= q_idx) & (q_idx < columns[b, kv_idx])
 
     return create_block_mask(mask_mod, batch, None, seqlen, seqlen, device=lts.device)
-
-
-def median_ms(run, inputs, warmup, runs):
-    """Median time of run(*inputs[i % n]) in ms, from one CUDA event pair per call."""
-    for i in range(warmup):
-        run(*inputs[i % len(inputs)])
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    for i in range(runs):
-        starts[i].record()
-        run(*inputs[i % len(inputs)])
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in zip(starts, ends))
 
 
 def forward_backward(attention, d_o):

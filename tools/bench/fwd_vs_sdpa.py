@@ -17,7 +17,6 @@ import datetime
 import os
 import shlex
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import attnjit  # noqa: E402
+from timing import median_ms  # noqa: E402
 
 MAX_RELATIVE_ERROR = 2e-2
 INPUT_SETS = 3
@@ -50,20 +50,6 @@ def parse_args():
     if args.runs < 30:
         parser.error("--runs: at least 30")
     return args
-
-
-def median_ms(run, inputs, warmup, runs):
-    """Median time of run(*inputs[i % n]) in ms, from one CUDA event pair per call."""
-    for i in range(warmup):
-        run(*inputs[i % len(inputs)])
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    for i in range(runs):
-        starts[i].record()
-        run(*inputs[i % len(inputs)])
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in zip(starts, ends))
 
 
 def attnjit_spec(mask, head_dim, tiles):

@@ -1,0 +1,20 @@
+"""CUDA-event timing shared by the benchmark scripts."""
+
+import statistics
+
+import torch
+
+
+def median_ms(run, inputs, warmup, runs):
+    """Median time of run(*inputs[i % n]) in ms, from one CUDA event pair per call, after
+    `warmup` untimed calls; rotating among the input sets keeps them out of L2."""
+    for i in range(warmup):
+        run(*inputs[i % len(inputs)])
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    for i in range(runs):
+        starts[i].record()
+        run(*inputs[i % len(inputs)])
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in zip(starts, ends))

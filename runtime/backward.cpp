@@ -3,7 +3,6 @@
 // deterministic dQ kernel or dQ conversion, and the GQA reduction of dK/dV.
 #include <fmt/format.h>
 
-#include <cmath>
 #include <optional>
 #include <vector>
 
@@ -23,42 +22,15 @@ using detail::StreamScratch;
 
 BwdParams make_params(const AttentionSpec& spec, const BackwardArgs& a, const Shapes& s) {
   BwdParams p{};
-  p.q = a.q.data;
-  p.k = a.k.data;
-  p.v = a.v.data;
-  p.o = a.o.data;
+  detail::fill_common_params(p, spec, a, s);
   p.d_o = a.d_o.data;
-  p.lse = static_cast<const float*>(a.lse.data);
   p.d_q = a.d_q.data;
   p.d_k = a.d_k.data;
   p.d_v = a.d_v.data;
-  p.intervals = static_cast<const int*>(a.startend_row_indices.data);
-  auto strides = [](const TensorView& t, long long& batch, long long& row, long long& head) {
-    batch = t.stride[0];
-    row = t.stride[1];
-    head = t.stride[2];
-  };
-  strides(a.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-  strides(a.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
-  strides(a.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
-  strides(a.o, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
-  strides(a.d_o, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
-  strides(a.d_q, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
-  strides(a.d_k, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
-  strides(a.d_v, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
-  p.lse_batch_stride = a.lse.stride[0];
-  p.lse_head_stride = a.lse.stride[1];
-  p.batch = s.batch;
-  p.heads = s.heads;
-  p.kv_heads = s.kv_heads;
-  p.mask_heads = s.mask_heads;
-  p.seqlen_q = s.seqlen_q;
-  p.seqlen_k = s.seqlen_k;
-  p.softmax_scale = a.softmax_scale > 0.f ? a.softmax_scale
-                                          : 1.f / std::sqrt(static_cast<float>(spec.head_dim_qk));
-  p.scale_log2 = p.softmax_scale * 1.4426950408889634f;
-  p.window_left = a.window_left;
-  p.window_right = a.window_right;
+  detail::set_strides(a.d_o, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
+  detail::set_strides(a.d_q, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
+  detail::set_strides(a.d_k, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+  detail::set_strides(a.d_v, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
   return p;
 }
 

@@ -2,7 +2,6 @@
 // plan's kernels (FlashMask min/max, then the forward kernel) or the reference kernel.
 #include <fmt/format.h>
 
-#include <cmath>
 #include <cstdint>
 #include <optional>
 
@@ -57,38 +56,7 @@ using detail::StreamScratch;
 
 FwdParams make_params(const AttentionSpec& spec, const ForwardArgs& a, const Shapes& s) {
   FwdParams p{};
-  p.q = a.q.data;
-  p.k = a.k.data;
-  p.v = a.v.data;
-  p.o = a.o.data;
-  p.lse = static_cast<float*>(a.lse.data);
-  p.intervals = static_cast<const int*>(a.startend_row_indices.data);
-  p.minmax = nullptr;
-  p.q_batch_stride = a.q.stride[0];
-  p.q_row_stride = a.q.stride[1];
-  p.q_head_stride = a.q.stride[2];
-  p.k_batch_stride = a.k.stride[0];
-  p.k_row_stride = a.k.stride[1];
-  p.k_head_stride = a.k.stride[2];
-  p.v_batch_stride = a.v.stride[0];
-  p.v_row_stride = a.v.stride[1];
-  p.v_head_stride = a.v.stride[2];
-  p.o_batch_stride = a.o.stride[0];
-  p.o_row_stride = a.o.stride[1];
-  p.o_head_stride = a.o.stride[2];
-  p.lse_batch_stride = a.lse.stride[0];
-  p.lse_head_stride = a.lse.stride[1];
-  p.batch = s.batch;
-  p.heads = s.heads;
-  p.kv_heads = s.kv_heads;
-  p.mask_heads = s.mask_heads;
-  p.seqlen_q = s.seqlen_q;
-  p.seqlen_k = s.seqlen_k;
-  p.softmax_scale = a.softmax_scale > 0.f ? a.softmax_scale
-                                          : 1.f / std::sqrt(static_cast<float>(spec.head_dim_qk));
-  p.scale_log2 = p.softmax_scale * 1.4426950408889634f;
-  p.window_left = a.window_left;
-  p.window_right = a.window_right;
+  detail::fill_common_params(p, spec, a, s);
   return p;
 }
 

@@ -68,9 +68,12 @@ AttentionSpec resolve_target(const AttentionSpec& spec) {
 // The key: a hash of the canonical spec text and of everything else that changes the
 // binary. One derivation for every kernel family (see design.md, the signature rule).
 std::string cache_key(std::string_view kind, std::string_view spec_text) {
-  std::string material = fmt::format("{}\n{}\nnvrtc={}\nattnjit={}\ntemplates={}\noptions={}", kind,
-                                     spec_text, runtime::nvrtc_version(), ATTNJIT_VERSION,
-                                     templates::hash(), fmt::join(nvrtc_options(), " "));
+  // What does not change within a process is formatted once (this runs on every compile(),
+  // memory hits included).
+  static const std::string build_context =
+      fmt::format("nvrtc={}\nattnjit={}\ntemplates={}\noptions={}", runtime::nvrtc_version(),
+                  ATTNJIT_VERSION, templates::hash(), fmt::join(nvrtc_options(), " "));
+  const std::string material = fmt::format("{}\n{}\n{}", kind, spec_text, build_context);
   const XXH128_hash_t hash = XXH3_128bits(material.data(), material.size());
   return fmt::format("{:016x}{:016x}", hash.high64, hash.low64);
 }

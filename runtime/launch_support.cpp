@@ -20,6 +20,25 @@ void check_int_range(std::string_view field, std::int64_t value, std::int64_t ma
   }
 }
 
+// What the kernels' 16-byte copies need: a contiguous last dim, other strides multiples of
+// 8 elements, a 16-byte aligned start.
+void check_row_layout(std::string_view name, const TensorView& t) {
+  if (t.stride[t.rank - 1] != 1) {
+    throw_field_error(fmt::format("{}.stride[{}]", name, t.rank - 1),
+                      std::to_string(t.stride[t.rank - 1]), "1 (the head dim must be contiguous)");
+  }
+  for (int d = 0; d + 1 < t.rank; ++d) {
+    if (t.stride[d] < 0 || t.stride[d] % 8 != 0) {
+      throw_field_error(fmt::format("{}.stride[{}]", name, d), std::to_string(t.stride[d]),
+                        "a non-negative multiple of 8 elements (16-byte aligned rows)");
+    }
+  }
+  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) {
+    throw_field_error(fmt::format("{}.data", name), fmt::format("{}", t.data),
+                      "a 16-byte aligned address");
+  }
+}
+
 // q/k/v/o: 16-bit, rank 4, last dim contiguous, 16-byte rows, given head dim.
 void check_activation(std::string_view name, const TensorView& t, ScalarType dtype, int head_dim) {
   if (t.data == nullptr)
@@ -36,20 +55,7 @@ void check_activation(std::string_view name, const TensorView& t, ScalarType dty
     throw_field_error(fmt::format("{}.shape[3]", name), std::to_string(t.shape[3]),
                       fmt::format("{} (the spec's head dim)", head_dim));
   }
-  if (t.stride[3] != 1) {
-    throw_field_error(fmt::format("{}.stride[3]", name), std::to_string(t.stride[3]),
-                      "1 (the head dim must be contiguous)");
-  }
-  for (int d = 0; d < 3; ++d) {
-    if (t.stride[d] < 0 || t.stride[d] % 8 != 0) {
-      throw_field_error(fmt::format("{}.stride[{}]", name, d), std::to_string(t.stride[d]),
-                        "a non-negative multiple of 8 elements (16-byte aligned rows)");
-    }
-  }
-  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) {
-    throw_field_error(fmt::format("{}.data", name), fmt::format("{}", t.data),
-                      "a 16-byte aligned address");
-  }
+  check_row_layout(name, t);
 }
 
 void check_same(std::string_view field, std::int64_t got, std::int64_t expected,
@@ -188,20 +194,7 @@ void check_same_layout(std::string_view name, const TensorView& t, std::string_v
                         fmt::format("{} (that of {})", like.shape[d], like_name));
     }
   }
-  if (t.stride[t.rank - 1] != 1) {
-    throw_field_error(fmt::format("{}.stride[{}]", name, t.rank - 1),
-                      std::to_string(t.stride[t.rank - 1]), "1 (the head dim must be contiguous)");
-  }
-  for (int d = 0; d + 1 < t.rank; ++d) {
-    if (t.stride[d] < 0 || t.stride[d] % 8 != 0) {
-      throw_field_error(fmt::format("{}.stride[{}]", name, d), std::to_string(t.stride[d]),
-                        "a non-negative multiple of 8 elements (16-byte aligned rows)");
-    }
-  }
-  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) {
-    throw_field_error(fmt::format("{}.data", name), fmt::format("{}", t.data),
-                      "a 16-byte aligned address");
-  }
+  check_row_layout(name, t);
 }
 
 StreamScratch::StreamScratch(std::size_t bytes, CUstream stream) : stream_(stream) {

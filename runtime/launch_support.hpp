@@ -4,6 +4,7 @@
 
 #include <cuda.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string_view>
 
@@ -44,6 +45,43 @@ class StreamScratch {
   CUdeviceptr ptr_ = 0;
   CUstream stream_;
 };
+
+/// The batch, row and head strides of a [B, S, H, D] tensor.
+inline void set_strides(const TensorView& t, long long& batch, long long& row, long long& head) {
+  batch = t.stride[0];
+  row = t.stride[1];
+  head = t.stride[2];
+}
+
+/// The fields FwdParams and BwdParams share (same names): q, k, v, o and their strides, the
+/// LSE, the FlashMask vectors, the sizes, the softmax scale (0: 1/sqrt(head_dim_qk)) and
+/// the window.
+template <class Params, class Args>
+void fill_common_params(Params& p, const AttentionSpec& spec, const Args& a, const Shapes& s) {
+  p.q = a.q.data;
+  p.k = a.k.data;
+  p.v = a.v.data;
+  p.o = a.o.data;
+  p.lse = static_cast<float*>(a.lse.data);
+  p.intervals = static_cast<const int*>(a.startend_row_indices.data);
+  set_strides(a.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+  set_strides(a.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  set_strides(a.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  set_strides(a.o, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+  p.lse_batch_stride = a.lse.stride[0];
+  p.lse_head_stride = a.lse.stride[1];
+  p.batch = s.batch;
+  p.heads = s.heads;
+  p.kv_heads = s.kv_heads;
+  p.mask_heads = s.mask_heads;
+  p.seqlen_q = s.seqlen_q;
+  p.seqlen_k = s.seqlen_k;
+  p.softmax_scale = a.softmax_scale > 0.f ? a.softmax_scale
+                                          : 1.f / std::sqrt(static_cast<float>(spec.head_dim_qk));
+  p.scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  p.window_left = a.window_left;
+  p.window_right = a.window_right;
+}
 
 inline unsigned ceil_div(std::int64_t a, std::int64_t b) {
   return static_cast<unsigned>((a + b - 1) / b);

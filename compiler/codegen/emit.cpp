@@ -16,32 +16,18 @@ using namespace codegen;
 std::string emit_forward(const Lowering& ir, const KernelDesc& kernel) {
   const AttentionSpec& spec = ir.spec;
   const TileConfig& tiles = *ir.tiles;
-  SourceWriter w;
-  emit_header(w, ir, kernel);
-  w.line("namespace {{");
-  w.blank();
-  w.line("struct Config {{");
-  w.indent();
-  w.line("typedef {} Element;", element_type(spec.dtype));
-  w.line("static constexpr int kHeadDimQK = {};", spec.head_dim_qk);
-  w.line("static constexpr int kHeadDimV = {};", spec.head_dim_v);
-  w.line("static constexpr int kBlockM = {};", tiles.block_m);
-  w.line("static constexpr int kBlockN = {};", tiles.block_n);
-  w.line("static constexpr int kWarps = {};", tiles.warps);
-  w.line("static constexpr int kStages = {};", tiles.kv_stages);
-  w.line("static constexpr bool kQInRegisters = {};", tiles.q_in_registers);
-  w.line("static constexpr bool kReturnLse = {};", spec.return_lse);
-  w.dedent();
-  w.line("}};");
-  w.blank();
-  emit_mask_policy(w, spec, *ir.mask);
-  w.blank();
-  emit_smem_check(w, "attnjit::ForwardSm80<Config, Mask>", tiles.smem_bytes);
-  w.blank();
-  w.line("}}  // namespace");
-  w.blank();
-  emit_entry(w, kernel, "attnjit::FwdParams", "attnjit::forward_sm80<Config, Mask>(params);");
-  return w.str();
+  return emit_mainloop(
+      ir, kernel,
+      {fmt::format("static constexpr int kHeadDimQK = {};", spec.head_dim_qk),
+       fmt::format("static constexpr int kHeadDimV = {};", spec.head_dim_v),
+       fmt::format("static constexpr int kBlockM = {};", tiles.block_m),
+       fmt::format("static constexpr int kBlockN = {};", tiles.block_n),
+       fmt::format("static constexpr int kWarps = {};", tiles.warps),
+       fmt::format("static constexpr int kStages = {};", tiles.kv_stages),
+       fmt::format("static constexpr bool kQInRegisters = {};", tiles.q_in_registers),
+       fmt::format("static constexpr bool kReturnLse = {};", spec.return_lse)},
+      "attnjit::ForwardSm80<Config, Mask>", "attnjit::FwdParams",
+      "attnjit::forward_sm80<Config, Mask>(params);", /*min_blocks_per_sm=*/0);
 }
 
 std::string emit_minmax(const Lowering& ir, const KernelDesc& kernel) {

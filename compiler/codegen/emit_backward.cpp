@@ -10,61 +10,28 @@ namespace attnjit::codegen {
 namespace {
 
 std::string emit_main(const Lowering& ir, const KernelDesc& kernel) {
-  const AttentionSpec& spec = ir.spec;
   const BackwardTiles& tiles = *ir.backward_tiles;
-  SourceWriter w;
-  emit_header(w, ir, kernel);
-  w.line("namespace {{");
-  w.blank();
-  w.line("struct Config {{");
-  w.indent();
-  w.line("typedef {} Element;", element_type(spec.dtype));
-  w.line("static constexpr int kHeadDim = {};", spec.head_dim_qk);
-  w.line("static constexpr int kBlockM = {};", tiles.block_m);
-  w.line("static constexpr int kBlockN = {};", tiles.block_n);
-  w.line("static constexpr int kWarps = {};", tiles.warps);
-  w.line("static constexpr int kDimWarps = {};", tiles.dim_warps);
-  w.line("static constexpr bool kAtomicDq = {};", !spec.deterministic);
-  w.dedent();
-  w.line("}};");
-  w.blank();
-  emit_mask_policy(w, spec, *ir.mask);
-  w.blank();
-  emit_smem_check(w, "attnjit::BackwardSm80<Config, Mask>", tiles.smem_bytes);
-  w.blank();
-  w.line("}}  // namespace");
-  w.blank();
-  emit_entry(w, kernel, "attnjit::BwdParams", "attnjit::backward_sm80<Config, Mask>(params);",
-             /*min_blocks_per_sm=*/1);
-  return w.str();
+  return emit_mainloop(
+      ir, kernel,
+      {fmt::format("static constexpr int kHeadDim = {};", ir.spec.head_dim_qk),
+       fmt::format("static constexpr int kBlockM = {};", tiles.block_m),
+       fmt::format("static constexpr int kBlockN = {};", tiles.block_n),
+       fmt::format("static constexpr int kWarps = {};", tiles.warps),
+       fmt::format("static constexpr int kDimWarps = {};", tiles.dim_warps),
+       fmt::format("static constexpr bool kAtomicDq = {};", !ir.spec.deterministic)},
+      "attnjit::BackwardSm80<Config, Mask>", "attnjit::BwdParams",
+      "attnjit::backward_sm80<Config, Mask>(params);", /*min_blocks_per_sm=*/1);
 }
 
 std::string emit_dq(const Lowering& ir, const KernelDesc& kernel) {
-  const AttentionSpec& spec = ir.spec;
   const BackwardTiles& tiles = *ir.backward_tiles;
-  SourceWriter w;
-  emit_header(w, ir, kernel);
-  w.line("namespace {{");
-  w.blank();
-  w.line("struct Config {{");
-  w.indent();
-  w.line("typedef {} Element;", element_type(spec.dtype));
-  w.line("static constexpr int kHeadDim = {};", spec.head_dim_qk);
-  w.line("static constexpr int kBlockM = {};", tiles.dq_block_m);
-  w.line("static constexpr int kBlockN = {};", tiles.dq_block_n);
-  w.line("static constexpr int kWarps = {};", tiles.dq_warps);
-  w.dedent();
-  w.line("}};");
-  w.blank();
-  emit_mask_policy(w, spec, *ir.mask);
-  w.blank();
-  emit_smem_check(w, "attnjit::BackwardDqSm80<Config, Mask>", tiles.dq_smem_bytes);
-  w.blank();
-  w.line("}}  // namespace");
-  w.blank();
-  emit_entry(w, kernel, "attnjit::BwdParams", "attnjit::backward_dq_sm80<Config, Mask>(params);",
-             /*min_blocks_per_sm=*/1);
-  return w.str();
+  return emit_mainloop(ir, kernel,
+                       {fmt::format("static constexpr int kHeadDim = {};", ir.spec.head_dim_qk),
+                        fmt::format("static constexpr int kBlockM = {};", tiles.dq_block_m),
+                        fmt::format("static constexpr int kBlockN = {};", tiles.dq_block_n),
+                        fmt::format("static constexpr int kWarps = {};", tiles.dq_warps)},
+                       "attnjit::BackwardDqSm80<Config, Mask>", "attnjit::BwdParams",
+                       "attnjit::backward_dq_sm80<Config, Mask>(params);", /*min_blocks_per_sm=*/1);
 }
 
 std::string emit_rows(const Lowering& ir, const KernelDesc& kernel, std::string_view body) {

@@ -75,4 +75,29 @@ void emit_entry(SourceWriter& w, const KernelDesc& kernel, std::string_view para
   w.line("}}");
 }
 
+std::string emit_mainloop(const Lowering& ir, const KernelDesc& kernel,
+                          const std::vector<std::string>& config_lines,
+                          std::string_view kernel_type, std::string_view params_type,
+                          std::string_view body, int min_blocks_per_sm) {
+  SourceWriter w;
+  emit_header(w, ir, kernel);
+  w.line("namespace {{");
+  w.blank();
+  w.line("struct Config {{");
+  w.indent();
+  w.line("typedef {} Element;", element_type(ir.spec.dtype));
+  for (const std::string& line : config_lines) w.line("{}", line);
+  w.dedent();
+  w.line("}};");
+  w.blank();
+  emit_mask_policy(w, ir.spec, *ir.mask);
+  w.blank();
+  emit_smem_check(w, kernel_type, kernel.dynamic_smem_bytes);
+  w.blank();
+  w.line("}}  // namespace");
+  w.blank();
+  emit_entry(w, kernel, params_type, body, min_blocks_per_sm);
+  return w.str();
+}
+
 }  // namespace attnjit::codegen

@@ -2,7 +2,9 @@
 // policy binding and the extern "C" entry point. Internal to compiler/codegen.
 #pragma once
 
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "compiler/codegen/writer.hpp"
 #include "compiler/ir/lowering.hpp"
@@ -25,5 +27,13 @@ void emit_smem_check(SourceWriter& w, std::string_view kernel_type, int smem_byt
 /// cap a 256-thread kernel at 128 to fit two blocks, and spill); 0 leaves it out.
 void emit_entry(SourceWriter& w, const KernelDesc& kernel, std::string_view params_type,
                 std::string_view body, int min_blocks_per_sm = 0);
+
+/// A mainloop kernel's translation unit: the header, `struct Config` with `config_lines`,
+/// the mask policy, a check that `kernel_type`'s shared memory is the planned
+/// kernel.dynamic_smem_bytes, and the entry calling `body`.
+std::string emit_mainloop(const Lowering& ir, const KernelDesc& kernel,
+                          const std::vector<std::string>& config_lines,
+                          std::string_view kernel_type, std::string_view params_type,
+                          std::string_view body, int min_blocks_per_sm);
 
 }  // namespace attnjit::codegen

@@ -7,10 +7,12 @@
 // Config: Element, kHeadDim, kBlockM (16 * kWarps), kBlockN, kWarps.
 #pragma once
 
+#include "attnjit/kv_block.cuh"
 #include "attnjit/mask.cuh"
 #include "attnjit/params.cuh"
 #include "attnjit/primitives.cuh"
 #include "attnjit/smem_tile.cuh"
+#include "attnjit/warp_mma.cuh"
 
 namespace attnjit {
 
@@ -49,16 +51,9 @@ struct BackwardDqSm80 {
     const int warp = thread / 32;
     const int lane = thread % 32;
 
-    MaskState ms;
-    ms.seqlen_q = p.seqlen_q;
-    ms.seqlen_k = p.seqlen_k;
-    ms.diagonal = p.seqlen_k - p.seqlen_q;
+    MaskState ms = make_mask_state<kBlockN, Mask::kHasVectors>(p, head, batch);
     ms.row_begin = m_block * kBlockM;
     ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
-    ms.window_left = p.window_left;
-    ms.window_right = p.window_right;
-    ms.vector_row = Mask::kHasVectors ? batch * p.mask_heads + head / (p.heads / p.mask_heads) : 0;
-    ms.num_key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
 
     const u32 smem_q = smem_address(smem);
     const u32 smem_do = smem_q + QTile::kBytes;
@@ -96,7 +91,8 @@ struct BackwardDqSm80 {
     int n_load = next_active(ms, p, n_end - 1, n_begin);
     int n_compute = n_load;
     if (n_load >= n_begin) {
-      load_key_block(p, ms, n_load, smem_kv, smem_vectors, head, batch, thread);
+      load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns>(p, ms, n_load, smem_kv,
+                                                                  smem_vectors, thread);
       n_load = next_active(ms, p, n_load - 1, n_begin);
     }
     cp_async_commit();
@@ -106,8 +102,9 @@ struct BackwardDqSm80 {
       __syncthreads();
       if (n_load >= n_begin) {
         const int stage = (it + 1) % 2;
-        load_key_block(p, ms, n_load, smem_kv + stage * kStageBytes,
-                       smem_vectors + stage * kVectorBytes, head, batch, thread);
+        load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns>(
+            p, ms, n_load, smem_kv + stage * kStageBytes, smem_vectors + stage * kVectorBytes,
+            thread);
         n_load = next_active(ms, p, n_load - 1, n_begin);
       }
       cp_async_commit();
@@ -139,54 +136,6 @@ struct BackwardDqSm80 {
     return Mask::template last_active_key_block<kBlockN>(ms, p.minmax_dq, from, n_begin);
   }
 
-  __device__ __forceinline__ static void load_key_block(const BwdParams& p, const MaskState& ms,
-                                                        int n, u32 smem_stage, u32 smem_vectors,
-                                                        int head, int batch, int thread) {
-    const int key0 = n * kBlockN;
-    const int valid = min(kBlockN, p.seqlen_k - key0);
-    const int kv_head = static_cast<int>(opaque(static_cast<u32>(head))) / (p.heads / p.kv_heads);
-    load_tile_async<kBlockN, kHeadDim, kThreads>(
-        smem_stage,
-        static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
-            key0 * p.k_row_stride,
-        p.k_row_stride, valid, thread);
-    load_tile_async<kBlockN, kHeadDim, kThreads>(
-        smem_stage + KvTile::kBytes,
-        static_cast<const u16*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride +
-            key0 * p.v_row_stride,
-        p.v_row_stride, valid, thread);
-    if (Mask::kHasVectors) {
-      const int* src = interval_values<kColumns>(p.intervals, ms, key0);
-      for (int i = thread; i < kBlockN * kColumns; i += kThreads) {
-        const bool in_range = i < valid * kColumns;
-        cp_async_4(smem_vectors + i * 4, in_range ? src + i : p.intervals, in_range ? 4 : 0);
-      }
-    }
-  }
-
-  /// acc (16 x kBlockN) = rows of a Q-shaped tile times the K-shaped tile transposed.
-  __device__ __forceinline__ static void gemm_rows_by_keys(float (&acc)[kNTiles][4], u32 smem_a,
-                                                           u32 a_lane, int row0, u32 smem_b,
-                                                           u32 b_lane) {
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
-    }
-#pragma unroll
-    for (int kk = 0; kk < kKSteps; ++kk) {
-      u32 a[4];
-      ldmatrix_x4(a, QTile::matrix_address(smem_a, a_lane, row0, kk * 2));
-#pragma unroll
-      for (int np = 0; np < kNTiles / 2; ++np) {
-        u32 b[4];
-        ldmatrix_x4(b, KvTile::matrix_address(smem_b, b_lane, np * 16, kk * 2));
-        mma_m16n8k16<Element>(acc[2 * np], a, b[0], b[1]);
-        mma_m16n8k16<Element>(acc[2 * np + 1], a, b[2], b[3]);
-      }
-    }
-  }
-
   __device__ __forceinline__ void compute_block(const BwdParams& p, const MaskState& ms, u32 smem_q,
                                                 u32 smem_do, u32 smem_k, u32 vectors, int n_block,
                                                 int kind, int warp, int lane) {
@@ -199,7 +148,8 @@ struct BackwardDqSm80 {
     const int t = lane % 4;
 
     float acc_s[kNTiles][4];
-    gemm_rows_by_keys(acc_s, smem_q, a_lane, row0, smem_k, b_lane);
+    warp_rows_times_rows<Element, QTile, KvTile, kNTiles, kKSteps>(acc_s, smem_q, a_lane, row0,
+                                                                   smem_k, b_lane);
     if (kind == kTilePartial) {
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) {
@@ -226,29 +176,19 @@ struct BackwardDqSm80 {
       }
     }
     float acc_ds[kNTiles][4];
-    gemm_rows_by_keys(acc_ds, smem_do, a_lane, row0, smem_v, b_lane);
-    u32 ds[kNTiles][2];
+    warp_rows_times_rows<Element, QTile, KvTile, kNTiles, kKSteps>(acc_ds, smem_do, a_lane, row0,
+                                                                   smem_v, b_lane);
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         acc_ds[nt][e] = acc_s[nt][e] * (acc_ds[nt][e] - row_dot[e / 2]);
       }
-      ds[nt][0] = pack2<Element>(acc_ds[nt][0], acc_ds[nt][1]);
-      ds[nt][1] = pack2<Element>(acc_ds[nt][2], acc_ds[nt][3]);
     }
+    u32 ds[kNTiles][2];
+    pack_tiles<Element>(ds, acc_ds);
     // dQ += dS K: K read transposed (k = key, n = head dim).
-#pragma unroll
-    for (int kk = 0; kk < kKeySteps; ++kk) {
-      const u32 a[4] = {ds[2 * kk][0], ds[2 * kk][1], ds[2 * kk + 1][0], ds[2 * kk + 1][1]};
-#pragma unroll
-      for (int dp = 0; dp < kDTiles / 2; ++dp) {
-        u32 b[4];
-        ldmatrix_x4_trans(b, KvTile::matrix_address(smem_k, bt_lane, kk * 16, dp * 2));
-        mma_m16n8k16<Element>(acc_dq[2 * dp], a, b[0], b[1]);
-        mma_m16n8k16<Element>(acc_dq[2 * dp + 1], a, b[2], b[3]);
-      }
-    }
+    warp_regs_times_tile<Element, KvTile, kKeySteps, kDTiles>(acc_dq, ds, smem_k, bt_lane, 0);
   }
 };
 

@@ -15,10 +15,12 @@
 // Config: Element, kHeadDim, kBlockM, kBlockN, kWarps, kDimWarps, kAtomicDq.
 #pragma once
 
+#include "attnjit/kv_block.cuh"
 #include "attnjit/mask.cuh"
 #include "attnjit/params.cuh"
 #include "attnjit/primitives.cuh"
 #include "attnjit/smem_tile.cuh"
+#include "attnjit/warp_mma.cuh"
 
 namespace attnjit {
 
@@ -70,44 +72,16 @@ struct BackwardSm80 {
     const int warp = thread / 32;
     const int lane = thread % 32;
 
-    MaskState ms;
-    ms.seqlen_q = p.seqlen_q;
-    ms.seqlen_k = p.seqlen_k;
-    ms.diagonal = p.seqlen_k - p.seqlen_q;
-    ms.window_left = p.window_left;
-    ms.window_right = p.window_right;
-    ms.vector_row = Mask::kHasVectors ? batch * p.mask_heads + head / (p.heads / p.mask_heads) : 0;
-    ms.num_key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
-    ms.row_begin = 0;
-    ms.row_end = 0;
+    MaskState ms = make_mask_state<kBlockN, Mask::kHasVectors>(p, head, batch);
 
     const int key0 = n_block * kBlockN;
-    const int valid_keys = min(kBlockN, p.seqlen_k - key0);
     const u32 smem_k = smem_address(smem);
     const u32 smem_v = smem_k + KvTile::kBytes;
     const u32 smem_stages = smem_v + KvTile::kBytes;
     const u32 smem_ds = smem_stages + 2 * kStageBytes;
-    const int vectors_offset = 2 * KvTile::kBytes + 2 * kStageBytes + kDsBytes;
-
-    const int kv_head = head / (p.heads / p.kv_heads);
-    load_tile_async<kBlockN, kHeadDim, kThreads>(
-        smem_k,
-        static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
-            key0 * p.k_row_stride,
-        p.k_row_stride, valid_keys, thread);
-    load_tile_async<kBlockN, kHeadDim, kThreads>(
-        smem_v,
-        static_cast<const u16*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride +
-            key0 * p.v_row_stride,
-        p.v_row_stride, valid_keys, thread);
-    if (Mask::kHasVectors) {
-      const int* src = interval_values<kColumns>(p.intervals, ms, key0);
-      for (int i = thread; i < kBlockN * kColumns; i += kThreads) {
-        const bool in_range = i < valid_keys * kColumns;
-        cp_async_4(smem_k + vectors_offset + i * 4, in_range ? src + i : p.intervals,
-                   in_range ? 4 : 0);
-      }
-    }
+    const u32 smem_vectors = smem_stages + 2 * kStageBytes + kDsBytes;
+    load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns>(p, ms, n_block, smem_k,
+                                                                smem_vectors, thread);
 
     int m_begin, m_end;
     Mask::template query_block_range<kBlockM, kBlockN>(ms, n_block, m_begin, m_end);
@@ -144,7 +118,7 @@ struct BackwardSm80 {
       ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
       const int kind = Mask::template classify<kBlockN>(ms, p.minmax, n_block);
       compute_block(p, ms, smem_k, smem_v, smem_stages + (it % 2) * kStageBytes, smem_ds,
-                    smem_k + vectors_offset, key0, kind);
+                    smem_vectors, key0, kind);
       m_block = next_active(ms, p, n_block, m_block + 1, m_end);
     }
     cp_async_wait<0>();
@@ -205,7 +179,8 @@ struct BackwardSm80 {
 
     // S^T = K Q^T for the warp's 16 keys.
     float acc_s[kQTiles][4];
-    gemm_rows_by_tile_rows(acc_s, smem_k, kv_a_lane, key_row0, smem_q, q_b_lane);
+    warp_rows_times_rows<Element, KvTile, QTile, kQTiles, kDSteps>(acc_s, smem_k, kv_a_lane,
+                                                                   key_row0, smem_q, q_b_lane);
 
     if (kind == kTilePartial) {
       // This thread's two keys (rows g, g + 8 of S^T) are the FlashMask columns.
@@ -242,12 +217,14 @@ struct BackwardSm80 {
     // dV += P^T dO. From here on P lives only in its 16-bit form (the registers go to dP^T);
     // dS uses that rounded P, as a plain 16-bit implementation would.
     u32 p_packed[kQTiles][2];
-    pack_tiles(p_packed, acc_s);
-    gemm_regs_by_tile(acc_dv, p_packed, smem_do, q_bt_lane, dim_chunk0);
+    pack_tiles<Element>(p_packed, acc_s);
+    warp_regs_times_tile<Element, QTile, kQSteps, kDTiles>(acc_dv, p_packed, smem_do, q_bt_lane,
+                                                           dim_chunk0);
 
     // dP^T = V dO^T, then dS^T = P^T (dP^T - D).
     float acc_ds[kQTiles][4];
-    gemm_rows_by_tile_rows(acc_ds, smem_v, kv_a_lane, key_row0, smem_do, q_b_lane);
+    warp_rows_times_rows<Element, KvTile, QTile, kQTiles, kDSteps>(acc_ds, smem_v, kv_a_lane,
+                                                                   key_row0, smem_do, q_b_lane);
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt) {
       float d[2];
@@ -262,8 +239,9 @@ struct BackwardSm80 {
 
     // dK += dS^T Q.
     u32 ds_packed[kQTiles][2];
-    pack_tiles(ds_packed, acc_ds);
-    gemm_regs_by_tile(acc_dk, ds_packed, smem_q, q_bt_lane, dim_chunk0);
+    pack_tiles<Element>(ds_packed, acc_ds);
+    warp_regs_times_tile<Element, QTile, kQSteps, kDTiles>(acc_dk, ds_packed, smem_q, q_bt_lane,
+                                                           dim_chunk0);
 
     if (kAtomicDq) {
       if (dim_warp == 0) {
@@ -278,57 +256,6 @@ struct BackwardSm80 {
       }
       __syncthreads();
       accumulate_dq(p, ms, smem_ds, smem_k);
-    }
-  }
-
-  /// acc (16 x kBlockM) = A (16 rows of an [rows][kHeadDim] tile) * B^T, B the Q-shaped
-  /// tile [kBlockM][kHeadDim] read non-transposed: the products K Q^T and V dO^T.
-  __device__ __forceinline__ static void gemm_rows_by_tile_rows(float (&acc)[kQTiles][4],
-                                                                u32 smem_a, u32 a_lane, int row0,
-                                                                u32 smem_b, u32 b_lane) {
-#pragma unroll
-    for (int nt = 0; nt < kQTiles; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
-    }
-#pragma unroll
-    for (int kk = 0; kk < kDSteps; ++kk) {
-      u32 a[4];
-      ldmatrix_x4(a, KvTile::matrix_address(smem_a, a_lane, row0, kk * 2));
-#pragma unroll
-      for (int np = 0; np < kQTiles / 2; ++np) {
-        u32 b[4];
-        ldmatrix_x4(b, QTile::matrix_address(smem_b, b_lane, np * 16, kk * 2));
-        mma_m16n8k16<Element>(acc[2 * np], a, b[0], b[1]);
-        mma_m16n8k16<Element>(acc[2 * np + 1], a, b[2], b[3]);
-      }
-    }
-  }
-
-  /// acc (16 x the warp's head-dim share) += A (registers, 16 x kBlockM) * B, B the
-  /// Q-shaped tile read transposed (k = query): the products P^T dO and dS^T Q.
-  __device__ __forceinline__ static void gemm_regs_by_tile(float (&acc)[kDTiles][4],
-                                                           const u32 (&a)[kQTiles][2], u32 smem_b,
-                                                           u32 b_lane, int chunk0) {
-#pragma unroll
-    for (int kk = 0; kk < kQSteps; ++kk) {
-      const u32 frag[4] = {a[2 * kk][0], a[2 * kk][1], a[2 * kk + 1][0], a[2 * kk + 1][1]};
-#pragma unroll
-      for (int dp = 0; dp < kDTiles / 2; ++dp) {
-        u32 b[4];
-        ldmatrix_x4_trans(b, QTile::matrix_address(smem_b, b_lane, kk * 16, chunk0 + dp * 2));
-        mma_m16n8k16<Element>(acc[2 * dp], frag, b[0], b[1]);
-        mma_m16n8k16<Element>(acc[2 * dp + 1], frag, b[2], b[3]);
-      }
-    }
-  }
-
-  __device__ __forceinline__ static void pack_tiles(u32 (&out)[kQTiles][2],
-                                                    const float (&acc)[kQTiles][4]) {
-#pragma unroll
-    for (int nt = 0; nt < kQTiles; ++nt) {
-      out[nt][0] = pack2<Element>(acc[nt][0], acc[nt][1]);
-      out[nt][1] = pack2<Element>(acc[nt][2], acc[nt][3]);
     }
   }
 

@@ -15,6 +15,7 @@
 // kWarps, kStages, kQInRegisters, kReturnLse.
 #pragma once
 
+#include "attnjit/kv_block.cuh"
 #include "attnjit/mask.cuh"
 #include "attnjit/params.cuh"
 #include "attnjit/primitives.cuh"
@@ -67,16 +68,9 @@ struct ForwardSm80 {
     const int warp = thread / 32;
     const int lane = thread % 32;
 
-    MaskState ms;
-    ms.seqlen_q = p.seqlen_q;
-    ms.seqlen_k = p.seqlen_k;
-    ms.diagonal = p.seqlen_k - p.seqlen_q;
+    MaskState ms = make_mask_state<kBlockN, Mask::kHasVectors>(p, head, batch);
     ms.row_begin = m_block * kBlockM;
     ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
-    ms.window_left = p.window_left;
-    ms.window_right = p.window_right;
-    ms.vector_row = Mask::kHasVectors ? batch * p.mask_heads + head / (p.heads / p.mask_heads) : 0;
-    ms.num_key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
 
     const u16* q_base = static_cast<const u16*>(p.q) + batch * p.q_batch_stride +
                         head * p.q_head_stride + ms.row_begin * p.q_row_stride;
@@ -96,8 +90,9 @@ struct ForwardSm80 {
 #pragma unroll
     for (int stage = 0; stage < kStages - 1; ++stage) {
       if (n_load >= n_begin) {
-        load_key_block(ms, p, n_load, smem_kv + stage * kStageBytes,
-                       smem_vectors + stage * kVectorBytes, thread);
+        load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns>(
+            p, ms, n_load, smem_kv + stage * kStageBytes, smem_vectors + stage * kVectorBytes,
+            thread);
         n_load = next_active(ms, p, n_load - 1, n_begin);
       }
       cp_async_commit();
@@ -140,8 +135,9 @@ struct ForwardSm80 {
       __syncthreads();
       if (n_load >= n_begin) {
         const int stage = (it + kStages - 1) % kStages;
-        load_key_block(ms, p, n_load, smem_kv + stage * kStageBytes,
-                       smem_vectors + stage * kVectorBytes, thread);
+        load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns>(
+            p, ms, n_load, smem_kv + stage * kStageBytes, smem_vectors + stage * kVectorBytes,
+            thread);
         n_load = next_active(ms, p, n_load - 1, n_begin);
       }
       cp_async_commit();
@@ -162,35 +158,6 @@ struct ForwardSm80 {
   __device__ __forceinline__ static int next_active(const MaskState& ms, const FwdParams& p,
                                                     int from, int n_begin) {
     return Mask::template last_active_key_block<kBlockN>(ms, p.minmax, from, n_begin);
-  }
-
-  /// Issues the cp.async copies of key block n: K, V, and the block's FlashMask values.
-  /// The K/V bases of the CTA's (batch, kv head) are recomputed from the block indices on
-  /// every call (opaque, so not hoisted): two 64-bit bases held across the key loop would
-  /// take registers that the accumulators need.
-  __device__ __forceinline__ static void load_key_block(const MaskState& ms, const FwdParams& p,
-                                                        int n, u32 smem_stage, u32 smem_vectors,
-                                                        int thread) {
-    const int batch = static_cast<int>(opaque(static_cast<u32>(blockIdx.z)));
-    const int kv_head =
-        static_cast<int>(opaque(static_cast<u32>(blockIdx.y))) / (p.heads / p.kv_heads);
-    const u16* k_base =
-        static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
-    const u16* v_base =
-        static_cast<const u16*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
-    const int key0 = n * kBlockN;
-    const int valid = min(kBlockN, ms.seqlen_k - key0);
-    load_tile_async<kBlockN, kHeadDim, kThreads>(smem_stage, k_base + key0 * p.k_row_stride,
-                                                 p.k_row_stride, valid, thread);
-    load_tile_async<kBlockN, kHeadDim, kThreads>(
-        smem_stage + KvTile::kBytes, v_base + key0 * p.v_row_stride, p.v_row_stride, valid, thread);
-    if (Mask::kHasVectors) {
-      const int* src = interval_values<kColumns>(p.intervals, ms, key0);
-      for (int i = thread; i < kBlockN * kColumns; i += kThreads) {
-        const bool in_range = i < valid * kColumns;
-        cp_async_4(smem_vectors + i * 4, in_range ? src + i : p.intervals, in_range ? 4 : 0);
-      }
-    }
   }
 
   /// S = Q K^T, mask, online softmax, O += P V for one key block.

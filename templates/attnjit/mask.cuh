@@ -28,6 +28,24 @@ struct MaskState {
   int num_key_blocks;
 };
 
+/// The mask state of the CTA's (head, batch) from the kernel parameters (FwdParams or
+/// BwdParams: the fields have the same names), with no rows yet; min/max tables are built for
+/// key blocks of kBlockN.
+template <int kBlockN, bool kHasVectors, class Params>
+__device__ __forceinline__ MaskState make_mask_state(const Params& p, int head, int batch) {
+  MaskState ms;
+  ms.seqlen_q = p.seqlen_q;
+  ms.seqlen_k = p.seqlen_k;
+  ms.diagonal = p.seqlen_k - p.seqlen_q;
+  ms.row_begin = 0;
+  ms.row_end = 0;
+  ms.window_left = p.window_left;
+  ms.window_right = p.window_right;
+  ms.vector_row = kHasVectors ? batch * p.mask_heads + head / (p.heads / p.mask_heads) : 0;
+  ms.num_key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+  return ms;
+}
+
 /// Start of the FlashMask values of key column `key` for the CTA's (batch, mask head), from
 /// the kernel parameter `intervals` (passed at each use, not held in a register).
 template <int kColumns>

@@ -1,6 +1,8 @@
 // visible_pairs: per row for index masks, per column (union of intervals) for FlashMask.
 #include "dsl/pairs.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 
@@ -65,9 +67,14 @@ std::int64_t visible_pairs(const MaskSpec& mask, int batch, int heads, int seqle
                            int window_left, int window_right, const IntervalVectors* intervals) {
   if (mask.kind == MaskKind::flashmask) {
     if (intervals == nullptr)
-      throw Error("visible_pairs: mask=flashmask needs its interval vectors");
+      throw Error(
+          "visible_pairs intervals: got none; accepted: the interval vectors of the flashmask "
+          "mask");
     if (intervals->heads < 1 || heads % intervals->heads != 0) {
-      throw Error("visible_pairs: the query heads must be a multiple of the mask heads");
+      throw Error(fmt::format(
+          "visible_pairs heads: got {} query heads for {} mask heads; accepted: a multiple of "
+          "the mask heads",
+          heads, intervals->heads));
     }
     return flashmask_pairs(*intervals, heads);
   }

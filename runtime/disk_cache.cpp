@@ -197,8 +197,10 @@ CacheEntry parse_entry(std::string_view file, std::string_view key) {
 }
 
 [[noreturn]] void throw_cache_error(const fs::path& dir, std::string_view what, int error) {
-  throw Error(fmt::format("ATTNJIT_CACHE_DIR: cannot use '{}' as the kernel cache ({}: {})",
-                          dir.string(), what, std::strerror(error)));
+  throw Error(fmt::format(
+      "ATTNJIT_CACHE_DIR: cannot use '{}' as the kernel cache ({}: {}); accepted: a directory "
+      "this process can create and write",
+      dir.string(), what, std::strerror(error)));
 }
 
 /// Up to `limit` bytes from the start of `path` and the file's size, or nullopt when it does
@@ -329,8 +331,10 @@ void DiskCache::create_dir() const {
     error = std::make_error_code(std::errc::not_a_directory);
   }
   if (error) {
-    throw Error(fmt::format("ATTNJIT_CACHE_DIR: cannot use '{}' as the kernel cache ({})",
-                            dir_.string(), error.message()));
+    throw Error(fmt::format(
+        "ATTNJIT_CACHE_DIR: cannot use '{}' as the kernel cache ({}); accepted: a directory "
+        "this process can create and write",
+        dir_.string(), error.message()));
   }
 }
 

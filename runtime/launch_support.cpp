@@ -100,8 +100,8 @@ Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
     const TensorView& l = a.lse;
     if (l.data == nullptr) {
       throw Error(
-          "lse: missing; the spec has return_lse=true: pass an fp32 [batch, heads, seqlen_q] "
-          "tensor");
+          "lse: missing; accepted: an fp32 [batch, heads, seqlen_q] tensor (the forward writes "
+          "it with return_lse=true; the backward reads it)");
     }
     if (l.dtype != ScalarType::fp32) throw_field_error("lse.dtype", name_of(l.dtype), "fp32");
     if (l.rank != 3)
@@ -137,7 +137,7 @@ Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
     const int columns = spec.mask.columns;
     if (m.data == nullptr) {
       throw Error(
-          fmt::format("startend_row_indices: missing; mask={} needs an int32 [batch, "
+          fmt::format("startend_row_indices: missing; accepted: for mask={} an int32 [batch, "
                       "mask_heads, seqlen_k, {}] tensor",
                       to_string(spec.mask), columns));
     }

@@ -245,14 +245,17 @@ AttentionSpec parse_spec(std::string_view text) {
   }
   if (!seen_dtype) throw Error("dtype: missing; accepted: fp16, bf16");
   if (head_dim && (head_dim_qk || head_dim_v)) {
-    throw Error("head_dim: given together with head_dim_qk/head_dim_v; give one or the other");
+    throw Error(
+        "head_dim: given together with head_dim_qk/head_dim_v; give one or the other; accepted: "
+        "head_dim alone, or head_dim_qk and head_dim_v");
   }
   if (!head_dim && !head_dim_qk && !head_dim_v) {
     throw Error(fmt::format("head_dim: missing; accepted: {}", kHeadDims));
   }
   if (!head_dim && (!head_dim_qk || !head_dim_v)) {
-    throw Error(fmt::format("head_dim_{}: missing (both head_dim_qk and head_dim_v are needed)",
-                            head_dim_qk ? "v" : "qk"));
+    throw Error(fmt::format(
+        "head_dim_{}: missing (both head_dim_qk and head_dim_v are needed); accepted: {}",
+        head_dim_qk ? "v" : "qk", kHeadDims));
   }
   spec.head_dim_qk = head_dim ? *head_dim : *head_dim_qk;
   spec.head_dim_v = head_dim ? *head_dim : *head_dim_v;

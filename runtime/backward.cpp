@@ -3,6 +3,8 @@
 // deterministic dQ kernel or dQ conversion, and the GQA reduction of dK/dV.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <optional>
 #include <vector>
 
@@ -17,6 +19,7 @@ namespace attnjit::jit {
 namespace {
 
 using detail::ceil_div;
+using detail::paired_head_grid;
 using detail::Shapes;
 using detail::StreamScratch;
 
@@ -34,12 +37,10 @@ BwdParams make_params(const AttentionSpec& spec, const BackwardArgs& a, const Sh
   return p;
 }
 
-void launch(const detail::LoadedKernel& kernel, unsigned grid_x, unsigned grid_y, unsigned grid_z,
-            void* params, CUstream stream) {
+void launch(const detail::LoadedKernel& kernel, const std::array<unsigned, 3>& grid, void* params,
+            CUstream stream) {
   runtime::LaunchConfig config;
-  config.grid[0] = grid_x;
-  config.grid[1] = grid_y;
-  config.grid[2] = grid_z;
+  std::copy(grid.begin(), grid.end(), config.grid);
   config.block[0] = static_cast<unsigned>(kernel.threads);
   config.dynamic_smem_bytes = static_cast<unsigned>(kernel.dynamic_smem_bytes);
   void* args[] = {params};
@@ -106,30 +107,35 @@ void Kernel::backward(const BackwardArgs& args, Stream stream_handle) const {
         mm.num_key_blocks = key_blocks;
         if (desc.block_n == tiles.block_n) params.minmax = mm.minmax;
         if (desc.block_n == tiles.dq_block_n) params.minmax_dq = mm.minmax;
-        launch(kernel, ceil_div(warps, kernel.threads / 32), 1, 1, &mm, stream);
+        launch(kernel, {ceil_div(warps, kernel.threads / 32), 1, 1}, &mm, stream);
         break;
       }
       case KernelRole::backward_preprocess:
       case KernelRole::backward_convert_dq:
         if (s.seqlen_q > 0) {
-          launch(kernel, ceil_div(s.seqlen_q, kernel.threads / 32), s.heads, s.batch, &params,
-                 stream);
+          launch(kernel,
+                 {ceil_div(s.seqlen_q, kernel.threads / 32), unsigned(s.heads), unsigned(s.batch)},
+                 &params, stream);
         }
         break;
       case KernelRole::backward:
         if (s.seqlen_k > 0) {
-          launch(kernel, ceil_div(s.seqlen_k, tiles.block_n), s.heads, s.batch, &params, stream);
+          launch(kernel, paired_head_grid(ceil_div(s.seqlen_k, tiles.block_n), s.heads, s.batch),
+                 &params, stream);
         }
         break;
       case KernelRole::backward_dq:
         if (s.seqlen_q > 0) {
-          launch(kernel, ceil_div(s.seqlen_q, tiles.dq_block_m), s.heads, s.batch, &params, stream);
+          launch(kernel, paired_head_grid(ceil_div(s.seqlen_q, tiles.dq_block_m), s.heads, s.batch),
+                 &params, stream);
         }
         break;
       case KernelRole::backward_reduce_dkdv:
         if (gqa && s.seqlen_k > 0) {
-          launch(kernel, ceil_div(s.seqlen_k, kernel.threads / 32), s.kv_heads, s.batch, &params,
-                 stream);
+          launch(
+              kernel,
+              {ceil_div(s.seqlen_k, kernel.threads / 32), unsigned(s.kv_heads), unsigned(s.batch)},
+              &params, stream);
         }
         break;
       case KernelRole::forward:

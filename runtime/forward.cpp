@@ -2,6 +2,7 @@
 // plan's kernels (FlashMask min/max, then the forward kernel) or the reference kernel.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 
@@ -50,6 +51,7 @@ namespace jit {
 namespace {
 
 using detail::ceil_div;
+using detail::paired_head_grid;
 using detail::check_args;
 using detail::Shapes;
 using detail::StreamScratch;
@@ -138,9 +140,9 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
       void* mm_args[] = {&mm};
       runtime::launch(kernel.function, config, stream, mm_args);
     } else {
-      config.grid[0] = ceil_div(shapes.seqlen_q, tiles.block_m);
-      config.grid[1] = static_cast<unsigned>(shapes.heads);
-      config.grid[2] = static_cast<unsigned>(shapes.batch);
+      const auto grid =
+          paired_head_grid(ceil_div(shapes.seqlen_q, tiles.block_m), shapes.heads, shapes.batch);
+      std::copy(grid.begin(), grid.end(), config.grid);
       void* fwd_args[] = {&params};
       runtime::launch(kernel.function, config, stream, fwd_args);
     }

@@ -4,6 +4,7 @@
 
 #include <cuda.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <string_view>
@@ -85,6 +86,12 @@ void fill_common_params(Params& p, const AttentionSpec& spec, const Args& a, con
 
 inline unsigned ceil_div(std::int64_t a, std::int64_t b) {
   return static_cast<unsigned>((a + b - 1) / b);
+}
+
+/// The grid of an attention kernel with `blocks` blocks per (batch, head): heads taken in
+/// pairs, (2 * blocks, ceil(heads / 2), batch); templates/attnjit/schedule.cuh decodes it.
+inline std::array<unsigned, 3> paired_head_grid(unsigned blocks, int heads, int batch) {
+  return {2 * blocks, ceil_div(heads, 2), static_cast<unsigned>(batch)};
 }
 
 }  // namespace attnjit::jit::detail

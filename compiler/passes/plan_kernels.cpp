@@ -47,7 +47,7 @@ KernelPlan plan_forward(const Lowering& in) {
   forward.template_header = "attnjit/fwd_sm80.cuh";
   forward.threads = tiles.threads();
   forward.dynamic_smem_bytes = tiles.smem_bytes;
-  forward.grid = fmt::format("(ceil(Sq/{}), H, B)", tiles.block_m);
+  forward.grid = fmt::format("(2*ceil(Sq/{}), ceil(H/2), B)", tiles.block_m);
   plan.kernels.push_back(forward);
   return plan;
 }
@@ -77,7 +77,7 @@ KernelPlan plan_backward(const Lowering& in) {
   main.template_header = "attnjit/bwd_sm80.cuh";
   main.threads = tiles.warps * 32;
   main.dynamic_smem_bytes = tiles.smem_bytes;
-  main.grid = fmt::format("(ceil(Sk/{}), H, B)", tiles.block_n);
+  main.grid = fmt::format("(2*ceil(Sk/{}), ceil(H/2), B)", tiles.block_n);
   plan.kernels.push_back(main);
   if (spec.deterministic) {
     KernelDesc dq;
@@ -86,7 +86,7 @@ KernelPlan plan_backward(const Lowering& in) {
     dq.template_header = "attnjit/bwd_dq_sm80.cuh";
     dq.threads = tiles.dq_warps * 32;
     dq.dynamic_smem_bytes = tiles.dq_smem_bytes;
-    dq.grid = fmt::format("(ceil(Sq/{}), H, B)", tiles.dq_block_m);
+    dq.grid = fmt::format("(2*ceil(Sq/{}), ceil(H/2), B)", tiles.dq_block_m);
     plan.kernels.push_back(dq);
   } else {
     plan.kernels.push_back(row_kernel(KernelRole::backward_convert_dq,

@@ -38,7 +38,7 @@ constexpr std::array<Candidate, 18> kCandidates{{
     {64, 128, 96, 4, 's', kIndexMask},
     {64, 128, 64, 4, 's', kWindowMask},
     {64, 64, 64, 4, 'q', kWindowMask},
-    {96, 128, 64, 4, 's', kWindowMask},
+    {96, 128, 64, 4, 's', kVectorMask},
     {96, 128, 32, 4, 's', kWindowMask},
     {96, 64, 64, 4, 'q', kWindowMask},
     {128, 128, 48, 4, 's', kIndexMask},

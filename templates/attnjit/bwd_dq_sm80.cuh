@@ -11,6 +11,7 @@
 #include "attnjit/mask.cuh"
 #include "attnjit/params.cuh"
 #include "attnjit/primitives.cuh"
+#include "attnjit/schedule.cuh"
 #include "attnjit/smem_tile.cuh"
 #include "attnjit/warp_mma.cuh"
 
@@ -44,9 +45,11 @@ struct BackwardDqSm80 {
   float row_dot[2];
 
   __device__ __forceinline__ void run(const BwdParams& p, unsigned char* smem) {
-    const int m_block = gridDim.x - 1 - blockIdx.x;
-    const int head = blockIdx.y;
-    const int batch = blockIdx.z;
+    const CtaWork work = cta_work<false>();  // heaviest causal rows start first
+    const int m_block = work.block;
+    const int head = work.head;
+    const int batch = work.batch;
+    if (head >= p.heads) return;  // the missing half of the last pair (schedule.cuh)
     const int thread = threadIdx.x;
     const int warp = thread / 32;
     const int lane = thread % 32;

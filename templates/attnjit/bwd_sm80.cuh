@@ -19,6 +19,7 @@
 #include "attnjit/mask.cuh"
 #include "attnjit/params.cuh"
 #include "attnjit/primitives.cuh"
+#include "attnjit/schedule.cuh"
 #include "attnjit/smem_tile.cuh"
 #include "attnjit/warp_mma.cuh"
 
@@ -65,9 +66,11 @@ struct BackwardSm80 {
   float acc_dv[kDTiles][4];
 
   __device__ __forceinline__ void run(const BwdParams& p, unsigned char* smem) {
-    const int n_block = blockIdx.x;  // low key blocks see the most queries under causal
-    const int head = blockIdx.y;
-    const int batch = blockIdx.z;
+    const CtaWork work = cta_work<true>();  // low key blocks see the most queries under causal
+    const int n_block = work.block;
+    const int head = work.head;
+    const int batch = work.batch;
+    if (head >= p.heads) return;  // the missing half of the last pair (schedule.cuh)
     const int thread = threadIdx.x;
     const int warp = thread / 32;
     const int lane = thread % 32;
@@ -109,8 +112,9 @@ struct BackwardSm80 {
       // previous iteration read.
       __syncthreads();
       if (m_load < m_end) {
-        load_query_block(p, m_load, smem_stages + ((it + 1) % 2) * kStageBytes, read_ctaid_y(),
-                         read_ctaid_z(), read_tid_x());
+        const CtaWork now = cta_work<true>();
+        load_query_block(p, m_load, smem_stages + ((it + 1) % 2) * kStageBytes, now.head, now.batch,
+                         read_tid_x());
         m_load = next_active(ms, p, n_block, m_load + 1, m_end);
       }
       cp_async_commit();
@@ -265,8 +269,9 @@ struct BackwardSm80 {
                                                        u32 smem_ds, u32 smem_k) {
     const int warp = read_tid_x() / 32;
     const int lane = read_tid_x() % 32;
-    const int head = read_ctaid_y();
-    const int batch = read_ctaid_z();
+    const CtaWork work = cta_work<true>();
+    const int head = work.head;
+    const int batch = work.batch;
     const int q0 = (warp % kDqRowWarps) * 16;
     const int chunk0 = (warp / kDqRowWarps) * kDqCols / 8;
     const u32 ds_lane = opaque(DsTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
@@ -338,8 +343,9 @@ struct BackwardSm80 {
   __device__ __forceinline__ void epilogue(const BwdParams& p, int key0) {
     const int warp = threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
-    const int head = blockIdx.y;
-    const int batch = blockIdx.z;
+    const CtaWork work = cta_work<true>();
+    const int head = work.head;
+    const int batch = work.batch;
     const int kv_head = head / (p.heads / p.kv_heads);
     const int key_row0 = key0 + (warp % kKeyWarps) * 16;
     const int col0 = (warp / kKeyWarps) * kDimPerWarp;

@@ -19,6 +19,7 @@
 #include "attnjit/mask.cuh"
 #include "attnjit/params.cuh"
 #include "attnjit/primitives.cuh"
+#include "attnjit/schedule.cuh"
 #include "attnjit/smem_tile.cuh"
 
 namespace attnjit {
@@ -61,9 +62,11 @@ struct ForwardSm80 {
   u32 q_frag[kQInRegisters ? kSlabs : 1][kQInRegisters ? kKSteps : 1][4];
 
   __device__ __forceinline__ void run(const FwdParams& p, unsigned char* smem) {
-    const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest causal rows start first
-    const int head = blockIdx.y;
-    const int batch = blockIdx.z;
+    const CtaWork work = cta_work<false>();  // heaviest causal rows start first
+    const int m_block = work.block;
+    const int head = work.head;
+    const int batch = work.batch;
+    if (head >= p.heads) return;  // the missing half of the last pair (schedule.cuh)
     const int thread = threadIdx.x;
     const int warp = thread / 32;
     const int lane = thread % 32;
@@ -151,7 +154,7 @@ struct ForwardSm80 {
 
     cp_async_wait<0>();
     __syncthreads();  // no cp.async into Q's rows may land after the epilogue reuses them
-    epilogue(p, ms, smem, head, batch, warp_row, lane);
+    epilogue(p, ms, smem, warp_row, lane);
   }
 
   /// The highest key block <= from that is not skipped, or n_begin - 1.
@@ -295,10 +298,13 @@ struct ForwardSm80 {
   }
 
   /// O = acc / rowsum (0 for rows with nothing visible), LSE, and 16-byte stores of O
-  /// staged through the warp's own rows of the Q tile.
+  /// staged through the warp's own rows of the Q tile. The (head, batch) is decoded again
+  /// from the block indices rather than held in registers across the key loop.
   __device__ __forceinline__ void epilogue(const FwdParams& p, const MaskState& ms,
-                                           unsigned char* smem, int head, int batch, int warp_row,
-                                           int lane) {
+                                           unsigned char* smem, int warp_row, int lane) {
+    const CtaWork work = cta_work<false>();
+    const int head = work.head;
+    const int batch = work.batch;
     const int g = lane / 4;
     const int t = lane % 4;
 #pragma unroll

@@ -4,22 +4,24 @@
 
 #include "attnjit/mask.cuh"
 #include "attnjit/primitives.cuh"
+#include "attnjit/schedule.cuh"
 #include "attnjit/smem_tile.cuh"
 
 namespace attnjit {
 
 /// Issues the cp.async copies of key block n (keys past Sk zero-filled): K to smem_stage, V
 /// right after it, kColumns vector values per key to smem_vectors. `Params` is FwdParams or
-/// BwdParams. The K/V bases are re-formed from the block indices on every call (opaque, so not
-/// hoisted): two 64-bit bases held across a key loop would take registers that the
+/// BwdParams. The K/V bases are re-formed from the CTA's work (schedule.cuh) on every call (opaque,
+/// so not hoisted): two 64-bit bases held across a key loop would take registers that the
 /// accumulators need.
 template <int kBlockN, int kHeadDim, int kThreads, int kColumns, class Params>
 __device__ __forceinline__ void load_key_value_block(const Params& p, const MaskState& ms, int n,
                                                      u32 smem_stage, u32 smem_vectors, int thread) {
   typedef SmemTile<kBlockN, kHeadDim> KvTile;
-  const int batch = static_cast<int>(opaque(static_cast<u32>(blockIdx.z)));
+  const CtaWork work = cta_work<true>();  // head and batch do not depend on the flag
+  const int batch = static_cast<int>(opaque(static_cast<u32>(work.batch)));
   const int kv_head =
-      static_cast<int>(opaque(static_cast<u32>(blockIdx.y))) / (p.heads / p.kv_heads);
+      static_cast<int>(opaque(static_cast<u32>(work.head))) / (p.heads / p.kv_heads);
   const u16* k_base =
       static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
   const u16* v_base =

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "dsl/builders.hpp"
 #include "gpu/gpu_case.hpp"
@@ -101,6 +102,26 @@ TEST_CASE("rows that see no key get zero gradients, never NaN", "[gpu][backward]
       }
       for (float x : got.dk) REQUIRE(std::isfinite(x));
       for (float x : got.dv) REQUIRE(std::isfinite(x));
+      check_backward(c, deterministic);
+    }
+  }
+}
+
+TEST_CASE("backward with odd head counts: the last head pair has one member", "[gpu][backward]") {
+  // The kernels take heads in pairs (templates/attnjit/schedule.cuh); an odd count leaves a
+  // CTA without a head, which must write nothing.
+  for (const auto& [heads, kv_heads] : {std::pair{1, 1}, std::pair{3, 3}, std::pair{3, 1}}) {
+    for (bool deterministic : {false, true}) {
+      Case c;
+      c.spec.dtype = DType::bf16;
+      c.spec.head_dim_qk = c.spec.head_dim_v = 64;
+      c.spec.mask = {MaskKind::causal, false, 0};
+      c.batch = 2;
+      c.heads = heads;
+      c.kv_heads = kv_heads;
+      c.seqlen_q = c.seqlen_k = 333;
+      c.padded_strides = true;
+      c.seed = 17 + heads;
       check_backward(c, deterministic);
     }
   }

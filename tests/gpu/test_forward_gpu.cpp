@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "attnjit/jit.hpp"
 #include "dsl/builders.hpp"
@@ -166,5 +167,24 @@ TEST_CASE("large problems match the GPU reference kernel", "[gpu][forward][large
     CHECK(std::sqrt(sq_err / sq_ref) < 1e-2);
     CHECK(max_err < 2e-2 * std::max(1.0, max_ref));
     CHECK(lse_err < 1e-3 * std::log(static_cast<double>(l.seqlen)) + 1e-3);
+  }
+}
+
+TEST_CASE("forward with odd head counts: the last head pair has one member", "[gpu][forward]") {
+  // The kernel takes heads in pairs (templates/attnjit/schedule.cuh); an odd count leaves a
+  // CTA without a head, which must write nothing (padded_strides poisons and checks o).
+  for (const auto& [heads, kv_heads] : {std::pair{1, 1}, std::pair{3, 3}, std::pair{5, 1}}) {
+    Case c;
+    c.spec.dtype = DType::fp16;
+    c.spec.head_dim_qk = c.spec.head_dim_v = 128;
+    c.spec.mask = {MaskKind::causal, false, 0};
+    c.batch = 3;
+    c.heads = heads;
+    c.kv_heads = kv_heads;
+    c.seqlen_q = 259;
+    c.seqlen_k = 301;
+    c.padded_strides = true;
+    c.seed = 29 + heads;
+    check_case(c);
   }
 }

@@ -78,6 +78,11 @@ std::int64_t visible_pairs(const MaskSpec& mask, int batch, int heads, int seqle
     }
     return flashmask_pairs(*intervals, heads);
   }
+  if (mask.kind == MaskKind::predicate) {
+    throw_field_error("visible_pairs mask", to_string(mask),
+                      "none, causal, sliding_window, flashmask (count a predicate's pairs with "
+                      "PredicateEvaluator)");
+  }
   const std::int64_t diagonal = static_cast<std::int64_t>(seqlen_k) - seqlen_q;
   std::int64_t per_head = 0;
   for (std::int64_t row = 0; row < seqlen_q; ++row) {

@@ -74,6 +74,10 @@ ReferenceKernel emit_reference_kernel(const AttentionSpec& spec) {
     case MaskKind::flashmask:
       mask_kind = 3;
       break;
+    case MaskKind::predicate:
+      throw_field_error("mask", to_string(spec.mask),
+                        "none, causal, sliding_window, flashmask(...); reference kernels for "
+                        "element predicates are not available in this build");
   }
   ReferenceKernel out;
   out.name = fmt::format(

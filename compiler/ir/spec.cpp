@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <optional>
@@ -18,10 +19,14 @@ template <class Enum, std::size_t N>
 using NameTable = std::array<std::pair<Enum, std::string_view>, N>;
 
 constexpr NameTable<DType, 2> kDTypeNames{{{DType::fp16, "fp16"}, {DType::bf16, "bf16"}}};
-constexpr NameTable<MaskKind, 4> kMaskNames{{{MaskKind::none, "none"},
+constexpr NameTable<MaskKind, 5> kMaskNames{{{MaskKind::none, "none"},
                                              {MaskKind::causal, "causal"},
                                              {MaskKind::sliding_window, "sliding_window"},
-                                             {MaskKind::flashmask, "flashmask"}}};
+                                             {MaskKind::flashmask, "flashmask"},
+                                             {MaskKind::predicate, "predicate"}}};
+constexpr std::string_view kMaskAccepted =
+    "none, causal, sliding_window, flashmask(causal=true|false,columns=1|2|4), "
+    "predicate(EXPR)";
 constexpr NameTable<Direction, 2> kDirectionNames{
     {{Direction::forward, "forward"}, {Direction::backward, "backward"}}};
 constexpr NameTable<Arch, 6> kArchNames{{{Arch::auto_detect, "auto"},
@@ -106,21 +111,35 @@ MaskSpec parse_flashmask_arguments(std::string_view args) {
   return mask;
 }
 
+// mask=predicate(EXPR), EXPR parsed by validate. Spec words are split at spaces, so a
+// predicate with spaces arrives cut: its parentheses do not balance.
+MaskSpec parse_predicate_mask(std::string_view text, std::size_t open) {
+  if (text.back() != ')' ||
+      std::count(text.begin(), text.end(), '(') != std::count(text.begin(), text.end(), ')')) {
+    throw_field_error("mask", text,
+                      "predicate(EXPR) with EXPR written without spaces (spec words are "
+                      "separated by spaces), e.g. mask=predicate(q>=k&&doc[q]==doc[k])");
+  }
+  MaskSpec mask{MaskKind::predicate};
+  mask.predicate = std::string(text.substr(open + 1, text.size() - open - 2));
+  return mask;
+}
+
 MaskSpec parse_mask(std::string_view text) {
   const std::size_t open = text.find('(');
   if (open == std::string_view::npos) {
     const MaskKind kind = parse_enum(kMaskNames, text, "mask");
-    if (kind == MaskKind::flashmask) {
-      throw Error(
-          "mask: got 'flashmask' without arguments; accepted: flashmask(causal=true|false,"
-          "columns=1|2|4)");
+    if (kind == MaskKind::flashmask || kind == MaskKind::predicate) {
+      throw Error(fmt::format("mask: got '{}' without arguments; accepted: {}", text,
+                              kind == MaskKind::flashmask
+                                  ? "flashmask(causal=true|false,columns=1|2|4)"
+                                  : "predicate(EXPR), e.g. predicate(q>=k)"));
     }
     return MaskSpec{kind, false, 0};
   }
-  if (text.substr(0, open) != "flashmask" || text.back() != ')') {
-    throw_field_error("mask", text,
-                      "none, causal, sliding_window, flashmask(causal=true|false,columns=1|2|4)");
-  }
+  const std::string_view name = text.substr(0, open);
+  if (name == "predicate") return parse_predicate_mask(text, open);
+  if (name != "flashmask" || text.back() != ')') throw_field_error("mask", text, kMaskAccepted);
   return parse_flashmask_arguments(text.substr(open + 1, text.size() - open - 2));
 }
 
@@ -169,6 +188,7 @@ int size_of(DType) {
 }
 
 std::string to_string(const MaskSpec& mask) {
+  if (mask.kind == MaskKind::predicate) return fmt::format("predicate({})", mask.predicate);
   if (mask.kind != MaskKind::flashmask) return std::string(name_of(mask.kind));
   return fmt::format("flashmask(causal={},columns={})", mask.causal, mask.columns);
 }

@@ -1,4 +1,5 @@
 // canonicalize: one spelling per signature.
+#include "compiler/ir/predicate.hpp"
 #include "compiler/passes/passes.hpp"
 
 namespace attnjit {
@@ -9,6 +10,11 @@ Lowering canonicalize(const Lowering& in) {
   // The backward reads the LSE (it never returns one); the forward is deterministic anyway.
   if (out.spec.direction == Direction::backward) out.spec.return_lse = false;
   if (out.spec.direction == Direction::forward) out.spec.deterministic = false;
+  // Redundant parentheses and spaces do not make another kernel (validate parsed it).
+  if (out.spec.mask.kind == MaskKind::predicate) {
+    out.spec.mask.predicate = to_string(parse_predicate(
+        out.spec.mask.predicate, PredicateParseOptions{.allow_reserved_tensor_names = true}));
+  }
   return out;
 }
 

@@ -35,6 +35,10 @@ Lowering lower_mask(const Lowering& in) {
       mask.vectors = flashmask_vectors(in.spec.mask);
       mask.needs_minmax = true;
       break;
+    case MaskKind::predicate:
+      throw_field_error("mask", to_string(in.spec.mask),
+                        "none, causal, sliding_window, flashmask(...); kernels for element "
+                        "predicates are not available in this build");
   }
   out.mask = mask;
   return out;

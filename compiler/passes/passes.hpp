@@ -6,18 +6,21 @@
 
 namespace attnjit {
 
-/// Rejects specs attnjit cannot compile (head dims, mask arity, direction) with an Error
-/// naming the field, the value and what is accepted. Returns the IR unchanged.
+/// Rejects specs attnjit cannot compile (head dims, mask arity, direction, a predicate that
+/// does not parse or still has literals) with an Error naming the field, the value and what
+/// is accepted. Returns the IR unchanged.
 Lowering validate(const Lowering& in);
 
 /// Puts the spec in its one canonical form: head_dim_v = 0 means "same as head_dim_qk";
 /// return_lse is false for the backward (it reads the LSE) and deterministic is false for
-/// the forward (always deterministic). Two specs that generate the same code print the same.
+/// the forward (always deterministic); a predicate is in its canonical text. Two specs that
+/// generate the same code print the same.
 Lowering canonicalize(const Lowering& in);
 
 /// Decides how kernels apply the mask: causal and sliding window by index arithmetic,
 /// FlashMask by reading the interval vectors (which ones, in which column) and, because
 /// whole tiles can then be skipped, whether the per-key-block min/max tables are built.
+/// Throws Error for mask=predicate: this build has no kernels for element predicates.
 Lowering lower_mask(const Lowering& in);
 
 /// Picks the kernel family and the shared-memory limit for the spec's target. The target

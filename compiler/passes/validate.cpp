@@ -5,6 +5,7 @@
 #include <array>
 
 #include "attnjit/error.hpp"
+#include "compiler/ir/predicate.hpp"
 #include "compiler/passes/passes.hpp"
 
 namespace attnjit {
@@ -18,7 +19,33 @@ void check_head_dim(std::string_view field, int value) {
   }
 }
 
+// The spec holds the lifted structure: literals are runtime scalars, so one kernel serves
+// every value of them.
+void check_predicate(const std::string& text) {
+  const std::string field = fmt::format("mask=predicate({})", text);
+  Predicate predicate;
+  try {
+    predicate = parse_predicate(text, PredicateParseOptions{.allow_reserved_tensor_names = true});
+  } catch (const PredicateParseError& error) {
+    throw Error(fmt::format("{}: {}", field, error.what()));
+  }
+  if (info(predicate).literal_count > 0) {
+    std::vector<std::int32_t> values;
+    throw_field_error(field, text,
+                      fmt::format("the lifted structure, literals replaced by runtime scalars "
+                                  "$0, $1, ... (here {})",
+                                  to_string(lift_literals(predicate, values))));
+  }
+}
+
 void check_mask(const MaskSpec& mask) {
+  if (mask.kind != MaskKind::predicate && !mask.predicate.empty()) {
+    throw Error(
+        fmt::format("mask: a predicate expression ('{}') applies to mask=predicate "
+                    "only; accepted: no expression for mask={}",
+                    mask.predicate, name_of(mask.kind)));
+  }
+  if (mask.kind == MaskKind::predicate) check_predicate(mask.predicate);
   if (mask.kind != MaskKind::flashmask) {
     if (mask.causal || mask.columns != 0) {
       throw Error(

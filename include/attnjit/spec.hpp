@@ -17,6 +17,7 @@ enum class MaskKind : std::uint8_t {
   causal,          ///< key j visible to query i iff j <= i + (Sk - Sq) (bottom-right aligned)
   sliding_window,  ///< i + off - window_left <= j <= i + off + window_right (runtime sizes)
   flashmask,       ///< FlashMask column intervals LTS/LTE/UTS/UTE (flashmask.md)
+  predicate,       ///< an element predicate over (b, h, q, k) (compiler/ir/predicate.hpp)
 };
 
 /// Which pass over the attention the kernels compute.
@@ -30,6 +31,9 @@ struct MaskSpec {
   MaskKind kind = MaskKind::none;
   bool causal = false;  ///< flashmask only: the causal part is applied by index arithmetic
   int columns = 0;      ///< flashmask only: interval vectors per key column (1, 2 or 4)
+  /// predicate only: the canonical text of the lifted predicate (literals are runtime scalars
+  /// `$N`), e.g. `q>=k&&doc[q]==doc[k]` or `q-k<$0`; empty for every other kind.
+  std::string predicate;
 
   bool operator==(const MaskSpec&) const = default;
 };
@@ -67,15 +71,17 @@ struct AttentionSpec {
 /// Canonical text form, e.g.
 /// `dtype=bf16 head_dim_qk=128 head_dim_v=128 mask=causal return_lse=false direction=forward
 /// deterministic=false target=auto tiles=auto`.
-/// parse_spec(to_string(s)) == s for every spec.
+/// parse_spec(to_string(s)) == s for every spec (a predicate in canonical text, which has no
+/// spaces: canonicalize puts it so).
 std::string to_string(const AttentionSpec& spec);
 std::string to_string(const MaskSpec& mask);
 std::string to_string(const TileShape& tiles);
 
-/// Parses `key=value` words separated by spaces. Accepted keys: dtype, head_dim (sets both
-/// head dims), head_dim_qk, head_dim_v, mask, return_lse, direction, deterministic, target,
-/// tiles. Throws Error
-/// naming the key, the value and what is accepted. Does not check value ranges (validate does).
+/// Parses `key=value` words separated by spaces (so a predicate mask is written without spaces:
+/// `mask=predicate(q-k<$0)`). Accepted keys: dtype, head_dim (sets both head dims),
+/// head_dim_qk, head_dim_v, mask, return_lse, direction, deterministic, target, tiles. Throws
+/// Error naming the key, the value and what is accepted. Does not check value ranges (validate
+/// does: a predicate is parsed there).
 AttentionSpec parse_spec(std::string_view text);
 
 std::string_view name_of(DType dtype);

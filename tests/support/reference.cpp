@@ -54,6 +54,9 @@ void check_problem(std::string_view function, const Problem& p, std::span<const 
   check_size(function, "q", q.size(), b * p.seqlen_q * p.heads * p.head_dim, "B*Sq*H*D");
   check_size(function, "k", k.size(), b * p.seqlen_k * p.kv_heads * p.head_dim, "B*Sk*Hkv*D");
   check_size(function, "v", v.size(), b * p.seqlen_k * p.kv_heads * p.head_dim_v, "B*Sk*Hkv*Dv");
+  if (p.mask.kind == MaskKind::predicate && p.mask.predicate == nullptr) {
+    throw_field_error("mask.predicate", "null", "an evaluator for mask=predicate");
+  }
   if (p.mask.kind != MaskKind::flashmask) return;
   const dsl::IntervalVectors* m = p.mask.intervals;
   if (m == nullptr) throw_field_error("mask.intervals", "null", "interval vectors for flashmask");
@@ -88,6 +91,8 @@ bool key_visible(const Problem& p, int b, int h, int i, int j) {
       const int h_mask = h / (p.heads / mask.intervals->heads);
       return !dsl::is_masked(*mask.intervals, b, h_mask, i, j);
     }
+    case MaskKind::predicate:
+      return mask.predicate->visible(b, h, i, j);
   }
   return false;
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attnjit/spec.hpp"
+#include "compiler/ir/predicate.hpp"
 #include "dsl/intervals.hpp"
 
 namespace attnjit::testing {
@@ -20,12 +21,15 @@ namespace attnjit::testing {
 /// - sliding_window: visible iff (window_left < 0 || j >= i + off - window_left) &&
 ///   (window_right < 0 || j <= i + off + window_right); a negative size is unbounded;
 /// - flashmask: visible iff !dsl::is_masked(*intervals, b, h_mask, i, j) with
-///   h_mask = h / (heads / intervals->heads).
+///   h_mask = h / (heads / intervals->heads);
+/// - predicate: visible iff predicate->visible(b, h, i, j) (no diagonal offset: q and k are
+///   the query row and key column).
 struct MaskRef {
   MaskKind kind = MaskKind::none;
   int window_left = -1;
   int window_right = 0;
   const dsl::IntervalVectors* intervals = nullptr;
+  const PredicateEvaluator* predicate = nullptr;
 };
 
 /// Shapes and parameters of one attention forward. The KV head of query head h is

@@ -126,3 +126,11 @@ TEST_CASE("forward checks lse and the FlashMask vectors", "[runtime][args]") {
     CHECK_THAT(error_of(kernel, a), Catch::Contains("device: no CUDA driver"));
   }
 }
+
+TEST_CASE("compiling a predicate mask is a user error in this build", "[cache]") {
+  const AttentionSpec spec = parse_spec("dtype=bf16 head_dim=64 mask=predicate(q>=k) target=sm_90");
+  CHECK_THROWS_WITH(compiled("dtype=bf16 head_dim=64 mask=predicate(q>=k) target=sm_90"),
+                    Catch::Contains("kernels for element predicates are not available"));
+  CHECK_THROWS_WITH(jit::compile_reference(spec),
+                    Catch::Contains("reference kernels for element predicates are not available"));
+}

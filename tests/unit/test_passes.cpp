@@ -249,3 +249,29 @@ TEST_CASE("explicit backward tiles are checked", "[pass]") {
       lower(parse_spec("dtype=bf16 head_dim=256 direction=backward tiles=64x128x8 target=sm_80")),
       Catch::Contains("fits sm_80's 166912 bytes"));
 }
+
+TEST_CASE("a predicate mask is parsed, canonicalized, and refused by lower_mask", "[pass]") {
+  CHECK_NOTHROW(validate(ir_of("dtype=bf16 head_dim=64 mask=predicate(q>=k&&_d[q]==_d[k])")));
+  CHECK_THAT(validation_error("dtype=bf16 head_dim=64 mask=predicate(q>=)"),
+             Catch::StartsWith("mask=predicate(q>=): mask expression, line 1 column 4: expected "
+                               "an operand"));
+  CHECK(validation_error("dtype=bf16 head_dim=64 mask=predicate(q-k<256&&k<4)") ==
+        "mask=predicate(q-k<256&&k<4): got 'q-k<256&&k<4'; accepted: the lifted structure, "
+        "literals replaced by runtime scalars $0, $1, ... (here q-k<$0&&k<$1)");
+  AttentionSpec stray = parse_spec("dtype=bf16 head_dim=64 mask=causal");
+  stray.mask.predicate = "q>=k";
+  CHECK_THROWS_WITH(validate(Lowering{stray}),
+                    "mask: a predicate expression ('q>=k') applies to mask=predicate only; "
+                    "accepted: no expression for mask=causal");
+  AttentionSpec flagged = parse_spec("dtype=bf16 head_dim=64 mask=predicate(q>=k)");
+  flagged.mask.causal = true;
+  CHECK_THROWS_AS(validate(Lowering{flagged}), Error);
+
+  const Lowering canonical =
+      canonicalize(ir_of("dtype=bf16 head_dim=64 mask=predicate(((q>=k))&&(k<$0))"));
+  CHECK(canonical.spec.mask.predicate == "q>=k&&k<$0");
+  CHECK_THROWS_WITH(lower_mask(canonical),
+                    "mask: got 'predicate(q>=k&&k<$0)'; accepted: none, causal, sliding_window, "
+                    "flashmask(...); kernels for element predicates are not available in this "
+                    "build");
+}

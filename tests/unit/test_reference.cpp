@@ -329,3 +329,19 @@ TEST_CASE("reference_forward rejects inconsistent problems", "[reference]") {
   wrong_lengths.mask = {MaskKind::flashmask, -1, 0, &m};
   CHECK_THROWS_WITH(run(wrong_lengths, in), Contains("mask.intervals->seqlen_q: got '3'"));
 }
+
+TEST_CASE("a predicate mask gives the reference of the mask it describes", "[reference]") {
+  Problem p = small_problem(2, 5);
+  const Inputs in = random_inputs(p, 11);
+  p.mask.kind = MaskKind::causal;
+  const Reference causal = run(p, in);
+  // Bottom-right causal with Sk - Sq = 3, written over the row q and the column k.
+  const attnjit::PredicateEvaluator evaluator(attnjit::parse_predicate("k <= q + $0"), {{}, {3}});
+  p.mask = {MaskKind::predicate, -1, 0, nullptr, &evaluator};
+  const Reference predicate = run(p, in);
+  CHECK(predicate.out == causal.out);
+  CHECK(predicate.lse == causal.lse);
+  CHECK(predicate.out_lowp == causal.out_lowp);
+  p.mask.predicate = nullptr;
+  CHECK_THROWS_WITH(run(p, in), Contains("mask.predicate: got 'null'"));
+}

@@ -84,3 +84,36 @@ TEST_CASE("parse errors name the field, the value and what is accepted", "[ir]")
              Catch::Contains("return_lse: got '1'; accepted: true, false"));
   CHECK_THAT(message("dtype=bf16 head_dim=64 junk"), Catch::Contains("key=value words"));
 }
+
+TEST_CASE("a predicate mask is spec text without spaces and round-trips", "[ir]") {
+  const AttentionSpec spec =
+      parse_spec("dtype=bf16 head_dim=128 mask=predicate(q>=k&&doc[q]==doc[k]) target=sm_90");
+  MaskSpec expected{MaskKind::predicate};
+  expected.predicate = "q>=k&&doc[q]==doc[k]";
+  CHECK(spec.mask == expected);
+  CHECK(to_string(spec.mask) == "predicate(q>=k&&doc[q]==doc[k])");
+  CHECK(parse_spec(to_string(spec)) == spec);
+  const AttentionSpec nested = parse_spec("dtype=bf16 head_dim=64 mask=predicate(min(q,k)<$0)");
+  CHECK(nested.mask.predicate == "min(q,k)<$0");
+  CHECK(parse_spec(to_string(nested)) == nested);
+
+  auto message = [](const char* text) {
+    try {
+      parse_spec(text);
+    } catch (const Error& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  const std::string spaces =
+      "accepted: predicate(EXPR) with EXPR written without spaces (spec words are separated by "
+      "spaces), e.g. mask=predicate(q>=k&&doc[q]==doc[k])";
+  CHECK(message("dtype=bf16 head_dim=64 mask=predicate(q >= k)") ==
+        "mask: got 'predicate(q'; " + spaces);
+  CHECK(message("dtype=bf16 head_dim=64 mask=predicate(min(q,k) < 4)") ==
+        "mask: got 'predicate(min(q,k)'; " + spaces);
+  CHECK(message("dtype=bf16 head_dim=64 mask=predicate(q)x") ==
+        "mask: got 'predicate(q)x'; " + spaces);
+  CHECK(message("dtype=bf16 head_dim=64 mask=predicate") ==
+        "mask: got 'predicate' without arguments; accepted: predicate(EXPR), e.g. predicate(q>=k)");
+}

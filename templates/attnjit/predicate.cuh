@@ -1,0 +1,69 @@
+// Helpers of the element-predicate expressions that emit_cuda_expression generates
+// (compiler/ir/predicate.hpp): int32 arithmetic with the mask language's semantics, identical
+// to the host PredicateEvaluator. Two's-complement wrap-around (through unsigned arithmetic, so
+// never signed-overflow UB); `/` truncates toward zero; x / 0 == 0, x % 0 == 0,
+// INT_MIN / -1 == INT_MIN, INT_MIN % -1 == 0, pred_abs(INT_MIN) == INT_MIN.
+//
+// Also compiles as plain C++ (g++, no CUDA): the host tests check these helpers against the
+// evaluator. The generated expression additionally needs `b, h, q, k`, `tensor_at(slot, index)`
+// and `scalar_at(slot)` from the kernel; pred_tensor_read gives tensor_at its semantics.
+#pragma once
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define ATTNJIT_PREDICATE_FN __device__ __forceinline__
+#else
+#define ATTNJIT_PREDICATE_FN inline
+#endif
+
+namespace attnjit {
+
+/// x + y with wrap-around.
+ATTNJIT_PREDICATE_FN int pred_add(int x, int y) {
+  return static_cast<int>(static_cast<unsigned>(x) + static_cast<unsigned>(y));
+}
+
+/// x - y with wrap-around (unary minus is pred_sub(0, x)).
+ATTNJIT_PREDICATE_FN int pred_sub(int x, int y) {
+  return static_cast<int>(static_cast<unsigned>(x) - static_cast<unsigned>(y));
+}
+
+/// x * y with wrap-around.
+ATTNJIT_PREDICATE_FN int pred_mul(int x, int y) {
+  return static_cast<int>(static_cast<unsigned>(x) * static_cast<unsigned>(y));
+}
+
+/// x / y truncated toward zero; 0 when y == 0; INT_MIN / -1 wraps to INT_MIN.
+ATTNJIT_PREDICATE_FN int pred_div(int x, int y) {
+  if (y == 0) return 0;
+  if (y == -1) return pred_sub(0, x);
+  return x / y;
+}
+
+/// x % y with the sign of x; 0 when y == 0 or y == -1.
+ATTNJIT_PREDICATE_FN int pred_mod(int x, int y) {
+  if (y == 0 || y == -1) return 0;
+  return x % y;
+}
+
+ATTNJIT_PREDICATE_FN int pred_min(int x, int y) {
+  return x < y ? x : y;
+}
+
+ATTNJIT_PREDICATE_FN int pred_max(int x, int y) {
+  return x < y ? y : x;
+}
+
+/// |x|; INT_MIN stays INT_MIN.
+ATTNJIT_PREDICATE_FN int pred_abs(int x) {
+  return x < 0 ? pred_sub(0, x) : x;
+}
+
+/// Element `index` of one tensor row of `length` values; 0 outside [0, length), without
+/// touching memory there. The kernel's tensor_at(slot, index) reads its (slot, batch) row so.
+ATTNJIT_PREDICATE_FN int pred_tensor_read(const int* row, int length, int index) {
+  return index >= 0 && index < length ? row[index] : 0;
+}
+
+}  // namespace attnjit
+
+#undef ATTNJIT_PREDICATE_FN

@@ -417,8 +417,10 @@ def progress(started, what):
 
 def main(argv=None):
     args = parse_args(argv)
-    import torch
-
+    try:
+        import torch
+    except ImportError:
+        sys.exit("compare.py: PyTorch is not installed; run it on the GPU machine")
     if not torch.cuda.is_available():
         sys.exit("compare.py: no CUDA device visible to torch; run it on the GPU machine")
     # Every family compiles FlexAttention anew (dynamo is reset per family); never fall back

@@ -8,6 +8,8 @@ torch tensors shaped [batch, seq, heads, head_dim] on a CUDA device.
     o, lse = attnjit.forward(q, k, v, mask="flashmask", causal=True,
                              startend_row_indices=lts, return_lse=True)
     o = attnjit.attention(q, k, v, mask="causal")  # differentiable: o.backward(d_o)
+    mask = attnjit.flashmask("document", seqlen=8192, doc_lengths=[4096, 4096])
+    o = attnjit.attention(q, k, v, mask=mask)       # a FlashMask family, built on the host
     attnjit.compile("dtype=bf16 head_dim=128 mask=causal").info()["kernels"]
 """
 

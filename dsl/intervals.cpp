@@ -1,8 +1,9 @@
-// FlashMask interval vectors: the element rule, validation, stacking, head broadcast and the
-// dense rendering.
+// FlashMask interval vectors: the element rule, validation, stacking, head broadcast, packing
+// and the dense rendering.
 #include "dsl/intervals.hpp"
 
 #include <array>
+#include <climits>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -178,6 +179,51 @@ IntervalVectors broadcast_heads(const IntervalVectors& m, int heads) {
       result.data.insert(result.data.end(), first, first + static_cast<std::ptrdiff_t>(per_head));
     }
   }
+  return result;
+}
+
+IntervalVectors pack(std::span<const IntervalVectors> pieces) {
+  if (pieces.empty()) throw_field_error("pack: pieces", "an empty list", "one or more pieces");
+  const IntervalVectors& first = pieces.front();
+  if (!(first.causal && first.columns == 1) && !(!first.causal && first.columns == 2)) {
+    throw Error(fmt::format(
+        "pack: pieces[0] layout: got causal={} with {} columns; accepted: causal with 1 column "
+        "(LTS) or non-causal with 2 columns (LTS, UTE)",
+        first.causal, first.columns));
+  }
+  IntervalVectors result;
+  result.causal = first.causal;
+  result.columns = first.columns;
+  result.batch = 1;
+  result.heads = 1;
+  std::int64_t start = 0;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const IntervalVectors& piece = pieces[i];
+    validate(piece);
+    const auto mismatch = [&](std::string_view field, auto got, auto accepted) {
+      throw Error(
+          fmt::format("pack: pieces[{}].{}: got {}; accepted: {}", i, field, got, accepted));
+    };
+    if (piece.causal != first.causal) mismatch("causal", piece.causal, first.causal);
+    if (piece.columns != first.columns) mismatch("columns", piece.columns, first.columns);
+    if (piece.batch != 1) mismatch("batch", piece.batch, 1);
+    if (piece.heads != 1) mismatch("heads", piece.heads, 1);
+    if (piece.seqlen_k != piece.seqlen_q) {
+      mismatch("seqlen_k", piece.seqlen_k, fmt::format("its seqlen_q ({})", piece.seqlen_q));
+    }
+    if (start + piece.seqlen_q > INT_MAX) {
+      throw Error(
+          fmt::format("pack: total length: got more than {} tokens at pieces[{}]; "
+                      "accepted: at most {}",
+                      INT_MAX, i, INT_MAX));
+    }
+    for (const std::int32_t value : piece.data) {
+      result.data.push_back(static_cast<std::int32_t>(start + value));
+    }
+    start += piece.seqlen_q;
+  }
+  result.seqlen_q = static_cast<int>(start);
+  result.seqlen_k = result.seqlen_q;
   return result;
 }
 

@@ -1,5 +1,5 @@
 // FlashMask interval vectors on the host: the int32 tensor `startend_row_indices`
-// [batch, heads, seqlen_k, columns], its element rule, validation, batching and a dense
+// [batch, heads, seqlen_k, columns], its element rule, validation, batching, packing and a dense
 // rendering for tests and the CLI. The column roles follow docs/flashmask.md:
 //
 //   causal  C=1: LTS            masked rows of column j: causal ∪ [LTS, Sq)
@@ -60,6 +60,14 @@ IntervalVectors stack(std::span<const IntervalVectors> samples);
 
 /// Repeats the single head of `m` (m.heads must be 1) `heads` times.
 IntervalVectors broadcast_heads(const IntervalVectors& m, int heads);
+
+/// Places single-sample, single-head masks (seqlen_q == seqlen_k each) one after another along
+/// the sequence, each seeing only itself, as in packed training batches: piece p of n_p tokens
+/// takes rows and columns [s_p, s_p + n_p), its values shifted by s_p. Accepted layouts, equal
+/// for every piece: causal with 1 column (LTS) and non-causal with 2 columns (LTS, UTE), whose
+/// masked intervals reach the ends of the sequence and so hide every other piece. Throws Error
+/// naming the first bad piece.
+IntervalVectors pack(std::span<const IntervalVectors> pieces);
 
 /// Row-major [seqlen_q][seqlen_k] rendering of (batch `b`, mask head `h`): 1 = masked,
 /// causal part included. Throws Error for `b` or `h` out of range.

@@ -10,13 +10,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <exception>
-#include <new>
 #include <string>
 #include <string_view>
 
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
+#include "runtime/c_api_support.hpp"
 
 struct attnjit_kernel {
   attnjit::jit::Kernel kernel;
@@ -24,47 +23,8 @@ struct attnjit_kernel {
 
 namespace {
 
-thread_local std::string t_last_error;
-thread_local const char* t_last_error_text = "";
-
-// Stores the message of a failure; never throws (an allocation failure keeps a fixed text).
-void remember(std::string_view prefix, std::string_view what) noexcept {
-  try {
-    t_last_error.assign(prefix);
-    t_last_error.append(what);
-    t_last_error_text = t_last_error.c_str();
-  } catch (...) {
-    t_last_error_text = "out of host memory while recording an error";
-  }
-}
-
-// Runs `body`, turning any exception into a return code and a stored message.
-template <typename Body>
-int guarded(Body&& body) noexcept {
-  try {
-    body();
-    return ATTNJIT_OK;
-  } catch (const attnjit::Error& error) {
-    remember("", error.what());
-    return ATTNJIT_USER_ERROR;
-  } catch (const attnjit::DeviceError& error) {
-    remember("", error.what());
-    return ATTNJIT_DEVICE_ERROR;
-  } catch (const std::bad_alloc&) {
-    remember("", "out of host memory");
-    return ATTNJIT_INTERNAL_ERROR;
-  } catch (const std::exception& error) {
-    remember("internal error: ", error.what());
-    return ATTNJIT_INTERNAL_ERROR;
-  } catch (...) {
-    remember("internal error: ", "an unknown exception");
-    return ATTNJIT_INTERNAL_ERROR;
-  }
-}
-
-void require(bool condition, std::string_view field, std::string_view accepted) {
-  if (!condition) attnjit::throw_field_error(field, "NULL", accepted);
-}
+using attnjit::c_api::guarded;
+using attnjit::c_api::require;
 
 // The size protocol of attnjit_kernel_info and attnjit_cache_dir: 0 when `text` fit,
 // otherwise the bytes to allocate (at least 4, above every error code).
@@ -228,7 +188,7 @@ int attnjit_cache_dir(char* buffer, size_t size) {
 }
 
 const char* attnjit_last_error(void) {
-  return t_last_error_text;
+  return attnjit::c_api::last_error();
 }
 
 const char* attnjit_version(void) {

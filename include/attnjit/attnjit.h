@@ -109,6 +109,109 @@ ATTNJIT_API const char* attnjit_last_error(void);
 /** The library version, e.g. "0.1.0". */
 ATTNJIT_API const char* attnjit_version(void);
 
+/* ---- FlashMask interval vectors of the standard mask families, built on the host ----
+ *
+ * The vectors a flashmask spec takes as startend_row_indices, built by the builders of
+ * dsl/builders.hpp (README: "Mask semantics"). Each family function builds ONE sample
+ * (batch = heads = 1, seqlen_q = seqlen_k = N); attnjit_intervals_pack, _stack and
+ * _broadcast_heads combine samples into a batch. "full" and "causal" have no vectors (masks
+ * none and causal). Handles are immutable; release each with attnjit_intervals_release. Bad
+ * parameters return ATTNJIT_USER_ERROR with a message naming the parameter, its value and what
+ * is accepted, and set `*out` to NULL. A NULL array is accepted only with a count of 0. */
+
+/** Host FlashMask vectors: int32 [batch, heads, seqlen_k, columns], columns fastest. */
+typedef struct attnjit_intervals attnjit_intervals;
+
+/** The layout of an attnjit_intervals: the mask structure of the spec it goes with
+ * (mask=flashmask(causal=...,columns=...)) and its shape. */
+typedef struct attnjit_intervals_shape {
+  int causal;  /**< 1 or 0 */
+  int columns; /**< 1 (LTS), 2 (causal: LTS, LTE; otherwise LTS, UTE) or 4 (LTS, LTE, UTS, UTE) */
+  int batch;
+  int heads; /**< mask heads */
+  int seqlen_q;
+  int seqlen_k;
+} attnjit_intervals_shape;
+
+/** Causal sliding window of `window` keys including the diagonal (n >= 1, window >= 1):
+ * causal, 1 column, LTS_j = min(j + window, n). */
+ATTNJIT_API int attnjit_intervals_sliding_window(int n, int window, attnjit_intervals** out);
+
+/** Packed documents of the given lengths (>= 0, sum >= 1), causal inside each: causal,
+ * 1 column, LTS_j = end of j's document. */
+ATTNJIT_API int attnjit_intervals_causal_document(const int32_t* doc_lengths, size_t count,
+                                                  attnjit_intervals** out);
+
+/** Packed documents, bidirectional inside each: non-causal, 2 columns, LTS_j = end and
+ * UTE_j = start of j's document. */
+ATTNJIT_API int attnjit_intervals_document(const int32_t* doc_lengths, size_t count,
+                                           attnjit_intervals** out);
+
+/** A question of `question` tokens followed by `count` answers that share it: causal,
+ * 1 column; question columns LTS = N, answer columns LTS = end of their answer. */
+ATTNJIT_API int attnjit_intervals_share_question(int question, const int32_t* answers, size_t count,
+                                                 attnjit_intervals** out);
+
+/** `global` global tokens, then a window of `left` keys before and `right` keys after each row:
+ * non-causal, 4 columns (0 <= global <= n, left >= 0, right >= 0). */
+ATTNJIT_API int attnjit_intervals_global_sliding_window(int n, int global, int left, int right,
+                                                        attnjit_intervals** out);
+
+/** Demonstration blocks (each sees only itself, causally) followed by a test block of `test`
+ * tokens that sees every earlier key: causal, 2 columns. */
+ATTNJIT_API int attnjit_intervals_causal_blockwise(const int32_t* blocks, size_t count, int test,
+                                                   attnjit_intervals** out);
+
+/** Prefix LM: the first `prefix` keys visible to every row, the rest causally (0 <= prefix <= n):
+ * non-causal, 2 columns. */
+ATTNJIT_API int attnjit_intervals_prefix_lm_causal(int n, int prefix, attnjit_intervals** out);
+
+/** Packed prefix-LM documents: `count` document lengths and as many prefix lengths
+ * (0 <= prefixes[d] <= doc_lengths[d]): non-causal, 2 columns. */
+ATTNJIT_API int attnjit_intervals_prefix_lm_document(const int32_t* doc_lengths,
+                                                     const int32_t* prefixes, size_t count,
+                                                     attnjit_intervals** out);
+
+/** Causal with the keys of [offset, offset + length) hidden from the rows before
+ * offset + length (offset + length <= n): causal, 2 columns. */
+ATTNJIT_API int attnjit_intervals_qk_sparse(int n, int offset, int length, attnjit_intervals** out);
+
+/** Causal with per-key eviction: key j is visible to rows j <= i < evicted_at_row[j]
+ * (N = count >= 1, values in [0, N]): causal, 1 column. */
+ATTNJIT_API int attnjit_intervals_random_eviction(const int32_t* evicted_at_row, size_t count,
+                                                  attnjit_intervals** out);
+
+/** Places `count` single-sample, single-head pieces one after another along the sequence, each
+ * seeing only itself (packed samples); layouts: causal with 1 column or non-causal with 2. */
+ATTNJIT_API int attnjit_intervals_pack(const attnjit_intervals* const* pieces, size_t count,
+                                       attnjit_intervals** out);
+
+/** A batch of `count` single-sample, single-head masks of one layout and length, given in
+ * (batch, head) order: [count / heads, heads, N, C] (count a multiple of heads >= 1). */
+ATTNJIT_API int attnjit_intervals_stack(const attnjit_intervals* const* samples, size_t count,
+                                        int heads, attnjit_intervals** out);
+
+/** The single-head mask `intervals` repeated for `heads` mask heads. */
+ATTNJIT_API int attnjit_intervals_broadcast_heads(const attnjit_intervals* intervals, int heads,
+                                                  attnjit_intervals** out);
+
+/** Writes the layout and shape of `intervals` into `*shape`. */
+ATTNJIT_API int attnjit_intervals_get_shape(const attnjit_intervals* intervals,
+                                            attnjit_intervals_shape* shape);
+
+/** The batch * heads * seqlen_k * columns values of `intervals` (valid until it is released);
+ * NULL for NULL. */
+ATTNJIT_API const int32_t* attnjit_intervals_data(const attnjit_intervals* intervals);
+
+/** Writes into `*pairs` the number of visible (query, key) pairs summed over the batch and
+ * `heads` query heads (a multiple of the mask heads, each mask head shared by heads / mask
+ * heads query heads): the pairs behind the FLOP count 4 * head_dim * pairs of a forward pass. */
+ATTNJIT_API int attnjit_intervals_visible_pairs(const attnjit_intervals* intervals, int heads,
+                                                int64_t* pairs);
+
+/** Releases a handle of the attnjit_intervals_* functions. NULL is ignored. */
+ATTNJIT_API void attnjit_intervals_release(attnjit_intervals* intervals);
+
 #ifdef __cplusplus
 }
 #endif

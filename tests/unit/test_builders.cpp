@@ -161,6 +161,66 @@ TEST_CASE("share question matches its definition", "[dsl]") {
   }
 }
 
+TEST_CASE("pack places pieces along the sequence, each seeing only itself", "[dsl]") {
+  SECTION("packed share-question samples") {
+    const std::vector<int> answers = {2, 1};
+    const std::vector<IntervalVectors> pieces = {dsl::share_question(2, answers),
+                                                 dsl::sliding_window(3, 2)};
+    const IntervalVectors m = dsl::pack(pieces);
+    CHECK(vector_of(m, 0) == std::vector<int>{5, 5, 4, 4, 5, 7, 8, 8});
+    // Piece of each token and the piece-local rule: causal inside both pieces; the first
+    // piece's answer keys only for their own answer, the second piece's keys for 2 rows.
+    const std::vector<int> piece = {0, 0, 0, 0, 0, 1, 1, 1};
+    const std::vector<int> segment = {-1, -1, 0, 0, 1, 2, 2, 2};
+    check_family(m, 8, true, 1, [&](int i, int j) {
+      if (piece[i] != piece[j] || j > i) return false;
+      if (piece[j] == 1) return i - j < 2;
+      return segment[j] == -1 || segment[j] == segment[i];
+    });
+  }
+  SECTION("packing single documents gives the document families") {
+    std::mt19937 rng(9);
+    for (int trial = 0; trial < kTrials; ++trial) {
+      const std::vector<int> lengths = random_documents_lengths(rng, false);
+      std::vector<int> prefixes;
+      std::vector<IntervalVectors> causal, bidirectional, prefix_lm;
+      for (const int n : lengths) {
+        const std::vector<int> one = {n};
+        prefixes.push_back(uniform(rng, 0, n));
+        causal.push_back(dsl::causal_document(one));
+        bidirectional.push_back(dsl::document(one));
+        prefix_lm.push_back(dsl::prefix_lm_causal(n, prefixes.back()));
+      }
+      INFO("doc_lengths=" << fmt::format("{}", fmt::join(lengths, ",")));
+      CHECK(dsl::pack(causal).data == dsl::causal_document(lengths).data);
+      CHECK(dsl::pack(bidirectional).data == dsl::document(lengths).data);
+      CHECK(dsl::pack(prefix_lm).data == dsl::prefix_lm_document(lengths, prefixes).data);
+      const IntervalVectors packed = dsl::pack(prefix_lm);
+      CHECK(packed.seqlen_q == sum(lengths));
+      CHECK(packed.seqlen_k == sum(lengths));
+      CHECK_FALSE(packed.causal);
+      CHECK(packed.columns == 2);
+    }
+  }
+  SECTION("errors name the piece") {
+    const std::vector<int> docs = {2, 2};
+    const std::vector<IntervalVectors> four = {dsl::global_sliding_window(4, 1, 1, 1)};
+    CHECK_THROWS_WITH(dsl::pack(four), Contains("pack: pieces[0] layout: got causal=false with 4"));
+    const std::vector<IntervalVectors> blockwise = {dsl::causal_blockwise(docs, 1)};
+    CHECK_THROWS_WITH(dsl::pack(blockwise), Contains("causal=true with 2 columns"));
+    const std::vector<IntervalVectors> mixed = {dsl::causal_document(docs), dsl::document(docs)};
+    CHECK_THROWS_WITH(dsl::pack(mixed), Contains("pack: pieces[1].causal: got false"));
+    IntervalVectors two_heads = dsl::broadcast_heads(dsl::causal_document(docs), 2);
+    const std::vector<IntervalVectors> heads = {dsl::causal_document(docs), two_heads};
+    CHECK_THROWS_WITH(dsl::pack(heads), Contains("pack: pieces[1].heads: got 2; accepted: 1"));
+    IntervalVectors bad = dsl::causal_document(docs);
+    bad.data[1] = 9;
+    const std::vector<IntervalVectors> invalid = {bad};
+    CHECK_THROWS_WITH(dsl::pack(invalid), Contains("LTS=9 is outside [0, 4]"));
+    CHECK_THROWS_WITH(dsl::pack({}), Contains("pack: pieces: got 'an empty list'"));
+  }
+}
+
 TEST_CASE("global + sliding window matches its definition", "[dsl]") {
   std::mt19937 rng(4);
   for (int trial = 0; trial < kTrials; ++trial) {

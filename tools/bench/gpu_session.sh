@@ -4,7 +4,10 @@
 #   1. the GPU tests (forward and backward); 2. the Python autograd tests; 3. `attnc run
 #   --check` at 8K for each mask kind; 4. a tile sweep of the other head dims;
 #   5. tools/bench/fwd_vs_sdpa.py and 6. tools/bench/bwd_vs_sdpa.py (attnjit vs SDPA flash /
-#   cuDNN / dense mask and FlexAttention, each in one process); the last table is printed last.
+#   cuDNN / dense mask and FlexAttention, each in one process); 7. `attnc bench` (C++ only) and
+#   its GPU golden test when lit is installed; 8. tools/bench/compare.py --quick (the twelve
+#   FlashMask families against every peer, checked against FlexAttention); its summary table
+#   is printed last.
 # Usage: tools/bench/gpu_session.sh [OUT_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,6 +25,11 @@ build/tests/attnjit_gpu_tests 2>&1 | tee "$out/gpu_tests.log" | tail -4
 
 echo "== Python autograd tests (torch, GPU)"
 PYTHONUNBUFFERED=1 python3 -m unittest discover -s tools/python/tests -p "test_autograd_gpu.py" \
+  2>&1 | tail -3
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+
+echo "== Python mask builders with torch (GPU)"
+PYTHONUNBUFFERED=1 python3 -m unittest discover -s tools/python/tests -p "test_builders.py" \
   2>&1 | tail -3
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 
@@ -57,4 +65,21 @@ PYTHONUNBUFFERED=1 python3 tools/bench/fwd_vs_sdpa.py --batch 1 --heads 16 --seq
 
 echo "== forward + backward vs SDPA / FlexAttention (one process)"
 PYTHONUNBUFFERED=1 python3 tools/bench/bwd_vs_sdpa.py --out "$out/bwd_vs_sdpa.md" || status=1
+
+echo "== attnc bench (bf16, d128, B=16, H=32, S=8192, causal document; TFLOP/s fwd / bwd)"
+for direction in forward backward; do
+  $attnc bench --spec "dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1) direction=$direction" \
+    --batch 16 --heads 32 --seqlen-q 8192 --warmup 3 --repeat 10 >"$out/bench.txt" 2>&1 || status=1
+  echo "$direction: $(grep -E '^(problem|time|rate)' "$out/bench.txt" | tr -s ' ' | tr '\n' ' ')"
+done
+lit=/usr/lib/llvm-14/build/utils/lit/lit.py
+if [[ -f $lit ]]; then
+  python3 "$lit" -sv tests/golden --param attnc=$attnc --filter bench_gpu 2>&1 | tail -3
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+else
+  echo "golden bench_gpu.test: skipped (no $lit)"
+fi
+
+echo "== compare.py --quick: twelve FlashMask families vs SDPA / FlexAttention (one process)"
+PYTHONUNBUFFERED=1 python3 tools/bench/compare.py --quick --out "$out/compare_quick.md" || status=1
 exit $status

@@ -5,8 +5,8 @@ import statistics
 import torch
 
 
-def median_ms(run, inputs, warmup, runs):
-    """Median time of run(*inputs[i % n]) in ms, from one CUDA event pair per call, after
+def times_ms(run, inputs, warmup, runs):
+    """Times of run(*inputs[i % n]) in ms, one CUDA event pair per call, in call order, after
     `warmup` untimed calls; rotating among the input sets keeps them out of L2."""
     for i in range(warmup):
         run(*inputs[i % len(inputs)])
@@ -17,4 +17,9 @@ def median_ms(run, inputs, warmup, runs):
         run(*inputs[i % len(inputs)])
         ends[i].record()
     torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in zip(starts, ends))
+    return [start.elapsed_time(end) for start, end in zip(starts, ends)]
+
+
+def median_ms(run, inputs, warmup, runs):
+    """Median of times_ms(run, inputs, warmup, runs)."""
+    return statistics.median(times_ms(run, inputs, warmup, runs))

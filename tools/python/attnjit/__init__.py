@@ -8,6 +8,8 @@ torch tensors shaped [batch, seq, heads, head_dim] on a CUDA device.
     o, lse = attnjit.forward(q, k, v, mask="flashmask", causal=True,
                              startend_row_indices=lts, return_lse=True)
     o = attnjit.attention(q, k, v, mask="causal")  # differentiable: o.backward(d_o)
+    mask = attnjit.flashmask("document", seqlen=8192, doc_lengths=[4096, 4096])
+    o = attnjit.attention(q, k, v, mask=mask)       # a FlashMask family, built on the host
     attnjit.compile("dtype=bf16 head_dim=128 mask=causal").info()["kernels"]
 """
 
@@ -19,10 +21,12 @@ import sys
 
 from . import _ffi
 from ._ffi import AttnjitError, DeviceError, InternalError
+from .builders import FlashMask, flashmask
 
 __all__ = [
     "AttnjitError",
     "DeviceError",
+    "FlashMask",
     "InternalError",
     "Kernel",
     "attention",
@@ -30,6 +34,7 @@ __all__ = [
     "clear_cache",
     "compile",
     "compile_reference",
+    "flashmask",
     "forward",
     "version",
 ]
@@ -172,7 +177,11 @@ def forward(q, k, v, *, spec=None, mask="none", causal=False, startend_row_indic
     arguments (e.g. to force tiles=...): mask, causal and return_lse then stay at their
     defaults and the outputs follow the spec's return_lse. Returns o [B, Sq, H, Dv], and also
     lse fp32 [B, H, Sq] when return_lse. Runs on torch's current stream, asynchronously.
+    mask may also be a FlashMask from attnjit.flashmask(), which holds causal= and the vectors.
     """
+    if isinstance(mask, FlashMask):
+        mask, causal, startend_row_indices = mask.attention_arguments(q, causal,
+                                                                      startend_row_indices)
     if spec is None:
         _check_mask_arguments(mask, causal, startend_row_indices)
         if not isinstance(return_lse, bool):
@@ -217,6 +226,9 @@ def attention(q, k, v, *, mask="none", causal=False, startend_row_indices=None, 
     (e.g. the expanded gradient of o.sum()) is copied to a contiguous tensor first. Runs on
     torch's current stream, asynchronously.
     """
+    if isinstance(mask, FlashMask):
+        mask, causal, startend_row_indices = mask.attention_arguments(q, causal,
+                                                                      startend_row_indices)
     _check_mask_arguments(mask, causal, startend_row_indices)
     for name, value in (("return_lse", return_lse), ("deterministic", deterministic)):
         if not isinstance(value, bool):

@@ -1,0 +1,256 @@
+// attnc bench: times a forward or backward spec on the GPU with CUDA events, rotating among
+// random input sets, and prints the median (min, max) time and TFLOP/s counting visible
+// (query, key) pairs: forward 4 * B * H * D * pairs, backward 2.5x that.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "attnjit/error.hpp"
+#include "attnjit/jit.hpp"
+#include "dsl/pairs.hpp"
+#include "runtime/driver.hpp"
+#include "tools/attnc/commands.hpp"
+#include "tools/attnc/problem.hpp"
+
+namespace attnc {
+namespace {
+
+using attnjit::runtime::DeviceBuffer;
+
+/// Input sets the timed launches rotate among, so that no launch finds its inputs in L2.
+constexpr int kInputSets = 3;
+constexpr double kBackwardFlopsFactor = 2.5;
+
+struct BenchOptions {
+  std::string spec_text;
+  std::optional<std::string> arch;
+  ProblemOptions problem;
+  int warmup = 5, repeat = 20;
+  bool json = false;
+};
+
+struct Timing {
+  std::vector<float> times_ms;  ///< in launch order
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+};
+
+/// Times `launch(set)` once per event pair after `warmup` untimed calls, rotating the set.
+Timing time_launches(int warmup, int repeat, const std::function<void(int)>& launch) {
+  for (int i = 0; i < warmup; ++i) launch(i % kInputSets);
+  Timing t;
+  for (int i = 0; i < repeat; ++i) {
+    attnjit::runtime::EventTimer timer;
+    timer.start(nullptr);
+    launch(i % kInputSets);
+    timer.stop(nullptr);
+    t.times_ms.push_back(timer.milliseconds());
+  }
+  std::vector<float> sorted = t.times_ms;
+  std::sort(sorted.begin(), sorted.end());
+  const std::size_t n = sorted.size();
+  t.median_ms = n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0;
+  t.min_ms = sorted.front();
+  t.max_ms = sorted.back();
+  return t;
+}
+
+/// Device buffers of the problem's tensors, sized from the resolved spec.
+struct Sizes {
+  std::size_t q, k, v, o, lse;
+};
+
+Sizes sizes_of(const attnjit::AttentionSpec& s, const ProblemOptions& p) {
+  const auto b = static_cast<std::size_t>(p.batch);
+  return {b * p.seqlen_q * p.heads * s.head_dim_qk, b * p.seqlen_k * p.kv_heads * s.head_dim_qk,
+          b * p.seqlen_k * p.kv_heads * s.head_dim_v, b * p.seqlen_q * p.heads * s.head_dim_v,
+          b * p.heads * p.seqlen_q};
+}
+
+/// The inputs of one forward launch; the outputs are shared by every set.
+struct ForwardSet {
+  DeviceBuffer q, k, v;
+  attnjit::ForwardArgs args;
+};
+
+ForwardSet make_forward_set(const attnjit::AttentionSpec& s, const ProblemOptions& p, int set,
+                            const attnjit::ForwardArgs& shared) {
+  const Sizes n = sizes_of(s, p);
+  const std::uint64_t seed = p.seed + 16 * static_cast<std::uint64_t>(set);
+  ForwardSet f{random_tensor(n.q, s.dtype, seed), random_tensor(n.k, s.dtype, seed + 1),
+               random_tensor(n.v, s.dtype, seed + 2), shared};
+  f.args.q = activation_view(f.q, s.dtype, p.batch, p.seqlen_q, p.heads, s.head_dim_qk);
+  f.args.k = activation_view(f.k, s.dtype, p.batch, p.seqlen_k, p.kv_heads, s.head_dim_qk);
+  f.args.v = activation_view(f.v, s.dtype, p.batch, p.seqlen_k, p.kv_heads, s.head_dim_v);
+  return f;
+}
+
+/// The inputs of one backward launch: a forward set, its output and LSE (computed by the
+/// forward kernel) and a random output gradient.
+struct BackwardSet {
+  ForwardSet forward;
+  DeviceBuffer o, lse, d_o;
+  attnjit::BackwardArgs args;
+};
+
+attnjit::AttentionSpec forward_spec_of(const attnjit::AttentionSpec& backward) {
+  attnjit::AttentionSpec spec = backward;
+  spec.direction = attnjit::Direction::forward;
+  spec.return_lse = true;
+  spec.deterministic = false;
+  spec.tiles = {};
+  return spec;
+}
+
+struct Result {
+  Timing timing;
+  std::int64_t pairs = 0;
+  double flops = 0;
+};
+
+Result bench(const attnjit::jit::Kernel& kernel, const ProblemOptions& p, int warmup, int repeat) {
+  const attnjit::AttentionSpec& s = kernel.spec();
+  const Sizes n = sizes_of(s, p);
+  std::optional<attnjit::dsl::IntervalVectors> vectors;
+  DeviceBuffer vector_buffer;
+  attnjit::ForwardArgs shared;
+  shared.window_left = p.window_left;
+  shared.window_right = p.window_right;
+  if (s.mask.kind == attnjit::MaskKind::flashmask) {
+    vectors = make_vectors(s.mask, p);
+    vector_buffer = upload_vectors(*vectors);
+    shared.startend_row_indices = vectors_view(vector_buffer, *vectors);
+  }
+
+  Result r;
+  r.pairs =
+      attnjit::dsl::visible_pairs(s.mask, p.batch, p.heads, p.seqlen_q, p.seqlen_k, p.window_left,
+                                  p.window_right, vectors ? &*vectors : nullptr);
+  r.flops = 4.0 * s.head_dim_qk * static_cast<double>(r.pairs);
+  if (s.direction == attnjit::Direction::forward) {
+    DeviceBuffer out(n.o * 2), lse(s.return_lse ? n.lse * 4 : 0);
+    shared.o = activation_view(out, s.dtype, p.batch, p.seqlen_q, p.heads, s.head_dim_v);
+    if (s.return_lse) {
+      shared.lse = attnjit::contiguous_view(lse.data(), attnjit::ScalarType::fp32,
+                                            {p.batch, p.heads, p.seqlen_q});
+    }
+    std::vector<ForwardSet> sets;
+    for (int i = 0; i < kInputSets; ++i) sets.push_back(make_forward_set(s, p, i, shared));
+    r.timing = time_launches(warmup, repeat, [&](int i) { kernel.forward(sets[i].args); });
+    return r;
+  }
+
+  r.flops *= kBackwardFlopsFactor;
+  const attnjit::jit::Kernel forward = attnjit::jit::compile(forward_spec_of(s));
+  DeviceBuffer d_q(n.q * 2), d_k(n.k * 2), d_v(n.v * 2);
+  std::vector<BackwardSet> sets;
+  for (int i = 0; i < kInputSets; ++i) {
+    BackwardSet b{make_forward_set(s, p, i, shared),
+                  DeviceBuffer(n.o * 2),
+                  DeviceBuffer(n.lse * 4),
+                  random_tensor(n.o, s.dtype, p.seed + 16 * i + 3),
+                  {}};
+    attnjit::ForwardArgs& f = b.forward.args;
+    f.o = activation_view(b.o, s.dtype, p.batch, p.seqlen_q, p.heads, s.head_dim_v);
+    f.lse = attnjit::contiguous_view(b.lse.data(), attnjit::ScalarType::fp32,
+                                     {p.batch, p.heads, p.seqlen_q});
+    forward.forward(f);
+    b.args.q = f.q;
+    b.args.k = f.k;
+    b.args.v = f.v;
+    b.args.o = f.o;
+    b.args.lse = f.lse;
+    b.args.startend_row_indices = f.startend_row_indices;
+    b.args.window_left = f.window_left;
+    b.args.window_right = f.window_right;
+    b.args.d_o = activation_view(b.d_o, s.dtype, p.batch, p.seqlen_q, p.heads, s.head_dim_v);
+    b.args.d_q = activation_view(d_q, s.dtype, p.batch, p.seqlen_q, p.heads, s.head_dim_qk);
+    b.args.d_k = activation_view(d_k, s.dtype, p.batch, p.seqlen_k, p.kv_heads, s.head_dim_qk);
+    b.args.d_v = activation_view(d_v, s.dtype, p.batch, p.seqlen_k, p.kv_heads, s.head_dim_v);
+    sets.push_back(std::move(b));
+  }
+  r.timing = time_launches(warmup, repeat, [&](int i) { kernel.backward(sets[i].args); });
+  return r;
+}
+
+void print(const attnjit::jit::Kernel& kernel, const BenchOptions& o, const Result& r) {
+  const ProblemOptions& p = o.problem;
+  const attnjit::AttentionSpec& s = kernel.spec();
+  const auto& info = kernel.info();
+  const auto device = attnjit::runtime::current_device();
+  const bool backward = s.direction == attnjit::Direction::backward;
+  const double tflops = r.flops / (r.timing.median_ms * 1e-3) / 1e12;
+  const double density = static_cast<double>(r.pairs) /
+                         (static_cast<double>(p.batch) * p.heads * p.seqlen_q * p.seqlen_k);
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["spec"] = info.spec_text;
+    j["device"] = device.name;
+    j["direction"] = attnjit::name_of(s.direction);
+    j["batch"] = p.batch;
+    j["heads"] = p.heads;
+    j["kv_heads"] = p.kv_heads;
+    j["mask_heads"] = p.mask_heads;
+    j["seqlen_q"] = p.seqlen_q;
+    j["seqlen_k"] = p.seqlen_k;
+    j["visible_pairs"] = r.pairs;
+    j["density"] = density;
+    j["flops"] = r.flops;
+    j["warmup"] = o.warmup;
+    j["repeat"] = o.repeat;
+    j["input_sets"] = kInputSets;
+    j["ms"] = r.timing.median_ms;
+    j["min_ms"] = r.timing.min_ms;
+    j["max_ms"] = r.timing.max_ms;
+    j["tflops"] = tflops;
+    j["times_ms"] = r.timing.times_ms;
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  fmt::print(
+      "device   {}\nspec     {}\nproblem  B={} H={} Hkv={} Sq={} Sk={}, {:.1f}% of pairs "
+      "visible\n",
+      device.name, info.spec_text, p.batch, p.heads, p.kv_heads, p.seqlen_q, p.seqlen_k,
+      100 * density);
+  for (const auto& k : info.kernels) {
+    fmt::print("kernel   {}: {} registers, {} spill bytes, {} B smem\n", k.name, k.registers,
+               k.spill_bytes, k.static_smem_bytes + k.dynamic_smem_bytes);
+  }
+  fmt::print(
+      "time     {:.4f} ms median, {:.4f} min, {:.4f} max ({} runs after {} warm-up, {} "
+      "rotating input sets)\n",
+      r.timing.median_ms, r.timing.min_ms, r.timing.max_ms, o.repeat, o.warmup, kInputSets);
+  fmt::print("rate     {:.1f} TFLOP/s ({}4*B*H*D*visible pairs)\n", tflops,
+             backward ? "2.5 x " : "");
+}
+
+void run_bench(BenchOptions o) {
+  attnjit::AttentionSpec spec = spec_with_arch(o.spec_text, o.arch);
+  if (o.repeat < 1) attnjit::throw_field_error("--repeat", std::to_string(o.repeat), ">= 1");
+  if (o.warmup < 0) attnjit::throw_field_error("--warmup", std::to_string(o.warmup), ">= 0");
+  resolve_problem(o.problem);
+  const attnjit::jit::Kernel kernel = attnjit::jit::compile(spec);
+  const Result r = bench(kernel, o.problem, o.warmup, o.repeat);
+  print(kernel, o, r);
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "bench", "Time a forward or backward spec on the GPU over rotating random inputs");
+  static BenchOptions o;
+  cmd->add_option("--spec", o.spec_text, "Attention spec (direction=forward or backward)")
+      ->required();
+  cmd->add_option("--arch", o.arch, "Target (default: the spec's, else the device's)");
+  add_problem_options(cmd, o.problem);
+  cmd->add_option("--warmup", o.warmup, "Untimed launches first");
+  cmd->add_option("--repeat", o.repeat, "Timed launches (median, min and max are reported)");
+  cmd->add_flag("--json", o.json, "Print one JSON object");
+  cmd->callback([] { run_bench(o); });
+}
+
+}  // namespace attnc

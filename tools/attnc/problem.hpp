@@ -1,0 +1,59 @@
+// The attention problem that `attnc run` and `attnc bench` generate: the shape and mask
+// options they share, random activations on the device and FlashMask interval vectors.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "attnjit/spec.hpp"
+#include "attnjit/tensor.hpp"
+#include "dsl/intervals.hpp"
+#include "runtime/driver.hpp"
+
+namespace attnc {
+
+/// Shape, window and mask-data options of a generated problem.
+struct ProblemOptions {
+  int batch = 1, heads = 1, kv_heads = 0, mask_heads = 1, seqlen_q = 0, seqlen_k = 0;
+  int window_left = -1, window_right = 0;
+  std::string mask_data = "documents";
+  std::uint64_t seed = 1;
+};
+
+/// Registers --batch, --heads, --kv-heads, --mask-heads, --seqlen-q, --seqlen-k,
+/// --window-left, --window-right, --mask-data and --seed on `cmd`, writing into `o` (which
+/// must outlive the parse).
+void add_problem_options(CLI::App* cmd, ProblemOptions& o);
+
+/// Fills the defaults (kv_heads = heads, seqlen_k = seqlen_q) and throws attnjit::Error for
+/// head counts that do not fit together (kv_heads not dividing heads, mask_heads neither 1
+/// nor kv_heads). Needs no device.
+void resolve_problem(ProblemOptions& o);
+
+/// `count` normally distributed values of `dtype` (fp16 or bf16) in a new device buffer,
+/// deterministic for `seed`. Values are drawn once into a small pool and copied from random
+/// offsets of it in short runs, so filling gigabytes takes about as long as uploading them.
+attnjit::runtime::DeviceBuffer random_tensor(std::size_t count, attnjit::DType dtype,
+                                             std::uint64_t seed);
+
+/// FlashMask vectors for the mask's (causal, columns) layout, [batch, mask_heads, seqlen_k,
+/// columns]: with --mask-data documents (and seqlen_q == seqlen_k), 3 to 7 random documents
+/// per sample (causal document, document), or causal blockwise (causal, 2 columns), or
+/// global + sliding window (4 columns); with --mask-data random, arbitrary valid intervals.
+attnjit::dsl::IntervalVectors make_vectors(const attnjit::MaskSpec& mask, const ProblemOptions& o);
+
+/// A contiguous [batch, seq, heads, dim] view of `buffer` holding `dtype` elements.
+attnjit::TensorView activation_view(const attnjit::runtime::DeviceBuffer& buffer,
+                                    attnjit::DType dtype, int batch, int seq, int heads, int dim);
+
+/// The vectors uploaded to a new device buffer.
+attnjit::runtime::DeviceBuffer upload_vectors(const attnjit::dsl::IntervalVectors& vectors);
+
+/// A contiguous int32 [batch, heads, seqlen_k, columns] view of uploaded `vectors`.
+attnjit::TensorView vectors_view(const attnjit::runtime::DeviceBuffer& buffer,
+                                 const attnjit::dsl::IntervalVectors& vectors);
+
+}  // namespace attnc

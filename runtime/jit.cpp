@@ -11,6 +11,7 @@
 #include "runtime/driver.hpp"
 #include "runtime/kernel_build.hpp"
 #include "runtime/kernel_set.hpp"
+#include "runtime/mask_kernels.hpp"
 #include "runtime/memory_cache.hpp"
 
 namespace attnjit::jit {
@@ -161,6 +162,7 @@ std::size_t clear_disk_cache() {
 
 void clear_memory_cache() {
   memory_cache().clear();
+  runtime::clear_mask_kernel_memory_cache();
 }
 
 }  // namespace attnjit::jit

@@ -1,9 +1,12 @@
 # libattnjit.so: the C ABI (include/attnjit/attnjit.h) over the static attnjit libraries, for
 # FFI users such as the Python binding (tools/python). Only the attnjit_* functions are
-# exported. c_api.cpp is compiled into this target itself (it is also a member of the static
-# attnjit_runtime for C++ users, but the linker never pulls that copy: its symbols are already
-# defined here), because --exclude-libs,ALL hides every symbol that comes from an archive.
-add_library(attnjit_shared SHARED "${PROJECT_SOURCE_DIR}/runtime/c_api.cpp")
+# exported. The C ABI's sources are compiled into this target itself (they are also members of
+# the static attnjit_runtime for C++ users, but the linker never pulls those copies: their
+# symbols are already defined here), because --exclude-libs,ALL hides every symbol that comes
+# from an archive.
+add_library(attnjit_shared SHARED "${PROJECT_SOURCE_DIR}/runtime/c_api.cpp"
+                                  "${PROJECT_SOURCE_DIR}/runtime/c_api_mask_builder.cpp"
+                                  "${PROJECT_SOURCE_DIR}/runtime/c_api_support.cpp")
 set_target_properties(attnjit_shared PROPERTIES
   OUTPUT_NAME attnjit
   CXX_VISIBILITY_PRESET hidden

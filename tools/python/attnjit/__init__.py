@@ -19,6 +19,7 @@ import sys
 
 from . import _ffi
 from ._ffi import AttnjitError, DeviceError, InternalError
+from .masks import FAMILIES, build_mask, mask_family, validate_intervals  # noqa: F401
 
 __all__ = [
     "AttnjitError",

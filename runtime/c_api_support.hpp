@@ -1,0 +1,59 @@
+// Shared by the C ABI's translation units (c_api.cpp, c_api_mask_builder.cpp): the guard that
+// turns every exception into a return code and a per-thread message, and the conversion of
+// attnjit_tensor descriptors.
+#pragma once
+
+#include <exception>
+#include <new>
+#include <string_view>
+
+#include "attnjit/attnjit.h"
+#include "attnjit/error.hpp"
+#include "attnjit/tensor.hpp"
+
+namespace attnjit::c_api {
+
+/// Stores the message of a failure for attnjit_last_error() on this thread; never throws (an
+/// allocation failure keeps a fixed text).
+void remember(std::string_view prefix, std::string_view what) noexcept;
+
+/// The message of the last failure on this thread ("" if none).
+const char* last_error() noexcept;
+
+/// Runs `body`, turning any exception into a return code and a stored message.
+template <typename Body>
+int guarded(Body&& body) noexcept {
+  try {
+    body();
+    return ATTNJIT_OK;
+  } catch (const Error& error) {
+    remember("", error.what());
+    return ATTNJIT_USER_ERROR;
+  } catch (const DeviceError& error) {
+    remember("", error.what());
+    return ATTNJIT_DEVICE_ERROR;
+  } catch (const std::bad_alloc&) {
+    remember("", "out of host memory");
+    return ATTNJIT_INTERNAL_ERROR;
+  } catch (const std::exception& error) {
+    remember("internal error: ", error.what());
+    return ATTNJIT_INTERNAL_ERROR;
+  } catch (...) {
+    remember("internal error: ", "an unknown exception");
+    return ATTNJIT_INTERNAL_ERROR;
+  }
+}
+
+/// Throws Error("<field>: got 'NULL'; accepted: <accepted>") unless `condition`.
+void require(bool condition, std::string_view field, std::string_view accepted);
+
+/// The TensorView of a descriptor; Error naming `name` for a bad dtype or rank.
+TensorView to_view(std::string_view name, const attnjit_tensor& tensor);
+
+/// As to_view; a NULL descriptor is an absent (empty) tensor.
+TensorView optional_view(std::string_view name, const attnjit_tensor* tensor);
+
+/// As to_view; a NULL descriptor is an Error.
+TensorView required_view(std::string_view name, const attnjit_tensor* tensor);
+
+}  // namespace attnjit::c_api

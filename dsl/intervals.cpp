@@ -50,7 +50,10 @@ std::string element_name(int b, int h, int col) {
   return fmt::format("startend_row_indices[batch={}, head={}, column={}]", b, h, col);
 }
 
+/// Checks the column's vectors in order: vector c is bad when outside [0, seqlen_q], or when it
+/// is an end (LTE, UTE) below its start; the first bad one is reported.
 void validate_column(const IntervalVectors& m, int b, int h, int col) {
+  const bool has_lte = m.columns == 4 || (m.causal && m.columns == 2);
   for (int c = 0; c < m.columns; ++c) {
     const std::int32_t value = m.at(b, h, col, c);
     if (value < 0 || value > m.seqlen_q) {
@@ -58,15 +61,14 @@ void validate_column(const IntervalVectors& m, int b, int h, int col) {
       throw Error(fmt::format("{} {}={} is outside [0, {}]; accepted: 0 <= {} <= {} (seqlen_q)",
                               element_name(b, h, col), role, value, m.seqlen_q, role, m.seqlen_q));
     }
-  }
-  const ColumnIntervals iv = column_intervals(m, b, h, col);
-  if (iv.lts > iv.lte) {
-    throw Error(fmt::format("{} LTE={} is below LTS={}; accepted: LTS <= LTE <= {} (seqlen_q)",
-                            element_name(b, h, col), iv.lte, iv.lts, m.seqlen_q));
-  }
-  if (m.columns == 4 && iv.uts > iv.ute) {
-    throw Error(fmt::format("{} UTE={} is below UTS={}; accepted: UTS <= UTE <= {} (seqlen_q)",
-                            element_name(b, h, col), iv.ute, iv.uts, m.seqlen_q));
+    if (c == 1 && has_lte && value < m.at(b, h, col, 0)) {
+      throw Error(fmt::format("{} LTE={} is below LTS={}; accepted: LTS <= LTE <= {} (seqlen_q)",
+                              element_name(b, h, col), value, m.at(b, h, col, 0), m.seqlen_q));
+    }
+    if (c == 3 && value < m.at(b, h, col, 2)) {
+      throw Error(fmt::format("{} UTE={} is below UTS={}; accepted: UTS <= UTE <= {} (seqlen_q)",
+                              element_name(b, h, col), value, m.at(b, h, col, 2), m.seqlen_q));
+    }
   }
 }
 

@@ -51,7 +51,9 @@ void validate_shape(const IntervalVectors& m);
 
 /// Throws attnjit::Error unless `m` is well formed: validate_shape(), data size equal to
 /// batch*heads*seqlen_k*columns, every value in [0, seqlen_q], LTS <= LTE and UTS <= UTE.
-/// The message names the first bad element, its value and what is accepted.
+/// The message names the first bad element in (batch, head, column, vector) order (a vector is
+/// bad outside [0, seqlen_q], and an end LTE/UTE also below its start), its value and what is
+/// accepted; attnjit::validate_intervals reports the same element on the device.
 void validate(const IntervalVectors& m);
 
 /// Concatenates single-sample vectors (batch = 1 each, equal causal flag, columns, heads and

@@ -12,6 +12,7 @@
 #include "attnjit/jit.hpp"
 #include "attnjit/params.cuh"
 #include "runtime/driver.hpp"
+#include "runtime/interval_check.hpp"
 #include "runtime/kernel_set.hpp"
 #include "runtime/launch_support.hpp"
 
@@ -65,6 +66,8 @@ void Kernel::backward(const BackwardArgs& args, Stream stream_handle) const {
   if (s.batch == 0 || s.heads == 0 || (s.seqlen_q == 0 && s.seqlen_k == 0)) return;
 
   const CUstream stream = static_cast<CUstream>(stream_handle);
+  detail::validate_intervals_on_request(args.validate_mask, set.spec.mask,
+                                        args.startend_row_indices, s.seqlen_q, stream);
   const std::vector<detail::LoadedKernel>& kernels = set.kernels_in_current_context();
   const KernelPlan& plan = *set.ir->plan;
   const BackwardTiles& tiles = *set.ir->backward_tiles;

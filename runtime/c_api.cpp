@@ -1,9 +1,7 @@
 // The C ABI (include/attnjit/attnjit.h) over jit::compile, Kernel::forward and
 // Kernel::backward. Every entry point catches every exception, maps it to a return code and
-// keeps its message for attnjit_last_error() on the calling thread.
+// keeps its message for attnjit_last_error() on the calling thread (c_api_support.hpp).
 #include "attnjit/attnjit.h"
-
-#include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
@@ -11,7 +9,6 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <string_view>
 
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
@@ -24,7 +21,9 @@ struct attnjit_kernel {
 namespace {
 
 using attnjit::c_api::guarded;
+using attnjit::c_api::optional_view;
 using attnjit::c_api::require;
+using attnjit::c_api::required_view;
 
 // The size protocol of attnjit_kernel_info and attnjit_cache_dir: 0 when `text` fit,
 // otherwise the bytes to allocate (at least 4, above every error code).
@@ -38,34 +37,6 @@ int copy_out(const std::string& text, char* buffer, std::size_t size) {
   }
   std::memcpy(buffer, text.c_str(), needed);
   return ATTNJIT_OK;
-}
-
-attnjit::TensorView to_view(std::string_view name, const attnjit_tensor& tensor) {
-  if (tensor.dtype < ATTNJIT_FP16 || tensor.dtype > ATTNJIT_INT32) {
-    attnjit::throw_field_error(fmt::format("{}.dtype", name), std::to_string(tensor.dtype),
-                               "0 (fp16), 1 (bf16), 2 (fp32), 3 (int32)");
-  }
-  if (tensor.rank < 0 || tensor.rank > 4) {
-    attnjit::throw_field_error(fmt::format("{}.rank", name), std::to_string(tensor.rank), "0 to 4");
-  }
-  attnjit::TensorView view;
-  view.data = tensor.data;
-  view.dtype = static_cast<attnjit::ScalarType>(tensor.dtype);
-  view.rank = tensor.rank;
-  for (int d = 0; d < 4; ++d) {
-    view.shape[d] = d < tensor.rank ? tensor.shape[d] : 0;
-    view.stride[d] = d < tensor.rank ? tensor.stride[d] : 0;
-  }
-  return view;
-}
-
-attnjit::TensorView optional_view(std::string_view name, const attnjit_tensor* tensor) {
-  return tensor == nullptr ? attnjit::TensorView{} : to_view(name, *tensor);
-}
-
-attnjit::TensorView required_view(std::string_view name, const attnjit_tensor* tensor) {
-  require(tensor != nullptr, name, "a tensor descriptor");
-  return to_view(name, *tensor);
 }
 
 std::string info_json(const attnjit::jit::CompileInfo& info) {

@@ -1,6 +1,6 @@
-// What the files of the C ABI (include/attnjit/attnjit.h) share: every entry point runs its
-// body through guarded(), which turns any exception into a return code and keeps the message
-// for attnjit_last_error() on the calling thread.
+// Shared by the translation units of the C ABI (include/attnjit/attnjit.h): the guard that
+// turns every exception into a return code and a per-thread message for
+// attnjit_last_error(), and the conversion of attnjit_tensor descriptors.
 #pragma once
 
 #include <exception>
@@ -9,18 +9,18 @@
 
 #include "attnjit/attnjit.h"
 #include "attnjit/error.hpp"
+#include "attnjit/tensor.hpp"
 
 namespace attnjit::c_api {
 
-/// Stores `prefix` + `what` as the calling thread's last error; never throws (an allocation
-/// failure keeps a fixed text).
+/// Stores the message of a failure for attnjit_last_error() on this thread; never throws (an
+/// allocation failure keeps a fixed text).
 void remember(std::string_view prefix, std::string_view what) noexcept;
 
-/// The calling thread's last error message ("" if none).
+/// The message of the last failure on this thread ("" if none).
 const char* last_error() noexcept;
 
-/// Runs `body`, turning any exception into a return code (ATTNJIT_USER_ERROR for Error,
-/// ATTNJIT_DEVICE_ERROR for DeviceError, ATTNJIT_INTERNAL_ERROR otherwise) and a stored message.
+/// Runs `body`, turning any exception into a return code and a stored message.
 template <typename Body>
 int guarded(Body&& body) noexcept {
   try {
@@ -44,7 +44,16 @@ int guarded(Body&& body) noexcept {
   }
 }
 
-/// Throws Error("<field>: got 'NULL'; accepted: <accepted>") unless `condition` holds.
+/// Throws Error("<field>: got 'NULL'; accepted: <accepted>") unless `condition`.
 void require(bool condition, std::string_view field, std::string_view accepted);
+
+/// The TensorView of a descriptor; Error naming `name` for a bad dtype or rank.
+TensorView to_view(std::string_view name, const attnjit_tensor& tensor);
+
+/// As to_view; a NULL descriptor is an absent (empty) tensor.
+TensorView optional_view(std::string_view name, const attnjit_tensor* tensor);
+
+/// As to_view; a NULL descriptor is an Error.
+TensorView required_view(std::string_view name, const attnjit_tensor* tensor);
 
 }  // namespace attnjit::c_api

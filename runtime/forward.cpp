@@ -10,6 +10,7 @@
 #include "attnjit/jit.hpp"
 #include "attnjit/params.cuh"
 #include "runtime/driver.hpp"
+#include "runtime/interval_check.hpp"
 #include "runtime/kernel_set.hpp"
 #include "runtime/launch_support.hpp"
 
@@ -105,6 +106,8 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
   FwdParams params = make_params(set.spec, args, shapes);
   if (shapes.batch == 0 || shapes.seqlen_q == 0 || shapes.heads == 0) return;
   CUstream stream = static_cast<CUstream>(stream_handle);
+  detail::validate_intervals_on_request(args.validate_mask, set.spec.mask,
+                                        args.startend_row_indices, shapes.seqlen_q, stream);
   if (is_reference) {
     launch_reference(set, params, stream);
     return;

@@ -1,11 +1,11 @@
-// Loading a kernel set's modules into the current context, once per context.
+// Loading a compiled set's modules into the current context, once per context.
 #include "runtime/kernel_set.hpp"
 
 #include "runtime/driver.hpp"
 
 namespace attnjit::jit::detail {
 
-const std::vector<LoadedKernel>& KernelSet::kernels_in_current_context() const {
+const std::vector<LoadedKernel>& CompiledSet::kernels_in_current_context() const {
   runtime::ensure_context();
   CUcontext context = nullptr;
   runtime::check(runtime::driver().cuCtxGetCurrent(&context), "cuCtxGetCurrent");

@@ -1,5 +1,5 @@
-// The compiled kernels of one spec as the runtime holds them: the lowering (for launch
-// shapes), the cached binaries, and the modules loaded into each CUDA context on demand.
+// Compiled kernels as the runtime holds them: the cached binaries and the modules loaded into
+// each CUDA context on demand, and for an attention spec also its lowering (launch shapes).
 #pragma once
 
 #include <cuda.h>
@@ -23,10 +23,9 @@ struct LoadedKernel {
   int dynamic_smem_bytes = 0;
 };
 
-struct KernelSet {
-  AttentionSpec spec;          ///< canonical, target resolved
-  std::optional<Lowering> ir;  ///< the plan; absent for the reference kernel
-  runtime::CacheEntry entry;   ///< binaries in plan order
+/// Compiled binaries, loaded into each CUDA context on first use there.
+struct CompiledSet {
+  runtime::CacheEntry entry;  ///< binaries in launch order
 
   /// The kernels loaded into the current context (loading them the first time).
   const std::vector<LoadedKernel>& kernels_in_current_context() const;
@@ -39,6 +38,12 @@ struct KernelSet {
   };
   mutable std::mutex mutex_;
   mutable std::vector<std::unique_ptr<PerContext>> loaded_;
+};
+
+/// The compiled kernels of one attention spec.
+struct KernelSet : CompiledSet {
+  AttentionSpec spec;          ///< canonical, target resolved
+  std::optional<Lowering> ir;  ///< the plan; absent for the reference kernel
 };
 
 }  // namespace attnjit::jit::detail

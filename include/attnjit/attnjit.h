@@ -1,7 +1,8 @@
 /* The stable C ABI of attnjit: compile a spec, run its forward or backward pass on device
- * tensors, read what the compiler did, manage the kernel cache. C99; usable from C, C++ and
- * through FFI layers (ctypes, cffi). No C++ exception crosses it: every failing call returns a
- * nonzero code and leaves a message in attnjit_last_error(). */
+ * tensors, read what the compiler did, manage the kernel cache, build and check FlashMask
+ * vectors on the device. C99; usable from C, C++ and through FFI layers (ctypes, cffi). No
+ * C++ exception crosses it: every failing call returns a nonzero code and leaves a message in
+ * attnjit_last_error(). */
 #ifndef ATTNJIT_ATTNJIT_H
 #define ATTNJIT_ATTNJIT_H
 
@@ -84,6 +85,44 @@ ATTNJIT_API int attnjit_backward(const attnjit_kernel* kernel, const attnjit_ten
                                  const attnjit_tensor* d_q, const attnjit_tensor* d_k,
                                  const attnjit_tensor* d_v, float softmax_scale, int window_left,
                                  int window_right, void* stream);
+
+/** The parameters of attnjit_mask_build, field for field those of attnjit::MaskBuildArgs
+ * (include/attnjit/mask_builder.hpp has the table of families and what each reads). A tensor
+ * with data NULL and rank 0 is absent; an int of -1 is not given. */
+typedef struct attnjit_mask_build_args {
+  const char* family; /**< e.g. "causal_document"; see attnjit_mask_family */
+  attnjit_tensor offsets;
+  attnjit_tensor prefix;
+  attnjit_tensor prefixes;
+  attnjit_tensor test;
+  attnjit_tensor dropped_start;
+  attnjit_tensor dropped_length;
+  int window;
+  int global_tokens;
+  int window_left;
+  int window_right;
+  uint64_t seed;
+  int validate; /**< nonzero: check the device parameters too and wait for the stream */
+} attnjit_mask_build_args;
+
+/** The mask structure of a FlashMask family's vectors: stores its causal flag (0 or 1) and its
+ * number of columns (1, 2 or 4) for allocating startend_row_indices [B, Hm, N, columns].
+ * Unknown names are a user error listing the families. */
+ATTNJIT_API int attnjit_mask_family(const char* family, int* causal, int* columns);
+
+/** Fills startend_row_indices (int32 [B, Hm, N, C], contiguous; Hm = 1 except for
+ * random_eviction) on `stream` with the vectors of args->family built from its parameters, one
+ * sample per batch row, and returns without waiting unless args->validate is set (or
+ * ATTNJIT_DEBUG=1). Uses the CUDA context current on the calling thread. */
+ATTNJIT_API int attnjit_mask_build(const attnjit_mask_build_args* args,
+                                   const attnjit_tensor* startend_row_indices, void* stream);
+
+/** Checks FlashMask vectors (int32 [B, Hm, Sk, C], contiguous) of the mask structure
+ * flashmask(causal, columns) on the device: values in [0, seqlen_q], LTS <= LTE, UTS <= UTE.
+ * Waits for `stream`; a violation is a user error naming the first bad element (batch, head,
+ * column, vector), its value and the accepted range. */
+ATTNJIT_API int attnjit_validate_intervals(const attnjit_tensor* startend_row_indices, int causal,
+                                           int columns, int seqlen_q, void* stream);
 
 /** Writes a NUL-terminated JSON object describing the compile call that produced `kernel`:
  * {"key", "spec", "cache": "memory"|"disk"|"miss", "compile_ms", "kernels": [{"name", "role",

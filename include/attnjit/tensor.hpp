@@ -40,6 +40,9 @@ struct ForwardArgs {
   float softmax_scale = 0.0f;  ///< 0 means 1/sqrt(head_dim_qk)
   int window_left = -1;        ///< sliding_window: keys left of the diagonal; -1 unbounded
   int window_right = 0;        ///< sliding_window: keys right of the diagonal; -1 unbounded
+  /// Check startend_row_indices on the device first (attnjit::validate_intervals; waits for
+  /// the stream). Always on when the environment has ATTNJIT_DEBUG=1.
+  bool validate_mask = false;
 };
 
 /// Everything a backward launch needs besides the compiled kernel (a spec with
@@ -56,6 +59,8 @@ struct BackwardArgs {
   float softmax_scale = 0.0f;  ///< 0 means 1/sqrt(head_dim_qk)
   int window_left = -1;
   int window_right = 0;
+  /// As ForwardArgs::validate_mask.
+  bool validate_mask = false;
 };
 
 }  // namespace attnjit

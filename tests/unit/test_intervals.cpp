@@ -171,6 +171,16 @@ TEST_CASE("validate names the first bad element, its value and what is accepted"
           "startend_row_indices[batch=0, head=1, column=0] UTS=-1 is outside [0, 100]; "
           "accepted: 0 <= UTS <= 100 (seqlen_q)");
   }
+  SECTION("an end below its start comes before a bad value of a later vector") {
+    element(0, 5, 0) = 15;
+    element(0, 5, 1) = 12;
+    element(0, 5, 2) = -3;
+    CHECK_THAT(validation_message(m),
+               Contains("[batch=0, head=0, column=5] LTE=12 is below LTS=15"));
+    element(0, 5, 1) = 101;
+    CHECK_THAT(validation_message(m),
+               Contains("[batch=0, head=0, column=5] LTE=101 is outside [0, 100]"));
+  }
   SECTION("value above seqlen_q") {
     element(0, 12, 0) = 101;
     CHECK_THAT(validation_message(m),

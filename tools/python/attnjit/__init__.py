@@ -22,20 +22,25 @@ import sys
 from . import _ffi
 from ._ffi import AttnjitError, DeviceError, InternalError
 from .builders import FlashMask, flashmask
+from .masks import FAMILIES, build_mask, mask_family, validate_intervals
 
 __all__ = [
     "AttnjitError",
     "DeviceError",
+    "FAMILIES",
     "FlashMask",
     "InternalError",
     "Kernel",
     "attention",
+    "build_mask",
     "cache_dir",
     "clear_cache",
     "compile",
     "compile_reference",
     "flashmask",
     "forward",
+    "mask_family",
+    "validate_intervals",
     "version",
 ]
 

@@ -1,0 +1,125 @@
+// FlashMask interval vectors on the device: build_mask() fills startend_row_indices for a whole
+// batch (one sample per batch row) from compact parameters that stay on the GPU, and
+// validate_intervals() checks vectors a user supplies. Both run NVRTC-compiled kernels, cached
+// like attention kernels (memory and disk), on the caller's stream.
+//
+// The families and their values are those of the host builders (dsl/builders.hpp): for equal
+// parameters the vectors are equal, element for element. N is the sample length (queries =
+// keys); "segment d" of a batch row is [o_d, o_{d+1}) of its offsets row.
+//
+//   family                 causal C  reads                      vectors of key column j
+//   sliding_window         yes    1  window >= 1                LTS = min(j + window, N)
+//   causal_document        yes    1  offsets                    LTS = end of j's segment
+//   document               no     2  offsets                    LTS = end, UTE = start of it
+//   share_question         yes    1  offsets: segment 0 is the  question: LTS = N;
+//                                    question, the others are   answer: LTS = its end
+//                                    the answers
+//   global_sliding_window  no     4  global_tokens, window_left j < global_tokens: N, N, 0, 0;
+//                                    window_right (each >= 0)   else min(j + left + 1, N), N,
+//                                                               global_tokens,
+//                                                               max(j - right, global_tokens)
+//   causal_blockwise       yes    2  offsets, test [B]: the     j < N - test: LTS = min(end,
+//                                    last test[b] tokens form   N - test), LTE = N - test;
+//                                    the test block; the demo   else LTS = LTE = N
+//                                    blocks are the segments
+//                                    cut at N - test
+//   prefix_lm_causal       no     2  prefix [B]                 LTS = N; UTE = j < prefix ? 0 : j
+//   prefix_lm_document     no     2  offsets, prefixes [B, S]   LTS = end; UTE = j < start +
+//                                    (one per segment)          prefixes[d] ? start : j
+//   qk_sparse              yes    2  dropped_start [B],         j in [start, start + length):
+//                                    dropped_length [B]         LTS = j, LTE = start + length;
+//                                                               else LTS = LTE = N
+//   random_eviction        yes    1  seed; Hm mask heads from   LTS = evicted_at_row(b, h, j)
+//                                    the output's shape         (below)
+//
+// random_eviction: key j of (batch row b, mask head h) stays visible to rows j <= i < r with
+// r = j + 1 + splitmix64(seed + 0x9E3779B97F4A7C15 * (1 + (b * Hm + h) * N + j)) % (N - j)
+// (unsigned 64-bit arithmetic; r = N: never evicted), i.e. dsl::random_eviction of those rows.
+// splitmix64(x): x ^= x >> 30; x *= 0xBF58476D1CE4E5B9; x ^= x >> 27; x *= 0x94D049BB133111EB;
+// x ^= x >> 31.
+//
+// Checked on the host, before anything runs (attnjit::Error naming the field, the value and
+// what is accepted): the family's fields are present and no others, dtypes (int32), ranks,
+// shapes, contiguity and alignment, N >= 1, window >= 1, global_tokens in [0, N], window_left
+// and window_right >= 0, batch and mask heads in [1, 65535]. Checked on the device only with
+// `validate` (or ATTNJIT_DEBUG=1), which then waits for the stream: offsets rows start at 0,
+// never decrease and end at N; prefix and test in [0, N]; prefixes[d] in [0, length of segment
+// d]; dropped_start in [0, N] and dropped_length in [0, N - dropped_start]. Unchecked bad
+// device data gives meaningless vectors but never an out-of-bounds access.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "attnjit/jit.hpp"
+#include "attnjit/spec.hpp"
+#include "attnjit/tensor.hpp"
+
+namespace attnjit {
+
+/// The FlashMask families with interval vectors (full and causal have none).
+enum class MaskFamily : std::uint8_t {
+  sliding_window,
+  causal_document,
+  document,
+  share_question,
+  global_sliding_window,
+  causal_blockwise,
+  prefix_lm_causal,
+  prefix_lm_document,
+  qk_sparse,
+  random_eviction,
+};
+
+std::string_view name_of(MaskFamily family);
+
+/// The family named `text` (e.g. "causal_document"); throws Error listing the names otherwise.
+MaskFamily parse_mask_family(std::string_view text);
+
+/// The mask structure of the family's vectors: flashmask with its causal flag and columns (the
+/// table above). Allocate startend_row_indices as [B, Hm, N, columns].
+MaskSpec mask_spec_of(MaskFamily family);
+
+/// The parameters of build_mask(). Tensors are int32 device tensors, contiguous, absent when
+/// empty(); ints of -1 are "not given". A family reads exactly the fields of its row in the table
+/// above; giving another one is an error.
+struct MaskBuildArgs {
+  MaskFamily family = MaskFamily::causal_document;
+  /// Output: int32 [B, Hm, N, C], contiguous; Hm = 1 except for random_eviction. B, Hm and N
+  /// are taken from its shape.
+  TensorView startend_row_indices;
+  /// [B, S + 1], S >= 1: 0 = o_0 <= o_1 <= ... <= o_S = N in each row (cu_seqlens style); rows
+  /// with fewer segments repeat N at the end (empty segments are allowed anywhere).
+  TensorView offsets;
+  TensorView prefix;          ///< prefix_lm_causal: [B], visible prefix length per sample
+  TensorView prefixes;        ///< prefix_lm_document: [B, S], prefix length per segment
+  TensorView test;            ///< causal_blockwise: [B], test block length per sample
+  TensorView dropped_start;   ///< qk_sparse: [B], first dropped key per sample
+  TensorView dropped_length;  ///< qk_sparse: [B], dropped keys per sample
+  int window = -1;            ///< sliding_window: keys per row, the diagonal included
+  int global_tokens = -1;     ///< global_sliding_window: the first tokens, global
+  int window_left = -1;       ///< global_sliding_window: keys left of the diagonal
+  int window_right = -1;      ///< global_sliding_window: keys right of the diagonal
+  std::uint64_t seed = 0;     ///< random_eviction (any value); other families: 0
+  /// Also check the device data (see above) and wait for the stream; on with ATTNJIT_DEBUG=1.
+  bool validate = false;
+};
+
+/// Fills args.startend_row_indices on `stream` with one launch (O(N log S) per batch row) and
+/// returns the mask structure to compile the attention with. Asynchronous unless validating;
+/// compiles the family's kernel for the current device at first use (memory and disk cache).
+/// Throws Error for bad parameters (see above), DeviceError without a device.
+MaskSpec build_mask(const MaskBuildArgs& args, jit::Stream stream = nullptr);
+
+/// Checks FlashMask vectors on the device: int32 [B, Hm, Sk, C], contiguous, C = mask.columns
+/// (checked on the host), every value in [0, seqlen_q], LTS <= LTE and UTS <= UTE where the
+/// layout has those vectors (flashmask.md). Throws Error naming the first bad element in
+/// (batch, head, column, vector) order (an end LTE/UTE below its start counts as bad), its value
+/// and the accepted range; dsl::validate reports the same element in the same words. Waits for
+/// `stream`.
+/// Kernel::forward and Kernel::backward run it with ForwardArgs/BackwardArgs::validate_mask and
+/// whenever the environment has ATTNJIT_DEBUG=1.
+void validate_intervals(const TensorView& startend_row_indices, const MaskSpec& mask, int seqlen_q,
+                        jit::Stream stream = nullptr);
+
+}  // namespace attnjit

@@ -1,0 +1,11 @@
+// The debug switch ATTNJIT_DEBUG: with ATTNJIT_DEBUG=1 every attention launch validates its
+// FlashMask vectors on the device and every device mask builder checks its parameters.
+#pragma once
+
+namespace attnjit::runtime {
+
+/// True iff the environment has ATTNJIT_DEBUG=1; unset, empty or 0 means false. Read on every
+/// call, so a process may switch it. Throws Error for any other value.
+bool debug_mode();
+
+}  // namespace attnjit::runtime

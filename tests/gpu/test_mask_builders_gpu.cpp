@@ -1,0 +1,534 @@
+// The device mask builders against the host builders of dsl/builders.hpp (equal element for
+// element, every family, random parameters with empty and padded segments, lengths that are
+// not tile multiples, batches up to 8), the builders' device parameter checks, and the device
+// interval check against dsl::validate (same first bad element, same message), also through
+// Kernel::forward / Kernel::backward with validate_mask and with ATTNJIT_DEBUG=1.
+#include <fmt/format.h>
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attnjit/error.hpp"
+#include "attnjit/jit.hpp"
+#include "attnjit/mask_builder.hpp"
+#include "dsl/builders.hpp"
+#include "runtime/driver.hpp"
+#include "support/env_override.hpp"
+
+using namespace attnjit;
+using testing::EnvOverride;
+
+namespace {
+
+constexpr MaskFamily kFamilies[] = {
+    MaskFamily::sliding_window,   MaskFamily::causal_document,       MaskFamily::document,
+    MaskFamily::share_question,   MaskFamily::global_sliding_window, MaskFamily::causal_blockwise,
+    MaskFamily::prefix_lm_causal, MaskFamily::prefix_lm_document,    MaskFamily::qk_sparse,
+    MaskFamily::random_eviction,
+};
+
+/// An int32 tensor in device memory.
+struct DeviceInts {
+  runtime::DeviceBuffer buffer;
+  TensorView view;
+};
+
+DeviceInts upload(const std::vector<int>& values, std::initializer_list<std::int64_t> shape) {
+  DeviceInts t{runtime::DeviceBuffer(values.size() * sizeof(int)), {}};
+  t.buffer.upload(values.data(), values.size() * sizeof(int));
+  t.view = contiguous_view(t.buffer.data(), ScalarType::int32, shape);
+  return t;
+}
+
+std::vector<int> download(const DeviceInts& t) {
+  std::vector<int> values(t.buffer.bytes() / sizeof(int));
+  t.buffer.download(values.data(), t.buffer.bytes());
+  return values;
+}
+
+/// A non-blocking stream: the builders must work on the caller's stream.
+class Stream {
+ public:
+  Stream() {
+    runtime::check(runtime::driver().cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING),
+                   "cuStreamCreate");
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream() { runtime::driver().cuStreamDestroy(stream_); }
+  CUstream get() const { return stream_; }
+  void synchronize() const {
+    runtime::check(runtime::driver().cuStreamSynchronize(stream_), "cuStreamSynchronize");
+  }
+
+ private:
+  CUstream stream_ = nullptr;
+};
+
+int uniform(std::mt19937_64& rng, int lo, int hi) {
+  return std::uniform_int_distribution<int>(lo, hi)(rng);
+}
+
+/// 0 = o_0 <= ... <= o_S = n with S in [1, max_segments]: cut points drawn with repetition, so
+/// empty segments occur; often a cut at 0 or n too.
+std::vector<int> random_offsets(std::mt19937_64& rng, int n, int max_segments) {
+  const int segments = uniform(rng, 1, max_segments);
+  std::vector<int> offsets{0, n};
+  for (int i = 1; i < segments; ++i) {
+    const int kind = uniform(rng, 0, 5);
+    offsets.push_back(kind == 0 ? 0 : kind == 1 ? n : uniform(rng, 0, n));
+  }
+  std::sort(offsets.begin(), offsets.end());
+  return offsets;
+}
+
+std::vector<int> lengths_of(const std::vector<int>& offsets) {
+  std::vector<int> lengths;
+  for (std::size_t d = 0; d + 1 < offsets.size(); ++d) {
+    lengths.push_back(offsets[d + 1] - offsets[d]);
+  }
+  return lengths;
+}
+
+/// Rows of different segment counts padded to one width by repeating n.
+std::vector<int> pad_rows(const std::vector<std::vector<int>>& rows, int n, int& width) {
+  width = 0;
+  for (const auto& row : rows) width = std::max(width, static_cast<int>(row.size()));
+  std::vector<int> flat;
+  for (const auto& row : rows) {
+    flat.insert(flat.end(), row.begin(), row.end());
+    flat.insert(flat.end(), static_cast<std::size_t>(width) - row.size(), n);
+  }
+  return flat;
+}
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/// The eviction rows of (b, h) as include/attnjit/mask_builder.hpp defines them.
+std::vector<int> eviction_rows(std::uint64_t seed, int heads, int b, int h, int n) {
+  std::vector<int> rows(static_cast<std::size_t>(n));
+  for (int j = 0; j < n; ++j) {
+    const std::uint64_t index = (static_cast<std::uint64_t>(b) * heads + h) * n + j;
+    rows[j] = static_cast<int>(j + 1 +
+                               splitmix64(seed + 0x9E3779B97F4A7C15ull * (1 + index)) %
+                                   static_cast<std::uint64_t>(n - j));
+  }
+  return rows;
+}
+
+/// Samples of [1, heads] stacked into [batch, heads] in order.
+dsl::IntervalVectors stack_heads(const std::vector<dsl::IntervalVectors>& samples, int batch,
+                                 int heads) {
+  dsl::IntervalVectors m = samples.front();
+  m.batch = batch;
+  m.heads = heads;
+  m.data.clear();
+  for (const auto& sample : samples)
+    m.data.insert(m.data.end(), sample.data.begin(), sample.data.end());
+  return m;
+}
+
+/// One family's random case: device parameters, the arguments and the host builders' vectors.
+struct FamilyCase {
+  std::vector<DeviceInts> tensors;  ///< keeps the parameters alive
+  MaskBuildArgs args;
+  dsl::IntervalVectors expected;
+  DeviceInts out;
+  std::string describe;
+};
+
+FamilyCase make_case(MaskFamily family, std::mt19937_64& rng, int batch, int n) {
+  FamilyCase c;
+  c.args.family = family;
+  c.describe = fmt::format("{} B={} N={}", name_of(family), batch, n);
+  std::vector<dsl::IntervalVectors> samples;
+  int heads = 1;
+  auto offsets_tensor = [&](const std::vector<std::vector<int>>& rows) {
+    int width = 0;
+    const std::vector<int> flat = pad_rows(rows, n, width);
+    c.tensors.push_back(upload(flat, {batch, width}));
+    c.args.offsets = c.tensors.back().view;
+    return width - 1;
+  };
+  auto per_sample = [&](const std::vector<int>& values) {
+    c.tensors.push_back(upload(values, {batch}));
+    return c.tensors.back().view;
+  };
+  std::vector<std::vector<int>> rows;
+  for (int b = 0; b < batch; ++b) rows.push_back(random_offsets(rng, n, uniform(rng, 1, 12)));
+  switch (family) {
+    case MaskFamily::sliding_window: {
+      c.args.window = uniform(rng, 0, 3) == 0 ? 1 : uniform(rng, 1, n + 5);
+      for (int b = 0; b < batch; ++b) samples.push_back(dsl::sliding_window(n, c.args.window));
+      break;
+    }
+    case MaskFamily::causal_document:
+    case MaskFamily::document:
+    case MaskFamily::share_question: {
+      offsets_tensor(rows);
+      for (const auto& row : rows) {
+        const std::vector<int> lengths = lengths_of(row);
+        if (family == MaskFamily::causal_document) {
+          samples.push_back(dsl::causal_document(lengths));
+        } else if (family == MaskFamily::document) {
+          samples.push_back(dsl::document(lengths));
+        } else {
+          samples.push_back(dsl::share_question(
+              lengths[0], std::vector<int>(lengths.begin() + 1, lengths.end())));
+        }
+      }
+      break;
+    }
+    case MaskFamily::global_sliding_window: {
+      c.args.global_tokens = uniform(rng, 0, n);
+      c.args.window_left = uniform(rng, 0, n);
+      c.args.window_right = uniform(rng, 0, n);
+      for (int b = 0; b < batch; ++b) {
+        samples.push_back(dsl::global_sliding_window(n, c.args.global_tokens, c.args.window_left,
+                                                     c.args.window_right));
+      }
+      break;
+    }
+    case MaskFamily::causal_blockwise: {
+      offsets_tensor(rows);
+      std::vector<int> tests;
+      for (const auto& row : rows) {
+        const int test = uniform(rng, 0, 2) == 0 ? n - row[row.size() - 2] : uniform(rng, 0, n);
+        tests.push_back(test);
+        std::vector<int> clipped;
+        for (const int o : row) clipped.push_back(std::min(o, n - test));
+        samples.push_back(dsl::causal_blockwise(lengths_of(clipped), test));
+      }
+      c.args.test = per_sample(tests);
+      break;
+    }
+    case MaskFamily::prefix_lm_causal: {
+      std::vector<int> prefixes;
+      for (int b = 0; b < batch; ++b) {
+        prefixes.push_back(uniform(rng, 0, n));
+        samples.push_back(dsl::prefix_lm_causal(n, prefixes.back()));
+      }
+      c.args.prefix = per_sample(prefixes);
+      break;
+    }
+    case MaskFamily::prefix_lm_document: {
+      const int segments = offsets_tensor(rows);
+      std::vector<int> flat;
+      for (const auto& row : rows) {
+        std::vector<int> lengths = lengths_of(row);
+        lengths.resize(static_cast<std::size_t>(segments), 0);
+        std::vector<int> prefixes;
+        for (const int length : lengths) prefixes.push_back(uniform(rng, 0, length));
+        flat.insert(flat.end(), prefixes.begin(), prefixes.end());
+        samples.push_back(dsl::prefix_lm_document(lengths, prefixes));
+      }
+      c.tensors.push_back(upload(flat, {batch, segments}));
+      c.args.prefixes = c.tensors.back().view;
+      break;
+    }
+    case MaskFamily::qk_sparse: {
+      std::vector<int> starts, lengths;
+      for (int b = 0; b < batch; ++b) {
+        starts.push_back(uniform(rng, 0, n));
+        lengths.push_back(uniform(rng, 0, n - starts.back()));
+        samples.push_back(dsl::qk_sparse(n, starts.back(), lengths.back()));
+      }
+      c.args.dropped_start = per_sample(starts);
+      c.args.dropped_length = per_sample(lengths);
+      break;
+    }
+    case MaskFamily::random_eviction: {
+      heads = uniform(rng, 1, 3);
+      c.args.seed = rng();
+      for (int b = 0; b < batch; ++b) {
+        for (int h = 0; h < heads; ++h) {
+          samples.push_back(dsl::random_eviction(eviction_rows(c.args.seed, heads, b, h, n)));
+        }
+      }
+      break;
+    }
+  }
+  c.expected = stack_heads(samples, batch, heads);
+  const int columns = mask_spec_of(family).columns;
+  c.out = upload(std::vector<int>(static_cast<std::size_t>(batch) * heads * n * columns, -7),
+                 {batch, heads, n, columns});
+  c.args.startend_row_indices = c.out.view;
+  return c;
+}
+
+std::string build_error(const MaskBuildArgs& args) {
+  try {
+    build_mask(args);
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("device builders equal the host builders for every family", "[gpu][mask_builder]") {
+  std::mt19937_64 rng(20261122);
+  const Stream stream;
+  const int lengths[] = {1, 2, 5, 63, 64, 65, 127, 129, 200, 255, 1000, 4099};
+  for (const MaskFamily family : kFamilies) {
+    for (int trial = 0; trial < 24; ++trial) {
+      const int n = trial < 12 ? lengths[trial] : uniform(rng, 1, 3000);
+      const int batch = uniform(rng, 1, 8);
+      FamilyCase c = make_case(family, rng, batch, n);
+      INFO(c.describe);
+      c.args.validate = trial % 2 == 1;  // valid parameters pass the device check
+      const MaskSpec spec = build_mask(c.args, stream.get());
+      stream.synchronize();
+      CHECK(spec == c.expected.mask_spec());
+      const std::vector<int> got = download(c.out);
+      REQUIRE(got.size() == c.expected.data.size());
+      const auto mismatch = std::mismatch(got.begin(), got.end(), c.expected.data.begin());
+      if (mismatch.first != got.end()) {
+        const std::size_t at = static_cast<std::size_t>(mismatch.first - got.begin());
+        FAIL("first difference at flat index " << at << ": device " << *mismatch.first << ", host "
+                                               << *mismatch.second);
+      }
+    }
+  }
+}
+
+TEST_CASE("device builders report the first bad device parameter", "[gpu][mask_builder]") {
+  const int n = 300;
+  auto offsets_case = [&](MaskFamily family, std::vector<int> flat, int batch) {
+    std::mt19937_64 rng(5);
+    FamilyCase c = make_case(family, rng, batch, n);
+    c.tensors.push_back(upload(flat, {batch, static_cast<std::int64_t>(flat.size()) / batch}));
+    c.args.offsets = c.tensors.back().view;
+    c.args.validate = true;
+    return c;
+  };
+  SECTION("offsets") {
+    FamilyCase c = offsets_case(MaskFamily::causal_document,
+                                {0, 10, 300, 300, 0, 50, 40, 300, 3, 5, 6, 300}, 3);
+    CHECK(build_error(c.args) ==
+          "offsets[1][2]: got '40'; accepted: >= offsets[1][1] = 50 (0 = "
+          "o_0 <= o_1 <= ... <= o_S = N)");
+    c = offsets_case(MaskFamily::document, {0, 10, 300, 300, 0, 5, 6, 299, 3, 5, 6, 300}, 3);
+    CHECK(build_error(c.args) ==
+          "offsets[1][3]: got '299'; accepted: 300 (N): every row ends "
+          "at N, rows with fewer segments repeat it");
+    c = offsets_case(MaskFamily::share_question, {0, 10, 300, 300, 0, 5, 6, 300, 3, 5, 6, 300}, 3);
+    CHECK(build_error(c.args) == "offsets[2][0]: got '3'; accepted: 0 (every row starts at 0)");
+  }
+  SECTION("one value per sample") {
+    std::mt19937_64 rng(6);
+    FamilyCase c = make_case(MaskFamily::prefix_lm_causal, rng, 4, n);
+    c.tensors.push_back(upload({0, 300, 301, -1}, {4}));
+    c.args.prefix = c.tensors.back().view;
+    c.args.validate = true;
+    CHECK(build_error(c.args) == "prefix[2]: got '301'; accepted: 0 to 300 (N)");
+    c = make_case(MaskFamily::causal_blockwise, rng, 2, n);
+    c.tensors.push_back(upload({-4, 0}, {2}));
+    c.args.test = c.tensors.back().view;
+    c.args.validate = true;
+    CHECK(build_error(c.args) == "test[0]: got '-4'; accepted: 0 to 300 (N)");
+    c = make_case(MaskFamily::qk_sparse, rng, 2, n);
+    c.tensors.push_back(upload({10, 250}, {2}));
+    c.args.dropped_start = c.tensors.back().view;
+    c.tensors.push_back(upload({291, 51}, {2}));
+    c.args.dropped_length = c.tensors.back().view;
+    c.args.validate = true;
+    CHECK(build_error(c.args) ==
+          "dropped_length[0]: got '291'; accepted: 0 to 290 (N - "
+          "dropped_start[0] = 300 - 10)");
+    c.tensors.push_back(upload({290, 51}, {2}));
+    c.args.dropped_length = c.tensors.back().view;
+    CHECK(build_error(c.args) ==
+          "dropped_length[1]: got '51'; accepted: 0 to 50 (N - "
+          "dropped_start[1] = 300 - 250)");
+  }
+  SECTION("prefixes per segment") {
+    std::mt19937_64 rng(7);
+    FamilyCase c = make_case(MaskFamily::prefix_lm_document, rng, 2, n);
+    c.tensors.push_back(upload({0, 100, 300, 0, 300, 300}, {2, 3}));
+    c.args.offsets = c.tensors.back().view;
+    c.tensors.push_back(upload({100, 200, 300, 1}, {2, 2}));
+    c.args.prefixes = c.tensors.back().view;
+    c.args.validate = true;
+    CHECK(build_error(c.args) ==
+          "prefixes[1][1]: got '1'; accepted: 0 to 0 (the length of "
+          "segment 1: offsets[1][2] - offsets[1][1])");
+  }
+  SECTION("ATTNJIT_DEBUG=1 checks without validate; unchecked bad data stays in bounds") {
+    FamilyCase c = offsets_case(MaskFamily::causal_document, {0, 500, -3, 300}, 1);
+    c.args.validate = false;
+    {
+      const EnvOverride debug("ATTNJIT_DEBUG", "1");
+      CHECK(build_error(c.args) ==
+            "offsets[0][2]: got '-3'; accepted: >= offsets[0][1] = 500 (0 "
+            "= o_0 <= o_1 <= ... <= o_S = N)");
+    }
+    const EnvOverride debug("ATTNJIT_DEBUG", nullptr);
+    CHECK(build_error(c.args) == "no error");
+    runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+  }
+}
+
+namespace {
+
+/// dsl::validate's message for `m`, or "valid".
+std::string host_message(const dsl::IntervalVectors& m) {
+  try {
+    dsl::validate(m);
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "valid";
+}
+
+/// validate_intervals's message for `m` checked on the device, or "valid".
+std::string device_message(const dsl::IntervalVectors& m, CUstream stream) {
+  const DeviceInts t = upload(m.data, {m.batch, m.heads, m.seqlen_k, m.columns});
+  try {
+    validate_intervals(t.view, m.mask_spec(), m.seqlen_q, stream);
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "valid";
+}
+
+/// Plants one violation at a random element: 0 a negative value, 1 a value above seqlen_q,
+/// 2 LTE below LTS, 3 UTE below UTS (the last two where the layout has those vectors).
+void plant(dsl::IntervalVectors& m, std::mt19937_64& rng, int kind) {
+  const std::size_t column =
+      static_cast<std::size_t>(uniform(rng, 0, m.batch * m.heads * m.seqlen_k - 1));
+  int* v = m.data.data() + column * m.columns;
+  const int sq = m.seqlen_q;
+  if (kind == 0) {
+    v[uniform(rng, 0, m.columns - 1)] = -uniform(rng, 1, 100);
+  } else if (kind == 1) {
+    v[uniform(rng, 0, m.columns - 1)] = sq + uniform(rng, 1, 100);
+  } else {
+    const int start = kind == 2 ? 0 : 2;
+    const int low = uniform(rng, 0, sq - 1);
+    v[start] = uniform(rng, low + 1, sq);
+    v[start + 1] = low;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the device interval check finds the first bad element like dsl::validate",
+          "[gpu][mask_builder]") {
+  std::mt19937_64 rng(77);
+  const Stream stream;
+  const MaskSpec layouts[] = {{MaskKind::flashmask, true, 1},
+                              {MaskKind::flashmask, true, 2},
+                              {MaskKind::flashmask, false, 2},
+                              {MaskKind::flashmask, false, 4}};
+  for (const MaskSpec& layout : layouts) {
+    const bool has_lte = layout.columns == 4 || (layout.causal && layout.columns == 2);
+    for (int trial = 0; trial < 30; ++trial) {
+      const int batch = uniform(rng, 1, 4);
+      const int heads = uniform(rng, 1, 3);
+      const int seqlen_q = uniform(rng, 1, 300);
+      const int seqlen_k = uniform(rng, 1, 300);
+      dsl::IntervalVectors m = dsl::random_intervals(layout.causal, layout.columns, batch, heads,
+                                                     seqlen_q, seqlen_k, rng());
+      INFO(to_string(layout) << " B=" << batch << " Hm=" << heads << " Sq=" << seqlen_q
+                             << " Sk=" << seqlen_k);
+      CHECK(device_message(m, stream.get()) == "valid");
+      const int planted = uniform(rng, 1, 3);
+      for (int i = 0; i < planted; ++i) {
+        const int kinds = layout.columns == 4 ? 4 : has_lte ? 3 : 2;
+        plant(m, rng, uniform(rng, 0, kinds - 1));
+      }
+      const std::string expected = host_message(m);
+      REQUIRE(expected != "valid");
+      CHECK(device_message(m, stream.get()) == expected);
+    }
+  }
+}
+
+TEST_CASE("the device interval check at 32K keys x batch 4", "[gpu][mask_builder]") {
+  const Stream stream;
+  dsl::IntervalVectors m = dsl::random_documents(true, 32768, 10, 14, 3);
+  m = dsl::stack(std::vector<dsl::IntervalVectors>(4, m));
+  m.data[3 * 32768 + 32760] = 32769;
+  CHECK(device_message(m, stream.get()) ==
+        "startend_row_indices[batch=3, head=0, column=32760] LTS=32769 is outside [0, 32768]; "
+        "accepted: 0 <= LTS <= 32768 (seqlen_q)");
+}
+
+TEST_CASE("forward and backward check the vectors with validate_mask and ATTNJIT_DEBUG=1",
+          "[gpu][mask_builder]") {
+  const int batch = 1, seqlen = 96, heads = 2, dim = 64;
+  const std::size_t elements = static_cast<std::size_t>(batch) * seqlen * heads * dim;
+  std::vector<runtime::DeviceBuffer> buffers;
+  auto activation = [&] {
+    buffers.emplace_back(elements * 2);
+    buffers.back().fill_bytes(0x3c);
+    return contiguous_view(buffers.back().data(), ScalarType::bf16, {batch, seqlen, heads, dim});
+  };
+  buffers.reserve(16);
+  const std::vector<int> lengths{40, 56};
+  const dsl::IntervalVectors good = dsl::document(lengths);
+  dsl::IntervalVectors bad = good;
+  bad.data[70 * 2 + 1] = 97;
+  const DeviceInts good_vectors = upload(good.data, {1, 1, seqlen, 2});
+  const DeviceInts bad_vectors = upload(bad.data, {1, 1, seqlen, 2});
+  const std::string message =
+      "startend_row_indices[batch=0, head=0, column=70] UTE=97 is outside [0, 96]; accepted: 0 "
+      "<= UTE <= 96 (seqlen_q)";
+
+  ForwardArgs f;
+  f.q = activation();
+  f.k = activation();
+  f.v = activation();
+  f.o = activation();
+  buffers.emplace_back(static_cast<std::size_t>(batch) * heads * seqlen * 4);
+  f.lse = contiguous_view(buffers.back().data(), ScalarType::fp32, {batch, heads, seqlen});
+  f.startend_row_indices = good_vectors.view;
+  f.validate_mask = true;
+  const jit::Kernel forward = jit::compile(
+      parse_spec("dtype=bf16 head_dim=64 mask=flashmask(causal=false,columns=2) return_lse=true"));
+  CHECK_NOTHROW(forward.forward(f));
+  f.startend_row_indices = bad_vectors.view;
+  CHECK_THROWS_WITH(forward.forward(f), message);
+  f.validate_mask = false;
+  {
+    const EnvOverride debug("ATTNJIT_DEBUG", "1");
+    CHECK_THROWS_WITH(forward.forward(f), message);
+  }
+
+  BackwardArgs b;
+  b.q = f.q;
+  b.k = f.k;
+  b.v = f.v;
+  b.o = f.o;
+  b.lse = f.lse;
+  b.d_o = activation();
+  b.d_q = activation();
+  b.d_k = activation();
+  b.d_v = activation();
+  b.startend_row_indices = bad_vectors.view;
+  b.validate_mask = true;
+  const jit::Kernel backward = jit::compile(parse_spec(
+      "dtype=bf16 head_dim=64 mask=flashmask(causal=false,columns=2) direction=backward"));
+  CHECK_THROWS_WITH(backward.backward(b), message);
+  b.validate_mask = false;
+  {
+    const EnvOverride debug("ATTNJIT_DEBUG", "1");
+    CHECK_THROWS_WITH(backward.backward(b), message);
+  }
+  b.startend_row_indices = good_vectors.view;
+  b.validate_mask = true;
+  CHECK_NOTHROW(backward.backward(b));
+  runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+}

@@ -114,6 +114,51 @@ def dense_mask(family, mask_mod, batch, mask_heads, seqlen, device):
     return visible
 
 
+def _offsets(rows, seqlen, device):
+    """cu_seqlens-style offsets [B, S + 1] of per-sample segment lengths, rows padded with N."""
+    width = max(len(lengths) for lengths in rows) + 1
+    table = []
+    for lengths in rows:
+        offsets = [0]
+        for length in lengths:
+            offsets.append(offsets[-1] + length)
+        table.append(offsets + [seqlen] * (width - len(offsets)))
+    return torch.tensor(table, dtype=torch.int32, device=device)
+
+
+def _per_sample(values, device):
+    return torch.tensor(list(values), dtype=torch.int32, device=device)
+
+
+def device_arguments(family, params, seqlen, batch, device):
+    """attnjit.build_mask keyword arguments equivalent to the host builders' `params`, or
+    (None, why) for a family whose benchmark parameters the device builders do not take
+    (packed share-question samples; eviction rows drawn on the host)."""
+    if family == "sliding_window":
+        return {"window": params["window"]}, ""
+    if family == "global_sliding_window":
+        return {"global_tokens": params["global_tokens"], "window_left": params["left"],
+                "window_right": params["right"]}, ""
+    if family == "prefix_lm_causal":
+        return {"prefix": _per_sample([params["prefix"]] * batch, device)}, ""
+    if family in ("causal_document", "document"):
+        return {"offsets": _offsets(params["doc_lengths"], seqlen, device)}, ""
+    if family == "prefix_lm_document":
+        docs = params["doc_lengths"]
+        width = max(len(lengths) for lengths in docs)
+        prefixes = [list(p) + [0] * (width - len(p)) for p in params["prefixes"]]
+        return {"offsets": _offsets(docs, seqlen, device),
+                "prefixes": torch.tensor(prefixes, dtype=torch.int32, device=device)}, ""
+    if family == "causal_blockwise":
+        return {"offsets": _offsets(params["blocks"], seqlen, device),
+                "test": _per_sample(params["test"], device)}, ""
+    if family == "qk_sparse":
+        return {"dropped_start": _per_sample(params["offset"], device),
+                "dropped_length": _per_sample(params["length"], device)}, ""
+    return None, (f"attnjit.build_mask: {family}'s benchmark parameters (packed samples or "
+                  "host-drawn rows) have no device form; host builders timed")
+
+
 def device_build(family, params, seqlen, batch, mask_heads, device, host_mask):
     """Builds the vectors with attnjit.build_mask (the device-side builders) from the same
     parameters as the host builders, and checks them against `host_mask`. Returns (build,
@@ -123,9 +168,13 @@ def device_build(family, params, seqlen, batch, mask_heads, device, host_mask):
     if build_mask is None:
         return None, ""
 
+    kwargs, note = device_arguments(family, params, seqlen, batch, device)
+    if kwargs is None:
+        return None, note
+
     def build():
         built = build_mask(family, seqlen, batch=batch, heads=mask_heads, device=device,
-                           **params)
+                           **kwargs)
         tensor = built[1] if isinstance(built, tuple) else built.startend_row_indices
         torch.cuda.synchronize()
         return tensor

@@ -1,4 +1,5 @@
 // Each lowering pass on its own, and the pipeline's print-after-pass hook.
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include "attnjit/error.hpp"
@@ -39,6 +40,21 @@ TEST_CASE("validate rejects what attnjit cannot compile", "[pass]") {
   Lowering bad = ir_of("dtype=bf16 head_dim=128 mask=causal");
   bad.spec.mask.columns = 2;
   CHECK_THROWS_WITH(validate(bad), Catch::Contains("do not apply to mask=causal"));
+}
+
+TEST_CASE("validate accepts the score modifiers for both directions and every mask", "[pass]") {
+  for (const char* mask : {"none", "causal", "sliding_window", "flashmask(causal=true,columns=1)",
+                           "flashmask(causal=true,columns=2)", "flashmask(causal=false,columns=2)",
+                           "flashmask(causal=false,columns=4)"}) {
+    for (const char* direction : {"forward", "backward"}) {
+      for (const char* modifiers : {"softcap=true", "alibi=true", "softcap=true alibi=true"}) {
+        const std::string text = fmt::format("dtype=fp16 head_dim=64 mask={} direction={} {}", mask,
+                                             direction, modifiers);
+        INFO(text);
+        CHECK(validation_error(text.c_str()) == "no error");
+      }
+    }
+  }
 }
 
 TEST_CASE("canonicalize fills head_dim_v", "[pass]") {

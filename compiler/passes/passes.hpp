@@ -26,7 +26,8 @@ Lowering select_target(const Lowering& in);
 
 /// Picks the tile shapes per head dim, mask cost and arch, within the target's shared memory:
 /// the forward's (block_m x block_n, warps, K/V pipeline depth, Q in registers or not) or
-/// the backward kernels' (key block per CTA, query block per iteration, warp layout).
+/// the backward kernels' (key block per CTA, query block per iteration, warp layout; with
+/// soft-capping, a shape with room for its registers).
 Lowering select_tiles(const Lowering& in);
 
 /// Lists the kernels to generate in launch order, with names and launch shapes: the

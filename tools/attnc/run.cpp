@@ -1,5 +1,7 @@
 // attnc run: random inputs on the GPU, the forward timed with CUDA events, TFLOP/s counting
 // visible (query, key) pairs, and with --check the error against attnjit's fp32 reference.
+// --softcap X and --alibi turn the score modifiers on (the spec gets softcap=true /
+// alibi=true); the ALiBi slopes are the standard geometric ones, 2^(-8 i / H) for head i-1.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -26,6 +28,8 @@ struct RunOptions {
   std::optional<std::string> arch;
   int batch = 1, heads = 1, kv_heads = 0, mask_heads = 1, seqlen_q = 0, seqlen_k = 0;
   int window_left = -1, window_right = 0;
+  std::optional<float> softcap;
+  bool alibi = false;
   int warmup = 1, repeat = 1;
   std::uint64_t seed = 1;
   bool check = false, json = false;
@@ -78,6 +82,13 @@ attnjit::dsl::IntervalVectors make_vectors(const attnjit::MaskSpec& mask, const 
     samples.push_back(dsl::broadcast_heads(sample, o.mask_heads));
   }
   return dsl::stack(samples);
+}
+
+// The standard ALiBi slopes of `heads` heads: 2^(-8 i / H) for i = 1 .. H.
+std::vector<float> alibi_slopes(int heads) {
+  std::vector<float> slopes(heads);
+  for (int i = 1; i <= heads; ++i) slopes[i - 1] = std::exp2(-8.0f * i / heads);
+  return slopes;
 }
 
 struct Check {
@@ -141,6 +152,15 @@ void run(RunOptions o) {
     attnjit::throw_field_error("--mask-heads", std::to_string(o.mask_heads),
                                fmt::format("1 or --kv-heads ({})", o.kv_heads));
   }
+  if (o.softcap && !(*o.softcap > 0.f && std::isfinite(*o.softcap))) {
+    attnjit::throw_field_error("--softcap", fmt::format("{}", *o.softcap), "a finite value > 0");
+  }
+  if (spec.softcap && !o.softcap) {
+    throw attnjit::Error(
+        "--softcap: missing, but the spec has softcap=true; accepted: --softcap X with X > 0");
+  }
+  if (o.softcap) spec.softcap = true;
+  if (o.alibi) spec.alibi = true;
   const bool lse_wanted = spec.return_lse || o.check;
   spec.return_lse = lse_wanted;
   const attnjit::jit::Kernel kernel = attnjit::jit::compile(spec);
@@ -180,6 +200,15 @@ void run(RunOptions o) {
   }
   args.window_left = o.window_left;
   args.window_right = o.window_right;
+  if (o.softcap) args.softcap = *o.softcap;
+  DeviceBuffer slope_buffer;
+  if (s.alibi) {
+    const std::vector<float> slopes = alibi_slopes(o.heads);
+    slope_buffer = DeviceBuffer(slopes.size() * 4);
+    slope_buffer.upload(slopes.data(), slopes.size() * 4);
+    args.alibi_slopes =
+        attnjit::contiguous_view(slope_buffer.data(), attnjit::ScalarType::fp32, {o.heads});
+  }
   std::optional<attnjit::dsl::IntervalVectors> vectors;
   DeviceBuffer vector_buffer;
   if (s.mask.kind == attnjit::MaskKind::flashmask) {
@@ -291,6 +320,10 @@ void add_run(CLI::App& app) {
                   "sliding_window: keys left of the diagonal (-1: unbounded)");
   cmd->add_option("--window-right", o.window_right,
                   "sliding_window: keys right of the diagonal (-1: unbounded)");
+  cmd->add_option("--softcap", o.softcap,
+                  "Soft-cap scores at X (s <- X tanh(s / X)); sets softcap=true in the spec");
+  cmd->add_flag("--alibi", o.alibi,
+                "ALiBi with the slopes 2^(-8 i / H), i = 1 .. H; sets alibi=true in the spec");
   cmd->add_option("--mask-data", o.mask_data, "FlashMask vectors: documents (per family) or random")
       ->check(CLI::IsMember({"documents", "random"}));
   cmd->add_option("--seed", o.seed, "Random seed");

@@ -247,6 +247,24 @@ TEST_CASE("the backward plan", "[pass]") {
   }
 }
 
+TEST_CASE("forward specs with score modifiers take a shape with room for them", "[pass]") {
+  const auto tiles = [](int d, const char* rest) {
+    return *lower(parse_spec(fmt::format("dtype=bf16 head_dim={} target=sm_80 {}", d, rest))).tiles;
+  };
+  // d128, index mask: 128 x 48 without modifiers, 128 x 32 (the window's shape) with them.
+  CHECK(tiles(128, "mask=causal").block_n == 48);
+  for (const char* modifiers : {"softcap=true", "alibi=true", "softcap=true alibi=true"}) {
+    INFO(modifiers);
+    CHECK(tiles(128, fmt::format("mask=causal {}", modifiers).c_str()) ==
+          tiles(128, "mask=sliding_window"));
+    // Elsewhere the shape stays.
+    for (int d : {32, 64, 96, 192, 256}) {
+      INFO(d);
+      CHECK(tiles(d, fmt::format("mask=causal {}", modifiers).c_str()) == tiles(d, "mask=causal"));
+    }
+  }
+}
+
 TEST_CASE("soft-capping backward specs take a shape with room for its registers", "[pass]") {
   const auto tiles = [](int d, const char* modifiers) {
     return *lower(parse_spec(fmt::format("dtype=bf16 head_dim={} mask=causal direction=backward "

@@ -383,9 +383,13 @@ std::vector<Case> score_mod_cases() {
   struct Shape {
     int batch, heads, kv_heads, seqlen_q, seqlen_k;
   };
-  // Lengths that are not tile multiples, Sq != Sk both ways, MHA / GQA / MQA.
-  const Shape shapes[] = {
-      {2, 4, 2, 200, 200}, {1, 4, 1, 257, 129}, {2, 4, 4, 130, 300}, {1, 6, 2, 333, 333}};
+  // Lengths that are not tile multiples, Sq != Sk both ways, MHA / GQA / MQA; five shapes
+  // against four masks, so that each mask meets every shape.
+  const Shape shapes[] = {{2, 4, 2, 200, 200},
+                          {1, 4, 1, 257, 129},
+                          {2, 4, 4, 130, 300},
+                          {1, 6, 2, 333, 333},
+                          {1, 2, 1, 65, 190}};
   struct MaskCase {
     MaskSpec mask;
     int window_left, window_right;

@@ -218,16 +218,18 @@ class AutogradTest(unittest.TestCase):
         slopes = torch.tensor([2.0 ** (-8 * i / 4) for i in range(1, 5)])
         modifiers = (("softcap", 1.5, None), ("alibi", None, slopes),
                      ("both", 5.0, slopes), ("negative alibi", None, -slopes))
-        lengths = ((333, 333), (200, 300), (300, 200))
-        for index, (dtype, head_dim, mask_name, (name, softcap, alibi)) in enumerate(
-                itertools.product(DTYPES, HEAD_DIMS, ("none", "causal", "causal_document"),
-                                  modifiers)):
-            seqlen_q, seqlen_k = lengths[index % 3] if mask_name != "causal_document" \
+        # Five length pairs against the modifiers' four: each modifier meets each pair.
+        lengths = ((333, 333), (200, 300), (300, 200), (130, 129), (65, 257))
+        for index, (dtype, head_dim, mask_name, (name, softcap, alibi), deterministic) in \
+                enumerate(itertools.product(DTYPES, HEAD_DIMS,
+                                            ("none", "causal", "causal_document"), modifiers,
+                                            (False, True))):
+            seqlen_q, seqlen_k = lengths[index // 2 % 5] if mask_name != "causal_document" \
                 else (333, 333)
             with self.subTest(dtype=dtype, head_dim=head_dim, mask=mask_name, modifier=name,
-                              seqlen_q=seqlen_q, seqlen_k=seqlen_k):
+                              seqlen_q=seqlen_q, seqlen_k=seqlen_k, deterministic=deterministic):
                 self.check(dtype, head_dim, mask_name, seqlen_q, seqlen_k, 4, 2,
-                           deterministic=index % 2 == 1, seed=index, softcap=softcap,
+                           deterministic=deterministic, seed=index, softcap=softcap,
                            slopes=alibi)
 
     def test_deterministic_gradients_are_bitwise_identical(self):

@@ -94,6 +94,16 @@ int attnjit_forward(const attnjit_kernel* kernel, const attnjit_tensor* q, const
                     const attnjit_tensor* v, const attnjit_tensor* o, const attnjit_tensor* lse,
                     const attnjit_tensor* startend_row_indices, float softmax_scale,
                     int window_left, int window_right, void* stream) {
+  return attnjit_forward_score_mod(kernel, q, k, v, o, lse, startend_row_indices, softmax_scale,
+                                   window_left, window_right, 0.0f, nullptr, stream);
+}
+
+int attnjit_forward_score_mod(const attnjit_kernel* kernel, const attnjit_tensor* q,
+                              const attnjit_tensor* k, const attnjit_tensor* v,
+                              const attnjit_tensor* o, const attnjit_tensor* lse,
+                              const attnjit_tensor* startend_row_indices, float softmax_scale,
+                              int window_left, int window_right, float softcap,
+                              const attnjit_tensor* alibi_slopes, void* stream) {
   return guarded([&] {
     require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
     attnjit::ForwardArgs args;
@@ -106,6 +116,8 @@ int attnjit_forward(const attnjit_kernel* kernel, const attnjit_tensor* q, const
     args.softmax_scale = softmax_scale;
     args.window_left = window_left;
     args.window_right = window_right;
+    args.softcap = softcap;
+    args.alibi_slopes = optional_view("alibi_slopes", alibi_slopes);
     kernel->kernel.forward(args, stream);
   });
 }
@@ -116,6 +128,20 @@ int attnjit_backward(const attnjit_kernel* kernel, const attnjit_tensor* q, cons
                      const attnjit_tensor* d_q, const attnjit_tensor* d_k,
                      const attnjit_tensor* d_v, float softmax_scale, int window_left,
                      int window_right, void* stream) {
+  return attnjit_backward_score_mod(kernel, q, k, v, o, d_o, lse, startend_row_indices, d_q, d_k,
+                                    d_v, softmax_scale, window_left, window_right, 0.0f, nullptr,
+                                    stream);
+}
+
+int attnjit_backward_score_mod(const attnjit_kernel* kernel, const attnjit_tensor* q,
+                               const attnjit_tensor* k, const attnjit_tensor* v,
+                               const attnjit_tensor* o, const attnjit_tensor* d_o,
+                               const attnjit_tensor* lse,
+                               const attnjit_tensor* startend_row_indices,
+                               const attnjit_tensor* d_q, const attnjit_tensor* d_k,
+                               const attnjit_tensor* d_v, float softmax_scale, int window_left,
+                               int window_right, float softcap, const attnjit_tensor* alibi_slopes,
+                               void* stream) {
   return guarded([&] {
     require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
     attnjit::BackwardArgs args;
@@ -132,6 +158,8 @@ int attnjit_backward(const attnjit_kernel* kernel, const attnjit_tensor* q, cons
     args.softmax_scale = softmax_scale;
     args.window_left = window_left;
     args.window_right = window_right;
+    args.softcap = softcap;
+    args.alibi_slopes = optional_view("alibi_slopes", alibi_slopes);
     kernel->kernel.backward(args, stream);
   });
 }

@@ -169,11 +169,57 @@ Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
                     "accepted: no startend_row_indices",
                     to_string(spec.mask)));
   }
+  check_score_mod_args(spec, a, s.heads);
   return s;
 }
 
 template Shapes check_args<ForwardArgs>(const AttentionSpec&, const ForwardArgs&, bool);
 template Shapes check_args<BackwardArgs>(const AttentionSpec&, const BackwardArgs&, bool);
+
+template <class Args>
+void check_score_mod_args(const AttentionSpec& spec, const Args& a, int heads) {
+  if (spec.softcap) {
+    if (!(a.softcap > 0.f) || !std::isfinite(a.softcap)) {
+      throw_field_error("softcap", fmt::format("{}", a.softcap),
+                        "a finite value > 0 (the spec has softcap=true)");
+    }
+  } else if (a.softcap != 0.f) {
+    throw_field_error("softcap", fmt::format("{}", a.softcap),
+                      "0 (the spec has softcap=false; compile with softcap=true to cap scores)");
+  }
+  const TensorView& t = a.alibi_slopes;
+  if (!spec.alibi) {
+    if (!t.empty()) {
+      throw Error(
+          "alibi_slopes: given, but the spec has alibi=false; accepted: no alibi_slopes "
+          "(compile with alibi=true to add the bias)");
+    }
+    return;
+  }
+  if (t.data == nullptr) {
+    throw Error(fmt::format(
+        "alibi_slopes: missing; accepted: for alibi=true an fp32 [{}] tensor (one slope per "
+        "query head) in device memory",
+        heads));
+  }
+  if (t.dtype != ScalarType::fp32)
+    throw_field_error("alibi_slopes.dtype", name_of(t.dtype), "fp32");
+  if (t.rank != 1) {
+    throw_field_error("alibi_slopes.rank", std::to_string(t.rank),
+                      "1 ([heads], one slope per query head)");
+  }
+  check_same("alibi_slopes.shape[0]", t.shape[0], heads, "heads of q");
+  if (t.shape[0] > 1 && t.stride[0] != 1) {
+    throw_field_error("alibi_slopes.stride[0]", std::to_string(t.stride[0]),
+                      "1 (the tensor must be contiguous)");
+  }
+  if (reinterpret_cast<std::uintptr_t>(t.data) % 4 != 0) {
+    throw_field_error("alibi_slopes.data", fmt::format("{}", t.data), "a 4-byte aligned address");
+  }
+}
+
+template void check_score_mod_args<ForwardArgs>(const AttentionSpec&, const ForwardArgs&, int);
+template void check_score_mod_args<BackwardArgs>(const AttentionSpec&, const BackwardArgs&, int);
 
 void check_same_layout(std::string_view name, const TensorView& t, std::string_view like_name,
                        const TensorView& like) {

@@ -19,10 +19,17 @@ struct Shapes {
   int batch = 0, seqlen_q = 0, seqlen_k = 0, heads = 0, kv_heads = 0, mask_heads = 1;
 };
 
-/// Checks q, k, v, o, lse, startend_row_indices, the window sizes and the scale of `args`
-/// (ForwardArgs or BackwardArgs) against `spec`; throws Error naming the first bad field.
+/// Checks q, k, v, o, lse, startend_row_indices, the window sizes, the scale and the score
+/// modifiers' arguments of `args` (ForwardArgs or BackwardArgs) against `spec`; throws Error
+/// naming the first bad field.
 template <class Args>
 Shapes check_args(const AttentionSpec& spec, const Args& args, bool lse_required);
+
+/// Checks softcap and alibi_slopes of `args` against the spec's softcap/alibi flags: a
+/// finite cap > 0 with softcap=true, else 0; an fp32 [heads] contiguous tensor with
+/// alibi=true, else none. Throws Error naming the field, the value and what is accepted.
+template <class Args>
+void check_score_mod_args(const AttentionSpec& spec, const Args& args, int heads);
 
 /// Checks that `t` has the dtype and shape of `like` and a valid layout (contiguous last
 /// dim, 16-byte rows, 16-byte aligned data); the message names `name` and `like_name`.
@@ -55,8 +62,8 @@ inline void set_strides(const TensorView& t, long long& batch, long long& row, l
 }
 
 /// The fields FwdParams and BwdParams share (same names): q, k, v, o and their strides, the
-/// LSE, the FlashMask vectors, the sizes, the softmax scale (0: 1/sqrt(head_dim_qk)) and
-/// the window.
+/// LSE, the FlashMask vectors, the sizes, the softmax scale (0: 1/sqrt(head_dim_qk)), the
+/// window and the score modifiers' arguments.
 template <class Params, class Args>
 void fill_common_params(Params& p, const AttentionSpec& spec, const Args& a, const Shapes& s) {
   p.q = a.q.data;
@@ -82,6 +89,10 @@ void fill_common_params(Params& p, const AttentionSpec& spec, const Args& a, con
   p.scale_log2 = p.softmax_scale * 1.4426950408889634f;
   p.window_left = a.window_left;
   p.window_right = a.window_right;
+  p.softcap = a.softcap;
+  p.softcap_exp2 = a.softcap > 0.f ? 2.f * p.scale_log2 / a.softcap : 0.f;
+  p.softcap_log2 = a.softcap * 1.4426950408889634f;
+  p.alibi_slopes = static_cast<const float*>(a.alibi_slopes.data);
 }
 
 inline unsigned ceil_div(std::int64_t a, std::int64_t b) {

@@ -27,7 +27,8 @@ std::string emit_forward(const Lowering& ir, const KernelDesc& kernel) {
        fmt::format("static constexpr bool kQInRegisters = {};", tiles.q_in_registers),
        fmt::format("static constexpr bool kReturnLse = {};", spec.return_lse)},
       "attnjit::ForwardSm80<Config, Mask>", "attnjit::FwdParams",
-      "attnjit::forward_sm80<Config, Mask>(params);", /*min_blocks_per_sm=*/0);
+      fmt::format("attnjit::forward_sm80<Config, Mask{}>(params);", score_mod_argument(spec)),
+      /*min_blocks_per_sm=*/0);
 }
 
 std::string emit_minmax(const Lowering& ir, const KernelDesc& kernel) {
@@ -81,10 +82,11 @@ ReferenceKernel emit_reference_kernel(const AttentionSpec& spec) {
   }
   ReferenceKernel out;
   out.name = fmt::format(
-      "attnjit_reference_{}_d{}_{}", name_of(spec.dtype), spec.head_dim_qk,
+      "attnjit_reference_{}_d{}_{}{}", name_of(spec.dtype), spec.head_dim_qk,
       mask_kind == 3
           ? fmt::format("flashmask{}_c{}", spec.mask.causal ? "_causal" : "", spec.mask.columns)
-          : std::string(name_of(spec.mask.kind)));
+          : std::string(name_of(spec.mask.kind)),
+      score_mod_tag(spec));
   out.threads = 128;
   SourceWriter w;
   w.line("// attnjit reference kernel (fp32, unfused) for: {}", to_string(spec));
@@ -95,9 +97,10 @@ ReferenceKernel emit_reference_kernel(const AttentionSpec& spec) {
   entry.threads = out.threads;
   emit_entry(w, entry, "attnjit::FwdParams",
              fmt::format("attnjit::reference_attention<{}, /*kHeadDim=*/{}, /*kMask=*/{}, "
-                         "/*kFlashCausal=*/{}, /*kColumns=*/{}, /*kLse=*/true>(params);",
+                         "/*kFlashCausal=*/{}, /*kColumns=*/{}, /*kLse=*/true, /*kSoftcap=*/{}, "
+                         "/*kAlibi=*/{}>(params);",
                          element_type(spec.dtype), spec.head_dim_qk, mask_kind, spec.mask.causal,
-                         spec.mask.columns));
+                         spec.mask.columns, spec.softcap, spec.alibi));
   out.source = w.str();
   return out;
 }

@@ -20,7 +20,8 @@ std::string emit_main(const Lowering& ir, const KernelDesc& kernel) {
        fmt::format("static constexpr int kDimWarps = {};", tiles.dim_warps),
        fmt::format("static constexpr bool kAtomicDq = {};", !ir.spec.deterministic)},
       "attnjit::BackwardSm80<Config, Mask>", "attnjit::BwdParams",
-      "attnjit::backward_sm80<Config, Mask>(params);", /*min_blocks_per_sm=*/1);
+      fmt::format("attnjit::backward_sm80<Config, Mask{}>(params);", score_mod_argument(ir.spec)),
+      /*min_blocks_per_sm=*/1);
 }
 
 std::string emit_dq(const Lowering& ir, const KernelDesc& kernel) {
@@ -31,7 +32,9 @@ std::string emit_dq(const Lowering& ir, const KernelDesc& kernel) {
                         fmt::format("static constexpr int kBlockN = {};", tiles.dq_block_n),
                         fmt::format("static constexpr int kWarps = {};", tiles.dq_warps)},
                        "attnjit::BackwardDqSm80<Config, Mask>", "attnjit::BwdParams",
-                       "attnjit::backward_dq_sm80<Config, Mask>(params);", /*min_blocks_per_sm=*/1);
+                       fmt::format("attnjit::backward_dq_sm80<Config, Mask{}>(params);",
+                                   score_mod_argument(ir.spec)),
+                       /*min_blocks_per_sm=*/1);
 }
 
 std::string emit_rows(const Lowering& ir, const KernelDesc& kernel, std::string_view body) {

@@ -55,6 +55,18 @@ void emit_mask_policy(SourceWriter& w, const AttentionSpec& spec, const MaskLowe
   w.line("    Mask;");
 }
 
+void emit_score_mod(SourceWriter& w, const AttentionSpec& spec) {
+  if (!spec.softcap && !spec.alibi) return;
+  w.line("// score modifiers: softcap={} alibi={}", spec.softcap, spec.alibi);
+  w.line("typedef attnjit::ScoreMod</*kSoftcap=*/{}, /*kAlibi=*/{}> Score;", spec.softcap,
+         spec.alibi);
+  w.blank();
+}
+
+std::string_view score_mod_argument(const AttentionSpec& spec) {
+  return spec.softcap || spec.alibi ? ", Score" : "";
+}
+
 void emit_smem_check(SourceWriter& w, std::string_view kernel_type, int smem_bytes) {
   w.line("static_assert({}::kSmemBytes == {},", kernel_type, smem_bytes);
   w.line("              \"the plan and the template disagree on shared memory\");");
@@ -92,6 +104,7 @@ std::string emit_mainloop(const Lowering& ir, const KernelDesc& kernel,
   w.blank();
   emit_mask_policy(w, ir.spec, *ir.mask);
   w.blank();
+  emit_score_mod(w, ir.spec);
   emit_smem_check(w, kernel_type, kernel.dynamic_smem_bytes);
   w.blank();
   w.line("}}  // namespace");

@@ -19,6 +19,14 @@ void emit_header(SourceWriter& w, const Lowering& ir, const KernelDesc& kernel);
 /// `typedef attnjit::MaskPolicy<...> Mask;` with the flags of the mask lowering.
 void emit_mask_policy(SourceWriter& w, const AttentionSpec& spec, const MaskLowering& mask);
 
+/// With a score modifier in the spec, `typedef attnjit::ScoreMod<...> Score;` binding its
+/// flags and a blank line; nothing otherwise (the kernels default to no modifiers).
+void emit_score_mod(SourceWriter& w, const AttentionSpec& spec);
+
+/// The template argument that passes the bound hook: ", Score" with a score modifier in the
+/// spec, "" otherwise.
+std::string_view score_mod_argument(const AttentionSpec& spec);
+
 /// `static_assert(<kernel type>::kSmemBytes == <planned bytes>, ...)`.
 void emit_smem_check(SourceWriter& w, std::string_view kernel_type, int smem_bytes);
 
@@ -29,8 +37,8 @@ void emit_entry(SourceWriter& w, const KernelDesc& kernel, std::string_view para
                 std::string_view body, int min_blocks_per_sm = 0);
 
 /// A mainloop kernel's translation unit: the header, `struct Config` with `config_lines`,
-/// the mask policy, a check that `kernel_type`'s shared memory is the planned
-/// kernel.dynamic_smem_bytes, and the entry calling `body`.
+/// the mask policy, the score modifiers, a check that `kernel_type`'s shared memory is the
+/// planned kernel.dynamic_smem_bytes, and the entry calling `body`.
 std::string emit_mainloop(const Lowering& ir, const KernelDesc& kernel,
                           const std::vector<std::string>& config_lines,
                           std::string_view kernel_type, std::string_view params_type,

@@ -56,6 +56,10 @@ const KernelDesc* KernelPlan::find(KernelRole role) const {
   return nullptr;
 }
 
+std::string score_mod_tag(const AttentionSpec& spec) {
+  return fmt::format("{}{}", spec.softcap ? "_softcap" : "", spec.alibi ? "_alibi" : "");
+}
+
 std::string to_string(const Lowering& lowering) {
   std::string out = fmt::format("attention {{{}}}\n", to_string(lowering.spec));
   if (lowering.mask) {

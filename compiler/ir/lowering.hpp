@@ -111,6 +111,9 @@ struct Lowering {
   std::optional<KernelPlan> plan;
 };
 
+/// The score modifiers' part of kernel names: "", "_softcap", "_alibi" or "_softcap_alibi".
+std::string score_mod_tag(const AttentionSpec& spec);
+
 /// Text form of the IR, one decision per line, e.g.
 ///   attention {dtype=bf16 head_dim_qk=128 ...}
 ///     mask_lowering {causal=index window=none vectors=[] minmax=false}

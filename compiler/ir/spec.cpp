@@ -201,17 +201,17 @@ std::string to_string(const TileShape& tiles) {
 
 std::string to_string(const AttentionSpec& spec) {
   return fmt::format(
-      "dtype={} head_dim_qk={} head_dim_v={} mask={} return_lse={} direction={} "
-      "deterministic={} target={} "
-      "tiles={}",
-      name_of(spec.dtype), spec.head_dim_qk, spec.head_dim_v, to_string(spec.mask), spec.return_lse,
-      name_of(spec.direction), spec.deterministic, name_of(spec.target), to_string(spec.tiles));
+      "dtype={} head_dim_qk={} head_dim_v={} mask={} softcap={} alibi={} return_lse={} "
+      "direction={} deterministic={} target={} tiles={}",
+      name_of(spec.dtype), spec.head_dim_qk, spec.head_dim_v, to_string(spec.mask), spec.softcap,
+      spec.alibi, spec.return_lse, name_of(spec.direction), spec.deterministic,
+      name_of(spec.target), to_string(spec.tiles));
 }
 
 AttentionSpec parse_spec(std::string_view text) {
   constexpr std::string_view kKeys =
-      "dtype, head_dim, head_dim_qk, head_dim_v, mask, return_lse, direction, deterministic, "
-      "target, tiles";
+      "dtype, head_dim, head_dim_qk, head_dim_v, mask, softcap, alibi, return_lse, direction, "
+      "deterministic, target, tiles";
   constexpr std::string_view kHeadDims = "32, 64, 96, 128, 192, 256";
   AttentionSpec spec;
   std::optional<int> head_dim, head_dim_qk, head_dim_v;
@@ -249,6 +249,10 @@ AttentionSpec parse_spec(std::string_view text) {
       head_dim_v = parse_int(value, "head_dim_v", kHeadDims);
     } else if (key == "mask") {
       spec.mask = parse_mask(value);
+    } else if (key == "softcap") {
+      spec.softcap = parse_bool(value, "softcap");
+    } else if (key == "alibi") {
+      spec.alibi = parse_bool(value, "alibi");
     } else if (key == "return_lse") {
       spec.return_lse = parse_bool(value, "return_lse");
     } else if (key == "direction") {

@@ -27,9 +27,10 @@ Lowering lower_mask(const Lowering& in);
 /// must be resolved (auto_detect is replaced by the device's arch before lowering).
 Lowering select_target(const Lowering& in);
 
-/// Picks the tile shapes per head dim, mask cost and arch, within the target's shared memory:
-/// the forward's (block_m x block_n, warps, K/V pipeline depth, Q in registers or not) or
-/// the backward kernels' (key block per CTA, query block per iteration, warp layout).
+/// Picks the tile shapes per head dim, mask cost, score modifiers and arch, within the
+/// target's shared memory: the forward's (block_m x block_n, warps, K/V pipeline depth, Q in
+/// registers or not) or the backward kernels' (key block per CTA, query block per iteration,
+/// warp layout), with room for the registers the modifiers take.
 Lowering select_tiles(const Lowering& in);
 
 /// Lists the kernels to generate in launch order, with names and launch shapes: the

@@ -42,8 +42,9 @@ KernelPlan plan_forward(const Lowering& in) {
   if (in.mask->needs_minmax) plan.kernels.push_back(minmax_kernel(spec, tiles.block_n));
   KernelDesc forward;
   forward.role = KernelRole::forward;
-  forward.name = fmt::format("attnjit_fwd_{}_d{}_{}{}", name_of(spec.dtype), spec.head_dim_qk,
-                             mask_tag(spec.mask), spec.return_lse ? "_lse" : "");
+  forward.name =
+      fmt::format("attnjit_fwd_{}_d{}_{}{}{}", name_of(spec.dtype), spec.head_dim_qk,
+                  mask_tag(spec.mask), score_mod_tag(spec), spec.return_lse ? "_lse" : "");
   forward.template_header = "attnjit/fwd_sm80.cuh";
   forward.threads = tiles.threads();
   forward.dynamic_smem_bytes = tiles.smem_bytes;
@@ -72,7 +73,7 @@ KernelPlan plan_backward(const Lowering& in) {
       "(ceil(Sq/4), H, B)"));
   KernelDesc main;
   main.role = KernelRole::backward;
-  main.name = fmt::format("attnjit_bwd_{}_{}{}", type, mask_tag(spec.mask),
+  main.name = fmt::format("attnjit_bwd_{}_{}{}{}", type, mask_tag(spec.mask), score_mod_tag(spec),
                           spec.deterministic ? "_deterministic" : "");
   main.template_header = "attnjit/bwd_sm80.cuh";
   main.threads = tiles.warps * 32;
@@ -82,7 +83,7 @@ KernelPlan plan_backward(const Lowering& in) {
   if (spec.deterministic) {
     KernelDesc dq;
     dq.role = KernelRole::backward_dq;
-    dq.name = fmt::format("attnjit_bwd_dq_{}_{}", type, mask_tag(spec.mask));
+    dq.name = fmt::format("attnjit_bwd_dq_{}_{}{}", type, mask_tag(spec.mask), score_mod_tag(spec));
     dq.template_header = "attnjit/bwd_dq_sm80.cuh";
     dq.threads = tiles.dq_warps * 32;
     dq.dynamic_smem_bytes = tiles.dq_smem_bytes;

@@ -55,6 +55,13 @@ constexpr std::array<Candidate, 18> kCandidates{{
 
 constexpr int kKvStages = 2;
 
+// Score modifiers add registers to the softmax step. Measured with the NVRTC sweep (sm_80 and
+// sm_90, every mask): two-slab warps keep them without spilling while their accumulators,
+// head_dim (O) + block_n (S) per thread, stay within 160; d128's 128 x 48 shape does not.
+bool fits_score_mods(const Candidate& c) {
+  return c.block_m / c.warps == 16 || c.head_dim + c.block_n <= 160;
+}
+
 int smem_bytes(int block_m, int block_n, const AttentionSpec& spec, const MaskLowering& mask) {
   const int element = size_of(spec.dtype);
   const int q_tile = block_m * spec.head_dim_qk * element;
@@ -136,6 +143,13 @@ constexpr std::array<DqCandidate, 5> kDqCandidates{{
     {256, 2, 16},
 }};
 
+// Soft-capping keeps the 16-bit P^T (1 - tanh^2) in registers through dP^T = V dO^T. Warps
+// that hold more than 64 dK/dV columns next to 64 queries have no room for it (they spill, as
+// the NVRTC sweep over every mask showed for d96 to d256), so softcap specs skip those shapes.
+bool fits_softcap(const BackwardCandidate& c) {
+  return c.head_dim / c.dim_warps <= 64 || c.block_m <= 32;
+}
+
 int backward_smem(const BackwardCandidate& c, const AttentionSpec& spec, int columns) {
   const int d = spec.head_dim_qk;
   const int kv = 2 * c.block_n * d * 2;
@@ -188,6 +202,7 @@ BackwardTiles select_backward_tiles(const AttentionSpec& spec, const MaskLowerin
   if (!spec.tiles.is_auto()) candidates = {explicit_backward(spec, target, columns)};
   for (const BackwardCandidate& c : candidates) {
     if (c.head_dim != spec.head_dim_qk) continue;
+    if (spec.softcap && spec.tiles.is_auto() && !fits_softcap(c)) continue;
     const int smem = backward_smem(c, spec, columns);
     if (smem > target.max_dynamic_smem_bytes) continue;
     tiles.block_m = c.block_m;
@@ -237,6 +252,7 @@ Lowering select_tiles(const Lowering& in) {
   const MaskCost cost = mask_cost(*in.mask);
   for (const Candidate& c : kCandidates) {
     if (c.head_dim != spec.head_dim_qk || cost > c.up_to) continue;
+    if ((spec.softcap || spec.alibi) && !fits_score_mods(c)) continue;
     const int smem = smem_bytes(c.block_m, c.block_n, spec, *in.mask);
     if (smem > target.max_dynamic_smem_bytes) continue;
     out.tiles = make_config(c.block_m, c.block_n, c.warps, c.q_mode, smem);

@@ -124,6 +124,32 @@ ATTNJIT_API int attnjit_mask_build(const attnjit_mask_build_args* args,
 ATTNJIT_API int attnjit_validate_intervals(const attnjit_tensor* startend_row_indices, int causal,
                                            int columns, int seqlen_q, void* stream);
 
+/** attnjit_forward for a spec with score modifiers (softcap=true and/or alibi=true; see
+ * attnjit/spec.hpp): `softcap` is the cap of s <- cap * tanh(s / cap), a finite value > 0 when
+ * the spec has softcap=true and 0 otherwise; `alibi_slopes` is an fp32 [H] device tensor (one
+ * slope per query head) when the spec has alibi=true and NULL otherwise. Changing either never
+ * recompiles. attnjit_forward is this function with softcap 0 and alibi_slopes NULL. */
+ATTNJIT_API int attnjit_forward_score_mod(const attnjit_kernel* kernel, const attnjit_tensor* q,
+                                          const attnjit_tensor* k, const attnjit_tensor* v,
+                                          const attnjit_tensor* o, const attnjit_tensor* lse,
+                                          const attnjit_tensor* startend_row_indices,
+                                          float softmax_scale, int window_left, int window_right,
+                                          float softcap, const attnjit_tensor* alibi_slopes,
+                                          void* stream);
+
+/** attnjit_backward for a spec with score modifiers; `softcap` and `alibi_slopes` as in
+ * attnjit_forward_score_mod, and those of the forward pass. attnjit_backward is this function
+ * with softcap 0 and alibi_slopes NULL. */
+ATTNJIT_API int attnjit_backward_score_mod(const attnjit_kernel* kernel, const attnjit_tensor* q,
+                                           const attnjit_tensor* k, const attnjit_tensor* v,
+                                           const attnjit_tensor* o, const attnjit_tensor* d_o,
+                                           const attnjit_tensor* lse,
+                                           const attnjit_tensor* startend_row_indices,
+                                           const attnjit_tensor* d_q, const attnjit_tensor* d_k,
+                                           const attnjit_tensor* d_v, float softmax_scale,
+                                           int window_left, int window_right, float softcap,
+                                           const attnjit_tensor* alibi_slopes, void* stream);
+
 /** Writes a NUL-terminated JSON object describing the compile call that produced `kernel`:
  * {"key", "spec", "cache": "memory"|"disk"|"miss", "compile_ms", "kernels": [{"name", "role",
  * "registers", "spill_bytes", "stack_bytes", "static_smem_bytes", "dynamic_smem_bytes",

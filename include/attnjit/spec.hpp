@@ -52,7 +52,15 @@ struct TileShape {
 };
 
 /// One attention problem's compile-time signature. Batch, lengths, head counts, strides,
-/// pointers, the softmax scale, window sizes and interval vectors are launch arguments.
+/// pointers, the softmax scale, window sizes, interval vectors, the soft-cap value and the
+/// ALiBi slopes are launch arguments.
+///
+/// Score modifiers, applied to s = softmax_scale * (q_i . k_j) of query row i, query head h
+/// and key j before the mask and the softmax (soft-capping first, then ALiBi):
+/// - softcap: s <- cap * tanh(s / cap), cap > 0 a runtime argument;
+/// - alibi: s <- s + slope[h] * (j - (i + Sk - Sq)), slopes a runtime fp32 tensor [H] (the
+///   bottom-right aligned distance: 0 on the causal diagonal, negative for earlier keys).
+/// The LSE is that of the modified scores; the backward differentiates through both.
 struct AttentionSpec {
   DType dtype = DType::bf16;
   int head_dim_qk = 0;
@@ -64,13 +72,15 @@ struct AttentionSpec {
   bool deterministic = false;
   Arch target = Arch::auto_detect;
   TileShape tiles;
+  bool softcap = false;  ///< logit soft-capping, s <- cap * tanh(s / cap)
+  bool alibi = false;    ///< ALiBi, s <- s + slope[h] * (j - (i + Sk - Sq))
 
   bool operator==(const AttentionSpec&) const = default;
 };
 
 /// Canonical text form, e.g.
-/// `dtype=bf16 head_dim_qk=128 head_dim_v=128 mask=causal return_lse=false direction=forward
-/// deterministic=false target=auto tiles=auto`.
+/// `dtype=bf16 head_dim_qk=128 head_dim_v=128 mask=causal softcap=false alibi=false
+/// return_lse=false direction=forward deterministic=false target=auto tiles=auto`.
 /// parse_spec(to_string(s)) == s for every spec (a predicate in canonical text, which has no
 /// spaces: canonicalize puts it so).
 std::string to_string(const AttentionSpec& spec);
@@ -79,9 +89,9 @@ std::string to_string(const TileShape& tiles);
 
 /// Parses `key=value` words separated by spaces (so a predicate mask is written without spaces:
 /// `mask=predicate(q-k<$0)`). Accepted keys: dtype, head_dim (sets both head dims),
-/// head_dim_qk, head_dim_v, mask, return_lse, direction, deterministic, target, tiles. Throws
-/// Error naming the key, the value and what is accepted. Does not check value ranges (validate
-/// does: a predicate is parsed there).
+/// head_dim_qk, head_dim_v, mask, softcap, alibi, return_lse, direction, deterministic, target,
+/// tiles. Throws Error naming the key, the value and what is accepted. Does not check value
+/// ranges (validate does: a predicate is parsed there).
 AttentionSpec parse_spec(std::string_view text);
 
 std::string_view name_of(DType dtype);

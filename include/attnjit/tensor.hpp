@@ -33,6 +33,10 @@ TensorView contiguous_view(void* data, ScalarType dtype, std::initializer_list<s
 /// multiples of 8 elements (16-byte rows); H must be a multiple of Hkv (GQA/MQA).
 /// lse [B, H, Sq] fp32, contiguous in Sq; required iff the spec has return_lse=true.
 /// startend_row_indices: int32 [B, Hm, Sk, C], contiguous, Hm in {1, Hkv}; flashmask only.
+/// Score modifiers (AttentionSpec::softcap / alibi): softcap is the cap, a finite value > 0
+/// when the spec has softcap=true and 0 otherwise; alibi_slopes is fp32 [H] (one slope per
+/// query head), contiguous, in device memory, when the spec has alibi=true and empty
+/// otherwise. Both are launch arguments: changing them never recompiles.
 struct ForwardArgs {
   TensorView q, k, v, o;
   TensorView lse;
@@ -43,14 +47,17 @@ struct ForwardArgs {
   /// Check startend_row_indices on the device first (attnjit::validate_intervals; waits for
   /// the stream). Always on when the environment has ATTNJIT_DEBUG=1.
   bool validate_mask = false;
+  float softcap = 0.0f;        ///< softcap=true: the cap (> 0); otherwise 0
+  TensorView alibi_slopes;     ///< alibi=true: fp32 [H]; otherwise empty
 };
 
 /// Everything a backward launch needs besides the compiled kernel (a spec with
 /// direction=backward). Layouts as in ForwardArgs: q [B, Sq, H, D], k [B, Sk, Hkv, D],
 /// v [B, Sk, Hkv, Dv], o and d_o [B, Sq, H, Dv]; lse [B, H, Sq] fp32 as the forward pass
 /// returned it (return_lse=true). Outputs, same dtype as q: d_q like q, d_k like k, d_v like v
-/// (for GQA each KV head's gradient is the sum over its query heads). The mask arguments and
-/// the softmax scale must be those of the forward pass.
+/// (for GQA each KV head's gradient is the sum over its query heads). The mask arguments,
+/// the softmax scale and the score modifiers' arguments (as in ForwardArgs) must be those of
+/// the forward pass.
 struct BackwardArgs {
   TensorView q, k, v, o, d_o;
   TensorView lse;
@@ -61,6 +68,8 @@ struct BackwardArgs {
   int window_right = 0;
   /// As ForwardArgs::validate_mask.
   bool validate_mask = false;
+  float softcap = 0.0f;     ///< softcap=true: the cap (> 0); otherwise 0
+  TensorView alibi_slopes;  ///< alibi=true: fp32 [H]; otherwise empty
 };
 
 }  // namespace attnjit

@@ -3,8 +3,10 @@
 //   S = Q K^T, P = 2^(S c - LSE2), dP = dO V^T, dS = P (dP - D), dQ += dS K
 // with dS used from registers as the A operand. Every dQ element is summed by one thread in
 // a fixed order: no atomics, bitwise repeatable. Costs a second computation of S and dP.
+// Score modifiers (score_mod.cuh) as in the main kernel: P from the modified scores, and with
+// soft-capping dS = P (1 - tanh^2) (dP - D).
 //
-// Config: Element, kHeadDim, kBlockM (16 * kWarps), kBlockN, kWarps.
+// Config: Element, kHeadDim, kBlockM (16 * kWarps), kBlockN, kWarps. Score: a ScoreMod.
 #pragma once
 
 #include "attnjit/kv_block.cuh"
@@ -12,12 +14,13 @@
 #include "attnjit/params.cuh"
 #include "attnjit/primitives.cuh"
 #include "attnjit/schedule.cuh"
+#include "attnjit/score_mod.cuh"
 #include "attnjit/smem_tile.cuh"
 #include "attnjit/warp_mma.cuh"
 
 namespace attnjit {
 
-template <class Config, class Mask>
+template <class Config, class Mask, class Score = ScoreMod<false, false>>
 struct BackwardDqSm80 {
   typedef typename Config::Element Element;
   static constexpr int kHeadDim = Config::kHeadDim;
@@ -171,11 +174,22 @@ struct BackwardDqSm80 {
         }
       }
     }
+    // P from the scores modified after the mask (masked ones stay -inf), times 1 - tanh^2
+    // with soft-capping: only dS = P (dP - D) needs P here. Element e of tile nt is row
+    // g + 8 (e / 2), key nt * 8 + 2 t + e % 2.
+    const Score score = Score::make(p);
+    const int distance0 = n_block * kBlockN + 2 * t - (ms.row_begin + row0 + g + ms.diagonal);
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        acc_s[nt][e] = exp2_approx(fmaf(acc_s[nt][e], p.scale_log2, -lse_log2[e / 2]));
+        float grad = 1.f;
+        if (Score::kActive) {
+          acc_s[nt][e] =
+              score.apply_after_mask(acc_s[nt][e], distance0 + nt * 8 + e % 2 - 8 * (e / 2), grad);
+        }
+        acc_s[nt][e] = exp2_approx(fmaf(acc_s[nt][e], Score::exponent_scale(p), -lse_log2[e / 2]));
+        if (Score::kSoftcap) acc_s[nt][e] *= grad;
       }
     }
     float acc_ds[kNTiles][4];
@@ -196,10 +210,10 @@ struct BackwardDqSm80 {
 };
 
 /// The body of a generated deterministic dQ kernel.
-template <class Config, class Mask>
+template <class Config, class Mask, class Score = ScoreMod<false, false>>
 __device__ __forceinline__ void backward_dq_sm80(const BwdParams& params) {
   extern __shared__ __align__(128) unsigned char smem[];
-  BackwardDqSm80<Config, Mask> kernel;
+  BackwardDqSm80<Config, Mask, Score> kernel;
   kernel.run(params, smem);
 }
 

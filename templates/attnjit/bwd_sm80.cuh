@@ -11,8 +11,12 @@
 //   dQ_i += dS K                 dS^T goes through shared memory; fp32 atomics (kAtomicDq),
 //                                or a separate query-parallel kernel (deterministic mode)
 // dK is scaled by softmax_scale at the end; dQ in backward_convert_dq.
+// With score modifiers (score_mod.cuh) P^T is taken from the modified scores (in log2 units;
+// masked elements stay -inf); soft-capping multiplies dS^T by 1 - tanh^2, recomputed from S^T
+// and carried as the 16-bit product P^T (1 - tanh^2) until dS^T is formed.
 //
-// Config: Element, kHeadDim, kBlockM, kBlockN, kWarps, kDimWarps, kAtomicDq.
+// Config: Element, kHeadDim, kBlockM, kBlockN, kWarps, kDimWarps, kAtomicDq. Score: a
+// ScoreMod.
 #pragma once
 
 #include "attnjit/kv_block.cuh"
@@ -20,12 +24,13 @@
 #include "attnjit/params.cuh"
 #include "attnjit/primitives.cuh"
 #include "attnjit/schedule.cuh"
+#include "attnjit/score_mod.cuh"
 #include "attnjit/smem_tile.cuh"
 #include "attnjit/warp_mma.cuh"
 
 namespace attnjit {
 
-template <class Config, class Mask>
+template <class Config, class Mask, class Score = ScoreMod<false, false>>
 struct BackwardSm80 {
   typedef typename Config::Element Element;
   static constexpr int kHeadDim = Config::kHeadDim;
@@ -207,19 +212,46 @@ struct BackwardSm80 {
     }
 
     // P^T = 2^(S^T c - LSE2): 0 where masked and in rows that see no key (LSE2 = +inf).
+    // Score modifiers apply here, after the mask, so that soft-capping's 1 - tanh^2 goes
+    // straight into the 16-bit P^T (1 - tanh^2) that dS^T uses, held in no fp32 register.
+    // Element (nt, 2 r + c) is key row g + 8 r, query column nt * 8 + 2 t + c.
+    const Score score = Score::make(p);
+    const int distance0 = key0 + key_row0 + g - (ms.row_begin + 2 * t + ms.diagonal);
+    u32 p_grad_packed[kQTiles][2];  // used by soft-capping only
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt) {
       float lse0, lse1;
       load_shared_v2_f32(lse_log2 + (nt * 8 + 2 * t) * 4, lse0, lse1);
+      if (Score::kAlibi) {
+        // Rows past Sq read LSE2 = 0 and their scores are the bias alone, which a negative
+        // slope makes large: +inf keeps their P at 0 (0 * inf would reach dV and dK).
+        const int query = ms.row_begin + nt * 8 + 2 * t;
+        if (query >= ms.seqlen_q) lse0 = -negative_infinity();
+        if (query + 1 >= ms.seqlen_q) lse1 = -negative_infinity();
+      }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        acc_s[nt][2 * r] = exp2_approx(fmaf(acc_s[nt][2 * r], p.scale_log2, -lse0));
-        acc_s[nt][2 * r + 1] = exp2_approx(fmaf(acc_s[nt][2 * r + 1], p.scale_log2, -lse1));
+        float grad[2];
+        if (Score::kActive) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            acc_s[nt][2 * r + c] = score.apply_after_mask(acc_s[nt][2 * r + c],
+                                                          distance0 + 8 * r - nt * 8 - c, grad[c]);
+          }
+        }
+        acc_s[nt][2 * r] = exp2_approx(fmaf(acc_s[nt][2 * r], Score::exponent_scale(p), -lse0));
+        acc_s[nt][2 * r + 1] =
+            exp2_approx(fmaf(acc_s[nt][2 * r + 1], Score::exponent_scale(p), -lse1));
+        if (Score::kSoftcap) {
+          p_grad_packed[nt][r] =
+              pack2<Element>(acc_s[nt][2 * r] * grad[0], acc_s[nt][2 * r + 1] * grad[1]);
+        }
       }
     }
 
     // dV += P^T dO. From here on P lives only in its 16-bit form (the registers go to dP^T);
-    // dS uses that rounded P, as a plain 16-bit implementation would.
+    // dS uses that rounded P, as a plain 16-bit implementation would (with soft-capping, the
+    // rounded P^T (1 - tanh^2)).
     u32 p_packed[kQTiles][2];
     pack_tiles<Element>(p_packed, acc_s);
     warp_regs_times_tile<Element, QTile, kQSteps, kDTiles>(acc_dv, p_packed, smem_do, q_bt_lane,
@@ -235,7 +267,7 @@ struct BackwardSm80 {
       load_shared_v2_f32(row_dot + (nt * 8 + 2 * t) * 4, d[0], d[1]);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const u32 pair = p_packed[nt][e / 2];
+        const u32 pair = Score::kSoftcap ? p_grad_packed[nt][e / 2] : p_packed[nt][e / 2];
         const float p_value = e % 2 ? unpack_hi<Element>(pair) : unpack_lo<Element>(pair);
         acc_ds[nt][e] = p_value * (acc_ds[nt][e] - d[e % 2]);
       }
@@ -385,10 +417,10 @@ struct BackwardSm80 {
 };
 
 /// The body of a generated backward (dK, dV and, with kAtomicDq, dQ) kernel.
-template <class Config, class Mask>
+template <class Config, class Mask, class Score = ScoreMod<false, false>>
 __device__ __forceinline__ void backward_sm80(const BwdParams& params) {
   extern __shared__ __align__(128) unsigned char smem[];
-  BackwardSm80<Config, Mask> kernel;
+  BackwardSm80<Config, Mask, Score> kernel;
   kernel.run(params, smem);
 }
 

@@ -5,6 +5,7 @@
 // last to the first; K, V (and FlashMask vector values) of the next block stream into shared
 // memory with cp.async while the current one is computed. Per block:
 //   S = Q K^T                    mma.sync m16n8k16, fp32 accumulators, ldmatrix operands
+//   score modifiers              soft-capping, ALiBi (score_mod.cuh), when the spec has them
 //   mask                         only when the block is partial (mask.cuh classifies)
 //   online softmax               exp2 with the scale folded in, running max and sum
 //   O += P V                     P re-packed from the S accumulators as the A operand
@@ -12,7 +13,7 @@
 // LSE = -inf.
 //
 // Config (bound by the generated code): Element, kHeadDimQK, kHeadDimV, kBlockM, kBlockN,
-// kWarps, kStages, kQInRegisters, kReturnLse.
+// kWarps, kStages, kQInRegisters, kReturnLse. Score: a ScoreMod (score_mod.cuh).
 #pragma once
 
 #include "attnjit/kv_block.cuh"
@@ -20,11 +21,12 @@
 #include "attnjit/params.cuh"
 #include "attnjit/primitives.cuh"
 #include "attnjit/schedule.cuh"
+#include "attnjit/score_mod.cuh"
 #include "attnjit/smem_tile.cuh"
 
 namespace attnjit {
 
-template <class Config, class Mask>
+template <class Config, class Mask, class Score = ScoreMod<false, false>>
 struct ForwardSm80 {
   typedef typename Config::Element Element;
   static constexpr int kHeadDim = Config::kHeadDimQK;
@@ -163,7 +165,7 @@ struct ForwardSm80 {
     return Mask::template last_active_key_block<kBlockN>(ms, p.minmax, from, n_begin);
   }
 
-  /// S = Q K^T, mask, online softmax, O += P V for one key block.
+  /// S = Q K^T, score modifiers, mask, online softmax, O += P V for one key block.
   __device__ __forceinline__ void compute_block(const FwdParams& p, const MaskState& ms, u32 smem_q,
                                                 u32 smem_k, u32 vectors, int n_block, int kind,
                                                 int warp_row, int lane) {
@@ -209,6 +211,23 @@ struct ForwardSm80 {
 
     const int g = lane / 4;
     const int t = lane % 4;
+    if (Score::kActive) {
+      // Before the mask, which then sets -inf (a modifier would turn -inf into a number).
+      // Element e of tile (s, nt) is row g + s * 16 + 8 (e / 2), key nt * 8 + 2 t + e % 2.
+      const Score score = Score::make(p);
+      const int distance0 = n_block * kBlockN + 2 * t - (ms.row_begin + warp_row + g + ms.diagonal);
+#pragma unroll
+      for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            acc_s[s][nt][e] =
+                score.apply(acc_s[s][nt][e], distance0 + nt * 8 + e % 2 - s * 16 - (e / 2) * 8);
+          }
+        }
+      }
+    }
     if (kind == kTilePartial) {
       const int row0 = ms.row_begin + warp_row + g;
 #pragma unroll
@@ -231,7 +250,8 @@ struct ForwardSm80 {
       }
     }
 
-    // Online softmax: new running max, rescale what was accumulated, P = 2^(S*c - max*c).
+    // Online softmax: new running max, rescale what was accumulated, P = 2^(S*c - max*c)
+    // (c = 1 for modified scores, already in log2 units).
 #pragma unroll
     for (int s = 0; s < kSlabs; ++s) {
 #pragma unroll
@@ -243,8 +263,9 @@ struct ForwardSm80 {
         }
         block_max = quad_max(block_max);
         // A row with nothing visible yet keeps max = -inf; subtracting 0 keeps P = 0, not NaN.
-        const float max_scaled = block_max == negative_infinity() ? 0.f : block_max * p.scale_log2;
-        const float correction = exp2_approx(row_max[s][r] * p.scale_log2 - max_scaled);
+        const float max_scaled =
+            block_max == negative_infinity() ? 0.f : block_max * Score::exponent_scale(p);
+        const float correction = exp2_approx(row_max[s][r] * Score::exponent_scale(p) - max_scaled);
         row_max[s][r] = block_max;
         row_sum[s][r] *= correction;
 #pragma unroll
@@ -258,7 +279,7 @@ struct ForwardSm80 {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             const float p_value =
-                exp2_approx(fmaf(acc_s[s][nt][2 * r + c], p.scale_log2, -max_scaled));
+                exp2_approx(fmaf(acc_s[s][nt][2 * r + c], Score::exponent_scale(p), -max_scaled));
             acc_s[s][nt][2 * r + c] = p_value;
             sum += p_value;
           }
@@ -322,8 +343,9 @@ struct ForwardSm80 {
           const int row = ms.row_begin + warp_row + s * 16 + r * 8 + g;
           if (row < ms.seqlen_q) {
             const float lse =
-                sum > 0.f ? (row_max[s][r] * p.scale_log2 + log2_approx(sum)) * 0.69314718056f
-                          : negative_infinity();
+                sum > 0.f
+                    ? (row_max[s][r] * Score::exponent_scale(p) + log2_approx(sum)) * 0.69314718056f
+                    : negative_infinity();
             p.lse[batch * p.lse_batch_stride + head * p.lse_head_stride + row] = lse;
           }
         }
@@ -361,10 +383,10 @@ struct ForwardSm80 {
 };
 
 /// The body of a generated forward kernel.
-template <class Config, class Mask>
+template <class Config, class Mask, class Score = ScoreMod<false, false>>
 __device__ __forceinline__ void forward_sm80(const FwdParams& params) {
   extern __shared__ __align__(128) unsigned char smem[];
-  ForwardSm80<Config, Mask> kernel;
+  ForwardSm80<Config, Mask, Score> kernel;
   kernel.run(params, smem);
 }
 

@@ -25,6 +25,10 @@ struct FwdParams {
   float scale_log2;     ///< softmax_scale * log2(e): scores go through exp2
   int window_left;      ///< sliding window; < 0 means unbounded
   int window_right;
+  const float* alibi_slopes;  ///< [H] fp32; alibi only
+  float softcap;              ///< cap of s <- cap * tanh(s / cap); softcap only
+  float softcap_exp2;         ///< 2 * scale_log2 / softcap: e^(2 s / cap) = 2^(q.k * this)
+  float softcap_log2;         ///< softcap * log2(e)
 };
 
 /// Arguments of the backward kernels. Strides are in elements; the last dim is contiguous.
@@ -61,6 +65,10 @@ struct BwdParams {
   float softmax_scale;
   float scale_log2;
   int window_left, window_right;
+  const float* alibi_slopes;  ///< [H] fp32; alibi only
+  float softcap;              ///< cap of s <- cap * tanh(s / cap); softcap only
+  float softcap_exp2;         ///< 2 * scale_log2 / softcap: e^(2 s / cap) = 2^(q.k * this)
+  float softcap_log2;         ///< softcap * log2(e)
 };
 
 /// Arguments of the FlashMask min/max preprocessing kernel.

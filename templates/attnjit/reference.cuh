@@ -1,7 +1,8 @@
 // A plain fp32 attention forward used to check the fused kernels on large problems:
 // one CTA per (query row, head, batch), every score kept in shared memory, the mask
 // evaluated element by element straight from flashmask.md (no tiles, no skipping, nothing
-// shared with mask.cuh). Slow on purpose; correct by inspection.
+// shared with mask.cuh), the score modifiers straight from their definition (tanhf, nothing
+// shared with score_mod.cuh). Slow on purpose; correct by inspection.
 //
 // Dynamic shared memory: (kHeadDim + Sk) floats.
 #pragma once
@@ -52,7 +53,20 @@ __device__ __forceinline__ float block_reduce(float value, bool is_max, float* s
   return out;
 }
 
-template <class Element, int kHeadDim, int kMask, bool kFlashCausal, int kColumns, bool kLse>
+/// s <- cap * tanh(s / cap) (kSoftcap), then s <- s + slope[head] * (col - (row + Sk - Sq))
+/// (kAlibi).
+template <bool kSoftcap, bool kAlibi>
+__device__ __forceinline__ float reference_score_mod(const FwdParams& p, float score, int head,
+                                                     int row, int col) {
+  if (kSoftcap) score = p.softcap * tanhf(score / p.softcap);
+  if (kAlibi) {
+    score += p.alibi_slopes[head] * static_cast<float>(col - (row + p.seqlen_k - p.seqlen_q));
+  }
+  return score;
+}
+
+template <class Element, int kHeadDim, int kMask, bool kFlashCausal, int kColumns, bool kLse,
+          bool kSoftcap, bool kAlibi>
 __device__ __forceinline__ void reference_attention(const FwdParams& p) {
   extern __shared__ float ref_smem[];
   __shared__ float scratch[32];
@@ -85,7 +99,7 @@ __device__ __forceinline__ void reference_attention(const FwdParams& p) {
       const u16* key = k + j * p.k_row_stride;
       float dot = 0.f;
       for (int d = 0; d < kHeadDim; ++d) dot += q_row[d] * to_float<Element>(key[d]);
-      score = dot * p.softmax_scale;
+      score = reference_score_mod<kSoftcap, kAlibi>(p, dot * p.softmax_scale, head, row, j);
     }
     scores[j] = score;
     local_max = fmaxf(local_max, score);

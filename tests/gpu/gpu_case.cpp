@@ -2,9 +2,12 @@
 #include "gpu/gpu_case.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include "attnjit/jit.hpp"
 #include "dsl/builders.hpp"
@@ -95,10 +98,36 @@ std::vector<float> random_values(std::size_t count, DType dtype, std::mt19937_64
 
 std::string Case::describe() const {
   return fmt::format(
-      "{} | B={} H={} Hkv={} Sq={} Sk={} window=({},{}) mask_heads={} padded={} seed={}",
+      "{} | B={} H={} Hkv={} Sq={} Sk={} window=({},{}) mask_heads={} padded={} seed={} "
+      "softcap={} alibi_slopes=[{}]",
       to_string(spec), batch, heads, kv_heads, seqlen_q, seqlen_k, window_left, window_right,
-      intervals ? intervals->heads : 0, padded_strides, seed);
+      intervals ? intervals->heads : 0, padded_strides, seed, score_mod.softcap,
+      fmt::join(score_mod.alibi_slopes, ", "));
 }
+
+namespace {
+
+// The slopes on the device (empty without ALiBi) and the arguments that name them.
+struct DeviceScoreMod {
+  runtime::DeviceBuffer slopes;
+  float softcap = 0;
+  TensorView slopes_view;
+};
+
+DeviceScoreMod upload_score_mod(const Case& c) {
+  DeviceScoreMod out;
+  out.softcap = c.score_mod.softcap;
+  const std::vector<float>& slopes = c.score_mod.alibi_slopes;
+  if (!slopes.empty()) {
+    out.slopes = runtime::DeviceBuffer(slopes.size() * 4);
+    out.slopes.upload(slopes.data(), slopes.size() * 4);
+    out.slopes_view = contiguous_view(out.slopes.data(), ScalarType::fp32,
+                                      {static_cast<std::int64_t>(slopes.size())});
+  }
+  return out;
+}
+
+}  // namespace
 
 Inputs make_inputs(const Case& c) {
   std::mt19937_64 rng(c.seed);
@@ -137,6 +166,9 @@ Outputs run_on_gpu(const Case& c, const Inputs& in, bool reference_kernel) {
   args.lse = contiguous_view(lse.data(), ScalarType::fp32, {c.batch, c.heads, c.seqlen_q});
   args.window_left = c.window_left;
   args.window_right = c.window_right;
+  const DeviceScoreMod score_mod = upload_score_mod(c);
+  args.softcap = score_mod.softcap;
+  args.alibi_slopes = score_mod.slopes_view;
   if (c.intervals) {
     const dsl::IntervalVectors& m = *c.intervals;
     vectors = runtime::DeviceBuffer(m.data.size() * 4);
@@ -174,6 +206,7 @@ testing::Problem problem_of(const Case& c) {
   p.mask.window_left = c.window_left;
   p.mask.window_right = c.window_right;
   p.mask.intervals = c.intervals ? &*c.intervals : nullptr;
+  p.score_mod = c.score_mod;
   return p;
 }
 
@@ -225,6 +258,7 @@ BackwardOutputs run_backward_on_gpu(const Case& c, const Inputs& in, const std::
   }
   const TensorView lse_view =
       contiguous_view(lse.data(), ScalarType::fp32, {c.batch, c.heads, c.seqlen_q});
+  const DeviceScoreMod score_mod = upload_score_mod(c);
 
   ForwardArgs fwd;
   fwd.q = q.view;
@@ -235,6 +269,8 @@ BackwardOutputs run_backward_on_gpu(const Case& c, const Inputs& in, const std::
   fwd.startend_row_indices = vector_view;
   fwd.window_left = c.window_left;
   fwd.window_right = c.window_right;
+  fwd.softcap = score_mod.softcap;
+  fwd.alibi_slopes = score_mod.slopes_view;
   AttentionSpec spec = c.spec;
   spec.return_lse = true;
   jit::compile(spec).forward(fwd, nullptr);
@@ -252,6 +288,8 @@ BackwardOutputs run_backward_on_gpu(const Case& c, const Inputs& in, const std::
   bwd.d_v = grad_v.view;
   bwd.window_left = c.window_left;
   bwd.window_right = c.window_right;
+  bwd.softcap = score_mod.softcap;
+  bwd.alibi_slopes = score_mod.slopes_view;
   spec.return_lse = false;
   spec.direction = Direction::backward;
   spec.deterministic = deterministic;
@@ -323,6 +361,84 @@ std::vector<Case> sweep_cases() {
               for (int b = 0; b < s.batch; ++b) {
                 samples.push_back(dsl::broadcast_heads(
                     dsl::random_documents(mc.mask.causal, s.seqlen_q, 1, 5, seed + b), mask_heads));
+              }
+              c.intervals = dsl::stack(samples);
+            }
+          }
+          cases.push_back(std::move(c));
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+std::vector<float> alibi_slopes(int heads) {
+  std::vector<float> slopes(heads);
+  for (int i = 1; i <= heads; ++i) slopes[i - 1] = std::exp2(-8.0f * i / heads);
+  return slopes;
+}
+
+std::vector<Case> score_mod_cases() {
+  struct Shape {
+    int batch, heads, kv_heads, seqlen_q, seqlen_k;
+  };
+  // Lengths that are not tile multiples, Sq != Sk both ways, MHA / GQA / MQA; five shapes
+  // against four masks, so that each mask meets every shape.
+  const Shape shapes[] = {{2, 4, 2, 200, 200},
+                          {1, 4, 1, 257, 129},
+                          {2, 4, 4, 130, 300},
+                          {1, 6, 2, 333, 333},
+                          {1, 2, 1, 65, 190}};
+  struct MaskCase {
+    MaskSpec mask;
+    int window_left, window_right;
+  };
+  const MaskCase masks[] = {{{MaskKind::none, false, 0}, -1, 0},
+                            {{MaskKind::causal, false, 0}, -1, 0},
+                            {{MaskKind::sliding_window, false, 0}, 37, 5},
+                            {{MaskKind::flashmask, true, 1}, -1, 0}};
+  const std::pair<bool, bool> modifiers[] = {{true, false}, {false, true}, {true, true}};
+  std::vector<Case> cases;
+  std::uint64_t seed = 5000;
+  int rotation = 0;
+  for (DType dtype : {DType::bf16, DType::fp16}) {
+    for (int head_dim : {64, 128}) {
+      for (const auto& [softcap, alibi] : modifiers) {
+        for (const MaskCase& mc : masks) {
+          const Shape& s = shapes[rotation++ % std::size(shapes)];
+          Case c;
+          c.spec.dtype = dtype;
+          c.spec.head_dim_qk = c.spec.head_dim_v = head_dim;
+          c.spec.mask = mc.mask;
+          c.spec.return_lse = true;
+          c.spec.softcap = softcap;
+          c.spec.alibi = alibi;
+          c.batch = s.batch;
+          c.heads = s.heads;
+          c.kv_heads = s.kv_heads;
+          c.seqlen_q = s.seqlen_q;
+          c.seqlen_k = s.seqlen_k;
+          c.window_left = mc.window_left;
+          c.window_right = mc.window_right;
+          c.seed = ++seed;
+          // Scores are about N(0, 1): a cap of 1.5 bends most of them, 5 only the tails.
+          if (softcap) c.score_mod.softcap = rotation % 2 == 0 ? 1.5f : 5.0f;
+          if (alibi) {
+            c.score_mod.alibi_slopes = alibi_slopes(s.heads);
+            // Negative slopes favour distant keys and give rows past Sq large positive biases.
+            if (rotation % 3 == 0) {
+              for (float& slope : c.score_mod.alibi_slopes) slope = -slope;
+            }
+          }
+          if (mc.mask.kind == MaskKind::flashmask) {
+            if (s.seqlen_q != s.seqlen_k) {
+              c.intervals =
+                  dsl::random_intervals(true, 1, s.batch, 1, s.seqlen_q, s.seqlen_k, seed);
+            } else {
+              std::vector<dsl::IntervalVectors> samples;
+              for (int b = 0; b < s.batch; ++b) {
+                samples.push_back(dsl::random_documents(true, s.seqlen_q, 1, 5, seed + b));
               }
               c.intervals = dsl::stack(samples);
             }

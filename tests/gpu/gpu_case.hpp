@@ -22,6 +22,9 @@ struct Case {
   std::optional<dsl::IntervalVectors> intervals;  ///< flashmask only
   bool padded_strides = false;  ///< q/k/v/o rows and batches padded (and poisoned)
   std::uint64_t seed = 1;
+  /// The score modifiers' runtime arguments; their flags in `spec` must match (softcap > 0
+  /// iff spec.softcap, slopes given iff spec.alibi).
+  testing::ScoreModRef score_mod;
 
   std::string describe() const;
 };
@@ -68,5 +71,13 @@ testing::Reference reference_of(const Case& c, const Inputs& inputs);
 /// The forward cases of the sweep: every dtype, head dim and mask kind, with GQA ratios,
 /// mask heads, lengths that are not tile multiples, Sq != Sk and padded strides rotating.
 std::vector<Case> sweep_cases();
+
+/// The standard ALiBi slopes of `heads` heads, 2^(-8 i / H) for i = 1 .. H.
+std::vector<float> alibi_slopes(int heads);
+
+/// The score modifier cases: softcap, alibi and both x masks none, causal, sliding_window
+/// and a FlashMask document mask x bf16/fp16 x head dims 64/128, with GQA, lengths that are
+/// not tile multiples and Sq != Sk rotating, some with negative slopes.
+std::vector<Case> score_mod_cases();
 
 }  // namespace attnjit::gpu_test

@@ -1,6 +1,6 @@
 // The GPU test runner: exits 77 (CTest: skipped) when there is no CUDA driver or device, so
 // GPU tests never count as passed on machines without one. Otherwise compiles every kernel
-// of the sweep in parallel first (NVRTC is thread-safe per program), then runs Catch2.
+// of the sweeps in parallel first (NVRTC is thread-safe per program), then runs Catch2.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <future>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "attnjit/jit.hpp"
 #include "gpu/gpu_case.hpp"
@@ -20,7 +22,11 @@ void compile_sweep_in_parallel() {
   auto add = [&](const attnjit::AttentionSpec& spec) {
     if (std::find(specs.begin(), specs.end(), spec) == specs.end()) specs.push_back(spec);
   };
-  for (const attnjit::gpu_test::Case& c : attnjit::gpu_test::sweep_cases()) {
+  std::vector<attnjit::gpu_test::Case> cases = attnjit::gpu_test::sweep_cases();
+  for (attnjit::gpu_test::Case& c : attnjit::gpu_test::score_mod_cases()) {
+    cases.push_back(std::move(c));
+  }
+  for (const attnjit::gpu_test::Case& c : cases) {
     attnjit::AttentionSpec spec = c.spec;
     spec.return_lse = true;
     add(spec);

@@ -50,6 +50,20 @@ void check_problem(std::string_view function, const Problem& p, std::span<const 
   if (!std::isfinite(p.softmax_scale)) {
     throw_field_error("softmax_scale", fmt::to_string(p.softmax_scale), "a finite number");
   }
+  if (!(p.score_mod.softcap >= 0) || !std::isfinite(p.score_mod.softcap)) {
+    throw_field_error("score_mod.softcap", fmt::to_string(p.score_mod.softcap),
+                      "a finite number > 0, or 0 for none");
+  }
+  const std::vector<float>& slopes = p.score_mod.alibi_slopes;
+  if (!slopes.empty() && slopes.size() != static_cast<std::size_t>(p.heads)) {
+    throw_field_error("score_mod.alibi_slopes size", fmt::to_string(slopes.size()),
+                      fmt::format("0 or heads ({})", p.heads));
+  }
+  for (const float slope : slopes) {
+    if (!std::isfinite(slope)) {
+      throw_field_error("score_mod.alibi_slopes", fmt::to_string(slope), "finite numbers");
+    }
+  }
   const auto b = static_cast<std::size_t>(p.batch);
   check_size(function, "q", q.size(), b * p.seqlen_q * p.heads * p.head_dim, "B*Sq*H*D");
   check_size(function, "k", k.size(), b * p.seqlen_k * p.kv_heads * p.head_dim, "B*Sk*Hkv*D");
@@ -95,6 +109,21 @@ bool key_visible(const Problem& p, int b, int h, int i, int j) {
       return mask.predicate->visible(b, h, i, j);
   }
   return false;
+}
+
+double modified_score(const Problem& p, int h, int i, int j, double s, double* derivative) {
+  double slope = 1;
+  if (p.score_mod.softcap > 0) {
+    const double cap = p.score_mod.softcap;
+    const double t = std::tanh(s / cap);
+    s = cap * t;
+    slope = 1 - t * t;
+  }
+  if (!p.score_mod.alibi_slopes.empty()) {
+    s += static_cast<double>(p.score_mod.alibi_slopes[h]) * (j - (i + p.seqlen_k - p.seqlen_q));
+  }
+  if (derivative != nullptr) *derivative = slope;
+  return s;
 }
 
 void for_each_head(const Problem& p, const std::function<void(int b, int h)>& task) {
@@ -167,8 +196,9 @@ void attend_head(const Problem& p, std::span<const float> q, std::span<const flo
     float max_low = -std::numeric_limits<float>::infinity();
     for (int j = first; j <= last; ++j) {
       if (!visible[j]) continue;
-      s[j] *= p.softmax_scale;
-      s_low[j] *= p.softmax_scale;
+      // The low-precision path applies the modifiers in fp32, as a fused kernel would.
+      s[j] = modified_score(p, h, i, j, s[j] * p.softmax_scale);
+      s_low[j] = static_cast<float>(modified_score(p, h, i, j, s_low[j] * p.softmax_scale));
       max_score = std::max(max_score, s[j]);
       max_low = std::max(max_low, s_low[j]);
     }

@@ -32,6 +32,15 @@ struct MaskRef {
   const PredicateEvaluator* predicate = nullptr;
 };
 
+/// Score modifiers of a reference problem, applied in this order to s = softmax_scale *
+/// (q_i . k_j) of query head h before the mask (AttentionSpec::softcap / alibi):
+/// - softcap > 0: s <- softcap * tanh(s / softcap) (0: off);
+/// - alibi_slopes non-empty ([heads]): s <- s + alibi_slopes[h] * (j - (i + Sk - Sq)).
+struct ScoreModRef {
+  float softcap = 0;
+  std::vector<float> alibi_slopes;
+};
+
 /// Shapes and parameters of one attention forward. The KV head of query head h is
 /// h / (heads / kv_heads).
 struct Problem {
@@ -45,6 +54,7 @@ struct Problem {
   float softmax_scale = 1.0f;
   DType dtype = DType::bf16;
   MaskRef mask;
+  ScoreModRef score_mod;
 };
 
 /// What the reference computes.
@@ -69,14 +79,19 @@ void check_size(std::string_view function, std::string_view name, std::size_t go
                 std::size_t expected, std::string_view shape);
 
 /// Throws attnjit::Error unless `p` is consistent (positive sizes, kv_heads dividing heads, a
-/// finite scale, valid flashmask vectors of the problem's shape) and q, k, v have its sizes;
-/// size errors name `function`.
+/// finite scale, valid flashmask vectors of the problem's shape, a finite softcap >= 0, none
+/// or `heads` finite ALiBi slopes) and q, k, v have its sizes; size errors name `function`.
 void check_problem(std::string_view function, const Problem& p, std::span<const float> q,
                    std::span<const float> k, std::span<const float> v);
 
 /// Whether query `i` sees key `j` in (batch `b`, query head `h`) under p.mask: MaskRef's
 /// definition. Expects a problem that passed check_problem().
 bool key_visible(const Problem& p, int b, int h, int i, int j);
+
+/// The score s of (query head h, query i, key j) after p.score_mod (ScoreModRef's
+/// definition), in float64; `derivative`, when given, receives d(modified score) / ds.
+double modified_score(const Problem& p, int h, int i, int j, double s,
+                      double* derivative = nullptr);
 
 /// Calls task(b, h) once for every (batch, query head) pair of `p`, spread over all hardware
 /// threads; returns when all calls have returned. Calls for different pairs run concurrently.

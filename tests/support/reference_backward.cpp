@@ -48,9 +48,10 @@ std::vector<T> transposed_head(std::span<const float> x, int b, int rows, int h,
 }
 
 /// Gradients of one (batch `b`, query head `h`) pair: its dq rows into `out`, its dK and dV
-/// contributions into its own slice of `heads`. Per row i with visible keys J:
-/// P = softmax(scale * q_i K_J^T), dV_j += P_j dO_i, dP_j = dO_i . v_j, D = sum_j P_j dP_j,
-/// dS_j = P_j (dP_j - D), dq_i = scale * sum_j dS_j k_j, dK_j += scale * dS_j q_i.
+/// contributions into its own slice of `heads`. Per row i with visible keys J, with m the
+/// score modifiers (modified_score) and m' their derivative:
+/// P = softmax(m(scale * q_i K_J^T)), dV_j += P_j dO_i, dP_j = dO_i . v_j, D = sum_j P_j dP_j,
+/// dS_j = P_j (dP_j - D) m'_j, dq_i = scale * sum_j dS_j k_j, dK_j += scale * dS_j q_i.
 /// Masked keys are skipped (their P is 0), so rows with no visible key leave everything 0.
 void backward_head(const Inputs& in, int b, int h, Gradients& out, PerHeadGradients& heads) {
   const Problem& p = in.p;
@@ -69,8 +70,8 @@ void backward_head(const Inputs& in, int b, int h, Gradients& out, PerHeadGradie
   float* dk_low = &heads.dk_lowp[head * sk * d_qk];
   float* dv_low = &heads.dv_lowp[head * sk * d_v];
   std::vector<std::uint8_t> visible(sk);
-  std::vector<double> prob(sk), ds(sk), dq(d_qk);
-  std::vector<float> prob_low(sk), ds_low(sk), dq_low(d_qk);
+  std::vector<double> prob(sk), ds(sk), dq(d_qk), grad_mod(sk);
+  std::vector<float> prob_low(sk), ds_low(sk), dq_low(d_qk), grad_mod_low(sk);
   for (int i = 0; i < sq; ++i) {
     int first = sk, last = -1;
     for (int j = 0; j < sk; ++j) {
@@ -104,8 +105,12 @@ void backward_head(const Inputs& in, int b, int h, Gradients& out, PerHeadGradie
     float max_low = -std::numeric_limits<float>::infinity();
     for (int j = first; j <= last; ++j) {
       if (!visible[j]) continue;
-      prob[j] *= scale;
-      prob_low[j] = to_dtype(prob_low[j] * scale_low);
+      // The low-precision path rounds S and applies the modifiers to it in fp32.
+      prob[j] = modified_score(p, h, i, j, prob[j] * scale, &grad_mod[j]);
+      double grad_low = 1;
+      prob_low[j] = static_cast<float>(
+          modified_score(p, h, i, j, to_dtype(prob_low[j] * scale_low), &grad_low));
+      grad_mod_low[j] = static_cast<float>(grad_low);
       max_score = std::max(max_score, prob[j]);
       max_low = std::max(max_low, prob_low[j]);
     }
@@ -132,8 +137,8 @@ void backward_head(const Inputs& in, int b, int h, Gradients& out, PerHeadGradie
     std::fill(dq_low.begin(), dq_low.end(), 0.0f);
     for (int j = first; j <= last; ++j) {
       if (!visible[j]) continue;
-      ds[j] = prob[j] * (ds[j] - row_dot);
-      ds_low[j] = to_dtype(prob_low[j] * (ds_low[j] - row_dot_low));
+      ds[j] = prob[j] * (ds[j] - row_dot) * grad_mod[j];
+      ds_low[j] = to_dtype(prob_low[j] * (ds_low[j] - row_dot_low) * grad_mod_low[j]);
       const auto k_row = in.k.subspan(row_offset(b, j, sk, kvh, p.kv_heads, d_qk), d_qk);
       for (int d = 0; d < d_qk; ++d) dq[d] += ds[j] * k_row[d];
       for (int d = 0; d < d_qk; ++d) dq_low[d] += ds_low[j] * k_row[d];

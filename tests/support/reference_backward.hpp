@@ -18,15 +18,17 @@ struct Gradients {
   std::vector<double> dk;  ///< [B, Sk, Hkv, D], exact float64
   std::vector<double> dv;  ///< [B, Sk, Hkv, Dv], exact float64
   /// Same shapes: PyTorch's math attention in p.dtype under autograd. S = Q K^T accumulated in
-  /// fp32, scaled, rounded; softmax in fp32, P rounded; dV = P^T dO and dP = dO V^T (fp32
-  /// accumulation, rounded); dS = P * (dP - rowsum(dP * P)) in fp32, rounded;
-  /// dQ = scale * dS K and dK = scale * dS^T Q (fp32 accumulation, rounded). With GQA each query
-  /// head's rounded dK, dV are summed over the group in fp32 and rounded again. Its error sets
-  /// the tolerance of compare_gradient.
+  /// fp32, scaled, rounded, then the score modifiers in fp32; softmax in fp32, P rounded;
+  /// dV = P^T dO and dP = dO V^T (fp32 accumulation, rounded); dS = P * (dP - rowsum(dP * P))
+  /// * m' in fp32 (m' the modifiers' derivative), rounded; dQ = scale * dS K and
+  /// dK = scale * dS^T Q (fp32 accumulation, rounded). With GQA each query head's rounded dK,
+  /// dV are summed over the group in fp32 and rounded again. Its error sets the tolerance of
+  /// compare_gradient.
   std::vector<float> dq_lowp, dk_lowp, dv_lowp;
 };
 
-/// Gradients of O = softmax(scale * Q K^T, masked as in reference_forward) V for the upstream
+/// Gradients of O = softmax(m(scale * Q K^T), masked as in reference_forward) V, m the score
+/// modifiers of p.score_mod (modified_score), for the upstream
 /// gradient d_o [B, Sq, H, Dv], with q, k, v laid out as for reference_forward (values
 /// representable in p.dtype). dK and dV of a KV head sum over its query heads. A row with no
 /// visible key contributes nothing: its dq is exactly 0. Runs (batch, head) pairs on all

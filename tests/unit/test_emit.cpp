@@ -64,3 +64,39 @@ TEST_CASE("the reference kernel evaluates the same mask", "[emit]") {
   CHECK_THAT(ref.source, Catch::Contains("/*kMask=*/3, /*kFlashCausal=*/true,"));
   CHECK_THAT(ref.source, Catch::Contains("/*kColumns=*/2"));
 }
+
+TEST_CASE("score modifiers bind a ScoreMod hook; plain kernels take none", "[emit]") {
+  const std::string both =
+      forward_source("dtype=bf16 head_dim=128 mask=causal softcap=true alibi=true target=sm_90");
+  CHECK_THAT(both, Catch::Contains("typedef attnjit::ScoreMod</*kSoftcap=*/true, "
+                                   "/*kAlibi=*/true> Score;"));
+  CHECK_THAT(both, Catch::Contains("attnjit::forward_sm80<Config, Mask, Score>(params);"));
+  CHECK_THAT(both, Catch::Contains("attnjit_fwd_bf16_d128_causal_softcap_alibi("));
+  const std::string alibi =
+      forward_source("dtype=bf16 head_dim=64 mask=none alibi=true target=sm_90");
+  CHECK_THAT(alibi, Catch::Contains("/*kSoftcap=*/false, /*kAlibi=*/true> Score;"));
+  CHECK_THAT(alibi, Catch::Contains("attnjit_fwd_bf16_d64_none_alibi("));
+  const std::string plain = forward_source("dtype=bf16 head_dim=128 mask=causal target=sm_90");
+  CHECK_THAT(plain, !Catch::Contains("ScoreMod") && !Catch::Contains("Score"));
+  CHECK_THAT(plain, Catch::Contains("attnjit::forward_sm80<Config, Mask>(params);"));
+
+  const Lowering ir = lower(parse_spec(
+      "dtype=fp16 head_dim=64 mask=causal softcap=true direction=backward deterministic=true "
+      "target=sm_90"));
+  for (KernelRole role : {KernelRole::backward, KernelRole::backward_dq}) {
+    const KernelDesc& kernel = *ir.plan->find(role);
+    INFO(kernel.name);
+    CHECK_THAT(kernel.name, Catch::Contains("_causal_softcap"));
+    const std::string src = emit_kernel(ir, kernel);
+    CHECK_THAT(src, Catch::Contains("/*kSoftcap=*/true, /*kAlibi=*/false> Score;"));
+    CHECK_THAT(src, Catch::Contains("<Config, Mask, Score>(params);"));
+  }
+  // The kernels that do not see scores are the same for every modifier.
+  const KernelDesc& preprocess = *ir.plan->find(KernelRole::backward_preprocess);
+  CHECK_THAT(emit_kernel(ir, preprocess), !Catch::Contains("Score"));
+
+  const ReferenceKernel ref =
+      emit_reference_kernel(parse_spec("dtype=bf16 head_dim=64 mask=causal alibi=true"));
+  CHECK(ref.name == "attnjit_reference_bf16_d64_causal_alibi");
+  CHECK_THAT(ref.source, Catch::Contains("/*kSoftcap=*/false, /*kAlibi=*/true>(params);"));
+}

@@ -1,6 +1,10 @@
-// Kernel::forward rejects bad tensors with an Error naming the field before touching the
-// device. Uses fake device pointers: nothing is launched.
+// Kernel::forward (and Kernel::backward, for the score modifiers' arguments) rejects bad
+// tensors and values with an Error naming the field before touching the device. Uses fake
+// device pointers: nothing is launched.
 #include <catch2/catch.hpp>
+
+#include <limits>
+#include <string>
 
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
@@ -133,4 +137,92 @@ TEST_CASE("compiling a predicate mask is a user error in this build", "[cache]")
                     Catch::Contains("kernels for element predicates are not available"));
   CHECK_THROWS_WITH(jit::compile_reference(spec),
                     Catch::Contains("reference kernels for element predicates are not available"));
+}
+
+TEST_CASE("forward and backward check the score modifiers' arguments", "[runtime][args]") {
+  const jit::Kernel plain = compiled("dtype=bf16 head_dim=64 mask=causal target=sm_80");
+  ForwardArgs a = good_args();
+  a.softcap = 30.f;
+  CHECK_THAT(error_of(plain, a),
+             Catch::Contains("softcap: got '30'; accepted: 0 (the spec has softcap=false"));
+  a = good_args();
+  a.alibi_slopes = contiguous_view(fake(0x70000), ScalarType::fp32, {4});
+  CHECK_THAT(error_of(plain, a),
+             Catch::Contains("alibi_slopes: given, but the spec has alibi=false"));
+
+  const jit::Kernel both =
+      compiled("dtype=bf16 head_dim=64 mask=causal softcap=true alibi=true target=sm_80");
+  const ForwardArgs good = [] {
+    ForwardArgs g = good_args();
+    g.softcap = 30.f;
+    g.alibi_slopes = contiguous_view(fake(0x70000), ScalarType::fp32, {4});
+    return g;
+  }();
+  a = good;
+  a.softcap = 0.f;
+  CHECK_THAT(error_of(both, a),
+             Catch::Contains("softcap: got '0'; accepted: a finite value > 0 (the spec has "
+                             "softcap=true)"));
+  a.softcap = -2.5f;
+  CHECK_THAT(error_of(both, a), Catch::Contains("softcap: got '-2.5'"));
+  a.softcap = std::numeric_limits<float>::infinity();
+  CHECK_THAT(error_of(both, a), Catch::Contains("softcap: got 'inf'"));
+  a.softcap = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THAT(error_of(both, a), Catch::Contains("softcap: got 'nan'"));
+  a = good;
+  a.alibi_slopes = {};
+  CHECK_THAT(error_of(both, a),
+             Catch::Contains("alibi_slopes: missing; accepted: for alibi=true an fp32 [4] tensor"));
+  a = good;
+  a.alibi_slopes.dtype = ScalarType::bf16;
+  CHECK_THAT(error_of(both, a), Catch::Contains("alibi_slopes.dtype: got 'bf16'; accepted: fp32"));
+  a = good;
+  a.alibi_slopes = contiguous_view(fake(0x70000), ScalarType::fp32, {2, 2});
+  CHECK_THAT(error_of(both, a), Catch::Contains("alibi_slopes.rank: got '2'; accepted: 1"));
+  a = good;
+  a.alibi_slopes = contiguous_view(fake(0x70000), ScalarType::fp32, {2});
+  CHECK_THAT(error_of(both, a),
+             Catch::Contains("alibi_slopes.shape[0]: got '2'; accepted: 4 (heads of q)"));
+  a = good;
+  a.alibi_slopes.stride[0] = 2;
+  CHECK_THAT(error_of(both, a),
+             Catch::Contains("alibi_slopes.stride[0]: got '2'; accepted: 1 (the tensor must be "
+                             "contiguous)"));
+  a = good;
+  a.alibi_slopes.data = fake(0x70002);
+  CHECK_THAT(error_of(both, a),
+             Catch::Contains("alibi_slopes.data") && Catch::Contains("4-byte aligned"));
+
+  const jit::Kernel grad =
+      compiled("dtype=bf16 head_dim=64 mask=causal softcap=true direction=backward target=sm_80");
+  BackwardArgs b;
+  b.q = good.q;
+  b.k = good.k;
+  b.v = good.v;
+  b.o = good.o;
+  b.d_o = contiguous_view(fake(0x80000), ScalarType::bf16, {2, 100, 4, 64});
+  b.d_q = contiguous_view(fake(0x90000), ScalarType::bf16, {2, 100, 4, 64});
+  b.d_k = contiguous_view(fake(0xa0000), ScalarType::bf16, {2, 120, 2, 64});
+  b.d_v = contiguous_view(fake(0xb0000), ScalarType::bf16, {2, 120, 2, 64});
+  b.lse = contiguous_view(fake(0x50000), ScalarType::fp32, {2, 4, 100});
+  const auto backward_error = [&](const BackwardArgs& args) {
+    try {
+      grad.backward(args);
+    } catch (const Error& error) {
+      return std::string(error.what());
+    } catch (const DeviceError& error) {
+      return std::string("device: ") + error.what();
+    }
+    return std::string("no error");
+  };
+  CHECK_THAT(backward_error(b), Catch::Contains("softcap: got '0'; accepted: a finite value > 0"));
+  b.softcap = 50.f;
+  b.alibi_slopes = good.alibi_slopes;
+  CHECK_THAT(backward_error(b),
+             Catch::Contains("alibi_slopes: given, but the spec has alibi=false"));
+  if (!runtime::driver_available()) {
+    b.alibi_slopes = {};
+    CHECK_THAT(backward_error(b), Catch::Contains("device: no CUDA driver"));
+    CHECK_THAT(error_of(both, good), Catch::Contains("device: no CUDA driver"));
+  }
 }

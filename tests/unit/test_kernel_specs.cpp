@@ -1,10 +1,12 @@
 // NVRTC compiles every supported (direction x dtype x head dim x mask kind) spec for sm_80
-// and sm_90 with no spills and no stack; the reference kernels compile too. Needs no GPU.
+// and sm_90, and a sample of the score-modifier specs, with no spills and no stack; the
+// reference kernels compile too. Needs no GPU.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <future>
 #include <thread>
+#include <utility>
 
 #include "attnjit/jit.hpp"
 
@@ -13,6 +15,17 @@ using namespace attnjit;
 namespace {
 
 // Forward with LSE, and backward in both modes.
+void add_directions(AttentionSpec spec, std::vector<AttentionSpec>& specs) {
+  spec.return_lse = true;  // the heavier variant: LSE stores included
+  specs.push_back(spec);
+  spec.return_lse = false;
+  spec.direction = Direction::backward;
+  for (bool deterministic : {false, true}) {
+    spec.deterministic = deterministic;
+    specs.push_back(spec);
+  }
+}
+
 std::vector<AttentionSpec> every_supported_spec() {
   const MaskSpec masks[] = {{MaskKind::none, false, 0},           {MaskKind::causal, false, 0},
                             {MaskKind::sliding_window, false, 0}, {MaskKind::flashmask, true, 1},
@@ -27,15 +40,31 @@ std::vector<AttentionSpec> every_supported_spec() {
           spec.dtype = dtype;
           spec.head_dim_qk = spec.head_dim_v = d;
           spec.mask = mask;
-          spec.return_lse = true;  // the heavier variant: LSE stores included
           spec.target = arch;
-          specs.push_back(spec);
-          spec.return_lse = false;
-          spec.direction = Direction::backward;
-          for (bool deterministic : {false, true}) {
-            spec.deterministic = deterministic;
-            specs.push_back(spec);
-          }
+          add_directions(spec, specs);
+        }
+      }
+    }
+  }
+  // Score modifiers: a sample (every combination x bf16 x head dims 64/128/256 x three masks,
+  // sm_90; the heaviest combination for sm_80 too). The modifiers add registers, not smem.
+  const MaskSpec modifier_masks[] = {{MaskKind::causal, false, 0},
+                                     {MaskKind::sliding_window, false, 0},
+                                     {MaskKind::flashmask, false, 4}};
+  const std::pair<bool, bool> modifiers[] = {{true, false}, {false, true}, {true, true}};
+  for (const auto& [softcap, alibi] : modifiers) {
+    for (Arch arch : {Arch::sm_80, Arch::sm_90}) {
+      if (arch == Arch::sm_80 && !(softcap && alibi)) continue;
+      for (int d : {64, 128, 256}) {
+        for (const MaskSpec& mask : modifier_masks) {
+          AttentionSpec spec;
+          spec.dtype = DType::bf16;
+          spec.head_dim_qk = spec.head_dim_v = d;
+          spec.mask = mask;
+          spec.softcap = softcap;
+          spec.alibi = alibi;
+          spec.target = arch;
+          add_directions(spec, specs);
         }
       }
     }
@@ -95,5 +124,17 @@ TEST_CASE("reference kernels compile for every mask kind", "[nvrtc][specs]") {
     REQUIRE(kernel.info().kernels.size() == 1);
     CHECK(kernel.info().kernels[0].spill_bytes == 0);
     CHECK_THAT(kernel.ptx()[0], Catch::Contains(".entry attnjit_reference_fp16_d64"));
+  }
+}
+
+TEST_CASE("reference kernels compile with the score modifiers", "[nvrtc][specs]") {
+  for (const char* modifiers : {"softcap=true", "alibi=true", "softcap=true alibi=true"}) {
+    const std::string text =
+        std::string("dtype=bf16 head_dim=128 target=sm_90 mask=causal ") + modifiers;
+    INFO(text);
+    const jit::Kernel kernel = jit::compile_reference(parse_spec(text));
+    REQUIRE(kernel.info().kernels.size() == 1);
+    CHECK(kernel.info().kernels[0].spill_bytes == 0);
+    CHECK_THAT(kernel.ptx()[0], Catch::Contains(".entry attnjit_reference_bf16_d128_causal_"));
   }
 }

@@ -1,4 +1,5 @@
 // Each lowering pass on its own, and the pipeline's print-after-pass hook.
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include "attnjit/error.hpp"
@@ -39,6 +40,21 @@ TEST_CASE("validate rejects what attnjit cannot compile", "[pass]") {
   Lowering bad = ir_of("dtype=bf16 head_dim=128 mask=causal");
   bad.spec.mask.columns = 2;
   CHECK_THROWS_WITH(validate(bad), Catch::Contains("do not apply to mask=causal"));
+}
+
+TEST_CASE("validate accepts the score modifiers for both directions and every mask", "[pass]") {
+  for (const char* mask : {"none", "causal", "sliding_window", "flashmask(causal=true,columns=1)",
+                           "flashmask(causal=true,columns=2)", "flashmask(causal=false,columns=2)",
+                           "flashmask(causal=false,columns=4)"}) {
+    for (const char* direction : {"forward", "backward"}) {
+      for (const char* modifiers : {"softcap=true", "alibi=true", "softcap=true alibi=true"}) {
+        const std::string text = fmt::format("dtype=fp16 head_dim=64 mask={} direction={} {}", mask,
+                                             direction, modifiers);
+        INFO(text);
+        CHECK(validation_error(text.c_str()) == "no error");
+      }
+    }
+  }
 }
 
 TEST_CASE("canonicalize fills head_dim_v", "[pass]") {
@@ -229,6 +245,55 @@ TEST_CASE("the backward plan", "[pass]") {
       CHECK(ir.backward_tiles->dq_smem_bytes <= ir.target->max_dynamic_smem_bytes);
     }
   }
+}
+
+TEST_CASE("forward specs with score modifiers take a shape with room for them", "[pass]") {
+  const auto tiles = [](int d, const char* rest) {
+    return *lower(parse_spec(fmt::format("dtype=bf16 head_dim={} target=sm_80 {}", d, rest))).tiles;
+  };
+  // d128, index mask: 128 x 48 without modifiers, 128 x 32 (the window's shape) with them.
+  CHECK(tiles(128, "mask=causal").block_n == 48);
+  for (const char* modifiers : {"softcap=true", "alibi=true", "softcap=true alibi=true"}) {
+    INFO(modifiers);
+    CHECK(tiles(128, fmt::format("mask=causal {}", modifiers).c_str()) ==
+          tiles(128, "mask=sliding_window"));
+    // Elsewhere the shape stays.
+    for (int d : {32, 64, 96, 192, 256}) {
+      INFO(d);
+      CHECK(tiles(d, fmt::format("mask=causal {}", modifiers).c_str()) == tiles(d, "mask=causal"));
+    }
+  }
+}
+
+TEST_CASE("soft-capping backward specs take a shape with room for its registers", "[pass]") {
+  const auto tiles = [](int d, const char* modifiers) {
+    return *lower(parse_spec(fmt::format("dtype=bf16 head_dim={} mask=causal direction=backward "
+                                         "target=sm_90 {}",
+                                         d, modifiers)))
+                .backward_tiles;
+  };
+  // d128: 64 x 128 with 8 one-slab warps, for softcap 64 x 64 with the head dim split in two.
+  CHECK(tiles(128, "") == tiles(128, "alibi=true"));
+  const BackwardTiles d128 = tiles(128, "softcap=true");
+  CHECK(d128.block_m == 64);
+  CHECK(d128.block_n == 64);
+  CHECK(d128.dim_warps == 2);
+  CHECK(tiles(128, "softcap=true alibi=true") == d128);
+  // d96: the head dim split in two as well; d192, d256: 32 queries per iteration, not 64.
+  CHECK(tiles(96, "softcap=true").dim_warps == 2);
+  CHECK(tiles(96, "").dim_warps == 1);
+  for (int d : {192, 256}) {
+    INFO(d);
+    CHECK(tiles(d, "softcap=true").block_m == 32);
+    CHECK(tiles(d, "").block_m == 64);
+  }
+  // d32, d64: the first shape has room.
+  for (int d : {32, 64}) {
+    INFO(d);
+    CHECK(tiles(d, "softcap=true") == tiles(d, ""));
+  }
+  // An explicit shape is taken as given.
+  CHECK(tiles(128, "softcap=true tiles=64x128x8").block_n == 128);
 }
 
 TEST_CASE("explicit backward tiles are checked", "[pass]") {

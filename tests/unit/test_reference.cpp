@@ -177,6 +177,74 @@ TEST_CASE("a row with no visible key gives O = 0 and LSE = -inf", "[reference]")
   }
 }
 
+TEST_CASE("soft-capping bounds the scores and ALiBi adds the aligned distance", "[reference]") {
+  SECTION("softcap: one key's LSE is its capped score, two keys weigh by capped scores") {
+    Problem p = small_problem(1, 2);
+    p.softmax_scale = 1.0f;
+    p.score_mod.softcap = 5.0f;
+    // Scores 16 and -8: capped to 5 tanh(3.2) and 5 tanh(-1.6).
+    const Inputs in{{4, 4, 4, 4}, {1, 1, 1, 1, -0.5f, -0.5f, -0.5f, -0.5f}, {1, 0, 2, 3, 1, -1}};
+    const Reference ref = run(p, in);
+    const double s0 = 5 * std::tanh(3.2), s1 = 5 * std::tanh(-1.6);
+    const double w0 = 1 / (1 + std::exp(s1 - s0)), w1 = 1 - w0;
+    check_close(ref.out, {w0 * 1 + w1 * 3, w0 * 0 + w1 * 1, w0 * 2 + w1 * -1});
+    CHECK(ref.lse[0] == Approx(s0 + std::log(1 + std::exp(s1 - s0))).epsilon(1e-12));
+    p.seqlen_k = 1;
+    const Reference one = run(p, {in.q, {1, 1, 1, 1}, {1, 0, 2}});
+    CHECK(one.lse[0] == Approx(5 * std::tanh(3.2)).epsilon(1e-12));
+  }
+  SECTION("alibi: zero scores weigh key j of row i by exp(slope (j - (i + Sk - Sq)))") {
+    Problem p = small_problem(2, 5);
+    p.score_mod.alibi_slopes = {0.5f};
+    const Inputs in = uniform_score_inputs(p);
+    for (const MaskKind kind : {MaskKind::none, MaskKind::causal}) {
+      INFO(attnjit::name_of(kind));
+      p.mask.kind = kind;
+      const Reference ref = run(p, in);
+      std::vector<double> expected;
+      for (int i = 0; i < 2; ++i) {
+        double sum = 0, acc[3] = {0, 0, 0};
+        for (int j = 0; j < 5; ++j) {
+          if (kind == MaskKind::causal && j > i + 3) continue;
+          const double w = std::exp(0.5 * (j - (i + 3)));
+          sum += w;
+          for (int d = 0; d < 3; ++d) acc[d] += w * (j + d);
+        }
+        for (int d = 0; d < 3; ++d) expected.push_back(acc[d] / sum);
+        CHECK(ref.lse[i] == Approx(std::log(sum)).epsilon(1e-12));
+      }
+      check_close(ref.out, expected);
+    }
+  }
+  SECTION("both: soft-capping first, then the bias; the derivative is 1 - tanh^2") {
+    Problem p = small_problem(3, 4);
+    p.heads = 2;
+    p.kv_heads = 1;
+    p.score_mod = {2.0f, {0.25f, -1.0f}};
+    double derivative = 0;
+    // Head 1, row 0, key 3: distance 3 - (0 + 1) = 2.
+    CHECK(attnjit::testing::modified_score(p, 1, 0, 3, 3.0, &derivative) ==
+          Approx(2 * std::tanh(1.5) - 2.0).epsilon(1e-15));
+    CHECK(derivative == Approx(1 - std::tanh(1.5) * std::tanh(1.5)).epsilon(1e-15));
+    CHECK(attnjit::testing::modified_score(p, 0, 2, 0, -1.0) ==
+          Approx(2 * std::tanh(-0.5) + 0.25 * -3).epsilon(1e-15));
+    p.score_mod.softcap = 0;
+    CHECK(attnjit::testing::modified_score(p, 0, 2, 0, -1.0, &derivative) == -1.75);
+    CHECK(derivative == 1);
+  }
+  SECTION("bad modifiers are rejected") {
+    Problem p = small_problem(2, 2);
+    const Inputs in = uniform_score_inputs(p);
+    p.score_mod.softcap = -1;
+    CHECK_THROWS_WITH(run(p, in), Contains("score_mod.softcap: got '-1'"));
+    p.score_mod.softcap = 0;
+    p.score_mod.alibi_slopes = {1, 2};
+    CHECK_THROWS_WITH(run(p, in), Contains("score_mod.alibi_slopes size: got '2'"));
+    p.score_mod.alibi_slopes = {std::numeric_limits<float>::infinity()};
+    CHECK_THROWS_WITH(run(p, in), Contains("score_mod.alibi_slopes: got 'inf'"));
+  }
+}
+
 TEST_CASE("GQA maps query heads to KV heads and mask heads", "[reference]") {
   Problem p = small_problem(2, 3);
   p.heads = 4;

@@ -31,6 +31,8 @@ TEST_CASE("print and parse round trip", "[ir]") {
       "return_lse=true target=sm_90a",
       "dtype=bf16 head_dim=96 mask=sliding_window direction=forward target=sm_86 tiles=64x64x4q",
       "dtype=bf16 head_dim=32 tiles=128x128x4",
+      "dtype=bf16 head_dim=64 mask=causal softcap=true",
+      "dtype=fp16 head_dim=128 alibi=true softcap=true direction=backward deterministic=true",
   };
   for (const char* text : texts) {
     INFO(text);
@@ -40,8 +42,26 @@ TEST_CASE("print and parse round trip", "[ir]") {
     CHECK(to_string(parse_spec(printed)) == printed);
   }
   CHECK(to_string(parse_spec("mask=causal head_dim=64 dtype=fp16")) ==
-        "dtype=fp16 head_dim_qk=64 head_dim_v=64 mask=causal return_lse=false "
-        "direction=forward deterministic=false target=auto tiles=auto");
+        "dtype=fp16 head_dim_qk=64 head_dim_v=64 mask=causal softcap=false alibi=false "
+        "return_lse=false direction=forward deterministic=false target=auto tiles=auto");
+}
+
+TEST_CASE("score modifiers are spec flags, off by default", "[ir]") {
+  const AttentionSpec plain = parse_spec("dtype=bf16 head_dim=128 mask=causal");
+  CHECK(!plain.softcap);
+  CHECK(!plain.alibi);
+  const AttentionSpec both = parse_spec("dtype=bf16 head_dim=128 alibi=true softcap=true");
+  CHECK(both.softcap);
+  CHECK(both.alibi);
+  CHECK_THAT(to_string(both), Catch::Contains("mask=none softcap=true alibi=true return_lse="));
+  CHECK(parse_spec("dtype=bf16 head_dim=128 softcap=true") != plain);
+  CHECK(parse_spec("dtype=bf16 head_dim=128 mask=causal alibi=false softcap=false") == plain);
+  CHECK_THROWS_WITH(parse_spec("dtype=bf16 head_dim=128 softcap=30"),
+                    Catch::Contains("softcap: got '30'; accepted: true, false"));
+  CHECK_THROWS_WITH(parse_spec("dtype=bf16 head_dim=128 alibi=yes"),
+                    Catch::Contains("alibi: got 'yes'; accepted: true, false"));
+  CHECK_THROWS_WITH(parse_spec("dtype=bf16 head_dim=128 alibi=true alibi=true"),
+                    Catch::Contains("given twice"));
 }
 
 TEST_CASE("parse errors name the field, the value and what is accepted", "[ir]") {

@@ -1,11 +1,14 @@
 // attnc run: random inputs on the GPU, the forward timed with CUDA events, TFLOP/s counting
 // visible (query, key) pairs, and with --check the error against attnjit's fp32 reference.
+// --softcap X and --alibi turn the score modifiers on (the spec gets softcap=true /
+// alibi=true); the ALiBi slopes are the standard geometric ones, 2^(-8 i / H) for head i-1.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <vector>
 
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
@@ -24,6 +27,8 @@ struct RunOptions {
   std::string spec_text;
   std::optional<std::string> arch;
   ProblemOptions problem;
+  std::optional<float> softcap;
+  bool alibi = false;
   int warmup = 1, repeat = 1;
   bool check = false, json = false;
 };
@@ -79,6 +84,13 @@ Check compare(const DeviceBuffer& out, const DeviceBuffer& ref, const DeviceBuff
   return c;
 }
 
+// The standard ALiBi slopes of `heads` heads: 2^(-8 i / H) for i = 1 .. H.
+std::vector<float> alibi_slopes(int heads) {
+  std::vector<float> slopes(heads);
+  for (int i = 1; i <= heads; ++i) slopes[i - 1] = std::exp2(-8.0f * i / heads);
+  return slopes;
+}
+
 void run(RunOptions o) {
   attnjit::AttentionSpec spec = spec_with_arch(o.spec_text, o.arch);
   if (o.repeat < 1) attnjit::throw_field_error("--repeat", std::to_string(o.repeat), ">= 1");
@@ -86,6 +98,15 @@ void run(RunOptions o) {
   // Shape errors are the user's, whether or not a device is there to launch on.
   ProblemOptions& p = o.problem;
   resolve_problem(p);
+  if (o.softcap && !(*o.softcap > 0.f && std::isfinite(*o.softcap))) {
+    attnjit::throw_field_error("--softcap", fmt::format("{}", *o.softcap), "a finite value > 0");
+  }
+  if (spec.softcap && !o.softcap) {
+    throw attnjit::Error(
+        "--softcap: missing, but the spec has softcap=true; accepted: --softcap X with X > 0");
+  }
+  if (o.softcap) spec.softcap = true;
+  if (o.alibi) spec.alibi = true;
   const bool lse_wanted = spec.return_lse || o.check;
   spec.return_lse = lse_wanted;
   const attnjit::jit::Kernel kernel = attnjit::jit::compile(spec);
@@ -118,6 +139,15 @@ void run(RunOptions o) {
   }
   args.window_left = p.window_left;
   args.window_right = p.window_right;
+  if (o.softcap) args.softcap = *o.softcap;
+  DeviceBuffer slope_buffer;
+  if (s.alibi) {
+    const std::vector<float> slopes = alibi_slopes(p.heads);
+    slope_buffer = DeviceBuffer(slopes.size() * 4);
+    slope_buffer.upload(slopes.data(), slopes.size() * 4);
+    args.alibi_slopes =
+        attnjit::contiguous_view(slope_buffer.data(), attnjit::ScalarType::fp32, {p.heads});
+  }
   std::optional<attnjit::dsl::IntervalVectors> vectors;
   DeviceBuffer vector_buffer;
   if (s.mask.kind == attnjit::MaskKind::flashmask) {
@@ -212,6 +242,10 @@ void add_run(CLI::App& app) {
   cmd->add_option("--spec", o.spec_text, "Attention spec")->required();
   cmd->add_option("--arch", o.arch, "Target (default: the spec's, else the device's)");
   add_problem_options(cmd, o.problem);
+  cmd->add_option("--softcap", o.softcap,
+                  "Soft-cap scores at X (s <- X tanh(s / X)); sets softcap=true in the spec");
+  cmd->add_flag("--alibi", o.alibi,
+                "ALiBi with the slopes 2^(-8 i / H), i = 1 .. H; sets alibi=true in the spec");
   cmd->add_option("--warmup", o.warmup, "Untimed launches first");
   cmd->add_option("--repeat", o.repeat, "Timed launches (the median is reported)");
   cmd->add_flag("--check", o.check, "Compare with attnjit's fp32 reference kernel");

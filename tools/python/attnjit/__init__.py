@@ -10,6 +10,7 @@ torch tensors shaped [batch, seq, heads, head_dim] on a CUDA device.
     o = attnjit.attention(q, k, v, mask="causal")  # differentiable: o.backward(d_o)
     mask = attnjit.flashmask("document", seqlen=8192, doc_lengths=[4096, 4096])
     o = attnjit.attention(q, k, v, mask=mask)       # a FlashMask family, built on the host
+    o = attnjit.attention(q, k, v, mask="causal", softcap=30.0, alibi_slopes=slopes)
     attnjit.compile("dtype=bf16 head_dim=128 mask=causal").info()["kernels"]
 """
 
@@ -120,36 +121,44 @@ class Kernel:
         return self.info()["spec"]
 
     def run(self, q, k, v, o, *, lse=None, startend_row_indices=None, scale=None,
-            window=(-1, 0)):
+            window=(-1, 0), softcap=None, alibi_slopes=None):
         """Enqueues the kernels on torch's current stream of q's device, writing `o` (and
-        `lse`). The library checks every tensor against the spec; attnjit.forward is the
-        convenient form that builds the spec and allocates the outputs."""
+        `lse`). softcap (the cap, for a spec with softcap=true) and alibi_slopes (fp32 [H], for
+        a spec with alibi=true) are the score modifiers' runtime arguments. The library checks
+        every tensor against the spec; attnjit.forward is the convenient form that builds the
+        spec and allocates the outputs."""
         tensors = (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse),
                    ("startend_row_indices", startend_row_indices))
-        self._launch(_ffi.lib.attnjit_forward, tensors, scale, window)
+        self._launch(_ffi.lib.attnjit_forward_score_mod, tensors, scale, window, softcap,
+                     alibi_slopes)
 
     def run_backward(self, q, k, v, o, d_o, lse, d_q, d_k, d_v, *, startend_row_indices=None,
-                     scale=None, window=(-1, 0)):
+                     scale=None, window=(-1, 0), softcap=None, alibi_slopes=None):
         """Enqueues the backward kernels (a spec with direction=backward) on torch's current
         stream of q's device, writing d_q, d_k and d_v from the forward's inputs, its output o,
-        the gradient d_o and the lse it returned; the mask arguments and scale must be the
-        forward's. attnjit.attention is the convenient, differentiable form."""
+        the gradient d_o and the lse it returned; the mask arguments, scale, softcap and
+        alibi_slopes must be the forward's. attnjit.attention is the convenient,
+        differentiable form."""
         tensors = (("q", q), ("k", k), ("v", v), ("o", o), ("d_o", d_o), ("lse", lse),
                    ("startend_row_indices", startend_row_indices), ("d_q", d_q), ("d_k", d_k),
                    ("d_v", d_v))
-        self._launch(_ffi.lib.attnjit_backward, tensors, scale, window)
+        self._launch(_ffi.lib.attnjit_backward_score_mod, tensors, scale, window, softcap,
+                     alibi_slopes)
 
-    def _launch(self, function, tensors, scale, window):
+    def _launch(self, function, tensors, scale, window, softcap, alibi_slopes):
         q = tensors[0][1]
         torch = _torch_of(q, "q")
         softmax_scale = _check_scale(scale)
         window_left, window_right = _check_window(window)
+        cap = _check_softcap(softcap)
         descriptors = [_descriptor(name, tensor) for name, tensor in tensors]
         pointers = [None if d is None else ctypes.byref(d) for d in descriptors]
+        slopes = _descriptor("alibi_slopes", alibi_slopes)
         with torch.cuda.device(q.device):
             stream = torch.cuda.current_stream(q.device).cuda_stream
             _ffi.check(function(self._handle, *pointers, softmax_scale, window_left,
-                                window_right, stream))
+                                window_right, cap, None if slopes is None else ctypes.byref(slopes),
+                                stream))
 
 
 _compiled = {}
@@ -171,17 +180,21 @@ def compile_reference(spec):
 
 
 def forward(q, k, v, *, spec=None, mask="none", causal=False, startend_row_indices=None,
-            scale=None, window=(-1, 0), return_lse=False):
+            scale=None, window=(-1, 0), return_lse=False, softcap=None, alibi_slopes=None):
     """Attention forward, softmax(q k^T * scale + mask) v, on torch tensors [B, S, H, D].
 
     q [B, Sq, H, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv]: bf16 or fp16, on one CUDA device,
     last dimension contiguous; H a multiple of Hkv. mask: "none", "causal" (bottom-right
     aligned), "sliding_window" (window=(left, right), -1 unbounded) or "flashmask" (causal=
     and the int32 startend_row_indices [B, Hm, Sk, C]). causal=True with mask="none" means
-    mask="causal". scale defaults to 1/sqrt(D). `spec` replaces the spec built from these
-    arguments (e.g. to force tiles=...): mask, causal and return_lse then stay at their
-    defaults and the outputs follow the spec's return_lse. Returns o [B, Sq, H, Dv], and also
-    lse fp32 [B, H, Sq] when return_lse. Runs on torch's current stream, asynchronously.
+    mask="causal". scale defaults to 1/sqrt(D). Score modifiers, applied to s = scale * q.k
+    before the mask (soft-capping first): softcap=cap gives s <- cap * tanh(s / cap);
+    alibi_slopes (fp32 [H] on q's device) gives s <- s + slope[h] * (j - (i + Sk - Sq)); each
+    adds its flag to the spec (a spec given as `spec` must carry them). `spec` replaces the
+    spec built from these arguments (e.g. to force tiles=...): mask, causal and return_lse
+    then stay at their defaults and the outputs follow the spec's return_lse. Returns
+    o [B, Sq, H, Dv], and also lse fp32 [B, H, Sq] when return_lse. Runs on torch's current
+    stream, asynchronously.
     mask may also be a FlashMask from attnjit.flashmask(), which holds causal= and the vectors.
     """
     if isinstance(mask, FlashMask):
@@ -198,13 +211,17 @@ def forward(q, k, v, *, spec=None, mask="none", causal=False, startend_row_indic
                          "a spec or those arguments (the spec says them)")
     _check_scale(scale)
     _check_window(window)
+    _check_softcap(softcap)
 
     torch = _torch_of(q, "q")
     _check_activations(q, k, v)
     if startend_row_indices is not None:
         _check_startend(torch, startend_row_indices, q, k)
+    if alibi_slopes is not None:
+        _check_alibi_slopes(torch, alibi_slopes, q)
     if spec is None:
-        spec = _spec_text(q, v, mask, causal, startend_row_indices, return_lse)
+        spec = _spec_text(q, v, mask, causal, startend_row_indices, return_lse, softcap,
+                          alibi_slopes)
     kernel = compile(spec)
     with_lse = "return_lse=true" in kernel.spec.split()
 
@@ -214,12 +231,13 @@ def forward(q, k, v, *, spec=None, mask="none", causal=False, startend_row_indic
     if with_lse:
         lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
     kernel.run(q, k, v, o, lse=lse, startend_row_indices=startend_row_indices, scale=scale,
-               window=window)
+               window=window, softcap=softcap, alibi_slopes=alibi_slopes)
     return (o, lse) if with_lse else o
 
 
 def attention(q, k, v, *, mask="none", causal=False, startend_row_indices=None, scale=None,
-              window=(-1, 0), return_lse=False, deterministic=False):
+              window=(-1, 0), return_lse=False, deterministic=False, softcap=None,
+              alibi_slopes=None):
     """Differentiable attention: the arguments and results of attnjit.forward (without spec=),
     as a torch.autograd.Function whose backward pass runs attnjit's backward kernels.
 
@@ -227,9 +245,10 @@ def attention(q, k, v, *, mask="none", causal=False, startend_row_indices=None, 
     return_lse=True it is also returned (fp32 [B, H, Sq], not differentiable).
     deterministic=True makes the gradients bitwise identical from run to run (a slower dQ
     reduction). q, k and v receive d_q, d_k and d_v (with GQA, a KV head's gradient sums over
-    its query heads); the mask vectors get none. A d_o whose layout the kernels do not take
-    (e.g. the expanded gradient of o.sum()) is copied to a contiguous tensor first. Runs on
-    torch's current stream, asynchronously.
+    its query heads); the mask vectors and alibi_slopes get none. A d_o whose layout the
+    kernels do not take (e.g. the expanded gradient of o.sum()) is copied to a contiguous
+    tensor first. Runs on torch's current stream, asynchronously. softcap and alibi_slopes as
+    in attnjit.forward.
     """
     if isinstance(mask, FlashMask):
         mask, causal, startend_row_indices = mask.attention_arguments(q, causal,
@@ -240,16 +259,21 @@ def attention(q, k, v, *, mask="none", causal=False, startend_row_indices=None, 
             raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
     _check_scale(scale)
     _check_window(window)
+    _check_softcap(softcap)
 
     torch = _torch_of(q, "q")
     _check_activations(q, k, v)
     if startend_row_indices is not None:
         _check_startend(torch, startend_row_indices, q, k)
-    forward_spec = _spec_text(q, v, mask, causal, startend_row_indices, True)
-    backward_spec = (f"{_spec_text(q, v, mask, causal, startend_row_indices, False)} "
-                     f"direction=backward deterministic={str(deterministic).lower()}")
+    if alibi_slopes is not None:
+        _check_alibi_slopes(torch, alibi_slopes, q)
+    modifiers = (softcap, alibi_slopes)
+    forward_spec = _spec_text(q, v, mask, causal, startend_row_indices, True, *modifiers)
+    backward_spec = (f"{_spec_text(q, v, mask, causal, startend_row_indices, False, *modifiers)}"
+                     f" direction=backward deterministic={str(deterministic).lower()}")
     o, lse = _attention_function(torch).apply(q, k, v, startend_row_indices, forward_spec,
-                                              backward_spec, scale, tuple(window))
+                                              backward_spec, scale, tuple(window), softcap,
+                                              alibi_slopes)
     return (o, lse) if return_lse else o
 
 
@@ -268,31 +292,34 @@ def _attention_function(torch):
 def _define_attention_function(torch):
     class Attention(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, indices, forward_spec, backward_spec, scale, window):
+        def forward(ctx, q, k, v, indices, forward_spec, backward_spec, scale, window, softcap,
+                    slopes):
             batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
             o = torch.empty((batch, seqlen_q, heads, v.shape[3]), dtype=q.dtype,
                             device=q.device)
             lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
             compile(forward_spec).run(q, k, v, o, lse=lse, startend_row_indices=indices,
-                                      scale=scale, window=window)
-            ctx.save_for_backward(q, k, v, o, lse, indices)
+                                      scale=scale, window=window, softcap=softcap,
+                                      alibi_slopes=slopes)
+            ctx.save_for_backward(q, k, v, o, lse, indices, slopes)
             ctx.backward_spec = backward_spec
             ctx.scale = scale
             ctx.window = window
+            ctx.softcap = softcap
             ctx.mark_non_differentiable(lse)
             return o, lse
 
         @staticmethod
         @torch.autograd.function.once_differentiable
         def backward(ctx, d_o, _d_lse):
-            q, k, v, o, lse, indices = ctx.saved_tensors
+            q, k, v, o, lse, indices, slopes = ctx.saved_tensors
             if not _is_kernel_layout(d_o):
                 d_o = d_o.contiguous()
             d_q, d_k, d_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
             compile(ctx.backward_spec).run_backward(
                 q, k, v, o, d_o, lse, d_q, d_k, d_v, startend_row_indices=indices,
-                scale=ctx.scale, window=ctx.window)
-            return d_q, d_k, d_v, None, None, None, None, None
+                scale=ctx.scale, window=ctx.window, softcap=ctx.softcap, alibi_slopes=slopes)
+            return d_q, d_k, d_v, None, None, None, None, None, None, None
 
     return Attention
 
@@ -331,6 +358,34 @@ def _check_scale(scale):
         raise ValueError(f"scale: got {scale}; accepted: a finite number > 0, or None for "
                          "1/sqrt(head_dim)")
     return float(scale)
+
+
+def _check_softcap(softcap):
+    """The cap for the library: 0.0 (no soft-capping) for None."""
+    if softcap is None:
+        return 0.0
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+        raise TypeError(f"softcap: expected a float or None, got {type(softcap).__name__}")
+    if not math.isfinite(softcap) or softcap <= 0:
+        raise ValueError(f"softcap: got {softcap}; accepted: a finite number > 0, or None for "
+                         "no soft-capping")
+    return float(softcap)
+
+
+def _check_alibi_slopes(torch, slopes, q):
+    _torch_of(slopes, "alibi_slopes")
+    heads = q.shape[2]
+    if slopes.dtype != torch.float32:
+        raise TypeError(f"alibi_slopes: dtype {slopes.dtype}; accepted: torch.float32")
+    if slopes.device != q.device:
+        raise ValueError(f"alibi_slopes: on {slopes.device} but q is on {q.device}; accepted: "
+                         "q's device")
+    if tuple(slopes.shape) != (heads,):
+        raise ValueError(f"alibi_slopes: shape {tuple(slopes.shape)}; accepted: [H={heads}], "
+                         "one slope per query head")
+    if not slopes.is_contiguous():
+        raise ValueError("alibi_slopes: not contiguous; accepted: a contiguous tensor (call "
+                         ".contiguous())")
 
 
 def _check_window(window):
@@ -424,10 +479,12 @@ def _check_startend(torch, indices, q, k):
                          "(call .contiguous())")
 
 
-def _spec_text(q, v, mask, causal, indices, return_lse):
+def _spec_text(q, v, mask, causal, indices, return_lse, softcap, alibi_slopes):
     if mask == "none" and causal:
         mask = "causal"
     if mask == "flashmask":
         mask = f"flashmask(causal={str(causal).lower()},columns={indices.shape[3]})"
     return (f"dtype={_SPEC_DTYPES[_dtype_name(q)]} head_dim_qk={q.shape[3]} "
-            f"head_dim_v={v.shape[3]} mask={mask} return_lse={str(return_lse).lower()}")
+            f"head_dim_v={v.shape[3]} mask={mask} return_lse={str(return_lse).lower()} "
+            f"softcap={str(softcap is not None).lower()} "
+            f"alibi={str(alibi_slopes is not None).lower()}")

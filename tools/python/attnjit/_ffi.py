@@ -79,6 +79,12 @@ def _declare(lib):
             ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]),
         "attnjit_backward": (ctypes.c_int, [kernel_p] + [tensor_p] * 10 + [
             ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]),
+        "attnjit_forward_score_mod": (ctypes.c_int, [kernel_p] + [tensor_p] * 6 + [
+            ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_float, tensor_p,
+            ctypes.c_void_p]),
+        "attnjit_backward_score_mod": (ctypes.c_int, [kernel_p] + [tensor_p] * 10 + [
+            ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_float, tensor_p,
+            ctypes.c_void_p]),
         "attnjit_kernel_info": (ctypes.c_int, [kernel_p, ctypes.c_char_p, ctypes.c_size_t]),
         "attnjit_cache_clear": (ctypes.c_int, [ctypes.c_int, ctypes.c_int]),
         "attnjit_cache_dir": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]),

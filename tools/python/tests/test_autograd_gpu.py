@@ -3,7 +3,8 @@
 Skipped unless PyTorch and a CUDA device are available. Each case compares o, dq, dk and dv
 (loss = (o * dO).sum() with a random dO) with an fp32 reference built from ordinary torch ops
 on upcast inputs and a dense boolean mask derived from the same semantics (causal bottom-right
-aligned; FlashMask rows [LTS, LTE) and [UTS, UTE) masked per key column), using
+aligned; FlashMask rows [LTS, LTE) and [UTS, UTE) masked per key column; soft-capping and ALiBi
+applied to the scores before the mask), using
 FlashAttention's criterion: max|attnjit - ref| <= 2 * max|torch_lowp - ref| + 1e-3 * max|ref|,
 where torch_lowp is the same torch computation in bf16/fp16.
 
@@ -92,13 +93,22 @@ def visible_mask(mask, causal, seqlen_q, seqlen_k, window, indices, device):
     return visible
 
 
-def torch_attention(q, k, v, visible, scale):
-    """softmax(q k^T * scale, masked) v with plain torch ops in q's dtype; [B, S, H, D]."""
+def torch_attention(q, k, v, visible, scale, softcap=None, slopes=None):
+    """softmax(m(q k^T * scale), masked) v with plain torch ops in q's dtype; [B, S, H, D].
+    m: s <- softcap * tanh(s / softcap), then s <- s + slopes[h] * (j - (i + Sk - Sq))."""
     heads, kv_heads = q.shape[2], k.shape[2]
     k = k.repeat_interleave(heads // kv_heads, dim=2)
     v = v.repeat_interleave(heads // kv_heads, dim=2)
     visible = visible.repeat_interleave(heads // visible.shape[1], dim=1)
     scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
+    if slopes is not None:
+        seqlen_q, seqlen_k = scores.shape[-2], scores.shape[-1]
+        rows = torch.arange(seqlen_q, device=q.device)[:, None]
+        cols = torch.arange(seqlen_k, device=q.device)[None, :]
+        distance = (cols - rows - (seqlen_k - seqlen_q)).to(scores.dtype)
+        scores = scores + slopes.to(scores.dtype)[None, :, None, None] * distance
     scores = scores.masked_fill(~visible, float("-inf"))
     # Rows without a visible key give 0, as attnjit does (softmax alone gives NaN there).
     probabilities = torch.softmax(scores, dim=-1).masked_fill(~visible, 0.0)
@@ -131,7 +141,7 @@ class AutogradTest(unittest.TestCase):
                              f"{lowp_error:.3e}, limit {limit:.3e}")
 
     def check(self, dtype, head_dim, mask_name, seqlen_q, seqlen_k, heads, kv_heads,
-              window=(-1, 0), deterministic=False, seed=0):
+              window=(-1, 0), deterministic=False, seed=0, softcap=None, slopes=None):
         _, mask, causal = dict((m[0], m) for m in MASKS)[mask_name]
         generator = torch.Generator().manual_seed(seed)
         device = torch.device("cuda")
@@ -152,15 +162,18 @@ class AutogradTest(unittest.TestCase):
         visible = visible_mask(mask, causal, seqlen_q, seqlen_k, window, indices, device)
 
         returned = {}
+        if slopes is not None:
+            slopes = slopes.to(device)
 
         def run_attnjit(q_, k_, v_):
             o, returned["lse"] = attnjit.attention(q_, k_, v_, mask=mask, causal=causal,
                                                    startend_row_indices=indices, window=window,
-                                                   return_lse=True, deterministic=deterministic)
+                                                   return_lse=True, deterministic=deterministic,
+                                                   softcap=softcap, alibi_slopes=slopes)
             return o
 
         def run_torch(q_, k_, v_):
-            return torch_attention(q_, k_, v_, visible, scale)[0]
+            return torch_attention(q_, k_, v_, visible, scale, softcap, slopes)[0]
 
         got = with_grads(run_attnjit, q, k, v, d_o)
         ref = with_grads(run_torch, q.float(), k.float(), v.float(), d_o.float())
@@ -173,8 +186,9 @@ class AutogradTest(unittest.TestCase):
         lse = returned["lse"]
         self.assertFalse(lse.requires_grad)
         self.assertEqual(lse.dtype, torch.float32)
-        ref_lse = torch_attention(q.float(), k.float(), v.float(), visible, scale)[1]
-        lowp_lse = torch_attention(q, k, v, visible, scale)[1]
+        ref_lse = torch_attention(q.float(), k.float(), v.float(), visible, scale, softcap,
+                                  slopes)[1]
+        lowp_lse = torch_attention(q, k, v, visible, scale, softcap, slopes)[1]
         # Rows without a visible key have LSE = -inf (compared apart: -inf - -inf is NaN).
         finite = torch.isfinite(ref_lse)
         self.assertTrue(torch.all(lse[~finite] == float("-inf")), "lse of empty rows")
@@ -197,6 +211,26 @@ class AutogradTest(unittest.TestCase):
             with self.subTest(dtype=dtype, head_dim=head_dim, mask=mask_name, seqlen_q=seqlen_q,
                               seqlen_k=seqlen_k):
                 self.check(dtype, head_dim, mask_name, seqlen_q, seqlen_k, 4, 2)
+
+    def test_score_modifiers(self):
+        # Soft-capping at 1.5 bends most N(0, 1) scores; the standard ALiBi slopes, and
+        # negative ones, over GQA, unequal lengths and both dQ modes.
+        slopes = torch.tensor([2.0 ** (-8 * i / 4) for i in range(1, 5)])
+        modifiers = (("softcap", 1.5, None), ("alibi", None, slopes),
+                     ("both", 5.0, slopes), ("negative alibi", None, -slopes))
+        # Five length pairs against the modifiers' four: each modifier meets each pair.
+        lengths = ((333, 333), (200, 300), (300, 200), (130, 129), (65, 257))
+        for index, (dtype, head_dim, mask_name, (name, softcap, alibi), deterministic) in \
+                enumerate(itertools.product(DTYPES, HEAD_DIMS,
+                                            ("none", "causal", "causal_document"), modifiers,
+                                            (False, True))):
+            seqlen_q, seqlen_k = lengths[index // 2 % 5] if mask_name != "causal_document" \
+                else (333, 333)
+            with self.subTest(dtype=dtype, head_dim=head_dim, mask=mask_name, modifier=name,
+                              seqlen_q=seqlen_q, seqlen_k=seqlen_k, deterministic=deterministic):
+                self.check(dtype, head_dim, mask_name, seqlen_q, seqlen_k, 4, 2,
+                           deterministic=deterministic, seed=index, softcap=softcap,
+                           slopes=alibi)
 
     def test_deterministic_gradients_are_bitwise_identical(self):
         for mask_name, dtype in itertools.product(("none", "causal_document"), DTYPES):

@@ -155,7 +155,13 @@ class LibraryTest(unittest.TestCase):
             (TypeError, "scale", dict(scale="1")),
             (TypeError, "window", dict(window=(1,))),
             (ValueError, "window", dict(window=(-2, 0))),
+            (TypeError, "softcap", dict(softcap="30")),
+            (TypeError, "softcap", dict(softcap=True)),
+            (ValueError, "softcap: got 0", dict(softcap=0)),
+            (ValueError, "softcap: got -1.5", dict(softcap=-1.5)),
+            (ValueError, "softcap: got inf", dict(softcap=float("inf"))),
             (TypeError, "q: expected a torch.Tensor", dict()),
+            (TypeError, "q: expected a torch.Tensor", dict(softcap=30.0)),
         ]
         for error, message, kwargs in cases:
             with self.subTest(**{key: repr(value) for key, value in kwargs.items()}):
@@ -221,6 +227,8 @@ class LibraryTest(unittest.TestCase):
             (ValueError, "scale", dict(scale=0.0)),
             (TypeError, "window", dict(window=(1, 2, 3))),
             (ValueError, "window", dict(window=(0, -5))),
+            (ValueError, "softcap", dict(softcap=float("nan"))),
+            (TypeError, "softcap", dict(softcap=[30.0])),
             (TypeError, "q: expected a torch.Tensor", dict()),
             (TypeError, "q: expected a torch.Tensor", dict(deterministic=True)),
         ]
@@ -232,6 +240,80 @@ class LibraryTest(unittest.TestCase):
             attnjit.attention([1.0], [1.0], [1.0], spec=SPEC)
         with self.assertRaisesRegex(TypeError, "q: expected a torch.Tensor"):
             attnjit.compile(BACKWARD_SPEC).run_backward(*[[1.0]] * 9)
+
+    def test_score_modifiers_are_spec_flags_in_the_key(self):
+        plain = attnjit.compile(SPEC)
+        keys = {plain.info()["key"]}
+        for flags, tag in (("softcap=true", "_softcap"), ("alibi=true", "_alibi"),
+                           ("softcap=true alibi=true", "_softcap_alibi")):
+            with self.subTest(flags=flags):
+                kernel = attnjit.compile(f"{SPEC} {flags}")
+                for word in flags.split():
+                    self.assertIn(word, kernel.spec.split())
+                forward = [k["name"] for k in kernel.info()["kernels"] if k["role"] == "forward"]
+                self.assertEqual(forward, [f"attnjit_fwd_bf16_d64_causal{tag}"])
+                keys.add(kernel.info()["key"])
+                backward = attnjit.compile(f"{BACKWARD_SPEC} {flags}")
+                self.assertIn(f"attnjit_bwd_bf16_d64_causal{tag}",
+                              [k["name"] for k in backward.info()["kernels"]])
+                keys.add(backward.info()["key"])
+        self.assertEqual(len(keys), 7)
+        self.assertIn("softcap=false", plain.spec.split())
+        self.assertIn("alibi=false", plain.spec.split())
+
+    def test_c_abi_checks_the_score_modifiers_arguments(self):
+        lib = _ffi.lib
+        ok = _ffi.Tensor(0x1000, _ffi.BF16, 4, (1, 64, 2, 64), (8192, 128, 64, 1))
+        lse = _ffi.Tensor(0x1000, _ffi.FP32, 3, (1, 2, 64), (128, 64, 1))
+        slopes = _ffi.Tensor(0x2000, _ffi.FP32, 1, (2, 0, 0, 0), (1, 0, 0, 0))
+
+        def forward(kernel, softcap, alibi_slopes):
+            tensors = [ctypes.byref(ok)] * 4 + [None, None]
+            return lib.attnjit_forward_score_mod(
+                kernel._handle, *tensors, 0.0, -1, 0, softcap,
+                None if alibi_slopes is None else ctypes.byref(alibi_slopes), None)
+
+        plain = attnjit.compile(SPEC)
+        self.assertEqual(forward(plain, 30.0, None), _ffi.USER_ERROR)
+        self.assertIn("softcap: got '30'; accepted: 0", lib.attnjit_last_error().decode())
+        self.assertEqual(forward(plain, 0.0, slopes), _ffi.USER_ERROR)
+        self.assertIn("alibi_slopes: given, but the spec has alibi=false",
+                      lib.attnjit_last_error().decode())
+
+        both = attnjit.compile(SPEC + " softcap=true alibi=true")
+        self.assertEqual(forward(both, 0.0, slopes), _ffi.USER_ERROR)
+        self.assertIn("softcap: got '0'; accepted: a finite value > 0",
+                      lib.attnjit_last_error().decode())
+        self.assertEqual(forward(both, -3.0, slopes), _ffi.USER_ERROR)
+        self.assertIn("softcap: got '-3'", lib.attnjit_last_error().decode())
+        self.assertEqual(forward(both, 30.0, None), _ffi.USER_ERROR)
+        self.assertIn("alibi_slopes: missing; accepted: for alibi=true an fp32 [2] tensor",
+                      lib.attnjit_last_error().decode())
+        wrong = _ffi.Tensor(0x2000, _ffi.BF16, 1, (2, 0, 0, 0), (1, 0, 0, 0))
+        self.assertEqual(forward(both, 30.0, wrong), _ffi.USER_ERROR)
+        self.assertIn("alibi_slopes.dtype: got 'bf16'; accepted: fp32",
+                      lib.attnjit_last_error().decode())
+        wrong = _ffi.Tensor(0x2000, _ffi.FP32, 1, (3, 0, 0, 0), (1, 0, 0, 0))
+        self.assertEqual(forward(both, 30.0, wrong), _ffi.USER_ERROR)
+        self.assertIn("alibi_slopes.shape[0]: got '3'; accepted: 2 (heads of q)",
+                      lib.attnjit_last_error().decode())
+        wrong = _ffi.Tensor(0x2000, 9, 1, (2, 0, 0, 0), (1, 0, 0, 0))
+        self.assertEqual(forward(both, 30.0, wrong), _ffi.USER_ERROR)
+        self.assertIn("alibi_slopes.dtype: got '9'", lib.attnjit_last_error().decode())
+        # The plain entry point passes no modifiers: a spec that needs them says which.
+        args = [ctypes.byref(ok)] * 4 + [None, None, 0.0, -1, 0, None]
+        self.assertEqual(lib.attnjit_forward(both._handle, *args), _ffi.USER_ERROR)
+        self.assertIn("softcap: got '0'", lib.attnjit_last_error().decode())
+
+        backward = attnjit.compile(BACKWARD_SPEC + " alibi=true")
+        tensors = [ctypes.byref(ok)] * 5 + [ctypes.byref(lse), None] + [ctypes.byref(ok)] * 3
+        self.assertEqual(lib.attnjit_backward_score_mod(backward._handle, *tensors, 0.0, -1, 0,
+                                                        1.0, ctypes.byref(slopes), None),
+                         _ffi.USER_ERROR)
+        self.assertIn("softcap: got '1'; accepted: 0", lib.attnjit_last_error().decode())
+        self.assertEqual(lib.attnjit_backward(backward._handle, *tensors, 0.0, -1, 0, None),
+                         _ffi.USER_ERROR)
+        self.assertIn("alibi_slopes: missing", lib.attnjit_last_error().decode())
 
     def test_missing_library_is_an_import_error_listing_the_paths(self):
         environment = dict(os.environ, ATTNJIT_LIBRARY="/nonexistent/libattnjit.so",

@@ -1,0 +1,143 @@
+// Score modifiers (soft-capping, ALiBi, both) on the GPU: forward and backward against the CPU
+// float64 references (FlashAttention's criterion) over masks none, causal, sliding_window and
+// a FlashMask document mask, both dtypes, head dims 64/128, GQA, ragged lengths, Sq != Sk,
+// negative slopes, atomic and deterministic dQ; the fp32 GPU reference kernel against the CPU
+// reference; and new caps and slopes running on the cached kernel without a compile.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "attnjit/jit.hpp"
+#include "gpu/gpu_case.hpp"
+
+using namespace attnjit;
+using gpu_test::Case;
+
+namespace {
+
+void check_forward(const Case& c, bool reference_kernel = false) {
+  INFO(c.describe() << (reference_kernel ? " (GPU reference kernel)" : ""));
+  const gpu_test::Inputs inputs = gpu_test::make_inputs(c);
+  const gpu_test::Outputs got = gpu_test::run_on_gpu(c, inputs, reference_kernel);
+  const testing::Reference ref = gpu_test::reference_of(c, inputs);
+  const testing::Comparison out = testing::compare_output(got.out, ref, c.spec.dtype);
+  const testing::Comparison lse = testing::compare_lse(got.lse, ref);
+  INFO("O:   " << out.summary);
+  INFO("LSE: " << lse.summary);
+  CHECK(got.padding_intact);
+  CHECK(out.passed);
+  CHECK(lse.passed);
+}
+
+void check_backward(const Case& c, bool deterministic) {
+  INFO(c.describe() << (deterministic ? " deterministic" : " atomic"));
+  const gpu_test::Inputs inputs = gpu_test::make_inputs(c);
+  const std::vector<float> d_o = gpu_test::make_d_o(c);
+  const gpu_test::BackwardOutputs got =
+      gpu_test::run_backward_on_gpu(c, inputs, d_o, deterministic);
+  const testing::Gradients ref = gpu_test::reference_gradients_of(c, inputs, d_o);
+  const DType dtype = c.spec.dtype;
+  const testing::Comparison dq =
+      testing::compare_gradient("dq", got.dq, ref.dq, ref.dq_lowp, dtype);
+  const testing::Comparison dk =
+      testing::compare_gradient("dk", got.dk, ref.dk, ref.dk_lowp, dtype);
+  const testing::Comparison dv =
+      testing::compare_gradient("dv", got.dv, ref.dv, ref.dv_lowp, dtype);
+  INFO(dq.summary);
+  INFO(dk.summary);
+  INFO(dv.summary);
+  CHECK(got.padding_intact);
+  CHECK(dq.passed);
+  CHECK(dk.passed);
+  CHECK(dv.passed);
+}
+
+}  // namespace
+
+TEST_CASE("forward with score modifiers matches the reference", "[gpu][score_mod]") {
+  for (const Case& c : gpu_test::score_mod_cases()) check_forward(c);
+}
+
+TEST_CASE("backward with score modifiers matches the reference gradients", "[gpu][score_mod]") {
+  for (const Case& c : gpu_test::score_mod_cases()) {
+    check_backward(c, /*deterministic=*/false);
+    check_backward(c, /*deterministic=*/true);
+  }
+}
+
+TEST_CASE("deterministic backward with score modifiers is bitwise repeatable", "[gpu][score_mod]") {
+  Case c;
+  c.spec.dtype = DType::bf16;
+  c.spec.head_dim_qk = c.spec.head_dim_v = 128;
+  c.spec.mask = {MaskKind::causal, false, 0};
+  c.spec.softcap = c.spec.alibi = true;
+  c.batch = 2;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.seqlen_q = c.seqlen_k = 700;
+  c.seed = 81;
+  c.score_mod = {2.0f, gpu_test::alibi_slopes(4)};
+  INFO(c.describe());
+  const gpu_test::Inputs inputs = gpu_test::make_inputs(c);
+  const std::vector<float> d_o = gpu_test::make_d_o(c);
+  const gpu_test::BackwardOutputs first = gpu_test::run_backward_on_gpu(c, inputs, d_o, true);
+  const gpu_test::BackwardOutputs second = gpu_test::run_backward_on_gpu(c, inputs, d_o, true);
+  CHECK(std::memcmp(first.dq.data(), second.dq.data(), first.dq.size() * 4) == 0);
+  CHECK(std::memcmp(first.dk.data(), second.dk.data(), first.dk.size() * 4) == 0);
+  CHECK(std::memcmp(first.dv.data(), second.dv.data(), first.dv.size() * 4) == 0);
+}
+
+TEST_CASE("the GPU reference kernel applies the score modifiers", "[gpu][score_mod][reference]") {
+  for (MaskSpec mask : {MaskSpec{MaskKind::causal, false, 0}, MaskSpec{MaskKind::none, false, 0}}) {
+    Case c;
+    c.spec.dtype = DType::bf16;
+    c.spec.head_dim_qk = c.spec.head_dim_v = 64;
+    c.spec.mask = mask;
+    c.spec.return_lse = true;
+    c.spec.softcap = c.spec.alibi = true;
+    c.batch = 1;
+    c.heads = 4;
+    c.kv_heads = 2;
+    c.seqlen_q = 150;
+    c.seqlen_k = 170;
+    c.seed = 23;
+    c.score_mod = {1.5f, gpu_test::alibi_slopes(4)};
+    check_forward(c, /*reference_kernel=*/true);
+  }
+}
+
+TEST_CASE("new caps and slopes run on the cached kernel", "[gpu][score_mod][cache]") {
+  Case c;
+  c.spec.dtype = DType::fp16;
+  c.spec.head_dim_qk = c.spec.head_dim_v = 64;
+  c.spec.mask = {MaskKind::causal, false, 0};
+  c.spec.return_lse = true;
+  c.spec.softcap = c.spec.alibi = true;
+  c.batch = 1;
+  c.heads = c.kv_heads = 2;
+  c.seqlen_q = c.seqlen_k = 190;
+  c.seed = 61;
+  c.score_mod = {1.5f, {0.25f, 0.5f}};
+  const gpu_test::Inputs inputs = gpu_test::make_inputs(c);
+  const gpu_test::Outputs first = gpu_test::run_on_gpu(c, inputs);  // compiles if needed
+
+  const jit::CacheStats before = jit::cache_stats();
+  std::vector<gpu_test::Outputs> outputs;
+  for (const testing::ScoreModRef& score_mod :
+       {testing::ScoreModRef{8.0f, {0.25f, 0.5f}}, testing::ScoreModRef{1.5f, {-0.125f, 1.0f}}}) {
+    Case changed = c;
+    changed.score_mod = score_mod;
+    INFO(changed.describe());
+    outputs.push_back(gpu_test::run_on_gpu(changed, inputs));
+    check_forward(changed);
+  }
+  const jit::CacheStats after = jit::cache_stats();
+  CHECK(after.compiles == before.compiles);
+  CHECK(after.disk_hits == before.disk_hits);
+  CHECK(after.memory_entries == before.memory_entries);
+  CHECK(after.memory_hits > before.memory_hits);
+  // The new values were used: each output differs from the first run's.
+  for (const gpu_test::Outputs& out : outputs) CHECK(out.out != first.out);
+}

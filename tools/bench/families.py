@@ -231,5 +231,5 @@ def attnjit_spec(mask_text, head_dim, direction):
     mask_text): its forward (with LSE) or its backward."""
     base = f"dtype=bf16 head_dim_qk={head_dim} head_dim_v={head_dim} mask={mask_text}"
     if direction == "forward":
-        return f"{base} return_lse=true"
-    return f"{base} return_lse=false direction=backward deterministic=false"
+        return f"{base} return_lse=true softcap=false alibi=false"
+    return f"{base} return_lse=false softcap=false alibi=false direction=backward deterministic=false"

@@ -162,8 +162,8 @@ class Families(unittest.TestCase):
                                ("qk_sparse", {"offset": 2, "length": 4})):
             mask = attnjit.flashmask(family, 64, **params)
             indices = None if mask.kind != "flashmask" else Tensor(1, 1, 64, mask.columns)
-            forward = attnjit._spec_text(q, q, mask.kind, mask.causal, indices, True)
-            backward = (f"{attnjit._spec_text(q, q, mask.kind, mask.causal, indices, False)} "
+            forward = attnjit._spec_text(q, q, mask.kind, mask.causal, indices, True, None, None)
+            backward = (f"{attnjit._spec_text(q, q, mask.kind, mask.causal, indices, False, None, None)} "
                         "direction=backward deterministic=false")
             self.assertEqual(families.attnjit_spec(mask.mask_text, 128, "forward"), forward)
             self.assertEqual(families.attnjit_spec(mask.mask_text, 128, "backward"), backward)

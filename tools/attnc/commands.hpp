@@ -15,6 +15,7 @@ void add_emit(CLI::App& app);
 void add_compile(CLI::App& app);
 void add_cache(CLI::App& app);
 void add_run(CLI::App& app);
+void add_mask(CLI::App& app);
 
 /// The spec of --spec with --arch applied (absent: keep the spec's target).
 attnjit::AttentionSpec spec_with_arch(const std::string& spec_text,

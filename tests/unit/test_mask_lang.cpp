@@ -182,8 +182,10 @@ TEST_CASE("random predicates: derived intervals and the predicate form equal the
         return fmt::format(fmt::runtime(atoms[uniform(rng, 0, atoms.size() - 1)]),
                            uniform(rng, -3, 12));
       }
-      if (pick == 2) return "!(" + expr(depth + 1) + ")";
-      return "(" + expr(depth + 1) + (pick == 3 ? "&&" : "||") + expr(depth + 1) + ")";
+      if (pick == 2) return fmt::format("!({})", expr(depth + 1));
+      const std::string lhs = expr(depth + 1);
+      const std::string rhs = expr(depth + 1);
+      return fmt::format("({}{}{})", lhs, pick == 3 ? "&&" : "||", rhs);
     };
     std::string text = expr(0);
     if (trial % 2 == 0) text = "q>=k&&" + text;

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(cmake ninja-build g++ python3 libfmt-dev catch2 libcli11-dev nlohmann-json3-dev
-          libxxhash-dev llvm-14-tools)
+          libxxhash-dev llvm-14-tools clang-14 libclang-rt-14-dev)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||

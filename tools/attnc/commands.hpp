@@ -17,6 +17,7 @@ void add_cache(CLI::App& app);
 void add_run(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_mask_build(CLI::App& app);
+void add_mask(CLI::App& app);
 
 /// The spec of --spec with --arch applied (absent: keep the spec's target).
 attnjit::AttentionSpec spec_with_arch(const std::string& spec_text,

@@ -1,7 +1,7 @@
 // attnc: emit the IR, CUDA and PTX of an attention spec, compile it through the kernel
-// cache, manage the cache, run it on the GPU, time it, and build FlashMask vectors on the
-// GPU. Exit codes: 0 ok, 1 device or compile failure, 2 bad input (one line on stderr), 3
-// internal error.
+// cache, manage the cache, run it on the GPU, time it, build FlashMask vectors on the GPU, and
+// show what a mask expression compiles to. Exit codes: 0 ok, 1 device or compile failure, 2
+// bad input (one line on stderr), 3 internal error.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
   attnc::add_run(app);
   attnc::add_bench(app);
   attnc::add_mask_build(app);
+  attnc::add_mask(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {

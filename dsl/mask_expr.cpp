@@ -1,0 +1,331 @@
+// The mask-language parser. Top level first: the text is split at single `&` and `|` outside
+// parentheses and brackets (`&&` and `||` stay inside predicates); each operand is a family
+// call, `predicate(...)`, a parenthesised mask expression, or predicate text handed to
+// parse_predicate, whose error positions are mapped back to the whole text.
+#include "dsl/mask_expr.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+#include <utility>
+
+#include "dsl/mask_families.hpp"
+
+namespace attnjit::dsl {
+namespace {
+
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+bool is_identifier_start(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+class MaskParser {
+ public:
+  explicit MaskParser(std::string_view text) : text_(text) {}
+
+  MaskExpr parse() { return parse_union(0, text_.size(), 0); }
+
+ private:
+  struct Position {
+    int line = 1;
+    int column = 1;
+  };
+
+  Position position(std::size_t offset) const {
+    Position p;
+    for (std::size_t i = 0; i < offset && i < text_.size(); ++i) {
+      if (text_[i] == '\n') {
+        ++p.line;
+        p.column = 1;
+      } else {
+        ++p.column;
+      }
+    }
+    return p;
+  }
+
+  // What stands at `offset` in a message: the next few bytes quoted, or end of input.
+  std::string describe(std::size_t offset, std::size_t end) const {
+    if (offset >= end) return "end of input";
+    std::string out = "'";
+    for (std::size_t i = offset; i < end && i < offset + 16; ++i) {
+      const auto byte = static_cast<unsigned char>(text_[i]);
+      out +=
+          byte >= 0x20 && byte < 0x7f ? std::string(1, text_[i]) : fmt::format("\\x{:02x}", byte);
+    }
+    return out + (end > offset + 16 ? "...'" : "'");
+  }
+
+  [[noreturn]] void fail(std::size_t offset, const std::string& message) const {
+    const Position p = position(offset);
+    throw PredicateParseError(p.line, p.column, message);
+  }
+
+  std::size_t skip_spaces(std::size_t from, std::size_t end) const {
+    while (from < end && is_space(text_[from])) ++from;
+    return from;
+  }
+  std::size_t trim_end(std::size_t begin, std::size_t end) const {
+    while (end > begin && is_space(text_[end - 1])) --end;
+    return end;
+  }
+
+  // Offsets in [begin, end) of the single `op` characters at bracket depth 0.
+  std::vector<std::size_t> split_points(std::size_t begin, std::size_t end, char op) const {
+    std::vector<std::size_t> points;
+    int depth = 0;
+    for (std::size_t i = begin; i < end; ++i) {
+      const char c = text_[i];
+      if (c == '(' || c == '[') {
+        ++depth;
+      } else if (c == ')' || c == ']') {
+        --depth;
+      } else if (c == '&' || c == '|') {
+        if (i + 1 < end && text_[i + 1] == c) {
+          ++i;
+        } else if (depth == 0 && c == op) {
+          points.push_back(i);
+        }
+      }
+    }
+    return points;
+  }
+
+  // The offset of the bracket closing the one at `open`, or `end` if it is not closed.
+  std::size_t matching(std::size_t open, std::size_t end) const {
+    int depth = 0;
+    for (std::size_t i = open; i < end; ++i) {
+      if (text_[i] == '(' || text_[i] == '[') ++depth;
+      if (text_[i] == ')' || text_[i] == ']') {
+        if (--depth == 0) return i;
+      }
+    }
+    return end;
+  }
+
+  void enter(std::size_t at, int depth) const {
+    if (depth > kMaxPredicateDepth) {
+      fail(at, fmt::format("expected a mask expression nested at most {} levels deep, got "
+                           "deeper nesting at {}",
+                           kMaxPredicateDepth, describe(at, text_.size())));
+    }
+  }
+
+  MaskExpr combine(MaskExpr::Kind kind, std::vector<MaskExpr> parts) const {
+    MaskExpr result = std::move(parts.front());
+    for (std::size_t i = 1; i < parts.size(); ++i) {
+      MaskExpr node;
+      node.kind = kind;
+      node.line = result.line;
+      node.column = result.column;
+      node.operands.push_back(std::move(result));
+      node.operands.push_back(std::move(parts[i]));
+      result = std::move(node);
+    }
+    return result;
+  }
+
+  MaskExpr parse_union(std::size_t begin, std::size_t end, int depth) const {
+    enter(begin, depth);
+    std::vector<MaskExpr> parts;
+    std::size_t from = begin;
+    for (std::size_t point : split_points(begin, end, '|')) {
+      parts.push_back(parse_intersection(from, point, end, depth));
+      from = point + 1;
+    }
+    parts.push_back(parse_intersection(from, end, end, depth));
+    return combine(MaskExpr::Kind::unite, std::move(parts));
+  }
+
+  // [begin, end) is one operand of `|`; `limit` is where the enclosing expression ends.
+  MaskExpr parse_intersection(std::size_t begin, std::size_t end, std::size_t limit,
+                              int depth) const {
+    std::vector<MaskExpr> parts;
+    std::size_t from = begin;
+    for (std::size_t point : split_points(begin, end, '&')) {
+      parts.push_back(parse_operand(from, point, limit, depth));
+      from = point + 1;
+    }
+    parts.push_back(parse_operand(from, end, limit, depth));
+    return combine(MaskExpr::Kind::intersect, std::move(parts));
+  }
+
+  MaskExpr parse_operand(std::size_t begin, std::size_t end, std::size_t limit, int depth) const {
+    begin = skip_spaces(begin, end);
+    end = trim_end(begin, end);
+    if (begin == end) {
+      fail(begin, fmt::format("expected a mask operand (a family such as causal or "
+                              "document([4,3,3]), a predicate or '('), got {}",
+                              describe(skip_spaces(end, limit), limit)));
+    }
+    if (is_identifier_start(text_[begin])) {
+      std::size_t name_end = begin;
+      while (name_end < end &&
+             (is_identifier_start(text_[name_end]) || is_digit(text_[name_end]))) {
+        ++name_end;
+      }
+      const std::string_view name = text_.substr(begin, name_end - begin);
+      if (name == "predicate" || is_family_name(name)) {
+        return parse_call(name, begin, name_end, end, depth);
+      }
+    }
+    if (text_[begin] == '(' && matching(begin, end) == end - 1) {
+      return parse_union(begin + 1, end - 1, depth + 1);
+    }
+    return parse_predicate_text(begin, end);
+  }
+
+  MaskExpr parse_call(std::string_view name, std::size_t begin, std::size_t name_end,
+                      std::size_t end, int depth) const {
+    MaskExpr node;
+    const Position at = position(begin);
+    node.line = at.line;
+    node.column = at.column;
+    const std::size_t open = skip_spaces(name_end, end);
+    std::size_t after = open;
+    if (open < end && text_[open] == '(') {
+      const std::size_t close = matching(open, end);
+      if (close == end || text_[close] != ')') {
+        fail(open, fmt::format("expected ')' closing the '(' of {}, got end of input", name));
+      }
+      after = close + 1;
+      if (name == "predicate") {
+        node.kind = MaskExpr::Kind::force;
+        node.operands.push_back(parse_union(open + 1, close, depth + 1));
+      } else {
+        node.kind = MaskExpr::Kind::family;
+        node.family = std::string(name);
+        node.args = parse_args(open + 1, close);
+      }
+    } else if (name == "predicate") {
+      fail(open, fmt::format("expected '(' after predicate, got {}", describe(open, end)));
+    } else {
+      node.kind = MaskExpr::Kind::family;
+      node.family = std::string(name);
+    }
+    if (after != end) {
+      fail(skip_spaces(after, end),
+           fmt::format("expected '&', '|', ')' or end of input after {} (families combine with "
+                       "& and |, predicates with && and ||), got {}",
+                       name, describe(skip_spaces(after, end), end)));
+    }
+    return node;
+  }
+
+  std::vector<FamilyArg> parse_args(std::size_t begin, std::size_t end) const {
+    std::vector<FamilyArg> args;
+    if (skip_spaces(begin, end) == end) return args;
+    std::size_t from = begin;
+    int depth = 0;
+    for (std::size_t i = begin; i <= end; ++i) {
+      if (i < end && text_[i] == '[') ++depth;
+      if (i < end && text_[i] == ']') --depth;
+      if (i == end || (depth == 0 && text_[i] == ',')) {
+        args.push_back(parse_arg(from, i));
+        from = i + 1;
+      }
+    }
+    return args;
+  }
+
+  FamilyArg parse_arg(std::size_t begin, std::size_t end) const {
+    begin = skip_spaces(begin, end);
+    end = trim_end(begin, end);
+    FamilyArg arg;
+    const Position at = position(begin);
+    arg.line = at.line;
+    arg.column = at.column;
+    if (begin < end && text_[begin] == '[') {
+      arg.kind = FamilyArg::Kind::list;
+      if (text_[end - 1] != ']' || matching(begin, end) != end - 1) {
+        fail(begin,
+             fmt::format("expected a list [a,b,...] closed by ']', got {}", describe(begin, end)));
+      }
+      if (skip_spaces(begin + 1, end - 1) == end - 1) return arg;
+      std::size_t from = begin + 1;
+      for (std::size_t i = begin + 1; i <= end - 1; ++i) {
+        if (i == end - 1 || text_[i] == ',') {
+          arg.values.push_back(parse_integer(from, i));
+          from = i + 1;
+        }
+      }
+    } else if (begin < end && is_identifier_start(text_[begin])) {
+      arg.kind = FamilyArg::Kind::tensor;
+      std::size_t i = begin;
+      while (i < end && (is_identifier_start(text_[i]) || is_digit(text_[i]))) ++i;
+      if (i != end) {
+        fail(i, fmt::format("expected ',' or ')' after the tensor name, got {}", describe(i, end)));
+      }
+      arg.tensor = std::string(text_.substr(begin, end - begin));
+      if (arg.tensor.front() == '_') {
+        fail(begin, fmt::format("expected a tensor name not starting with '_' (reserved for "
+                                "generated tensors), got '{}'",
+                                arg.tensor));
+      }
+    } else {
+      arg.value = parse_integer(begin, end);
+    }
+    return arg;
+  }
+
+  std::int32_t parse_integer(std::size_t begin, std::size_t end) const {
+    begin = skip_spaces(begin, end);
+    end = trim_end(begin, end);
+    std::size_t i = begin;
+    const bool negative = i < end && text_[i] == '-';
+    if (negative) ++i;
+    if (i == end || !is_digit(text_[i])) {
+      fail(begin, fmt::format("expected a parameter (an integer, a list [a,b,...] or a tensor "
+                              "name), got {}",
+                              describe(begin, end)));
+    }
+    std::int64_t value = 0;
+    for (; i < end && is_digit(text_[i]); ++i) {
+      value = std::min<std::int64_t>(value * 10 + (text_[i] - '0'), std::int64_t{1} << 32);
+    }
+    if (i != end) {
+      fail(i, fmt::format("expected ',', ']' or ')' after the integer, got {}", describe(i, end)));
+    }
+    if (negative) value = -value;
+    if (value < INT_MIN || value > INT_MAX) {
+      fail(begin, fmt::format("expected an integer in [{}, {}], got {}", INT_MIN, INT_MAX,
+                              describe(begin, end)));
+    }
+    return static_cast<std::int32_t>(value);
+  }
+
+  MaskExpr parse_predicate_text(std::size_t begin, std::size_t end) const {
+    MaskExpr node;
+    const Position at = position(begin);
+    node.line = at.line;
+    node.column = at.column;
+    try {
+      node.predicate = parse_predicate(text_.substr(begin, end - begin));
+    } catch (const PredicateParseError& error) {
+      // Re-anchor the position at the operand's place in the whole text.
+      const std::string_view message = error.what();
+      const std::size_t colon = message.find(": ");
+      const std::string rest(message.substr(colon == std::string_view::npos ? 0 : colon + 2));
+      const int line = at.line + error.line() - 1;
+      const int column = error.line() == 1 ? at.column + error.column() - 1 : error.column();
+      throw PredicateParseError(line, column, rest);
+    }
+    return node;
+  }
+
+  std::string_view text_;
+};
+
+}  // namespace
+
+MaskExpr parse_mask_expr(std::string_view text) {
+  return MaskParser(text).parse();
+}
+
+}  // namespace attnjit::dsl

@@ -1,0 +1,252 @@
+// attnc mask: compile a mask expression, build its data for one problem size and print its
+// form, vectors or predicate, and tile table as JSON, as text (the mask drawn with '#' for
+// visible and '.' for masked) or as SVG.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+#include <climits>
+
+#include "attnjit/error.hpp"
+#include "dsl/mask_lang.hpp"
+#include "tools/attnc/commands.hpp"
+
+namespace attnc {
+namespace {
+
+using attnjit::dsl::MaskData;
+using attnjit::dsl::TileClass;
+
+constexpr int kMaxDrawn = 128;  // larger masks are drawn as their tile table only
+
+// NAME=v0,v1,...;w0,w1,... : one row per ';'-separated list, all of one length.
+attnjit::PredicateTensor parse_tensor(const std::string& text) {
+  const auto bad = [&] {
+    attnjit::throw_field_error("--tensor", text,
+                               "NAME=v0,v1,... of int32 values (rows separated by ';', all of "
+                               "one length)");
+  };
+  const std::size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) bad();
+  attnjit::PredicateTensor tensor;
+  tensor.name = text.substr(0, eq);
+  tensor.rows = 0;
+  std::string_view rest = std::string_view(text).substr(eq + 1);
+  while (true) {
+    const std::size_t end = std::min(rest.find(';'), rest.size());
+    const std::string_view row = rest.substr(0, end);
+    int length = 0;
+    for (std::size_t from = 0; from <= row.size();) {
+      const std::size_t comma = std::min(row.find(',', from), row.size());
+      std::int32_t value = 0;
+      const char* first = row.data() + from;
+      const char* last = row.data() + comma;
+      const auto [ptr, ec] = std::from_chars(first, last, value);
+      if (ec != std::errc() || ptr != last) bad();
+      tensor.values.push_back(value);
+      ++length;
+      from = comma + 1;
+    }
+    if (tensor.rows > 0 && length != tensor.length) bad();
+    tensor.length = length;
+    ++tensor.rows;
+    if (end == rest.size()) break;
+    rest = rest.substr(end + 1);
+  }
+  return tensor;
+}
+
+std::string_view form_of(const attnjit::MaskSpec& spec) {
+  switch (spec.kind) {
+    case attnjit::MaskKind::flashmask:
+      return "intervals";
+    case attnjit::MaskKind::predicate:
+      return "predicate";
+    case attnjit::MaskKind::causal:
+      return "causal";
+    default:
+      return "none";
+  }
+}
+
+// The names of the vectors of each column of a layout (intervals.hpp).
+std::vector<std::string_view> vector_names(bool causal, int columns) {
+  if (columns == 1) return {"LTS"};
+  if (columns == 2)
+    return causal ? std::vector<std::string_view>{"LTS", "LTE"}
+                  : std::vector<std::string_view>{"LTS", "UTE"};
+  return {"LTS", "LTE", "UTS", "UTE"};
+}
+
+char tile_letter(TileClass c) {
+  return c == TileClass::skip ? 's' : c == TileClass::partial ? 'p' : 'f';
+}
+
+struct Tiles {
+  int rows = 0;
+  int cols = 0;
+  std::vector<std::vector<TileClass>> per_batch;
+};
+
+Tiles tiles_of(const MaskData& data, int block_m, int block_n) {
+  Tiles t;
+  t.rows = (data.seqlen_q + block_m - 1) / block_m;
+  t.cols = (data.seqlen_k + block_n - 1) / block_n;
+  for (int b = 0; b < data.batch; ++b) {
+    t.per_batch.push_back(attnjit::dsl::classify_tiles(
+        attnjit::dsl::dense_visible(data, b), data.seqlen_q, data.seqlen_k, block_m, block_n));
+  }
+  return t;
+}
+
+std::vector<std::string> tile_lines(const Tiles& t, int b) {
+  std::vector<std::string> lines;
+  for (int r = 0; r < t.rows; ++r) {
+    std::string line;
+    for (int c = 0; c < t.cols; ++c) line += tile_letter(t.per_batch[b][r * t.cols + c]);
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+void print_json(const std::string& expr, const MaskData& data, const Tiles& tiles, int block_m,
+                int block_n) {
+  nlohmann::ordered_json out;
+  out["expr"] = expr;
+  out["form"] = form_of(data.spec);
+  out["mask"] = attnjit::to_string(data.spec);
+  out["batch"] = data.batch;
+  out["seqlen_q"] = data.seqlen_q;
+  out["seqlen_k"] = data.seqlen_k;
+  if (data.spec.kind == attnjit::MaskKind::causal) out["causal"] = true;
+  if (data.intervals) {
+    const attnjit::dsl::IntervalVectors& m = *data.intervals;
+    out["causal"] = m.causal;
+    out["columns"] = m.columns;
+    const auto names = vector_names(m.causal, m.columns);
+    for (int c = 0; c < m.columns; ++c) {
+      nlohmann::json rows = nlohmann::json::array();
+      for (int b = 0; b < m.batch; ++b) {
+        std::vector<std::int32_t> row;
+        for (int col = 0; col < m.seqlen_k; ++col) row.push_back(m.at(b, 0, col, c));
+        rows.push_back(row);
+      }
+      out[std::string(names[c])] = rows;
+    }
+  }
+  if (data.spec.kind == attnjit::MaskKind::predicate) {
+    out["predicate"] = data.spec.predicate;
+    out["scalars"] = data.bindings.scalars;
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const auto& t : data.bindings.tensors) tensors.push_back(t.name);
+    out["tensors"] = tensors;
+  }
+  nlohmann::ordered_json table;
+  table["block_m"] = block_m;
+  table["block_n"] = block_n;
+  table["legend"] = "s = skip, p = partial, f = full; one string per row of tiles";
+  nlohmann::json per_batch = nlohmann::json::array();
+  for (int b = 0; b < data.batch; ++b) per_batch.push_back(tile_lines(tiles, b));
+  table["tiles"] = per_batch;
+  out["block_table"] = table;
+  fmt::print("{}\n", out.dump());
+}
+
+void print_text(const std::string& expr, const MaskData& data, const Tiles& tiles, int block_m,
+                int block_n) {
+  fmt::print("mask {}\nform {}: {}\n", expr, form_of(data.spec), attnjit::to_string(data.spec));
+  for (int b = 0; b < data.batch; ++b) {
+    fmt::print("batch {}\n", b);
+    if (data.seqlen_q <= kMaxDrawn && data.seqlen_k <= kMaxDrawn) {
+      const std::vector<std::uint8_t> visible = attnjit::dsl::dense_visible(data, b);
+      for (int q = 0; q < data.seqlen_q; ++q) {
+        std::string line;
+        for (int k = 0; k < data.seqlen_k; ++k) {
+          line += visible[static_cast<std::size_t>(q) * data.seqlen_k + k] ? '#' : '.';
+        }
+        fmt::print("{}\n", line);
+      }
+    }
+    fmt::print("tiles {}x{} (s = skip, p = partial, f = full)\n", block_m, block_n);
+    for (const std::string& line : tile_lines(tiles, b)) fmt::print("{}\n", line);
+  }
+}
+
+void print_svg(const MaskData& data, const Tiles& tiles, int block_m, int block_n) {
+  const bool elements = data.seqlen_q <= kMaxDrawn && data.seqlen_k <= kMaxDrawn;
+  const int cell = elements ? 8 : 16;
+  const int rows = elements ? data.seqlen_q : tiles.rows;
+  const int cols = elements ? data.seqlen_k : tiles.cols;
+  fmt::print("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\">\n", cols * cell,
+             rows * cell);
+  const std::vector<std::uint8_t> visible =
+      elements ? attnjit::dsl::dense_visible(data, 0) : std::vector<std::uint8_t>{};
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) {
+      std::string_view fill;
+      if (elements) {
+        const TileClass t = tiles.per_batch[0][(r / block_m) * tiles.cols + c / block_n];
+        const bool on = visible[static_cast<std::size_t>(r) * cols + c];
+        fill = on ? (t == TileClass::full ? "#1f5fbf" : "#e08a1e") : "#f2f2f2";
+      } else {
+        const TileClass t = tiles.per_batch[0][r * cols + c];
+        fill = t == TileClass::skip ? "#f2f2f2" : t == TileClass::partial ? "#e08a1e" : "#1f5fbf";
+      }
+      fmt::print("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>\n", c * cell,
+                 r * cell, cell, cell, fill);
+    }
+  }
+  fmt::print("</svg>\n");
+}
+
+struct MaskOptions {
+  std::string expr;
+  int seqlen_q = 0;
+  std::optional<int> seqlen_k;
+  int batch = 1;
+  std::vector<std::string> tensors;
+  std::string format = "json";
+  int block_m = 128;
+  int block_n = 128;
+};
+
+void run_mask(const MaskOptions& o) {
+  const attnjit::dsl::MaskProgram program = attnjit::dsl::compile_mask(o.expr);
+  std::vector<attnjit::PredicateTensor> tensors;
+  for (const std::string& text : o.tensors) tensors.push_back(parse_tensor(text));
+  const MaskData data = attnjit::dsl::build_mask(program, o.batch, o.seqlen_q,
+                                                 o.seqlen_k.value_or(o.seqlen_q), tensors);
+  if (o.block_m < 1) attnjit::throw_field_error("--block-m", fmt::to_string(o.block_m), ">= 1");
+  if (o.block_n < 1) attnjit::throw_field_error("--block-n", fmt::to_string(o.block_n), ">= 1");
+  const Tiles tiles = tiles_of(data, o.block_m, o.block_n);
+  if (o.format == "json") {
+    print_json(o.expr, data, tiles, o.block_m, o.block_n);
+  } else if (o.format == "text") {
+    print_text(o.expr, data, tiles, o.block_m, o.block_n);
+  } else {
+    print_svg(data, tiles, o.block_m, o.block_n);
+  }
+}
+
+}  // namespace
+
+void add_mask(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "mask", "Compile a mask expression and print its form, vectors or predicate, and tiles");
+  static MaskOptions o;
+  cmd->add_option("--expr", o.expr,
+                  "Mask expression, e.g. \"q >= k && doc[q] == doc[k]\" or \"document([4,3,3])\"")
+      ->required();
+  cmd->add_option("--seqlen-q", o.seqlen_q, "Queries per sample")->required();
+  cmd->add_option("--seqlen-k", o.seqlen_k, "Keys per sample (default: --seqlen-q)");
+  cmd->add_option("--batch", o.batch, "Samples (default 1)");
+  cmd->add_option("--tensor", o.tensors,
+                  "A tensor the mask reads: NAME=v0,v1,... (rows separated by ';'); repeatable");
+  cmd->add_option("--format", o.format, "Output: json, text or svg (default json)")
+      ->check(CLI::IsMember({"json", "text", "svg"}));
+  cmd->add_option("--block-m", o.block_m, "Tile rows of the block table (default 128)");
+  cmd->add_option("--block-n", o.block_n, "Tile columns of the block table (default 128)");
+  cmd->callback([] { run_mask(o); });
+}
+
+}  // namespace attnc

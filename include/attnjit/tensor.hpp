@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace attnjit {
 
@@ -26,6 +27,20 @@ struct TensorView {
 /// Builds a view with contiguous (row-major) strides.
 TensorView contiguous_view(void* data, ScalarType dtype, std::initializer_list<std::int64_t> shape);
 
+/// One int32 tensor of a predicate mask, bound to the name the predicate reads it by.
+struct PredicateTensorArg {
+  std::string name;
+  TensorView tensor;  ///< int32 device tensor, [length] or [rows, length] contiguous, rows 1 or B
+};
+
+/// The runtime inputs of mask=predicate(...): the values of the scalar slots $0, $1, ... (the
+/// lifted literals, exactly as many as the predicate has) and every tensor it reads, by name
+/// (extra names are an error). New values and contents never recompile.
+struct PredicateArgs {
+  std::vector<std::int32_t> scalars;
+  std::vector<PredicateTensorArg> tensors;
+};
+
 /// Everything a forward launch needs besides the compiled kernel.
 ///
 /// Layouts: q [B, Sq, H, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv], o [B, Sq, H, Dv] with
@@ -40,6 +55,7 @@ struct ForwardArgs {
   float softmax_scale = 0.0f;  ///< 0 means 1/sqrt(head_dim_qk)
   int window_left = -1;        ///< sliding_window: keys left of the diagonal; -1 unbounded
   int window_right = 0;        ///< sliding_window: keys right of the diagonal; -1 unbounded
+  PredicateArgs predicate;     ///< mask=predicate only
 };
 
 /// Everything a backward launch needs besides the compiled kernel (a spec with
@@ -56,6 +72,7 @@ struct BackwardArgs {
   float softmax_scale = 0.0f;  ///< 0 means 1/sqrt(head_dim_qk)
   int window_left = -1;
   int window_right = 0;
+  PredicateArgs predicate;  ///< mask=predicate only: those of the forward pass
 };
 
 }  // namespace attnjit

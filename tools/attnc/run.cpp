@@ -1,5 +1,6 @@
 // attnc run: random inputs on the GPU, the forward timed with CUDA events, TFLOP/s counting
 // visible (query, key) pairs, and with --check the error against attnjit's fp32 reference.
+// Predicate masks come from --predicate and --tensor (run_predicate.hpp).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -15,6 +16,7 @@
 #include "runtime/driver.hpp"
 #include "runtime/half.hpp"
 #include "tools/attnc/commands.hpp"
+#include "tools/attnc/run_predicate.hpp"
 
 namespace attnc {
 namespace {
@@ -29,6 +31,8 @@ struct RunOptions {
   int warmup = 1, repeat = 1;
   std::uint64_t seed = 1;
   bool check = false, json = false;
+  std::optional<std::string> predicate;
+  std::vector<std::string> tensors;
 };
 
 std::uint16_t to_bits(attnjit::DType dtype, float x) {
@@ -141,6 +145,23 @@ void run(RunOptions o) {
     attnjit::throw_field_error("--mask-heads", std::to_string(o.mask_heads),
                                fmt::format("1 or --kv-heads ({})", o.kv_heads));
   }
+  std::optional<HostPredicate> predicate;
+  if (o.predicate) {
+    if (spec.mask.kind != attnjit::MaskKind::none) {
+      attnjit::throw_field_error("--spec mask", attnjit::to_string(spec.mask),
+                                 "no mask= in the spec when --predicate gives the mask");
+    }
+    predicate = parse_host_predicate(*o.predicate, o.tensors, std::max(o.seqlen_q, o.seqlen_k));
+    spec.mask.kind = attnjit::MaskKind::predicate;
+    spec.mask.predicate = attnjit::to_string(predicate->lifted);
+  } else if (spec.mask.kind == attnjit::MaskKind::predicate) {
+    throw attnjit::Error(
+        "--predicate: missing; accepted: the predicate as an expression (--predicate "
+        "'q >= k && doc[q] == doc[k]' --tensor doc=doc:100,200) instead of mask= in the spec");
+  } else if (!o.tensors.empty()) {
+    throw attnjit::Error(
+        "--tensor: given without --predicate; accepted: --tensor with --predicate");
+  }
   const bool lse_wanted = spec.return_lse || o.check;
   spec.return_lse = lse_wanted;
   const attnjit::jit::Kernel kernel = attnjit::jit::compile(spec);
@@ -190,6 +211,11 @@ void run(RunOptions o) {
         attnjit::contiguous_view(vector_buffer.data(), attnjit::ScalarType::int32,
                                  {o.batch, o.mask_heads, o.seqlen_k, s.mask.columns});
   }
+  std::optional<DevicePredicate> device_predicate;
+  if (predicate) {
+    device_predicate = upload(*predicate);
+    args.predicate = device_predicate->args;
+  }
 
   for (int i = 0; i < o.warmup; ++i) kernel.forward(args, nullptr);
   std::vector<float> times;
@@ -203,8 +229,10 @@ void run(RunOptions o) {
   std::sort(times.begin(), times.end());
   const double ms = times[times.size() / 2];
   const std::int64_t pairs =
-      attnjit::dsl::visible_pairs(s.mask, o.batch, o.heads, o.seqlen_q, o.seqlen_k, o.window_left,
-                                  o.window_right, vectors ? &*vectors : nullptr);
+      predicate ? visible_pairs(*predicate, o.batch, o.heads, o.seqlen_q, o.seqlen_k)
+                : attnjit::dsl::visible_pairs(s.mask, o.batch, o.heads, o.seqlen_q, o.seqlen_k,
+                                              o.window_left, o.window_right,
+                                              vectors ? &*vectors : nullptr);
   const double tflops = 4.0 * s.head_dim_qk * static_cast<double>(pairs) / (ms * 1e-3) / 1e12;
   const double density = static_cast<double>(pairs) /
                          (static_cast<double>(o.batch) * o.heads * o.seqlen_q * o.seqlen_k);
@@ -293,6 +321,11 @@ void add_run(CLI::App& app) {
                   "sliding_window: keys right of the diagonal (-1: unbounded)");
   cmd->add_option("--mask-data", o.mask_data, "FlashMask vectors: documents (per family) or random")
       ->check(CLI::IsMember({"documents", "random"}));
+  cmd->add_option("--predicate", o.predicate,
+                  "Mask: an element predicate over b, h, q, k (nonzero: visible); its literals "
+                  "become runtime scalars");
+  cmd->add_option("--tensor", o.tensors,
+                  "A tensor of --predicate: NAME=v0,v1,..., NAME=iota or NAME=doc:LEN1,LEN2,...");
   cmd->add_option("--seed", o.seed, "Random seed");
   cmd->add_option("--warmup", o.warmup, "Untimed launches first");
   cmd->add_option("--repeat", o.repeat, "Timed launches (the median is reported)");

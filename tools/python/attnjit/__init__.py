@@ -17,8 +17,9 @@ import json
 import math
 import sys
 
-from . import _ffi
+from . import _ffi, predicates
 from ._ffi import AttnjitError, DeviceError, InternalError
+from .predicates import PredicateMask, predicate
 
 __all__ = [
     "AttnjitError",
@@ -31,6 +32,7 @@ __all__ = [
     "compile",
     "compile_reference",
     "forward",
+    "predicate",
     "version",
 ]
 
@@ -215,17 +217,26 @@ def attention(q, k, v, *, mask="none", causal=False, startend_row_indices=None, 
     reduction). q, k and v receive d_q, d_k and d_v (with GQA, a KV head's gradient sums over
     its query heads); the mask vectors get none. A d_o whose layout the kernels do not take
     (e.g. the expanded gradient of o.sum()) is copied to a contiguous tensor first. Runs on
-    torch's current stream, asynchronously.
+    torch's current stream, asynchronously. mask may also be an attnjit.predicate(...) (then
+    without causal, startend_row_indices and window).
     """
+    predicate_mask = mask if isinstance(mask, PredicateMask) else None
+    if predicate_mask is not None:
+        if causal is not False or startend_row_indices is not None or tuple(window) != (-1, 0):
+            raise ValueError("mask: a predicate with causal/startend_row_indices/window; "
+                             "accepted: a predicate alone (it says the whole mask)")
+        mask = "none"
     _check_mask_arguments(mask, causal, startend_row_indices)
     for name, value in (("return_lse", return_lse), ("deterministic", deterministic)):
         if not isinstance(value, bool):
             raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
     _check_scale(scale)
     _check_window(window)
-
     torch = _torch_of(q, "q")
     _check_activations(q, k, v)
+    if predicate_mask is not None:
+        return predicates.attention(torch, q, k, v, predicate_mask, scale, return_lse,
+                                    deterministic)
     if startend_row_indices is not None:
         _check_startend(torch, startend_row_indices, q, k)
     forward_spec = _spec_text(q, v, mask, causal, startend_row_indices, True)

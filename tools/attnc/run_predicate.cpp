@@ -2,6 +2,7 @@
 #include "tools/attnc/run_predicate.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <charconv>
@@ -75,8 +76,18 @@ HostPredicate parse_host_predicate(const std::string& expression,
     throw attnjit::Error(fmt::format("--predicate: {}", error.what()));
   }
   out.lifted = attnjit::lift_literals(parsed, out.bindings.scalars);
-  for (const std::string& option : tensors)
+  const attnjit::PredicateInfo used = attnjit::info(out.lifted);
+  for (const std::string& option : tensors) {
     out.bindings.tensors.push_back(parse_tensor(option, length));
+    const std::string& name = out.bindings.tensors.back().name;
+    if (std::find(used.tensors.begin(), used.tensors.end(), name) == used.tensors.end()) {
+      attnjit::throw_field_error(
+          "--tensor", name,
+          fmt::format(
+              "a tensor the predicate reads ({})",
+              used.tensors.empty() ? "none" : fmt::format("{}", fmt::join(used.tensors, ", "))));
+    }
+  }
   // The evaluator checks that every tensor the predicate reads is bound.
   attnjit::PredicateEvaluator check(out.lifted, out.bindings);
   return out;

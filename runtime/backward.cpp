@@ -1,10 +1,11 @@
 // Kernel::backward: checks the tensors against the spec, takes the scratch buffers, fills
-// BwdParams and launches the plan: FlashMask min/max tables, preprocess, main kernel,
-// deterministic dQ kernel or dQ conversion, and the GQA reduction of dK/dV.
+// BwdParams and launches the plan: FlashMask min/max tables or predicate block tables, preprocess,
+// main kernel, deterministic dQ kernel or dQ conversion, and the GQA reduction of dK/dV.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "runtime/interval_check.hpp"
 #include "runtime/kernel_set.hpp"
 #include "runtime/launch_support.hpp"
+#include "runtime/predicate_launch.hpp"
 
 namespace attnjit::jit {
 namespace {
@@ -63,6 +65,7 @@ void Kernel::backward(const BackwardArgs& args, Stream stream_handle) const {
   detail::check_same_layout("d_k", args.d_k, "k", args.k);
   detail::check_same_layout("d_v", args.d_v, "v", args.v);
   BwdParams params = make_params(set.spec, args, s);
+  params.predicate = detail::predicate_inputs(set.spec, args.predicate, s.batch);
   if (s.batch == 0 || s.heads == 0 || (s.seqlen_q == 0 && s.seqlen_k == 0)) return;
 
   const CUstream stream = static_cast<CUstream>(stream_handle);
@@ -111,6 +114,15 @@ void Kernel::backward(const BackwardArgs& args, Stream stream_handle) const {
         if (desc.block_n == tiles.block_n) params.minmax = mm.minmax;
         if (desc.block_n == tiles.dq_block_n) params.minmax_dq = mm.minmax;
         launch(kernel, {ceil_div(warps, kernel.threads / 32), 1, 1}, &mm, stream);
+        break;
+      }
+      case KernelRole::predicate_blocks: {
+        const int* table = detail::build_block_table(kernel, desc, *set.ir->mask, params.predicate,
+                                                     s, stream, minmax_tables);
+        if (desc.block_m == tiles.block_m && desc.block_n == tiles.block_n) params.minmax = table;
+        if (desc.block_m == tiles.dq_block_m && desc.block_n == tiles.dq_block_n) {
+          params.minmax_dq = table;
+        }
         break;
       }
       case KernelRole::backward_preprocess:

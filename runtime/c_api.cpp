@@ -9,9 +9,12 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
+#include "compiler/ir/predicate.hpp"
 #include "runtime/c_api_support.hpp"
 
 struct attnjit_kernel {
@@ -68,6 +71,32 @@ int compile_into(const char* spec_text, attnjit_kernel** out, Compile&& compile)
     const attnjit::AttentionSpec spec = attnjit::parse_spec(spec_text);
     *out = new attnjit_kernel{compile(spec)};
   });
+}
+
+attnjit::PredicateArgs predicate_args(const attnjit_predicate_inputs* inputs) {
+  require(inputs != nullptr, "predicate", "the predicate's inputs (attnjit_predicate_inputs)");
+  attnjit::PredicateArgs args;
+  if (inputs->scalar_count < 0 || inputs->tensor_count < 0) {
+    attnjit::throw_field_error("predicate counts",
+                               fmt::format("{}/{}", inputs->scalar_count, inputs->tensor_count),
+                               "scalar_count and tensor_count >= 0");
+  }
+  if (inputs->scalar_count > 0) {
+    require(inputs->scalars != nullptr, "predicate.scalars", "scalar_count values");
+    args.scalars.assign(inputs->scalars, inputs->scalars + inputs->scalar_count);
+  }
+  if (inputs->tensor_count > 0) {
+    require(inputs->tensor_names != nullptr && inputs->tensors != nullptr,
+            "predicate.tensor_names/tensors", "tensor_count names and tensors");
+  }
+  for (int i = 0; i < inputs->tensor_count; ++i) {
+    require(inputs->tensor_names[i] != nullptr, fmt::format("predicate.tensor_names[{}]", i),
+            "a tensor name");
+    const std::string name = inputs->tensor_names[i];
+    args.tensors.push_back(
+        {name, to_view(fmt::format("predicate tensor '{}'", name), inputs->tensors[i])});
+  }
+  return args;
 }
 
 }  // namespace
@@ -162,6 +191,64 @@ int attnjit_backward_score_mod(const attnjit_kernel* kernel, const attnjit_tenso
     args.alibi_slopes = optional_view("alibi_slopes", alibi_slopes);
     kernel->kernel.backward(args, stream);
   });
+}
+
+int attnjit_forward_predicate(const attnjit_kernel* kernel, const attnjit_tensor* q,
+                              const attnjit_tensor* k, const attnjit_tensor* v,
+                              const attnjit_tensor* o, const attnjit_tensor* lse,
+                              const attnjit_predicate_inputs* predicate, float softmax_scale,
+                              void* stream) {
+  return guarded([&] {
+    require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
+    attnjit::ForwardArgs args;
+    args.q = required_view("q", q);
+    args.k = required_view("k", k);
+    args.v = required_view("v", v);
+    args.o = required_view("o", o);
+    args.lse = optional_view("lse", lse);
+    args.softmax_scale = softmax_scale;
+    args.predicate = predicate_args(predicate);
+    kernel->kernel.forward(args, stream);
+  });
+}
+
+int attnjit_backward_predicate(const attnjit_kernel* kernel, const attnjit_tensor* q,
+                               const attnjit_tensor* k, const attnjit_tensor* v,
+                               const attnjit_tensor* o, const attnjit_tensor* d_o,
+                               const attnjit_tensor* lse, const attnjit_predicate_inputs* predicate,
+                               const attnjit_tensor* d_q, const attnjit_tensor* d_k,
+                               const attnjit_tensor* d_v, float softmax_scale, void* stream) {
+  return guarded([&] {
+    require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
+    attnjit::BackwardArgs args;
+    args.q = required_view("q", q);
+    args.k = required_view("k", k);
+    args.v = required_view("v", v);
+    args.o = required_view("o", o);
+    args.d_o = required_view("d_o", d_o);
+    args.lse = required_view("lse", lse);
+    args.d_q = required_view("d_q", d_q);
+    args.d_k = required_view("d_k", d_k);
+    args.d_v = required_view("d_v", d_v);
+    args.softmax_scale = softmax_scale;
+    args.predicate = predicate_args(predicate);
+    kernel->kernel.backward(args, stream);
+  });
+}
+
+int attnjit_predicate_lift(const char* expression, char* buffer, size_t size) {
+  int result = ATTNJIT_OK;
+  const int status = guarded([&] {
+    require(expression != nullptr, "expression", "a predicate such as 'q >= k'");
+    std::vector<std::int32_t> scalars;
+    const attnjit::Predicate lifted =
+        attnjit::lift_literals(attnjit::parse_predicate(expression), scalars);
+    const nlohmann::ordered_json object = {{"structure", attnjit::to_string(lifted)},
+                                           {"scalars", scalars},
+                                           {"tensors", attnjit::info(lifted).tensors}};
+    result = copy_out(object.dump(), buffer, size);
+  });
+  return status != ATTNJIT_OK ? status : result;
 }
 
 int attnjit_kernel_info(const attnjit_kernel* kernel, char* buffer, size_t size) {

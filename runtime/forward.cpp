@@ -1,10 +1,13 @@
 // Kernel::forward: checks the tensors against the spec, fills FwdParams and launches the
-// plan's kernels (FlashMask min/max, then the forward kernel) or the reference kernel.
+// plan's kernels (FlashMask min/max or predicate block table, then the forward kernel) or the
+// reference kernel.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <vector>
 
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
@@ -13,6 +16,7 @@
 #include "runtime/interval_check.hpp"
 #include "runtime/kernel_set.hpp"
 #include "runtime/launch_support.hpp"
+#include "runtime/predicate_launch.hpp"
 
 namespace attnjit {
 
@@ -52,8 +56,8 @@ namespace jit {
 namespace {
 
 using detail::ceil_div;
-using detail::paired_head_grid;
 using detail::check_args;
+using detail::paired_head_grid;
 using detail::Shapes;
 using detail::StreamScratch;
 
@@ -104,6 +108,7 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
   const bool is_reference = !set.ir.has_value();
   const Shapes shapes = check_args(set.spec, args, set.spec.return_lse || is_reference);
   FwdParams params = make_params(set.spec, args, shapes);
+  params.predicate = detail::predicate_inputs(set.spec, args.predicate, shapes.batch);
   if (shapes.batch == 0 || shapes.seqlen_q == 0 || shapes.heads == 0) return;
   CUstream stream = static_cast<CUstream>(stream_handle);
   detail::validate_intervals_on_request(args.validate_mask, set.spec.mask,
@@ -117,13 +122,17 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
   const KernelPlan& plan = *set.ir->plan;
   const TileConfig& tiles = *set.ir->tiles;
   std::optional<StreamScratch> minmax;
+  std::vector<std::unique_ptr<StreamScratch>> block_tables;
   for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
     const KernelDesc& desc = plan.kernels[i];
     const detail::LoadedKernel& kernel = kernels[i];
     runtime::LaunchConfig config;
     config.block[0] = static_cast<unsigned>(kernel.threads);
     config.dynamic_smem_bytes = static_cast<unsigned>(kernel.dynamic_smem_bytes);
-    if (desc.role == KernelRole::flashmask_minmax) {
+    if (desc.role == KernelRole::predicate_blocks) {
+      params.minmax = detail::build_block_table(kernel, desc, *set.ir->mask, params.predicate,
+                                                shapes, stream, block_tables);
+    } else if (desc.role == KernelRole::flashmask_minmax) {
       const int key_blocks = static_cast<int>(ceil_div(shapes.seqlen_k, tiles.block_n));
       const std::int64_t warps =
           static_cast<std::int64_t>(shapes.batch) * shapes.mask_heads * key_blocks;

@@ -40,6 +40,23 @@ std::string emit_minmax(const Lowering& ir, const KernelDesc& kernel) {
   return w.str();
 }
 
+std::string emit_predicate_blocks(const Lowering& ir, const KernelDesc& kernel) {
+  SourceWriter w;
+  emit_header(w, ir, kernel);
+  w.line("namespace {{");
+  w.blank();
+  emit_predicate_visible(w, ir.spec);
+  w.blank();
+  w.line("}}  // namespace");
+  w.blank();
+  emit_entry(w, kernel, "attnjit::PredicateBlocksParams",
+             fmt::format("attnjit::predicate_blocks<Visible, /*kBlockM=*/{}, /*kBlockN=*/{}, "
+                         "/*kPerBatch=*/{}, /*kPerHead=*/{}>(params);",
+                         kernel.block_m, kernel.block_n, ir.mask->table_per_batch,
+                         ir.mask->table_per_head));
+  return w.str();
+}
+
 }  // namespace
 
 std::string emit_kernel(const Lowering& ir, const KernelDesc& kernel) {
@@ -50,6 +67,8 @@ std::string emit_kernel(const Lowering& ir, const KernelDesc& kernel) {
       return emit_forward(ir, kernel);
     case KernelRole::flashmask_minmax:
       return emit_minmax(ir, kernel);
+    case KernelRole::predicate_blocks:
+      return emit_predicate_blocks(ir, kernel);
     case KernelRole::backward_preprocess:
     case KernelRole::backward:
     case KernelRole::backward_dq:
@@ -76,9 +95,8 @@ ReferenceKernel emit_reference_kernel(const AttentionSpec& spec) {
       mask_kind = 3;
       break;
     case MaskKind::predicate:
-      throw_field_error("mask", to_string(spec.mask),
-                        "none, causal, sliding_window, flashmask(...); reference kernels for "
-                        "element predicates are not available in this build");
+      mask_kind = 4;
+      break;
   }
   ReferenceKernel out;
   out.name = fmt::format(
@@ -92,15 +110,20 @@ ReferenceKernel emit_reference_kernel(const AttentionSpec& spec) {
   w.line("// attnjit reference kernel (fp32, unfused) for: {}", to_string(spec));
   w.line("#include \"attnjit/reference.cuh\"");
   w.blank();
+  if (mask_kind == 4) {
+    emit_predicate_visible(w, spec);
+    w.blank();
+  }
   KernelDesc entry;
   entry.name = out.name;
   entry.threads = out.threads;
-  emit_entry(w, entry, "attnjit::FwdParams",
-             fmt::format("attnjit::reference_attention<{}, /*kHeadDim=*/{}, /*kMask=*/{}, "
-                         "/*kFlashCausal=*/{}, /*kColumns=*/{}, /*kLse=*/true, /*kSoftcap=*/{}, "
-                         "/*kAlibi=*/{}>(params);",
-                         element_type(spec.dtype), spec.head_dim_qk, mask_kind, spec.mask.causal,
-                         spec.mask.columns, spec.softcap, spec.alibi));
+  emit_entry(
+      w, entry, "attnjit::FwdParams",
+      fmt::format("attnjit::reference_attention<{}, /*kHeadDim=*/{}, /*kMask=*/{}, "
+                  "/*kFlashCausal=*/{}, /*kColumns=*/{}, /*kLse=*/true, /*kSoftcap=*/{}, "
+                  "/*kAlibi=*/{}{}>(params);",
+                  element_type(spec.dtype), spec.head_dim_qk, mask_kind, spec.mask.causal,
+                  spec.mask.columns, spec.softcap, spec.alibi, mask_kind == 4 ? ", Visible" : ""));
   out.source = w.str();
   return out;
 }

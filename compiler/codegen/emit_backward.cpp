@@ -68,6 +68,7 @@ std::string emit_backward_kernel(const Lowering& ir, const KernelDesc& kernel) {
                        fmt::format("attnjit::backward_reduce_dkdv<{}, {}>(params);", element, d));
     case KernelRole::forward:
     case KernelRole::flashmask_minmax:
+    case KernelRole::predicate_blocks:
       break;
   }
   throw InternalError("emit_backward_kernel: not a backward role");

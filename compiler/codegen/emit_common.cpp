@@ -6,6 +6,9 @@
 
 #include <ranges>
 
+#include "attnjit/error.hpp"
+#include "compiler/ir/predicate.hpp"
+
 namespace attnjit::codegen {
 namespace {
 
@@ -18,6 +21,22 @@ int column_of(const MaskLowering& mask, IntervalVector vector) {
 }
 
 }  // namespace
+
+std::pair<int, int> table_tile(const Lowering& ir, const KernelDesc& kernel) {
+  switch (kernel.role) {
+    case KernelRole::forward:
+      return {ir.tiles->block_m, ir.tiles->block_n};
+    case KernelRole::backward:
+      return {ir.backward_tiles->block_m, ir.backward_tiles->block_n};
+    case KernelRole::backward_dq:
+      return {ir.backward_tiles->dq_block_m, ir.backward_tiles->dq_block_n};
+    case KernelRole::predicate_blocks:
+      return {kernel.block_m, kernel.block_n};
+    default:
+      break;
+  }
+  throw InternalError("table_tile: not an attention kernel");
+}
 
 std::string_view element_type(DType dtype) {
   return dtype == DType::bf16 ? "attnjit::bf16" : "attnjit::fp16";
@@ -41,7 +60,47 @@ void emit_header(SourceWriter& w, const Lowering& ir, const KernelDesc& kernel) 
   w.blank();
 }
 
-void emit_mask_policy(SourceWriter& w, const AttentionSpec& spec, const MaskLowering& mask) {
+void emit_predicate_visible(SourceWriter& w, const AttentionSpec& spec) {
+  const Predicate predicate = parse_predicate(
+      spec.mask.predicate, PredicateParseOptions{.allow_reserved_tensor_names = true});
+  const PredicateInfo used = info(predicate);
+  w.line("// mask={}: key k is visible to query q of (batch b, query head h) iff the",
+         to_string(spec.mask));
+  w.line("// expression is true; tensor_at reads row b of a tensor, 0 outside its length.");
+  w.line("struct Visible {{");
+  w.indent();
+  w.line(
+      "static __device__ __forceinline__ bool visible(const attnjit::PredicateInputs& in, int b,");
+  w.line("                                               int h, int q, int k) {{");
+  w.indent();
+  w.line("using namespace attnjit;");
+  if (!used.tensors.empty()) {
+    w.line("const auto tensor_at = [&](int slot, int index) {{");
+    w.line("  return predicate_tensor_at(in, slot, b, index);");
+    w.line("}};");
+  }
+  if (used.scalar_count > 0)
+    w.line("const auto scalar_at = [&](int slot) {{ return in.scalars[slot]; }};");
+  w.line("return {};", emit_cuda_expression(predicate));
+  w.dedent();
+  w.line("}}");
+  w.dedent();
+  w.line("}};");
+}
+
+void emit_mask_policy(SourceWriter& w, const Lowering& ir, const KernelDesc& kernel) {
+  const AttentionSpec& spec = ir.spec;
+  const MaskLowering& mask = *ir.mask;
+  if (mask.element_predicate) {
+    const std::pair<int, int> tile = table_tile(ir, kernel);
+    emit_predicate_visible(w, spec);
+    w.line("typedef attnjit::PredicatePolicy<Visible, /*kTableBlockM=*/{}, /*kTableBlockN=*/{},",
+           tile.first, tile.second);
+    w.line("                                 /*kPerBatch=*/{}, /*kPerHead=*/{}>",
+           mask.table_per_batch, mask.table_per_head);
+    w.line("    Mask;");
+    return;
+  }
   w.line(
       "// mask={}: causal by {}, window by {}, vectors [{}]", to_string(spec.mask),
       mask.causal_by_index ? "index" : "-", mask.window_by_index ? "index" : "-",
@@ -102,7 +161,7 @@ std::string emit_mainloop(const Lowering& ir, const KernelDesc& kernel,
   w.dedent();
   w.line("}};");
   w.blank();
-  emit_mask_policy(w, ir.spec, *ir.mask);
+  emit_mask_policy(w, ir, kernel);
   w.blank();
   emit_score_mod(w, ir.spec);
   emit_smem_check(w, kernel_type, kernel.dynamic_smem_bytes);

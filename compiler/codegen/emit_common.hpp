@@ -4,6 +4,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "compiler/codegen/writer.hpp"
@@ -16,8 +17,18 @@ std::string_view element_type(DType dtype);
 /// `// attnjit generated kernel: ...`, the spec, the tiles, and the template's #include.
 void emit_header(SourceWriter& w, const Lowering& ir, const KernelDesc& kernel);
 
-/// `typedef attnjit::MaskPolicy<...> Mask;` with the flags of the mask lowering.
-void emit_mask_policy(SourceWriter& w, const AttentionSpec& spec, const MaskLowering& mask);
+/// The tile shape (block_m, block_n) of an attention kernel or a predicate_blocks kernel: the
+/// tiles of the block table it reads or writes.
+std::pair<int, int> table_tile(const Lowering& ir, const KernelDesc& kernel);
+
+/// `struct Visible` with the static __device__ function visible(inputs, b, h, q, k) that
+/// evaluates the spec's predicate (mask=predicate).
+void emit_predicate_visible(SourceWriter& w, const AttentionSpec& spec);
+
+/// `typedef attnjit::MaskPolicy<...> Mask;` with the flags of the mask lowering, or for a
+/// predicate its Visible struct and `typedef attnjit::PredicatePolicy<...> Mask;` reading the
+/// block table of `kernel`'s tiles.
+void emit_mask_policy(SourceWriter& w, const Lowering& ir, const KernelDesc& kernel);
 
 /// With a score modifier in the spec, `typedef attnjit::ScoreMod<...> Score;` binding its
 /// flags and a blank line; nothing otherwise (the kernels default to no modifiers).

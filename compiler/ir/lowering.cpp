@@ -33,6 +33,8 @@ std::string_view name_of(KernelRole role) {
   switch (role) {
     case KernelRole::flashmask_minmax:
       return "flashmask_minmax";
+    case KernelRole::predicate_blocks:
+      return "predicate_blocks";
     case KernelRole::forward:
       return "forward";
     case KernelRole::backward_preprocess:
@@ -68,9 +70,15 @@ std::string to_string(const Lowering& lowering) {
     for (IntervalVector vector : mask.vectors) {
       vectors += fmt::format("{}{}", vectors.empty() ? "" : ",", name_of(vector));
     }
-    out += fmt::format("  mask_lowering {{causal={} window={} vectors=[{}] minmax={}}}\n",
-                       mask.causal_by_index ? "index" : "none",
-                       mask.window_by_index ? "index" : "none", vectors, mask.needs_minmax);
+    std::string predicate;
+    if (mask.element_predicate) {
+      predicate = fmt::format(" predicate={} table_rows=[{}{}]", lowering.spec.mask.predicate,
+                              mask.table_per_batch ? "b" : "1", mask.table_per_head ? ",h" : ",1");
+    }
+    out +=
+        fmt::format("  mask_lowering {{causal={} window={} vectors=[{}] minmax={}{}}}\n",
+                    mask.causal_by_index ? "index" : "none",
+                    mask.window_by_index ? "index" : "none", vectors, mask.needs_minmax, predicate);
   }
   if (lowering.target) {
     const TargetInfo& target = *lowering.target;
@@ -99,7 +107,9 @@ std::string to_string(const Lowering& lowering) {
           "  kernel @{} {{role={} template=\"{}\" threads={} dynamic_smem={}{} grid={}}}\n",
           kernel.name, name_of(kernel.role), kernel.template_header, kernel.threads,
           kernel.dynamic_smem_bytes,
-          kernel.block_n ? fmt::format(" block_n={}", kernel.block_n) : std::string(), kernel.grid);
+          (kernel.block_m ? fmt::format(" block_m={}", kernel.block_m) : std::string()) +
+              (kernel.block_n ? fmt::format(" block_n={}", kernel.block_n) : std::string()),
+          kernel.grid);
     }
   }
   return out;

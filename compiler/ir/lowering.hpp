@@ -22,6 +22,11 @@ struct MaskLowering {
   std::vector<IntervalVector> vectors;
   /// The per-key-block min/max tables are needed (a preprocessing kernel builds them).
   bool needs_minmax = false;
+  /// mask=predicate: the element predicate is the element rule, and a block table per tile
+  /// shape (built by a classification kernel) classifies the tiles.
+  bool element_predicate = false;
+  bool table_per_batch = false;  ///< the predicate reads b or a tensor: one table row per batch
+  bool table_per_head = false;   ///< the predicate reads h: one table row per query head
 
   bool operator==(const MaskLowering&) const = default;
 };
@@ -71,6 +76,7 @@ struct BackwardTiles {
 /// What a kernel computes inside the plan.
 enum class KernelRole {
   flashmask_minmax,      ///< min/max of the interval vectors per key block
+  predicate_blocks,      ///< block table of a predicate mask for one tile shape
   forward,               ///< the forward pass
   backward_preprocess,   ///< D = rowsum(dO * O), LSE in log2 units, dQ accumulator zeroed
   backward,              ///< dK, dV (and dQ by atomics unless deterministic) per key block
@@ -87,7 +93,8 @@ struct KernelDesc {
   std::string template_header;  ///< the templates/ header holding its mainloop
   int threads = 0;
   int dynamic_smem_bytes = 0;
-  int block_n = 0;   ///< flashmask_minmax: the key-block size of its tables
+  int block_m = 0;   ///< predicate_blocks: the query-block size of its table
+  int block_n = 0;   ///< flashmask_minmax, predicate_blocks: the key-block size of its tables
   std::string grid;  ///< human-readable launch grid, e.g. "(ceil(Sq/128), H, B)"
 
   bool operator==(const KernelDesc&) const = default;

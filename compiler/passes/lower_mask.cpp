@@ -1,5 +1,7 @@
-// lower_mask: index arithmetic for causal and sliding window, interval vectors for FlashMask.
+// lower_mask: index arithmetic for causal and sliding window, interval vectors for FlashMask,
+// an element predicate with block tables for predicates.
 #include "attnjit/error.hpp"
+#include "compiler/ir/predicate.hpp"
 #include "compiler/passes/passes.hpp"
 
 namespace attnjit {
@@ -35,10 +37,16 @@ Lowering lower_mask(const Lowering& in) {
       mask.vectors = flashmask_vectors(in.spec.mask);
       mask.needs_minmax = true;
       break;
-    case MaskKind::predicate:
-      throw_field_error("mask", to_string(in.spec.mask),
-                        "none, causal, sliding_window, flashmask(...); kernels for element "
-                        "predicates are not available in this build");
+    case MaskKind::predicate: {
+      // validate parsed it already; the table needs a row per batch when a tensor row may
+      // differ between batches.
+      const PredicateInfo used = info(parse_predicate(
+          in.spec.mask.predicate, PredicateParseOptions{.allow_reserved_tensor_names = true}));
+      mask.element_predicate = true;
+      mask.table_per_batch = used.uses_batch || !used.tensors.empty();
+      mask.table_per_head = used.uses_head;
+      break;
+    }
   }
   out.mask = mask;
   return out;

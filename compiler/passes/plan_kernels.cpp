@@ -24,6 +24,19 @@ KernelDesc minmax_kernel(const AttentionSpec& spec, int block_n) {
   return minmax;
 }
 
+// One CTA per tile of block_m x block_n of every (batch row, head row) of the table.
+KernelDesc predicate_blocks_kernel(int block_m, int block_n) {
+  KernelDesc blocks;
+  blocks.role = KernelRole::predicate_blocks;
+  blocks.name = fmt::format("attnjit_predicate_blocks_bm{}_bn{}", block_m, block_n);
+  blocks.template_header = "attnjit/predicate_blocks.cuh";
+  blocks.threads = 256;
+  blocks.block_m = block_m;
+  blocks.block_n = block_n;
+  blocks.grid = fmt::format("(rows*ceil(Sq/{})*ceil(Sk/{}), 1, 1)", block_m, block_n);
+  return blocks;
+}
+
 KernelDesc row_kernel(KernelRole role, std::string name, std::string grid) {
   constexpr int kRowsPerBlock = 4;  // bwd_rows.cuh: one warp per row
   KernelDesc kernel;
@@ -40,6 +53,9 @@ KernelPlan plan_forward(const Lowering& in) {
   const TileConfig& tiles = *in.tiles;
   KernelPlan plan;
   if (in.mask->needs_minmax) plan.kernels.push_back(minmax_kernel(spec, tiles.block_n));
+  if (in.mask->element_predicate) {
+    plan.kernels.push_back(predicate_blocks_kernel(tiles.block_m, tiles.block_n));
+  }
   KernelDesc forward;
   forward.role = KernelRole::forward;
   forward.name =
@@ -53,9 +69,9 @@ KernelPlan plan_forward(const Lowering& in) {
   return plan;
 }
 
-// The min/max kernel(s), preprocess, main (dK, dV and atomic dQ), or main + dQ kernel when
-// deterministic, then the dQ conversion (atomic mode) and the GQA reduction of dK/dV
-// (launched only when H != Hkv).
+// The min/max kernel(s) or block classification kernel(s), preprocess, main (dK, dV and atomic dQ),
+// or main + dQ kernel when deterministic, then the dQ conversion (atomic mode) and the GQA
+// reduction of dK/dV (launched only when H != Hkv).
 KernelPlan plan_backward(const Lowering& in) {
   const AttentionSpec& spec = in.spec;
   const BackwardTiles& tiles = *in.backward_tiles;
@@ -65,6 +81,13 @@ KernelPlan plan_backward(const Lowering& in) {
     plan.kernels.push_back(minmax_kernel(spec, tiles.block_n));
     if (spec.deterministic && tiles.dq_block_n != tiles.block_n) {
       plan.kernels.push_back(minmax_kernel(spec, tiles.dq_block_n));
+    }
+  }
+  if (in.mask->element_predicate) {
+    plan.kernels.push_back(predicate_blocks_kernel(tiles.block_m, tiles.block_n));
+    if (spec.deterministic &&
+        (tiles.dq_block_m != tiles.block_m || tiles.dq_block_n != tiles.block_n)) {
+      plan.kernels.push_back(predicate_blocks_kernel(tiles.dq_block_m, tiles.dq_block_n));
     }
   }
   plan.kernels.push_back(row_kernel(

@@ -11,10 +11,12 @@ namespace attnjit {
 namespace {
 
 // How much per-element mask work (and so how many registers) a kernel carries: causal by
-// index only, FlashMask vectors, or a runtime window.
-enum MaskCost { kIndexMask = 0, kVectorMask = 1, kWindowMask = 2 };
+// index only, FlashMask vectors, a runtime window, or a generated element predicate (any
+// expression, tensor reads included).
+enum MaskCost { kIndexMask = 0, kVectorMask = 1, kWindowMask = 2, kPredicateMask = 3 };
 
 MaskCost mask_cost(const MaskLowering& mask) {
+  if (mask.element_predicate) return kPredicateMask;
   if (mask.window_by_index) return kWindowMask;
   return mask.vectors.empty() ? kIndexMask : kVectorMask;
 }
@@ -34,23 +36,23 @@ struct Candidate {
 // FlashMask staging and the ~99 KB of sm_86/sm_89. Measurements: docs/benchmarks/.
 constexpr std::array<Candidate, 18> kCandidates{{
     {32, 128, 128, 4, 's', kIndexMask},
-    {32, 128, 64, 4, 's', kWindowMask},
+    {32, 128, 64, 4, 's', kPredicateMask},
     {64, 128, 96, 4, 's', kIndexMask},
-    {64, 128, 64, 4, 's', kWindowMask},
+    {64, 128, 64, 4, 's', kPredicateMask},
     {64, 64, 64, 4, 'q', kWindowMask},
     {96, 128, 64, 4, 's', kVectorMask},
     {96, 128, 32, 4, 's', kWindowMask},
-    {96, 64, 64, 4, 'q', kWindowMask},
+    {96, 64, 64, 4, 'q', kPredicateMask},
     {128, 128, 48, 4, 's', kIndexMask},
     {128, 128, 32, 4, 's', kWindowMask},
-    {128, 64, 64, 4, 'q', kWindowMask},
-    {192, 128, 64, 8, 's', kWindowMask},
-    {192, 128, 32, 8, 's', kWindowMask},
-    {192, 64, 32, 4, 's', kWindowMask},
-    {256, 128, 64, 8, 's', kWindowMask},
-    {256, 128, 32, 8, 's', kWindowMask},
-    {256, 64, 32, 4, 's', kWindowMask},
-    {256, 32, 32, 2, 's', kWindowMask},
+    {128, 64, 64, 4, 'q', kPredicateMask},
+    {192, 128, 64, 8, 's', kPredicateMask},
+    {192, 128, 32, 8, 's', kPredicateMask},
+    {192, 64, 32, 4, 's', kPredicateMask},
+    {256, 128, 64, 8, 's', kPredicateMask},
+    {256, 128, 32, 8, 's', kPredicateMask},
+    {256, 64, 32, 4, 's', kPredicateMask},
+    {256, 32, 32, 2, 's', kPredicateMask},
 }};
 
 constexpr int kKvStages = 2;

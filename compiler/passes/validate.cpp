@@ -5,6 +5,7 @@
 #include <array>
 
 #include "attnjit/error.hpp"
+#include "attnjit/params.cuh"
 #include "compiler/ir/predicate.hpp"
 #include "compiler/passes/passes.hpp"
 
@@ -29,7 +30,17 @@ void check_predicate(const std::string& text) {
   } catch (const PredicateParseError& error) {
     throw Error(fmt::format("{}: {}", field, error.what()));
   }
-  if (info(predicate).literal_count > 0) {
+  const PredicateInfo used = info(predicate);
+  if (used.tensors.size() > static_cast<std::size_t>(kMaxPredicateTensors)) {
+    throw_field_error(field, fmt::format("{} tensors", used.tensors.size()),
+                      fmt::format("at most {} tensors", kMaxPredicateTensors));
+  }
+  if (used.scalar_count > kMaxPredicateScalars) {
+    throw_field_error(field, fmt::format("{} scalar slots", used.scalar_count),
+                      fmt::format("at most {} scalars ($0 .. ${})", kMaxPredicateScalars,
+                                  kMaxPredicateScalars - 1));
+  }
+  if (used.literal_count > 0) {
     std::vector<std::int32_t> values;
     throw_field_error(field, text,
                       fmt::format("the lifted structure, literals replaced by runtime scalars "

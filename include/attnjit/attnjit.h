@@ -150,6 +150,40 @@ ATTNJIT_API int attnjit_backward_score_mod(const attnjit_kernel* kernel, const a
                                            int window_left, int window_right, float softcap,
                                            const attnjit_tensor* alibi_slopes, void* stream);
 
+/** The runtime inputs of a spec with mask=predicate(...): the values of its scalar slots
+ * $0, $1, ... (exactly as many as the predicate has) and its int32 device tensors by name
+ * (tensor_names[i] names tensors[i]; [length] or [rows, length], rows 1 or B, contiguous). */
+typedef struct attnjit_predicate_inputs {
+  const int32_t* scalars;
+  int scalar_count;
+  const char* const* tensor_names;
+  const attnjit_tensor* tensors;
+  int tensor_count;
+} attnjit_predicate_inputs;
+
+/** attnjit_forward for a spec with mask=predicate(...): `predicate` gives its inputs (new
+ * values never recompile). */
+ATTNJIT_API int attnjit_forward_predicate(const attnjit_kernel* kernel, const attnjit_tensor* q,
+                                          const attnjit_tensor* k, const attnjit_tensor* v,
+                                          const attnjit_tensor* o, const attnjit_tensor* lse,
+                                          const attnjit_predicate_inputs* predicate,
+                                          float softmax_scale, void* stream);
+
+/** attnjit_backward for a spec with mask=predicate(...) and direction=backward; `predicate`
+ * must hold the forward pass's inputs. */
+ATTNJIT_API int attnjit_backward_predicate(
+    const attnjit_kernel* kernel, const attnjit_tensor* q, const attnjit_tensor* k,
+    const attnjit_tensor* v, const attnjit_tensor* o, const attnjit_tensor* d_o,
+    const attnjit_tensor* lse, const attnjit_predicate_inputs* predicate, const attnjit_tensor* d_q,
+    const attnjit_tensor* d_k, const attnjit_tensor* d_v, float softmax_scale, void* stream);
+
+/** Parses a predicate as a user writes it (e.g. "q - k < 256 && doc[q] == doc[k]") and lifts
+ * its literals: writes the NUL-terminated JSON object {"structure": the lifted canonical text
+ * for mask=predicate(...), "scalars": the literals' values in slot order, "tensors": the names
+ * it reads in slot order}. Same size protocol as attnjit_kernel_info; a parse error is
+ * ATTNJIT_USER_ERROR with the line and column in its message. */
+ATTNJIT_API int attnjit_predicate_lift(const char* expression, char* buffer, size_t size);
+
 /** Writes a NUL-terminated JSON object describing the compile call that produced `kernel`:
  * {"key", "spec", "cache": "memory"|"disk"|"miss", "compile_ms", "kernels": [{"name", "role",
  * "registers", "spill_bytes", "stack_bytes", "static_smem_bytes", "dynamic_smem_bytes",

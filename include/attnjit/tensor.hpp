@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace attnjit {
 
@@ -25,6 +26,20 @@ struct TensorView {
 
 /// Builds a view with contiguous (row-major) strides.
 TensorView contiguous_view(void* data, ScalarType dtype, std::initializer_list<std::int64_t> shape);
+
+/// One int32 tensor of a predicate mask, bound to the name the predicate reads it by.
+struct PredicateTensorArg {
+  std::string name;
+  TensorView tensor;  ///< int32 device tensor, [length] or [rows, length] contiguous, rows 1 or B
+};
+
+/// The runtime inputs of mask=predicate(...): the values of the scalar slots $0, $1, ... (the
+/// lifted literals, exactly as many as the predicate has) and every tensor it reads, by name
+/// (extra names are an error). New values and contents never recompile.
+struct PredicateArgs {
+  std::vector<std::int32_t> scalars;
+  std::vector<PredicateTensorArg> tensors;
+};
 
 /// Everything a forward launch needs besides the compiled kernel.
 ///
@@ -49,6 +64,7 @@ struct ForwardArgs {
   bool validate_mask = false;
   float softcap = 0.0f;        ///< softcap=true: the cap (> 0); otherwise 0
   TensorView alibi_slopes;     ///< alibi=true: fp32 [H]; otherwise empty
+  PredicateArgs predicate;     ///< mask=predicate only
 };
 
 /// Everything a backward launch needs besides the compiled kernel (a spec with
@@ -70,6 +86,7 @@ struct BackwardArgs {
   bool validate_mask = false;
   float softcap = 0.0f;     ///< softcap=true: the cap (> 0); otherwise 0
   TensorView alibi_slopes;  ///< alibi=true: fp32 [H]; otherwise empty
+  PredicateArgs predicate;  ///< mask=predicate only: those of the forward pass
 };
 
 }  // namespace attnjit

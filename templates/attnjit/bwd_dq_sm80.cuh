@@ -57,7 +57,7 @@ struct BackwardDqSm80 {
     const int warp = thread / 32;
     const int lane = thread % 32;
 
-    MaskState ms = make_mask_state<kBlockN, Mask::kHasVectors>(p, head, batch);
+    MaskState ms = make_mask_state<kBlockN, Mask>(p, head, batch);
     ms.row_begin = m_block * kBlockM;
     ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
 
@@ -153,10 +153,25 @@ struct BackwardDqSm80 {
     const int g = lane / 4;
     const int t = lane % 4;
 
+    // A generated element rule is evaluated before S = Q K^T (Mask::masked_bits).
+    unsigned long long hidden = 0;
+    if constexpr (Mask::kElementBits) {
+      if (kind == kTilePartial) {
+        hidden = Mask::template masked_bits<kNTiles, false>(p, ms, ms.row_begin + row0 + g,
+                                                            n_block * kBlockN + 2 * t);
+      }
+    }
     float acc_s[kNTiles][4];
     warp_rows_times_rows<Element, QTile, KvTile, kNTiles, kKSteps>(acc_s, smem_q, a_lane, row0,
                                                                    smem_k, b_lane);
-    if (kind == kTilePartial) {
+    if constexpr (Mask::kElementBits) {
+      if (kind == kTilePartial) {
+#pragma unroll
+        for (int e = 0; e < kNTiles * 4; ++e) {
+          if ((hidden >> e) & 1) acc_s[e / 4][e % 4] = negative_infinity();
+        }
+      }
+    } else if (kind == kTilePartial) {
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
@@ -166,7 +181,7 @@ struct BackwardDqSm80 {
               Mask::load_column(ms, vectors + local_col * kColumns * 4);
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            if (Mask::masked(ms, ms.row_begin + row0 + g + 8 * r, n_block * kBlockN + local_col,
+            if (Mask::masked(p, ms, ms.row_begin + row0 + g + 8 * r, n_block * kBlockN + local_col,
                              column)) {
               acc_s[nt][2 * r + c] = negative_infinity();
             }

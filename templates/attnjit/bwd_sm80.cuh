@@ -80,7 +80,7 @@ struct BackwardSm80 {
     const int warp = thread / 32;
     const int lane = thread % 32;
 
-    MaskState ms = make_mask_state<kBlockN, Mask::kHasVectors>(p, head, batch);
+    MaskState ms = make_mask_state<kBlockN, Mask>(p, head, batch);
 
     const int key0 = n_block * kBlockN;
     const u32 smem_k = smem_address(smem);
@@ -186,12 +186,29 @@ struct BackwardSm80 {
     const u32 q_b_lane = opaque(QTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
     const u32 q_bt_lane = opaque(QTile::lane_offset(lane % 16, lane / 16));
 
+    // A generated element rule is evaluated before S^T = K Q^T, while the scores hold no
+    // registers (Mask::masked_bits; S^T's rows are keys, its columns queries).
+    unsigned long long hidden = 0;
+    if constexpr (Mask::kElementBits) {
+      if (kind == kTilePartial) {
+        hidden = Mask::template masked_bits<kQTiles, true>(p, ms, key0 + key_row0 + g,
+                                                           ms.row_begin + 2 * t);
+      }
+    }
+
     // S^T = K Q^T for the warp's 16 keys.
     float acc_s[kQTiles][4];
     warp_rows_times_rows<Element, KvTile, QTile, kQTiles, kDSteps>(acc_s, smem_k, kv_a_lane,
                                                                    key_row0, smem_q, q_b_lane);
 
-    if (kind == kTilePartial) {
+    if constexpr (Mask::kElementBits) {
+      if (kind == kTilePartial) {
+#pragma unroll
+        for (int e = 0; e < kQTiles * 4; ++e) {
+          if ((hidden >> e) & 1) acc_s[e / 4][e % 4] = negative_infinity();
+        }
+      }
+    } else if (kind == kTilePartial) {
       // This thread's two keys (rows g, g + 8 of S^T) are the FlashMask columns.
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -203,7 +220,7 @@ struct BackwardSm80 {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             const int query = ms.row_begin + nt * 8 + 2 * t + c;
-            if (Mask::masked(ms, query, key0 + key_local, column)) {
+            if (Mask::masked(p, ms, query, key0 + key_local, column)) {
               acc_s[nt][2 * r + c] = negative_infinity();
             }
           }

@@ -73,7 +73,7 @@ struct ForwardSm80 {
     const int warp = thread / 32;
     const int lane = thread % 32;
 
-    MaskState ms = make_mask_state<kBlockN, Mask::kHasVectors>(p, head, batch);
+    MaskState ms = make_mask_state<kBlockN, Mask>(p, head, batch);
     ms.row_begin = m_block * kBlockM;
     ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
 
@@ -174,6 +174,20 @@ struct ForwardSm80 {
     const u32 q_lane = opaque(QTile::lane_offset(lane % 16, lane / 16));
     const u32 k_lane = opaque(KvTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
     const u32 v_lane = opaque(KvTile::lane_offset(lane % 16, lane / 16));
+    const int g = lane / 4;
+    const int t = lane % 4;
+    // A generated element rule is evaluated before S = Q K^T, while the scores hold no
+    // registers: one bit per element of the thread's fragment (Mask::masked_bits).
+    unsigned long long hidden[Mask::kElementBits ? kSlabs : 1];
+    if constexpr (Mask::kElementBits) {
+#pragma unroll
+      for (int s = 0; s < kSlabs; ++s) {
+        hidden[s] = kind == kTilePartial ? Mask::template masked_bits<kNTiles, false>(
+                                               p, ms, ms.row_begin + warp_row + s * 16 + g,
+                                               n_block * kBlockN + 2 * t)
+                                         : 0ull;
+      }
+    }
     float acc_s[kSlabs][kNTiles][4];
 #pragma unroll
     for (int s = 0; s < kSlabs; ++s) {
@@ -209,8 +223,6 @@ struct ForwardSm80 {
       }
     }
 
-    const int g = lane / 4;
-    const int t = lane % 4;
     if (Score::kActive) {
       // Before the mask, which then sets -inf (a modifier would turn -inf into a number).
       // Element e of tile (s, nt) is row g + s * 16 + 8 (e / 2), key nt * 8 + 2 t + e % 2.
@@ -228,7 +240,17 @@ struct ForwardSm80 {
         }
       }
     }
-    if (kind == kTilePartial) {
+    if constexpr (Mask::kElementBits) {
+      if (kind == kTilePartial) {
+#pragma unroll
+        for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+          for (int e = 0; e < kNTiles * 4; ++e) {
+            if ((hidden[s] >> e) & 1) acc_s[s][e / 4][e % 4] = negative_infinity();
+          }
+        }
+      }
+    } else if (kind == kTilePartial) {
       const int row0 = ms.row_begin + warp_row + g;
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) {
@@ -241,7 +263,8 @@ struct ForwardSm80 {
           for (int s = 0; s < kSlabs; ++s) {
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-              if (Mask::masked(ms, row0 + s * 16 + r * 8, n_block * kBlockN + local_col, column)) {
+              if (Mask::masked(p, ms, row0 + s * 16 + r * 8, n_block * kBlockN + local_col,
+                               column)) {
                 acc_s[s][nt][2 * r + c] = negative_infinity();
               }
             }

@@ -7,9 +7,15 @@
 //   kLts..kUte  column of each FlashMask vector in startend_row_indices, -1 if absent.
 // FlashMask (flashmask.md): column j masks rows [LTS, LTE) and [UTS, UTE); an absent LTE
 // reads as Sq and an absent UTS as 0.
+//
+// PredicatePolicy (same interface) serves mask=predicate: a block table built before the
+// attention kernel classifies the tiles, and the generated predicate is the element rule.
 #pragma once
 
+#include "attnjit/params.cuh"
+#include "attnjit/predicate.cuh"
 #include "attnjit/primitives.cuh"
+#include "attnjit/schedule.cuh"
 
 namespace attnjit {
 
@@ -21,9 +27,11 @@ struct MaskState {
   int diagonal;            ///< Sk - Sq: the causal diagonal of row i is key i + diagonal
   int row_begin, row_end;  ///< this CTA's rows, row_end clamped to Sq
   int window_left, window_right;
-  /// FlashMask: row b * mask_heads + mask head of startend_row_indices [B * Hm, Sk, C] and
-  /// of the min/max tables [B * Hm, num_key_blocks, 2 * C]. An index, not pointers: the
-  /// pointers are formed where used, so no 64-bit value is held across the key loop.
+  /// The row of the mask's per-(batch, head) data (Mask::mask_row). FlashMask: row
+  /// b * mask_heads + mask head of startend_row_indices [B * Hm, Sk, C] and of the min/max
+  /// tables [B * Hm, num_key_blocks, 2 * C]; predicate: the row of the block table. An index,
+  /// not pointers: the pointers are formed where used, so no 64-bit value is held across the
+  /// key loop.
   int vector_row;
   int num_key_blocks;
 };
@@ -31,7 +39,7 @@ struct MaskState {
 /// The mask state of the CTA's (head, batch) from the kernel parameters (FwdParams or
 /// BwdParams: the fields have the same names), with no rows yet; min/max tables are built for
 /// key blocks of kBlockN.
-template <int kBlockN, bool kHasVectors, class Params>
+template <int kBlockN, class Mask, class Params>
 __device__ __forceinline__ MaskState make_mask_state(const Params& p, int head, int batch) {
   MaskState ms;
   ms.seqlen_q = p.seqlen_q;
@@ -41,7 +49,7 @@ __device__ __forceinline__ MaskState make_mask_state(const Params& p, int head, 
   ms.row_end = 0;
   ms.window_left = p.window_left;
   ms.window_right = p.window_right;
-  ms.vector_row = kHasVectors ? batch * p.mask_heads + head / (p.heads / p.mask_heads) : 0;
+  ms.vector_row = Mask::mask_row(p, head, batch);
   ms.num_key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
   return ms;
 }
@@ -55,12 +63,54 @@ __device__ __forceinline__ const int* interval_values(const int* intervals, cons
   return intervals + (row * s.seqlen_k + key) * kColumns;
 }
 
+/// The highest key block in [n_begin, from] that Mask does not skip for the CTA's rows, or
+/// n_begin - 1. Each lane of the warp classifies one block per step and a ballot takes the
+/// first hit, so a long run of skipped blocks costs 1/32 of a serial scan. Call from all
+/// lanes of a warp with the same arguments.
+template <class Mask, int kBlockN>
+__device__ __forceinline__ int search_last_active_key_block(const MaskState& s, const int* table,
+                                                            int from, int n_begin) {
+  const int lane = threadIdx.x % 32;
+  for (int base = from; base >= n_begin; base -= 32) {
+    const int n = base - lane;
+    const bool active = n >= n_begin && Mask::template classify<kBlockN>(s, table, n) != kTileSkip;
+    const unsigned hits = __ballot_sync(0xffffffffu, active);
+    if (hits != 0) return base - (__ffs(hits) - 1);
+  }
+  return n_begin - 1;
+}
+
+/// The lowest query block in [from, end) with a visible element in key block n_block (the
+/// backward's walk), or end; the same warp-parallel search.
+template <class Mask, int kBlockM, int kBlockN>
+__device__ __forceinline__ int search_first_active_query_block(MaskState s, const int* table,
+                                                               int n_block, int from, int end) {
+  const int lane = threadIdx.x % 32;
+  for (int base = from; base < end; base += 32) {
+    const int m = base + lane;
+    s.row_begin = m * kBlockM;
+    s.row_end = min(s.row_begin + kBlockM, s.seqlen_q);
+    const bool active = m < end && Mask::template classify<kBlockN>(s, table, n_block) != kTileSkip;
+    const unsigned hits = __ballot_sync(0xffffffffu, active);
+    if (hits != 0) return base + (__ffs(hits) - 1);
+  }
+  return end;
+}
+
 template <bool kCausal, bool kWindow, int kLts, int kLte, int kUts, int kUte>
 struct MaskPolicy {
   static constexpr int kColumns = (kLts >= 0) + (kLte >= 0) + (kUts >= 0) + (kUte >= 0);
   static constexpr bool kHasVectors = kColumns > 0;
   static constexpr bool kHasLower = kLts >= 0;
   static constexpr bool kHasUpper = kUte >= 0;
+  /// The element rule is cheap index arithmetic: the kernels apply masked() unrolled.
+  static constexpr bool kElementBits = false;
+
+  /// MaskState::vector_row of the CTA's (head, batch).
+  template <class Params>
+  __device__ static int mask_row(const Params& p, int head, int batch) {
+    return kHasVectors ? batch * p.mask_heads + head / (p.heads / p.mask_heads) : 0;
+  }
 
   /// Key blocks [begin, end) that can hold a visible key for the CTA's rows.
   template <int kBlockN>
@@ -138,39 +188,22 @@ struct MaskPolicy {
   }
 
   /// The highest key block in [n_begin, from] that is not skipped for the CTA's rows, or
-  /// n_begin - 1. Each lane of the warp classifies one block per step and a ballot takes the
-  /// first hit, so a long run of skipped blocks costs 1/32 of a serial scan. Call from all
-  /// lanes of a warp with the same arguments.
+  /// n_begin - 1 (search_last_active_key_block). Call from all lanes of a warp.
   template <int kBlockN>
   __device__ static int last_active_key_block(const MaskState& s, const int* minmax, int from,
                                               int n_begin) {
     if (!kHasVectors) return from;
-    const int lane = threadIdx.x % 32;
-    for (int base = from; base >= n_begin; base -= 32) {
-      const int n = base - lane;
-      const bool active = n >= n_begin && classify<kBlockN>(s, minmax, n) != kTileSkip;
-      const unsigned hits = __ballot_sync(0xffffffffu, active);
-      if (hits != 0) return base - (__ffs(hits) - 1);
-    }
-    return n_begin - 1;
+    return search_last_active_key_block<MaskPolicy, kBlockN>(s, minmax, from, n_begin);
   }
 
-  /// The lowest query block in [from, end) with a visible element in key block n_block (the
-  /// backward's walk), or end; the same warp-parallel search.
+  /// The lowest query block in [from, end) with a visible element in key block n_block, or end
+  /// (search_first_active_query_block). Call from all lanes of a warp.
   template <int kBlockM, int kBlockN>
-  __device__ static int first_active_query_block(MaskState s, const int* minmax, int n_block,
+  __device__ static int first_active_query_block(const MaskState& s, const int* minmax, int n_block,
                                                  int from, int end) {
     if (!kHasVectors) return from;
-    const int lane = threadIdx.x % 32;
-    for (int base = from; base < end; base += 32) {
-      const int m = base + lane;
-      s.row_begin = m * kBlockM;
-      s.row_end = min(s.row_begin + kBlockM, s.seqlen_q);
-      const bool active = m < end && classify<kBlockN>(s, minmax, n_block) != kTileSkip;
-      const unsigned hits = __ballot_sync(0xffffffffu, active);
-      if (hits != 0) return base + (__ffs(hits) - 1);
-    }
-    return end;
+    return search_first_active_query_block<MaskPolicy, kBlockM, kBlockN>(s, minmax, n_block, from,
+                                                                         end);
   }
 
   /// One key column's FlashMask rows, read once from shared memory (`values` is the address
@@ -190,7 +223,8 @@ struct MaskPolicy {
   }
 
   /// The element rule for query `row` and key `col` (whose column was loaded as `c`).
-  __device__ static __forceinline__ bool masked(const MaskState& s, int row, int col,
+  template <class Params>
+  __device__ static __forceinline__ bool masked(const Params&, const MaskState& s, int row, int col,
                                                 const Column& c) {
     bool out = col >= s.seqlen_k;
     if (kCausal) out |= col > row + s.diagonal;
@@ -201,6 +235,100 @@ struct MaskPolicy {
     if (kHasLower) out |= row >= c.lower_start && row < c.lower_end;
     if (kHasUpper) out |= row >= c.upper_start && row < c.upper_end;
     return out;
+  }
+};
+
+/// The policy of mask=predicate. Visible (generated) has
+///   static __device__ bool visible(const PredicateInputs&, int b, int h, int q, int k);
+/// the block table (the `table` argument: FwdParams::minmax, BwdParams::minmax or minmax_dq)
+/// holds one uint8 TileKind per tile of kTableBlockM x kTableBlockN for each (batch row, head
+/// row), built by predicate_blocks.cuh; kPerBatch / kPerHead: the table has a row per batch /
+/// per query head. Keys past Sk are masked; the caller ignores rows past Sq.
+template <class Visible, int kTableBlockM, int kTableBlockN, bool kPerBatch, bool kPerHead>
+struct PredicatePolicy {
+  static constexpr int kColumns = 0;
+  static constexpr bool kHasVectors = false;
+  /// The element rule is a generated expression: the kernels take it as masked_bits(), one
+  /// element per step of a rolled loop, so its temporaries never add to the live accumulators.
+  static constexpr bool kElementBits = true;
+
+  /// MaskState::vector_row: the table row of the CTA's (head, batch).
+  template <class Params>
+  __device__ static int mask_row(const Params& p, int head, int batch) {
+    return (kPerBatch ? batch : 0) * (kPerHead ? p.heads : 1) + (kPerHead ? head : 0);
+  }
+
+  template <int kBlockN>
+  __device__ static void key_block_range(const MaskState& s, int& begin, int& end) {
+    begin = 0;
+    end = (s.seqlen_k + kBlockN - 1) / kBlockN;
+  }
+
+  template <int kBlockM, int kBlockN>
+  __device__ static void query_block_range(const MaskState& s, int, int& begin, int& end) {
+    begin = 0;
+    end = (s.seqlen_q + kBlockM - 1) / kBlockM;
+  }
+
+  /// The table's entry for the CTA's rows (a query block of kTableBlockM) and key block n.
+  template <int kBlockN>
+  __device__ static int classify(const MaskState& s, const int* table, int n_block) {
+    static_assert(kBlockN == kTableBlockN, "the block table is built for the kernel's tiles");
+    const int blocks_m = (s.seqlen_q + kTableBlockM - 1) / kTableBlockM;
+    const int row = static_cast<int>(opaque(static_cast<u32>(s.vector_row)));
+    const long long tile =
+        (static_cast<long long>(row) * blocks_m + s.row_begin / kTableBlockM) * s.num_key_blocks +
+        n_block;
+    return reinterpret_cast<const unsigned char*>(table)[tile];
+  }
+
+  template <int kBlockN>
+  __device__ static int last_active_key_block(const MaskState& s, const int* table, int from,
+                                              int n_begin) {
+    return search_last_active_key_block<PredicatePolicy, kBlockN>(s, table, from, n_begin);
+  }
+
+  template <int kBlockM, int kBlockN>
+  __device__ static int first_active_query_block(const MaskState& s, const int* table, int n_block,
+                                                 int from, int end) {
+    return search_first_active_query_block<PredicatePolicy, kBlockM, kBlockN>(s, table, n_block,
+                                                                              from, end);
+  }
+
+  struct Column {};
+
+  __device__ static __forceinline__ Column load_column(const MaskState&, u32) { return Column(); }
+
+  /// Key `col` is hidden from query `row` of the CTA's (batch, head).
+  template <class Params>
+  __device__ static __forceinline__ bool masked(const Params& p, const MaskState& s, int row,
+                                                int col, const Column&) {
+    const CtaWork work = cta_work<true>();  // head and batch do not depend on the flag
+    return col >= s.seqlen_k || !Visible::visible(p.predicate, work.batch, work.head, row, col);
+  }
+
+  /// The masked() bits of a thread's accumulator fragment of kTiles n8 tiles: bit
+  /// 4 * tile + 2 * r + c is element (row_base + 8 * r, col_base + 8 * tile + c), where a row
+  /// is a query and a column a key, or the reverse when kTransposed (the backward's S^T). The
+  /// loop over columns stays rolled, so what depends on the two rows only is computed once.
+  template <int kTiles, bool kTransposed, class Params>
+  __device__ static __forceinline__ unsigned long long masked_bits(const Params& p,
+                                                                   const MaskState& s, int row_base,
+                                                                   int col_base) {
+    static_assert(kTiles * 4 <= 64, "one bit per element of the fragment");
+    unsigned long long bits = 0;
+#pragma unroll 1
+    for (int j = 0; j < kTiles * 2; ++j) {
+      const int col = col_base + 8 * (j >> 1) + (j & 1);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = row_base + 8 * r;
+        const bool hidden =
+            kTransposed ? masked(p, s, col, row, Column()) : masked(p, s, row, col, Column());
+        bits |= static_cast<unsigned long long>(hidden) << (4 * (j >> 1) + 2 * r + (j & 1));
+      }
+    }
+    return bits;
   }
 };
 

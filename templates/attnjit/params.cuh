@@ -5,6 +5,19 @@
 
 namespace attnjit {
 
+/// Limits of a predicate mask's runtime inputs (validate checks them).
+constexpr int kMaxPredicateTensors = 8;
+constexpr int kMaxPredicateScalars = 16;
+
+/// The runtime inputs of an element predicate (mask=predicate): its int32 tensors in the order
+/// of PredicateInfo::tensors and the values of its scalar slots $0, $1, ...
+struct PredicateInputs {
+  const int* tensors[kMaxPredicateTensors];           ///< row 0 of each tensor [rows, length]
+  long long tensor_row_stride[kMaxPredicateTensors];  ///< 0 when rows == 1, else length
+  int tensor_length[kMaxPredicateTensors];
+  int scalars[kMaxPredicateScalars];
+};
+
 /// Arguments of the forward kernel. Strides are in elements; the last dim is contiguous.
 struct FwdParams {
   const void* q;         ///< [B, Sq, H, D]
@@ -29,6 +42,9 @@ struct FwdParams {
   float softcap;              ///< cap of s <- cap * tanh(s / cap); softcap only
   float softcap_exp2;         ///< 2 * scale_log2 / softcap: e^(2 s / cap) = 2^(q.k * this)
   float softcap_log2;         ///< softcap * log2(e)
+  /// mask=predicate: the predicate's inputs; `minmax` then holds the block table (uint8
+  /// skip/partial/full per tile of the kernel's shape, see PredicateBlocksParams).
+  PredicateInputs predicate;
 };
 
 /// Arguments of the backward kernels. Strides are in elements; the last dim is contiguous.
@@ -69,6 +85,9 @@ struct BwdParams {
   float softcap;              ///< cap of s <- cap * tanh(s / cap); softcap only
   float softcap_exp2;         ///< 2 * scale_log2 / softcap: e^(2 s / cap) = 2^(q.k * this)
   float softcap_log2;         ///< softcap * log2(e)
+  /// mask=predicate: the predicate's inputs; `minmax` and `minmax_dq` then hold the block
+  /// tables of the main kernel's and the dQ kernel's tile shapes.
+  PredicateInputs predicate;
 };
 
 /// Arguments of the FlashMask min/max preprocessing kernel.
@@ -76,6 +95,19 @@ struct MinMaxParams {
   const int* intervals;  ///< [B, Hm, Sk, C]
   int* minmax;           ///< [B, Hm, num_key_blocks, 2*C]: (min, max) per vector
   int batch, mask_heads, seqlen_k, num_key_blocks;
+};
+
+/// Arguments of the block classification kernel of a predicate mask: for every tile
+/// (batch row, head row, query block, key block) of the consuming kernel's tile shape, whether
+/// its elements are all hidden (kTileSkip), mixed (kTilePartial) or all visible (kTileFull).
+/// Keys past Sk count as hidden, queries past Sq are ignored.
+struct PredicateBlocksParams {
+  PredicateInputs predicate;
+  unsigned char* table;  ///< [table_batch, table_heads, blocks_m, blocks_n]
+  int table_batch;       ///< B when the predicate depends on b or reads a tensor, else 1
+  int table_heads;       ///< H when the predicate depends on h, else 1
+  int seqlen_q, seqlen_k;
+  int blocks_m, blocks_n;
 };
 
 }  // namespace attnjit

@@ -9,6 +9,8 @@
 // and `scalar_at(slot)` from the kernel; pred_tensor_read gives tensor_at its semantics.
 #pragma once
 
+#include "attnjit/params.cuh"
+
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #define ATTNJIT_PREDICATE_FN __device__ __forceinline__
 #else
@@ -62,6 +64,14 @@ ATTNJIT_PREDICATE_FN int pred_abs(int x) {
 /// touching memory there. The kernel's tensor_at(slot, index) reads its (slot, batch) row so.
 ATTNJIT_PREDICATE_FN int pred_tensor_read(const int* row, int length, int index) {
   return index >= 0 && index < length ? row[index] : 0;
+}
+
+/// Element `index` of the predicate tensor in `slot`, row `batch` (row 0 when the tensor has
+/// one row); 0 outside [0, length). The generated expression's tensor_at in the kernels.
+ATTNJIT_PREDICATE_FN int predicate_tensor_at(const PredicateInputs& in, int slot, int batch,
+                                             int index) {
+  return pred_tensor_read(in.tensors[slot] + batch * in.tensor_row_stride[slot],
+                          in.tensor_length[slot], index);
 }
 
 }  // namespace attnjit

@@ -1,22 +1,37 @@
 // A plain fp32 attention forward used to check the fused kernels on large problems:
 // one CTA per (query row, head, batch), every score kept in shared memory, the mask
-// evaluated element by element straight from flashmask.md (no tiles, no skipping, nothing
-// shared with mask.cuh), the score modifiers straight from their definition (tanhf, nothing
-// shared with score_mod.cuh). Slow on purpose; correct by inspection.
+// evaluated element by element straight from flashmask.md or from the generated predicate
+// (no tiles, no skipping, no block table), the score modifiers straight from their definition
+// (tanhf, nothing shared with score_mod.cuh). Slow on purpose; correct by inspection.
 //
 // Dynamic shared memory: (kHeadDim + Sk) floats.
 #pragma once
 
 #include "attnjit/params.cuh"
+#include "attnjit/predicate.cuh"
 #include "attnjit/primitives.cuh"
 
 namespace attnjit {
 
-enum ReferenceMask { kRefNone = 0, kRefCausal = 1, kRefWindow = 2, kRefFlashmask = 3 };
+enum ReferenceMask {
+  kRefNone = 0,
+  kRefCausal = 1,
+  kRefWindow = 2,
+  kRefFlashmask = 3,
+  kRefPredicate = 4
+};
 
-template <int kMask, bool kFlashCausal, int kColumns>
+/// The Visible of a reference kernel without a predicate.
+struct NoPredicate {
+  static __device__ __forceinline__ bool visible(const PredicateInputs&, int, int, int, int) {
+    return true;
+  }
+};
+
+template <int kMask, bool kFlashCausal, int kColumns, class Visible>
 __device__ __forceinline__ bool reference_masked(const FwdParams& p, const int* column_values,
-                                                 int row, int col) {
+                                                 int batch, int head, int row, int col) {
+  if (kMask == kRefPredicate) return !Visible::visible(p.predicate, batch, head, row, col);
   const int diagonal = p.seqlen_k - p.seqlen_q;
   if (kMask == kRefCausal) return col > row + diagonal;
   if (kMask == kRefWindow) {
@@ -66,7 +81,7 @@ __device__ __forceinline__ float reference_score_mod(const FwdParams& p, float s
 }
 
 template <class Element, int kHeadDim, int kMask, bool kFlashCausal, int kColumns, bool kLse,
-          bool kSoftcap, bool kAlibi>
+          bool kSoftcap, bool kAlibi, class Visible = NoPredicate>
 __device__ __forceinline__ void reference_attention(const FwdParams& p) {
   extern __shared__ float ref_smem[];
   __shared__ float scratch[32];
@@ -95,7 +110,8 @@ __device__ __forceinline__ void reference_attention(const FwdParams& p) {
   float local_max = negative_infinity();
   for (int j = threadIdx.x; j < p.seqlen_k; j += blockDim.x) {
     float score = negative_infinity();
-    if (!reference_masked<kMask, kFlashCausal, kColumns>(p, column_values, row, j)) {
+    if (!reference_masked<kMask, kFlashCausal, kColumns, Visible>(p, column_values, batch, head,
+                                                                  row, j)) {
       const u16* key = k + j * p.k_row_stride;
       float dot = 0.f;
       for (int d = 0; d < kHeadDim; ++d) dot += q_row[d] * to_float<Element>(key[d]);

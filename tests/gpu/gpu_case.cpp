@@ -87,6 +87,24 @@ std::vector<float> download(const DeviceTensor& t, DType dtype, bool& padding_in
   return values;
 }
 
+// The case's predicate tensors in device memory and the launch arguments naming them.
+struct DevicePredicate {
+  std::vector<runtime::DeviceBuffer> buffers;
+  PredicateArgs args;
+};
+
+DevicePredicate upload_predicate(const Case& c) {
+  DevicePredicate out;
+  out.args.scalars = c.predicate.scalars;
+  for (const PredicateTensor& t : c.predicate.tensors) {
+    out.buffers.emplace_back(std::max<std::size_t>(t.values.size(), 1) * 4);
+    out.buffers.back().upload(t.values.data(), t.values.size() * 4);
+    out.args.tensors.push_back({t.name, contiguous_view(out.buffers.back().data(),
+                                                        ScalarType::int32, {t.rows, t.length})});
+  }
+  return out;
+}
+
 std::vector<float> random_values(std::size_t count, DType dtype, std::mt19937_64& rng) {
   std::normal_distribution<float> normal(0.f, 1.f);
   std::vector<float> out(count);
@@ -97,12 +115,19 @@ std::vector<float> random_values(std::size_t count, DType dtype, std::mt19937_64
 }  // namespace
 
 std::string Case::describe() const {
+  std::string inputs;
+  if (spec.mask.kind == MaskKind::predicate) {
+    inputs = fmt::format(" scalars=[{}]", fmt::join(predicate.scalars, ","));
+    for (const PredicateTensor& t : predicate.tensors) {
+      inputs += fmt::format(" {}=[{}x{}]", t.name, t.rows, t.length);
+    }
+  }
   return fmt::format(
       "{} | B={} H={} Hkv={} Sq={} Sk={} window=({},{}) mask_heads={} padded={} seed={} "
-      "softcap={} alibi_slopes=[{}]",
+      "softcap={} alibi_slopes=[{}]{}",
       to_string(spec), batch, heads, kv_heads, seqlen_q, seqlen_k, window_left, window_right,
       intervals ? intervals->heads : 0, padded_strides, seed, score_mod.softcap,
-      fmt::join(score_mod.alibi_slopes, ", "));
+      fmt::join(score_mod.alibi_slopes, ", "), inputs);
 }
 
 namespace {
@@ -176,6 +201,8 @@ Outputs run_on_gpu(const Case& c, const Inputs& in, bool reference_kernel) {
     args.startend_row_indices = contiguous_view(vectors.data(), ScalarType::int32,
                                                 {m.batch, m.heads, m.seqlen_k, m.columns});
   }
+  const DevicePredicate predicate = upload_predicate(c);
+  args.predicate = predicate.args;
   AttentionSpec spec = c.spec;
   spec.return_lse = true;
   const jit::Kernel kernel = reference_kernel ? jit::compile_reference(spec) : jit::compile(spec);
@@ -191,7 +218,8 @@ Outputs run_on_gpu(const Case& c, const Inputs& in, bool reference_kernel) {
 
 namespace {
 
-testing::Problem problem_of(const Case& c) {
+// `evaluator` keeps the predicate's evaluator alive while the problem points to it.
+testing::Problem problem_of(const Case& c, std::optional<PredicateEvaluator>& evaluator) {
   testing::Problem p;
   p.batch = c.batch;
   p.seqlen_q = c.seqlen_q;
@@ -207,18 +235,24 @@ testing::Problem problem_of(const Case& c) {
   p.mask.window_right = c.window_right;
   p.mask.intervals = c.intervals ? &*c.intervals : nullptr;
   p.score_mod = c.score_mod;
+  if (c.spec.mask.kind == MaskKind::predicate) {
+    evaluator.emplace(parse_predicate(c.spec.mask.predicate), c.predicate);
+    p.mask.predicate = &*evaluator;
+  }
   return p;
 }
 
 }  // namespace
 
 testing::Reference reference_of(const Case& c, const Inputs& in) {
-  return testing::reference_forward(problem_of(c), in.q, in.k, in.v);
+  std::optional<PredicateEvaluator> evaluator;
+  return testing::reference_forward(problem_of(c, evaluator), in.q, in.k, in.v);
 }
 
 testing::Gradients reference_gradients_of(const Case& c, const Inputs& in,
                                           const std::vector<float>& d_o) {
-  return testing::reference_backward(problem_of(c), in.q, in.k, in.v, d_o);
+  std::optional<PredicateEvaluator> evaluator;
+  return testing::reference_backward(problem_of(c, evaluator), in.q, in.k, in.v, d_o);
 }
 
 std::vector<float> make_d_o(const Case& c) {
@@ -271,6 +305,8 @@ BackwardOutputs run_backward_on_gpu(const Case& c, const Inputs& in, const std::
   fwd.window_right = c.window_right;
   fwd.softcap = score_mod.softcap;
   fwd.alibi_slopes = score_mod.slopes_view;
+  const DevicePredicate predicate = upload_predicate(c);
+  fwd.predicate = predicate.args;
   AttentionSpec spec = c.spec;
   spec.return_lse = true;
   jit::compile(spec).forward(fwd, nullptr);
@@ -290,6 +326,7 @@ BackwardOutputs run_backward_on_gpu(const Case& c, const Inputs& in, const std::
   bwd.window_right = c.window_right;
   bwd.softcap = score_mod.softcap;
   bwd.alibi_slopes = score_mod.slopes_view;
+  bwd.predicate = predicate.args;
   spec.return_lse = false;
   spec.direction = Direction::backward;
   spec.deterministic = deterministic;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attnjit/spec.hpp"
+#include "compiler/ir/predicate.hpp"
 #include "dsl/intervals.hpp"
 #include "support/reference.hpp"
 #include "support/reference_backward.hpp"
@@ -20,6 +21,9 @@ struct Case {
   int batch = 1, heads = 1, kv_heads = 1, seqlen_q = 1, seqlen_k = 1;
   int window_left = -1, window_right = 0;
   std::optional<dsl::IntervalVectors> intervals;  ///< flashmask only
+  /// predicate only: the scalar slots' values and the tensors, uploaded as the launch's
+  /// PredicateArgs and evaluated by the CPU reference.
+  PredicateBindings predicate;
   bool padded_strides = false;  ///< q/k/v/o rows and batches padded (and poisoned)
   std::uint64_t seed = 1;
   /// The score modifiers' runtime arguments; their flags in `spec` must match (softcap > 0

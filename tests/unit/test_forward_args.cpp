@@ -131,12 +131,69 @@ TEST_CASE("forward checks lse and the FlashMask vectors", "[runtime][args]") {
   }
 }
 
-TEST_CASE("compiling a predicate mask is a user error in this build", "[cache]") {
+TEST_CASE("forward names the bad predicate input", "[runtime][args]") {
+  const jit::Kernel kernel =
+      compiled("dtype=bf16 head_dim=64 mask=predicate(q-k<$0&&doc[q]==doc[k]) target=sm_80");
+  ForwardArgs a = good_args();
+  a.predicate.scalars = {100};
+  a.predicate.tensors = {{"doc", contiguous_view(fake(0x50000), ScalarType::int32, {2, 120})}};
+
+  ForwardArgs b = a;
+  b.predicate.scalars = {};
+  CHECK_THAT(error_of(kernel, b),
+             Catch::Contains("predicate.scalars: got '0 values'; accepted: 1 values, one per "
+                             "slot $0 .. $0 of mask=predicate(q-k<$0&&doc[q]==doc[k])"));
+  b = a;
+  b.predicate.tensors.clear();
+  CHECK_THAT(error_of(kernel, b), Catch::Contains("predicate tensor 'doc': missing"));
+  b = a;
+  b.predicate.tensors[0].name = "docs";
+  CHECK_THAT(error_of(kernel, b),
+             Catch::Contains("predicate.tensors name: got 'docs'; accepted: the tensors the "
+                             "predicate reads: doc"));
+  b = a;
+  b.predicate.tensors.push_back(b.predicate.tensors[0]);
+  CHECK_THAT(error_of(kernel, b), Catch::Contains("accepted: each tensor given once"));
+  b = a;
+  b.predicate.tensors[0].tensor.dtype = ScalarType::fp32;
+  CHECK_THAT(error_of(kernel, b),
+             Catch::Contains("predicate tensor 'doc' dtype: got 'fp32'; accepted: int32"));
+  b = a;
+  b.predicate.tensors[0].tensor = contiguous_view(fake(0x50000), ScalarType::int32, {3, 120});
+  CHECK_THAT(error_of(kernel, b),
+             Catch::Contains("predicate tensor 'doc' shape[0] (rows): got '3'; accepted: 1 (shared "
+                             "by every batch) or 2 (the batch)"));
+  b = a;
+  b.predicate.tensors[0].tensor = contiguous_view(fake(0x50000), ScalarType::int32, {2, 3, 40});
+  CHECK_THAT(error_of(kernel, b), Catch::Contains("predicate tensor 'doc' rank: got '3'"));
+  b = a;
+  b.predicate.tensors[0].tensor.stride[0] = 128;
+  CHECK_THAT(error_of(kernel, b),
+             Catch::Contains("predicate tensor 'doc' stride[0]: got '128'; accepted: 120"));
+  b = a;
+  b.predicate.tensors[0].tensor.data = nullptr;
+  CHECK_THAT(error_of(kernel, b), Catch::Contains("predicate tensor 'doc': data is null"));
+
+  // Predicate inputs for a mask that reads none.
+  const jit::Kernel causal = compiled("dtype=bf16 head_dim=64 mask=causal target=sm_80");
+  ForwardArgs c = good_args();
+  c.predicate.scalars = {1};
+  CHECK_THAT(
+      error_of(causal, c),
+      Catch::Contains("predicate: 1 scalars and 0 tensors given, but mask=causal reads none"));
+
+  if (!runtime::driver_available()) {
+    // Valid arguments get as far as the device (whose memory check comes last).
+    CHECK_THAT(error_of(kernel, a), Catch::Contains("device: no CUDA driver"));
+  }
+}
+
+TEST_CASE("predicate masks compile, and so do their reference kernels", "[cache]") {
   const AttentionSpec spec = parse_spec("dtype=bf16 head_dim=64 mask=predicate(q>=k) target=sm_90");
-  CHECK_THROWS_WITH(compiled("dtype=bf16 head_dim=64 mask=predicate(q>=k) target=sm_90"),
-                    Catch::Contains("kernels for element predicates are not available"));
-  CHECK_THROWS_WITH(jit::compile_reference(spec),
-                    Catch::Contains("reference kernels for element predicates are not available"));
+  const jit::Kernel kernel = compiled("dtype=bf16 head_dim=64 mask=predicate(q>=k) target=sm_90");
+  REQUIRE(kernel.info().kernels.size() == 2);
+  CHECK(kernel.info().kernels[0].name.find("predicate_blocks") != std::string::npos);
+  CHECK(jit::compile_reference(spec).info().kernels.size() == 1);
 }
 
 TEST_CASE("forward and backward check the score modifiers' arguments", "[runtime][args]") {

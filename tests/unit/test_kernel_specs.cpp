@@ -72,11 +72,38 @@ std::vector<AttentionSpec> every_supported_spec() {
   return specs;
 }
 
-}  // namespace
+// Predicate masks (lifted): with and without tensors, using b / h or not; forward with LSE
+// and backward in both modes, head dims 64 / 128 / 256, the dtypes alternating.
+std::vector<AttentionSpec> predicate_specs() {
+  const char* predicates[] = {"q>=k&&doc[q]==doc[k]", "(q/$0+k/$1)%$2==$3&&(q+k)%$4!=$5",
+                              "(k+h)%$0!=$1&&abs(q-k)<$2*(h+$3)",
+                              "seg[q]==seg[k]&&seg[q]>=$0||k==b"};
+  std::vector<AttentionSpec> specs;
+  int rotation = 0;
+  for (const char* predicate : predicates) {
+    for (int d : {64, 128, 256}) {
+      AttentionSpec spec;
+      spec.dtype = rotation++ % 2 == 0 ? DType::bf16 : DType::fp16;
+      spec.head_dim_qk = spec.head_dim_v = d;
+      spec.mask.kind = MaskKind::predicate;
+      spec.mask.predicate = predicate;
+      spec.return_lse = true;
+      spec.target = Arch::sm_90;
+      specs.push_back(spec);
+      spec.return_lse = false;
+      spec.direction = Direction::backward;
+      for (bool deterministic : {false, true}) {
+        spec.deterministic = deterministic;
+        specs.push_back(spec);
+      }
+    }
+  }
+  return specs;
+}
 
-TEST_CASE("every supported spec, forward and backward, compiles for sm_80 and sm_90 without spills",
-          "[nvrtc][specs]") {
-  const std::vector<AttentionSpec> specs = every_supported_spec();
+// Compiles every spec (no disk cache, one job per hardware thread) and checks each kernel's
+// resources: registers, no spills, no stack.
+void check_compiles_without_spills(const std::vector<AttentionSpec>& specs) {
   std::vector<jit::CompileInfo> infos(specs.size());
   const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::future<void>> running;
@@ -96,12 +123,14 @@ TEST_CASE("every supported spec, forward and backward, compiles for sm_80 and sm
   for (std::size_t i = 0; i < specs.size(); ++i) {
     INFO(to_string(specs[i]));
     const jit::CompileInfo& info = infos[i];
-    const bool flashmask = specs[i].mask.kind == MaskKind::flashmask;
+    const bool tables =
+        specs[i].mask.kind == MaskKind::flashmask || specs[i].mask.kind == MaskKind::predicate;
     if (specs[i].direction == Direction::forward) {
-      CHECK(info.kernels.size() == (flashmask ? 2u : 1u));
+      CHECK(info.kernels.size() == (tables ? 2u : 1u));
     } else {
-      // min/max table(s), preprocess, main, dQ (deterministic) or dQ conversion, GQA reduction.
-      CHECK(info.kernels.size() >= (flashmask ? 5u : 4u));
+      // min/max or block table(s), preprocess, main, dQ (deterministic) or dQ conversion, GQA
+      // reduction.
+      CHECK(info.kernels.size() >= (tables ? 5u : 4u));
     }
     for (const jit::KernelReport& kernel : info.kernels) {
       INFO(kernel.name << ": " << kernel.registers << " registers, " << kernel.spill_bytes
@@ -114,10 +143,22 @@ TEST_CASE("every supported spec, forward and backward, compiles for sm_80 and sm
   }
 }
 
+}  // namespace
+
+TEST_CASE("every supported spec, forward and backward, compiles for sm_80 and sm_90 without spills",
+          "[nvrtc][specs]") {
+  check_compiles_without_spills(every_supported_spec());
+}
+
+TEST_CASE("predicate specs, forward and backward, compile for sm_90 without spills",
+          "[nvrtc][specs][predicate]") {
+  check_compiles_without_spills(predicate_specs());
+}
+
 TEST_CASE("reference kernels compile for every mask kind", "[nvrtc][specs]") {
   for (const char* mask : {"none", "causal", "sliding_window", "flashmask(causal=true,columns=1)",
                            "flashmask(causal=true,columns=2)", "flashmask(causal=false,columns=2)",
-                           "flashmask(causal=false,columns=4)"}) {
+                           "flashmask(causal=false,columns=4)", "predicate(q>=k&&doc[q]!=$0)"}) {
     const std::string text = std::string("dtype=fp16 head_dim=64 target=sm_80 mask=") + mask;
     INFO(text);
     const jit::Kernel kernel = jit::compile_reference(parse_spec(text));

@@ -315,7 +315,7 @@ TEST_CASE("explicit backward tiles are checked", "[pass]") {
       Catch::Contains("fits sm_80's 166912 bytes"));
 }
 
-TEST_CASE("a predicate mask is parsed, canonicalized, and refused by lower_mask", "[pass]") {
+TEST_CASE("a predicate mask is parsed, canonicalized and lowered to a block table", "[pass]") {
   CHECK_NOTHROW(validate(ir_of("dtype=bf16 head_dim=64 mask=predicate(q>=k&&_d[q]==_d[k])")));
   CHECK_THAT(validation_error("dtype=bf16 head_dim=64 mask=predicate(q>=)"),
              Catch::StartsWith("mask=predicate(q>=): mask expression, line 1 column 4: expected "
@@ -335,8 +335,49 @@ TEST_CASE("a predicate mask is parsed, canonicalized, and refused by lower_mask"
   const Lowering canonical =
       canonicalize(ir_of("dtype=bf16 head_dim=64 mask=predicate(((q>=k))&&(k<$0))"));
   CHECK(canonical.spec.mask.predicate == "q>=k&&k<$0");
-  CHECK_THROWS_WITH(lower_mask(canonical),
-                    "mask: got 'predicate(q>=k&&k<$0)'; accepted: none, causal, sliding_window, "
-                    "flashmask(...); kernels for element predicates are not available in this "
-                    "build");
+  const MaskLowering lowered = *lower_mask(canonical).mask;
+  CHECK(lowered.element_predicate);
+  CHECK_FALSE(lowered.table_per_batch);
+  CHECK_FALSE(lowered.table_per_head);
+  CHECK_FALSE(lowered.needs_minmax);
+  // A tensor may differ per batch row; b and h give the table rows of their own.
+  CHECK(lower_mask(canonicalize(ir_of("dtype=bf16 head_dim=64 mask=predicate(d[q]==d[k])")))
+            .mask->table_per_batch);
+  const MaskLowering by_head =
+      *lower_mask(canonicalize(ir_of("dtype=bf16 head_dim=64 mask=predicate(k%(h+$0)==$1)"))).mask;
+  CHECK(by_head.table_per_head);
+  CHECK_FALSE(by_head.table_per_batch);
+
+  // Too many tensors or scalars for the kernel parameters.
+  CHECK_THAT(validation_error("dtype=bf16 head_dim=64 mask=predicate(a[q]+b1[q]+c[q]+d[q]+e[q]+"
+                              "f[q]+g[q]+i[q]+j[k]>$0)"),
+             Catch::Contains("got '9 tensors'; accepted: at most 8 tensors"));
+  CHECK_THAT(validation_error("dtype=bf16 head_dim=64 mask=predicate(q<$16)"),
+             Catch::Contains("got '17 scalar slots'; accepted: at most 16 scalars ($0 .. $15)"));
+}
+
+TEST_CASE("plan_kernels puts one block classification per tile shape first", "[pass]") {
+  const Lowering forward =
+      lower(parse_spec("dtype=bf16 head_dim=128 mask=predicate(q>=k&&d[q]==d[k]) target=sm_90"));
+  REQUIRE(forward.plan->kernels.size() == 2);
+  const KernelDesc& blocks = forward.plan->kernels[0];
+  CHECK(blocks.role == KernelRole::predicate_blocks);
+  CHECK(blocks.block_m == forward.tiles->block_m);
+  CHECK(blocks.block_n == forward.tiles->block_n);
+  CHECK(forward.plan->kernels[1].role == KernelRole::forward);
+
+  const Lowering det = lower(parse_spec(
+      "dtype=bf16 head_dim=128 mask=predicate(q>=k) direction=backward deterministic=true "
+      "target=sm_90"));
+  const BackwardTiles& t = *det.backward_tiles;
+  std::vector<std::pair<int, int>> shapes;
+  for (const KernelDesc& k : det.plan->kernels) {
+    if (k.role == KernelRole::predicate_blocks) shapes.emplace_back(k.block_m, k.block_n);
+  }
+  std::vector<std::pair<int, int>> expected{{t.block_m, t.block_n}};
+  if (t.dq_block_m != t.block_m || t.dq_block_n != t.block_n) {
+    expected.emplace_back(t.dq_block_m, t.dq_block_n);
+  }
+  CHECK(shapes == expected);
+  CHECK(det.plan->kernels[0].role == KernelRole::predicate_blocks);
 }

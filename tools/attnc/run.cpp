@@ -2,6 +2,7 @@
 // visible (query, key) pairs, and with --check the error against attnjit's fp32 reference.
 // --softcap X and --alibi turn the score modifiers on (the spec gets softcap=true /
 // alibi=true); the ALiBi slopes are the standard geometric ones, 2^(-8 i / H) for head i-1.
+// Predicate masks come from --predicate and --tensor (run_predicate.hpp).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,7 @@
 #include "runtime/half.hpp"
 #include "tools/attnc/commands.hpp"
 #include "tools/attnc/problem.hpp"
+#include "tools/attnc/run_predicate.hpp"
 
 namespace attnc {
 namespace {
@@ -31,6 +33,8 @@ struct RunOptions {
   bool alibi = false;
   int warmup = 1, repeat = 1;
   bool check = false, json = false;
+  std::optional<std::string> predicate;
+  std::vector<std::string> tensors;
 };
 
 float from_bits(attnjit::DType dtype, std::uint16_t bits) {
@@ -107,6 +111,23 @@ void run(RunOptions o) {
   }
   if (o.softcap) spec.softcap = true;
   if (o.alibi) spec.alibi = true;
+  std::optional<HostPredicate> predicate;
+  if (o.predicate) {
+    if (spec.mask.kind != attnjit::MaskKind::none) {
+      attnjit::throw_field_error("--spec mask", attnjit::to_string(spec.mask),
+                                 "no mask= in the spec when --predicate gives the mask");
+    }
+    predicate = parse_host_predicate(*o.predicate, o.tensors, std::max(p.seqlen_q, p.seqlen_k));
+    spec.mask.kind = attnjit::MaskKind::predicate;
+    spec.mask.predicate = attnjit::to_string(predicate->lifted);
+  } else if (spec.mask.kind == attnjit::MaskKind::predicate) {
+    throw attnjit::Error(
+        "--predicate: missing; accepted: the predicate as an expression (--predicate "
+        "'q >= k && doc[q] == doc[k]' --tensor doc=doc:100,200) instead of mask= in the spec");
+  } else if (!o.tensors.empty()) {
+    throw attnjit::Error(
+        "--tensor: given without --predicate; accepted: --tensor with --predicate");
+  }
   const bool lse_wanted = spec.return_lse || o.check;
   spec.return_lse = lse_wanted;
   const attnjit::jit::Kernel kernel = attnjit::jit::compile(spec);
@@ -155,6 +176,11 @@ void run(RunOptions o) {
     vector_buffer = upload_vectors(*vectors);
     args.startend_row_indices = vectors_view(vector_buffer, *vectors);
   }
+  std::optional<DevicePredicate> device_predicate;
+  if (predicate) {
+    device_predicate = upload(*predicate);
+    args.predicate = device_predicate->args;
+  }
 
   for (int i = 0; i < o.warmup; ++i) kernel.forward(args, nullptr);
   std::vector<float> times;
@@ -168,8 +194,10 @@ void run(RunOptions o) {
   std::sort(times.begin(), times.end());
   const double ms = times[times.size() / 2];
   const std::int64_t pairs =
-      attnjit::dsl::visible_pairs(s.mask, p.batch, p.heads, p.seqlen_q, p.seqlen_k, p.window_left,
-                                  p.window_right, vectors ? &*vectors : nullptr);
+      predicate ? visible_pairs(*predicate, p.batch, p.heads, p.seqlen_q, p.seqlen_k)
+                : attnjit::dsl::visible_pairs(s.mask, p.batch, p.heads, p.seqlen_q, p.seqlen_k,
+                                              p.window_left, p.window_right,
+                                              vectors ? &*vectors : nullptr);
   const double tflops = 4.0 * s.head_dim_qk * static_cast<double>(pairs) / (ms * 1e-3) / 1e12;
   const double density = static_cast<double>(pairs) /
                          (static_cast<double>(p.batch) * p.heads * p.seqlen_q * p.seqlen_k);
@@ -246,6 +274,11 @@ void add_run(CLI::App& app) {
                   "Soft-cap scores at X (s <- X tanh(s / X)); sets softcap=true in the spec");
   cmd->add_flag("--alibi", o.alibi,
                 "ALiBi with the slopes 2^(-8 i / H), i = 1 .. H; sets alibi=true in the spec");
+  cmd->add_option("--predicate", o.predicate,
+                  "Mask: an element predicate over b, h, q, k (nonzero: visible); its literals "
+                  "become runtime scalars");
+  cmd->add_option("--tensor", o.tensors,
+                  "A tensor of --predicate: NAME=v0,v1,..., NAME=iota or NAME=doc:LEN1,LEN2,...");
   cmd->add_option("--warmup", o.warmup, "Untimed launches first");
   cmd->add_option("--repeat", o.repeat, "Timed launches (the median is reported)");
   cmd->add_flag("--check", o.check, "Compare with attnjit's fp32 reference kernel");

@@ -7,7 +7,8 @@
 #   cuDNN / dense mask and FlexAttention, each in one process); 7. `attnc bench` (C++ only) and
 #   its GPU golden test when lit is installed; 8. tools/bench/compare.py --quick (the twelve
 #   FlashMask families against every peer, checked against FlexAttention); its summary table
-#   is printed last.
+#   is printed last; 9. predicate masks: `attnc run --predicate --check` and
+#   tools/bench/predicate_vs_peers.py.
 # Usage: tools/bench/gpu_session.sh [OUT_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -44,6 +45,16 @@ for mask in none causal sliding_window "flashmask(causal=true,columns=1)" \
   echo "$mask: $(grep -E '^(time|check)' "$out/run.txt" | tr -s ' ' | tr '\n' ' ')"
 done
 
+echo "== attnc run --check with predicate masks (bf16, d128, B=1, H=16, S=8192)"
+for predicate in "((q/128+k/128)%2==0)&&(q+k)%3!=0" "q>=k&&doc[q]==doc[k]" "k%7==0||q==k"; do
+  tensors=()
+  [[ $predicate == *doc* ]] && tensors=(--tensor doc=doc:1000,3000,2500,1692)
+  $attnc run --spec "dtype=bf16 head_dim=128" --predicate "$predicate" "${tensors[@]}" \
+    --batch 1 --heads 16 --seqlen-q 8192 --check --warmup 3 --repeat 20 >"$out/run.txt" 2>&1 \
+    || status=1
+  echo "$predicate: $(grep -E '^(time|check|attnc)' "$out/run.txt" | tr -s ' ' | tr '\n' ' ')"
+done
+
 echo "== tile sweep (bf16, B=1, H=16, S=8192; TFLOP/s none / causal)"
 for dim_tiles in "64:auto,128x64x4s,128x128x4s" "96:auto,128x32x4s" "128:auto,128x32x4s,128x128x8q" \
                  "192:auto,128x32x8s" "256:auto,128x32x8s"; do
@@ -65,6 +76,9 @@ PYTHONUNBUFFERED=1 python3 tools/bench/fwd_vs_sdpa.py --batch 1 --heads 16 --seq
 
 echo "== forward + backward vs SDPA / FlexAttention (one process)"
 PYTHONUNBUFFERED=1 python3 tools/bench/bwd_vs_sdpa.py --out "$out/bwd_vs_sdpa.md" || status=1
+echo "== predicate mask vs SDPA dense mask / FlexAttention (one process)"
+PYTHONUNBUFFERED=1 python3 tools/bench/predicate_vs_peers.py --out "$out/predicate_vs_peers.md" \
+  || status=1
 
 echo "== attnc bench (bf16, d128, B=16, H=32, S=8192, causal document; TFLOP/s fwd / bwd)"
 for direction in forward backward; do

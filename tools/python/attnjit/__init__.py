@@ -20,10 +20,11 @@ import json
 import math
 import sys
 
-from . import _ffi
+from . import _ffi, predicates
 from ._ffi import AttnjitError, DeviceError, InternalError
 from .builders import FlashMask, flashmask
 from .masks import FAMILIES, build_mask, mask_family, validate_intervals
+from .predicates import PredicateMask, predicate
 
 __all__ = [
     "AttnjitError",
@@ -42,6 +43,7 @@ __all__ = [
     "forward",
     "mask_family",
     "validate_intervals",
+    "predicate",
     "version",
 ]
 
@@ -248,8 +250,19 @@ def attention(q, k, v, *, mask="none", causal=False, startend_row_indices=None, 
     its query heads); the mask vectors and alibi_slopes get none. A d_o whose layout the
     kernels do not take (e.g. the expanded gradient of o.sum()) is copied to a contiguous
     tensor first. Runs on torch's current stream, asynchronously. softcap and alibi_slopes as
-    in attnjit.forward.
+    in attnjit.forward. mask may also be an attnjit.predicate(...) (then without causal,
+    startend_row_indices and window).
     """
+    predicate_mask = mask if isinstance(mask, PredicateMask) else None
+    if predicate_mask is not None:
+        if causal is not False or startend_row_indices is not None or tuple(window) != (-1, 0):
+            raise ValueError("mask: a predicate with causal/startend_row_indices/window; "
+                             "accepted: a predicate alone (it says the whole mask)")
+        if softcap is not None or alibi_slopes is not None:
+            raise ValueError("softcap/alibi_slopes: given with a predicate mask; accepted: "
+                             "score modifiers with the other masks (predicate kernels take "
+                             "none yet)")
+        mask = "none"
     if isinstance(mask, FlashMask):
         mask, causal, startend_row_indices = mask.attention_arguments(q, causal,
                                                                       startend_row_indices)
@@ -263,6 +276,9 @@ def attention(q, k, v, *, mask="none", causal=False, startend_row_indices=None, 
 
     torch = _torch_of(q, "q")
     _check_activations(q, k, v)
+    if predicate_mask is not None:
+        return predicates.attention(torch, q, k, v, predicate_mask, scale, return_lse,
+                                    deterministic)
     if startend_row_indices is not None:
         _check_startend(torch, startend_row_indices, q, k)
     if alibi_slopes is not None:

@@ -46,6 +46,17 @@ class Tensor(ctypes.Structure):
     ]
 
 
+class PredicateInputs(ctypes.Structure):
+    """attnjit_predicate_inputs: the scalar values and the named tensors of a predicate mask."""
+    _fields_ = [
+        ("scalars", ctypes.POINTER(ctypes.c_int32)),
+        ("scalar_count", ctypes.c_int),
+        ("tensor_names", ctypes.POINTER(ctypes.c_char_p)),
+        ("tensors", ctypes.POINTER(Tensor)),
+        ("tensor_count", ctypes.c_int),
+    ]
+
+
 def candidate_paths():
     """Where the library is looked for, in order."""
     configured = os.environ.get("ATTNJIT_LIBRARY")
@@ -85,6 +96,13 @@ def _declare(lib):
         "attnjit_backward_score_mod": (ctypes.c_int, [kernel_p] + [tensor_p] * 10 + [
             ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_float, tensor_p,
             ctypes.c_void_p]),
+        "attnjit_forward_predicate": (ctypes.c_int, [kernel_p] + [tensor_p] * 5 + [
+            ctypes.POINTER(PredicateInputs), ctypes.c_float, ctypes.c_void_p]),
+        "attnjit_backward_predicate": (ctypes.c_int, [kernel_p] + [tensor_p] * 6 + [
+            ctypes.POINTER(PredicateInputs)] + [tensor_p] * 3 + [ctypes.c_float,
+                                                                 ctypes.c_void_p]),
+        "attnjit_predicate_lift": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p,
+                                                  ctypes.c_size_t]),
         "attnjit_kernel_info": (ctypes.c_int, [kernel_p, ctypes.c_char_p, ctypes.c_size_t]),
         "attnjit_cache_clear": (ctypes.c_int, [ctypes.c_int, ctypes.c_int]),
         "attnjit_cache_dir": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]),

@@ -240,6 +240,47 @@ class AutogradTest(unittest.TestCase):
                 for name, a, b in zip(("o", "dq", "dk", "dv"), first, second):
                     self.assertTrue(torch.equal(a, b), f"{name} differs between two runs")
 
+    def test_predicate_masks(self):
+        # attnjit.predicate against the dense mask of the same rule, written with torch ops
+        # (all operands >= 0, so // and % agree with the predicate's truncating division).
+        batch, seqlen, heads, kv_heads = 2, 300, 4, 2
+        device = torch.device("cuda")
+        rows = torch.arange(seqlen, device=device)[:, None]
+        cols = torch.arange(seqlen, device=device)[None, :]
+        generator = torch.Generator().manual_seed(3)
+        segment = torch.randint(0, 4, (batch, seqlen), generator=generator).sort(dim=1).values
+        segment = segment.to(device=device, dtype=torch.int32)
+        head = torch.arange(heads, device=device)[:, None, None]
+        cases = (
+            ("((q / 128 + k / 128) % 2 == 0) && (q + k) % 3 != 0", {},
+             (((rows // 128 + cols // 128) % 2 == 0) & ((rows + cols) % 3 != 0))[None, None]),
+            ("(k + h) % 3 != 0 && k <= q", {},
+             (((cols + head) % 3 != 0) & (cols <= rows))[None]),
+            ("seg[q] == seg[k] && q % 5 != 2", {"seg": segment},
+             ((segment[:, :, None] == segment[:, None, :]) & (rows % 5 != 2))[:, None]),
+        )
+        for (expression, tensors, visible), dtype, deterministic in itertools.product(
+                cases, DTYPES, (False, True)):
+            with self.subTest(expression=expression, dtype=dtype, deterministic=deterministic):
+                dtype_ = getattr(torch, dtype)
+
+                def randn(*shape):
+                    return torch.randn(shape, generator=generator).to(device=device, dtype=dtype_)
+
+                q, d_o = randn(batch, seqlen, heads, 64), randn(batch, seqlen, heads, 64)
+                k, v = randn(batch, seqlen, kv_heads, 64), randn(batch, seqlen, kv_heads, 64)
+                mask = attnjit.predicate(expression, tensors)
+                got = with_grads(lambda q_, k_, v_: attnjit.attention(
+                    q_, k_, v_, mask=mask, deterministic=deterministic), q, k, v, d_o)
+
+                def run_torch(q_, k_, v_):
+                    return torch_attention(q_, k_, v_, visible, 1 / 8)[0]
+
+                ref = with_grads(run_torch, q.float(), k.float(), v.float(), d_o.float())
+                lowp = with_grads(run_torch, q, k, v, d_o)
+                for name, out, r, low in zip(("o", "dq", "dk", "dv"), got, ref, lowp):
+                    self.assert_flash_attention_close(name, out, r, low)
+
     def test_gradient_layouts_and_partial_requirements(self):
         q, k, v = (torch.randn(1, 130, 2, 64, device="cuda", dtype=torch.bfloat16)
                    for _ in range(3))

@@ -1,0 +1,136 @@
+// attnc run's predicate masks: parsing --predicate and --tensor, uploads, visible pairs.
+#include "tools/attnc/run_predicate.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <charconv>
+#include <future>
+#include <thread>
+
+#include "attnjit/error.hpp"
+
+namespace attnc {
+namespace {
+
+// A comma-separated list of int32 values; `field` names the option in errors.
+std::vector<std::int32_t> parse_values(const std::string& text, const std::string& field) {
+  std::vector<std::int32_t> values;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t end = std::min(text.find(',', begin), text.size());
+    std::int32_t value = 0;
+    const char* first = text.data() + begin;
+    const char* last = text.data() + end;
+    const auto [ptr, error] = std::from_chars(first, last, value);
+    if (first == last || error != std::errc() || ptr != last) {
+      attnjit::throw_field_error(field, text, "comma-separated int32 values, e.g. 3,0,-7");
+    }
+    values.push_back(value);
+    begin = end + 1;
+  }
+  return values;
+}
+
+attnjit::PredicateTensor parse_tensor(const std::string& option, int length) {
+  const std::string field = "--tensor";
+  const std::size_t equals = option.find('=');
+  if (equals == std::string::npos || equals == 0) {
+    attnjit::throw_field_error(field, option,
+                               "NAME=v0,v1,..., NAME=iota or NAME=doc:LEN1,LEN2,...");
+  }
+  attnjit::PredicateTensor t;
+  t.name = option.substr(0, equals);
+  const std::string value = option.substr(equals + 1);
+  if (value == "iota") {
+    for (int i = 0; i < length; ++i) t.values.push_back(i);
+  } else if (value.rfind("doc:", 0) == 0) {
+    const std::vector<std::int32_t> lengths = parse_values(value.substr(4), field + " " + t.name);
+    std::int32_t id = 0;
+    for (std::int32_t size : lengths) {
+      if (size < 1)
+        attnjit::throw_field_error(field + " " + t.name, value, "document lengths >= 1");
+      for (std::int32_t i = 0; i < size && static_cast<int>(t.values.size()) < length; ++i) {
+        t.values.push_back(id);
+      }
+      ++id;
+    }
+    while (static_cast<int>(t.values.size()) < length) t.values.push_back(id);
+  } else {
+    t.values = parse_values(value, field + " " + t.name);
+  }
+  t.length = static_cast<int>(t.values.size());
+  return t;
+}
+
+}  // namespace
+
+HostPredicate parse_host_predicate(const std::string& expression,
+                                   const std::vector<std::string>& tensors, int length) {
+  HostPredicate out;
+  attnjit::Predicate parsed;
+  try {
+    parsed = attnjit::parse_predicate(expression);
+  } catch (const attnjit::PredicateParseError& error) {
+    throw attnjit::Error(fmt::format("--predicate: {}", error.what()));
+  }
+  out.lifted = attnjit::lift_literals(parsed, out.bindings.scalars);
+  const attnjit::PredicateInfo used = attnjit::info(out.lifted);
+  for (const std::string& option : tensors) {
+    out.bindings.tensors.push_back(parse_tensor(option, length));
+    const std::string& name = out.bindings.tensors.back().name;
+    if (std::find(used.tensors.begin(), used.tensors.end(), name) == used.tensors.end()) {
+      attnjit::throw_field_error(
+          "--tensor", name,
+          fmt::format(
+              "a tensor the predicate reads ({})",
+              used.tensors.empty() ? "none" : fmt::format("{}", fmt::join(used.tensors, ", "))));
+    }
+  }
+  // The evaluator checks that every tensor the predicate reads is bound.
+  attnjit::PredicateEvaluator check(out.lifted, out.bindings);
+  return out;
+}
+
+DevicePredicate upload(const HostPredicate& predicate) {
+  DevicePredicate out;
+  out.args.scalars = predicate.bindings.scalars;
+  out.buffers.reserve(predicate.bindings.tensors.size());
+  for (const attnjit::PredicateTensor& t : predicate.bindings.tensors) {
+    out.buffers.emplace_back(std::max<std::size_t>(t.values.size(), 1) * 4);
+    out.buffers.back().upload(t.values.data(), t.values.size() * 4);
+    out.args.tensors.push_back(
+        {t.name, attnjit::contiguous_view(out.buffers.back().data(), attnjit::ScalarType::int32,
+                                          {t.rows, t.length})});
+  }
+  return out;
+}
+
+std::int64_t visible_pairs(const HostPredicate& predicate, int batch, int heads, int seqlen_q,
+                           int seqlen_k) {
+  const attnjit::PredicateInfo used = attnjit::info(predicate.lifted);
+  const attnjit::PredicateEvaluator evaluator(predicate.lifted, predicate.bindings);
+  const int batches = used.uses_batch || !used.tensors.empty() ? batch : 1;
+  const int head_rows = used.uses_head ? heads : 1;
+  const int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::future<std::int64_t>> parts;
+  for (int w = 0; w < workers; ++w) {
+    parts.push_back(std::async(std::launch::async, [&, w] {
+      std::int64_t count = 0;
+      for (int b = 0; b < batches; ++b) {
+        for (int h = 0; h < head_rows; ++h) {
+          for (int q = w; q < seqlen_q; q += workers) {
+            for (int k = 0; k < seqlen_k; ++k) count += evaluator.visible(b, h, q, k);
+          }
+        }
+      }
+      return count;
+    }));
+  }
+  std::int64_t total = 0;
+  for (auto& part : parts) total += part.get();
+  return total * (batch / batches) * (heads / head_rows);
+}
+
+}  // namespace attnc

@@ -1,0 +1,48 @@
+// attnc run's predicate masks: `--predicate EXPR` (parsed, literals lifted into the spec's
+// runtime scalars), `--tensor NAME=...` for the tensors it reads, the device copies of those
+// tensors, and the count of visible pairs on the host.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attnjit/spec.hpp"
+#include "attnjit/tensor.hpp"
+#include "compiler/ir/predicate.hpp"
+#include "runtime/driver.hpp"
+
+namespace attnc {
+
+/// A predicate from the command line: its lifted structure (the spec's mask) and the runtime
+/// values of its scalars and tensors.
+struct HostPredicate {
+  attnjit::Predicate lifted;
+  attnjit::PredicateBindings bindings;
+};
+
+/// Parses `expression`, lifts its literals and builds its tensors from `tensors`, each
+/// `NAME=v0,v1,...` (those values), `NAME=iota` (0, 1, ..., length-1) or
+/// `NAME=doc:LEN1,LEN2,...` (the document id of each position: LEN1 positions of 0, LEN2 of 1,
+/// ...; positions past the last document get the next id); `length` is the length of iota and
+/// doc tensors. Every tensor has one row (shared by the batch). Throws attnjit::Error naming
+/// the option, the value and what is accepted.
+HostPredicate parse_host_predicate(const std::string& expression,
+                                   const std::vector<std::string>& tensors, int length);
+
+/// The predicate's tensors in device memory and the launch arguments that name them.
+struct DevicePredicate {
+  std::vector<attnjit::runtime::DeviceBuffer> buffers;
+  attnjit::PredicateArgs args;
+};
+DevicePredicate upload(const HostPredicate& predicate);
+
+/// (b, h, q, k) quadruples the predicate leaves visible, over the batch and the query heads,
+/// counted on all hardware threads (once per batch / head only where the predicate reads b or
+/// a tensor / h).
+std::int64_t visible_pairs(const HostPredicate& predicate, int batch, int heads, int seqlen_q,
+                           int seqlen_k);
+
+}  // namespace attnc

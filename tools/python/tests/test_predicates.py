@@ -1,0 +1,62 @@
+"""Predicate masks in the Python binding without PyTorch or a GPU: parsing and lifting through
+the C ABI, the checks of attnjit.predicate, and compiling a lifted structure.
+
+Run: python3 -m unittest discover -s tools/python/tests (ATTNJIT_LIBRARY may name the library).
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import attnjit  # noqa: E402
+
+
+class PredicateTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.cache = tempfile.mkdtemp(prefix="attnjit-test-")
+        cls.saved_cache = os.environ.get("ATTNJIT_CACHE_DIR")
+        os.environ["ATTNJIT_CACHE_DIR"] = cls.cache
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.saved_cache is None:
+            os.environ.pop("ATTNJIT_CACHE_DIR", None)
+        else:
+            os.environ["ATTNJIT_CACHE_DIR"] = cls.saved_cache
+        shutil.rmtree(cls.cache, ignore_errors=True)
+
+    def test_literals_are_lifted_and_tensors_named(self):
+        mask = attnjit.predicate("q - k < 256 && doc[q] == doc[k] || k == 7", {"doc": object()})
+        self.assertEqual(mask.structure, "q-k<$0&&doc[q]==doc[k]||k==$1")
+        self.assertEqual(mask.scalars, [256, 7])
+        self.assertEqual(mask.names, ["doc"])
+        other = attnjit.predicate("q - k < 512 && doc[q] == doc[k] || k == 9", {"doc": object()})
+        self.assertEqual(other.structure, mask.structure)
+
+    def test_errors_name_the_position_and_the_tensors(self):
+        with self.assertRaisesRegex(attnjit.AttnjitError, "line 1 column 5: expected an operand"):
+            attnjit.predicate("q >=")
+        with self.assertRaisesRegex(ValueError, r"accepted: exactly the tensors the predicate "
+                                                r"reads, \['doc'\]"):
+            attnjit.predicate("doc[q] == doc[k]", {"docs": object()})
+        with self.assertRaisesRegex(TypeError, "tensors: expected a dict"):
+            attnjit.predicate("q >= k", ["doc"])
+        with self.assertRaisesRegex(TypeError, "expression: expected a str"):
+            attnjit.predicate(5)
+
+    def test_the_lifted_structure_compiles(self):
+        mask = attnjit.predicate("(q / 128 + k / 128) % 2 == 0")
+        kernel = attnjit.compile(
+            f"dtype=bf16 head_dim=64 mask=predicate({mask.structure}) target=sm_90")
+        roles = [k["role"] for k in kernel.info()["kernels"]]
+        self.assertEqual(roles, ["predicate_blocks", "forward"])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -3,6 +3,7 @@
 // keeps its message for attnjit_last_error() on the calling thread (c_api_support.hpp).
 #include "attnjit/attnjit.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -27,6 +28,7 @@ using attnjit::c_api::guarded;
 using attnjit::c_api::optional_view;
 using attnjit::c_api::require;
 using attnjit::c_api::required_view;
+using attnjit::c_api::to_view;
 
 // The size protocol of attnjit_kernel_info and attnjit_cache_dir: 0 when `text` fit,
 // otherwise the bytes to allocate (at least 4, above every error code).

@@ -34,8 +34,23 @@ ATTNJIT_PREDICATE_FN int pred_mul(int x, int y) {
   return static_cast<int>(static_cast<unsigned>(x) * static_cast<unsigned>(y));
 }
 
+/// log2(y) when y is a positive power of two, else -1. Division by such a y (block sizes,
+/// parities) is a shift: a hardware integer division costs tens of instructions per element.
+ATTNJIT_PREDICATE_FN int pred_power_of_two_shift(int y) {
+  if (y <= 0 || (y & (y - 1)) != 0) return -1;
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+  return __ffs(y) - 1;
+#else
+  return __builtin_ctz(static_cast<unsigned>(y));
+#endif
+}
+
 /// x / y truncated toward zero; 0 when y == 0; INT_MIN / -1 wraps to INT_MIN.
 ATTNJIT_PREDICATE_FN int pred_div(int x, int y) {
+  const int shift = pred_power_of_two_shift(y);
+  // Truncation toward zero: a negative x is biased by y - 1 (never overflows) before the
+  // arithmetic shift.
+  if (shift >= 0) return (x < 0 ? x + (y - 1) : x) >> shift;
   if (y == 0) return 0;
   if (y == -1) return pred_sub(0, x);
   return x / y;
@@ -43,6 +58,10 @@ ATTNJIT_PREDICATE_FN int pred_div(int x, int y) {
 
 /// x % y with the sign of x; 0 when y == 0 or y == -1.
 ATTNJIT_PREDICATE_FN int pred_mod(int x, int y) {
+  const int shift = pred_power_of_two_shift(y);
+  if (shift >= 0) {
+    return pred_sub(x, static_cast<int>(static_cast<unsigned>(pred_div(x, y)) << shift));
+  }
   if (y == 0 || y == -1) return 0;
   return x % y;
 }

@@ -50,6 +50,23 @@ TEST_CASE("predicate.cuh helpers agree with the evaluator on edge values", "[dsl
       }
     }
   }
+  // Powers of two take the shift path: every one of them against the evaluator, with
+  // dividends around multiples of the divisor and the edges.
+  const Predicate div = parse_predicate("$0/$1");
+  const Predicate mod = parse_predicate("$0%$1");
+  for (int shift = 0; shift < 31; ++shift) {
+    const int y = 1 << shift;
+    for (int x : kEdges) {
+      for (int dx : {-y - 1, -y, -y + 1, -1, 0, 1, y - 1, y, y + 1}) {
+        const int dividend = pred_add(x, dx);
+        INFO(dividend << " / " << y);
+        CHECK(pred_div(dividend, y) ==
+              PredicateEvaluator(div, {{}, {dividend, y}}).value(0, 0, 0, 0));
+        CHECK(pred_mod(dividend, y) ==
+              PredicateEvaluator(mod, {{}, {dividend, y}}).value(0, 0, 0, 0));
+      }
+    }
+  }
   const int row[3] = {4, 5, 6};
   CHECK(pred_tensor_read(row, 3, 0) == 4);
   CHECK(pred_tensor_read(row, 3, 2) == 6);

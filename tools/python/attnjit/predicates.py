@@ -79,8 +79,8 @@ def attention(torch, q, k, v, mask, scale, return_lse, deterministic):
             raise ValueError(f"tensors[{name!r}]: on {tensor.device} but q is on {q.device}; "
                              "accepted: q's device")
     mask_text = f"predicate({mask.structure})"
-    forward_spec = _spec_text(q, v, mask_text, False, None, True)
-    backward_spec = (f"{_spec_text(q, v, mask_text, False, None, False)} direction=backward "
+    forward_spec = _spec_text(q, v, mask_text, False, None, True, None, None)
+    backward_spec = (f"{_spec_text(q, v, mask_text, False, None, False, None, None)} direction=backward "
                      f"deterministic={str(deterministic).lower()}")
     o, lse = _function.apply(q, k, v, mask, forward_spec, backward_spec, scale)
     return (o, lse) if return_lse else o

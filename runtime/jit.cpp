@@ -101,19 +101,26 @@ Kernel compile_set(SetKind kind, const AttentionSpec& spec, bool use_disk_cache)
   auto result = memory_cache().get_or_build(key, [&] {
     auto set = std::make_shared<KernelSet>();
     set->spec = canonical;
-    std::function<std::vector<runtime::KernelSource>()> sources;
+    std::vector<runtime::KernelSource> generated;
     if (kind == SetKind::attention) {
       set->ir = lower(canonical);
-      sources = [&] { return plan_sources(*set->ir); };
+      generated = plan_sources(*set->ir);
     } else {
-      sources = [&] {
-        const ReferenceKernel reference = emit_reference_kernel(canonical);
-        return std::vector<runtime::KernelSource>{
-            {"reference", reference.name, reference.source, reference.threads, 0}};
-      };
+      const ReferenceKernel reference = emit_reference_kernel(canonical);
+      generated.push_back({"reference", reference.name, reference.source, reference.threads, 0});
     }
-    set->entry =
-        runtime::load_or_build(key, spec_text, use_disk_cache, level, sources, canonical.target);
+    // On disk the key covers the generated code too: another attnjit build whose passes pick
+    // other tiles for the same spec text must not load the kernels of the old choice (the
+    // launch follows the new plan). In memory the spec text suffices: one process, one build.
+    std::string code_text = spec_text;
+    for (const runtime::KernelSource& source : generated) {
+      code_text += '\n';
+      code_text += source.source;
+    }
+    const std::string disk_key =
+        runtime::cache_key(kind == SetKind::attention ? "attention" : "reference", code_text);
+    set->entry = runtime::load_or_build(
+        disk_key, spec_text, use_disk_cache, level, [&] { return generated; }, canonical.target);
     return std::shared_ptr<const KernelSet>(std::move(set));
   });
   Kernel kernel;

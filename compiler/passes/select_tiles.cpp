@@ -145,10 +145,12 @@ constexpr std::array<DqCandidate, 5> kDqCandidates{{
     {256, 2, 16},
 }};
 
-// Soft-capping keeps the 16-bit P^T (1 - tanh^2) in registers through dP^T = V dO^T. Warps
-// that hold more than 64 dK/dV columns next to 64 queries have no room for it (they spill, as
-// the NVRTC sweep over every mask showed for d96 to d256), so softcap specs skip those shapes.
-bool fits_softcap(const BackwardCandidate& c) {
+// Score modifiers add registers to the backward: soft-capping keeps the 16-bit
+// P^T (1 - tanh^2) through dP^T = V dO^T, ALiBi its slope and distances. Warps that hold more
+// than 64 dK/dV columns next to 64 queries have no room for them (the NVRTC sweep over every
+// mask showed spills from d96 to d256 with softcap, and at d256 with ALiBi alone in fp16), so
+// modifier specs skip those shapes.
+bool fits_score_mods(const BackwardCandidate& c) {
   return c.head_dim / c.dim_warps <= 64 || c.block_m <= 32;
 }
 
@@ -204,7 +206,7 @@ BackwardTiles select_backward_tiles(const AttentionSpec& spec, const MaskLowerin
   if (!spec.tiles.is_auto()) candidates = {explicit_backward(spec, target, columns)};
   for (const BackwardCandidate& c : candidates) {
     if (c.head_dim != spec.head_dim_qk) continue;
-    if (spec.softcap && spec.tiles.is_auto() && !fits_softcap(c)) continue;
+    if ((spec.softcap || spec.alibi) && spec.tiles.is_auto() && !fits_score_mods(c)) continue;
     const int smem = backward_smem(c, spec, columns);
     if (smem > target.max_dynamic_smem_bytes) continue;
     tiles.block_m = c.block_m;

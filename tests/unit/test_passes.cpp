@@ -265,32 +265,34 @@ TEST_CASE("forward specs with score modifiers take a shape with room for them", 
   }
 }
 
-TEST_CASE("soft-capping backward specs take a shape with room for its registers", "[pass]") {
+TEST_CASE("backward specs with score modifiers take a shape with room for them", "[pass]") {
   const auto tiles = [](int d, const char* modifiers) {
     return *lower(parse_spec(fmt::format("dtype=bf16 head_dim={} mask=causal direction=backward "
                                          "target=sm_90 {}",
                                          d, modifiers)))
                 .backward_tiles;
   };
-  // d128: 64 x 128 with 8 one-slab warps, for softcap 64 x 64 with the head dim split in two.
-  CHECK(tiles(128, "") == tiles(128, "alibi=true"));
-  const BackwardTiles d128 = tiles(128, "softcap=true");
-  CHECK(d128.block_m == 64);
-  CHECK(d128.block_n == 64);
-  CHECK(d128.dim_warps == 2);
-  CHECK(tiles(128, "softcap=true alibi=true") == d128);
-  // d96: the head dim split in two as well; d192, d256: 32 queries per iteration, not 64.
-  CHECK(tiles(96, "softcap=true").dim_warps == 2);
-  CHECK(tiles(96, "").dim_warps == 1);
-  for (int d : {192, 256}) {
-    INFO(d);
-    CHECK(tiles(d, "softcap=true").block_m == 32);
-    CHECK(tiles(d, "").block_m == 64);
-  }
-  // d32, d64: the first shape has room.
-  for (int d : {32, 64}) {
-    INFO(d);
-    CHECK(tiles(d, "softcap=true") == tiles(d, ""));
+  for (const char* modifiers : {"softcap=true", "alibi=true", "softcap=true alibi=true"}) {
+    INFO(modifiers);
+    // d128: 64 x 128 with 8 one-slab warps, with modifiers 64 x 64 and the head dim split in
+    // two; d96 splits its head dim as well; d192, d256: 32 queries per iteration, not 64.
+    const BackwardTiles d128 = tiles(128, modifiers);
+    CHECK(tiles(128, "").block_n == 128);
+    CHECK(d128.block_m == 64);
+    CHECK(d128.block_n == 64);
+    CHECK(d128.dim_warps == 2);
+    CHECK(tiles(96, modifiers).dim_warps == 2);
+    CHECK(tiles(96, "").dim_warps == 1);
+    for (int d : {192, 256}) {
+      INFO(d);
+      CHECK(tiles(d, modifiers).block_m == 32);
+      CHECK(tiles(d, "").block_m == 64);
+    }
+    // d32, d64: the first shape has room.
+    for (int d : {32, 64}) {
+      INFO(d);
+      CHECK(tiles(d, modifiers) == tiles(d, ""));
+    }
   }
   // An explicit shape is taken as given.
   CHECK(tiles(128, "softcap=true tiles=64x128x8").block_n == 128);

@@ -9,37 +9,12 @@
 #include <utility>
 
 #include "dsl/builders.hpp"
+#include "gpu/checks.hpp"
 #include "gpu/gpu_case.hpp"
 
 using namespace attnjit;
 using gpu_test::Case;
-
-namespace {
-
-void check_backward(const Case& c, bool deterministic) {
-  INFO(c.describe() << (deterministic ? " deterministic" : " atomic"));
-  const gpu_test::Inputs inputs = gpu_test::make_inputs(c);
-  const std::vector<float> d_o = gpu_test::make_d_o(c);
-  const gpu_test::BackwardOutputs got =
-      gpu_test::run_backward_on_gpu(c, inputs, d_o, deterministic);
-  const testing::Gradients ref = gpu_test::reference_gradients_of(c, inputs, d_o);
-  const DType dtype = c.spec.dtype;
-  const testing::Comparison dq =
-      testing::compare_gradient("dq", got.dq, ref.dq, ref.dq_lowp, dtype);
-  const testing::Comparison dk =
-      testing::compare_gradient("dk", got.dk, ref.dk, ref.dk_lowp, dtype);
-  const testing::Comparison dv =
-      testing::compare_gradient("dv", got.dv, ref.dv, ref.dv_lowp, dtype);
-  INFO(dq.summary);
-  INFO(dk.summary);
-  INFO(dv.summary);
-  CHECK(got.padding_intact);
-  CHECK(dq.passed);
-  CHECK(dk.passed);
-  CHECK(dv.passed);
-}
-
-}  // namespace
+using gpu_test::check_backward;
 
 TEST_CASE("backward matches the reference gradients over the sweep", "[gpu][backward]") {
   int index = 0;

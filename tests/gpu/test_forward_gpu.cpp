@@ -9,26 +9,13 @@
 
 #include "attnjit/jit.hpp"
 #include "dsl/builders.hpp"
+#include "gpu/checks.hpp"
 #include "gpu/gpu_case.hpp"
 
 using namespace attnjit;
 using gpu_test::Case;
 
 namespace {
-
-void check_case(const Case& c) {
-  INFO(c.describe());
-  const gpu_test::Inputs inputs = gpu_test::make_inputs(c);
-  const gpu_test::Outputs got = gpu_test::run_on_gpu(c, inputs);
-  const testing::Reference ref = gpu_test::reference_of(c, inputs);
-  const testing::Comparison out = testing::compare_output(got.out, ref, c.spec.dtype);
-  const testing::Comparison lse = testing::compare_lse(got.lse, ref);
-  INFO("O:   " << out.summary);
-  INFO("LSE: " << lse.summary);
-  CHECK(got.padding_intact);
-  CHECK(out.passed);
-  CHECK(lse.passed);
-}
 
 Case base_case(MaskSpec mask, int head_dim = 128, DType dtype = DType::bf16) {
   Case c;
@@ -42,7 +29,7 @@ Case base_case(MaskSpec mask, int head_dim = 128, DType dtype = DType::bf16) {
 }  // namespace
 
 TEST_CASE("forward matches the reference over the sweep", "[gpu][forward]") {
-  for (const Case& c : gpu_test::sweep_cases()) check_case(c);
+  for (const Case& c : gpu_test::sweep_cases()) gpu_test::check_forward(c);
 }
 
 TEST_CASE("rows with no visible key give O = 0 and LSE = -inf", "[gpu][forward]") {
@@ -53,7 +40,7 @@ TEST_CASE("rows with no visible key give O = 0 and LSE = -inf", "[gpu][forward]"
     c.seqlen_q = 200;
     c.seqlen_k = 70;
     c.seed = 7;
-    check_case(c);
+    gpu_test::check_forward(c);
   }
   SECTION("flashmask masking every key for a band of rows") {
     Case c = base_case({MaskKind::flashmask, false, 4});
@@ -72,7 +59,7 @@ TEST_CASE("rows with no visible key give O = 0 and LSE = -inf", "[gpu][forward]"
     }
     c.intervals = m;
     c.seed = 8;
-    check_case(c);
+    gpu_test::check_forward(c);
   }
   SECTION("sliding window whose diagonal leaves the keys") {
     Case c = base_case({MaskKind::sliding_window, false, 0});
@@ -81,7 +68,7 @@ TEST_CASE("rows with no visible key give O = 0 and LSE = -inf", "[gpu][forward]"
     c.window_left = 3;
     c.window_right = 0;  // row i sees keys [i - 239, i - 236]: rows below 236 see nothing
     c.seed = 9;
-    check_case(c);
+    gpu_test::check_forward(c);
   }
 }
 
@@ -185,6 +172,6 @@ TEST_CASE("forward with odd head counts: the last head pair has one member", "[g
     c.seqlen_k = 301;
     c.padded_strides = true;
     c.seed = 29 + heads;
-    check_case(c);
+    gpu_test::check_forward(c);
   }
 }

@@ -1,0 +1,17 @@
+// The checks every GPU test applies to a case: fresh inputs, the kernels on the GPU, the CPU
+// float64 reference, FlashAttention's criterion, and untouched padding.
+#pragma once
+
+#include "gpu/gpu_case.hpp"
+
+namespace attnjit::gpu_test {
+
+/// O and LSE of the case's forward kernel (or attnjit's fp32 reference kernel) against the
+/// CPU reference; o's padding stays untouched.
+void check_forward(const Case& c, bool reference_kernel = false);
+
+/// dQ, dK and dV of the case's backward (atomic or deterministic) against the CPU reference
+/// gradients; the padding stays untouched.
+void check_backward(const Case& c, bool deterministic);
+
+}  // namespace attnjit::gpu_test

@@ -101,6 +101,42 @@ attnjit::PredicateArgs predicate_args(const attnjit_predicate_inputs* inputs) {
   return args;
 }
 
+// The tensors every forward entry point takes; absent startend_row_indices (NULL) is empty.
+attnjit::ForwardArgs forward_tensors(const attnjit_tensor* q, const attnjit_tensor* k,
+                                     const attnjit_tensor* v, const attnjit_tensor* o,
+                                     const attnjit_tensor* lse,
+                                     const attnjit_tensor* startend_row_indices) {
+  attnjit::ForwardArgs args;
+  args.q = required_view("q", q);
+  args.k = required_view("k", k);
+  args.v = required_view("v", v);
+  args.o = required_view("o", o);
+  args.lse = optional_view("lse", lse);
+  args.startend_row_indices = optional_view("startend_row_indices", startend_row_indices);
+  return args;
+}
+
+// The tensors every backward entry point takes, likewise.
+attnjit::BackwardArgs backward_tensors(const attnjit_tensor* q, const attnjit_tensor* k,
+                                       const attnjit_tensor* v, const attnjit_tensor* o,
+                                       const attnjit_tensor* d_o, const attnjit_tensor* lse,
+                                       const attnjit_tensor* startend_row_indices,
+                                       const attnjit_tensor* d_q, const attnjit_tensor* d_k,
+                                       const attnjit_tensor* d_v) {
+  attnjit::BackwardArgs args;
+  args.q = required_view("q", q);
+  args.k = required_view("k", k);
+  args.v = required_view("v", v);
+  args.o = required_view("o", o);
+  args.d_o = required_view("d_o", d_o);
+  args.lse = required_view("lse", lse);
+  args.startend_row_indices = optional_view("startend_row_indices", startend_row_indices);
+  args.d_q = required_view("d_q", d_q);
+  args.d_k = required_view("d_k", d_k);
+  args.d_v = required_view("d_v", d_v);
+  return args;
+}
+
 }  // namespace
 
 extern "C" {
@@ -137,13 +173,7 @@ int attnjit_forward_score_mod(const attnjit_kernel* kernel, const attnjit_tensor
                               const attnjit_tensor* alibi_slopes, void* stream) {
   return guarded([&] {
     require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
-    attnjit::ForwardArgs args;
-    args.q = required_view("q", q);
-    args.k = required_view("k", k);
-    args.v = required_view("v", v);
-    args.o = required_view("o", o);
-    args.lse = optional_view("lse", lse);
-    args.startend_row_indices = optional_view("startend_row_indices", startend_row_indices);
+    attnjit::ForwardArgs args = forward_tensors(q, k, v, o, lse, startend_row_indices);
     args.softmax_scale = softmax_scale;
     args.window_left = window_left;
     args.window_right = window_right;
@@ -175,17 +205,8 @@ int attnjit_backward_score_mod(const attnjit_kernel* kernel, const attnjit_tenso
                                void* stream) {
   return guarded([&] {
     require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
-    attnjit::BackwardArgs args;
-    args.q = required_view("q", q);
-    args.k = required_view("k", k);
-    args.v = required_view("v", v);
-    args.o = required_view("o", o);
-    args.d_o = required_view("d_o", d_o);
-    args.lse = required_view("lse", lse);
-    args.startend_row_indices = optional_view("startend_row_indices", startend_row_indices);
-    args.d_q = required_view("d_q", d_q);
-    args.d_k = required_view("d_k", d_k);
-    args.d_v = required_view("d_v", d_v);
+    attnjit::BackwardArgs args =
+        backward_tensors(q, k, v, o, d_o, lse, startend_row_indices, d_q, d_k, d_v);
     args.softmax_scale = softmax_scale;
     args.window_left = window_left;
     args.window_right = window_right;
@@ -202,12 +223,7 @@ int attnjit_forward_predicate(const attnjit_kernel* kernel, const attnjit_tensor
                               void* stream) {
   return guarded([&] {
     require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
-    attnjit::ForwardArgs args;
-    args.q = required_view("q", q);
-    args.k = required_view("k", k);
-    args.v = required_view("v", v);
-    args.o = required_view("o", o);
-    args.lse = optional_view("lse", lse);
+    attnjit::ForwardArgs args = forward_tensors(q, k, v, o, lse, nullptr);
     args.softmax_scale = softmax_scale;
     args.predicate = predicate_args(predicate);
     kernel->kernel.forward(args, stream);
@@ -222,16 +238,7 @@ int attnjit_backward_predicate(const attnjit_kernel* kernel, const attnjit_tenso
                                const attnjit_tensor* d_v, float softmax_scale, void* stream) {
   return guarded([&] {
     require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
-    attnjit::BackwardArgs args;
-    args.q = required_view("q", q);
-    args.k = required_view("k", k);
-    args.v = required_view("v", v);
-    args.o = required_view("o", o);
-    args.d_o = required_view("d_o", d_o);
-    args.lse = required_view("lse", lse);
-    args.d_q = required_view("d_q", d_q);
-    args.d_k = required_view("d_k", d_k);
-    args.d_v = required_view("d_v", d_v);
+    attnjit::BackwardArgs args = backward_tensors(q, k, v, o, d_o, lse, nullptr, d_q, d_k, d_v);
     args.softmax_scale = softmax_scale;
     args.predicate = predicate_args(predicate);
     kernel->kernel.backward(args, stream);

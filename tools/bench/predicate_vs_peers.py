@@ -30,6 +30,8 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import attnjit  # noqa: E402
+from bwd_vs_sdpa import (forward_backward, in_bhsd, outputs_and_grads,  # noqa: E402
+                          relative_errors)
 from timing import median_ms  # noqa: E402
 
 MAX_RELATIVE_ERROR = 2e-2
@@ -63,32 +65,6 @@ def dense_visible(seqlen, device):
     rows = torch.arange(seqlen, device=device)[:, None]
     cols = torch.arange(seqlen, device=device)[None, :]
     return mask_mod(None, None, rows, cols)
-
-
-def in_bhsd(function):
-    """A peer taking [B, H, S, D] as an attention on attnjit's [B, S, H, D] views."""
-    def attention(q, k, v):
-        return function(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
-    return attention
-
-
-def forward_backward(attention, d_o):
-    def step(q, k, v):
-        q.grad = k.grad = v.grad = None
-        attention(q, k, v).backward(d_o)
-    return step
-
-
-def outputs_and_grads(attention, q, k, v, d_o):
-    q.grad = k.grad = v.grad = None
-    o = attention(q, k, v)
-    o.backward(d_o)
-    return [o.detach(), q.grad, k.grad, v.grad]
-
-
-def relative_errors(got, reference):
-    return [((a.float() - r.float()).norm() / r.float().norm()).item()
-            for a, r in zip(got, reference)]
 
 
 def implementations(args, visible):

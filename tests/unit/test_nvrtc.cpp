@@ -7,13 +7,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "attnjit/error.hpp"
 #include "runtime/nvrtc.hpp"
+#include "support/env_override.hpp"
 
 using namespace attnjit::runtime;
 namespace fs = std::filesystem;
@@ -56,26 +56,6 @@ std::string read_all(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
-
-/// Sets an environment variable until destruction.
-class EnvOverride {
- public:
-  EnvOverride(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~EnvOverride() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 }  // namespace
 
@@ -124,7 +104,7 @@ TEST_CASE("a compile error carries the log and the path of the dumped source", "
   const fs::path dump_dir =
       fs::temp_directory_path() / ("attnjit-test-dump-" + std::to_string(::getpid()));
   fs::remove_all(dump_dir);
-  const EnvOverride dump("ATTNJIT_DUMP_DIR", dump_dir.string());
+  const attnjit::testing::EnvOverride dump("ATTNJIT_DUMP_DIR", dump_dir.string().c_str());
   const std::string source = std::string(kSource) +
                              "\nextern \"C\" __global__ void broken() {"
                              " int x = ; }\n";

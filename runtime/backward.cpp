@@ -117,11 +117,15 @@ void Kernel::backward(const BackwardArgs& args, Stream stream_handle) const {
         break;
       }
       case KernelRole::predicate_blocks: {
-        const int* table = detail::build_block_table(kernel, desc, *set.ir->mask, params.predicate,
-                                                     s, stream, minmax_tables);
-        if (desc.block_m == tiles.block_m && desc.block_n == tiles.block_n) params.minmax = table;
-        if (desc.block_m == tiles.dq_block_m && desc.block_n == tiles.dq_block_n) {
-          params.minmax_dq = table;
+        const detail::BlockTable table = detail::build_block_table(
+            kernel, desc, *set.ir->mask, params.predicate, s, stream, minmax_tables);
+        // The main kernel's table has key rows (S^T), the dQ kernel's query rows.
+        if (desc.key_rows) {
+          params.minmax = table.table;
+          params.predicate_bits = table.bits;
+        } else {
+          params.minmax_dq = table.table;
+          params.predicate_bits_dq = table.bits;
         }
         break;
       }

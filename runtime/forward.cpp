@@ -130,8 +130,10 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
     config.block[0] = static_cast<unsigned>(kernel.threads);
     config.dynamic_smem_bytes = static_cast<unsigned>(kernel.dynamic_smem_bytes);
     if (desc.role == KernelRole::predicate_blocks) {
-      params.minmax = detail::build_block_table(kernel, desc, *set.ir->mask, params.predicate,
-                                                shapes, stream, block_tables);
+      const detail::BlockTable table = detail::build_block_table(
+          kernel, desc, *set.ir->mask, params.predicate, shapes, stream, block_tables);
+      params.minmax = table.table;
+      params.predicate_bits = table.bits;
     } else if (desc.role == KernelRole::flashmask_minmax) {
       const int key_blocks = static_cast<int>(ceil_div(shapes.seqlen_k, tiles.block_n));
       const std::int64_t warps =

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "attnjit/error.hpp"
@@ -110,10 +112,25 @@ PredicateInputs predicate_inputs(const AttentionSpec& spec, const PredicateArgs&
   return in;
 }
 
-const int* build_block_table(const LoadedKernel& kernel, const KernelDesc& desc,
+std::size_t predicate_bits_budget() {
+  constexpr std::size_t kDefaultMib = 256;
+  constexpr long long kMaxMib = 1 << 20;
+  const char* text = std::getenv("ATTNJIT_PREDICATE_BITS_MIB");
+  if (text == nullptr || *text == '\0') return kDefaultMib << 20;
+  const std::string value(text);
+  long long mib = -1;
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), mib);
+  if (error != std::errc() || end != value.data() + value.size() || mib < 0 || mib > kMaxMib) {
+    throw_field_error("ATTNJIT_PREDICATE_BITS_MIB", value,
+                      "an integer number of MiB from 0 to 1048576 (default 256)");
+  }
+  return static_cast<std::size_t>(mib) << 20;
+}
+
+BlockTable build_block_table(const LoadedKernel& kernel, const KernelDesc& desc,
                              const MaskLowering& mask, const PredicateInputs& inputs,
                              const Shapes& shapes, CUstream stream,
-                             std::vector<std::unique_ptr<StreamScratch>>& tables) {
+                             std::vector<std::unique_ptr<StreamScratch>>& scratch) {
   PredicateBlocksParams p{};
   p.predicate = inputs;
   p.table_batch = mask.table_per_batch ? shapes.batch : 1;
@@ -124,21 +141,39 @@ const int* build_block_table(const LoadedKernel& kernel, const KernelDesc& desc,
   p.blocks_n = static_cast<int>(ceil_div(shapes.seqlen_k, desc.block_n));
   const std::int64_t tiles =
       static_cast<std::int64_t>(p.table_batch) * p.table_heads * p.blocks_m * p.blocks_n;
-  if (tiles == 0) return nullptr;
+  if (tiles == 0) return {};
   if (tiles > INT32_MAX) {
     throw Error(fmt::format(
         "predicate block table: {} tiles of {}x{} (batch rows {}, head rows {}); accepted: at "
         "most 2147483647",
         tiles, desc.block_m, desc.block_n, p.table_batch, p.table_heads));
   }
-  tables.push_back(std::make_unique<StreamScratch>(static_cast<std::size_t>(tiles), stream));
-  p.table = tables.back()->as<unsigned char>();
+  // The table, then the slot counter, in one buffer; the bits in another, sized for every
+  // tile or for the budget, whichever is smaller.
+  const std::size_t table_bytes = static_cast<std::size_t>(tiles) * sizeof(int);
+  scratch.push_back(std::make_unique<StreamScratch>(table_bytes + sizeof(unsigned), stream));
+  p.table = scratch.back()->as<int>();
+  p.bits_used = reinterpret_cast<unsigned*>(p.table + tiles);
+  const int rows = desc.key_rows ? desc.block_n : desc.block_m;
+  const int cols = desc.key_rows ? desc.block_m : desc.block_n;
+  const std::size_t slot_bytes = static_cast<std::size_t>(rows) * ceil_div(cols, 32) * 4;
+  const std::size_t capacity =
+      std::min<std::size_t>(static_cast<std::size_t>(tiles), predicate_bits_budget() / slot_bytes);
+  p.bits_capacity = static_cast<int>(capacity);
+  if (capacity > 0) {
+    scratch.push_back(std::make_unique<StreamScratch>(capacity * slot_bytes, stream));
+    p.bits = scratch.back()->as<unsigned>();
+  }
+  runtime::check(runtime::driver().cuMemsetD32Async(
+                     static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(p.bits_used)), 0,
+                     1, stream),
+                 "cuMemsetD32Async(predicate bit slots)");
   runtime::LaunchConfig config;
   config.grid[0] = static_cast<unsigned>(tiles);
   config.block[0] = static_cast<unsigned>(kernel.threads);
   void* args[] = {&p};
   runtime::launch(kernel.function, config, stream, args);
-  return reinterpret_cast<const int*>(p.table);
+  return {p.table, p.bits};
 }
 
 }  // namespace attnjit::jit::detail

@@ -51,9 +51,9 @@ std::string emit_predicate_blocks(const Lowering& ir, const KernelDesc& kernel) 
   w.blank();
   emit_entry(w, kernel, "attnjit::PredicateBlocksParams",
              fmt::format("attnjit::predicate_blocks<Visible, /*kBlockM=*/{}, /*kBlockN=*/{}, "
-                         "/*kPerBatch=*/{}, /*kPerHead=*/{}>(params);",
+                         "/*kPerBatch=*/{}, /*kPerHead=*/{}, /*kKeyRows=*/{}>(params);",
                          kernel.block_m, kernel.block_n, ir.mask->table_per_batch,
-                         ir.mask->table_per_head));
+                         ir.mask->table_per_head, kernel.key_rows));
   return w.str();
 }
 

@@ -108,7 +108,8 @@ std::string to_string(const Lowering& lowering) {
           kernel.name, name_of(kernel.role), kernel.template_header, kernel.threads,
           kernel.dynamic_smem_bytes,
           (kernel.block_m ? fmt::format(" block_m={}", kernel.block_m) : std::string()) +
-              (kernel.block_n ? fmt::format(" block_n={}", kernel.block_n) : std::string()),
+              (kernel.block_n ? fmt::format(" block_n={}", kernel.block_n) : std::string()) +
+              (kernel.key_rows ? std::string(" key_rows") : std::string()),
           kernel.grid);
     }
   }

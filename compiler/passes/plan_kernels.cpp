@@ -24,11 +24,14 @@ KernelDesc minmax_kernel(const AttentionSpec& spec, int block_n) {
   return minmax;
 }
 
-// One CTA per tile of block_m x block_n of every (batch row, head row) of the table.
-KernelDesc predicate_blocks_kernel(int block_m, int block_n) {
+// One CTA per tile of block_m x block_n of every (batch row, head row) of the table; the
+// element bits of partial tiles by key rows (key_rows) or query rows.
+KernelDesc predicate_blocks_kernel(int block_m, int block_n, bool key_rows) {
   KernelDesc blocks;
   blocks.role = KernelRole::predicate_blocks;
-  blocks.name = fmt::format("attnjit_predicate_blocks_bm{}_bn{}", block_m, block_n);
+  blocks.name = fmt::format("attnjit_predicate_blocks_bm{}_bn{}{}", block_m, block_n,
+                            key_rows ? "_key_rows" : "");
+  blocks.key_rows = key_rows;
   blocks.template_header = "attnjit/predicate_blocks.cuh";
   blocks.threads = 256;
   blocks.block_m = block_m;
@@ -54,7 +57,7 @@ KernelPlan plan_forward(const Lowering& in) {
   KernelPlan plan;
   if (in.mask->needs_minmax) plan.kernels.push_back(minmax_kernel(spec, tiles.block_n));
   if (in.mask->element_predicate) {
-    plan.kernels.push_back(predicate_blocks_kernel(tiles.block_m, tiles.block_n));
+    plan.kernels.push_back(predicate_blocks_kernel(tiles.block_m, tiles.block_n, false));
   }
   KernelDesc forward;
   forward.role = KernelRole::forward;
@@ -84,10 +87,10 @@ KernelPlan plan_backward(const Lowering& in) {
     }
   }
   if (in.mask->element_predicate) {
-    plan.kernels.push_back(predicate_blocks_kernel(tiles.block_m, tiles.block_n));
-    if (spec.deterministic &&
-        (tiles.dq_block_m != tiles.block_m || tiles.dq_block_n != tiles.block_n)) {
-      plan.kernels.push_back(predicate_blocks_kernel(tiles.dq_block_m, tiles.dq_block_n));
+    // The main kernel reads S^T (key rows), the dQ kernel S (query rows): separate tables.
+    plan.kernels.push_back(predicate_blocks_kernel(tiles.block_m, tiles.block_n, true));
+    if (spec.deterministic) {
+      plan.kernels.push_back(predicate_blocks_kernel(tiles.dq_block_m, tiles.dq_block_n, false));
     }
   }
   plan.kernels.push_back(row_kernel(

@@ -33,6 +33,9 @@ struct BackwardDqSm80 {
   static constexpr int kDTiles = kHeadDim / 8;
   static constexpr int kKeySteps = kBlockN / 16;
   static constexpr int kColumns = Mask::kColumns;
+  static constexpr bool kElementBits = Mask::kElementBits;
+  /// A predicate's stored bits of a thread's two fragment rows (FragmentWords).
+  typedef FragmentWords<(kNTiles + 3) / 4> Words;
 
   static_assert(kBlockM == 16 * kWarps, "each warp owns 16 query rows");
 
@@ -103,6 +106,10 @@ struct BackwardDqSm80 {
     }
     cp_async_commit();
 
+    // A predicate's table entry and stored bits are read one block ahead (read_tile).
+    int tile_next = 0;
+    Words words;
+    if (kElementBits && n_compute >= n_begin) tile_next = read_tile(ms, p, n_compute, warp, lane, words);
     for (int it = 0; n_compute >= n_begin; ++it) {
       cp_async_wait<0>();
       __syncthreads();
@@ -115,10 +122,14 @@ struct BackwardDqSm80 {
       }
       cp_async_commit();
       const int stage = it % 2;
-      const int kind = Mask::template classify<kBlockN>(ms, p.minmax_dq, n_compute);
+      const int tile =
+          kElementBits ? tile_next : Mask::template classify<kBlockN>(ms, p.minmax_dq, n_compute);
       compute_block(p, ms, smem_q, smem_do, smem_kv + stage * kStageBytes,
-                    smem_vectors + stage * kVectorBytes, n_compute, kind, warp, lane);
+                    smem_vectors + stage * kVectorBytes, n_compute, tile, words, warp, lane);
       n_compute = next_active(ms, p, n_compute - 1, n_begin);
+      if (kElementBits && n_compute >= n_begin) {
+        tile_next = read_tile(ms, p, n_compute, warp, lane, words);
+      }
     }
     cp_async_wait<0>();
 
@@ -137,6 +148,20 @@ struct BackwardDqSm80 {
     }
   }
 
+  /// A predicate's table entry of key block n_block and the stored bits of the thread's
+  /// fragment rows in it (zeros without a slot).
+  __device__ __forceinline__ static int read_tile(const MaskState& ms, const BwdParams& p,
+                                                  int n_block, int warp, int lane, Words& words) {
+    const int tile = Mask::template classify<kBlockN>(ms, p.minmax_dq, n_block);
+    if constexpr (kElementBits) {
+      if (tile_kind(tile) == kTilePartial) {
+        words = Mask::template load_fragment_words<kNTiles, false>(p.predicate_bits_dq, tile,
+                                                                  warp * 16 + lane / 4);
+      }
+    }
+    return tile;
+  }
+
   __device__ __forceinline__ static int next_active(const MaskState& ms, const BwdParams& p,
                                                     int from, int n_begin) {
     return Mask::template last_active_key_block<kBlockN>(ms, p.minmax_dq, from, n_begin);
@@ -144,7 +169,9 @@ struct BackwardDqSm80 {
 
   __device__ __forceinline__ void compute_block(const BwdParams& p, const MaskState& ms, u32 smem_q,
                                                 u32 smem_do, u32 smem_k, u32 vectors, int n_block,
-                                                int kind, int warp, int lane) {
+                                                int tile, const Words& words, int warp,
+                                                int lane) {
+    const int kind = tile_kind(tile);
     const u32 smem_v = smem_k + KvTile::kBytes;
     const u32 a_lane = opaque(QTile::lane_offset(lane % 16, lane / 16));
     const u32 b_lane = opaque(KvTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
@@ -153,18 +180,21 @@ struct BackwardDqSm80 {
     const int g = lane / 4;
     const int t = lane % 4;
 
-    // A generated element rule is evaluated before S = Q K^T (Mask::masked_bits).
+    // A predicate's partial tile, before S = Q K^T: the stored bits (read during the block
+    // before), else the generated element rule.
     unsigned long long hidden = 0;
-    if constexpr (Mask::kElementBits) {
+    if constexpr (kElementBits) {
       if (kind == kTilePartial) {
-        hidden = Mask::template masked_bits<kNTiles, false>(p, ms, ms.row_begin + row0 + g,
-                                                            n_block * kBlockN + 2 * t);
+        hidden = tile_bits_slot(tile) >= 0
+                     ? Mask::template fragment_bits<kNTiles>(words, 2 * t)
+                     : Mask::template evaluate_bits<kNTiles, false>(
+                           p, ms, row0 + g, 2 * t, ms.row_begin, n_block * kBlockN);
       }
     }
     float acc_s[kNTiles][4];
     warp_rows_times_rows<Element, QTile, KvTile, kNTiles, kKSteps>(acc_s, smem_q, a_lane, row0,
                                                                    smem_k, b_lane);
-    if constexpr (Mask::kElementBits) {
+    if constexpr (kElementBits) {
       if (kind == kTilePartial) {
 #pragma unroll
         for (int e = 0; e < kNTiles * 4; ++e) {

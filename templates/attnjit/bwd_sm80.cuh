@@ -52,6 +52,12 @@ struct BackwardSm80 {
   static constexpr int kDqCols = kHeadDim / kDqColWarps;
   static constexpr int kDqTiles = kDqCols / 8;
   static constexpr int kColumns = Mask::kColumns;
+  static constexpr bool kElementBits = Mask::kElementBits;
+  /// A predicate's stored bits of a thread's two keys of S^T (FragmentWords), read one block
+  /// ahead up to head dim 128; d256 has no registers to carry them across the loop (the NVRTC
+  /// sweep spilled), so from 192 on they are read when the block is computed.
+  typedef FragmentWords<(kQTiles + 3) / 4> Words;
+  static constexpr bool kPrefetchBits = kHeadDim <= 128;
 
   static_assert(kBlockN == 16 * kKeyWarps, "each key warp owns 16 keys");
   static_assert(kWarps % kDimWarps == 0 && kWarps % kDqRowWarps == 0, "warp layout");
@@ -111,6 +117,10 @@ struct BackwardSm80 {
     }
 
     int m_block = m_first;
+    // A predicate's table entry and stored bits are read one block ahead (read_tile).
+    int tile_next = 0;
+    Words words;
+    if (kElementBits && m_block < m_end) tile_next = read_tile(ms, p, n_block, m_block, words);
     for (int it = 0; m_block < m_end; ++it) {
       cp_async_wait<0>();
       // Makes stage `it` visible to all warps; frees the other stage and dS^T, which the
@@ -125,13 +135,32 @@ struct BackwardSm80 {
       cp_async_commit();
       ms.row_begin = m_block * kBlockM;
       ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
-      const int kind = Mask::template classify<kBlockN>(ms, p.minmax, n_block);
+      const int tile =
+          kElementBits ? tile_next : Mask::template classify<kBlockN>(ms, p.minmax, n_block);
       compute_block(p, ms, smem_k, smem_v, smem_stages + (it % 2) * kStageBytes, smem_ds,
-                    smem_vectors, key0, kind);
+                    smem_vectors, key0, tile, words);
       m_block = next_active(ms, p, n_block, m_block + 1, m_end);
+      if (kElementBits && m_block < m_end) tile_next = read_tile(ms, p, n_block, m_block, words);
     }
     cp_async_wait<0>();
     epilogue(p, key0);
+  }
+
+  /// A predicate's table entry of (query block m_block, key block n_block) and, when
+  /// kPrefetchBits, the stored bits of the thread's two keys in it (zeros without a slot).
+  __device__ __forceinline__ static int read_tile(MaskState ms, const BwdParams& p, int n_block,
+                                                  int m_block, Words& words) {
+    ms.row_begin = m_block * kBlockM;
+    const int tile = Mask::template classify<kBlockN>(ms, p.minmax, n_block);
+    if constexpr (kElementBits && kPrefetchBits) {
+      if (tile_kind(tile) == kTilePartial) {
+        const int lane = read_tid_x() % 32;
+        const int key_row0 = (read_tid_x() / 32) % kKeyWarps * 16;
+        words = Mask::template load_fragment_words<kQTiles, true>(p.predicate_bits, tile,
+                                                                 key_row0 + lane / 4);
+      }
+    }
+    return tile;
   }
 
   /// The first query block >= from (and < end) with a visible element in this key block.
@@ -167,7 +196,9 @@ struct BackwardSm80 {
 
   __device__ __forceinline__ void compute_block(const BwdParams& p, const MaskState& ms, u32 smem_k,
                                                 u32 smem_v, u32 smem_stage, u32 smem_ds,
-                                                u32 vectors, int key0, int kind) {
+                                                u32 vectors, int key0, int tile,
+                                                const Words& words) {
+    const int kind = tile_kind(tile);
     const int warp = read_tid_x() / 32;
     const int lane = read_tid_x() % 32;
     const u32 smem_q = smem_stage;
@@ -186,13 +217,22 @@ struct BackwardSm80 {
     const u32 q_b_lane = opaque(QTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
     const u32 q_bt_lane = opaque(QTile::lane_offset(lane % 16, lane / 16));
 
-    // A generated element rule is evaluated before S^T = K Q^T, while the scores hold no
-    // registers (Mask::masked_bits; S^T's rows are keys, its columns queries).
+    // A predicate's partial tile is masked by one bit per element of the thread's fragment
+    // (S^T's rows are keys, its columns queries), taken before S^T = K Q^T while the scores
+    // hold no registers: from the stored bits (read during the block before), else by
+    // evaluating the generated element rule.
     unsigned long long hidden = 0;
-    if constexpr (Mask::kElementBits) {
+    if constexpr (kElementBits) {
       if (kind == kTilePartial) {
-        hidden = Mask::template masked_bits<kQTiles, true>(p, ms, key0 + key_row0 + g,
-                                                           ms.row_begin + 2 * t);
+        hidden = tile_bits_slot(tile) < 0
+                     ? Mask::template evaluate_bits<kQTiles, true>(p, ms, key_row0 + g, 2 * t,
+                                                                   key0, ms.row_begin)
+                 : kPrefetchBits
+                     ? Mask::template fragment_bits<kQTiles>(words, 2 * t)
+                     : Mask::template fragment_bits<kQTiles>(
+                           Mask::template load_fragment_words<kQTiles, true>(
+                               p.predicate_bits, tile, key_row0 + g),
+                           2 * t);
       }
     }
 
@@ -201,7 +241,7 @@ struct BackwardSm80 {
     warp_rows_times_rows<Element, KvTile, QTile, kQTiles, kDSteps>(acc_s, smem_k, kv_a_lane,
                                                                    key_row0, smem_q, q_b_lane);
 
-    if constexpr (Mask::kElementBits) {
+    if constexpr (kElementBits) {
       if (kind == kTilePartial) {
 #pragma unroll
         for (int e = 0; e < kQTiles * 4; ++e) {

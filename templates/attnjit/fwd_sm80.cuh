@@ -43,6 +43,9 @@ struct ForwardSm80 {
   static constexpr int kPvSteps = kBlockN / 16;  // k16 steps of P V
   static constexpr int kColumns = Mask::kColumns;
   static constexpr bool kQInRegisters = Config::kQInRegisters;
+  static constexpr bool kElementBits = Mask::kElementBits;
+  /// A predicate's stored bits of a thread's fragment rows, per slab (FragmentWords).
+  typedef FragmentWords<(kNTiles + 3) / 4> Words;
 
   static_assert(Config::kHeadDimQK == Config::kHeadDimV, "head_dim_v must equal head_dim_qk");
   static_assert(kBlockM % (16 * kWarps) == 0, "each warp owns whole 16-row slabs");
@@ -133,6 +136,12 @@ struct ForwardSm80 {
     }
 
     int n_compute = n_first;
+    // A predicate's table entry and stored bits are read one block ahead (read_tile).
+    int tile_next = 0;
+    Words words[kElementBits ? kSlabs : 1];
+    if (kElementBits && n_compute >= n_begin) {
+      tile_next = read_tile(ms, p, n_compute, warp_row, lane, words);
+    }
     for (int it = 0; n_compute >= n_begin; ++it) {
       cp_async_wait<kStages - 2>();
       // Makes block n_compute visible to all warps, and frees the stage computed in the
@@ -148,15 +157,37 @@ struct ForwardSm80 {
       cp_async_commit();
 
       const int stage = it % kStages;
-      const int kind = Mask::template classify<kBlockN>(ms, p.minmax, n_compute);
+      const int tile =
+          kElementBits ? tile_next : Mask::template classify<kBlockN>(ms, p.minmax, n_compute);
       compute_block(p, ms, smem_q, smem_kv + stage * kStageBytes,
-                    smem_vectors + stage * kVectorBytes, n_compute, kind, warp_row, lane);
+                    smem_vectors + stage * kVectorBytes, n_compute, tile, words, warp_row, lane);
       n_compute = next_active(ms, p, n_compute - 1, n_begin);
+      if (kElementBits && n_compute >= n_begin) {
+        tile_next = read_tile(ms, p, n_compute, warp_row, lane, words);
+      }
     }
 
     cp_async_wait<0>();
     __syncthreads();  // no cp.async into Q's rows may land after the epilogue reuses them
     epilogue(p, ms, smem, warp_row, lane);
+  }
+
+  /// A predicate's table entry of key block n_block and the stored bits of the thread's
+  /// fragment rows in it (zeros without a slot).
+  __device__ __forceinline__ static int read_tile(const MaskState& ms, const FwdParams& p,
+                                                  int n_block, int warp_row, int lane,
+                                                  Words (&words)[kElementBits ? kSlabs : 1]) {
+    const int tile = Mask::template classify<kBlockN>(ms, p.minmax, n_block);
+    if constexpr (kElementBits) {
+      if (tile_kind(tile) == kTilePartial) {
+#pragma unroll
+        for (int s = 0; s < kSlabs; ++s) {
+          words[s] = Mask::template load_fragment_words<kNTiles, false>(
+              p.predicate_bits, tile, warp_row + s * 16 + lane / 4);
+        }
+      }
+    }
+    return tile;
   }
 
   /// The highest key block <= from that is not skipped, or n_begin - 1.
@@ -167,8 +198,10 @@ struct ForwardSm80 {
 
   /// S = Q K^T, score modifiers, mask, online softmax, O += P V for one key block.
   __device__ __forceinline__ void compute_block(const FwdParams& p, const MaskState& ms, u32 smem_q,
-                                                u32 smem_k, u32 vectors, int n_block, int kind,
+                                                u32 smem_k, u32 vectors, int n_block, int tile,
+                                                const Words (&words)[kElementBits ? kSlabs : 1],
                                                 int warp_row, int lane) {
+    const int kind = tile_kind(tile);
     const u32 smem_v = smem_k + KvTile::kBytes;
     // Per-lane parts of the ldmatrix addresses (see SmemTile::matrix_address).
     const u32 q_lane = opaque(QTile::lane_offset(lane % 16, lane / 16));
@@ -176,16 +209,20 @@ struct ForwardSm80 {
     const u32 v_lane = opaque(KvTile::lane_offset(lane % 16, lane / 16));
     const int g = lane / 4;
     const int t = lane % 4;
-    // A generated element rule is evaluated before S = Q K^T, while the scores hold no
-    // registers: one bit per element of the thread's fragment (Mask::masked_bits).
-    unsigned long long hidden[Mask::kElementBits ? kSlabs : 1];
-    if constexpr (Mask::kElementBits) {
+    // A predicate's partial tile is masked by one bit per element of the thread's fragment:
+    // the stored bits (read during the block before), unpacked after S = Q K^T so that their
+    // loads have that much longer to land, else the generated element rule, evaluated before
+    // S = Q K^T while the scores hold no registers.
+    const bool stored = tile_bits_slot(tile) >= 0;
+    unsigned long long hidden[kElementBits ? kSlabs : 1];
+    if constexpr (kElementBits) {
 #pragma unroll
       for (int s = 0; s < kSlabs; ++s) {
-        hidden[s] = kind == kTilePartial ? Mask::template masked_bits<kNTiles, false>(
-                                               p, ms, ms.row_begin + warp_row + s * 16 + g,
-                                               n_block * kBlockN + 2 * t)
-                                         : 0ull;
+        hidden[s] = kind == kTilePartial && !stored
+                        ? Mask::template evaluate_bits<kNTiles, false>(
+                              p, ms, warp_row + s * 16 + g, 2 * t, ms.row_begin,
+                              n_block * kBlockN)
+                        : 0ull;
       }
     }
     float acc_s[kSlabs][kNTiles][4];
@@ -240,10 +277,11 @@ struct ForwardSm80 {
         }
       }
     }
-    if constexpr (Mask::kElementBits) {
+    if constexpr (kElementBits) {
       if (kind == kTilePartial) {
 #pragma unroll
         for (int s = 0; s < kSlabs; ++s) {
+          if (stored) hidden[s] = Mask::template fragment_bits<kNTiles>(words[s], 2 * t);
 #pragma unroll
           for (int e = 0; e < kNTiles * 4; ++e) {
             if ((hidden[s] >> e) & 1) acc_s[s][e / 4][e % 4] = negative_infinity();

@@ -21,6 +21,35 @@ namespace attnjit {
 
 enum TileKind { kTileSkip = 0, kTilePartial = 1, kTileFull = 2 };
 
+/// The kind of a tile from Mask::classify's value: a TileKind, which for a predicate's block
+/// table also carries the slot of the tile's element bits (predicate_blocks.cuh).
+__device__ __forceinline__ int tile_kind(int tile) {
+  return tile & 3;
+}
+
+/// The slot of a partial predicate tile's element bits, or -1 when it has none.
+__device__ __forceinline__ int tile_bits_slot(int tile) {
+  return (tile >> 2) - 1;
+}
+
+/// The stored element bits of a thread's two fragment rows in a partial predicate tile
+/// (PredicatePolicy::load_fragment_words), kWords 32-bit words per row.
+template <int kWords>
+struct FragmentWords {
+  unsigned words[2][kWords];
+};
+
+/// The shape of the element bits of one partial tile of kBlockM queries x kBlockN keys
+/// (predicate_blocks.cuh): kRows rows (keys when kKeyRows, else queries) of kRowWords 32-bit
+/// words, bit c of word w of row r being element (r, 32 w + c), 1 = hidden.
+template <int kBlockM, int kBlockN, bool kKeyRows>
+struct PredicateTileBits {
+  static constexpr int kRows = kKeyRows ? kBlockN : kBlockM;
+  static constexpr int kCols = kKeyRows ? kBlockM : kBlockN;
+  static constexpr int kRowWords = (kCols + 31) / 32;
+  static constexpr int kSlotWords = kRows * kRowWords;
+};
+
 /// What one CTA knows about the mask: its rows and the runtime mask data of its (b, head).
 struct MaskState {
   int seqlen_q, seqlen_k;
@@ -73,7 +102,8 @@ __device__ __forceinline__ int search_last_active_key_block(const MaskState& s, 
   const int lane = threadIdx.x % 32;
   for (int base = from; base >= n_begin; base -= 32) {
     const int n = base - lane;
-    const bool active = n >= n_begin && Mask::template classify<kBlockN>(s, table, n) != kTileSkip;
+    const bool active =
+        n >= n_begin && tile_kind(Mask::template classify<kBlockN>(s, table, n)) != kTileSkip;
     const unsigned hits = __ballot_sync(0xffffffffu, active);
     if (hits != 0) return base - (__ffs(hits) - 1);
   }
@@ -90,7 +120,8 @@ __device__ __forceinline__ int search_first_active_query_block(MaskState s, cons
     const int m = base + lane;
     s.row_begin = m * kBlockM;
     s.row_end = min(s.row_begin + kBlockM, s.seqlen_q);
-    const bool active = m < end && Mask::template classify<kBlockN>(s, table, n_block) != kTileSkip;
+    const bool active =
+        m < end && tile_kind(Mask::template classify<kBlockN>(s, table, n_block)) != kTileSkip;
     const unsigned hits = __ballot_sync(0xffffffffu, active);
     if (hits != 0) return base + (__ffs(hits) - 1);
   }
@@ -241,15 +272,16 @@ struct MaskPolicy {
 /// The policy of mask=predicate. Visible (generated) has
 ///   static __device__ bool visible(const PredicateInputs&, int b, int h, int q, int k);
 /// the block table (the `table` argument: FwdParams::minmax, BwdParams::minmax or minmax_dq)
-/// holds one uint8 TileKind per tile of kTableBlockM x kTableBlockN for each (batch row, head
-/// row), built by predicate_blocks.cuh; kPerBatch / kPerHead: the table has a row per batch /
-/// per query head. Keys past Sk are masked; the caller ignores rows past Sq.
+/// holds one int32 entry per tile of kTableBlockM x kTableBlockN for each (batch row, head
+/// row), built by predicate_blocks.cuh: the TileKind, and for a partial tile the slot of its
+/// element bits when it has one. kPerBatch / kPerHead: the table has a row per batch / per
+/// query head. Keys past Sk are masked; the caller ignores rows past Sq.
 template <class Visible, int kTableBlockM, int kTableBlockN, bool kPerBatch, bool kPerHead>
 struct PredicatePolicy {
   static constexpr int kColumns = 0;
   static constexpr bool kHasVectors = false;
-  /// The element rule is a generated expression: the kernels take it as masked_bits(), one
-  /// element per step of a rolled loop, so its temporaries never add to the live accumulators.
+  /// The element rule comes as bits per fragment: the tile's stored bits (load_fragment_words,
+  /// fragment_bits), else the generated expression (evaluate_bits).
   static constexpr bool kElementBits = true;
 
   /// MaskState::vector_row: the table row of the CTA's (head, batch).
@@ -270,7 +302,8 @@ struct PredicatePolicy {
     end = (s.seqlen_q + kBlockM - 1) / kBlockM;
   }
 
-  /// The table's entry for the CTA's rows (a query block of kTableBlockM) and key block n.
+  /// The table's entry for the CTA's rows (a query block of kTableBlockM) and key block n:
+  /// tile_kind() of it is the TileKind, tile_bits_slot() the slot of its element bits.
   template <int kBlockN>
   __device__ static int classify(const MaskState& s, const int* table, int n_block) {
     static_assert(kBlockN == kTableBlockN, "the block table is built for the kernel's tiles");
@@ -279,7 +312,7 @@ struct PredicatePolicy {
     const long long tile =
         (static_cast<long long>(row) * blocks_m + s.row_begin / kTableBlockM) * s.num_key_blocks +
         n_block;
-    return reinterpret_cast<const unsigned char*>(table)[tile];
+    return table[tile];
   }
 
   template <int kBlockN>
@@ -307,28 +340,82 @@ struct PredicatePolicy {
     return col >= s.seqlen_k || !Visible::visible(p.predicate, work.batch, work.head, row, col);
   }
 
-  /// The masked() bits of a thread's accumulator fragment of kTiles n8 tiles: bit
-  /// 4 * tile + 2 * r + c is element (row_base + 8 * r, col_base + 8 * tile + c), where a row
-  /// is a query and a column a key, or the reverse when kTransposed (the backward's S^T). The
-  /// loop over columns stays rolled, so what depends on the two rows only is computed once.
-  template <int kTiles, bool kTransposed, class Params>
-  __device__ static __forceinline__ unsigned long long masked_bits(const Params& p,
-                                                                   const MaskState& s, int row_base,
-                                                                   int col_base) {
-    static_assert(kTiles * 4 <= 64, "one bit per element of the fragment");
-    unsigned long long bits = 0;
-#pragma unroll 1
-    for (int j = 0; j < kTiles * 2; ++j) {
-      const int col = col_base + 8 * (j >> 1) + (j & 1);
+  /// The stored bits of a thread's fragment rows row_local and row_local + 8 (tile rows:
+  /// queries, or keys when kTransposed) in tile `tile` (classify's entry), for fragment_bits;
+  /// zeros when the tile has no slot. `bits` is the table's bit buffer (predicate_blocks.cuh).
+  /// The kernels read them a block ahead, so the loads are in flight during the block before.
+  template <int kTiles, bool kTransposed>
+  __device__ static __forceinline__ FragmentWords<(kTiles + 3) / 4> load_fragment_words(
+      const unsigned* bits, int tile, int row_local) {
+    using Bits = PredicateTileBits<kTableBlockM, kTableBlockN, kTransposed>;
+    static_assert(kTiles * 8 == Bits::kCols, "the fragment spans the tile's columns");
+    FragmentWords<(kTiles + 3) / 4> out;
+    const int slot = tile_bits_slot(tile);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int w = 0; w < Bits::kRowWords; ++w) out.words[r][w] = 0;
+    }
+    if (slot >= 0) {
+      const unsigned* rows =
+          bits + static_cast<long long>(slot) * Bits::kSlotWords + row_local * Bits::kRowWords;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int row = row_base + 8 * r;
-        const bool hidden =
-            kTransposed ? masked(p, s, col, row, Column()) : masked(p, s, row, col, Column());
-        bits |= static_cast<unsigned long long>(hidden) << (4 * (j >> 1) + 2 * r + (j & 1));
+#pragma unroll
+        for (int w = 0; w < Bits::kRowWords; ++w) out.words[r][w] = rows[8 * r * Bits::kRowWords + w];
       }
     }
-    return bits;
+    return out;
+  }
+
+  /// The hidden bits of a thread's accumulator fragment of kTiles n8 tiles from its stored
+  /// words: bit 4 * t8 + 2 * r + c is element (row r of `words`, col_local + 8 * t8 + c),
+  /// col_local < 8 being the thread's first column in the tile. Word w holds n8 tiles
+  /// 4w .. 4w + 3: the thread's two columns of each are shifted down, masked, and packed
+  /// pairwise to 4 * (t8 - 4w).
+  template <int kTiles>
+  __device__ static __forceinline__ unsigned long long fragment_bits(
+      const FragmentWords<(kTiles + 3) / 4>& words, int col_local) {
+    static_assert(kTiles * 4 <= 64, "one bit per element of the fragment");
+    unsigned long long out = 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int w = 0; w < (kTiles + 3) / 4; ++w) {
+        unsigned x = (words.words[r][w] >> col_local) & 0x03030303u;
+        x = (x | (x >> 4)) & 0x00330033u;
+        x = (x | (x >> 8)) & 0x0000ffffu;
+        out |= static_cast<unsigned long long>(x) << (16 * w + 2 * r);
+      }
+    }
+    return out;
+  }
+
+  /// The same bits evaluated from the predicate, for a partial tile without a slot: element
+  /// (tile_row0 + row_local + 8 * r, tile_col0 + col_local + 8 * t8 + c), rows being queries,
+  /// or keys when kTransposed (the backward's S^T). The loop over columns stays rolled, so
+  /// what depends on the two rows only is computed once and the temporaries never add to the
+  /// live accumulators.
+  template <int kTiles, bool kTransposed, class Params>
+  __device__ static __forceinline__ unsigned long long evaluate_bits(const Params& p,
+                                                                     const MaskState& s,
+                                                                     int row_local, int col_local,
+                                                                     int tile_row0,
+                                                                     int tile_col0) {
+    static_assert(kTiles * 4 <= 64, "one bit per element of the fragment");
+    unsigned long long out = 0;
+#pragma unroll 1
+    for (int j = 0; j < kTiles * 2; ++j) {
+      const int col = tile_col0 + col_local + 8 * (j >> 1) + (j & 1);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = tile_row0 + row_local + 8 * r;
+        const bool hidden =
+            kTransposed ? masked(p, s, col, row, Column()) : masked(p, s, row, col, Column());
+        out |= static_cast<unsigned long long>(hidden) << (4 * (j >> 1) + 2 * r + (j & 1));
+      }
+    }
+    return out;
   }
 };
 

@@ -42,9 +42,11 @@ struct FwdParams {
   float softcap;              ///< cap of s <- cap * tanh(s / cap); softcap only
   float softcap_exp2;         ///< 2 * scale_log2 / softcap: e^(2 s / cap) = 2^(q.k * this)
   float softcap_log2;         ///< softcap * log2(e)
-  /// mask=predicate: the predicate's inputs; `minmax` then holds the block table (uint8
-  /// skip/partial/full per tile of the kernel's shape, see PredicateBlocksParams).
+  /// mask=predicate: the predicate's inputs; `minmax` then holds the block table (int32 per
+  /// tile of the kernel's shape, see PredicateBlocksParams) and `predicate_bits` the element
+  /// bits of its partial tiles (query rows).
   PredicateInputs predicate;
+  const unsigned* predicate_bits;
 };
 
 /// Arguments of the backward kernels. Strides are in elements; the last dim is contiguous.
@@ -86,8 +88,12 @@ struct BwdParams {
   float softcap_exp2;         ///< 2 * scale_log2 / softcap: e^(2 s / cap) = 2^(q.k * this)
   float softcap_log2;         ///< softcap * log2(e)
   /// mask=predicate: the predicate's inputs; `minmax` and `minmax_dq` then hold the block
-  /// tables of the main kernel's and the dQ kernel's tile shapes.
+  /// tables of the main kernel's and the dQ kernel's tile shapes, `predicate_bits` and
+  /// `predicate_bits_dq` the element bits of their partial tiles (key rows for the main
+  /// kernel's S^T, query rows for the dQ kernel).
   PredicateInputs predicate;
+  const unsigned* predicate_bits;
+  const unsigned* predicate_bits_dq;
 };
 
 /// Arguments of the FlashMask min/max preprocessing kernel.
@@ -99,11 +105,15 @@ struct MinMaxParams {
 
 /// Arguments of the block classification kernel of a predicate mask: for every tile
 /// (batch row, head row, query block, key block) of the consuming kernel's tile shape, whether
-/// its elements are all hidden (kTileSkip), mixed (kTilePartial) or all visible (kTileFull).
+/// its elements are all hidden (kTileSkip), mixed (kTilePartial) or all visible (kTileFull),
+/// and the element bits of partial tiles while slots last (predicate_blocks.cuh).
 /// Keys past Sk count as hidden, queries past Sq are ignored.
 struct PredicateBlocksParams {
   PredicateInputs predicate;
-  unsigned char* table;  ///< [table_batch, table_heads, blocks_m, blocks_n]
+  int* table;            ///< [table_batch, table_heads, blocks_m, blocks_n]
+  unsigned* bits;        ///< [bits_capacity, slot words] element bits of partial tiles
+  unsigned* bits_used;   ///< slots taken (zeroed before the launch); may exceed the capacity
+  int bits_capacity;     ///< slots in `bits`; 0: every partial tile evaluates the predicate
   int table_batch;       ///< B when the predicate depends on b or reads a tensor, else 1
   int table_heads;       ///< H when the predicate depends on h, else 1
   int seqlen_q, seqlen_k;

@@ -3,6 +3,8 @@
 // ones they cannot (checkerboards with per-element conditions, head- and batch-dependent
 // predicates, whole rows masked), bf16 and fp16, head dims 64 and 128, lengths that are not
 // tile multiples, Sq != Sk, GQA; new scalar values and tensor contents reuse the kernel.
+// Partial tiles are masked from their stored element bits, or by evaluating the predicate
+// when the bit budget (ATTNJIT_PREDICATE_BITS_MIB) leaves them no slot: both are checked.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include "attnjit/jit.hpp"
 #include "gpu/checks.hpp"
 #include "gpu/gpu_case.hpp"
+#include "support/env_override.hpp"
 
 using namespace attnjit;
 using gpu_test::Case;
@@ -196,4 +199,27 @@ TEST_CASE("predicate masks: a large problem against the GPU reference kernel", "
   for (std::size_t i = 0; i < got.lse.size(); ++i) {
     REQUIRE((got.lse[i] == ref.lse[i] || std::abs(got.lse[i] - ref.lse[i]) < 1e-2));
   }
+}
+
+TEST_CASE("predicate masks: partial tiles without bit slots evaluate the predicate",
+          "[gpu][predicate]") {
+  // No slots at all: every partial tile takes the element-by-element path.
+  {
+    const testing::EnvOverride budget("ATTNJIT_PREDICATE_BITS_MIB", "0");
+    const std::vector<Case> cases = sweep();
+    for (std::size_t i = 0; i < cases.size(); i += 3) {
+      check_forward(cases[i]);
+      check_backward(cases[i], /*deterministic=*/i % 2 == 1);
+    }
+  }
+  // 1 MiB is 1024 slots of 128 x 64 bits (2048 of the dQ kernel's 64 x 64); a checkerboard
+  // that depends on b and h has 16 table rows of about 81 (162) partial tiles at 1100, so
+  // some tiles have bits and the rest evaluate the predicate.
+  const testing::EnvOverride budget("ATTNJIT_PREDICATE_BITS_MIB", "1");
+  const PredicateSource source{"((q / 128 + k / 128) % 2 == 0) && (q + k + h + b) % 3 != 0",
+                               {}};
+  const Case c = predicate_case(source, DType::bf16, 128, 2, 8, 4, 1100, 1100, 61);
+  check_forward(c);
+  check_backward(c, /*deterministic=*/false);
+  check_backward(c, /*deterministic=*/true);
 }

@@ -5,10 +5,13 @@
 
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/predicate_launch.hpp"
+#include "support/env_override.hpp"
 
 using namespace attnjit;
 
@@ -194,6 +197,48 @@ TEST_CASE("predicate masks compile, and so do their reference kernels", "[cache]
   REQUIRE(kernel.info().kernels.size() == 2);
   CHECK(kernel.info().kernels[0].name.find("predicate_blocks") != std::string::npos);
   CHECK(jit::compile_reference(spec).info().kernels.size() == 1);
+}
+
+TEST_CASE("the budget of predicate tile bits comes from ATTNJIT_PREDICATE_BITS_MIB",
+          "[runtime][args]") {
+  using jit::detail::predicate_bits_budget;
+  {
+    const testing::EnvOverride unset("ATTNJIT_PREDICATE_BITS_MIB", nullptr);
+    CHECK(predicate_bits_budget() == std::size_t{256} << 20);
+  }
+  {
+    const testing::EnvOverride none("ATTNJIT_PREDICATE_BITS_MIB", "0");
+    CHECK(predicate_bits_budget() == 0);
+  }
+  {
+    const testing::EnvOverride some("ATTNJIT_PREDICATE_BITS_MIB", "3");
+    CHECK(predicate_bits_budget() == std::size_t{3} << 20);
+  }
+  for (const char* bad : {"-1", "12x", "1.5", "1048577", " 4"}) {
+    INFO(bad);
+    const testing::EnvOverride value("ATTNJIT_PREDICATE_BITS_MIB", bad);
+    try {
+      predicate_bits_budget();
+      FAIL("no error");
+    } catch (const Error& error) {
+      CHECK_THAT(error.what(), Catch::Contains("ATTNJIT_PREDICATE_BITS_MIB") &&
+                                   Catch::Contains(bad) && Catch::Contains("from 0 to 1048576"));
+    }
+  }
+}
+
+TEST_CASE("predicate backward plans a key-row table for the main kernel and a query-row one for dQ",
+          "[cache]") {
+  const jit::Kernel kernel = compiled(
+      "dtype=bf16 head_dim=64 mask=predicate(q>=k) direction=backward deterministic=true "
+      "target=sm_90");
+  std::vector<std::string> tables;
+  for (const auto& k : kernel.info().kernels) {
+    if (k.name.find("predicate_blocks") != std::string::npos) tables.push_back(k.name);
+  }
+  REQUIRE(tables.size() == 2);
+  CHECK(tables[0].find("_key_rows") != std::string::npos);
+  CHECK(tables[1].find("_key_rows") == std::string::npos);
 }
 
 TEST_CASE("forward and backward check the score modifiers' arguments", "[runtime][args]") {

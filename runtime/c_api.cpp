@@ -220,11 +220,13 @@ int attnjit_forward_predicate(const attnjit_kernel* kernel, const attnjit_tensor
                               const attnjit_tensor* k, const attnjit_tensor* v,
                               const attnjit_tensor* o, const attnjit_tensor* lse,
                               const attnjit_predicate_inputs* predicate, float softmax_scale,
-                              void* stream) {
+                              float softcap, const attnjit_tensor* alibi_slopes, void* stream) {
   return guarded([&] {
     require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
     attnjit::ForwardArgs args = forward_tensors(q, k, v, o, lse, nullptr);
     args.softmax_scale = softmax_scale;
+    args.softcap = softcap;
+    args.alibi_slopes = optional_view("alibi_slopes", alibi_slopes);
     args.predicate = predicate_args(predicate);
     kernel->kernel.forward(args, stream);
   });
@@ -235,11 +237,14 @@ int attnjit_backward_predicate(const attnjit_kernel* kernel, const attnjit_tenso
                                const attnjit_tensor* o, const attnjit_tensor* d_o,
                                const attnjit_tensor* lse, const attnjit_predicate_inputs* predicate,
                                const attnjit_tensor* d_q, const attnjit_tensor* d_k,
-                               const attnjit_tensor* d_v, float softmax_scale, void* stream) {
+                               const attnjit_tensor* d_v, float softmax_scale, float softcap,
+                               const attnjit_tensor* alibi_slopes, void* stream) {
   return guarded([&] {
     require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
     attnjit::BackwardArgs args = backward_tensors(q, k, v, o, d_o, lse, nullptr, d_q, d_k, d_v);
     args.softmax_scale = softmax_scale;
+    args.softcap = softcap;
+    args.alibi_slopes = optional_view("alibi_slopes", alibi_slopes);
     args.predicate = predicate_args(predicate);
     kernel->kernel.backward(args, stream);
   });

@@ -162,20 +162,23 @@ typedef struct attnjit_predicate_inputs {
 } attnjit_predicate_inputs;
 
 /** attnjit_forward for a spec with mask=predicate(...): `predicate` gives its inputs (new
- * values never recompile). */
+ * values never recompile); `softcap` and `alibi_slopes` as in attnjit_forward_score_mod (0 and
+ * NULL for a spec without score modifiers). */
 ATTNJIT_API int attnjit_forward_predicate(const attnjit_kernel* kernel, const attnjit_tensor* q,
                                           const attnjit_tensor* k, const attnjit_tensor* v,
                                           const attnjit_tensor* o, const attnjit_tensor* lse,
                                           const attnjit_predicate_inputs* predicate,
-                                          float softmax_scale, void* stream);
+                                          float softmax_scale, float softcap,
+                                          const attnjit_tensor* alibi_slopes, void* stream);
 
-/** attnjit_backward for a spec with mask=predicate(...) and direction=backward; `predicate`
- * must hold the forward pass's inputs. */
+/** attnjit_backward for a spec with mask=predicate(...) and direction=backward; `predicate`,
+ * `softcap` and `alibi_slopes` must be the forward pass's. */
 ATTNJIT_API int attnjit_backward_predicate(
     const attnjit_kernel* kernel, const attnjit_tensor* q, const attnjit_tensor* k,
     const attnjit_tensor* v, const attnjit_tensor* o, const attnjit_tensor* d_o,
     const attnjit_tensor* lse, const attnjit_predicate_inputs* predicate, const attnjit_tensor* d_q,
-    const attnjit_tensor* d_k, const attnjit_tensor* d_v, float softmax_scale, void* stream);
+    const attnjit_tensor* d_k, const attnjit_tensor* d_v, float softmax_scale, float softcap,
+    const attnjit_tensor* alibi_slopes, void* stream);
 
 /** Parses a predicate as a user writes it (e.g. "q - k < 256 && doc[q] == doc[k]") and lifts
  * its literals: writes the NUL-terminated JSON object {"structure": the lifted canonical text

@@ -258,10 +258,6 @@ def attention(q, k, v, *, mask="none", causal=False, startend_row_indices=None, 
         if causal is not False or startend_row_indices is not None or tuple(window) != (-1, 0):
             raise ValueError("mask: a predicate with causal/startend_row_indices/window; "
                              "accepted: a predicate alone (it says the whole mask)")
-        if softcap is not None or alibi_slopes is not None:
-            raise ValueError("softcap/alibi_slopes: given with a predicate mask; accepted: "
-                             "score modifiers with the other masks (predicate kernels take "
-                             "none yet)")
         mask = "none"
     if isinstance(mask, FlashMask):
         mask, causal, startend_row_indices = mask.attention_arguments(q, causal,
@@ -276,13 +272,13 @@ def attention(q, k, v, *, mask="none", causal=False, startend_row_indices=None, 
 
     torch = _torch_of(q, "q")
     _check_activations(q, k, v)
-    if predicate_mask is not None:
-        return predicates.attention(torch, q, k, v, predicate_mask, scale, return_lse,
-                                    deterministic)
-    if startend_row_indices is not None:
-        _check_startend(torch, startend_row_indices, q, k)
     if alibi_slopes is not None:
         _check_alibi_slopes(torch, alibi_slopes, q)
+    if predicate_mask is not None:
+        return predicates.attention(torch, q, k, v, predicate_mask, scale, return_lse,
+                                    deterministic, softcap, alibi_slopes)
+    if startend_row_indices is not None:
+        _check_startend(torch, startend_row_indices, q, k)
     modifiers = (softcap, alibi_slopes)
     forward_spec = _spec_text(q, v, mask, causal, startend_row_indices, True, *modifiers)
     backward_spec = (f"{_spec_text(q, v, mask, causal, startend_row_indices, False, *modifiers)}"

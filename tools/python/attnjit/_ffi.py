@@ -97,10 +97,11 @@ def _declare(lib):
             ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_float, tensor_p,
             ctypes.c_void_p]),
         "attnjit_forward_predicate": (ctypes.c_int, [kernel_p] + [tensor_p] * 5 + [
-            ctypes.POINTER(PredicateInputs), ctypes.c_float, ctypes.c_void_p]),
+            ctypes.POINTER(PredicateInputs), ctypes.c_float, ctypes.c_float, tensor_p,
+            ctypes.c_void_p]),
         "attnjit_backward_predicate": (ctypes.c_int, [kernel_p] + [tensor_p] * 6 + [
-            ctypes.POINTER(PredicateInputs)] + [tensor_p] * 3 + [ctypes.c_float,
-                                                                 ctypes.c_void_p]),
+            ctypes.POINTER(PredicateInputs)] + [tensor_p] * 3 + [
+                ctypes.c_float, ctypes.c_float, tensor_p, ctypes.c_void_p]),
         "attnjit_predicate_lift": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p,
                                                   ctypes.c_size_t]),
         "attnjit_kernel_info": (ctypes.c_int, [kernel_p, ctypes.c_char_p, ctypes.c_size_t]),

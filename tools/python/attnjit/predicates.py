@@ -66,8 +66,9 @@ def predicate(expression, tensors=None):
 _function = None
 
 
-def attention(torch, q, k, v, mask, scale, return_lse, deterministic):
-    """attnjit.attention with a PredicateMask (called from there, after its argument checks)."""
+def attention(torch, q, k, v, mask, scale, return_lse, deterministic, softcap, alibi_slopes):
+    """attnjit.attention with a PredicateMask (called from there, after its argument checks),
+    with the score modifiers softcap (a cap or None) and alibi_slopes (fp32 [H] or None)."""
     from . import _spec_text
     global _function
     if _function is None:
@@ -79,40 +80,49 @@ def attention(torch, q, k, v, mask, scale, return_lse, deterministic):
             raise ValueError(f"tensors[{name!r}]: on {tensor.device} but q is on {q.device}; "
                              "accepted: q's device")
     mask_text = f"predicate({mask.structure})"
-    forward_spec = _spec_text(q, v, mask_text, False, None, True, None, None)
-    backward_spec = (f"{_spec_text(q, v, mask_text, False, None, False, None, None)} direction=backward "
-                     f"deterministic={str(deterministic).lower()}")
-    o, lse = _function.apply(q, k, v, mask, forward_spec, backward_spec, scale)
+    modifiers = (softcap, alibi_slopes)
+    forward_spec = _spec_text(q, v, mask_text, False, None, True, *modifiers)
+    backward_spec = (f"{_spec_text(q, v, mask_text, False, None, False, *modifiers)} "
+                     f"direction=backward deterministic={str(deterministic).lower()}")
+    o, lse = _function.apply(q, k, v, mask, forward_spec, backward_spec, scale, softcap,
+                             alibi_slopes)
     return (o, lse) if return_lse else o
 
 
 def _define_function(torch):
-    from . import _check_scale, _descriptor, _is_kernel_layout, compile
+    from . import _check_scale, _check_softcap, _descriptor, _is_kernel_layout, compile
 
-    def launch(function, handle, tensors, mask, scale, stream_of):
+    def launch(function, handle, tensors, mask, scale, softcap, alibi_slopes, stream_of):
         inputs, keep = mask.inputs(_descriptor)
         descriptors = [_descriptor(name, tensor) for name, tensor in tensors]
         pointers = [ctypes.byref(d) for d in descriptors]
+        slopes = _descriptor("alibi_slopes", alibi_slopes)
         q = tensors[0][1]
         with torch.cuda.device(q.device):
             stream = torch.cuda.current_stream(q.device).cuda_stream
             _ffi.check(function(handle, *pointers[:stream_of], ctypes.byref(inputs),
-                                *pointers[stream_of:], _check_scale(scale), stream))
+                                *pointers[stream_of:], _check_scale(scale),
+                                _check_softcap(softcap),
+                                None if slopes is None else ctypes.byref(slopes), stream))
         del keep
 
     class PredicateAttention(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, mask, forward_spec, backward_spec, scale):
+        def forward(ctx, q, k, v, mask, forward_spec, backward_spec, scale, softcap,
+                    alibi_slopes):
             batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
             o = torch.empty((batch, seqlen_q, heads, v.shape[3]), dtype=q.dtype,
                             device=q.device)
             lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
             launch(_ffi.lib.attnjit_forward_predicate, compile(forward_spec)._handle,
-                   (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse)), mask, scale, 5)
+                   (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse)), mask, scale,
+                   softcap, alibi_slopes, 5)
             ctx.save_for_backward(q, k, v, o, lse)
             ctx.mask = mask
             ctx.backward_spec = backward_spec
             ctx.scale = scale
+            ctx.softcap = softcap
+            ctx.alibi_slopes = alibi_slopes
             ctx.mark_non_differentiable(lse)
             return o, lse
 
@@ -125,7 +135,8 @@ def _define_function(torch):
             d_q, d_k, d_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
             launch(_ffi.lib.attnjit_backward_predicate, compile(ctx.backward_spec)._handle,
                    (("q", q), ("k", k), ("v", v), ("o", o), ("d_o", d_o), ("lse", lse),
-                    ("d_q", d_q), ("d_k", d_k), ("d_v", d_v)), ctx.mask, ctx.scale, 6)
-            return d_q, d_k, d_v, None, None, None, None
+                    ("d_q", d_q), ("d_k", d_k), ("d_v", d_v)), ctx.mask, ctx.scale,
+                   ctx.softcap, ctx.alibi_slopes, 6)
+            return d_q, d_k, d_v, None, None, None, None, None, None
 
     return PredicateAttention

@@ -259,9 +259,15 @@ class AutogradTest(unittest.TestCase):
             ("seg[q] == seg[k] && q % 5 != 2", {"seg": segment},
              ((segment[:, :, None] == segment[:, None, :]) & (rows % 5 != 2))[:, None]),
         )
-        for (expression, tensors, visible), dtype, deterministic in itertools.product(
-                cases, DTYPES, (False, True)):
-            with self.subTest(expression=expression, dtype=dtype, deterministic=deterministic):
+        # Score modifiers with predicates: none, soft-capping, ALiBi, both (rotating).
+        slopes = torch.tensor([2.0 ** (-8 * i / heads) for i in range(1, heads + 1)],
+                              device=device)
+        modifiers = ((None, None), (1.5, None), (None, slopes), (5.0, -slopes))
+        for index, ((expression, tensors, visible), dtype, deterministic) in enumerate(
+                itertools.product(cases, DTYPES, (False, True))):
+            softcap, alibi = modifiers[index % len(modifiers)]
+            with self.subTest(expression=expression, dtype=dtype, deterministic=deterministic,
+                              softcap=softcap, alibi=alibi is not None):
                 dtype_ = getattr(torch, dtype)
 
                 def randn(*shape):
@@ -271,10 +277,11 @@ class AutogradTest(unittest.TestCase):
                 k, v = randn(batch, seqlen, kv_heads, 64), randn(batch, seqlen, kv_heads, 64)
                 mask = attnjit.predicate(expression, tensors)
                 got = with_grads(lambda q_, k_, v_: attnjit.attention(
-                    q_, k_, v_, mask=mask, deterministic=deterministic), q, k, v, d_o)
+                    q_, k_, v_, mask=mask, deterministic=deterministic, softcap=softcap,
+                    alibi_slopes=alibi), q, k, v, d_o)
 
                 def run_torch(q_, k_, v_):
-                    return torch_attention(q_, k_, v_, visible, 1 / 8)[0]
+                    return torch_attention(q_, k_, v_, visible, 1 / 8, softcap, alibi)[0]
 
                 ref = with_grads(run_torch, q.float(), k.float(), v.float(), d_o.float())
                 lowp = with_grads(run_torch, q, k, v, d_o)

@@ -56,6 +56,12 @@ class PredicateTest(unittest.TestCase):
             f"dtype=bf16 head_dim=64 mask=predicate({mask.structure}) target=sm_90")
         roles = [k["role"] for k in kernel.info()["kernels"]]
         self.assertEqual(roles, ["predicate_blocks", "forward"])
+        # With both score modifiers, as attnjit.attention(mask=predicate, softcap=...,
+        # alibi_slopes=...) compiles it.
+        kernel = attnjit.compile(f"dtype=bf16 head_dim=64 mask=predicate({mask.structure}) "
+                                 "softcap=true alibi=true direction=backward target=sm_90")
+        names = [k["name"] for k in kernel.info()["kernels"]]
+        self.assertIn("attnjit_bwd_bf16_d64_predicate_softcap_alibi", names)
 
 
 if __name__ == "__main__":

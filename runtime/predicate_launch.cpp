@@ -157,8 +157,10 @@ BlockTable build_block_table(const LoadedKernel& kernel, const KernelDesc& desc,
   const int rows = desc.key_rows ? desc.block_n : desc.block_m;
   const int cols = desc.key_rows ? desc.block_m : desc.block_n;
   const std::size_t slot_bytes = static_cast<std::size_t>(rows) * ceil_div(cols, 32) * 4;
-  const std::size_t capacity =
-      std::min<std::size_t>(static_cast<std::size_t>(tiles), predicate_bits_budget() / slot_bytes);
+  // A table entry holds (slot + 1) << 2 in an int32, so at most 2^29 - 1 slots.
+  constexpr std::size_t kMaxSlots = (std::size_t{1} << 29) - 1;
+  const std::size_t capacity = std::min({static_cast<std::size_t>(tiles),
+                                         predicate_bits_budget() / slot_bytes, kMaxSlots});
   p.bits_capacity = static_cast<int>(capacity);
   if (capacity > 0) {
     scratch.push_back(std::make_unique<StreamScratch>(capacity * slot_bytes, stream));

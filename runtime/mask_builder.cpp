@@ -327,6 +327,10 @@ MaskSpec mask_spec_of(MaskFamily family) {
   throw InternalError("unknown MaskFamily");
 }
 
+void check_mask_build_args(const MaskBuildArgs& args) {
+  ArgsChecker(args).check();
+}
+
 MaskSpec build_mask(const MaskBuildArgs& args, jit::Stream stream_handle) {
   const Sizes sizes = ArgsChecker(args).check();
   const bool validating = args.validate || runtime::debug_mode();

@@ -105,6 +105,12 @@ struct MaskBuildArgs {
   bool validate = false;
 };
 
+/// The host checks of build_mask(): which fields the family reads, the tensors' dtypes, shapes
+/// and layouts, and the int parameters; throws Error naming the first bad field. Reads no
+/// memory behind the tensors, so views of host buffers of the same shapes check the same
+/// (attnc mask-build checks its parameters so before any device work).
+void check_mask_build_args(const MaskBuildArgs& args);
+
 /// Fills args.startend_row_indices on `stream` with one launch (O(N log S) per batch row) and
 /// returns the mask structure to compile the attention with. Asynchronous unless validating;
 /// compiles the family's kernel for the current device at first use (memory and disk cache).

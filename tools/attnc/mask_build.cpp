@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <list>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -111,13 +112,6 @@ struct DeviceInts {
   attnjit::TensorView view;
 };
 
-DeviceInts upload(const std::vector<int>& values, std::initializer_list<std::int64_t> shape) {
-  DeviceInts t{DeviceBuffer(values.size() * sizeof(int)), {}};
-  t.buffer.upload(values.data(), values.size() * sizeof(int));
-  t.view = attnjit::contiguous_view(t.buffer.data(), attnjit::ScalarType::int32, shape);
-  return t;
-}
-
 bool reads_offsets(attnjit::MaskFamily family) {
   using attnjit::MaskFamily;
   return family == MaskFamily::causal_document || family == MaskFamily::document ||
@@ -125,12 +119,32 @@ bool reads_offsets(attnjit::MaskFamily family) {
          family == MaskFamily::prefix_lm_document;
 }
 
-/// The family's compact parameters on the device, and the segment counts of the rows.
+/// The family's compact parameters, and the segment counts of the rows. The tensors of `args`
+/// view `host` until to_device() uploads them (the checks run on the host views first).
 struct Parameters {
+  std::list<std::vector<int>> host;
   std::vector<DeviceInts> tensors;
   attnjit::MaskBuildArgs args;
   int min_segments = 0, max_segments = 0;
 };
+
+/// Uploads every host tensor `args` views and points the views at the device copies.
+void to_device(Parameters& p) {
+  attnjit::MaskBuildArgs& a = p.args;
+  for (attnjit::TensorView* view : {&a.startend_row_indices, &a.offsets, &a.prefix, &a.prefixes,
+                                    &a.test, &a.dropped_start, &a.dropped_length}) {
+    if (view->data == nullptr) continue;
+    const auto host = std::find_if(p.host.begin(), p.host.end(), [&](const std::vector<int>& v) {
+      return static_cast<const void*>(v.data()) == view->data;
+    });
+    attnjit::internal_check(host != p.host.end(), "every mask-build tensor views a host buffer");
+    DeviceInts device{DeviceBuffer(host->size() * sizeof(int)), *view};
+    device.buffer.upload(host->data(), host->size() * sizeof(int));
+    device.view.data = device.buffer.data();
+    *view = device.view;
+    p.tensors.push_back(std::move(device));
+  }
+}
 
 Parameters make_parameters(attnjit::MaskFamily family, const MaskBuildOptions& o,
                            const std::vector<std::vector<int>>& rows, std::mt19937_64& rng) {
@@ -141,8 +155,8 @@ Parameters make_parameters(attnjit::MaskFamily family, const MaskBuildOptions& o
   a.validate = o.validate;
   const int n = o.seqlen;
   auto tensor = [&](const std::vector<int>& values, std::initializer_list<std::int64_t> shape) {
-    p.tensors.push_back(upload(values, shape));
-    return p.tensors.back().view;
+    p.host.push_back(values);
+    return attnjit::contiguous_view(p.host.back().data(), attnjit::ScalarType::int32, shape);
   };
   std::vector<int> per_sample(static_cast<std::size_t>(o.batch));
   int width = 0;
@@ -291,9 +305,13 @@ void mask_build(const MaskBuildOptions& o) {
   Parameters p = make_parameters(family, o, rows, rng);
   const std::size_t count =
       static_cast<std::size_t>(o.batch) * o.mask_heads * o.seqlen * mask.columns;
-  DeviceInts out =
-      upload(std::vector<int>(count, -1), {o.batch, o.mask_heads, o.seqlen, mask.columns});
-  p.args.startend_row_indices = out.view;
+  p.host.emplace_back(count, -1);
+  p.args.startend_row_indices =
+      attnjit::contiguous_view(p.host.back().data(), attnjit::ScalarType::int32,
+                               {o.batch, o.mask_heads, o.seqlen, mask.columns});
+  attnjit::check_mask_build_args(p.args);  // before any device work
+  to_device(p);
+  const DeviceInts& out = p.tensors.front();
   attnjit::build_mask(p.args);
   attnjit::runtime::check(attnjit::runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
   const std::string mask_text = attnjit::to_string(mask);

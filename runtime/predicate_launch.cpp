@@ -159,17 +159,17 @@ BlockTable build_block_table(const LoadedKernel& kernel, const KernelDesc& desc,
   const std::size_t slot_bytes = static_cast<std::size_t>(rows) * ceil_div(cols, 32) * 4;
   // A table entry holds (slot + 1) << 2 in an int32, so at most 2^29 - 1 slots.
   constexpr std::size_t kMaxSlots = (std::size_t{1} << 29) - 1;
-  const std::size_t capacity = std::min({static_cast<std::size_t>(tiles),
-                                         predicate_bits_budget() / slot_bytes, kMaxSlots});
+  const std::size_t capacity =
+      std::min({static_cast<std::size_t>(tiles), predicate_bits_budget() / slot_bytes, kMaxSlots});
   p.bits_capacity = static_cast<int>(capacity);
   if (capacity > 0) {
     scratch.push_back(std::make_unique<StreamScratch>(capacity * slot_bytes, stream));
     p.bits = scratch.back()->as<unsigned>();
   }
-  runtime::check(runtime::driver().cuMemsetD32Async(
-                     static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(p.bits_used)), 0,
-                     1, stream),
-                 "cuMemsetD32Async(predicate bit slots)");
+  runtime::check(
+      runtime::driver().cuMemsetD32Async(
+          static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(p.bits_used)), 0, 1, stream),
+      "cuMemsetD32Async(predicate bit slots)");
   runtime::LaunchConfig config;
   config.grid[0] = static_cast<unsigned>(tiles);
   config.block[0] = static_cast<unsigned>(kernel.threads);

@@ -93,8 +93,8 @@ struct KernelDesc {
   std::string template_header;  ///< the templates/ header holding its mainloop
   int threads = 0;
   int dynamic_smem_bytes = 0;
-  int block_m = 0;   ///< predicate_blocks: the query-block size of its table
-  int block_n = 0;   ///< flashmask_minmax, predicate_blocks: the key-block size of its tables
+  int block_m = 0;  ///< predicate_blocks: the query-block size of its table
+  int block_n = 0;  ///< flashmask_minmax, predicate_blocks: the key-block size of its tables
   /// predicate_blocks: the element bits of partial tiles have a row per key (for the backward
   /// main kernel's S^T) instead of one per query
   bool key_rows = false;

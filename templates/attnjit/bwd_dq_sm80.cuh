@@ -109,7 +109,8 @@ struct BackwardDqSm80 {
     // A predicate's table entry and stored bits are read one block ahead (read_tile).
     int tile_next = 0;
     Words words;
-    if (kElementBits && n_compute >= n_begin) tile_next = read_tile(ms, p, n_compute, warp, lane, words);
+    if (kElementBits && n_compute >= n_begin)
+      tile_next = read_tile(ms, p, n_compute, warp, lane, words);
     for (int it = 0; n_compute >= n_begin; ++it) {
       cp_async_wait<0>();
       __syncthreads();
@@ -156,7 +157,7 @@ struct BackwardDqSm80 {
     if constexpr (kElementBits) {
       if (tile_kind(tile) == kTilePartial) {
         words = Mask::template load_fragment_words<kNTiles, false>(p.predicate_bits_dq, tile,
-                                                                  warp * 16 + lane / 4);
+                                                                   warp * 16 + lane / 4);
       }
     }
     return tile;
@@ -169,8 +170,7 @@ struct BackwardDqSm80 {
 
   __device__ __forceinline__ void compute_block(const BwdParams& p, const MaskState& ms, u32 smem_q,
                                                 u32 smem_do, u32 smem_k, u32 vectors, int n_block,
-                                                int tile, const Words& words, int warp,
-                                                int lane) {
+                                                int tile, const Words& words, int warp, int lane) {
     const int kind = tile_kind(tile);
     const u32 smem_v = smem_k + KvTile::kBytes;
     const u32 a_lane = opaque(QTile::lane_offset(lane % 16, lane / 16));

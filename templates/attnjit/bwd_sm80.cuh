@@ -157,7 +157,7 @@ struct BackwardSm80 {
         const int lane = read_tid_x() % 32;
         const int key_row0 = (read_tid_x() / 32) % kKeyWarps * 16;
         words = Mask::template load_fragment_words<kQTiles, true>(p.predicate_bits, tile,
-                                                                 key_row0 + lane / 4);
+                                                                  key_row0 + lane / 4);
       }
     }
     return tile;
@@ -224,15 +224,13 @@ struct BackwardSm80 {
     unsigned long long hidden = 0;
     if constexpr (kElementBits) {
       if (kind == kTilePartial) {
-        hidden = tile_bits_slot(tile) < 0
-                     ? Mask::template evaluate_bits<kQTiles, true>(p, ms, key_row0 + g, 2 * t,
-                                                                   key0, ms.row_begin)
-                 : kPrefetchBits
-                     ? Mask::template fragment_bits<kQTiles>(words, 2 * t)
-                     : Mask::template fragment_bits<kQTiles>(
-                           Mask::template load_fragment_words<kQTiles, true>(
-                               p.predicate_bits, tile, key_row0 + g),
-                           2 * t);
+        hidden = tile_bits_slot(tile) < 0 ? Mask::template evaluate_bits<kQTiles, true>(
+                                                p, ms, key_row0 + g, 2 * t, key0, ms.row_begin)
+                 : kPrefetchBits ? Mask::template fragment_bits<kQTiles>(words, 2 * t)
+                                 : Mask::template fragment_bits<kQTiles>(
+                                       Mask::template load_fragment_words<kQTiles, true>(
+                                           p.predicate_bits, tile, key_row0 + g),
+                                       2 * t);
       }
     }
 

@@ -220,8 +220,7 @@ struct ForwardSm80 {
       for (int s = 0; s < kSlabs; ++s) {
         hidden[s] = kind == kTilePartial && !stored
                         ? Mask::template evaluate_bits<kNTiles, false>(
-                              p, ms, warp_row + s * 16 + g, 2 * t, ms.row_begin,
-                              n_block * kBlockN)
+                              p, ms, warp_row + s * 16 + g, 2 * t, ms.row_begin, n_block * kBlockN)
                         : 0ull;
       }
     }

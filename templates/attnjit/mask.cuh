@@ -362,7 +362,8 @@ struct PredicatePolicy {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
 #pragma unroll
-        for (int w = 0; w < Bits::kRowWords; ++w) out.words[r][w] = rows[8 * r * Bits::kRowWords + w];
+        for (int w = 0; w < Bits::kRowWords; ++w)
+          out.words[r][w] = rows[8 * r * Bits::kRowWords + w];
       }
     }
     return out;
@@ -400,8 +401,7 @@ struct PredicatePolicy {
   __device__ static __forceinline__ unsigned long long evaluate_bits(const Params& p,
                                                                      const MaskState& s,
                                                                      int row_local, int col_local,
-                                                                     int tile_row0,
-                                                                     int tile_col0) {
+                                                                     int tile_row0, int tile_col0) {
     static_assert(kTiles * 4 <= 64, "one bit per element of the fragment");
     unsigned long long out = 0;
 #pragma unroll 1

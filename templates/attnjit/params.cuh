@@ -110,12 +110,12 @@ struct MinMaxParams {
 /// Keys past Sk count as hidden, queries past Sq are ignored.
 struct PredicateBlocksParams {
   PredicateInputs predicate;
-  int* table;            ///< [table_batch, table_heads, blocks_m, blocks_n]
-  unsigned* bits;        ///< [bits_capacity, slot words] element bits of partial tiles
-  unsigned* bits_used;   ///< slots taken (zeroed before the launch); may exceed the capacity
-  int bits_capacity;     ///< slots in `bits`; 0: every partial tile evaluates the predicate
-  int table_batch;       ///< B when the predicate depends on b or reads a tensor, else 1
-  int table_heads;       ///< H when the predicate depends on h, else 1
+  int* table;           ///< [table_batch, table_heads, blocks_m, blocks_n]
+  unsigned* bits;       ///< [bits_capacity, slot words] element bits of partial tiles
+  unsigned* bits_used;  ///< slots taken (zeroed before the launch); may exceed the capacity
+  int bits_capacity;    ///< slots in `bits`; 0: every partial tile evaluates the predicate
+  int table_batch;      ///< B when the predicate depends on b or reads a tensor, else 1
+  int table_heads;      ///< H when the predicate depends on h, else 1
   int seqlen_q, seqlen_k;
   int blocks_m, blocks_n;
 };

@@ -216,8 +216,7 @@ TEST_CASE("predicate masks: partial tiles without bit slots evaluate the predica
   // that depends on b and h has 16 table rows of about 81 (162) partial tiles at 1100, so
   // some tiles have bits and the rest evaluate the predicate.
   const testing::EnvOverride budget("ATTNJIT_PREDICATE_BITS_MIB", "1");
-  const PredicateSource source{"((q / 128 + k / 128) % 2 == 0) && (q + k + h + b) % 3 != 0",
-                               {}};
+  const PredicateSource source{"((q / 128 + k / 128) % 2 == 0) && (q + k + h + b) % 3 != 0", {}};
   const Case c = predicate_case(source, DType::bf16, 128, 2, 8, 4, 1100, 1100, 61);
   check_forward(c);
   check_backward(c, /*deterministic=*/false);

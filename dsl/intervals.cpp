@@ -11,15 +11,14 @@
 #include "attnjit/error.hpp"
 
 namespace attnjit::dsl {
-namespace {
-
-/// Name of vector `c` under the column table of flashmask.md.
-std::string_view column_role(bool causal, int columns, int c) {
+std::string_view vector_name(bool causal, int columns, int c) {
   static constexpr std::array<std::string_view, 4> kFour = {"LTS", "LTE", "UTS", "UTE"};
   if (columns == 4) return kFour[c];
   if (columns == 2) return c == 0 ? "LTS" : (causal ? "LTE" : "UTE");
   return "LTS";
 }
+
+namespace {
 
 /// The two intervals of one key column with the defaults of omitted vectors filled in.
 struct ColumnIntervals {
@@ -57,7 +56,7 @@ void validate_column(const IntervalVectors& m, int b, int h, int col) {
   for (int c = 0; c < m.columns; ++c) {
     const std::int32_t value = m.at(b, h, col, c);
     if (value < 0 || value > m.seqlen_q) {
-      const std::string_view role = column_role(m.causal, m.columns, c);
+      const std::string_view role = vector_name(m.causal, m.columns, c);
       throw Error(fmt::format("{} {}={} is outside [0, {}]; accepted: 0 <= {} <= {} (seqlen_q)",
                               element_name(b, h, col), role, value, m.seqlen_q, role, m.seqlen_q));
     }

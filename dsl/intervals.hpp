@@ -39,6 +39,10 @@ struct IntervalVectors {
   MaskSpec mask_spec() const { return MaskSpec{MaskKind::flashmask, causal, columns}; }
 };
 
+/// The name of vector `c` of each key column under the column table of flashmask.md: LTS for
+/// one column; LTS, LTE (causal) or LTS, UTE (non-causal) for two; LTS, LTE, UTS, UTE for four.
+std::string_view vector_name(bool causal, int columns, int c);
+
 /// True iff query `row` must not see key `col` in (batch `b`, mask head `h`): the row lies in
 /// one of the column's intervals, or (when m.causal) col > row + (seqlen_k - seqlen_q).
 /// Expects valid vectors and in-range indices.

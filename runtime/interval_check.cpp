@@ -11,19 +11,12 @@
 #include "attnjit/error.hpp"
 #include "attnjit/mask_builder.hpp"
 #include "attnjit/mask_params.cuh"
+#include "dsl/intervals.hpp"
 #include "runtime/debug_mode.hpp"
 #include "runtime/mask_kernels.hpp"
 
 namespace attnjit {
 namespace {
-
-/// Name of vector `c` under the column table of flashmask.md.
-std::string_view column_role(bool causal, int columns, int c) {
-  static constexpr std::array<std::string_view, 4> kFour = {"LTS", "LTE", "UTS", "UTE"};
-  if (columns == 4) return kFour[c];
-  if (columns == 2) return c == 0 ? "LTS" : (causal ? "LTE" : "UTE");
-  return "LTS";
-}
 
 void check_mask(const MaskSpec& mask) {
   if (mask.kind != MaskKind::flashmask) {
@@ -55,7 +48,7 @@ void check_mask(const MaskSpec& mask) {
       fmt::format("startend_row_indices[batch={}, head={}, column={}]", column / seqlen_k / heads,
                   column / seqlen_k % heads, column % seqlen_k);
   if (v[c] < 0 || v[c] > seqlen_q) {
-    const std::string_view role = column_role(mask.causal, mask.columns, c);
+    const std::string_view role = dsl::vector_name(mask.causal, mask.columns, c);
     throw Error(fmt::format("{} {}={} is outside [0, {}]; accepted: 0 <= {} <= {} (seqlen_q)", name,
                             role, v[c], seqlen_q, role, seqlen_q));
   }

@@ -71,6 +71,14 @@ enum class MaskFamily : std::uint8_t {
   random_eviction,
 };
 
+/// Every MaskFamily, in declaration order.
+inline constexpr MaskFamily kMaskFamilies[] = {
+    MaskFamily::sliding_window,   MaskFamily::causal_document,       MaskFamily::document,
+    MaskFamily::share_question,   MaskFamily::global_sliding_window, MaskFamily::causal_blockwise,
+    MaskFamily::prefix_lm_causal, MaskFamily::prefix_lm_document,    MaskFamily::qk_sparse,
+    MaskFamily::random_eviction,
+};
+
 std::string_view name_of(MaskFamily family);
 
 /// The family named `text` (e.g. "causal_document"); throws Error listing the names otherwise.

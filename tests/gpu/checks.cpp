@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <vector>
 
 namespace attnjit::gpu_test {
@@ -41,6 +42,17 @@ void check_backward(const Case& c, bool deterministic) {
   CHECK(dq.passed);
   CHECK(dk.passed);
   CHECK(dv.passed);
+}
+
+void check_deterministic_repeatable(const Case& c) {
+  INFO(c.describe());
+  const Inputs inputs = make_inputs(c);
+  const std::vector<float> d_o = make_d_o(c);
+  const BackwardOutputs first = run_backward_on_gpu(c, inputs, d_o, true);
+  const BackwardOutputs second = run_backward_on_gpu(c, inputs, d_o, true);
+  CHECK(std::memcmp(first.dq.data(), second.dq.data(), first.dq.size() * 4) == 0);
+  CHECK(std::memcmp(first.dk.data(), second.dk.data(), first.dk.size() * 4) == 0);
+  CHECK(std::memcmp(first.dv.data(), second.dv.data(), first.dv.size() * 4) == 0);
 }
 
 }  // namespace attnjit::gpu_test

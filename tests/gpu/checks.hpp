@@ -14,4 +14,8 @@ void check_forward(const Case& c, bool reference_kernel = false);
 /// gradients; the padding stays untouched.
 void check_backward(const Case& c, bool deterministic);
 
+/// Two deterministic backward runs of the case on the same inputs give bitwise identical dQ,
+/// dK and dV.
+void check_deterministic_repeatable(const Case& c);
+
 }  // namespace attnjit::gpu_test

@@ -344,18 +344,45 @@ BackwardOutputs run_backward_on_gpu(const Case& c, const Inputs& in, const std::
   return out;
 }
 
+namespace {
+
+/// A problem shape of the sweeps.
+struct Shape {
+  int batch, heads, kv_heads, seqlen_q, seqlen_k;
+};
+
+/// A mask of the sweeps: its structure, window and, for FlashMask, which vectors to draw.
+struct MaskCase {
+  MaskSpec mask;
+  int window_left, window_right;
+  int kind = 0;  // 0 index mask, 1 documents, 2 random intervals
+};
+
+/// The case of one sweep point (returning LSE), before its vectors and modifiers.
+Case sweep_case(DType dtype, int head_dim, const MaskCase& mc, const Shape& s,
+                std::uint64_t seed) {
+  Case c;
+  c.spec.dtype = dtype;
+  c.spec.head_dim_qk = c.spec.head_dim_v = head_dim;
+  c.spec.mask = mc.mask;
+  c.spec.return_lse = true;
+  c.batch = s.batch;
+  c.heads = s.heads;
+  c.kv_heads = s.kv_heads;
+  c.seqlen_q = s.seqlen_q;
+  c.seqlen_k = s.seqlen_k;
+  c.window_left = mc.window_left;
+  c.window_right = mc.window_right;
+  c.seed = seed;
+  return c;
+}
+
+}  // namespace
+
 std::vector<Case> sweep_cases() {
-  struct Shape {
-    int batch, heads, kv_heads, seqlen_q, seqlen_k;
-  };
   // Lengths that are not tile multiples, Sq != Sk both ways, MHA / GQA / MQA.
   const Shape shapes[] = {{2, 4, 4, 100, 100}, {1, 4, 2, 257, 129}, {2, 4, 1, 130, 300},
                           {1, 2, 2, 333, 333}, {2, 6, 3, 17, 70},   {1, 4, 4, 1, 65}};
-  struct MaskCase {
-    MaskSpec mask;
-    int window_left, window_right;
-    int kind;  // 0 index mask, 1 documents, 2 random intervals
-  };
   const MaskCase masks[] = {
       {{MaskKind::none, false, 0}, -1, 0, 0},
       {{MaskKind::causal, false, 0}, -1, 0, 0},
@@ -374,20 +401,8 @@ std::vector<Case> sweep_cases() {
       for (const MaskCase& mc : masks) {
         for (int repeat = 0; repeat < 2; ++repeat) {
           const Shape& s = shapes[rotation++ % std::size(shapes)];
-          Case c;
-          c.spec.dtype = dtype;
-          c.spec.head_dim_qk = c.spec.head_dim_v = head_dim;
-          c.spec.mask = mc.mask;
-          c.spec.return_lse = true;
-          c.batch = s.batch;
-          c.heads = s.heads;
-          c.kv_heads = s.kv_heads;
-          c.seqlen_q = s.seqlen_q;
-          c.seqlen_k = s.seqlen_k;
-          c.window_left = mc.window_left;
-          c.window_right = mc.window_right;
+          Case c = sweep_case(dtype, head_dim, mc, s, ++seed);
           c.padded_strides = rotation % 3 == 0;
-          c.seed = ++seed;
           if (mc.kind != 0) {
             const int mask_heads = rotation % 2 == 0 ? 1 : s.kv_heads;
             if (mc.kind == 2 || s.seqlen_q != s.seqlen_k) {
@@ -417,9 +432,6 @@ std::vector<float> alibi_slopes(int heads) {
 }
 
 std::vector<Case> score_mod_cases() {
-  struct Shape {
-    int batch, heads, kv_heads, seqlen_q, seqlen_k;
-  };
   // Lengths that are not tile multiples, Sq != Sk both ways, MHA / GQA / MQA; five shapes
   // against four masks, so that each mask meets every shape.
   const Shape shapes[] = {{2, 4, 2, 200, 200},
@@ -427,10 +439,6 @@ std::vector<Case> score_mod_cases() {
                           {2, 4, 4, 130, 300},
                           {1, 6, 2, 333, 333},
                           {1, 2, 1, 65, 190}};
-  struct MaskCase {
-    MaskSpec mask;
-    int window_left, window_right;
-  };
   const MaskCase masks[] = {{{MaskKind::none, false, 0}, -1, 0},
                             {{MaskKind::causal, false, 0}, -1, 0},
                             {{MaskKind::sliding_window, false, 0}, 37, 5},
@@ -444,21 +452,9 @@ std::vector<Case> score_mod_cases() {
       for (const auto& [softcap, alibi] : modifiers) {
         for (const MaskCase& mc : masks) {
           const Shape& s = shapes[rotation++ % std::size(shapes)];
-          Case c;
-          c.spec.dtype = dtype;
-          c.spec.head_dim_qk = c.spec.head_dim_v = head_dim;
-          c.spec.mask = mc.mask;
-          c.spec.return_lse = true;
+          Case c = sweep_case(dtype, head_dim, mc, s, ++seed);
           c.spec.softcap = softcap;
           c.spec.alibi = alibi;
-          c.batch = s.batch;
-          c.heads = s.heads;
-          c.kv_heads = s.kv_heads;
-          c.seqlen_q = s.seqlen_q;
-          c.seqlen_k = s.seqlen_k;
-          c.window_left = mc.window_left;
-          c.window_right = mc.window_right;
-          c.seed = ++seed;
           // Scores are about N(0, 1): a cap of 1.5 bends most of them, 5 only the tails.
           if (softcap) c.score_mod.softcap = rotation % 2 == 0 ? 1.5f : 5.0f;
           if (alibi) {

@@ -5,7 +5,6 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <cstring>
 #include <utility>
 
 #include "dsl/builders.hpp"
@@ -41,14 +40,7 @@ TEST_CASE("deterministic backward is bitwise repeatable", "[gpu][backward]") {
                                                 dsl::random_documents(true, 1000, 2, 6, 6)};
       c.intervals = dsl::stack(samples);
     }
-    INFO(c.describe());
-    const gpu_test::Inputs inputs = gpu_test::make_inputs(c);
-    const std::vector<float> d_o = gpu_test::make_d_o(c);
-    const gpu_test::BackwardOutputs first = gpu_test::run_backward_on_gpu(c, inputs, d_o, true);
-    const gpu_test::BackwardOutputs second = gpu_test::run_backward_on_gpu(c, inputs, d_o, true);
-    CHECK(std::memcmp(first.dq.data(), second.dq.data(), first.dq.size() * 4) == 0);
-    CHECK(std::memcmp(first.dk.data(), second.dk.data(), first.dk.size() * 4) == 0);
-    CHECK(std::memcmp(first.dv.data(), second.dv.data(), first.dv.size() * 4) == 0);
+    gpu_test::check_deterministic_repeatable(c);
   }
 }
 

@@ -24,13 +24,6 @@ using testing::EnvOverride;
 
 namespace {
 
-constexpr MaskFamily kFamilies[] = {
-    MaskFamily::sliding_window,   MaskFamily::causal_document,       MaskFamily::document,
-    MaskFamily::share_question,   MaskFamily::global_sliding_window, MaskFamily::causal_blockwise,
-    MaskFamily::prefix_lm_causal, MaskFamily::prefix_lm_document,    MaskFamily::qk_sparse,
-    MaskFamily::random_eviction,
-};
-
 /// An int32 tensor in device memory.
 struct DeviceInts {
   runtime::DeviceBuffer buffer;
@@ -281,7 +274,7 @@ TEST_CASE("device builders equal the host builders for every family", "[gpu][mas
   std::mt19937_64 rng(20261122);
   const Stream stream;
   const int lengths[] = {1, 2, 5, 63, 64, 65, 127, 129, 200, 255, 1000, 4099};
-  for (const MaskFamily family : kFamilies) {
+  for (const MaskFamily family : kMaskFamilies) {
     for (int trial = 0; trial < 24; ++trial) {
       const int n = trial < 12 ? lengths[trial] : uniform(rng, 1, 3000);
       const int batch = uniform(rng, 1, 8);

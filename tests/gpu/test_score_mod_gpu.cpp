@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "attnjit/jit.hpp"
 #include "gpu/checks.hpp"
@@ -41,14 +40,7 @@ TEST_CASE("deterministic backward with score modifiers is bitwise repeatable", "
   c.seqlen_q = c.seqlen_k = 700;
   c.seed = 81;
   c.score_mod = {2.0f, gpu_test::alibi_slopes(4)};
-  INFO(c.describe());
-  const gpu_test::Inputs inputs = gpu_test::make_inputs(c);
-  const std::vector<float> d_o = gpu_test::make_d_o(c);
-  const gpu_test::BackwardOutputs first = gpu_test::run_backward_on_gpu(c, inputs, d_o, true);
-  const gpu_test::BackwardOutputs second = gpu_test::run_backward_on_gpu(c, inputs, d_o, true);
-  CHECK(std::memcmp(first.dq.data(), second.dq.data(), first.dq.size() * 4) == 0);
-  CHECK(std::memcmp(first.dk.data(), second.dk.data(), first.dk.size() * 4) == 0);
-  CHECK(std::memcmp(first.dv.data(), second.dv.data(), first.dv.size() * 4) == 0);
+  gpu_test::check_deterministic_repeatable(c);
 }
 
 TEST_CASE("the GPU reference kernel applies the score modifiers", "[gpu][score_mod][reference]") {

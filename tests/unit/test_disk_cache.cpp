@@ -20,8 +20,10 @@
 
 #include "attnjit/error.hpp"
 #include "runtime/disk_cache.hpp"
+#include "support/env_override.hpp"
 
 using namespace attnjit::runtime;
+using attnjit::testing::EnvOverride;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
@@ -44,30 +46,6 @@ struct TempDir {
     std::error_code ignored;
     fs::remove_all(path, ignored);
   }
-};
-
-/// Sets (or, for nullptr, unsets) an environment variable until destruction.
-class EnvOverride {
- public:
-  EnvOverride(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~EnvOverride() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
 };
 
 CacheEntry sample_entry(const std::string& key = kKey) {

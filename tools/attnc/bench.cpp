@@ -183,8 +183,7 @@ void print(const attnjit::jit::Kernel& kernel, const BenchOptions& o, const Resu
   const auto device = attnjit::runtime::current_device();
   const bool backward = s.direction == attnjit::Direction::backward;
   const double tflops = r.flops / (r.timing.median_ms * 1e-3) / 1e12;
-  const double density = static_cast<double>(r.pairs) /
-                         (static_cast<double>(p.batch) * p.heads * p.seqlen_q * p.seqlen_k);
+  const double density = pair_density(p, r.pairs);
   if (o.json) {
     nlohmann::ordered_json j;
     j["spec"] = info.spec_text;
@@ -210,15 +209,7 @@ void print(const attnjit::jit::Kernel& kernel, const BenchOptions& o, const Resu
     fmt::print("{}\n", j.dump());
     return;
   }
-  fmt::print(
-      "device   {}\nspec     {}\nproblem  B={} H={} Hkv={} Sq={} Sk={}, {:.1f}% of pairs "
-      "visible\n",
-      device.name, info.spec_text, p.batch, p.heads, p.kv_heads, p.seqlen_q, p.seqlen_k,
-      100 * density);
-  for (const auto& k : info.kernels) {
-    fmt::print("kernel   {}: {} registers, {} spill bytes, {} B smem\n", k.name, k.registers,
-               k.spill_bytes, k.static_smem_bytes + k.dynamic_smem_bytes);
-  }
+  print_problem_header(device.name, info, p, density);
   fmt::print(
       "time     {:.4f} ms median, {:.4f} min, {:.4f} max ({} runs after {} warm-up, {} "
       "rotating input sets)\n",

@@ -8,6 +8,7 @@
 #include <climits>
 
 #include "attnjit/error.hpp"
+#include "dsl/intervals.hpp"
 #include "dsl/mask_lang.hpp"
 #include "tools/attnc/commands.hpp"
 
@@ -69,15 +70,6 @@ std::string_view form_of(const attnjit::MaskSpec& spec) {
   }
 }
 
-// The names of the vectors of each column of a layout (intervals.hpp).
-std::vector<std::string_view> vector_names(bool causal, int columns) {
-  if (columns == 1) return {"LTS"};
-  if (columns == 2)
-    return causal ? std::vector<std::string_view>{"LTS", "LTE"}
-                  : std::vector<std::string_view>{"LTS", "UTE"};
-  return {"LTS", "LTE", "UTS", "UTE"};
-}
-
 char tile_letter(TileClass c) {
   return c == TileClass::skip ? 's' : c == TileClass::partial ? 'p' : 'f';
 }
@@ -123,7 +115,6 @@ void print_json(const std::string& expr, const MaskData& data, const Tiles& tile
     const attnjit::dsl::IntervalVectors& m = *data.intervals;
     out["causal"] = m.causal;
     out["columns"] = m.columns;
-    const auto names = vector_names(m.causal, m.columns);
     for (int c = 0; c < m.columns; ++c) {
       nlohmann::json rows = nlohmann::json::array();
       for (int b = 0; b < m.batch; ++b) {
@@ -131,7 +122,7 @@ void print_json(const std::string& expr, const MaskData& data, const Tiles& tile
         for (int col = 0; col < m.seqlen_k; ++col) row.push_back(m.at(b, 0, col, c));
         rows.push_back(row);
       }
-      out[std::string(names[c])] = rows;
+      out[std::string(attnjit::dsl::vector_name(m.causal, m.columns, c))] = rows;
     }
   }
   if (data.spec.kind == attnjit::MaskKind::predicate) {

@@ -18,6 +18,7 @@
 #include "attnjit/mask_builder.hpp"
 #include "attnjit/params.cuh"
 #include "compiler/passes/pipeline.hpp"
+#include "dsl/intervals.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/module.hpp"
 #include "tools/attnc/commands.hpp"
@@ -267,12 +268,11 @@ void print_vectors(const DeviceInts& out, const attnjit::MaskSpec& mask) {
   std::vector<int> values(out.buffer.bytes() / sizeof(int));
   out.buffer.download(values.data(), out.buffer.bytes());
   const auto& shape = out.view.shape;
-  const char* const names[4] = {"LTS", mask.columns == 4 || mask.causal ? "LTE" : "UTE", "UTS",
-                                "UTE"};
   for (std::int64_t b = 0; b < shape[0]; ++b) {
     for (std::int64_t h = 0; h < shape[1]; ++h) {
       for (int c = 0; c < mask.columns; ++c) {
-        std::string line = fmt::format("b={} h={} {}:", b, h, names[c]);
+        std::string line = fmt::format("b={} h={} {}:", b, h,
+                                       attnjit::dsl::vector_name(mask.causal, mask.columns, c));
         for (std::int64_t j = 0; j < shape[2]; ++j) {
           line += fmt::format(" {}", values[((b * shape[1] + h) * shape[2] + j) * shape[3] + c]);
         }

@@ -131,4 +131,21 @@ attnjit::TensorView vectors_view(const DeviceBuffer& buffer,
       {vectors.batch, vectors.heads, vectors.seqlen_k, vectors.columns});
 }
 
+double pair_density(const ProblemOptions& o, std::int64_t pairs) {
+  return static_cast<double>(pairs) /
+         (static_cast<double>(o.batch) * o.heads * o.seqlen_q * o.seqlen_k);
+}
+
+void print_problem_header(const std::string& device, const attnjit::jit::CompileInfo& info,
+                          const ProblemOptions& o, double density) {
+  fmt::print(
+      "device   {}\nspec     {}\nproblem  B={} H={} Hkv={} Sq={} Sk={}, {:.1f}% of pairs "
+      "visible\n",
+      device, info.spec_text, o.batch, o.heads, o.kv_heads, o.seqlen_q, o.seqlen_k, 100 * density);
+  for (const auto& k : info.kernels) {
+    fmt::print("kernel   {}: {} registers, {} spill bytes, {} B smem\n", k.name, k.registers,
+               k.spill_bytes, k.static_smem_bytes + k.dynamic_smem_bytes);
+  }
+}
+
 }  // namespace attnc

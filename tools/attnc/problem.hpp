@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "attnjit/jit.hpp"
 #include "attnjit/spec.hpp"
 #include "attnjit/tensor.hpp"
 #include "dsl/intervals.hpp"
@@ -22,6 +23,14 @@ struct ProblemOptions {
   std::string mask_data = "documents";
   std::uint64_t seed = 1;
 };
+
+/// The share of (batch, head, query, key) elements that `pairs` visible pairs are.
+double pair_density(const ProblemOptions& o, std::int64_t pairs);
+
+/// Prints the lines `attnc run` and `attnc bench` open with: the device, the spec, the problem
+/// with its density, and each kernel's registers, spill bytes and shared memory.
+void print_problem_header(const std::string& device, const attnjit::jit::CompileInfo& info,
+                          const ProblemOptions& o, double density);
 
 /// Registers --batch, --heads, --kv-heads, --mask-heads, --seqlen-q, --seqlen-k,
 /// --window-left, --window-right, --mask-data and --seed on `cmd`, writing into `o` (which

@@ -199,8 +199,7 @@ void run(RunOptions o) {
                                               p.window_left, p.window_right,
                                               vectors ? &*vectors : nullptr);
   const double tflops = 4.0 * s.head_dim_qk * static_cast<double>(pairs) / (ms * 1e-3) / 1e12;
-  const double density = static_cast<double>(pairs) /
-                         (static_cast<double>(p.batch) * p.heads * p.seqlen_q * p.seqlen_k);
+  const double density = pair_density(p, pairs);
 
   std::optional<Check> check;
   if (o.check) {
@@ -240,15 +239,7 @@ void run(RunOptions o) {
     }
     fmt::print("{}\n", j.dump());
   } else {
-    fmt::print(
-        "device   {}\nspec     {}\nproblem  B={} H={} Hkv={} Sq={} Sk={}, {:.1f}% of pairs "
-        "visible\n",
-        device.name, info.spec_text, p.batch, p.heads, p.kv_heads, p.seqlen_q, p.seqlen_k,
-        100 * density);
-    for (const auto& k : info.kernels) {
-      fmt::print("kernel   {}: {} registers, {} spill bytes, {} B smem\n", k.name, k.registers,
-                 k.spill_bytes, k.static_smem_bytes + k.dynamic_smem_bytes);
-    }
+    print_problem_header(device.name, info, p, density);
     fmt::print("time     {:.4f} ms (median of {}), {:.1f} TFLOP/s\n", ms, o.repeat, tflops);
     if (check) {
       fmt::print(

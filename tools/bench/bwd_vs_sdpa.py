@@ -22,7 +22,6 @@ forward 4·B·H·D·pairs, backward 2.5x forward. Prints a markdown report last 
         --out bwd_results.md
 """
 
-import argparse
 import contextlib
 import datetime
 import shlex
@@ -37,7 +36,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import attnjit  # noqa: E402
-from timing import median_ms  # noqa: E402
+from timing import median_ms, problem_parser  # noqa: E402
 
 MAX_RELATIVE_ERROR = 2e-2
 INPUT_SETS = 3
@@ -47,15 +46,8 @@ compiled_flex = torch.compile(flex_attention)
 
 
 def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--heads", type=int, default=16)
-    parser.add_argument("--seqlen", type=int, default=8192)
-    parser.add_argument("--head-dim", type=int, default=128)
-    parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=5)
+    parser = problem_parser(__doc__.split("\n\n")[0], warmup=5)
     parser.add_argument("--seed", type=int, default=0, help="seeds inputs and document lengths")
-    parser.add_argument("--out", help="also write the markdown report here")
     args = parser.parse_args()
     if args.runs < 30:
         parser.error("--runs: at least 30")

@@ -12,7 +12,6 @@ markdown report last (and writes it to --out).
         --tiles 128x64x8,128x128x8q --out results.md
 """
 
-import argparse
 import datetime
 import os
 import shlex
@@ -29,7 +28,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import attnjit  # noqa: E402
-from timing import median_ms  # noqa: E402
+from timing import median_ms, problem_parser  # noqa: E402
 
 MAX_RELATIVE_ERROR = 2e-2
 INPUT_SETS = 3
@@ -37,15 +36,8 @@ compiled_flex = torch.compile(flex_attention)
 
 
 def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--heads", type=int, default=16)
-    parser.add_argument("--seqlen", type=int, default=8192)
-    parser.add_argument("--head-dim", type=int, default=128)
+    parser = problem_parser(__doc__.split("\n\n")[0], warmup=10)
     parser.add_argument("--tiles", default="", help="comma-separated BMxBNxW[q|s] shapes")
-    parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--out", help="also write the markdown report here")
     args = parser.parse_args()
     if args.runs < 30:
         parser.error("--runs: at least 30")

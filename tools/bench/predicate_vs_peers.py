@@ -17,7 +17,6 @@ sets. FLOPs count visible (query, key) pairs: forward 4·B·H·D·pairs, backwar
         --head-dim 128 --out predicate_results.md
 """
 
-import argparse
 import datetime
 import shlex
 import sys
@@ -30,27 +29,17 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import attnjit  # noqa: E402
-from bwd_vs_sdpa import (forward_backward, in_bhsd, outputs_and_grads,  # noqa: E402
-                          relative_errors)
-from timing import median_ms  # noqa: E402
+from bwd_vs_sdpa import (BACKWARD_FLOPS_FACTOR, INPUT_SETS, MAX_RELATIVE_ERROR,  # noqa: E402
+                          forward_backward, in_bhsd, outputs_and_grads, relative_errors)
+from timing import median_ms, problem_parser  # noqa: E402
 
-MAX_RELATIVE_ERROR = 2e-2
-INPUT_SETS = 3
-BACKWARD_FLOPS_FACTOR = 2.5
 EXPRESSION = "((q / 128 + k / 128) % 2 == 0) && (q + k) % 3 != 0"
 compiled_flex = torch.compile(flex_attention)
 
 
 def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--heads", type=int, default=16)
-    parser.add_argument("--seqlen", type=int, default=8192)
-    parser.add_argument("--head-dim", type=int, default=128)
-    parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=5)
+    parser = problem_parser(__doc__.split("\n\n")[0], warmup=5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", help="also write the markdown report here")
     return parser.parse_args()
 
 

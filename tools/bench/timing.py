@@ -1,5 +1,6 @@
-"""CUDA-event timing shared by the benchmark scripts."""
+"""CUDA-event timing and the problem options shared by the benchmark scripts."""
 
+import argparse
 import statistics
 
 import torch
@@ -18,6 +19,21 @@ def times_ms(run, inputs, warmup, runs):
         ends[i].record()
     torch.cuda.synchronize()
     return [start.elapsed_time(end) for start, end in zip(starts, ends)]
+
+
+def problem_parser(description, warmup):
+    """An argument parser with the options the side-by-side scripts share: the problem
+    (--batch, --heads, --seqlen, --head-dim, defaults 1 x 16 x 8192 x 128), the timing (--runs,
+    --warmup) and --out for the markdown report."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--seqlen", type=int, default=8192)
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=warmup)
+    parser.add_argument("--out", help="also write the markdown report here")
+    return parser
 
 
 def median_ms(run, inputs, warmup, runs):

@@ -7,10 +7,8 @@ Kernels are compiled for an explicit target=sm_90, which NVRTC does without a de
 import ctypes
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import unittest
 from pathlib import Path
 
@@ -19,6 +17,7 @@ REPO = PYTHON_DIR.parents[1]
 sys.path.insert(0, str(PYTHON_DIR))
 
 import attnjit  # noqa: E402
+from cache_dir import TemporaryCacheTest  # noqa: E402
 from attnjit import _ffi  # noqa: E402
 
 SPEC = "dtype=bf16 head_dim=64 mask=causal target=sm_90"
@@ -29,21 +28,7 @@ def header_constants(text, prefix):
     return {name: int(value) for name, value in re.findall(rf"\b({prefix}\w+) = (\d+)", text)}
 
 
-class LibraryTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.cache = tempfile.mkdtemp(prefix="attnjit-test-")
-        cls.saved_cache = os.environ.get("ATTNJIT_CACHE_DIR")
-        os.environ["ATTNJIT_CACHE_DIR"] = cls.cache
-
-    @classmethod
-    def tearDownClass(cls):
-        if cls.saved_cache is None:
-            os.environ.pop("ATTNJIT_CACHE_DIR", None)
-        else:
-            os.environ["ATTNJIT_CACHE_DIR"] = cls.saved_cache
-        shutil.rmtree(cls.cache, ignore_errors=True)
-
+class LibraryTest(TemporaryCacheTest):
     def test_version(self):
         self.assertRegex(attnjit.version(), r"^\d+\.\d+\.\d+")
 

@@ -4,33 +4,17 @@ the C ABI, the checks of attnjit.predicate, and compiling a lifted structure.
 Run: python3 -m unittest discover -s tools/python/tests (ATTNJIT_LIBRARY may name the library).
 """
 
-import os
-import shutil
 import sys
-import tempfile
 import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import attnjit  # noqa: E402
+from cache_dir import TemporaryCacheTest  # noqa: E402
 
 
-class PredicateTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.cache = tempfile.mkdtemp(prefix="attnjit-test-")
-        cls.saved_cache = os.environ.get("ATTNJIT_CACHE_DIR")
-        os.environ["ATTNJIT_CACHE_DIR"] = cls.cache
-
-    @classmethod
-    def tearDownClass(cls):
-        if cls.saved_cache is None:
-            os.environ.pop("ATTNJIT_CACHE_DIR", None)
-        else:
-            os.environ["ATTNJIT_CACHE_DIR"] = cls.saved_cache
-        shutil.rmtree(cls.cache, ignore_errors=True)
-
+class PredicateTest(TemporaryCacheTest):
     def test_literals_are_lifted_and_tensors_named(self):
         mask = attnjit.predicate("q - k < 256 && doc[q] == doc[k] || k == 7", {"doc": object()})
         self.assertEqual(mask.structure, "q-k<$0&&doc[q]==doc[k]||k==$1")

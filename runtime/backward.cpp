@@ -1,6 +1,7 @@
 // Kernel::backward: checks the tensors against the spec, takes the scratch buffers, fills
-// BwdParams and launches the plan: FlashMask min/max tables or predicate block tables, preprocess,
-// main kernel, deterministic dQ kernel or dQ conversion, and the GQA reduction of dK/dV.
+// BwdParams and launches the plan: FlashMask min/max tables or predicate block tables, the CTA
+// orders, preprocess, main kernel, deterministic dQ kernel or dQ conversion, and the GQA
+// reduction of dK/dV.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
 #include "attnjit/params.cuh"
+#include "runtime/cta_order_launch.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/interval_check.hpp"
 #include "runtime/kernel_set.hpp"
@@ -94,6 +96,12 @@ void Kernel::backward(const BackwardArgs& args, Stream stream_handle) const {
   }
 
   std::vector<std::unique_ptr<StreamScratch>> minmax_tables;
+  const auto main_grid = paired_head_grid(ceil_div(s.seqlen_k, tiles.block_n), s.heads, s.batch);
+  const auto dq_grid =  // dq_block_m is 0 unless deterministic
+      paired_head_grid(tiles.dq_block_m > 0 ? ceil_div(s.seqlen_q, tiles.dq_block_m) : 0, s.heads,
+                       s.batch);
+  const int* main_order = nullptr;  // the CTA orders, when planned
+  const int* dq_order = nullptr;
   for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
     const KernelDesc& desc = plan.kernels[i];
     const detail::LoadedKernel& kernel = kernels[i];
@@ -129,6 +137,17 @@ void Kernel::backward(const BackwardArgs& args, Stream stream_handle) const {
         }
         break;
       }
+      case KernelRole::cta_order:
+        if (desc.orders == KernelRole::backward) {
+          if (s.seqlen_k > 0) {
+            main_order = detail::order_ctas(kernel, desc, params, params.minmax, main_grid, stream,
+                                            minmax_tables);
+          }
+        } else if (s.seqlen_q > 0) {
+          dq_order = detail::order_ctas(kernel, desc, params, params.minmax_dq, dq_grid, stream,
+                                        minmax_tables);
+        }
+        break;
       case KernelRole::backward_preprocess:
       case KernelRole::backward_convert_dq:
         if (s.seqlen_q > 0) {
@@ -139,14 +158,14 @@ void Kernel::backward(const BackwardArgs& args, Stream stream_handle) const {
         break;
       case KernelRole::backward:
         if (s.seqlen_k > 0) {
-          launch(kernel, paired_head_grid(ceil_div(s.seqlen_k, tiles.block_n), s.heads, s.batch),
-                 &params, stream);
+          params.cta_order = main_order;
+          launch(kernel, main_grid, &params, stream);
         }
         break;
       case KernelRole::backward_dq:
         if (s.seqlen_q > 0) {
-          launch(kernel, paired_head_grid(ceil_div(s.seqlen_q, tiles.dq_block_m), s.heads, s.batch),
-                 &params, stream);
+          params.cta_order = dq_order;
+          launch(kernel, dq_grid, &params, stream);
         }
         break;
       case KernelRole::backward_reduce_dkdv:

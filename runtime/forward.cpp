@@ -1,6 +1,6 @@
 // Kernel::forward: checks the tensors against the spec, fills FwdParams and launches the
-// plan's kernels (FlashMask min/max or predicate block table, then the forward kernel) or the
-// reference kernel.
+// plan's kernels (FlashMask min/max or predicate block table, the CTA order, then the forward
+// kernel) or the reference kernel.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
 #include "attnjit/params.cuh"
+#include "runtime/cta_order_launch.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/interval_check.hpp"
 #include "runtime/kernel_set.hpp"
@@ -129,7 +130,12 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
     runtime::LaunchConfig config;
     config.block[0] = static_cast<unsigned>(kernel.threads);
     config.dynamic_smem_bytes = static_cast<unsigned>(kernel.dynamic_smem_bytes);
-    if (desc.role == KernelRole::predicate_blocks) {
+    const auto grid =
+        paired_head_grid(ceil_div(shapes.seqlen_q, tiles.block_m), shapes.heads, shapes.batch);
+    if (desc.role == KernelRole::cta_order) {
+      params.cta_order =
+          detail::order_ctas(kernel, desc, params, params.minmax, grid, stream, block_tables);
+    } else if (desc.role == KernelRole::predicate_blocks) {
       const detail::BlockTable table = detail::build_block_table(
           kernel, desc, *set.ir->mask, params.predicate, shapes, stream, block_tables);
       params.minmax = table.table;
@@ -154,8 +160,6 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
       void* mm_args[] = {&mm};
       runtime::launch(kernel.function, config, stream, mm_args);
     } else {
-      const auto grid =
-          paired_head_grid(ceil_div(shapes.seqlen_q, tiles.block_m), shapes.heads, shapes.batch);
       std::copy(grid.begin(), grid.end(), config.grid);
       void* fwd_args[] = {&params};
       runtime::launch(kernel.function, config, stream, fwd_args);

@@ -1,4 +1,5 @@
-// Emitters for the forward kernel, the FlashMask min/max kernel and the reference kernel,
+// Emitters for the forward kernel, the FlashMask min/max kernel, the predicate block table,
+// the CTA order and the reference kernel,
 // and the dispatch over every planned kernel role.
 #include "compiler/codegen/emit.hpp"
 
@@ -57,6 +58,26 @@ std::string emit_predicate_blocks(const Lowering& ir, const KernelDesc& kernel) 
   return w.str();
 }
 
+// The CTA order of the kernel `orders`, with that kernel's mask policy and tiles.
+std::string emit_cta_order(const Lowering& ir, const KernelDesc& kernel) {
+  SourceWriter w;
+  emit_header(w, ir, kernel);
+  w.line("namespace {{");
+  w.blank();
+  emit_mask_policy(w, ir, kernel);
+  w.blank();
+  w.line("}}  // namespace");
+  w.blank();
+  const bool forward = kernel.orders == KernelRole::forward;
+  emit_entry(w, kernel,
+             forward ? "attnjit::CtaOrderParams<attnjit::FwdParams>"
+                     : "attnjit::CtaOrderParams<attnjit::BwdParams>",
+             fmt::format("attnjit::cta_order<Mask, /*kBlockM=*/{}, /*kBlockN=*/{}, "
+                         "/*kKeyBlocks=*/{}>(params);",
+                         kernel.block_m, kernel.block_n, kernel.orders == KernelRole::backward));
+  return w.str();
+}
+
 }  // namespace
 
 std::string emit_kernel(const Lowering& ir, const KernelDesc& kernel) {
@@ -69,6 +90,8 @@ std::string emit_kernel(const Lowering& ir, const KernelDesc& kernel) {
       return emit_minmax(ir, kernel);
     case KernelRole::predicate_blocks:
       return emit_predicate_blocks(ir, kernel);
+    case KernelRole::cta_order:
+      return emit_cta_order(ir, kernel);
     case KernelRole::backward_preprocess:
     case KernelRole::backward:
     case KernelRole::backward_dq:

@@ -69,6 +69,7 @@ std::string emit_backward_kernel(const Lowering& ir, const KernelDesc& kernel) {
     case KernelRole::forward:
     case KernelRole::flashmask_minmax:
     case KernelRole::predicate_blocks:
+    case KernelRole::cta_order:
       break;
   }
   throw InternalError("emit_backward_kernel: not a backward role");

@@ -31,6 +31,7 @@ std::pair<int, int> table_tile(const Lowering& ir, const KernelDesc& kernel) {
     case KernelRole::backward_dq:
       return {ir.backward_tiles->dq_block_m, ir.backward_tiles->dq_block_n};
     case KernelRole::predicate_blocks:
+    case KernelRole::cta_order:
       return {kernel.block_m, kernel.block_n};
     default:
       break;

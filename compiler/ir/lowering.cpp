@@ -35,6 +35,8 @@ std::string_view name_of(KernelRole role) {
       return "flashmask_minmax";
     case KernelRole::predicate_blocks:
       return "predicate_blocks";
+    case KernelRole::cta_order:
+      return "cta_order";
     case KernelRole::forward:
       return "forward";
     case KernelRole::backward_preprocess:
@@ -109,7 +111,10 @@ std::string to_string(const Lowering& lowering) {
           kernel.dynamic_smem_bytes,
           (kernel.block_m ? fmt::format(" block_m={}", kernel.block_m) : std::string()) +
               (kernel.block_n ? fmt::format(" block_n={}", kernel.block_n) : std::string()) +
-              (kernel.key_rows ? std::string(" key_rows") : std::string()),
+              (kernel.key_rows ? std::string(" key_rows") : std::string()) +
+              (kernel.role == KernelRole::cta_order
+                   ? fmt::format(" orders={}", name_of(kernel.orders))
+                   : std::string()),
           kernel.grid);
     }
   }

@@ -77,6 +77,7 @@ struct BackwardTiles {
 enum class KernelRole {
   flashmask_minmax,      ///< min/max of the interval vectors per key block
   predicate_blocks,      ///< block table of a predicate mask for one tile shape
+  cta_order,             ///< the CTAs of an attention kernel sorted by their tiles, heaviest first
   forward,               ///< the forward pass
   backward_preprocess,   ///< D = rowsum(dO * O), LSE in log2 units, dQ accumulator zeroed
   backward,              ///< dK, dV (and dQ by atomics unless deterministic) per key block
@@ -93,11 +94,13 @@ struct KernelDesc {
   std::string template_header;  ///< the templates/ header holding its mainloop
   int threads = 0;
   int dynamic_smem_bytes = 0;
-  int block_m = 0;  ///< predicate_blocks: the query-block size of its table
-  int block_n = 0;  ///< flashmask_minmax, predicate_blocks: the key-block size of its tables
+  int block_m = 0;  ///< predicate_blocks, cta_order: the query-block size of its table
+  int block_n = 0;  ///< flashmask_minmax, predicate_blocks, cta_order: the key-block size
   /// predicate_blocks: the element bits of partial tiles have a row per key (for the backward
   /// main kernel's S^T) instead of one per query
   bool key_rows = false;
+  /// cta_order: the attention kernel whose CTAs it orders (block_m x block_n: that kernel's tiles)
+  KernelRole orders = KernelRole::forward;
   std::string grid;  ///< human-readable launch grid, e.g. "(ceil(Sq/128), H, B)"
 
   bool operator==(const KernelDesc&) const = default;

@@ -40,6 +40,27 @@ KernelDesc predicate_blocks_kernel(int block_m, int block_n, bool key_rows) {
   return blocks;
 }
 
+// Under a data-dependent mask (FlashMask vectors, predicate tables) the CTAs of the attention
+// kernel `orders` (tiles block_m x block_n) are sorted by their tiles before it runs
+// (cta_order.cuh): phase 0 one warp per CTA, phase 1 one CTA.
+bool needs_cta_order(const Lowering& in) {
+  return in.mask->needs_minmax || in.mask->element_predicate;
+}
+
+KernelDesc cta_order_kernel(const MaskSpec& mask, KernelRole orders, int block_m, int block_n) {
+  KernelDesc order;
+  order.role = KernelRole::cta_order;
+  order.orders = orders;
+  order.name = fmt::format("attnjit_cta_order_{}_{}_bm{}_bn{}", name_of(orders), mask_tag(mask),
+                           block_m, block_n);
+  order.template_header = "attnjit/cta_order.cuh";
+  order.threads = 1024;
+  order.block_m = block_m;
+  order.block_n = block_n;
+  order.grid = "(ceil(CTAs/32), 1, 1) then (1, 1, 1)";
+  return order;
+}
+
 KernelDesc row_kernel(KernelRole role, std::string name, std::string grid) {
   constexpr int kRowsPerBlock = 4;  // bwd_rows.cuh: one warp per row
   KernelDesc kernel;
@@ -59,6 +80,10 @@ KernelPlan plan_forward(const Lowering& in) {
   if (in.mask->element_predicate) {
     plan.kernels.push_back(predicate_blocks_kernel(tiles.block_m, tiles.block_n, false));
   }
+  if (needs_cta_order(in)) {
+    plan.kernels.push_back(
+        cta_order_kernel(spec.mask, KernelRole::forward, tiles.block_m, tiles.block_n));
+  }
   KernelDesc forward;
   forward.role = KernelRole::forward;
   forward.name =
@@ -72,9 +97,9 @@ KernelPlan plan_forward(const Lowering& in) {
   return plan;
 }
 
-// The min/max kernel(s) or block classification kernel(s), preprocess, main (dK, dV and atomic dQ),
-// or main + dQ kernel when deterministic, then the dQ conversion (atomic mode) and the GQA
-// reduction of dK/dV (launched only when H != Hkv).
+// The min/max kernel(s) or block classification kernel(s), the CTA orders, preprocess, main (dK, dV
+// and atomic dQ), or main + dQ kernel when deterministic, then the dQ conversion (atomic mode) and
+// the GQA reduction of dK/dV (launched only when H != Hkv).
 KernelPlan plan_backward(const Lowering& in) {
   const AttentionSpec& spec = in.spec;
   const BackwardTiles& tiles = *in.backward_tiles;
@@ -91,6 +116,14 @@ KernelPlan plan_backward(const Lowering& in) {
     plan.kernels.push_back(predicate_blocks_kernel(tiles.block_m, tiles.block_n, true));
     if (spec.deterministic) {
       plan.kernels.push_back(predicate_blocks_kernel(tiles.dq_block_m, tiles.dq_block_n, false));
+    }
+  }
+  if (needs_cta_order(in)) {
+    plan.kernels.push_back(
+        cta_order_kernel(spec.mask, KernelRole::backward, tiles.block_m, tiles.block_n));
+    if (spec.deterministic) {
+      plan.kernels.push_back(
+          cta_order_kernel(spec.mask, KernelRole::backward_dq, tiles.dq_block_m, tiles.dq_block_n));
     }
   }
   plan.kernels.push_back(row_kernel(

@@ -43,7 +43,7 @@ constexpr std::array<Candidate, 18> kCandidates{{
     {96, 128, 64, 4, 's', kVectorMask},
     {96, 128, 32, 4, 's', kWindowMask},
     {96, 64, 64, 4, 'q', kPredicateMask},
-    {128, 128, 48, 4, 's', kIndexMask},
+    {128, 128, 48, 4, 's', kVectorMask},
     {128, 128, 32, 4, 's', kWindowMask},
     {128, 128, 64, 8, 'q', kPredicateMask},
     {192, 128, 64, 8, 's', kPredicateMask},

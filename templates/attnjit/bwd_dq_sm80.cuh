@@ -51,7 +51,10 @@ struct BackwardDqSm80 {
   float row_dot[2];
 
   __device__ __forceinline__ void run(const BwdParams& p, unsigned char* smem) {
-    const CtaWork work = cta_work<false>();  // heaviest causal rows start first
+    // The CTA order (schedule.cuh) when the mask has one; otherwise heaviest causal rows start
+    // first.
+    start_cta<false>(cta_order_of<Mask::kOrderedCtas>(p));
+    const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
     const int m_block = work.block;
     const int head = work.head;
     const int batch = work.batch;
@@ -100,8 +103,8 @@ struct BackwardDqSm80 {
     int n_load = next_active(ms, p, n_end - 1, n_begin);
     int n_compute = n_load;
     if (n_load >= n_begin) {
-      load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns>(p, ms, n_load, smem_kv,
-                                                                  smem_vectors, thread);
+      load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns, Mask::kOrderedCtas>(
+          p, ms, n_load, smem_kv, smem_vectors, thread);
       n_load = next_active(ms, p, n_load - 1, n_begin);
     }
     cp_async_commit();
@@ -116,7 +119,7 @@ struct BackwardDqSm80 {
       __syncthreads();
       if (n_load >= n_begin) {
         const int stage = (it + 1) % 2;
-        load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns>(
+        load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns, Mask::kOrderedCtas>(
             p, ms, n_load, smem_kv + stage * kStageBytes, smem_vectors + stage * kVectorBytes,
             thread);
         n_load = next_active(ms, p, n_load - 1, n_begin);
@@ -222,7 +225,7 @@ struct BackwardDqSm80 {
     // P from the scores modified after the mask (masked ones stay -inf), times 1 - tanh^2
     // with soft-capping: only dS = P (dP - D) needs P here. Element e of tile nt is row
     // g + 8 (e / 2), key nt * 8 + 2 t + e % 2.
-    const Score score = Score::make(p);
+    const Score score = Score::template make<Mask::kOrderedCtas>(p);
     const int distance0 = n_block * kBlockN + 2 * t - (ms.row_begin + row0 + g + ms.diagonal);
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) {

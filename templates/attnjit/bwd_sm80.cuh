@@ -77,7 +77,10 @@ struct BackwardSm80 {
   float acc_dv[kDTiles][4];
 
   __device__ __forceinline__ void run(const BwdParams& p, unsigned char* smem) {
-    const CtaWork work = cta_work<true>();  // low key blocks see the most queries under causal
+    // The CTA order (schedule.cuh) when the mask has one; otherwise low key blocks see the most
+    // queries under causal.
+    start_cta<true>(cta_order_of<Mask::kOrderedCtas>(p));
+    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
     const int n_block = work.block;
     const int head = work.head;
     const int batch = work.batch;
@@ -94,8 +97,8 @@ struct BackwardSm80 {
     const u32 smem_stages = smem_v + KvTile::kBytes;
     const u32 smem_ds = smem_stages + 2 * kStageBytes;
     const u32 smem_vectors = smem_stages + 2 * kStageBytes + kDsBytes;
-    load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns>(p, ms, n_block, smem_k,
-                                                                smem_vectors, thread);
+    load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns, Mask::kOrderedCtas>(
+        p, ms, n_block, smem_k, smem_vectors, thread);
 
     int m_begin, m_end;
     Mask::template query_block_range<kBlockM, kBlockN>(ms, n_block, m_begin, m_end);
@@ -127,7 +130,7 @@ struct BackwardSm80 {
       // previous iteration read.
       __syncthreads();
       if (m_load < m_end) {
-        const CtaWork now = cta_work<true>();
+        const CtaWork now = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
         load_query_block(p, m_load, smem_stages + ((it + 1) % 2) * kStageBytes, now.head, now.batch,
                          read_tid_x());
         m_load = next_active(ms, p, n_block, m_load + 1, m_end);
@@ -270,7 +273,7 @@ struct BackwardSm80 {
     // Score modifiers apply here, after the mask, so that soft-capping's 1 - tanh^2 goes
     // straight into the 16-bit P^T (1 - tanh^2) that dS^T uses, held in no fp32 register.
     // Element (nt, 2 r + c) is key row g + 8 r, query column nt * 8 + 2 t + c.
-    const Score score = Score::make(p);
+    const Score score = Score::template make<Mask::kOrderedCtas>(p);
     const int distance0 = key0 + key_row0 + g - (ms.row_begin + 2 * t + ms.diagonal);
     u32 p_grad_packed[kQTiles][2];  // used by soft-capping only
 #pragma unroll
@@ -356,7 +359,7 @@ struct BackwardSm80 {
                                                        u32 smem_ds, u32 smem_k) {
     const int warp = read_tid_x() / 32;
     const int lane = read_tid_x() % 32;
-    const CtaWork work = cta_work<true>();
+    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
     const int head = work.head;
     const int batch = work.batch;
     const int q0 = (warp % kDqRowWarps) * 16;
@@ -430,7 +433,7 @@ struct BackwardSm80 {
   __device__ __forceinline__ void epilogue(const BwdParams& p, int key0) {
     const int warp = threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
-    const CtaWork work = cta_work<true>();
+    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
     const int head = work.head;
     const int batch = work.batch;
     const int kv_head = head / (p.heads / p.kv_heads);

@@ -67,7 +67,10 @@ struct ForwardSm80 {
   u32 q_frag[kQInRegisters ? kSlabs : 1][kQInRegisters ? kKSteps : 1][4];
 
   __device__ __forceinline__ void run(const FwdParams& p, unsigned char* smem) {
-    const CtaWork work = cta_work<false>();  // heaviest causal rows start first
+    // The CTA order (schedule.cuh) when the mask has one; otherwise heaviest causal rows start
+    // first.
+    start_cta<false>(cta_order_of<Mask::kOrderedCtas>(p));
+    const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
     const int m_block = work.block;
     const int head = work.head;
     const int batch = work.batch;
@@ -98,7 +101,7 @@ struct ForwardSm80 {
 #pragma unroll
     for (int stage = 0; stage < kStages - 1; ++stage) {
       if (n_load >= n_begin) {
-        load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns>(
+        load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns, Mask::kOrderedCtas>(
             p, ms, n_load, smem_kv + stage * kStageBytes, smem_vectors + stage * kVectorBytes,
             thread);
         n_load = next_active(ms, p, n_load - 1, n_begin);
@@ -149,7 +152,7 @@ struct ForwardSm80 {
       __syncthreads();
       if (n_load >= n_begin) {
         const int stage = (it + kStages - 1) % kStages;
-        load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns>(
+        load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns, Mask::kOrderedCtas>(
             p, ms, n_load, smem_kv + stage * kStageBytes, smem_vectors + stage * kVectorBytes,
             thread);
         n_load = next_active(ms, p, n_load - 1, n_begin);
@@ -262,7 +265,7 @@ struct ForwardSm80 {
     if (Score::kActive) {
       // Before the mask, which then sets -inf (a modifier would turn -inf into a number).
       // Element e of tile (s, nt) is row g + s * 16 + 8 (e / 2), key nt * 8 + 2 t + e % 2.
-      const Score score = Score::make(p);
+      const Score score = Score::template make<Mask::kOrderedCtas>(p);
       const int distance0 = n_block * kBlockN + 2 * t - (ms.row_begin + warp_row + g + ms.diagonal);
 #pragma unroll
       for (int s = 0; s < kSlabs; ++s) {
@@ -383,7 +386,7 @@ struct ForwardSm80 {
   /// from the block indices rather than held in registers across the key loop.
   __device__ __forceinline__ void epilogue(const FwdParams& p, const MaskState& ms,
                                            unsigned char* smem, int warp_row, int lane) {
-    const CtaWork work = cta_work<false>();
+    const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
     const int head = work.head;
     const int batch = work.batch;
     const int g = lane / 4;

@@ -14,11 +14,12 @@ namespace attnjit {
 /// BwdParams. The K/V bases are re-formed from the CTA's work (schedule.cuh) on every call (opaque,
 /// so not hoisted): two 64-bit bases held across a key loop would take registers that the
 /// accumulators need.
-template <int kBlockN, int kHeadDim, int kThreads, int kColumns, class Params>
+template <int kBlockN, int kHeadDim, int kThreads, int kColumns, bool kOrderedCtas, class Params>
 __device__ __forceinline__ void load_key_value_block(const Params& p, const MaskState& ms, int n,
                                                      u32 smem_stage, u32 smem_vectors, int thread) {
   typedef SmemTile<kBlockN, kHeadDim> KvTile;
-  const CtaWork work = cta_work<true>();  // head and batch do not depend on the flag
+  const CtaWork work =
+      cta_work<true>(cta_order_of<kOrderedCtas>(p));  // head and batch do not depend on the flag
   const int batch = static_cast<int>(opaque(static_cast<u32>(work.batch)));
   const int kv_head =
       static_cast<int>(opaque(static_cast<u32>(work.head))) / (p.heads / p.kv_heads);

@@ -136,6 +136,8 @@ struct MaskPolicy {
   static constexpr bool kHasUpper = kUte >= 0;
   /// The element rule is cheap index arithmetic: the kernels apply masked() unrolled.
   static constexpr bool kElementBits = false;
+  /// The vectors make a block's work depend on the data: the CTAs run in a CTA order.
+  static constexpr bool kOrderedCtas = kHasVectors;
 
   /// MaskState::vector_row of the CTA's (head, batch).
   template <class Params>
@@ -283,6 +285,8 @@ struct PredicatePolicy {
   /// The element rule comes as bits per fragment: the tile's stored bits (load_fragment_words,
   /// fragment_bits), else the generated expression (evaluate_bits).
   static constexpr bool kElementBits = true;
+  /// The block table makes a block's work depend on the data: the CTAs run in a CTA order.
+  static constexpr bool kOrderedCtas = true;
 
   /// MaskState::vector_row: the table row of the CTA's (head, batch).
   template <class Params>
@@ -336,7 +340,7 @@ struct PredicatePolicy {
   template <class Params>
   __device__ static __forceinline__ bool masked(const Params& p, const MaskState& s, int row,
                                                 int col, const Column&) {
-    const CtaWork work = cta_work<true>();  // head and batch do not depend on the flag
+    const CtaWork work = cta_work<true>(p.cta_order);  // head and batch do not depend on the flag
     return col >= s.seqlen_k || !Visible::visible(p.predicate, work.batch, work.head, row, col);
   }
 

@@ -47,6 +47,9 @@ struct FwdParams {
   /// bits of its partial tiles (query rows).
   PredicateInputs predicate;
   const unsigned* predicate_bits;
+  /// The order in which the CTAs take their work (cta_order.cuh): entry i is the natural
+  /// index of the CTA launched i-th; null for the index order of schedule.cuh.
+  const int* cta_order;
 };
 
 /// Arguments of the backward kernels. Strides are in elements; the last dim is contiguous.
@@ -94,6 +97,9 @@ struct BwdParams {
   PredicateInputs predicate;
   const unsigned* predicate_bits;
   const unsigned* predicate_bits_dq;
+  /// The CTA order (as FwdParams::cta_order) of the kernel being launched: the host sets the
+  /// main kernel's before its launch and the dQ kernel's before that one.
+  const int* cta_order;
 };
 
 /// Arguments of the FlashMask min/max preprocessing kernel.
@@ -118,6 +124,21 @@ struct PredicateBlocksParams {
   int table_heads;      ///< H when the predicate depends on h, else 1
   int seqlen_q, seqlen_k;
   int blocks_m, blocks_n;
+};
+
+/// Arguments of the CTA-order kernel (cta_order.cuh) of one attention kernel, whose own
+/// arguments (Params: FwdParams or BwdParams) give the shapes and the mask data. It runs in
+/// two launches: phase 0, one warp per CTA of the attention grid, writes each CTA's cost;
+/// phase 1, one CTA, sorts the CTAs by cost, heaviest first, stable in the natural order.
+template <class Params>
+struct CtaOrderParams {
+  Params attention;
+  const int* table;  ///< the attention kernel's min/max tables or predicate block table
+  int* cost;         ///< [grid CTAs]: phase 0 writes, phase 1 reads; -1 for an empty CTA
+  int* order;        ///< [grid CTAs]: phase 1 writes order[launch position] = natural index
+  int grid_x, grid_y, grid_z;  ///< the attention kernel's grid (schedule.cuh)
+  int max_cost;                ///< an upper bound of the costs: the scale of the sort's buckets
+  int phase;
 };
 
 }  // namespace attnjit

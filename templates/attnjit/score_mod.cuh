@@ -40,13 +40,15 @@ struct ScoreMod {
   /// The hook's constants (FwdParams or BwdParams) for the CTA's query head, decoded from the
   /// paired-head grid of every kernel that takes the hook (schedule.cuh); with ALiBi a load of
   /// the head's slope (cached after the first key block). Without modifiers it emits no code.
-  template <class Params>
+  template <bool kOrderedCtas, class Params>
   __device__ __forceinline__ static ScoreMod make(const Params& p) {
     ScoreMod m;
     m.scale_log2 = p.scale_log2;
     m.softcap_exp2 = p.softcap_exp2;
     m.softcap_log2 = p.softcap_log2;
-    m.slope_log2 = kAlibi ? p.alibi_slopes[cta_work<true>().head] * 1.4426950408889634f : 0.f;
+    m.slope_log2 = kAlibi ? p.alibi_slopes[cta_work<true>(cta_order_of<kOrderedCtas>(p)).head] *
+                                1.4426950408889634f
+                          : 0.f;
     return m;
   }
 

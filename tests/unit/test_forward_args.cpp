@@ -194,8 +194,9 @@ TEST_CASE("forward names the bad predicate input", "[runtime][args]") {
 TEST_CASE("predicate masks compile, and so do their reference kernels", "[cache]") {
   const AttentionSpec spec = parse_spec("dtype=bf16 head_dim=64 mask=predicate(q>=k) target=sm_90");
   const jit::Kernel kernel = compiled("dtype=bf16 head_dim=64 mask=predicate(q>=k) target=sm_90");
-  REQUIRE(kernel.info().kernels.size() == 2);
+  REQUIRE(kernel.info().kernels.size() == 3);
   CHECK(kernel.info().kernels[0].name.find("predicate_blocks") != std::string::npos);
+  CHECK(kernel.info().kernels[1].name.find("cta_order") != std::string::npos);
   CHECK(jit::compile_reference(spec).info().kernels.size() == 1);
 }
 

@@ -117,7 +117,8 @@ TEST_CASE("select_tiles fits every head dim into every target", "[pass]") {
       }
     }
   }
-  // Two-slab warps at d128; the key block shrinks where the mask needs more registers.
+  // Two-slab warps at d128; the key block shrinks where the mask needs more registers
+  // (index and vector masks 48, a runtime window 32).
   const Lowering plain = lower(parse_spec("dtype=bf16 head_dim=128 mask=causal target=sm_90"));
   CHECK(plain.tiles->block_m == 128);
   CHECK(plain.tiles->block_n == 48);
@@ -126,7 +127,10 @@ TEST_CASE("select_tiles fits every head dim into every target", "[pass]") {
   CHECK(!plain.tiles->q_in_registers);
   const Lowering vectors = lower(
       parse_spec("dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1) target=sm_90"));
-  CHECK(vectors.tiles->block_n == 32);
+  CHECK(vectors.tiles->block_n == 48);
+  const Lowering window_d128 =
+      lower(parse_spec("dtype=bf16 head_dim=128 mask=sliding_window target=sm_90"));
+  CHECK(window_d128.tiles->block_n == 32);
   const Lowering window =
       lower(parse_spec("dtype=bf16 head_dim=64 mask=sliding_window target=sm_90"));
   CHECK(window.tiles->block_n == 64);
@@ -150,7 +154,8 @@ TEST_CASE("select_tiles honours and checks an explicit shape", "[pass]") {
                     Catch::Contains("fits sm_86's 101376 bytes"));
 }
 
-TEST_CASE("plan_kernels lists the min/max kernel first, for FlashMask only", "[pass]") {
+TEST_CASE("plan_kernels lists the min/max kernel and the CTA order first, for FlashMask only",
+          "[pass]") {
   const Lowering causal = lower(parse_spec("dtype=bf16 head_dim=128 mask=causal target=sm_90"));
   REQUIRE(causal.plan->kernels.size() == 1);
   CHECK(causal.plan->kernels[0].name == "attnjit_fwd_bf16_d128_causal");
@@ -159,11 +164,18 @@ TEST_CASE("plan_kernels lists the min/max kernel first, for FlashMask only", "[p
 
   const Lowering fm = lower(parse_spec(
       "dtype=fp16 head_dim=64 mask=flashmask(causal=true,columns=2) return_lse=true target=sm_80"));
-  REQUIRE(fm.plan->kernels.size() == 2);
+  REQUIRE(fm.plan->kernels.size() == 3);
   CHECK(fm.plan->kernels[0].role == KernelRole::flashmask_minmax);
   CHECK(fm.plan->kernels[0].name ==
         "attnjit_flashmask_minmax_c2_bn" + std::to_string(fm.tiles->block_n));
-  CHECK(fm.plan->kernels[1].name == "attnjit_fwd_fp16_d64_flashmask_causal_c2_lse");
+  // The forward's CTAs sorted by the tiles the vectors leave them.
+  const KernelDesc& order = fm.plan->kernels[1];
+  CHECK(order.role == KernelRole::cta_order);
+  CHECK(order.orders == KernelRole::forward);
+  CHECK(order.block_m == fm.tiles->block_m);
+  CHECK(order.block_n == fm.tiles->block_n);
+  CHECK(order.threads == 1024);
+  CHECK(fm.plan->kernels[2].name == "attnjit_fwd_fp16_d64_flashmask_causal_c2_lse");
 }
 
 TEST_CASE("the pipeline runs the six passes in order and reports each", "[pass]") {
@@ -217,14 +229,21 @@ TEST_CASE("the backward plan", "[pass]") {
   const Lowering det = lower(
       parse_spec("dtype=fp16 head_dim=128 mask=flashmask(causal=true,columns=1) direction=backward "
                  "deterministic=true target=sm_90"));
-  CHECK(roles(det) == std::vector<R>{R::flashmask_minmax, R::flashmask_minmax,
-                                     R::backward_preprocess, R::backward, R::backward_dq,
-                                     R::backward_reduce_dkdv});
+  CHECK(roles(det) == std::vector<R>{R::flashmask_minmax, R::flashmask_minmax, R::cta_order,
+                                     R::cta_order, R::backward_preprocess, R::backward,
+                                     R::backward_dq, R::backward_reduce_dkdv});
   CHECK(det.plan->kernels[0].block_n == det.backward_tiles->block_n);
   CHECK(det.plan->kernels[1].block_n == det.backward_tiles->dq_block_n);
-  CHECK(det.plan->kernels[2].name == "attnjit_bwd_preprocess_fp16_d128");
-  CHECK(det.plan->kernels[3].name == "attnjit_bwd_fp16_d128_flashmask_causal_c1_deterministic");
-  CHECK(det.plan->kernels[4].name == "attnjit_bwd_dq_fp16_d128_flashmask_causal_c1");
+  // One CTA order per attention kernel, with that kernel's tiles.
+  CHECK(det.plan->kernels[2].orders == R::backward);
+  CHECK(det.plan->kernels[2].block_m == det.backward_tiles->block_m);
+  CHECK(det.plan->kernels[2].block_n == det.backward_tiles->block_n);
+  CHECK(det.plan->kernels[3].orders == R::backward_dq);
+  CHECK(det.plan->kernels[3].block_m == det.backward_tiles->dq_block_m);
+  CHECK(det.plan->kernels[3].block_n == det.backward_tiles->dq_block_n);
+  CHECK(det.plan->kernels[4].name == "attnjit_bwd_preprocess_fp16_d128");
+  CHECK(det.plan->kernels[5].name == "attnjit_bwd_fp16_d128_flashmask_causal_c1_deterministic");
+  CHECK(det.plan->kernels[6].name == "attnjit_bwd_dq_fp16_d128_flashmask_causal_c1");
   CHECK(det.backward_tiles->dq_block_m == 16 * det.backward_tiles->dq_warps);
 
   // Wide heads split their dK/dV accumulators over warps sharing the same keys.
@@ -361,12 +380,13 @@ TEST_CASE("a predicate mask is parsed, canonicalized and lowered to a block tabl
 TEST_CASE("plan_kernels puts one block classification per tile shape first", "[pass]") {
   const Lowering forward =
       lower(parse_spec("dtype=bf16 head_dim=128 mask=predicate(q>=k&&d[q]==d[k]) target=sm_90"));
-  REQUIRE(forward.plan->kernels.size() == 2);
+  REQUIRE(forward.plan->kernels.size() == 3);
   const KernelDesc& blocks = forward.plan->kernels[0];
   CHECK(blocks.role == KernelRole::predicate_blocks);
   CHECK(blocks.block_m == forward.tiles->block_m);
   CHECK(blocks.block_n == forward.tiles->block_n);
-  CHECK(forward.plan->kernels[1].role == KernelRole::forward);
+  CHECK(forward.plan->kernels[1].role == KernelRole::cta_order);
+  CHECK(forward.plan->kernels[2].role == KernelRole::forward);
 
   const Lowering det = lower(parse_spec(
       "dtype=bf16 head_dim=128 mask=predicate(q>=k) direction=backward deterministic=true "

@@ -39,7 +39,7 @@ class PredicateTest(TemporaryCacheTest):
         kernel = attnjit.compile(
             f"dtype=bf16 head_dim=64 mask=predicate({mask.structure}) target=sm_90")
         roles = [k["role"] for k in kernel.info()["kernels"]]
-        self.assertEqual(roles, ["predicate_blocks", "forward"])
+        self.assertEqual(roles, ["predicate_blocks", "cta_order", "forward"])
         # With both score modifiers, as attnjit.attention(mask=predicate, softcap=...,
         # alibi_slopes=...) compiles it.
         kernel = attnjit.compile(f"dtype=bf16 head_dim=64 mask=predicate({mask.structure}) "

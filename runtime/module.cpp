@@ -11,7 +11,7 @@
 namespace attnjit::runtime {
 namespace {
 
-/// Kernels may use this much dynamic shared memory without opting in.
+/// Kernels may use this much shared memory (static and dynamic) without opting in.
 constexpr int kDefaultDynamicSmemLimit = 48 * 1024;
 
 void check_dimension(std::string_view what, char axis, unsigned value, unsigned limit) {
@@ -61,7 +61,13 @@ CUfunction LoadedModule::function(const std::string& name, int dynamic_smem_byte
   CUfunction function = nullptr;
   check(api.cuModuleGetFunction(&function, module_, name.c_str()),
         fmt::format("cuModuleGetFunction('{}')", name));
-  if (dynamic_smem_bytes > kDefaultDynamicSmemLimit) {
+  // The 48 KiB without opt-in covers static and dynamic shared memory together.
+  int static_smem_bytes = 0;
+  if (dynamic_smem_bytes > 0) {
+    check(api.cuFuncGetAttribute(&static_smem_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function),
+          fmt::format("cuFuncGetAttribute(kernel '{}', SHARED_SIZE_BYTES)", name));
+  }
+  if (static_smem_bytes + dynamic_smem_bytes > kDefaultDynamicSmemLimit) {
     const DeviceInfo device = current_device();
     check(
         api.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

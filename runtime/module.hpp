@@ -22,7 +22,7 @@ class LoadedModule {
   LoadedModule& operator=(const LoadedModule&) = delete;
   ~LoadedModule();
 
-  /// The kernel `name`. When it needs more than 48 KiB of dynamic shared memory, raises its
+  /// The kernel `name`. When its static and dynamic shared memory exceed 48 KiB, raises its
   /// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to `dynamic_smem_bytes`; throws
   /// DeviceError naming the kernel, the bytes and the device limit when that is refused.
   CUfunction function(const std::string& name, int dynamic_smem_bytes) const;

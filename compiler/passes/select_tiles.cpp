@@ -11,14 +11,22 @@ namespace attnjit {
 namespace {
 
 // How much per-element mask work (and so how many registers) a kernel carries: causal by
-// index only, FlashMask vectors, a runtime window, or a generated element predicate (any
-// expression, tensor reads included).
-enum MaskCost { kIndexMask = 0, kVectorMask = 1, kWindowMask = 2, kPredicateMask = 3 };
+// index only, FlashMask vectors with one masked interval per column (causal), vectors with a
+// lower and an upper interval (non-causal), a runtime window, or a generated element
+// predicate (any expression, tensor reads included).
+enum MaskCost {
+  kIndexMask = 0,
+  kVectorMask = 1,
+  kTwoIntervalMask = 2,
+  kWindowMask = 3,
+  kPredicateMask = 4
+};
 
 MaskCost mask_cost(const MaskLowering& mask) {
   if (mask.element_predicate) return kPredicateMask;
   if (mask.window_by_index) return kWindowMask;
-  return mask.vectors.empty() ? kIndexMask : kVectorMask;
+  if (mask.vectors.empty()) return kIndexMask;
+  return mask.causal_by_index ? kVectorMask : kTwoIntervalMask;
 }
 
 struct Candidate {
@@ -40,7 +48,7 @@ constexpr std::array<Candidate, 18> kCandidates{{
     {64, 128, 96, 4, 's', kIndexMask},
     {64, 128, 64, 4, 's', kPredicateMask},
     {64, 64, 64, 4, 'q', kWindowMask},
-    {96, 128, 64, 4, 's', kVectorMask},
+    {96, 128, 64, 4, 's', kTwoIntervalMask},
     {96, 128, 32, 4, 's', kWindowMask},
     {96, 64, 64, 4, 'q', kPredicateMask},
     {128, 128, 48, 4, 's', kVectorMask},

@@ -124,14 +124,14 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
   const TileConfig& tiles = *set.ir->tiles;
   std::optional<StreamScratch> minmax;
   std::vector<std::unique_ptr<StreamScratch>> block_tables;
+  const auto grid =
+      paired_head_grid(ceil_div(shapes.seqlen_q, tiles.block_m), shapes.heads, shapes.batch);
   for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
     const KernelDesc& desc = plan.kernels[i];
     const detail::LoadedKernel& kernel = kernels[i];
     runtime::LaunchConfig config;
     config.block[0] = static_cast<unsigned>(kernel.threads);
     config.dynamic_smem_bytes = static_cast<unsigned>(kernel.dynamic_smem_bytes);
-    const auto grid =
-        paired_head_grid(ceil_div(shapes.seqlen_q, tiles.block_m), shapes.heads, shapes.batch);
     if (desc.role == KernelRole::cta_order) {
       params.cta_order =
           detail::order_ctas(kernel, desc, params, params.minmax, grid, stream, block_tables);

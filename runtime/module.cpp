@@ -12,7 +12,7 @@ namespace attnjit::runtime {
 namespace {
 
 /// Kernels may use this much shared memory (static and dynamic) without opting in.
-constexpr int kDefaultDynamicSmemLimit = 48 * 1024;
+constexpr int kDefaultSmemLimit = 48 * 1024;
 
 void check_dimension(std::string_view what, char axis, unsigned value, unsigned limit) {
   if (value == 0 || value > limit) {
@@ -67,7 +67,7 @@ CUfunction LoadedModule::function(const std::string& name, int dynamic_smem_byte
     check(api.cuFuncGetAttribute(&static_smem_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function),
           fmt::format("cuFuncGetAttribute(kernel '{}', SHARED_SIZE_BYTES)", name));
   }
-  if (static_smem_bytes + dynamic_smem_bytes > kDefaultDynamicSmemLimit) {
+  if (static_smem_bytes + dynamic_smem_bytes > kDefaultSmemLimit) {
     const DeviceInfo device = current_device();
     check(
         api.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

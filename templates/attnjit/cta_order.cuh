@@ -39,10 +39,7 @@ __device__ __forceinline__ float bucket_scale(int max_cost) {
 template <class Mask, int kBlockM, int kBlockN, bool kKeyBlocks, class Params>
 __device__ __forceinline__ int cta_cost(const CtaOrderParams<Params>& p, unsigned natural) {
   const Params& a = p.attention;
-  const unsigned grid_x = static_cast<unsigned>(p.grid_x);
-  const unsigned rest = natural / grid_x;
-  const CtaWork work = natural_cta_work<kKeyBlocks>(natural - rest * grid_x, rest % p.grid_y,
-                                                    rest / p.grid_y, grid_x);
+  const CtaWork work = natural_cta_work_at<kKeyBlocks>(natural, p.grid_x, p.grid_y);
   if (work.head >= a.heads) return -1;
   MaskState ms = make_mask_state<kBlockN, Mask>(a, work.head, work.batch);
   const int lane = threadIdx.x % 32;

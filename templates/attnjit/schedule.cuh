@@ -44,6 +44,16 @@ __device__ __forceinline__ CtaWork natural_cta_work(unsigned x, unsigned y, unsi
   return work;
 }
 
+/// natural_cta_work of the CTA with natural (linear) index `natural` in a grid of grid_x x
+/// grid_y x any.
+template <bool kLowBlocksHeavy>
+__device__ __forceinline__ CtaWork natural_cta_work_at(unsigned natural, unsigned grid_x,
+                                                       unsigned grid_y) {
+  const unsigned rest = natural / grid_x;
+  return natural_cta_work<kLowBlocksHeavy>(natural - rest * grid_x, rest % grid_y, rest / grid_y,
+                                           grid_x);
+}
+
 /// The `order` argument of cta_work in a kernel whose mask policy has kOrderedCtas (data-
 /// dependent skipping, where the host launches a CTA-order kernel first): the kernel
 /// parameter cta_order, else null at compile time, so index-ordered kernels carry no lookup.
@@ -65,10 +75,8 @@ __device__ __forceinline__ void start_cta(const int* order) {
   if (order == nullptr) return;
   if (threadIdx.x == 0) {
     const unsigned launched = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    const unsigned natural = static_cast<unsigned>(order[launched]);
-    const unsigned rest = natural / gridDim.x;
-    ordered_cta_work = natural_cta_work<kLowBlocksHeavy>(
-        natural - rest * gridDim.x, rest % gridDim.y, rest / gridDim.y, gridDim.x);
+    ordered_cta_work = natural_cta_work_at<kLowBlocksHeavy>(static_cast<unsigned>(order[launched]),
+                                                            gridDim.x, gridDim.y);
   }
   __syncthreads();
 }

@@ -64,17 +64,37 @@ __device__ __forceinline__ void load_tile_async(u32 smem_base, const u16* global
   constexpr int kTotal = kRows * Tile::kChunks;
   // Called inside the key-block loop: opaque inputs keep the per-copy address terms from
   // being hoisted out of that loop, where each would pin a register for its whole length.
-  thread = static_cast<int>(opaque(static_cast<u32>(thread)));
-  row_stride = opaque(row_stride);
+  const u32 lane_thread = opaque(static_cast<u32>(thread));
+  constexpr int kPassRows = kThreads / Tile::kChunks;
+  if constexpr (kThreads % Tile::kChunks == 0 && kPassRows % 8 == 0) {
+    // Each pass of the threads covers kPassRows whole rows, a multiple of the swizzle's
+    // period: a thread keeps its chunk and its swizzle, and its addresses advance by
+    // constants (no division per copy).
+    const int chunk = static_cast<int>(lane_thread % Tile::kChunks);
+    const int row0 = static_cast<int>(lane_thread / Tile::kChunks);
+    const u32 dst = smem_base + Tile::offset(row0, chunk);
+    const u16* src = global + row0 * row_stride + chunk * 8;
 #pragma unroll
-  for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
-    const int index = thread + i * kThreads;
-    if (kTotal % kThreads == 0 || index < kTotal) {
-      const int row = index / Tile::kChunks;
-      const int chunk = index % Tile::kChunks;
-      const bool valid = row < valid_rows;
-      const u16* src = global + (valid ? row * row_stride + chunk * 8 : 0);
-      cp_async_16(smem_base + Tile::offset(row, chunk), src, valid ? 16 : 0);
+    for (int i = 0; i < (kRows + kPassRows - 1) / kPassRows; ++i) {
+      const int row = row0 + i * kPassRows;
+      if (kRows % kPassRows == 0 || row < kRows) {
+        const bool valid = row < valid_rows;
+        cp_async_16(dst + i * kPassRows * (Tile::kPanelCols * 2),
+                    valid ? src + i * kPassRows * row_stride : global, valid ? 16 : 0);
+      }
+    }
+  } else {
+    row_stride = opaque(row_stride);
+#pragma unroll
+    for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
+      const int index = static_cast<int>(lane_thread) + i * kThreads;
+      if (kTotal % kThreads == 0 || index < kTotal) {
+        const int row = index / Tile::kChunks;
+        const int chunk = index % Tile::kChunks;
+        const bool valid = row < valid_rows;
+        const u16* src = global + (valid ? row * row_stride + chunk * 8 : 0);
+        cp_async_16(smem_base + Tile::offset(row, chunk), src, valid ? 16 : 0);
+      }
     }
   }
 }

@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <string>
+#include <vector>
+
 #include "attnjit/error.hpp"
 #include "compiler/codegen/emit_common.hpp"
 
@@ -11,16 +14,21 @@ namespace {
 
 std::string emit_main(const Lowering& ir, const KernelDesc& kernel) {
   const BackwardTiles& tiles = *ir.backward_tiles;
+  const bool grid = tiles.layout == BackwardLayout::warp_grid;
+  std::vector<std::string> config{
+      fmt::format("static constexpr int kHeadDim = {};", ir.spec.head_dim_qk),
+      fmt::format("static constexpr int kBlockM = {};", tiles.block_m),
+      fmt::format("static constexpr int kBlockN = {};", tiles.block_n),
+      fmt::format("static constexpr int kWarps = {};", tiles.warps)};
+  // The grid layout derives its warp grids from the shape (bwd_grid_sm80.cuh).
+  if (!grid) config.push_back(fmt::format("static constexpr int kDimWarps = {};", tiles.dim_warps));
+  config.push_back(fmt::format("static constexpr bool kAtomicDq = {};", !ir.spec.deterministic));
+  const std::string_view kernel_struct = grid ? "BackwardGridSm80" : "BackwardSm80";
+  const std::string_view body = grid ? "backward_grid_sm80" : "backward_sm80";
   return emit_mainloop(
-      ir, kernel,
-      {fmt::format("static constexpr int kHeadDim = {};", ir.spec.head_dim_qk),
-       fmt::format("static constexpr int kBlockM = {};", tiles.block_m),
-       fmt::format("static constexpr int kBlockN = {};", tiles.block_n),
-       fmt::format("static constexpr int kWarps = {};", tiles.warps),
-       fmt::format("static constexpr int kDimWarps = {};", tiles.dim_warps),
-       fmt::format("static constexpr bool kAtomicDq = {};", !ir.spec.deterministic)},
-      "attnjit::BackwardSm80<Config, Mask>", "attnjit::BwdParams",
-      fmt::format("attnjit::backward_sm80<Config, Mask{}>(params);", score_mod_argument(ir.spec)),
+      ir, kernel, config, fmt::format("attnjit::{}<Config, Mask>", kernel_struct),
+      "attnjit::BwdParams",
+      fmt::format("attnjit::{}<Config, Mask{}>(params);", body, score_mod_argument(ir.spec)),
       /*min_blocks_per_sm=*/1);
 }
 

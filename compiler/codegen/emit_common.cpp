@@ -54,8 +54,9 @@ void emit_header(SourceWriter& w, const Lowering& ir, const KernelDesc& kernel) 
   }
   if (ir.backward_tiles) {
     const BackwardTiles& t = *ir.backward_tiles;
-    w.line("// tiles: block_m={} block_n={} warps={} dim_warps={} dq: {}x{}, {} warps", t.block_m,
-           t.block_n, t.warps, t.dim_warps, t.dq_block_m, t.dq_block_n, t.dq_warps);
+    w.line("// tiles: layout={} block_m={} block_n={} warps={} dim_warps={} dq: {}x{}, {} warps",
+           name_of(t.layout), t.block_m, t.block_n, t.warps, t.dim_warps, t.dq_block_m,
+           t.dq_block_n, t.dq_warps);
   }
   w.line("#include \"{}\"", kernel.template_header);
   w.blank();

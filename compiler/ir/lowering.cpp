@@ -29,6 +29,16 @@ std::string_view name_of(KernelFamily family) {
   throw InternalError("unknown KernelFamily");
 }
 
+std::string_view name_of(BackwardLayout layout) {
+  switch (layout) {
+    case BackwardLayout::key_slabs:
+      return "slabs";
+    case BackwardLayout::warp_grid:
+      return "grid";
+  }
+  throw InternalError("unknown BackwardLayout");
+}
+
 std::string_view name_of(KernelRole role) {
   switch (role) {
     case KernelRole::flashmask_minmax:
@@ -98,10 +108,10 @@ std::string to_string(const Lowering& lowering) {
   if (lowering.backward_tiles) {
     const BackwardTiles& t = *lowering.backward_tiles;
     out += fmt::format(
-        "  backward_tiles {{block_m={} block_n={} warps={} dim_warps={} smem_bytes={} "
+        "  backward_tiles {{layout={} block_m={} block_n={} warps={} dim_warps={} smem_bytes={} "
         "dq_block_m={} dq_block_n={} dq_warps={} dq_smem_bytes={}}}\n",
-        t.block_m, t.block_n, t.warps, t.dim_warps, t.smem_bytes, t.dq_block_m, t.dq_block_n,
-        t.dq_warps, t.dq_smem_bytes);
+        name_of(t.layout), t.block_m, t.block_n, t.warps, t.dim_warps, t.smem_bytes, t.dq_block_m,
+        t.dq_block_n, t.dq_warps, t.dq_smem_bytes);
   }
   if (lowering.plan) {
     for (const KernelDesc& kernel : lowering.plan->kernels) {

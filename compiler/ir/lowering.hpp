@@ -58,12 +58,22 @@ struct TileConfig {
   bool operator==(const TileConfig&) const = default;
 };
 
+/// How the backward main kernel spreads its products over its warps.
+enum class BackwardLayout {
+  key_slabs,  ///< bwd_sm80.cuh: every product by key slabs of 16 (x dim_warps), P^T in registers
+  warp_grid,  ///< bwd_grid_sm80.cuh: a 2-D warp grid per product, P^T and dS^T in shared memory
+};
+
+std::string_view name_of(BackwardLayout layout);
+
 /// Tile shapes of the backward kernels (decided by select_tiles for direction=backward).
 struct BackwardTiles {
+  BackwardLayout layout = BackwardLayout::key_slabs;
   int block_m = 0;    ///< main kernel: queries per iteration
   int block_n = 0;    ///< main kernel: keys per CTA (also its min/max key-block size)
-  int warps = 0;      ///< main kernel warps: block_n / 16 key slabs x dim_warps
-  int dim_warps = 0;  ///< warps sharing a key slab, each owning a share of the head dim
+  int warps = 0;      ///< main kernel warps: key warps (block_n / 16 slabs, or block_n / 32
+                      ///< for the grid) x dim_warps
+  int dim_warps = 0;  ///< warps sharing the same keys of dK/dV, each owning a share of the head dim
   int smem_bytes = 0;
   int dq_block_m = 0;  ///< deterministic dQ kernel: queries per CTA (16 per warp)
   int dq_block_n = 0;  ///< deterministic dQ kernel: keys per iteration

@@ -145,12 +145,12 @@ MaskSpec parse_mask(std::string_view text) {
 
 TileShape parse_tiles(std::string_view text) {
   constexpr std::string_view kAccepted =
-      "auto or BMxBNxW with an optional q/s suffix, e.g. 128x64x4";
+      "auto or BMxBNxW with an optional q/s (forward) or g (backward) suffix, e.g. 128x64x4";
   if (text == "auto") return {};
   TileShape tiles;
   std::string_view rest = text;
-  if (!rest.empty() && (rest.back() == 'q' || rest.back() == 's')) {
-    tiles.q_mode = rest.back();
+  if (!rest.empty() && (rest.back() == 'q' || rest.back() == 's' || rest.back() == 'g')) {
+    tiles.variant = rest.back();
     rest.remove_suffix(1);
   }
   int* fields[3] = {&tiles.block_m, &tiles.block_n, &tiles.warps};
@@ -196,7 +196,7 @@ std::string to_string(const MaskSpec& mask) {
 std::string to_string(const TileShape& tiles) {
   if (tiles.is_auto()) return "auto";
   return fmt::format("{}x{}x{}{}", tiles.block_m, tiles.block_n, tiles.warps,
-                     tiles.q_mode ? std::string(1, tiles.q_mode) : std::string());
+                     tiles.variant ? std::string(1, tiles.variant) : std::string());
 }
 
 std::string to_string(const AttentionSpec& spec) {

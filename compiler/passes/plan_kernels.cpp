@@ -134,7 +134,8 @@ KernelPlan plan_backward(const Lowering& in) {
   main.role = KernelRole::backward;
   main.name = fmt::format("attnjit_bwd_{}_{}{}{}", type, mask_tag(spec.mask), score_mod_tag(spec),
                           spec.deterministic ? "_deterministic" : "");
-  main.template_header = "attnjit/bwd_sm80.cuh";
+  main.template_header = tiles.layout == BackwardLayout::warp_grid ? "attnjit/bwd_grid_sm80.cuh"
+                                                                   : "attnjit/bwd_sm80.cuh";
   main.threads = tiles.warps * 32;
   main.dynamic_smem_bytes = tiles.smem_bytes;
   main.grid = fmt::format("(2*ceil(Sk/{}), ceil(H/2), B)", tiles.block_n);

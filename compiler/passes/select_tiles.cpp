@@ -31,7 +31,7 @@ MaskCost mask_cost(const MaskLowering& mask) {
 
 struct Candidate {
   int head_dim, block_m, block_n, warps;
-  char q_mode;     // 'q': Q fragments in registers, 's': Q re-read from shared memory
+  char variant;    // 'q': Q fragments in registers, 's': Q re-read from shared memory
   MaskCost up_to;  // the costliest mask this shape compiles for without spilling
 };
 
@@ -80,7 +80,7 @@ int smem_bytes(int block_m, int block_n, const AttentionSpec& spec, const MaskLo
   return q_tile + kKvStages * (kv_tile + vector_tile);
 }
 
-TileConfig make_config(int block_m, int block_n, int warps, char q_mode, int smem) {
+TileConfig make_config(int block_m, int block_n, int warps, char variant, int smem) {
   TileConfig tiles;
   tiles.block_m = block_m;
   tiles.block_n = block_n;
@@ -88,7 +88,7 @@ TileConfig make_config(int block_m, int block_n, int warps, char q_mode, int sme
   tiles.kv_stages = kKvStages;
   // Without an explicit choice, one-slab warps keep Q in registers (two-slab warps could
   // not hold it next to their accumulators).
-  tiles.q_in_registers = q_mode == 'q' || (q_mode == 0 && tiles.rows_per_warp() == 16);
+  tiles.q_in_registers = variant == 'q' || (variant == 0 && tiles.rows_per_warp() == 16);
   tiles.smem_bytes = smem;
   return tiles;
 }
@@ -97,6 +97,9 @@ TileConfig make_config(int block_m, int block_n, int warps, char q_mode, int sme
 // and shared memory within the target.
 void check_explicit(const TileShape& shape, int smem, const TargetInfo& target) {
   const std::string value = to_string(shape);
+  if (shape.variant == 'g') {
+    throw_field_error("tiles", value, "BMxBNxW with an optional q/s suffix for the forward");
+  }
   if (shape.warps != 1 && shape.warps != 2 && shape.warps != 4 && shape.warps != 8) {
     throw_field_error("tiles warps", value, "1, 2, 4 or 8 warps");
   }
@@ -114,21 +117,33 @@ void check_explicit(const TileShape& shape, int smem, const TargetInfo& target) 
   }
 }
 
-// Backward main kernel: 16 keys per key warp; dim_warps > 1 splits a wide head dim's dK/dV
-// accumulators over warps sharing the same keys (they recompute S^T and dP^T). dQ = dS K is
-// split as (block_m / 16) row slabs x (warps / that) column groups of 16-multiples.
+// Backward main kernel. The warp-grid layout (bwd_grid_sm80.cuh) gives each product its own
+// grid of 32-row warp tiles and passes P^T and dS^T through shared memory: block_n / 32 key
+// warps, the rest splitting the queries of S^T / dP^T and the head dim of dK / dV; dQ = dS K
+// by block_m / 32 row warps x the rest. It reads each operand fragment for two MMAs where
+// the key-slab layout reads it for one, which at head dim 128 (where the shared-memory reads
+// set the key-slab kernel's speed) is the faster kernel on an H100 (docs/benchmarks/). Key
+// slabs (bwd_sm80.cuh): 16 keys per key warp; dim_warps > 1 splits a wide head dim's dK/dV
+// accumulators over warps sharing the same keys (they recompute S^T and dP^T); dQ = dS K as
+// (block_m / 16) row slabs x (warps / that) column groups of 16-multiples. Predicate masks
+// with element bits, whose stored bits follow the key-slab fragments, use key slabs.
 struct BackwardCandidate {
   int head_dim, block_m, block_n, warps, dim_warps;
+  BackwardLayout layout = BackwardLayout::key_slabs;
 };
 
-constexpr std::array<BackwardCandidate, 16> kBackwardCandidates{{
+constexpr BackwardLayout kGrid = BackwardLayout::warp_grid;
+
+constexpr std::array<BackwardCandidate, 18> kBackwardCandidates{{
     {32, 64, 128, 8, 1},
     {32, 64, 64, 4, 1},
+    {64, 64, 128, 8, 2, kGrid},
     {64, 64, 128, 8, 1},
     {64, 64, 64, 4, 1},
     {96, 64, 128, 8, 1},
     {96, 64, 64, 8, 2},
     {96, 32, 32, 4, 2},
+    {128, 64, 128, 8, 2, kGrid},
     {128, 64, 128, 8, 1},
     {128, 64, 64, 8, 2},
     {128, 32, 64, 8, 2},
@@ -158,7 +173,10 @@ constexpr std::array<DqCandidate, 5> kDqCandidates{{
 // than 64 dK/dV columns next to 64 queries have no room for them (the NVRTC sweep over every
 // mask showed spills from d96 to d256 with softcap, and at d256 with ALiBi alone in fp16), so
 // modifier specs skip those shapes.
-bool fits_score_mods(const BackwardCandidate& c) {
+bool fits_score_mods(const BackwardCandidate& c, const AttentionSpec& spec) {
+  // The warp grid keeps 32 keys x 64 columns of dK and dV per warp at d128; ALiBi's slope
+  // and distances spilled there on sm_90 (NVRTC sweep), soft-capping did not.
+  if (c.layout == BackwardLayout::warp_grid) return !spec.alibi;
   return c.head_dim / c.dim_warps <= 64 || c.block_m <= 32;
 }
 
@@ -166,8 +184,12 @@ int backward_smem(const BackwardCandidate& c, const AttentionSpec& spec, int col
   const int d = spec.head_dim_qk;
   const int kv = 2 * c.block_n * d * 2;
   const int stages = 2 * (2 * c.block_m * d * 2 + 2 * c.block_m * 4);
-  const int ds = spec.deterministic ? 0 : c.block_n * c.block_m * 2;
-  return kv + stages + ds + c.block_n * columns * 4;
+  // Key slabs: dS^T for the atomic dQ product only; grid: P^T and dS^T always.
+  const int tile = c.block_n * c.block_m * 2;
+  const int staged = c.layout == BackwardLayout::warp_grid ? 2 * tile
+                     : spec.deterministic                  ? 0
+                                                           : tile;
+  return kv + stages + staged + c.block_n * columns * 4;
 }
 
 int dq_smem(const DqCandidate& c, const AttentionSpec& spec, int columns) {
@@ -175,14 +197,52 @@ int dq_smem(const DqCandidate& c, const AttentionSpec& spec, int columns) {
   return 2 * (16 * c.warps) * d * 2 + 2 * (2 * c.block_n * d * 2 + c.block_n * columns * 4);
 }
 
-// An explicit `tiles=BMxBNxW` for the backward main kernel: block_n / 16 key warps, the rest
-// of the warps splitting the head dim, and the dQ product's warp grid, all in whole tiles.
-BackwardCandidate explicit_backward(const AttentionSpec& spec, const TargetInfo& target,
-                                    int columns) {
+// An explicit `tiles=BMxBNxWg` for the backward main kernel: the warp-grid layout, whose
+// three grids (block_n / 32 key warps; block_m / 32 dQ row warps) divide the warps and leave
+// whole n16 pairs of query and head-dim columns to every warp.
+BackwardCandidate explicit_backward_grid(const AttentionSpec& spec, const TargetInfo& target,
+                                         int columns, const MaskLowering& mask) {
   const TileShape& shape = spec.tiles;
   const std::string value = to_string(shape);
   const int d = spec.head_dim_qk;
-  if (shape.q_mode != 0) throw_field_error("tiles", value, "BMxBNxW without q/s for the backward");
+  if (mask.element_predicate) {
+    throw_field_error("tiles", value, "BMxBNxW without the g suffix for mask=predicate");
+  }
+  const int key_warps = shape.block_n / 32;
+  const int row_warps = shape.block_m / 32;
+  const bool valid =
+      shape.block_n % 32 == 0 && shape.block_m % 32 == 0 && key_warps >= 1 && row_warps >= 1 &&
+      shape.warps % key_warps == 0 && shape.warps % row_warps == 0 &&
+      shape.block_m % (16 * (shape.warps / key_warps)) == 0 &&
+      d % (16 * (shape.warps / key_warps)) == 0 && d % (16 * (shape.warps / row_warps)) == 0;
+  if (!valid) {
+    throw_field_error("tiles", value,
+                      "block_n and block_m multiples of 32 whose 32-row warp tiles (block_n/32 key "
+                      "warps, block_m/32 dQ row warps) divide the warps, the other warps splitting "
+                      "the queries and the head dim in multiples of 16");
+  }
+  const BackwardCandidate c{d,           shape.block_m,           shape.block_n,
+                            shape.warps, shape.warps / key_warps, BackwardLayout::warp_grid};
+  const int smem = backward_smem(c, spec, columns);
+  if (smem > target.max_dynamic_smem_bytes) {
+    throw_field_error("tiles", value,
+                      fmt::format("shapes whose shared memory ({} bytes here) fits {}'s {} bytes",
+                                  smem, name_of(target.arch), target.max_dynamic_smem_bytes));
+  }
+  return c;
+}
+
+// An explicit `tiles=BMxBNxW` for the backward main kernel: block_n / 16 key warps, the rest
+// of the warps splitting the head dim, and the dQ product's warp grid, all in whole tiles.
+BackwardCandidate explicit_backward(const AttentionSpec& spec, const TargetInfo& target,
+                                    int columns, const MaskLowering& mask) {
+  const TileShape& shape = spec.tiles;
+  const std::string value = to_string(shape);
+  const int d = spec.head_dim_qk;
+  if (shape.variant == 'g') return explicit_backward_grid(spec, target, columns, mask);
+  if (shape.variant != 0) {
+    throw_field_error("tiles", value, "BMxBNxW with an optional g suffix for the backward");
+  }
   const int key_warps = shape.block_n / 16;
   if (shape.block_n % 16 != 0 || key_warps < 1 || shape.warps % key_warps != 0 ||
       d % (16 * (shape.warps / key_warps)) != 0) {
@@ -211,12 +271,14 @@ BackwardTiles select_backward_tiles(const AttentionSpec& spec, const MaskLowerin
   const int columns = static_cast<int>(mask.vectors.size());
   BackwardTiles tiles;
   std::vector<BackwardCandidate> candidates(kBackwardCandidates.begin(), kBackwardCandidates.end());
-  if (!spec.tiles.is_auto()) candidates = {explicit_backward(spec, target, columns)};
+  if (!spec.tiles.is_auto()) candidates = {explicit_backward(spec, target, columns, mask)};
   for (const BackwardCandidate& c : candidates) {
     if (c.head_dim != spec.head_dim_qk) continue;
-    if ((spec.softcap || spec.alibi) && spec.tiles.is_auto() && !fits_score_mods(c)) continue;
+    if (c.layout == BackwardLayout::warp_grid && mask.element_predicate) continue;
+    if ((spec.softcap || spec.alibi) && spec.tiles.is_auto() && !fits_score_mods(c, spec)) continue;
     const int smem = backward_smem(c, spec, columns);
     if (smem > target.max_dynamic_smem_bytes) continue;
+    tiles.layout = c.layout;
     tiles.block_m = c.block_m;
     tiles.block_n = c.block_n;
     tiles.warps = c.warps;
@@ -258,7 +320,7 @@ Lowering select_tiles(const Lowering& in) {
     const TileShape& shape = spec.tiles;
     const int smem = smem_bytes(shape.block_m, shape.block_n, spec, *in.mask);
     check_explicit(shape, smem, target);
-    out.tiles = make_config(shape.block_m, shape.block_n, shape.warps, shape.q_mode, smem);
+    out.tiles = make_config(shape.block_m, shape.block_n, shape.warps, shape.variant, smem);
     return out;
   }
   const MaskCost cost = mask_cost(*in.mask);
@@ -267,7 +329,7 @@ Lowering select_tiles(const Lowering& in) {
     if ((spec.softcap || spec.alibi) && !fits_score_mods(c)) continue;
     const int smem = smem_bytes(c.block_m, c.block_n, spec, *in.mask);
     if (smem > target.max_dynamic_smem_bytes) continue;
-    out.tiles = make_config(c.block_m, c.block_n, c.warps, c.q_mode, smem);
+    out.tiles = make_config(c.block_m, c.block_n, c.warps, c.variant, smem);
     return out;
   }
   throw InternalError(fmt::format("select_tiles: no tile shape for head_dim {} within {} bytes",

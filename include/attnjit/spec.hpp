@@ -38,16 +38,17 @@ struct MaskSpec {
   bool operator==(const MaskSpec&) const = default;
 };
 
-/// An explicit forward tile shape (tuning and benchmarking); all zero means "chosen by
-/// select_tiles". Text form `BMxBNxW`, optionally suffixed `q` (Q fragments in registers) or
-/// `s` (Q re-read from shared memory), e.g. `tiles=128x64x8s`.
+/// An explicit tile shape (tuning and benchmarking); all zero means "chosen by select_tiles".
+/// Text form `BMxBNxW` with an optional suffix: for the forward `q` (Q fragments in registers)
+/// or `s` (Q re-read from shared memory), e.g. `tiles=128x64x8s`; for the backward `g` (the
+/// main kernel's 2-D warp-grid layout instead of key slabs), e.g. `tiles=64x128x8g`.
 struct TileShape {
   int block_m = 0;
   int block_n = 0;
   int warps = 0;
-  char q_mode = 0;  ///< 'q', 's' or 0 (the rule of select_tiles)
+  char variant = 0;  ///< 'q', 's', 'g' or 0 (the rule of select_tiles)
 
-  bool is_auto() const { return block_m == 0 && block_n == 0 && warps == 0 && q_mode == 0; }
+  bool is_auto() const { return block_m == 0 && block_n == 0 && warps == 0 && variant == 0; }
   bool operator==(const TileShape&) const = default;
 };
 

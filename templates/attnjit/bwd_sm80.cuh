@@ -19,6 +19,7 @@
 // ScoreMod.
 #pragma once
 
+#include "attnjit/bwd_common.cuh"
 #include "attnjit/kv_block.cuh"
 #include "attnjit/mask.cuh"
 #include "attnjit/params.cuh"
@@ -173,28 +174,9 @@ struct BackwardSm80 {
                                                                      end);
   }
 
-  /// cp.async of query block m: Q, dO (zero-filled past Sq), LSE2 and D (zero past Sq).
   __device__ __forceinline__ static void load_query_block(const BwdParams& p, int m, u32 smem_stage,
                                                           int head, int batch, int thread) {
-    const int row0 = m * kBlockM;
-    const int valid = min(kBlockM, p.seqlen_q - row0);
-    load_tile_async<kBlockM, kHeadDim, kThreads>(smem_stage,
-                                                 static_cast<const u16*>(p.q) +
-                                                     batch * p.q_batch_stride +
-                                                     head * p.q_head_stride + row0 * p.q_row_stride,
-                                                 p.q_row_stride, valid, thread);
-    load_tile_async<kBlockM, kHeadDim, kThreads>(
-        smem_stage + QTile::kBytes,
-        static_cast<const u16*>(p.d_o) + batch * p.do_batch_stride + head * p.do_head_stride +
-            row0 * p.do_row_stride,
-        p.do_row_stride, valid, thread);
-    const long long bh_row = (static_cast<long long>(batch) * p.heads + head) * p.seqlen_q + row0;
-    for (int i = thread; i < 2 * kBlockM; i += kThreads) {
-      const int r = i % kBlockM;
-      const float* src = (i < kBlockM ? p.lse_log2 : p.row_dot) + bh_row + r;
-      cp_async_4(smem_stage + 2 * QTile::kBytes + i * 4, r < valid ? src : p.row_dot,
-                 r < valid ? 4 : 0);
-    }
+    load_backward_query_block<kBlockM, kHeadDim, kThreads>(p, m, smem_stage, head, batch, thread);
   }
 
   __device__ __forceinline__ void compute_block(const BwdParams& p, const MaskState& ms, u32 smem_k,
@@ -344,7 +326,7 @@ struct BackwardSm80 {
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int offset = DsTile::element_offset(key_row0 + g + 8 * r, nt * 8 + 2 * t);
-            asm volatile("st.shared.u32 [%0], %1;" ::"r"(smem_ds + offset), "r"(ds_packed[nt][r]));
+            store_shared_u32(smem_ds + offset, ds_packed[nt][r]);
           }
         }
       }
@@ -366,111 +348,24 @@ struct BackwardSm80 {
     const int chunk0 = (warp / kDqRowWarps) * kDqCols / 8;
     const u32 ds_lane = opaque(DsTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
     const u32 k_lane = opaque(KvTile::lane_offset(lane % 16, lane / 16));
-    float acc[kDqTiles][4];
+    float acc[1][kDqTiles][4];
 #pragma unroll
     for (int dt = 0; dt < kDqTiles; ++dt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[dt][e] = 0.f;
+      for (int e = 0; e < 4; ++e) acc[0][dt][e] = 0.f;
     }
-#pragma unroll
-    for (int kk = 0; kk < kKeySteps; ++kk) {
-      u32 a[4];
-      // dS (query x key) from the [key][query] tile: the transposed load gives A's layout.
-      ldmatrix_x4_trans(a, DsTile::matrix_address(smem_ds, ds_lane, kk * 16, q0 / 8));
-#pragma unroll
-      for (int dp = 0; dp < kDqTiles / 2; ++dp) {
-        u32 b[4];
-        ldmatrix_x4_trans(b, KvTile::matrix_address(smem_k, k_lane, kk * 16, chunk0 + dp * 2));
-        mma_m16n8k16<Element>(acc[2 * dp], a, b[0], b[1]);
-        mma_m16n8k16<Element>(acc[2 * dp + 1], a, b[2], b[3]);
-      }
-    }
-    const int g = lane / 4;
-    const int t = lane % 4;
-    float* base = p.dq_accum +
-                  (static_cast<long long>(batch) * p.heads + head) * p.seqlen_q * kHeadDim +
-                  chunk0 * 8 + 2 * t;
-#if __CUDA_ARCH__ >= 900
-    // Quad pairs swap halves so that each thread owns four consecutive floats of one row
-    // (even t: row g, odd t: row g + 8) and adds them with one 16-byte vector reduction.
-    const bool even = (t & 1) == 0;
-    const int query = ms.row_begin + q0 + g + (even ? 0 : 8);
-    float* row = base + static_cast<long long>(query) * kHeadDim - (even ? 0 : 2);
-#pragma unroll
-    for (int dt = 0; dt < kDqTiles; ++dt) {
-      const float send0 = even ? acc[dt][2] : acc[dt][0];
-      const float send1 = even ? acc[dt][3] : acc[dt][1];
-      const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
-      const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-      const float x0 = even ? acc[dt][0] : got0;
-      const float x1 = even ? acc[dt][1] : got1;
-      const float x2 = even ? got0 : acc[dt][2];
-      const float x3 = even ? got1 : acc[dt][3];
-      if (query < ms.seqlen_q) {
-        asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(row + dt * 8), "f"(x0),
-                     "f"(x1), "f"(x2), "f"(x3)
-                     : "memory");
-      }
-    }
-#else
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int query = ms.row_begin + q0 + g + 8 * r;
-      if (query < ms.seqlen_q) {
-        float* row = base + static_cast<long long>(query) * kHeadDim;
-#pragma unroll
-        for (int dt = 0; dt < kDqTiles; ++dt) {
-          atomicAdd(row + dt * 8, acc[dt][2 * r]);
-          atomicAdd(row + dt * 8 + 1, acc[dt][2 * r + 1]);
-        }
-      }
-    }
-#endif
+    // dS (query x key) from the [key][query] tile: the transposed load gives A's layout.
+    warp_tile_times_tile<Element, true, DsTile, KvTile, 1, kDqTiles, kKeySteps>(
+        acc, smem_ds, ds_lane, q0 / 8, smem_k, k_lane, chunk0);
+    add_dq_tile<kHeadDim>(p, ms.seqlen_q, head, batch, ms.row_begin + q0, chunk0 * 8, acc[0]);
   }
 
-  /// dK (scaled) and dV of the warp's keys and columns: straight to d_k / d_v for MHA, to
-  /// the fp32 per-query-head partials for GQA (summed by backward_reduce_dkdv).
+  /// dK (scaled) and dV of the warp's keys and columns (store_dkdv_tile).
   __device__ __forceinline__ void epilogue(const BwdParams& p, int key0) {
     const int warp = threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
     const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
-    const int head = work.head;
-    const int batch = work.batch;
-    const int kv_head = head / (p.heads / p.kv_heads);
-    const int key_row0 = key0 + (warp % kKeyWarps) * 16;
-    const int col0 = (warp / kKeyWarps) * kDimPerWarp;
-    const int g = lane / 4;
-    const int t = lane % 4;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int key = key_row0 + g + 8 * r;
-      if (key >= p.seqlen_k) continue;
-      if (p.dk_partial != 0) {
-        const long long row =
-            ((static_cast<long long>(batch) * p.heads + head) * p.seqlen_k + key) * kHeadDim;
-#pragma unroll
-        for (int dt = 0; dt < kDTiles; ++dt) {
-          const int col = col0 + dt * 8 + 2 * t;
-          p.dk_partial[row + col] = acc_dk[dt][2 * r] * p.softmax_scale;
-          p.dk_partial[row + col + 1] = acc_dk[dt][2 * r + 1] * p.softmax_scale;
-          p.dv_partial[row + col] = acc_dv[dt][2 * r];
-          p.dv_partial[row + col + 1] = acc_dv[dt][2 * r + 1];
-        }
-      } else {
-        u16* d_k = static_cast<u16*>(p.d_k) + batch * p.dk_batch_stride + key * p.dk_row_stride +
-                   kv_head * p.dk_head_stride;
-        u16* d_v = static_cast<u16*>(p.d_v) + batch * p.dv_batch_stride + key * p.dv_row_stride +
-                   kv_head * p.dv_head_stride;
-#pragma unroll
-        for (int dt = 0; dt < kDTiles; ++dt) {
-          const int col = col0 + dt * 8 + 2 * t;
-          *reinterpret_cast<u32*>(d_k + col) = pack2<Element>(
-              acc_dk[dt][2 * r] * p.softmax_scale, acc_dk[dt][2 * r + 1] * p.softmax_scale);
-          *reinterpret_cast<u32*>(d_v + col) =
-              pack2<Element>(acc_dv[dt][2 * r], acc_dv[dt][2 * r + 1]);
-        }
-      }
-    }
+    store_dkdv_tile<Element, kHeadDim>(p, work.head, work.batch, key0 + (warp % kKeyWarps) * 16,
+                                       (warp / kKeyWarps) * kDimPerWarp, acc_dk, acc_dv);
   }
 };
 

@@ -115,6 +115,16 @@ __device__ __forceinline__ void load_shared_v2_f32(u32 address, float& x, float&
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(x), "=f"(y) : "r"(address));
 }
 
+__device__ __forceinline__ u32 load_shared_u32(u32 address) {
+  u32 out;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(out) : "r"(address));
+  return out;
+}
+
+__device__ __forceinline__ void store_shared_u32(u32 address, u32 value) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(address), "r"(value));
+}
+
 __device__ __forceinline__ int load_shared_s32(u32 address) {
   int out;
   asm volatile("ld.shared.s32 %0, [%1];" : "=r"(out) : "r"(address));

@@ -309,7 +309,10 @@ BackwardOutputs run_backward_on_gpu(const Case& c, const Inputs& in, const std::
   fwd.predicate = predicate.args;
   AttentionSpec spec = c.spec;
   spec.return_lse = true;
+  // The case's tiles, if any, are the backward's; the forward takes its own.
+  spec.tiles = {};
   jit::compile(spec).forward(fwd, nullptr);
+  spec.tiles = c.spec.tiles;
 
   BackwardArgs bwd;
   bwd.q = q.view;
@@ -359,8 +362,7 @@ struct MaskCase {
 };
 
 /// The case of one sweep point (returning LSE), before its vectors and modifiers.
-Case sweep_case(DType dtype, int head_dim, const MaskCase& mc, const Shape& s,
-                std::uint64_t seed) {
+Case sweep_case(DType dtype, int head_dim, const MaskCase& mc, const Shape& s, std::uint64_t seed) {
   Case c;
   c.spec.dtype = dtype;
   c.spec.head_dim_qk = c.spec.head_dim_v = head_dim;

@@ -23,6 +23,54 @@ TEST_CASE("backward matches the reference gradients over the sweep", "[gpu][back
   }
 }
 
+TEST_CASE("both layouts of the backward main kernel match the reference", "[gpu][backward]") {
+  // The sweep runs the shapes select_tiles picks: the warp grid at d64 and d128, key slabs
+  // elsewhere. Explicit shapes cover the other layout at those head dims and the grid at
+  // other shapes (16-query warp tiles at d256, 2 x 2 grids with 4 warps).
+  struct Layout {
+    int head_dim;
+    TileShape tiles;
+  };
+  const Layout layouts[] = {
+      {128, {64, 128, 8, 0}},   // key slabs, one per warp, the whole head dim
+      {64, {64, 128, 8, 0}},    // key slabs at d64
+      {64, {64, 64, 4, 'g'}},   // 2 key warps x 2 query (or head-dim) warps
+      {256, {64, 64, 8, 'g'}},  // 2 x 4: 16 queries and 64 head-dim columns per warp
+      {128, {32, 64, 4, 'g'}},  // dQ by one row of warps
+  };
+  const MaskSpec masks[] = {{MaskKind::causal, false, 0},
+                            {MaskKind::sliding_window, false, 0},
+                            {MaskKind::flashmask, false, 2}};
+  std::uint64_t seed = 500;
+  for (const Layout& layout : layouts) {
+    for (const MaskSpec& mask : masks) {
+      for (bool deterministic : {false, true}) {
+        Case c;
+        c.spec.dtype = seed % 2 == 0 ? DType::bf16 : DType::fp16;
+        c.spec.head_dim_qk = c.spec.head_dim_v = layout.head_dim;
+        c.spec.mask = mask;
+        c.spec.tiles = layout.tiles;
+        c.batch = 2;
+        c.heads = 4;
+        c.kv_heads = 2;
+        c.seqlen_q = 211;
+        c.seqlen_k = 181;
+        if (mask.kind == MaskKind::sliding_window) {
+          c.window_left = 40;
+          c.window_right = 9;
+        }
+        c.padded_strides = seed % 3 == 0;
+        c.seed = ++seed;
+        if (mask.kind == MaskKind::flashmask) {
+          c.intervals =
+              dsl::random_intervals(false, 2, c.batch, c.kv_heads, c.seqlen_q, c.seqlen_k, seed);
+        }
+        check_backward(c, deterministic);
+      }
+    }
+  }
+}
+
 TEST_CASE("deterministic backward is bitwise repeatable", "[gpu][backward]") {
   for (MaskSpec mask :
        {MaskSpec{MaskKind::causal, false, 0}, MaskSpec{MaskKind::flashmask, true, 1}}) {

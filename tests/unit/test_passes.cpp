@@ -1,5 +1,7 @@
 // Each lowering pass on its own, and the pipeline's print-after-pass hook.
 #include <fmt/format.h>
+
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "attnjit/error.hpp"
@@ -218,11 +220,24 @@ TEST_CASE("the backward plan", "[pass]") {
   CHECK(atomic.plan->kernels[0].name == "attnjit_bwd_preprocess_bf16_d128_zero_dq");
   CHECK(atomic.plan->kernels[1].name == "attnjit_bwd_bf16_d128_causal");
   const BackwardTiles& t = *atomic.backward_tiles;
+  // d128: the warp-grid layout, 4 key warps x 2 head-dim halves of dK/dV.
+  CHECK(t.layout == BackwardLayout::warp_grid);
+  CHECK(atomic.plan->kernels[1].template_header == "attnjit/bwd_grid_sm80.cuh");
   CHECK(t.block_m == 64);
   CHECK(t.block_n == 128);
   CHECK(t.warps == 8);
-  CHECK(t.dim_warps == 1);
+  CHECK(t.dim_warps == 2);
   CHECK(t.dq_block_m == 0);
+  // Its P^T and dS^T tiles: 2 x 128 x 64 x 2 bytes next to K, V and two (Q, dO, LSE, D) stages.
+  CHECK(t.smem_bytes == 2 * 128 * 128 * 2 + 2 * (2 * 64 * 128 * 2 + 2 * 64 * 4) + 2 * 128 * 64 * 2);
+  // Predicates, whose stored element bits follow the key-slab fragments, take key slabs.
+  const Lowering predicate = lower(
+      parse_spec("dtype=bf16 head_dim=128 mask=predicate(q>=k) direction=backward target=sm_90"));
+  CHECK(predicate.backward_tiles->layout == BackwardLayout::key_slabs);
+  CHECK(predicate.backward_tiles->dim_warps == 1);
+  CHECK(std::ranges::any_of(predicate.plan->kernels, [](const KernelDesc& k) {
+    return k.template_header == "attnjit/bwd_sm80.cuh";
+  }));
   CHECK(atomic.plan->kernels[1].dynamic_smem_bytes == t.smem_bytes);
   CHECK(!atomic.tiles.has_value());
 
@@ -291,15 +306,24 @@ TEST_CASE("backward specs with score modifiers take a shape with room for them",
                                          d, modifiers)))
                 .backward_tiles;
   };
+  // The warp grid (d64, d128) keeps soft-capping; with ALiBi, d128 takes 64 x 64 key slabs
+  // with the head dim split in two and d64 64 x 128 one-slab warps.
+  for (int d : {64, 128}) {
+    INFO(d);
+    CHECK(tiles(d, "").layout == BackwardLayout::warp_grid);
+    CHECK(tiles(d, "softcap=true") == tiles(d, ""));
+    for (const char* modifiers : {"alibi=true", "softcap=true alibi=true"}) {
+      INFO(modifiers);
+      const BackwardTiles slabs = tiles(d, modifiers);
+      CHECK(slabs.layout == BackwardLayout::key_slabs);
+      CHECK(slabs.block_m == 64);
+      CHECK(slabs.block_n == (d == 128 ? 64 : 128));
+      CHECK(slabs.dim_warps == (d == 128 ? 2 : 1));
+    }
+  }
   for (const char* modifiers : {"softcap=true", "alibi=true", "softcap=true alibi=true"}) {
     INFO(modifiers);
-    // d128: 64 x 128 with 8 one-slab warps, with modifiers 64 x 64 and the head dim split in
-    // two; d96 splits its head dim as well; d192, d256: 32 queries per iteration, not 64.
-    const BackwardTiles d128 = tiles(128, modifiers);
-    CHECK(tiles(128, "").block_n == 128);
-    CHECK(d128.block_m == 64);
-    CHECK(d128.block_n == 64);
-    CHECK(d128.dim_warps == 2);
+    // d96 splits its head dim; d192, d256: 32 queries per iteration, not 64.
     CHECK(tiles(96, modifiers).dim_warps == 2);
     CHECK(tiles(96, "").dim_warps == 1);
     for (int d : {192, 256}) {
@@ -307,11 +331,8 @@ TEST_CASE("backward specs with score modifiers take a shape with room for them",
       CHECK(tiles(d, modifiers).block_m == 32);
       CHECK(tiles(d, "").block_m == 64);
     }
-    // d32, d64: the first shape has room.
-    for (int d : {32, 64}) {
-      INFO(d);
-      CHECK(tiles(d, modifiers) == tiles(d, ""));
-    }
+    // d32: the first shape has room.
+    CHECK(tiles(32, modifiers) == tiles(32, ""));
   }
   // An explicit shape is taken as given.
   CHECK(tiles(128, "softcap=true tiles=64x128x8").block_n == 128);
@@ -330,7 +351,27 @@ TEST_CASE("explicit backward tiles are checked", "[pass]") {
       Catch::Contains("key slabs (block_n/16) divide the warps"));
   CHECK_THROWS_WITH(
       lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x128x8q target=sm_90")),
-      Catch::Contains("without q/s"));
+      Catch::Contains("with an optional g suffix for the backward"));
+  // The g suffix picks the warp-grid layout, whose grids must divide the warps.
+  const Lowering grid =
+      lower(parse_spec("dtype=bf16 head_dim=64 direction=backward tiles=64x64x4g target=sm_90"));
+  CHECK(grid.backward_tiles->layout == BackwardLayout::warp_grid);
+  CHECK(grid.backward_tiles->block_n == 64);
+  CHECK(grid.backward_tiles->dim_warps == 2);
+  CHECK(lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x128x8 "
+                         "target=sm_90"))
+            .backward_tiles->layout == BackwardLayout::key_slabs);
+  CHECK_THROWS_WITH(
+      lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x48x8g target=sm_90")),
+      Catch::Contains("block_n and block_m multiples of 32"));
+  CHECK_THROWS_WITH(
+      lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x32x8g target=sm_90")),
+      Catch::Contains("the other warps splitting the queries and the head dim"));
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 mask=predicate(q>=k) "
+                                     "direction=backward tiles=64x128x8g target=sm_90")),
+                    Catch::Contains("without the g suffix for mask=predicate"));
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x64x4g target=sm_90")),
+                    Catch::Contains("q/s suffix for the forward"));
   CHECK_THROWS_WITH(
       lower(parse_spec("dtype=bf16 head_dim=256 direction=backward tiles=64x128x8 target=sm_80")),
       Catch::Contains("fits sm_80's 166912 bytes"));

@@ -1,0 +1,134 @@
+// Pieces shared by the two layouts of the backward main kernel (bwd_sm80.cuh: a key slab per
+// warp; bwd_grid_sm80.cuh: 2-D warp grids): the query-block copies, the dK/dV stores and the
+// dQ reductions.
+#pragma once
+
+#include "attnjit/params.cuh"
+#include "attnjit/primitives.cuh"
+#include "attnjit/smem_tile.cuh"
+
+namespace attnjit {
+
+/// cp.async of query block m into one stage: Q, dO (zero-filled past Sq), then LSE2 and D
+/// (kBlockM floats each, zero past Sq).
+template <int kBlockM, int kHeadDim, int kThreads>
+__device__ __forceinline__ void load_backward_query_block(const BwdParams& p, int m, u32 smem_stage,
+                                                          int head, int batch, int thread) {
+  typedef SmemTile<kBlockM, kHeadDim> QTile;
+  const int row0 = m * kBlockM;
+  const int valid = min(kBlockM, p.seqlen_q - row0);
+  load_tile_async<kBlockM, kHeadDim, kThreads>(smem_stage,
+                                               static_cast<const u16*>(p.q) +
+                                                   batch * p.q_batch_stride +
+                                                   head * p.q_head_stride + row0 * p.q_row_stride,
+                                               p.q_row_stride, valid, thread);
+  load_tile_async<kBlockM, kHeadDim, kThreads>(smem_stage + QTile::kBytes,
+                                               static_cast<const u16*>(p.d_o) +
+                                                   batch * p.do_batch_stride +
+                                                   head * p.do_head_stride + row0 * p.do_row_stride,
+                                               p.do_row_stride, valid, thread);
+  const long long bh_row = (static_cast<long long>(batch) * p.heads + head) * p.seqlen_q + row0;
+  for (int i = thread; i < 2 * kBlockM; i += kThreads) {
+    const int r = i % kBlockM;
+    const float* src = (i < kBlockM ? p.lse_log2 : p.row_dot) + bh_row + r;
+    cp_async_4(smem_stage + 2 * QTile::kBytes + i * 4, r < valid ? src : p.row_dot,
+               r < valid ? 4 : 0);
+  }
+}
+
+/// dK (scaled by softmax_scale) and dV of one m16 accumulator tile of a warp: keys
+/// key_row0 + g and key_row0 + g + 8, columns col0 + 8 dt + 2 t. Straight to d_k / d_v for
+/// MHA, to the fp32 per-query-head partials for GQA (summed by backward_reduce_dkdv).
+template <class Element, int kHeadDim, int kDTiles>
+__device__ __forceinline__ void store_dkdv_tile(const BwdParams& p, int head, int batch,
+                                                int key_row0, int col0,
+                                                const float (&acc_dk)[kDTiles][4],
+                                                const float (&acc_dv)[kDTiles][4]) {
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int kv_head = head / (p.heads / p.kv_heads);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = key_row0 + g + 8 * r;
+    if (key >= p.seqlen_k) continue;
+    if (p.dk_partial != 0) {
+      const long long row =
+          ((static_cast<long long>(batch) * p.heads + head) * p.seqlen_k + key) * kHeadDim;
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        const int col = col0 + dt * 8 + 2 * t;
+        p.dk_partial[row + col] = acc_dk[dt][2 * r] * p.softmax_scale;
+        p.dk_partial[row + col + 1] = acc_dk[dt][2 * r + 1] * p.softmax_scale;
+        p.dv_partial[row + col] = acc_dv[dt][2 * r];
+        p.dv_partial[row + col + 1] = acc_dv[dt][2 * r + 1];
+      }
+    } else {
+      u16* d_k = static_cast<u16*>(p.d_k) + batch * p.dk_batch_stride + key * p.dk_row_stride +
+                 kv_head * p.dk_head_stride;
+      u16* d_v = static_cast<u16*>(p.d_v) + batch * p.dv_batch_stride + key * p.dv_row_stride +
+                 kv_head * p.dv_head_stride;
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        const int col = col0 + dt * 8 + 2 * t;
+        *reinterpret_cast<u32*>(d_k + col) = pack2<Element>(
+            acc_dk[dt][2 * r] * p.softmax_scale, acc_dk[dt][2 * r + 1] * p.softmax_scale);
+        *reinterpret_cast<u32*>(d_v + col) =
+            pack2<Element>(acc_dv[dt][2 * r], acc_dv[dt][2 * r + 1]);
+      }
+    }
+  }
+}
+
+/// Adds one m16 tile of dQ partial sums (queries query_row0 + g and + 8, columns
+/// col0 + 8 dt + 2 t) to the fp32 accumulator with atomics (red.global.add); rows past Sq
+/// are dropped.
+template <int kHeadDim, int kDqTiles>
+__device__ __forceinline__ void add_dq_tile(const BwdParams& p, int seqlen_q, int head, int batch,
+                                            int query_row0, int col0,
+                                            const float (&acc)[kDqTiles][4]) {
+  const int lane = read_tid_x() % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  float* base = p.dq_accum +
+                (static_cast<long long>(batch) * p.heads + head) * p.seqlen_q * kHeadDim + col0 +
+                2 * t;
+#if __CUDA_ARCH__ >= 900
+  // Quad pairs swap halves so that each thread owns four consecutive floats of one row
+  // (even t: row g, odd t: row g + 8) and adds them with one 16-byte vector reduction.
+  const bool even = (t & 1) == 0;
+  const int query = query_row0 + g + (even ? 0 : 8);
+  float* row = base + static_cast<long long>(query) * kHeadDim - (even ? 0 : 2);
+#pragma unroll
+  for (int dt = 0; dt < kDqTiles; ++dt) {
+    const float send0 = even ? acc[dt][2] : acc[dt][0];
+    const float send1 = even ? acc[dt][3] : acc[dt][1];
+    const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+    const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+    const float x0 = even ? acc[dt][0] : got0;
+    const float x1 = even ? acc[dt][1] : got1;
+    const float x2 = even ? got0 : acc[dt][2];
+    const float x3 = even ? got1 : acc[dt][3];
+    if (query < seqlen_q) {
+      asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(row + dt * 8), "f"(x0),
+                   "f"(x1), "f"(x2), "f"(x3)
+                   : "memory");
+    }
+  }
+#else
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int query = query_row0 + g + 8 * r;
+    if (query < seqlen_q) {
+      float* row = base + static_cast<long long>(query) * kHeadDim;
+#pragma unroll
+      for (int dt = 0; dt < kDqTiles; ++dt) {
+        atomicAdd(row + dt * 8, acc[dt][2 * r]);
+        atomicAdd(row + dt * 8 + 1, acc[dt][2 * r + 1]);
+      }
+    }
+  }
+#endif
+}
+
+}  // namespace attnjit

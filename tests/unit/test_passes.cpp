@@ -260,6 +260,9 @@ TEST_CASE("the backward plan", "[pass]") {
   CHECK(det.plan->kernels[5].name == "attnjit_bwd_fp16_d128_flashmask_causal_c1_deterministic");
   CHECK(det.plan->kernels[6].name == "attnjit_bwd_dq_fp16_d128_flashmask_causal_c1");
   CHECK(det.backward_tiles->dq_block_m == 16 * det.backward_tiles->dq_warps);
+  // Without the dQ product in the main kernel, key slabs.
+  CHECK(det.backward_tiles->layout == BackwardLayout::key_slabs);
+  CHECK(det.backward_tiles->dim_warps == 1);
 
   // Wide heads split their dK/dV accumulators over warps sharing the same keys.
   const Lowering wide =

@@ -198,6 +198,18 @@ int dq_smem(const DqCandidate& c, const AttentionSpec& spec, int columns) {
   return 2 * (16 * c.warps) * d * 2 + 2 * (2 * c.block_n * d * 2 + c.block_n * columns * 4);
 }
 
+// An explicit backward shape whose shared memory fits the target, else the `tiles` error.
+BackwardCandidate checked_smem(const BackwardCandidate& c, const AttentionSpec& spec,
+                               const TargetInfo& target, int columns) {
+  const int smem = backward_smem(c, spec, columns);
+  if (smem > target.max_dynamic_smem_bytes) {
+    throw_field_error("tiles", to_string(spec.tiles),
+                      fmt::format("shapes whose shared memory ({} bytes here) fits {}'s {} bytes",
+                                  smem, name_of(target.arch), target.max_dynamic_smem_bytes));
+  }
+  return c;
+}
+
 // An explicit `tiles=BMxBNxWg` for the backward main kernel: the warp-grid layout, whose
 // three grids (block_n / 32 key warps; block_m / 32 dQ row warps) divide the warps and leave
 // whole n16 pairs of query and head-dim columns to every warp.
@@ -224,13 +236,7 @@ BackwardCandidate explicit_backward_grid(const AttentionSpec& spec, const Target
   }
   const BackwardCandidate c{d,           shape.block_m,           shape.block_n,
                             shape.warps, shape.warps / key_warps, BackwardLayout::warp_grid};
-  const int smem = backward_smem(c, spec, columns);
-  if (smem > target.max_dynamic_smem_bytes) {
-    throw_field_error("tiles", value,
-                      fmt::format("shapes whose shared memory ({} bytes here) fits {}'s {} bytes",
-                                  smem, name_of(target.arch), target.max_dynamic_smem_bytes));
-  }
-  return c;
+  return checked_smem(c, spec, target, columns);
 }
 
 // An explicit `tiles=BMxBNxW` for the backward main kernel: block_n / 16 key warps, the rest
@@ -258,13 +264,7 @@ BackwardCandidate explicit_backward(const AttentionSpec& spec, const TargetInfo&
                       "block_m a multiple of 32 whose 16-row slabs divide the warps (dQ product)");
   }
   const BackwardCandidate c{d, shape.block_m, shape.block_n, shape.warps, shape.warps / key_warps};
-  const int smem = backward_smem(c, spec, columns);
-  if (smem > target.max_dynamic_smem_bytes) {
-    throw_field_error("tiles", value,
-                      fmt::format("shapes whose shared memory ({} bytes here) fits {}'s {} bytes",
-                                  smem, name_of(target.arch), target.max_dynamic_smem_bytes));
-  }
-  return c;
+  return checked_smem(c, spec, target, columns);
 }
 
 BackwardTiles select_backward_tiles(const AttentionSpec& spec, const MaskLowering& mask,

@@ -3,8 +3,10 @@
 // dQ reductions.
 #pragma once
 
+#include "attnjit/mask.cuh"
 #include "attnjit/params.cuh"
 #include "attnjit/primitives.cuh"
+#include "attnjit/schedule.cuh"
 #include "attnjit/smem_tile.cuh"
 
 namespace attnjit {
@@ -35,6 +37,62 @@ __device__ __forceinline__ void load_backward_query_block(const BwdParams& p, in
                r < valid ? 4 : 0);
   }
 }
+
+/// A backward main kernel's walk (one CTA per key block) over the query blocks that can see
+/// its keys (mask.cuh: index ranges, FlashMask min/max skipping), with Q_i, dO_i, LSE_i and
+/// D_i streamed through two cp.async stages of kStageBytes. begin() issues the first block's
+/// copies; each iteration `it` calls stage() at its top, computes query block `block` from
+/// the stage it returns, then calls advance().
+template <class Mask, int kBlockM, int kBlockN, int kHeadDim, int kThreads, int kStageBytes>
+struct QueryBlockWalk {
+  int block;  ///< this iteration's query block; the walk is over when it reaches `end`
+  int end;
+  int load;  ///< the next block to copy
+
+  __device__ __forceinline__ void begin(const BwdParams& p, const MaskState& ms, int n_block,
+                                        u32 smem_stages, const CtaWork& work) {
+    int first;
+    Mask::template query_block_range<kBlockM, kBlockN>(ms, n_block, first, end);
+    load = next_active(p, ms, n_block, first);
+    block = load;
+    if (load < end) {
+      load_backward_query_block<kBlockM, kHeadDim, kThreads>(p, load, smem_stages, work.head,
+                                                             work.batch, threadIdx.x);
+      load = next_active(p, ms, n_block, load + 1);
+    }
+    cp_async_commit();
+  }
+
+  __device__ __forceinline__ bool more() const { return block < end; }
+
+  /// Waits for stage `it` and makes it visible to all warps, which also frees the other stage
+  /// (and whatever else the previous iteration read); issues the next active block's copies
+  /// into that other stage. Returns stage `it`.
+  __device__ __forceinline__ u32 stage(const BwdParams& p, const MaskState& ms, int n_block,
+                                       u32 smem_stages, int it) {
+    cp_async_wait<0>();
+    __syncthreads();
+    if (load < end) {
+      const CtaWork now = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
+      load_backward_query_block<kBlockM, kHeadDim, kThreads>(
+          p, load, smem_stages + ((it + 1) % 2) * kStageBytes, now.head, now.batch, read_tid_x());
+      load = next_active(p, ms, n_block, load + 1);
+    }
+    cp_async_commit();
+    return smem_stages + (it % 2) * kStageBytes;
+  }
+
+  __device__ __forceinline__ void advance(const BwdParams& p, const MaskState& ms, int n_block) {
+    block = next_active(p, ms, n_block, block + 1);
+  }
+
+  /// The first query block >= from (and < end) with a visible element in this key block.
+  __device__ __forceinline__ int next_active(const BwdParams& p, const MaskState& ms, int n_block,
+                                             int from) const {
+    return Mask::template first_active_query_block<kBlockM, kBlockN>(ms, p.minmax, n_block, from,
+                                                                     end);
+  }
+};
 
 /// dK (scaled by softmax_scale) and dV of one m16 accumulator tile of a warp: keys
 /// key_row0 + g and key_row0 + g + 8, columns col0 + 8 dt + 2 t. Straight to d_k / d_v for

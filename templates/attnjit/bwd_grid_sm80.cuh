@@ -12,9 +12,10 @@
 //   dV += P^T dO, dK += dS^T Q    kKeyWarps x kDimWarps, 32 keys x kWarpDims (registers)
 //   dQ_i += dS K                  kDqRowWarps x kDqColWarps, 32 queries x kDqWarpDims,
 //                                 fp32 atomics (kAtomicDq), or the deterministic dQ kernel
-// Two barriers per query block: after P^T and dS^T are written, and (the next block's first)
-// after they were read. The CTA walks the query blocks that can see its keys (mask.cuh),
-// streaming Q_i, dO_i, LSE_i and D_i through two cp.async stages. dK is scaled by
+// Two barriers per query block: after P^T and dS^T are written, and (the next block's
+// stage()) after they were read. The CTA walks the query blocks that can see its keys
+// (QueryBlockWalk, bwd_common.cuh), streaming Q_i, dO_i, LSE_i and D_i through two cp.async
+// stages. dK is scaled by
 // softmax_scale at the end; dQ in backward_convert_dq. Score modifiers as in bwd_sm80.cuh.
 // Masks with element bits (predicates) take the key-slab layout.
 //
@@ -96,17 +97,8 @@ struct BackwardGridSm80 {
     const u32 smem_vectors = smem_dst + PTile::kBytes;
     load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns, Mask::kOrderedCtas>(
         p, ms, n_block, smem_k, smem_vectors, thread);
-
-    int m_begin, m_end;
-    Mask::template query_block_range<kBlockM, kBlockN>(ms, n_block, m_begin, m_end);
-    int m_load = next_active(ms, p, n_block, m_begin, m_end);
-    int m_block = m_load;
-    if (m_load < m_end) {
-      load_backward_query_block<kBlockM, kHeadDim, kThreads>(p, m_load, smem_stages, work.head,
-                                                             work.batch, thread);
-      m_load = next_active(ms, p, n_block, m_load + 1, m_end);
-    }
-    cp_async_commit();
+    QueryBlockWalk<Mask, kBlockM, kBlockN, kHeadDim, kThreads, kStageBytes> walk;
+    walk.begin(p, ms, n_block, smem_stages, work);
 
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
@@ -120,38 +112,20 @@ struct BackwardGridSm80 {
       }
     }
 
-    for (int it = 0; m_block < m_end; ++it) {
-      cp_async_wait<0>();
-      // Makes stage `it` visible to all warps; frees the other stage, P^T and dS^T, which
-      // the previous iteration read.
-      __syncthreads();
-      if (m_load < m_end) {
-        const CtaWork now = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
-        load_backward_query_block<kBlockM, kHeadDim, kThreads>(
-            p, m_load, smem_stages + ((it + 1) % 2) * kStageBytes, now.head, now.batch,
-            read_tid_x());
-        m_load = next_active(ms, p, n_block, m_load + 1, m_end);
-      }
-      cp_async_commit();
-      ms.row_begin = m_block * kBlockM;
+    for (int it = 0; walk.more(); ++it) {
+      const u32 smem_stage = walk.stage(p, ms, n_block, smem_stages, it);
+      ms.row_begin = walk.block * kBlockM;
       ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
-      const u32 smem_stage = smem_stages + (it % 2) * kStageBytes;
       compute_scores(p, ms, smem_k, smem_v, smem_stage, smem_pt, smem_dst, smem_vectors, key0,
                      Mask::template classify<kBlockN>(ms, p.minmax, n_block));
+      // P^T and dS^T complete; the barrier at the next stage() frees them again.
       __syncthreads();
       accumulate_dkdv(smem_stage, smem_pt, smem_dst);
       if (kAtomicDq) accumulate_dq(p, ms, smem_dst, smem_k);
-      m_block = next_active(ms, p, n_block, m_block + 1, m_end);
+      walk.advance(p, ms, n_block);
     }
     cp_async_wait<0>();
     epilogue(p, key0);
-  }
-
-  /// The first query block >= from (and < end) with a visible element in this key block.
-  __device__ __forceinline__ static int next_active(const MaskState& ms, const BwdParams& p,
-                                                    int n_block, int from, int end) {
-    return Mask::template first_active_query_block<kBlockM, kBlockN>(ms, p.minmax, n_block, from,
-                                                                     end);
   }
 
   /// The warp's 32 x kWarpQueries piece of P^T and dS^T, written to their shared tiles.

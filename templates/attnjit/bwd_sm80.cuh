@@ -2,8 +2,8 @@
 //
 // K_j and V_j stay in shared memory; each warp owns 16 keys (and, for wide heads, a share
 // of the head dim) and accumulates its rows of dK_j and dV_j in registers. The CTA walks the
-// query blocks that can see its keys (mask.cuh: index ranges, FlashMask min/max skipping),
-// streaming Q_i, dO_i, LSE_i and D_i through two cp.async stages. Per query block, with
+// query blocks that can see its keys (QueryBlockWalk, bwd_common.cuh), streaming Q_i, dO_i,
+// LSE_i and D_i through two cp.async stages. Per query block, with
 // the transposed products so that P^T and dS^T land in the A-operand layout:
 //   S^T  = K Q^T                 P^T = 2^(S^T * scale * log2e - LSE_i * log2e)
 //   dV  += P^T dO                dP^T = V dO^T
@@ -87,8 +87,6 @@ struct BackwardSm80 {
     const int batch = work.batch;
     if (head >= p.heads) return;  // the missing half of the last pair (schedule.cuh)
     const int thread = threadIdx.x;
-    const int warp = thread / 32;
-    const int lane = thread % 32;
 
     MaskState ms = make_mask_state<kBlockN, Mask>(p, head, batch);
 
@@ -101,15 +99,8 @@ struct BackwardSm80 {
     load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns, Mask::kOrderedCtas>(
         p, ms, n_block, smem_k, smem_vectors, thread);
 
-    int m_begin, m_end;
-    Mask::template query_block_range<kBlockM, kBlockN>(ms, n_block, m_begin, m_end);
-    int m_load = next_active(ms, p, n_block, m_begin, m_end);
-    const int m_first = m_load;
-    if (m_load < m_end) {
-      load_query_block(p, m_load, smem_stages, head, batch, thread);
-      m_load = next_active(ms, p, n_block, m_load + 1, m_end);
-    }
-    cp_async_commit();
+    QueryBlockWalk<Mask, kBlockM, kBlockN, kHeadDim, kThreads, kStageBytes> walk;
+    walk.begin(p, ms, n_block, smem_stages, work);
 
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt) {
@@ -120,31 +111,20 @@ struct BackwardSm80 {
       }
     }
 
-    int m_block = m_first;
     // A predicate's table entry and stored bits are read one block ahead (read_tile).
     int tile_next = 0;
     Words words;
-    if (kElementBits && m_block < m_end) tile_next = read_tile(ms, p, n_block, m_block, words);
-    for (int it = 0; m_block < m_end; ++it) {
-      cp_async_wait<0>();
-      // Makes stage `it` visible to all warps; frees the other stage and dS^T, which the
-      // previous iteration read.
-      __syncthreads();
-      if (m_load < m_end) {
-        const CtaWork now = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
-        load_query_block(p, m_load, smem_stages + ((it + 1) % 2) * kStageBytes, now.head, now.batch,
-                         read_tid_x());
-        m_load = next_active(ms, p, n_block, m_load + 1, m_end);
-      }
-      cp_async_commit();
-      ms.row_begin = m_block * kBlockM;
+    if (kElementBits && walk.more()) tile_next = read_tile(ms, p, n_block, walk.block, words);
+    for (int it = 0; walk.more(); ++it) {
+      // The stage() barrier also frees dS^T, which the previous iteration read.
+      const u32 smem_stage = walk.stage(p, ms, n_block, smem_stages, it);
+      ms.row_begin = walk.block * kBlockM;
       ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
       const int tile =
           kElementBits ? tile_next : Mask::template classify<kBlockN>(ms, p.minmax, n_block);
-      compute_block(p, ms, smem_k, smem_v, smem_stages + (it % 2) * kStageBytes, smem_ds,
-                    smem_vectors, key0, tile, words);
-      m_block = next_active(ms, p, n_block, m_block + 1, m_end);
-      if (kElementBits && m_block < m_end) tile_next = read_tile(ms, p, n_block, m_block, words);
+      compute_block(p, ms, smem_k, smem_v, smem_stage, smem_ds, smem_vectors, key0, tile, words);
+      walk.advance(p, ms, n_block);
+      if (kElementBits && walk.more()) tile_next = read_tile(ms, p, n_block, walk.block, words);
     }
     cp_async_wait<0>();
     epilogue(p, key0);
@@ -165,18 +145,6 @@ struct BackwardSm80 {
       }
     }
     return tile;
-  }
-
-  /// The first query block >= from (and < end) with a visible element in this key block.
-  __device__ __forceinline__ static int next_active(const MaskState& ms, const BwdParams& p,
-                                                    int n_block, int from, int end) {
-    return Mask::template first_active_query_block<kBlockM, kBlockN>(ms, p.minmax, n_block, from,
-                                                                     end);
-  }
-
-  __device__ __forceinline__ static void load_query_block(const BwdParams& p, int m, u32 smem_stage,
-                                                          int head, int batch, int thread) {
-    load_backward_query_block<kBlockM, kHeadDim, kThreads>(p, m, smem_stage, head, batch, thread);
   }
 
   __device__ __forceinline__ void compute_block(const BwdParams& p, const MaskState& ms, u32 smem_k,

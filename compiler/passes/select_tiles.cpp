@@ -277,7 +277,9 @@ BackwardTiles select_backward_tiles(const AttentionSpec& spec, const MaskLowerin
     if (c.head_dim != spec.head_dim_qk) continue;
     // The grid's gain is in the dQ product; without it (deterministic mode) key slabs were
     // faster on an H100 (d128, 8K: none 6.19 against 6.44 ms, causal 3.14 against 3.31).
-    if (c.layout == BackwardLayout::warp_grid && (mask.element_predicate || spec.deterministic)) {
+    // An explicit shape (the only candidate then) is taken as given.
+    if (spec.tiles.is_auto() && c.layout == BackwardLayout::warp_grid &&
+        (mask.element_predicate || spec.deterministic)) {
       continue;
     }
     if ((spec.softcap || spec.alibi) && spec.tiles.is_auto() && !fits_score_mods(c, spec)) continue;

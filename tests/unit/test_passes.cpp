@@ -361,6 +361,10 @@ TEST_CASE("explicit backward tiles are checked", "[pass]") {
   CHECK(grid.backward_tiles->layout == BackwardLayout::warp_grid);
   CHECK(grid.backward_tiles->block_n == 64);
   CHECK(grid.backward_tiles->dim_warps == 2);
+  // Also in deterministic mode, whose automatic choice is key slabs.
+  CHECK(lower(parse_spec("dtype=bf16 head_dim=128 direction=backward deterministic=true "
+                         "tiles=64x128x8g target=sm_90"))
+            .backward_tiles->layout == BackwardLayout::warp_grid);
   CHECK(lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x128x8 "
                          "target=sm_90"))
             .backward_tiles->layout == BackwardLayout::key_slabs);

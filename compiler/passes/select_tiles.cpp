@@ -246,6 +246,7 @@ BackwardCandidate explicit_backward(const AttentionSpec& spec, const TargetInfo&
   const TileShape& shape = spec.tiles;
   const std::string value = to_string(shape);
   const int d = spec.head_dim_qk;
+  if (shape.warps > 16) throw_field_error("tiles warps", value, "at most 16 warps (512 threads)");
   if (shape.variant == 'g') return explicit_backward_grid(spec, target, columns, mask);
   if (shape.variant != 0) {
     throw_field_error("tiles", value, "BMxBNxW with an optional g suffix for the backward");

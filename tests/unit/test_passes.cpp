@@ -379,6 +379,13 @@ TEST_CASE("explicit backward tiles are checked", "[pass]") {
                     Catch::Contains("without the g suffix for mask=predicate"));
   CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x64x4g target=sm_90")),
                     Catch::Contains("q/s suffix for the forward"));
+  for (const char* tiles : {"32x1024x32g", "64x512x32"}) {
+    INFO(tiles);
+    CHECK_THROWS_WITH(
+        lower(parse_spec(
+            fmt::format("dtype=bf16 head_dim=32 direction=backward tiles={} target=sm_90", tiles))),
+        Catch::Contains("at most 16 warps"));
+  }
   CHECK_THROWS_WITH(
       lower(parse_spec("dtype=bf16 head_dim=256 direction=backward tiles=64x128x8 target=sm_80")),
       Catch::Contains("fits sm_80's 166912 bytes"));

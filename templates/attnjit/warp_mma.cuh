@@ -80,10 +80,11 @@ __device__ __forceinline__ void warp_regs_times_tile(float (&acc)[kNTiles][4],
 
 /// acc (16*kMTiles x 8*kNTiles) += A x B with both operands in shared memory and B read as in
 /// warp_regs_times_tile (BTile rows [0, 16*kKSteps) transposed, columns from chunk chunk0).
-/// kATransposed: A is stored [k][m] (the ATile rows [0, 16*kKSteps) are k, its columns from
-/// 16-byte chunk a_at the m rows; a_lane as b_lane of warp_rows_times_rows), products like
-/// dS K from a [key][query] dS^T tile; otherwise A is stored [m][k] (rows from a_at, a_lane as
-/// for warp_rows_times_rows), products like P^T dO from a [key][query] P^T tile.
+/// kATransposed: A is stored [k][m]: the ATile rows [0, 16*kKSteps) are k and its columns
+/// from 16-byte chunk a_at on are m (a_lane as b_lane of warp_rows_times_rows), for products
+/// like dS K from a [key][query] dS^T tile. Otherwise A is stored [m][k]: its rows from row
+/// a_at on are m (a_lane as a_lane of warp_rows_times_rows), for products like P^T dO from a
+/// [key][query] P^T tile.
 template <class Element, bool kATransposed, class ATile, class BTile, int kMTiles, int kNTiles,
           int kKSteps>
 __device__ __forceinline__ void warp_tile_times_tile(float (&acc)[kMTiles][kNTiles][4], u32 smem_a,

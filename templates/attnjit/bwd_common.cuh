@@ -8,6 +8,7 @@
 #include "attnjit/primitives.cuh"
 #include "attnjit/schedule.cuh"
 #include "attnjit/smem_tile.cuh"
+#include "attnjit/warp_mma.cuh"
 
 namespace attnjit {
 
@@ -187,6 +188,38 @@ __device__ __forceinline__ void add_dq_tile(const BwdParams& p, int seqlen_q, in
     }
   }
 #endif
+}
+
+/// dQ_i += dS K for one warp's kMTiles m16 tiles of queries (from query0 of the block) and
+/// kDqTiles n8 tiles of columns (from 16-byte chunk chunk0), read from the [key][query] dS^T
+/// tile (DsTile) and the K tile (KvTile) over kKeySteps k16 steps, added to the fp32
+/// accumulator with add_dq_tile. The key-slab and the grid layout differ only in their warps'
+/// query0 / chunk0 and tile counts.
+template <class Element, int kHeadDim, class DsTile, class KvTile, int kMTiles, int kDqTiles,
+          int kKeySteps>
+__device__ __forceinline__ void accumulate_dq_tiles(const BwdParams& p, const MaskState& ms,
+                                                    const CtaWork& work, u32 smem_ds, u32 smem_k,
+                                                    int query0, int chunk0) {
+  const int lane = read_tid_x() % 32;
+  const u32 ds_lane = opaque(DsTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
+  const u32 k_lane = opaque(KvTile::lane_offset(lane % 16, lane / 16));
+  float acc[kMTiles][kDqTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < kDqTiles; ++dt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][dt][e] = 0.f;
+    }
+  }
+  // dS (query x key) from the [key][query] tile: the transposed load gives A's layout.
+  warp_tile_times_tile<Element, true, DsTile, KvTile, kMTiles, kDqTiles, kKeySteps>(
+      acc, smem_ds, ds_lane, query0 / 8, smem_k, k_lane, chunk0);
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    add_dq_tile<kHeadDim>(p, ms.seqlen_q, work.head, work.batch, ms.row_begin + query0 + 16 * mt,
+                          chunk0 * 8, acc[mt]);
+  }
 }
 
 }  // namespace attnjit

@@ -259,29 +259,9 @@ struct BackwardGridSm80 {
   __device__ __forceinline__ static void accumulate_dq(const BwdParams& p, const MaskState& ms,
                                                        u32 smem_dst, u32 smem_k) {
     const int warp = read_tid_x() / 32;
-    const int lane = read_tid_x() % 32;
-    const int query0 = (warp % kDqRowWarps) * 32;
-    const int chunk0 = (warp / kDqRowWarps) * kDqWarpDims / 8;
-    const u32 ds_lane = opaque(PTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
-    const u32 k_lane = opaque(KvTile::lane_offset(lane % 16, lane / 16));
-    float acc[2][kDqTiles][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-      for (int dt = 0; dt < kDqTiles; ++dt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mt][dt][e] = 0.f;
-      }
-    }
-    // dS (query x key) from the [key][query] tile: the transposed load gives A's layout.
-    warp_tile_times_tile<Element, true, PTile, KvTile, 2, kDqTiles, kKeySteps>(
-        acc, smem_dst, ds_lane, query0 / 8, smem_k, k_lane, chunk0);
-    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-      add_dq_tile<kHeadDim>(p, ms.seqlen_q, work.head, work.batch, ms.row_begin + query0 + 16 * mt,
-                            chunk0 * 8, acc[mt]);
-    }
+    accumulate_dq_tiles<Element, kHeadDim, PTile, KvTile, 2, kDqTiles, kKeySteps>(
+        p, ms, cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p)), smem_dst, smem_k,
+        (warp % kDqRowWarps) * 32, (warp / kDqRowWarps) * kDqWarpDims / 8);
   }
 
   /// dK (scaled) and dV of the warp's keys and columns (store_dkdv_tile).

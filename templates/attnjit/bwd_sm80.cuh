@@ -308,24 +308,9 @@ struct BackwardSm80 {
   __device__ __forceinline__ static void accumulate_dq(const BwdParams& p, const MaskState& ms,
                                                        u32 smem_ds, u32 smem_k) {
     const int warp = read_tid_x() / 32;
-    const int lane = read_tid_x() % 32;
-    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
-    const int head = work.head;
-    const int batch = work.batch;
-    const int q0 = (warp % kDqRowWarps) * 16;
-    const int chunk0 = (warp / kDqRowWarps) * kDqCols / 8;
-    const u32 ds_lane = opaque(DsTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
-    const u32 k_lane = opaque(KvTile::lane_offset(lane % 16, lane / 16));
-    float acc[1][kDqTiles][4];
-#pragma unroll
-    for (int dt = 0; dt < kDqTiles; ++dt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[0][dt][e] = 0.f;
-    }
-    // dS (query x key) from the [key][query] tile: the transposed load gives A's layout.
-    warp_tile_times_tile<Element, true, DsTile, KvTile, 1, kDqTiles, kKeySteps>(
-        acc, smem_ds, ds_lane, q0 / 8, smem_k, k_lane, chunk0);
-    add_dq_tile<kHeadDim>(p, ms.seqlen_q, head, batch, ms.row_begin + q0, chunk0 * 8, acc[0]);
+    accumulate_dq_tiles<Element, kHeadDim, DsTile, KvTile, 1, kDqTiles, kKeySteps>(
+        p, ms, cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p)), smem_ds, smem_k,
+        (warp % kDqRowWarps) * 16, (warp / kDqRowWarps) * kDqCols / 8);
   }
 
   /// dK (scaled) and dV of the warp's keys and columns (store_dkdv_tile).

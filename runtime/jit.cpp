@@ -33,7 +33,9 @@ Arch current_device_arch() {
     if (cc == 80) return Arch::sm_80;
     if (cc == 86 || cc == 87) return Arch::sm_86;
     if (cc == 89) return Arch::sm_89;
-    if (cc == 90) return Arch::sm_90;
+    // An sm_90a CUBIN runs on compute capability 9.0 only, which is the device's own: its
+    // wgmma kernels are what Hopper adds over sm_90.
+    if (cc == 90) return Arch::sm_90a;
     throw DeviceError(fmt::format(
         "device {} has compute capability {}.{}; this version of attnjit supports sm_80, "
         "sm_86, sm_89 and sm_90 (pass an explicit target to compile for one of them)",

@@ -14,17 +14,24 @@ namespace {
 
 std::string emit_main(const Lowering& ir, const KernelDesc& kernel) {
   const BackwardTiles& tiles = *ir.backward_tiles;
-  const bool grid = tiles.layout == BackwardLayout::warp_grid;
+  const bool slabs = tiles.layout == BackwardLayout::key_slabs;
   std::vector<std::string> config{
       fmt::format("static constexpr int kHeadDim = {};", ir.spec.head_dim_qk),
       fmt::format("static constexpr int kBlockM = {};", tiles.block_m),
       fmt::format("static constexpr int kBlockN = {};", tiles.block_n),
       fmt::format("static constexpr int kWarps = {};", tiles.warps)};
-  // The grid layout derives its warp grids from the shape (bwd_grid_sm80.cuh).
-  if (!grid) config.push_back(fmt::format("static constexpr int kDimWarps = {};", tiles.dim_warps));
+  // The other layouts derive their warps' work from the shape.
+  if (slabs) config.push_back(fmt::format("static constexpr int kDimWarps = {};", tiles.dim_warps));
   config.push_back(fmt::format("static constexpr bool kAtomicDq = {};", !ir.spec.deterministic));
-  const std::string_view kernel_struct = grid ? "BackwardGridSm80" : "BackwardSm80";
-  const std::string_view body = grid ? "backward_grid_sm80" : "backward_sm80";
+  std::string_view kernel_struct = "BackwardSm80";
+  std::string_view body = "backward_sm80";
+  if (tiles.layout == BackwardLayout::warp_grid) {
+    kernel_struct = "BackwardGridSm80";
+    body = "backward_grid_sm80";
+  } else if (tiles.layout == BackwardLayout::warpgroup) {
+    kernel_struct = "BackwardWgmmaSm90";
+    body = "backward_wgmma_sm90";
+  }
   return emit_mainloop(
       ir, kernel, config, fmt::format("attnjit::{}<Config, Mask>", kernel_struct),
       "attnjit::BwdParams",

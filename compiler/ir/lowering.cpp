@@ -35,6 +35,8 @@ std::string_view name_of(BackwardLayout layout) {
       return "slabs";
     case BackwardLayout::warp_grid:
       return "grid";
+    case BackwardLayout::warpgroup:
+      return "wgmma";
   }
   throw InternalError("unknown BackwardLayout");
 }

@@ -62,6 +62,7 @@ struct TileConfig {
 enum class BackwardLayout {
   key_slabs,  ///< bwd_sm80.cuh: every product by key slabs of 16 (x dim_warps), P^T in registers
   warp_grid,  ///< bwd_grid_sm80.cuh: a 2-D warp grid per product, P^T and dS^T in shared memory
+  warpgroup,  ///< bwd_wgmma_sm90.cuh (sm_90a): 64 keys per warpgroup, wgmma products
 };
 
 std::string_view name_of(BackwardLayout layout);

@@ -134,8 +134,17 @@ KernelPlan plan_backward(const Lowering& in) {
   main.role = KernelRole::backward;
   main.name = fmt::format("attnjit_bwd_{}_{}{}{}", type, mask_tag(spec.mask), score_mod_tag(spec),
                           spec.deterministic ? "_deterministic" : "");
-  main.template_header = tiles.layout == BackwardLayout::warp_grid ? "attnjit/bwd_grid_sm80.cuh"
-                                                                   : "attnjit/bwd_sm80.cuh";
+  switch (tiles.layout) {
+    case BackwardLayout::key_slabs:
+      main.template_header = "attnjit/bwd_sm80.cuh";
+      break;
+    case BackwardLayout::warp_grid:
+      main.template_header = "attnjit/bwd_grid_sm80.cuh";
+      break;
+    case BackwardLayout::warpgroup:
+      main.template_header = "attnjit/bwd_wgmma_sm90.cuh";
+      break;
+  }
   main.threads = tiles.warps * 32;
   main.dynamic_smem_bytes = tiles.smem_bytes;
   main.grid = fmt::format("(2*ceil(Sk/{}), ceil(H/2), B)", tiles.block_n);

@@ -97,7 +97,7 @@ TileConfig make_config(int block_m, int block_n, int warps, char variant, int sm
 // and shared memory within the target.
 void check_explicit(const TileShape& shape, int smem, const TargetInfo& target) {
   const std::string value = to_string(shape);
-  if (shape.variant == 'g') {
+  if (shape.variant == 'g' || shape.variant == 'w') {
     throw_field_error("tiles", value, "BMxBNxW with an optional q/s suffix for the forward");
   }
   if (shape.warps != 1 && shape.warps != 2 && shape.warps != 4 && shape.warps != 8) {
@@ -127,15 +127,21 @@ void check_explicit(const TileShape& shape, int smem, const TargetInfo& target) 
 // accumulators over warps sharing the same keys (they recompute S^T and dP^T); dQ = dS K as
 // (block_m / 16) row slabs x (warps / that) column groups of 16-multiples. Predicate masks
 // with element bits, whose stored bits follow the key-slab fragments, and the deterministic
-// mode, whose main kernel has no dQ product, use key slabs.
+// mode, whose main kernel has no dQ product, use key slabs. On sm_90a the warpgroup layout
+// (bwd_wgmma_sm90.cuh) comes first at head dim 128: 64 keys per warpgroup, every product on
+// wgmma with its shared operands read by the tensor cores, the one layout past the mma.sync
+// ceiling (docs/benchmarks/); it has an atomic dQ product and no element bits, so the
+// deterministic mode and predicate masks keep the sm80 layouts.
 struct BackwardCandidate {
   int head_dim, block_m, block_n, warps, dim_warps;
   BackwardLayout layout = BackwardLayout::key_slabs;
 };
 
 constexpr BackwardLayout kGrid = BackwardLayout::warp_grid;
+constexpr BackwardLayout kWarpgroup = BackwardLayout::warpgroup;
 
-constexpr std::array<BackwardCandidate, 18> kBackwardCandidates{{
+// clang-format off
+constexpr std::array<BackwardCandidate, 19> kBackwardCandidates{{
     {32, 64, 128, 8, 1},
     {32, 64, 64, 4, 1},
     {64, 64, 128, 8, 2, kGrid},
@@ -144,6 +150,7 @@ constexpr std::array<BackwardCandidate, 18> kBackwardCandidates{{
     {96, 64, 128, 8, 1},
     {96, 64, 64, 8, 2},
     {96, 32, 32, 4, 2},
+    {128, 64, 128, 8, 1, kWarpgroup},  // sm_90a only
     {128, 64, 128, 8, 2, kGrid},
     {128, 64, 128, 8, 1},
     {128, 64, 64, 8, 2},
@@ -155,6 +162,7 @@ constexpr std::array<BackwardCandidate, 18> kBackwardCandidates{{
     {256, 32, 64, 8, 2},
     {256, 32, 32, 4, 2},
 }};
+// clang-format on
 
 // Deterministic dQ kernel: one-slab warps (block_m = 16 * warps) over key blocks.
 struct DqCandidate {
@@ -178,12 +186,19 @@ bool fits_score_mods(const BackwardCandidate& c, const AttentionSpec& spec) {
   // The warp grid keeps 32 keys x 64 columns of dK and dV per warp at d128; ALiBi's slope
   // and distances spilled there on sm_90 (NVRTC sweep), soft-capping did not.
   if (c.layout == BackwardLayout::warp_grid) return !spec.alibi;
+  // The warpgroup layout compiles with both modifiers at 255 registers without spilling.
+  if (c.layout == BackwardLayout::warpgroup) return true;
   return c.head_dim / c.dim_warps <= 64 || c.block_m <= 32;
 }
 
 int backward_smem(const BackwardCandidate& c, const AttentionSpec& spec, int columns) {
   const int d = spec.head_dim_qk;
   const int kv = 2 * c.block_n * d * 2;
+  if (c.layout == BackwardLayout::warpgroup) {
+    // 1024-byte aligned tiles: alignment slack, stages padded to 1 KB, dS^T.
+    const int stage = 2 * c.block_m * d * 2 + (2 * c.block_m * 4 + 1023) / 1024 * 1024;
+    return 1024 + kv + 2 * stage + c.block_n * c.block_m * 2 + c.block_n * columns * 4;
+  }
   const int stages = 2 * (2 * c.block_m * d * 2 + 2 * c.block_m * 4);
   // Key slabs: dS^T for the atomic dQ product only; grid: P^T and dS^T always.
   const int tile = c.block_n * c.block_m * 2;
@@ -239,6 +254,27 @@ BackwardCandidate explicit_backward_grid(const AttentionSpec& spec, const Target
   return checked_smem(c, spec, target, columns);
 }
 
+// An explicit `tiles=BMxBNxWw` for the backward main kernel: the warpgroup layout, which
+// needs an sm_90a target and the atomic dQ product, and has one shape per head dim.
+BackwardCandidate explicit_backward_warpgroup(const AttentionSpec& spec, const TargetInfo& target,
+                                              int columns, const MaskLowering& mask) {
+  const TileShape& shape = spec.tiles;
+  const std::string value = to_string(shape);
+  if (target.arch != Arch::sm_90a) {
+    throw_field_error("tiles", value, "the w suffix with target=sm_90a (wgmma)");
+  }
+  if (mask.element_predicate) {
+    throw_field_error("tiles", value, "BMxBNxW without the w suffix for mask=predicate");
+  }
+  if (spec.deterministic) {
+    throw_field_error("tiles", value, "BMxBNxW without the w suffix with deterministic=true");
+  }
+  if (spec.head_dim_qk != 128 || shape.block_m != 64 || shape.warps != 8 || shape.block_n != 128) {
+    throw_field_error("tiles", value, "64x128x8w (head_dim 128) for the warpgroup layout");
+  }
+  return checked_smem({128, 64, 128, 8, 1, BackwardLayout::warpgroup}, spec, target, columns);
+}
+
 // An explicit `tiles=BMxBNxW` for the backward main kernel: block_n / 16 key warps, the rest
 // of the warps splitting the head dim, and the dQ product's warp grid, all in whole tiles.
 BackwardCandidate explicit_backward(const AttentionSpec& spec, const TargetInfo& target,
@@ -248,8 +284,9 @@ BackwardCandidate explicit_backward(const AttentionSpec& spec, const TargetInfo&
   const int d = spec.head_dim_qk;
   if (shape.warps > 16) throw_field_error("tiles warps", value, "at most 16 warps (512 threads)");
   if (shape.variant == 'g') return explicit_backward_grid(spec, target, columns, mask);
+  if (shape.variant == 'w') return explicit_backward_warpgroup(spec, target, columns, mask);
   if (shape.variant != 0) {
-    throw_field_error("tiles", value, "BMxBNxW with an optional g suffix for the backward");
+    throw_field_error("tiles", value, "BMxBNxW with an optional g or w suffix for the backward");
   }
   const int key_warps = shape.block_n / 16;
   if (shape.block_n % 16 != 0 || key_warps < 1 || shape.warps % key_warps != 0 ||
@@ -279,10 +316,11 @@ BackwardTiles select_backward_tiles(const AttentionSpec& spec, const MaskLowerin
     // The grid's gain is in the dQ product; without it (deterministic mode) key slabs were
     // faster on an H100 (d128, 8K: none 6.19 against 6.44 ms, causal 3.14 against 3.31).
     // An explicit shape (the only candidate then) is taken as given.
-    if (spec.tiles.is_auto() && c.layout == BackwardLayout::warp_grid &&
+    if (spec.tiles.is_auto() && c.layout != BackwardLayout::key_slabs &&
         (mask.element_predicate || spec.deterministic)) {
       continue;
     }
+    if (c.layout == BackwardLayout::warpgroup && target.arch != Arch::sm_90a) continue;
     if ((spec.softcap || spec.alibi) && spec.tiles.is_auto() && !fits_score_mods(c, spec)) continue;
     const int smem = backward_smem(c, spec, columns);
     if (smem > target.max_dynamic_smem_bytes) continue;

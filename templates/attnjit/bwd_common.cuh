@@ -43,8 +43,10 @@ __device__ __forceinline__ void load_backward_query_block(const BwdParams& p, in
 /// its keys (mask.cuh: index ranges, FlashMask min/max skipping), with Q_i, dO_i, LSE_i and
 /// D_i streamed through two cp.async stages of kStageBytes. begin() issues the first block's
 /// copies; each iteration `it` calls stage() at its top, computes query block `block` from
-/// the stage it returns, then calls advance().
-template <class Mask, int kBlockM, int kBlockN, int kHeadDim, int kThreads, int kStageBytes>
+/// the stage it returns, then calls advance(). kTensorReads: the tensor cores read the
+/// stages through matrix descriptors (wgmma), which needs a proxy fence after the copies.
+template <class Mask, int kBlockM, int kBlockN, int kHeadDim, int kThreads, int kStageBytes,
+          bool kTensorReads = false>
 struct QueryBlockWalk {
   int block;  ///< this iteration's query block; the walk is over when it reaches `end`
   int end;
@@ -72,6 +74,7 @@ struct QueryBlockWalk {
   __device__ __forceinline__ u32 stage(const BwdParams& p, const MaskState& ms, int n_block,
                                        u32 smem_stages, int it) {
     cp_async_wait<0>();
+    if constexpr (kTensorReads) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();
     if (load < end) {
       const CtaWork now = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));

@@ -24,19 +24,21 @@ TEST_CASE("backward matches the reference gradients over the sweep", "[gpu][back
 }
 
 TEST_CASE("both layouts of the backward main kernel match the reference", "[gpu][backward]") {
-  // The sweep runs the shapes select_tiles picks: the warp grid at d64 and d128, key slabs
-  // elsewhere. Explicit shapes cover the other layout at those head dims and the grid at
-  // other shapes (16-query warp tiles at d256, 2 x 2 grids with 4 warps).
+  // The sweep runs the shapes select_tiles picks for the device: on an H100 (sm_90a) the
+  // warpgroup layout at d128, the warp grid at d64, key slabs elsewhere. Explicit shapes
+  // cover the other layouts at those head dims and the grid at other shapes (16-query warp
+  // tiles at d256, 2 x 2 grids with 4 warps).
   struct Layout {
     int head_dim;
     TileShape tiles;
   };
   const Layout layouts[] = {
-      {128, {64, 128, 8, 0}},   // key slabs, one per warp, the whole head dim
-      {64, {64, 128, 8, 0}},    // key slabs at d64
-      {64, {64, 64, 4, 'g'}},   // 2 key warps x 2 query (or head-dim) warps
-      {256, {64, 64, 8, 'g'}},  // 2 x 4: 16 queries and 64 head-dim columns per warp
-      {128, {32, 64, 4, 'g'}},  // dQ by one row of warps
+      {128, {64, 128, 8, 0}},    // key slabs, one per warp, the whole head dim
+      {64, {64, 128, 8, 0}},     // key slabs at d64
+      {128, {64, 128, 8, 'g'}},  // 4 key warps x 2 query (or head-dim) warps
+      {64, {64, 64, 4, 'g'}},    // 2 key warps x 2 query (or head-dim) warps
+      {256, {64, 64, 8, 'g'}},   // 2 x 4: 16 queries and 64 head-dim columns per warp
+      {128, {32, 64, 4, 'g'}},   // dQ by one row of warps
   };
   const MaskSpec masks[] = {{MaskKind::causal, false, 0},
                             {MaskKind::sliding_window, false, 0},

@@ -1,6 +1,6 @@
 // NVRTC compiles every supported (direction x dtype x head dim x mask kind) spec for sm_80
-// and sm_90, and a sample of the score-modifier specs, with no spills and no stack; the
-// reference kernels compile too. Needs no GPU.
+// and sm_90, the sm_90a backward kernels (wgmma), and a sample of the score-modifier specs,
+// with no spills and no stack; the reference kernels compile too. Needs no GPU.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -67,6 +67,36 @@ std::vector<AttentionSpec> every_supported_spec() {
           add_directions(spec, specs);
         }
       }
+    }
+  }
+  // sm_90a differs from sm_90 where the backward takes the warpgroup layout (head dim 128,
+  // the atomic mode): every mask and dtype, and every modifier combination.
+  for (DType dtype : {DType::bf16, DType::fp16}) {
+    for (const MaskSpec& mask : masks) {
+      for (const auto& [softcap, alibi] : {std::pair{false, false}, std::pair{true, true}}) {
+        AttentionSpec spec;
+        spec.dtype = dtype;
+        spec.head_dim_qk = spec.head_dim_v = 128;
+        spec.mask = mask;
+        spec.softcap = softcap;
+        spec.alibi = alibi;
+        spec.direction = Direction::backward;
+        spec.target = Arch::sm_90a;
+        specs.push_back(spec);
+      }
+    }
+  }
+  for (const auto& [softcap, alibi] : modifiers) {
+    for (const MaskSpec& mask : modifier_masks) {
+      AttentionSpec spec;
+      spec.dtype = DType::bf16;
+      spec.head_dim_qk = spec.head_dim_v = 128;
+      spec.mask = mask;
+      spec.softcap = softcap;
+      spec.alibi = alibi;
+      spec.direction = Direction::backward;
+      spec.target = Arch::sm_90a;
+      specs.push_back(spec);
     }
   }
   return specs;
@@ -146,8 +176,10 @@ void check_compiles_without_spills(const std::vector<AttentionSpec>& specs) {
 
 }  // namespace
 
-TEST_CASE("every supported spec, forward and backward, compiles for sm_80 and sm_90 without spills",
-          "[nvrtc][specs]") {
+TEST_CASE(
+    "every supported spec, forward and backward, compiles for sm_80 and sm_90(a) without "
+    "spills",
+    "[nvrtc][specs]") {
   check_compiles_without_spills(every_supported_spec());
 }
 

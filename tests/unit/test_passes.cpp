@@ -284,6 +284,54 @@ TEST_CASE("the backward plan", "[pass]") {
   }
 }
 
+TEST_CASE("the warpgroup backward layout is chosen for sm_90a at head dim 128", "[pass]") {
+  const auto lowered = [](const char* rest) {
+    return lower(parse_spec(fmt::format("dtype=bf16 head_dim=128 direction=backward {}", rest)));
+  };
+  const Lowering ir = lowered("mask=causal target=sm_90a");
+  const BackwardTiles& t = *ir.backward_tiles;
+  CHECK(t.layout == BackwardLayout::warpgroup);
+  CHECK(ir.plan->kernels[1].template_header == "attnjit/bwd_wgmma_sm90.cuh");
+  CHECK(t.block_m == 64);
+  CHECK(t.block_n == 128);
+  CHECK(t.warps == 8);
+  // Alignment slack, K and V, two stages (Q, dO, then LSE and D padded to 1 KB), dS^T.
+  CHECK(t.smem_bytes == 1024 + 2 * 128 * 128 * 2 + 2 * (2 * 64 * 128 * 2 + 1024) + 128 * 64 * 2);
+  CHECK(ir.plan->kernels[1].dynamic_smem_bytes == t.smem_bytes);
+  // With score modifiers and FlashMask vectors too (no spills in the NVRTC sweep).
+  for (const char* rest : {"mask=causal softcap=true alibi=true target=sm_90a",
+                           "mask=flashmask(causal=false,columns=4) target=sm_90a"}) {
+    INFO(rest);
+    CHECK(lowered(rest).backward_tiles->layout == BackwardLayout::warpgroup);
+  }
+  // Plain sm_90 (no wgmma), the deterministic mode (no atomic dQ product), predicates
+  // (element bits in the key-slab fragments) and other head dims keep the sm80 layouts.
+  CHECK(lowered("mask=causal target=sm_90").backward_tiles->layout == BackwardLayout::warp_grid);
+  CHECK(lowered("mask=causal deterministic=true target=sm_90a").backward_tiles->layout ==
+        BackwardLayout::key_slabs);
+  CHECK(lowered("mask=predicate(q>=k) target=sm_90a").backward_tiles->layout ==
+        BackwardLayout::key_slabs);
+  for (int d : {32, 64, 96, 192, 256}) {
+    INFO(d);
+    CHECK(
+        lower(parse_spec(fmt::format("dtype=bf16 head_dim={} direction=backward target=sm_90a", d)))
+            .backward_tiles->layout != BackwardLayout::warpgroup);
+  }
+  // The w suffix asks for it explicitly, where it exists.
+  CHECK(lowered("tiles=64x128x8w target=sm_90a").backward_tiles->layout ==
+        BackwardLayout::warpgroup);
+  CHECK_THROWS_WITH(lowered("tiles=64x128x8w target=sm_90"),
+                    Catch::Contains("the w suffix with target=sm_90a"));
+  CHECK_THROWS_WITH(lowered("tiles=64x64x4w target=sm_90a"),
+                    Catch::Contains("64x128x8w (head_dim 128)"));
+  CHECK_THROWS_WITH(lowered("deterministic=true tiles=64x128x8w target=sm_90a"),
+                    Catch::Contains("without the w suffix with deterministic=true"));
+  CHECK_THROWS_WITH(lowered("mask=predicate(q>=k) tiles=64x128x8w target=sm_90a"),
+                    Catch::Contains("without the w suffix for mask=predicate"));
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x64x4w target=sm_90a")),
+                    Catch::Contains("q/s suffix for the forward"));
+}
+
 TEST_CASE("forward specs with score modifiers take a shape with room for them", "[pass]") {
   const auto tiles = [](int d, const char* rest) {
     return *lower(parse_spec(fmt::format("dtype=bf16 head_dim={} target=sm_80 {}", d, rest))).tiles;
@@ -354,7 +402,7 @@ TEST_CASE("explicit backward tiles are checked", "[pass]") {
       Catch::Contains("key slabs (block_n/16) divide the warps"));
   CHECK_THROWS_WITH(
       lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x128x8q target=sm_90")),
-      Catch::Contains("with an optional g suffix for the backward"));
+      Catch::Contains("with an optional g or w suffix for the backward"));
   // The g suffix picks the warp-grid layout, whose grids must divide the warps.
   const Lowering grid =
       lower(parse_spec("dtype=bf16 head_dim=64 direction=backward tiles=64x64x4g target=sm_90"));

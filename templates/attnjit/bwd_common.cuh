@@ -98,6 +98,62 @@ struct QueryBlockWalk {
   }
 };
 
+/// Sets to -inf the scores a partial tile's mask hides, in kMTiles x kNTiles m16n8 accumulator
+/// tiles of S^T: element (mt, nt, 2 r + c) of this thread is key key0 + key_row + 16 mt + 8 r
+/// (its FlashMask values at `vectors`, kColumns per key of the block) and query ms.row_begin +
+/// query_col + 8 nt + c; key_row and query_col are the thread's first, g and 2 t into the warp
+/// tile. Each key's values are read once for its whole row of the tile.
+template <class Mask, int kMTiles, int kNTiles>
+__device__ __forceinline__ void mask_scores_by_key(const BwdParams& p, const MaskState& ms,
+                                                   float (&acc)[kMTiles][kNTiles][4], u32 vectors,
+                                                   int key0, int key_row, int query_col) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int key_local = key_row + 16 * mt + 8 * r;
+      const typename Mask::Column column =
+          Mask::load_column(ms, vectors + key_local * Mask::kColumns * 4);
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int query = ms.row_begin + query_col + nt * 8 + c;
+          if (Mask::masked(p, ms, query, key0 + key_local, column)) {
+            acc[mt][nt][2 * r + c] = negative_infinity();
+          }
+        }
+      }
+    }
+  }
+}
+
+/// LSE2 of queries query_local and query_local + 1 of the block, from the stage's LSE2 row
+/// at `lse_log2`. With ALiBi, rows past Sq (which read LSE2 = 0) get +inf: their scores are
+/// the bias alone, which a negative slope makes large, and +inf keeps their P at 0 (0 * inf
+/// would reach dV and dK).
+template <class Score>
+__device__ __forceinline__ void load_lse_pair(u32 lse_log2, int query_local, const MaskState& ms,
+                                              float (&lse)[2]) {
+  load_shared_v2_f32(lse_log2 + query_local * 4, lse[0], lse[1]);
+  if (Score::kAlibi) {
+    const int query = ms.row_begin + query_local;
+    if (query >= ms.seqlen_q) lse[0] = -negative_infinity();
+    if (query + 1 >= ms.seqlen_q) lse[1] = -negative_infinity();
+  }
+}
+
+/// P of one score (-inf where masked): the score modifier first (its derivative to `grad`,
+/// 1 without one), then 2^(s c - LSE2); `distance` = key - (query + Sk - Sq) for ALiBi.
+template <class Score>
+__device__ __forceinline__ float backward_probability(const BwdParams& p, const Score& score,
+                                                      float s, int distance, float lse,
+                                                      float& grad) {
+  grad = 1.f;
+  if (Score::kActive) s = score.apply_after_mask(s, distance, grad);
+  return exp2_approx(fmaf(s, Score::exponent_scale(p), -lse));
+}
+
 /// dK (scaled by softmax_scale) and dV of one m16 accumulator tile of a warp: keys
 /// key_row0 + g and key_row0 + g + 8, columns col0 + 8 dt + 2 t. Straight to d_k / d_v for
 /// MHA, to the fp32 per-query-head partials for GQA (summed by backward_reduce_dkdv).

@@ -154,25 +154,7 @@ struct BackwardGridSm80 {
         acc_s, smem_k, kv_a_lane, key_row0, smem_q, q_b_lane, query0);
 
     if (tile_kind(tile) == kTilePartial) {
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int key_local = key_row0 + 16 * mt + g + 8 * r;
-          const typename Mask::Column column =
-              Mask::load_column(ms, vectors + key_local * kColumns * 4);
-#pragma unroll
-          for (int nt = 0; nt < kSTiles; ++nt) {
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              const int query = ms.row_begin + query0 + nt * 8 + 2 * t + c;
-              if (Mask::masked(p, ms, query, key0 + key_local, column)) {
-                acc_s[mt][nt][2 * r + c] = negative_infinity();
-              }
-            }
-          }
-        }
-      }
+      mask_scores_by_key<Mask>(p, ms, acc_s, vectors, key0, key_row0 + g, query0 + 2 * t);
     }
 
     // P^T = 2^(S^T c - LSE2): 0 where masked and in rows that see no key (LSE2 = +inf).
@@ -185,26 +167,17 @@ struct BackwardGridSm80 {
 #pragma unroll
     for (int nt = 0; nt < kSTiles; ++nt) {
       float lse[2];
-      load_shared_v2_f32(lse_log2 + (query0 + nt * 8 + 2 * t) * 4, lse[0], lse[1]);
-      if (Score::kAlibi) {
-        // Rows past Sq read LSE2 = 0 and their scores are the bias alone: +inf keeps their
-        // P at 0 (bwd_sm80.cuh).
-        const int query = ms.row_begin + query0 + nt * 8 + 2 * t;
-        if (query >= ms.seqlen_q) lse[0] = -negative_infinity();
-        if (query + 1 >= ms.seqlen_q) lse[1] = -negative_infinity();
-      }
+      load_lse_pair<Score>(lse_log2, query0 + nt * 8 + 2 * t, ms, lse);
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          float value[2], grad[2] = {1.f, 1.f};
+          float value[2], grad[2];
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            float s = acc_s[mt][nt][2 * r + c];
-            if (Score::kActive) {
-              s = score.apply_after_mask(s, distance0 + 16 * mt + 8 * r - 8 * nt - c, grad[c]);
-            }
-            value[c] = exp2_approx(fmaf(s, Score::exponent_scale(p), -lse[c]));
+            value[c] =
+                backward_probability(p, score, acc_s[mt][nt][2 * r + c],
+                                     distance0 + 16 * mt + 8 * r - 8 * nt - c, lse[c], grad[c]);
           }
           const int offset =
               PTile::element_offset(key_row0 + 16 * mt + g + 8 * r, query0 + nt * 8 + 2 * t);

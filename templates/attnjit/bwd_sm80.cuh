@@ -228,28 +228,16 @@ struct BackwardSm80 {
     u32 p_grad_packed[kQTiles][2];  // used by soft-capping only
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt) {
-      float lse0, lse1;
-      load_shared_v2_f32(lse_log2 + (nt * 8 + 2 * t) * 4, lse0, lse1);
-      if (Score::kAlibi) {
-        // Rows past Sq read LSE2 = 0 and their scores are the bias alone, which a negative
-        // slope makes large: +inf keeps their P at 0 (0 * inf would reach dV and dK).
-        const int query = ms.row_begin + nt * 8 + 2 * t;
-        if (query >= ms.seqlen_q) lse0 = -negative_infinity();
-        if (query + 1 >= ms.seqlen_q) lse1 = -negative_infinity();
-      }
+      float lse[2];
+      load_lse_pair<Score>(lse_log2, nt * 8 + 2 * t, ms, lse);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float grad[2];
-        if (Score::kActive) {
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            acc_s[nt][2 * r + c] = score.apply_after_mask(acc_s[nt][2 * r + c],
-                                                          distance0 + 8 * r - nt * 8 - c, grad[c]);
-          }
+        for (int c = 0; c < 2; ++c) {
+          acc_s[nt][2 * r + c] = backward_probability(
+              p, score, acc_s[nt][2 * r + c], distance0 + 8 * r - nt * 8 - c, lse[c], grad[c]);
         }
-        acc_s[nt][2 * r] = exp2_approx(fmaf(acc_s[nt][2 * r], Score::exponent_scale(p), -lse0));
-        acc_s[nt][2 * r + 1] =
-            exp2_approx(fmaf(acc_s[nt][2 * r + 1], Score::exponent_scale(p), -lse1));
         if (Score::kSoftcap) {
           p_grad_packed[nt][r] =
               pack2<Element>(acc_s[nt][2 * r] * grad[0], acc_s[nt][2 * r + 1] * grad[1]);

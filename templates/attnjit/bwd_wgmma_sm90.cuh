@@ -128,40 +128,14 @@ struct BackwardWgmmaSm90 {
     float acc_s[kSTiles][4];
     float acc_dp[kSTiles][4];
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kDSteps; ++kk) {
-      wgmma_ss<Element, kBlockM, 0, 0>(acc_s,
-                                       k_major_descriptor<KvTile>(smem_k, 64 * warpgroup, kk),
-                                       k_major_descriptor<QTile>(smem_q, 0, kk), kk > 0);
-    }
-    wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < kDSteps; ++kk) {
-      wgmma_ss<Element, kBlockM, 0, 0>(acc_dp,
-                                       k_major_descriptor<KvTile>(smem_v, 64 * warpgroup, kk),
-                                       k_major_descriptor<QTile>(smem_do, 0, kk), kk > 0);
-    }
-    wgmma_commit();
+    keys_times_queries(acc_s, smem_k, smem_q, warpgroup);
+    keys_times_queries(acc_dp, smem_v, smem_do, warpgroup);
     wgmma_wait<1>();
     fence_accumulators(acc_s);
 
     if (tile_kind(tile) == kTilePartial) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int key_local = key_row0 + g + 8 * r;
-        const typename Mask::Column column =
-            Mask::load_column(ms, vectors + key_local * kColumns * 4);
-#pragma unroll
-        for (int nt = 0; nt < kSTiles; ++nt) {
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int query = ms.row_begin + nt * 8 + 2 * t + c;
-            if (Mask::masked(p, ms, query, key0 + key_local, column)) {
-              acc_s[nt][2 * r + c] = negative_infinity();
-            }
-          }
-        }
-      }
+      mask_scores_by_key<Mask>(p, ms, reinterpret_cast<float(&)[1][kSTiles][4]>(acc_s), vectors,
+                               key0, key_row0 + g, 2 * t);
     }
 
     // P^T = 2^(S^T c - LSE2): 0 where masked and in rows that see no key (LSE2 = +inf).
@@ -174,23 +148,15 @@ struct BackwardWgmmaSm90 {
 #pragma unroll
     for (int nt = 0; nt < kSTiles; ++nt) {
       float lse[2];
-      load_shared_v2_f32(lse_log2 + (nt * 8 + 2 * t) * 4, lse[0], lse[1]);
-      if (Score::kAlibi) {
-        // Rows past Sq read LSE2 = 0 and their scores are the bias alone: +inf keeps their
-        // P at 0 (bwd_sm80.cuh).
-        const int query = ms.row_begin + nt * 8 + 2 * t;
-        if (query >= ms.seqlen_q) lse[0] = -negative_infinity();
-        if (query + 1 >= ms.seqlen_q) lse[1] = -negative_infinity();
-      }
+      load_lse_pair<Score>(lse_log2, nt * 8 + 2 * t, ms, lse);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float value[2];
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          float s = acc_s[nt][2 * r + c];
-          float grad = 1.f;
-          if (Score::kActive) s = score.apply_after_mask(s, distance0 + 8 * r - 8 * nt - c, grad);
-          value[c] = exp2_approx(fmaf(s, Score::exponent_scale(p), -lse[c]));
+          float grad;
+          value[c] = backward_probability(p, score, acc_s[nt][2 * r + c],
+                                          distance0 + 8 * r - 8 * nt - c, lse[c], grad);
           if (Score::kSoftcap) acc_s[nt][2 * r + c] = value[c] * grad;
         }
         a_p[nt / 2][2 * (nt % 2) + r] = pack2<Element>(value[0], value[1]);
@@ -251,6 +217,18 @@ struct BackwardWgmmaSm90 {
     add_dq_tile<kHeadDim>(p, ms.seqlen_q, work.head, work.batch,
                           ms.row_begin + 16 * ((read_tid_x() / 32) % 4), warpgroup * kDqCols,
                           acc_dq);
+  }
+
+  /// acc = the warpgroup's 64 keys of `keys` (K or V) times the block's rows of `queries`
+  /// (Q or dO), transposed: S^T or dP^T, one wgmma group.
+  __device__ __forceinline__ static void keys_times_queries(float (&acc)[kSTiles][4], u32 keys,
+                                                            u32 queries, int warpgroup) {
+#pragma unroll
+    for (int kk = 0; kk < kDSteps; ++kk) {
+      wgmma_ss<Element, kBlockM, 0, 0>(acc, k_major_descriptor<KvTile>(keys, 64 * warpgroup, kk),
+                                       k_major_descriptor<QTile>(queries, 0, kk), kk > 0);
+    }
+    wgmma_commit();
   }
 
   /// dK (scaled) and dV of the warp's 16 keys, all columns (store_dkdv_tile).

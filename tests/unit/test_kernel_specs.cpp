@@ -70,34 +70,28 @@ std::vector<AttentionSpec> every_supported_spec() {
     }
   }
   // sm_90a differs from sm_90 where the backward takes the warpgroup layout (head dim 128,
-  // the atomic mode): every mask and dtype, and every modifier combination.
+  // the atomic mode): every mask and dtype, without and with both modifiers, and each
+  // modifier combination on the modifier masks.
+  const auto add_sm90a_backward = [&](DType dtype, const MaskSpec& mask, bool softcap, bool alibi) {
+    AttentionSpec spec;
+    spec.dtype = dtype;
+    spec.head_dim_qk = spec.head_dim_v = 128;
+    spec.mask = mask;
+    spec.softcap = softcap;
+    spec.alibi = alibi;
+    spec.direction = Direction::backward;
+    spec.target = Arch::sm_90a;
+    specs.push_back(spec);
+  };
   for (DType dtype : {DType::bf16, DType::fp16}) {
     for (const MaskSpec& mask : masks) {
-      for (const auto& [softcap, alibi] : {std::pair{false, false}, std::pair{true, true}}) {
-        AttentionSpec spec;
-        spec.dtype = dtype;
-        spec.head_dim_qk = spec.head_dim_v = 128;
-        spec.mask = mask;
-        spec.softcap = softcap;
-        spec.alibi = alibi;
-        spec.direction = Direction::backward;
-        spec.target = Arch::sm_90a;
-        specs.push_back(spec);
-      }
+      add_sm90a_backward(dtype, mask, false, false);
+      add_sm90a_backward(dtype, mask, true, true);
     }
   }
   for (const auto& [softcap, alibi] : modifiers) {
-    for (const MaskSpec& mask : modifier_masks) {
-      AttentionSpec spec;
-      spec.dtype = DType::bf16;
-      spec.head_dim_qk = spec.head_dim_v = 128;
-      spec.mask = mask;
-      spec.softcap = softcap;
-      spec.alibi = alibi;
-      spec.direction = Direction::backward;
-      spec.target = Arch::sm_90a;
-      specs.push_back(spec);
-    }
+    for (const MaskSpec& mask : modifier_masks)
+      add_sm90a_backward(DType::bf16, mask, softcap, alibi);
   }
   return specs;
 }

@@ -128,9 +128,9 @@ void check_explicit(const TileShape& shape, int smem, const TargetInfo& target) 
 // (block_m / 16) row slabs x (warps / that) column groups of 16-multiples. Predicate masks
 // with element bits, whose stored bits follow the key-slab fragments, and the deterministic
 // mode, whose main kernel has no dQ product, use key slabs. On sm_90a the warpgroup layout
-// (bwd_wgmma_sm90.cuh) comes first at head dim 128: 64 keys per warpgroup, every product on
-// wgmma with its shared operands read by the tensor cores, the one layout past the mma.sync
-// ceiling (docs/benchmarks/); it has an atomic dQ product and no element bits, so the
+// (bwd_wgmma_sm90.cuh) comes first at head dims 64 and 128: 64 keys per warpgroup, every
+// product on wgmma with its shared operands read by the tensor cores, the one layout past the
+// mma.sync ceiling (docs/benchmarks/); it has an atomic dQ product and no element bits, so the
 // deterministic mode and predicate masks keep the sm80 layouts.
 struct BackwardCandidate {
   int head_dim, block_m, block_n, warps, dim_warps;
@@ -141,9 +141,10 @@ constexpr BackwardLayout kGrid = BackwardLayout::warp_grid;
 constexpr BackwardLayout kWarpgroup = BackwardLayout::warpgroup;
 
 // clang-format off
-constexpr std::array<BackwardCandidate, 19> kBackwardCandidates{{
+constexpr std::array<BackwardCandidate, 20> kBackwardCandidates{{
     {32, 64, 128, 8, 1},
     {32, 64, 64, 4, 1},
+    {64, 64, 128, 8, 1, kWarpgroup},  // sm_90a only
     {64, 64, 128, 8, 2, kGrid},
     {64, 64, 128, 8, 1},
     {64, 64, 64, 4, 1},
@@ -269,10 +270,11 @@ BackwardCandidate explicit_backward_warpgroup(const AttentionSpec& spec, const T
   if (spec.deterministic) {
     throw_field_error("tiles", value, "BMxBNxW without the w suffix with deterministic=true");
   }
-  if (spec.head_dim_qk != 128 || shape.block_m != 64 || shape.warps != 8 || shape.block_n != 128) {
-    throw_field_error("tiles", value, "64x128x8w (head_dim 128) for the warpgroup layout");
+  const int d = spec.head_dim_qk;
+  if ((d != 64 && d != 128) || shape.block_m != 64 || shape.warps != 8 || shape.block_n != 128) {
+    throw_field_error("tiles", value, "64x128x8w (head_dim 64 or 128) for the warpgroup layout");
   }
-  return checked_smem({128, 64, 128, 8, 1, BackwardLayout::warpgroup}, spec, target, columns);
+  return checked_smem({d, 64, 128, 8, 1, BackwardLayout::warpgroup}, spec, target, columns);
 }
 
 // An explicit `tiles=BMxBNxW` for the backward main kernel: block_n / 16 key warps, the rest

@@ -2,15 +2,17 @@
 // 64 keys per warpgroup, the products' operands read by the tensor cores straight from the
 // swizzled shared tiles.
 //
-// Warpgroup w owns keys [64 w, 64 w + 64) of the CTA's block for S^T, dP^T, dK and dV, and
-// dQ's columns [w kDqCols, (w + 1) kDqCols):
+// Warpgroup w owns keys [64 w, 64 w + 64) of the CTA's block for S^T, dP^T, dK and dV; for
+// dQ, columns [w kDqCols, (w + 1) kDqCols) over all keys where the head dim gives each
+// warpgroup a 64-column panel (d128), else its own keys over all columns (d64):
 //   S^T  = K_w Q^T, dP^T = V_w dO^T   m64 x kBlockM, both operands K-major from shared memory
 //   P^T  = 2^(S^T c - LSE2)           in registers, packed as the A operand of dV
 //   dS^T = P^T (dP^T - D)             in registers (A of dK) and to shared memory (A of dQ)
 //   dV  += P^T dO, dK += dS^T Q       m64 x kHeadDim, fp32 accumulators in registers; dO and Q
 //                                     MN-major from the query stage
-//   dQ_i += dS K                      m64 x kDqCols after a CTA barrier (dS^T of all keys),
-//                                     fp32 red.global reductions
+//   dQ_i += dS K                      m64 x kDqCols after a CTA barrier (dS^T of all keys) or
+//                                     a warpgroup barrier (its keys), fp32 red.global
+//                                     reductions (twice as many when split by keys)
 // One barrier per query block besides the walk's (QueryBlockWalk, bwd_common.cuh: Q_i, dO_i,
 // LSE_i and D_i through two cp.async stages). dK is scaled by softmax_scale at the end; dQ in
 // backward_convert_dq. Masks and score modifiers as in bwd_grid_sm80.cuh, on the same
@@ -41,12 +43,15 @@ struct BackwardWgmmaSm90 {
   static constexpr int kWarps = Config::kWarps;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kWarpgroups = kWarps / 4;
-  static constexpr int kDqCols = kHeadDim / kWarpgroups;  // dQ columns per warpgroup
-  static constexpr int kSTiles = kBlockM / 8;             // n8 tiles of S^T, dP^T
-  static constexpr int kDTiles = kHeadDim / 8;            // of dK, dV
-  static constexpr int kDSteps = kHeadDim / 16;           // k16 steps over the head dim
-  static constexpr int kQSteps = kBlockM / 16;            // over the queries
-  static constexpr int kKeySteps = kBlockN / 16;          // over the keys
+  /// dQ split over the warpgroups by 64-column panels, else by their keys.
+  static constexpr bool kDqByColumns = kHeadDim / kWarpgroups >= 64;
+  static constexpr int kDqCols = kDqByColumns ? kHeadDim / kWarpgroups : kHeadDim;
+  static constexpr int kDqSteps = kDqByColumns ? kBlockN / 16 : 4;  // k16 steps over keys
+  static constexpr int kSTiles = kBlockM / 8;                       // n8 tiles of S^T, dP^T
+  static constexpr int kDTiles = kHeadDim / 8;                      // of dK, dV
+  static constexpr int kDSteps = kHeadDim / 16;                     // k16 steps over the head dim
+  static constexpr int kQSteps = kBlockM / 16;                      // over the queries
+  static constexpr int kKeySteps = kBlockN / 16;                    // over the keys
   static constexpr int kColumns = Mask::kColumns;
 
   static_assert(Config::kAtomicDq, "the deterministic mode takes the sm80 kernels");
@@ -54,7 +59,7 @@ struct BackwardWgmmaSm90 {
   static_assert(kWarps % 4 == 0 && kBlockN == 64 * kWarpgroups, "64 keys per warpgroup");
   static_assert(kBlockM == 64 || kBlockM == 128, "m64n64 / m64n128 score products");
   static_assert(kHeadDim == 64 || kHeadDim == 128, "m64n64 / m64n128 dK and dV products");
-  static_assert(kDqCols % 64 == 0, "whole 64-column panels of dQ per warpgroup");
+  static_assert(kDqCols % 64 == 0, "whole 64-column panels of dQ");
 
   typedef SmemTile<kBlockN, kHeadDim> KvTile;
   typedef SmemTile<kBlockM, kHeadDim> QTile;  // Q and dO
@@ -198,15 +203,22 @@ struct BackwardWgmmaSm90 {
     }
     wgmma_commit();
     fence_async_shared();
-    __syncthreads();
+    if constexpr (kDqByColumns) {
+      __syncthreads();
+    } else {
+      // Only this warpgroup's rows of dS^T are read: its own barrier (ids 1, 2, ...).
+      asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
+    }
 
     // dQ_i += dS K: dS (queries x keys) is the MN-major [key][query] tile, K MN-major too.
     float acc_dq[kDqCols / 8][4];
+    const int key_step0 = kDqByColumns ? 0 : 4 * warpgroup;
+    const int panel = kDqByColumns ? warpgroup * kDqCols / 64 : 0;
 #pragma unroll
-    for (int kk = 0; kk < kKeySteps; ++kk) {
+    for (int kk = 0; kk < kDqSteps; ++kk) {
       wgmma_ss<Element, kDqCols, 1, 1>(
-          acc_dq, mn_major_descriptor<DsTile>(smem_ds, 0, kk),
-          mn_major_descriptor<KvTile>(smem_k, warpgroup * kDqCols / 64, kk), kk > 0);
+          acc_dq, mn_major_descriptor<DsTile>(smem_ds, 0, key_step0 + kk),
+          mn_major_descriptor<KvTile>(smem_k, panel, key_step0 + kk), kk > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -215,8 +227,7 @@ struct BackwardWgmmaSm90 {
     fence_accumulators(acc_dv);
     const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
     add_dq_tile<kHeadDim>(p, ms.seqlen_q, work.head, work.batch,
-                          ms.row_begin + 16 * ((read_tid_x() / 32) % 4), warpgroup * kDqCols,
-                          acc_dq);
+                          ms.row_begin + 16 * ((read_tid_x() / 32) % 4), panel * 64, acc_dq);
   }
 
   /// acc = the warpgroup's 64 keys of `keys` (K or V) times the block's rows of `queries`

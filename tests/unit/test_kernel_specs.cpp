@@ -69,13 +69,14 @@ std::vector<AttentionSpec> every_supported_spec() {
       }
     }
   }
-  // sm_90a differs from sm_90 where the backward takes the warpgroup layout (head dim 128,
-  // the atomic mode): every mask and dtype, without and with both modifiers, and each
+  // sm_90a differs from sm_90 where the backward takes the warpgroup layout (head dims 64 and
+  // 128, the atomic mode): every mask and dtype, without and with both modifiers, and each
   // modifier combination on the modifier masks.
-  const auto add_sm90a_backward = [&](DType dtype, const MaskSpec& mask, bool softcap, bool alibi) {
+  const auto add_sm90a_backward = [&](DType dtype, int d, const MaskSpec& mask, bool softcap,
+                                      bool alibi) {
     AttentionSpec spec;
     spec.dtype = dtype;
-    spec.head_dim_qk = spec.head_dim_v = 128;
+    spec.head_dim_qk = spec.head_dim_v = d;
     spec.mask = mask;
     spec.softcap = softcap;
     spec.alibi = alibi;
@@ -83,15 +84,18 @@ std::vector<AttentionSpec> every_supported_spec() {
     spec.target = Arch::sm_90a;
     specs.push_back(spec);
   };
-  for (DType dtype : {DType::bf16, DType::fp16}) {
-    for (const MaskSpec& mask : masks) {
-      add_sm90a_backward(dtype, mask, false, false);
-      add_sm90a_backward(dtype, mask, true, true);
+  for (int d : {64, 128}) {
+    for (DType dtype : {DType::bf16, DType::fp16}) {
+      for (const MaskSpec& mask : masks) {
+        add_sm90a_backward(dtype, d, mask, false, false);
+        add_sm90a_backward(dtype, d, mask, true, true);
+      }
     }
-  }
-  for (const auto& [softcap, alibi] : modifiers) {
-    for (const MaskSpec& mask : modifier_masks)
-      add_sm90a_backward(DType::bf16, mask, softcap, alibi);
+    for (const auto& [softcap, alibi] : modifiers) {
+      for (const MaskSpec& mask : modifier_masks) {
+        add_sm90a_backward(DType::bf16, d, mask, softcap, alibi);
+      }
+    }
   }
   return specs;
 }

@@ -284,7 +284,7 @@ TEST_CASE("the backward plan", "[pass]") {
   }
 }
 
-TEST_CASE("the warpgroup backward layout is chosen for sm_90a at head dim 128", "[pass]") {
+TEST_CASE("the warpgroup backward layout is chosen for sm_90a at head dims 64 and 128", "[pass]") {
   const auto lowered = [](const char* rest) {
     return lower(parse_spec(fmt::format("dtype=bf16 head_dim=128 direction=backward {}", rest)));
   };
@@ -305,17 +305,19 @@ TEST_CASE("the warpgroup backward layout is chosen for sm_90a at head dim 128", 
     CHECK(lowered(rest).backward_tiles->layout == BackwardLayout::warpgroup);
   }
   // Plain sm_90 (no wgmma), the deterministic mode (no atomic dQ product), predicates
-  // (element bits in the key-slab fragments) and other head dims keep the sm80 layouts.
+  // (element bits in the key-slab fragments) and head dims other than 64 and 128 keep the sm80
+  // layouts.
   CHECK(lowered("mask=causal target=sm_90").backward_tiles->layout == BackwardLayout::warp_grid);
   CHECK(lowered("mask=causal deterministic=true target=sm_90a").backward_tiles->layout ==
         BackwardLayout::key_slabs);
   CHECK(lowered("mask=predicate(q>=k) target=sm_90a").backward_tiles->layout ==
         BackwardLayout::key_slabs);
-  for (int d : {32, 64, 96, 192, 256}) {
+  for (int d : {32, 64, 96, 128, 192, 256}) {
     INFO(d);
-    CHECK(
-        lower(parse_spec(fmt::format("dtype=bf16 head_dim={} direction=backward target=sm_90a", d)))
-            .backward_tiles->layout != BackwardLayout::warpgroup);
+    const Lowering auto_tiles = lower(
+        parse_spec(fmt::format("dtype=bf16 head_dim={} direction=backward target=sm_90a", d)));
+    CHECK((auto_tiles.backward_tiles->layout == BackwardLayout::warpgroup) ==
+          (d == 64 || d == 128));
   }
   // The w suffix asks for it explicitly, where it exists.
   CHECK(lowered("tiles=64x128x8w target=sm_90a").backward_tiles->layout ==
@@ -323,7 +325,13 @@ TEST_CASE("the warpgroup backward layout is chosen for sm_90a at head dim 128", 
   CHECK_THROWS_WITH(lowered("tiles=64x128x8w target=sm_90"),
                     Catch::Contains("the w suffix with target=sm_90a"));
   CHECK_THROWS_WITH(lowered("tiles=64x64x4w target=sm_90a"),
-                    Catch::Contains("64x128x8w (head_dim 128)"));
+                    Catch::Contains("64x128x8w (head_dim 64 or 128)"));
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=96 direction=backward tiles=64x128x8w "
+                                     "target=sm_90a")),
+                    Catch::Contains("64x128x8w (head_dim 64 or 128)"));
+  CHECK(lower(parse_spec("dtype=bf16 head_dim=64 direction=backward tiles=64x128x8w "
+                         "target=sm_90a"))
+            .backward_tiles->layout == BackwardLayout::warpgroup);
   CHECK_THROWS_WITH(lowered("deterministic=true tiles=64x128x8w target=sm_90a"),
                     Catch::Contains("without the w suffix with deterministic=true"));
   CHECK_THROWS_WITH(lowered("mask=predicate(q>=k) tiles=64x128x8w target=sm_90a"),

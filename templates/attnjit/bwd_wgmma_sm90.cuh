@@ -46,12 +46,12 @@ struct BackwardWgmmaSm90 {
   /// dQ split over the warpgroups by 64-column panels, else by their keys.
   static constexpr bool kDqByColumns = kHeadDim / kWarpgroups >= 64;
   static constexpr int kDqCols = kDqByColumns ? kHeadDim / kWarpgroups : kHeadDim;
-  static constexpr int kDqSteps = kDqByColumns ? kBlockN / 16 : 4;  // k16 steps over keys
-  static constexpr int kSTiles = kBlockM / 8;                       // n8 tiles of S^T, dP^T
-  static constexpr int kDTiles = kHeadDim / 8;                      // of dK, dV
-  static constexpr int kDSteps = kHeadDim / 16;                     // k16 steps over the head dim
-  static constexpr int kQSteps = kBlockM / 16;                      // over the queries
-  static constexpr int kKeySteps = kBlockN / 16;                    // over the keys
+  /// k16 steps over the keys of the dQ product: all of the block's, or the warpgroup's 64.
+  static constexpr int kDqSteps = kDqByColumns ? kBlockN / 16 : 4;
+  static constexpr int kSTiles = kBlockM / 8;    // n8 tiles of S^T, dP^T
+  static constexpr int kDTiles = kHeadDim / 8;   // of dK, dV
+  static constexpr int kDSteps = kHeadDim / 16;  // k16 steps over the head dim
+  static constexpr int kQSteps = kBlockM / 16;   // over the queries
   static constexpr int kColumns = Mask::kColumns;
 
   static_assert(Config::kAtomicDq, "the deterministic mode takes the sm80 kernels");

@@ -182,6 +182,7 @@ std::optional<std::string_view> quoted_after(std::string_view line, std::string_
 
 PtxasReport parse_ptxas_report(std::string_view log, std::string_view kernel_name) {
   PtxasReport report;
+  const std::string quoted_kernel = fmt::format("'{}'", kernel_name);
   std::string_view compiling;   // the function whose "Used" line comes next
   std::string_view properties;  // the function whose stack/spill line comes next
   bool have_usage = false;
@@ -190,6 +191,11 @@ PtxasReport parse_ptxas_report(std::string_view log, std::string_view kernel_nam
     const std::string_view line = log.substr(0, newline);
     log = newline == std::string_view::npos ? std::string_view() : log.substr(newline + 1);
 
+    if (!kernel_name.empty() && line.find(quoted_kernel) != line.npos) {
+      for (std::string_view code : {"(C7510)", "(C7511)", "(C7515)", "(C7519)"}) {
+        if (line.find(code) != line.npos) ++report.wgmma_serializations;
+      }
+    }
     if (auto name = quoted_after(line, "Compiling entry function '")) {
       compiling = *name;
     } else if (auto other = quoted_after(line, "Compiling function '")) {

@@ -15,6 +15,10 @@ struct PtxasReport {
   int spill_load_bytes = 0;
   int stack_bytes = 0;  ///< stack frame
   int static_smem_bytes = 0;
+  /// ptxas infos naming the kernel that say it serialized its warpgroup MMAs (C7510, C7511,
+  /// C7515) or injected a warpgroup.arrive wait before one because registers the MMA reads
+  /// were written next to it (C7519): each costs the overlap that wgmma exists for.
+  int wgmma_serializations = 0;
 
   /// Spill stores plus spill loads.
   int spill_bytes() const { return spill_store_bytes + spill_load_bytes; }

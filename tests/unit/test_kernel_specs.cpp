@@ -1,6 +1,7 @@
 // NVRTC compiles every supported (direction x dtype x head dim x mask kind) spec for sm_80
 // and sm_90, the sm_90a backward kernels (wgmma), and a sample of the score-modifier specs,
 // with no spills and no stack; the reference kernels compile too. Needs no GPU.
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -9,6 +10,10 @@
 #include <utility>
 
 #include "attnjit/jit.hpp"
+#include "compiler/codegen/emit.hpp"
+#include "compiler/passes/pipeline.hpp"
+#include "embedded.hpp"
+#include "runtime/nvrtc.hpp"
 
 using namespace attnjit;
 
@@ -208,5 +213,48 @@ TEST_CASE("reference kernels compile with the score modifiers", "[nvrtc][specs]"
     REQUIRE(kernel.info().kernels.size() == 1);
     CHECK(kernel.info().kernels[0].spill_bytes == 0);
     CHECK_THAT(kernel.ptx()[0], Catch::Contains(".entry attnjit_reference_bf16_d128_causal_"));
+  }
+}
+
+TEST_CASE("sm_90a backward kernels keep their warpgroup MMAs unserialized", "[nvrtc][specs]") {
+  // ptxas reports when it serializes wgmma or injects waits before one (runtime/nvrtc.hpp);
+  // either takes away the overlap the kernel is built on, and neither shows in spill bytes.
+  std::vector<runtime::NvrtcHeader> headers;
+  for (const auto& file : templates::all()) headers.push_back({file.name, file.source});
+  std::vector<std::string> specs;
+  for (const char* dtype : {"bf16", "fp16"}) {
+    for (int d : {64, 128}) {
+      for (const char* mask :
+           {"none", "causal", "sliding_window", "flashmask(causal=true,columns=2)",
+            "flashmask(causal=false,columns=4)"}) {
+        for (const char* modifiers : {"", " softcap=true", " softcap=true alibi=true"}) {
+          specs.push_back(
+              fmt::format("dtype={} head_dim={} mask={}{} direction=backward "
+                          "target=sm_90a",
+                          dtype, d, mask, modifiers));
+        }
+      }
+    }
+  }
+  // One NVRTC program per hardware thread at a time.
+  const std::size_t workers = std::max(1u, std::thread::hardware_concurrency());
+  for (std::size_t first = 0; first < specs.size(); first += workers) {
+    std::vector<std::future<runtime::NvrtcOutput>> outputs;
+    for (std::size_t i = first; i < std::min(specs.size(), first + workers); ++i) {
+      const Lowering ir = lower(parse_spec(specs[i]));
+      const KernelDesc& main = *ir.plan->find(KernelRole::backward);
+      REQUIRE(main.template_header == "attnjit/bwd_wgmma_sm90.cuh");
+      outputs.push_back(std::async(
+          std::launch::async, [&headers, source = emit_kernel(ir, main), name = main.name] {
+            return runtime::nvrtc_compile(source, name + ".cu", headers, "sm_90a", {}, name);
+          }));
+    }
+    for (std::size_t j = 0; j < outputs.size(); ++j) {
+      INFO(specs[first + j]);
+      const runtime::NvrtcOutput output = outputs[j].get();
+      INFO(output.log);
+      CHECK(output.report.registers > 0);
+      CHECK(output.report.wgmma_serializations == 0);
+    }
   }
 }

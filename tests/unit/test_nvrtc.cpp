@@ -170,3 +170,20 @@ ptxas info    : Compile time = 5.701 ms
   CHECK(parse_ptxas_report(log, "") == PtxasReport{});
   CHECK(parse_ptxas_report(log, "k_other") == PtxasReport{});
 }
+
+TEST_CASE("parse_ptxas_report counts the kernel's serialized warpgroup MMAs", "[nvrtc]") {
+  // The C7519 lines as ptxas 13.0 printed them for a kernel whose A operands were packed
+  // between wgmma.fence and the MMA; the C7515 line in the form of its documented message.
+  const std::string log = R"(ptxas info    : Compiling entry function 'k' for 'sm_90a'
+ptxas info    : (C7519) warpgroup.arrive is injected in around line 2485 by compiler to allow use of registers in GMMA in function 'k'
+ptxas info    : (C7519) warpgroup.arrive is injected in around line 2510 by compiler to allow use of registers in GMMA in function 'k'
+ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due to the presence of Extern calls in the function 'k2'.
+ptxas info    : Function properties for k
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 249 registers, used 1 barriers
+)";
+  CHECK(parse_ptxas_report(log, "k").wgmma_serializations == 2);
+  CHECK(parse_ptxas_report(log, "k").registers == 249);
+  CHECK(parse_ptxas_report(log, "k2").wgmma_serializations == 1);
+  CHECK(parse_ptxas_report(log, "kk").wgmma_serializations == 0);
+}

@@ -7,7 +7,8 @@ namespace attnjit {
 Lowering select_target(const Lowering& in) {
   TargetInfo target;
   target.arch = in.spec.target;
-  // The FA2-structured mma.sync family runs on every supported arch (sm_80 .. sm_90a).
+  // The FA2-structured mma.sync family runs on every supported arch (sm_80 .. sm_90a); on
+  // sm_90a select_tiles may give the backward main kernel the warpgroup (wgmma) layout.
   target.family = KernelFamily::sm80;
   switch (in.spec.target) {
     case Arch::auto_detect:

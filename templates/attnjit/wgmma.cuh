@@ -11,7 +11,8 @@
 // Accumulators: fp32 d[kN / 8][4] per thread, d[nt][e] at row 16 * (warp % 4) + lane / 4 +
 // 8 * (e / 2) and column 8 nt + 2 (lane % 4) + e % 2 of the warpgroup's m64 x kN tile: the
 // mma.sync m16n8 C layout, kN / 8 tiles side by side. A 16-bit A operand in registers has the
-// mma.sync A layout (pack_a_operand).
+// mma.sync A layout: for k16 step kk of accumulators d of the same m64 tile, the pairs
+// {d[2 kk][0, 1], d[2 kk][2, 3], d[2 kk + 1][0, 1], d[2 kk + 1][2, 3]}.
 #pragma once
 
 #include "attnjit/primitives.cuh"
@@ -86,16 +87,6 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[kTiles][4]) {
   }
 }
 
-/// The A operand of k16 step kk from accumulators of the same m64 tile (P^T, dS^T): the
-/// mma.sync A layout, columns 16 kk .. 16 kk + 15.
-template <class Element, int kTiles>
-__device__ __forceinline__ void pack_a_operand(u32 (&a)[4], const float (&d)[kTiles][4], int kk) {
-  a[0] = pack2<Element>(d[2 * kk][0], d[2 * kk][1]);
-  a[1] = pack2<Element>(d[2 * kk][2], d[2 * kk][3]);
-  a[2] = pack2<Element>(d[2 * kk + 1][0], d[2 * kk + 1][1]);
-  a[3] = pack2<Element>(d[2 * kk + 1][2], d[2 * kk + 1][3]);
-}
-
 #define ATTNJIT_ACC4(d, i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
 #define ATTNJIT_ACC16(d, i) \
   ATTNJIT_ACC4(d, i), ATTNJIT_ACC4(d, i + 1), ATTNJIT_ACC4(d, i + 2), ATTNJIT_ACC4(d, i + 3)
@@ -149,7 +140,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[kN / 8][4], u64 desc_a, u64 
   }
 }
 
-/// d (m64 x kN) = A B (+ d when accumulate), A (m64 x k16) in registers (pack_a_operand), B
+/// d (m64 x kN) = A B (+ d when accumulate), A (m64 x k16) in registers (layout above), B
 /// (k16 x kN) by descriptor.
 template <class Element, int kN, int kTransB>
 __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 8][4], const u32 (&a)[4], u64 desc_b,

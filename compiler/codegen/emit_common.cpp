@@ -44,12 +44,8 @@ std::string_view element_type(DType dtype) {
 }
 
 void emit_header(SourceWriter& w, const Lowering& ir, const KernelDesc& kernel) {
-  // The target's family, except for the backward main kernel of the warpgroup layout, the one
-  // kernel on sm_90a's wgmma.
-  const bool warpgroup = kernel.role == KernelRole::backward && ir.backward_tiles &&
-                         ir.backward_tiles->layout == BackwardLayout::warpgroup;
   w.line("// attnjit generated kernel: {} ({} family)", name_of(kernel.role),
-         warpgroup ? std::string_view("sm90a") : name_of(ir.target->family));
+         name_of(kernel.family));
   w.line("// spec:  {}", to_string(ir.spec));
   if (ir.tiles) {
     const TileConfig& t = *ir.tiles;

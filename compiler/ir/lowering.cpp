@@ -25,6 +25,8 @@ std::string_view name_of(KernelFamily family) {
   switch (family) {
     case KernelFamily::sm80:
       return "sm80";
+    case KernelFamily::sm90a:
+      return "sm90a";
   }
   throw InternalError("unknown KernelFamily");
 }

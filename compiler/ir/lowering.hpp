@@ -31,8 +31,9 @@ struct MaskLowering {
   bool operator==(const MaskLowering&) const = default;
 };
 
-/// Kernel families. sm80: FA2 structure with mma.sync (runs on sm_80..sm_90).
-enum class KernelFamily { sm80 };
+/// Kernel families. sm80: FA2 structure with mma.sync (runs on sm_80..sm_90a); sm90a: warpgroup
+/// MMAs (wgmma), the backward main kernel of the warpgroup layout.
+enum class KernelFamily { sm80, sm90a };
 std::string_view name_of(KernelFamily family);
 
 /// The hardware the kernels are generated for (decided by select_target).
@@ -103,6 +104,8 @@ struct KernelDesc {
   KernelRole role = KernelRole::forward;
   std::string name;             ///< extern "C" entry point, deterministic from the spec
   std::string template_header;  ///< the templates/ header holding its mainloop
+  /// Its instruction family: the target's, or sm90a for a kernel on wgmma (plan_kernels)
+  KernelFamily family = KernelFamily::sm80;
   int threads = 0;
   int dynamic_smem_bytes = 0;
   int block_m = 0;  ///< predicate_blocks, cta_order: the query-block size of its table

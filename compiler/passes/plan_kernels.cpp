@@ -143,6 +143,7 @@ KernelPlan plan_backward(const Lowering& in) {
       break;
     case BackwardLayout::warpgroup:
       main.template_header = "attnjit/bwd_wgmma_sm90.cuh";
+      main.family = KernelFamily::sm90a;
       break;
   }
   main.threads = tiles.warps * 32;

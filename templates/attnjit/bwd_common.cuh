@@ -9,6 +9,7 @@
 #include "attnjit/schedule.cuh"
 #include "attnjit/smem_tile.cuh"
 #include "attnjit/warp_mma.cuh"
+#include "attnjit/wgmma.cuh"
 
 namespace attnjit {
 
@@ -74,7 +75,7 @@ struct QueryBlockWalk {
   __device__ __forceinline__ u32 stage(const BwdParams& p, const MaskState& ms, int n_block,
                                        u32 smem_stages, int it) {
     cp_async_wait<0>();
-    if constexpr (kTensorReads) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    if constexpr (kTensorReads) fence_async_shared();
     __syncthreads();
     if (load < end) {
       const CtaWork now = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));

@@ -21,14 +21,16 @@ namespace attnjit {
 
 typedef unsigned long long u64;
 
+/// Whether Element selects the bf16 forms of wgmma (else f16); a function, so that no
+/// constant lands in the PTX of kernels that include this header without using it.
 template <class Element>
-struct IsBf16 {
-  static constexpr bool value = false;
-};
+__device__ constexpr bool is_bf16() {
+  return false;
+}
 template <>
-struct IsBf16<bf16> {
-  static constexpr bool value = true;
-};
+__device__ constexpr bool is_bf16<bf16>() {
+  return true;
+}
 
 /// Matrix descriptor of a 128-byte-swizzled operand at shared address `address`
 /// (lead / stride byte offsets as above).
@@ -125,13 +127,13 @@ template <class Element, int kN, int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_ss(float (&d)[kN / 8][4], u64 desc_a, u64 desc_b,
                                          int accumulate) {
   static_assert(kN == 64 || kN == 128, "m64n64 and m64n128 products");
-  if constexpr (kN == 64 && IsBf16<Element>::value) {
+  if constexpr (kN == 64 && is_bf16<Element>()) {
     ATTNJIT_WGMMA_SS("m64n64k16.f32.bf16.bf16", ATTNJIT_REGS32, "32", "33", "34", "35", "36",
                      ATTNJIT_ACC_N64(d));
   } else if constexpr (kN == 64) {
     ATTNJIT_WGMMA_SS("m64n64k16.f32.f16.f16", ATTNJIT_REGS32, "32", "33", "34", "35", "36",
                      ATTNJIT_ACC_N64(d));
-  } else if constexpr (IsBf16<Element>::value) {
+  } else if constexpr (is_bf16<Element>()) {
     ATTNJIT_WGMMA_SS("m64n128k16.f32.bf16.bf16", ATTNJIT_REGS64, "64", "65", "66", "67", "68",
                      ATTNJIT_ACC_N128(d));
   } else {
@@ -146,13 +148,13 @@ template <class Element, int kN, int kTransB>
 __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 8][4], const u32 (&a)[4], u64 desc_b,
                                          int accumulate) {
   static_assert(kN == 64 || kN == 128, "m64n64 and m64n128 products");
-  if constexpr (kN == 64 && IsBf16<Element>::value) {
+  if constexpr (kN == 64 && is_bf16<Element>()) {
     ATTNJIT_WGMMA_RS("m64n64k16.f32.bf16.bf16", ATTNJIT_REGS32, "{%32, %33, %34, %35}", "36", "37",
                      "38", ATTNJIT_ACC_N64(d));
   } else if constexpr (kN == 64) {
     ATTNJIT_WGMMA_RS("m64n64k16.f32.f16.f16", ATTNJIT_REGS32, "{%32, %33, %34, %35}", "36", "37",
                      "38", ATTNJIT_ACC_N64(d));
-  } else if constexpr (IsBf16<Element>::value) {
+  } else if constexpr (is_bf16<Element>()) {
     ATTNJIT_WGMMA_RS("m64n128k16.f32.bf16.bf16", ATTNJIT_REGS64, "{%64, %65, %66, %67}", "68", "69",
                      "70", ATTNJIT_ACC_N128(d));
   } else {

@@ -292,6 +292,12 @@ TEST_CASE("the warpgroup backward layout is chosen for sm_90a at head dims 64 an
   const BackwardTiles& t = *ir.backward_tiles;
   CHECK(t.layout == BackwardLayout::warpgroup);
   CHECK(ir.plan->kernels[1].template_header == "attnjit/bwd_wgmma_sm90.cuh");
+  // The one kernel on wgmma; the plan's other kernels stay in the target's family.
+  for (const KernelDesc& kernel : ir.plan->kernels) {
+    INFO(kernel.name);
+    CHECK(kernel.family ==
+          (kernel.role == KernelRole::backward ? KernelFamily::sm90a : KernelFamily::sm80));
+  }
   CHECK(t.block_m == 64);
   CHECK(t.block_n == 128);
   CHECK(t.warps == 8);

@@ -1,22 +1,17 @@
 // Kernel::forward: checks the tensors against the spec, fills FwdParams and launches the
-// plan's kernels (FlashMask min/max or predicate block table, the CTA order, then the forward
-// kernel) or the reference kernel.
+// plan (runtime/plan_launch) or the reference kernel.
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <memory>
-#include <optional>
-#include <vector>
 
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
 #include "attnjit/params.cuh"
-#include "runtime/cta_order_launch.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/interval_check.hpp"
 #include "runtime/kernel_set.hpp"
 #include "runtime/launch_support.hpp"
+#include "runtime/plan_launch.hpp"
 #include "runtime/predicate_launch.hpp"
 
 namespace attnjit {
@@ -56,16 +51,23 @@ TensorView contiguous_view(void* data, ScalarType dtype,
 namespace jit {
 namespace {
 
-using detail::ceil_div;
 using detail::check_args;
-using detail::paired_head_grid;
 using detail::Shapes;
-using detail::StreamScratch;
 
-FwdParams make_params(const AttentionSpec& spec, const ForwardArgs& a, const Shapes& s) {
+FwdParams make_params(const detail::KernelSet& set, const ForwardArgs& a, const Shapes& s) {
   FwdParams p{};
-  detail::fill_common_params(p, spec, a, s);
+  detail::fill_common_params(p, set.spec, a, s);
+  p.predicate = detail::predicate_inputs(set.spec, set.predicate, a.predicate, s.batch);
   return p;
+}
+
+Shapes checked_shapes(const detail::KernelSet& set, const ForwardArgs& args) {
+  if (set.spec.direction != Direction::forward) {
+    throw Error(
+        "forward: this kernel was compiled for direction=backward; accepted: a kernel compiled "
+        "with direction=forward (call backward() on this one)");
+  }
+  return check_args(set.spec, args, set.spec.return_lse || !set.plan);
 }
 
 void launch_reference(const detail::KernelSet& set, FwdParams& params, CUstream stream) {
@@ -101,70 +103,24 @@ void launch_reference(const detail::KernelSet& set, FwdParams& params, CUstream 
 
 void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
   const detail::KernelSet& set = *set_;
-  if (set.spec.direction != Direction::forward) {
-    throw Error(
-        "forward: this kernel was compiled for direction=backward; accepted: a kernel compiled "
-        "with direction=forward (call backward() on this one)");
-  }
-  const bool is_reference = !set.ir.has_value();
-  const Shapes shapes = check_args(set.spec, args, set.spec.return_lse || is_reference);
-  FwdParams params = make_params(set.spec, args, shapes);
-  params.predicate = detail::predicate_inputs(set.spec, args.predicate, shapes.batch);
+  const Shapes shapes = checked_shapes(set, args);
+  FwdParams params = make_params(set, args, shapes);
   if (shapes.batch == 0 || shapes.seqlen_q == 0 || shapes.heads == 0) return;
   CUstream stream = static_cast<CUstream>(stream_handle);
   detail::validate_intervals_on_request(args.validate_mask, set.spec.mask,
                                         args.startend_row_indices, shapes.seqlen_q, stream);
-  if (is_reference) {
+  if (!set.plan) {
     launch_reference(set, params, stream);
     return;
   }
+  detail::launch_plan(set, params, shapes, args.workspace, stream);
+}
 
-  const std::vector<detail::LoadedKernel>& kernels = set.kernels_in_current_context();
-  const KernelPlan& plan = *set.ir->plan;
-  const TileConfig& tiles = *set.ir->tiles;
-  std::optional<StreamScratch> minmax;
-  std::vector<std::unique_ptr<StreamScratch>> block_tables;
-  const auto grid =
-      paired_head_grid(ceil_div(shapes.seqlen_q, tiles.block_m), shapes.heads, shapes.batch);
-  for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
-    const KernelDesc& desc = plan.kernels[i];
-    const detail::LoadedKernel& kernel = kernels[i];
-    runtime::LaunchConfig config;
-    config.block[0] = static_cast<unsigned>(kernel.threads);
-    config.dynamic_smem_bytes = static_cast<unsigned>(kernel.dynamic_smem_bytes);
-    if (desc.role == KernelRole::cta_order) {
-      params.cta_order =
-          detail::order_ctas(kernel, desc, params, params.minmax, grid, stream, block_tables);
-    } else if (desc.role == KernelRole::predicate_blocks) {
-      const detail::BlockTable table = detail::build_block_table(
-          kernel, desc, *set.ir->mask, params.predicate, shapes, stream, block_tables);
-      params.minmax = table.table;
-      params.predicate_bits = table.bits;
-    } else if (desc.role == KernelRole::flashmask_minmax) {
-      const int key_blocks = static_cast<int>(ceil_div(shapes.seqlen_k, tiles.block_n));
-      const std::int64_t warps =
-          static_cast<std::int64_t>(shapes.batch) * shapes.mask_heads * key_blocks;
-      const std::size_t bytes =
-          static_cast<std::size_t>(warps) * 2 * set.spec.mask.columns * sizeof(int);
-      if (warps == 0) continue;
-      minmax.emplace(bytes, stream);
-      params.minmax = minmax->as<int>();
-      MinMaxParams mm{};
-      mm.intervals = params.intervals;
-      mm.minmax = minmax->as<int>();
-      mm.batch = shapes.batch;
-      mm.mask_heads = shapes.mask_heads;
-      mm.seqlen_k = shapes.seqlen_k;
-      mm.num_key_blocks = key_blocks;
-      config.grid[0] = ceil_div(warps, kernel.threads / 32);
-      void* mm_args[] = {&mm};
-      runtime::launch(kernel.function, config, stream, mm_args);
-    } else {
-      std::copy(grid.begin(), grid.end(), config.grid);
-      void* fwd_args[] = {&params};
-      runtime::launch(kernel.function, config, stream, fwd_args);
-    }
-  }
+std::size_t Kernel::workspace_size(const ForwardArgs& args) const {
+  const detail::KernelSet& set = *set_;
+  const Shapes shapes = checked_shapes(set, args);
+  if (!set.plan) return 0;
+  return detail::schedule_plan(*set.plan, detail::launch_extents(shapes)).workspace_bytes;
 }
 
 }  // namespace jit

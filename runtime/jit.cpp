@@ -92,6 +92,10 @@ std::vector<std::string> Kernel::ptx() const {
 
 namespace detail {
 
+const KernelSet& set_of(const Kernel& kernel) {
+  return *kernel.set_;
+}
+
 Kernel compile_set(SetKind kind, const AttentionSpec& spec, bool use_disk_cache) {
   const auto start = std::chrono::steady_clock::now();
   // Validate first: a bad spec is the user's error even where no device could resolve it.
@@ -105,11 +109,14 @@ Kernel compile_set(SetKind kind, const AttentionSpec& spec, bool use_disk_cache)
     set->spec = canonical;
     std::vector<runtime::KernelSource> generated;
     if (kind == SetKind::attention) {
-      set->ir = lower(canonical);
-      generated = plan_sources(*set->ir);
+      const Lowering ir = lower(canonical);
+      generated = plan_sources(ir);
+      set->plan = ir.plan;
+      set->predicate = ir.plan->predicate;
     } else {
       const ReferenceKernel reference = emit_reference_kernel(canonical);
       generated.push_back({"reference", reference.name, reference.source, reference.threads, 0});
+      set->predicate = reference.predicate;
     }
     // On disk the key covers the generated code too: another attnjit build whose passes pick
     // other tiles for the same spec text must not load the kernels of the old choice (the

@@ -1,5 +1,5 @@
 // Compiled kernels as the runtime holds them: the cached binaries and the modules loaded into
-// each CUDA context on demand, and for an attention spec also its lowering (launch shapes).
+// each CUDA context on demand, and for an attention spec also its plan (the launch contract).
 #pragma once
 
 #include <cuda.h>
@@ -42,8 +42,9 @@ struct CompiledSet {
 
 /// The compiled kernels of one attention spec.
 struct KernelSet : CompiledSet {
-  AttentionSpec spec;          ///< canonical, target resolved
-  std::optional<Lowering> ir;  ///< the plan; absent for the reference kernel
+  AttentionSpec spec;              ///< canonical, target resolved
+  std::optional<KernelPlan> plan;  ///< absent for the reference kernel
+  PredicateLaunch predicate;       ///< the inputs a predicate mask reads (both kinds)
 };
 
 }  // namespace attnjit::jit::detail

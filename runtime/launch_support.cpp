@@ -243,6 +243,24 @@ void check_same_layout(std::string_view name, const TensorView& t, std::string_v
   check_row_layout(name, t);
 }
 
+void check_workspace(const Workspace& workspace, std::size_t needed) {
+  if (workspace.data == nullptr) {
+    throw_field_error("workspace.data", "null",
+                      fmt::format("a device pointer to {} bytes, or an empty workspace (bytes=0) "
+                                  "for stream-ordered scratch memory",
+                                  workspace.bytes));
+  }
+  if (reinterpret_cast<std::uintptr_t>(workspace.data) % 256 != 0) {
+    throw_field_error("workspace.data", fmt::format("{}", workspace.data),
+                      "a 256-byte aligned device pointer");
+  }
+  if (workspace.bytes < needed) {
+    throw_field_error(
+        "workspace.bytes", std::to_string(workspace.bytes),
+        fmt::format("at least {} bytes for these shapes (Kernel::workspace_size)", needed));
+  }
+}
+
 StreamScratch::StreamScratch(std::size_t bytes, CUstream stream) : stream_(stream) {
   runtime::check(runtime::driver().cuMemAllocAsync(&ptr_, std::max<std::size_t>(bytes, 4), stream),
                  "cuMemAllocAsync(attnjit scratch)");

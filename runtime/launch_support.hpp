@@ -1,5 +1,5 @@
 // Shared by Kernel::forward and Kernel::backward: the checks of the attention tensors against
-// the spec, stream-ordered scratch memory, and grid arithmetic.
+// the spec, the caller's workspace or stream-ordered scratch memory.
 #pragma once
 
 #include <cuda.h>
@@ -35,6 +35,10 @@ void check_score_mod_args(const AttentionSpec& spec, const Args& args, int heads
 /// dim, 16-byte rows, 16-byte aligned data); the message names `name` and `like_name`.
 void check_same_layout(std::string_view name, const TensorView& t, std::string_view like_name,
                        const TensorView& like);
+
+/// Checks a caller's workspace: device memory (`data` not null, 256-byte aligned) of at least
+/// `needed` bytes; throws Error naming workspace.data or workspace.bytes.
+void check_workspace(const Workspace& workspace, std::size_t needed);
 
 /// Device memory from the stream-ordered pool, returned to it after the work queued on the
 /// stream (cuMemAllocAsync / cuMemFreeAsync).
@@ -93,16 +97,6 @@ void fill_common_params(Params& p, const AttentionSpec& spec, const Args& a, con
   p.softcap_exp2 = a.softcap > 0.f ? 2.f * p.scale_log2 / a.softcap : 0.f;
   p.softcap_log2 = a.softcap * 1.4426950408889634f;
   p.alibi_slopes = static_cast<const float*>(a.alibi_slopes.data);
-}
-
-inline unsigned ceil_div(std::int64_t a, std::int64_t b) {
-  return static_cast<unsigned>((a + b - 1) / b);
-}
-
-/// The grid of an attention kernel with `blocks` blocks per (batch, head): heads taken in
-/// pairs, (2 * blocks, ceil(heads / 2), batch); templates/attnjit/schedule.cuh decodes it.
-inline std::array<unsigned, 3> paired_head_grid(unsigned blocks, int heads, int batch) {
-  return {2 * blocks, ceil_div(heads, 2), static_cast<unsigned>(batch)};
 }
 
 }  // namespace attnjit::jit::detail

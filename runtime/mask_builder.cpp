@@ -18,18 +18,6 @@
 namespace attnjit {
 namespace {
 
-constexpr std::array<std::pair<MaskFamily, std::string_view>, 10> kFamilyNames{{
-    {MaskFamily::sliding_window, "sliding_window"},
-    {MaskFamily::causal_document, "causal_document"},
-    {MaskFamily::document, "document"},
-    {MaskFamily::share_question, "share_question"},
-    {MaskFamily::global_sliding_window, "global_sliding_window"},
-    {MaskFamily::causal_blockwise, "causal_blockwise"},
-    {MaskFamily::prefix_lm_causal, "prefix_lm_causal"},
-    {MaskFamily::prefix_lm_document, "prefix_lm_document"},
-    {MaskFamily::qk_sparse, "qk_sparse"},
-    {MaskFamily::random_eviction, "random_eviction"},
-}};
 
 // The codes of templates/attnjit/mask_builders.cuh (MaskParamError).
 enum ParamError : unsigned {
@@ -289,23 +277,6 @@ std::string_view sample_field(MaskFamily family) {
 }
 
 }  // namespace
-
-std::string_view name_of(MaskFamily family) {
-  for (const auto& [entry, name] : kFamilyNames) {
-    if (entry == family) return name;
-  }
-  throw InternalError("MaskFamily without a name");
-}
-
-MaskFamily parse_mask_family(std::string_view text) {
-  std::string accepted;
-  for (const auto& [family, name] : kFamilyNames) {
-    if (name == text) return family;
-    accepted += accepted.empty() ? "" : ", ";
-    accepted += name;
-  }
-  throw_field_error("family", text, accepted);
-}
 
 MaskSpec mask_spec_of(MaskFamily family) {
   switch (family) {

@@ -1,4 +1,4 @@
-// Canonical text, source and cached compilation of the mask utility kernels.
+// Cached compilation and launch of the mask utility kernels (their source: compiler/codegen).
 #include "runtime/mask_kernels.hpp"
 
 #include <fmt/format.h>
@@ -6,7 +6,6 @@
 #include <chrono>
 
 #include "attnjit/error.hpp"
-#include "compiler/codegen/writer.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/memory_cache.hpp"
 #include "runtime/module.hpp"
@@ -19,39 +18,7 @@ MemoryCache<jit::detail::CompiledSet>& memory_cache() {
   return cache;
 }
 
-/// "build_<family>" or "check_intervals": the kernel's name in the canonical text, its entry
-/// point (with an attnjit_ prefix) and its template function.
-std::string kernel_word(const MaskKernelSpec& spec) {
-  return spec.family ? fmt::format("build_{}", name_of(*spec.family)) : "check_intervals";
-}
-
 }  // namespace
-
-std::string to_string(const MaskKernelSpec& spec) {
-  return fmt::format("mask_kernel={} target={}", kernel_word(spec), name_of(spec.target));
-}
-
-KernelSource mask_kernel_source(const MaskKernelSpec& spec) {
-  const std::string word = kernel_word(spec);
-  KernelSource source;
-  source.role = spec.family ? "mask_builder" : "interval_check";
-  source.name = "attnjit_" + word;
-  source.threads = kMaskKernelThreads;
-  SourceWriter w;
-  w.line("// attnjit generated kernel: {}", source.role);
-  w.line("// {}", to_string(spec));
-  w.line("#include \"attnjit/{}.cuh\"", spec.family ? "mask_builders" : "interval_check");
-  w.blank();
-  w.line("extern \"C\" __global__ void __launch_bounds__({})", source.threads);
-  w.line("{}(const attnjit::{} params) {{", source.name,
-         spec.family ? "MaskBuildParams" : "IntervalCheckParams");
-  w.indent();
-  w.line("attnjit::{}(params);", word);
-  w.dedent();
-  w.line("}}");
-  source.source = w.str();
-  return source;
-}
 
 const jit::detail::LoadedKernel& MaskKernel::loaded() const {
   return set->kernels_in_current_context().front();
@@ -68,7 +35,12 @@ MaskKernel compile_mask_kernel(const MaskKernelSpec& spec, bool use_disk) {
     auto set = std::make_shared<jit::detail::CompiledSet>();
     set->entry = load_or_build(
         key, text, use_disk, level,
-        [&] { return std::vector<KernelSource>{mask_kernel_source(resolved)}; }, resolved.target);
+        [&] {
+          const MaskKernelSource source = emit_mask_kernel(resolved);
+          return std::vector<KernelSource>{
+              {source.role, source.name, source.source, source.threads, 0}};
+        },
+        resolved.target);
     return std::shared_ptr<const jit::detail::CompiledSet>(std::move(set));
   });
   const double milliseconds =

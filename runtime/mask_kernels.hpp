@@ -1,8 +1,5 @@
-// The mask utility kernels NVRTC compiles besides the attention kernels: one device builder per
-// FlashMask family (templates/attnjit/mask_builders.cuh) and the interval check
-// (templates/attnjit/interval_check.cuh). A mask kernel is named by one canonical text (which
-// kernel, which target), the input of the shared cache-key derivation; the compiled kernels
-// are cached in memory and on disk like attention kernels.
+// The mask utility kernels (compiler/codegen/emit_mask_kernel.hpp) compiled, cached in memory
+// and on disk like attention kernels, and launched.
 #pragma once
 
 #include <cuda.h>
@@ -13,31 +10,15 @@
 
 #include "attnjit/jit.hpp"
 #include "attnjit/mask_builder.hpp"
+#include "compiler/codegen/emit_mask_kernel.hpp"
 #include "runtime/kernel_build.hpp"
 #include "runtime/kernel_set.hpp"
 #include "runtime/launch_support.hpp"
 
 namespace attnjit::runtime {
 
-/// Threads per block of every mask kernel.
-inline constexpr int kMaskKernelThreads = 256;
-
-/// Which mask kernel, for which target: a family's builder, or the interval check when
-/// `family` is empty.
-struct MaskKernelSpec {
-  std::optional<MaskFamily> family;
-  Arch target = Arch::auto_detect;
-
-  bool operator==(const MaskKernelSpec&) const = default;
-};
-
-/// The canonical text, e.g. `mask_kernel=build_causal_document target=sm_90` or
-/// `mask_kernel=check_intervals target=sm_80`.
-std::string to_string(const MaskKernelSpec& spec);
-
-/// The kernel's entry point, generated source and launch shape (role "mask_builder" or
-/// "interval_check").
-KernelSource mask_kernel_source(const MaskKernelSpec& spec);
+using attnjit::kMaskKernelThreads;
+using attnjit::MaskKernelSpec;
 
 /// A compiled mask kernel and what its compile call did.
 struct MaskKernel {

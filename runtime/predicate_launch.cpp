@@ -1,4 +1,4 @@
-// Host checks of a predicate's runtime inputs and the launches of its block classification.
+// Host checks of a predicate's runtime inputs and the budget of its element bits.
 #include "runtime/predicate_launch.hpp"
 
 #include <fmt/format.h>
@@ -10,7 +10,6 @@
 #include <string>
 
 #include "attnjit/error.hpp"
-#include "compiler/ir/predicate.hpp"
 #include "runtime/driver.hpp"
 
 namespace attnjit::jit::detail {
@@ -62,7 +61,8 @@ void check_on_device(const PredicateTensorArg& arg) {
 
 }  // namespace
 
-PredicateInputs predicate_inputs(const AttentionSpec& spec, const PredicateArgs& args, int batch) {
+PredicateInputs predicate_inputs(const AttentionSpec& spec, const PredicateLaunch& used,
+                                 const PredicateArgs& args, int batch) {
   PredicateInputs in{};
   if (spec.mask.kind != MaskKind::predicate) {
     if (!args.scalars.empty() || !args.tensors.empty()) {
@@ -73,8 +73,6 @@ PredicateInputs predicate_inputs(const AttentionSpec& spec, const PredicateArgs&
     }
     return in;
   }
-  const PredicateInfo used = info(parse_predicate(
-      spec.mask.predicate, PredicateParseOptions{.allow_reserved_tensor_names = true}));
   if (args.scalars.size() != static_cast<std::size_t>(used.scalar_count)) {
     throw_field_error("predicate.scalars", fmt::format("{} values", args.scalars.size()),
                       fmt::format("{} values, one per slot $0 .. ${} of mask={}", used.scalar_count,
@@ -125,57 +123,6 @@ std::size_t predicate_bits_budget() {
                       "an integer number of MiB from 0 to 1048576 (default 256)");
   }
   return static_cast<std::size_t>(mib) << 20;
-}
-
-BlockTable build_block_table(const LoadedKernel& kernel, const KernelDesc& desc,
-                             const MaskLowering& mask, const PredicateInputs& inputs,
-                             const Shapes& shapes, CUstream stream,
-                             std::vector<std::unique_ptr<StreamScratch>>& scratch) {
-  PredicateBlocksParams p{};
-  p.predicate = inputs;
-  p.table_batch = mask.table_per_batch ? shapes.batch : 1;
-  p.table_heads = mask.table_per_head ? shapes.heads : 1;
-  p.seqlen_q = shapes.seqlen_q;
-  p.seqlen_k = shapes.seqlen_k;
-  p.blocks_m = static_cast<int>(ceil_div(shapes.seqlen_q, desc.block_m));
-  p.blocks_n = static_cast<int>(ceil_div(shapes.seqlen_k, desc.block_n));
-  const std::int64_t tiles =
-      static_cast<std::int64_t>(p.table_batch) * p.table_heads * p.blocks_m * p.blocks_n;
-  if (tiles == 0) return {};
-  if (tiles > INT32_MAX) {
-    throw Error(fmt::format(
-        "predicate block table: {} tiles of {}x{} (batch rows {}, head rows {}); accepted: at "
-        "most 2147483647",
-        tiles, desc.block_m, desc.block_n, p.table_batch, p.table_heads));
-  }
-  // The table, then the slot counter, in one buffer; the bits in another, sized for every
-  // tile or for the budget, whichever is smaller.
-  const std::size_t table_bytes = static_cast<std::size_t>(tiles) * sizeof(int);
-  scratch.push_back(std::make_unique<StreamScratch>(table_bytes + sizeof(unsigned), stream));
-  p.table = scratch.back()->as<int>();
-  p.bits_used = reinterpret_cast<unsigned*>(p.table + tiles);
-  const int rows = desc.key_rows ? desc.block_n : desc.block_m;
-  const int cols = desc.key_rows ? desc.block_m : desc.block_n;
-  const std::size_t slot_bytes = static_cast<std::size_t>(rows) * ceil_div(cols, 32) * 4;
-  // A table entry holds (slot + 1) << 2 in an int32, so at most 2^29 - 1 slots.
-  constexpr std::size_t kMaxSlots = (std::size_t{1} << 29) - 1;
-  const std::size_t capacity =
-      std::min({static_cast<std::size_t>(tiles), predicate_bits_budget() / slot_bytes, kMaxSlots});
-  p.bits_capacity = static_cast<int>(capacity);
-  if (capacity > 0) {
-    scratch.push_back(std::make_unique<StreamScratch>(capacity * slot_bytes, stream));
-    p.bits = scratch.back()->as<unsigned>();
-  }
-  runtime::check(
-      runtime::driver().cuMemsetD32Async(
-          static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(p.bits_used)), 0, 1, stream),
-      "cuMemsetD32Async(predicate bit slots)");
-  runtime::LaunchConfig config;
-  config.grid[0] = static_cast<unsigned>(tiles);
-  config.block[0] = static_cast<unsigned>(kernel.threads);
-  void* args[] = {&p};
-  runtime::launch(kernel.function, config, stream, args);
-  return {p.table, p.bits};
 }
 
 }  // namespace attnjit::jit::detail

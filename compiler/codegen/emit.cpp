@@ -1,56 +1,117 @@
-// Emitters for the forward kernel, the FlashMask min/max kernel, the predicate block table,
-// the CTA order and the reference kernel,
-// and the dispatch over every planned kernel role.
+// Emitters: an attention kernel binds its registry row's Config constants, the mask policy
+// and the score modifiers and calls the row's mainloop; the utility kernels instantiate
+// their templates with the plan's constants.
 #include "compiler/codegen/emit.hpp"
 
 #include <fmt/format.h>
 
 #include "attnjit/error.hpp"
-#include "compiler/codegen/emit_backward.hpp"
 #include "compiler/codegen/emit_common.hpp"
+#include "compiler/registry/kernel_registry.hpp"
 
 namespace attnjit {
 namespace {
 
 using namespace codegen;
 
-std::string emit_forward(const Lowering& ir, const KernelDesc& kernel) {
-  const AttentionSpec& spec = ir.spec;
-  const TileConfig& tiles = *ir.tiles;
-  return emit_mainloop(
-      ir, kernel,
-      {fmt::format("static constexpr int kHeadDimQK = {};", spec.head_dim_qk),
-       fmt::format("static constexpr int kHeadDimV = {};", spec.head_dim_v),
-       fmt::format("static constexpr int kBlockM = {};", tiles.block_m),
-       fmt::format("static constexpr int kBlockN = {};", tiles.block_n),
-       fmt::format("static constexpr int kWarps = {};", tiles.warps),
-       fmt::format("static constexpr int kStages = {};", tiles.kv_stages),
-       fmt::format("static constexpr bool kQInRegisters = {};", tiles.q_in_registers),
-       fmt::format("static constexpr bool kReturnLse = {};", spec.return_lse)},
-      "attnjit::ForwardSm80<Config, Mask>", "attnjit::FwdParams",
-      fmt::format("attnjit::forward_sm80<Config, Mask{}>(params);", score_mod_argument(spec)),
-      /*min_blocks_per_sm=*/0);
+// `static constexpr ...` lines of the Config an attention template reads.
+std::vector<std::string> config_lines(const KernelRow& row, const KernelTiles& tiles,
+                                      const AttentionSpec& spec) {
+  std::vector<std::string> lines;
+  const auto constant = [&](std::string_view type, std::string_view name, auto value) {
+    lines.push_back(fmt::format("static constexpr {} {} = {};", type, name, value));
+  };
+  for (ConfigField field : row.config) {
+    switch (field) {
+      case ConfigField::head_dim:
+        constant("int", "kHeadDim", spec.head_dim_qk);
+        break;
+      case ConfigField::head_dims_qk_v:
+        constant("int", "kHeadDimQK", spec.head_dim_qk);
+        constant("int", "kHeadDimV", spec.head_dim_v);
+        break;
+      case ConfigField::block_m:
+        constant("int", "kBlockM", tiles.block_m);
+        break;
+      case ConfigField::block_n:
+        constant("int", "kBlockN", tiles.block_n);
+        break;
+      case ConfigField::warps:
+        constant("int", "kWarps", tiles.warps);
+        break;
+      case ConfigField::dim_warps:
+        constant("int", "kDimWarps", tiles.dim_warps);
+        break;
+      case ConfigField::kv_stages:
+        constant("int", "kStages", tiles.kv_stages);
+        break;
+      case ConfigField::q_in_registers:
+        constant("bool", "kQInRegisters", tiles.q_in_registers);
+        break;
+      case ConfigField::return_lse:
+        constant("bool", "kReturnLse", spec.return_lse);
+        break;
+      case ConfigField::atomic_dq:
+        constant("bool", "kAtomicDq", !spec.deterministic);
+        break;
+    }
+  }
+  return lines;
+}
+
+// An attention kernel's translation unit: the header, `struct Config`, the mask policy, the
+// score modifiers, a check that the template's shared memory is the planned
+// kernel.dynamic_smem_bytes, and the entry calling the row's mainloop.
+std::string emit_attention(const Lowering& ir, const KernelDesc& kernel) {
+  const KernelRow& row = kernel_row(kernel.row);
+  const KernelTiles& tiles = ir.tiles_of(kernel.role);
+  SourceWriter w;
+  emit_header(w, ir, kernel);
+  w.line("namespace {{");
+  w.blank();
+  w.line("struct Config {{");
+  w.indent();
+  w.line("typedef {} Element;", element_type(ir.spec.dtype));
+  for (const std::string& line : config_lines(row, tiles, ir.spec)) w.line("{}", line);
+  w.dedent();
+  w.line("}};");
+  w.blank();
+  emit_mask_policy(w, ir, kernel);
+  w.blank();
+  emit_score_mod(w, ir.spec);
+  w.line("static_assert(attnjit::{}<Config, Mask>::kSmemBytes == {},", row.kernel_struct,
+         kernel.dynamic_smem_bytes);
+  w.line("              \"the plan and the template disagree on shared memory\");");
+  w.blank();
+  w.line("}}  // namespace");
+  w.blank();
+  emit_entry(
+      w, kernel, params_type(ir, kernel),
+      fmt::format("attnjit::{}<Config, Mask{}>(params);", row.body, score_mod_argument(ir.spec)),
+      row.min_blocks_per_sm);
+  return w.str();
 }
 
 std::string emit_minmax(const Lowering& ir, const KernelDesc& kernel) {
   SourceWriter w;
   emit_header(w, ir, kernel);
-  emit_entry(w, kernel, "attnjit::MinMaxParams",
+  emit_entry(w, kernel, params_type(ir, kernel),
              fmt::format("attnjit::flashmask_minmax</*kColumns=*/{}, /*kBlockN=*/{}>(params);",
                          ir.mask->vectors.size(), kernel.block_n));
   return w.str();
 }
 
 std::string emit_predicate_blocks(const Lowering& ir, const KernelDesc& kernel) {
+  internal_check(ir.predicate.has_value(), "a predicate mask was parsed by validate");
   SourceWriter w;
   emit_header(w, ir, kernel);
   w.line("namespace {{");
   w.blank();
-  emit_predicate_visible(w, ir.spec);
+  emit_predicate_visible(w, ir.spec.mask, *ir.predicate);
   w.blank();
   w.line("}}  // namespace");
   w.blank();
-  emit_entry(w, kernel, "attnjit::PredicateBlocksParams",
+  emit_entry(w, kernel, params_type(ir, kernel),
              fmt::format("attnjit::predicate_blocks<Visible, /*kBlockM=*/{}, /*kBlockN=*/{}, "
                          "/*kPerBatch=*/{}, /*kPerHead=*/{}, /*kKeyRows=*/{}>(params);",
                          kernel.block_m, kernel.block_n, ir.mask->table_per_batch,
@@ -68,24 +129,38 @@ std::string emit_cta_order(const Lowering& ir, const KernelDesc& kernel) {
   w.blank();
   w.line("}}  // namespace");
   w.blank();
-  const bool forward = kernel.orders == KernelRole::forward;
-  emit_entry(w, kernel,
-             forward ? "attnjit::CtaOrderParams<attnjit::FwdParams>"
-                     : "attnjit::CtaOrderParams<attnjit::BwdParams>",
+  emit_entry(w, kernel, params_type(ir, kernel),
              fmt::format("attnjit::cta_order<Mask, /*kBlockM=*/{}, /*kBlockN=*/{}, "
                          "/*kKeyBlocks=*/{}>(params);",
                          kernel.block_m, kernel.block_n, kernel.orders == KernelRole::backward));
   return w.str();
 }
 
+// The backward's per-row kernels (bwd_rows.cuh): element type and head dim, and for the
+// preprocess whether it zeroes the dQ accumulator (atomic mode).
+std::string emit_rows(const Lowering& ir, const KernelDesc& kernel) {
+  const KernelRow& row = kernel_row(kernel.row);
+  std::string arguments = fmt::format("{}, {}", element_type(ir.spec.dtype), ir.spec.head_dim_qk);
+  if (kernel.role == KernelRole::backward_preprocess) {
+    arguments += fmt::format(", /*kZeroDqAccum=*/{}", !ir.spec.deterministic);
+  }
+  SourceWriter w;
+  emit_header(w, ir, kernel);
+  emit_entry(w, kernel, params_type(ir, kernel),
+             fmt::format("attnjit::{}<{}>(params);", row.body, arguments));
+  return w.str();
+}
+
 }  // namespace
 
 std::string emit_kernel(const Lowering& ir, const KernelDesc& kernel) {
-  internal_check(ir.mask && ir.target && (ir.tiles || ir.backward_tiles) && ir.plan,
+  internal_check(ir.mask && ir.target && !ir.tiles.empty() && ir.plan,
                  "emit_kernel needs a planned IR");
   switch (kernel.role) {
     case KernelRole::forward:
-      return emit_forward(ir, kernel);
+    case KernelRole::backward:
+    case KernelRole::backward_dq:
+      return emit_attention(ir, kernel);
     case KernelRole::flashmask_minmax:
       return emit_minmax(ir, kernel);
     case KernelRole::predicate_blocks:
@@ -93,11 +168,9 @@ std::string emit_kernel(const Lowering& ir, const KernelDesc& kernel) {
     case KernelRole::cta_order:
       return emit_cta_order(ir, kernel);
     case KernelRole::backward_preprocess:
-    case KernelRole::backward:
-    case KernelRole::backward_dq:
     case KernelRole::backward_convert_dq:
     case KernelRole::backward_reduce_dkdv:
-      return codegen::emit_backward_kernel(ir, kernel);
+      return emit_rows(ir, kernel);
   }
   throw InternalError("emit_kernel: unknown role");
 }
@@ -134,7 +207,11 @@ ReferenceKernel emit_reference_kernel(const AttentionSpec& spec) {
   w.line("#include \"attnjit/reference.cuh\"");
   w.blank();
   if (mask_kind == 4) {
-    emit_predicate_visible(w, spec);
+    const Predicate predicate = parse_predicate(
+        spec.mask.predicate, PredicateParseOptions{.allow_reserved_tensor_names = true});
+    const PredicateInfo used = info(predicate);
+    out.predicate = {used.scalar_count, used.tensors};
+    emit_predicate_visible(w, spec.mask, predicate);
     w.blank();
   }
   KernelDesc entry;

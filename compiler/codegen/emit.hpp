@@ -16,6 +16,7 @@ struct ReferenceKernel {
   std::string name;
   std::string source;
   int threads = 0;
+  PredicateLaunch predicate;  ///< the inputs a predicate mask reads
 };
 
 /// The reference kernel computing the same function as `spec`'s forward kernels.

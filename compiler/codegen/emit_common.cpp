@@ -22,52 +22,39 @@ int column_of(const MaskLowering& mask, IntervalVector vector) {
 
 }  // namespace
 
-std::pair<int, int> table_tile(const Lowering& ir, const KernelDesc& kernel) {
-  switch (kernel.role) {
-    case KernelRole::forward:
-      return {ir.tiles->block_m, ir.tiles->block_n};
-    case KernelRole::backward:
-      return {ir.backward_tiles->block_m, ir.backward_tiles->block_n};
-    case KernelRole::backward_dq:
-      return {ir.backward_tiles->dq_block_m, ir.backward_tiles->dq_block_n};
-    case KernelRole::predicate_blocks:
-    case KernelRole::cta_order:
-      return {kernel.block_m, kernel.block_n};
-    default:
-      break;
-  }
-  throw InternalError("table_tile: not an attention kernel");
-}
-
 std::string_view element_type(DType dtype) {
   return dtype == DType::bf16 ? "attnjit::bf16" : "attnjit::fp16";
 }
 
+std::string params_type(const Lowering& ir, const KernelDesc& kernel) {
+  const std::string_view attention =
+      ir.spec.direction == Direction::forward ? "attnjit::FwdParams" : "attnjit::BwdParams";
+  switch (kernel.params) {
+    case ParamBlock::attention:
+      return std::string(attention);
+    case ParamBlock::minmax:
+      return "attnjit::MinMaxParams";
+    case ParamBlock::predicate_blocks:
+      return "attnjit::PredicateBlocksParams";
+    case ParamBlock::cta_order:
+      return fmt::format("attnjit::CtaOrderParams<{}>", attention);
+  }
+  throw InternalError("unknown ParamBlock");
+}
+
 void emit_header(SourceWriter& w, const Lowering& ir, const KernelDesc& kernel) {
-  w.line("// attnjit generated kernel: {} ({} family)", name_of(kernel.role),
-         name_of(kernel.family));
+  w.line("// attnjit generated kernel: {} ({} family, {})", name_of(kernel.role),
+         name_of(kernel.family), kernel.row);
   w.line("// spec:  {}", to_string(ir.spec));
-  if (ir.tiles) {
-    const TileConfig& t = *ir.tiles;
-    w.line("// tiles: block_m={} block_n={} warps={} kv_stages={} q_in_registers={}", t.block_m,
-           t.block_n, t.warps, t.kv_stages, t.q_in_registers);
-  }
-  if (ir.backward_tiles) {
-    const BackwardTiles& t = *ir.backward_tiles;
-    w.line("// tiles: layout={} block_m={} block_n={} warps={} dim_warps={} dq: {}x{}, {} warps",
-           name_of(t.layout), t.block_m, t.block_n, t.warps, t.dim_warps, t.dq_block_m,
-           t.dq_block_n, t.dq_warps);
-  }
+  for (const KernelTiles& t : ir.tiles) w.line("// {}", to_string(t));
   w.line("#include \"{}\"", kernel.template_header);
   w.blank();
 }
 
-void emit_predicate_visible(SourceWriter& w, const AttentionSpec& spec) {
-  const Predicate predicate = parse_predicate(
-      spec.mask.predicate, PredicateParseOptions{.allow_reserved_tensor_names = true});
+void emit_predicate_visible(SourceWriter& w, const MaskSpec& mask, const Predicate& predicate) {
   const PredicateInfo used = info(predicate);
   w.line("// mask={}: key k is visible to query q of (batch b, query head h) iff the",
-         to_string(spec.mask));
+         to_string(mask));
   w.line("// expression is true; tensor_at reads row b of a tensor, 0 outside its length.");
   w.line("struct Visible {{");
   w.indent();
@@ -94,10 +81,10 @@ void emit_mask_policy(SourceWriter& w, const Lowering& ir, const KernelDesc& ker
   const AttentionSpec& spec = ir.spec;
   const MaskLowering& mask = *ir.mask;
   if (mask.element_predicate) {
-    const std::pair<int, int> tile = table_tile(ir, kernel);
-    emit_predicate_visible(w, spec);
+    internal_check(ir.predicate.has_value(), "a predicate mask was parsed by validate");
+    emit_predicate_visible(w, spec.mask, *ir.predicate);
     w.line("typedef attnjit::PredicatePolicy<Visible, /*kTableBlockM=*/{}, /*kTableBlockN=*/{},",
-           tile.first, tile.second);
+           kernel.block_m, kernel.block_n);
     w.line("                                 /*kPerBatch=*/{}, /*kPerHead=*/{}>",
            mask.table_per_batch, mask.table_per_head);
     w.line("    Mask;");
@@ -128,11 +115,6 @@ std::string_view score_mod_argument(const AttentionSpec& spec) {
   return spec.softcap || spec.alibi ? ", Score" : "";
 }
 
-void emit_smem_check(SourceWriter& w, std::string_view kernel_type, int smem_bytes) {
-  w.line("static_assert({}::kSmemBytes == {},", kernel_type, smem_bytes);
-  w.line("              \"the plan and the template disagree on shared memory\");");
-}
-
 void emit_entry(SourceWriter& w, const KernelDesc& kernel, std::string_view params_type,
                 std::string_view body, int min_blocks_per_sm) {
   if (min_blocks_per_sm > 0) {
@@ -146,32 +128,6 @@ void emit_entry(SourceWriter& w, const KernelDesc& kernel, std::string_view para
   w.line("{}", body);
   w.dedent();
   w.line("}}");
-}
-
-std::string emit_mainloop(const Lowering& ir, const KernelDesc& kernel,
-                          const std::vector<std::string>& config_lines,
-                          std::string_view kernel_type, std::string_view params_type,
-                          std::string_view body, int min_blocks_per_sm) {
-  SourceWriter w;
-  emit_header(w, ir, kernel);
-  w.line("namespace {{");
-  w.blank();
-  w.line("struct Config {{");
-  w.indent();
-  w.line("typedef {} Element;", element_type(ir.spec.dtype));
-  for (const std::string& line : config_lines) w.line("{}", line);
-  w.dedent();
-  w.line("}};");
-  w.blank();
-  emit_mask_policy(w, ir, kernel);
-  w.blank();
-  emit_score_mod(w, ir.spec);
-  emit_smem_check(w, kernel_type, kernel.dynamic_smem_bytes);
-  w.blank();
-  w.line("}}  // namespace");
-  w.blank();
-  emit_entry(w, kernel, params_type, body, min_blocks_per_sm);
-  return w.str();
 }
 
 }  // namespace attnjit::codegen

@@ -4,7 +4,6 @@
 
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "compiler/codegen/writer.hpp"
@@ -14,20 +13,19 @@ namespace attnjit::codegen {
 
 std::string_view element_type(DType dtype);
 
+/// The C++ type of `kernel`'s parameter block, e.g. `attnjit::FwdParams`.
+std::string params_type(const Lowering& ir, const KernelDesc& kernel);
+
 /// `// attnjit generated kernel: ...`, the spec, the tiles, and the template's #include.
 void emit_header(SourceWriter& w, const Lowering& ir, const KernelDesc& kernel);
 
-/// The tile shape (block_m, block_n) of an attention kernel or a predicate_blocks kernel: the
-/// tiles of the block table it reads or writes.
-std::pair<int, int> table_tile(const Lowering& ir, const KernelDesc& kernel);
-
 /// `struct Visible` with the static __device__ function visible(inputs, b, h, q, k) that
-/// evaluates the spec's predicate (mask=predicate).
-void emit_predicate_visible(SourceWriter& w, const AttentionSpec& spec);
+/// evaluates `predicate` (the mask of `mask`).
+void emit_predicate_visible(SourceWriter& w, const MaskSpec& mask, const Predicate& predicate);
 
 /// `typedef attnjit::MaskPolicy<...> Mask;` with the flags of the mask lowering, or for a
 /// predicate its Visible struct and `typedef attnjit::PredicatePolicy<...> Mask;` reading the
-/// block table of `kernel`'s tiles.
+/// block table of `kernel`'s tiles (block_m x block_n).
 void emit_mask_policy(SourceWriter& w, const Lowering& ir, const KernelDesc& kernel);
 
 /// With a score modifier in the spec, `typedef attnjit::ScoreMod<...> Score;` binding its
@@ -38,21 +36,10 @@ void emit_score_mod(SourceWriter& w, const AttentionSpec& spec);
 /// spec, "" otherwise.
 std::string_view score_mod_argument(const AttentionSpec& spec);
 
-/// `static_assert(<kernel type>::kSmemBytes == <planned bytes>, ...)`.
-void emit_smem_check(SourceWriter& w, std::string_view kernel_type, int smem_bytes);
-
 /// The extern "C" __global__ entry taking `params_type` by value and calling `body`. A
 /// min_blocks_per_sm of 1 tells ptxas that all 255 registers may be used (otherwise it can
 /// cap a 256-thread kernel at 128 to fit two blocks, and spill); 0 leaves it out.
 void emit_entry(SourceWriter& w, const KernelDesc& kernel, std::string_view params_type,
                 std::string_view body, int min_blocks_per_sm = 0);
-
-/// A mainloop kernel's translation unit: the header, `struct Config` with `config_lines`,
-/// the mask policy, the score modifiers, a check that `kernel_type`'s shared memory is the
-/// planned kernel.dynamic_smem_bytes, and the entry calling `body`.
-std::string emit_mainloop(const Lowering& ir, const KernelDesc& kernel,
-                          const std::vector<std::string>& config_lines,
-                          std::string_view kernel_type, std::string_view params_type,
-                          std::string_view body, int min_blocks_per_sm);
 
 }  // namespace attnjit::codegen

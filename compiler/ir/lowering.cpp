@@ -31,16 +31,84 @@ std::string_view name_of(KernelFamily family) {
   throw InternalError("unknown KernelFamily");
 }
 
-std::string_view name_of(BackwardLayout layout) {
-  switch (layout) {
-    case BackwardLayout::key_slabs:
-      return "slabs";
-    case BackwardLayout::warp_grid:
-      return "grid";
-    case BackwardLayout::warpgroup:
-      return "wgmma";
+std::string_view name_of(ParamBlock block) {
+  switch (block) {
+    case ParamBlock::attention:
+      return "attention";
+    case ParamBlock::minmax:
+      return "minmax";
+    case ParamBlock::predicate_blocks:
+      return "predicate_blocks";
+    case ParamBlock::cta_order:
+      return "cta_order";
   }
-  throw InternalError("unknown BackwardLayout");
+  throw InternalError("unknown ParamBlock");
+}
+
+std::string_view name_of(ParamField field) {
+  switch (field) {
+    case ParamField::minmax:
+      return "minmax";
+    case ParamField::minmax_dq:
+      return "minmax_dq";
+    case ParamField::predicate_bits:
+      return "predicate_bits";
+    case ParamField::predicate_bits_dq:
+      return "predicate_bits_dq";
+    case ParamField::cta_order:
+      return "cta_order";
+    case ParamField::row_dot:
+      return "row_dot";
+    case ParamField::lse_log2:
+      return "lse_log2";
+    case ParamField::dq_accum:
+      return "dq_accum";
+    case ParamField::dk_partial:
+      return "dk_partial";
+    case ParamField::dv_partial:
+      return "dv_partial";
+    case ParamField::table_out:
+      return "table";
+    case ParamField::bits_out:
+      return "bits";
+    case ParamField::bits_used:
+      return "bits_used";
+    case ParamField::order_table:
+      return "order_table";
+    case ParamField::order_cost:
+      return "cost";
+    case ParamField::order_out:
+      return "order";
+  }
+  throw InternalError("unknown ParamField");
+}
+
+std::string_view name_of(ParamScalar scalar) {
+  switch (scalar) {
+    case ParamScalar::num_key_blocks:
+      return "num_key_blocks";
+    case ParamScalar::table_batch:
+      return "table_batch";
+    case ParamScalar::table_heads:
+      return "table_heads";
+    case ParamScalar::blocks_m:
+      return "blocks_m";
+    case ParamScalar::blocks_n:
+      return "blocks_n";
+    case ParamScalar::bits_capacity:
+      return "bits_capacity";
+    case ParamScalar::grid_x:
+      return "grid_x";
+    case ParamScalar::grid_y:
+      return "grid_y";
+    case ParamScalar::grid_z:
+      return "grid_z";
+    case ParamScalar::max_cost:
+      return "max_cost";
+    case ParamScalar::phase:
+      return "phase";
+  }
+  throw InternalError("unknown ParamScalar");
 }
 
 std::string_view name_of(KernelRole role) {
@@ -78,6 +146,68 @@ std::string score_mod_tag(const AttentionSpec& spec) {
   return fmt::format("{}{}", spec.softcap ? "_softcap" : "", spec.alibi ? "_alibi" : "");
 }
 
+namespace {
+
+std::string phase_text(const LaunchPhase& phase) {
+  std::string scalars;
+  for (const ScalarBinding& scalar : phase.scalars) {
+    scalars += fmt::format(" {}={}", name_of(scalar.field), scalar.value.to_string());
+  }
+  return fmt::format("grid={} threads={}{}", phase.grid.to_string(), phase.threads, scalars);
+}
+
+std::string kernel_text(const KernelDesc& kernel, const KernelPlan& plan) {
+  std::string out = fmt::format(
+      "  kernel @{} {{role={} row={} family={} template=\"{}\" params={} threads={} "
+      "dynamic_smem={}",
+      kernel.name, name_of(kernel.role), kernel.row, name_of(kernel.family), kernel.template_header,
+      name_of(kernel.params), kernel.threads, kernel.dynamic_smem_bytes);
+  if (kernel.block_m) out += fmt::format(" block_m={}", kernel.block_m);
+  if (kernel.block_n) out += fmt::format(" block_n={}", kernel.block_n);
+  if (kernel.key_rows) out += " key_rows";
+  if (kernel.role == KernelRole::cta_order)
+    out += fmt::format(" orders={}", name_of(kernel.orders));
+  if (kernel.phases.size() == 1 && kernel.phases.front().threads == kernel.threads &&
+      kernel.phases.front().scalars.empty()) {
+    out += fmt::format(" grid={}", kernel.phases.front().grid.to_string());
+  } else {
+    for (std::size_t i = 0; i < kernel.phases.size(); ++i) {
+      out += fmt::format(" phase{}=[{}]", i, phase_text(kernel.phases[i]));
+    }
+  }
+  for (const ScalarBinding& scalar : kernel.scalars) {
+    out += fmt::format(" {}={}", name_of(scalar.field), scalar.value.to_string());
+  }
+  for (const BufferBinding& buffer : kernel.buffers) {
+    out += fmt::format(" {}=%{}", name_of(buffer.field), plan.scratch[buffer.buffer].name);
+  }
+  return out + "}\n";
+}
+
+}  // namespace
+
+std::string to_string(const KernelTiles& t) {
+  return fmt::format(
+      "tiles @{} {{row={} block_m={} block_n={} warps={} dim_warps={} kv_stages={} "
+      "q_in_registers={} smem_bytes={}}}",
+      name_of(t.role), t.row, t.block_m, t.block_n, t.warps, t.dim_warps, t.kv_stages,
+      t.q_in_registers, t.smem_bytes);
+}
+
+KernelFamily TargetInfo::family_of(KernelRole role) const {
+  for (const FamilyChoice& choice : families) {
+    if (choice.role == role) return choice.family;
+  }
+  throw InternalError(fmt::format("target: no family chosen for {}", name_of(role)));
+}
+
+const KernelTiles& Lowering::tiles_of(KernelRole role) const {
+  for (const KernelTiles& t : tiles) {
+    if (t.role == role) return t;
+  }
+  throw InternalError(fmt::format("lowering: no tiles chosen for {}", name_of(role)));
+}
+
 std::string to_string(const Lowering& lowering) {
   std::string out = fmt::format("attention {{{}}}\n", to_string(lowering.spec));
   if (lowering.mask) {
@@ -98,39 +228,22 @@ std::string to_string(const Lowering& lowering) {
   }
   if (lowering.target) {
     const TargetInfo& target = *lowering.target;
-    out += fmt::format("  target {{arch={} family={} max_dynamic_smem={}}}\n", name_of(target.arch),
-                       name_of(target.family), target.max_dynamic_smem_bytes);
-  }
-  if (lowering.tiles) {
-    const TileConfig& tiles = *lowering.tiles;
-    out += fmt::format(
-        "  tiles {{block_m={} block_n={} warps={} kv_stages={} q_in_registers={} "
-        "smem_bytes={}}}\n",
-        tiles.block_m, tiles.block_n, tiles.warps, tiles.kv_stages, tiles.q_in_registers,
-        tiles.smem_bytes);
-  }
-  if (lowering.backward_tiles) {
-    const BackwardTiles& t = *lowering.backward_tiles;
-    out += fmt::format(
-        "  backward_tiles {{layout={} block_m={} block_n={} warps={} dim_warps={} smem_bytes={} "
-        "dq_block_m={} dq_block_n={} dq_warps={} dq_smem_bytes={}}}\n",
-        name_of(t.layout), t.block_m, t.block_n, t.warps, t.dim_warps, t.smem_bytes, t.dq_block_m,
-        t.dq_block_n, t.dq_warps, t.dq_smem_bytes);
-  }
-  if (lowering.plan) {
-    for (const KernelDesc& kernel : lowering.plan->kernels) {
-      out += fmt::format(
-          "  kernel @{} {{role={} template=\"{}\" threads={} dynamic_smem={}{} grid={}}}\n",
-          kernel.name, name_of(kernel.role), kernel.template_header, kernel.threads,
-          kernel.dynamic_smem_bytes,
-          (kernel.block_m ? fmt::format(" block_m={}", kernel.block_m) : std::string()) +
-              (kernel.block_n ? fmt::format(" block_n={}", kernel.block_n) : std::string()) +
-              (kernel.key_rows ? std::string(" key_rows") : std::string()) +
-              (kernel.role == KernelRole::cta_order
-                   ? fmt::format(" orders={}", name_of(kernel.orders))
-                   : std::string()),
-          kernel.grid);
+    std::string families;
+    for (const FamilyChoice& choice : target.families) {
+      families += fmt::format("{}{}:{}", families.empty() ? "" : ",", name_of(choice.role),
+                              name_of(choice.family));
     }
+    out += fmt::format("  target {{arch={} max_dynamic_smem={} families=[{}]}}\n",
+                       name_of(target.arch), target.max_dynamic_smem_bytes, families);
+  }
+  for (const KernelTiles& t : lowering.tiles) out += fmt::format("  {}\n", to_string(t));
+  if (lowering.plan) {
+    const KernelPlan& plan = *lowering.plan;
+    for (const ScratchBuffer& buffer : plan.scratch) {
+      out += fmt::format("  scratch %{} {{bytes={}{}}}\n", buffer.name, buffer.bytes.to_string(),
+                         buffer.zeroed ? " zeroed" : "");
+    }
+    for (const KernelDesc& kernel : plan.kernels) out += kernel_text(kernel, plan);
   }
   return out;
 }

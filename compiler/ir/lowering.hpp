@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "attnjit/spec.hpp"
+#include "compiler/ir/launch_expr.hpp"
+#include "compiler/ir/predicate.hpp"
 
 namespace attnjit {
 
@@ -32,58 +34,9 @@ struct MaskLowering {
 };
 
 /// Kernel families. sm80: FA2 structure with mma.sync (runs on sm_80..sm_90a); sm90a: warpgroup
-/// MMAs (wgmma), the backward main kernel of the warpgroup layout.
+/// MMAs (wgmma) and the Hopper copy engines, compiled for sm_90a only.
 enum class KernelFamily { sm80, sm90a };
 std::string_view name_of(KernelFamily family);
-
-/// The hardware the kernels are generated for (decided by select_target).
-struct TargetInfo {
-  Arch arch = Arch::sm_80;
-  KernelFamily family = KernelFamily::sm80;
-  int max_dynamic_smem_bytes = 0;  ///< opt-in limit per block
-
-  bool operator==(const TargetInfo&) const = default;
-};
-
-/// Tile shape and pipeline of the forward kernel (decided by select_tiles).
-struct TileConfig {
-  int block_m = 0;              ///< query rows per CTA
-  int block_n = 0;              ///< keys per iteration (also the min/max key-block size)
-  int warps = 0;                ///< each warp owns block_m / warps query rows (16-row slabs)
-  int kv_stages = 0;            ///< K/V shared-memory buffers in the cp.async pipeline
-  bool q_in_registers = false;  ///< Q fragments loaded once instead of every iteration
-  int smem_bytes = 0;           ///< dynamic shared memory of the forward kernel
-
-  int threads() const { return warps * 32; }
-  int rows_per_warp() const { return block_m / warps; }
-  bool operator==(const TileConfig&) const = default;
-};
-
-/// How the backward main kernel spreads its products over its warps.
-enum class BackwardLayout {
-  key_slabs,  ///< bwd_sm80.cuh: every product by key slabs of 16 (x dim_warps), P^T in registers
-  warp_grid,  ///< bwd_grid_sm80.cuh: a 2-D warp grid per product, P^T and dS^T in shared memory
-  warpgroup,  ///< bwd_wgmma_sm90.cuh (sm_90a): 64 keys per warpgroup, wgmma products
-};
-
-std::string_view name_of(BackwardLayout layout);
-
-/// Tile shapes of the backward kernels (decided by select_tiles for direction=backward).
-struct BackwardTiles {
-  BackwardLayout layout = BackwardLayout::key_slabs;
-  int block_m = 0;    ///< main kernel: queries per iteration
-  int block_n = 0;    ///< main kernel: keys per CTA (also its min/max key-block size)
-  int warps = 0;      ///< main kernel warps: key warps (block_n / 16 slabs, or block_n / 32
-                      ///< for the grid) x dim_warps
-  int dim_warps = 0;  ///< warps sharing the same keys of dK/dV, each owning a share of the head dim
-  int smem_bytes = 0;
-  int dq_block_m = 0;  ///< deterministic dQ kernel: queries per CTA (16 per warp)
-  int dq_block_n = 0;  ///< deterministic dQ kernel: keys per iteration
-  int dq_warps = 0;
-  int dq_smem_bytes = 0;
-
-  bool operator==(const BackwardTiles&) const = default;
-};
 
 /// What a kernel computes inside the plan.
 enum class KernelRole {
@@ -99,14 +52,135 @@ enum class KernelRole {
 };
 std::string_view name_of(KernelRole role);
 
-/// One kernel to generate, compile and launch.
+/// The family chosen for one attention kernel of the spec (decided by select_target).
+struct FamilyChoice {
+  KernelRole role = KernelRole::forward;
+  KernelFamily family = KernelFamily::sm80;
+
+  bool operator==(const FamilyChoice&) const = default;
+};
+
+/// The hardware the kernels are generated for and the family of each attention kernel
+/// (decided by select_target from the kernel registry).
+struct TargetInfo {
+  Arch arch = Arch::sm_80;
+  int max_dynamic_smem_bytes = 0;  ///< opt-in limit per block
+  /// forward; or backward, and backward_dq when deterministic: in launch order.
+  std::vector<FamilyChoice> families;
+
+  KernelFamily family_of(KernelRole role) const;
+  bool operator==(const TargetInfo&) const = default;
+};
+
+/// The tile shape of one attention kernel (decided by select_tiles from its registry row).
+struct KernelTiles {
+  KernelRole role = KernelRole::forward;
+  std::string row;  ///< the registry row it instantiates, e.g. "backward.grid.sm80"
+  int block_m = 0;  ///< query rows per CTA (forward, dQ) or per iteration (backward main)
+  int block_n = 0;  ///< keys per iteration (forward, dQ) or per CTA (backward main); also the
+                    ///< key-block size of its min/max tables
+  int warps = 0;
+  int dim_warps = 1;            ///< backward key slabs: warps sharing keys, splitting the head dim
+  int kv_stages = 0;            ///< forward: K/V shared-memory buffers of the copy pipeline
+  bool q_in_registers = false;  ///< forward: Q fragments loaded once instead of every iteration
+  int smem_bytes = 0;           ///< dynamic shared memory
+
+  int threads() const { return warps * 32; }
+  int rows_per_warp() const { return block_m / warps; }
+  bool operator==(const KernelTiles&) const = default;
+};
+
+/// `tiles @forward {row=forward.sm80 block_m=128 ...}`, as the IR prints it.
+std::string to_string(const KernelTiles& tiles);
+
+/// The parameter block a kernel takes by value (templates/attnjit/params.cuh).
+enum class ParamBlock {
+  attention,         ///< FwdParams in a forward plan, BwdParams in a backward plan
+  minmax,            ///< MinMaxParams
+  predicate_blocks,  ///< PredicateBlocksParams
+  cta_order,         ///< CtaOrderParams<the attention block of the plan>
+};
+std::string_view name_of(ParamBlock block);
+
+/// A pointer field of a parameter block that the plan points at a scratch buffer.
+enum class ParamField {
+  minmax,          ///< Fwd/BwdParams::minmax: min/max tables or block table of the kernel's tiles
+  minmax_dq,       ///< BwdParams::minmax_dq: the same for the dQ kernel's tiles
+  predicate_bits,  ///< Fwd/BwdParams::predicate_bits
+  predicate_bits_dq,  ///< BwdParams::predicate_bits_dq
+  cta_order,          ///< Fwd/BwdParams::cta_order: the order of this kernel's CTAs
+  row_dot,            ///< BwdParams::row_dot
+  lse_log2,           ///< BwdParams::lse_log2
+  dq_accum,           ///< BwdParams::dq_accum
+  dk_partial,         ///< BwdParams::dk_partial
+  dv_partial,         ///< BwdParams::dv_partial
+  table_out,          ///< MinMaxParams::minmax, PredicateBlocksParams::table
+  bits_out,           ///< PredicateBlocksParams::bits
+  bits_used,          ///< PredicateBlocksParams::bits_used
+  order_table,        ///< CtaOrderParams::table: the table the ordered kernel reads
+  order_cost,         ///< CtaOrderParams::cost
+  order_out,          ///< CtaOrderParams::order
+};
+std::string_view name_of(ParamField field);
+
+/// An int field of a parameter block that the plan computes from the launch extents.
+enum class ParamScalar {
+  num_key_blocks,  ///< MinMaxParams
+  table_batch,     ///< PredicateBlocksParams
+  table_heads,
+  blocks_m,
+  blocks_n,
+  bits_capacity,
+  grid_x,  ///< CtaOrderParams: the ordered kernel's grid
+  grid_y,
+  grid_z,
+  max_cost,
+  phase,
+};
+std::string_view name_of(ParamScalar scalar);
+
+/// Device memory a launch needs besides the tensors: one region of the launch's workspace.
+struct ScratchBuffer {
+  std::string name;     ///< e.g. "dq_accum", "minmax_bn64"
+  LaunchExpr bytes;     ///< its size for the launch's extents
+  bool zeroed = false;  ///< set to zero (on the stream) before the first kernel runs
+
+  bool operator==(const ScratchBuffer&) const = default;
+};
+
+struct BufferBinding {
+  ParamField field = ParamField::minmax;
+  int buffer = 0;  ///< index into KernelPlan::scratch
+
+  bool operator==(const BufferBinding&) const = default;
+};
+
+struct ScalarBinding {
+  ParamScalar field = ParamScalar::phase;
+  LaunchExpr value;
+
+  bool operator==(const ScalarBinding&) const = default;
+};
+
+/// One launch of a kernel: its grid, block and the scalars that differ between phases.
+/// A grid with a zero dimension is not launched.
+struct LaunchPhase {
+  LaunchGrid grid;
+  int threads = 0;
+  std::vector<ScalarBinding> scalars;
+
+  bool operator==(const LaunchPhase&) const = default;
+};
+
+/// One kernel to generate, compile and launch: everything the runtime needs to launch it.
 struct KernelDesc {
   KernelRole role = KernelRole::forward;
+  std::string row;              ///< its registry row
   std::string name;             ///< extern "C" entry point, deterministic from the spec
   std::string template_header;  ///< the templates/ header holding its mainloop
-  /// Its instruction family: the target's, or sm90a for a kernel on wgmma (plan_kernels)
   KernelFamily family = KernelFamily::sm80;
-  int threads = 0;
+  ParamBlock params = ParamBlock::attention;
+  int threads = 0;  ///< __launch_bounds__: the largest block of its phases
   int dynamic_smem_bytes = 0;
   int block_m = 0;  ///< predicate_blocks, cta_order: the query-block size of its table
   int block_n = 0;  ///< flashmask_minmax, predicate_blocks, cta_order: the key-block size
@@ -115,14 +189,27 @@ struct KernelDesc {
   bool key_rows = false;
   /// cta_order: the attention kernel whose CTAs it orders (block_m x block_n: that kernel's tiles)
   KernelRole orders = KernelRole::forward;
-  std::string grid;  ///< human-readable launch grid, e.g. "(ceil(Sq/128), H, B)"
+  std::vector<LaunchPhase> phases;     ///< launched in this order
+  std::vector<BufferBinding> buffers;  ///< pointer fields set to scratch buffers
+  std::vector<ScalarBinding> scalars;  ///< int fields computed for every phase
 
   bool operator==(const KernelDesc&) const = default;
 };
 
-/// The kernels of one spec, in launch order (decided by plan_kernels).
+/// What a launch needs of a predicate mask: the runtime inputs it reads.
+struct PredicateLaunch {
+  int scalar_count = 0;              ///< slots $0 .. $(scalar_count - 1)
+  std::vector<std::string> tensors;  ///< tensor names, in slot order
+
+  bool operator==(const PredicateLaunch&) const = default;
+};
+
+/// The kernels of one spec in launch order, their scratch buffers and the predicate's inputs
+/// (decided by plan_kernels): the launch contract the runtime follows.
 struct KernelPlan {
+  std::vector<ScratchBuffer> scratch;
   std::vector<KernelDesc> kernels;
+  PredicateLaunch predicate;
 
   const KernelDesc* find(KernelRole role) const;
   bool operator==(const KernelPlan&) const = default;
@@ -131,11 +218,14 @@ struct KernelPlan {
 /// The IR between passes: the spec and every decision made so far.
 struct Lowering {
   AttentionSpec spec;
+  std::optional<Predicate> predicate;  ///< mask=predicate: parsed once, by validate
   std::optional<MaskLowering> mask;
   std::optional<TargetInfo> target;
-  std::optional<TileConfig> tiles;              ///< forward
-  std::optional<BackwardTiles> backward_tiles;  ///< backward
+  std::vector<KernelTiles> tiles;  ///< one per attention kernel, in target->families order
   std::optional<KernelPlan> plan;
+
+  /// The tiles of attention kernel `role` (select_tiles must have chosen them).
+  const KernelTiles& tiles_of(KernelRole role) const;
 };
 
 /// The score modifiers' part of kernel names: "", "_softcap", "_alibi" or "_softcap_alibi".

@@ -33,6 +33,11 @@ inline constexpr int kMaxPredicateDepth = 256;
 /// Scalar slots are `$0` .. `$65535`.
 inline constexpr int kMaxPredicateSlots = 65536;
 
+/// The runtime inputs one mask=predicate kernel can take (validate checks them; the kernels'
+/// parameter block, PredicateInputs in templates/attnjit/params.cuh, holds this many).
+inline constexpr int kPredicateTensorLimit = 8;
+inline constexpr int kPredicateScalarLimit = 16;
+
 /// What one node of a predicate computes.
 enum class PredicateOp : std::uint8_t {
   literal,      ///< `value`

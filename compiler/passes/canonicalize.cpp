@@ -11,10 +11,7 @@ Lowering canonicalize(const Lowering& in) {
   if (out.spec.direction == Direction::backward) out.spec.return_lse = false;
   if (out.spec.direction == Direction::forward) out.spec.deterministic = false;
   // Redundant parentheses and spaces do not make another kernel (validate parsed it).
-  if (out.spec.mask.kind == MaskKind::predicate) {
-    out.spec.mask.predicate = to_string(parse_predicate(
-        out.spec.mask.predicate, PredicateParseOptions{.allow_reserved_tensor_names = true}));
-  }
+  if (out.predicate) out.spec.mask.predicate = to_string(*out.predicate);
   return out;
 }
 

@@ -38,10 +38,9 @@ Lowering lower_mask(const Lowering& in) {
       mask.needs_minmax = true;
       break;
     case MaskKind::predicate: {
-      // validate parsed it already; the table needs a row per batch when a tensor row may
-      // differ between batches.
-      const PredicateInfo used = info(parse_predicate(
-          in.spec.mask.predicate, PredicateParseOptions{.allow_reserved_tensor_names = true}));
+      // The table needs a row per batch when a tensor row may differ between batches.
+      internal_check(in.predicate.has_value(), "lower_mask runs after validate");
+      const PredicateInfo used = info(*in.predicate);
       mask.element_predicate = true;
       mask.table_per_batch = used.uses_batch || !used.tensors.empty();
       mask.table_per_head = used.uses_head;

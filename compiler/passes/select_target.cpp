@@ -1,31 +1,72 @@
-// select_target: the kernel family and the shared-memory budget of the target arch.
+// select_target: the shared-memory budget of the target arch and, from the kernel registry,
+// the family of each attention kernel of the spec.
+#include <fmt/format.h>
+
 #include "attnjit/error.hpp"
 #include "compiler/passes/passes.hpp"
+#include "compiler/registry/kernel_registry.hpp"
 
 namespace attnjit {
+namespace {
 
-Lowering select_target(const Lowering& in) {
-  TargetInfo target;
-  target.arch = in.spec.target;
-  // The FA2-structured mma.sync family runs on every supported arch (sm_80 .. sm_90a); on
-  // sm_90a select_tiles may give the backward main kernel the warpgroup (wgmma) layout.
-  target.family = KernelFamily::sm80;
-  switch (in.spec.target) {
+int max_dynamic_smem(Arch arch) {
+  switch (arch) {
     case Arch::auto_detect:
       throw Error(
           "target: got 'auto' with no device to resolve it; accepted: sm_80, sm_86, sm_89, "
           "sm_90, sm_90a (or run where a CUDA device is present)");
     case Arch::sm_80:
-      target.max_dynamic_smem_bytes = 166912;
-      break;
+      return 166912;
     case Arch::sm_86:
     case Arch::sm_89:
-      target.max_dynamic_smem_bytes = 101376;
-      break;
+      return 101376;
     case Arch::sm_90:
     case Arch::sm_90a:
-      target.max_dynamic_smem_bytes = 232448;
-      break;
+      return 232448;
+  }
+  throw InternalError("unknown Arch");
+}
+
+// The attention kernels of the spec's direction, in launch order.
+std::vector<KernelRole> attention_roles(const AttentionSpec& spec) {
+  if (spec.direction == Direction::forward) return {KernelRole::forward};
+  if (spec.deterministic) return {KernelRole::backward, KernelRole::backward_dq};
+  return {KernelRole::backward};
+}
+
+// The most specialised family with a row that supports the spec here and has a tile shape
+// that fits: sm90a on sm_90a targets where a row exists, else sm80.
+KernelFamily automatic_family(KernelRole role, const Lowering& in, const TargetInfo& target) {
+  std::vector<KernelFamily> preference{KernelFamily::sm80};
+  if (target.arch == Arch::sm_90a) preference.insert(preference.begin(), KernelFamily::sm90a);
+  for (KernelFamily family : preference) {
+    for (const KernelRow* row : kernel_rows(role, family)) {
+      if (row->supports(in.spec, *in.mask, target.arch, /*automatic=*/true) &&
+          first_candidate(*row, in.spec, *in.mask, target.max_dynamic_smem_bytes)) {
+        return family;
+      }
+    }
+  }
+  throw InternalError(fmt::format("select_target: no {} kernel for head_dim {} within {} bytes",
+                                  name_of(role), in.spec.head_dim_qk,
+                                  target.max_dynamic_smem_bytes));
+}
+
+}  // namespace
+
+Lowering select_target(const Lowering& in) {
+  internal_check(in.mask.has_value(), "select_target runs after lower_mask");
+  TargetInfo target;
+  target.arch = in.spec.target;
+  target.max_dynamic_smem_bytes = max_dynamic_smem(in.spec.target);
+  const std::vector<KernelRole> roles = attention_roles(in.spec);
+  for (std::size_t i = 0; i < roles.size(); ++i) {
+    // An explicit `tiles=` shape is the first attention kernel's (the backward's main kernel).
+    const bool forced = i == 0 && !in.spec.tiles.is_auto();
+    const KernelFamily family = forced
+                                    ? explicit_row(roles[i], in.spec, *in.mask, target.arch).family
+                                    : automatic_family(roles[i], in, target);
+    target.families.push_back({roles[i], family});
   }
   Lowering out = in;
   out.target = target;

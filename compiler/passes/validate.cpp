@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 
 #include "attnjit/error.hpp"
-#include "attnjit/params.cuh"
 #include "compiler/ir/predicate.hpp"
 #include "compiler/passes/passes.hpp"
 
@@ -22,7 +22,7 @@ void check_head_dim(std::string_view field, int value) {
 
 // The spec holds the lifted structure: literals are runtime scalars, so one kernel serves
 // every value of them.
-void check_predicate(const std::string& text) {
+Predicate check_predicate(const std::string& text) {
   const std::string field = fmt::format("mask=predicate({})", text);
   Predicate predicate;
   try {
@@ -31,14 +31,14 @@ void check_predicate(const std::string& text) {
     throw Error(fmt::format("{}: {}", field, error.what()));
   }
   const PredicateInfo used = info(predicate);
-  if (used.tensors.size() > static_cast<std::size_t>(kMaxPredicateTensors)) {
+  if (used.tensors.size() > static_cast<std::size_t>(kPredicateTensorLimit)) {
     throw_field_error(field, fmt::format("{} tensors", used.tensors.size()),
-                      fmt::format("at most {} tensors", kMaxPredicateTensors));
+                      fmt::format("at most {} tensors", kPredicateTensorLimit));
   }
-  if (used.scalar_count > kMaxPredicateScalars) {
+  if (used.scalar_count > kPredicateScalarLimit) {
     throw_field_error(field, fmt::format("{} scalar slots", used.scalar_count),
-                      fmt::format("at most {} scalars ($0 .. ${})", kMaxPredicateScalars,
-                                  kMaxPredicateScalars - 1));
+                      fmt::format("at most {} scalars ($0 .. ${})", kPredicateScalarLimit,
+                                  kPredicateScalarLimit - 1));
   }
   if (used.literal_count > 0) {
     std::vector<std::int32_t> values;
@@ -47,16 +47,19 @@ void check_predicate(const std::string& text) {
                                   "$0, $1, ... (here {})",
                                   to_string(lift_literals(predicate, values))));
   }
+  return predicate;
 }
 
-void check_mask(const MaskSpec& mask) {
+// Checks the mask's arguments; returns its parsed predicate for mask=predicate.
+std::optional<Predicate> check_mask(const MaskSpec& mask) {
   if (mask.kind != MaskKind::predicate && !mask.predicate.empty()) {
     throw Error(
         fmt::format("mask: a predicate expression ('{}') applies to mask=predicate "
                     "only; accepted: no expression for mask={}",
                     mask.predicate, name_of(mask.kind)));
   }
-  if (mask.kind == MaskKind::predicate) check_predicate(mask.predicate);
+  std::optional<Predicate> predicate;
+  if (mask.kind == MaskKind::predicate) predicate = check_predicate(mask.predicate);
   if (mask.kind != MaskKind::flashmask) {
     if (mask.causal || mask.columns != 0) {
       throw Error(
@@ -64,7 +67,7 @@ void check_mask(const MaskSpec& mask) {
                       "accepted: flashmask(causal=...,columns=...)",
                       name_of(mask.kind)));
     }
-    return;
+    return predicate;
   }
   const std::string value = to_string(mask);
   if (mask.columns != 1 && mask.columns != 2 && mask.columns != 4) {
@@ -80,6 +83,7 @@ void check_mask(const MaskSpec& mask) {
                       "non-causal flashmask with columns=2 (LTS, UTE) or 4 (LTS, LTE, UTS, "
                       "UTE); 1 column needs causal=true");
   }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -96,8 +100,9 @@ Lowering validate(const Lowering& in) {
                         fmt::format("equal to head_dim_qk ({}) in this version", spec.head_dim_qk));
     }
   }
-  check_mask(spec.mask);
-  return in;
+  Lowering out = in;
+  out.predicate = check_mask(spec.mask);
+  return out;
 }
 
 }  // namespace attnjit

@@ -50,6 +50,8 @@ class Kernel;
 
 namespace detail {
 struct KernelSet;
+/// The compiled set behind a kernel (for attnjit's own tools).
+const KernelSet& set_of(const Kernel& kernel);
 /// What a kernel set computes: the planned attention kernels or the reference kernel.
 enum class SetKind { attention, reference };
 Kernel compile_set(SetKind kind, const AttentionSpec& spec, bool use_disk_cache);
@@ -69,14 +71,22 @@ class Kernel {
   /// Runs the backward pass on `stream` (the spec must have direction=backward): writes d_q,
   /// d_k and d_v. Checks every tensor like forward() and throws Error naming the first bad
   /// field. Asynchronous; takes stream-ordered scratch memory for the fp32 dQ accumulator,
-  /// the row sums D = rowsum(dO * O) and, with GQA, per-query-head dK/dV partials.
+  /// the row sums D = rowsum(dO * O) and, with GQA, per-query-head dK/dV partials, unless
+  /// args.workspace provides the memory.
   void backward(const BackwardArgs& args, Stream stream = nullptr) const;
+
+  /// Bytes of scratch memory forward(args) / backward(args) takes for these shapes (what
+  /// args.workspace must hold when given); checks the arguments as the launch does. Reads
+  /// ATTNJIT_PREDICATE_BITS_MIB, which sizes a predicate's element bits.
+  std::size_t workspace_size(const ForwardArgs& args) const;
+  std::size_t workspace_size(const BackwardArgs& args) const;
 
   /// PTX of each kernel, in plan order.
   std::vector<std::string> ptx() const;
 
  private:
   friend Kernel detail::compile_set(detail::SetKind, const AttentionSpec&, bool);
+  friend const detail::KernelSet& detail::set_of(const Kernel&);
   std::shared_ptr<const detail::KernelSet> set_;
   CompileInfo info_;
 };

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -41,6 +42,17 @@ struct PredicateArgs {
   std::vector<PredicateTensorArg> tensors;
 };
 
+/// Device memory a launch may take its scratch buffers from (the FlashMask min/max tables,
+/// CTA orders, predicate block tables and bits, the backward's fp32 dQ accumulator, row
+/// statistics and GQA partials). `Kernel::workspace_size(args)` gives the bytes a launch
+/// needs; `data` must be 256-byte aligned device memory of the stream's device, not used by
+/// other work until the launch's kernels have finished on its stream. Empty (the default):
+/// the launch takes stream-ordered memory itself (cuMemAllocAsync, freed after its kernels).
+struct Workspace {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+};
+
 /// Everything a forward launch needs besides the compiled kernel.
 ///
 /// Layouts: q [B, Sq, H, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv], o [B, Sq, H, Dv] with
@@ -62,9 +74,10 @@ struct ForwardArgs {
   /// Check startend_row_indices on the device first (attnjit::validate_intervals; waits for
   /// the stream). Always on when the environment has ATTNJIT_DEBUG=1.
   bool validate_mask = false;
-  float softcap = 0.0f;        ///< softcap=true: the cap (> 0); otherwise 0
-  TensorView alibi_slopes;     ///< alibi=true: fp32 [H]; otherwise empty
-  PredicateArgs predicate;     ///< mask=predicate only
+  float softcap = 0.0f;     ///< softcap=true: the cap (> 0); otherwise 0
+  TensorView alibi_slopes;  ///< alibi=true: fp32 [H]; otherwise empty
+  PredicateArgs predicate;  ///< mask=predicate only
+  Workspace workspace;      ///< scratch memory; empty: stream-ordered allocation
 };
 
 /// Everything a backward launch needs besides the compiled kernel (a spec with
@@ -87,6 +100,7 @@ struct BackwardArgs {
   float softcap = 0.0f;     ///< softcap=true: the cap (> 0); otherwise 0
   TensorView alibi_slopes;  ///< alibi=true: fp32 [H]; otherwise empty
   PredicateArgs predicate;  ///< mask=predicate only: those of the forward pass
+  Workspace workspace;      ///< scratch memory; empty: stream-ordered allocation
 };
 
 }  // namespace attnjit

@@ -1,8 +1,11 @@
 // Generated sources: what each kernel's translation unit binds.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include "compiler/codegen/emit.hpp"
 #include "compiler/passes/pipeline.hpp"
+#include "compiler/registry/kernel_registry.hpp"
 
 using namespace attnjit;
 
@@ -49,12 +52,31 @@ TEST_CASE("the min/max TU instantiates the preprocessing kernel", "[emit]") {
   const std::string src = emit_kernel(ir, minmax);
   CHECK_THAT(src, Catch::Contains("#include \"attnjit/flashmask_minmax.cuh\""));
   CHECK_THAT(src, Catch::Contains("attnjit::flashmask_minmax</*kColumns=*/1, /*kBlockN=*/" +
-                                  std::to_string(ir.tiles->block_n) + ">(params);"));
+                                  std::to_string(ir.tiles_of(KernelRole::forward).block_n) +
+                                  ">(params);"));
 }
 
-TEST_CASE("emission is deterministic", "[emit]") {
-  const char* text = "dtype=bf16 head_dim=128 mask=flashmask(causal=false,columns=4) target=sm_90";
-  CHECK(forward_source(text) == forward_source(text));
+TEST_CASE("an attention TU binds its registry row's template and Config", "[emit]") {
+  for (const char* text :
+       {"dtype=bf16 head_dim=128 mask=causal target=sm_90",
+        "dtype=bf16 head_dim=64 mask=causal direction=backward target=sm_90a",
+        "dtype=bf16 head_dim=64 mask=causal direction=backward target=sm_90",
+        "dtype=bf16 head_dim=96 mask=causal direction=backward deterministic=true target=sm_80"}) {
+    const Lowering ir = lower(parse_spec(text));
+    for (const KernelTiles& tiles : ir.tiles) {
+      INFO(text << " " << tiles.row);
+      const KernelRow& row = kernel_row(tiles.row);
+      const std::string src = emit_kernel(ir, *ir.plan->find(tiles.role));
+      CHECK_THAT(src, Catch::Contains(fmt::format("#include \"{}\"", row.header)));
+      CHECK_THAT(src, Catch::Contains(fmt::format("attnjit::{}<Config, Mask>::kSmemBytes == {}",
+                                                  row.kernel_struct, tiles.smem_bytes)));
+      CHECK_THAT(src, Catch::Contains(fmt::format("attnjit::{}<Config, Mask>(params);", row.body)));
+      CHECK_THAT(src,
+                 Catch::Contains(fmt::format("static constexpr int kBlockN = {};", tiles.block_n)));
+      CHECK_THAT(src,
+                 Catch::Contains(fmt::format("static constexpr int kWarps = {};", tiles.warps)));
+    }
+  }
 }
 
 TEST_CASE("the reference kernel evaluates the same mask", "[emit]") {

@@ -299,14 +299,14 @@ TEST_CASE("ATTNJIT_DEBUG switches the device checks", "[mask_builder]") {
 
 TEST_CASE("every mask kernel compiles for sm_80 and sm_90 without spills",
           "[nvrtc][mask_builder]") {
-  std::vector<runtime::MaskKernelSpec> specs;
+  std::vector<MaskKernelSpec> specs;
   for (Arch arch : {Arch::sm_80, Arch::sm_90}) {
     specs.push_back({std::nullopt, arch});
     for (MaskFamily family : kMaskFamilies) specs.push_back({family, arch});
   }
   std::vector<std::string> keys;
-  for (const runtime::MaskKernelSpec& spec : specs) {
-    const std::string text = runtime::to_string(spec);
+  for (const MaskKernelSpec& spec : specs) {
+    const std::string text = to_string(spec);
     INFO(text);
     const runtime::MaskKernel kernel = runtime::compile_mask_kernel(spec, /*use_disk=*/false);
     const jit::CompileInfo& info = kernel.info;
@@ -314,9 +314,9 @@ TEST_CASE("every mask kernel compiles for sm_80 and sm_90 without spills",
     CHECK(info.key == runtime::cache_key("mask_kernel", text));
     REQUIRE(info.kernels.size() == 1);
     const jit::KernelReport& report = info.kernels[0];
-    CHECK(report.name == runtime::mask_kernel_source(spec).name);
+    CHECK(report.name == emit_mask_kernel(spec).name);
     CHECK(report.role == (spec.family ? "mask_builder" : "interval_check"));
-    CHECK(report.threads == runtime::kMaskKernelThreads);
+    CHECK(report.threads == kMaskKernelThreads);
     CHECK(report.registers > 0);
     CHECK(report.spill_bytes == 0);
     CHECK(report.stack_bytes == 0);
@@ -328,24 +328,24 @@ TEST_CASE("every mask kernel compiles for sm_80 and sm_90 without spills",
 }
 
 TEST_CASE("mask kernels: canonical text, source and the caches", "[cache][mask_builder]") {
-  const runtime::MaskKernelSpec builder{MaskFamily::share_question, Arch::sm_90};
-  CHECK(runtime::to_string(builder) == "mask_kernel=build_share_question target=sm_90");
-  CHECK(runtime::to_string({std::nullopt, Arch::sm_80}) ==
+  const MaskKernelSpec builder{MaskFamily::share_question, Arch::sm_90};
+  CHECK(to_string(builder) == "mask_kernel=build_share_question target=sm_90");
+  CHECK(to_string(MaskKernelSpec{std::nullopt, Arch::sm_80}) ==
         "mask_kernel=check_intervals target=sm_80");
-  const runtime::KernelSource source = runtime::mask_kernel_source(builder);
+  const MaskKernelSource source = emit_mask_kernel(builder);
   CHECK(source.name == "attnjit_build_share_question");
   CHECK_THAT(source.source, Catch::Contains("#include \"attnjit/mask_builders.cuh\"") &&
                                 Catch::Contains("attnjit_build_share_question(const "
                                                 "attnjit::MaskBuildParams params)") &&
                                 Catch::Contains("attnjit::build_share_question(params);"));
-  CHECK_THAT(runtime::mask_kernel_source({std::nullopt, Arch::sm_90}).source,
+  CHECK_THAT(emit_mask_kernel({std::nullopt, Arch::sm_90}).source,
              Catch::Contains("attnjit::check_intervals(params);"));
 
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / "attnjit-test-mask-kernels";
   std::filesystem::remove_all(dir);
   const EnvOverride cache_dir("ATTNJIT_CACHE_DIR", dir.c_str());
-  const runtime::MaskKernelSpec spec{MaskFamily::qk_sparse, Arch::sm_86};
+  const MaskKernelSpec spec{MaskFamily::qk_sparse, Arch::sm_86};
   runtime::clear_mask_kernel_memory_cache();
   const std::uint64_t builds = runtime::builds();
   CHECK(runtime::compile_mask_kernel(spec).info.cache == jit::CacheLevel::miss);

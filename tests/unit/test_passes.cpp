@@ -87,19 +87,32 @@ TEST_CASE("lower_mask maps each mask to index arithmetic or vectors", "[pass]") 
 }
 
 TEST_CASE("select_target needs a resolved arch and knows its shared memory", "[pass]") {
-  CHECK_THROWS_WITH(select_target(ir_of("dtype=bf16 head_dim=64")),
-                    Catch::Contains("target: got 'auto'"));
-  CHECK(
-      select_target(ir_of("dtype=bf16 head_dim=64 target=sm_90")).target->max_dynamic_smem_bytes ==
-      232448);
-  CHECK(
-      select_target(ir_of("dtype=bf16 head_dim=64 target=sm_80")).target->max_dynamic_smem_bytes ==
-      166912);
-  CHECK(
-      select_target(ir_of("dtype=bf16 head_dim=64 target=sm_86")).target->max_dynamic_smem_bytes ==
-      101376);
-  CHECK(select_target(ir_of("dtype=bf16 head_dim=64 target=sm_90a")).target->family ==
-        KernelFamily::sm80);
+  const auto target = [](const char* text) {
+    return *select_target(lower_mask(validate(ir_of(text)))).target;
+  };
+  CHECK_THROWS_WITH(target("dtype=bf16 head_dim=64"), Catch::Contains("target: got 'auto'"));
+  CHECK(target("dtype=bf16 head_dim=64 target=sm_90").max_dynamic_smem_bytes == 232448);
+  CHECK(target("dtype=bf16 head_dim=64 target=sm_80").max_dynamic_smem_bytes == 166912);
+  CHECK(target("dtype=bf16 head_dim=64 target=sm_86").max_dynamic_smem_bytes == 101376);
+}
+
+TEST_CASE("select_target picks one family per attention kernel, in launch order", "[pass]") {
+  const auto families = [](const char* text) {
+    return select_target(lower_mask(validate(ir_of(text)))).target->families;
+  };
+  using R = KernelRole;
+  using F = KernelFamily;
+  CHECK(families("dtype=bf16 head_dim=64 target=sm_90a") ==
+        std::vector<FamilyChoice>{{R::forward, F::sm80}});
+  CHECK(families("dtype=bf16 head_dim=64 direction=backward target=sm_90a") ==
+        std::vector<FamilyChoice>{{R::backward, F::sm90a}});
+  CHECK(families("dtype=bf16 head_dim=64 direction=backward target=sm_90") ==
+        std::vector<FamilyChoice>{{R::backward, F::sm80}});
+  CHECK(families("dtype=bf16 head_dim=64 direction=backward deterministic=true target=sm_90a") ==
+        std::vector<FamilyChoice>{{R::backward, F::sm80}, {R::backward_dq, F::sm80}});
+  // `tiles=` forces the family of the row its suffix names.
+  CHECK(families("dtype=bf16 head_dim=64 direction=backward tiles=64x128x8g target=sm_90a") ==
+        std::vector<FamilyChoice>{{R::backward, F::sm80}});
 }
 
 TEST_CASE("select_tiles fits every head dim into every target", "[pass]") {
@@ -110,7 +123,7 @@ TEST_CASE("select_tiles fits every head dim into every target", "[pass]") {
             "dtype=bf16 head_dim=" + std::to_string(d) + " mask=" + mask + " target=" + arch;
         INFO(text);
         const Lowering ir = lower(parse_spec(text));
-        const TileConfig& t = *ir.tiles;
+        const KernelTiles& t = ir.tiles_of(KernelRole::forward);
         CHECK(t.smem_bytes <= ir.target->max_dynamic_smem_bytes);
         CHECK(t.block_m % (16 * t.warps) == 0);
         CHECK((t.rows_per_warp() == 16 || t.rows_per_warp() == 32));
@@ -119,33 +132,33 @@ TEST_CASE("select_tiles fits every head dim into every target", "[pass]") {
       }
     }
   }
-  // Two-slab warps at d128; the key block shrinks where the mask needs more registers
-  // (index and vector masks 48, a runtime window 32).
-  const Lowering plain = lower(parse_spec("dtype=bf16 head_dim=128 mask=causal target=sm_90"));
-  CHECK(plain.tiles->block_m == 128);
-  CHECK(plain.tiles->block_n == 48);
-  CHECK(plain.tiles->warps == 4);
-  CHECK(plain.tiles->rows_per_warp() == 32);
-  CHECK(!plain.tiles->q_in_registers);
-  const Lowering vectors = lower(
-      parse_spec("dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1) target=sm_90"));
-  CHECK(vectors.tiles->block_n == 48);
-  const Lowering window_d128 =
-      lower(parse_spec("dtype=bf16 head_dim=128 mask=sliding_window target=sm_90"));
-  CHECK(window_d128.tiles->block_n == 32);
-  const Lowering window =
-      lower(parse_spec("dtype=bf16 head_dim=64 mask=sliding_window target=sm_90"));
-  CHECK(window.tiles->block_n == 64);
-  CHECK(lower(parse_spec("dtype=bf16 head_dim=64 mask=none target=sm_90")).tiles->block_n == 96);
+  // Costlier masks never get a longer key block (more registers per key): index mask >=
+  // FlashMask vectors >= runtime window at every head dim.
+  for (int d : {32, 64, 96, 128, 192, 256}) {
+    INFO(d);
+    const auto block_n = [d](const char* mask) {
+      return lower(parse_spec(fmt::format("dtype=bf16 head_dim={} mask={} target=sm_90", d, mask)))
+          .tiles_of(KernelRole::forward)
+          .block_n;
+    };
+    CHECK(block_n("causal") >= block_n("flashmask(causal=true,columns=1)"));
+    CHECK(block_n("flashmask(causal=true,columns=1)") >= block_n("sliding_window"));
+  }
 }
 
 TEST_CASE("select_tiles honours and checks an explicit shape", "[pass]") {
   const Lowering ir = lower(parse_spec("dtype=bf16 head_dim=128 target=sm_90 tiles=128x32x4s"));
-  CHECK(ir.tiles->block_m == 128);
-  CHECK(ir.tiles->block_n == 32);
-  CHECK(ir.tiles->warps == 4);
-  CHECK(!ir.tiles->q_in_registers);
-  CHECK(ir.tiles->smem_bytes == (128 * 128 + 2 * 32 * 256) * 2);
+  const KernelTiles& t = ir.tiles_of(KernelRole::forward);
+  CHECK(t.row == "forward.sm80");
+  CHECK(t.block_m == 128);
+  CHECK(t.block_n == 32);
+  CHECK(t.warps == 4);
+  CHECK(!t.q_in_registers);
+  // Q, then two stages of K and V.
+  CHECK(t.smem_bytes == (128 * 128 + 2 * 32 * 256) * 2);
+  CHECK(lower(parse_spec("dtype=bf16 head_dim=128 target=sm_90 tiles=128x64x8"))
+            .tiles_of(KernelRole::forward)
+            .q_in_registers);
   CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 target=sm_90 tiles=128x64x3")),
                     Catch::Contains("tiles warps"));
   CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 target=sm_90 tiles=256x64x4")),
@@ -161,23 +174,40 @@ TEST_CASE("plan_kernels lists the min/max kernel and the CTA order first, for Fl
   const Lowering causal = lower(parse_spec("dtype=bf16 head_dim=128 mask=causal target=sm_90"));
   REQUIRE(causal.plan->kernels.size() == 1);
   CHECK(causal.plan->kernels[0].name == "attnjit_fwd_bf16_d128_causal");
-  CHECK(causal.plan->kernels[0].threads == causal.tiles->threads());
-  CHECK(causal.plan->kernels[0].dynamic_smem_bytes == causal.tiles->smem_bytes);
+  const KernelTiles& tiles = causal.tiles_of(KernelRole::forward);
+  CHECK(causal.plan->kernels[0].threads == tiles.threads());
+  CHECK(causal.plan->kernels[0].dynamic_smem_bytes == tiles.smem_bytes);
+  CHECK(causal.plan->kernels[0].row == tiles.row);
+  CHECK(causal.plan->scratch.empty());
 
   const Lowering fm = lower(parse_spec(
       "dtype=fp16 head_dim=64 mask=flashmask(causal=true,columns=2) return_lse=true target=sm_80"));
   REQUIRE(fm.plan->kernels.size() == 3);
   CHECK(fm.plan->kernels[0].role == KernelRole::flashmask_minmax);
+  const KernelTiles& fm_tiles = fm.tiles_of(KernelRole::forward);
   CHECK(fm.plan->kernels[0].name ==
-        "attnjit_flashmask_minmax_c2_bn" + std::to_string(fm.tiles->block_n));
+        "attnjit_flashmask_minmax_c2_bn" + std::to_string(fm_tiles.block_n));
   // The forward's CTAs sorted by the tiles the vectors leave them.
   const KernelDesc& order = fm.plan->kernels[1];
   CHECK(order.role == KernelRole::cta_order);
   CHECK(order.orders == KernelRole::forward);
-  CHECK(order.block_m == fm.tiles->block_m);
-  CHECK(order.block_n == fm.tiles->block_n);
+  CHECK(order.block_m == fm_tiles.block_m);
+  CHECK(order.block_n == fm_tiles.block_n);
   CHECK(order.threads == 1024);
   CHECK(fm.plan->kernels[2].name == "attnjit_fwd_fp16_d64_flashmask_causal_c2_lse");
+  // The buffers link the kernels: the min/max kernel writes the table the CTA order and the
+  // forward read, the CTA order writes the order the forward reads.
+  const auto buffer = [&](const KernelDesc& k, ParamField field) {
+    for (const BufferBinding& b : k.buffers) {
+      if (b.field == field) return fm.plan->scratch[b.buffer].name;
+    }
+    return std::string("none");
+  };
+  const KernelDesc& forward = fm.plan->kernels[2];
+  CHECK(buffer(fm.plan->kernels[0], ParamField::table_out) == buffer(forward, ParamField::minmax));
+  CHECK(buffer(order, ParamField::order_table) == buffer(forward, ParamField::minmax));
+  CHECK(buffer(order, ParamField::order_out) == buffer(forward, ParamField::cta_order));
+  CHECK(buffer(forward, ParamField::minmax) != "none");
 }
 
 TEST_CASE("the pipeline runs the six passes in order and reports each", "[pass]") {
@@ -219,27 +249,23 @@ TEST_CASE("the backward plan", "[pass]") {
                                         R::backward_reduce_dkdv});
   CHECK(atomic.plan->kernels[0].name == "attnjit_bwd_preprocess_bf16_d128_zero_dq");
   CHECK(atomic.plan->kernels[1].name == "attnjit_bwd_bf16_d128_causal");
-  const BackwardTiles& t = *atomic.backward_tiles;
-  // d128: the warp-grid layout, 4 key warps x 2 head-dim halves of dK/dV.
-  CHECK(t.layout == BackwardLayout::warp_grid);
+  const KernelTiles& t = atomic.tiles_of(R::backward);
+  // d128 on sm_90: the warp-grid layout, its template from its registry row.
+  CHECK(t.row == "backward.grid.sm80");
   CHECK(atomic.plan->kernels[1].template_header == "attnjit/bwd_grid_sm80.cuh");
-  CHECK(t.block_m == 64);
-  CHECK(t.block_n == 128);
-  CHECK(t.warps == 8);
-  CHECK(t.dim_warps == 2);
-  CHECK(t.dq_block_m == 0);
-  // Its P^T and dS^T tiles: 2 x 128 x 64 x 2 bytes next to K, V and two (Q, dO, LSE, D) stages.
-  CHECK(t.smem_bytes == 2 * 128 * 128 * 2 + 2 * (2 * 64 * 128 * 2 + 2 * 64 * 4) + 2 * 128 * 64 * 2);
+  CHECK(atomic.plan->kernels[1].dynamic_smem_bytes == t.smem_bytes);
+  CHECK(atomic.tiles.size() == 1);
+  // Its P^T and dS^T tiles next to K, V and two (Q, dO, LSE, D) stages.
+  CHECK(t.smem_bytes == 2 * t.block_n * 128 * 2 +
+                            2 * (2 * t.block_m * 128 * 2 + 2 * t.block_m * 4) +
+                            2 * t.block_n * t.block_m * 2);
   // Predicates, whose stored element bits follow the key-slab fragments, take key slabs.
   const Lowering predicate = lower(
       parse_spec("dtype=bf16 head_dim=128 mask=predicate(q>=k) direction=backward target=sm_90"));
-  CHECK(predicate.backward_tiles->layout == BackwardLayout::key_slabs);
-  CHECK(predicate.backward_tiles->dim_warps == 1);
+  CHECK(predicate.tiles_of(R::backward).row == "backward.slabs.sm80");
   CHECK(std::ranges::any_of(predicate.plan->kernels, [](const KernelDesc& k) {
     return k.template_header == "attnjit/bwd_sm80.cuh";
   }));
-  CHECK(atomic.plan->kernels[1].dynamic_smem_bytes == t.smem_bytes);
-  CHECK(!atomic.tiles.has_value());
 
   const Lowering det = lower(
       parse_spec("dtype=fp16 head_dim=128 mask=flashmask(causal=true,columns=1) direction=backward "
@@ -247,28 +273,35 @@ TEST_CASE("the backward plan", "[pass]") {
   CHECK(roles(det) == std::vector<R>{R::flashmask_minmax, R::flashmask_minmax, R::cta_order,
                                      R::cta_order, R::backward_preprocess, R::backward,
                                      R::backward_dq, R::backward_reduce_dkdv});
-  CHECK(det.plan->kernels[0].block_n == det.backward_tiles->block_n);
-  CHECK(det.plan->kernels[1].block_n == det.backward_tiles->dq_block_n);
+  const KernelTiles& main = det.tiles_of(R::backward);
+  const KernelTiles& dq = det.tiles_of(R::backward_dq);
+  CHECK(det.plan->kernels[0].block_n == main.block_n);
+  CHECK(det.plan->kernels[1].block_n == dq.block_n);
   // One CTA order per attention kernel, with that kernel's tiles.
   CHECK(det.plan->kernels[2].orders == R::backward);
-  CHECK(det.plan->kernels[2].block_m == det.backward_tiles->block_m);
-  CHECK(det.plan->kernels[2].block_n == det.backward_tiles->block_n);
+  CHECK(det.plan->kernels[2].block_m == main.block_m);
+  CHECK(det.plan->kernels[2].block_n == main.block_n);
   CHECK(det.plan->kernels[3].orders == R::backward_dq);
-  CHECK(det.plan->kernels[3].block_m == det.backward_tiles->dq_block_m);
-  CHECK(det.plan->kernels[3].block_n == det.backward_tiles->dq_block_n);
+  CHECK(det.plan->kernels[3].block_m == dq.block_m);
+  CHECK(det.plan->kernels[3].block_n == dq.block_n);
   CHECK(det.plan->kernels[4].name == "attnjit_bwd_preprocess_fp16_d128");
   CHECK(det.plan->kernels[5].name == "attnjit_bwd_fp16_d128_flashmask_causal_c1_deterministic");
   CHECK(det.plan->kernels[6].name == "attnjit_bwd_dq_fp16_d128_flashmask_causal_c1");
-  CHECK(det.backward_tiles->dq_block_m == 16 * det.backward_tiles->dq_warps);
+  CHECK(dq.block_m == 16 * dq.warps);
+  CHECK(dq.row == "backward_dq.sm80");
   // Without the dQ product in the main kernel, key slabs.
-  CHECK(det.backward_tiles->layout == BackwardLayout::key_slabs);
-  CHECK(det.backward_tiles->dim_warps == 1);
+  CHECK(main.row == "backward.slabs.sm80");
+  // The deterministic mode has no dQ accumulator; both attention kernels read the row
+  // statistics the preprocess writes.
+  CHECK(std::ranges::none_of(det.plan->scratch,
+                             [](const ScratchBuffer& b) { return b.name == "dq_accum"; }));
 
   // Wide heads split their dK/dV accumulators over warps sharing the same keys.
-  const Lowering wide =
-      lower(parse_spec("dtype=bf16 head_dim=256 direction=backward target=sm_90"));
-  CHECK(wide.backward_tiles->dim_warps == 2);
-  CHECK(wide.backward_tiles->block_n == 16 * wide.backward_tiles->warps / 2);
+  const KernelTiles wide =
+      lower(parse_spec("dtype=bf16 head_dim=256 direction=backward target=sm_90"))
+          .tiles_of(R::backward);
+  CHECK(wide.dim_warps == 2);
+  CHECK(wide.block_n == 16 * wide.warps / 2);
   // Every head dim fits every target.
   for (const char* arch : {"sm_80", "sm_86", "sm_90"}) {
     for (int d : {32, 64, 96, 128, 192, 256}) {
@@ -278,8 +311,9 @@ TEST_CASE("the backward plan", "[pass]") {
                                arch;
       INFO(text);
       const Lowering ir = lower(parse_spec(text));
-      CHECK(ir.backward_tiles->smem_bytes <= ir.target->max_dynamic_smem_bytes);
-      CHECK(ir.backward_tiles->dq_smem_bytes <= ir.target->max_dynamic_smem_bytes);
+      for (const KernelTiles& tiles : ir.tiles) {
+        CHECK(tiles.smem_bytes <= ir.target->max_dynamic_smem_bytes);
+      }
     }
   }
 }
@@ -288,56 +322,56 @@ TEST_CASE("the warpgroup backward layout is chosen for sm_90a at head dims 64 an
   const auto lowered = [](const char* rest) {
     return lower(parse_spec(fmt::format("dtype=bf16 head_dim=128 direction=backward {}", rest)));
   };
+  const auto row = [&](const char* rest) {
+    return lowered(rest).tiles_of(KernelRole::backward).row;
+  };
   const Lowering ir = lowered("mask=causal target=sm_90a");
-  const BackwardTiles& t = *ir.backward_tiles;
-  CHECK(t.layout == BackwardLayout::warpgroup);
+  const KernelTiles& t = ir.tiles_of(KernelRole::backward);
+  CHECK(t.row == "backward.warpgroup.sm90a");
   CHECK(ir.plan->kernels[1].template_header == "attnjit/bwd_wgmma_sm90.cuh");
-  // The one kernel on wgmma; the plan's other kernels stay in the target's family.
+  // The one kernel on wgmma; the plan's other kernels stay in the sm80 family.
   for (const KernelDesc& kernel : ir.plan->kernels) {
     INFO(kernel.name);
     CHECK(kernel.family ==
           (kernel.role == KernelRole::backward ? KernelFamily::sm90a : KernelFamily::sm80));
   }
-  CHECK(t.block_m == 64);
-  CHECK(t.block_n == 128);
-  CHECK(t.warps == 8);
   // Alignment slack, K and V, two stages (Q, dO, then LSE and D padded to 1 KB), dS^T.
-  CHECK(t.smem_bytes == 1024 + 2 * 128 * 128 * 2 + 2 * (2 * 64 * 128 * 2 + 1024) + 128 * 64 * 2);
+  CHECK(t.smem_bytes == 1024 + 2 * t.block_n * 128 * 2 + 2 * (2 * t.block_m * 128 * 2 + 1024) +
+                            t.block_n * t.block_m * 2);
   CHECK(ir.plan->kernels[1].dynamic_smem_bytes == t.smem_bytes);
   // With score modifiers and FlashMask vectors too (no spills in the NVRTC sweep).
   for (const char* rest : {"mask=causal softcap=true alibi=true target=sm_90a",
                            "mask=flashmask(causal=false,columns=4) target=sm_90a"}) {
     INFO(rest);
-    CHECK(lowered(rest).backward_tiles->layout == BackwardLayout::warpgroup);
+    CHECK(row(rest) == "backward.warpgroup.sm90a");
   }
   // Plain sm_90 (no wgmma), the deterministic mode (no atomic dQ product), predicates
   // (element bits in the key-slab fragments) and head dims other than 64 and 128 keep the sm80
   // layouts.
-  CHECK(lowered("mask=causal target=sm_90").backward_tiles->layout == BackwardLayout::warp_grid);
-  CHECK(lowered("mask=causal deterministic=true target=sm_90a").backward_tiles->layout ==
-        BackwardLayout::key_slabs);
-  CHECK(lowered("mask=predicate(q>=k) target=sm_90a").backward_tiles->layout ==
-        BackwardLayout::key_slabs);
+  CHECK(row("mask=causal target=sm_90") == "backward.grid.sm80");
+  CHECK(row("mask=causal deterministic=true target=sm_90a") == "backward.slabs.sm80");
+  CHECK(row("mask=predicate(q>=k) target=sm_90a") == "backward.slabs.sm80");
   for (int d : {32, 64, 96, 128, 192, 256}) {
     INFO(d);
     const Lowering auto_tiles = lower(
         parse_spec(fmt::format("dtype=bf16 head_dim={} direction=backward target=sm_90a", d)));
-    CHECK((auto_tiles.backward_tiles->layout == BackwardLayout::warpgroup) ==
+    CHECK((auto_tiles.tiles_of(KernelRole::backward).row == "backward.warpgroup.sm90a") ==
           (d == 64 || d == 128));
   }
   // The w suffix asks for it explicitly, where it exists.
-  CHECK(lowered("tiles=64x128x8w target=sm_90a").backward_tiles->layout ==
-        BackwardLayout::warpgroup);
+  CHECK(row("tiles=64x128x8w target=sm_90a") == "backward.warpgroup.sm90a");
   CHECK_THROWS_WITH(lowered("tiles=64x128x8w target=sm_90"),
                     Catch::Contains("the w suffix with target=sm_90a"));
   CHECK_THROWS_WITH(lowered("tiles=64x64x4w target=sm_90a"),
-                    Catch::Contains("64x128x8w (head_dim 64 or 128)"));
+                    Catch::Contains("64x128x8w for the warpgroup layout"));
   CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=96 direction=backward tiles=64x128x8w "
                                      "target=sm_90a")),
-                    Catch::Contains("64x128x8w (head_dim 64 or 128)"));
+                    "tiles: got '64x128x8w with head_dim=96'; accepted: the w suffix with "
+                    "head_dim 64 or 128");
   CHECK(lower(parse_spec("dtype=bf16 head_dim=64 direction=backward tiles=64x128x8w "
                          "target=sm_90a"))
-            .backward_tiles->layout == BackwardLayout::warpgroup);
+            .tiles_of(KernelRole::backward)
+            .row == "backward.warpgroup.sm90a");
   CHECK_THROWS_WITH(lowered("deterministic=true tiles=64x128x8w target=sm_90a"),
                     Catch::Contains("without the w suffix with deterministic=true"));
   CHECK_THROWS_WITH(lowered("mask=predicate(q>=k) tiles=64x128x8w target=sm_90a"),
@@ -348,7 +382,8 @@ TEST_CASE("the warpgroup backward layout is chosen for sm_90a at head dims 64 an
 
 TEST_CASE("forward specs with score modifiers take a shape with room for them", "[pass]") {
   const auto tiles = [](int d, const char* rest) {
-    return *lower(parse_spec(fmt::format("dtype=bf16 head_dim={} target=sm_80 {}", d, rest))).tiles;
+    return lower(parse_spec(fmt::format("dtype=bf16 head_dim={} target=sm_80 {}", d, rest)))
+        .tiles_of(KernelRole::forward);
   };
   // d128, index mask: 128 x 48 without modifiers, 128 x 32 (the window's shape) with them.
   CHECK(tiles(128, "mask=causal").block_n == 48);
@@ -366,35 +401,32 @@ TEST_CASE("forward specs with score modifiers take a shape with room for them", 
 
 TEST_CASE("backward specs with score modifiers take a shape with room for them", "[pass]") {
   const auto tiles = [](int d, const char* modifiers) {
-    return *lower(parse_spec(fmt::format("dtype=bf16 head_dim={} mask=causal direction=backward "
-                                         "target=sm_90 {}",
-                                         d, modifiers)))
-                .backward_tiles;
+    return lower(parse_spec(fmt::format("dtype=bf16 head_dim={} mask=causal direction=backward "
+                                        "target=sm_90 {}",
+                                        d, modifiers)))
+        .tiles_of(KernelRole::backward);
   };
-  // The warp grid (d64, d128) keeps soft-capping; with ALiBi, d128 takes 64 x 64 key slabs
-  // with the head dim split in two and d64 64 x 128 one-slab warps.
+  // The warp grid (d64, d128) keeps soft-capping; ALiBi does not fit it, so those head dims
+  // take key slabs (with room for ALiBi) instead.
   for (int d : {64, 128}) {
     INFO(d);
-    CHECK(tiles(d, "").layout == BackwardLayout::warp_grid);
+    CHECK(tiles(d, "").row == "backward.grid.sm80");
     CHECK(tiles(d, "softcap=true") == tiles(d, ""));
     for (const char* modifiers : {"alibi=true", "softcap=true alibi=true"}) {
       INFO(modifiers);
-      const BackwardTiles slabs = tiles(d, modifiers);
-      CHECK(slabs.layout == BackwardLayout::key_slabs);
-      CHECK(slabs.block_m == 64);
-      CHECK(slabs.block_n == (d == 128 ? 64 : 128));
-      CHECK(slabs.dim_warps == (d == 128 ? 2 : 1));
+      CHECK(tiles(d, modifiers).row == "backward.slabs.sm80");
     }
   }
   for (const char* modifiers : {"softcap=true", "alibi=true", "softcap=true alibi=true"}) {
     INFO(modifiers);
-    // d96 splits its head dim; d192, d256: 32 queries per iteration, not 64.
-    CHECK(tiles(96, modifiers).dim_warps == 2);
-    CHECK(tiles(96, "").dim_warps == 1);
-    for (int d : {192, 256}) {
+    // From d96 up, the shapes without modifiers have no room for them: another shape, with
+    // fewer dK/dV columns or queries per warp.
+    for (int d : {96, 192, 256}) {
       INFO(d);
-      CHECK(tiles(d, modifiers).block_m == 32);
-      CHECK(tiles(d, "").block_m == 64);
+      const KernelTiles with = tiles(d, modifiers);
+      const KernelTiles without = tiles(d, "");
+      CHECK(with != without);
+      CHECK((with.dim_warps > without.dim_warps || with.block_m < without.block_m));
     }
     // d32: the first shape has room.
     CHECK(tiles(32, modifiers) == tiles(32, ""));
@@ -406,8 +438,8 @@ TEST_CASE("backward specs with score modifiers take a shape with room for them",
 TEST_CASE("explicit backward tiles are checked", "[pass]") {
   const Lowering ir =
       lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=32x128x8 target=sm_90"));
-  CHECK(ir.backward_tiles->block_m == 32);
-  CHECK(ir.backward_tiles->dim_warps == 1);
+  CHECK(ir.tiles_of(KernelRole::backward).block_m == 32);
+  CHECK(ir.tiles_of(KernelRole::backward).dim_warps == 1);
   CHECK_THROWS_WITH(
       lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=48x128x8 target=sm_90")),
       Catch::Contains("block_m a multiple of 32"));
@@ -416,20 +448,23 @@ TEST_CASE("explicit backward tiles are checked", "[pass]") {
       Catch::Contains("key slabs (block_n/16) divide the warps"));
   CHECK_THROWS_WITH(
       lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x128x8q target=sm_90")),
-      Catch::Contains("with an optional g or w suffix for the backward"));
+      Catch::Contains("with an optional w/g suffix for the backward"));
   // The g suffix picks the warp-grid layout, whose grids must divide the warps.
   const Lowering grid =
       lower(parse_spec("dtype=bf16 head_dim=64 direction=backward tiles=64x64x4g target=sm_90"));
-  CHECK(grid.backward_tiles->layout == BackwardLayout::warp_grid);
-  CHECK(grid.backward_tiles->block_n == 64);
-  CHECK(grid.backward_tiles->dim_warps == 2);
+  const KernelTiles& grid_tiles = grid.tiles_of(KernelRole::backward);
+  CHECK(grid_tiles.row == "backward.grid.sm80");
+  CHECK(grid_tiles.block_n == 64);
+  CHECK(grid_tiles.dim_warps == 2);
   // Also in deterministic mode, whose automatic choice is key slabs.
   CHECK(lower(parse_spec("dtype=bf16 head_dim=128 direction=backward deterministic=true "
                          "tiles=64x128x8g target=sm_90"))
-            .backward_tiles->layout == BackwardLayout::warp_grid);
+            .tiles_of(KernelRole::backward)
+            .row == "backward.grid.sm80");
   CHECK(lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x128x8 "
                          "target=sm_90"))
-            .backward_tiles->layout == BackwardLayout::key_slabs);
+            .tiles_of(KernelRole::backward)
+            .row == "backward.slabs.sm80");
   CHECK_THROWS_WITH(
       lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x48x8g target=sm_90")),
       Catch::Contains("block_n and block_m multiples of 32"));
@@ -471,7 +506,7 @@ TEST_CASE("a predicate mask is parsed, canonicalized and lowered to a block tabl
   CHECK_THROWS_AS(validate(Lowering{flagged}), Error);
 
   const Lowering canonical =
-      canonicalize(ir_of("dtype=bf16 head_dim=64 mask=predicate(((q>=k))&&(k<$0))"));
+      canonicalize(validate(ir_of("dtype=bf16 head_dim=64 mask=predicate(((q>=k))&&(k<$0))")));
   CHECK(canonical.spec.mask.predicate == "q>=k&&k<$0");
   const MaskLowering lowered = *lower_mask(canonical).mask;
   CHECK(lowered.element_predicate);
@@ -479,10 +514,13 @@ TEST_CASE("a predicate mask is parsed, canonicalized and lowered to a block tabl
   CHECK_FALSE(lowered.table_per_head);
   CHECK_FALSE(lowered.needs_minmax);
   // A tensor may differ per batch row; b and h give the table rows of their own.
-  CHECK(lower_mask(canonicalize(ir_of("dtype=bf16 head_dim=64 mask=predicate(d[q]==d[k])")))
-            .mask->table_per_batch);
+  CHECK(
+      lower_mask(canonicalize(validate(ir_of("dtype=bf16 head_dim=64 mask=predicate(d[q]==d[k])"))))
+          .mask->table_per_batch);
   const MaskLowering by_head =
-      *lower_mask(canonicalize(ir_of("dtype=bf16 head_dim=64 mask=predicate(k%(h+$0)==$1)"))).mask;
+      *lower_mask(
+           canonicalize(validate(ir_of("dtype=bf16 head_dim=64 mask=predicate(k%(h+$0)==$1)"))))
+           .mask;
   CHECK(by_head.table_per_head);
   CHECK_FALSE(by_head.table_per_batch);
 
@@ -500,23 +538,23 @@ TEST_CASE("plan_kernels puts one block classification per tile shape first", "[p
   REQUIRE(forward.plan->kernels.size() == 3);
   const KernelDesc& blocks = forward.plan->kernels[0];
   CHECK(blocks.role == KernelRole::predicate_blocks);
-  CHECK(blocks.block_m == forward.tiles->block_m);
-  CHECK(blocks.block_n == forward.tiles->block_n);
+  CHECK(blocks.block_m == forward.tiles_of(KernelRole::forward).block_m);
+  CHECK(blocks.block_n == forward.tiles_of(KernelRole::forward).block_n);
   CHECK(forward.plan->kernels[1].role == KernelRole::cta_order);
   CHECK(forward.plan->kernels[2].role == KernelRole::forward);
 
   const Lowering det = lower(parse_spec(
       "dtype=bf16 head_dim=128 mask=predicate(q>=k) direction=backward deterministic=true "
       "target=sm_90"));
-  const BackwardTiles& t = *det.backward_tiles;
-  std::vector<std::pair<int, int>> shapes;
+  const KernelTiles& main = det.tiles_of(KernelRole::backward);
+  const KernelTiles& dq = det.tiles_of(KernelRole::backward_dq);
+  std::vector<std::tuple<int, int, bool>> shapes;
   for (const KernelDesc& k : det.plan->kernels) {
-    if (k.role == KernelRole::predicate_blocks) shapes.emplace_back(k.block_m, k.block_n);
+    if (k.role == KernelRole::predicate_blocks)
+      shapes.emplace_back(k.block_m, k.block_n, k.key_rows);
   }
-  std::vector<std::pair<int, int>> expected{{t.block_m, t.block_n}};
-  if (t.dq_block_m != t.block_m || t.dq_block_n != t.block_n) {
-    expected.emplace_back(t.dq_block_m, t.dq_block_n);
-  }
-  CHECK(shapes == expected);
+  // The main kernel masks S^T (bits by key rows), the dQ kernel S.
+  CHECK(shapes == std::vector<std::tuple<int, int, bool>>{{main.block_m, main.block_n, true},
+                                                          {dq.block_m, dq.block_n, false}});
   CHECK(det.plan->kernels[0].role == KernelRole::predicate_blocks);
 }

@@ -17,10 +17,10 @@
 #include "attnjit/jit.hpp"
 #include "attnjit/mask_builder.hpp"
 #include "attnjit/params.cuh"
-#include "compiler/passes/pipeline.hpp"
 #include "dsl/intervals.hpp"
 #include "runtime/driver.hpp"
-#include "runtime/module.hpp"
+#include "runtime/kernel_set.hpp"
+#include "runtime/plan_launch.hpp"
 #include "tools/attnc/commands.hpp"
 
 namespace attnc {
@@ -220,29 +220,13 @@ Parameters make_parameters(attnjit::MaskFamily family, const MaskBuildOptions& o
   return p;
 }
 
-/// The plan's min/max kernel of the forward over `mask` (bf16, head dim 128), loaded.
-struct MinMaxKernel {
-  attnjit::runtime::LoadedModule module;
-  CUfunction function = nullptr;
-  int threads = 0, block_n = 0;
-  std::string name;
-};
-
-MinMaxKernel load_minmax(const attnjit::MaskSpec& mask) {
+/// The forward kernel over `mask` (bf16, head dim 128) whose plan builds the min/max tables.
+attnjit::jit::Kernel forward_over(const attnjit::MaskSpec& mask) {
   attnjit::AttentionSpec spec;
   spec.dtype = attnjit::DType::bf16;
   spec.head_dim_qk = spec.head_dim_v = 128;
   spec.mask = mask;
-  spec.target = attnjit::jit::current_device_arch();
-  const attnjit::Lowering ir = attnjit::lower(spec);
-  const attnjit::KernelDesc* desc = ir.plan->find(attnjit::KernelRole::flashmask_minmax);
-  attnjit::internal_check(desc != nullptr && ir.plan->kernels.front() == *desc,
-                          "a flashmask forward plan starts with its min/max kernel");
-  const attnjit::jit::Kernel kernel = attnjit::jit::compile(spec);
-  MinMaxKernel k{attnjit::runtime::LoadedModule::load(kernel.ptx().front()), nullptr, desc->threads,
-                 desc->block_n, desc->name};
-  k.function = k.module.function(desc->name, 0);
-  return k;
+  return attnjit::jit::compile(spec);
 }
 
 double median_us(std::vector<float> ms) {
@@ -326,31 +310,35 @@ void mask_build(const MaskBuildOptions& o) {
   j["seqlen"] = o.seqlen;
   if (reads_offsets(family)) j["segments"] = {p.min_segments, p.max_segments};
   if (o.time) {
-    const MinMaxKernel minmax = load_minmax(mask);
-    const int key_blocks = (o.seqlen + minmax.block_n - 1) / minmax.block_n;
-    const long long warps = static_cast<long long>(o.batch) * o.mask_heads * key_blocks;
-    DeviceBuffer tables(static_cast<std::size_t>(warps) * 2 * mask.columns * sizeof(int));
-    attnjit::MinMaxParams mm{};
-    mm.intervals = static_cast<const int*>(out.view.data);
-    mm.minmax = static_cast<int*>(tables.data());
-    mm.batch = o.batch;
-    mm.mask_heads = o.mask_heads;
-    mm.seqlen_k = o.seqlen;
-    mm.num_key_blocks = key_blocks;
-    attnjit::runtime::LaunchConfig config;
-    config.grid[0] =
-        static_cast<unsigned>((warps + minmax.threads / 32 - 1) / (minmax.threads / 32));
-    config.block[0] = static_cast<unsigned>(minmax.threads);
-    void* mm_args[] = {&mm};
+    // Only the plan's min/max kernel, launched as the forward launches it.
+    namespace detail = attnjit::jit::detail;
+    const attnjit::jit::Kernel forward = forward_over(mask);
+    const detail::KernelSet& set = detail::set_of(forward);
+    const attnjit::KernelDesc* minmax = set.plan->find(attnjit::KernelRole::flashmask_minmax);
+    attnjit::internal_check(minmax != nullptr, "a flashmask forward plan has a min/max kernel");
+    const detail::Shapes shapes{o.batch,      o.seqlen,     o.seqlen,
+                                o.mask_heads, o.mask_heads, o.mask_heads};
+    attnjit::FwdParams params{};
+    params.intervals = static_cast<const int*>(out.view.data);
+    params.batch = o.batch;
+    params.heads = params.kv_heads = params.mask_heads = o.mask_heads;
+    params.seqlen_q = params.seqlen_k = o.seqlen;
+    const std::size_t workspace_bytes =
+        detail::schedule_plan(*set.plan, detail::launch_extents(shapes)).workspace_bytes;
+    DeviceBuffer workspace_memory(workspace_bytes);
+    const attnjit::Workspace workspace{workspace_memory.data(), workspace_bytes};
     auto build = [&] { attnjit::build_mask(p.args); };
-    auto tables_only = [&] { attnjit::runtime::launch(minmax.function, config, nullptr, mm_args); };
+    auto tables_only = [&] {
+      detail::launch_plan(set, params, shapes, workspace, nullptr,
+                          attnjit::KernelRole::flashmask_minmax);
+    };
     const double build_us = time_median_us(o, build);
     const double minmax_us = time_median_us(o, tables_only);
     const double both_us = time_median_us(o, [&] {
       build();
       tables_only();
     });
-    j["block_n"] = minmax.block_n;
+    j["block_n"] = minmax->block_n;
     j["build_us"] = build_us;
     j["minmax_us"] = minmax_us;
     j["total_us"] = both_us;

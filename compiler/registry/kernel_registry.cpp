@@ -1,0 +1,279 @@
+// The registry's table, its lookups, and the launch pieces rows share.
+#include "compiler/registry/kernel_registry.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "attnjit/error.hpp"
+#include "compiler/registry/rows.hpp"
+
+namespace attnjit {
+
+MaskCost mask_cost(const MaskLowering& mask) {
+  if (mask.element_predicate) return MaskCost::predicate;
+  if (mask.window_by_index) return MaskCost::window;
+  if (mask.vectors.empty()) return MaskCost::index;
+  return mask.causal_by_index ? MaskCost::vectors : MaskCost::two_intervals;
+}
+
+bool KernelRow::compiles_for(Arch arch) const {
+  return std::ranges::find(support.targets, arch) != support.targets.end();
+}
+
+bool KernelRow::supports(const AttentionSpec& spec, const MaskLowering& mask, Arch arch,
+                         bool automatic) const {
+  if (!compiles_for(arch)) return false;
+  if (mask.element_predicate && !support.predicate_masks) return false;
+  if (spec.deterministic && (!support.deterministic || (automatic && !support.auto_deterministic)))
+    return false;
+  if (!spec.deterministic && !support.atomic) return false;
+  return !automatic || std::ranges::any_of(candidates, [&](const TileCandidate& c) {
+    return c.head_dim == spec.head_dim_qk;
+  });
+}
+
+std::span<const KernelRow> kernel_rows() {
+  // Attention rows of one role: the more specialised family first, then the sm80 layouts in
+  // their order of preference.
+  static const std::vector<KernelRow> rows{
+      registry::forward_sm80(),
+      registry::backward_warpgroup_sm90a(),
+      registry::backward_warp_grid_sm80(),
+      registry::backward_key_slabs_sm80(),
+      registry::backward_dq_sm80(),
+      registry::flashmask_minmax(),
+      registry::predicate_blocks(),
+      registry::cta_order(),
+      registry::backward_preprocess(),
+      registry::backward_convert_dq(),
+      registry::backward_reduce_dkdv(),
+  };
+  return rows;
+}
+
+const KernelRow& kernel_row(std::string_view id) {
+  for (const KernelRow& row : kernel_rows()) {
+    if (row.id == id) return row;
+  }
+  throw InternalError(fmt::format("kernel registry: no row '{}'", id));
+}
+
+std::vector<const KernelRow*> kernel_rows(KernelRole role, KernelFamily family) {
+  std::vector<const KernelRow*> out;
+  for (const KernelRow& row : kernel_rows()) {
+    if (row.role == role && row.family == family) out.push_back(&row);
+  }
+  return out;
+}
+
+const KernelRow& utility_row(KernelRole role) {
+  const std::vector<const KernelRow*> rows = kernel_rows(role, KernelFamily::sm80);
+  internal_check(rows.size() == 1 && rows.front()->candidates.empty(),
+                 "utility_row: one row without tile candidates");
+  return *rows.front();
+}
+
+std::optional<TileCandidate> first_candidate(const KernelRow& row, const AttentionSpec& spec,
+                                             const MaskLowering& mask, int smem_limit) {
+  const MaskCost cost = mask_cost(mask);
+  for (const TileCandidate& c : row.candidates) {
+    if (c.head_dim != spec.head_dim_qk || cost > c.up_to) continue;
+    if ((spec.softcap && !c.softcap) || (spec.alibi && !c.alibi)) continue;
+    if (row.smem_bytes(c, spec, mask) > smem_limit) continue;
+    return c;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+std::string suffix_text(char suffix) {
+  return suffix == '-' ? "no suffix" : fmt::format("the {} suffix", suffix);
+}
+
+}  // namespace
+
+const KernelRow& explicit_row(KernelRole role, const AttentionSpec& spec, const MaskLowering& mask,
+                              Arch arch) {
+  const std::string value = to_string(spec.tiles);
+  const char suffix = spec.tiles.variant == 0 ? '-' : spec.tiles.variant;
+  std::string accepted;
+  const KernelRow* found = nullptr;
+  for (const KernelRow& row : kernel_rows()) {
+    if (row.role != role) continue;
+    for (char s : row.tiles_suffixes) {
+      if (s != '-') accepted += fmt::format("{}{}", accepted.empty() ? "" : "/", s);
+    }
+    if (row.tiles_suffixes.find(suffix) != std::string_view::npos) found = &row;
+  }
+  const std::string_view direction = role == KernelRole::forward ? "forward" : "backward";
+  if (found == nullptr) {
+    throw_field_error(
+        "tiles", value,
+        fmt::format("BMxBNxW with an optional {} suffix for the {}", accepted, direction));
+  }
+  const KernelRow& row = *found;
+  if (!row.compiles_for(arch)) {
+    std::string targets;
+    for (Arch target : row.support.targets) {
+      targets += fmt::format("{}{}", targets.empty() ? "" : " or ", name_of(target));
+    }
+    throw_field_error("tiles", value,
+                      fmt::format("{} with target={} ({} family)", suffix_text(suffix), targets,
+                                  name_of(row.family)));
+  }
+  if (mask.element_predicate && !row.support.predicate_masks) {
+    throw_field_error("tiles", value,
+                      fmt::format("BMxBNxW without {} for mask=predicate", suffix_text(suffix)));
+  }
+  if (spec.deterministic && !row.support.deterministic) {
+    throw_field_error(
+        "tiles", value,
+        fmt::format("BMxBNxW without {} with deterministic=true", suffix_text(suffix)));
+  }
+  if (!spec.deterministic && !row.support.atomic) {
+    throw_field_error(
+        "tiles", value,
+        fmt::format("BMxBNxW without {} with deterministic=false", suffix_text(suffix)));
+  }
+  return row;
+}
+
+namespace registry {
+namespace {
+
+std::string tile_tag(int block_m, int block_n, bool key_rows) {
+  return fmt::format("bm{}_bn{}{}", block_m, block_n, key_rows ? "_key_rows" : "");
+}
+
+// Bytes of a predicate's element bits of one partial tile (one bit per element, rows padded
+// to whole 32-bit words).
+int predicate_slot_bytes(int block_m, int block_n, bool key_rows) {
+  const int rows = key_rows ? block_n : block_m;
+  const int cols = key_rows ? block_m : block_n;
+  return rows * ((cols + 31) / 32) * 4;
+}
+
+LaunchExpr predicate_tiles(int block_m, int block_n, const Lowering& ir) {
+  const LaunchExpr batch = ir.mask->table_per_batch ? LaunchExpr(Extent::batch) : 1;
+  const LaunchExpr heads = ir.mask->table_per_head ? LaunchExpr(Extent::heads) : 1;
+  return batch * heads * ceil_div(Extent::seqlen_q, block_m) * ceil_div(Extent::seqlen_k, block_n);
+}
+
+BufferNeed float_rows(ParamField field, std::string name, const LaunchExpr& columns) {
+  const LaunchExpr rows = LaunchExpr(Extent::batch) * Extent::heads * Extent::seqlen_q;
+  return {field, {std::move(name), rows * columns * 4}};
+}
+
+BufferNeed float_keys(ParamField field, std::string name, const Lowering& ir) {
+  // Per query head; only under GQA (zero bytes, a null pointer, otherwise).
+  const LaunchExpr keys =
+      LaunchExpr(Extent::gqa) * Extent::batch * Extent::heads * Extent::seqlen_k;
+  return {field, {std::move(name), keys * ir.spec.head_dim_qk * 4}};
+}
+
+}  // namespace
+
+LaunchGrid paired_heads(const LaunchExpr& blocks) {
+  return {2 * blocks, ceil_div(Extent::heads, 2), Extent::batch};
+}
+
+RowLaunch single_phase(const KernelDesc& kernel, LaunchGrid grid) {
+  RowLaunch launch;
+  launch.phases.push_back({std::move(grid), kernel.threads, {}});
+  return launch;
+}
+
+LaunchGrid attention_grid(const KernelTiles& tiles, const Lowering& ir) {
+  KernelDesc kernel;
+  kernel.role = tiles.role;
+  kernel.block_m = tiles.block_m;
+  kernel.block_n = tiles.block_n;
+  kernel.threads = tiles.threads();
+  return kernel_row(tiles.row).launch(kernel, ir).phases.front().grid;
+}
+
+ScratchBuffer minmax_table(int block_n, const Lowering& ir) {
+  const int columns = static_cast<int>(ir.mask->vectors.size());
+  return {fmt::format("minmax_bn{}", block_n), LaunchExpr(Extent::batch) * Extent::mask_heads *
+                                                   ceil_div(Extent::seqlen_k, block_n) *
+                                                   (2 * columns * 4)};
+}
+
+ScratchBuffer predicate_table(int block_m, int block_n, bool key_rows, const Lowering& ir) {
+  return {"predicate_table_" + tile_tag(block_m, block_n, key_rows),
+          predicate_tiles(block_m, block_n, ir) * 4};
+}
+
+LaunchExpr predicate_bits_capacity(int block_m, int block_n, bool key_rows, const Lowering& ir) {
+  // A table entry holds (slot + 1) << 2 in an int32, so at most 2^29 - 1 slots.
+  constexpr std::int64_t kMaxSlots = (std::int64_t{1} << 29) - 1;
+  const int slot = predicate_slot_bytes(block_m, block_n, key_rows);
+  return min(predicate_tiles(block_m, block_n, ir),
+             min(floor_div(Extent::bits_budget, slot), kMaxSlots));
+}
+
+ScratchBuffer predicate_bits(int block_m, int block_n, bool key_rows, const Lowering& ir) {
+  return {"predicate_bits_" + tile_tag(block_m, block_n, key_rows),
+          predicate_bits_capacity(block_m, block_n, key_rows, ir) *
+              predicate_slot_bytes(block_m, block_n, key_rows)};
+}
+
+ScratchBuffer predicate_bits_used(int block_m, int block_n, bool key_rows) {
+  return {"predicate_slots_" + tile_tag(block_m, block_n, key_rows), 4, /*zeroed=*/true};
+}
+
+ScratchBuffer cta_costs(KernelRole orders, const Lowering& ir) {
+  const LaunchGrid grid = attention_grid(ir.tiles_of(orders), ir);
+  return {fmt::format("cta_costs_{}", name_of(orders)), grid.x * grid.y * grid.z * 4};
+}
+
+ScratchBuffer cta_order_buffer(KernelRole orders, const Lowering& ir) {
+  const LaunchGrid grid = attention_grid(ir.tiles_of(orders), ir);
+  return {fmt::format("cta_order_{}", name_of(orders)), grid.x * grid.y * grid.z * 4};
+}
+
+bool needs_cta_order(const MaskLowering& mask) {
+  return mask.needs_minmax || mask.element_predicate;
+}
+
+std::vector<BufferNeed> attention_mask_buffers(const KernelDesc& kernel, const Lowering& ir,
+                                               ParamField table, ParamField bits) {
+  std::vector<BufferNeed> needs;
+  const MaskLowering& mask = *ir.mask;
+  if (mask.needs_minmax) needs.push_back({table, minmax_table(kernel.block_n, ir)});
+  if (mask.element_predicate) {
+    // The backward main kernel masks S^T: its bits have a row per key.
+    const bool key_rows = kernel.role == KernelRole::backward;
+    needs.push_back({table, predicate_table(kernel.block_m, kernel.block_n, key_rows, ir)});
+    needs.push_back({bits, predicate_bits(kernel.block_m, kernel.block_n, key_rows, ir)});
+  }
+  if (needs_cta_order(mask)) {
+    needs.push_back({ParamField::cta_order, cta_order_buffer(kernel.role, ir)});
+  }
+  return needs;
+}
+
+BufferNeed row_dot(const Lowering&) {
+  return float_rows(ParamField::row_dot, "row_dot", 1);
+}
+
+BufferNeed lse_log2(const Lowering&) {
+  return float_rows(ParamField::lse_log2, "lse_log2", 1);
+}
+
+BufferNeed dq_accum(const Lowering& ir) {
+  return float_rows(ParamField::dq_accum, "dq_accum", ir.spec.head_dim_qk);
+}
+
+BufferNeed dk_partial(const Lowering& ir) {
+  return float_keys(ParamField::dk_partial, "dk_partial", ir);
+}
+
+BufferNeed dv_partial(const Lowering& ir) {
+  return float_keys(ParamField::dv_partial, "dv_partial", ir);
+}
+
+}  // namespace registry
+}  // namespace attnjit

@@ -1,0 +1,140 @@
+// The kernel-family registry: one row per kernel kind (role) and family. A row is the one
+// place that says which template implements the kernel, what it supports, which tile shapes
+// it takes and how much shared memory they need, how it is launched (grid, phases, computed
+// arguments), which parameter block it reads and which scratch buffers it uses.
+// select_target picks a family per attention kernel from the rows that support the spec;
+// select_tiles walks the chosen rows' candidates; plan_kernels builds each kernel's launch
+// from its row; the emitters bind its template. The runtime reads only the resulting plan.
+// Adding a kernel family is one row (in the rows_*.cpp of its kind) plus one .cuh.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "compiler/ir/lowering.hpp"
+
+namespace attnjit {
+
+/// How much per-element mask work (and so how many registers) a kernel carries: causal by
+/// index only, FlashMask vectors with one masked interval per column (causal), vectors with a
+/// lower and an upper interval (non-causal), a runtime window, or a generated element
+/// predicate (any expression, tensor reads included).
+enum class MaskCost { index, vectors, two_intervals, window, predicate };
+MaskCost mask_cost(const MaskLowering& mask);
+
+/// One tile shape an attention row can take; a row lists them in its order of preference.
+struct TileCandidate {
+  int head_dim = 0;
+  int block_m = 0;
+  int block_n = 0;
+  int warps = 0;
+  int dim_warps = 1;                     ///< backward key slabs: warps sharing one key slab
+  int kv_stages = 0;                     ///< forward: K/V shared-memory stages
+  bool q_in_registers = false;           ///< sm80 forward: Q fragments kept in registers
+  MaskCost up_to = MaskCost::predicate;  ///< the costliest mask it compiles for without spilling
+  bool softcap = true;                   ///< room for soft-capping's registers
+  bool alibi = true;                     ///< room for ALiBi's
+};
+
+/// What a row's kernel supports besides its candidates' head dims.
+struct RowSupport {
+  std::vector<Arch> targets;       ///< the archs it compiles for
+  bool predicate_masks = true;     ///< mask=predicate (element bits follow its fragments)
+  bool deterministic = true;       ///< deterministic=true (no atomic dQ product in it)
+  bool atomic = true;              ///< deterministic=false
+  bool auto_deterministic = true;  ///< picked without `tiles=` in deterministic mode
+};
+
+/// A scratch buffer a kernel binds to one of its parameter block's pointer fields. Kernels
+/// that name the same buffer share it (the planner checks that their sizes agree).
+struct BufferNeed {
+  ParamField field = ParamField::minmax;
+  ScratchBuffer buffer;
+};
+
+/// The launch of one kernel: its phases and the computed int arguments of every phase.
+struct RowLaunch {
+  std::vector<LaunchPhase> phases;
+  std::vector<ScalarBinding> scalars;
+};
+
+/// Compile-time constants an attention template's Config takes (the emitter writes each).
+enum class ConfigField {
+  head_dim,        ///< kHeadDim
+  head_dims_qk_v,  ///< kHeadDimQK, kHeadDimV
+  block_m,
+  block_n,
+  warps,
+  dim_warps,
+  kv_stages,
+  q_in_registers,
+  return_lse,
+  atomic_dq,
+};
+
+/// One kernel kind in one family.
+struct KernelRow {
+  std::string_view id;  ///< e.g. "backward.grid.sm80"
+  KernelRole role = KernelRole::forward;
+  KernelFamily family = KernelFamily::sm80;
+  std::string_view header;         ///< the templates/ header, e.g. "attnjit/fwd_sm80.cuh"
+  std::string_view kernel_struct;  ///< attention rows: the struct whose kSmemBytes the plan checks
+  std::string_view body;           ///< the device function the entry point calls
+  ParamBlock params = ParamBlock::attention;
+  int threads = 0;            ///< utility rows: the block size (attention rows: their tiles')
+  int min_blocks_per_sm = 0;  ///< __launch_bounds__'s second argument; 0 leaves it out
+  RowSupport support;
+
+  // Attention rows only.
+  /// The `tiles=BMxBNxW<suffix>` suffixes that force this row; '-' stands for no suffix.
+  std::string_view tiles_suffixes;
+  std::span<const TileCandidate> candidates;
+  std::span<const ConfigField> config;
+  /// Dynamic shared memory of a candidate for the spec (the template's kSmemBytes).
+  int (*smem_bytes)(const TileCandidate&, const AttentionSpec&, const MaskLowering&) = nullptr;
+  /// Checks an explicit `tiles=` shape for this row; throws the `tiles` Error otherwise.
+  TileCandidate (*explicit_tiles)(const TileShape&, const AttentionSpec&,
+                                  const MaskLowering&) = nullptr;
+
+  /// The kernel's phases and computed arguments, for a planned `kernel` of this row.
+  RowLaunch (*launch)(const KernelDesc& kernel, const Lowering& ir) = nullptr;
+  /// The scratch buffers the kernel binds.
+  std::vector<BufferNeed> (*buffers)(const KernelDesc& kernel, const Lowering& ir) = nullptr;
+
+  bool compiles_for(Arch arch) const;
+  /// The spec's dtype, mask, direction mode and score modifiers are ones this row supports
+  /// on `arch`, and some candidate has its head dim (`automatic`: as select_tiles would pick
+  /// it without `tiles=`).
+  bool supports(const AttentionSpec& spec, const MaskLowering& mask, Arch arch,
+                bool automatic) const;
+};
+
+/// Every row, attention rows of one role in their order of preference (the more specialised
+/// family first).
+std::span<const KernelRow> kernel_rows();
+
+/// The row with this id; InternalError if none.
+const KernelRow& kernel_row(std::string_view id);
+
+/// The rows of `role` in `family`, in order.
+std::vector<const KernelRow*> kernel_rows(KernelRole role, KernelFamily family);
+
+/// The first candidate of `row` that select_tiles takes without `tiles=`: the spec's head dim,
+/// a mask no costlier than the candidate compiles for, room for the spec's score modifiers,
+/// shared memory within `smem_limit`; nullopt if none.
+std::optional<TileCandidate> first_candidate(const KernelRow& row, const AttentionSpec& spec,
+                                             const MaskLowering& mask, int smem_limit);
+
+/// The row of attention kernel `role` that the spec's explicit `tiles=` suffix forces, checked
+/// against the spec's mask, mode and `arch`; throws the `tiles` Error naming what is accepted.
+const KernelRow& explicit_row(KernelRole role, const AttentionSpec& spec, const MaskLowering& mask,
+                              Arch arch);
+
+/// The single row of a utility role (min/max, predicate blocks, CTA order, the backward's
+/// row kernels).
+const KernelRow& utility_row(KernelRole role);
+
+}  // namespace attnjit

@@ -1,0 +1,66 @@
+// Internal to compiler/registry: the functions that make the registry's rows, and the launch
+// pieces several rows share (grids over paired heads, the mask tables, CTA orders and the
+// backward's buffers, named so that the kernels that share a buffer name it alike).
+#pragma once
+
+#include <string>
+
+#include "compiler/registry/kernel_registry.hpp"
+
+namespace attnjit::registry {
+
+// Attention rows (rows_attention.cpp).
+KernelRow forward_sm80();
+KernelRow backward_warpgroup_sm90a();
+KernelRow backward_warp_grid_sm80();
+KernelRow backward_key_slabs_sm80();
+KernelRow backward_dq_sm80();
+
+// Utility rows (rows_utility.cpp).
+KernelRow flashmask_minmax();
+KernelRow predicate_blocks();
+KernelRow cta_order();
+KernelRow backward_preprocess();
+KernelRow backward_convert_dq();
+KernelRow backward_reduce_dkdv();
+
+/// (2 * blocks, ceil(H / 2), B): heads taken in pairs (templates/attnjit/schedule.cuh).
+LaunchGrid paired_heads(const LaunchExpr& blocks);
+
+/// The grid of the attention kernel with tiles `tiles` (its row's first phase).
+LaunchGrid attention_grid(const KernelTiles& tiles, const Lowering& ir);
+
+/// The min/max tables of the interval vectors per key block of `block_n` keys.
+ScratchBuffer minmax_table(int block_n, const Lowering& ir);
+
+/// A predicate's block table of `block_m` x `block_n` tiles, the element bits of its partial
+/// tiles (rows per key with `key_rows`) and the counter of bit slots taken.
+ScratchBuffer predicate_table(int block_m, int block_n, bool key_rows, const Lowering& ir);
+ScratchBuffer predicate_bits(int block_m, int block_n, bool key_rows, const Lowering& ir);
+ScratchBuffer predicate_bits_used(int block_m, int block_n, bool key_rows);
+/// Bit slots of that table: one per tile, at most what the budget holds and 2^29 - 1.
+LaunchExpr predicate_bits_capacity(int block_m, int block_n, bool key_rows, const Lowering& ir);
+
+/// The costs and the order of the CTAs of attention kernel `orders`.
+ScratchBuffer cta_costs(KernelRole orders, const Lowering& ir);
+ScratchBuffer cta_order_buffer(KernelRole orders, const Lowering& ir);
+
+/// Whether the mask makes a block's work depend on data, so that the CTAs are ordered.
+bool needs_cta_order(const MaskLowering& mask);
+
+/// The mask buffers an attention kernel reads: its min/max tables or block table and element
+/// bits, bound to `table` and `bits`, and its CTA order.
+std::vector<BufferNeed> attention_mask_buffers(const KernelDesc& kernel, const Lowering& ir,
+                                               ParamField table, ParamField bits);
+
+/// The backward's per-call buffers: row statistics, the dQ accumulator, GQA partial dK/dV.
+BufferNeed row_dot(const Lowering& ir);
+BufferNeed lse_log2(const Lowering& ir);
+BufferNeed dq_accum(const Lowering& ir);
+BufferNeed dk_partial(const Lowering& ir);
+BufferNeed dv_partial(const Lowering& ir);
+
+/// A kernel of one phase, `grid` with the kernel's own block.
+RowLaunch single_phase(const KernelDesc& kernel, LaunchGrid grid);
+
+}  // namespace attnjit::registry

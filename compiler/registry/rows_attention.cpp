@@ -1,0 +1,407 @@
+// The attention rows of the registry: the sm80 forward, the three layouts of the backward
+// main kernel and the deterministic dQ kernel, with their tile candidates (measured on an
+// H100 and kept spill-free by the NVRTC sweep; docs/benchmarks/), shared-memory formulas
+// and the checks of explicit `tiles=` shapes.
+#include <fmt/format.h>
+
+#include <array>
+
+#include "attnjit/error.hpp"
+#include "compiler/registry/rows.hpp"
+
+namespace attnjit::registry {
+namespace {
+
+constexpr std::array<Arch, 5> kAllArchs{Arch::sm_80, Arch::sm_86, Arch::sm_89, Arch::sm_90,
+                                        Arch::sm_90a};
+
+// ---------------------------------------------------------------------------------------------
+// Forward, sm80 (fwd_sm80.cuh).
+
+constexpr int kForwardStages = 2;
+
+// Score modifiers add registers to the softmax step. Measured with the NVRTC sweep (sm_80 and
+// sm_90, every mask): two-slab warps keep them without spilling while their accumulators,
+// head_dim (O) + block_n (S) per thread, stay within 160; d128's 128 x 48 shape does not.
+constexpr TileCandidate forward_candidate(int d, int block_m, int block_n, int warps, char variant,
+                                          MaskCost up_to) {
+  const bool room = block_m / warps == 16 || d + block_n <= 160;
+  return {d, block_m, block_n, warps, 1, kForwardStages, variant == 'q', up_to, room, room};
+}
+
+// Preferred first; the first that fits the target's shared memory and the mask wins. Each
+// warp owns 16-row slabs of the CTA's rows. Two-slab warps (32 rows) read every K/V
+// fragment once for two MMAs, which an H100 rewards (d64: 318 TFLOP/s against 226 for
+// one-slab warps; d96: 327 against 239), so they are used wherever their accumulators fit
+// in 255 registers without spilling: the key block shrinks as the head dim grows and as the
+// mask needs more registers. d192/d256 use one-slab warps. The later shapes fit sm_80 with
+// FlashMask staging and the ~99 KB of sm_86/sm_89.
+constexpr std::array<TileCandidate, 18> kForwardCandidates{{
+    forward_candidate(32, 128, 128, 4, 's', MaskCost::index),
+    forward_candidate(32, 128, 64, 4, 's', MaskCost::predicate),
+    forward_candidate(64, 128, 96, 4, 's', MaskCost::index),
+    forward_candidate(64, 128, 64, 4, 's', MaskCost::predicate),
+    forward_candidate(64, 64, 64, 4, 'q', MaskCost::window),
+    forward_candidate(96, 128, 64, 4, 's', MaskCost::two_intervals),
+    forward_candidate(96, 128, 32, 4, 's', MaskCost::window),
+    forward_candidate(96, 64, 64, 4, 'q', MaskCost::predicate),
+    forward_candidate(128, 128, 48, 4, 's', MaskCost::vectors),
+    forward_candidate(128, 128, 32, 4, 's', MaskCost::window),
+    forward_candidate(128, 128, 64, 8, 'q', MaskCost::predicate),
+    forward_candidate(192, 128, 64, 8, 's', MaskCost::predicate),
+    forward_candidate(192, 128, 32, 8, 's', MaskCost::predicate),
+    forward_candidate(192, 64, 32, 4, 's', MaskCost::predicate),
+    forward_candidate(256, 128, 64, 8, 's', MaskCost::predicate),
+    forward_candidate(256, 128, 32, 8, 's', MaskCost::predicate),
+    forward_candidate(256, 64, 32, 4, 's', MaskCost::predicate),
+    forward_candidate(256, 32, 32, 2, 's', MaskCost::predicate),
+}};
+
+constexpr std::array<ConfigField, 7> kForwardConfig{
+    ConfigField::head_dims_qk_v, ConfigField::block_m,   ConfigField::block_n,
+    ConfigField::warps,          ConfigField::kv_stages, ConfigField::q_in_registers,
+    ConfigField::return_lse};
+
+// Q, then the stages of K, V and the FlashMask values of their key block.
+int forward_smem(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
+  const int element = size_of(spec.dtype);
+  const int q_tile = c.block_m * spec.head_dim_qk * element;
+  const int kv_tile = c.block_n * (spec.head_dim_qk + spec.head_dim_v) * element;
+  const int vector_tile = c.block_n * static_cast<int>(mask.vectors.size()) * 4;
+  return q_tile + c.kv_stages * (kv_tile + vector_tile);
+}
+
+// Whole 16-row slabs per warp (one or two), MMA-sized key blocks. Without a suffix, one-slab
+// warps keep Q in registers (two-slab warps could not hold it next to their accumulators).
+TileCandidate forward_explicit(const TileShape& shape, const AttentionSpec& spec,
+                               const MaskLowering&) {
+  const std::string value = to_string(shape);
+  if (shape.warps != 1 && shape.warps != 2 && shape.warps != 4 && shape.warps != 8) {
+    throw_field_error("tiles warps", value, "1, 2, 4 or 8 warps");
+  }
+  const int rows_per_warp = shape.block_m / shape.warps;
+  if (shape.block_m % shape.warps != 0 || (rows_per_warp != 16 && rows_per_warp != 32)) {
+    throw_field_error("tiles block_m", value, "16 or 32 rows per warp (block_m = 16*W or 32*W)");
+  }
+  if (shape.block_n % 16 != 0 || shape.block_n < 16 || shape.block_n > 128) {
+    throw_field_error("tiles block_n", value, "a multiple of 16 from 16 to 128");
+  }
+  TileCandidate c{spec.head_dim_qk, shape.block_m, shape.block_n, shape.warps, 1, kForwardStages};
+  c.q_in_registers = shape.variant == 'q' || (shape.variant == 0 && rows_per_warp == 16);
+  return c;
+}
+
+RowLaunch query_block_launch(const KernelDesc& kernel, const Lowering&) {
+  return single_phase(kernel, paired_heads(ceil_div(Extent::seqlen_q, kernel.block_m)));
+}
+
+std::vector<BufferNeed> forward_buffers(const KernelDesc& kernel, const Lowering& ir) {
+  return attention_mask_buffers(kernel, ir, ParamField::minmax, ParamField::predicate_bits);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward main kernel.
+
+constexpr std::array<ConfigField, 5> kBackwardConfig{ConfigField::head_dim, ConfigField::block_m,
+                                                     ConfigField::block_n, ConfigField::warps,
+                                                     ConfigField::atomic_dq};
+constexpr std::array<ConfigField, 6> kKeySlabConfig{ConfigField::head_dim,  ConfigField::block_m,
+                                                    ConfigField::block_n,   ConfigField::warps,
+                                                    ConfigField::dim_warps, ConfigField::atomic_dq};
+
+// The warpgroup layout (bwd_wgmma_sm90.cuh): 64 keys per warpgroup, every product on wgmma
+// with its shared operands read by the tensor cores; it compiles with both modifiers at 255
+// registers without spilling.
+constexpr std::array<TileCandidate, 2> kWarpgroupCandidates{{
+    {64, 64, 128, 8},
+    {128, 64, 128, 8},
+}};
+
+// The warp grid (bwd_grid_sm80.cuh) keeps 32 keys x 64 columns of dK and dV per warp at
+// d128; ALiBi's slope and distances spilled there on sm_90 (NVRTC sweep), soft-capping did
+// not.
+constexpr TileCandidate grid_candidate(int d, int block_m, int block_n, int warps, int dim_warps) {
+  TileCandidate c{d, block_m, block_n, warps, dim_warps};
+  c.alibi = false;
+  return c;
+}
+constexpr std::array<TileCandidate, 2> kGridCandidates{{
+    grid_candidate(64, 64, 128, 8, 2),
+    grid_candidate(128, 64, 128, 8, 2),
+}};
+
+// Key slabs (bwd_sm80.cuh): warps that hold more than 64 dK/dV columns next to 64 queries
+// have no room for the modifiers (the NVRTC sweep over every mask showed spills from d96 to
+// d256 with softcap, and at d256 with ALiBi alone in fp16).
+constexpr TileCandidate slab_candidate(int d, int block_m, int block_n, int warps, int dim_warps) {
+  const bool room = d / dim_warps <= 64 || block_m <= 32;
+  return {d, block_m, block_n, warps, dim_warps, 0, false, MaskCost::predicate, room, room};
+}
+constexpr std::array<TileCandidate, 16> kKeySlabCandidates{{
+    slab_candidate(32, 64, 128, 8, 1),
+    slab_candidate(32, 64, 64, 4, 1),
+    slab_candidate(64, 64, 128, 8, 1),
+    slab_candidate(64, 64, 64, 4, 1),
+    slab_candidate(96, 64, 128, 8, 1),
+    slab_candidate(96, 64, 64, 8, 2),
+    slab_candidate(96, 32, 32, 4, 2),
+    slab_candidate(128, 64, 128, 8, 1),
+    slab_candidate(128, 64, 64, 8, 2),
+    slab_candidate(128, 32, 64, 8, 2),
+    slab_candidate(192, 64, 64, 8, 2),
+    slab_candidate(192, 32, 64, 8, 2),
+    slab_candidate(192, 32, 32, 4, 2),
+    slab_candidate(256, 64, 64, 8, 2),
+    slab_candidate(256, 32, 64, 8, 2),
+    slab_candidate(256, 32, 32, 4, 2),
+}};
+
+int columns(const MaskLowering& mask) {
+  return static_cast<int>(mask.vectors.size());
+}
+
+// 1024-byte aligned tiles: alignment slack, K and V, two stages (Q, dO, then LSE and D padded
+// to 1 KB), dS^T and the vector values.
+int warpgroup_smem(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
+  const int d = spec.head_dim_qk;
+  const int kv = 2 * c.block_n * d * 2;
+  const int stage = 2 * c.block_m * d * 2 + (2 * c.block_m * 4 + 1023) / 1024 * 1024;
+  return 1024 + kv + 2 * stage + c.block_n * c.block_m * 2 + c.block_n * columns(mask) * 4;
+}
+
+// K, V, two stages of (Q, dO, LSE, D), the staged 16-bit tiles (grid: P^T and dS^T; key
+// slabs: dS^T for the atomic dQ product only) and the vector values.
+int sm80_backward_smem(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask,
+                       int staged_tiles) {
+  const int d = spec.head_dim_qk;
+  const int kv = 2 * c.block_n * d * 2;
+  const int stages = 2 * (2 * c.block_m * d * 2 + 2 * c.block_m * 4);
+  return kv + stages + staged_tiles * c.block_n * c.block_m * 2 + c.block_n * columns(mask) * 4;
+}
+
+int grid_smem(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
+  return sm80_backward_smem(c, spec, mask, 2);
+}
+
+int key_slab_smem(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
+  return sm80_backward_smem(c, spec, mask, spec.deterministic ? 0 : 1);
+}
+
+void check_backward_warps(const TileShape& shape) {
+  if (shape.warps > 16) {
+    throw_field_error("tiles warps", to_string(shape), "at most 16 warps (512 threads)");
+  }
+}
+
+// One shape per head dim: 64 queries per iteration, 128 keys per CTA, two warpgroups.
+TileCandidate warpgroup_explicit(const TileShape& shape, const AttentionSpec& spec,
+                                 const MaskLowering&) {
+  check_backward_warps(shape);
+  if (spec.head_dim_qk != 64 && spec.head_dim_qk != 128) {
+    throw_field_error("tiles",
+                      fmt::format("{} with head_dim={}", to_string(shape), spec.head_dim_qk),
+                      "the w suffix with head_dim 64 or 128");
+  }
+  if (shape.block_m != 64 || shape.warps != 8 || shape.block_n != 128) {
+    throw_field_error("tiles", to_string(shape), "64x128x8w for the warpgroup layout");
+  }
+  return {spec.head_dim_qk, 64, 128, 8};
+}
+
+// Three grids of 32-row warp tiles (block_n / 32 key warps; block_m / 32 dQ row warps) divide
+// the warps and leave whole n16 pairs of query and head-dim columns to every warp.
+TileCandidate grid_explicit(const TileShape& shape, const AttentionSpec& spec,
+                            const MaskLowering&) {
+  check_backward_warps(shape);
+  const int d = spec.head_dim_qk;
+  const int key_warps = shape.block_n / 32;
+  const int row_warps = shape.block_m / 32;
+  const bool valid =
+      shape.block_n % 32 == 0 && shape.block_m % 32 == 0 && key_warps >= 1 && row_warps >= 1 &&
+      shape.warps % key_warps == 0 && shape.warps % row_warps == 0 &&
+      shape.block_m % (16 * (shape.warps / key_warps)) == 0 &&
+      d % (16 * (shape.warps / key_warps)) == 0 && d % (16 * (shape.warps / row_warps)) == 0;
+  if (!valid) {
+    throw_field_error("tiles", to_string(shape),
+                      "block_n and block_m multiples of 32 whose 32-row warp tiles (block_n/32 key "
+                      "warps, block_m/32 dQ row warps) divide the warps, the other warps splitting "
+                      "the queries and the head dim in multiples of 16");
+  }
+  return {d, shape.block_m, shape.block_n, shape.warps, shape.warps / key_warps};
+}
+
+// block_n / 16 key warps, the rest of the warps splitting the head dim, and the dQ product's
+// warp grid, all in whole tiles.
+TileCandidate key_slab_explicit(const TileShape& shape, const AttentionSpec& spec,
+                                const MaskLowering&) {
+  check_backward_warps(shape);
+  const std::string value = to_string(shape);
+  const int d = spec.head_dim_qk;
+  const int key_warps = shape.block_n / 16;
+  if (shape.block_n % 16 != 0 || key_warps < 1 || shape.warps % key_warps != 0 ||
+      d % (16 * (shape.warps / key_warps)) != 0) {
+    throw_field_error("tiles", value,
+                      "block_n a multiple of 16 whose key slabs (block_n/16) divide the warps, "
+                      "the other warps splitting the head dim in multiples of 16");
+  }
+  const int row_warps = shape.block_m / 16;
+  if (shape.block_m % 32 != 0 || shape.warps % row_warps != 0 ||
+      d % (16 * (shape.warps / row_warps)) != 0) {
+    throw_field_error("tiles", value,
+                      "block_m a multiple of 32 whose 16-row slabs divide the warps (dQ product)");
+  }
+  return {d, shape.block_m, shape.block_n, shape.warps, shape.warps / key_warps};
+}
+
+RowLaunch key_block_launch(const KernelDesc& kernel, const Lowering&) {
+  return single_phase(kernel, paired_heads(ceil_div(Extent::seqlen_k, kernel.block_n)));
+}
+
+std::vector<BufferNeed> backward_buffers(const KernelDesc& kernel, const Lowering& ir) {
+  std::vector<BufferNeed> needs =
+      attention_mask_buffers(kernel, ir, ParamField::minmax, ParamField::predicate_bits);
+  needs.push_back(row_dot(ir));
+  needs.push_back(lse_log2(ir));
+  if (!ir.spec.deterministic) needs.push_back(dq_accum(ir));
+  needs.push_back(dk_partial(ir));
+  needs.push_back(dv_partial(ir));
+  return needs;
+}
+
+KernelRow backward_row(std::string_view id, KernelFamily family, std::string_view header,
+                       std::string_view kernel_struct, std::string_view body) {
+  KernelRow row;
+  row.id = id;
+  row.role = KernelRole::backward;
+  row.family = family;
+  row.header = header;
+  row.kernel_struct = kernel_struct;
+  row.body = body;
+  row.params = ParamBlock::attention;
+  // All 255 registers per thread: ptxas could otherwise cap a 256-thread kernel at 128 to fit
+  // two blocks, and spill.
+  row.min_blocks_per_sm = 1;
+  row.support.targets.assign(kAllArchs.begin(), kAllArchs.end());
+  row.config = kBackwardConfig;
+  row.launch = key_block_launch;
+  row.buffers = backward_buffers;
+  return row;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deterministic dQ kernel (bwd_dq_sm80.cuh): one-slab warps (block_m = 16 * warps) over key
+// blocks; head dims up to 128 take the first two shapes.
+constexpr TileCandidate dq_candidate(int d, int warps, int block_n) {
+  return {d, 16 * warps, block_n, warps};
+}
+constexpr std::array<TileCandidate, 14> kDqCandidates{{
+    dq_candidate(32, 4, 64),
+    dq_candidate(32, 4, 32),
+    dq_candidate(64, 4, 64),
+    dq_candidate(64, 4, 32),
+    dq_candidate(96, 4, 64),
+    dq_candidate(96, 4, 32),
+    dq_candidate(128, 4, 64),
+    dq_candidate(128, 4, 32),
+    dq_candidate(192, 4, 32),
+    dq_candidate(192, 2, 32),
+    dq_candidate(192, 2, 16),
+    dq_candidate(256, 4, 32),
+    dq_candidate(256, 2, 32),
+    dq_candidate(256, 2, 16),
+}};
+
+constexpr std::array<ConfigField, 4> kDqConfig{ConfigField::head_dim, ConfigField::block_m,
+                                               ConfigField::block_n, ConfigField::warps};
+
+// Two stages of Q and dO rows, two of K, V and the vector values.
+int dq_smem(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
+  const int d = spec.head_dim_qk;
+  return 2 * c.block_m * d * 2 + 2 * (2 * c.block_n * d * 2 + c.block_n * columns(mask) * 4);
+}
+
+std::vector<BufferNeed> dq_buffers(const KernelDesc& kernel, const Lowering& ir) {
+  std::vector<BufferNeed> needs =
+      attention_mask_buffers(kernel, ir, ParamField::minmax_dq, ParamField::predicate_bits_dq);
+  needs.push_back(row_dot(ir));
+  needs.push_back(lse_log2(ir));
+  return needs;
+}
+
+}  // namespace
+
+KernelRow forward_sm80() {
+  KernelRow row;
+  row.id = "forward.sm80";
+  row.role = KernelRole::forward;
+  row.header = "attnjit/fwd_sm80.cuh";
+  row.kernel_struct = "ForwardSm80";
+  row.body = "forward_sm80";
+  row.params = ParamBlock::attention;
+  row.support.targets.assign(kAllArchs.begin(), kAllArchs.end());
+  row.tiles_suffixes = "-qs";
+  row.candidates = kForwardCandidates;
+  row.config = kForwardConfig;
+  row.smem_bytes = forward_smem;
+  row.explicit_tiles = forward_explicit;
+  row.launch = query_block_launch;
+  row.buffers = forward_buffers;
+  return row;
+}
+
+KernelRow backward_warpgroup_sm90a() {
+  KernelRow row =
+      backward_row("backward.warpgroup.sm90a", KernelFamily::sm90a, "attnjit/bwd_wgmma_sm90.cuh",
+                   "BackwardWgmmaSm90", "backward_wgmma_sm90");
+  row.support.targets = {Arch::sm_90a};
+  // Its dQ product is atomic; its S^T fragments do not follow the stored element bits.
+  row.support.deterministic = false;
+  row.support.predicate_masks = false;
+  row.tiles_suffixes = "w";
+  row.candidates = kWarpgroupCandidates;
+  row.smem_bytes = warpgroup_smem;
+  row.explicit_tiles = warpgroup_explicit;
+  return row;
+}
+
+KernelRow backward_warp_grid_sm80() {
+  KernelRow row =
+      backward_row("backward.grid.sm80", KernelFamily::sm80, "attnjit/bwd_grid_sm80.cuh",
+                   "BackwardGridSm80", "backward_grid_sm80");
+  // Its gain is in the dQ product; without it (deterministic mode) key slabs were faster on
+  // an H100 (d128, 8K: none 6.19 against 6.44 ms, causal 3.14 against 3.31), so it is taken
+  // there only when asked for.
+  row.support.auto_deterministic = false;
+  row.support.predicate_masks = false;
+  row.tiles_suffixes = "g";
+  row.candidates = kGridCandidates;
+  row.smem_bytes = grid_smem;
+  row.explicit_tiles = grid_explicit;
+  return row;
+}
+
+KernelRow backward_key_slabs_sm80() {
+  KernelRow row = backward_row("backward.slabs.sm80", KernelFamily::sm80, "attnjit/bwd_sm80.cuh",
+                               "BackwardSm80", "backward_sm80");
+  row.tiles_suffixes = "-";
+  row.candidates = kKeySlabCandidates;
+  row.config = kKeySlabConfig;
+  row.smem_bytes = key_slab_smem;
+  row.explicit_tiles = key_slab_explicit;
+  return row;
+}
+
+KernelRow backward_dq_sm80() {
+  KernelRow row = backward_row("backward_dq.sm80", KernelFamily::sm80, "attnjit/bwd_dq_sm80.cuh",
+                               "BackwardDqSm80", "backward_dq_sm80");
+  row.role = KernelRole::backward_dq;
+  row.support.atomic = false;
+  row.candidates = kDqCandidates;
+  row.config = kDqConfig;
+  row.smem_bytes = dq_smem;
+  row.launch = query_block_launch;
+  row.buffers = dq_buffers;
+  return row;
+}
+
+}  // namespace attnjit::registry

@@ -1,0 +1,177 @@
+// The utility rows of the registry: the kernels around the attention kernels (the FlashMask
+// min/max tables, a predicate's block classification, the CTA order, and the backward's
+// per-row kernels). One row each, in every family's plans.
+#include "compiler/registry/rows.hpp"
+
+namespace attnjit::registry {
+namespace {
+
+constexpr int kRowKernelThreads = 128;  // bwd_rows.cuh: one warp per row, four rows per block
+
+KernelRow utility(std::string_view id, KernelRole role, std::string_view header,
+                  std::string_view body, ParamBlock params, int threads) {
+  KernelRow row;
+  row.id = id;
+  row.role = role;
+  row.header = header;
+  row.body = body;
+  row.params = params;
+  row.threads = threads;
+  row.support.targets = {Arch::sm_80, Arch::sm_86, Arch::sm_89, Arch::sm_90, Arch::sm_90a};
+  return row;
+}
+
+// One warp per key block of every (batch, mask head).
+RowLaunch minmax_launch(const KernelDesc& kernel, const Lowering&) {
+  const LaunchExpr key_blocks = ceil_div(Extent::seqlen_k, kernel.block_n);
+  const LaunchExpr warps = LaunchExpr(Extent::batch) * Extent::mask_heads * key_blocks;
+  RowLaunch launch = single_phase(kernel, {ceil_div(warps, kernel.threads / 32), 1, 1});
+  launch.scalars.push_back({ParamScalar::num_key_blocks, key_blocks});
+  return launch;
+}
+
+std::vector<BufferNeed> minmax_buffers(const KernelDesc& kernel, const Lowering& ir) {
+  return {{ParamField::table_out, minmax_table(kernel.block_n, ir)}};
+}
+
+// One CTA per tile of every (batch row, head row) of the table.
+RowLaunch predicate_blocks_launch(const KernelDesc& kernel, const Lowering& ir) {
+  const LaunchExpr table_batch = ir.mask->table_per_batch ? LaunchExpr(Extent::batch) : 1;
+  const LaunchExpr table_heads = ir.mask->table_per_head ? LaunchExpr(Extent::heads) : 1;
+  const LaunchExpr blocks_m = ceil_div(Extent::seqlen_q, kernel.block_m);
+  const LaunchExpr blocks_n = ceil_div(Extent::seqlen_k, kernel.block_n);
+  RowLaunch launch = single_phase(kernel, {table_batch * table_heads * blocks_m * blocks_n, 1, 1});
+  launch.scalars = {
+      {ParamScalar::table_batch, table_batch},
+      {ParamScalar::table_heads, table_heads},
+      {ParamScalar::blocks_m, blocks_m},
+      {ParamScalar::blocks_n, blocks_n},
+      {ParamScalar::bits_capacity,
+       predicate_bits_capacity(kernel.block_m, kernel.block_n, kernel.key_rows, ir)},
+  };
+  return launch;
+}
+
+std::vector<BufferNeed> predicate_blocks_buffers(const KernelDesc& kernel, const Lowering& ir) {
+  const int m = kernel.block_m;
+  const int n = kernel.block_n;
+  return {{ParamField::table_out, predicate_table(m, n, kernel.key_rows, ir)},
+          {ParamField::bits_out, predicate_bits(m, n, kernel.key_rows, ir)},
+          {ParamField::bits_used, predicate_bits_used(m, n, kernel.key_rows)}};
+}
+
+// Phase 0: one warp per CTA of the ordered kernel, eight warps per block so that small grids
+// still spread over the SMs, writes the costs; phase 1: one block sorts them.
+RowLaunch cta_order_launch(const KernelDesc& kernel, const Lowering& ir) {
+  constexpr int kCostWarps = 8;
+  const LaunchGrid ordered = attention_grid(ir.tiles_of(kernel.orders), ir);
+  const LaunchExpr ctas = ordered.x * ordered.y * ordered.z;
+  RowLaunch launch;
+  launch.phases = {
+      {{ceil_div(ctas, kCostWarps), 1, 1}, kCostWarps * 32, {{ParamScalar::phase, 0}}},
+      {{min(ctas, 1), 1, 1}, kernel.threads, {{ParamScalar::phase, 1}}},
+  };
+  // Each tile the ordered CTA walks costs at most 5 (cta_order.cuh), plus 2 per CTA.
+  const LaunchExpr walked = kernel.orders == KernelRole::backward
+                                ? ceil_div(Extent::seqlen_q, kernel.block_m)
+                                : ceil_div(Extent::seqlen_k, kernel.block_n);
+  launch.scalars = {{ParamScalar::grid_x, ordered.x},
+                    {ParamScalar::grid_y, ordered.y},
+                    {ParamScalar::grid_z, ordered.z},
+                    {ParamScalar::max_cost, 5 * walked + 2}};
+  return launch;
+}
+
+std::vector<BufferNeed> cta_order_buffers(const KernelDesc& kernel, const Lowering& ir) {
+  const KernelTiles& ordered = ir.tiles_of(kernel.orders);
+  const ScratchBuffer table = ir.mask->element_predicate
+                                  ? predicate_table(ordered.block_m, ordered.block_n,
+                                                    kernel.orders == KernelRole::backward, ir)
+                                  : minmax_table(ordered.block_n, ir);
+  return {{ParamField::order_table, table},
+          {ParamField::order_cost, cta_costs(kernel.orders, ir)},
+          {ParamField::order_out, cta_order_buffer(kernel.orders, ir)}};
+}
+
+// One warp per query row of every (head, batch).
+RowLaunch query_rows_launch(const KernelDesc& kernel, const Lowering&) {
+  return single_phase(
+      kernel, {ceil_div(Extent::seqlen_q, kernel.threads / 32), Extent::heads, Extent::batch});
+}
+
+std::vector<BufferNeed> preprocess_buffers(const KernelDesc&, const Lowering& ir) {
+  std::vector<BufferNeed> needs{row_dot(ir), lse_log2(ir)};
+  if (!ir.spec.deterministic) needs.push_back(dq_accum(ir));
+  return needs;
+}
+
+std::vector<BufferNeed> convert_dq_buffers(const KernelDesc&, const Lowering& ir) {
+  return {dq_accum(ir)};
+}
+
+// One warp per key row of every (KV head, batch), launched only under GQA (H != Hkv).
+RowLaunch reduce_launch(const KernelDesc& kernel, const Lowering&) {
+  return single_phase(kernel, {ceil_div(Extent::seqlen_k, kernel.threads / 32),
+                               LaunchExpr(Extent::kv_heads) * Extent::gqa, Extent::batch});
+}
+
+std::vector<BufferNeed> reduce_buffers(const KernelDesc&, const Lowering& ir) {
+  return {dk_partial(ir), dv_partial(ir)};
+}
+
+}  // namespace
+
+KernelRow flashmask_minmax() {
+  KernelRow row =
+      utility("flashmask_minmax", KernelRole::flashmask_minmax, "attnjit/flashmask_minmax.cuh",
+              "flashmask_minmax", ParamBlock::minmax, 4 * 32);
+  row.launch = minmax_launch;
+  row.buffers = minmax_buffers;
+  return row;
+}
+
+KernelRow predicate_blocks() {
+  KernelRow row =
+      utility("predicate_blocks", KernelRole::predicate_blocks, "attnjit/predicate_blocks.cuh",
+              "predicate_blocks", ParamBlock::predicate_blocks, 256);
+  row.launch = predicate_blocks_launch;
+  row.buffers = predicate_blocks_buffers;
+  return row;
+}
+
+KernelRow cta_order() {
+  KernelRow row = utility("cta_order", KernelRole::cta_order, "attnjit/cta_order.cuh", "cta_order",
+                          ParamBlock::cta_order, 1024);
+  row.launch = cta_order_launch;
+  row.buffers = cta_order_buffers;
+  return row;
+}
+
+KernelRow backward_preprocess() {
+  KernelRow row =
+      utility("backward_preprocess", KernelRole::backward_preprocess, "attnjit/bwd_rows.cuh",
+              "backward_preprocess", ParamBlock::attention, kRowKernelThreads);
+  row.launch = query_rows_launch;
+  row.buffers = preprocess_buffers;
+  return row;
+}
+
+KernelRow backward_convert_dq() {
+  KernelRow row =
+      utility("backward_convert_dq", KernelRole::backward_convert_dq, "attnjit/bwd_rows.cuh",
+              "backward_convert_dq", ParamBlock::attention, kRowKernelThreads);
+  row.launch = query_rows_launch;
+  row.buffers = convert_dq_buffers;
+  return row;
+}
+
+KernelRow backward_reduce_dkdv() {
+  KernelRow row =
+      utility("backward_reduce_dkdv", KernelRole::backward_reduce_dkdv, "attnjit/bwd_rows.cuh",
+              "backward_reduce_dkdv", ParamBlock::attention, kRowKernelThreads);
+  row.launch = reduce_launch;
+  row.buffers = reduce_buffers;
+  return row;
+}
+
+}  // namespace attnjit::registry

@@ -1,0 +1,349 @@
+// The kernel-family registry and the plan as the launch contract: properties of every choice
+// the passes make from the rows (over a sweep of specs and targets), and the launch the
+// runtime derives from a plan against the plan's printed text.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cctype>
+#include <map>
+#include <sstream>
+
+#include "compiler/passes/pipeline.hpp"
+#include "compiler/registry/kernel_registry.hpp"
+#include "runtime/plan_launch.hpp"
+
+using namespace attnjit;
+
+namespace {
+
+// Every spec shape the sweep covers, for one target.
+std::vector<std::string> sweep_specs(const char* target) {
+  std::vector<std::string> out;
+  for (const char* dtype : {"bf16", "fp16"}) {
+    for (int d : {32, 64, 96, 128, 192, 256}) {
+      for (const char* mask :
+           {"none", "causal", "sliding_window", "flashmask(causal=true,columns=1)",
+            "flashmask(causal=true,columns=2)", "flashmask(causal=false,columns=2)",
+            "flashmask(causal=false,columns=4)", "predicate(q>=k&&_d[q]==_d[k])"}) {
+        for (const char* modifiers : {"", " softcap=true", " alibi=true"}) {
+          for (const char* direction : {"direction=forward", "direction=backward",
+                                        "direction=backward deterministic=true"}) {
+            out.push_back(fmt::format("dtype={} head_dim={} mask={}{} {} target={}", dtype, d, mask,
+                                      modifiers, direction, target));
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// The first row and candidate select_tiles should take, found by walking the table here.
+std::pair<const KernelRow*, const TileCandidate*> expected_choice(const Lowering& ir,
+                                                                  KernelRole role,
+                                                                  KernelFamily family) {
+  const MaskCost cost = mask_cost(*ir.mask);
+  for (const KernelRow& row : kernel_rows()) {
+    if (row.role != role || row.family != family) continue;
+    if (!row.compiles_for(ir.spec.target)) continue;
+    if (ir.mask->element_predicate && !row.support.predicate_masks) continue;
+    if (ir.spec.deterministic && !(row.support.deterministic && row.support.auto_deterministic)) {
+      continue;
+    }
+    if (!ir.spec.deterministic && !row.support.atomic) continue;
+    for (const TileCandidate& c : row.candidates) {
+      if (c.head_dim != ir.spec.head_dim_qk || c.up_to < cost) continue;
+      if ((ir.spec.softcap && !c.softcap) || (ir.spec.alibi && !c.alibi)) continue;
+      if (row.smem_bytes(c, ir.spec, *ir.mask) > ir.target->max_dynamic_smem_bytes) continue;
+      return {&row, &c};
+    }
+  }
+  return {nullptr, nullptr};
+}
+
+// A tiny evaluator of the printed launch expressions (the IR text), independent of
+// LaunchExpr: sums, products, ceil(a/b), floor(a/b), min(a, b), integers and extent names.
+class PrintedExpr {
+ public:
+  PrintedExpr(std::string text, const LaunchExtents& extents)
+      : text_(std::move(text)), extents_(extents) {}
+
+  std::int64_t value() {
+    const std::int64_t v = sum();
+    REQUIRE(at_ == text_.size());
+    return v;
+  }
+
+ private:
+  std::int64_t sum() {
+    std::int64_t v = product();
+    while (take("+")) v += product();
+    return v;
+  }
+  std::int64_t product() {
+    std::int64_t v = leaf();
+    while (take("*")) v *= leaf();
+    return v;
+  }
+  std::int64_t leaf() {
+    if (take("(")) {
+      const std::int64_t v = sum();
+      REQUIRE(take(")"));
+      return v;
+    }
+    for (const char* call : {"ceil(", "floor("}) {
+      if (!take(call)) continue;
+      const std::int64_t a = product();
+      REQUIRE(take("/"));
+      const std::int64_t b = leaf();
+      REQUIRE(take(")"));
+      return call[0] == 'c' ? (a + b - 1) / b : a / b;
+    }
+    if (take("min(")) {
+      const std::int64_t a = sum();
+      REQUIRE(take(", "));
+      const std::int64_t b = sum();
+      REQUIRE(take(")"));
+      return std::min(a, b);
+    }
+    std::size_t end = at_;
+    while (end < text_.size() && std::isalnum(static_cast<unsigned char>(text_[end]))) ++end;
+    const std::string word = text_.substr(at_, end - at_);
+    at_ = end;
+    REQUIRE(!word.empty());
+    if (std::isdigit(static_cast<unsigned char>(word[0]))) return std::stoll(word);
+    static const std::map<std::string, Extent> kNames{
+        {"B", Extent::batch}, {"Sq", Extent::seqlen_q},     {"Sk", Extent::seqlen_k},
+        {"H", Extent::heads}, {"Hkv", Extent::kv_heads},    {"Hm", Extent::mask_heads},
+        {"gqa", Extent::gqa}, {"bits", Extent::bits_budget}};
+    REQUIRE(kNames.count(word) == 1);
+    return extents_[kNames.at(word)];
+  }
+  bool take(std::string_view token) {
+    if (text_.compare(at_, token.size(), token) != 0) return false;
+    at_ += token.size();
+    return true;
+  }
+
+  std::string text_;
+  const LaunchExtents& extents_;
+  std::size_t at_ = 0;
+};
+
+// The grids printed for each launch of the plan, in order: `grid=(x, y, z)`, or one
+// `phaseN=[grid=(x, y, z) ...]` per phase; the dimensions split at top-level commas.
+std::vector<std::array<std::string, 3>> printed_grids(const std::string& ir_text) {
+  std::vector<std::array<std::string, 3>> grids;
+  std::istringstream lines(ir_text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("  kernel @", 0) != 0) continue;
+    for (std::size_t at = line.find("grid=("); at != std::string::npos;
+         at = line.find("grid=(", at + 1)) {
+      std::array<std::string, 3> grid;
+      int axis = 0;
+      int depth = 0;
+      for (std::size_t i = at + 6; depth >= 0; ++i) {
+        const char c = line.at(i);
+        if (c == '(') ++depth;
+        if (c == ')') --depth;
+        if (depth < 0) break;
+        if (depth == 0 && line.compare(i, 2, ", ") == 0) {
+          ++axis;
+          ++i;
+          continue;
+        }
+        grid.at(axis) += c;
+      }
+      REQUIRE(axis == 2);
+      grids.push_back(grid);
+    }
+  }
+  return grids;
+}
+
+}  // namespace
+
+TEST_CASE("the registry: one row per utility role, attention rows with their pieces", "[pass]") {
+  for (KernelRole role : {KernelRole::flashmask_minmax, KernelRole::predicate_blocks,
+                          KernelRole::cta_order, KernelRole::backward_preprocess,
+                          KernelRole::backward_convert_dq, KernelRole::backward_reduce_dkdv}) {
+    INFO(name_of(role));
+    CHECK(utility_row(role).threads > 0);
+    CHECK(!utility_row(role).header.empty());
+  }
+  std::vector<std::string_view> ids;
+  for (const KernelRow& row : kernel_rows()) {
+    INFO(row.id);
+    ids.push_back(row.id);
+    CHECK(&kernel_row(row.id) == &row);
+    CHECK(row.launch != nullptr);
+    CHECK(row.buffers != nullptr);
+    CHECK(!row.support.targets.empty());
+    if (row.candidates.empty()) continue;
+    CHECK(!row.kernel_struct.empty());
+    CHECK(row.smem_bytes != nullptr);
+    CHECK((row.explicit_tiles != nullptr) == !row.tiles_suffixes.empty());
+    CHECK(!row.config.empty());
+    // A family's kernels compile only where its instructions exist.
+    if (row.family == KernelFamily::sm90a) {
+      CHECK(row.support.targets == std::vector<Arch>{Arch::sm_90a});
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  CHECK(std::adjacent_find(ids.begin(), ids.end()) == ids.end());
+}
+
+TEST_CASE("every automatic choice is the first fitting candidate of the preferred family",
+          "[pass]") {
+  for (const char* target : {"sm_80", "sm_86", "sm_90", "sm_90a"}) {
+    for (const std::string& text : sweep_specs(target)) {
+      INFO(text);
+      const Lowering ir = lower(parse_spec(text));
+      REQUIRE(ir.tiles.size() == ir.target->families.size());
+      for (const FamilyChoice& choice : ir.target->families) {
+        INFO(name_of(choice.role));
+        const KernelTiles& tiles = ir.tiles_of(choice.role);
+        const KernelRow& row = kernel_row(tiles.row);
+        CHECK(row.role == choice.role);
+        CHECK(row.family == choice.family);
+        CHECK(tiles.smem_bytes <= ir.target->max_dynamic_smem_bytes);
+        // The more specialised family wherever one of its rows has a fitting candidate.
+        const bool sm90a_fits =
+            expected_choice(ir, choice.role, KernelFamily::sm90a).first != nullptr;
+        CHECK((choice.family == KernelFamily::sm90a) == sm90a_fits);
+        const auto [expected_row, expected] = expected_choice(ir, choice.role, choice.family);
+        REQUIRE(expected_row != nullptr);
+        CHECK(expected_row->id == tiles.row);
+        CHECK(tiles.block_m == expected->block_m);
+        CHECK(tiles.block_n == expected->block_n);
+        CHECK(tiles.warps == expected->warps);
+        CHECK(tiles.dim_warps == expected->dim_warps);
+        CHECK(tiles.q_in_registers == expected->q_in_registers);
+        // The planned kernel is that row's template with those tiles.
+        const KernelDesc& kernel = *ir.plan->find(choice.role);
+        CHECK(kernel.row == tiles.row);
+        CHECK(kernel.template_header == row.header);
+        CHECK(kernel.family == row.family);
+        CHECK(kernel.threads == tiles.threads());
+        CHECK(kernel.dynamic_smem_bytes == tiles.smem_bytes);
+      }
+    }
+  }
+}
+
+TEST_CASE("every plan's kernels read only buffers an earlier kernel wrote", "[pass]") {
+  // The fields a kernel writes (its outputs); every other bound field is read.
+  const auto writes = [](const KernelDesc& kernel, ParamField field) {
+    switch (field) {
+      case ParamField::table_out:
+      case ParamField::bits_out:
+      case ParamField::bits_used:
+      case ParamField::order_cost:
+      case ParamField::order_out:
+        return true;
+      case ParamField::row_dot:
+      case ParamField::lse_log2:
+        return kernel.role == KernelRole::backward_preprocess;
+      case ParamField::dq_accum:  // zeroed by the preprocess, added to by the main kernel
+        return kernel.role == KernelRole::backward_preprocess;
+      case ParamField::dk_partial:
+      case ParamField::dv_partial:
+        return kernel.role == KernelRole::backward;
+      default:
+        return false;
+    }
+  };
+  for (const std::string& text : sweep_specs("sm_90a")) {
+    INFO(text);
+    const Lowering ir = lower(parse_spec(text));
+    const KernelPlan& plan = *ir.plan;
+    std::vector<bool> written(plan.scratch.size(), false);
+    std::vector<bool> bound(plan.scratch.size(), false);
+    for (const KernelDesc& kernel : plan.kernels) {
+      INFO(kernel.name);
+      CHECK(!kernel.phases.empty());
+      for (const BufferBinding& b : kernel.buffers) {
+        REQUIRE(b.buffer >= 0);
+        REQUIRE(b.buffer < static_cast<int>(plan.scratch.size()));
+        INFO(name_of(b.field) << " " << plan.scratch[b.buffer].name);
+        bound[b.buffer] = true;
+        if (writes(kernel, b.field)) {
+          written[b.buffer] = true;
+        } else {
+          CHECK(written[b.buffer]);
+        }
+      }
+    }
+    CHECK(std::ranges::all_of(bound, [](bool b) { return b; }));
+  }
+}
+
+TEST_CASE("the grids the IR prints are the grids the runtime launches", "[pass][runtime]") {
+  struct Shape {
+    int batch, seqlen_q, seqlen_k, heads, kv_heads, mask_heads;
+  };
+  const std::vector<Shape> shapes{{1, 1, 1, 1, 1, 1},
+                                  {2, 1000, 700, 6, 2, 2},
+                                  {3, 8192, 8192, 16, 16, 1},
+                                  {1, 70, 200, 5, 1, 1}};
+  for (const char* target : {"sm_80", "sm_90a"}) {
+    for (const std::string& text : sweep_specs(target)) {
+      INFO(text);
+      const Lowering ir = lower(parse_spec(text));
+      const auto printed = printed_grids(to_string(ir));
+      std::size_t launches = 0;
+      for (const KernelDesc& kernel : ir.plan->kernels) launches += kernel.phases.size();
+      REQUIRE(printed.size() == launches);
+      for (const Shape& s : shapes) {
+        const jit::detail::Shapes shape{s.batch, s.seqlen_q, s.seqlen_k,
+                                        s.heads, s.kv_heads, s.mask_heads};
+        const LaunchExtents extents = jit::detail::launch_extents(shape);
+        const jit::detail::LaunchSchedule schedule = jit::detail::schedule_plan(*ir.plan, extents);
+        // Every printed grid with no zero dimension is launched, in order, as printed.
+        std::size_t launched = 0;
+        std::size_t index = 0;
+        for (std::size_t k = 0; k < ir.plan->kernels.size(); ++k) {
+          for (std::size_t phase = 0; phase < ir.plan->kernels[k].phases.size(); ++phase) {
+            std::array<unsigned, 3> grid{};
+            for (int axis = 0; axis < 3; ++axis) {
+              grid[axis] =
+                  static_cast<unsigned>(PrintedExpr(printed[index][axis], extents).value());
+            }
+            ++index;
+            if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) continue;
+            REQUIRE(launched < schedule.launches.size());
+            const jit::detail::ScheduledLaunch& launch = schedule.launches[launched++];
+            CHECK(launch.kernel == static_cast<int>(k));
+            CHECK(launch.phase == static_cast<int>(phase));
+            CHECK(launch.grid == grid);
+          }
+        }
+        CHECK(launched == schedule.launches.size());
+      }
+    }
+  }
+}
+
+TEST_CASE("the workspace holds every scratch buffer, aligned, and is zero without any",
+          "[pass][runtime]") {
+  const Lowering ir = lower(
+      parse_spec("dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1) direction=backward "
+                 "target=sm_90a"));
+  const LaunchExtents extents = jit::detail::launch_extents({2, 1000, 1000, 8, 2, 2});
+  const jit::detail::LaunchSchedule schedule = jit::detail::schedule_plan(*ir.plan, extents);
+  std::size_t end = 0;
+  for (std::size_t i = 0; i < ir.plan->scratch.size(); ++i) {
+    INFO(ir.plan->scratch[i].name);
+    CHECK(schedule.offsets[i] % jit::detail::LaunchSchedule::kAlignment == 0);
+    CHECK(schedule.offsets[i] >= end);
+    CHECK(static_cast<std::int64_t>(schedule.bytes[i]) ==
+          ir.plan->scratch[i].bytes.evaluate(extents));
+    end = schedule.offsets[i] + schedule.bytes[i];
+  }
+  CHECK(schedule.workspace_bytes >= end);
+  // dQ accumulator: B * H * Sq * d fp32; GQA partials: 2 of B * H * Sk * d fp32.
+  CHECK(schedule.workspace_bytes >= 2u * 8 * 1000 * 128 * 4 * 3);
+  const Lowering plain = lower(parse_spec("dtype=bf16 head_dim=128 mask=causal target=sm_90a"));
+  CHECK(jit::detail::schedule_plan(*plain.plan, extents).workspace_bytes == 0);
+}

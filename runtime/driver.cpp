@@ -72,13 +72,21 @@ bool resolve(GetProcAddress get_proc, Function& slot, const char* symbol, std::s
   return true;
 }
 
+// The driver library: $ATTNJIT_LIBCUDA when set (a path or a library name), else
+// libcuda.so.1 from the loader's search path.
+std::string driver_library() {
+  const char* name = std::getenv("ATTNJIT_LIBCUDA");
+  return name != nullptr && *name != '\0' ? name : "libcuda.so.1";
+}
+
 LoadState load_driver() {
   LoadState state;
+  const std::string name = driver_library();
   dlerror();
-  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  void* library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) {
     const char* reason = dlerror();
-    state.error = fmt::format("no CUDA driver: cannot open libcuda.so.1 ({})",
+    state.error = fmt::format("no CUDA driver: cannot open {} ({})", name,
                               reason != nullptr ? reason : "unknown reason");
     return state;
   }

@@ -4,18 +4,44 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <random>
 #include <utility>
 
 #include "attnjit/jit.hpp"
 #include "dsl/builders.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/kernel_set.hpp"
 #include "support/half_round.hpp"
 
 namespace attnjit::gpu_test {
 namespace {
+
+std::mutex rows_mutex;
+std::map<std::string, int> rows_tally;
+
+// Tallies the rows of `kernel`'s attention kernels; the kernel of `role` must be of
+// `expect_row` when one is given.
+void note_rows(const jit::Kernel& kernel, KernelRole role, const std::string& expect_row) {
+  const KernelPlan& plan = *jit::detail::set_of(kernel).plan;
+  const KernelDesc* main = plan.find(role);
+  REQUIRE(main != nullptr);
+  if (!expect_row.empty()) {
+    INFO(to_string(kernel.spec()));
+    REQUIRE(main->row == expect_row);
+  }
+  const std::lock_guard lock(rows_mutex);
+  for (const KernelDesc& k : plan.kernels) {
+    if (k.role == KernelRole::forward || k.role == KernelRole::backward ||
+        k.role == KernelRole::backward_dq) {
+      ++rows_tally[k.row];
+    }
+  }
+}
 
 constexpr std::uint8_t kPoison = 0xff;  // 0xffff is NaN in both bf16 and fp16
 
@@ -206,6 +232,7 @@ Outputs run_on_gpu(const Case& c, const Inputs& in, bool reference_kernel) {
   AttentionSpec spec = c.spec;
   spec.return_lse = true;
   const jit::Kernel kernel = reference_kernel ? jit::compile_reference(spec) : jit::compile(spec);
+  if (!reference_kernel) note_rows(kernel, KernelRole::forward, c.expect_row);
   kernel.forward(args, nullptr);
   runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
 
@@ -311,7 +338,9 @@ BackwardOutputs run_backward_on_gpu(const Case& c, const Inputs& in, const std::
   spec.return_lse = true;
   // The case's tiles, if any, are the backward's; the forward takes its own.
   spec.tiles = {};
-  jit::compile(spec).forward(fwd, nullptr);
+  const jit::Kernel forward = jit::compile(spec);
+  note_rows(forward, KernelRole::forward, "");
+  forward.forward(fwd, nullptr);
   spec.tiles = c.spec.tiles;
 
   BackwardArgs bwd;
@@ -333,7 +362,9 @@ BackwardOutputs run_backward_on_gpu(const Case& c, const Inputs& in, const std::
   spec.return_lse = false;
   spec.direction = Direction::backward;
   spec.deterministic = deterministic;
-  jit::compile(spec).backward(bwd, nullptr);
+  const jit::Kernel backward = jit::compile(spec);
+  note_rows(backward, KernelRole::backward, c.expect_row);
+  backward.backward(bwd, nullptr);
   runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
 
   BackwardOutputs out;
@@ -484,6 +515,11 @@ std::vector<Case> score_mod_cases() {
     }
   }
   return cases;
+}
+
+std::vector<std::pair<std::string, int>> rows_run() {
+  const std::lock_guard lock(rows_mutex);
+  return {rows_tally.begin(), rows_tally.end()};
 }
 
 }  // namespace attnjit::gpu_test

@@ -29,6 +29,9 @@ struct Case {
   /// The score modifiers' runtime arguments; their flags in `spec` must match (softcap > 0
   /// iff spec.softcap, slopes given iff spec.alibi).
   testing::ScoreModRef score_mod;
+  /// The kernel-registry row the case must run (its forward kernel, or the backward main kernel
+  /// in run_backward_on_gpu), e.g. "backward.warpgroup.sm90a"; empty: select_tiles' choice.
+  std::string expect_row;
 
   std::string describe() const;
 };
@@ -83,5 +86,9 @@ std::vector<float> alibi_slopes(int heads);
 /// and a FlashMask document mask x bf16/fp16 x head dims 64/128, with GQA, lengths that are
 /// not tile multiples and Sq != Sk rotating, some with negative slopes.
 std::vector<Case> score_mod_cases();
+
+/// Every registry row whose attention kernels ran so far, with how many cases ran it, in row
+/// order (main.cpp prints it after the tests, so the log says which kernels were tested).
+std::vector<std::pair<std::string, int>> rows_run();
 
 }  // namespace attnjit::gpu_test

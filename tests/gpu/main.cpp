@@ -59,5 +59,11 @@ int main(int argc, char** argv) {
     return 77;
   }
   compile_sweep_in_parallel();
-  return Catch::Session().run(argc, argv);
+  const int failed = Catch::Session().run(argc, argv);
+  // Which attention kernels the cases ran, by kernel-registry row (family and layout).
+  std::printf("attention kernels run, by registry row (cases):\n");
+  for (const auto& [row, cases] : attnjit::gpu_test::rows_run()) {
+    std::printf("  %-28s %d\n", row.c_str(), cases);
+  }
+  return failed;
 }

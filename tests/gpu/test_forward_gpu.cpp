@@ -32,6 +32,40 @@ TEST_CASE("forward matches the reference over the sweep", "[gpu][forward]") {
   for (const Case& c : gpu_test::sweep_cases()) gpu_test::check_forward(c);
 }
 
+TEST_CASE("the sm80 forward, forced by its tiles, matches the reference", "[gpu][forward]") {
+  // Explicit shapes of the forward.sm80 row: Q in registers (q), Q re-read from shared
+  // memory (s), one- and two-slab warps; each case checks that the row ran.
+  struct Forced {
+    int head_dim;
+    TileShape tiles;
+  };
+  const Forced shapes[] = {{64, {64, 64, 4, 'q'}},
+                           {64, {128, 64, 4, 's'}},
+                           {128, {128, 32, 4, 's'}},
+                           {128, {128, 64, 8, 'q'}},
+                           {256, {64, 32, 4, 0}}};
+  std::uint64_t seed = 900;
+  for (const Forced& forced : shapes) {
+    for (MaskSpec mask :
+         {MaskSpec{MaskKind::causal, false, 0}, MaskSpec{MaskKind::flashmask, false, 4}}) {
+      Case c = base_case(mask, forced.head_dim, seed % 2 ? DType::fp16 : DType::bf16);
+      c.spec.tiles = forced.tiles;
+      c.expect_row = "forward.sm80";
+      c.batch = 2;
+      c.heads = 4;
+      c.kv_heads = 2;
+      c.seqlen_q = 177;
+      c.seqlen_k = 203;
+      c.seed = ++seed;
+      if (mask.kind == MaskKind::flashmask) {
+        c.intervals =
+            dsl::random_intervals(false, 4, c.batch, c.kv_heads, c.seqlen_q, c.seqlen_k, seed);
+      }
+      gpu_test::check_forward(c);
+    }
+  }
+}
+
 TEST_CASE("rows with no visible key give O = 0 and LSE = -inf", "[gpu][forward]") {
   SECTION("causal with Sq > Sk: the first Sq - Sk rows see nothing") {
     Case c = base_case({MaskKind::causal, false, 0});

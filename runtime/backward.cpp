@@ -61,7 +61,7 @@ void Kernel::backward(const BackwardArgs& args, Stream stream_handle) const {
 
 std::size_t Kernel::workspace_size(const BackwardArgs& args) const {
   const detail::KernelSet& set = *set_;
-  return detail::schedule_plan(*set.plan, detail::launch_extents(checked_shapes(set, args)))
+  return detail::cached_schedule(set, detail::launch_extents(checked_shapes(set, args)))
       .workspace_bytes;
 }
 

@@ -120,7 +120,7 @@ std::size_t Kernel::workspace_size(const ForwardArgs& args) const {
   const detail::KernelSet& set = *set_;
   const Shapes shapes = checked_shapes(set, args);
   if (!set.plan) return 0;
-  return detail::schedule_plan(*set.plan, detail::launch_extents(shapes)).workspace_bytes;
+  return detail::cached_schedule(set, detail::launch_extents(shapes)).workspace_bytes;
 }
 
 }  // namespace jit

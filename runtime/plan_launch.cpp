@@ -179,20 +179,15 @@ void set_order(CtaOrderParams<Params>& p, ParamScalar field, int value) {
 // The parameter block of one launch: built from the call's attention arguments, the
 // kernel's buffers and its computed arguments.
 template <class Block, class Bind, class Set>
-void launch_block(Block block, const KernelDesc& kernel, const LaunchPhase& phase,
-                  const LaunchSchedule& schedule, unsigned char* workspace,
-                  const LaunchExtents& extents, Bind bind, Set set, const LoadedKernel& loaded,
+void launch_block(Block block, const KernelDesc& kernel, const LaunchSchedule& schedule,
+                  unsigned char* workspace, Bind bind, Set set, const LoadedKernel& loaded,
                   const ScheduledLaunch& launch, CUstream stream) {
   for (const BufferBinding& binding : kernel.buffers) {
     void* pointer =
         schedule.bytes[binding.buffer] > 0 ? workspace + schedule.offsets[binding.buffer] : nullptr;
     bind(block, binding.field, pointer);
   }
-  for (const std::vector<ScalarBinding>* scalars : {&kernel.scalars, &phase.scalars}) {
-    for (const ScalarBinding& scalar : *scalars) {
-      set(block, scalar.field, scalar_value(kernel, scalar, extents));
-    }
-  }
+  for (const auto& [field, value] : launch.scalars) set(block, field, value);
   runtime::LaunchConfig config;
   std::copy(launch.grid.begin(), launch.grid.end(), config.grid);
   config.block[0] = launch.threads;
@@ -241,8 +236,27 @@ LaunchSchedule schedule_plan(const KernelPlan& plan, const LaunchExtents& extent
                      grid_value(kernel, grid.z, extents)};
       launch.threads = static_cast<unsigned>(kernel.phases[phase].threads);
       if (launch.grid[0] == 0 || launch.grid[1] == 0 || launch.grid[2] == 0) continue;
-      schedule.launches.push_back(launch);
+      for (const std::vector<ScalarBinding>* scalars :
+           {&kernel.scalars, &kernel.phases[phase].scalars}) {
+        for (const ScalarBinding& scalar : *scalars) {
+          launch.scalars.emplace_back(scalar.field, scalar_value(kernel, scalar, extents));
+        }
+      }
+      schedule.launches.push_back(std::move(launch));
     }
+  }
+  return schedule;
+}
+
+const LaunchSchedule& cached_schedule(const KernelSet& set, const LaunchExtents& extents) {
+  // The cache key names the plan: equal keys are equal plans, whichever set holds them.
+  thread_local std::string key;
+  thread_local LaunchExtents last;
+  thread_local LaunchSchedule schedule;
+  if (key != set.entry.key || !(last == extents)) {
+    schedule = schedule_plan(*set.plan, extents);
+    key = set.entry.key;
+    last = extents;
   }
   return schedule;
 }
@@ -252,8 +266,7 @@ void launch_plan(const KernelSet& set, const Params& attention, const Shapes& sh
                  const Workspace& workspace, CUstream stream, std::optional<KernelRole> only) {
   internal_check(set.plan.has_value(), "launch_plan needs a planned kernel set");
   const KernelPlan& plan = *set.plan;
-  const LaunchExtents extents = launch_extents(shapes);
-  const LaunchSchedule schedule = schedule_plan(plan, extents);
+  const LaunchSchedule& schedule = cached_schedule(set, launch_extents(shapes));
   const std::vector<LoadedKernel>& kernels = set.kernels_in_current_context();
   internal_check(kernels.size() == plan.kernels.size(), "one compiled kernel per planned kernel");
 
@@ -277,12 +290,11 @@ void launch_plan(const KernelSet& set, const Params& attention, const Shapes& sh
   for (const ScheduledLaunch& launch : schedule.launches) {
     const KernelDesc& kernel = plan.kernels[launch.kernel];
     if (only && kernel.role != *only) continue;
-    const LaunchPhase& phase = kernel.phases[launch.phase];
     const LoadedKernel& loaded = kernels[launch.kernel];
     switch (kernel.params) {
       case ParamBlock::attention:
         launch_block(
-            attention, kernel, phase, schedule, base, extents, bind_attention<Params>,
+            attention, kernel, schedule, base, bind_attention<Params>,
             [](Params&, ParamScalar field, int) {
               throw InternalError(
                   fmt::format("plan sets {} of an attention block", name_of(field)));
@@ -295,8 +307,8 @@ void launch_plan(const KernelSet& set, const Params& attention, const Shapes& sh
         block.batch = attention.batch;
         block.mask_heads = attention.mask_heads;
         block.seqlen_k = attention.seqlen_k;
-        launch_block(block, kernel, phase, schedule, base, extents, bind_minmax, set_minmax, loaded,
-                     launch, stream);
+        launch_block(block, kernel, schedule, base, bind_minmax, set_minmax, loaded, launch,
+                     stream);
         break;
       }
       case ParamBlock::predicate_blocks: {
@@ -304,15 +316,15 @@ void launch_plan(const KernelSet& set, const Params& attention, const Shapes& sh
         block.predicate = attention.predicate;
         block.seqlen_q = attention.seqlen_q;
         block.seqlen_k = attention.seqlen_k;
-        launch_block(block, kernel, phase, schedule, base, extents, bind_blocks, set_blocks, loaded,
-                     launch, stream);
+        launch_block(block, kernel, schedule, base, bind_blocks, set_blocks, loaded, launch,
+                     stream);
         break;
       }
       case ParamBlock::cta_order: {
         CtaOrderParams<Params> block{};
         block.attention = attention;
-        launch_block(block, kernel, phase, schedule, base, extents, bind_order<Params>,
-                     set_order<Params>, loaded, launch, stream);
+        launch_block(block, kernel, schedule, base, bind_order<Params>, set_order<Params>, loaded,
+                     launch, stream);
         break;
       }
     }

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "attnjit/tensor.hpp"
@@ -27,6 +28,8 @@ struct ScheduledLaunch {
   int phase = 0;
   std::array<unsigned, 3> grid{};
   unsigned threads = 0;
+  /// The kernel's and the phase's computed int arguments, evaluated.
+  std::vector<std::pair<ParamScalar, int>> scalars;
 };
 
 /// A plan evaluated for a call's extents.
@@ -42,6 +45,10 @@ struct LaunchSchedule {
 /// Evaluates the plan; throws Error when a grid dimension, a buffer or a computed argument
 /// leaves the range the driver or the parameter block takes.
 LaunchSchedule schedule_plan(const KernelPlan& plan, const LaunchExtents& extents);
+
+/// schedule_plan of `set`'s plan, kept per thread for the last extents seen (a repeated call
+/// with the same shapes evaluates nothing).
+const LaunchSchedule& cached_schedule(const KernelSet& set, const LaunchExtents& extents);
 
 /// Launches `set`'s plan on `stream`: scratch buffers from `workspace` (checked against the
 /// schedule) or stream-ordered memory, zeroed where the plan says, then every scheduled

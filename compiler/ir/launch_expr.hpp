@@ -29,6 +29,7 @@ struct LaunchExtents {
 
   std::int64_t& operator[](Extent e) { return values[static_cast<int>(e)]; }
   std::int64_t operator[](Extent e) const { return values[static_cast<int>(e)]; }
+  bool operator==(const LaunchExtents&) const = default;
 };
 
 /// A value-type expression tree: constants, extents, +, *, ceil(a/b), floor(a/b), min(a, b).

@@ -49,7 +49,14 @@ TEST_CASE("without a driver every entry point reports why", "[runtime]") {
 }
 
 TEST_CASE("entry points with a missing driver library (run by the test above)", "[.driverless]") {
-  REQUIRE(std::string(std::getenv("ATTNJIT_LIBCUDA")) == "/nonexistent/libcuda.so.1");
+  // Hidden: only the child process of the test above runs it (a tag filter such as
+  // "~[specs]" also selects hidden tests; without the child's environment it has nothing to do).
+  const char* library = std::getenv("ATTNJIT_LIBCUDA");
+  if (library == nullptr) {
+    WARN("runs in the child process of 'without a driver every entry point reports why'");
+    return;
+  }
+  REQUIRE(std::string(library) == "/nonexistent/libcuda.so.1");
   CHECK_FALSE(driver_available());
   const std::string message = load_error();
   INFO(message);

@@ -219,13 +219,16 @@ def forward(q, k, v, *, spec=None, mask="none", causal=False, startend_row_indic
     scale_value = _check_scale(scale)
     window_left, window_right = _check_window(window)
     cap = _check_softcap(softcap)
-    _check_tensors(q, k, v, startend_row_indices, alibi_slopes)
     arguments = (q, k, v, startend_row_indices, alibi_slopes, mask, causal, scale_value,
                  window_left, window_right, cap)
     if _through_operators(q):
+        _check_tensors(q, k, v, startend_row_indices, alibi_slopes)
         o, lse = _ops.forward(*arguments, with_lse, spec or "")
     else:
-        o, lse = _launch.forward(_torch, *arguments, with_lse, spec or "")
+        # The tensor checks run inside, once per call signature (shapes, strides, dtypes,
+        # devices): a repeated call costs only its launch.
+        o, lse = _launch.forward(_torch_of(q, "q"), *arguments, with_lse, spec or "",
+                                 _check_tensors)
     return (o, lse) if with_lse else o
 
 
@@ -262,21 +265,25 @@ def attention(q, k, v, *, mask="none", causal=False, startend_row_indices=None, 
     scale_value = _check_scale(scale)
     window_left, window_right = _check_window(window)
     cap = _check_softcap(softcap)
-    _check_tensors(q, k, v, startend_row_indices, alibi_slopes)
+    operators = _through_operators(q)
+    if operators or predicate_mask is not None:
+        _check_tensors(q, k, v, startend_row_indices, alibi_slopes)
+    else:
+        _torch_of(q, "q")  # the tensor checks run in the launch, once per call signature
     if predicate_mask is not None:
         names = predicate_mask.names
         tensors = [predicate_mask.tensors[name] for name in names]
         _check_predicate_tensors(q, names, tensors)
         arguments = (q, k, v, tensors, predicate_mask.scalars, predicate_mask.structure)
         trailing = (alibi_slopes, scale_value, cap, deterministic)
-        if _through_operators(q):
+        if operators:
             o, lse = _ops.attention_predicate(*arguments, " ".join(names), *trailing)
         else:
             o, lse = _functions()[1].apply(*arguments, names, *trailing)
     else:
         arguments = (q, k, v, startend_row_indices, alibi_slopes, mask, causal, scale_value,
                      window_left, window_right, cap, deterministic)
-        if _through_operators(q):
+        if operators:
             o, lse = _ops.attention(*arguments)
         else:
             o, lse = _functions()[0].apply(*arguments)
@@ -324,7 +331,8 @@ def _define_functions(torch):
         @staticmethod
         def forward(ctx, q, k, v, indices, slopes, *arguments):
             # arguments: mask, causal, scale, window_left, window_right, softcap, deterministic
-            o, lse = _launch.attention_forward(torch, q, k, v, indices, slopes, *arguments[:-1])
+            o, lse = _launch.forward(torch, q, k, v, indices, slopes, *arguments[:-1], True, "",
+                                     _check_tensors)
             ctx.save_for_backward(q, k, v, o, lse, indices, slopes)
             ctx.arguments = arguments
             ctx.mark_non_differentiable(lse)
@@ -414,6 +422,8 @@ def _check_softcap(softcap):
 
 
 def _check_window(window):
+    if type(window) is tuple and window == (-1, 0):  # the default, quickly
+        return -1, 0
     is_int = [isinstance(w, int) and not isinstance(w, bool) for w in window] \
         if isinstance(window, (tuple, list)) else []
     if len(is_int) != 2 or not all(is_int):

@@ -210,10 +210,74 @@ def _kernel_layout(tensor):
     return tensor.contiguous()
 
 
+def _signature(tensor):
+    return None if tensor is None else (tensor.get_device(), tensor.dtype, tensor.shape,
+                                        tensor.stride())
+
+
+class _Call:
+    """What a call with one signature (arguments, devices, dtypes, shapes, strides) needs:
+    its prepared launch, device and output shapes."""
+
+    __slots__ = ("launch", "index", "o_shape", "lse_shape")
+
+    def __init__(self, launch, index, o_shape, lse_shape):
+        self.launch = launch
+        self.index = index
+        self.o_shape = o_shape
+        self.lse_shape = lse_shape
+
+
+_calls = {}  # call signature -> _Call
+_run = _ffi.lib.attnjit_launch_run
+_Pointers = ctypes.c_void_p * _ffi.SLOT_COUNT
+
+
+def _remember(key, call):
+    if len(_calls) >= _CACHE_LIMIT:
+        _calls.clear()
+    _calls[key] = call
+
+
+def _enqueue(torch, call, pointers):
+    code = _run(call.launch.handle, _Pointers(*pointers), _ffi.SLOT_COUNT,
+                stream_of(torch, call.index))
+    if code:
+        _ffi.check(code)
+
+
 def forward(torch, q, k, v, indices, slopes, mask, causal, scale, window_left, window_right,
-            softcap, return_lse, spec):
+            softcap, return_lse, spec, check=None):
     """attnjit.forward's launch: (o, lse or None). `spec` "" builds the spec from the
-    arguments; scale 0.0 is 1/sqrt(D); softcap 0.0 is none."""
+    arguments; scale 0.0 is 1/sqrt(D); softcap 0.0 is none. `check(q, k, v, indices, slopes)`
+    (attnjit's argument checks) runs the first time a call signature is seen: everything it
+    looks at is in the signature, so a repeated call skips it."""
+    try:
+        key = (mask, causal, return_lse, spec, scale, window_left, window_right, softcap,
+               _signature(q), _signature(k), _signature(v), _signature(indices),
+               _signature(slopes))
+    except (AttributeError, TypeError):
+        if check is not None:
+            check(q, k, v, indices, slopes)
+        raise
+    call = _calls.get(key)
+    if call is None:
+        if check is not None:
+            check(q, k, v, indices, slopes)
+        call = _forward_call(torch, q, k, v, indices, slopes, mask, causal, scale, window_left,
+                             window_right, softcap, return_lse, spec)
+        _remember(key, call)
+    o = q.new_empty(call.o_shape)
+    lse = None if call.lse_shape is None else q.new_empty(call.lse_shape, dtype=torch.float32)
+    _enqueue(torch, call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                           None if lse is None else lse.data_ptr(),
+                           None if indices is None else indices.data_ptr(),
+                           None if slopes is None else slopes.data_ptr()))
+    return o, lse
+
+
+def _forward_call(torch, q, k, v, indices, slopes, mask, causal, scale, window_left,
+                  window_right, softcap, return_lse, spec):
     index = device_index((("q", q), ("k", k), ("v", v), ("startend_row_indices", indices),
                           ("alibi_slopes", slopes)))
     if not spec:
@@ -222,11 +286,13 @@ def forward(torch, q, k, v, indices, slopes, mask, causal, scale, window_left, w
                          slopes is not None)
     compiled, with_lse = kernel(spec, index)
     batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
-    o = q.new_empty((batch, seqlen_q, heads, v.shape[3]))
-    lse = q.new_empty((batch, heads, seqlen_q), dtype=torch.float32) if with_lse else None
-    run(torch, compiled, (q, k, v, o, lse, indices, slopes, None, None, None, None),
-        (scale, window_left, window_right, softcap), index)
-    return o, lse
+    o_shape = (batch, seqlen_q, heads, v.shape[3])
+    lse_shape = (batch, heads, seqlen_q) if with_lse else None
+    o = q.new_empty(o_shape)
+    lse = None if lse_shape is None else q.new_empty(lse_shape, dtype=torch.float32)
+    launch = _prepare(compiled, (q, k, v, o, lse, indices, slopes, None, None, None, None),
+                      None, (scale, window_left, window_right, softcap), index)
+    return _Call(launch, index, o_shape, lse_shape)
 
 
 def attention_forward(torch, q, k, v, indices, slopes, mask, causal, scale, window_left,
@@ -239,16 +305,29 @@ def attention_forward(torch, q, k, v, indices, slopes, mask, causal, scale, wind
 def attention_backward(torch, d_o, q, k, v, o, lse, indices, slopes, mask, causal, scale,
                        window_left, window_right, softcap, deterministic):
     """(d_q, d_k, d_v) of attnjit.attention."""
-    index = device_index((("d_o", d_o), ("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse),
-                          ("startend_row_indices", indices), ("alibi_slopes", slopes)))
-    spec = spec_text(q.dtype, q.shape[3], v.shape[3], mask, causal,
-                     0 if indices is None else indices.shape[3], False, softcap > 0,
-                     slopes is not None, True, deterministic)
-    compiled, _ = kernel(spec, index)
     d_o = _kernel_layout(d_o)
+    key = ("backward", mask, causal, deterministic, scale, window_left, window_right, softcap,
+           _signature(d_o), _signature(q), _signature(k), _signature(v), _signature(o),
+           _signature(lse), _signature(indices), _signature(slopes))
+    call = _calls.get(key)
+    if call is None:
+        index = device_index((("d_o", d_o), ("q", q), ("k", k), ("v", v), ("o", o),
+                              ("lse", lse), ("startend_row_indices", indices),
+                              ("alibi_slopes", slopes)))
+        spec = spec_text(q.dtype, q.shape[3], v.shape[3], mask, causal,
+                         0 if indices is None else indices.shape[3], False, softcap > 0,
+                         slopes is not None, True, deterministic)
+        compiled, _ = kernel(spec, index)
+        grads = _gradients(torch, q, k, v)
+        launch = _prepare(compiled, (q, k, v, o, lse, indices, slopes, d_o) + grads, None,
+                          (scale, window_left, window_right, softcap), index)
+        call = _Call(launch, index, None, None)
+        _remember(key, call)
     d_q, d_k, d_v = _gradients(torch, q, k, v)
-    run(torch, compiled, (q, k, v, o, lse, indices, slopes, d_o, d_q, d_k, d_v),
-        (scale, window_left, window_right, softcap), index)
+    _enqueue(torch, call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                           lse.data_ptr(), None if indices is None else indices.data_ptr(),
+                           None if slopes is None else slopes.data_ptr(), d_o.data_ptr(),
+                           d_q.data_ptr(), d_k.data_ptr(), d_v.data_ptr()))
     return d_q, d_k, d_v
 
 

@@ -47,7 +47,7 @@ def register(torch, check_tensors, check_predicate_tensors):
                 spec: str) -> Tuple[Tensor, Tensor]:
         o, lse = _launch.forward(torch, _layout(q), _layout(k), _layout(v), startend_row_indices,
                                  alibi_slopes, mask, causal, scale, window_left, window_right,
-                                 softcap, return_lse, spec)
+                                 softcap, return_lse, spec, check_tensors)
         return o, q.new_empty((0,), dtype=f32) if lse is None else lse
 
     @forward.register_fake
@@ -64,9 +64,9 @@ def register(torch, check_tensors, check_predicate_tensors):
                   alibi_slopes: Optional[Tensor], mask: str, causal: bool, scale: float,
                   window_left: int, window_right: int, softcap: float,
                   deterministic: bool) -> Tuple[Tensor, Tensor]:
-        return _launch.attention_forward(torch, _layout(q), _layout(k), _layout(v),
-                                         startend_row_indices, alibi_slopes, mask, causal, scale,
-                                         window_left, window_right, softcap)
+        return _launch.forward(torch, _layout(q), _layout(k), _layout(v), startend_row_indices,
+                               alibi_slopes, mask, causal, scale, window_left, window_right,
+                               softcap, True, "", check_tensors)
 
     @attention.register_fake
     def _(q, k, v, startend_row_indices, alibi_slopes, mask, causal, scale, window_left,
@@ -148,13 +148,16 @@ def register(torch, check_tensors, check_predicate_tensors):
         ctx.save_for_backward(q, k, v, o, lse, inputs[7], *tensors)
         ctx.arguments = inputs[4:7]  # scalars, structure, names
         ctx.trailing = inputs[8:]    # scale, softcap, deterministic
+        # The gradients mirror the inputs' structure: a list of Nones for each list input.
+        ctx.no_grads = tuple([None] * len(x) if isinstance(x, (list, tuple)) else None
+                             for x in inputs[3:])
         ctx.mark_non_differentiable(lse)
 
     def predicate_grad(ctx, d_o, _d_lse):
         q, k, v, o, lse, slopes, *tensors = ctx.saved_tensors
         d_q, d_k, d_v = torch.ops.attnjit.attention_predicate_backward(
             d_o, q, k, v, o, lse, tensors, *ctx.arguments, slopes, *ctx.trailing)
-        return (d_q, d_k, d_v) + (None,) * 8
+        return (d_q, d_k, d_v) + ctx.no_grads
 
     attention_predicate.register_autograd(predicate_grad, setup_context=setup_predicate)
     return torch.ops.attnjit

@@ -81,7 +81,7 @@ def candidate_paths():
     here = Path(__file__).resolve().parent
     if (here / LIBRARY_NAME).is_file():
         return [here / LIBRARY_NAME]
-    repo = here.parents[1]
+    repo = here.parents[2]
     return [repo / "build" / LIBRARY_NAME] + sorted(repo.glob("build-*/" + LIBRARY_NAME))
 
 

@@ -26,6 +26,14 @@ def _layout(tensor):
     return None if tensor is None else _launch._kernel_layout(tensor)
 
 
+def _no_grad(argument, tensor_type):
+    """The gradient entry of a non-differentiable input, in the input's pytree structure."""
+    if isinstance(argument, (list, tuple)) and (
+            not argument or any(isinstance(x, tensor_type) for x in argument)):
+        return [None] * len(argument)
+    return None
+
+
 def register(torch, check_tensors, check_predicate_tensors):
     """Defines the operators and returns torch.ops.attnjit, or None when this PyTorch has no
     torch.library.custom_op. `check_tensors(q, k, v, indices, slopes)` and
@@ -148,9 +156,10 @@ def register(torch, check_tensors, check_predicate_tensors):
         ctx.save_for_backward(q, k, v, o, lse, inputs[7], *tensors)
         ctx.arguments = inputs[4:7]  # scalars, structure, names
         ctx.trailing = inputs[8:]    # scale, softcap, deterministic
-        # The gradients mirror the inputs' structure: a list of Nones for each list input.
-        ctx.no_grads = tuple([None] * len(x) if isinstance(x, (list, tuple)) else None
-                             for x in inputs[3:])
+        # The gradients mirror the inputs' structure as register_autograd flattens it (seen on
+        # torch 2.11): a list of tensors and an empty list stay lists (of Nones), a non-empty
+        # list of ints is one leaf (None).
+        ctx.no_grads = tuple(_no_grad(x, Tensor) for x in inputs[3:])
         ctx.mark_non_differentiable(lse)
 
     def predicate_grad(ctx, d_o, _d_lse):

@@ -183,7 +183,6 @@ int attnjit_launch_run(const attnjit_launch* launch, void* const* data, int data
                                  fmt::format("{} ({} slots and {} predicate tensors)", expected,
                                              int{ATTNJIT_SLOT_COUNT}, launch->predicate_tensors));
     }
-    const attnjit::runtime::DeviceScope scope(launch->device);
     const auto& present = launch->present;
     if (launch->backward) {
       attnjit::BackwardArgs args = launch->backward_args;
@@ -201,6 +200,8 @@ int attnjit_launch_run(const attnjit_launch* launch, void* const* data, int data
       bind(args.d_k, present[ATTNJIT_SLOT_D_K], data[ATTNJIT_SLOT_D_K], ATTNJIT_SLOT_D_K);
       bind(args.d_v, present[ATTNJIT_SLOT_D_V], data[ATTNJIT_SLOT_D_V], ATTNJIT_SLOT_D_V);
       bind_predicate(args, data, launch->predicate_tensors);
+      // The device after the arguments: a bad pointer is the caller's error on any machine.
+      const attnjit::runtime::DeviceScope scope(launch->device);
       launch->kernel.backward(args, stream);
     } else {
       attnjit::ForwardArgs args = launch->forward;
@@ -218,6 +219,7 @@ int attnjit_launch_run(const attnjit_launch* launch, void* const* data, int data
         bind(unused, false, data[slot], slot);
       }
       bind_predicate(args, data, launch->predicate_tensors);
+      const attnjit::runtime::DeviceScope scope(launch->device);
       launch->kernel.forward(args, stream);
     }
   });

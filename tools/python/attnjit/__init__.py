@@ -21,7 +21,7 @@ import importlib.util
 import json
 import math
 
-from . import _ffi, _launch, predicates
+from . import _ffi, _launch
 from ._ffi import AttnjitError, DeviceError, InternalError
 from .builders import FlashMask, flashmask
 from .masks import FAMILIES, build_mask, mask_family, validate_intervals
@@ -50,7 +50,6 @@ __all__ = [
 ]
 
 MASKS = ("none", "causal", "sliding_window", "flashmask")
-_SPEC_DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
 _DTYPE_CODES = {
     "float16": _ffi.FP16,
     "bfloat16": _ffi.BF16,

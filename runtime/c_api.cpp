@@ -16,11 +16,9 @@
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
 #include "compiler/ir/predicate.hpp"
+#include "runtime/c_api_kernel.hpp"
 #include "runtime/c_api_support.hpp"
-
-struct attnjit_kernel {
-  attnjit::jit::Kernel kernel;
-};
+#include "runtime/driver.hpp"
 
 namespace {
 
@@ -29,6 +27,13 @@ using attnjit::c_api::optional_view;
 using attnjit::c_api::require;
 using attnjit::c_api::required_view;
 using attnjit::c_api::to_view;
+
+// The entry points below run on the device holding q's memory (making that device's primary
+// context current for the call when the current context belongs to another device); a pointer
+// the driver does not know leaves the current context in place.
+int device_of(const attnjit_tensor* q) {
+  return attnjit::runtime::device_of_pointer(q != nullptr ? q->data : nullptr);
+}
 
 // The size protocol of attnjit_kernel_info and attnjit_cache_dir: 0 when `text` fit,
 // otherwise the bytes to allocate (at least 4, above every error code).
@@ -75,6 +80,11 @@ int compile_into(const char* spec_text, attnjit_kernel** out, Compile&& compile)
   });
 }
 
+}  // namespace
+
+// Shared with the prepared launches (c_api_launch.cpp).
+namespace attnjit::c_api {
+
 attnjit::PredicateArgs predicate_args(const attnjit_predicate_inputs* inputs) {
   require(inputs != nullptr, "predicate", "the predicate's inputs (attnjit_predicate_inputs)");
   attnjit::PredicateArgs args;
@@ -100,6 +110,12 @@ attnjit::PredicateArgs predicate_args(const attnjit_predicate_inputs* inputs) {
   }
   return args;
 }
+
+}  // namespace attnjit::c_api
+
+namespace {
+
+using attnjit::c_api::predicate_args;
 
 // The tensors every forward entry point takes; absent startend_row_indices (NULL) is empty.
 attnjit::ForwardArgs forward_tensors(const attnjit_tensor* q, const attnjit_tensor* k,
@@ -173,6 +189,7 @@ int attnjit_forward_score_mod(const attnjit_kernel* kernel, const attnjit_tensor
                               const attnjit_tensor* alibi_slopes, void* stream) {
   return guarded([&] {
     require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
+    const attnjit::runtime::DeviceScope scope(device_of(q));
     attnjit::ForwardArgs args = forward_tensors(q, k, v, o, lse, startend_row_indices);
     args.softmax_scale = softmax_scale;
     args.window_left = window_left;
@@ -205,6 +222,7 @@ int attnjit_backward_score_mod(const attnjit_kernel* kernel, const attnjit_tenso
                                void* stream) {
   return guarded([&] {
     require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
+    const attnjit::runtime::DeviceScope scope(device_of(q));
     attnjit::BackwardArgs args =
         backward_tensors(q, k, v, o, d_o, lse, startend_row_indices, d_q, d_k, d_v);
     args.softmax_scale = softmax_scale;
@@ -223,6 +241,7 @@ int attnjit_forward_predicate(const attnjit_kernel* kernel, const attnjit_tensor
                               float softcap, const attnjit_tensor* alibi_slopes, void* stream) {
   return guarded([&] {
     require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
+    const attnjit::runtime::DeviceScope scope(device_of(q));
     attnjit::ForwardArgs args = forward_tensors(q, k, v, o, lse, nullptr);
     args.softmax_scale = softmax_scale;
     args.softcap = softcap;
@@ -241,6 +260,7 @@ int attnjit_backward_predicate(const attnjit_kernel* kernel, const attnjit_tenso
                                const attnjit_tensor* alibi_slopes, void* stream) {
   return guarded([&] {
     require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
+    const attnjit::runtime::DeviceScope scope(device_of(q));
     attnjit::BackwardArgs args = backward_tensors(q, k, v, o, d_o, lse, nullptr, d_q, d_k, d_v);
     args.softmax_scale = softmax_scale;
     args.softcap = softcap;

@@ -56,4 +56,8 @@ TensorView optional_view(std::string_view name, const attnjit_tensor* tensor);
 /// As to_view; a NULL descriptor is an Error.
 TensorView required_view(std::string_view name, const attnjit_tensor* tensor);
 
+/// The PredicateArgs of a predicate mask's inputs; Error naming the field for a NULL or a bad
+/// count (defined in c_api.cpp).
+PredicateArgs predicate_args(const attnjit_predicate_inputs* inputs);
+
 }  // namespace attnjit::c_api

@@ -186,7 +186,7 @@ int device_ordinal_from_env(const DriverApi& api) {
 }
 
 /// The primary context of `ordinal`, retained once and kept for the life of the process.
-CUcontext primary_context(const DriverApi& api, int ordinal) {
+CUcontext retained_primary_context(const DriverApi& api, int ordinal) {
   static std::mutex mutex;
   static std::map<int, CUcontext> retained;
   const std::lock_guard lock(mutex);
@@ -260,8 +260,50 @@ void ensure_context() {
   CUcontext current = nullptr;
   check(api.cuCtxGetCurrent(&current), "cuCtxGetCurrent");
   if (current != nullptr) return;
-  const CUcontext context = primary_context(api, device_ordinal_from_env(api));
+  const CUcontext context = retained_primary_context(api, device_ordinal_from_env(api));
   check(api.cuCtxSetCurrent(context), "cuCtxSetCurrent");
+}
+
+CUcontext primary_context(int ordinal) {
+  const DriverApi& api = driver();
+  int count = 0;
+  check(api.cuDeviceGetCount(&count), "cuDeviceGetCount");
+  if (ordinal < 0 || ordinal >= count) {
+    throw Error(
+        fmt::format("device: got {}; accepted: a device ordinal from 0 to {}", ordinal, count - 1));
+  }
+  return retained_primary_context(api, ordinal);
+}
+
+DeviceScope::DeviceScope(int ordinal) {
+  if (ordinal < 0) return;
+  const DriverApi& api = driver();
+  CUcontext current = nullptr;
+  check(api.cuCtxGetCurrent(&current), "cuCtxGetCurrent");
+  if (current != nullptr) {
+    // Any context of the right device is kept, the caller's own included.
+    CUdevice device = -1;
+    if (api.cuCtxGetDevice(&device) == CUDA_SUCCESS && static_cast<int>(device) == ordinal) return;
+  }
+  check(api.cuCtxSetCurrent(primary_context(ordinal)), "cuCtxSetCurrent");
+  previous_ = current;
+  switched_ = true;
+}
+
+DeviceScope::~DeviceScope() {
+  if (!switched_) return;
+  // A destructor cannot report a failure; the caller's context is restored when it can be.
+  if (const DriverApi* api = detail::driver_for_cleanup()) api->cuCtxSetCurrent(previous_);
+}
+
+int device_of_pointer(const void* pointer) noexcept {
+  if (pointer == nullptr || !driver_available()) return -1;
+  const DriverApi& api = *g_loaded_driver.load();
+  int ordinal = -1;
+  const CUresult result = api.cuPointerGetAttribute(
+      &ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+      static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(pointer)));
+  return result == CUDA_SUCCESS ? ordinal : -1;
 }
 
 DeviceInfo current_device() {

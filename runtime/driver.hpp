@@ -78,6 +78,31 @@ void check(CUresult result, std::string_view call);
 /// ATTNJIT_DEVICE and DeviceError when there is no driver or device.
 void ensure_context();
 
+/// The primary context of device `ordinal`, retained on first use and kept for the life of the
+/// process (the context PyTorch and the CUDA runtime use on that device). Throws Error naming
+/// `device` when the ordinal is out of range, DeviceError when there is no driver.
+CUcontext primary_context(int ordinal);
+
+/// Runs a scope on one device: when the context current on the calling thread does not belong
+/// to device `ordinal`, makes that device's primary context current and restores the previous
+/// context at the end of the scope. A negative ordinal leaves the current context alone. The
+/// common case (the right device is current) costs two driver queries and no switch.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int ordinal);
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  ~DeviceScope();
+
+ private:
+  CUcontext previous_ = nullptr;
+  bool switched_ = false;
+};
+
+/// The ordinal of the device holding `pointer` (device or managed memory the driver knows),
+/// or -1 when there is no driver or the driver does not know the pointer. Never throws.
+int device_of_pointer(const void* pointer) noexcept;
+
 /// What the runtime needs to know about a device.
 struct DeviceInfo {
   int ordinal = 0;

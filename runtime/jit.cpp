@@ -27,7 +27,9 @@ runtime::MemoryCache<KernelSet>& memory_cache() {
 }  // namespace
 
 Arch current_device_arch() {
-  static const Arch arch = [] {
+  // Per call, not once per process: each device of the process resolves to its own arch
+  // (current_device() caches the query per ordinal).
+  const Arch arch = [] {
     const runtime::DeviceInfo device = runtime::current_device();
     const int cc = device.major * 10 + device.minor;
     if (cc == 80) return Arch::sm_80;

@@ -211,6 +211,72 @@ ATTNJIT_API const char* attnjit_last_error(void);
 /** The library version, e.g. "0.1.0". */
 ATTNJIT_API const char* attnjit_version(void);
 
+/* ---- Devices, prepared launches and cache counters ----
+ *
+ * The launch functions above run on the device that holds q's memory: when the context
+ * current on the calling thread belongs to another device, that device's primary context (the
+ * one PyTorch and the CUDA runtime use) is made current for the call and the previous context
+ * restored afterwards. A prepared launch names its device explicitly. */
+
+/** attnjit_compile with `target=` left out resolved for device `device` (an ordinal; -1: the
+ * device of the current context, as attnjit_compile). A bad ordinal is a user error. */
+ATTNJIT_API int attnjit_compile_for_device(const char* spec_text, int device, attnjit_kernel** out);
+
+/** The tensor slots of a prepared launch, in order: a forward launch uses q, k, v, o, lse,
+ * startend_row_indices and alibi_slopes; a backward launch all of them. */
+enum {
+  ATTNJIT_SLOT_Q = 0,
+  ATTNJIT_SLOT_K = 1,
+  ATTNJIT_SLOT_V = 2,
+  ATTNJIT_SLOT_O = 3,
+  ATTNJIT_SLOT_LSE = 4,
+  ATTNJIT_SLOT_STARTEND_ROW_INDICES = 5,
+  ATTNJIT_SLOT_ALIBI_SLOPES = 6,
+  ATTNJIT_SLOT_D_O = 7,
+  ATTNJIT_SLOT_D_Q = 8,
+  ATTNJIT_SLOT_D_K = 9,
+  ATTNJIT_SLOT_D_V = 10,
+  ATTNJIT_SLOT_COUNT = 11
+};
+
+/** A forward or backward call with everything but the data pointers and the stream bound:
+ * what a caller that repeats a call on tensors of the same shapes keeps (immutable, safe to
+ * share between threads). */
+typedef struct attnjit_launch attnjit_launch;
+
+/** Binds a launch of `kernel` (its direction says forward or backward): `tensors` holds
+ * `tensor_count` (= ATTNJIT_SLOT_COUNT) descriptors in slot order, whose data pointers are
+ * ignored; a descriptor of rank 0 is an absent tensor (lse, startend_row_indices, alibi_slopes
+ * where the spec has none). `predicate` (NULL unless the mask is a predicate) binds the
+ * scalars and the tensor names and shapes; its tensors' pointers come with each run too. The
+ * scalar arguments are those of attnjit_forward_score_mod. `device` is the ordinal every run
+ * uses (-1: the context current at the run). Shapes, strides and alignment are checked at each
+ * run, with the messages of attnjit_forward. Release with attnjit_launch_release. */
+ATTNJIT_API int attnjit_launch_prepare(const attnjit_kernel* kernel, const attnjit_tensor* tensors,
+                                       int tensor_count, const attnjit_predicate_inputs* predicate,
+                                       float softmax_scale, int window_left, int window_right,
+                                       float softcap, int device, attnjit_launch** out);
+
+/** Enqueues a prepared launch on `stream` and returns without waiting. `data` holds
+ * `data_count` device pointers: one per slot (NULL for an absent tensor), then one per tensor of
+ * the predicate, in its order. */
+ATTNJIT_API int attnjit_launch_run(const attnjit_launch* launch, void* const* data, int data_count,
+                                   void* stream);
+
+/** Releases a handle of attnjit_launch_prepare. NULL is ignored. */
+ATTNJIT_API void attnjit_launch_release(attnjit_launch* launch);
+
+/** The kernel caches' counters since the process started (attnjit::jit::cache_stats). */
+typedef struct attnjit_cache_counters {
+  uint64_t memory_hits;    /**< compile calls answered from memory */
+  uint64_t disk_hits;      /**< kernel sets loaded from the disk cache */
+  uint64_t compiles;       /**< kernel sets built with NVRTC */
+  uint64_t memory_entries; /**< kernel sets held in memory now */
+} attnjit_cache_counters;
+
+/** Writes the counters into `*out`. */
+ATTNJIT_API int attnjit_cache_stats(attnjit_cache_counters* out);
+
 /* ---- FlashMask interval vectors of the standard mask families, built on the host ----
  *
  * The vectors a flashmask spec takes as startend_row_indices, built by the builders of

@@ -1,7 +1,9 @@
 """attnjit from Python: JIT-compiled fused attention (FlashAttention structure, FlashMask masks).
 
-A thin ctypes layer over libattnjit.so. Importing it needs no PyTorch; running kernels takes
-torch tensors shaped [batch, seq, heads, head_dim] on a CUDA device.
+A thin ctypes layer over libattnjit.so. Importing it needs no PyTorch (where PyTorch is
+installed it is imported too, and with PyTorch 2.4 or newer the torch.ops.attnjit custom
+operators are defined, which torch.compile traces); running kernels takes torch tensors shaped
+[batch, seq, heads, head_dim] on a CUDA device, any CUDA device of the process.
 
     import attnjit
     o = attnjit.forward(q, k, v, mask="causal")
@@ -18,9 +20,8 @@ import ctypes
 import importlib.util
 import json
 import math
-import sys
 
-from . import _ffi, predicates
+from . import _ffi, _launch
 from ._ffi import AttnjitError, DeviceError, InternalError
 from .builders import FlashMask, flashmask
 from .masks import FAMILIES, build_mask, mask_family, validate_intervals
@@ -36,6 +37,7 @@ __all__ = [
     "attention",
     "build_mask",
     "cache_dir",
+    "cache_stats",
     "clear_cache",
     "compile",
     "compile_reference",
@@ -48,7 +50,6 @@ __all__ = [
 ]
 
 MASKS = ("none", "causal", "sliding_window", "flashmask")
-_SPEC_DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
 _DTYPE_CODES = {
     "float16": _ffi.FP16,
     "bfloat16": _ffi.BF16,
@@ -156,11 +157,11 @@ class Kernel:
         descriptors = [_descriptor(name, tensor) for name, tensor in tensors]
         pointers = [None if d is None else ctypes.byref(d) for d in descriptors]
         slopes = _descriptor("alibi_slopes", alibi_slopes)
-        with torch.cuda.device(q.device):
-            stream = torch.cuda.current_stream(q.device).cuda_stream
-            _ffi.check(function(self._handle, *pointers, softmax_scale, window_left,
-                                window_right, cap, None if slopes is None else ctypes.byref(slopes),
-                                stream))
+        # The library runs on the device holding q (attnjit.h); the stream is torch's current
+        # one there, read at this call (also inside a CUDA graph capture).
+        stream = _launch.stream_of(torch, q.get_device())
+        _ffi.check(function(self._handle, *pointers, softmax_scale, window_left, window_right,
+                            cap, None if slopes is None else ctypes.byref(slopes), stream))
 
 
 _compiled = {}
@@ -206,34 +207,27 @@ def forward(q, k, v, *, spec=None, mask="none", causal=False, startend_row_indic
         _check_mask_arguments(mask, causal, startend_row_indices)
         if not isinstance(return_lse, bool):
             raise TypeError(f"return_lse: expected a bool, got {type(return_lse).__name__}")
+        with_lse = return_lse
     elif not isinstance(spec, str):
         raise TypeError(f"spec: expected a str, got {type(spec).__name__}")
     elif mask != "none" or causal is not False or return_lse is not False:
         raise ValueError("spec: given together with mask/causal/return_lse; accepted: either "
                          "a spec or those arguments (the spec says them)")
-    _check_scale(scale)
-    _check_window(window)
-    _check_softcap(softcap)
-
-    torch = _torch_of(q, "q")
-    _check_activations(q, k, v)
-    if startend_row_indices is not None:
-        _check_startend(torch, startend_row_indices, q, k)
-    if alibi_slopes is not None:
-        _check_alibi_slopes(torch, alibi_slopes, q)
-    if spec is None:
-        spec = _spec_text(q, v, mask, causal, startend_row_indices, return_lse, softcap,
-                          alibi_slopes)
-    kernel = compile(spec)
-    with_lse = "return_lse=true" in kernel.spec.split()
-
-    batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
-    o = torch.empty((batch, seqlen_q, heads, v.shape[3]), dtype=q.dtype, device=q.device)
-    lse = None
-    if with_lse:
-        lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
-    kernel.run(q, k, v, o, lse=lse, startend_row_indices=startend_row_indices, scale=scale,
-               window=window, softcap=softcap, alibi_slopes=alibi_slopes)
+    else:
+        with_lse = "return_lse=true" in spec.split()
+    scale_value = _check_scale(scale)
+    window_left, window_right = _check_window(window)
+    cap = _check_softcap(softcap)
+    arguments = (q, k, v, startend_row_indices, alibi_slopes, mask, causal, scale_value,
+                 window_left, window_right, cap)
+    if _through_operators(q):
+        _check_tensors(q, k, v, startend_row_indices, alibi_slopes)
+        o, lse = _ops.forward(*arguments, with_lse, spec or "")
+    else:
+        # The tensor checks run inside, once per call signature (shapes, strides, dtypes,
+        # devices): a repeated call costs only its launch.
+        o, lse = _launch.forward(_torch_of(q, "q"), *arguments, with_lse, spec or "",
+                                 _check_tensors)
     return (o, lse) if with_lse else o
 
 
@@ -241,7 +235,8 @@ def attention(q, k, v, *, mask="none", causal=False, startend_row_indices=None, 
               window=(-1, 0), return_lse=False, deterministic=False, softcap=None,
               alibi_slopes=None):
     """Differentiable attention: the arguments and results of attnjit.forward (without spec=),
-    as a torch.autograd.Function whose backward pass runs attnjit's backward kernels.
+    with a backward pass that runs attnjit's backward kernels (the torch.ops.attnjit.attention
+    operator and its autograd formula: torch.compile traces it without a graph break).
 
     The forward pass always computes the LSE, which the backward pass needs; with
     return_lse=True it is also returned (fp32 [B, H, Sq], not differentiable).
@@ -266,82 +261,123 @@ def attention(q, k, v, *, mask="none", causal=False, startend_row_indices=None, 
     for name, value in (("return_lse", return_lse), ("deterministic", deterministic)):
         if not isinstance(value, bool):
             raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
-    _check_scale(scale)
-    _check_window(window)
-    _check_softcap(softcap)
-
-    torch = _torch_of(q, "q")
-    _check_activations(q, k, v)
-    if alibi_slopes is not None:
-        _check_alibi_slopes(torch, alibi_slopes, q)
+    scale_value = _check_scale(scale)
+    window_left, window_right = _check_window(window)
+    cap = _check_softcap(softcap)
+    operators = _through_operators(q)
+    if operators or predicate_mask is not None:
+        _check_tensors(q, k, v, startend_row_indices, alibi_slopes)
+    else:
+        _torch_of(q, "q")  # the tensor checks run in the launch, once per call signature
     if predicate_mask is not None:
-        return predicates.attention(torch, q, k, v, predicate_mask, scale, return_lse,
-                                    deterministic, softcap, alibi_slopes)
-    if startend_row_indices is not None:
-        _check_startend(torch, startend_row_indices, q, k)
-    modifiers = (softcap, alibi_slopes)
-    forward_spec = _spec_text(q, v, mask, causal, startend_row_indices, True, *modifiers)
-    backward_spec = (f"{_spec_text(q, v, mask, causal, startend_row_indices, False, *modifiers)}"
-                     f" direction=backward deterministic={str(deterministic).lower()}")
-    o, lse = _attention_function(torch).apply(q, k, v, startend_row_indices, forward_spec,
-                                              backward_spec, scale, tuple(window), softcap,
-                                              alibi_slopes)
+        names = predicate_mask.names
+        tensors = [predicate_mask.tensors[name] for name in names]
+        _check_predicate_tensors(q, names, tensors)
+        arguments = (q, k, v, tensors, predicate_mask.scalars, predicate_mask.structure)
+        trailing = (alibi_slopes, scale_value, cap, deterministic)
+        if operators:
+            o, lse = _ops.attention_predicate(*arguments, " ".join(names), *trailing)
+        else:
+            o, lse = _functions()[1].apply(*arguments, names, *trailing)
+    else:
+        arguments = (q, k, v, startend_row_indices, alibi_slopes, mask, causal, scale_value,
+                     window_left, window_right, cap, deterministic)
+        if operators:
+            o, lse = _ops.attention(*arguments)
+        else:
+            o, lse = _functions()[0].apply(*arguments)
     return (o, lse) if return_lse else o
 
 
-_function = None
+def _through_operators(q):
+    """Whether a call goes through the torch.ops.attnjit operators: when torch.compile traces
+    it, and whenever q is not a plain tensor or a dispatch or function mode is active (fake
+    tensors, make_fx, functionalization). Plain eager calls launch directly: the same launches
+    without the dispatcher's round trip. Without the operators (PyTorch < 2.4) never."""
+    if _ops is None:
+        return False
+    if _torch.compiler.is_compiling():
+        return True
+    return (not _EAGER_DIRECT or type(q) is not _torch.Tensor or _modes_active()
+            or _is_wrapped(q))
 
 
-def _attention_function(torch):
-    """The torch.autograd.Function behind attention(), defined on first use so that importing
-    attnjit needs no PyTorch."""
-    global _function
-    if _function is None:
-        _function = _define_attention_function(torch)
-    return _function
+# Tests and the host-overhead benchmark set this to False to run eager calls through the
+# operators too.
+_EAGER_DIRECT = True
 
 
-def _define_attention_function(torch):
+def _modes_active():
+    return _dispatch_stack_depth() > 0 or _function_mode_enabled()
+
+
+_functions_defined = None
+
+
+def _functions():
+    """(Attention, PredicateAttention): the torch.autograd.Functions of eager calls, defined on
+    first use so that importing attnjit needs no PyTorch."""
+    global _functions_defined
+    if _functions_defined is None:
+        _functions_defined = _define_functions(_torch)
+    return _functions_defined
+
+
+def _define_functions(torch):
+    once_differentiable = torch.autograd.function.once_differentiable
+
     class Attention(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, indices, forward_spec, backward_spec, scale, window, softcap,
-                    slopes):
-            batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
-            o = torch.empty((batch, seqlen_q, heads, v.shape[3]), dtype=q.dtype,
-                            device=q.device)
-            lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
-            compile(forward_spec).run(q, k, v, o, lse=lse, startend_row_indices=indices,
-                                      scale=scale, window=window, softcap=softcap,
-                                      alibi_slopes=slopes)
+        def forward(ctx, q, k, v, indices, slopes, *arguments):
+            # arguments: mask, causal, scale, window_left, window_right, softcap, deterministic
+            o, lse = _launch.forward(torch, q, k, v, indices, slopes, *arguments[:-1], True, "",
+                                     _check_tensors)
             ctx.save_for_backward(q, k, v, o, lse, indices, slopes)
-            ctx.backward_spec = backward_spec
-            ctx.scale = scale
-            ctx.window = window
-            ctx.softcap = softcap
+            ctx.arguments = arguments
             ctx.mark_non_differentiable(lse)
             return o, lse
 
         @staticmethod
-        @torch.autograd.function.once_differentiable
+        @once_differentiable
         def backward(ctx, d_o, _d_lse):
             q, k, v, o, lse, indices, slopes = ctx.saved_tensors
-            if not _is_kernel_layout(d_o):
-                d_o = d_o.contiguous()
-            d_q, d_k, d_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-            compile(ctx.backward_spec).run_backward(
-                q, k, v, o, d_o, lse, d_q, d_k, d_v, startend_row_indices=indices,
-                scale=ctx.scale, window=ctx.window, softcap=ctx.softcap, alibi_slopes=slopes)
-            return d_q, d_k, d_v, None, None, None, None, None, None, None
+            d_q, d_k, d_v = _launch.attention_backward(torch, d_o, q, k, v, o, lse, indices,
+                                                       slopes, *ctx.arguments)
+            return (d_q, d_k, d_v) + (None,) * 9
 
-    return Attention
+    class PredicateAttention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, tensors, scalars, structure, names, slopes, scale, softcap,
+                    deterministic):
+            o, lse = _launch.predicate_forward(torch, q, k, v, tensors, scalars, structure,
+                                               names, slopes, scale, softcap)
+            ctx.save_for_backward(q, k, v, o, lse, slopes)
+            ctx.arguments = (tensors, scalars, structure, names)
+            ctx.trailing = (scale, softcap, deterministic)
+            ctx.mark_non_differentiable(lse)
+            return o, lse
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, d_o, _d_lse):
+            q, k, v, o, lse, slopes = ctx.saved_tensors
+            d_q, d_k, d_v = _launch.predicate_backward(torch, d_o, q, k, v, o, lse,
+                                                       *ctx.arguments, slopes, *ctx.trailing)
+            return (d_q, d_k, d_v) + (None,) * 8
+
+    return Attention, PredicateAttention
+
+
+def cache_stats():
+    """The library's kernel-cache counters since the process started: memory_hits, disk_hits,
+    compiles (kernel sets built with NVRTC) and memory_entries."""
+    return _launch.cache_counters()
 
 
 def _is_kernel_layout(tensor):
     """Whether the kernels take `tensor` as it is: last dimension contiguous, the other strides
     whole 16-byte rows (multiples of 8 elements), a 16-byte aligned start."""
-    strides = tensor.stride()
-    return (strides[-1] == 1 and all(stride % 8 == 0 for stride in strides[:-1])
-            and tensor.data_ptr() % 16 == 0)
+    return _launch._kernel_layout(tensor) is tensor
 
 
 def _check_mask_arguments(mask, causal, indices):
@@ -384,23 +420,9 @@ def _check_softcap(softcap):
     return float(softcap)
 
 
-def _check_alibi_slopes(torch, slopes, q):
-    _torch_of(slopes, "alibi_slopes")
-    heads = q.shape[2]
-    if slopes.dtype != torch.float32:
-        raise TypeError(f"alibi_slopes: dtype {slopes.dtype}; accepted: torch.float32")
-    if slopes.device != q.device:
-        raise ValueError(f"alibi_slopes: on {slopes.device} but q is on {q.device}; accepted: "
-                         "q's device")
-    if tuple(slopes.shape) != (heads,):
-        raise ValueError(f"alibi_slopes: shape {tuple(slopes.shape)}; accepted: [H={heads}], "
-                         "one slope per query head")
-    if not slopes.is_contiguous():
-        raise ValueError("alibi_slopes: not contiguous; accepted: a contiguous tensor (call "
-                         ".contiguous())")
-
-
 def _check_window(window):
+    if type(window) is tuple and window == (-1, 0):  # the default, quickly
+        return -1, 0
     is_int = [isinstance(w, int) and not isinstance(w, bool) for w in window] \
         if isinstance(window, (tuple, list)) else []
     if len(is_int) != 2 or not all(is_int):
@@ -413,13 +435,12 @@ def _check_window(window):
 
 def _torch_of(tensor, name):
     """The torch module of a tensor argument; TypeError naming the argument if it is none."""
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(tensor, torch.Tensor):
+    if _torch is None or not isinstance(tensor, _torch.Tensor):
         note = ""
-        if importlib.util.find_spec("torch") is None:
+        if _torch is None:
             note = " (PyTorch is not installed; attnjit needs it to run kernels)"
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}{note}")
-    return torch
+    return _torch
 
 
 def _dtype_name(tensor):
@@ -432,7 +453,7 @@ def _descriptor(name, tensor):
         return None
     _torch_of(tensor, name)
     if tensor.device.type != "cuda":
-        raise ValueError(f"{name}: on device {tensor.device}; accepted: a CUDA device")
+        raise AttnjitError(f"{name}: on device {tensor.device}; accepted: a CUDA device")
     code = _DTYPE_CODES.get(_dtype_name(tensor))
     if code is None:
         accepted = ", ".join("torch." + dtype for dtype in _DTYPE_CODES)
@@ -446,32 +467,49 @@ def _descriptor(name, tensor):
                        (ctypes.c_int64 * 4)(*tensor.stride(), *padding))
 
 
-def _check_activations(q, k, v):
+def _check_on_device(name, tensor, q):
+    """AttnjitError naming `tensor` when it is on the CPU or on another device than q."""
+    if tensor.device.type != "cuda":
+        raise AttnjitError(f"{name}: on device {tensor.device}; accepted: a CUDA device (that "
+                           "of q)")
+    if tensor.device != q.device:
+        raise AttnjitError(f"{name}: on {tensor.device} but q is on {q.device}; accepted: "
+                           "q's device")
+
+
+def _check_tensors(q, k, v, indices=None, slopes=None):
+    """The checks of the tensor arguments that need no device: types, devices, dtypes, ranks,
+    shapes and the layouts the kernels need. attnjit.forward/attention and the operators' fake
+    implementations run them, so a mismatch found while tracing reads like an eager one."""
+    torch = _torch_of(q, "q")
     for name, tensor in (("q", q), ("k", k), ("v", v)):
         _torch_of(tensor, name)
-        if tensor.device.type != "cuda":
-            raise ValueError(f"{name}: on device {tensor.device}; accepted: a CUDA device")
-        if tensor.device != q.device:
-            raise ValueError(f"{name}: on {tensor.device} but q is on {q.device}; accepted: "
-                             "q's device")
-        if _dtype_name(tensor) not in _SPEC_DTYPES:
+        _check_on_device(name, tensor, q)
+        if tensor.dtype != torch.float16 and tensor.dtype != torch.bfloat16:
             raise TypeError(f"{name}: dtype {tensor.dtype}; accepted: torch.bfloat16, "
                             "torch.float16")
         if tensor.dtype != q.dtype:
             raise TypeError(f"{name}: dtype {tensor.dtype} but q is {q.dtype}; accepted: one "
                             "dtype for q, k and v")
         if tensor.dim() != 4:
-            raise ValueError(f"{name}: rank {tensor.dim()} (shape {tuple(tensor.shape)}); "
-                             "accepted: 4, [batch, seq, heads, head_dim]")
+            raise AttnjitError(f"{name}: rank {tensor.dim()} (shape {tuple(tensor.shape)}); "
+                               "accepted: 4, [batch, seq, heads, head_dim]")
         if tensor.stride(-1) != 1:
-            raise ValueError(f"{name}: last dimension has stride {tensor.stride(-1)}; "
-                             "accepted: 1 (contiguous head_dim)")
+            raise AttnjitError(f"{name}: last dimension has stride {tensor.stride(-1)}; "
+                               "accepted: 1 (contiguous head_dim)")
     if tuple(k.shape[:3]) != tuple(v.shape[:3]):
-        raise ValueError(f"v: shape {tuple(v.shape)} differs from k {tuple(k.shape)} in "
-                         "[batch, seq, heads]")
+        raise AttnjitError(f"v: shape {tuple(v.shape)} differs from k {tuple(k.shape)} in "
+                           "[batch, seq, heads]")
     if k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]:
-        raise ValueError(f"k: shape {tuple(k.shape)} differs from q {tuple(q.shape)} in batch "
-                         "or head_dim")
+        raise AttnjitError(f"k: shape {tuple(k.shape)} differs from q {tuple(q.shape)} in "
+                           "batch or head_dim")
+    if k.shape[2] == 0 or q.shape[2] % k.shape[2] != 0:
+        raise AttnjitError(f"k: {k.shape[2]} heads; accepted: a divisor of q's {q.shape[2]} "
+                           "heads (GQA/MQA)")
+    if indices is not None:
+        _check_startend(torch, indices, q, k)
+    if slopes is not None:
+        _check_alibi_slopes(torch, slopes, q)
 
 
 def _check_startend(torch, indices, q, k):
@@ -479,24 +517,65 @@ def _check_startend(torch, indices, q, k):
     shape = tuple(indices.shape)
     if indices.dtype != torch.int32:
         raise TypeError(f"startend_row_indices: dtype {indices.dtype}; accepted: torch.int32")
-    if indices.device != q.device:
-        raise ValueError(f"startend_row_indices: on {indices.device} but q is on {q.device}; "
-                         "accepted: q's device")
-    batch, seqlen_k = k.shape[0], k.shape[1]
-    if len(shape) != 4 or shape[0] != batch or shape[2] != seqlen_k or shape[3] not in (1, 2, 4):
-        raise ValueError(f"startend_row_indices: shape {shape}; accepted: [B={batch}, Hm, "
-                         f"Sk={seqlen_k}, C] with C in 1, 2, 4")
+    _check_on_device("startend_row_indices", indices, q)
+    batch, seqlen_k, kv_heads = k.shape[0], k.shape[1], k.shape[2]
+    if (len(shape) != 4 or shape[0] != batch or shape[1] not in (1, kv_heads)
+            or shape[2] != seqlen_k or shape[3] not in (1, 2, 4)):
+        raise AttnjitError(f"startend_row_indices: shape {shape}; accepted: [B={batch}, "
+                           f"Hm in (1, {kv_heads}), Sk={seqlen_k}, C] with C in 1, 2, 4")
     if not indices.is_contiguous():
-        raise ValueError("startend_row_indices: not contiguous; accepted: a contiguous tensor "
-                         "(call .contiguous())")
+        raise AttnjitError("startend_row_indices: not contiguous; accepted: a contiguous "
+                           "tensor (call .contiguous())")
+
+
+def _check_alibi_slopes(torch, slopes, q):
+    _torch_of(slopes, "alibi_slopes")
+    heads = q.shape[2]
+    if slopes.dtype != torch.float32:
+        raise TypeError(f"alibi_slopes: dtype {slopes.dtype}; accepted: torch.float32")
+    _check_on_device("alibi_slopes", slopes, q)
+    if tuple(slopes.shape) != (heads,):
+        raise AttnjitError(f"alibi_slopes: shape {tuple(slopes.shape)}; accepted: [H={heads}], "
+                           "one slope per query head")
+    if not slopes.is_contiguous():
+        raise AttnjitError("alibi_slopes: not contiguous; accepted: a contiguous tensor (call "
+                           ".contiguous())")
+
+
+def _check_predicate_tensors(q, names, tensors):
+    torch = _torch_of(q, "q")
+    for name, tensor in zip(names, tensors):
+        label = f"tensors[{name!r}]"
+        if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.int32:
+            raise TypeError(f"{label}: expected an int32 torch.Tensor")
+        _check_on_device(label, tensor, q)
 
 
 def _spec_text(q, v, mask, causal, indices, return_lse, softcap, alibi_slopes):
-    if mask == "none" and causal:
-        mask = "causal"
-    if mask == "flashmask":
-        mask = f"flashmask(causal={str(causal).lower()},columns={indices.shape[3]})"
-    return (f"dtype={_SPEC_DTYPES[_dtype_name(q)]} head_dim_qk={q.shape[3]} "
-            f"head_dim_v={v.shape[3]} mask={mask} return_lse={str(return_lse).lower()} "
-            f"softcap={str(softcap is not None).lower()} "
-            f"alibi={str(alibi_slopes is not None).lower()}")
+    """The spec text attnjit.forward builds from its arguments (q and v give the dtype and
+    head dims, indices the columns of a FlashMask)."""
+    return _launch.spec_text(q.dtype, q.shape[3], v.shape[3], mask, causal,
+                             0 if indices is None else indices.shape[3], return_lse,
+                             softcap is not None, alibi_slopes is not None)
+
+
+def _load_torch():
+    """torch (and the torch.ops.attnjit operators, with PyTorch 2.4 or newer) when PyTorch is
+    installed: imported here, not when first used, because torch.compile must find the
+    operators defined before it traces a call."""
+    if importlib.util.find_spec("torch") is None:
+        return None, None
+    import torch
+
+    from . import _ops as ops
+    return torch, ops.register(torch, _check_tensors, _check_predicate_tensors)
+
+
+_torch, _ops = _load_torch()
+_C = getattr(_torch, "_C", None)
+_dispatch_stack_depth = getattr(_C, "_len_torch_dispatch_stack", None)
+_function_mode_enabled = getattr(_C, "_is_torch_function_mode_enabled", None)
+_functorch = getattr(_C, "_functorch", None)
+_is_wrapped = getattr(_functorch, "is_functorch_wrapped_tensor", None)
+if None in (_dispatch_stack_depth, _function_mode_enabled, _is_wrapped):
+    _EAGER_DIRECT = False  # this PyTorch cannot tell a plain eager call: always the operators

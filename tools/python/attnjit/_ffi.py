@@ -1,7 +1,8 @@
 """ctypes declarations of libattnjit's C ABI (include/attnjit/attnjit.h) and the library lookup.
 
-The library is found from the ATTNJIT_LIBRARY environment variable, else in the build trees of
-the repository holding this package: <repo>/build/libattnjit.so, then <repo>/build-*/.
+The library is found from the ATTNJIT_LIBRARY environment variable, else next to this file (an
+installed package: `pip install .` puts it there), else in the build trees of the repository
+holding this package: <repo>/build/libattnjit.so, then <repo>/build-*/.
 """
 
 import ctypes
@@ -46,6 +47,21 @@ class Tensor(ctypes.Structure):
     ]
 
 
+SLOT_COUNT = 11  # ATTNJIT_SLOT_COUNT: q, k, v, o, lse, startend_row_indices, alibi_slopes,
+                 # d_o, d_q, d_k, d_v
+
+
+class CacheCounters(ctypes.Structure):
+    """attnjit_cache_counters."""
+
+    _fields_ = [
+        ("memory_hits", ctypes.c_uint64),
+        ("disk_hits", ctypes.c_uint64),
+        ("compiles", ctypes.c_uint64),
+        ("memory_entries", ctypes.c_uint64),
+    ]
+
+
 class PredicateInputs(ctypes.Structure):
     """attnjit_predicate_inputs: the scalar values and the named tensors of a predicate mask."""
     _fields_ = [
@@ -62,7 +78,10 @@ def candidate_paths():
     configured = os.environ.get("ATTNJIT_LIBRARY")
     if configured:
         return [Path(configured)]
-    repo = Path(__file__).resolve().parents[3]
+    here = Path(__file__).resolve().parent
+    if (here / LIBRARY_NAME).is_file():
+        return [here / LIBRARY_NAME]
+    repo = here.parents[2]
     return [repo / "build" / LIBRARY_NAME] + sorted(repo.glob("build-*/" + LIBRARY_NAME))
 
 
@@ -104,6 +123,17 @@ def _declare(lib):
                 ctypes.c_float, ctypes.c_float, tensor_p, ctypes.c_void_p]),
         "attnjit_predicate_lift": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p,
                                                   ctypes.c_size_t]),
+        "attnjit_compile_for_device": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int,
+                                                      ctypes.POINTER(kernel_p)]),
+        "attnjit_launch_prepare": (ctypes.c_int, [kernel_p, tensor_p, ctypes.c_int,
+                                                  ctypes.POINTER(PredicateInputs),
+                                                  ctypes.c_float, ctypes.c_int, ctypes.c_int,
+                                                  ctypes.c_float, ctypes.c_int,
+                                                  ctypes.POINTER(ctypes.c_void_p)]),
+        "attnjit_launch_run": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                              ctypes.c_void_p]),
+        "attnjit_launch_release": (None, [ctypes.c_void_p]),
+        "attnjit_cache_stats": (ctypes.c_int, [ctypes.POINTER(CacheCounters)]),
         "attnjit_kernel_info": (ctypes.c_int, [kernel_p, ctypes.c_char_p, ctypes.c_size_t]),
         "attnjit_cache_clear": (ctypes.c_int, [ctypes.c_int, ctypes.c_int]),
         "attnjit_cache_dir": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]),

@@ -30,7 +30,6 @@ accepted.
 import array
 import ctypes
 import importlib.util
-import sys
 
 from . import _ffi
 
@@ -182,10 +181,11 @@ class FlashMask:
             raise ValueError("mask: a FlashMask given together with causal= or "
                              "startend_row_indices=; accepted: the mask alone (it holds them)")
         indices = self.startend_row_indices
-        torch = sys.modules.get("torch")
-        if indices is not None and torch is not None and isinstance(q, torch.Tensor) \
-                and isinstance(indices, torch.Tensor) and indices.device != q.device:
-            key = str(q.device)
+        # Attribute look-ups only (torch.compile traces this): a tensor q and tensor vectors
+        # on another device get a copy on q's device.
+        device = getattr(q, "device", None)
+        if device is not None and getattr(indices, "device", device) != device:
+            key = str(device)
             if key not in self._on_device:
                 self._on_device[key] = indices.to(q.device)
             indices = self._on_device[key]

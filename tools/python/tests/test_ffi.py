@@ -300,6 +300,69 @@ class LibraryTest(TemporaryCacheTest):
                          _ffi.USER_ERROR)
         self.assertIn("alibi_slopes: missing", lib.attnjit_last_error().decode())
 
+    def test_prepared_launch_checks_its_arguments(self):
+        lib = _ffi.lib
+        kernel = attnjit.compile(SPEC)
+        ok = _ffi.Tensor(None, _ffi.BF16, 4, (1, 64, 1, 64), (4096, 64, 64, 1))
+
+        def prepare(tensors, count=_ffi.SLOT_COUNT, device=0):
+            handle = ctypes.c_void_p()
+            code = lib.attnjit_launch_prepare(kernel._handle, tensors, count, None, 0.0, -1, 0,
+                                              0.0, device, ctypes.byref(handle))
+            return code, handle
+
+        slots = (_ffi.Tensor * _ffi.SLOT_COUNT)(ok, ok, ok, ok)
+        self.assertEqual(prepare(slots, count=4)[0], _ffi.USER_ERROR)
+        self.assertIn("tensor_count: got '4'; accepted: 11", lib.attnjit_last_error().decode())
+        self.assertEqual(prepare(slots, device=-2)[0], _ffi.USER_ERROR)
+        self.assertIn("device: got '-2'", lib.attnjit_last_error().decode())
+        missing_v = (_ffi.Tensor * _ffi.SLOT_COUNT)(ok, ok, _ffi.Tensor(), ok)
+        self.assertEqual(prepare(missing_v)[0], _ffi.USER_ERROR)
+        self.assertIn("tensors[2] (v): got 'rank 0 (absent)'", lib.attnjit_last_error().decode())
+        with_grad = (_ffi.Tensor * _ffi.SLOT_COUNT)(ok, ok, ok, ok, _ffi.Tensor(), _ffi.Tensor(),
+                                                    _ffi.Tensor(), ok)
+        self.assertEqual(prepare(with_grad)[0], _ffi.USER_ERROR)
+        self.assertIn("tensors[7] (d_o): got 'a tensor'; accepted: rank 0 (absent) for a "
+                      "forward kernel", lib.attnjit_last_error().decode())
+
+        code, handle = prepare(slots)
+        self.assertEqual(code, _ffi.OK, lib.attnjit_last_error().decode())
+        data = (ctypes.c_void_p * _ffi.SLOT_COUNT)(0x1000, 0x1000, 0x1000, 0x1000)
+        self.assertEqual(lib.attnjit_launch_run(handle, data, 3, None), _ffi.USER_ERROR)
+        self.assertIn("data_count: got '3'; accepted: 11", lib.attnjit_last_error().decode())
+        data[1] = None
+        self.assertEqual(lib.attnjit_launch_run(handle, data, _ffi.SLOT_COUNT, None),
+                         _ffi.USER_ERROR)
+        self.assertIn("data[1] (k): got 'NULL'", lib.attnjit_last_error().decode())
+        data[1], data[4] = 0x1000, 0x2000
+        self.assertEqual(lib.attnjit_launch_run(handle, data, _ffi.SLOT_COUNT, None),
+                         _ffi.USER_ERROR)
+        self.assertIn("data[4] (lse): got 'a pointer'; accepted: NULL",
+                      lib.attnjit_last_error().decode())
+        self.assertEqual(lib.attnjit_launch_run(None, data, _ffi.SLOT_COUNT, None),
+                         _ffi.USER_ERROR)
+        self.assertIn("launch: got 'NULL'", lib.attnjit_last_error().decode())
+        lib.attnjit_launch_release(handle)
+        lib.attnjit_launch_release(None)
+
+    def test_compile_for_device_and_cache_counters(self):
+        lib = _ffi.lib
+        handle = ctypes.c_void_p()
+        self.assertEqual(lib.attnjit_compile_for_device(SPEC.encode(), -3, ctypes.byref(handle)),
+                         _ffi.USER_ERROR)
+        self.assertIn("device: got '-3'", lib.attnjit_last_error().decode())
+        before = attnjit.cache_stats()
+        self.assertCountEqual(before, ["memory_hits", "disk_hits", "compiles", "memory_entries"])
+        # An explicit target needs no device, whatever ordinal is named.
+        spec = "dtype=fp16 head_dim=64 mask=none target=sm_80"
+        self.assertEqual(lib.attnjit_compile_for_device(spec.encode(), 5, ctypes.byref(handle)),
+                         _ffi.OK, lib.attnjit_last_error().decode())
+        kernel = attnjit.Kernel(handle)
+        self.assertIn("target=sm_80", kernel.spec.split())
+        after = attnjit.cache_stats()
+        self.assertEqual(after["compiles"] + after["disk_hits"] + after["memory_hits"],
+                         before["compiles"] + before["disk_hits"] + before["memory_hits"] + 1)
+
     def test_missing_library_is_an_import_error_listing_the_paths(self):
         environment = dict(os.environ, ATTNJIT_LIBRARY="/nonexistent/libattnjit.so",
                            PYTHONPATH=str(PYTHON_DIR))

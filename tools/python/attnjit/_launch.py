@@ -1,0 +1,378 @@
+"""The launches under attnjit.forward, attnjit.attention and the torch custom ops (_ops.py).
+
+Each function here takes real CUDA tensors, allocates the outputs with torch on the inputs'
+device, and enqueues attnjit's kernels on torch's current stream of that device through a
+prepared launch of the C ABI (attnjit_launch_prepare / attnjit_launch_run). What follows from
+(spec arguments, dtype, device) -- the spec text, the compiled kernel -- and from (kernel,
+shapes, strides, scalars) -- the prepared launch -- is cached, so a repeated call does: the
+device checks, two dictionary look-ups, the output allocations, and one ctypes call with the
+data pointers and the stream. Nothing here synchronises the host, so the calls can be captured
+into CUDA graphs (after a first call has compiled and loaded the kernels).
+
+Scratch memory: the kernels take stream-ordered scratch inside the library today. Every launch
+goes through `run`, the one place where a caller workspace from torch's caching allocator will
+be allocated and handed to the C ABI once it takes one.
+"""
+
+import ctypes
+
+from . import _ffi
+from ._ffi import AttnjitError
+
+Q, K, V, O, LSE, INDICES, SLOPES, D_O, D_Q, D_K, D_V = range(_ffi.SLOT_COUNT)
+_SLOT_NAMES = ("q", "k", "v", "o", "lse", "startend_row_indices", "alibi_slopes", "d_o", "d_q",
+               "d_k", "d_v")
+_SPEC_DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
+_CODES = {"float16": _ffi.FP16, "bfloat16": _ffi.BF16, "float32": _ffi.FP32,
+          "int32": _ffi.INT32}
+# The bound on each cache below: shapes that change at every call (varying sequence lengths)
+# must not grow them without limit; past it a cache starts over.
+_CACHE_LIMIT = 4096
+
+_kernels = {}   # (spec text, device index) -> (Kernel, returns lse)
+_specs = {}     # (spec arguments, dtype, head dims, ...) -> spec text
+_launches = {}  # (kernel key, shapes, strides, scalars) -> _Launch
+
+
+class _Launch:
+    """An attnjit_launch handle, released with its last reference."""
+
+    __slots__ = ("handle", "_release")
+
+    def __init__(self, handle):
+        self.handle = handle
+        self._release = _ffi.lib.attnjit_launch_release
+
+    def __del__(self):
+        if self.handle:
+            self._release(self.handle)
+
+
+def _raw_stream_getter(torch):
+    """The cheapest way to read the raw CUstream of torch's current stream of a device index."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    return lambda index: torch.cuda.current_stream(index).cuda_stream
+
+
+_stream = None
+
+
+def stream_of(torch, index):
+    """The raw CUstream (an int) of torch's current stream on CUDA device `index`."""
+    global _stream
+    if _stream is None:
+        _stream = _raw_stream_getter(torch)
+    return _stream(index)
+
+
+def kernel(spec, index):
+    """(Kernel, returns_lse) of `spec` compiled for CUDA device `index` (its arch when the spec
+    has no target=); compiled once per process, spec text and device."""
+    key = (spec, index)
+    found = _kernels.get(key)
+    if found is None:
+        from . import Kernel
+        handle = ctypes.c_void_p()
+        _ffi.check(_ffi.lib.attnjit_compile_for_device(spec.encode(), index,
+                                                       ctypes.byref(handle)))
+        compiled = Kernel(handle)
+        found = (compiled, "return_lse=true" in compiled.spec.split())
+        if len(_kernels) >= _CACHE_LIMIT:
+            _kernels.clear()
+        _kernels[key] = found
+    return found
+
+
+def spec_text(dtype, head_dim_qk, head_dim_v, mask, causal, columns, return_lse, softcap,
+              alibi, backward=False, deterministic=False):
+    """The spec of one call (cached): dtype a torch dtype, mask one of attnjit.MASKS or a
+    predicate's lifted structure as predicate(...)."""
+    key = (dtype, head_dim_qk, head_dim_v, mask, causal, columns, return_lse, softcap, alibi,
+           backward, deterministic)
+    text = _specs.get(key)
+    if text is None:
+        name = str(dtype).removeprefix("torch.")
+        if mask == "none" and causal:
+            mask = "causal"
+        if mask == "flashmask":
+            mask = f"flashmask(causal={str(causal).lower()},columns={columns})"
+        text = (f"dtype={_SPEC_DTYPES[name]} head_dim_qk={head_dim_qk} "
+                f"head_dim_v={head_dim_v} mask={mask} return_lse={str(return_lse).lower()} "
+                f"softcap={str(softcap).lower()} alibi={str(alibi).lower()}")
+        if backward:
+            text += f" direction=backward deterministic={str(deterministic).lower()}"
+        if len(_specs) >= _CACHE_LIMIT:
+            _specs.clear()
+        _specs[key] = text
+    return text
+
+
+def device_index(tensors):
+    """The CUDA device index of the named tensors (pairs of name, tensor or None); AttnjitError
+    naming the first tensor on the CPU or on another device than the first one."""
+    index = None
+    first = None
+    for name, tensor in tensors:
+        if tensor is None:
+            continue
+        device = tensor.get_device()
+        if device < 0:
+            raise AttnjitError(f"{name}: on device {tensor.device}; accepted: a CUDA device")
+        if index is None:
+            index, first = device, name
+        elif device != index:
+            raise AttnjitError(f"{name}: on {tensor.device} but {first} is on cuda:{index}; "
+                               f"accepted: {first}'s device")
+    return index
+
+
+def _descriptor(name, tensor):
+    """The attnjit_tensor (shape, strides, dtype; no pointer) of a slot; rank 0 when absent."""
+    if tensor is None:
+        return _ffi.Tensor()
+    code = _CODES.get(str(tensor.dtype).removeprefix("torch."))
+    if code is None:
+        raise AttnjitError(f"{name}: dtype {tensor.dtype}; accepted: "
+                           + ", ".join("torch." + d for d in _CODES))
+    rank = tensor.dim()
+    if rank < 1 or rank > 4:
+        raise AttnjitError(f"{name}: rank {rank}; accepted: 1 to 4")
+    padding = [0] * (4 - rank)
+    return _ffi.Tensor(None, code, rank, (ctypes.c_int64 * 4)(*tensor.shape, *padding),
+                       (ctypes.c_int64 * 4)(*tensor.stride(), *padding))
+
+
+def _prepare(compiled, slots, predicate, scalars, index):
+    """A new _Launch binding `slots` (11 tensors or None) and the scalar arguments."""
+    descriptors = (_ffi.Tensor * _ffi.SLOT_COUNT)(
+        *[_descriptor(name, tensor) for name, tensor in zip(_SLOT_NAMES, slots)])
+    inputs = None
+    keep = None
+    if predicate is not None:
+        structure, names, values, tensors = predicate
+        count = len(names)
+        values_array = (ctypes.c_int32 * max(len(values), 1))(*values)
+        names_array = (ctypes.c_char_p * max(count, 1))(*[n.encode() for n in names])
+        tensor_array = (_ffi.Tensor * max(count, 1))(
+            *[_descriptor(f"tensors[{n!r}]", t) for n, t in zip(names, tensors)])
+        inputs = _ffi.PredicateInputs(
+            ctypes.cast(values_array, ctypes.POINTER(ctypes.c_int32)), len(values),
+            ctypes.cast(names_array, ctypes.POINTER(ctypes.c_char_p)),
+            ctypes.cast(tensor_array, ctypes.POINTER(_ffi.Tensor)), count)
+        keep = (values_array, names_array, tensor_array)
+    scale, window_left, window_right, softcap = scalars
+    handle = ctypes.c_void_p()
+    _ffi.check(_ffi.lib.attnjit_launch_prepare(
+        compiled._handle, descriptors, _ffi.SLOT_COUNT,
+        None if inputs is None else ctypes.byref(inputs), scale, window_left, window_right,
+        softcap, index, ctypes.byref(handle)))
+    del keep
+    return _Launch(handle)
+
+
+def _layout(tensor):
+    return None if tensor is None else (tensor.shape, tensor.stride())
+
+
+def run(torch, compiled, slots, scalars, index, predicate=None):
+    """Enqueues `compiled` on torch's current stream of device `index` with the tensors of the
+    11 slots (None: absent) and scalars (scale, window_left, window_right, softcap);
+    `predicate` is (structure, names, scalar values, tensors) for a predicate mask."""
+    key = (compiled._handle.value, index, scalars, tuple(map(_layout, slots)))
+    pointers = [0 if t is None else t.data_ptr() for t in slots]
+    if predicate is not None:
+        key += (predicate[0], tuple(predicate[2]), tuple(map(_layout, predicate[3])))
+        pointers += [t.data_ptr() for t in predicate[3]]
+    launch = _launches.get(key)
+    if launch is None:
+        launch = _prepare(compiled, slots, predicate, scalars, index)
+        if len(_launches) >= _CACHE_LIMIT:
+            _launches.clear()
+        _launches[key] = launch
+    # A caller workspace (when the C ABI takes one) is allocated here, from torch's caching
+    # allocator on device `index`, and passed with the data pointers.
+    data = (ctypes.c_void_p * len(pointers))(*pointers)
+    code = _ffi.lib.attnjit_launch_run(launch.handle, data, len(pointers),
+                                       stream_of(torch, index))
+    if code:
+        _ffi.check(code)
+
+
+def _kernel_layout(tensor):
+    """`tensor`, or a contiguous copy when the kernels do not take its layout (last dimension
+    contiguous, other strides whole 16-byte rows, a 16-byte aligned start)."""
+    strides = tensor.stride()
+    if (strides[-1] == 1 and all(stride % 8 == 0 for stride in strides[:-1])
+            and tensor.data_ptr() % 16 == 0):
+        return tensor
+    return tensor.contiguous()
+
+
+def _signature(tensor):
+    return None if tensor is None else (tensor.get_device(), tensor.dtype, tensor.shape,
+                                        tensor.stride())
+
+
+class _Call:
+    """What a call with one signature (arguments, devices, dtypes, shapes, strides) needs:
+    its prepared launch, device and output shapes."""
+
+    __slots__ = ("launch", "index", "o_shape", "lse_shape")
+
+    def __init__(self, launch, index, o_shape, lse_shape):
+        self.launch = launch
+        self.index = index
+        self.o_shape = o_shape
+        self.lse_shape = lse_shape
+
+
+_calls = {}  # call signature -> _Call
+_run = _ffi.lib.attnjit_launch_run
+_Pointers = ctypes.c_void_p * _ffi.SLOT_COUNT
+
+
+def _remember(key, call):
+    if len(_calls) >= _CACHE_LIMIT:
+        _calls.clear()
+    _calls[key] = call
+
+
+def _enqueue(torch, call, pointers):
+    code = _run(call.launch.handle, _Pointers(*pointers), _ffi.SLOT_COUNT,
+                stream_of(torch, call.index))
+    if code:
+        _ffi.check(code)
+
+
+def forward(torch, q, k, v, indices, slopes, mask, causal, scale, window_left, window_right,
+            softcap, return_lse, spec, check=None):
+    """attnjit.forward's launch: (o, lse or None). `spec` "" builds the spec from the
+    arguments; scale 0.0 is 1/sqrt(D); softcap 0.0 is none. `check(q, k, v, indices, slopes)`
+    (attnjit's argument checks) runs the first time a call signature is seen: everything it
+    looks at is in the signature, so a repeated call skips it."""
+    try:
+        key = (mask, causal, return_lse, spec, scale, window_left, window_right, softcap,
+               _signature(q), _signature(k), _signature(v), _signature(indices),
+               _signature(slopes))
+    except (AttributeError, TypeError):
+        if check is not None:
+            check(q, k, v, indices, slopes)
+        raise
+    call = _calls.get(key)
+    if call is None:
+        if check is not None:
+            check(q, k, v, indices, slopes)
+        call = _forward_call(torch, q, k, v, indices, slopes, mask, causal, scale, window_left,
+                             window_right, softcap, return_lse, spec)
+        _remember(key, call)
+    o = q.new_empty(call.o_shape)
+    lse = None if call.lse_shape is None else q.new_empty(call.lse_shape, dtype=torch.float32)
+    _enqueue(torch, call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                           None if lse is None else lse.data_ptr(),
+                           None if indices is None else indices.data_ptr(),
+                           None if slopes is None else slopes.data_ptr()))
+    return o, lse
+
+
+def _forward_call(torch, q, k, v, indices, slopes, mask, causal, scale, window_left,
+                  window_right, softcap, return_lse, spec):
+    index = device_index((("q", q), ("k", k), ("v", v), ("startend_row_indices", indices),
+                          ("alibi_slopes", slopes)))
+    if not spec:
+        spec = spec_text(q.dtype, q.shape[3], v.shape[3], mask, causal,
+                         0 if indices is None else indices.shape[3], return_lse, softcap > 0,
+                         slopes is not None)
+    compiled, with_lse = kernel(spec, index)
+    batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
+    o_shape = (batch, seqlen_q, heads, v.shape[3])
+    lse_shape = (batch, heads, seqlen_q) if with_lse else None
+    o = q.new_empty(o_shape)
+    lse = None if lse_shape is None else q.new_empty(lse_shape, dtype=torch.float32)
+    launch = _prepare(compiled, (q, k, v, o, lse, indices, slopes, None, None, None, None),
+                      None, (scale, window_left, window_right, softcap), index)
+    return _Call(launch, index, o_shape, lse_shape)
+
+
+def attention_forward(torch, q, k, v, indices, slopes, mask, causal, scale, window_left,
+                      window_right, softcap):
+    """The forward of attnjit.attention: (o, lse), lse always computed for the backward."""
+    return forward(torch, q, k, v, indices, slopes, mask, causal, scale, window_left,
+                   window_right, softcap, True, "")
+
+
+def attention_backward(torch, d_o, q, k, v, o, lse, indices, slopes, mask, causal, scale,
+                       window_left, window_right, softcap, deterministic):
+    """(d_q, d_k, d_v) of attnjit.attention."""
+    d_o = _kernel_layout(d_o)
+    key = ("backward", mask, causal, deterministic, scale, window_left, window_right, softcap,
+           _signature(d_o), _signature(q), _signature(k), _signature(v), _signature(o),
+           _signature(lse), _signature(indices), _signature(slopes))
+    call = _calls.get(key)
+    if call is None:
+        index = device_index((("d_o", d_o), ("q", q), ("k", k), ("v", v), ("o", o),
+                              ("lse", lse), ("startend_row_indices", indices),
+                              ("alibi_slopes", slopes)))
+        spec = spec_text(q.dtype, q.shape[3], v.shape[3], mask, causal,
+                         0 if indices is None else indices.shape[3], False, softcap > 0,
+                         slopes is not None, True, deterministic)
+        compiled, _ = kernel(spec, index)
+        grads = _gradients(torch, q, k, v)
+        launch = _prepare(compiled, (q, k, v, o, lse, indices, slopes, d_o) + grads, None,
+                          (scale, window_left, window_right, softcap), index)
+        call = _Call(launch, index, None, None)
+        _remember(key, call)
+    d_q, d_k, d_v = _gradients(torch, q, k, v)
+    _enqueue(torch, call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                           lse.data_ptr(), None if indices is None else indices.data_ptr(),
+                           None if slopes is None else slopes.data_ptr(), d_o.data_ptr(),
+                           d_q.data_ptr(), d_k.data_ptr(), d_v.data_ptr()))
+    return d_q, d_k, d_v
+
+
+def _gradients(torch, q, k, v):
+    """d_q, d_k, d_v allocated like q, k, v (strides kept where torch keeps them)."""
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def predicate_forward(torch, q, k, v, tensors, scalars, structure, names, slopes, scale,
+                      softcap):
+    """The forward of attnjit.attention with a predicate mask: (o, lse)."""
+    named = [("q", q), ("k", k), ("v", v), ("alibi_slopes", slopes)]
+    named += [(f"tensors[{name!r}]", tensor) for name, tensor in zip(names, tensors)]
+    index = device_index(named)
+    spec = spec_text(q.dtype, q.shape[3], v.shape[3], f"predicate({structure})", False, 0, True,
+                     softcap > 0, slopes is not None)
+    compiled, _ = kernel(spec, index)
+    batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
+    o = q.new_empty((batch, seqlen_q, heads, v.shape[3]))
+    lse = q.new_empty((batch, heads, seqlen_q), dtype=torch.float32)
+    run(torch, compiled, (q, k, v, o, lse, None, slopes, None, None, None, None),
+        (scale, -1, 0, softcap), index, (structure, names, scalars, tensors))
+    return o, lse
+
+
+def predicate_backward(torch, d_o, q, k, v, o, lse, tensors, scalars, structure, names, slopes,
+                       scale, softcap, deterministic):
+    """(d_q, d_k, d_v) of attnjit.attention with a predicate mask."""
+    named = [("d_o", d_o), ("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse),
+             ("alibi_slopes", slopes)]
+    named += [(f"tensors[{name!r}]", tensor) for name, tensor in zip(names, tensors)]
+    index = device_index(named)
+    spec = spec_text(q.dtype, q.shape[3], v.shape[3], f"predicate({structure})", False, 0, False,
+                     softcap > 0, slopes is not None, True, deterministic)
+    compiled, _ = kernel(spec, index)
+    d_o = _kernel_layout(d_o)
+    d_q, d_k, d_v = _gradients(torch, q, k, v)
+    run(torch, compiled, (q, k, v, o, lse, None, slopes, d_o, d_q, d_k, d_v),
+        (scale, -1, 0, softcap), index, (structure, names, scalars, tensors))
+    return d_q, d_k, d_v
+
+
+def cache_counters():
+    """The library's cache counters as a dict (memory_hits, disk_hits, compiles,
+    memory_entries)."""
+    counters = _ffi.CacheCounters()
+    _ffi.check(_ffi.lib.attnjit_cache_stats(ctypes.byref(counters)))
+    return {name: getattr(counters, name) for name, _ in _ffi.CacheCounters._fields_}

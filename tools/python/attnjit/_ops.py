@@ -1,0 +1,172 @@
+"""attnjit's torch.library custom operators (PyTorch 2.4 or newer).
+
+    torch.ops.attnjit.forward                 attnjit.forward: (o, lse; lse empty [0] unless
+                                              the call returns it)
+    torch.ops.attnjit.attention               attnjit.attention's forward: (o, lse); its
+    torch.ops.attnjit.attention_backward      autograd formula calls this one
+    torch.ops.attnjit.attention_predicate     the same with a predicate mask: the predicate's
+    torch.ops.attnjit.attention_predicate_backward   tensors, scalars, structure and names (a
+                                              str, space-separated: the schema has no str[])
+
+Each has a fake implementation giving every output's shape, dtype and strides (after the same
+argument checks as the eager call, so a shape mismatch seen while tracing is the same
+AttnjitError), and the real one reads torch's current stream of the tensors' device when it
+runs. torch.compile therefore traces attnjit.attention into its graph without a break, and the
+graph can be captured into a CUDA graph. attnjit.forward and attnjit.attention call these
+operators whenever something traces them (torch.compile, make_fx, fake tensors, a dispatch
+mode); plain eager calls take the same launches directly, without the dispatcher's round trip.
+"""
+
+from typing import List, Optional, Tuple
+
+from . import _launch
+
+
+def _layout(tensor):
+    return None if tensor is None else _launch._kernel_layout(tensor)
+
+
+def _no_grad(argument, tensor_type):
+    """The gradient entry of a non-differentiable input, in the input's pytree structure."""
+    if isinstance(argument, (list, tuple)) and (
+            not argument or any(isinstance(x, tensor_type) for x in argument)):
+        return [None] * len(argument)
+    return None
+
+
+def register(torch, check_tensors, check_predicate_tensors):
+    """Defines the operators and returns torch.ops.attnjit, or None when this PyTorch has no
+    torch.library.custom_op. `check_tensors(q, k, v, indices, slopes)` and
+    `check_predicate_tensors(q, names, tensors)` are attnjit's argument checks, which the fake
+    implementations run."""
+    library = torch.library
+    if not (hasattr(library, "custom_op") and hasattr(library, "register_fake")):
+        return None
+    if hasattr(torch.ops.attnjit, "attention"):
+        # Another copy of this package (e.g. a source tree beside an installed one) defined them.
+        return torch.ops.attnjit
+    Tensor = torch.Tensor
+    f32 = torch.float32
+
+    @library.custom_op("attnjit::forward", mutates_args=())
+    def forward(q: Tensor, k: Tensor, v: Tensor, startend_row_indices: Optional[Tensor],
+                alibi_slopes: Optional[Tensor], mask: str, causal: bool, scale: float,
+                window_left: int, window_right: int, softcap: float, return_lse: bool,
+                spec: str) -> Tuple[Tensor, Tensor]:
+        o, lse = _launch.forward(torch, _layout(q), _layout(k), _layout(v), startend_row_indices,
+                                 alibi_slopes, mask, causal, scale, window_left, window_right,
+                                 softcap, return_lse, spec, check_tensors)
+        return o, q.new_empty((0,), dtype=f32) if lse is None else lse
+
+    @forward.register_fake
+    def _(q, k, v, startend_row_indices, alibi_slopes, mask, causal, scale, window_left,
+          window_right, softcap, return_lse, spec):
+        check_tensors(q, k, v, startend_row_indices, alibi_slopes)
+        batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
+        o = q.new_empty((batch, seqlen_q, heads, v.shape[3]))
+        lse = q.new_empty((batch, heads, seqlen_q) if return_lse else (0,), dtype=f32)
+        return o, lse
+
+    @library.custom_op("attnjit::attention", mutates_args=())
+    def attention(q: Tensor, k: Tensor, v: Tensor, startend_row_indices: Optional[Tensor],
+                  alibi_slopes: Optional[Tensor], mask: str, causal: bool, scale: float,
+                  window_left: int, window_right: int, softcap: float,
+                  deterministic: bool) -> Tuple[Tensor, Tensor]:
+        return _launch.forward(torch, _layout(q), _layout(k), _layout(v), startend_row_indices,
+                               alibi_slopes, mask, causal, scale, window_left, window_right,
+                               softcap, True, "", check_tensors)
+
+    @attention.register_fake
+    def _(q, k, v, startend_row_indices, alibi_slopes, mask, causal, scale, window_left,
+          window_right, softcap, deterministic):
+        check_tensors(q, k, v, startend_row_indices, alibi_slopes)
+        batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
+        return (q.new_empty((batch, seqlen_q, heads, v.shape[3])),
+                q.new_empty((batch, heads, seqlen_q), dtype=f32))
+
+    @library.custom_op("attnjit::attention_backward", mutates_args=())
+    def attention_backward(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor,
+                           startend_row_indices: Optional[Tensor],
+                           alibi_slopes: Optional[Tensor], mask: str, causal: bool, scale: float,
+                           window_left: int, window_right: int, softcap: float,
+                           deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+        return _launch.attention_backward(torch, d_o, _layout(q), _layout(k), _layout(v),
+                                          _layout(o), lse, startend_row_indices, alibi_slopes,
+                                          mask, causal, scale, window_left, window_right, softcap,
+                                          deterministic)
+
+    @attention_backward.register_fake
+    def _(d_o, q, k, v, o, lse, startend_row_indices, alibi_slopes, mask, causal, scale,
+          window_left, window_right, softcap, deterministic):
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    def setup_attention(ctx, inputs, output):
+        q, k, v, indices, slopes = inputs[:5]
+        o, lse = output
+        ctx.save_for_backward(q, k, v, o, lse, indices, slopes)
+        ctx.arguments = inputs[5:]  # mask, causal, scale, window_left/right, softcap, deterministic
+        ctx.mark_non_differentiable(lse)
+
+    def attention_grad(ctx, d_o, _d_lse):
+        q, k, v, o, lse, indices, slopes = ctx.saved_tensors
+        d_q, d_k, d_v = torch.ops.attnjit.attention_backward(d_o, q, k, v, o, lse, indices,
+                                                             slopes, *ctx.arguments)
+        return (d_q, d_k, d_v) + (None,) * 9
+
+    attention.register_autograd(attention_grad, setup_context=setup_attention)
+
+    @library.custom_op("attnjit::attention_predicate", mutates_args=())
+    def attention_predicate(q: Tensor, k: Tensor, v: Tensor, tensors: List[Tensor],
+                            scalars: List[int], structure: str, names: str,
+                            alibi_slopes: Optional[Tensor], scale: float, softcap: float,
+                            deterministic: bool) -> Tuple[Tensor, Tensor]:
+        return _launch.predicate_forward(torch, _layout(q), _layout(k), _layout(v), list(tensors),
+                                         list(scalars), structure, names.split(), alibi_slopes,
+                                         scale, softcap)
+
+    @attention_predicate.register_fake
+    def _(q, k, v, tensors, scalars, structure, names, alibi_slopes, scale, softcap,
+          deterministic):
+        check_tensors(q, k, v, None, alibi_slopes)
+        check_predicate_tensors(q, names.split(), tensors)
+        batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
+        return (q.new_empty((batch, seqlen_q, heads, v.shape[3])),
+                q.new_empty((batch, heads, seqlen_q), dtype=f32))
+
+    @library.custom_op("attnjit::attention_predicate_backward", mutates_args=())
+    def attention_predicate_backward(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor,
+                                     lse: Tensor, tensors: List[Tensor], scalars: List[int],
+                                     structure: str, names: str,
+                                     alibi_slopes: Optional[Tensor], scale: float,
+                                     softcap: float,
+                                     deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+        return _launch.predicate_backward(torch, d_o, _layout(q), _layout(k), _layout(v),
+                                          _layout(o), lse, list(tensors), list(scalars),
+                                          structure, names.split(), alibi_slopes, scale, softcap,
+                                          deterministic)
+
+    @attention_predicate_backward.register_fake
+    def _(d_o, q, k, v, o, lse, tensors, scalars, structure, names, alibi_slopes, scale,
+          softcap, deterministic):
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    def setup_predicate(ctx, inputs, output):
+        q, k, v, tensors = inputs[:4]
+        o, lse = output
+        ctx.save_for_backward(q, k, v, o, lse, inputs[7], *tensors)
+        ctx.arguments = inputs[4:7]  # scalars, structure, names
+        ctx.trailing = inputs[8:]    # scale, softcap, deterministic
+        # The gradients mirror the inputs' structure as register_autograd flattens it (seen on
+        # torch 2.11): a list of tensors and an empty list stay lists (of Nones), a non-empty
+        # list of ints is one leaf (None).
+        ctx.no_grads = tuple(_no_grad(x, Tensor) for x in inputs[3:])
+        ctx.mark_non_differentiable(lse)
+
+    def predicate_grad(ctx, d_o, _d_lse):
+        q, k, v, o, lse, slopes, *tensors = ctx.saved_tensors
+        d_q, d_k, d_v = torch.ops.attnjit.attention_predicate_backward(
+            d_o, q, k, v, o, lse, tensors, *ctx.arguments, slopes, *ctx.trailing)
+        return (d_q, d_k, d_v) + ctx.no_grads
+
+    attention_predicate.register_autograd(predicate_grad, setup_context=setup_predicate)
+    return torch.ops.attnjit

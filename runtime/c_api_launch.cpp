@@ -26,6 +26,7 @@ struct attnjit_launch {
   std::array<bool, ATTNJIT_SLOT_COUNT> present{};
   int predicate_tensors = 0;
   int device = -1;
+  std::size_t workspace_bytes = 0;  ///< what a run takes at the prepared shapes
 };
 
 namespace {
@@ -168,12 +169,28 @@ int attnjit_launch_prepare(const attnjit_kernel* kernel, const attnjit_tensor* t
       args.softcap = softcap;
       args.predicate = std::move(predicate_args);
     }
+    launch->workspace_bytes = launch->backward
+                                  ? launch->kernel.workspace_size(launch->backward_args)
+                                  : launch->kernel.workspace_size(launch->forward);
     *out = launch.release();
+  });
+}
+
+int attnjit_launch_workspace_size(const attnjit_launch* launch, size_t* bytes) {
+  return guarded([&] {
+    require(launch != nullptr, "launch", "a handle from attnjit_launch_prepare");
+    require(bytes != nullptr, "bytes", "a pointer to a size_t to fill");
+    *bytes = launch->workspace_bytes;
   });
 }
 
 int attnjit_launch_run(const attnjit_launch* launch, void* const* data, int data_count,
                        void* stream) {
+  return attnjit_launch_run_workspace(launch, data, data_count, nullptr, 0, stream);
+}
+
+int attnjit_launch_run_workspace(const attnjit_launch* launch, void* const* data, int data_count,
+                                 void* workspace, size_t workspace_bytes, void* stream) {
   return guarded([&] {
     require(launch != nullptr, "launch", "a handle from attnjit_launch_prepare");
     require(data != nullptr, "data", "one device pointer per slot and predicate tensor");
@@ -200,6 +217,7 @@ int attnjit_launch_run(const attnjit_launch* launch, void* const* data, int data
       bind(args.d_k, present[ATTNJIT_SLOT_D_K], data[ATTNJIT_SLOT_D_K], ATTNJIT_SLOT_D_K);
       bind(args.d_v, present[ATTNJIT_SLOT_D_V], data[ATTNJIT_SLOT_D_V], ATTNJIT_SLOT_D_V);
       bind_predicate(args, data, launch->predicate_tensors);
+      args.workspace = {workspace, workspace_bytes};
       // The device after the arguments: a bad pointer is the caller's error on any machine.
       const attnjit::runtime::DeviceScope scope(launch->device);
       launch->kernel.backward(args, stream);
@@ -219,6 +237,7 @@ int attnjit_launch_run(const attnjit_launch* launch, void* const* data, int data
         bind(unused, false, data[slot], slot);
       }
       bind_predicate(args, data, launch->predicate_tensors);
+      args.workspace = {workspace, workspace_bytes};
       const attnjit::runtime::DeviceScope scope(launch->device);
       launch->kernel.forward(args, stream);
     }

@@ -118,9 +118,9 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
 
 std::size_t Kernel::workspace_size(const ForwardArgs& args) const {
   const detail::KernelSet& set = *set_;
-  const Shapes shapes = checked_shapes(set, args);
   if (!set.plan) return 0;
-  return detail::cached_schedule(set, detail::launch_extents(shapes)).workspace_bytes;
+  return detail::cached_schedule(set, detail::launch_extents(detail::launch_shapes(args)))
+      .workspace_bytes;
 }
 
 }  // namespace jit

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "attnjit/error.hpp"
 #include "runtime/driver.hpp"
@@ -242,6 +243,42 @@ void check_same_layout(std::string_view name, const TensorView& t, std::string_v
   }
   check_row_layout(name, t);
 }
+
+namespace {
+
+int extent(std::string_view tensor, const TensorView& t, int dim) {
+  if (t.shape[dim] < 0 || t.shape[dim] > INT32_MAX) {
+    throw_field_error(fmt::format("{}.shape[{}]", tensor, dim), std::to_string(t.shape[dim]),
+                      "0 to 2147483647");
+  }
+  return static_cast<int>(t.shape[dim]);
+}
+
+}  // namespace
+
+template <class Args>
+Shapes launch_shapes(const Args& a) {
+  for (const auto& [name, view] : {std::pair<std::string_view, const TensorView&>{"q", a.q},
+                                   std::pair<std::string_view, const TensorView&>{"k", a.k}}) {
+    if (view.rank != 4) {
+      throw_field_error(fmt::format("{}.rank", name), std::to_string(view.rank),
+                        "4 ([batch, seq, heads, dim])");
+    }
+  }
+  Shapes s;
+  s.batch = extent("q", a.q, 0);
+  s.seqlen_q = extent("q", a.q, 1);
+  s.heads = extent("q", a.q, 2);
+  s.seqlen_k = extent("k", a.k, 1);
+  s.kv_heads = extent("k", a.k, 2);
+  if (a.startend_row_indices.rank == 4) {
+    s.mask_heads = extent("startend_row_indices", a.startend_row_indices, 1);
+  }
+  return s;
+}
+
+template Shapes launch_shapes(const ForwardArgs&);
+template Shapes launch_shapes(const BackwardArgs&);
 
 void check_workspace(const Workspace& workspace, std::size_t needed) {
   if (workspace.data == nullptr) {

@@ -36,6 +36,12 @@ void check_score_mod_args(const AttentionSpec& spec, const Args& args, int heads
 void check_same_layout(std::string_view name, const TensorView& t, std::string_view like_name,
                        const TensorView& like);
 
+/// The problem sizes of `args` (ForwardArgs or BackwardArgs) from the shapes of q, k and
+/// startend_row_indices alone, for Kernel::workspace_size: data pointers may be null. Throws
+/// Error naming a tensor whose rank is not 4 or whose extent leaves int.
+template <class Args>
+Shapes launch_shapes(const Args& args);
+
 /// Checks a caller's workspace: device memory (`data` not null, 256-byte aligned) of at least
 /// `needed` bytes; throws Error naming workspace.data or workspace.bytes.
 void check_workspace(const Workspace& workspace, std::size_t needed);

@@ -267,14 +267,15 @@ void launch_plan(const KernelSet& set, const Params& attention, const Shapes& sh
   internal_check(set.plan.has_value(), "launch_plan needs a planned kernel set");
   const KernelPlan& plan = *set.plan;
   const LaunchSchedule& schedule = cached_schedule(set, launch_extents(shapes));
+  // The caller's workspace first: a bad one is the caller's error on any machine.
+  const bool given = workspace.data != nullptr || workspace.bytes != 0;
+  if (given) check_workspace(workspace, schedule.workspace_bytes);
   const std::vector<LoadedKernel>& kernels = set.kernels_in_current_context();
   internal_check(kernels.size() == plan.kernels.size(), "one compiled kernel per planned kernel");
 
   std::optional<StreamScratch> owned;
   unsigned char* base = static_cast<unsigned char*>(workspace.data);
-  if (workspace.data != nullptr || workspace.bytes != 0) {
-    check_workspace(workspace, schedule.workspace_bytes);
-  } else if (schedule.workspace_bytes > 0) {
+  if (!given && schedule.workspace_bytes > 0) {
     owned.emplace(schedule.workspace_bytes, stream);
     base = owned->as<unsigned char>();
   }

@@ -263,6 +263,20 @@ ATTNJIT_API int attnjit_launch_prepare(const attnjit_kernel* kernel, const attnj
 ATTNJIT_API int attnjit_launch_run(const attnjit_launch* launch, void* const* data, int data_count,
                                    void* stream);
 
+/** The bytes of device memory a run of `launch` takes for its scratch buffers (FlashMask
+ * tables, CTA orders, predicate tables and bits; the backward's fp32 dQ accumulator, row
+ * statistics and GQA partials) at the shapes it was prepared with; 0 when it takes none. */
+ATTNJIT_API int attnjit_launch_workspace_size(const attnjit_launch* launch, size_t* bytes);
+
+/** attnjit_launch_run with the scratch memory given by the caller: `workspace`, device memory
+ * of the launch's device, 256-byte aligned, of `workspace_bytes` bytes, at least what
+ * attnjit_launch_workspace_size reports (else an error naming both numbers), not used by other
+ * work until the run's kernels have finished on `stream`. NULL and 0: as attnjit_launch_run,
+ * which takes stream-ordered scratch memory. */
+ATTNJIT_API int attnjit_launch_run_workspace(const attnjit_launch* launch, void* const* data,
+                                             int data_count, void* workspace,
+                                             size_t workspace_bytes, void* stream);
+
 /** Releases a handle of attnjit_launch_prepare. NULL is ignored. */
 ATTNJIT_API void attnjit_launch_release(attnjit_launch* launch);
 

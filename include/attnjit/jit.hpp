@@ -75,9 +75,9 @@ class Kernel {
   /// args.workspace provides the memory.
   void backward(const BackwardArgs& args, Stream stream = nullptr) const;
 
-  /// Bytes of scratch memory forward(args) / backward(args) takes for these shapes (what
-  /// args.workspace must hold when given); checks the arguments as the launch does. Reads
-  /// ATTNJIT_PREDICATE_BITS_MIB, which sizes a predicate's element bits.
+  /// Bytes of scratch memory forward(args) / backward(args) takes for the shapes of args' q, k
+  /// and startend_row_indices (what args.workspace must hold when given; data pointers may be
+  /// null here). Reads ATTNJIT_PREDICATE_BITS_MIB, which sizes a predicate's element bits.
   std::size_t workspace_size(const ForwardArgs& args) const;
   std::size_t workspace_size(const BackwardArgs& args) const;
 

@@ -1,6 +1,8 @@
 // Kernel::forward (and Kernel::backward, for the score modifiers' arguments) rejects bad
 // tensors and values with an Error naming the field before touching the device. Uses fake
 // device pointers: nothing is launched.
+#include <fmt/format.h>
+
 #include <catch2/catch.hpp>
 
 #include <limits>
@@ -328,4 +330,50 @@ TEST_CASE("forward and backward check the score modifiers' arguments", "[runtime
     CHECK_THAT(backward_error(b), Catch::Contains("device: no CUDA driver"));
     CHECK_THAT(error_of(both, good), Catch::Contains("device: no CUDA driver"));
   }
+}
+
+TEST_CASE("the workspace: its size for the shapes, and a caller's that is too small",
+          "[runtime][args]") {
+  // Causal needs no scratch; FlashMask needs its min/max tables and CTA order.
+  CHECK(compiled("dtype=bf16 head_dim=64 mask=causal target=sm_80").workspace_size(good_args()) ==
+        0);
+  const jit::Kernel kernel =
+      compiled("dtype=bf16 head_dim=64 mask=flashmask(causal=true,columns=1) target=sm_80");
+  ForwardArgs a = good_args();
+  a.startend_row_indices = contiguous_view(fake(0x50000), ScalarType::int32, {2, 1, 120, 1});
+  const std::size_t bytes = kernel.workspace_size(a);
+  CHECK(bytes > 0);
+  CHECK(bytes % 256 == 0);
+  // Data pointers play no part in the size.
+  ForwardArgs shapes_only = a;
+  shapes_only.q.data = shapes_only.k.data = shapes_only.v.data = shapes_only.o.data = nullptr;
+  CHECK(kernel.workspace_size(shapes_only) == bytes);
+  // Longer keys, more key blocks: a larger table and order.
+  ForwardArgs longer = a;
+  longer.k.shape[1] = longer.v.shape[1] = longer.startend_row_indices.shape[2] = 12000;
+  longer.k.stride = contiguous_view(nullptr, ScalarType::bf16, {2, 12000, 2, 64}).stride;
+  longer.v.stride = longer.k.stride;
+  CHECK(kernel.workspace_size(longer) > bytes);
+
+  a.workspace = {fake(0x60000), bytes - 256};
+  CHECK(error_of(kernel, a) == fmt::format("workspace.bytes: got '{}'; accepted: at least {} bytes "
+                                           "for these shapes (Kernel::workspace_size)",
+                                           bytes - 256, bytes));
+  a.workspace = {fake(0x60010), bytes};
+  CHECK_THAT(error_of(kernel, a), Catch::Contains("workspace.data") &&
+                                      Catch::Contains("a 256-byte aligned device pointer"));
+  a.workspace = {nullptr, bytes};
+  CHECK_THAT(error_of(kernel, a), Catch::StartsWith("workspace.data: got 'null'"));
+
+  const jit::Kernel backward =
+      compiled("dtype=bf16 head_dim=64 mask=causal direction=backward target=sm_80");
+  BackwardArgs b;
+  b.q = a.q;
+  b.k = a.k;
+  // The dQ accumulator (B*H*Sq*d fp32) and the row statistics (2 of B*H*Sq fp32), each rounded
+  // to 256 bytes; no GQA partials with H == Hkv.
+  b.k.shape[2] = 4;
+  const std::size_t rows = 2 * 4 * 100;
+  const auto round = [](std::size_t n) { return (n + 255) / 256 * 256; };
+  CHECK(backward.workspace_size(b) == 2 * round(rows * 4) + round(rows * 64 * 4));
 }

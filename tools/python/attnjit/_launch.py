@@ -9,9 +9,11 @@ device checks, two dictionary look-ups, the output allocations, and one ctypes c
 data pointers and the stream. Nothing here synchronises the host, so the calls can be captured
 into CUDA graphs (after a first call has compiled and loaded the kernels).
 
-Scratch memory: the kernels take stream-ordered scratch inside the library today. Every launch
-goes through `run`, the one place where a caller workspace from torch's caching allocator will
-be allocated and handed to the C ABI once it takes one.
+Scratch memory (FlashMask tables, CTA orders, predicate tables and bits, the backward's dQ
+accumulator and row statistics) is a workspace tensor from torch's caching allocator on the
+launch's device and current stream, allocated for each run that needs one (a prepared launch
+knows its size) and handed to the C ABI: it shows in torch.cuda.memory_allocated while the
+kernels may use it, and comes from the graph's private pool under CUDA graph capture.
 """
 
 import ctypes
@@ -35,13 +37,17 @@ _launches = {}  # (kernel key, shapes, strides, scalars) -> _Launch
 
 
 class _Launch:
-    """An attnjit_launch handle, released with its last reference."""
+    """An attnjit_launch handle, released with its last reference, and the bytes of scratch
+    memory its runs take."""
 
-    __slots__ = ("handle", "_release")
+    __slots__ = ("handle", "workspace", "_release")
 
     def __init__(self, handle):
         self.handle = handle
         self._release = _ffi.lib.attnjit_launch_release
+        size = ctypes.c_size_t()
+        _ffi.check(_ffi.lib.attnjit_launch_workspace_size(handle, ctypes.byref(size)))
+        self.workspace = size.value
 
     def __del__(self):
         if self.handle:
@@ -191,11 +197,23 @@ def run(torch, compiled, slots, scalars, index, predicate=None):
         if len(_launches) >= _CACHE_LIMIT:
             _launches.clear()
         _launches[key] = launch
-    # A caller workspace (when the C ABI takes one) is allocated here, from torch's caching
-    # allocator on device `index`, and passed with the data pointers.
-    data = (ctypes.c_void_p * len(pointers))(*pointers)
-    code = _ffi.lib.attnjit_launch_run(launch.handle, data, len(pointers),
-                                       stream_of(torch, index))
+    _launch_run(torch, launch, index, (ctypes.c_void_p * len(pointers))(*pointers),
+                len(pointers))
+
+
+_run_workspace = _ffi.lib.attnjit_launch_run_workspace
+
+
+def _launch_run(torch, launch, index, data, count):
+    """Runs `launch` on torch's current stream of device `index`, with a workspace tensor from
+    torch's caching allocator when it takes scratch memory (freed to the stream's pool after
+    the call: the allocator reuses it only for work queued after these kernels)."""
+    if launch.workspace:
+        workspace = torch.empty(launch.workspace, dtype=torch.uint8, device=index)
+        code = _run_workspace(launch.handle, data, count, workspace.data_ptr(), launch.workspace,
+                              stream_of(torch, index))
+    else:
+        code = _run_workspace(launch.handle, data, count, None, 0, stream_of(torch, index))
     if code:
         _ffi.check(code)
 
@@ -229,7 +247,6 @@ class _Call:
 
 
 _calls = {}  # call signature -> _Call
-_run = _ffi.lib.attnjit_launch_run
 _Pointers = ctypes.c_void_p * _ffi.SLOT_COUNT
 
 
@@ -240,10 +257,7 @@ def _remember(key, call):
 
 
 def _enqueue(torch, call, pointers):
-    code = _run(call.launch.handle, _Pointers(*pointers), _ffi.SLOT_COUNT,
-                stream_of(torch, call.index))
-    if code:
-        _ffi.check(code)
+    _launch_run(torch, call.launch, call.index, _Pointers(*pointers), _ffi.SLOT_COUNT)
 
 
 def forward(torch, q, k, v, indices, slopes, mask, causal, scale, window_left, window_right,

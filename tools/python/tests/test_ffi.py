@@ -345,6 +345,36 @@ class LibraryTest(TemporaryCacheTest):
         lib.attnjit_launch_release(handle)
         lib.attnjit_launch_release(None)
 
+    def test_prepared_launch_reports_and_checks_its_workspace(self):
+        lib = _ffi.lib
+        kernel = attnjit.compile(BACKWARD_SPEC)
+        view = _ffi.Tensor(None, _ffi.BF16, 4, (2, 100, 4, 64), (25600, 256, 64, 1))
+        lse = _ffi.Tensor(None, _ffi.FP32, 3, (2, 4, 100), (400, 100, 1))
+        slots = (_ffi.Tensor * _ffi.SLOT_COUNT)(view, view, view, view, lse, _ffi.Tensor(),
+                                                _ffi.Tensor(), view, view, view, view)
+        handle = ctypes.c_void_p()
+        self.assertEqual(lib.attnjit_launch_prepare(kernel._handle, slots, _ffi.SLOT_COUNT, None,
+                                                    0.0, -1, 0, 0.0, -1, ctypes.byref(handle)),
+                         _ffi.OK, lib.attnjit_last_error().decode())
+        size = ctypes.c_size_t()
+        self.assertEqual(lib.attnjit_launch_workspace_size(handle, ctypes.byref(size)), _ffi.OK)
+        # The dQ accumulator (B*H*Sq*d fp32) and two rows of statistics (B*H*Sq fp32), each
+        # rounded up to 256 bytes.
+        rows = 2 * 4 * 100
+        rounded = [(n + 255) // 256 * 256 for n in (rows * 4, rows * 4, rows * 64 * 4)]
+        self.assertEqual(size.value, sum(rounded))
+        data = (ctypes.c_void_p * _ffi.SLOT_COUNT)(*([0x10000] * 5 + [None, None] + [0x10000] * 4))
+        self.assertEqual(lib.attnjit_launch_run_workspace(handle, data, _ffi.SLOT_COUNT, 0x40000,
+                                                          size.value - 1, None),
+                         _ffi.USER_ERROR)
+        self.assertEqual(lib.attnjit_last_error().decode(),
+                         f"workspace.bytes: got '{size.value - 1}'; accepted: at least "
+                         f"{size.value} bytes for these shapes (Kernel::workspace_size)")
+        self.assertEqual(lib.attnjit_launch_workspace_size(None, ctypes.byref(size)),
+                         _ffi.USER_ERROR)
+        self.assertIn("launch: got 'NULL'", lib.attnjit_last_error().decode())
+        lib.attnjit_launch_release(handle)
+
     def test_compile_for_device_and_cache_counters(self):
         lib = _ffi.lib
         handle = ctypes.c_void_p()

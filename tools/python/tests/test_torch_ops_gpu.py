@@ -263,6 +263,44 @@ class CudaGraphs(unittest.TestCase):
 
 
 @unittest.skipUnless(HAS_OPS, "needs PyTorch 2.4+ (torch.library.custom_op) and a CUDA device")
+class Workspace(unittest.TestCase):
+    def allocations(self, call):
+        """The allocations torch's caching allocator made for call() (after a warm-up call)."""
+        call()
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        call()
+        return torch.cuda.memory_stats()["allocation.all.allocated"] - before
+
+    def test_scratch_memory_comes_from_torchs_allocator(self):
+        data = inputs(1000)
+        q, k, v = (data[n].detach() for n in ("q", "k", "v"))
+        lts = data["lts"]
+        # A FlashMask forward takes scratch (min/max tables, the CTA order), a causal one none:
+        # the FlashMask call allocates o and one workspace tensor, the causal one only o.
+        flashmask = self.allocations(
+            lambda: attnjit.forward(q, k, v, mask="flashmask", causal=True,
+                                    startend_row_indices=lts))
+        causal = self.allocations(lambda: attnjit.forward(q, k, v, mask="causal"))
+        self.assertEqual(flashmask, causal + 1)
+        # The backward's workspace holds the fp32 dQ accumulator: B*H*Sq*d*4 bytes at least, and
+        # the peak allocation of a backward grows by at least that much.
+        qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+        o = attnjit.attention(qg, kg, vg, mask="flashmask", causal=True, startend_row_indices=lts)
+        d_o = torch.randn_like(o)
+        o.backward(d_o)
+        workspaces = [call.launch.workspace for call in attnjit._launch._calls.values()]
+        self.assertGreaterEqual(max(workspaces), BATCH * HEADS * 1000 * HEAD_DIM * 4)
+        o = attnjit.attention(qg, kg, vg, mask="flashmask", causal=True, startend_row_indices=lts)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        o.backward(d_o)
+        torch.cuda.synchronize()
+        self.assertGreaterEqual(torch.cuda.max_memory_allocated() - base, max(workspaces))
+
+
+@unittest.skipUnless(HAS_OPS, "needs PyTorch 2.4+ (torch.library.custom_op) and a CUDA device")
 class DevicesAndErrors(unittest.TestCase):
     def test_explicit_cuda0(self):
         data = inputs(128, device="cuda:0")

@@ -66,9 +66,8 @@ MaskKernel compile_mask_kernel(const MaskKernelSpec& spec, bool use_disk) {
   jit::CacheLevel level = jit::CacheLevel::memory;
   auto result = memory_cache().get_or_build(key, [&] {
     auto set = std::make_shared<jit::detail::CompiledSet>();
-    set->entry = load_or_build(
-        key, text, use_disk, level,
-        [&] { return std::vector<KernelSource>{mask_kernel_source(resolved)}; }, resolved.target);
+    set->entry =
+        load_or_build(key, text, use_disk, level, {mask_kernel_source(resolved)}, resolved.target);
     return std::shared_ptr<const jit::detail::CompiledSet>(std::move(set));
   });
   const double milliseconds =

@@ -27,7 +27,8 @@ class PredicateMask:
         if not isinstance(tensors, dict):
             raise TypeError(f"tensors: expected a dict of name -> int32 tensor, got "
                             f"{type(tensors).__name__}")
-        lifted = json.loads(_ffi.read_text(_ffi.lib.attnjit_predicate_lift, expression.encode()))
+        lifted = json.loads(_ffi.read_text(_ffi.lib.attnjit_predicate_lift,
+                                           _ffi.text_argument("expression", expression)))
         self.expression = expression
         self.structure = lifted["structure"]
         self.scalars = list(lifted["scalars"])
@@ -47,7 +48,8 @@ class PredicateMask:
         them alive while the call runs). `descriptor(name, tensor)` makes an attnjit_tensor."""
         count = len(self.names)
         scalars = (ctypes.c_int32 * max(len(self.scalars), 1))(*self.scalars)
-        names = (ctypes.c_char_p * max(count, 1))(*[name.encode() for name in self.names])
+        names = (ctypes.c_char_p * max(count, 1))(
+            *[_ffi.text_argument("tensors", name) for name in self.names])
         tensors = (_ffi.Tensor * max(count, 1))(
             *[descriptor(f"tensors[{name!r}]", self.tensors[name]) for name in self.names])
         inputs = _ffi.PredicateInputs(ctypes.cast(scalars, ctypes.POINTER(ctypes.c_int32)),

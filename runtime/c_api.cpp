@@ -275,8 +275,12 @@ int attnjit_predicate_lift(const char* expression, char* buffer, size_t size) {
   const int status = guarded([&] {
     require(expression != nullptr, "expression", "a predicate such as 'q >= k'");
     std::vector<std::int32_t> scalars;
-    const attnjit::Predicate lifted =
-        attnjit::lift_literals(attnjit::parse_predicate(expression), scalars);
+    const attnjit::Predicate parsed = attnjit::parse_predicate(expression);
+    if (attnjit::info(parsed).scalar_count > 0) {
+      attnjit::throw_field_error("expression", expression,
+                                 "numbers instead of $N slots (numbers become runtime scalars)");
+    }
+    const attnjit::Predicate lifted = attnjit::lift_literals(parsed, scalars);
     const nlohmann::ordered_json object = {{"structure", attnjit::to_string(lifted)},
                                            {"scalars", scalars},
                                            {"tensors", attnjit::info(lifted).tensors}};
@@ -298,6 +302,28 @@ int attnjit_cache_clear(int memory, int disk) {
   return guarded([&] {
     if (memory != 0) attnjit::jit::clear_memory_cache();
     if (disk != 0) attnjit::jit::clear_disk_cache();
+  });
+}
+
+int attnjit_set_disk_cache_mode(int mode) {
+  return guarded([&] {
+    using attnjit::jit::DiskCacheMode;
+    static_assert(ATTNJIT_DISK_CACHE_ON == static_cast<int>(DiskCacheMode::on) &&
+                  ATTNJIT_DISK_CACHE_READONLY == static_cast<int>(DiskCacheMode::readonly) &&
+                  ATTNJIT_DISK_CACHE_OFF == static_cast<int>(DiskCacheMode::off));
+    if (mode < ATTNJIT_DISK_CACHE_ON || mode > ATTNJIT_DISK_CACHE_OFF) {
+      attnjit::throw_field_error(
+          "mode", std::to_string(mode),
+          "ATTNJIT_DISK_CACHE_ON (0), ATTNJIT_DISK_CACHE_READONLY (1), ATTNJIT_DISK_CACHE_OFF (2)");
+    }
+    attnjit::jit::set_disk_cache_mode(static_cast<DiskCacheMode>(mode));
+  });
+}
+
+int attnjit_disk_cache_mode(int* mode) {
+  return guarded([&] {
+    require(mode != nullptr, "mode", "a pointer to an int to fill");
+    *mode = static_cast<int>(attnjit::jit::disk_cache_mode());
   });
 }
 

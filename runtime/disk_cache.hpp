@@ -2,6 +2,7 @@
 // lock per key so that concurrent processes build a kernel set once.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -9,27 +10,10 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/nvrtc.hpp"
+#include "runtime/cache_entry.hpp"
+#include "runtime/file_lock.hpp"
 
 namespace attnjit::runtime {
-
-/// One compiled kernel of a plan, as stored in the cache.
-struct CompiledKernel {
-  std::string role;  ///< its place in the plan, e.g. "forward"
-  std::string name;  ///< entry point
-  std::string cubin;
-  std::string ptx;
-  PtxasReport report;
-  int threads = 0;  ///< per block
-  int dynamic_smem_bytes = 0;
-};
-
-/// Everything stored under one key.
-struct CacheEntry {
-  std::string key;        ///< 32 lowercase hex digits
-  std::string spec_text;  ///< canonical spec, for listings and debugging
-  std::vector<CompiledKernel> kernels;
-};
 
 /// One line of a cache listing.
 struct EntrySummary {
@@ -39,55 +23,61 @@ struct EntrySummary {
   std::filesystem::file_time_type modified;
 };
 
-/// An exclusive flock on a lock file, held until destruction. Move-only.
-class FileLock {
- public:
-  /// Opens (creating) `path` and blocks until the lock is granted. Throws Error naming the
-  /// path when the file cannot be opened or locked.
-  explicit FileLock(const std::filesystem::path& path);
-  FileLock(FileLock&& other) noexcept;
-  FileLock& operator=(FileLock&& other) noexcept;
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
-  ~FileLock();
-
- private:
-  void release() noexcept;
-
-  int fd_ = -1;
-};
-
 /// The cache directory and its entries `<dir>/<key>.kernel`. Keys must be 32 lowercase hex
-/// digits (InternalError otherwise). Corrupt entries are reported on stderr, deleted and
-/// treated as absent. Intended protocol: lock(key); load(key); when absent build and
-/// store(entry); drop the lock.
+/// digits (InternalError otherwise).
+///
+/// Protocol of a writer: lock(key); load(key); when absent build and store(entry); drop the
+/// lock. store() writes `<key>.kernel.tmp.*` and renames it, so a reader without the lock sees
+/// a complete entry or none, and a temp file exists only while its writer holds the key's lock.
+///
+/// Entries are opened without following symbolic links and without blocking (a FIFO cannot
+/// stall a reader); anything but a regular file, a file larger than EntryLimits allow, and a
+/// file whose header, checksum or metadata is wrong is corrupt: reported on stderr in one
+/// line, deleted (by a read-write cache) and treated as absent. Nothing beyond the header is
+/// read before the header is checked.
 class DiskCache {
  public:
-  explicit DiskCache(std::filesystem::path dir);
+  /// A cache that reads and writes `dir`, or with `read_only` only reads it: load() then never
+  /// deletes, and store(), lock() and clear() are InternalErrors.
+  explicit DiskCache(std::filesystem::path dir, bool read_only = false);
 
   /// $ATTNJIT_CACHE_DIR if set and non-empty, else $XDG_CACHE_HOME/attnjit, else
   /// $HOME/.cache/attnjit. Throws Error when none of these is set.
   static std::filesystem::path default_dir();
 
   const std::filesystem::path& dir() const { return dir_; }
+  bool read_only() const { return read_only_; }
+
+  /// Whether this process may create files in the directory (false when it does not exist).
+  bool writable() const;
 
   /// The entry stored under `key`, or nullopt when there is none or it was corrupt.
   std::optional<CacheEntry> load(std::string_view key) const;
   /// Writes `entry` atomically (temp file, fsync, rename), creating the directory. Throws
-  /// Error naming the cache directory when it cannot be written; leaves no temp file.
+  /// Error naming the cache directory when it cannot be written; leaves no temp file. Call
+  /// it under the key's lock.
   void store(const CacheEntry& entry) const;
-  /// Blocks until this process holds the lock of `key` (`<dir>/<key>.lock`).
-  FileLock lock(std::string_view key) const;
-  /// Every entry, sorted by key; reads only the metadata.
+  /// Deletes the entry of `key` (under the key's lock), e.g. one that no longer matches what
+  /// it was loaded for.
+  void remove(std::string_view key) const;
+  /// Waits until this process holds the lock of `key` (`<dir>/<key>.lock`), at most
+  /// `timeout` (see FileLock).
+  FileLock lock(std::string_view key, std::chrono::milliseconds timeout = lock_timeout()) const;
+  /// Every entry, sorted by key; reads only the headers and metadata.
   std::vector<EntrySummary> list() const;
-  /// Removes every entry, lock file and stray temp file; returns the number of entries.
+  /// Removes every complete entry and returns how many. Keys whose lock is free also lose
+  /// their lock file and any temp file a crashed writer left; a key being written keeps its
+  /// temp and lock files (its writer stores a fresh entry afterwards).
   std::size_t clear() const;
 
  private:
   std::filesystem::path entry_path(std::string_view key) const;
+  std::filesystem::path lock_path(std::string_view key) const;
   void create_dir() const;
+  void require_writable(std::string_view operation) const;
 
   std::filesystem::path dir_;
+  bool read_only_ = false;
 };
 
 }  // namespace attnjit::runtime

@@ -130,8 +130,8 @@ Kernel compile_set(SetKind kind, const AttentionSpec& spec, bool use_disk_cache)
     }
     const std::string disk_key =
         runtime::cache_key(kind == SetKind::attention ? "attention" : "reference", code_text);
-    set->entry = runtime::load_or_build(
-        disk_key, spec_text, use_disk_cache, level, [&] { return generated; }, canonical.target);
+    set->entry = runtime::load_or_build(disk_key, spec_text, use_disk_cache, level, generated,
+                                        canonical.target);
     return std::shared_ptr<const KernelSet>(std::move(set));
   });
   Kernel kernel;
@@ -175,6 +175,12 @@ std::vector<CacheListing> list_disk_cache() {
 }
 
 std::size_t clear_disk_cache() {
+  if (const DiskCacheMode mode = disk_cache_mode(); mode != DiskCacheMode::on) {
+    throw Error(fmt::format(
+        "disk cache mode: got '{}' (ATTNJIT_DISK_CACHE or set_disk_cache_mode), which never "
+        "deletes entries; accepted: on to clear the disk cache",
+        name_of(mode)));
+  }
   return runtime::DiskCache(runtime::DiskCache::default_dir()).clear();
 }
 

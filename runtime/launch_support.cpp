@@ -3,9 +3,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <tuple>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "attnjit/error.hpp"
 #include "runtime/driver.hpp"
@@ -21,8 +25,62 @@ void check_int_range(std::string_view field, std::int64_t value, std::int64_t ma
   }
 }
 
+// The most bytes a tensor may span: beyond any device's memory, and far from the 64-bit
+// offset arithmetic of the kernels overflowing.
+constexpr std::int64_t kMaxSpanBytes = std::int64_t{1} << 48;
+
+std::int64_t element_bytes(ScalarType type) {
+  return type == ScalarType::fp16 || type == ScalarType::bf16 ? 2 : 4;
+}
+
+// Strides >= 0 whose largest element offset stays within kMaxSpanBytes.
+void check_span(std::string_view name, const TensorView& t) {
+  __int128 span = 1;
+  int widest = 0;
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.shape[d] <= 1) continue;
+    if (t.stride[d] < 0) {
+      throw_field_error(fmt::format("{}.stride[{}]", name, d), std::to_string(t.stride[d]), ">= 0");
+    }
+    span += static_cast<__int128>(t.shape[d] - 1) * t.stride[d];
+    if (t.stride[d] > t.stride[widest]) widest = d;
+  }
+  if (span * element_bytes(t.dtype) > kMaxSpanBytes) {
+    throw_field_error(fmt::format("{}.stride[{}]", name, widest), std::to_string(t.stride[widest]),
+                      fmt::format("strides and shape whose tensor spans at most 2^48 bytes (the "
+                                  "shape is [{}])",
+                                  fmt::join(t.shape.begin(), t.shape.begin() + t.rank, ", ")));
+  }
+}
+
+// An output's elements must not overlap: taken by increasing stride, every dimension of
+// extent > 1 steps over everything the smaller ones span (so zero strides, and rows closer
+// than the head dim, are rejected).
+void check_no_overlap(std::string_view name, const TensorView& t) {
+  std::vector<int> dims;
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.shape[d] > 1) dims.push_back(d);
+  }
+  // Ties inner dimension first, so that the message names the innermost culprit.
+  std::sort(dims.begin(), dims.end(), [&](int a, int b) {
+    return t.stride[a] != t.stride[b] ? t.stride[a] < t.stride[b] : a > b;
+  });
+  __int128 span = 1;
+  for (const int d : dims) {
+    if (t.stride[d] < span) {
+      throw_field_error(
+          fmt::format("{}.stride[{}]", name, d), std::to_string(t.stride[d]),
+          fmt::format("{} (the output {} is written, so its elements must not overlap)",
+                      t.stride[d] == 0 ? std::string("a nonzero stride")
+                                       : fmt::format("at least {}", static_cast<long long>(span)),
+                      name));
+    }
+    span += static_cast<__int128>(t.shape[d] - 1) * t.stride[d];
+  }
+}
+
 // What the kernels' 16-byte copies need: a contiguous last dim, other strides multiples of
-// 8 elements, a 16-byte aligned start.
+// 8 elements, a 16-byte aligned start; and a span the offset arithmetic covers.
 void check_row_layout(std::string_view name, const TensorView& t) {
   if (t.stride[t.rank - 1] != 1) {
     throw_field_error(fmt::format("{}.stride[{}]", name, t.rank - 1),
@@ -38,6 +96,7 @@ void check_row_layout(std::string_view name, const TensorView& t) {
     throw_field_error(fmt::format("{}.data", name), fmt::format("{}", t.data),
                       "a 16-byte aligned address");
   }
+  check_span(name, t);
 }
 
 // q/k/v/o: 16-bit, rank 4, last dim contiguous, 16-byte rows, given head dim.
@@ -80,6 +139,7 @@ Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
   check_int_range("q.shape[1] (seqlen_q)", a.q.shape[1], INT32_MAX / 2);
   check_int_range("q.shape[2] (heads)", a.q.shape[2], kMaxGridYZ);
   check_int_range("k.shape[1] (seqlen_k)", a.k.shape[1], INT32_MAX / 2);
+  check_int_range("k.shape[2] (kv heads)", a.k.shape[2], kMaxGridYZ);
   s.batch = static_cast<int>(a.q.shape[0]);
   s.seqlen_q = static_cast<int>(a.q.shape[1]);
   s.heads = static_cast<int>(a.q.shape[2]);
@@ -96,6 +156,16 @@ Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
   check_same("o.shape[0]", a.o.shape[0], s.batch, "batch of q");
   check_same("o.shape[1]", a.o.shape[1], s.seqlen_q, "seqlen of q");
   check_same("o.shape[2]", a.o.shape[2], s.heads, "heads of q");
+  constexpr bool backward = std::is_same_v<Args, BackwardArgs>;
+  if constexpr (!backward) check_no_overlap("o", a.o);
+  if constexpr (backward) {
+    for (const auto& [name, t, like_name, like] :
+         {std::tuple{"d_q", &a.d_q, "q", &a.q}, std::tuple{"d_k", &a.d_k, "k", &a.k},
+          std::tuple{"d_v", &a.d_v, "v", &a.v}}) {
+      check_same_layout(name, *t, like_name, *like);
+      check_no_overlap(name, *t);
+    }
+  }
 
   if (lse_required) {
     const TensorView& l = a.lse;
@@ -111,6 +181,8 @@ Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
     check_same("lse.shape[1]", l.shape[1], s.heads, "heads of q");
     check_same("lse.shape[2]", l.shape[2], s.seqlen_q, "seqlen of q");
     if (l.stride[2] != 1) throw_field_error("lse.stride[2]", std::to_string(l.stride[2]), "1");
+    check_span("lse", l);
+    check_no_overlap("lse", l);
   } else if (!a.lse.empty()) {
     throw Error("lse: given, but the spec has return_lse=false; accepted: no lse tensor");
   }

@@ -33,14 +33,10 @@ MaskKernel compile_mask_kernel(const MaskKernelSpec& spec, bool use_disk) {
   jit::CacheLevel level = jit::CacheLevel::memory;
   auto result = memory_cache().get_or_build(key, [&] {
     auto set = std::make_shared<jit::detail::CompiledSet>();
-    set->entry = load_or_build(
-        key, text, use_disk, level,
-        [&] {
-          const MaskKernelSource source = emit_mask_kernel(resolved);
-          return std::vector<KernelSource>{
-              {source.role, source.name, source.source, source.threads, 0}};
-        },
-        resolved.target);
+    const MaskKernelSource source = emit_mask_kernel(resolved);
+    set->entry = load_or_build(key, text, use_disk, level,
+                               {{source.role, source.name, source.source, source.threads, 0}},
+                               resolved.target);
     return std::shared_ptr<const jit::detail::CompiledSet>(std::move(set));
   });
   const double milliseconds =

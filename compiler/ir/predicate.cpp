@@ -327,12 +327,13 @@ Predicate lift_literals(const Predicate& predicate, std::vector<std::int32_t>& v
   for (PredicateNode& node : out.nodes) {
     if (node.op == PredicateOp::scalar && static_cast<std::size_t>(node.value) >= given) {
       throw Error(fmt::format(
-          "lift_literals: got slot ${} with {} scalar values; accepted: a value for every slot",
+          "mask predicate: got slot ${} with {} scalar values; accepted: a value for every slot "
+          "(write numbers in the expression: they become the scalars)",
           node.value, given));
     }
     if (node.op != PredicateOp::literal) continue;
     if (values.size() >= static_cast<std::size_t>(kMaxPredicateSlots)) {
-      throw Error(fmt::format("lift_literals: got more than {} scalars; accepted: at most {}",
+      throw Error(fmt::format("mask predicate: got more than {} numbers; accepted: at most {}",
                               kMaxPredicateSlots, kMaxPredicateSlots));
     }
     values.push_back(node.value);

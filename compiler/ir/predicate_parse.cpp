@@ -194,8 +194,10 @@ class Parser {
   }
 
   [[noreturn]] void fail_depth(const Token& at) {
-    fail(at, fmt::format("expected an expression nested at most {} levels deep, got deeper "
-                         "nesting at {}",
+    fail(at, fmt::format("expected an expression at most {} levels deep (every parenthesis, "
+                         "index, call and operator adds one, so a chain like a + b + c ... "
+                         "adds one per operator; group long chains, e.g. (a + b) + (c + d)), "
+                         "got a deeper one at {}",
                          kMaxPredicateDepth, describe(at)));
   }
 
@@ -336,7 +338,8 @@ class Parser {
     if (open.kind != TokenKind::punct || open.text != "[") {
       fail(open, fmt::format("expected '[' after tensor {} (a tensor is read as {}[index]), "
                              "got {}",
-                             describe(token), token.text, describe(open)));
+                             describe(token), token.text.size() <= 32 ? token.text : "name",
+                             describe(open)));
     }
     if (token.text.starts_with("_") && !options_.allow_reserved_tensor_names) {
       fail(token, fmt::format("expected a tensor name not starting with '_' (reserved for "

@@ -130,7 +130,7 @@ MaskSpec parse_mask(std::string_view text) {
   if (open == std::string_view::npos) {
     const MaskKind kind = parse_enum(kMaskNames, text, "mask");
     if (kind == MaskKind::flashmask || kind == MaskKind::predicate) {
-      throw Error(fmt::format("mask: got '{}' without arguments; accepted: {}", text,
+      throw Error(fmt::format("mask: got '{}' without arguments; accepted: {}", quoted_input(text),
                               kind == MaskKind::flashmask
                                   ? "flashmask(causal=true|false,columns=1|2|4)"
                                   : "predicate(EXPR), e.g. predicate(q>=k)"));
@@ -235,7 +235,8 @@ AttentionSpec parse_spec(std::string_view text) {
     const std::string_view value = word.substr(eq + 1);
     for (std::string_view previous : seen) {
       if (previous == key) {
-        throw Error(fmt::format("spec: key '{}' is given twice; accepted: each key once", key));
+        throw Error(fmt::format("spec: key '{}' is given twice; accepted: each key once",
+                                quoted_input(key)));
       }
     }
     seen.push_back(key);

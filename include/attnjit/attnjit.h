@@ -197,8 +197,27 @@ ATTNJIT_API int attnjit_predicate_lift(const char* expression, char* buffer, siz
 ATTNJIT_API int attnjit_kernel_info(const attnjit_kernel* kernel, char* buffer, size_t size);
 
 /** Clears the memory cache when `memory` is nonzero and the disk cache when `disk` is
- * nonzero. Kernels already handed out stay valid. */
+ * nonzero (its complete entries, and the lock and temp files of keys no process is writing;
+ * a user error unless the disk cache mode is ATTNJIT_DISK_CACHE_ON). Kernels already handed
+ * out stay valid. */
 ATTNJIT_API int attnjit_cache_clear(int memory, int disk);
+
+/** Disk cache modes (attnjit_set_disk_cache_mode; the ATTNJIT_DISK_CACHE variable's on,
+ * readonly and off). */
+enum {
+  ATTNJIT_DISK_CACHE_ON = 0,       /**< read and write (a directory the process cannot write is
+                                        used read-only) */
+  ATTNJIT_DISK_CACHE_READONLY = 1, /**< load existing entries; never write, lock or delete */
+  ATTNJIT_DISK_CACHE_OFF = 2       /**< never touch the disk cache */
+};
+
+/** Sets how the compiles of this process use the disk cache, over $ATTNJIT_DISK_CACHE: one of
+ * ATTNJIT_DISK_CACHE_ON, _READONLY, _OFF (anything else is a user error). */
+ATTNJIT_API int attnjit_set_disk_cache_mode(int mode);
+
+/** Stores the disk cache mode compiles use now into `*mode` (set by
+ * attnjit_set_disk_cache_mode, else from $ATTNJIT_DISK_CACHE: a bad value is a user error). */
+ATTNJIT_API int attnjit_disk_cache_mode(int* mode);
 
 /** Writes the disk cache directory ($ATTNJIT_CACHE_DIR, else $XDG_CACHE_HOME/attnjit, else
  * ~/.cache/attnjit) NUL-terminated into `buffer`. Same size protocol as attnjit_kernel_info. */

@@ -28,7 +28,11 @@ class InternalError : public std::logic_error {
   using std::logic_error::logic_error;
 };
 
-/// Throws Error("<field>: got '<value>'; accepted: <accepted>").
+/// `text` as quoted in messages: itself up to 200 bytes, else its start, "...", and its size.
+std::string quoted_input(std::string_view text);
+
+/// Throws Error("<field>: got '<value>'; accepted: <accepted>"), the value quoted by
+/// quoted_input().
 [[noreturn]] void throw_field_error(std::string_view field, std::string_view value,
                                     std::string_view accepted);
 

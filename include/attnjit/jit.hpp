@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "attnjit/spec.hpp"
@@ -126,8 +127,25 @@ struct CacheListing {
 /// ~/.cache/attnjit.
 std::string cache_dir();
 std::vector<CacheListing> list_disk_cache();
-/// Removes every disk entry; returns how many there were.
+/// Removes every complete disk entry (and the lock and temp files of keys no process is
+/// writing); returns how many entries there were. Throws Error unless disk_cache_mode() is on.
 std::size_t clear_disk_cache();
+
+/// How compiles use the disk cache.
+enum class DiskCacheMode {
+  on,        ///< read and write; a directory this process cannot write is used read-only
+  readonly,  ///< load the entries that exist; never write, lock or delete anything
+  off,       ///< never touch the disk cache (the memory cache is still used)
+};
+std::string_view name_of(DiskCacheMode mode);
+/// The mode named `text` (on, readonly, off); Error naming `field` otherwise.
+DiskCacheMode parse_disk_cache_mode(std::string_view text, std::string_view field);
+/// The mode of compiles: the last set_disk_cache_mode() of this process, else
+/// $ATTNJIT_DISK_CACHE (on, readonly or off; unset or empty: on). Throws Error naming the
+/// variable for another value.
+DiskCacheMode disk_cache_mode();
+/// Sets the mode for this process, over $ATTNJIT_DISK_CACHE.
+void set_disk_cache_mode(DiskCacheMode mode);
 /// Forgets every kernel held in memory (kernels already handed out stay valid).
 void clear_memory_cache();
 

@@ -20,101 +20,18 @@
 
 #include "attnjit/error.hpp"
 #include "runtime/disk_cache.hpp"
+#include "support/cache_fixtures.hpp"
 #include "support/env_override.hpp"
 
 using namespace attnjit::runtime;
-using attnjit::testing::EnvOverride;
+using namespace attnjit::testing;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 namespace {
 
-const std::string kKey = "0123456789abcdef0123456789abcdef";
-const std::string kOtherKey = "fedcba9876543210fedcba9876543210";
-
-/// A fresh directory under the system temp directory, removed with its contents.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("attnjit-test-cache-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-};
-
-CacheEntry sample_entry(const std::string& key = kKey) {
-  CacheEntry entry;
-  entry.key = key;
-  entry.spec_text = "attention<fp16, d=128> { mask = causal }";
-  CompiledKernel first;
-  first.role = "flashmask_minmax";
-  first.name = "attnjit_minmax";
-  first.cubin = std::string(
-      "\x7f"
-      "ELF\0\0\x01\xff\0tail",
-      12);
-  first.ptx = ".version 9.0\n.target sm_90\n";
-  first.report = {40, 8, 12, 16, 4096};
-  first.threads = 128;
-  first.dynamic_smem_bytes = 0;
-  CompiledKernel second;
-  second.role = "forward";
-  second.name = "attnjit_forward";
-  second.cubin = std::string(1000, '\0') + "end";
-  second.ptx = "";
-  second.report = {255, 0, 0, 0, 0};
-  second.threads = 256;
-  second.dynamic_smem_bytes = 196608;
-  entry.kernels = {first, second};
-  return entry;
-}
-
-bool same_entry(const CacheEntry& a, const CacheEntry& b) {
-  if (a.key != b.key || a.spec_text != b.spec_text || a.kernels.size() != b.kernels.size()) {
-    return false;
-  }
-  for (std::size_t i = 0; i < a.kernels.size(); ++i) {
-    const CompiledKernel& x = a.kernels[i];
-    const CompiledKernel& y = b.kernels[i];
-    if (x.role != y.role || x.name != y.name || x.cubin != y.cubin || x.ptx != y.ptx ||
-        !(x.report == y.report) || x.threads != y.threads ||
-        x.dynamic_smem_bytes != y.dynamic_smem_bytes) {
-      return false;
-    }
-  }
-  return true;
-}
-
-std::string read_all(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_all(const fs::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
-
-/// Runs `body` with stderr redirected to a file and returns what it wrote there.
-template <class Body>
-std::string capture_stderr(const fs::path& file, Body body) {
-  std::fflush(stderr);
-  const int saved = ::dup(STDERR_FILENO);
-  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  ::dup2(fd, STDERR_FILENO);
-  ::close(fd);
-  body();
-  std::fflush(stderr);
-  ::dup2(saved, STDERR_FILENO);
-  ::close(saved);
-  return read_all(file);
-}
+const std::string& kKey = attnjit::testing::kCacheKey;
+const std::string& kOtherKey = attnjit::testing::kOtherCacheKey;
 
 }  // namespace
 
@@ -209,6 +126,7 @@ TEST_CASE("list shows entries and clear removes them", "[cache]") {
   const std::string corrupt_key = "00000000000000000000000000000000";
   write_all(dir.path / (corrupt_key + ".kernel"), "garbage");
   { const FileLock lock = cache.lock(kKey); }
+  // A temp file a crashed writer left: its key's lock is free.
   write_all(dir.path / (kKey + ".kernel.tmp.1234.00000000deadbeef"), "stray");
   write_all(dir.path / "notes.txt", "not ours");
 

@@ -137,3 +137,26 @@ TEST_CASE("a predicate mask is spec text without spaces and round-trips", "[ir]"
   CHECK(message("dtype=bf16 head_dim=64 mask=predicate") ==
         "mask: got 'predicate' without arguments; accepted: predicate(EXPR), e.g. predicate(q>=k)");
 }
+
+TEST_CASE("errors quote at most about 200 bytes of the input", "[ir]") {
+  const std::string huge(120000, 'x');
+  for (const std::string& text :
+       {"dtype=bf16 head_dim=64 mask=" + huge, "dtype=bf16 head_dim=64 " + huge + "=1",
+        "dtype=bf16 " + huge + "=1 " + huge + "=1", "dtype=bf16 head_dim=" + huge,
+        "dtype=bf16 head_dim=64 mask=" + huge + "(", "dtype=bf16 head_dim=64 " + huge}) {
+    try {
+      parse_spec(text);
+      FAIL("no error");
+    } catch (const Error& error) {
+      const std::string message = error.what();
+      INFO(message.substr(0, 400));
+      CHECK(message.size() < 600);
+      CHECK_THAT(message, Catch::Contains("... (120"));
+    }
+  }
+  CHECK(quoted_input("short") == "short");
+  CHECK(quoted_input(std::string(200, 'a')) == std::string(200, 'a'));
+  // Cut before a multi-byte character, never inside one.
+  const std::string accents = std::string(159, 'a') + "\xc3\xa9" + std::string(100, 'b');
+  CHECK(quoted_input(accents) == std::string(159, 'a') + "... (261 bytes in all)");
+}

@@ -4,10 +4,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <climits>
+#include <cstdint>
+#include <optional>
 
 #include "attnjit/error.hpp"
+#include "compiler/ir/predicate.hpp"
 #include "dsl/intervals.hpp"
 #include "dsl/mask_lang.hpp"
 #include "tools/attnc/commands.hpp"
@@ -80,13 +84,126 @@ struct Tiles {
   std::vector<std::vector<TileClass>> per_batch;
 };
 
+// What `attnc mask` computes at most (README: attnc). Every mask element is evaluated once on
+// the host, row by row, holding one row of keys and one row of tiles (O(N) memory), so the
+// element count bounds its time (the predicate form's by elements x operators, as its
+// evaluator interprets them), and the tile count bounds what it prints.
+constexpr std::int64_t kMaxElements = std::int64_t{1} << 28;       // batch * seqlen_q * seqlen_k
+constexpr std::int64_t kMaxPredicateWork = std::int64_t{1} << 29;  // ... * operators
+constexpr std::int64_t kMaxTiles = std::int64_t{1} << 18;          // batch * tile rows * cols
+constexpr int kMaxBatch = 65535;                                   // the kernels' grid limit
+
+std::int64_t tile_count(int seqlen, int block) {
+  return (static_cast<std::int64_t>(seqlen) + block - 1) / block;
+}
+
+/// Throws Error for a problem beyond the limits above, before anything is built. `operators`:
+/// the size of the predicate the predicate form evaluates per element, else 0.
+void check_limits(int batch, int seqlen_q, int seqlen_k, int block_m, int block_n,
+                  std::int64_t operators) {
+  if (batch < 1 || batch > kMaxBatch) {
+    attnjit::throw_field_error("--batch", fmt::to_string(batch), fmt::format("1 to {}", kMaxBatch));
+  }
+  if (seqlen_q < 1) attnjit::throw_field_error("--seqlen-q", fmt::to_string(seqlen_q), ">= 1");
+  if (seqlen_k < 1) attnjit::throw_field_error("--seqlen-k", fmt::to_string(seqlen_k), ">= 1");
+  if (block_m < 1) attnjit::throw_field_error("--block-m", fmt::to_string(block_m), ">= 1");
+  if (block_n < 1) attnjit::throw_field_error("--block-n", fmt::to_string(block_n), ">= 1");
+  // No overflow: batch <= 2^16, each length < 2^31, operators < 2^31.
+  const __int128 elements = static_cast<__int128>(batch) * seqlen_q * seqlen_k;
+  if (elements > kMaxElements) {
+    throw attnjit::Error(fmt::format(
+        "--batch x --seqlen-q x --seqlen-k: got {} x {} x {}; accepted: at most 2^28 "
+        "({}) mask elements, which attnc mask evaluates one by one on the host (attnc run and "
+        "the library have no such limit)",
+        batch, seqlen_q, seqlen_k, kMaxElements));
+  }
+  if (elements * operators > kMaxPredicateWork) {
+    throw attnjit::Error(fmt::format(
+        "--batch x --seqlen-q x --seqlen-k: got {} x {} x {} for a predicate of {} operators; "
+        "accepted: at most 2^29 ({}) operator evaluations (elements x operators), which attnc "
+        "mask interprets on the host",
+        batch, seqlen_q, seqlen_k, operators, kMaxPredicateWork));
+  }
+  const std::int64_t tiles =
+      std::int64_t{batch} * tile_count(seqlen_q, block_m) * tile_count(seqlen_k, block_n);
+  if (tiles > kMaxTiles) {
+    throw attnjit::Error(fmt::format(
+        "--block-m/--block-n: got {}/{}, which make {} tiles over the batch; accepted: blocks "
+        "that make at most 2^18 ({}) tiles to print",
+        block_m, block_n, tiles, kMaxTiles));
+  }
+}
+
+/// The visibility of query row `q` of batch row `b` (1 = visible), written into `row`.
+class RowEvaluator {
+ public:
+  explicit RowEvaluator(const MaskData& data) : data_(data) {
+    if (data.spec.kind == attnjit::MaskKind::predicate) {
+      attnjit::PredicateParseOptions options;
+      options.allow_reserved_tensor_names = true;
+      evaluator_.emplace(attnjit::parse_predicate(data.spec.predicate, options), data.bindings);
+    }
+  }
+
+  void fill(int b, int q, std::vector<std::uint8_t>& row) const {
+    const int sk = data_.seqlen_k;
+    row.resize(static_cast<std::size_t>(sk));
+    if (data_.intervals) {
+      for (int k = 0; k < sk; ++k) row[k] = !attnjit::dsl::is_masked(*data_.intervals, b, 0, q, k);
+    } else if (data_.spec.kind == attnjit::MaskKind::causal) {
+      const std::int64_t last = std::int64_t{q} + sk - data_.seqlen_q;  // bottom-right aligned
+      for (int k = 0; k < sk; ++k) row[k] = k <= last;
+    } else if (evaluator_) {
+      for (int k = 0; k < sk; ++k) row[k] = evaluator_->visible(b, 0, q, k);
+    } else {
+      std::fill(row.begin(), row.end(), 1);
+    }
+  }
+
+ private:
+  const MaskData& data_;
+  std::optional<attnjit::PredicateEvaluator> evaluator_;
+};
+
+/// The tile table of every batch row, streamed: one row of visibility at a time.
 Tiles tiles_of(const MaskData& data, int block_m, int block_n) {
   Tiles t;
-  t.rows = (data.seqlen_q + block_m - 1) / block_m;
-  t.cols = (data.seqlen_k + block_n - 1) / block_n;
+  const int sq = data.seqlen_q;
+  const int sk = data.seqlen_k;
+  t.rows = static_cast<int>(tile_count(sq, block_m));
+  t.cols = static_cast<int>(tile_count(sk, block_n));
+  const RowEvaluator rows(data);
+  std::vector<std::uint8_t> row;
+  std::vector<std::int64_t> seen(static_cast<std::size_t>(t.cols));
   for (int b = 0; b < data.batch; ++b) {
-    t.per_batch.push_back(attnjit::dsl::classify_tiles(
-        attnjit::dsl::dense_visible(data, b), data.seqlen_q, data.seqlen_k, block_m, block_n));
+    std::vector<TileClass>& tiles = t.per_batch.emplace_back();
+    tiles.reserve(static_cast<std::size_t>(t.rows) * t.cols);
+    for (int r = 0; r < t.rows; ++r) {
+      std::fill(seen.begin(), seen.end(), 0);
+      const auto q_begin = static_cast<int>(std::int64_t{r} * block_m);
+      const auto q_end =
+          static_cast<int>(std::min<std::int64_t>(sq, std::int64_t{r + 1} * block_m));
+      for (int q = q_begin; q < q_end; ++q) {
+        rows.fill(b, q, row);
+        for (int c = 0; c < t.cols; ++c) {
+          const auto k_begin = static_cast<std::size_t>(std::int64_t{c} * block_n);
+          const auto k_end =
+              static_cast<std::size_t>(std::min<std::int64_t>(sk, std::int64_t{c + 1} * block_n));
+          std::int64_t count = 0;
+          for (std::size_t k = k_begin; k < k_end; ++k) count += row[k];
+          seen[static_cast<std::size_t>(c)] += count;
+        }
+      }
+      for (int c = 0; c < t.cols; ++c) {
+        const std::int64_t k_begin = std::int64_t{c} * block_n;
+        const std::int64_t total = std::int64_t{q_end - q_begin} *
+                                   (std::min<std::int64_t>(sk, k_begin + block_n) - k_begin);
+        const std::int64_t count = seen[static_cast<std::size_t>(c)];
+        tiles.push_back(count == 0       ? TileClass::skip
+                        : count == total ? TileClass::full
+                                         : TileClass::partial);
+      }
+    }
   }
   return t;
 }
@@ -205,10 +322,11 @@ void run_mask(const MaskOptions& o) {
   const attnjit::dsl::MaskProgram program = attnjit::dsl::compile_mask(o.expr);
   std::vector<attnjit::PredicateTensor> tensors;
   for (const std::string& text : o.tensors) tensors.push_back(parse_tensor(text));
-  const MaskData data = attnjit::dsl::build_mask(program, o.batch, o.seqlen_q,
-                                                 o.seqlen_k.value_or(o.seqlen_q), tensors);
-  if (o.block_m < 1) attnjit::throw_field_error("--block-m", fmt::to_string(o.block_m), ">= 1");
-  if (o.block_n < 1) attnjit::throw_field_error("--block-n", fmt::to_string(o.block_n), ">= 1");
+  const int seqlen_k = o.seqlen_k.value_or(o.seqlen_q);
+  const bool predicate_form = program.spec.kind == attnjit::MaskKind::predicate;
+  check_limits(o.batch, o.seqlen_q, seqlen_k, o.block_m, o.block_n,
+               predicate_form ? static_cast<std::int64_t>(program.predicate.nodes.size()) : 0);
+  const MaskData data = attnjit::dsl::build_mask(program, o.batch, o.seqlen_q, seqlen_k, tensors);
   const Tiles tiles = tiles_of(data, o.block_m, o.block_n);
   if (o.format == "json") {
     print_json(o.expr, data, tiles, o.block_m, o.block_n);

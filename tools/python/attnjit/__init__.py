@@ -41,11 +41,13 @@ __all__ = [
     "clear_cache",
     "compile",
     "compile_reference",
+    "disk_cache",
     "flashmask",
     "forward",
     "mask_family",
     "validate_intervals",
     "predicate",
+    "set_disk_cache",
     "version",
 ]
 
@@ -77,6 +79,24 @@ def clear_cache(memory=True, disk=False):
     _ffi.check(_ffi.lib.attnjit_cache_clear(int(bool(memory)), int(bool(disk))))
 
 
+_DISK_CACHE_MODES = ("on", "readonly", "off")  # the order of ATTNJIT_DISK_CACHE_ON ... _OFF
+
+
+def set_disk_cache(mode):
+    """How this process's compiles use the disk cache, over $ATTNJIT_DISK_CACHE: "on" (read
+    and write), "readonly" (load existing entries, never write) or "off"."""
+    if mode not in _DISK_CACHE_MODES:
+        raise AttnjitError(f"mode: got {mode!r}; accepted: {', '.join(_DISK_CACHE_MODES)}")
+    _ffi.check(_ffi.lib.attnjit_set_disk_cache_mode(_DISK_CACHE_MODES.index(mode)))
+
+
+def disk_cache():
+    """The disk cache mode compiles use now: "on", "readonly" or "off"."""
+    mode = ctypes.c_int()
+    _ffi.check(_ffi.lib.attnjit_disk_cache_mode(ctypes.byref(mode)))
+    return _DISK_CACHE_MODES[mode.value]
+
+
 class Kernel:
     """A compiled attention (a library handle); attnjit.compile returns one."""
 
@@ -102,7 +122,7 @@ class Kernel:
             raise TypeError(f"spec: expected a str such as 'dtype=bf16 head_dim=128', "
                             f"got {type(spec).__name__}")
         handle = ctypes.c_void_p()
-        _ffi.check(function(spec.encode(), ctypes.byref(handle)))
+        _ffi.check(function(_ffi.text_argument("spec", spec), ctypes.byref(handle)))
         return cls(handle)
 
     def __del__(self):
@@ -430,7 +450,7 @@ def _check_window(window):
     if min(window) < -1:
         raise ValueError(f"window: got {tuple(window)}; accepted: sizes >= 0, or -1 for "
                          "unbounded")
-    return window[0], window[1]
+    return (_ffi.int_argument("window[0]", window[0]), _ffi.int_argument("window[1]", window[1]))
 
 
 def _torch_of(tensor, name):

@@ -142,6 +142,8 @@ def _declare(lib):
         "attnjit_kernel_info": (ctypes.c_int, [kernel_p, ctypes.c_char_p, ctypes.c_size_t]),
         "attnjit_cache_clear": (ctypes.c_int, [ctypes.c_int, ctypes.c_int]),
         "attnjit_cache_dir": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]),
+        "attnjit_set_disk_cache_mode": (ctypes.c_int, [ctypes.c_int]),
+        "attnjit_disk_cache_mode": (ctypes.c_int, [ctypes.POINTER(ctypes.c_int)]),
         "attnjit_last_error": (ctypes.c_char_p, []),
         "attnjit_version": (ctypes.c_char_p, []),
     }
@@ -162,6 +164,30 @@ def check(code):
     if code != OK:
         error = _ERRORS.get(code, InternalError)
         raise error(lib.attnjit_last_error().decode("utf-8", "replace"))
+
+
+INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def text_argument(name, value):
+    """The bytes of a str for a char* parameter. AttnjitError for a NUL character, where C
+    would stop reading and see a shorter text."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected a str, got {type(value).__name__}")
+    if "\0" in value:
+        raise AttnjitError(f"{name}: got a NUL character at index {value.index(chr(0))}; "
+                           "accepted: text without NUL characters")
+    return value.encode()
+
+
+def int_argument(name, value, minimum=INT_MIN, maximum=INT_MAX):
+    """`value` for a C int parameter. TypeError for a non-int (bool included); AttnjitError
+    outside [minimum, maximum], which ctypes would silently wrap."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if not minimum <= value <= maximum:
+        raise AttnjitError(f"{name}: got {value}; accepted: an int from {minimum} to {maximum}")
+    return value
 
 
 def read_text(function, *args):

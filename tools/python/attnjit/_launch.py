@@ -81,7 +81,7 @@ def kernel(spec, index):
     if found is None:
         from . import Kernel
         handle = ctypes.c_void_p()
-        _ffi.check(_ffi.lib.attnjit_compile_for_device(spec.encode(), index,
+        _ffi.check(_ffi.lib.attnjit_compile_for_device(_ffi.text_argument("spec", spec), index,
                                                        ctypes.byref(handle)))
         compiled = Kernel(handle)
         found = (compiled, "return_lse=true" in compiled.spec.split())
@@ -160,7 +160,8 @@ def _prepare(compiled, slots, predicate, scalars, index):
         structure, names, values, tensors = predicate
         count = len(names)
         values_array = (ctypes.c_int32 * max(len(values), 1))(*values)
-        names_array = (ctypes.c_char_p * max(count, 1))(*[n.encode() for n in names])
+        names_array = (ctypes.c_char_p * max(count, 1))(
+            *[_ffi.text_argument("tensors", n) for n in names])
         tensor_array = (_ffi.Tensor * max(count, 1))(
             *[_descriptor(f"tensors[{n!r}]", t) for n, t in zip(names, tensors)])
         inputs = _ffi.PredicateInputs(

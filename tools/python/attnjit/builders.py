@@ -163,8 +163,7 @@ class FlashMask:
     def visible_pairs(self, heads):
         """Visible (query, key) pairs summed over the batch and `heads` query heads (a multiple
         of the mask heads): the forward pass does 4 * head_dim * visible_pairs FLOPs."""
-        if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
-            raise _ffi.AttnjitError(f"heads: got {heads!r}; accepted: an int >= 1")
+        _check_int("heads", heads, 1)
         if self._handle is None:
             n = self.seqlen
             per_head = n * (n + 1) // 2 if self.kind == "causal" else n * n
@@ -324,8 +323,9 @@ def _combine(function, handles, *extra):
 
 
 def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _ffi.AttnjitError(f"{name}: got {value!r}; accepted: an int >= {minimum}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= INT32_MAX:
+        raise _ffi.AttnjitError(f"{name}: got {value!r}; accepted: an int from {minimum} to "
+                                f"{INT32_MAX}")
 
 
 def flashmask(family, seqlen, *, batch=1, heads=1, device=None, **parameters):

@@ -56,7 +56,8 @@ def mask_family(family):
     if not isinstance(family, str):
         raise TypeError(f"family: expected a str, got {type(family).__name__}")
     causal, columns = ctypes.c_int(), ctypes.c_int()
-    _ffi.check(_ffi.lib.attnjit_mask_family(family.encode(), ctypes.byref(causal),
+    _ffi.check(_ffi.lib.attnjit_mask_family(_ffi.text_argument("family", family),
+                                            ctypes.byref(causal),
                                             ctypes.byref(columns)))
     return bool(causal.value), columns.value
 
@@ -92,9 +93,7 @@ def build_mask(family, seqlen, *, batch=None, heads=1, offsets=None, prefix=None
         if value is not None:
             _check_int(name, value)
     if seed is not None:
-        _check_int("seed", seed)
-        if not 0 <= seed < 2**64:
-            raise ValueError(f"seed: got {seed}; accepted: 0 <= seed < 2**64")
+        _ffi.int_argument("seed", seed, 0, 2**64 - 1)
     if not isinstance(validate, bool):
         raise TypeError(f"validate: expected a bool, got {type(validate).__name__}")
 
@@ -116,7 +115,7 @@ def build_mask(family, seqlen, *, batch=None, heads=1, offsets=None, prefix=None
 
     out = torch.empty((batch, heads, seqlen, columns), dtype=torch.int32, device=device)
     args = MaskBuildArgs()
-    args.family = family.encode()
+    args.family = _ffi.text_argument("family", family)
     for name, tensor in given:
         setattr(args, name, _descriptor(torch, name, tensor))
     for name, value in ints.items():
@@ -150,8 +149,7 @@ def validate_intervals(startend_row_indices, *, causal, seqlen_q):
 
 
 def _check_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    _ffi.int_argument(name, value)
 
 
 def _torch_module(given):

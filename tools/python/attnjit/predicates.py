@@ -28,7 +28,7 @@ class PredicateMask:
                             f"{type(tensors).__name__}")
         if _lifted is None:
             lifted = json.loads(_ffi.read_text(_ffi.lib.attnjit_predicate_lift,
-                                               expression.encode()))
+                                               _ffi.text_argument("expression", expression)))
             _lifted = (lifted["structure"], lifted["scalars"], lifted["tensors"])
         self.expression = expression
         self.structure = _lifted[0]

@@ -24,18 +24,24 @@ namespace attnjit {
 /// Element coordinates of the mma.sync m16n8k16 fragments of `lane` (the table above).
 struct MmaLayout {
   /// A: row and column of half h of register r.
-  __host__ __device__ static constexpr int a_row(int lane, int r) { return lane / 4 + 8 * (r % 2); }
-  __host__ __device__ static constexpr int a_col(int lane, int r, int h) {
+  __host__ __device__ __forceinline__ static constexpr int a_row(int lane, int r) {
+    return lane / 4 + 8 * (r % 2);
+  }
+  __host__ __device__ __forceinline__ static constexpr int a_col(int lane, int r, int h) {
     return 2 * (lane % 4) + h + 8 * (r / 2);
   }
   /// B: k (row) and n (column) of half h of register r.
-  __host__ __device__ static constexpr int b_k(int lane, int r, int h) {
+  __host__ __device__ __forceinline__ static constexpr int b_k(int lane, int r, int h) {
     return 2 * (lane % 4) + h + 8 * r;
   }
-  __host__ __device__ static constexpr int b_n(int lane) { return lane / 4; }
+  __host__ __device__ __forceinline__ static constexpr int b_n(int lane) { return lane / 4; }
   /// C: row and column of element e.
-  __host__ __device__ static constexpr int c_row(int lane, int e) { return lane / 4 + 8 * (e / 2); }
-  __host__ __device__ static constexpr int c_col(int lane, int e) { return 2 * (lane % 4) + e % 2; }
+  __host__ __device__ __forceinline__ static constexpr int c_row(int lane, int e) {
+    return lane / 4 + 8 * (e / 2);
+  }
+  __host__ __device__ __forceinline__ static constexpr int c_col(int lane, int e) {
+    return 2 * (lane % 4) + e % 2;
+  }
 };
 
 static_assert(MmaLayout::a_row(5, 3) == 9 && MmaLayout::a_col(5, 3, 1) == 11, "A layout");
@@ -45,20 +51,16 @@ static_assert(MmaLayout::c_row(31, 2) == 15 && MmaLayout::c_col(31, 3) == 7, "C 
 /// fp32 accumulators of one warp in the mma.sync C layout: kSlabs m16 slabs x kTiles n8 tiles,
 /// a 16 kSlabs x 8 kTiles tile. Element v[s][nt][e] is row row(lane, s, e), column
 /// col(lane, nt, e) of the warp's tile.
-template <int kSlabsValue, int kTilesValue>
+template <int kSlabs, int kTiles>
 struct WarpAccumulator {
-  static constexpr int kSlabs = kSlabsValue;
-  static constexpr int kTiles = kTilesValue;
-  static constexpr int kRows = 16 * kSlabs;
-  static constexpr int kCols = 8 * kTiles;
   static_assert(kSlabs > 0 && kTiles > 0, "a fragment has at least one m16n8 tile");
 
   float v[kSlabs][kTiles][4];
 
-  __host__ __device__ static constexpr int row(int lane, int s, int e) {
+  __host__ __device__ __forceinline__ static constexpr int row(int lane, int s, int e) {
     return 16 * s + MmaLayout::c_row(lane, e);
   }
-  __host__ __device__ static constexpr int col(int lane, int nt, int e) {
+  __host__ __device__ __forceinline__ static constexpr int col(int lane, int nt, int e) {
     return 8 * nt + MmaLayout::c_col(lane, e);
   }
 
@@ -82,12 +84,14 @@ struct WarpgroupAccumulator : WarpAccumulator<1, kN / 8> {
   static_assert(kN % 8 == 0 && kN >= 8 && kN <= 256, "wgmma: N a multiple of 8 up to 256");
 
   /// The first of the 16 warpgroup rows that warp `warp` (any warp index) holds.
-  __host__ __device__ static constexpr int first_row(int warp) { return 16 * (warp % 4); }
+  __host__ __device__ __forceinline__ static constexpr int first_row(int warp) {
+    return 16 * (warp % 4);
+  }
   /// Row and column of element (nt, e) of `lane` of warp `warp` in the warpgroup's m64 x kN tile.
-  __host__ __device__ static constexpr int row(int warp, int lane, int e) {
+  __host__ __device__ __forceinline__ static constexpr int row(int warp, int lane, int e) {
     return first_row(warp) + MmaLayout::c_row(lane, e);
   }
-  __host__ __device__ static constexpr int col(int lane, int nt, int e) {
+  __host__ __device__ __forceinline__ static constexpr int col(int lane, int nt, int e) {
     return 8 * nt + MmaLayout::c_col(lane, e);
   }
 
@@ -101,43 +105,39 @@ static_assert(WarpgroupAccumulator<64>::row(6, 9, 3) == 42 &&
 /// 16-bit A operands of one warp in the mma.sync A layout: kSlabs m16 slabs x kSteps k16
 /// steps; v[s][kk] is what mma_m16n8k16 (or wgmma_rs, for a warpgroup's slab) takes. Half h of
 /// register v[s][kk][r] is row row(lane, s, r), column col(lane, kk, r, h).
-template <int kSlabsValue, int kStepsValue>
+template <int kSlabs, int kSteps>
 struct OperandA {
-  static constexpr int kSlabs = kSlabsValue;
-  static constexpr int kSteps = kStepsValue;
   static_assert(kSlabs > 0 && kSteps > 0, "an operand has at least one m16k16 tile");
 
   u32 v[kSlabs][kSteps][4];
 
-  __host__ __device__ static constexpr int row(int lane, int s, int r) {
+  __host__ __device__ __forceinline__ static constexpr int row(int lane, int s, int r) {
     return 16 * s + MmaLayout::a_row(lane, r);
   }
-  __host__ __device__ static constexpr int col(int lane, int kk, int r, int h) {
+  __host__ __device__ __forceinline__ static constexpr int col(int lane, int kk, int r, int h) {
     return 16 * kk + MmaLayout::a_col(lane, r, h);
   }
 };
 
 /// 16-bit B operands of one warp in the mma.sync B layout: kSteps k16 steps x kTiles n8 tiles;
 /// half h of register v[kk][nt][r] is k = k_of(lane, kk, r, h), n = n_of(lane, nt).
-template <int kStepsValue, int kTilesValue>
+template <int kSteps, int kTiles>
 struct OperandB {
-  static constexpr int kSteps = kStepsValue;
-  static constexpr int kTiles = kTilesValue;
   static_assert(kSteps > 0 && kTiles > 0, "an operand has at least one k16n8 tile");
 
   u32 v[kSteps][kTiles][2];
 
-  __host__ __device__ static constexpr int k_of(int lane, int kk, int r, int h) {
+  __host__ __device__ __forceinline__ static constexpr int k_of(int lane, int kk, int r, int h) {
     return 16 * kk + MmaLayout::b_k(lane, r, h);
   }
-  __host__ __device__ static constexpr int n_of(int lane, int nt) {
+  __host__ __device__ __forceinline__ static constexpr int n_of(int lane, int nt) {
     return 8 * nt + MmaLayout::b_n(lane);
   }
 };
 
 /// Which A register of k16 step nt / 2 holds accumulator tile nt's row g (row_half 0) or row
 /// g + 8 (row_half 1) after to_operand_a.
-__host__ __device__ constexpr int operand_register(int nt, int row_half) {
+__host__ __device__ __forceinline__ constexpr int operand_register(int nt, int row_half) {
   return 2 * (nt % 2) + row_half;
 }
 

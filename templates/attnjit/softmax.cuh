@@ -21,10 +21,8 @@ namespace attnjit {
 
 /// The running max and sum of the rows a thread holds in kSlabs m16 slabs (rows g and g + 8 of
 /// each). row_sum is this thread's share (its columns) until finish() reduces the quad.
-template <int kSlabsValue>
+template <int kSlabs>
 struct OnlineSoftmax {
-  static constexpr int kSlabs = kSlabsValue;
-
   float row_max[kSlabs][2];  ///< in the scores' units (before the exponent scale)
   float row_sum[kSlabs][2];
 

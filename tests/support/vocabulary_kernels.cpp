@@ -35,7 +35,7 @@ __device__ void store_c(const WarpAccumulator<kSlabs, kTiles>& acc, float* dst, 
   typedef WarpAccumulator<kSlabs, kTiles> C;
   for (int s = 0; s < kSlabs; ++s) {
     for (int nt = 0; nt < kTiles; ++nt) {
-      for (int e = 0; e < 4; ++e) dst[C::row(lane, s, e) * C::kCols + C::col(lane, nt, e)] = acc.v[s][nt][e];
+      for (int e = 0; e < 4; ++e) dst[C::row(lane, s, e) * (8 * kTiles) + C::col(lane, nt, e)] = acc.v[s][nt][e];
     }
   }
 }
@@ -247,6 +247,163 @@ extern "C" __global__ void softmax_wgmma_modified(const SoftmaxParams p, const f
 }
 )";
 
+// Mask application (mask_apply.cuh): mask_by_columns on the mma slabs of one warp (32 x 32,
+// rows from 100, columns from 200), mask_by_rows on the m64 x 32 wgmma fragment of a
+// warpgroup (rows from 50 + first_row, columns from 300), both with the rule
+// (7 row + 3 col + state) % 5 == 0, state = values[column or row] and each state_of call
+// counted in calls[]; mask_by_bits on the slabs of one warp (32 x 64) with bits[lane][slab].
+// read_tile: a predicate policy's table entry and stored bits for the rows of two warps of two
+// slabs (64 x 64 tiles of a 200 x 300 problem), words pre-filled with 0xA5A5A5A5.
+constexpr std::string_view kMaskSource = R"(#include "attnjit/fragment.cuh"
+#include "attnjit/mask_apply.cuh"
+using namespace attnjit;
+
+__device__ bool hidden_by_rule(int state, int row, int col) {
+  return (7 * row + 3 * col + state) % 5 == 0;
+}
+
+extern "C" __global__ void mask_columns_test(const float* in, const int* values, float* out,
+                                             int* calls) {
+  const int lane = threadIdx.x % 32;
+  typedef WarpAccumulator<2, 4> Acc;
+  Acc acc;
+  for (int s = 0; s < 2; ++s)
+    for (int nt = 0; nt < 4; ++nt)
+      for (int e = 0; e < 4; ++e) acc.v[s][nt][e] = in[Acc::row(lane, s, e) * 32 + Acc::col(lane, nt, e)];
+  mask_by_columns(
+      acc, lane, 100, 200,
+      [values, calls](int col) {
+        atomicAdd(&calls[col - 200], 1);
+        return values[col - 200];
+      },
+      [](int state, int row, int col) { return hidden_by_rule(state, row, col); });
+  for (int s = 0; s < 2; ++s)
+    for (int nt = 0; nt < 4; ++nt)
+      for (int e = 0; e < 4; ++e) out[Acc::row(lane, s, e) * 32 + Acc::col(lane, nt, e)] = acc.v[s][nt][e];
+}
+
+extern "C" __global__ void mask_rows_test(const float* in, const int* values, float* out,
+                                          int* calls) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  typedef WarpgroupAccumulator<32> Acc;
+  Acc acc;
+  for (int nt = 0; nt < 4; ++nt)
+    for (int e = 0; e < 4; ++e) acc.v[0][nt][e] = in[Acc::row(warp, lane, e) * 32 + Acc::col(lane, nt, e)];
+  mask_by_rows(
+      acc, lane, 50 + Acc::first_row(warp), 300,
+      [values, calls](int row) {
+        atomicAdd(&calls[row - 50], 1);
+        return values[row - 50];
+      },
+      [](int state, int row, int col) { return hidden_by_rule(state, row, col); });
+  for (int nt = 0; nt < 4; ++nt)
+    for (int e = 0; e < 4; ++e) out[Acc::row(warp, lane, e) * 32 + Acc::col(lane, nt, e)] = acc.v[0][nt][e];
+}
+
+extern "C" __global__ void mask_bits_test(const float* in, const unsigned long long* bits,
+                                          float* out) {
+  const int lane = threadIdx.x % 32;
+  typedef WarpAccumulator<2, 8> Acc;
+  Acc acc;
+  for (int s = 0; s < 2; ++s)
+    for (int nt = 0; nt < 8; ++nt)
+      for (int e = 0; e < 4; ++e) acc.v[s][nt][e] = in[Acc::row(lane, s, e) * 64 + Acc::col(lane, nt, e)];
+  for (int s = 0; s < 2; ++s) mask_by_bits(acc, s, bits[lane * 2 + s]);
+  for (int s = 0; s < 2; ++s)
+    for (int nt = 0; nt < 8; ++nt)
+      for (int e = 0; e < 4; ++e) out[Acc::row(lane, s, e) * 64 + Acc::col(lane, nt, e)] = acc.v[s][nt][e];
+}
+
+struct AllVisible {
+  __device__ static bool visible(const PredicateInputs&, int, int, int, int) { return true; }
+};
+struct TileParams {
+  const int* minmax;
+  const unsigned* predicate_bits;
+};
+typedef PredicatePolicy<AllVisible, 64, 64, false, false> TilePolicy;
+
+// out_tiles[n]: read_tile's value for key block n; out_words[((n * 64 + thread) * 2 + s) * 4
+// + i]: the words of slab s (rows r = i / 2, word i % 2); out_bits[(n * 64 + thread) * 2 + s]:
+// fragment_bits of them for a partial tile.
+extern "C" __global__ void read_tile_test(const TileParams p, int row_begin, int* out_tiles,
+                                          unsigned* out_words, unsigned long long* out_bits) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  MaskState ms;
+  ms.seqlen_q = 200;
+  ms.seqlen_k = 300;
+  ms.diagonal = 100;
+  ms.row_begin = row_begin;
+  ms.row_end = min(row_begin + 64, 200);
+  ms.window_left = ms.window_right = -1;
+  ms.vector_row = 0;
+  ms.num_key_blocks = 5;
+  for (int n = 0; n < 5; ++n) {
+    FragmentWords<2> words[2];
+    for (int s = 0; s < 2; ++s)
+      for (int r = 0; r < 2; ++r)
+        for (int w = 0; w < 2; ++w) words[s].words[r][w] = 0xA5A5A5A5u;
+    const int warp_row = 32 * warp;
+    const int tile = read_tile<TilePolicy, 64, 8, false>(
+        p, ms, &TileParams::minmax, &TileParams::predicate_bits, n,
+        [warp_row, lane](int s) { return warp_row + 16 * s + lane / 4; }, words);
+    if (threadIdx.x == 0) out_tiles[n] = tile;
+    for (int s = 0; s < 2; ++s) {
+      const int at = (n * 64 + threadIdx.x) * 2 + s;
+      for (int i = 0; i < 4; ++i) out_words[at * 4 + i] = words[s].words[i / 2][i % 2];
+      out_bits[at] = tile_kind(tile) == kTilePartial
+                         ? TilePolicy::fragment_bits<8>(words[s], 2 * (lane % 4))
+                         : 0ull;
+    }
+  }
+}
+)";
+
+// KeyBlockWalk (block_walk.cuh) over the key blocks of one query block: FlashMask lower-band
+// columns (LTS, LTE) whose min/max tables skip some blocks, kStages = 3, Sk not a multiple of
+// the block. Per iteration: the block (blocks[it], -1 after the last), the stage's K and V
+// un-swizzled (kv_seen[it][2][32][32] 16-bit) and its FlashMask values (vectors_seen[it][64]).
+constexpr std::string_view kKeyWalkSource = R"(#include "attnjit/block_walk.cuh"
+using namespace attnjit;
+
+typedef MaskPolicy<false, false, 0, 1, -1, -1> Mask;
+constexpr int kBlockN = 32, kHeadDim = 32, kThreads = 128, kStages = 3;
+typedef KeyBlockWalk<Mask, kBlockN, kHeadDim, kThreads, kStages> Walk;
+
+extern "C" __global__ void key_walk_test(const FwdParams p, int* blocks, u16* kv_seen,
+                                         int* vectors_seen) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
+  if (work.head >= p.heads) return;
+  MaskState ms = make_mask_state<kBlockN, Mask>(p, work.head, work.batch);
+  ms.row_begin = 0;
+  ms.row_end = min(64, p.seqlen_q);
+  const u32 smem_kv = smem_address(smem);
+  const u32 smem_vectors = smem_kv + kStages * Walk::kStageBytes;
+  Walk walk;
+  walk.find_range(ms);
+  walk.prefetch(p, ms, &FwdParams::minmax, smem_kv, smem_vectors, threadIdx.x);
+  int it = 0;
+  for (; walk.more(); ++it) {
+    const int stage = walk.stage(p, ms, &FwdParams::minmax, smem_kv, smem_vectors, it, threadIdx.x);
+    if (threadIdx.x == 0) blocks[it] = walk.block;
+    const unsigned char* kv = smem + (Walk::kv_stage(smem_kv, stage) - smem_kv);
+    for (int i = threadIdx.x; i < 2 * kBlockN * kHeadDim; i += kThreads) {
+      const int tile = i / (kBlockN * kHeadDim), row = i / kHeadDim % kBlockN, col = i % kHeadDim;
+      kv_seen[it * 2 * kBlockN * kHeadDim + i] = *reinterpret_cast<const u16*>(
+          kv + tile * Walk::KvTile::kBytes + Walk::KvTile::element_offset(row, col));
+    }
+    for (int i = threadIdx.x; i < kBlockN * Mask::kColumns; i += kThreads) {
+      vectors_seen[it * kBlockN * Mask::kColumns + i] =
+          load_shared_s32(Walk::vector_stage(smem_vectors, stage) + 4 * i);
+    }
+    walk.advance(p, ms, &FwdParams::minmax);
+  }
+  if (threadIdx.x == 0) blocks[it] = -1;
+  cp_async_wait<0>();
+}
+)";
+
 const VocabularyKernel kKernels[] = {
     {"fragment_test.cu", kFragmentSource, {"fragment_bf16", "fragment_fp16"}, false},
     {"wgmma_fragment_test.cu",
@@ -258,6 +415,11 @@ const VocabularyKernel kKernels[] = {
      {"softmax_mma_raw", "softmax_mma_modified_split", "softmax_wgmma_raw_split",
       "softmax_wgmma_modified"},
      false},
+    {"mask_test.cu",
+     kMaskSource,
+     {"mask_columns_test", "mask_rows_test", "mask_bits_test", "read_tile_test"},
+     false},
+    {"key_walk_test.cu", kKeyWalkSource, {"key_walk_test"}, false},
 };
 
 }  // namespace

@@ -1,9 +1,13 @@
-// Pieces shared by the two layouts of the backward main kernel (bwd_sm80.cuh: a key slab per
-// warp; bwd_grid_sm80.cuh: 2-D warp grids): the query-block copies, the dK/dV stores and the
-// dQ reductions.
+// Pieces shared by the layouts of the backward main kernel (bwd_sm80.cuh: a key slab per
+// warp; bwd_grid_sm80.cuh: 2-D warp grids; bwd_wgmma_sm90.cuh: warpgroups): the masking of
+// S^T by key rows, P from a score, the dK/dV stores and the dQ reductions. The walk over the
+// query blocks is QueryBlockWalk (block_walk.cuh).
 #pragma once
 
+#include "attnjit/block_walk.cuh"
+#include "attnjit/fragment.cuh"
 #include "attnjit/mask.cuh"
+#include "attnjit/mask_apply.cuh"
 #include "attnjit/params.cuh"
 #include "attnjit/primitives.cuh"
 #include "attnjit/schedule.cuh"
@@ -13,120 +17,23 @@
 
 namespace attnjit {
 
-/// cp.async of query block m into one stage: Q, dO (zero-filled past Sq), then LSE2 and D
-/// (kBlockM floats each, zero past Sq).
-template <int kBlockM, int kHeadDim, int kThreads>
-__device__ __forceinline__ void load_backward_query_block(const BwdParams& p, int m, u32 smem_stage,
-                                                          int head, int batch, int thread) {
-  typedef SmemTile<kBlockM, kHeadDim> QTile;
-  const int row0 = m * kBlockM;
-  const int valid = min(kBlockM, p.seqlen_q - row0);
-  load_tile_async<kBlockM, kHeadDim, kThreads>(smem_stage,
-                                               static_cast<const u16*>(p.q) +
-                                                   batch * p.q_batch_stride +
-                                                   head * p.q_head_stride + row0 * p.q_row_stride,
-                                               p.q_row_stride, valid, thread);
-  load_tile_async<kBlockM, kHeadDim, kThreads>(smem_stage + QTile::kBytes,
-                                               static_cast<const u16*>(p.d_o) +
-                                                   batch * p.do_batch_stride +
-                                                   head * p.do_head_stride + row0 * p.do_row_stride,
-                                               p.do_row_stride, valid, thread);
-  const long long bh_row = (static_cast<long long>(batch) * p.heads + head) * p.seqlen_q + row0;
-  for (int i = thread; i < 2 * kBlockM; i += kThreads) {
-    const int r = i % kBlockM;
-    const float* src = (i < kBlockM ? p.lse_log2 : p.row_dot) + bh_row + r;
-    cp_async_4(smem_stage + 2 * QTile::kBytes + i * 4, r < valid ? src : p.row_dot,
-               r < valid ? 4 : 0);
-  }
-}
-
-/// A backward main kernel's walk (one CTA per key block) over the query blocks that can see
-/// its keys (mask.cuh: index ranges, FlashMask min/max skipping), with Q_i, dO_i, LSE_i and
-/// D_i streamed through two cp.async stages of kStageBytes. begin() issues the first block's
-/// copies; each iteration `it` calls stage() at its top, computes query block `block` from
-/// the stage it returns, then calls advance(). kTensorReads: the tensor cores read the
-/// stages through matrix descriptors (wgmma), which needs a proxy fence after the copies.
-template <class Mask, int kBlockM, int kBlockN, int kHeadDim, int kThreads, int kStageBytes,
-          bool kTensorReads = false>
-struct QueryBlockWalk {
-  int block;  ///< this iteration's query block; the walk is over when it reaches `end`
-  int end;
-  int load;  ///< the next block to copy
-
-  __device__ __forceinline__ void begin(const BwdParams& p, const MaskState& ms, int n_block,
-                                        u32 smem_stages, const CtaWork& work) {
-    int first;
-    Mask::template query_block_range<kBlockM, kBlockN>(ms, n_block, first, end);
-    load = next_active(p, ms, n_block, first);
-    block = load;
-    if (load < end) {
-      load_backward_query_block<kBlockM, kHeadDim, kThreads>(p, load, smem_stages, work.head,
-                                                             work.batch, threadIdx.x);
-      load = next_active(p, ms, n_block, load + 1);
-    }
-    cp_async_commit();
-  }
-
-  __device__ __forceinline__ bool more() const { return block < end; }
-
-  /// Waits for stage `it` and makes it visible to all warps, which also frees the other stage
-  /// (and whatever else the previous iteration read); issues the next active block's copies
-  /// into that other stage. Returns stage `it`.
-  __device__ __forceinline__ u32 stage(const BwdParams& p, const MaskState& ms, int n_block,
-                                       u32 smem_stages, int it) {
-    cp_async_wait<0>();
-    if constexpr (kTensorReads) fence_async_shared();
-    __syncthreads();
-    if (load < end) {
-      const CtaWork now = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
-      load_backward_query_block<kBlockM, kHeadDim, kThreads>(
-          p, load, smem_stages + ((it + 1) % 2) * kStageBytes, now.head, now.batch, read_tid_x());
-      load = next_active(p, ms, n_block, load + 1);
-    }
-    cp_async_commit();
-    return smem_stages + (it % 2) * kStageBytes;
-  }
-
-  __device__ __forceinline__ void advance(const BwdParams& p, const MaskState& ms, int n_block) {
-    block = next_active(p, ms, n_block, block + 1);
-  }
-
-  /// The first query block >= from (and < end) with a visible element in this key block.
-  __device__ __forceinline__ int next_active(const BwdParams& p, const MaskState& ms, int n_block,
-                                             int from) const {
-    return Mask::template first_active_query_block<kBlockM, kBlockN>(ms, p.minmax, n_block, from,
-                                                                     end);
-  }
-};
-
-/// Sets to -inf the scores a partial tile's mask hides, in kMTiles x kNTiles m16n8 accumulator
-/// tiles of S^T: element (mt, nt, 2 r + c) of this thread is key key0 + key_row + 16 mt + 8 r
-/// (its FlashMask values at `vectors`, kColumns per key of the block) and query ms.row_begin +
-/// query_col + 8 nt + c; key_row and query_col are the thread's first, g and 2 t into the warp
-/// tile. Each key's values are read once for its whole row of the tile.
-template <class Mask, int kMTiles, int kNTiles>
+/// Sets to -inf the scores a partial tile's mask hides in the accumulators of S^T (rows keys,
+/// columns queries): the fragment's element (0, 0) is key key0 + key_row0 (its FlashMask values
+/// at `vectors`, kColumns per key of the block) and query ms.row_begin + query0. Each key's
+/// values are read once for its whole row of the tile (mask_by_rows).
+template <class Mask, int kSlabs, int kTiles>
 __device__ __forceinline__ void mask_scores_by_key(const BwdParams& p, const MaskState& ms,
-                                                   float (&acc)[kMTiles][kNTiles][4], u32 vectors,
-                                                   int key0, int key_row, int query_col) {
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int key_local = key_row + 16 * mt + 8 * r;
-      const typename Mask::Column column =
-          Mask::load_column(ms, vectors + key_local * Mask::kColumns * 4);
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int query = ms.row_begin + query_col + nt * 8 + c;
-          if (Mask::masked(p, ms, query, key0 + key_local, column)) {
-            acc[mt][nt][2 * r + c] = negative_infinity();
-          }
-        }
-      }
-    }
-  }
+                                                   WarpAccumulator<kSlabs, kTiles>& acc,
+                                                   u32 vectors, int key0, int key_row0, int query0,
+                                                   int lane) {
+  mask_by_rows(
+      acc, lane, key_row0, ms.row_begin + query0,
+      [ms, vectors](int key_local) {
+        return Mask::load_column(ms, vectors + key_local * Mask::kColumns * 4);
+      },
+      [&p, ms, key0](const typename Mask::Column& column, int key_local, int query) {
+        return Mask::masked(p, ms, query, key0 + key_local, column);
+      });
 }
 
 /// LSE2 of queries query_local and query_local + 1 of the block, from the stage's LSE2 row
@@ -263,22 +170,15 @@ __device__ __forceinline__ void accumulate_dq_tiles(const BwdParams& p, const Ma
   const int lane = read_tid_x() % 32;
   const u32 ds_lane = opaque(DsTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
   const u32 k_lane = opaque(KvTile::lane_offset(lane % 16, lane / 16));
-  float acc[kMTiles][kDqTiles][4];
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-    for (int dt = 0; dt < kDqTiles; ++dt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][dt][e] = 0.f;
-    }
-  }
+  WarpAccumulator<kMTiles, kDqTiles> acc;
+  acc.fill(0.f);
   // dS (query x key) from the [key][query] tile: the transposed load gives A's layout.
-  warp_tile_times_tile<Element, true, DsTile, KvTile, kMTiles, kDqTiles, kKeySteps>(
-      acc, smem_ds, ds_lane, query0 / 8, smem_k, k_lane, chunk0);
+  warp_tile_times_tile<Element, true, DsTile, KvTile, kKeySteps>(acc, smem_ds, ds_lane, query0 / 8,
+                                                                 smem_k, k_lane, chunk0);
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
     add_dq_tile<kHeadDim>(p, ms.seqlen_q, work.head, work.batch, ms.row_begin + query0 + 16 * mt,
-                          chunk0 * 8, acc[mt]);
+                          chunk0 * 8, acc.v[mt]);
   }
 }
 

@@ -9,8 +9,10 @@
 // Config: Element, kHeadDim, kBlockM (16 * kWarps), kBlockN, kWarps. Score: a ScoreMod.
 #pragma once
 
-#include "attnjit/kv_block.cuh"
+#include "attnjit/block_walk.cuh"
+#include "attnjit/fragment.cuh"
 #include "attnjit/mask.cuh"
+#include "attnjit/mask_apply.cuh"
 #include "attnjit/params.cuh"
 #include "attnjit/primitives.cuh"
 #include "attnjit/schedule.cuh"
@@ -40,13 +42,12 @@ struct BackwardDqSm80 {
   static_assert(kBlockM == 16 * kWarps, "each warp owns 16 query rows");
 
   typedef SmemTile<kBlockM, kHeadDim> QTile;  // Q and dO
-  typedef SmemTile<kBlockN, kHeadDim> KvTile;
-  static constexpr int kStageBytes = 2 * KvTile::kBytes;  // K then V
-  static constexpr int kVectorBytes = kBlockN * kColumns * 4;
+  typedef KeyBlockWalk<Mask, kBlockN, kHeadDim, kThreads, 2> Walk;
+  typedef typename Walk::KvTile KvTile;
   /// Q, dO, then two stages of (K, V), then two stages of FlashMask values.
-  static constexpr int kSmemBytes = 2 * QTile::kBytes + 2 * (kStageBytes + kVectorBytes);
+  static constexpr int kSmemBytes = 2 * QTile::kBytes + Walk::kSmemBytes;
 
-  float acc_dq[kDTiles][4];
+  WarpAccumulator<1, kDTiles> acc_dq;
   float lse_log2[2];  // rows g and g + 8 of the warp
   float row_dot[2];
 
@@ -70,7 +71,7 @@ struct BackwardDqSm80 {
     const u32 smem_q = smem_address(smem);
     const u32 smem_do = smem_q + QTile::kBytes;
     const u32 smem_kv = smem_do + QTile::kBytes;
-    const u32 smem_vectors = smem_kv + 2 * kStageBytes;
+    const u32 smem_vectors = smem_kv + 2 * Walk::kStageBytes;
     const int valid_rows = ms.row_end - ms.row_begin;
     load_tile_async<kBlockM, kHeadDim, kThreads>(
         smem_q,
@@ -92,48 +93,23 @@ struct BackwardDqSm80 {
       lse_log2[r] = row < p.seqlen_q ? p.lse_log2[bh * p.seqlen_q + row] : -negative_infinity();
       row_dot[r] = row < p.seqlen_q ? p.row_dot[bh * p.seqlen_q + row] : 0.f;
     }
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_dq[dt][e] = 0.f;
-    }
+    acc_dq.fill(0.f);
 
-    int n_begin, n_end;
-    Mask::template key_block_range<kBlockN>(ms, n_begin, n_end);
-    int n_load = next_active(ms, p, n_end - 1, n_begin);
-    int n_compute = n_load;
-    if (n_load >= n_begin) {
-      load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns, Mask::kOrderedCtas>(
-          p, ms, n_load, smem_kv, smem_vectors, thread);
-      n_load = next_active(ms, p, n_load - 1, n_begin);
-    }
-    cp_async_commit();
-
+    Walk walk;
+    walk.find_range(ms);
+    walk.prefetch(p, ms, &BwdParams::minmax_dq, smem_kv, smem_vectors, thread);
     // A predicate's table entry and stored bits are read one block ahead (read_tile).
     int tile_next = 0;
-    Words words;
-    if (kElementBits && n_compute >= n_begin)
-      tile_next = read_tile(ms, p, n_compute, warp, lane, words);
-    for (int it = 0; n_compute >= n_begin; ++it) {
-      cp_async_wait<0>();
-      __syncthreads();
-      if (n_load >= n_begin) {
-        const int stage = (it + 1) % 2;
-        load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns, Mask::kOrderedCtas>(
-            p, ms, n_load, smem_kv + stage * kStageBytes, smem_vectors + stage * kVectorBytes,
-            thread);
-        n_load = next_active(ms, p, n_load - 1, n_begin);
-      }
-      cp_async_commit();
-      const int stage = it % 2;
+    Words words[1];
+    if (kElementBits && walk.more()) tile_next = read_tile(ms, p, walk.block, warp, lane, words);
+    for (int it = 0; walk.more(); ++it) {
+      const int stage = walk.stage(p, ms, &BwdParams::minmax_dq, smem_kv, smem_vectors, it, thread);
       const int tile =
-          kElementBits ? tile_next : Mask::template classify<kBlockN>(ms, p.minmax_dq, n_compute);
-      compute_block(p, ms, smem_q, smem_do, smem_kv + stage * kStageBytes,
-                    smem_vectors + stage * kVectorBytes, n_compute, tile, words, warp, lane);
-      n_compute = next_active(ms, p, n_compute - 1, n_begin);
-      if (kElementBits && n_compute >= n_begin) {
-        tile_next = read_tile(ms, p, n_compute, warp, lane, words);
-      }
+          kElementBits ? tile_next : Mask::template classify<kBlockN>(ms, p.minmax_dq, walk.block);
+      compute_block(p, ms, smem_q, smem_do, Walk::kv_stage(smem_kv, stage),
+                    Walk::vector_stage(smem_vectors, stage), walk.block, tile, words, warp, lane);
+      walk.advance(p, ms, &BwdParams::minmax_dq);
+      if (kElementBits && walk.more()) tile_next = read_tile(ms, p, walk.block, warp, lane, words);
     }
     cp_async_wait<0>();
 
@@ -145,35 +121,28 @@ struct BackwardDqSm80 {
       if (row < p.seqlen_q) {
 #pragma unroll
         for (int dt = 0; dt < kDTiles; ++dt) {
-          *reinterpret_cast<u32*>(d_q + row * p.dq_row_stride + dt * 8 + 2 * t) = pack2<Element>(
-              acc_dq[dt][2 * r] * p.softmax_scale, acc_dq[dt][2 * r + 1] * p.softmax_scale);
+          *reinterpret_cast<u32*>(d_q + row * p.dq_row_stride + dt * 8 + 2 * t) =
+              pack2<Element>(acc_dq.v[0][dt][2 * r] * p.softmax_scale,
+                             acc_dq.v[0][dt][2 * r + 1] * p.softmax_scale);
         }
       }
     }
   }
 
   /// A predicate's table entry of key block n_block and the stored bits of the thread's
-  /// fragment rows in it (zeros without a slot).
+  /// fragment rows in it (read_tile, mask_apply.cuh).
   __device__ __forceinline__ static int read_tile(const MaskState& ms, const BwdParams& p,
-                                                  int n_block, int warp, int lane, Words& words) {
-    const int tile = Mask::template classify<kBlockN>(ms, p.minmax_dq, n_block);
-    if constexpr (kElementBits) {
-      if (tile_kind(tile) == kTilePartial) {
-        words = Mask::template load_fragment_words<kNTiles, false>(p.predicate_bits_dq, tile,
-                                                                   warp * 16 + lane / 4);
-      }
-    }
-    return tile;
-  }
-
-  __device__ __forceinline__ static int next_active(const MaskState& ms, const BwdParams& p,
-                                                    int from, int n_begin) {
-    return Mask::template last_active_key_block<kBlockN>(ms, p.minmax_dq, from, n_begin);
+                                                  int n_block, int warp, int lane,
+                                                  Words (&words)[1]) {
+    return attnjit::read_tile<Mask, kBlockN, kNTiles, false>(
+        p, ms, &BwdParams::minmax_dq, &BwdParams::predicate_bits_dq, n_block,
+        [warp, lane](int) { return warp * 16 + lane / 4; }, words);
   }
 
   __device__ __forceinline__ void compute_block(const BwdParams& p, const MaskState& ms, u32 smem_q,
                                                 u32 smem_do, u32 smem_k, u32 vectors, int n_block,
-                                                int tile, const Words& words, int warp, int lane) {
+                                                int tile, const Words (&words)[1], int warp,
+                                                int lane) {
     const int kind = tile_kind(tile);
     const u32 smem_v = smem_k + KvTile::kBytes;
     const u32 a_lane = opaque(QTile::lane_offset(lane % 16, lane / 16));
@@ -189,38 +158,23 @@ struct BackwardDqSm80 {
     if constexpr (kElementBits) {
       if (kind == kTilePartial) {
         hidden = tile_bits_slot(tile) >= 0
-                     ? Mask::template fragment_bits<kNTiles>(words, 2 * t)
+                     ? Mask::template fragment_bits<kNTiles>(words[0], 2 * t)
                      : Mask::template evaluate_bits<kNTiles, false>(
                            p, ms, row0 + g, 2 * t, ms.row_begin, n_block * kBlockN);
       }
     }
-    float acc_s[kNTiles][4];
-    warp_rows_times_rows<Element, QTile, KvTile, kNTiles, kKSteps>(acc_s, smem_q, a_lane, row0,
-                                                                   smem_k, b_lane);
+    WarpAccumulator<1, kNTiles> acc_s;
+    warp_rows_times_rows<Element, QTile, KvTile, kKSteps>(acc_s, smem_q, a_lane, row0, smem_k,
+                                                          b_lane, 0);
     if constexpr (kElementBits) {
-      if (kind == kTilePartial) {
-#pragma unroll
-        for (int e = 0; e < kNTiles * 4; ++e) {
-          if ((hidden >> e) & 1) acc_s[e / 4][e % 4] = negative_infinity();
-        }
-      }
+      if (kind == kTilePartial) mask_by_bits(acc_s, 0, hidden);
     } else if (kind == kTilePartial) {
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int local_col = nt * 8 + 2 * t + c;
-          const typename Mask::Column column =
-              Mask::load_column(ms, vectors + local_col * kColumns * 4);
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            if (Mask::masked(p, ms, ms.row_begin + row0 + g + 8 * r, n_block * kBlockN + local_col,
-                             column)) {
-              acc_s[nt][2 * r + c] = negative_infinity();
-            }
-          }
-        }
-      }
+      mask_by_columns(
+          acc_s, lane, ms.row_begin + row0, 0,
+          [ms, vectors](int key) { return Mask::load_column(ms, vectors + key * kColumns * 4); },
+          [&p, ms, n_block](const typename Mask::Column& column, int query, int key) {
+            return Mask::masked(p, ms, query, n_block * kBlockN + key, column);
+          });
     }
     // P from the scores modified after the mask (masked ones stay -inf), times 1 - tanh^2
     // with soft-capping: only dS = P (dP - D) needs P here. Element e of tile nt is row
@@ -233,27 +187,28 @@ struct BackwardDqSm80 {
       for (int e = 0; e < 4; ++e) {
         float grad = 1.f;
         if (Score::kActive) {
-          acc_s[nt][e] =
-              score.apply_after_mask(acc_s[nt][e], distance0 + nt * 8 + e % 2 - 8 * (e / 2), grad);
+          acc_s.v[0][nt][e] = score.apply_after_mask(
+              acc_s.v[0][nt][e], distance0 + nt * 8 + e % 2 - 8 * (e / 2), grad);
         }
-        acc_s[nt][e] = exp2_approx(fmaf(acc_s[nt][e], Score::exponent_scale(p), -lse_log2[e / 2]));
-        if (Score::kSoftcap) acc_s[nt][e] *= grad;
+        acc_s.v[0][nt][e] =
+            exp2_approx(fmaf(acc_s.v[0][nt][e], Score::exponent_scale(p), -lse_log2[e / 2]));
+        if (Score::kSoftcap) acc_s.v[0][nt][e] *= grad;
       }
     }
-    float acc_ds[kNTiles][4];
-    warp_rows_times_rows<Element, QTile, KvTile, kNTiles, kKSteps>(acc_ds, smem_do, a_lane, row0,
-                                                                   smem_v, b_lane);
+    WarpAccumulator<1, kNTiles> acc_ds;
+    warp_rows_times_rows<Element, QTile, KvTile, kKSteps>(acc_ds, smem_do, a_lane, row0, smem_v,
+                                                          b_lane, 0);
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        acc_ds[nt][e] = acc_s[nt][e] * (acc_ds[nt][e] - row_dot[e / 2]);
+        acc_ds.v[0][nt][e] = acc_s.v[0][nt][e] * (acc_ds.v[0][nt][e] - row_dot[e / 2]);
       }
     }
-    u32 ds[kNTiles][2];
-    pack_tiles<Element>(ds, acc_ds);
+    OperandA<1, kKeySteps> ds;
+    to_operand_a<Element>(acc_ds, ds);
     // dQ += dS K: K read transposed (k = key, n = head dim).
-    warp_regs_times_tile<Element, KvTile, kKeySteps, kDTiles>(acc_dq, ds, smem_k, bt_lane, 0);
+    warp_regs_times_tile<Element, KvTile, kKeySteps>(acc_dq, ds, smem_k, bt_lane, 0);
   }
 };
 

@@ -23,6 +23,7 @@
 #pragma once
 
 #include "attnjit/bwd_common.cuh"
+#include "attnjit/fragment.cuh"
 #include "attnjit/kv_block.cuh"
 #include "attnjit/mask.cuh"
 #include "attnjit/params.cuh"
@@ -76,8 +77,8 @@ struct BackwardGridSm80 {
   static constexpr int kSmemBytes =
       2 * KvTile::kBytes + 2 * kStageBytes + 2 * PTile::kBytes + kBlockN * kColumns * 4;
 
-  float acc_dk[2][kDTiles][4];
-  float acc_dv[2][kDTiles][4];
+  WarpAccumulator<2, kDTiles> acc_dk;
+  WarpAccumulator<2, kDTiles> acc_dv;
 
   __device__ __forceinline__ void run(const BwdParams& p, unsigned char* smem) {
     start_cta<true>(cta_order_of<Mask::kOrderedCtas>(p));
@@ -100,17 +101,8 @@ struct BackwardGridSm80 {
     QueryBlockWalk<Mask, kBlockM, kBlockN, kHeadDim, kThreads, kStageBytes> walk;
     walk.begin(p, ms, n_block, smem_stages, work);
 
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          acc_dk[mt][dt][e] = 0.f;
-          acc_dv[mt][dt][e] = 0.f;
-        }
-      }
-    }
+    acc_dk.fill(0.f);
+    acc_dv.fill(0.f);
 
     for (int it = 0; walk.more(); ++it) {
       const u32 smem_stage = walk.stage(p, ms, n_block, smem_stages, it);
@@ -149,12 +141,12 @@ struct BackwardGridSm80 {
     const u32 q_b_lane = opaque(QTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
 
     // S^T = K Q^T.
-    float acc_s[2][kSTiles][4];
-    warp_rows_times_rows<Element, KvTile, QTile, 2, kSTiles, kDSteps>(
-        acc_s, smem_k, kv_a_lane, key_row0, smem_q, q_b_lane, query0);
+    WarpAccumulator<2, kSTiles> acc_s;
+    warp_rows_times_rows<Element, KvTile, QTile, kDSteps>(acc_s, smem_k, kv_a_lane, key_row0,
+                                                          smem_q, q_b_lane, query0);
 
     if (tile_kind(tile) == kTilePartial) {
-      mask_scores_by_key<Mask>(p, ms, acc_s, vectors, key0, key_row0 + g, query0 + 2 * t);
+      mask_scores_by_key<Mask>(p, ms, acc_s, vectors, key0, key_row0, query0, lane);
     }
 
     // P^T = 2^(S^T c - LSE2): 0 where masked and in rows that see no key (LSE2 = +inf).
@@ -176,7 +168,7 @@ struct BackwardGridSm80 {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             value[c] =
-                backward_probability(p, score, acc_s[mt][nt][2 * r + c],
+                backward_probability(p, score, acc_s.v[mt][nt][2 * r + c],
                                      distance0 + 16 * mt + 8 * r - 8 * nt - c, lse[c], grad[c]);
           }
           const int offset =
@@ -191,9 +183,9 @@ struct BackwardGridSm80 {
     }
 
     // dP^T = V dO^T, then dS^T = P^T (dP^T - D) with the rounded P^T (bwd_sm80.cuh).
-    float acc_dp[2][kSTiles][4];
-    warp_rows_times_rows<Element, KvTile, QTile, 2, kSTiles, kDSteps>(
-        acc_dp, smem_v, kv_a_lane, key_row0, smem_do, q_b_lane, query0);
+    WarpAccumulator<2, kSTiles> acc_dp;
+    warp_rows_times_rows<Element, KvTile, QTile, kDSteps>(acc_dp, smem_v, kv_a_lane, key_row0,
+                                                          smem_do, q_b_lane, query0);
 #pragma unroll
     for (int nt = 0; nt < kSTiles; ++nt) {
       float d[2];
@@ -205,8 +197,8 @@ struct BackwardGridSm80 {
           const int offset =
               PTile::element_offset(key_row0 + 16 * mt + g + 8 * r, query0 + nt * 8 + 2 * t);
           const u32 pair = load_shared_u32((Score::kSoftcap ? smem_dst : smem_pt) + offset);
-          const float ds0 = unpack_lo<Element>(pair) * (acc_dp[mt][nt][2 * r] - d[0]);
-          const float ds1 = unpack_hi<Element>(pair) * (acc_dp[mt][nt][2 * r + 1] - d[1]);
+          const float ds0 = unpack_lo<Element>(pair) * (acc_dp.v[mt][nt][2 * r] - d[0]);
+          const float ds1 = unpack_hi<Element>(pair) * (acc_dp.v[mt][nt][2 * r + 1] - d[1]);
           store_shared_u32(smem_dst + offset, pack2<Element>(ds0, ds1));
         }
       }
@@ -221,9 +213,9 @@ struct BackwardGridSm80 {
     const int chunk0 = (warp / kKeyWarps) * kWarpDims / 8;
     const u32 p_a_lane = opaque(PTile::lane_offset(lane % 16, lane / 16));
     const u32 q_bt_lane = opaque(QTile::lane_offset(lane % 16, lane / 16));
-    warp_tile_times_tile<Element, false, PTile, QTile, 2, kDTiles, kQSteps>(
+    warp_tile_times_tile<Element, false, PTile, QTile, kQSteps>(
         acc_dv, smem_pt, p_a_lane, key_row0, smem_stage + QTile::kBytes, q_bt_lane, chunk0);
-    warp_tile_times_tile<Element, false, PTile, QTile, 2, kDTiles, kQSteps>(
+    warp_tile_times_tile<Element, false, PTile, QTile, kQSteps>(
         acc_dk, smem_dst, p_a_lane, key_row0, smem_stage, q_bt_lane, chunk0);
   }
 
@@ -243,9 +235,9 @@ struct BackwardGridSm80 {
     const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
-      store_dkdv_tile<Element, kHeadDim>(p, work.head, work.batch,
-                                         key0 + (warp % kKeyWarps) * 32 + 16 * mt,
-                                         (warp / kKeyWarps) * kWarpDims, acc_dk[mt], acc_dv[mt]);
+      store_dkdv_tile<Element, kHeadDim>(
+          p, work.head, work.batch, key0 + (warp % kKeyWarps) * 32 + 16 * mt,
+          (warp / kKeyWarps) * kWarpDims, acc_dk.v[mt], acc_dv.v[mt]);
     }
   }
 };

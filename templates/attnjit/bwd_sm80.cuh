@@ -20,8 +20,10 @@
 #pragma once
 
 #include "attnjit/bwd_common.cuh"
+#include "attnjit/fragment.cuh"
 #include "attnjit/kv_block.cuh"
 #include "attnjit/mask.cuh"
+#include "attnjit/mask_apply.cuh"
 #include "attnjit/params.cuh"
 #include "attnjit/primitives.cuh"
 #include "attnjit/schedule.cuh"
@@ -74,8 +76,8 @@ struct BackwardSm80 {
   static constexpr int kSmemBytes =
       2 * KvTile::kBytes + 2 * kStageBytes + kDsBytes + kBlockN * kColumns * 4;
 
-  float acc_dk[kDTiles][4];
-  float acc_dv[kDTiles][4];
+  WarpAccumulator<1, kDTiles> acc_dk;
+  WarpAccumulator<1, kDTiles> acc_dv;
 
   __device__ __forceinline__ void run(const BwdParams& p, unsigned char* smem) {
     // The CTA order (schedule.cuh) when the mask has one; otherwise low key blocks see the most
@@ -102,18 +104,12 @@ struct BackwardSm80 {
     QueryBlockWalk<Mask, kBlockM, kBlockN, kHeadDim, kThreads, kStageBytes> walk;
     walk.begin(p, ms, n_block, smem_stages, work);
 
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        acc_dk[dt][e] = 0.f;
-        acc_dv[dt][e] = 0.f;
-      }
-    }
+    acc_dk.fill(0.f);
+    acc_dv.fill(0.f);
 
     // A predicate's table entry and stored bits are read one block ahead (read_tile).
     int tile_next = 0;
-    Words words;
+    Words words[1];
     if (kElementBits && walk.more()) tile_next = read_tile(ms, p, n_block, walk.block, words);
     for (int it = 0; walk.more(); ++it) {
       // The stage() barrier also frees dS^T, which the previous iteration read.
@@ -131,26 +127,29 @@ struct BackwardSm80 {
   }
 
   /// A predicate's table entry of (query block m_block, key block n_block) and, when
-  /// kPrefetchBits, the stored bits of the thread's two keys in it (zeros without a slot).
+  /// kPrefetchBits, the stored bits of the thread's two keys in it (read_tile, mask_apply.cuh).
   __device__ __forceinline__ static int read_tile(MaskState ms, const BwdParams& p, int n_block,
-                                                  int m_block, Words& words) {
+                                                  int m_block, Words (&words)[1]) {
     ms.row_begin = m_block * kBlockM;
-    const int tile = Mask::template classify<kBlockN>(ms, p.minmax, n_block);
-    if constexpr (kElementBits && kPrefetchBits) {
-      if (tile_kind(tile) == kTilePartial) {
-        const int lane = read_tid_x() % 32;
-        const int key_row0 = (read_tid_x() / 32) % kKeyWarps * 16;
-        words = Mask::template load_fragment_words<kQTiles, true>(p.predicate_bits, tile,
-                                                                  key_row0 + lane / 4);
-      }
+    if constexpr (kPrefetchBits) {
+      // The thread's keys from the special registers, read only for a partial tile.
+      return attnjit::read_tile<Mask, kBlockN, kQTiles, true>(
+          p, ms, &BwdParams::minmax, &BwdParams::predicate_bits, n_block,
+          [](int) {
+            const int lane = read_tid_x() % 32;
+            const int key_row0 = (read_tid_x() / 32) % kKeyWarps * 16;
+            return key_row0 + lane / 4;
+          },
+          words);
+    } else {
+      return Mask::template classify<kBlockN>(ms, p.minmax, n_block);
     }
-    return tile;
   }
 
   __device__ __forceinline__ void compute_block(const BwdParams& p, const MaskState& ms, u32 smem_k,
                                                 u32 smem_v, u32 smem_stage, u32 smem_ds,
                                                 u32 vectors, int key0, int tile,
-                                                const Words& words) {
+                                                const Words (&words)[1]) {
     const int kind = tile_kind(tile);
     const int warp = read_tid_x() / 32;
     const int lane = read_tid_x() % 32;
@@ -179,7 +178,7 @@ struct BackwardSm80 {
       if (kind == kTilePartial) {
         hidden = tile_bits_slot(tile) < 0 ? Mask::template evaluate_bits<kQTiles, true>(
                                                 p, ms, key_row0 + g, 2 * t, key0, ms.row_begin)
-                 : kPrefetchBits ? Mask::template fragment_bits<kQTiles>(words, 2 * t)
+                 : kPrefetchBits ? Mask::template fragment_bits<kQTiles>(words[0], 2 * t)
                                  : Mask::template fragment_bits<kQTiles>(
                                        Mask::template load_fragment_words<kQTiles, true>(
                                            p.predicate_bits, tile, key_row0 + g),
@@ -188,35 +187,15 @@ struct BackwardSm80 {
     }
 
     // S^T = K Q^T for the warp's 16 keys.
-    float acc_s[kQTiles][4];
-    warp_rows_times_rows<Element, KvTile, QTile, kQTiles, kDSteps>(acc_s, smem_k, kv_a_lane,
-                                                                   key_row0, smem_q, q_b_lane);
+    WarpAccumulator<1, kQTiles> acc_s;
+    warp_rows_times_rows<Element, KvTile, QTile, kDSteps>(acc_s, smem_k, kv_a_lane, key_row0,
+                                                          smem_q, q_b_lane, 0);
 
     if constexpr (kElementBits) {
-      if (kind == kTilePartial) {
-#pragma unroll
-        for (int e = 0; e < kQTiles * 4; ++e) {
-          if ((hidden >> e) & 1) acc_s[e / 4][e % 4] = negative_infinity();
-        }
-      }
+      if (kind == kTilePartial) mask_by_bits(acc_s, 0, hidden);
     } else if (kind == kTilePartial) {
       // This thread's two keys (rows g, g + 8 of S^T) are the FlashMask columns.
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int key_local = key_row0 + g + 8 * r;
-        const typename Mask::Column column =
-            Mask::load_column(ms, vectors + key_local * kColumns * 4);
-#pragma unroll
-        for (int nt = 0; nt < kQTiles; ++nt) {
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int query = ms.row_begin + nt * 8 + 2 * t + c;
-            if (Mask::masked(p, ms, query, key0 + key_local, column)) {
-              acc_s[nt][2 * r + c] = negative_infinity();
-            }
-          }
-        }
-      }
+      mask_scores_by_key<Mask>(p, ms, acc_s, vectors, key0, key_row0, 0, lane);
     }
 
     // P^T = 2^(S^T c - LSE2): 0 where masked and in rows that see no key (LSE2 = +inf).
@@ -235,12 +214,12 @@ struct BackwardSm80 {
         float grad[2];
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          acc_s[nt][2 * r + c] = backward_probability(
-              p, score, acc_s[nt][2 * r + c], distance0 + 8 * r - nt * 8 - c, lse[c], grad[c]);
+          acc_s.v[0][nt][2 * r + c] = backward_probability(
+              p, score, acc_s.v[0][nt][2 * r + c], distance0 + 8 * r - nt * 8 - c, lse[c], grad[c]);
         }
         if (Score::kSoftcap) {
           p_grad_packed[nt][r] =
-              pack2<Element>(acc_s[nt][2 * r] * grad[0], acc_s[nt][2 * r + 1] * grad[1]);
+              pack2<Element>(acc_s.v[0][nt][2 * r] * grad[0], acc_s.v[0][nt][2 * r + 1] * grad[1]);
         }
       }
     }
@@ -248,32 +227,31 @@ struct BackwardSm80 {
     // dV += P^T dO. From here on P lives only in its 16-bit form (the registers go to dP^T);
     // dS uses that rounded P, as a plain 16-bit implementation would (with soft-capping, the
     // rounded P^T (1 - tanh^2)).
-    u32 p_packed[kQTiles][2];
-    pack_tiles<Element>(p_packed, acc_s);
-    warp_regs_times_tile<Element, QTile, kQSteps, kDTiles>(acc_dv, p_packed, smem_do, q_bt_lane,
-                                                           dim_chunk0);
+    OperandA<1, kQSteps> p_packed;
+    to_operand_a<Element>(acc_s, p_packed);
+    warp_regs_times_tile<Element, QTile, kQSteps>(acc_dv, p_packed, smem_do, q_bt_lane, dim_chunk0);
 
     // dP^T = V dO^T, then dS^T = P^T (dP^T - D).
-    float acc_ds[kQTiles][4];
-    warp_rows_times_rows<Element, KvTile, QTile, kQTiles, kDSteps>(acc_ds, smem_v, kv_a_lane,
-                                                                   key_row0, smem_do, q_b_lane);
+    WarpAccumulator<1, kQTiles> acc_ds;
+    warp_rows_times_rows<Element, KvTile, QTile, kDSteps>(acc_ds, smem_v, kv_a_lane, key_row0,
+                                                          smem_do, q_b_lane, 0);
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt) {
       float d[2];
       load_shared_v2_f32(row_dot + (nt * 8 + 2 * t) * 4, d[0], d[1]);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const u32 pair = Score::kSoftcap ? p_grad_packed[nt][e / 2] : p_packed[nt][e / 2];
+        const u32 pair = Score::kSoftcap ? p_grad_packed[nt][e / 2]
+                                         : p_packed.v[0][nt / 2][operand_register(nt, e / 2)];
         const float p_value = e % 2 ? unpack_hi<Element>(pair) : unpack_lo<Element>(pair);
-        acc_ds[nt][e] = p_value * (acc_ds[nt][e] - d[e % 2]);
+        acc_ds.v[0][nt][e] = p_value * (acc_ds.v[0][nt][e] - d[e % 2]);
       }
     }
 
     // dK += dS^T Q.
-    u32 ds_packed[kQTiles][2];
-    pack_tiles<Element>(ds_packed, acc_ds);
-    warp_regs_times_tile<Element, QTile, kQSteps, kDTiles>(acc_dk, ds_packed, smem_q, q_bt_lane,
-                                                           dim_chunk0);
+    OperandA<1, kQSteps> ds_packed;
+    to_operand_a<Element>(acc_ds, ds_packed);
+    warp_regs_times_tile<Element, QTile, kQSteps>(acc_dk, ds_packed, smem_q, q_bt_lane, dim_chunk0);
 
     if (kAtomicDq) {
       if (dim_warp == 0) {
@@ -282,7 +260,7 @@ struct BackwardSm80 {
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int offset = DsTile::element_offset(key_row0 + g + 8 * r, nt * 8 + 2 * t);
-            store_shared_u32(smem_ds + offset, ds_packed[nt][r]);
+            store_shared_u32(smem_ds + offset, ds_packed.v[0][nt / 2][operand_register(nt, r)]);
           }
         }
       }
@@ -306,7 +284,7 @@ struct BackwardSm80 {
     const int warp = threadIdx.x / 32;
     const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
     store_dkdv_tile<Element, kHeadDim>(p, work.head, work.batch, key0 + (warp % kKeyWarps) * 16,
-                                       (warp / kKeyWarps) * kDimPerWarp, acc_dk, acc_dv);
+                                       (warp / kKeyWarps) * kDimPerWarp, acc_dk.v[0], acc_dv.v[0]);
   }
 };
 

@@ -23,6 +23,7 @@
 #pragma once
 
 #include "attnjit/bwd_common.cuh"
+#include "attnjit/fragment.cuh"
 #include "attnjit/kv_block.cuh"
 #include "attnjit/mask.cuh"
 #include "attnjit/params.cuh"
@@ -70,8 +71,8 @@ struct BackwardWgmmaSm90 {
   static constexpr int kSmemBytes =
       1024 + 2 * KvTile::kBytes + 2 * kStageBytes + DsTile::kBytes + kBlockN * kColumns * 4;
 
-  float acc_dk[kDTiles][4];
-  float acc_dv[kDTiles][4];
+  WarpgroupAccumulator<kHeadDim> acc_dk;
+  WarpgroupAccumulator<kHeadDim> acc_dv;
 
   __device__ __forceinline__ void run(const BwdParams& p, unsigned char* smem) {
     start_cta<true>(cta_order_of<Mask::kOrderedCtas>(p));
@@ -93,14 +94,8 @@ struct BackwardWgmmaSm90 {
     QueryBlockWalk<Mask, kBlockM, kBlockN, kHeadDim, kThreads, kStageBytes, true> walk;
     walk.begin(p, ms, n_block, smem_stages, work);
 
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        acc_dk[dt][e] = 0.f;
-        acc_dv[dt][e] = 0.f;
-      }
-    }
+    acc_dk.fill(0.f);
+    acc_dv.fill(0.f);
 
     for (int it = 0; walk.more(); ++it) {
       const u32 smem_stage = walk.stage(p, ms, n_block, smem_stages, it);
@@ -130,24 +125,23 @@ struct BackwardWgmmaSm90 {
     const u32 row_dot = lse_log2 + kBlockM * 4;
 
     // S^T = K Q^T and dP^T = V dO^T, issued together.
-    float acc_s[kSTiles][4];
-    float acc_dp[kSTiles][4];
+    WarpgroupAccumulator<kBlockM> acc_s;
+    WarpgroupAccumulator<kBlockM> acc_dp;
     wgmma_fence();
-    keys_times_queries(acc_s, smem_k, smem_q, warpgroup);
-    keys_times_queries(acc_dp, smem_v, smem_do, warpgroup);
+    keys_times_queries(acc_s.tiles(), smem_k, smem_q, warpgroup);
+    keys_times_queries(acc_dp.tiles(), smem_v, smem_do, warpgroup);
     wgmma_wait<1>();
-    fence_accumulators(acc_s);
+    fence_accumulators(acc_s.tiles());
 
     if (tile_kind(tile) == kTilePartial) {
-      mask_scores_by_key<Mask>(p, ms, reinterpret_cast<float(&)[1][kSTiles][4]>(acc_s), vectors,
-                               key0, key_row0 + g, 2 * t);
+      mask_scores_by_key<Mask>(p, ms, acc_s, vectors, key0, key_row0, 0, lane);
     }
 
     // P^T = 2^(S^T c - LSE2): 0 where masked and in rows that see no key (LSE2 = +inf).
     // Score modifiers apply after the mask (bwd_sm80.cuh). P^T is packed at once as dV's A
     // operand; acc_s keeps P^T (1 - tanh^2) for dS^T under soft-capping, else dS^T reads the
     // packed (rounded) P^T back, as the sm80 kernels do.
-    u32 a_p[kQSteps][4];
+    OperandA<1, kQSteps> a_p;
     const Score score = Score::template make<Mask::kOrderedCtas>(p);
     const int distance0 = key0 + key_row0 + g - (ms.row_begin + 2 * t + ms.diagonal);
 #pragma unroll
@@ -160,30 +154,30 @@ struct BackwardWgmmaSm90 {
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           float grad;
-          value[c] = backward_probability(p, score, acc_s[nt][2 * r + c],
+          value[c] = backward_probability(p, score, acc_s.v[0][nt][2 * r + c],
                                           distance0 + 8 * r - 8 * nt - c, lse[c], grad);
-          if (Score::kSoftcap) acc_s[nt][2 * r + c] = value[c] * grad;
+          if (Score::kSoftcap) acc_s.v[0][nt][2 * r + c] = value[c] * grad;
         }
-        a_p[nt / 2][2 * (nt % 2) + r] = pack2<Element>(value[0], value[1]);
+        a_p.v[0][nt / 2][operand_register(nt, r)] = pack2<Element>(value[0], value[1]);
       }
     }
 
     // dS^T = P^T (dP^T - D), packed as dK's A operand and stored as the [key][query] tile.
     wgmma_wait<0>();
-    fence_accumulators(acc_dp);
-    u32 a_ds[kQSteps][4];
+    fence_accumulators(acc_dp.tiles());
+    OperandA<1, kQSteps> a_ds;
 #pragma unroll
     for (int nt = 0; nt < kSTiles; ++nt) {
       float d[2];
       load_shared_v2_f32(row_dot + (nt * 8 + 2 * t) * 4, d[0], d[1]);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const u32 p_pair = a_p[nt / 2][2 * (nt % 2) + r];
-        const float p0 = Score::kSoftcap ? acc_s[nt][2 * r] : unpack_lo<Element>(p_pair);
-        const float p1 = Score::kSoftcap ? acc_s[nt][2 * r + 1] : unpack_hi<Element>(p_pair);
-        const u32 pair =
-            pack2<Element>(p0 * (acc_dp[nt][2 * r] - d[0]), p1 * (acc_dp[nt][2 * r + 1] - d[1]));
-        a_ds[nt / 2][2 * (nt % 2) + r] = pair;
+        const u32 p_pair = a_p.v[0][nt / 2][operand_register(nt, r)];
+        const float p0 = Score::kSoftcap ? acc_s.v[0][nt][2 * r] : unpack_lo<Element>(p_pair);
+        const float p1 = Score::kSoftcap ? acc_s.v[0][nt][2 * r + 1] : unpack_hi<Element>(p_pair);
+        const u32 pair = pack2<Element>(p0 * (acc_dp.v[0][nt][2 * r] - d[0]),
+                                        p1 * (acc_dp.v[0][nt][2 * r + 1] - d[1]));
+        a_ds.v[0][nt / 2][operand_register(nt, r)] = pair;
         store_shared_u32(smem_ds + DsTile::element_offset(key_row0 + g + 8 * r, nt * 8 + 2 * t),
                          pair);
       }
@@ -193,13 +187,13 @@ struct BackwardWgmmaSm90 {
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kQSteps; ++kk) {
-      wgmma_rs<Element, kHeadDim, 1>(acc_dv, a_p[kk], mn_major_descriptor<QTile>(smem_do, 0, kk),
-                                     1);
+      wgmma_rs<Element, kHeadDim, 1>(acc_dv.tiles(), a_p.v[0][kk],
+                                     mn_major_descriptor<QTile>(smem_do, 0, kk), 1);
     }
 #pragma unroll
     for (int kk = 0; kk < kQSteps; ++kk) {
-      wgmma_rs<Element, kHeadDim, 1>(acc_dk, a_ds[kk], mn_major_descriptor<QTile>(smem_q, 0, kk),
-                                     1);
+      wgmma_rs<Element, kHeadDim, 1>(acc_dk.tiles(), a_ds.v[0][kk],
+                                     mn_major_descriptor<QTile>(smem_q, 0, kk), 1);
     }
     wgmma_commit();
     fence_async_shared();
@@ -211,23 +205,24 @@ struct BackwardWgmmaSm90 {
     }
 
     // dQ_i += dS K: dS (queries x keys) is the MN-major [key][query] tile, K MN-major too.
-    float acc_dq[kDqCols / 8][4];
+    WarpgroupAccumulator<kDqCols> acc_dq;
     const int key_step0 = kDqByColumns ? 0 : 4 * warpgroup;
     const int panel = kDqByColumns ? warpgroup * kDqCols / 64 : 0;
 #pragma unroll
     for (int kk = 0; kk < kDqSteps; ++kk) {
       wgmma_ss<Element, kDqCols, 1, 1>(
-          acc_dq, mn_major_descriptor<DsTile>(smem_ds, 0, key_step0 + kk),
+          acc_dq.tiles(), mn_major_descriptor<DsTile>(smem_ds, 0, key_step0 + kk),
           mn_major_descriptor<KvTile>(smem_k, panel, key_step0 + kk), kk > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
-    fence_accumulators(acc_dq);
-    fence_accumulators(acc_dk);
-    fence_accumulators(acc_dv);
+    fence_accumulators(acc_dq.tiles());
+    fence_accumulators(acc_dk.tiles());
+    fence_accumulators(acc_dv.tiles());
     const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
     add_dq_tile<kHeadDim>(p, ms.seqlen_q, work.head, work.batch,
-                          ms.row_begin + 16 * ((read_tid_x() / 32) % 4), panel * 64, acc_dq);
+                          ms.row_begin + 16 * ((read_tid_x() / 32) % 4), panel * 64,
+                          acc_dq.tiles());
   }
 
   /// acc = the warpgroup's 64 keys of `keys` (K or V) times the block's rows of `queries`
@@ -247,7 +242,8 @@ struct BackwardWgmmaSm90 {
     const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
     const int warp = threadIdx.x / 32;
     store_dkdv_tile<Element, kHeadDim>(p, work.head, work.batch,
-                                       key0 + 64 * (warp / 4) + 16 * (warp % 4), 0, acc_dk, acc_dv);
+                                       key0 + 64 * (warp / 4) + 16 * (warp % 4), 0, acc_dk.tiles(),
+                                       acc_dv.tiles());
   }
 };
 

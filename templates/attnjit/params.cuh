@@ -18,15 +18,18 @@ struct PredicateInputs {
   int scalars[kMaxPredicateScalars];
 };
 
-/// Arguments of the forward kernel. Strides are in elements; the last dim is contiguous.
-struct FwdParams {
+/// The arguments every attention kernel takes (FwdParams and BwdParams derive from it, so the
+/// host fills them by the same names and the mask, score and schedule hooks read them alike).
+/// Strides are in elements; the last dim is contiguous.
+struct AttentionParams {
   const void* q;         ///< [B, Sq, H, D]
   const void* k;         ///< [B, Sk, Hkv, D]
   const void* v;         ///< [B, Sk, Hkv, Dv]
-  void* o;               ///< [B, Sq, H, Dv]
-  float* lse;            ///< [B, H, Sq] (natural log); written only when the spec returns it
   const int* intervals;  ///< startend_row_indices [B, Hm, Sk, C]; flashmask only
-  const int* minmax;     ///< per key block min/max [B, Hm, ceil(Sk/block_n), 2*C]
+  /// FlashMask: min/max per key block [B, Hm, ceil(Sk/block_n), 2*C] of the kernel's block_n
+  /// (the backward's main kernel); predicate: the block table (int32 per tile of the kernel's
+  /// shape, see PredicateBlocksParams).
+  const int* minmax;
   long long q_batch_stride, q_row_stride, q_head_stride;
   long long k_batch_stride, k_row_stride, k_head_stride;
   long long v_batch_stride, v_row_stride, v_head_stride;
@@ -42,64 +45,44 @@ struct FwdParams {
   float softcap;              ///< cap of s <- cap * tanh(s / cap); softcap only
   float softcap_exp2;         ///< 2 * scale_log2 / softcap: e^(2 s / cap) = 2^(q.k * this)
   float softcap_log2;         ///< softcap * log2(e)
-  /// mask=predicate: the predicate's inputs; `minmax` then holds the block table (int32 per
-  /// tile of the kernel's shape, see PredicateBlocksParams) and `predicate_bits` the element
-  /// bits of its partial tiles (query rows).
+  /// mask=predicate: the predicate's inputs, and the element bits of the partial tiles of
+  /// `minmax`'s table (query rows; key rows for the backward's main kernel).
   PredicateInputs predicate;
   const unsigned* predicate_bits;
   /// The order in which the CTAs take their work (cta_order.cuh): entry i is the natural
-  /// index of the CTA launched i-th; null for the index order of schedule.cuh.
+  /// index of the CTA launched i-th; null for the index order of schedule.cuh. The backward
+  /// host sets the main kernel's before its launch and the dQ kernel's before that one.
   const int* cta_order;
 };
 
-/// Arguments of the backward kernels. Strides are in elements; the last dim is contiguous.
-/// Scratch buffers (fp32, contiguous) belong to one backward call.
-struct BwdParams {
-  const void* q;         ///< [B, Sq, H, D]
-  const void* k;         ///< [B, Sk, Hkv, D]
-  const void* v;         ///< [B, Sk, Hkv, D]
-  const void* o;         ///< [B, Sq, H, D], the forward output
-  const void* d_o;       ///< [B, Sq, H, D]
-  const float* lse;      ///< [B, H, Sq] from the forward pass (natural log)
-  void* d_q;             ///< [B, Sq, H, D]
-  void* d_k;             ///< [B, Sk, Hkv, D]
-  void* d_v;             ///< [B, Sk, Hkv, D]
-  float* dq_accum;       ///< [B, H, Sq, D]: sum over key blocks of dS K (atomics), or null
-  float* row_dot;        ///< [B, H, Sq]: D = rowsum(dO * O)
-  float* lse_log2;       ///< [B, H, Sq]: LSE * log2(e); +inf where no key is visible
-  float* dk_partial;     ///< [B, H, Sk, D]: per-query-head dK when H != Hkv, else null
-  float* dv_partial;     ///< [B, H, Sk, D]: per-query-head dV when H != Hkv, else null
-  const int* intervals;  ///< startend_row_indices [B, Hm, Sk, C]; flashmask only
-  const int* minmax;     ///< min/max per key block of the main kernel's block_n
-  const int* minmax_dq;  ///< min/max per key block of the dQ kernel's block_n
-  long long q_batch_stride, q_row_stride, q_head_stride;
-  long long k_batch_stride, k_row_stride, k_head_stride;
-  long long v_batch_stride, v_row_stride, v_head_stride;
-  long long o_batch_stride, o_row_stride, o_head_stride;
+/// Arguments of the forward kernel.
+struct FwdParams : AttentionParams {
+  void* o;     ///< [B, Sq, H, Dv]
+  float* lse;  ///< [B, H, Sq] (natural log); written only when the spec returns it
+};
+
+/// Arguments of the backward kernels. Scratch buffers (fp32, contiguous) belong to one
+/// backward call.
+struct BwdParams : AttentionParams {
+  const void* o;      ///< [B, Sq, H, D], the forward output
+  const float* lse;   ///< [B, H, Sq] from the forward pass (natural log)
+  const void* d_o;    ///< [B, Sq, H, D]
+  void* d_q;          ///< [B, Sq, H, D]
+  void* d_k;          ///< [B, Sk, Hkv, D]
+  void* d_v;          ///< [B, Sk, Hkv, D]
+  float* dq_accum;    ///< [B, H, Sq, D]: sum over key blocks of dS K (atomics), or null
+  float* row_dot;     ///< [B, H, Sq]: D = rowsum(dO * O)
+  float* lse_log2;    ///< [B, H, Sq]: LSE * log2(e); +inf where no key is visible
+  float* dk_partial;  ///< [B, H, Sk, D]: per-query-head dK when H != Hkv, else null
+  float* dv_partial;  ///< [B, H, Sk, D]: per-query-head dV when H != Hkv, else null
+  /// min/max per key block of the dQ kernel's block_n, or its predicate block table
+  const int* minmax_dq;
+  /// mask=predicate: the element bits of the partial tiles of `minmax_dq` (query rows)
+  const unsigned* predicate_bits_dq;
   long long do_batch_stride, do_row_stride, do_head_stride;
   long long dq_batch_stride, dq_row_stride, dq_head_stride;
   long long dk_batch_stride, dk_row_stride, dk_head_stride;
   long long dv_batch_stride, dv_row_stride, dv_head_stride;
-  long long lse_batch_stride, lse_head_stride;
-  int batch, heads, kv_heads, mask_heads;
-  int seqlen_q, seqlen_k;
-  float softmax_scale;
-  float scale_log2;
-  int window_left, window_right;
-  const float* alibi_slopes;  ///< [H] fp32; alibi only
-  float softcap;              ///< cap of s <- cap * tanh(s / cap); softcap only
-  float softcap_exp2;         ///< 2 * scale_log2 / softcap: e^(2 s / cap) = 2^(q.k * this)
-  float softcap_log2;         ///< softcap * log2(e)
-  /// mask=predicate: the predicate's inputs; `minmax` and `minmax_dq` then hold the block
-  /// tables of the main kernel's and the dQ kernel's tile shapes, `predicate_bits` and
-  /// `predicate_bits_dq` the element bits of their partial tiles (key rows for the main
-  /// kernel's S^T, query rows for the dQ kernel).
-  PredicateInputs predicate;
-  const unsigned* predicate_bits;
-  const unsigned* predicate_bits_dq;
-  /// The CTA order (as FwdParams::cta_order) of the kernel being launched: the host sets the
-  /// main kernel's before its launch and the dQ kernel's before that one.
-  const int* cta_order;
 };
 
 /// Arguments of the FlashMask min/max preprocessing kernel.

@@ -18,6 +18,7 @@
 #include "runtime/kernel_set.hpp"
 #include "runtime/launch_support.hpp"
 #include "runtime/predicate_launch.hpp"
+#include "runtime/tma.hpp"
 
 namespace attnjit {
 
@@ -159,6 +160,12 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
       config.grid[0] = ceil_div(warps, kernel.threads / 32);
       void* mm_args[] = {&mm};
       runtime::launch(kernel.function, config, stream, mm_args);
+    } else if (desc.family == KernelFamily::sm90a) {
+      // The warpgroup kernel (fwd_sm90a.cuh) also takes the TMA tensor maps of q, k, v, o.
+      std::copy(grid.begin(), grid.end(), config.grid);
+      FwdTensorMaps maps = detail::forward_tensor_maps(args, tiles.block_m, tiles.block_n);
+      void* fwd_args[] = {&params, &maps};
+      runtime::launch(kernel.function, config, stream, fwd_args);
     } else {
       std::copy(grid.begin(), grid.end(), config.grid);
       void* fwd_args[] = {&params};

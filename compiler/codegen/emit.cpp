@@ -14,9 +14,42 @@ namespace {
 
 using namespace codegen;
 
+// The sm90a forward (fwd_sm90a.cuh): its parameters are FwdParams and the TMA tensor maps,
+// both __grid_constant__ (the copies take the maps' addresses). Its 384 threads start with
+// 168 registers each (ptxas's cap for one CTA of 384 per SM); the producer warpgroup gives
+// all but 24 away, or all but 48 where it classifies blocks from tables (FlashMask vectors,
+// predicate block tables: ptxas spilled there below 48), and the two consumer warpgroups
+// take them: 240 or 224 (the three must sum to 3 x 168, else setmaxnreg.inc waits forever
+// for registers that no warpgroup gave back). The consumers take turns (ping-pong) up to
+// head dim 128, where their softmax is long enough to hide behind the other's products
+// (FA3's rule).
+std::string emit_forward_sm90a(const Lowering& ir, const KernelDesc& kernel) {
+  const AttentionSpec& spec = ir.spec;
+  const TileConfig& tiles = *ir.tiles;
+  const bool tables = !ir.mask->vectors.empty() || ir.mask->element_predicate;
+  const int producer_registers = tables ? 48 : 24;
+  return emit_mainloop(
+      ir, kernel,
+      {fmt::format("static constexpr int kHeadDimQK = {};", spec.head_dim_qk),
+       fmt::format("static constexpr int kHeadDimV = {};", spec.head_dim_v),
+       fmt::format("static constexpr int kBlockM = {};", tiles.block_m),
+       fmt::format("static constexpr int kBlockN = {};", tiles.block_n),
+       fmt::format("static constexpr int kStages = {};", tiles.kv_stages),
+       fmt::format("static constexpr bool kReturnLse = {};", spec.return_lse),
+       fmt::format("static constexpr bool kPingPong = {};", spec.head_dim_qk <= 128),
+       fmt::format("static constexpr int kProducerRegisters = {};", producer_registers),
+       fmt::format("static constexpr int kConsumerRegisters = {};",
+                   (3 * 168 - producer_registers) / 2 / 8 * 8)},
+      "attnjit::ForwardSm90a<Config, Mask>", "__grid_constant__ attnjit::FwdParams",
+      fmt::format("attnjit::forward_sm90a<Config, Mask{}>(params, maps);",
+                  score_mod_argument(spec)),
+      /*min_blocks_per_sm=*/1, "const __grid_constant__ attnjit::FwdTensorMaps maps");
+}
+
 std::string emit_forward(const Lowering& ir, const KernelDesc& kernel) {
   const AttentionSpec& spec = ir.spec;
   const TileConfig& tiles = *ir.tiles;
+  if (tiles.warpgroup) return emit_forward_sm90a(ir, kernel);
   return emit_mainloop(
       ir, kernel,
       {fmt::format("static constexpr int kHeadDimQK = {};", spec.head_dim_qk),

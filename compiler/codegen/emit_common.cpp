@@ -49,8 +49,9 @@ void emit_header(SourceWriter& w, const Lowering& ir, const KernelDesc& kernel) 
   w.line("// spec:  {}", to_string(ir.spec));
   if (ir.tiles) {
     const TileConfig& t = *ir.tiles;
-    w.line("// tiles: block_m={} block_n={} warps={} kv_stages={} q_in_registers={}", t.block_m,
-           t.block_n, t.warps, t.kv_stages, t.q_in_registers);
+    w.line("// tiles: block_m={} block_n={} warps={} kv_stages={} q_in_registers={}{}", t.block_m,
+           t.block_n, t.warps, t.kv_stages, t.q_in_registers,
+           t.warpgroup ? " layout=warpgroup" : "");
   }
   if (ir.backward_tiles) {
     const BackwardTiles& t = *ir.backward_tiles;
@@ -134,14 +135,18 @@ void emit_smem_check(SourceWriter& w, std::string_view kernel_type, int smem_byt
 }
 
 void emit_entry(SourceWriter& w, const KernelDesc& kernel, std::string_view params_type,
-                std::string_view body, int min_blocks_per_sm) {
+                std::string_view body, int min_blocks_per_sm, std::string_view extra_parameters) {
   if (min_blocks_per_sm > 0) {
     w.line("extern \"C\" __global__ void __launch_bounds__({}, {})", kernel.threads,
            min_blocks_per_sm);
   } else {
     w.line("extern \"C\" __global__ void __launch_bounds__({})", kernel.threads);
   }
-  w.line("{}(const {} params) {{", kernel.name, params_type);
+  if (extra_parameters.empty()) {
+    w.line("{}(const {} params) {{", kernel.name, params_type);
+  } else {
+    w.line("{}(const {} params, {}) {{", kernel.name, params_type, extra_parameters);
+  }
   w.indent();
   w.line("{}", body);
   w.dedent();
@@ -151,7 +156,8 @@ void emit_entry(SourceWriter& w, const KernelDesc& kernel, std::string_view para
 std::string emit_mainloop(const Lowering& ir, const KernelDesc& kernel,
                           const std::vector<std::string>& config_lines,
                           std::string_view kernel_type, std::string_view params_type,
-                          std::string_view body, int min_blocks_per_sm) {
+                          std::string_view body, int min_blocks_per_sm,
+                          std::string_view extra_parameters) {
   SourceWriter w;
   emit_header(w, ir, kernel);
   w.line("namespace {{");
@@ -170,7 +176,7 @@ std::string emit_mainloop(const Lowering& ir, const KernelDesc& kernel,
   w.blank();
   w.line("}}  // namespace");
   w.blank();
-  emit_entry(w, kernel, params_type, body, min_blocks_per_sm);
+  emit_entry(w, kernel, params_type, body, min_blocks_per_sm, extra_parameters);
   return w.str();
 }
 

@@ -41,11 +41,13 @@ std::string_view score_mod_argument(const AttentionSpec& spec);
 /// `static_assert(<kernel type>::kSmemBytes == <planned bytes>, ...)`.
 void emit_smem_check(SourceWriter& w, std::string_view kernel_type, int smem_bytes);
 
-/// The extern "C" __global__ entry taking `params_type` by value and calling `body`. A
-/// min_blocks_per_sm of 1 tells ptxas that all 255 registers may be used (otherwise it can
-/// cap a 256-thread kernel at 128 to fit two blocks, and spill); 0 leaves it out.
+/// The extern "C" __global__ entry taking `params_type` by value (and `extra_parameters`, a
+/// declaration list, after it) and calling `body`. A min_blocks_per_sm of 1 tells ptxas that
+/// all 255 registers may be used (otherwise it can cap a 256-thread kernel at 128 to fit two
+/// blocks, and spill); 0 leaves it out.
 void emit_entry(SourceWriter& w, const KernelDesc& kernel, std::string_view params_type,
-                std::string_view body, int min_blocks_per_sm = 0);
+                std::string_view body, int min_blocks_per_sm = 0,
+                std::string_view extra_parameters = "");
 
 /// A mainloop kernel's translation unit: the header, `struct Config` with `config_lines`,
 /// the mask policy, the score modifiers, a check that `kernel_type`'s shared memory is the
@@ -53,6 +55,7 @@ void emit_entry(SourceWriter& w, const KernelDesc& kernel, std::string_view para
 std::string emit_mainloop(const Lowering& ir, const KernelDesc& kernel,
                           const std::vector<std::string>& config_lines,
                           std::string_view kernel_type, std::string_view params_type,
-                          std::string_view body, int min_blocks_per_sm);
+                          std::string_view body, int min_blocks_per_sm,
+                          std::string_view extra_parameters = "");
 
 }  // namespace attnjit::codegen

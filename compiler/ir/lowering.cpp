@@ -105,9 +105,9 @@ std::string to_string(const Lowering& lowering) {
     const TileConfig& tiles = *lowering.tiles;
     out += fmt::format(
         "  tiles {{block_m={} block_n={} warps={} kv_stages={} q_in_registers={} "
-        "smem_bytes={}}}\n",
+        "smem_bytes={}{}}}\n",
         tiles.block_m, tiles.block_n, tiles.warps, tiles.kv_stages, tiles.q_in_registers,
-        tiles.smem_bytes);
+        tiles.smem_bytes, tiles.warpgroup ? " layout=warpgroup" : "");
   }
   if (lowering.backward_tiles) {
     const BackwardTiles& t = *lowering.backward_tiles;

@@ -32,7 +32,8 @@ struct MaskLowering {
 };
 
 /// Kernel families. sm80: FA2 structure with mma.sync (runs on sm_80..sm_90a); sm90a: warpgroup
-/// MMAs (wgmma), the backward main kernel of the warpgroup layout.
+/// MMAs (wgmma), the backward main kernel of the warpgroup layout and the warp-specialized
+/// forward (TMA, mbarrier rings).
 enum class KernelFamily { sm80, sm90a };
 std::string_view name_of(KernelFamily family);
 
@@ -53,6 +54,10 @@ struct TileConfig {
   int kv_stages = 0;            ///< K/V shared-memory buffers in the cp.async pipeline
   bool q_in_registers = false;  ///< Q fragments loaded once instead of every iteration
   int smem_bytes = 0;           ///< dynamic shared memory of the forward kernel
+  /// sm90a (fwd_sm90a.cuh): a TMA producer warpgroup and two wgmma consumer warpgroups of
+  /// 64 rows (block_m = 128, warps = 12), kv_stages K and V stages; forced by `tiles=` with
+  /// the w suffix on target sm_90a
+  bool warpgroup = false;
 
   int threads() const { return warps * 32; }
   int rows_per_warp() const { return block_m / warps; }

@@ -90,6 +90,11 @@ KernelPlan plan_forward(const Lowering& in) {
       fmt::format("attnjit_fwd_{}_d{}_{}{}{}", name_of(spec.dtype), spec.head_dim_qk,
                   mask_tag(spec.mask), score_mod_tag(spec), spec.return_lse ? "_lse" : "");
   forward.template_header = "attnjit/fwd_sm80.cuh";
+  if (tiles.warpgroup) {
+    forward.name += "_sm90a";
+    forward.template_header = "attnjit/fwd_sm90a.cuh";
+    forward.family = KernelFamily::sm90a;
+  }
   forward.threads = tiles.threads();
   forward.dynamic_smem_bytes = tiles.smem_bytes;
   forward.grid = fmt::format("(2*ceil(Sq/{}), ceil(H/2), B)", tiles.block_m);

@@ -93,12 +93,61 @@ TileConfig make_config(int block_m, int block_n, int warps, char variant, int sm
   return tiles;
 }
 
+// Shared memory of the sm90a forward (fwd_sm90a.cuh's kSmemBytes): alignment slack, Q, the K
+// and V stages, each K stage's FlashMask values and block info, the barriers.
+int warpgroup_smem_bytes(int block_m, int block_n, int stages, const AttentionSpec& spec,
+                         const MaskLowering& mask) {
+  const int element = size_of(spec.dtype);
+  const int vectors = block_n * static_cast<int>(mask.vectors.size()) * 4;
+  return 1024 + block_m * spec.head_dim_qk * element +
+         stages * (block_n * (spec.head_dim_qk + spec.head_dim_v) * element + vectors + 8) + 8 +
+         2 * (2 * stages * 8);
+}
+
+// An explicit `tiles=128xBNx12w` for the forward: the sm90a kernel (fwd_sm90a.cuh), a TMA
+// producer warpgroup and two consumer warpgroups of 64 rows, on sm_90a only.
+TileConfig explicit_warpgroup_forward(const AttentionSpec& spec, const MaskLowering& mask,
+                                      const TargetInfo& target) {
+  const TileShape& shape = spec.tiles;
+  const std::string value = to_string(shape);
+  if (target.arch != Arch::sm_90a) {
+    throw_field_error("tiles", value, "the w suffix with target=sm_90a (wgmma, TMA)");
+  }
+  if (spec.head_dim_qk % 64 != 0) {
+    throw_field_error("tiles", value,
+                      "the w suffix with head_dim 64, 128, 192 or 256 (64-column panels)");
+  }
+  const int max_block_n = mask.element_predicate ? 128 : 256;
+  if (shape.block_m != 128 || shape.warps != 12 || shape.block_n % 16 != 0 || shape.block_n < 16 ||
+      shape.block_n > max_block_n) {
+    throw_field_error(
+        "tiles", value,
+        fmt::format("128xBNx12w with BN a multiple of 16 up to {} for the warpgroup forward",
+                    max_block_n));
+  }
+  constexpr int kStages = 2;
+  const int smem = warpgroup_smem_bytes(shape.block_m, shape.block_n, kStages, spec, mask);
+  if (smem > target.max_dynamic_smem_bytes) {
+    throw_field_error("tiles", value,
+                      fmt::format("shapes whose shared memory ({} bytes here) fits {}'s {} bytes",
+                                  smem, name_of(target.arch), target.max_dynamic_smem_bytes));
+  }
+  TileConfig tiles;
+  tiles.block_m = shape.block_m;
+  tiles.block_n = shape.block_n;
+  tiles.warps = shape.warps;
+  tiles.kv_stages = kStages;
+  tiles.smem_bytes = smem;
+  tiles.warpgroup = true;
+  return tiles;
+}
+
 // Checks an explicit `tiles=` shape: whole 16-row slabs per warp, MMA-sized key blocks,
 // and shared memory within the target.
 void check_explicit(const TileShape& shape, int smem, const TargetInfo& target) {
   const std::string value = to_string(shape);
-  if (shape.variant == 'g' || shape.variant == 'w') {
-    throw_field_error("tiles", value, "BMxBNxW with an optional q/s suffix for the forward");
+  if (shape.variant == 'g') {
+    throw_field_error("tiles", value, "BMxBNxW with an optional q, s or w suffix for the forward");
   }
   if (shape.warps != 1 && shape.warps != 2 && shape.warps != 4 && shape.warps != 8) {
     throw_field_error("tiles warps", value, "1, 2, 4 or 8 warps");
@@ -362,6 +411,10 @@ Lowering select_tiles(const Lowering& in) {
   Lowering out = in;
   if (spec.direction == Direction::backward) {
     out.backward_tiles = select_backward_tiles(spec, *in.mask, target);
+    return out;
+  }
+  if (spec.tiles.variant == 'w') {
+    out.tiles = explicit_warpgroup_forward(spec, *in.mask, target);
     return out;
   }
   if (!spec.tiles.is_auto()) {

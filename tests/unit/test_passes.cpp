@@ -343,7 +343,40 @@ TEST_CASE("the warpgroup backward layout is chosen for sm_90a at head dims 64 an
   CHECK_THROWS_WITH(lowered("mask=predicate(q>=k) tiles=64x128x8w target=sm_90a"),
                     Catch::Contains("without the w suffix for mask=predicate"));
   CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x64x4w target=sm_90a")),
-                    Catch::Contains("q/s suffix for the forward"));
+                    Catch::Contains("128xBNx12w with BN a multiple of 16 up to 256"));
+}
+
+TEST_CASE("an explicit w shape gives the forward the sm90a warpgroup kernel", "[pass]") {
+  const Lowering ir =
+      lower(parse_spec("dtype=bf16 head_dim=128 mask=causal tiles=128x128x12w target=sm_90a"));
+  REQUIRE(ir.tiles);
+  CHECK(ir.tiles->warpgroup);
+  CHECK(ir.tiles->threads() == 384);
+  CHECK(ir.tiles->kv_stages == 2);
+  // Alignment slack, Q, two K and V stages with their block info, the barriers.
+  CHECK(ir.tiles->smem_bytes == 1024 + 32768 + 2 * (65536 + 8) + 8 + 64);
+  const KernelDesc& forward = *ir.plan->find(KernelRole::forward);
+  CHECK(forward.template_header == "attnjit/fwd_sm90a.cuh");
+  CHECK(forward.family == KernelFamily::sm90a);
+  CHECK(forward.name == "attnjit_fwd_bf16_d128_causal_sm90a");
+  CHECK_THAT(to_string(ir), Catch::Contains("layout=warpgroup"));
+  // FlashMask vectors ride with the K stages.
+  CHECK(lower(parse_spec("dtype=fp16 head_dim=64 mask=flashmask(causal=false,columns=4) "
+                         "tiles=128x176x12w target=sm_90a"))
+            .tiles->smem_bytes == 1024 + 16384 + 2 * (2 * 176 * 64 * 2 + 176 * 16 + 8) + 8 + 64);
+  // The automatic choice stays on the sm80 kernel.
+  CHECK_FALSE(lower(parse_spec("dtype=bf16 head_dim=128 target=sm_90a")).tiles->warpgroup);
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x128x12w target=sm_90")),
+                    Catch::Contains("the w suffix with target=sm_90a"));
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=96 tiles=128x128x12w target=sm_90a")),
+                    Catch::Contains("head_dim 64, 128, 192 or 256"));
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x120x12w target=sm_90a")),
+                    Catch::Contains("a multiple of 16 up to 256"));
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 mask=predicate(q>=k) "
+                                     "tiles=128x144x12w target=sm_90a")),
+                    Catch::Contains("a multiple of 16 up to 128"));
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=256 tiles=128x256x12w target=sm_90a")),
+                    Catch::Contains("fits sm_90a's 232448 bytes"));
 }
 
 TEST_CASE("forward specs with score modifiers take a shape with room for them", "[pass]") {
@@ -440,7 +473,7 @@ TEST_CASE("explicit backward tiles are checked", "[pass]") {
                                      "direction=backward tiles=64x128x8g target=sm_90")),
                     Catch::Contains("without the g suffix for mask=predicate"));
   CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x64x4g target=sm_90")),
-                    Catch::Contains("q/s suffix for the forward"));
+                    Catch::Contains("q, s or w suffix for the forward"));
   for (const char* tiles : {"32x1024x32g", "64x512x32"}) {
     INFO(tiles);
     CHECK_THROWS_WITH(

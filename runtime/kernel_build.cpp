@@ -21,10 +21,13 @@ std::atomic<std::uint64_t> g_builds{0};
 
 // Options handed to NVRTC besides the arch; they enter the cache key. With ATTNJIT_DEBUG=1
 // the kernels' mbarrier waits are bounded (mbarrier.cuh): a protocol error traps instead of
-// hanging the device.
+// hanging the device; and they carry line information for the sanitizers' reports.
 std::vector<std::string> nvrtc_options() {
   std::vector<std::string> options{"-default-device"};
-  if (debug_mode()) options.push_back("-DATTNJIT_MBARRIER_SPIN_LIMIT=100000000");
+  if (debug_mode()) {
+    options.push_back("-DATTNJIT_MBARRIER_SPIN_LIMIT=100000000");
+    options.push_back("-lineinfo");
+  }
   return options;
 }
 

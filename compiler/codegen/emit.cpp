@@ -17,17 +17,18 @@ using namespace codegen;
 // The sm90a forward (fwd_sm90a.cuh): its parameters are FwdParams and the TMA tensor maps,
 // both __grid_constant__ (the copies take the maps' addresses). Its 384 threads start with
 // 168 registers each (ptxas's cap for one CTA of 384 per SM); the producer warpgroup gives
-// all but 24 away, or all but 48 where it classifies blocks from tables (FlashMask vectors,
-// predicate block tables: ptxas spilled there below 48), and the two consumer warpgroups
-// take them: 240 or 224 (the three must sum to 3 x 168, else setmaxnreg.inc waits forever
-// for registers that no warpgroup gave back). The consumers take turns (ping-pong) up to
-// head dim 128, where their softmax is long enough to hide behind the other's products
-// (FA3's rule).
+// all but 24 away, or all but 40 / 48 where its block walk classifies from tables (FlashMask
+// vectors, one / more per column; predicate block tables: below that ptxas spilled there),
+// and the two consumer warpgroups take them: 240, 232 or 224 (the three must sum to 3 x 168,
+// else setmaxnreg.inc waits forever for registers that no warpgroup gave back). The
+// consumers take turns (ping-pong) up to head dim 128, where their softmax is long enough to
+// hide behind the other's products (FA3's rule).
 std::string emit_forward_sm90a(const Lowering& ir, const KernelDesc& kernel) {
   const AttentionSpec& spec = ir.spec;
   const TileConfig& tiles = *ir.tiles;
-  const bool tables = !ir.mask->vectors.empty() || ir.mask->element_predicate;
-  const int producer_registers = tables ? 48 : 24;
+  const std::size_t vectors = ir.mask->vectors.size();
+  const int producer_registers =
+      ir.mask->element_predicate || vectors > 1 ? 48 : vectors == 1 ? 40 : 24;
   return emit_mainloop(
       ir, kernel,
       {fmt::format("static constexpr int kHeadDimQK = {};", spec.head_dim_qk),

@@ -94,13 +94,13 @@ TileConfig make_config(int block_m, int block_n, int warps, char variant, int sm
 }
 
 // Shared memory of the sm90a forward (fwd_sm90a.cuh's kSmemBytes): alignment slack, Q, the K
-// and V stages, each K stage's FlashMask values and block info, the barriers.
+// and V stages, each K stage's FlashMask values, the barriers.
 int warpgroup_smem_bytes(int block_m, int block_n, int stages, const AttentionSpec& spec,
                          const MaskLowering& mask) {
   const int element = size_of(spec.dtype);
   const int vectors = block_n * static_cast<int>(mask.vectors.size()) * 4;
   return 1024 + block_m * spec.head_dim_qk * element +
-         stages * (block_n * (spec.head_dim_qk + spec.head_dim_v) * element + vectors + 8) + 8 +
+         stages * (block_n * (spec.head_dim_qk + spec.head_dim_v) * element + vectors) + 8 +
          2 * (2 * stages * 8);
 }
 

@@ -24,6 +24,7 @@
 #include "attnjit/fwd_sm90a_epilogue.cuh"
 #include "attnjit/fwd_sm90a_producer.cuh"
 #include "attnjit/fwd_sm90a_softmax.cuh"
+#include "attnjit/key_block_walk.cuh"
 #include "attnjit/mask.cuh"
 #include "attnjit/mbarrier.cuh"
 #include "attnjit/params.cuh"
@@ -68,12 +69,11 @@ struct ForwardSm90a {
   static constexpr int kVectorStageBytes = kBlockN * kColumns * 4;
 
   // Shared memory from a 1024-byte aligned base: Q, the K stages, the V stages, the
-  // FlashMask values and KeyBlockInfo of each K stage, the barriers.
+  // FlashMask values of each K stage, the barriers.
   static constexpr int kKOffset = QTile::kBytes;
   static constexpr int kVOffset = kKOffset + kStages * KvTile::kBytes;
   static constexpr int kVectorOffset = kVOffset + kStages * KvTile::kBytes;
-  static constexpr int kInfoOffset = kVectorOffset + kStages * kVectorStageBytes;
-  static constexpr int kBarrierOffset = kInfoOffset + kStages * 8;  // Q's, then the rings'
+  static constexpr int kBarrierOffset = kVectorOffset + kStages * kVectorStageBytes;
   static constexpr int kKRingOffset = kBarrierOffset + 8;
   static constexpr int kVRingOffset = kKRingOffset + Pipeline<kStages>::kBytes;
   /// Dynamic shared memory, alignment slack included.
@@ -125,51 +125,55 @@ struct ForwardSm90a {
     softmax.init();
     float correction[2];
 
+    // Every warp walks the blocks itself (key_block_walk.cuh).
+    KeyBlockWalk<Mask, kBlockN> walk;
+    walk.begin(block_mask_state(p), p.minmax);
     // The epilogue reuses Q's rows: the Q copy must have landed even when no block follows.
     mbarrier_wait(base + kBarrierOffset, 0);
-    k_ring.consumer_wait(k_state);
-    KeyBlockInfo info = load_key_block_info(base + kInfoOffset + 8 * k_state.index);
-    if (info.block >= 0) {
+    if (walk.more()) {
+      k_ring.consumer_wait(k_state);
       turn_begin(consumer, /*first=*/true);
       wgmma_fence();
       multiply_qk(acc_s, base, consumer, base + kKOffset + k_state.index * KvTile::kBytes);
+      wgmma_commit();
       turn_end(consumer);
       wgmma_wait<0>();
       fence_accumulators(acc_s);
-      score_block(p, acc_s, info, base + kVectorOffset + k_state.index * kVectorStageBytes,
-                  consumer);
-      release(k_ring, k_state);
-      softmax.step(acc_s, Score::exponent_scale(p), correction);
-      pack_probabilities<Element>(acc_s, p_frag);
-      for (;;) {
-        k_ring.consumer_wait(k_state);
-        info = load_key_block_info(base + kInfoOffset + 8 * k_state.index);
-        if (info.block < 0) break;
-        turn_begin(consumer, false);
-        wgmma_fence();
-        multiply_qk(acc_s, base, consumer, base + kKOffset + k_state.index * KvTile::kBytes);
-        // O takes the previous block's correction while S is computed.
-        scale_rows(acc_o, correction);
-        v_ring.consumer_wait(v_state);
-        wgmma_fence();
-        multiply_pv(acc_o, p_frag, base + kVOffset + v_state.index * KvTile::kBytes);
-        turn_end(consumer);
-        wgmma_wait<1>();
-        fence_accumulators(acc_s);
-        score_block(p, acc_s, info, base + kVectorOffset + k_state.index * kVectorStageBytes,
-                    consumer);
+      // The loop is rotated so that the score step has one copy (code size is compile time):
+      // S of the block is ready at the top; O += P V of the block before is in flight.
+      for (bool first = true;; first = false) {
+        score_block(p, acc_s, walk.block, walk.tile(block_mask_state(p), p.minmax),
+                    base + kVectorOffset + k_state.index * kVectorStageBytes, consumer);
         release(k_ring, k_state);
         softmax.step(acc_s, Score::exponent_scale(p), correction);
         wgmma_wait<0>();
         fence_accumulators(acc_o);
-        release(v_ring, v_state);
+        if (!first) release(v_ring, v_state);
         pack_probabilities<Element>(acc_s, p_frag);
+        walk.next(block_mask_state(p), p.minmax);
+        if (!walk.more()) break;
+        k_ring.consumer_wait(k_state);
+        // S of the next block is issued before O += P V of this one, and the next score step
+        // runs while O += P V does; O takes this block's correction meanwhile.
+        turn_begin(consumer, false);
+        wgmma_fence();
+        multiply_qk(acc_s, base, consumer, base + kKOffset + k_state.index * KvTile::kBytes);
+        wgmma_commit();
+        scale_rows(acc_o, correction);
+        v_ring.consumer_wait(v_state);
+        wgmma_fence();
+        multiply_pv(acc_o, p_frag, base + kVOffset + v_state.index * KvTile::kBytes);
+        wgmma_commit();
+        turn_end(consumer);
+        wgmma_wait<1>();
+        fence_accumulators(acc_s);
       }
       turn_begin(consumer, false);
       scale_rows(acc_o, correction);
       v_ring.consumer_wait(v_state);
       wgmma_fence();
       multiply_pv(acc_o, p_frag, base + kVOffset + v_state.index * KvTile::kBytes);
+      wgmma_commit();
       turn_end(consumer);
       wgmma_wait<0>();
       fence_accumulators(acc_o);
@@ -184,7 +188,8 @@ struct ForwardSm90a {
   }
 
   /// The mask state of the CTA's rows, formed at its use from the parameters and the CTA's
-  /// work (opaque: not hoisted into registers held across the key loop).
+  /// work (opaque: not hoisted into registers held across the key loop). The producer and the
+  /// consumers walk the blocks with it.
   __device__ __forceinline__ static MaskState block_mask_state(const FwdParams& p) {
     const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
     MaskState ms = make_mask_state<kBlockN, Mask>(p, static_cast<int>(opaque(u32(work.head))),
@@ -212,7 +217,7 @@ struct ForwardSm90a {
     state.advance();
   }
 
-  /// S = Q K^T for the consumer's 64 rows, one committed wgmma group.
+  /// S = Q K^T for the consumer's 64 rows (the caller commits the group).
   __device__ __forceinline__ static void multiply_qk(float (&s)[kSTiles][4], u32 q, int consumer,
                                                      u32 k) {
 #pragma unroll
@@ -220,44 +225,42 @@ struct ForwardSm90a {
       wgmma_ss<Element, kBlockN, 0, 0>(s, k_major_descriptor<QTile>(q, 64 * consumer, kk),
                                        k_major_descriptor<KvTile>(k, 0, kk), kk > 0);
     }
-    wgmma_commit();
   }
 
-  /// O += P V, one committed wgmma group.
+  /// O += P V (the caller commits the group).
   __device__ __forceinline__ static void multiply_pv(float (&o)[kDTiles][4],
                                                      const u32 (&a)[kPvSteps][4], u32 v) {
 #pragma unroll
     for (int kk = 0; kk < kPvSteps; ++kk) {
       wgmma_rs<Element, kHeadDim, 1>(o, a[kk], mn_major_descriptor<KvTile>(v, 0, kk), 1);
     }
-    wgmma_commit();
   }
 
   /// Score modifiers and, on a partial block, the mask (from the stage's FlashMask values,
   /// the predicate's stored bits or its expression).
   __device__ __forceinline__ static void score_block(const FwdParams& p, float (&s)[kSTiles][4],
-                                                     const KeyBlockInfo& info, u32 vectors,
+                                                     int block, int tile, u32 vectors,
                                                      int consumer) {
     const int lane = threadIdx.x % 32;
     const int g = lane / 4;
     const int t = lane % 4;
     const int warp_row = 64 * consumer + 16 * ((threadIdx.x / 32) % 4);  // in the query block
-    const int key0 = info.block * kBlockN;
+    const int key0 = block * kBlockN;
     if constexpr (Score::kActive) {
       const MaskState ms = block_mask_state(p);
       modify_scores<Score, Mask::kOrderedCtas>(p, s, ms.row_begin + warp_row + g, key0, ms.diagonal,
                                                t);
     }
-    if (tile_kind(info.tile) != kTilePartial) return;
+    if (tile_kind(tile) != kTilePartial) return;
     const MaskState ms = block_mask_state(p);
     if constexpr (kElementBits) {
       const unsigned long long hidden =
-          tile_bits_slot(info.tile) >= 0 ? Mask::template fragment_bits<kSTiles>(
-                                               Mask::template load_fragment_words<kSTiles, false>(
-                                                   p.predicate_bits, info.tile, warp_row + g),
-                                               2 * t)
-                                         : Mask::template evaluate_bits<kSTiles, false>(
-                                               p, ms, warp_row + g, 2 * t, ms.row_begin, key0);
+          tile_bits_slot(tile) >= 0 ? Mask::template fragment_bits<kSTiles>(
+                                          Mask::template load_fragment_words<kSTiles, false>(
+                                              p.predicate_bits, tile, warp_row + g),
+                                          2 * t)
+                                    : Mask::template evaluate_bits<kSTiles, false>(
+                                          p, ms, warp_row + g, 2 * t, ms.row_begin, key0);
       hide_scores(s, hidden);
     } else {
       mask_scores<Mask>(p, ms, s, vectors, ms.row_begin + warp_row + g, key0, t);

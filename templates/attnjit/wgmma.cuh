@@ -78,17 +78,6 @@ __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-/// Keeps the compiler from moving accesses of accumulators across wgmma_wait: their registers
-/// change asynchronously until then.
-template <int kTiles>
-__device__ __forceinline__ void fence_accumulators(float (&d)[kTiles][4]) {
-#pragma unroll
-  for (int nt = 0; nt < kTiles; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[nt][e])::"memory");
-  }
-}
-
 // The asm operand lists of one product of kN columns: "+f" constraints of the kN / 2
 // accumulators (ATTNJIT_ACCS_<kN/2>, two n8 tiles per ATTNJIT_ACC8) and the register list
 // "%0, ..., %<kN/2 - 1>" naming them in the instruction (ATTNJIT_REGS_<kN/2>).
@@ -177,6 +166,10 @@ struct WgmmaShape;
         ATTNJIT_WGMMA_SS("m64n" #N "k16.f32.f16.f16", REGS, #I0, #I1, #I2, #I3, #I4, ACCS(d));     \
       }                                                                                            \
     }                                                                                              \
+    /* One empty asm naming every accumulator: an ordering point for them. */                      \
+    __device__ static __forceinline__ void fence(float (&d)[N / 8][4]) {                           \
+      asm volatile("" : ACCS(d)::"memory");                                                        \
+    }                                                                                              \
     template <class Element, int kTransB>                                                          \
     __device__ static __forceinline__ void rs(float (&d)[N / 8][4], const u32 (&a)[4], u64 desc_b, \
                                               int accumulate) {                                    \
@@ -210,6 +203,21 @@ ATTNJIT_DEFINE_WGMMA(256, ATTNJIT_REGS_128, ATTNJIT_ACCS_128, 128, 129, 130, 131
 #undef ATTNJIT_DEFINE_WGMMA
 #undef ATTNJIT_WGMMA_RS
 #undef ATTNJIT_WGMMA_SS
+
+/// Keeps the compiler from moving accesses of accumulators across wgmma_wait: their registers
+/// change asynchronously until then. One empty asm naming them all (compile time grows with
+/// the number of asm statements).
+template <int kTiles>
+__device__ __forceinline__ void fence_accumulators(float (&d)[kTiles][4]) {
+  if constexpr (kTiles % 2 == 0 && kTiles <= 32) {
+    WgmmaShape<kTiles * 8>::fence(d);
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < kTiles; ++nt) {
+      asm volatile("" : "+f"(d[nt][0]), "+f"(d[nt][1]), "+f"(d[nt][2]), "+f"(d[nt][3])::"memory");
+    }
+  }
+}
 
 /// d (m64 x kN) = A B (+ d when accumulate), A (m64 x k16) and B (k16 x kN) by descriptor;
 /// kTransA / kTransB = 1 for MN-major operands. kN: a multiple of 16 up to 256.

@@ -113,9 +113,8 @@ TileConfig explicit_warpgroup_forward(const AttentionSpec& spec, const MaskLower
   if (target.arch != Arch::sm_90a) {
     throw_field_error("tiles", value, "the w suffix with target=sm_90a (wgmma, TMA)");
   }
-  if (spec.head_dim_qk % 64 != 0) {
-    throw_field_error("tiles", value,
-                      "the w suffix with head_dim 64, 128, 192 or 256 (64-column panels)");
+  if (spec.head_dim_qk == 32) {
+    throw_field_error("tiles", value, "the w suffix with head_dim 64, 96, 128, 192 or 256");
   }
   const int max_block_n = mask.element_predicate ? 128 : 256;
   if (shape.block_m != 128 || shape.warps != 12 || shape.block_n % 16 != 0 || shape.block_n < 16 ||

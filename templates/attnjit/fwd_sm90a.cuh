@@ -58,7 +58,7 @@ struct ForwardSm90a {
   static_assert(Config::kHeadDimQK == Config::kHeadDimV, "head_dim_v must equal head_dim_qk");
   static_assert(kBlockM == 128, "two consumer warpgroups of 64 rows");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key blocks of whole k16 steps, N <= 256");
-  static_assert(kHeadDim % 64 == 0, "64-column panels (128-byte swizzle)");
+  static_assert(kHeadDim % 32 == 0, "64-column panels (128-byte swizzle) or 32 (64-byte)");
   static_assert(kStages >= 2, "K and V rings of at least two stages");
   static_assert(!kElementBits || kSTiles <= 16, "a predicate's fragment bits fit 64 bits");
 

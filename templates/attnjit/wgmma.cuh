@@ -2,8 +2,9 @@
 //
 // An SmemTile whose width is a multiple of 64 is the 128-byte-swizzle canonical layout the
 // tensor cores address through matrix descriptors: 64-column panels of 128-byte rows, each
-// 16-byte chunk at chunk ^ (row % 8), tile bases 1024-byte aligned (base offset 0). A tile
-// is read either
+// 16-byte chunk at chunk ^ (row % 8), tile bases 1024-byte aligned (base offset 0); other
+// widths (96) are 32-column panels of 64-byte rows in the 64-byte swizzle (chunk ^
+// ((row / 2) % 4)), the same reads with halved strides. A tile is read either
 //   K-major (the reduction runs along the row, as K and Q in S^T = K Q^T): SBO = 1024 bytes
 //   between 8-row groups; a k16 step moves 32 bytes inside the row, four steps per panel;
 //   MN-major (the reduction runs down the rows, as dO in dV = P^T dO): transposed operand,
@@ -32,29 +33,37 @@ __device__ constexpr bool is_bf16<bf16>() {
   return true;
 }
 
-/// Matrix descriptor of a 128-byte-swizzled operand at shared address `address`
-/// (lead / stride byte offsets as above).
-__device__ __forceinline__ u64 matrix_descriptor(u32 address, u32 lead_bytes, u32 stride_bytes) {
+/// Matrix descriptor of an operand at shared address `address` (lead / stride byte offsets
+/// as above) in the swizzle of `row_bytes`-byte panel rows: 128 (64 columns) or 64 (32).
+__device__ __forceinline__ u64 matrix_descriptor(u32 address, u32 lead_bytes, u32 stride_bytes,
+                                                 int row_bytes = 128) {
+  // Layout field (bits 62-63): 1 = 128-byte swizzle, 2 = 64-byte.
+  const u64 swizzle = row_bytes == 128 ? 1 : 2;
   return static_cast<u64>((address & 0x3FFFF) >> 4) |
          (static_cast<u64>((lead_bytes >> 4) & 0x3FFF) << 16) |
-         (static_cast<u64>((stride_bytes >> 4) & 0x3FFF) << 32) | (static_cast<u64>(1) << 62);
+         (static_cast<u64>((stride_bytes >> 4) & 0x3FFF) << 32) | (swizzle << 62);
 }
 
-/// K-major operand: rows [row0, row0 + 64) (row0 % 8 == 0) of Tile at k16 step kk.
+/// K-major operand: rows [row0, row0 + 64) (row0 % 8 == 0) of Tile at k16 step kk. A k16
+/// step is 32 bytes of a panel row: 4 steps per 128-byte row (64-column panels), 2 per
+/// 64-byte row (32-column panels, head dim 96); 8-row groups are 8 rows apart.
 template <class Tile>
 __device__ __forceinline__ u64 k_major_descriptor(u32 tile, int row0, int kk) {
-  static_assert(Tile::kPanelCols == 64, "128-byte swizzle needs 64-column panels");
-  return matrix_descriptor(tile + (kk / 4) * Tile::kPanelBytes + row0 * 128 + (kk % 4) * 32, 16,
-                           1024);
+  constexpr int kRowBytes = Tile::kPanelCols * 2;
+  constexpr int kSteps = kRowBytes / 32;
+  return matrix_descriptor(
+      tile + (kk / kSteps) * Tile::kPanelBytes + row0 * kRowBytes + (kk % kSteps) * 32, 16,
+      8 * kRowBytes, kRowBytes);
 }
 
-/// MN-major operand: the columns from 64-column panel `panel` on, rows (the reduction)
-/// [16 kk, 16 kk + 16) of Tile.
+/// MN-major operand: the columns from panel `panel` on, rows (the reduction) [16 kk,
+/// 16 kk + 16) of Tile: the next panel's columns are a panel apart (lead), 8-row groups 8
+/// rows apart (stride).
 template <class Tile>
 __device__ __forceinline__ u64 mn_major_descriptor(u32 tile, int panel, int kk) {
-  static_assert(Tile::kPanelCols == 64, "128-byte swizzle needs 64-column panels");
-  return matrix_descriptor(tile + panel * Tile::kPanelBytes + kk * 16 * 128, Tile::kPanelBytes,
-                           1024);
+  constexpr int kRowBytes = Tile::kPanelCols * 2;
+  return matrix_descriptor(tile + panel * Tile::kPanelBytes + kk * 16 * kRowBytes,
+                           Tile::kPanelBytes, 8 * kRowBytes, kRowBytes);
 }
 
 /// Orders register writes before the wgmma that read them (operands and accumulators).

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <string_view>
 #include <future>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>

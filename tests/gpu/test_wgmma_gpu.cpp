@@ -1,6 +1,8 @@
 // Warpgroup MMAs of every width the kernels use (templates/attnjit/wgmma.cuh): the SS form on
 // two K-major swizzled tiles (S = Q K^T), the RS form with A packed in registers and B an
-// MN-major tile (O += P V), bf16 and fp16. Small integer inputs make every sum exact.
+// MN-major tile (O += P V), bf16 and fp16, in the 128-byte swizzle of 64-column panels and
+// the 64-byte swizzle of 32-column panels (head dim 96). Small integer inputs make every sum
+// exact.
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
@@ -16,14 +18,13 @@ using namespace attnjit;
 
 namespace {
 
-constexpr int kK = 128;  // two 64-column panels of the K-major tiles, 8 k16 steps
-
-// {0}: N, {1}: the element type, {2}: 1 for the RS form.
+// {0}: N, {1}: the element type, {2}: 1 for the RS form, {3}: K (128: two 64-column panels of
+// the K-major tiles; 96: three 32-column panels).
 constexpr const char* kSource = R"(#include "attnjit/smem_tile.cuh"
 #include "attnjit/wgmma.cuh"
 using namespace attnjit;
 constexpr int kN = {0};
-constexpr int kK = 128;
+constexpr int kK = {3};
 constexpr bool kRs = {2};
 typedef {1} Element;
 typedef SmemTile<64, kK> ATile;                      // A, K-major (SS)
@@ -75,11 +76,11 @@ extern "C" __global__ void __launch_bounds__(128) wgmma_test(const u16* a, const
 }}
 )";
 
-void check_product(int n, DType dtype, bool rs) {
-  INFO("N = " << n << ", " << name_of(dtype) << (rs ? ", RS" : ", SS"));
+void check_product(int n, DType dtype, bool rs, int kK = 128) {
+  INFO("N = " << n << ", K = " << kK << ", " << name_of(dtype) << (rs ? ", RS" : ", SS"));
   const int smem = 1024 + 64 * kK * 2 + n * kK * 2;
   const gpu_test::Sm90Kernel kernel = gpu_test::compile_sm90_kernel(
-      fmt::format(kSource, n, dtype == DType::bf16 ? "bf16" : "fp16", rs ? 1 : 0), "wgmma_test",
+      fmt::format(kSource, n, dtype == DType::bf16 ? "bf16" : "fp16", rs ? 1 : 0, kK), "wgmma_test",
       smem);
   std::mt19937 rng(n * 3 + rs);
   std::uniform_int_distribution<int> small(-4, 4);
@@ -121,10 +122,16 @@ TEST_CASE("wgmma SS products of every width match the exact product", "[gpu][sm9
   for (int n : {16, 48, 64, 80, 112, 128, 176, 192, 256}) check_product(n, DType::bf16, false);
   check_product(64, DType::fp16, false);
   check_product(176, DType::fp16, false);
+  // K = 96: both operands in the 64-byte swizzle.
+  check_product(128, DType::bf16, false, 96);
+  check_product(80, DType::fp16, false, 96);
 }
 
 TEST_CASE("wgmma RS products with A from registers match the exact product", "[gpu][sm90a]") {
   if (!gpu_test::sm90_device_or_skip("wgmma RS")) return;
   for (int n : {64, 128, 192, 256}) check_product(n, DType::bf16, true);
   check_product(128, DType::fp16, true);
+  // N = 96: B in 32-column panels (64-byte swizzle), A's K in registers.
+  check_product(96, DType::bf16, true);
+  check_product(96, DType::fp16, true, 96);
 }

@@ -11,14 +11,19 @@
 namespace attnjit::testing {
 
 inline int sm90a_block_n(const AttentionSpec& spec) {
-  const bool tables =
-      spec.mask.kind == MaskKind::flashmask || spec.mask.kind == MaskKind::predicate;
+  // The producer keeps 48 registers (consumers 224) for predicates and for more than one
+  // FlashMask vector, 40 (232) for one, else 24 (240): compiler/codegen/emit.cpp.
+  const bool predicate = spec.mask.kind == MaskKind::predicate;
+  const bool tables = spec.mask.kind == MaskKind::flashmask || predicate;
+  const bool wide_tables = predicate || (tables && spec.mask.columns > 1);
   const bool modifiers = spec.softcap || spec.alibi;
   switch (spec.head_dim_qk) {
+    case 128:
+      return wide_tables ? 112 : 128;
     case 192:
-      return tables && modifiers ? 80 : tables || modifiers ? 96 : 112;
+      return predicate || (tables && modifiers) ? 80 : tables || modifiers ? 96 : 112;
     case 256:
-      return tables ? (modifiers ? 48 : 64) : 80;
+      return tables ? (modifiers || predicate ? 32 : 48) : modifiers ? 64 : 80;
     default:
       return 128;
   }

@@ -269,7 +269,7 @@ TEST_CASE("sm_90a warpgroup forward kernels compile without spills or serialized
   for (const auto& file : templates::all()) headers.push_back({file.name, file.source});
   std::vector<std::string> specs;
   for (const char* dtype : {"bf16", "fp16"}) {
-    for (int d : {64, 128, 192, 256}) {
+    for (int d : {64, 96, 128, 192, 256}) {
       for (const char* mask :
            {"none", "causal", "sliding_window", "flashmask(causal=true,columns=1)",
             "flashmask(causal=true,columns=2)", "flashmask(causal=false,columns=2)",

@@ -1,7 +1,7 @@
 // Element predicates: canonical text and round trips, parse errors with their positions,
 // literal lifting, info, and the parser on arbitrary bytes.
-#include <fmt/format.h>
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <climits>
 #include <random>

@@ -9,11 +9,12 @@
 //                scores         score modifiers; the mask on partial blocks only
 //                softmax        online, on the accumulator fragment (fwd_sm90a_softmax.cuh)
 //                O += P V       wgmma RS, P packed from the softmax's registers
-// Within a warpgroup, S of the next block is issued before the softmax of the current block
-// runs, and O += P V of the current block runs under that softmax; O is rescaled while S is
-// computed. With kPingPong the two consumers take turns to issue their products (named
-// barriers), so one's softmax runs while the other's products hold the tensor cores. The
-// epilogue writes O through shared memory and TMA (fwd_sm90a_epilogue.cuh).
+// Within a warpgroup, S of block j + 1 is issued with O += P V of block j, and the softmax
+// of block j + 1 runs while O += P V does; O takes block j's correction while S is computed.
+// With kPingPong the two consumers take turns to issue their products (named barriers), so
+// one's softmax runs while the other's products hold the tensor cores. Every warp walks the
+// key blocks itself (key_block_walk.cuh). The epilogue writes O through shared memory and TMA
+// (fwd_sm90a_epilogue.cuh).
 //
 // Config (bound by the generated code): Element, kHeadDimQK, kHeadDimV, kBlockM, kBlockN,
 // kStages, kReturnLse, kPingPong, kProducerRegisters, kConsumerRegisters. Score: a ScoreMod.
@@ -106,8 +107,8 @@ struct ForwardSm90a {
   }
 
   /// A consumer warpgroup: rows [64 consumer, 64 consumer + 64) of the query block. Its
-  /// registers hold the accumulators (O, S, P) and little else: shared addresses are formed
-  /// from `base` where used, and the mask state only for partial blocks (score_block).
+  /// registers hold the accumulators (O, S, P) and little else: shared addresses and the mask
+  /// state are formed where used (the block walk, partial blocks).
   __device__ __forceinline__ void consume(const FwdParams& p, const FwdTensorMaps& maps, u32 base,
                                           int consumer) {
     const Pipeline<kStages> k_ring{base + kKRingOffset};

@@ -26,26 +26,8 @@ __device__ __forceinline__ void tma_prefetch_map(const TensorMap& map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(tensor_map_address(map)) : "memory");
 }
 
-/// Loads the box of a 2-D map at (c0, c1) into shared memory `dst`, completing on `bar`.
-__device__ __forceinline__ void tma_load(u32 dst, const TensorMap& map, u32 bar, int c0, int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
-      "{%3, %4}], [%2];" ::"r"(dst),
-      "l"(tensor_map_address(map)), "r"(bar), "r"(c0), "r"(c1)
-      : "memory");
-}
-
-/// Loads the box of a 3-D map at (c0, c1, c2).
-__device__ __forceinline__ void tma_load(u32 dst, const TensorMap& map, u32 bar, int c0, int c1,
-                                         int c2) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
-      "{%3, %4, %5}], [%2];" ::"r"(dst),
-      "l"(tensor_map_address(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
-}
-
-/// Loads the box of a 4-D map at (c0, c1, c2, c3).
+/// Loads the box of a 4-D map at (c0, c1, c2, c3) into shared memory `dst`, completing on
+/// `bar` (an activation [B, S, H, D] is the map (D, S, H, B): runtime/tma.hpp).
 __device__ __forceinline__ void tma_load(u32 dst, const TensorMap& map, u32 bar, int c0, int c1,
                                          int c2, int c3) {
   asm volatile(
@@ -53,14 +35,6 @@ __device__ __forceinline__ void tma_load(u32 dst, const TensorMap& map, u32 bar,
       "{%3, %4, %5, %6}], [%2];" ::"r"(dst),
       "l"(tensor_map_address(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
-}
-
-/// Stores shared memory `src` as the box of a 2-D map at (c0, c1).
-__device__ __forceinline__ void tma_store(const TensorMap& map, u32 src, int c0, int c1) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
-                   tensor_map_address(map)),
-               "r"(src), "r"(c0), "r"(c1)
-               : "memory");
 }
 
 /// Stores shared memory `src` as the box of a 4-D map at (c0, c1, c2, c3).

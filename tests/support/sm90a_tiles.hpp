@@ -17,13 +17,14 @@ inline int sm90a_block_n(const AttentionSpec& spec) {
   const bool tables = spec.mask.kind == MaskKind::flashmask || predicate;
   const bool wide_tables = predicate || (tables && spec.mask.columns > 1);
   const bool modifiers = spec.softcap || spec.alibi;
+  const bool window = spec.mask.kind == MaskKind::sliding_window;
   switch (spec.head_dim_qk) {
     case 128:
       return wide_tables ? 112 : 128;
     case 192:
       return predicate || (tables && modifiers) ? 80 : tables || modifiers ? 96 : 112;
     case 256:
-      return tables ? (modifiers || predicate ? 32 : 48) : modifiers ? 64 : 80;
+      return tables ? (modifiers || predicate ? 32 : 48) : modifiers || window ? 64 : 80;
     default:
       return 128;
   }

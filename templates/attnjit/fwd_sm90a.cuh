@@ -7,7 +7,8 @@
 //   consumers  warpgroups 1 and 2 take the registers and 64 query rows each:
 //                S = Q K^T      wgmma SS, Q and K straight from the swizzled stages
 //                scores         score modifiers; the mask on partial blocks only
-//                softmax        online, on the accumulator fragment (fwd_sm90a_softmax.cuh)
+//                               (fwd_sm90a_scores.cuh)
+//                softmax        online, on the accumulator fragment (softmax.cuh)
 //                O += P V       wgmma RS, P packed from the softmax's registers
 // Within a warpgroup, S of block j + 1 is issued with O += P V of block j, and the softmax
 // of block j + 1 runs while O += P V does; O takes block j's correction while S is computed.
@@ -22,9 +23,10 @@
 #pragma once
 
 #include "attnjit/barrier.cuh"
+#include "attnjit/fragment.cuh"
 #include "attnjit/fwd_sm90a_epilogue.cuh"
 #include "attnjit/fwd_sm90a_producer.cuh"
-#include "attnjit/fwd_sm90a_softmax.cuh"
+#include "attnjit/fwd_sm90a_scores.cuh"
 #include "attnjit/key_block_walk.cuh"
 #include "attnjit/mask.cuh"
 #include "attnjit/mbarrier.cuh"
@@ -34,6 +36,7 @@
 #include "attnjit/schedule.cuh"
 #include "attnjit/score_mod.cuh"
 #include "attnjit/smem_tile.cuh"
+#include "attnjit/softmax.cuh"
 #include "attnjit/wgmma.cuh"
 
 namespace attnjit {
@@ -114,17 +117,13 @@ struct ForwardSm90a {
     const Pipeline<kStages> k_ring{base + kKRingOffset};
     const Pipeline<kStages> v_ring{base + kVRingOffset};
     PipelineState<kStages> k_state, v_state;
-    float acc_o[kDTiles][4];
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_o[dt][e] = 0.f;
-    }
-    float acc_s[kSTiles][4];
-    u32 p_frag[kPvSteps][4];
-    OnlineSoftmax softmax;
-    softmax.init();
-    float correction[2];
+    WarpgroupAccumulator<kHeadDim> acc_o;
+    acc_o.fill(0.f);
+    WarpgroupAccumulator<kBlockN> acc_s;
+    OperandA<1, kPvSteps> p_frag;
+    OnlineSoftmax<1> softmax;
+    softmax.reset();
+    float correction[1][2];
 
     // Every warp walks the blocks itself (key_block_walk.cuh).
     KeyBlockWalk<Mask, kBlockN> walk;
@@ -135,22 +134,22 @@ struct ForwardSm90a {
       k_ring.consumer_wait(k_state);
       turn_begin(consumer, /*first=*/true);
       wgmma_fence();
-      multiply_qk(acc_s, base, consumer, base + kKOffset + k_state.index * KvTile::kBytes);
+      multiply_qk(acc_s.tiles(), base, consumer, base + kKOffset + k_state.index * KvTile::kBytes);
       wgmma_commit();
       turn_end(consumer);
       wgmma_wait<0>();
-      fence_accumulators(acc_s);
+      fence_accumulators(acc_s.tiles());
       // The loop is rotated so that the score step has one copy (code size is compile time):
       // S of the block is ready at the top; O += P V of the block before is in flight.
       for (bool first = true;; first = false) {
-        score_block(p, acc_s, walk.block, walk.tile(block_mask_state(p), p.minmax),
+        score_block(p, acc_s.tiles(), walk.block, walk.tile(block_mask_state(p), p.minmax),
                     base + kVectorOffset + k_state.index * kVectorStageBytes, consumer);
         release(k_ring, k_state);
-        softmax.step(acc_s, Score::exponent_scale(p), correction);
+        softmax.template step<Score>(p, acc_s, correction);
         wgmma_wait<0>();
-        fence_accumulators(acc_o);
+        fence_accumulators(acc_o.tiles());
         if (!first) release(v_ring, v_state);
-        pack_probabilities<Element>(acc_s, p_frag);
+        to_operand_a<Element>(acc_s, p_frag);
         walk.next(block_mask_state(p), p.minmax);
         if (!walk.more()) break;
         k_ring.consumer_wait(k_state);
@@ -158,34 +157,35 @@ struct ForwardSm90a {
         // runs while O += P V does; O takes this block's correction meanwhile.
         turn_begin(consumer, false);
         wgmma_fence();
-        multiply_qk(acc_s, base, consumer, base + kKOffset + k_state.index * KvTile::kBytes);
+        multiply_qk(acc_s.tiles(), base, consumer,
+                    base + kKOffset + k_state.index * KvTile::kBytes);
         wgmma_commit();
-        scale_rows(acc_o, correction);
+        OnlineSoftmax<1>::rescale(acc_o, correction);
         v_ring.consumer_wait(v_state);
         wgmma_fence();
-        multiply_pv(acc_o, p_frag, base + kVOffset + v_state.index * KvTile::kBytes);
+        multiply_pv(acc_o.tiles(), p_frag, base + kVOffset + v_state.index * KvTile::kBytes);
         wgmma_commit();
         turn_end(consumer);
         wgmma_wait<1>();
-        fence_accumulators(acc_s);
+        fence_accumulators(acc_s.tiles());
       }
       turn_begin(consumer, false);
-      scale_rows(acc_o, correction);
+      OnlineSoftmax<1>::rescale(acc_o, correction);
       v_ring.consumer_wait(v_state);
       wgmma_fence();
-      multiply_pv(acc_o, p_frag, base + kVOffset + v_state.index * KvTile::kBytes);
+      multiply_pv(acc_o.tiles(), p_frag, base + kVOffset + v_state.index * KvTile::kBytes);
       wgmma_commit();
       turn_end(consumer);
       wgmma_wait<0>();
-      fence_accumulators(acc_o);
+      fence_accumulators(acc_o.tiles());
       release(v_ring, v_state);
       // Consumer 0 takes the last hand-over, so no arrival stays pending at exit.
       if (kPingPong && consumer == 0) named_barrier_sync(kTurnBarrier, 256);
     }
     const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
-    forward_epilogue<Element, QTile, Config::kReturnLse, kEpilogueBarrier>(
-        p, maps.o, acc_o, softmax, Score::exponent_scale(p), base, consumer,
-        work.block * kBlockM + 64 * consumer, work.head, work.batch);
+    forward_epilogue<Element, QTile, Config::kReturnLse, kEpilogueBarrier, Score>(
+        p, maps.o, acc_o, softmax, base, consumer, work.block * kBlockM + 64 * consumer, work.head,
+        work.batch);
   }
 
   /// The mask state of the CTA's rows, formed at its use from the parameters and the CTA's
@@ -230,10 +230,10 @@ struct ForwardSm90a {
 
   /// O += P V (the caller commits the group).
   __device__ __forceinline__ static void multiply_pv(float (&o)[kDTiles][4],
-                                                     const u32 (&a)[kPvSteps][4], u32 v) {
+                                                     const OperandA<1, kPvSteps>& a, u32 v) {
 #pragma unroll
     for (int kk = 0; kk < kPvSteps; ++kk) {
-      wgmma_rs<Element, kHeadDim, 1>(o, a[kk], mn_major_descriptor<KvTile>(v, 0, kk), 1);
+      wgmma_rs<Element, kHeadDim, 1>(o, a.v[0][kk], mn_major_descriptor<KvTile>(v, 0, kk), 1);
     }
   }
 

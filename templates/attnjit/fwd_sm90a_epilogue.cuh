@@ -6,9 +6,10 @@
 #pragma once
 
 #include "attnjit/barrier.cuh"
-#include "attnjit/fwd_sm90a_softmax.cuh"
+#include "attnjit/fragment.cuh"
 #include "attnjit/params.cuh"
 #include "attnjit/primitives.cuh"
+#include "attnjit/softmax.cuh"
 #include "attnjit/tma.cuh"
 #include "attnjit/wgmma.cuh"
 
@@ -18,41 +19,28 @@ namespace attnjit {
 /// consumer: 0 or 1, the warpgroup's share of the query block (and its named barrier
 /// kBarrier + consumer); q_tile: the Q tile, whose rows [64 consumer, + 64) this warpgroup
 /// alone reads, and no longer (its Q K^T products have completed).
-template <class Element, class QTile, bool kReturnLse, int kBarrier, int kDTiles>
+template <class Element, class QTile, bool kReturnLse, int kBarrier, class Score, int kHeadDim>
 __device__ __forceinline__ void forward_epilogue(const FwdParams& p, const TensorMap& o_map,
-                                                 float (&o)[kDTiles][4],
-                                                 const OnlineSoftmax& softmax, float exponent_scale,
-                                                 u32 q_tile, int consumer, int row0, int head,
-                                                 int batch) {
+                                                 WarpgroupAccumulator<kHeadDim>& o,
+                                                 OnlineSoftmax<1>& softmax, u32 q_tile,
+                                                 int consumer, int row0, int head, int batch) {
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t = lane % 4;
   const int warp_row = 64 * consumer + 16 * ((threadIdx.x / 32) % 4);  // in the query block
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float sum = quad_sum(softmax.row_sum[r]);
-    const float inverse = sum > 0.f ? 1.f / sum : 0.f;
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-      o[dt][2 * r] *= inverse;
-      o[dt][2 * r + 1] *= inverse;
+  softmax.finish(o, [&](int, int r) {
+    const int row = row0 - 64 * consumer + warp_row + 8 * r + g;
+    if (kReturnLse && t == 0 && row < p.seqlen_q) {
+      p.lse[batch * p.lse_batch_stride + head * p.lse_head_stride + row] =
+          softmax.template lse<Score>(p, 0, r);
     }
-    if (kReturnLse && t == 0) {
-      const int row = row0 - 64 * consumer + warp_row + 8 * r + g;
-      if (row < p.seqlen_q) {
-        const float lse =
-            sum > 0.f ? (softmax.row_max[r] * exponent_scale + log2_approx(sum)) * 0.69314718056f
-                      : negative_infinity();
-        p.lse[batch * p.lse_batch_stride + head * p.lse_head_stride + row] = lse;
-      }
-    }
-  }
+  });
 #pragma unroll
-  for (int dt = 0; dt < kDTiles; ++dt) {
+  for (int dt = 0; dt < kHeadDim / 8; ++dt) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       store_shared_u32(q_tile + QTile::element_offset(warp_row + 8 * r + g, 8 * dt + 2 * t),
-                       pack2<Element>(o[dt][2 * r], o[dt][2 * r + 1]));
+                       pack2<Element>(o.v[0][dt][2 * r], o.v[0][dt][2 * r + 1]));
     }
   }
   // The stores reach the TMA unit's reads only through the async-proxy fence, and all 128

@@ -126,7 +126,7 @@ struct ForwardSm90a {
     float correction[1][2];
 
     // Every warp walks the blocks itself (key_block_walk.cuh).
-    KeyBlockWalk<Mask, kBlockN> walk;
+    WarpKeyBlockWalk<Mask, kBlockN> walk;
     walk.begin(block_mask_state(p), p.minmax);
     // The epilogue reuses Q's rows: the Q copy must have landed even when no block follows.
     mbarrier_wait(base + kBarrierOffset, 0);

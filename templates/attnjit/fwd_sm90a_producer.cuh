@@ -1,6 +1,6 @@
-// The producer of the sm90a forward (fwd_sm90a.cuh): one warp walks the key blocks the CTA's
-// query block visits (KeyBlockWalk: last block first, skipped blocks never loaded) and feeds
-// the two rings of the consumers with TMA copies:
+// The producer of the sm90a forward (fwd_sm90a.cuh): one warp walks the key blocks the
+// CTA's query block visits (WarpKeyBlockWalk: last block first, skipped blocks never loaded)
+// and feeds the two rings of the consumers with TMA copies:
 //   Q                   once, onto its own barrier;
 //   K ring, stage s     K of a block and, with FlashMask vectors, their values for the
 //                       block's keys (cp.async by the warp's lanes, arriving through .noinc);
@@ -58,7 +58,7 @@ struct ForwardProducer {
     const Pipeline<kStages> k_ring{base + Kernel::kKRingOffset};
     const Pipeline<kStages> v_ring{base + Kernel::kVRingOffset};
     PipelineState<kStages> k_state, v_state;
-    KeyBlockWalk<Mask, kBlockN> walk;
+    WarpKeyBlockWalk<Mask, kBlockN> walk;
     walk.begin(Kernel::block_mask_state(p), p.minmax);
     int previous = -1;
     for (;;) {

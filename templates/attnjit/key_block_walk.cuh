@@ -1,8 +1,8 @@
 // The key blocks one query block visits, last first, as the mask's hooks give them: the
-// block range of the rows, skipped blocks left out, each block classified (mask.cuh). Every
-// warp of a warp-specialized kernel that needs the sequence walks it itself (the sm90a
-// forward's producer and consumers): the same inputs give the same blocks, and no block
-// index passes through shared memory.
+// block range of the rows, skipped blocks left out, each block classified (mask.cuh), walked
+// by one warp. Every warp of a warp-specialized kernel that needs the sequence walks it
+// itself (the sm90a forward's producer and consumers): the same inputs give the same blocks,
+// and no block index passes through shared memory.
 //
 // Masks whose skipping reads tables (FlashMask min/max, predicate block tables) are walked 32
 // blocks at a time: lane l classifies block base - l, a ballot keeps which of them are
@@ -16,7 +16,7 @@
 namespace attnjit {
 
 template <class Mask, int kBlockN>
-struct KeyBlockWalk {
+struct WarpKeyBlockWalk {
   /// Index masks (no tables) classify by arithmetic, at each block.
   static constexpr bool kTables = Mask::kOrderedCtas;
 

@@ -1,5 +1,6 @@
 // The debug switch ATTNJIT_DEBUG: with ATTNJIT_DEBUG=1 every attention launch validates its
-// FlashMask vectors on the device and every device mask builder checks its parameters.
+// FlashMask vectors on the device, every device mask builder checks its parameters, and the
+// kernels compiled then bound their mbarrier waits (a hang becomes a trap).
 #pragma once
 
 namespace attnjit::runtime {

@@ -142,6 +142,7 @@ LoadState load_driver() {
   ATTNJIT_RESOLVE(cuEventElapsedTime);
   ATTNJIT_RESOLVE(cuPointerGetAttribute);
   ATTNJIT_RESOLVE(cuMemGetInfo);
+  ATTNJIT_RESOLVE(cuTensorMapEncodeTiled);
 #undef ATTNJIT_RESOLVE
 
   const CUresult init = api.cuInit(0);

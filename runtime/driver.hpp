@@ -57,6 +57,7 @@ struct DriverApi {
   decltype(&::cuGetErrorString) cuGetErrorString = nullptr;
   decltype(&::cuPointerGetAttribute) cuPointerGetAttribute = nullptr;
   decltype(&::cuMemGetInfo) cuMemGetInfo = nullptr;
+  decltype(&::cuTensorMapEncodeTiled) cuTensorMapEncodeTiled = nullptr;
 };
 
 /// The loaded driver. The first call opens libcuda.so.1, resolves every entry point and

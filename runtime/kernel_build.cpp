@@ -16,6 +16,7 @@
 
 #include "attnjit/error.hpp"
 #include "embedded.hpp"
+#include "runtime/debug_mode.hpp"
 #include "runtime/nvrtc.hpp"
 
 namespace attnjit::runtime {
@@ -26,9 +27,15 @@ std::atomic<std::uint64_t> g_builds{0};
 // set_disk_cache_mode's value, or -1: $ATTNJIT_DISK_CACHE decides.
 std::atomic<int> g_disk_cache_mode{-1};
 
-// Options handed to NVRTC besides the arch; they enter the cache key.
-const std::vector<std::string>& nvrtc_options() {
-  static const std::vector<std::string> options{"-default-device"};
+// Options handed to NVRTC besides the arch; they enter the cache key. With ATTNJIT_DEBUG=1
+// the kernels' mbarrier waits are bounded (mbarrier.cuh): a protocol error traps instead of
+// hanging the device; and they carry line information for the sanitizers' reports.
+std::vector<std::string> nvrtc_options() {
+  std::vector<std::string> options{"-default-device"};
+  if (debug_mode()) {
+    options.push_back("-DATTNJIT_MBARRIER_SPIN_LIMIT=100000000");
+    options.push_back("-lineinfo");
+  }
   return options;
 }
 
@@ -44,10 +51,11 @@ std::vector<NvrtcHeader> template_headers() {
 std::vector<CompiledKernel> compile_sources(const std::vector<KernelSource>& sources, Arch arch) {
   const std::vector<NvrtcHeader> headers = template_headers();
   const std::string arch_name(name_of(arch));
+  const std::vector<std::string> options = nvrtc_options();
   std::vector<std::future<NvrtcOutput>> outputs;
   for (const KernelSource& source : sources) {
     outputs.push_back(std::async(std::launch::async, [&] {
-      return nvrtc_compile(source.source, source.name + ".cu", headers, arch_name, nvrtc_options(),
+      return nvrtc_compile(source.source, source.name + ".cu", headers, arch_name, options,
                            source.name);
     }));
   }
@@ -73,10 +81,10 @@ std::vector<CompiledKernel> compile_sources(const std::vector<KernelSource>& sou
 std::string cache_key(std::string_view kind, std::string_view canonical_text) {
   // What does not change within a process is formatted once (this runs on every compile,
   // memory hits included).
-  static const std::string build_context =
-      fmt::format("nvrtc={}\nattnjit={}\ntemplates={}\noptions={}", nvrtc_version(),
-                  ATTNJIT_VERSION, templates::hash(), fmt::join(nvrtc_options(), " "));
-  const std::string material = fmt::format("{}\n{}\n{}", kind, canonical_text, build_context);
+  static const std::string build_context = fmt::format(
+      "nvrtc={}\nattnjit={}\ntemplates={}", nvrtc_version(), ATTNJIT_VERSION, templates::hash());
+  const std::string material = fmt::format("{}\n{}\n{}\noptions={}", kind, canonical_text,
+                                           build_context, fmt::join(nvrtc_options(), " "));
   const XXH128_hash_t hash = XXH3_128bits(material.data(), material.size());
   return fmt::format("{:016x}{:016x}", hash.high64, hash.low64);
 }

@@ -192,7 +192,8 @@ PtxasReport parse_ptxas_report(std::string_view log, std::string_view kernel_nam
     log = newline == std::string_view::npos ? std::string_view() : log.substr(newline + 1);
 
     if (!kernel_name.empty() && line.find(quoted_kernel) != line.npos) {
-      for (std::string_view code : {"(C7510)", "(C7511)", "(C7515)", "(C7519)"}) {
+      for (std::string_view code :
+           {"(C7510)", "(C7511)", "(C7514)", "(C7515)", "(C7517)", "(C7519)"}) {
         if (line.find(code) != line.npos) ++report.wgmma_serializations;
       }
     }

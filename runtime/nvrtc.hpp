@@ -16,8 +16,9 @@ struct PtxasReport {
   int stack_bytes = 0;  ///< stack frame
   int static_smem_bytes = 0;
   /// ptxas infos naming the kernel that say it serialized its warpgroup MMAs (C7510, C7511,
-  /// C7515) or injected a warpgroup.arrive wait before one because registers the MMA reads
-  /// were written next to it (C7519): each costs the overlap that wgmma exists for.
+  /// C7514, C7515) or injected a warpgroup.arrive or warpgroup.wait next to one because
+  /// registers an MMA reads or writes were used there (C7519, C7517): each costs the overlap
+  /// that wgmma exists for.
   int wgmma_serializations = 0;
 
   /// Spill stores plus spill loads.

@@ -10,6 +10,7 @@
 #include "attnjit/params.cuh"
 #include "runtime/driver.hpp"
 #include "runtime/predicate_launch.hpp"
+#include "runtime/tma.hpp"
 
 namespace attnjit::jit::detail {
 namespace {
@@ -86,6 +87,12 @@ void bind_attention(Params& p, ParamField field, void* pointer) {
     }
   }
   throw InternalError(fmt::format("plan binds {} in an attention block", name_of(field)));
+}
+
+// An attention block takes no computed arguments.
+template <class Params>
+void no_scalars(Params&, ParamScalar field, int) {
+  throw InternalError(fmt::format("plan sets {} of an attention block", name_of(field)));
 }
 
 void bind_minmax(MinMaxParams& p, ParamField field, void* pointer) {
@@ -181,7 +188,7 @@ void set_order(CtaOrderParams<Params>& p, ParamScalar field, int value) {
 template <class Block, class Bind, class Set>
 void launch_block(Block block, const KernelDesc& kernel, const LaunchSchedule& schedule,
                   unsigned char* workspace, Bind bind, Set set, const LoadedKernel& loaded,
-                  const ScheduledLaunch& launch, CUstream stream) {
+                  const ScheduledLaunch& launch, CUstream stream, void* second = nullptr) {
   for (const BufferBinding& binding : kernel.buffers) {
     void* pointer =
         schedule.bytes[binding.buffer] > 0 ? workspace + schedule.offsets[binding.buffer] : nullptr;
@@ -192,7 +199,7 @@ void launch_block(Block block, const KernelDesc& kernel, const LaunchSchedule& s
   std::copy(launch.grid.begin(), launch.grid.end(), config.grid);
   config.block[0] = launch.threads;
   config.dynamic_smem_bytes = static_cast<unsigned>(kernel.dynamic_smem_bytes);
-  void* args[] = {&block};
+  void* args[] = {&block, second};
   runtime::launch(loaded.function, config, stream, args);
 }
 
@@ -294,14 +301,20 @@ void launch_plan(const KernelSet& set, const Params& attention, const Shapes& sh
     const LoadedKernel& loaded = kernels[launch.kernel];
     switch (kernel.params) {
       case ParamBlock::attention:
-        launch_block(
-            attention, kernel, schedule, base, bind_attention<Params>,
-            [](Params&, ParamScalar field, int) {
-              throw InternalError(
-                  fmt::format("plan sets {} of an attention block", name_of(field)));
-            },
-            loaded, launch, stream);
+        launch_block(attention, kernel, schedule, base, bind_attention<Params>, no_scalars<Params>,
+                     loaded, launch, stream);
         break;
+      case ParamBlock::attention_tma: {
+        internal_check(std::is_same_v<Params, FwdParams>, "TMA maps in a forward plan only");
+        if constexpr (std::is_same_v<Params, FwdParams>) {
+          const AttentionSpec& spec = set.spec;
+          FwdTensorMaps maps = forward_tensor_maps(attention, spec.dtype, spec.head_dim_qk,
+                                                   spec.head_dim_v, kernel.block_m, kernel.block_n);
+          launch_block(attention, kernel, schedule, base, bind_attention<Params>,
+                       no_scalars<Params>, loaded, launch, stream, &maps);
+        }
+        break;
+      }
       case ParamBlock::minmax: {
         MinMaxParams block{};
         block.intervals = attention.intervals;

@@ -16,7 +16,8 @@ using namespace codegen;
 
 // `static constexpr ...` lines of the Config an attention template reads.
 std::vector<std::string> config_lines(const KernelRow& row, const KernelTiles& tiles,
-                                      const AttentionSpec& spec) {
+                                      const Lowering& ir) {
+  const AttentionSpec& spec = ir.spec;
   std::vector<std::string> lines;
   const auto constant = [&](std::string_view type, std::string_view name, auto value) {
     lines.push_back(fmt::format("static constexpr {} {} = {};", type, name, value));
@@ -54,6 +55,24 @@ std::vector<std::string> config_lines(const KernelRow& row, const KernelTiles& t
       case ConfigField::atomic_dq:
         constant("bool", "kAtomicDq", !spec.deterministic);
         break;
+      case ConfigField::ping_pong:
+        // Up to head dim 128 a warpgroup's softmax is long enough to hide behind the other's
+        // products (FA3's rule).
+        constant("bool", "kPingPong", spec.head_dim_qk <= 128);
+        break;
+      case ConfigField::register_split: {
+        // 384 threads start with 168 registers each; the producer warpgroup keeps 24, or 40 /
+        // 48 where its walk classifies from one / more vector tables or a predicate's block
+        // table (ptxas spilled it below that), and the consumers take the rest: the three must
+        // sum to 3 x 168, else setmaxnreg.inc waits forever.
+        const std::size_t vectors = ir.mask->vectors.size();
+        const int producer = ir.mask->element_predicate || vectors > 1 ? 48
+                             : vectors == 1                            ? 40
+                                                                       : 24;
+        constant("int", "kProducerRegisters", producer);
+        constant("int", "kConsumerRegisters", (3 * 168 - producer) / 2 / 8 * 8);
+        break;
+      }
     }
   }
   return lines;
@@ -72,7 +91,7 @@ std::string emit_attention(const Lowering& ir, const KernelDesc& kernel) {
   w.line("struct Config {{");
   w.indent();
   w.line("typedef {} Element;", element_type(ir.spec.dtype));
-  for (const std::string& line : config_lines(row, tiles, ir.spec)) w.line("{}", line);
+  for (const std::string& line : config_lines(row, tiles, ir)) w.line("{}", line);
   w.dedent();
   w.line("}};");
   w.blank();
@@ -85,10 +104,13 @@ std::string emit_attention(const Lowering& ir, const KernelDesc& kernel) {
   w.blank();
   w.line("}}  // namespace");
   w.blank();
-  emit_entry(
-      w, kernel, params_type(ir, kernel),
-      fmt::format("attnjit::{}<Config, Mask{}>(params);", row.body, score_mod_argument(ir.spec)),
-      row.min_blocks_per_sm);
+  // With TMA maps both parameters are __grid_constant__: the copies take their addresses.
+  const bool maps = kernel.params == ParamBlock::attention_tma;
+  emit_entry(w, kernel, params_type(ir, kernel),
+             fmt::format("attnjit::{}<Config, Mask{}>({});", row.body, score_mod_argument(ir.spec),
+                         maps ? "params, maps" : "params"),
+             row.min_blocks_per_sm,
+             maps ? "const __grid_constant__ attnjit::FwdTensorMaps maps" : "");
   return w.str();
 }
 

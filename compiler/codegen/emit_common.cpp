@@ -32,6 +32,8 @@ std::string params_type(const Lowering& ir, const KernelDesc& kernel) {
   switch (kernel.params) {
     case ParamBlock::attention:
       return std::string(attention);
+    case ParamBlock::attention_tma:
+      return "__grid_constant__ attnjit::FwdParams";
     case ParamBlock::minmax:
       return "attnjit::MinMaxParams";
     case ParamBlock::predicate_blocks:
@@ -116,14 +118,18 @@ std::string_view score_mod_argument(const AttentionSpec& spec) {
 }
 
 void emit_entry(SourceWriter& w, const KernelDesc& kernel, std::string_view params_type,
-                std::string_view body, int min_blocks_per_sm) {
+                std::string_view body, int min_blocks_per_sm, std::string_view extra_parameters) {
   if (min_blocks_per_sm > 0) {
     w.line("extern \"C\" __global__ void __launch_bounds__({}, {})", kernel.threads,
            min_blocks_per_sm);
   } else {
     w.line("extern \"C\" __global__ void __launch_bounds__({})", kernel.threads);
   }
-  w.line("{}(const {} params) {{", kernel.name, params_type);
+  if (extra_parameters.empty()) {
+    w.line("{}(const {} params) {{", kernel.name, params_type);
+  } else {
+    w.line("{}(const {} params, {}) {{", kernel.name, params_type, extra_parameters);
+  }
   w.indent();
   w.line("{}", body);
   w.dedent();

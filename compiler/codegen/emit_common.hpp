@@ -36,10 +36,12 @@ void emit_score_mod(SourceWriter& w, const AttentionSpec& spec);
 /// spec, "" otherwise.
 std::string_view score_mod_argument(const AttentionSpec& spec);
 
-/// The extern "C" __global__ entry taking `params_type` by value and calling `body`. A
-/// min_blocks_per_sm of 1 tells ptxas that all 255 registers may be used (otherwise it can
-/// cap a 256-thread kernel at 128 to fit two blocks, and spill); 0 leaves it out.
+/// The extern "C" __global__ entry taking `params_type` by value (and `extra_parameters`, a
+/// declaration list, after it) and calling `body`. A min_blocks_per_sm of 1 tells ptxas that
+/// all 255 registers may be used (otherwise it can cap a 256-thread kernel at 128 to fit two
+/// blocks, and spill); 0 leaves it out.
 void emit_entry(SourceWriter& w, const KernelDesc& kernel, std::string_view params_type,
-                std::string_view body, int min_blocks_per_sm = 0);
+                std::string_view body, int min_blocks_per_sm = 0,
+                std::string_view extra_parameters = "");
 
 }  // namespace attnjit::codegen

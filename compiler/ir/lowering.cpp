@@ -35,6 +35,8 @@ std::string_view name_of(ParamBlock block) {
   switch (block) {
     case ParamBlock::attention:
       return "attention";
+    case ParamBlock::attention_tma:
+      return "attention_tma";
     case ParamBlock::minmax:
       return "minmax";
     case ParamBlock::predicate_blocks:

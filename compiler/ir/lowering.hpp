@@ -96,6 +96,9 @@ std::string to_string(const KernelTiles& tiles);
 /// The parameter block a kernel takes by value (templates/attnjit/params.cuh).
 enum class ParamBlock {
   attention,         ///< FwdParams in a forward plan, BwdParams in a backward plan
+  /// FwdParams and FwdTensorMaps (the TMA maps of q, k, v and o, encoded at launch for the
+  /// kernel's tiles), both `const __grid_constant__`
+  attention_tma,
   minmax,            ///< MinMaxParams
   predicate_blocks,  ///< PredicateBlocksParams
   cta_order,         ///< CtaOrderParams<the attention block of the plan>

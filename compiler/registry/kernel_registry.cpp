@@ -37,6 +37,7 @@ std::span<const KernelRow> kernel_rows() {
   // Attention rows of one role: the more specialised family first, then the sm80 layouts in
   // their order of preference.
   static const std::vector<KernelRow> rows{
+      registry::forward_warpgroup_sm90a(),
       registry::forward_sm80(),
       registry::backward_warpgroup_sm90a(),
       registry::backward_warp_grid_sm80(),
@@ -74,12 +75,17 @@ const KernelRow& utility_row(KernelRole role) {
   return *rows.front();
 }
 
+bool candidate_fits(const KernelRow& row, const TileCandidate& c, const AttentionSpec& spec,
+                    const MaskLowering& mask) {
+  if (row.fits != nullptr) return row.fits(c, spec, mask);
+  if (mask_cost(mask) > c.up_to) return false;
+  return !(spec.softcap && !c.softcap) && !(spec.alibi && !c.alibi);
+}
+
 std::optional<TileCandidate> first_candidate(const KernelRow& row, const AttentionSpec& spec,
                                              const MaskLowering& mask, int smem_limit) {
-  const MaskCost cost = mask_cost(mask);
   for (const TileCandidate& c : row.candidates) {
-    if (c.head_dim != spec.head_dim_qk || cost > c.up_to) continue;
-    if ((spec.softcap && !c.softcap) || (spec.alibi && !c.alibi)) continue;
+    if (c.head_dim != spec.head_dim_qk || !candidate_fits(row, c, spec, mask)) continue;
     if (row.smem_bytes(c, spec, mask) > smem_limit) continue;
     return c;
   }

@@ -73,6 +73,8 @@ enum class ConfigField {
   q_in_registers,
   return_lse,
   atomic_dq,
+  ping_pong,       ///< kPingPong: consumer warpgroups take turns (head dims up to 128)
+  register_split,  ///< kProducerRegisters, kConsumerRegisters (setmaxnreg, by the mask's tables)
 };
 
 /// One kernel kind in one family.
@@ -95,6 +97,9 @@ struct KernelRow {
   std::span<const ConfigField> config;
   /// Dynamic shared memory of a candidate for the spec (the template's kSmemBytes).
   int (*smem_bytes)(const TileCandidate&, const AttentionSpec&, const MaskLowering&) = nullptr;
+  /// Whether a candidate has the registers for the spec's mask and score modifiers; when
+  /// null, its up_to, softcap and alibi fields say.
+  bool (*fits)(const TileCandidate&, const AttentionSpec&, const MaskLowering&) = nullptr;
   /// Checks an explicit `tiles=` shape for this row; throws the `tiles` Error otherwise.
   TileCandidate (*explicit_tiles)(const TileShape&, const AttentionSpec&,
                                   const MaskLowering&) = nullptr;
@@ -122,9 +127,14 @@ const KernelRow& kernel_row(std::string_view id);
 /// The rows of `role` in `family`, in order.
 std::vector<const KernelRow*> kernel_rows(KernelRole role, KernelFamily family);
 
+/// Whether candidate `c` of `row` has the registers for the spec's mask and score modifiers
+/// (the row's `fits`, else c.up_to, c.softcap and c.alibi).
+bool candidate_fits(const KernelRow& row, const TileCandidate& c, const AttentionSpec& spec,
+                    const MaskLowering& mask);
+
 /// The first candidate of `row` that select_tiles takes without `tiles=`: the spec's head dim,
-/// a mask no costlier than the candidate compiles for, room for the spec's score modifiers,
-/// shared memory within `smem_limit`; nullopt if none.
+/// room for its mask and score modifiers (candidate_fits), shared memory within
+/// `smem_limit`; nullopt if none.
 std::optional<TileCandidate> first_candidate(const KernelRow& row, const AttentionSpec& spec,
                                              const MaskLowering& mask, int smem_limit);
 

@@ -9,7 +9,8 @@
 
 namespace attnjit::registry {
 
-// Attention rows (rows_attention.cpp).
+// Attention rows (rows_attention.cpp, rows_forward_sm90a.cpp).
+KernelRow forward_warpgroup_sm90a();
 KernelRow forward_sm80();
 KernelRow backward_warpgroup_sm90a();
 KernelRow backward_warp_grid_sm80();
@@ -23,6 +24,12 @@ KernelRow cta_order();
 KernelRow backward_preprocess();
 KernelRow backward_convert_dq();
 KernelRow backward_reduce_dkdv();
+
+/// The forward's launch: paired heads over ceil(Sq / block_m) query blocks.
+RowLaunch query_block_launch(const KernelDesc& kernel, const Lowering& ir);
+
+/// The forward's buffers: its mask tables and CTA order.
+std::vector<BufferNeed> forward_buffers(const KernelDesc& kernel, const Lowering& ir);
 
 /// (2 * blocks, ceil(H / 2), B): heads taken in pairs (templates/attnjit/schedule.cuh).
 LaunchGrid paired_heads(const LaunchExpr& blocks);

@@ -91,14 +91,6 @@ TileCandidate forward_explicit(const TileShape& shape, const AttentionSpec& spec
   return c;
 }
 
-RowLaunch query_block_launch(const KernelDesc& kernel, const Lowering&) {
-  return single_phase(kernel, paired_heads(ceil_div(Extent::seqlen_q, kernel.block_m)));
-}
-
-std::vector<BufferNeed> forward_buffers(const KernelDesc& kernel, const Lowering& ir) {
-  return attention_mask_buffers(kernel, ir, ParamField::minmax, ParamField::predicate_bits);
-}
-
 // ---------------------------------------------------------------------------------------------
 // Backward main kernel.
 
@@ -329,6 +321,14 @@ std::vector<BufferNeed> dq_buffers(const KernelDesc& kernel, const Lowering& ir)
 }
 
 }  // namespace
+
+RowLaunch query_block_launch(const KernelDesc& kernel, const Lowering&) {
+  return single_phase(kernel, paired_heads(ceil_div(Extent::seqlen_q, kernel.block_m)));
+}
+
+std::vector<BufferNeed> forward_buffers(const KernelDesc& kernel, const Lowering& ir) {
+  return attention_mask_buffers(kernel, ir, ParamField::minmax, ParamField::predicate_bits);
+}
 
 KernelRow forward_sm80() {
   KernelRow row;

@@ -55,6 +55,22 @@ struct AttentionParams {
   const int* cta_order;
 };
 
+/// A TMA tensor map: the 128 opaque bytes of the driver's CUtensorMap (64-byte aligned),
+/// encoded on the host (runtime/tma.cpp, cuTensorMapEncodeTiled) and passed by value as a
+/// `const __grid_constant__` kernel parameter, whose address the TMA instructions take
+/// (tma.cuh). cuda.h, which defines CUtensorMap, cannot be included under NVRTC.
+struct alignas(64) TensorMap {
+  unsigned long long words[16];
+};
+
+/// The tensor maps of the sm90a forward kernel (fwd_sm90a.cuh), its second parameter. Each
+/// views a [B, S, H, D] tensor as 4-D (D, S, H, B) with the tensor's strides and a box of one
+/// 64-column panel (128-byte swizzle) of the rows one copy moves: q kBlockM rows, k and v
+/// kBlockN rows, o the 64 rows of one consumer warpgroup.
+struct FwdTensorMaps {
+  TensorMap q, k, v, o;
+};
+
 /// Arguments of the forward kernel.
 struct FwdParams : AttentionParams {
   void* o;     ///< [B, Sq, H, Dv]

@@ -1,12 +1,15 @@
 // The GPU test runner: exits 77 (CTest: skipped) when there is no CUDA driver or device, so
 // GPU tests never count as passed on machines without one. Otherwise compiles every kernel
-// of the sweeps in parallel first (NVRTC is thread-safe per program), then runs Catch2.
+// of the sweeps in parallel first (NVRTC is thread-safe per program; skipped with
+// ATTNJIT_GPU_TESTS_LAZY=1, for runs of a few tests), then runs Catch2.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <future>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -58,7 +61,9 @@ int main(int argc, char** argv) {
     std::printf("attnjit GPU tests skipped: %s\n", error.what());
     return 77;
   }
-  compile_sweep_in_parallel();
+  // ATTNJIT_GPU_TESTS_LAZY=1: each case compiles its kernels when it runs (for a few cases).
+  const char* lazy = std::getenv("ATTNJIT_GPU_TESTS_LAZY");
+  if (lazy == nullptr || std::string_view(lazy) != "1") compile_sweep_in_parallel();
   const int failed = Catch::Session().run(argc, argv);
   // Which attention kernels the cases ran, by kernel-registry row (family and layout).
   std::printf("attention kernels run, by registry row (cases):\n");

@@ -103,6 +103,8 @@ TEST_CASE("select_target picks one family per attention kernel, in launch order"
   using R = KernelRole;
   using F = KernelFamily;
   CHECK(families("dtype=bf16 head_dim=64 target=sm_90a") ==
+        std::vector<FamilyChoice>{{R::forward, F::sm90a}});
+  CHECK(families("dtype=bf16 head_dim=32 target=sm_90a") ==
         std::vector<FamilyChoice>{{R::forward, F::sm80}});
   CHECK(families("dtype=bf16 head_dim=64 direction=backward target=sm_90a") ==
         std::vector<FamilyChoice>{{R::backward, F::sm90a}});
@@ -377,7 +379,64 @@ TEST_CASE("the warpgroup backward layout is chosen for sm_90a at head dims 64 an
   CHECK_THROWS_WITH(lowered("mask=predicate(q>=k) tiles=64x128x8w target=sm_90a"),
                     Catch::Contains("without the w suffix for mask=predicate"));
   CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x64x4w target=sm_90a")),
-                    Catch::Contains("q/s suffix for the forward"));
+                    Catch::Contains("128xBNx12w with BN a multiple of 16 up to 256"));
+}
+
+TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") {
+  const auto forward_tiles = [](const char* text) {
+    return lower(parse_spec(text)).tiles_of(KernelRole::forward);
+  };
+  const Lowering ir =
+      lower(parse_spec("dtype=bf16 head_dim=128 mask=causal tiles=128x128x12w target=sm_90a"));
+  const KernelTiles& t = ir.tiles_of(KernelRole::forward);
+  CHECK(t.row == "forward.warpgroup.sm90a");
+  CHECK(t.threads() == 384);
+  CHECK(t.kv_stages == 2);
+  // Alignment slack, Q, two K and V stages, the barriers.
+  CHECK(t.smem_bytes == 1024 + 32768 + 2 * 65536 + 8 + 64);
+  const KernelDesc& forward = *ir.plan->find(KernelRole::forward);
+  CHECK(forward.template_header == "attnjit/fwd_sm90a.cuh");
+  CHECK(forward.family == KernelFamily::sm90a);
+  CHECK(forward.params == ParamBlock::attention_tma);
+  CHECK(forward.name == "attnjit_fwd_bf16_d128_causal");
+  CHECK_THAT(to_string(ir), Catch::Contains("row=forward.warpgroup.sm90a") &&
+                                Catch::Contains("params=attention_tma"));
+  // FlashMask vectors ride with the K stages.
+  CHECK(forward_tiles("dtype=fp16 head_dim=64 mask=flashmask(causal=false,columns=4) "
+                      "tiles=128x176x12w target=sm_90a")
+            .smem_bytes == 1024 + 16384 + 2 * (2 * 176 * 64 * 2 + 176 * 16) + 8 + 64);
+  // The automatic choice on sm_90a from head dim 64 up; d32 and other targets keep sm80.
+  for (int d : {32, 64, 96, 128, 192, 256}) {
+    INFO(d);
+    CHECK((forward_tiles(fmt::format("dtype=bf16 head_dim={} target=sm_90a", d).c_str()).row ==
+           "forward.warpgroup.sm90a") == (d != 32));
+    CHECK(forward_tiles(fmt::format("dtype=bf16 head_dim={} target=sm_90", d).c_str()).row ==
+          "forward.sm80");
+  }
+  // Its key block narrows with the tables the walk reads and with the score modifiers.
+  CHECK(forward_tiles("dtype=bf16 head_dim=256 target=sm_90a").block_n >
+        forward_tiles("dtype=bf16 head_dim=256 mask=flashmask(causal=true,columns=1) "
+                      "target=sm_90a")
+            .block_n);
+  CHECK(forward_tiles("dtype=bf16 head_dim=192 target=sm_90a").block_n >
+        forward_tiles("dtype=bf16 head_dim=192 softcap=true target=sm_90a").block_n);
+  // The q and s suffixes still force the sm80 forward there.
+  CHECK(forward_tiles("dtype=bf16 head_dim=128 tiles=128x64x8q target=sm_90a").row ==
+        "forward.sm80");
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x128x12w target=sm_90")),
+                    Catch::Contains("the w suffix with target=sm_90a"));
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=32 tiles=128x128x12w target=sm_90a")),
+                    "tiles: got '128x128x12w with head_dim=32'; accepted: the w suffix with "
+                    "head_dim 64, 96, 128, 192 or 256");
+  CHECK(forward_tiles("dtype=bf16 head_dim=96 tiles=128x128x12w target=sm_90a").row ==
+        "forward.warpgroup.sm90a");
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x120x12w target=sm_90a")),
+                    Catch::Contains("a multiple of 16 up to 256"));
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 mask=predicate(q>=k) "
+                                     "tiles=128x144x12w target=sm_90a")),
+                    Catch::Contains("a multiple of 16 up to 128"));
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=256 tiles=128x256x12w target=sm_90a")),
+                    Catch::Contains("fits sm_90a's 232448 bytes"));
 }
 
 TEST_CASE("forward specs with score modifiers take a shape with room for them", "[pass]") {
@@ -475,7 +534,7 @@ TEST_CASE("explicit backward tiles are checked", "[pass]") {
                                      "direction=backward tiles=64x128x8g target=sm_90")),
                     Catch::Contains("without the g suffix for mask=predicate"));
   CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x64x4g target=sm_90")),
-                    Catch::Contains("q/s suffix for the forward"));
+                    Catch::Contains("BMxBNxW with an optional w/q/s suffix for the forward"));
   for (const char* tiles : {"32x1024x32g", "64x512x32"}) {
     INFO(tiles);
     CHECK_THROWS_WITH(

@@ -53,8 +53,12 @@ std::pair<const KernelRow*, const TileCandidate*> expected_choice(const Lowering
     }
     if (!ir.spec.deterministic && !row.support.atomic) continue;
     for (const TileCandidate& c : row.candidates) {
-      if (c.head_dim != ir.spec.head_dim_qk || c.up_to < cost) continue;
-      if ((ir.spec.softcap && !c.softcap) || (ir.spec.alibi && !c.alibi)) continue;
+      if (c.head_dim != ir.spec.head_dim_qk) continue;
+      if (row.fits != nullptr
+              ? !row.fits(c, ir.spec, *ir.mask)
+              : c.up_to < cost || (ir.spec.softcap && !c.softcap) || (ir.spec.alibi && !c.alibi)) {
+        continue;
+      }
       if (row.smem_bytes(c, ir.spec, *ir.mask) > ir.target->max_dynamic_smem_bytes) continue;
       return {&row, &c};
     }

@@ -1,0 +1,124 @@
+// The forward of the sm90a family (fwd_sm90a.cuh): a TMA producer warpgroup and two wgmma
+// consumer warpgroups of 64 query rows (block_m = 128, 12 warps), K and V rings of two
+// stages; its parameters are FwdParams and the TMA maps of q, k, v and o. On an H100 it runs
+// d128 at 667 TFLOP/s without a mask and 639 causal, against 360 and 286 for the sm80 forward
+// (docs/benchmarks/2026-11-24-h100-forward-sm90a.md).
+#include <fmt/format.h>
+
+#include <array>
+
+#include "attnjit/error.hpp"
+#include "compiler/registry/rows.hpp"
+
+namespace attnjit::registry {
+namespace {
+
+constexpr int kStages = 2;
+
+constexpr TileCandidate warpgroups(int d, int block_n) {
+  return {d, 128, block_n, 12, 1, kStages};
+}
+
+// Per head dim, the key blocks from the widest down; `fits_registers` takes the first one the
+// spec's mask and modifiers leave room for.
+constexpr std::array<TileCandidate, 11> kCandidates{{
+    warpgroups(64, 128),
+    warpgroups(96, 128),
+    warpgroups(128, 128),
+    warpgroups(128, 112),
+    warpgroups(192, 112),
+    warpgroups(192, 96),
+    warpgroups(192, 80),
+    warpgroups(256, 80),
+    warpgroups(256, 64),
+    warpgroups(256, 48),
+    warpgroups(256, 32),
+}};
+
+// The widest key block whose consumer warpgroups compile without spilling (NVRTC sweep,
+// sm_90a): it narrows with the head dim, with the tables the walk classifies blocks from
+// (FlashMask vectors, predicate block tables: the producer then keeps more registers) and
+// with the score modifiers.
+int widest_block_n(const AttentionSpec& spec, const MaskLowering& mask) {
+  const bool predicate = mask.element_predicate;
+  const bool tables = !mask.vectors.empty() || predicate;
+  const bool wide_tables = predicate || mask.vectors.size() > 1;
+  const bool modifiers = spec.softcap || spec.alibi;
+  switch (spec.head_dim_qk) {
+    case 128:
+      return wide_tables ? 112 : 128;
+    case 192:
+      return predicate || (tables && modifiers) ? 80 : tables || modifiers ? 96 : 112;
+    case 256:
+      return tables ? (modifiers || predicate ? 32 : 48)
+                    : (modifiers || mask.window_by_index ? 64 : 80);
+    default:
+      return 128;
+  }
+}
+
+bool fits_registers(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
+  return c.block_n <= widest_block_n(spec, mask);
+}
+
+constexpr std::array<ConfigField, 7> kConfig{ConfigField::head_dims_qk_v, ConfigField::block_m,
+                                             ConfigField::block_n,        ConfigField::kv_stages,
+                                             ConfigField::return_lse,     ConfigField::ping_pong,
+                                             ConfigField::register_split};
+
+// fwd_sm90a.cuh's kSmemBytes: alignment slack, Q, the K and V stages, each K stage's FlashMask
+// values, the barriers.
+int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
+  const int element = size_of(spec.dtype);
+  const int vectors = c.block_n * static_cast<int>(mask.vectors.size()) * 4;
+  return 1024 + c.block_m * spec.head_dim_qk * element +
+         c.kv_stages * (c.block_n * (spec.head_dim_qk + spec.head_dim_v) * element + vectors) + 8 +
+         2 * (2 * c.kv_stages * 8);
+}
+
+// `tiles=128xBNx12w`: two consumer warpgroups of 64 rows and a producer warpgroup; key blocks
+// of whole k16 steps, at most 256 (128 for a predicate, whose fragment bits fit 64 bits).
+TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
+                             const MaskLowering& mask) {
+  const std::string value = to_string(shape);
+  if (spec.head_dim_qk == 32) {
+    throw_field_error("tiles", fmt::format("{} with head_dim=32", value),
+                      "the w suffix with head_dim 64, 96, 128, 192 or 256");
+  }
+  const int max_block_n = mask.element_predicate ? 128 : 256;
+  if (shape.block_m != 128 || shape.warps != 12 || shape.block_n % 16 != 0 || shape.block_n < 16 ||
+      shape.block_n > max_block_n) {
+    throw_field_error(
+        "tiles", value,
+        fmt::format("128xBNx12w with BN a multiple of 16 up to {} for the warpgroup forward",
+                    max_block_n));
+  }
+  return warpgroups(spec.head_dim_qk, shape.block_n);
+}
+
+}  // namespace
+
+KernelRow forward_warpgroup_sm90a() {
+  KernelRow row;
+  row.id = "forward.warpgroup.sm90a";
+  row.role = KernelRole::forward;
+  row.family = KernelFamily::sm90a;
+  row.header = "attnjit/fwd_sm90a.cuh";
+  row.kernel_struct = "ForwardSm90a";
+  row.body = "forward_sm90a";
+  row.params = ParamBlock::attention_tma;
+  // One CTA of 384 threads per SM, whose warpgroups then trade registers (setmaxnreg).
+  row.min_blocks_per_sm = 1;
+  row.support.targets = {Arch::sm_90a};
+  row.tiles_suffixes = "w";
+  row.candidates = kCandidates;
+  row.config = kConfig;
+  row.smem_bytes = smem_bytes;
+  row.fits = fits_registers;
+  row.explicit_tiles = explicit_tiles;
+  row.launch = query_block_launch;
+  row.buffers = forward_buffers;
+  return row;
+}
+
+}  // namespace attnjit::registry

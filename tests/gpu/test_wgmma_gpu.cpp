@@ -1,0 +1,137 @@
+// Warpgroup MMAs of every width the kernels use (templates/attnjit/wgmma.cuh): the SS form on
+// two K-major swizzled tiles (S = Q K^T), the RS form with A packed in registers and B an
+// MN-major tile (O += P V), bf16 and fp16, in the 128-byte swizzle of 64-column panels and
+// the 64-byte swizzle of 32-column panels (head dim 96). Small integer inputs make every sum
+// exact.
+#include <fmt/format.h>
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "gpu/sm90_kernel.hpp"
+#include "runtime/driver.hpp"
+#include "support/half_round.hpp"
+
+using namespace attnjit;
+
+namespace {
+
+// {0}: N, {1}: the element type, {2}: 1 for the RS form, {3}: K (128: two 64-column panels of
+// the K-major tiles; 96: three 32-column panels).
+constexpr const char* kSource = R"(#include "attnjit/smem_tile.cuh"
+#include "attnjit/wgmma.cuh"
+using namespace attnjit;
+constexpr int kN = {0};
+constexpr int kK = {3};
+constexpr bool kRs = {2};
+typedef {1} Element;
+typedef SmemTile<64, kK> ATile;                      // A, K-major (SS)
+typedef SmemTile<kRs ? kK : kN, kRs ? kN : kK> BTile;  // B: [n][k] K-major or [k][n] MN-major
+extern "C" __global__ void __launch_bounds__(128) wgmma_test(const u16* a, const u16* b,
+                                                             float* d) {{
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const u32 shared_a = (smem_address(smem) + 1023) & ~1023u;
+  const u32 shared_b = shared_a + ATile::kBytes;
+  unsigned char* base = smem + (shared_a - smem_address(smem));
+  for (int i = threadIdx.x; i < 64 * kK; i += 128) {{
+    *reinterpret_cast<u16*>(base + ATile::element_offset(i / kK, i % kK)) = a[i];
+  }}
+  constexpr int kBCols = kRs ? kN : kK;
+  for (int i = threadIdx.x; i < kN * kK; i += 128) {{
+    *reinterpret_cast<u16*>(base + ATile::kBytes + BTile::element_offset(i / kBCols, i % kBCols)) =
+        b[i];
+  }}
+  fence_async_shared();
+  __syncthreads();
+  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  const int row = 16 * warp + g;
+  // A in registers: the mma.sync m16n8k16 A fragment of the warp's 16 rows.
+  u32 regs[kK / 16][4];
+  for (int kk = 0; kk < kK / 16; ++kk) {{
+    for (int e = 0; e < 4; ++e) {{
+      const int r = row + 8 * (e % 2), c = 16 * kk + 2 * t + 8 * (e / 2);
+      regs[kk][e] = a[r * kK + c] | (static_cast<u32>(a[r * kK + c + 1]) << 16);
+    }}
+  }}
+  float acc[kN / 8][4];
+  wgmma_fence();
+  for (int kk = 0; kk < kK / 16; ++kk) {{
+    if constexpr (kRs) {{
+      wgmma_rs<Element, kN, 1>(acc, regs[kk], mn_major_descriptor<BTile>(shared_b, 0, kk), kk > 0);
+    }} else {{
+      wgmma_ss<Element, kN, 0, 0>(acc, k_major_descriptor<ATile>(shared_a, 0, kk),
+                                  k_major_descriptor<BTile>(shared_b, 0, kk), kk > 0);
+    }}
+  }}
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_accumulators(acc);
+  for (int nt = 0; nt < kN / 8; ++nt) {{
+    for (int e = 0; e < 4; ++e) {{
+      d[(row + 8 * (e / 2)) * kN + 8 * nt + 2 * t + e % 2] = acc[nt][e];
+    }}
+  }}
+}}
+)";
+
+void check_product(int n, DType dtype, bool rs, int kK = 128) {
+  INFO("N = " << n << ", K = " << kK << ", " << name_of(dtype) << (rs ? ", RS" : ", SS"));
+  const int smem = 1024 + 64 * kK * 2 + n * kK * 2;
+  const gpu_test::Sm90Kernel kernel = gpu_test::compile_sm90_kernel(
+      fmt::format(kSource, n, dtype == DType::bf16 ? "bf16" : "fp16", rs ? 1 : 0, kK), "wgmma_test",
+      smem);
+  std::mt19937 rng(n * 3 + rs);
+  std::uniform_int_distribution<int> small(-4, 4);
+  const auto bits = [&](int v) {
+    return dtype == DType::bf16 ? testing::float_to_bf16_bits(static_cast<float>(v))
+                                : testing::float_to_fp16_bits(static_cast<float>(v));
+  };
+  std::vector<int> a(64 * kK), b(n * kK);  // b: [n][k] for SS, [k][n] for RS
+  for (int& x : a) x = small(rng);
+  for (int& x : b) x = small(rng);
+  std::vector<std::uint16_t> a_bits(a.size()), b_bits(b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) a_bits[i] = bits(a[i]);
+  for (std::size_t i = 0; i < b.size(); ++i) b_bits[i] = bits(b[i]);
+  runtime::DeviceBuffer a_dev(a_bits.size() * 2), b_dev(b_bits.size() * 2), d_dev(64 * n * 4);
+  a_dev.upload(a_bits.data(), a_bits.size() * 2);
+  b_dev.upload(b_bits.data(), b_bits.size() * 2);
+  d_dev.fill_bytes(0xff);
+  void* a_ptr = a_dev.data();
+  void* b_ptr = b_dev.data();
+  void* d_ptr = d_dev.data();
+  gpu_test::run_sm90_kernel(kernel, 1, 128, smem, {&a_ptr, &b_ptr, &d_ptr});
+  std::vector<float> d(64 * n);
+  d_dev.download(d.data(), d.size() * 4);
+  int wrong = 0;
+  for (int r = 0; r < 64; ++r) {
+    for (int c = 0; c < n; ++c) {
+      int expected = 0;
+      for (int k = 0; k < kK; ++k) expected += a[r * kK + k] * (rs ? b[k * n + c] : b[c * kK + k]);
+      wrong += d[r * n + c] != static_cast<float>(expected);
+    }
+  }
+  CHECK(wrong == 0);
+}
+
+}  // namespace
+
+TEST_CASE("wgmma SS products of every width match the exact product", "[gpu][sm90a]") {
+  if (!gpu_test::sm90_device_or_skip("wgmma SS")) return;
+  for (int n : {16, 48, 64, 80, 112, 128, 176, 192, 256}) check_product(n, DType::bf16, false);
+  check_product(64, DType::fp16, false);
+  check_product(176, DType::fp16, false);
+  // K = 96: both operands in the 64-byte swizzle.
+  check_product(128, DType::bf16, false, 96);
+  check_product(80, DType::fp16, false, 96);
+}
+
+TEST_CASE("wgmma RS products with A from registers match the exact product", "[gpu][sm90a]") {
+  if (!gpu_test::sm90_device_or_skip("wgmma RS")) return;
+  for (int n : {64, 128, 192, 256}) check_product(n, DType::bf16, true);
+  check_product(128, DType::fp16, true);
+  // N = 96: B in 32-column panels (64-byte swizzle), A's K in registers.
+  check_product(96, DType::bf16, true);
+  check_product(96, DType::fp16, true, 96);
+}

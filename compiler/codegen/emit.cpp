@@ -226,7 +226,7 @@ ReferenceKernel emit_reference_kernel(const AttentionSpec& spec) {
   out.threads = 128;
   SourceWriter w;
   w.line("// attnjit reference kernel (fp32, unfused) for: {}", to_string(spec));
-  w.line("#include \"attnjit/reference.cuh\"");
+  w.line("#include \"attnjit/common/reference.cuh\"");
   w.blank();
   if (mask_kind == 4) {
     const Predicate predicate = parse_predicate(

@@ -62,7 +62,7 @@ MaskKernelSource emit_mask_kernel(const MaskKernelSpec& spec) {
   SourceWriter w;
   w.line("// attnjit generated kernel: {}", source.role);
   w.line("// {}", to_string(spec));
-  w.line("#include \"attnjit/{}.cuh\"", spec.family ? "mask_builders" : "interval_check");
+  w.line("#include \"attnjit/masks/{}.cuh\"", spec.family ? "mask_builders" : "interval_check");
   w.blank();
   w.line("extern \"C\" __global__ void __launch_bounds__({})", source.threads);
   w.line("{}(const attnjit::{} params) {{", source.name,

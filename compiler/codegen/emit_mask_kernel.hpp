@@ -1,6 +1,6 @@
 // The mask utility kernels NVRTC compiles besides the attention plans: one device builder per
-// FlashMask family (templates/attnjit/mask_builders.cuh) and the interval check
-// (templates/attnjit/interval_check.cuh). A mask kernel is named by one canonical text (which
+// FlashMask family (templates/attnjit/masks/mask_builders.cuh) and the interval check
+// (templates/attnjit/masks/interval_check.cuh). A mask kernel is named by one canonical text (which
 // kernel, which target), the input of the shared cache-key derivation.
 #pragma once
 

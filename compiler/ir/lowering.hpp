@@ -93,7 +93,7 @@ struct KernelTiles {
 /// `tiles @forward {row=forward.sm80 block_m=128 ...}`, as the IR prints it.
 std::string to_string(const KernelTiles& tiles);
 
-/// The parameter block a kernel takes by value (templates/attnjit/params.cuh).
+/// The parameter block a kernel takes by value (templates/attnjit/common/params.cuh).
 enum class ParamBlock {
   attention,         ///< FwdParams in a forward plan, BwdParams in a backward plan
   /// FwdParams and FwdTensorMaps (the TMA maps of q, k, v and o, encoded at launch for the

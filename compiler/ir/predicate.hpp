@@ -34,7 +34,7 @@ inline constexpr int kMaxPredicateDepth = 256;
 inline constexpr int kMaxPredicateSlots = 65536;
 
 /// The runtime inputs one mask=predicate kernel can take (validate checks them; the kernels'
-/// parameter block, PredicateInputs in templates/attnjit/params.cuh, holds this many).
+/// parameter block, PredicateInputs in templates/attnjit/common/params.cuh, holds this many).
 inline constexpr int kPredicateTensorLimit = 8;
 inline constexpr int kPredicateScalarLimit = 16;
 
@@ -198,7 +198,7 @@ class PredicateEvaluator {
 /// One C++ expression of type bool computing the predicate in device code, from exactly these
 /// names: `b`, `h`, `q`, `k` (int); `tensor_at(slot, index)` (int, slot an integer literal: the
 /// tensor's index in info().tensors; reads 0 outside [0, length), see pred_tensor_read);
-/// `scalar_at(slot)` (int); and the helpers of templates/attnjit/predicate.cuh, in namespace
+/// `scalar_at(slot)` (int); and the helpers of templates/attnjit/masks/predicate.cuh, in namespace
 /// attnjit: `pred_add`, `pred_sub`, `pred_mul` (wrap-around, also used for unary minus as
 /// pred_sub(0, x)), `pred_div`, `pred_mod`, `pred_min`, `pred_max`, `pred_abs`. Comparisons
 /// and logic use the C++ operators. Literals are written in place (a lifted predicate has

@@ -82,7 +82,7 @@ struct KernelRow {
   std::string_view id;  ///< e.g. "backward.grid.sm80"
   KernelRole role = KernelRole::forward;
   KernelFamily family = KernelFamily::sm80;
-  std::string_view header;         ///< the templates/ header, e.g. "attnjit/fwd_sm80.cuh"
+  std::string_view header;         ///< the templates/ header, e.g. "attnjit/sm80/fwd_sm80.cuh"
   std::string_view kernel_struct;  ///< attention rows: the struct whose kSmemBytes the plan checks
   std::string_view body;           ///< the device function the entry point calls
   ParamBlock params = ParamBlock::attention;

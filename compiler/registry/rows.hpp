@@ -31,7 +31,7 @@ RowLaunch query_block_launch(const KernelDesc& kernel, const Lowering& ir);
 /// The forward's buffers: its mask tables and CTA order.
 std::vector<BufferNeed> forward_buffers(const KernelDesc& kernel, const Lowering& ir);
 
-/// (2 * blocks, ceil(H / 2), B): heads taken in pairs (templates/attnjit/schedule.cuh).
+/// (2 * blocks, ceil(H / 2), B): heads taken in pairs (templates/attnjit/common/schedule.cuh).
 LaunchGrid paired_heads(const LaunchExpr& blocks);
 
 /// The grid of the attention kernel with tiles `tiles` (its row's first phase).

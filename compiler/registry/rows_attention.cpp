@@ -334,7 +334,7 @@ KernelRow forward_sm80() {
   KernelRow row;
   row.id = "forward.sm80";
   row.role = KernelRole::forward;
-  row.header = "attnjit/fwd_sm80.cuh";
+  row.header = "attnjit/sm80/fwd_sm80.cuh";
   row.kernel_struct = "ForwardSm80";
   row.body = "forward_sm80";
   row.params = ParamBlock::attention;
@@ -351,7 +351,7 @@ KernelRow forward_sm80() {
 
 KernelRow backward_warpgroup_sm90a() {
   KernelRow row =
-      backward_row("backward.warpgroup.sm90a", KernelFamily::sm90a, "attnjit/bwd_wgmma_sm90.cuh",
+      backward_row("backward.warpgroup.sm90a", KernelFamily::sm90a, "attnjit/sm90a/bwd_wgmma_sm90.cuh",
                    "BackwardWgmmaSm90", "backward_wgmma_sm90");
   row.support.targets = {Arch::sm_90a};
   // Its dQ product is atomic; its S^T fragments do not follow the stored element bits.
@@ -366,7 +366,7 @@ KernelRow backward_warpgroup_sm90a() {
 
 KernelRow backward_warp_grid_sm80() {
   KernelRow row =
-      backward_row("backward.grid.sm80", KernelFamily::sm80, "attnjit/bwd_grid_sm80.cuh",
+      backward_row("backward.grid.sm80", KernelFamily::sm80, "attnjit/sm80/bwd_grid_sm80.cuh",
                    "BackwardGridSm80", "backward_grid_sm80");
   // Its gain is in the dQ product; without it (deterministic mode) key slabs were faster on
   // an H100 (d128, 8K: none 6.19 against 6.44 ms, causal 3.14 against 3.31), so it is taken
@@ -381,7 +381,7 @@ KernelRow backward_warp_grid_sm80() {
 }
 
 KernelRow backward_key_slabs_sm80() {
-  KernelRow row = backward_row("backward.slabs.sm80", KernelFamily::sm80, "attnjit/bwd_sm80.cuh",
+  KernelRow row = backward_row("backward.slabs.sm80", KernelFamily::sm80, "attnjit/sm80/bwd_sm80.cuh",
                                "BackwardSm80", "backward_sm80");
   row.tiles_suffixes = "-";
   row.candidates = kKeySlabCandidates;
@@ -392,7 +392,7 @@ KernelRow backward_key_slabs_sm80() {
 }
 
 KernelRow backward_dq_sm80() {
-  KernelRow row = backward_row("backward_dq.sm80", KernelFamily::sm80, "attnjit/bwd_dq_sm80.cuh",
+  KernelRow row = backward_row("backward_dq.sm80", KernelFamily::sm80, "attnjit/sm80/bwd_dq_sm80.cuh",
                                "BackwardDqSm80", "backward_dq_sm80");
   row.role = KernelRole::backward_dq;
   row.support.atomic = false;

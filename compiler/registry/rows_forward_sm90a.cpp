@@ -103,7 +103,7 @@ KernelRow forward_warpgroup_sm90a() {
   row.id = "forward.warpgroup.sm90a";
   row.role = KernelRole::forward;
   row.family = KernelFamily::sm90a;
-  row.header = "attnjit/fwd_sm90a.cuh";
+  row.header = "attnjit/sm90a/fwd_sm90a.cuh";
   row.kernel_struct = "ForwardSm90a";
   row.body = "forward_sm90a";
   row.params = ParamBlock::attention_tma;

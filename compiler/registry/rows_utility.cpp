@@ -123,7 +123,7 @@ std::vector<BufferNeed> reduce_buffers(const KernelDesc&, const Lowering& ir) {
 
 KernelRow flashmask_minmax() {
   KernelRow row =
-      utility("flashmask_minmax", KernelRole::flashmask_minmax, "attnjit/flashmask_minmax.cuh",
+      utility("flashmask_minmax", KernelRole::flashmask_minmax, "attnjit/masks/flashmask_minmax.cuh",
               "flashmask_minmax", ParamBlock::minmax, 4 * 32);
   row.launch = minmax_launch;
   row.buffers = minmax_buffers;
@@ -132,7 +132,7 @@ KernelRow flashmask_minmax() {
 
 KernelRow predicate_blocks() {
   KernelRow row =
-      utility("predicate_blocks", KernelRole::predicate_blocks, "attnjit/predicate_blocks.cuh",
+      utility("predicate_blocks", KernelRole::predicate_blocks, "attnjit/masks/predicate_blocks.cuh",
               "predicate_blocks", ParamBlock::predicate_blocks, 256);
   row.launch = predicate_blocks_launch;
   row.buffers = predicate_blocks_buffers;
@@ -140,7 +140,7 @@ KernelRow predicate_blocks() {
 }
 
 KernelRow cta_order() {
-  KernelRow row = utility("cta_order", KernelRole::cta_order, "attnjit/cta_order.cuh", "cta_order",
+  KernelRow row = utility("cta_order", KernelRole::cta_order, "attnjit/masks/cta_order.cuh", "cta_order",
                           ParamBlock::cta_order, 1024);
   row.launch = cta_order_launch;
   row.buffers = cta_order_buffers;
@@ -149,7 +149,7 @@ KernelRow cta_order() {
 
 KernelRow backward_preprocess() {
   KernelRow row =
-      utility("backward_preprocess", KernelRole::backward_preprocess, "attnjit/bwd_rows.cuh",
+      utility("backward_preprocess", KernelRole::backward_preprocess, "attnjit/common/bwd_rows.cuh",
               "backward_preprocess", ParamBlock::attention, kRowKernelThreads);
   row.launch = query_rows_launch;
   row.buffers = preprocess_buffers;
@@ -158,7 +158,7 @@ KernelRow backward_preprocess() {
 
 KernelRow backward_convert_dq() {
   KernelRow row =
-      utility("backward_convert_dq", KernelRole::backward_convert_dq, "attnjit/bwd_rows.cuh",
+      utility("backward_convert_dq", KernelRole::backward_convert_dq, "attnjit/common/bwd_rows.cuh",
               "backward_convert_dq", ParamBlock::attention, kRowKernelThreads);
   row.launch = query_rows_launch;
   row.buffers = convert_dq_buffers;
@@ -167,7 +167,7 @@ KernelRow backward_convert_dq() {
 
 KernelRow backward_reduce_dkdv() {
   KernelRow row =
-      utility("backward_reduce_dkdv", KernelRole::backward_reduce_dkdv, "attnjit/bwd_rows.cuh",
+      utility("backward_reduce_dkdv", KernelRole::backward_reduce_dkdv, "attnjit/common/bwd_rows.cuh",
               "backward_reduce_dkdv", ParamBlock::attention, kRowKernelThreads);
   row.launch = reduce_launch;
   row.buffers = reduce_buffers;

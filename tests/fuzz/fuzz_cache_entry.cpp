@@ -18,7 +18,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "runtime/cache_entry.hpp"
+#include "runtime/jit/cache_entry.hpp"
 
 using attnjit::runtime::CacheEntry;
 using attnjit::runtime::CompiledKernel;

@@ -14,8 +14,8 @@
 
 #include "attnjit/jit.hpp"
 #include "dsl/builders.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/kernel_set.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/jit/kernel_set.hpp"
 #include "support/half_round.hpp"
 
 namespace attnjit::gpu_test {

@@ -16,7 +16,7 @@
 
 #include "attnjit/jit.hpp"
 #include "gpu/gpu_case.hpp"
-#include "runtime/driver.hpp"
+#include "runtime/jit/driver.hpp"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "embedded.hpp"
-#include "runtime/driver.hpp"
+#include "runtime/jit/driver.hpp"
 
 namespace attnjit::gpu_test {
 

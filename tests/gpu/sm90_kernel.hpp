@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/module.hpp"
-#include "runtime/nvrtc.hpp"
+#include "runtime/jit/module.hpp"
+#include "runtime/jit/nvrtc.hpp"
 
 namespace attnjit::gpu_test {
 

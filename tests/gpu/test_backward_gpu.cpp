@@ -138,7 +138,7 @@ TEST_CASE("rows that see no key get zero gradients, never NaN", "[gpu][backward]
 }
 
 TEST_CASE("backward with odd head counts: the last head pair has one member", "[gpu][backward]") {
-  // The kernels take heads in pairs (templates/attnjit/schedule.cuh); an odd count leaves a
+  // The kernels take heads in pairs (templates/attnjit/common/schedule.cuh); an odd count leaves a
   // CTA without a head, which must write nothing.
   for (const auto& [heads, kv_heads] : {std::pair{1, 1}, std::pair{3, 3}, std::pair{3, 1}}) {
     for (bool deterministic : {false, true}) {

@@ -1,4 +1,4 @@
-// Named barriers and register reallocation (templates/attnjit/barrier.cuh): in a kernel of
+// Named barriers and register reallocation (templates/attnjit/sm90a/barrier.cuh): in a kernel of
 // three warpgroups whose first lowers its registers to 24 and the others raise theirs to 240
 // (which ptxas honours: no C7508 info), the two consumer warpgroups take turns through two
 // named barriers, as the forward kernel's ping-pong does: the turns alternate strictly and no
@@ -9,13 +9,13 @@
 #include <vector>
 
 #include "gpu/sm90_kernel.hpp"
-#include "runtime/driver.hpp"
+#include "runtime/jit/driver.hpp"
 
 using namespace attnjit;
 
 namespace {
 
-constexpr const char* kSource = R"(#include "attnjit/barrier.cuh"
+constexpr const char* kSource = R"(#include "attnjit/sm90a/barrier.cuh"
 using namespace attnjit;
 extern "C" __global__ void __launch_bounds__(384, 1)
 barrier_test(int* log, int* overlaps, int turns) {

@@ -1,4 +1,4 @@
-// The key-block walk (templates/attnjit/block_walk.cuh) on the device: over one query block's
+// The key-block walk (templates/attnjit/common/block_walk.cuh) on the device: over one query block's
 // key blocks it visits, last to first, exactly those the FlashMask min/max tables do not skip,
 // and each iteration's stage holds that block's K, V (zero past Sk) and FlashMask values, with
 // three stages in flight and Sk not a multiple of the block.
@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "attnjit/params.cuh"
+#include "attnjit/common/params.cuh"
 #include "gpu/vocabulary_gpu.hpp"
 
 using namespace attnjit;

@@ -1,4 +1,4 @@
-// The CTA-order kernel (templates/attnjit/cta_order.cuh) on the device: the sort gives a
+// The CTA-order kernel (templates/attnjit/masks/cta_order.cuh) on the device: the sort gives a
 // permutation, heaviest bucket first and in natural order within a bucket, for counts that
 // are not multiples of its 1024 threads; the cost phase counts the tiles the forward and
 // backward kernels will visit. The attention kernels that read the order are checked against
@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "attnjit/params.cuh"
+#include "attnjit/common/params.cuh"
 #include "compiler/codegen/emit.hpp"
 #include "compiler/passes/pipeline.hpp"
 #include "embedded.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/module.hpp"
-#include "runtime/nvrtc.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/jit/module.hpp"
+#include "runtime/jit/nvrtc.hpp"
 
 using namespace attnjit;
 
@@ -52,7 +52,7 @@ int bucket_of(int cost, int max_cost) {
   return 1 + std::min(static_cast<int>(static_cast<float>(cost) * scale), 1022);
 }
 
-constexpr const char* kSortSource = R"(#include "attnjit/cta_order.cuh"
+constexpr const char* kSortSource = R"(#include "attnjit/masks/cta_order.cuh"
 extern "C" __global__ void __launch_bounds__(1024)
 sort_test(const attnjit::CtaOrderParams<attnjit::FwdParams> params) {
   attnjit::sort_ctas(params, params.grid_x * params.grid_y * params.grid_z);

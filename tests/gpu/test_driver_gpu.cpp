@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "attnjit/error.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/module.hpp"
-#include "runtime/nvrtc.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/jit/module.hpp"
+#include "runtime/jit/nvrtc.hpp"
 
 using namespace attnjit::runtime;
 

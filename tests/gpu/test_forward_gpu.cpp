@@ -192,7 +192,7 @@ TEST_CASE("large problems match the GPU reference kernel", "[gpu][forward][large
 }
 
 TEST_CASE("forward with odd head counts: the last head pair has one member", "[gpu][forward]") {
-  // The kernel takes heads in pairs (templates/attnjit/schedule.cuh); an odd count leaves a
+  // The kernel takes heads in pairs (templates/attnjit/common/schedule.cuh); an odd count leaves a
   // CTA without a head, which must write nothing (padded_strides poisons and checks o).
   for (const auto& [heads, kv_heads] : {std::pair{1, 1}, std::pair{3, 3}, std::pair{5, 1}}) {
     Case c;

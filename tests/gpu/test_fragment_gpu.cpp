@@ -1,4 +1,4 @@
-// Register fragments (templates/attnjit/fragment.cuh) on the device: operands loaded and
+// Register fragments (templates/attnjit/common/fragment.cuh) on the device: operands loaded and
 // results stored through the coordinate functions of the mma.sync A, B and C layouts and of the
 // wgmma m64 accumulator give the host's products, and an accumulator converted to the 16-bit
 // A operand (P reuse) multiplies as its rounded values do.

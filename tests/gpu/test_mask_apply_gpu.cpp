@@ -1,4 +1,4 @@
-// Mask application on fragments (templates/attnjit/mask_apply.cuh) on the device: column-wise
+// Mask application on fragments (templates/attnjit/common/mask_apply.cuh) on the device: column-wise
 // masking over mma slabs and row-wise masking over a wgmma fragment hide exactly the elements
 // the rule hides, at the coordinates passed in, reading each column's (row's) state once per
 // thread that holds it; bit masks hide their elements; read_tile returns the table entry and

@@ -16,7 +16,7 @@
 #include "attnjit/jit.hpp"
 #include "attnjit/mask_builder.hpp"
 #include "dsl/builders.hpp"
-#include "runtime/driver.hpp"
+#include "runtime/jit/driver.hpp"
 #include "support/env_override.hpp"
 
 using namespace attnjit;

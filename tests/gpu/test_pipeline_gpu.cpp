@@ -1,4 +1,4 @@
-// The mbarrier pipeline (templates/attnjit/pipeline.cuh, mbarrier.cuh): one producer warp
+// The mbarrier pipeline (templates/attnjit/sm90a/pipeline.cuh, mbarrier.cuh): one producer warp
 // streams blocks through a ring of 2 and 3 stages (lane 0 by TMA with expected transaction
 // bytes, every lane a cp.async side value arriving through .noinc) to two consumer
 // warpgroups, which copy each stage out and release it; many passes over the ring, so the
@@ -10,16 +10,16 @@
 #include <vector>
 
 #include "gpu/sm90_kernel.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/tma.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/launch/tma.hpp"
 
 using namespace attnjit;
 
 namespace {
 
 // {0}: stages.
-constexpr const char* kSource = R"(#include "attnjit/pipeline.cuh"
-#include "attnjit/tma.cuh"
+constexpr const char* kSource = R"(#include "attnjit/sm90a/pipeline.cuh"
+#include "attnjit/sm90a/tma.cuh"
 using namespace attnjit;
 constexpr int kStages = {0};
 constexpr int kTileBytes = 64 * 64 * 2;

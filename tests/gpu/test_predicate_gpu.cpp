@@ -1,5 +1,5 @@
 // Element predicates on the device: the CUDA expression emit_cuda_expression generates,
-// with templates/attnjit/predicate.cuh, gives the host evaluator's visibility bit for bit
+// with templates/attnjit/masks/predicate.cuh, gives the host evaluator's visibility bit for bit
 // (int32 edge values, division by zero, wrap-around, tensor reads out of range, batch rows).
 #include <catch2/catch.hpp>
 
@@ -10,9 +10,9 @@
 
 #include "compiler/ir/predicate.hpp"
 #include "embedded.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/module.hpp"
-#include "runtime/nvrtc.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/jit/module.hpp"
+#include "runtime/jit/nvrtc.hpp"
 #include "support/predicate_cases.hpp"
 
 using namespace attnjit;

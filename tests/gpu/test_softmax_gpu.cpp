@@ -1,4 +1,4 @@
-// The online softmax step (templates/attnjit/softmax.cuh) on the device, over the mma.sync
+// The online softmax step (templates/attnjit/common/softmax.cuh) on the device, over the mma.sync
 // slabs of two warps and the m64 wgmma fragment of a warpgroup: three key blocks of scores with
 // O += P V after each step, against a float64 softmax on the host. Rows with nothing visible
 // (O = 0, LSE = -inf), rows whose first blocks are fully masked (the -inf guard), a row with a

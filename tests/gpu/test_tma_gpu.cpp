@@ -1,5 +1,5 @@
-// TMA copies (templates/attnjit/tma.cuh) with tensor maps encoded on the host
-// (runtime/tma.cpp): a box of a strided [B, S, H, D] tensor lands in shared memory in the
+// TMA copies (templates/attnjit/sm90a/tma.cuh) with tensor maps encoded on the host
+// (runtime/launch/tma.cpp): a box of a strided [B, S, H, D] tensor lands in shared memory in the
 // SmemTile panel layout (128-byte swizzle for 64-column panels, 64-byte for 32), rows past S
 // read as zeros; a store writes a box back and drops its rows past S.
 #include <fmt/format.h>
@@ -10,15 +10,15 @@
 #include <vector>
 
 #include "gpu/sm90_kernel.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/tma.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/launch/tma.hpp"
 
 using namespace attnjit;
 
 namespace {
 
-constexpr const char* kLoadSource = R"(#include "attnjit/mbarrier.cuh"
-#include "attnjit/tma.cuh"
+constexpr const char* kLoadSource = R"(#include "attnjit/sm90a/mbarrier.cuh"
+#include "attnjit/sm90a/tma.cuh"
 using namespace attnjit;
 // Loads the panels of one box (rows x panels * panel_cols) and copies the raw shared tile out.
 extern "C" __global__ void tma_load_test(const __grid_constant__ TensorMap map, u16* out,
@@ -48,8 +48,8 @@ extern "C" __global__ void tma_load_test(const __grid_constant__ TensorMap map, 
 }
 )";
 
-constexpr const char* kStoreSource = R"(#include "attnjit/tma.cuh"
-#include "attnjit/wgmma.cuh"
+constexpr const char* kStoreSource = R"(#include "attnjit/sm90a/tma.cuh"
+#include "attnjit/sm90a/wgmma.cuh"
 using namespace attnjit;
 // Writes `in` (the raw shared tile) to shared memory and stores it as one box per panel.
 extern "C" __global__ void tma_store_test(const __grid_constant__ TensorMap map, const u16* in,

@@ -1,4 +1,4 @@
-// Warpgroup MMAs of every width the kernels use (templates/attnjit/wgmma.cuh): the SS form on
+// Warpgroup MMAs of every width the kernels use (templates/attnjit/sm90a/wgmma.cuh): the SS form on
 // two K-major swizzled tiles (S = Q K^T), the RS form with A packed in registers and B an
 // MN-major tile (O += P V), bf16 and fp16, in the 128-byte swizzle of 64-column panels and
 // the 64-byte swizzle of 32-column panels (head dim 96). Small integer inputs make every sum
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gpu/sm90_kernel.hpp"
-#include "runtime/driver.hpp"
+#include "runtime/jit/driver.hpp"
 #include "support/half_round.hpp"
 
 using namespace attnjit;
@@ -20,8 +20,8 @@ namespace {
 
 // {0}: N, {1}: the element type, {2}: 1 for the RS form, {3}: K (128: two 64-column panels of
 // the K-major tiles; 96: three 32-column panels).
-constexpr const char* kSource = R"(#include "attnjit/smem_tile.cuh"
-#include "attnjit/wgmma.cuh"
+constexpr const char* kSource = R"(#include "attnjit/common/smem_tile.cuh"
+#include "attnjit/sm90a/wgmma.cuh"
 using namespace attnjit;
 constexpr int kN = {0};
 constexpr int kK = {3};

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "runtime/nvrtc.hpp"
+#include "runtime/jit/nvrtc.hpp"
 #include "support/half_round.hpp"
 #include "support/vocabulary_kernels.hpp"
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "attnjit/spec.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/module.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/jit/module.hpp"
 
 namespace attnjit::gpu_test {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/cache_entry.hpp"
+#include "runtime/jit/cache_entry.hpp"
 
 namespace attnjit::testing {
 

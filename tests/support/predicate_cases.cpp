@@ -154,7 +154,7 @@ std::int32_t reference_value(const Predicate& predicate, const PredicateBindings
 }
 
 std::string predicate_kernel_source(const Predicate& predicate) {
-  return fmt::format(R"(#include "attnjit/predicate.cuh"
+  return fmt::format(R"(#include "attnjit/masks/predicate.cuh"
 
 extern "C" __global__ void predicate_visible(int* out, const int* data, const int* offsets,
                                              const int* rows, const int* lengths,

@@ -12,7 +12,7 @@ namespace {
 // mma.sync fragments: C = A B over the coordinates of A, B and C, then P reuse: O = C' B2
 // with C' = C rounded to 16 bits as the A operand (to_operand_a). One warp; A [32 x 32],
 // B [32 x 32] (k x n), B2 [32 x 16], all row-major 16-bit; C [32 x 32], O [32 x 16] fp32.
-constexpr std::string_view kFragmentSource = R"(#include "attnjit/fragment.cuh"
+constexpr std::string_view kFragmentSource = R"(#include "attnjit/common/fragment.cuh"
 using namespace attnjit;
 
 template <int kSteps, int kTiles>
@@ -86,9 +86,9 @@ extern "C" __global__ void fragment_fp16(const u16* a, const u16* b, const u16* 
 // tiles) stored through the WarpgroupAccumulator coordinates, then O = S' V with S' = S
 // rounded to 16 bits as the register A operand (to_operand_a) and V [kN x 64] MN-major.
 // One warpgroup; Q [64 x 64], K and V [kN x 64] 16-bit row-major; S [64 x kN], O [64 x 64].
-constexpr std::string_view kWgmmaFragmentSource = R"(#include "attnjit/fragment.cuh"
-#include "attnjit/smem_tile.cuh"
-#include "attnjit/wgmma.cuh"
+constexpr std::string_view kWgmmaFragmentSource = R"(#include "attnjit/common/fragment.cuh"
+#include "attnjit/common/smem_tile.cuh"
+#include "attnjit/sm90a/wgmma.cuh"
 using namespace attnjit;
 
 template <int kN>
@@ -157,9 +157,9 @@ extern "C" __global__ void wgmma_fragment_fp16_n128(const u16* q, const u16* k, 
 // finish() and the LSE. 64 rows: two warps of two mma slabs, or one warpgroup whose warps
 // hold one m64 wgmma slab each. Scores [64 x kBlocks kN] fp32 (-inf where masked); O [64 x 32]
 // fp32; LSE [64]. kSplit: the step that leaves the output's rescale to rescale().
-constexpr std::string_view kSoftmaxSource = R"(#include "attnjit/fragment.cuh"
-#include "attnjit/score_mod.cuh"
-#include "attnjit/softmax.cuh"
+constexpr std::string_view kSoftmaxSource = R"(#include "attnjit/common/fragment.cuh"
+#include "attnjit/common/score_mod.cuh"
+#include "attnjit/common/softmax.cuh"
 using namespace attnjit;
 
 struct SoftmaxParams {
@@ -254,8 +254,8 @@ extern "C" __global__ void softmax_wgmma_modified(const SoftmaxParams p, const f
 // counted in calls[]; mask_by_bits on the slabs of one warp (32 x 64) with bits[lane][slab].
 // read_tile: a predicate policy's table entry and stored bits for the rows of two warps of two
 // slabs (64 x 64 tiles of a 200 x 300 problem), words pre-filled with 0xA5A5A5A5.
-constexpr std::string_view kMaskSource = R"(#include "attnjit/fragment.cuh"
-#include "attnjit/mask_apply.cuh"
+constexpr std::string_view kMaskSource = R"(#include "attnjit/common/fragment.cuh"
+#include "attnjit/common/mask_apply.cuh"
 using namespace attnjit;
 
 __device__ bool hidden_by_rule(int state, int row, int col) {
@@ -363,7 +363,7 @@ extern "C" __global__ void read_tile_test(const TileParams p, int row_begin, int
 // columns (LTS, LTE) whose min/max tables skip some blocks, kStages = 3, Sk not a multiple of
 // the block. Per iteration: the block (blocks[it], -1 after the last), the stage's K and V
 // un-swizzled (kv_seen[it][2][32][32] 16-bit) and its FlashMask values (vectors_seen[it][64]).
-constexpr std::string_view kKeyWalkSource = R"(#include "attnjit/block_walk.cuh"
+constexpr std::string_view kKeyWalkSource = R"(#include "attnjit/common/block_walk.cuh"
 using namespace attnjit;
 
 typedef MaskPolicy<false, false, 0, 1, -1, -1> Mask;

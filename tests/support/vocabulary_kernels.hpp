@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/nvrtc.hpp"
+#include "runtime/jit/nvrtc.hpp"
 
 namespace attnjit::testing {
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "attnjit/attnjit.h"
-#include "runtime/kernel_build.hpp"
+#include "runtime/jit/kernel_build.hpp"
 
 namespace {
 

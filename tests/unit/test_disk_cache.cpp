@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "attnjit/error.hpp"
-#include "runtime/disk_cache.hpp"
+#include "runtime/jit/disk_cache.hpp"
 #include "support/cache_fixtures.hpp"
 #include "support/env_override.hpp"
 

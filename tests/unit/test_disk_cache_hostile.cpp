@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "attnjit/error.hpp"
-#include "runtime/disk_cache.hpp"
+#include "runtime/jit/disk_cache.hpp"
 #include "support/cache_fixtures.hpp"
 #include "support/env_override.hpp"
 

@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "attnjit/error.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/module.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/jit/module.hpp"
 
 using namespace attnjit::runtime;
 

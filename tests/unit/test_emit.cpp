@@ -21,7 +21,7 @@ std::string forward_source(const char* text) {
 TEST_CASE("the forward TU binds constants and the mask policy", "[emit]") {
   const std::string src =
       forward_source("dtype=fp16 head_dim=96 mask=causal return_lse=true target=sm_80");
-  CHECK_THAT(src, Catch::Contains("#include \"attnjit/fwd_sm80.cuh\""));
+  CHECK_THAT(src, Catch::Contains("#include \"attnjit/sm80/fwd_sm80.cuh\""));
   CHECK_THAT(src, Catch::Contains("typedef attnjit::fp16 Element;"));
   CHECK_THAT(src, Catch::Contains("static constexpr int kHeadDimQK = 96;"));
   CHECK_THAT(src, Catch::Contains("static constexpr bool kReturnLse = true;"));
@@ -50,7 +50,7 @@ TEST_CASE("the min/max TU instantiates the preprocessing kernel", "[emit]") {
       parse_spec("dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1) target=sm_90"));
   const KernelDesc& minmax = *ir.plan->find(KernelRole::flashmask_minmax);
   const std::string src = emit_kernel(ir, minmax);
-  CHECK_THAT(src, Catch::Contains("#include \"attnjit/flashmask_minmax.cuh\""));
+  CHECK_THAT(src, Catch::Contains("#include \"attnjit/masks/flashmask_minmax.cuh\""));
   CHECK_THAT(src, Catch::Contains("attnjit::flashmask_minmax</*kColumns=*/1, /*kBlockN=*/" +
                                   std::to_string(ir.tiles_of(KernelRole::forward).block_n) +
                                   ">(params);"));

@@ -11,8 +11,8 @@
 
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/predicate_launch.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/launch/predicate_launch.hpp"
 #include "support/env_override.hpp"
 
 using namespace attnjit;

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "runtime/half.hpp"
+#include "runtime/jit/half.hpp"
 
 using namespace attnjit::runtime;
 

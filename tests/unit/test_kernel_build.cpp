@@ -11,8 +11,8 @@
 
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
-#include "runtime/disk_cache.hpp"
-#include "runtime/kernel_build.hpp"
+#include "runtime/jit/disk_cache.hpp"
+#include "runtime/jit/kernel_build.hpp"
 #include "support/cache_fixtures.hpp"
 #include "support/env_override.hpp"
 

@@ -13,7 +13,7 @@
 #include "compiler/codegen/emit.hpp"
 #include "compiler/passes/pipeline.hpp"
 #include "embedded.hpp"
-#include "runtime/nvrtc.hpp"
+#include "runtime/jit/nvrtc.hpp"
 #include "support/sm90a_tiles.hpp"
 
 using namespace attnjit;
@@ -218,7 +218,7 @@ TEST_CASE("reference kernels compile with the score modifiers", "[nvrtc][specs]"
 }
 
 TEST_CASE("sm_90a backward kernels keep their warpgroup MMAs unserialized", "[nvrtc][specs]") {
-  // ptxas reports when it serializes wgmma or injects waits before one (runtime/nvrtc.hpp);
+  // ptxas reports when it serializes wgmma or injects waits before one (runtime/jit/nvrtc.hpp);
   // either takes away the overlap the kernel is built on, and neither shows in spill bytes.
   std::vector<runtime::NvrtcHeader> headers;
   for (const auto& file : templates::all()) headers.push_back({file.name, file.source});
@@ -244,7 +244,7 @@ TEST_CASE("sm_90a backward kernels keep their warpgroup MMAs unserialized", "[nv
     for (std::size_t i = first; i < std::min(specs.size(), first + workers); ++i) {
       const Lowering ir = lower(parse_spec(specs[i]));
       const KernelDesc& main = *ir.plan->find(KernelRole::backward);
-      REQUIRE(main.template_header == "attnjit/bwd_wgmma_sm90.cuh");
+      REQUIRE(main.template_header == "attnjit/sm90a/bwd_wgmma_sm90.cuh");
       outputs.push_back(std::async(
           std::launch::async, [&headers, source = emit_kernel(ir, main), name = main.name] {
             return runtime::nvrtc_compile(source, name + ".cu", headers, "sm_90a", {}, name);
@@ -288,7 +288,7 @@ TEST_CASE("sm_90a warpgroup forward kernels compile without spills or serialized
     for (std::size_t i = first; i < std::min(specs.size(), first + workers); ++i) {
       const Lowering ir = lower(parse_spec(specs[i]));
       const KernelDesc& forward = *ir.plan->find(KernelRole::forward);
-      REQUIRE(forward.template_header == "attnjit/fwd_sm90a.cuh");
+      REQUIRE(forward.template_header == "attnjit/sm90a/fwd_sm90a.cuh");
       outputs.push_back(std::async(
           std::launch::async, [&headers, source = emit_kernel(ir, forward), name = forward.name] {
             const std::vector<std::string> options{"-default-device"};

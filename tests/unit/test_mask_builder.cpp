@@ -12,8 +12,8 @@
 #include "attnjit/error.hpp"
 #include "attnjit/mask_builder.hpp"
 #include "dsl/builders.hpp"
-#include "runtime/debug_mode.hpp"
-#include "runtime/mask_kernels.hpp"
+#include "runtime/jit/debug_mode.hpp"
+#include "runtime/masks/mask_kernels.hpp"
 #include "support/env_override.hpp"
 
 using namespace attnjit;
@@ -334,7 +334,7 @@ TEST_CASE("mask kernels: canonical text, source and the caches", "[cache][mask_b
         "mask_kernel=check_intervals target=sm_80");
   const MaskKernelSource source = emit_mask_kernel(builder);
   CHECK(source.name == "attnjit_build_share_question");
-  CHECK_THAT(source.source, Catch::Contains("#include \"attnjit/mask_builders.cuh\"") &&
+  CHECK_THAT(source.source, Catch::Contains("#include \"attnjit/masks/mask_builders.cuh\"") &&
                                 Catch::Contains("attnjit_build_share_question(const "
                                                 "attnjit::MaskBuildParams params)") &&
                                 Catch::Contains("attnjit::build_share_question(params);"));

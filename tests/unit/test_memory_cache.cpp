@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/memory_cache.hpp"
+#include "runtime/jit/memory_cache.hpp"
 
 using attnjit::runtime::MemoryCache;
 using namespace std::chrono_literals;

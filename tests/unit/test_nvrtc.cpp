@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "attnjit/error.hpp"
-#include "runtime/nvrtc.hpp"
+#include "runtime/jit/nvrtc.hpp"
 #include "support/env_override.hpp"
 
 using namespace attnjit::runtime;

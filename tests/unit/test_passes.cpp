@@ -254,7 +254,7 @@ TEST_CASE("the backward plan", "[pass]") {
   const KernelTiles& t = atomic.tiles_of(R::backward);
   // d128 on sm_90: the warp-grid layout, its template from its registry row.
   CHECK(t.row == "backward.grid.sm80");
-  CHECK(atomic.plan->kernels[1].template_header == "attnjit/bwd_grid_sm80.cuh");
+  CHECK(atomic.plan->kernels[1].template_header == "attnjit/sm80/bwd_grid_sm80.cuh");
   CHECK(atomic.plan->kernels[1].dynamic_smem_bytes == t.smem_bytes);
   CHECK(atomic.tiles.size() == 1);
   // Its P^T and dS^T tiles next to K, V and two (Q, dO, LSE, D) stages.
@@ -266,7 +266,7 @@ TEST_CASE("the backward plan", "[pass]") {
       parse_spec("dtype=bf16 head_dim=128 mask=predicate(q>=k) direction=backward target=sm_90"));
   CHECK(predicate.tiles_of(R::backward).row == "backward.slabs.sm80");
   CHECK(std::ranges::any_of(predicate.plan->kernels, [](const KernelDesc& k) {
-    return k.template_header == "attnjit/bwd_sm80.cuh";
+    return k.template_header == "attnjit/sm80/bwd_sm80.cuh";
   }));
 
   const Lowering det = lower(
@@ -330,7 +330,7 @@ TEST_CASE("the warpgroup backward layout is chosen for sm_90a at head dims 64 an
   const Lowering ir = lowered("mask=causal target=sm_90a");
   const KernelTiles& t = ir.tiles_of(KernelRole::backward);
   CHECK(t.row == "backward.warpgroup.sm90a");
-  CHECK(ir.plan->kernels[1].template_header == "attnjit/bwd_wgmma_sm90.cuh");
+  CHECK(ir.plan->kernels[1].template_header == "attnjit/sm90a/bwd_wgmma_sm90.cuh");
   // The one kernel on wgmma; the plan's other kernels stay in the sm80 family.
   for (const KernelDesc& kernel : ir.plan->kernels) {
     INFO(kernel.name);
@@ -395,7 +395,7 @@ TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") 
   // Alignment slack, Q, two K and V stages, the barriers.
   CHECK(t.smem_bytes == 1024 + 32768 + 2 * 65536 + 8 + 64);
   const KernelDesc& forward = *ir.plan->find(KernelRole::forward);
-  CHECK(forward.template_header == "attnjit/fwd_sm90a.cuh");
+  CHECK(forward.template_header == "attnjit/sm90a/fwd_sm90a.cuh");
   CHECK(forward.family == KernelFamily::sm90a);
   CHECK(forward.params == ParamBlock::attention_tma);
   CHECK(forward.name == "attnjit_fwd_bf16_d128_causal");

@@ -1,4 +1,4 @@
-// The CUDA side of predicates: the helpers of templates/attnjit/predicate.cuh compiled by g++
+// The CUDA side of predicates: the helpers of templates/attnjit/masks/predicate.cuh compiled by g++
 // and checked against the host evaluator on edge values, the emitted expression's text (and
 // that very text compiled here as C++), and NVRTC compiling generated expressions.
 #include <catch2/catch.hpp>
@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "attnjit/predicate.cuh"
+#include "attnjit/masks/predicate.cuh"
 #include "compiler/ir/predicate.hpp"
 #include "embedded.hpp"
-#include "runtime/nvrtc.hpp"
+#include "runtime/jit/nvrtc.hpp"
 #include "support/predicate_cases.hpp"
 
 using namespace attnjit;

@@ -11,7 +11,7 @@
 
 #include "compiler/passes/pipeline.hpp"
 #include "compiler/registry/kernel_registry.hpp"
-#include "runtime/plan_launch.hpp"
+#include "runtime/launch/plan_launch.hpp"
 
 using namespace attnjit;
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "runtime/nvrtc.hpp"
+#include "runtime/jit/nvrtc.hpp"
 #include "support/vocabulary_kernels.hpp"
 
 using namespace attnjit;

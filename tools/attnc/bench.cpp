@@ -12,7 +12,7 @@
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
 #include "dsl/pairs.hpp"
-#include "runtime/driver.hpp"
+#include "runtime/jit/driver.hpp"
 #include "tools/attnc/commands.hpp"
 #include "tools/attnc/problem.hpp"
 

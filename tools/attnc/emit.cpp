@@ -8,7 +8,7 @@
 #include "compiler/codegen/emit.hpp"
 #include "compiler/passes/pipeline.hpp"
 #include "embedded.hpp"
-#include "runtime/nvrtc.hpp"
+#include "runtime/jit/nvrtc.hpp"
 #include "tools/attnc/commands.hpp"
 
 namespace attnc {

@@ -16,11 +16,11 @@
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
 #include "attnjit/mask_builder.hpp"
-#include "attnjit/params.cuh"
+#include "attnjit/common/params.cuh"
 #include "dsl/intervals.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/kernel_set.hpp"
-#include "runtime/plan_launch.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/jit/kernel_set.hpp"
+#include "runtime/launch/plan_launch.hpp"
 #include "tools/attnc/commands.hpp"
 
 namespace attnc {

@@ -9,7 +9,7 @@
 
 #include "attnjit/error.hpp"
 #include "dsl/builders.hpp"
-#include "runtime/half.hpp"
+#include "runtime/jit/half.hpp"
 
 namespace attnc {
 namespace {

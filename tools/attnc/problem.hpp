@@ -12,7 +12,7 @@
 #include "attnjit/spec.hpp"
 #include "attnjit/tensor.hpp"
 #include "dsl/intervals.hpp"
-#include "runtime/driver.hpp"
+#include "runtime/jit/driver.hpp"
 
 namespace attnc {
 

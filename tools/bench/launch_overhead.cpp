@@ -14,7 +14,7 @@
 #include "attnjit/attnjit.h"
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
-#include "runtime/driver.hpp"
+#include "runtime/jit/driver.hpp"
 
 namespace {
 

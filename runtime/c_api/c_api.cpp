@@ -1,0 +1,344 @@
+// The C ABI (include/attnjit/attnjit.h) over jit::compile, Kernel::forward and
+// Kernel::backward. Every entry point catches every exception, maps it to a return code and
+// keeps its message for attnjit_last_error() on the calling thread (c_api_support.hpp).
+#include "attnjit/attnjit.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attnjit/error.hpp"
+#include "attnjit/jit.hpp"
+#include "compiler/ir/predicate.hpp"
+#include "runtime/c_api/c_api_kernel.hpp"
+#include "runtime/c_api/c_api_support.hpp"
+#include "runtime/jit/driver.hpp"
+
+namespace {
+
+using attnjit::c_api::guarded;
+using attnjit::c_api::optional_view;
+using attnjit::c_api::require;
+using attnjit::c_api::required_view;
+using attnjit::c_api::to_view;
+
+// The entry points below run on the device holding q's memory (making that device's primary
+// context current for the call when the current context belongs to another device); a pointer
+// the driver does not know leaves the current context in place.
+int device_of(const attnjit_tensor* q) {
+  return attnjit::runtime::device_of_pointer(q != nullptr ? q->data : nullptr);
+}
+
+// The size protocol of attnjit_kernel_info and attnjit_cache_dir: 0 when `text` fit,
+// otherwise the bytes to allocate (at least 4, above every error code).
+int copy_out(const std::string& text, char* buffer, std::size_t size) {
+  const std::size_t needed = text.size() + 1;
+  if (buffer == nullptr || size < needed) {
+    if (needed > static_cast<std::size_t>(INT32_MAX)) {
+      throw attnjit::InternalError("text larger than 2 GiB");
+    }
+    return std::max(static_cast<int>(needed), 4);
+  }
+  std::memcpy(buffer, text.c_str(), needed);
+  return ATTNJIT_OK;
+}
+
+std::string info_json(const attnjit::jit::CompileInfo& info) {
+  nlohmann::ordered_json kernels = nlohmann::ordered_json::array();
+  for (const attnjit::jit::KernelReport& report : info.kernels) {
+    kernels.push_back({{"name", report.name},
+                       {"role", report.role},
+                       {"registers", report.registers},
+                       {"spill_bytes", report.spill_bytes},
+                       {"stack_bytes", report.stack_bytes},
+                       {"static_smem_bytes", report.static_smem_bytes},
+                       {"dynamic_smem_bytes", report.dynamic_smem_bytes},
+                       {"threads", report.threads}});
+  }
+  const nlohmann::ordered_json object = {{"key", info.key},
+                                         {"spec", info.spec_text},
+                                         {"cache", std::string(attnjit::jit::name_of(info.cache))},
+                                         {"compile_ms", info.compile_ms},
+                                         {"kernels", std::move(kernels)}};
+  return object.dump();
+}
+
+template <typename Compile>
+int compile_into(const char* spec_text, attnjit_kernel** out, Compile&& compile) {
+  if (out != nullptr) *out = nullptr;
+  return guarded([&] {
+    require(out != nullptr, "out", "a pointer to an attnjit_kernel* to fill");
+    require(spec_text != nullptr, "spec_text", "a spec such as 'dtype=bf16 head_dim=128'");
+    const attnjit::AttentionSpec spec = attnjit::parse_spec(spec_text);
+    *out = new attnjit_kernel{compile(spec)};
+  });
+}
+
+}  // namespace
+
+// Shared with the prepared launches (c_api_launch.cpp).
+namespace attnjit::c_api {
+
+attnjit::PredicateArgs predicate_args(const attnjit_predicate_inputs* inputs) {
+  require(inputs != nullptr, "predicate", "the predicate's inputs (attnjit_predicate_inputs)");
+  attnjit::PredicateArgs args;
+  if (inputs->scalar_count < 0 || inputs->tensor_count < 0) {
+    attnjit::throw_field_error("predicate counts",
+                               fmt::format("{}/{}", inputs->scalar_count, inputs->tensor_count),
+                               "scalar_count and tensor_count >= 0");
+  }
+  if (inputs->scalar_count > 0) {
+    require(inputs->scalars != nullptr, "predicate.scalars", "scalar_count values");
+    args.scalars.assign(inputs->scalars, inputs->scalars + inputs->scalar_count);
+  }
+  if (inputs->tensor_count > 0) {
+    require(inputs->tensor_names != nullptr && inputs->tensors != nullptr,
+            "predicate.tensor_names/tensors", "tensor_count names and tensors");
+  }
+  for (int i = 0; i < inputs->tensor_count; ++i) {
+    require(inputs->tensor_names[i] != nullptr, fmt::format("predicate.tensor_names[{}]", i),
+            "a tensor name");
+    const std::string name = inputs->tensor_names[i];
+    args.tensors.push_back(
+        {name, to_view(fmt::format("predicate tensor '{}'", name), inputs->tensors[i])});
+  }
+  return args;
+}
+
+}  // namespace attnjit::c_api
+
+namespace {
+
+using attnjit::c_api::predicate_args;
+
+// The tensors every forward entry point takes; absent startend_row_indices (NULL) is empty.
+attnjit::ForwardArgs forward_tensors(const attnjit_tensor* q, const attnjit_tensor* k,
+                                     const attnjit_tensor* v, const attnjit_tensor* o,
+                                     const attnjit_tensor* lse,
+                                     const attnjit_tensor* startend_row_indices) {
+  attnjit::ForwardArgs args;
+  args.q = required_view("q", q);
+  args.k = required_view("k", k);
+  args.v = required_view("v", v);
+  args.o = required_view("o", o);
+  args.lse = optional_view("lse", lse);
+  args.startend_row_indices = optional_view("startend_row_indices", startend_row_indices);
+  return args;
+}
+
+// The tensors every backward entry point takes, likewise.
+attnjit::BackwardArgs backward_tensors(const attnjit_tensor* q, const attnjit_tensor* k,
+                                       const attnjit_tensor* v, const attnjit_tensor* o,
+                                       const attnjit_tensor* d_o, const attnjit_tensor* lse,
+                                       const attnjit_tensor* startend_row_indices,
+                                       const attnjit_tensor* d_q, const attnjit_tensor* d_k,
+                                       const attnjit_tensor* d_v) {
+  attnjit::BackwardArgs args;
+  args.q = required_view("q", q);
+  args.k = required_view("k", k);
+  args.v = required_view("v", v);
+  args.o = required_view("o", o);
+  args.d_o = required_view("d_o", d_o);
+  args.lse = required_view("lse", lse);
+  args.startend_row_indices = optional_view("startend_row_indices", startend_row_indices);
+  args.d_q = required_view("d_q", d_q);
+  args.d_k = required_view("d_k", d_k);
+  args.d_v = required_view("d_v", d_v);
+  return args;
+}
+
+}  // namespace
+
+extern "C" {
+
+int attnjit_compile(const char* spec_text, attnjit_kernel** out) {
+  return compile_into(spec_text, out, [](const attnjit::AttentionSpec& spec) {
+    return attnjit::jit::compile(spec);
+  });
+}
+
+int attnjit_compile_reference(const char* spec_text, attnjit_kernel** out) {
+  return compile_into(spec_text, out, [](const attnjit::AttentionSpec& spec) {
+    return attnjit::jit::compile_reference(spec);
+  });
+}
+
+void attnjit_release(attnjit_kernel* kernel) {
+  delete kernel;
+}
+
+int attnjit_forward(const attnjit_kernel* kernel, const attnjit_tensor* q, const attnjit_tensor* k,
+                    const attnjit_tensor* v, const attnjit_tensor* o, const attnjit_tensor* lse,
+                    const attnjit_tensor* startend_row_indices, float softmax_scale,
+                    int window_left, int window_right, void* stream) {
+  return attnjit_forward_score_mod(kernel, q, k, v, o, lse, startend_row_indices, softmax_scale,
+                                   window_left, window_right, 0.0f, nullptr, stream);
+}
+
+int attnjit_forward_score_mod(const attnjit_kernel* kernel, const attnjit_tensor* q,
+                              const attnjit_tensor* k, const attnjit_tensor* v,
+                              const attnjit_tensor* o, const attnjit_tensor* lse,
+                              const attnjit_tensor* startend_row_indices, float softmax_scale,
+                              int window_left, int window_right, float softcap,
+                              const attnjit_tensor* alibi_slopes, void* stream) {
+  return guarded([&] {
+    require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
+    const attnjit::runtime::DeviceScope scope(device_of(q));
+    attnjit::ForwardArgs args = forward_tensors(q, k, v, o, lse, startend_row_indices);
+    args.softmax_scale = softmax_scale;
+    args.window_left = window_left;
+    args.window_right = window_right;
+    args.softcap = softcap;
+    args.alibi_slopes = optional_view("alibi_slopes", alibi_slopes);
+    kernel->kernel.forward(args, stream);
+  });
+}
+
+int attnjit_backward(const attnjit_kernel* kernel, const attnjit_tensor* q, const attnjit_tensor* k,
+                     const attnjit_tensor* v, const attnjit_tensor* o, const attnjit_tensor* d_o,
+                     const attnjit_tensor* lse, const attnjit_tensor* startend_row_indices,
+                     const attnjit_tensor* d_q, const attnjit_tensor* d_k,
+                     const attnjit_tensor* d_v, float softmax_scale, int window_left,
+                     int window_right, void* stream) {
+  return attnjit_backward_score_mod(kernel, q, k, v, o, d_o, lse, startend_row_indices, d_q, d_k,
+                                    d_v, softmax_scale, window_left, window_right, 0.0f, nullptr,
+                                    stream);
+}
+
+int attnjit_backward_score_mod(const attnjit_kernel* kernel, const attnjit_tensor* q,
+                               const attnjit_tensor* k, const attnjit_tensor* v,
+                               const attnjit_tensor* o, const attnjit_tensor* d_o,
+                               const attnjit_tensor* lse,
+                               const attnjit_tensor* startend_row_indices,
+                               const attnjit_tensor* d_q, const attnjit_tensor* d_k,
+                               const attnjit_tensor* d_v, float softmax_scale, int window_left,
+                               int window_right, float softcap, const attnjit_tensor* alibi_slopes,
+                               void* stream) {
+  return guarded([&] {
+    require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
+    const attnjit::runtime::DeviceScope scope(device_of(q));
+    attnjit::BackwardArgs args =
+        backward_tensors(q, k, v, o, d_o, lse, startend_row_indices, d_q, d_k, d_v);
+    args.softmax_scale = softmax_scale;
+    args.window_left = window_left;
+    args.window_right = window_right;
+    args.softcap = softcap;
+    args.alibi_slopes = optional_view("alibi_slopes", alibi_slopes);
+    kernel->kernel.backward(args, stream);
+  });
+}
+
+int attnjit_forward_predicate(const attnjit_kernel* kernel, const attnjit_tensor* q,
+                              const attnjit_tensor* k, const attnjit_tensor* v,
+                              const attnjit_tensor* o, const attnjit_tensor* lse,
+                              const attnjit_predicate_inputs* predicate, float softmax_scale,
+                              float softcap, const attnjit_tensor* alibi_slopes, void* stream) {
+  return guarded([&] {
+    require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
+    const attnjit::runtime::DeviceScope scope(device_of(q));
+    attnjit::ForwardArgs args = forward_tensors(q, k, v, o, lse, nullptr);
+    args.softmax_scale = softmax_scale;
+    args.softcap = softcap;
+    args.alibi_slopes = optional_view("alibi_slopes", alibi_slopes);
+    args.predicate = predicate_args(predicate);
+    kernel->kernel.forward(args, stream);
+  });
+}
+
+int attnjit_backward_predicate(const attnjit_kernel* kernel, const attnjit_tensor* q,
+                               const attnjit_tensor* k, const attnjit_tensor* v,
+                               const attnjit_tensor* o, const attnjit_tensor* d_o,
+                               const attnjit_tensor* lse, const attnjit_predicate_inputs* predicate,
+                               const attnjit_tensor* d_q, const attnjit_tensor* d_k,
+                               const attnjit_tensor* d_v, float softmax_scale, float softcap,
+                               const attnjit_tensor* alibi_slopes, void* stream) {
+  return guarded([&] {
+    require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
+    const attnjit::runtime::DeviceScope scope(device_of(q));
+    attnjit::BackwardArgs args = backward_tensors(q, k, v, o, d_o, lse, nullptr, d_q, d_k, d_v);
+    args.softmax_scale = softmax_scale;
+    args.softcap = softcap;
+    args.alibi_slopes = optional_view("alibi_slopes", alibi_slopes);
+    args.predicate = predicate_args(predicate);
+    kernel->kernel.backward(args, stream);
+  });
+}
+
+int attnjit_predicate_lift(const char* expression, char* buffer, size_t size) {
+  int result = ATTNJIT_OK;
+  const int status = guarded([&] {
+    require(expression != nullptr, "expression", "a predicate such as 'q >= k'");
+    std::vector<std::int32_t> scalars;
+    const attnjit::Predicate parsed = attnjit::parse_predicate(expression);
+    if (attnjit::info(parsed).scalar_count > 0) {
+      attnjit::throw_field_error("expression", expression,
+                                 "numbers instead of $N slots (numbers become runtime scalars)");
+    }
+    const attnjit::Predicate lifted = attnjit::lift_literals(parsed, scalars);
+    const nlohmann::ordered_json object = {{"structure", attnjit::to_string(lifted)},
+                                           {"scalars", scalars},
+                                           {"tensors", attnjit::info(lifted).tensors}};
+    result = copy_out(object.dump(), buffer, size);
+  });
+  return status != ATTNJIT_OK ? status : result;
+}
+
+int attnjit_kernel_info(const attnjit_kernel* kernel, char* buffer, size_t size) {
+  int result = ATTNJIT_OK;
+  const int status = guarded([&] {
+    require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
+    result = copy_out(info_json(kernel->kernel.info()), buffer, size);
+  });
+  return status != ATTNJIT_OK ? status : result;
+}
+
+int attnjit_cache_clear(int memory, int disk) {
+  return guarded([&] {
+    if (memory != 0) attnjit::jit::clear_memory_cache();
+    if (disk != 0) attnjit::jit::clear_disk_cache();
+  });
+}
+
+int attnjit_set_disk_cache_mode(int mode) {
+  return guarded([&] {
+    using attnjit::jit::DiskCacheMode;
+    static_assert(ATTNJIT_DISK_CACHE_ON == static_cast<int>(DiskCacheMode::on) &&
+                  ATTNJIT_DISK_CACHE_READONLY == static_cast<int>(DiskCacheMode::readonly) &&
+                  ATTNJIT_DISK_CACHE_OFF == static_cast<int>(DiskCacheMode::off));
+    if (mode < ATTNJIT_DISK_CACHE_ON || mode > ATTNJIT_DISK_CACHE_OFF) {
+      attnjit::throw_field_error(
+          "mode", std::to_string(mode),
+          "ATTNJIT_DISK_CACHE_ON (0), ATTNJIT_DISK_CACHE_READONLY (1), ATTNJIT_DISK_CACHE_OFF (2)");
+    }
+    attnjit::jit::set_disk_cache_mode(static_cast<DiskCacheMode>(mode));
+  });
+}
+
+int attnjit_disk_cache_mode(int* mode) {
+  return guarded([&] {
+    require(mode != nullptr, "mode", "a pointer to an int to fill");
+    *mode = static_cast<int>(attnjit::jit::disk_cache_mode());
+  });
+}
+
+int attnjit_cache_dir(char* buffer, size_t size) {
+  int result = ATTNJIT_OK;
+  const int status = guarded([&] { result = copy_out(attnjit::jit::cache_dir(), buffer, size); });
+  return status != ATTNJIT_OK ? status : result;
+}
+
+const char* attnjit_last_error(void) {
+  return attnjit::c_api::last_error();
+}
+
+const char* attnjit_version(void) {
+  return ATTNJIT_VERSION;
+}
+
+}  // extern "C"

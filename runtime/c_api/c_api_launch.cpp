@@ -1,0 +1,262 @@
+// The C ABI's device-aware compile, prepared launches and cache counters
+// (include/attnjit/attnjit.h): what a binding that repeats calls on same-shaped tensors, such
+// as the Python package, uses to keep its per-call work to the data pointers and the stream.
+#include <fmt/format.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <utility>
+
+#include "attnjit/attnjit.h"
+#include "attnjit/error.hpp"
+#include "attnjit/jit.hpp"
+#include "runtime/c_api/c_api_kernel.hpp"
+#include "runtime/c_api/c_api_support.hpp"
+#include "runtime/jit/driver.hpp"
+
+/// A bound launch: the kernel, every argument but the data pointers, and the device.
+struct attnjit_launch {
+  attnjit::jit::Kernel kernel;
+  bool backward = false;
+  attnjit::ForwardArgs forward;
+  attnjit::BackwardArgs backward_args;
+  std::array<bool, ATTNJIT_SLOT_COUNT> present{};
+  int predicate_tensors = 0;
+  int device = -1;
+  std::size_t workspace_bytes = 0;  ///< what a run takes at the prepared shapes
+};
+
+namespace {
+
+using attnjit::c_api::guarded;
+using attnjit::c_api::require;
+using attnjit::c_api::to_view;
+
+constexpr std::array<std::string_view, ATTNJIT_SLOT_COUNT> kSlotNames = {
+    "q", "k", "v", "o", "lse", "startend_row_indices", "alibi_slopes", "d_o", "d_q", "d_k", "d_v"};
+
+/// The TensorView of a slot: empty for rank 0 (absent), and an Error naming the slot when a
+/// required one is absent.
+attnjit::TensorView slot_view(const attnjit_tensor* tensors, int slot, bool required) {
+  const attnjit_tensor& tensor = tensors[slot];
+  if (tensor.rank == 0) {
+    if (required) {
+      attnjit::throw_field_error(fmt::format("tensors[{}] ({})", slot, kSlotNames[slot]),
+                                 "rank 0 (absent)", "a tensor descriptor of rank 1 to 4");
+    }
+    return attnjit::TensorView{};
+  }
+  attnjit::TensorView view = to_view(kSlotNames[slot], tensor);
+  view.data = nullptr;  // each run supplies it
+  return view;
+}
+
+void check_device(int device) {
+  if (device < -1) {
+    attnjit::throw_field_error("device", std::to_string(device),
+                               "a device ordinal >= 0, or -1 for the current context");
+  }
+}
+
+/// Copies a run's pointers into `view` when its slot is present; an absent slot takes none.
+void bind(attnjit::TensorView& view, bool present, void* data, int slot) {
+  if (present) {
+    std::int64_t elements = 1;
+    for (int d = 0; d < view.rank; ++d) elements *= view.shape[d];
+    if (data == nullptr && elements != 0) {
+      attnjit::throw_field_error(fmt::format("data[{}] ({})", slot, kSlotNames[slot]), "NULL",
+                                 "the device pointer of the tensor the launch was prepared with");
+    }
+    view.data = data;
+  } else if (data != nullptr) {
+    attnjit::throw_field_error(fmt::format("data[{}] ({})", slot, kSlotNames[slot]), "a pointer",
+                               "NULL: the launch was prepared without this tensor");
+  }
+}
+
+template <class Args>
+void bind_predicate(Args& args, void* const* data, int count) {
+  for (int i = 0; i < count; ++i) {
+    args.predicate.tensors[static_cast<std::size_t>(i)].tensor.data = data[ATTNJIT_SLOT_COUNT + i];
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+int attnjit_compile_for_device(const char* spec_text, int device, attnjit_kernel** out) {
+  if (out != nullptr) *out = nullptr;
+  return guarded([&] {
+    require(out != nullptr, "out", "a pointer to an attnjit_kernel* to fill");
+    require(spec_text != nullptr, "spec_text", "a spec such as 'dtype=bf16 head_dim=128'");
+    check_device(device);
+    const attnjit::AttentionSpec spec = attnjit::parse_spec(spec_text);
+    // An explicit target needs no device: do not ask the driver for one.
+    const bool needs_device = spec.target == attnjit::Arch::auto_detect;
+    const attnjit::runtime::DeviceScope scope(needs_device ? device : -1);
+    *out = new attnjit_kernel{attnjit::jit::compile(spec)};
+  });
+}
+
+int attnjit_launch_prepare(const attnjit_kernel* kernel, const attnjit_tensor* tensors,
+                           int tensor_count, const attnjit_predicate_inputs* predicate,
+                           float softmax_scale, int window_left, int window_right, float softcap,
+                           int device, attnjit_launch** out) {
+  if (out != nullptr) *out = nullptr;
+  return guarded([&] {
+    require(out != nullptr, "out", "a pointer to an attnjit_launch* to fill");
+    require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
+    require(tensors != nullptr, "tensors", "ATTNJIT_SLOT_COUNT tensor descriptors");
+    if (tensor_count != ATTNJIT_SLOT_COUNT) {
+      attnjit::throw_field_error("tensor_count", std::to_string(tensor_count),
+                                 fmt::format("{} (ATTNJIT_SLOT_COUNT)", int{ATTNJIT_SLOT_COUNT}));
+    }
+    check_device(device);
+    auto launch = std::make_unique<attnjit_launch>();
+    launch->kernel = kernel->kernel;
+    launch->backward = kernel->kernel.spec().direction == attnjit::Direction::backward;
+    launch->device = device;
+    for (int slot = 0; slot < ATTNJIT_SLOT_COUNT; ++slot) {
+      launch->present[slot] = tensors[slot].rank != 0;
+    }
+    attnjit::PredicateArgs predicate_args;
+    if (predicate != nullptr) {
+      predicate_args = attnjit::c_api::predicate_args(predicate);
+      for (attnjit::PredicateTensorArg& tensor : predicate_args.tensors)
+        tensor.tensor.data = nullptr;
+      launch->predicate_tensors = static_cast<int>(predicate_args.tensors.size());
+    }
+    if (launch->backward) {
+      attnjit::BackwardArgs& args = launch->backward_args;
+      args.q = slot_view(tensors, ATTNJIT_SLOT_Q, true);
+      args.k = slot_view(tensors, ATTNJIT_SLOT_K, true);
+      args.v = slot_view(tensors, ATTNJIT_SLOT_V, true);
+      args.o = slot_view(tensors, ATTNJIT_SLOT_O, true);
+      args.d_o = slot_view(tensors, ATTNJIT_SLOT_D_O, true);
+      args.lse = slot_view(tensors, ATTNJIT_SLOT_LSE, true);
+      args.startend_row_indices = slot_view(tensors, ATTNJIT_SLOT_STARTEND_ROW_INDICES, false);
+      args.alibi_slopes = slot_view(tensors, ATTNJIT_SLOT_ALIBI_SLOPES, false);
+      args.d_q = slot_view(tensors, ATTNJIT_SLOT_D_Q, true);
+      args.d_k = slot_view(tensors, ATTNJIT_SLOT_D_K, true);
+      args.d_v = slot_view(tensors, ATTNJIT_SLOT_D_V, true);
+      args.softmax_scale = softmax_scale;
+      args.window_left = window_left;
+      args.window_right = window_right;
+      args.softcap = softcap;
+      args.predicate = std::move(predicate_args);
+    } else {
+      for (int slot : {ATTNJIT_SLOT_D_O, ATTNJIT_SLOT_D_Q, ATTNJIT_SLOT_D_K, ATTNJIT_SLOT_D_V}) {
+        if (launch->present[slot]) {
+          attnjit::throw_field_error(fmt::format("tensors[{}] ({})", slot, kSlotNames[slot]),
+                                     "a tensor", "rank 0 (absent) for a forward kernel");
+        }
+      }
+      attnjit::ForwardArgs& args = launch->forward;
+      args.q = slot_view(tensors, ATTNJIT_SLOT_Q, true);
+      args.k = slot_view(tensors, ATTNJIT_SLOT_K, true);
+      args.v = slot_view(tensors, ATTNJIT_SLOT_V, true);
+      args.o = slot_view(tensors, ATTNJIT_SLOT_O, true);
+      args.lse = slot_view(tensors, ATTNJIT_SLOT_LSE, false);
+      args.startend_row_indices = slot_view(tensors, ATTNJIT_SLOT_STARTEND_ROW_INDICES, false);
+      args.alibi_slopes = slot_view(tensors, ATTNJIT_SLOT_ALIBI_SLOPES, false);
+      args.softmax_scale = softmax_scale;
+      args.window_left = window_left;
+      args.window_right = window_right;
+      args.softcap = softcap;
+      args.predicate = std::move(predicate_args);
+    }
+    launch->workspace_bytes = launch->backward
+                                  ? launch->kernel.workspace_size(launch->backward_args)
+                                  : launch->kernel.workspace_size(launch->forward);
+    *out = launch.release();
+  });
+}
+
+int attnjit_launch_workspace_size(const attnjit_launch* launch, size_t* bytes) {
+  return guarded([&] {
+    require(launch != nullptr, "launch", "a handle from attnjit_launch_prepare");
+    require(bytes != nullptr, "bytes", "a pointer to a size_t to fill");
+    *bytes = launch->workspace_bytes;
+  });
+}
+
+int attnjit_launch_run(const attnjit_launch* launch, void* const* data, int data_count,
+                       void* stream) {
+  return attnjit_launch_run_workspace(launch, data, data_count, nullptr, 0, stream);
+}
+
+int attnjit_launch_run_workspace(const attnjit_launch* launch, void* const* data, int data_count,
+                                 void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    require(launch != nullptr, "launch", "a handle from attnjit_launch_prepare");
+    require(data != nullptr, "data", "one device pointer per slot and predicate tensor");
+    const int expected = ATTNJIT_SLOT_COUNT + launch->predicate_tensors;
+    if (data_count != expected) {
+      attnjit::throw_field_error("data_count", std::to_string(data_count),
+                                 fmt::format("{} ({} slots and {} predicate tensors)", expected,
+                                             int{ATTNJIT_SLOT_COUNT}, launch->predicate_tensors));
+    }
+    const auto& present = launch->present;
+    if (launch->backward) {
+      attnjit::BackwardArgs args = launch->backward_args;
+      bind(args.q, present[ATTNJIT_SLOT_Q], data[ATTNJIT_SLOT_Q], ATTNJIT_SLOT_Q);
+      bind(args.k, present[ATTNJIT_SLOT_K], data[ATTNJIT_SLOT_K], ATTNJIT_SLOT_K);
+      bind(args.v, present[ATTNJIT_SLOT_V], data[ATTNJIT_SLOT_V], ATTNJIT_SLOT_V);
+      bind(args.o, present[ATTNJIT_SLOT_O], data[ATTNJIT_SLOT_O], ATTNJIT_SLOT_O);
+      bind(args.lse, present[ATTNJIT_SLOT_LSE], data[ATTNJIT_SLOT_LSE], ATTNJIT_SLOT_LSE);
+      bind(args.startend_row_indices, present[ATTNJIT_SLOT_STARTEND_ROW_INDICES],
+           data[ATTNJIT_SLOT_STARTEND_ROW_INDICES], ATTNJIT_SLOT_STARTEND_ROW_INDICES);
+      bind(args.alibi_slopes, present[ATTNJIT_SLOT_ALIBI_SLOPES], data[ATTNJIT_SLOT_ALIBI_SLOPES],
+           ATTNJIT_SLOT_ALIBI_SLOPES);
+      bind(args.d_o, present[ATTNJIT_SLOT_D_O], data[ATTNJIT_SLOT_D_O], ATTNJIT_SLOT_D_O);
+      bind(args.d_q, present[ATTNJIT_SLOT_D_Q], data[ATTNJIT_SLOT_D_Q], ATTNJIT_SLOT_D_Q);
+      bind(args.d_k, present[ATTNJIT_SLOT_D_K], data[ATTNJIT_SLOT_D_K], ATTNJIT_SLOT_D_K);
+      bind(args.d_v, present[ATTNJIT_SLOT_D_V], data[ATTNJIT_SLOT_D_V], ATTNJIT_SLOT_D_V);
+      bind_predicate(args, data, launch->predicate_tensors);
+      args.workspace = {workspace, workspace_bytes};
+      // The device after the arguments: a bad pointer is the caller's error on any machine.
+      const attnjit::runtime::DeviceScope scope(launch->device);
+      launch->kernel.backward(args, stream);
+    } else {
+      attnjit::ForwardArgs args = launch->forward;
+      bind(args.q, present[ATTNJIT_SLOT_Q], data[ATTNJIT_SLOT_Q], ATTNJIT_SLOT_Q);
+      bind(args.k, present[ATTNJIT_SLOT_K], data[ATTNJIT_SLOT_K], ATTNJIT_SLOT_K);
+      bind(args.v, present[ATTNJIT_SLOT_V], data[ATTNJIT_SLOT_V], ATTNJIT_SLOT_V);
+      bind(args.o, present[ATTNJIT_SLOT_O], data[ATTNJIT_SLOT_O], ATTNJIT_SLOT_O);
+      bind(args.lse, present[ATTNJIT_SLOT_LSE], data[ATTNJIT_SLOT_LSE], ATTNJIT_SLOT_LSE);
+      bind(args.startend_row_indices, present[ATTNJIT_SLOT_STARTEND_ROW_INDICES],
+           data[ATTNJIT_SLOT_STARTEND_ROW_INDICES], ATTNJIT_SLOT_STARTEND_ROW_INDICES);
+      bind(args.alibi_slopes, present[ATTNJIT_SLOT_ALIBI_SLOPES], data[ATTNJIT_SLOT_ALIBI_SLOPES],
+           ATTNJIT_SLOT_ALIBI_SLOPES);
+      for (int slot : {ATTNJIT_SLOT_D_O, ATTNJIT_SLOT_D_Q, ATTNJIT_SLOT_D_K, ATTNJIT_SLOT_D_V}) {
+        attnjit::TensorView unused;
+        bind(unused, false, data[slot], slot);
+      }
+      bind_predicate(args, data, launch->predicate_tensors);
+      args.workspace = {workspace, workspace_bytes};
+      const attnjit::runtime::DeviceScope scope(launch->device);
+      launch->kernel.forward(args, stream);
+    }
+  });
+}
+
+void attnjit_launch_release(attnjit_launch* launch) {
+  delete launch;
+}
+
+int attnjit_cache_stats(attnjit_cache_counters* out) {
+  return guarded([&] {
+    require(out != nullptr, "out", "an attnjit_cache_counters to fill");
+    const attnjit::jit::CacheStats stats = attnjit::jit::cache_stats();
+    out->memory_hits = stats.memory_hits;
+    out->disk_hits = stats.disk_hits;
+    out->compiles = stats.compiles;
+    out->memory_entries = stats.memory_entries;
+  });
+}
+
+}  // extern "C"

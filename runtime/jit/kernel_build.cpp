@@ -1,0 +1,238 @@
+// The cache key of a kernel set, its NVRTC build and the disk-cache protocol around it.
+#include "runtime/jit/kernel_build.hpp"
+
+#include <fmt/format.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <mutex>
+#include <optional>
+
+#include "attnjit/error.hpp"
+#include "embedded.hpp"
+#include "runtime/jit/debug_mode.hpp"
+#include "runtime/jit/nvrtc.hpp"
+
+namespace attnjit::runtime {
+namespace {
+
+std::atomic<std::uint64_t> g_disk_hits{0};
+std::atomic<std::uint64_t> g_builds{0};
+// set_disk_cache_mode's value, or -1: $ATTNJIT_DISK_CACHE decides.
+std::atomic<int> g_disk_cache_mode{-1};
+
+// Options handed to NVRTC besides the arch; they enter the cache key. With ATTNJIT_DEBUG=1
+// the kernels' mbarrier waits are bounded (mbarrier.cuh): a protocol error traps instead of
+// hanging the device; and they carry line information for the sanitizers' reports.
+std::vector<std::string> nvrtc_options() {
+  std::vector<std::string> options{"-default-device"};
+  if (debug_mode()) {
+    options.push_back("-DATTNJIT_MBARRIER_SPIN_LIMIT=100000000");
+    options.push_back("-lineinfo");
+  }
+  return options;
+}
+
+std::vector<NvrtcHeader> template_headers() {
+  std::vector<NvrtcHeader> headers;
+  for (const templates::EmbeddedFile& file : templates::all()) {
+    headers.push_back({file.name, file.source});
+  }
+  return headers;
+}
+
+// Compiles every kernel concurrently (one NVRTC program per thread).
+std::vector<CompiledKernel> compile_sources(const std::vector<KernelSource>& sources, Arch arch) {
+  const std::vector<NvrtcHeader> headers = template_headers();
+  const std::string arch_name(name_of(arch));
+  const std::vector<std::string> options = nvrtc_options();
+  std::vector<std::future<NvrtcOutput>> outputs;
+  for (const KernelSource& source : sources) {
+    outputs.push_back(std::async(std::launch::async, [&] {
+      return nvrtc_compile(source.source, source.name + ".cu", headers, arch_name, options,
+                           source.name);
+    }));
+  }
+  std::vector<CompiledKernel> kernels;
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    NvrtcOutput output = outputs[i].get();
+    CompiledKernel kernel;
+    kernel.role = sources[i].role;
+    kernel.name = sources[i].name;
+    kernel.cubin = std::move(output.cubin);
+    kernel.ptx = std::move(output.ptx);
+    kernel.report = output.report;
+    kernel.threads = sources[i].threads;
+    kernel.dynamic_smem_bytes = sources[i].dynamic_smem_bytes;
+    kernels.push_back(std::move(kernel));
+  }
+  ++g_builds;
+  return kernels;
+}
+
+}  // namespace
+
+std::string cache_key(std::string_view kind, std::string_view canonical_text) {
+  // What does not change within a process is formatted once (this runs on every compile,
+  // memory hits included).
+  static const std::string build_context = fmt::format(
+      "nvrtc={}\nattnjit={}\ntemplates={}", nvrtc_version(), ATTNJIT_VERSION, templates::hash());
+  const std::string material = fmt::format("{}\n{}\n{}\noptions={}", kind, canonical_text,
+                                           build_context, fmt::join(nvrtc_options(), " "));
+  const XXH128_hash_t hash = XXH3_128bits(material.data(), material.size());
+  return fmt::format("{:016x}{:016x}", hash.high64, hash.low64);
+}
+
+std::string entry_mismatch(const CacheEntry& entry, std::string_view canonical_text,
+                           const std::vector<KernelSource>& sources) {
+  if (entry.spec_text != canonical_text) return "it was built for another spec";
+  if (entry.kernels.size() != sources.size()) {
+    return fmt::format("it holds {} kernels, the plan has {}", entry.kernels.size(),
+                       sources.size());
+  }
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    const CompiledKernel& stored = entry.kernels[i];
+    const KernelSource& planned = sources[i];
+    if (stored.role != planned.role || stored.name != planned.name) {
+      return fmt::format("its kernel {} is '{}' ({}), the plan's is '{}' ({})", i, stored.name,
+                         stored.role, planned.name, planned.role);
+    }
+    if (stored.threads != planned.threads ||
+        stored.dynamic_smem_bytes != planned.dynamic_smem_bytes) {
+      return fmt::format(
+          "kernel '{}' has {} threads and {} B of dynamic shared memory, the plan {} and {} B",
+          stored.name, stored.threads, stored.dynamic_smem_bytes, planned.threads,
+          planned.dynamic_smem_bytes);
+    }
+  }
+  return {};
+}
+
+CacheEntry load_or_build(const std::string& key, const std::string& canonical_text, bool use_disk,
+                         jit::CacheLevel& level, const std::vector<KernelSource>& sources,
+                         Arch arch) {
+  auto build = [&] {
+    CacheEntry entry;
+    entry.key = key;
+    entry.spec_text = canonical_text;
+    entry.kernels = compile_sources(sources, arch);
+    return entry;
+  };
+  const jit::DiskCacheMode mode = use_disk ? jit::disk_cache_mode() : jit::DiskCacheMode::off;
+  if (mode == jit::DiskCacheMode::off) {
+    level = jit::CacheLevel::miss;
+    return build();
+  }
+  const std::filesystem::path dir = DiskCache::default_dir();
+  bool read_only = mode == jit::DiskCacheMode::readonly;
+  std::error_code ignored;
+  if (!read_only && std::filesystem::is_directory(dir, ignored) && !DiskCache(dir).writable()) {
+    // Shared, read-only caches (an installed set of kernels) serve what they hold.
+    static std::once_flag noted;
+    std::call_once(noted, [&] {
+      fmt::print(stderr,
+                 "attnjit: the kernel cache directory {} is not writable; using it read-only "
+                 "(ATTNJIT_DISK_CACHE=readonly does so without this note)\n",
+                 dir.string());
+      std::fflush(stderr);
+    });
+    read_only = true;
+  }
+  const DiskCache disk(dir, read_only);
+  std::optional<FileLock> lock;
+  if (!read_only) lock.emplace(disk.lock(key));
+  if (std::optional<CacheEntry> entry = disk.load(key)) {
+    const std::string mismatch = entry_mismatch(*entry, canonical_text, sources);
+    if (mismatch.empty()) {
+      level = jit::CacheLevel::disk;
+      ++g_disk_hits;
+      return std::move(*entry);
+    }
+    fmt::print(stderr,
+               "attnjit: cache entry {}/{}.kernel does not match its plan ({}); rebuilding\n",
+               dir.string(), key, mismatch);
+    std::fflush(stderr);
+  }
+  level = jit::CacheLevel::miss;
+  CacheEntry entry = build();
+  if (!read_only) disk.store(entry);
+  return entry;
+}
+
+jit::CompileInfo compile_info(const CacheEntry& entry, jit::CacheLevel level, double milliseconds) {
+  jit::CompileInfo info;
+  info.key = entry.key;
+  info.spec_text = entry.spec_text;
+  info.cache = level;
+  info.compile_ms = milliseconds;
+  for (const CompiledKernel& kernel : entry.kernels) {
+    jit::KernelReport report;
+    report.name = kernel.name;
+    report.role = kernel.role;
+    report.registers = kernel.report.registers;
+    report.spill_bytes = kernel.report.spill_bytes();
+    report.stack_bytes = kernel.report.stack_bytes;
+    report.static_smem_bytes = kernel.report.static_smem_bytes;
+    report.dynamic_smem_bytes = kernel.dynamic_smem_bytes;
+    report.threads = kernel.threads;
+    info.kernels.push_back(report);
+  }
+  return info;
+}
+
+void reset_disk_cache_mode() {
+  g_disk_cache_mode.store(-1);
+}
+
+std::uint64_t disk_hits() {
+  return g_disk_hits.load();
+}
+
+std::uint64_t builds() {
+  return g_builds.load();
+}
+
+}  // namespace attnjit::runtime
+
+namespace attnjit::jit {
+
+std::string_view name_of(DiskCacheMode mode) {
+  switch (mode) {
+    case DiskCacheMode::on:
+      return "on";
+    case DiskCacheMode::readonly:
+      return "readonly";
+    case DiskCacheMode::off:
+      return "off";
+  }
+  throw InternalError("unknown DiskCacheMode");
+}
+
+DiskCacheMode parse_disk_cache_mode(std::string_view text, std::string_view field) {
+  for (const DiskCacheMode mode :
+       {DiskCacheMode::on, DiskCacheMode::readonly, DiskCacheMode::off}) {
+    if (text == name_of(mode)) return mode;
+  }
+  throw_field_error(field, text, "on (read and write), readonly, off");
+}
+
+DiskCacheMode disk_cache_mode() {
+  if (const int set = runtime::g_disk_cache_mode.load(); set >= 0) {
+    return static_cast<DiskCacheMode>(set);
+  }
+  const char* text = std::getenv("ATTNJIT_DISK_CACHE");
+  if (text == nullptr || *text == '\0') return DiskCacheMode::on;
+  return parse_disk_cache_mode(text, "ATTNJIT_DISK_CACHE");
+}
+
+void set_disk_cache_mode(DiskCacheMode mode) {
+  runtime::g_disk_cache_mode.store(static_cast<int>(mode));
+}
+
+}  // namespace attnjit::jit

@@ -1,0 +1,127 @@
+// Kernel::forward: checks the tensors against the spec, fills FwdParams and launches the
+// plan (runtime/plan_launch) or the reference kernel.
+#include <fmt/format.h>
+
+#include <cstdint>
+
+#include "attnjit/error.hpp"
+#include "attnjit/jit.hpp"
+#include "attnjit/common/params.cuh"
+#include "runtime/jit/driver.hpp"
+#include "runtime/masks/interval_check.hpp"
+#include "runtime/jit/kernel_set.hpp"
+#include "runtime/launch/launch_support.hpp"
+#include "runtime/launch/plan_launch.hpp"
+#include "runtime/launch/predicate_launch.hpp"
+
+namespace attnjit {
+
+std::string_view name_of(ScalarType type) {
+  switch (type) {
+    case ScalarType::fp16:
+      return "fp16";
+    case ScalarType::bf16:
+      return "bf16";
+    case ScalarType::fp32:
+      return "fp32";
+    case ScalarType::int32:
+      return "int32";
+  }
+  throw InternalError("unknown ScalarType");
+}
+
+TensorView contiguous_view(void* data, ScalarType dtype,
+                           std::initializer_list<std::int64_t> shape) {
+  if (shape.size() > 4)
+    throw Error(fmt::format("tensor rank: got {}; accepted: 0 to 4", shape.size()));
+  TensorView view;
+  view.data = data;
+  view.dtype = dtype;
+  view.rank = static_cast<int>(shape.size());
+  int i = 0;
+  for (std::int64_t extent : shape) view.shape[i++] = extent;
+  std::int64_t stride = 1;
+  for (int d = view.rank - 1; d >= 0; --d) {
+    view.stride[d] = stride;
+    stride *= view.shape[d];
+  }
+  return view;
+}
+
+namespace jit {
+namespace {
+
+using detail::check_args;
+using detail::Shapes;
+
+FwdParams make_params(const detail::KernelSet& set, const ForwardArgs& a, const Shapes& s) {
+  FwdParams p{};
+  detail::fill_common_params(p, set.spec, a, s);
+  p.predicate = detail::predicate_inputs(set.spec, set.predicate, a.predicate, s.batch);
+  return p;
+}
+
+Shapes checked_shapes(const detail::KernelSet& set, const ForwardArgs& args) {
+  if (set.spec.direction != Direction::forward) {
+    throw Error(
+        "forward: this kernel was compiled for direction=backward; accepted: a kernel compiled "
+        "with direction=forward (call backward() on this one)");
+  }
+  return check_args(set.spec, args, set.spec.return_lse || !set.plan);
+}
+
+void launch_reference(const detail::KernelSet& set, FwdParams& params, CUstream stream) {
+  const detail::LoadedKernel& kernel = set.kernels_in_current_context().front();
+  const std::int64_t smem = (static_cast<std::int64_t>(set.spec.head_dim_qk) + params.seqlen_k) * 4;
+  const int limit = runtime::current_device().max_smem_optin;
+  if (smem > limit) {
+    throw_field_error(
+        "k.shape[1] (seqlen_k) for the reference kernel", std::to_string(params.seqlen_k),
+        fmt::format("at most {} keys on this device", limit / 4 - set.spec.head_dim_qk));
+  }
+  int current = 0;
+  runtime::check(runtime::driver().cuFuncGetAttribute(
+                     &current, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, kernel.function),
+                 "cuFuncGetAttribute");
+  if (smem > current) {
+    runtime::check(runtime::driver().cuFuncSetAttribute(
+                       kernel.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                       static_cast<int>(smem)),
+                   "cuFuncSetAttribute(reference kernel shared memory)");
+  }
+  runtime::LaunchConfig config;
+  config.grid[0] = static_cast<unsigned>(params.seqlen_q);
+  config.grid[1] = static_cast<unsigned>(params.heads);
+  config.grid[2] = static_cast<unsigned>(params.batch);
+  config.block[0] = static_cast<unsigned>(kernel.threads);
+  config.dynamic_smem_bytes = static_cast<unsigned>(smem);
+  void* args[] = {&params};
+  runtime::launch(kernel.function, config, stream, args);
+}
+
+}  // namespace
+
+void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
+  const detail::KernelSet& set = *set_;
+  const Shapes shapes = checked_shapes(set, args);
+  FwdParams params = make_params(set, args, shapes);
+  if (shapes.batch == 0 || shapes.seqlen_q == 0 || shapes.heads == 0) return;
+  CUstream stream = static_cast<CUstream>(stream_handle);
+  detail::validate_intervals_on_request(args.validate_mask, set.spec.mask,
+                                        args.startend_row_indices, shapes.seqlen_q, stream);
+  if (!set.plan) {
+    launch_reference(set, params, stream);
+    return;
+  }
+  detail::launch_plan(set, params, shapes, args.workspace, stream);
+}
+
+std::size_t Kernel::workspace_size(const ForwardArgs& args) const {
+  const detail::KernelSet& set = *set_;
+  if (!set.plan) return 0;
+  return detail::cached_schedule(set, detail::launch_extents(detail::launch_shapes(args)))
+      .workspace_bytes;
+}
+
+}  // namespace jit
+}  // namespace attnjit

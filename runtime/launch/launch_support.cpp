@@ -1,0 +1,383 @@
+// Argument checks and launch helpers shared by Kernel::forward and Kernel::backward.
+#include "runtime/launch/launch_support.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "attnjit/error.hpp"
+#include "runtime/jit/driver.hpp"
+
+namespace attnjit::jit::detail {
+namespace {
+
+constexpr std::int64_t kMaxGridYZ = 65535;
+
+void check_int_range(std::string_view field, std::int64_t value, std::int64_t max) {
+  if (value < 0 || value > max) {
+    throw_field_error(field, std::to_string(value), fmt::format("0 to {}", max));
+  }
+}
+
+// The most bytes a tensor may span: beyond any device's memory, and far from the 64-bit
+// offset arithmetic of the kernels overflowing.
+constexpr std::int64_t kMaxSpanBytes = std::int64_t{1} << 48;
+
+std::int64_t element_bytes(ScalarType type) {
+  return type == ScalarType::fp16 || type == ScalarType::bf16 ? 2 : 4;
+}
+
+// Strides >= 0 whose largest element offset stays within kMaxSpanBytes.
+void check_span(std::string_view name, const TensorView& t) {
+  __int128 span = 1;
+  int widest = 0;
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.shape[d] <= 1) continue;
+    if (t.stride[d] < 0) {
+      throw_field_error(fmt::format("{}.stride[{}]", name, d), std::to_string(t.stride[d]), ">= 0");
+    }
+    span += static_cast<__int128>(t.shape[d] - 1) * t.stride[d];
+    if (t.stride[d] > t.stride[widest]) widest = d;
+  }
+  if (span * element_bytes(t.dtype) > kMaxSpanBytes) {
+    throw_field_error(fmt::format("{}.stride[{}]", name, widest), std::to_string(t.stride[widest]),
+                      fmt::format("strides and shape whose tensor spans at most 2^48 bytes (the "
+                                  "shape is [{}])",
+                                  fmt::join(t.shape.begin(), t.shape.begin() + t.rank, ", ")));
+  }
+}
+
+// An output's elements must not overlap: taken by increasing stride, every dimension of
+// extent > 1 steps over everything the smaller ones span (so zero strides, and rows closer
+// than the head dim, are rejected).
+void check_no_overlap(std::string_view name, const TensorView& t) {
+  std::vector<int> dims;
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.shape[d] > 1) dims.push_back(d);
+  }
+  // Ties inner dimension first, so that the message names the innermost culprit.
+  std::sort(dims.begin(), dims.end(), [&](int a, int b) {
+    return t.stride[a] != t.stride[b] ? t.stride[a] < t.stride[b] : a > b;
+  });
+  __int128 span = 1;
+  for (const int d : dims) {
+    if (t.stride[d] < span) {
+      throw_field_error(
+          fmt::format("{}.stride[{}]", name, d), std::to_string(t.stride[d]),
+          fmt::format("{} (the output {} is written, so its elements must not overlap)",
+                      t.stride[d] == 0 ? std::string("a nonzero stride")
+                                       : fmt::format("at least {}", static_cast<long long>(span)),
+                      name));
+    }
+    span += static_cast<__int128>(t.shape[d] - 1) * t.stride[d];
+  }
+}
+
+// What the kernels' 16-byte copies need: a contiguous last dim, other strides multiples of
+// 8 elements, a 16-byte aligned start; and a span the offset arithmetic covers.
+void check_row_layout(std::string_view name, const TensorView& t) {
+  if (t.stride[t.rank - 1] != 1) {
+    throw_field_error(fmt::format("{}.stride[{}]", name, t.rank - 1),
+                      std::to_string(t.stride[t.rank - 1]), "1 (the head dim must be contiguous)");
+  }
+  for (int d = 0; d + 1 < t.rank; ++d) {
+    if (t.stride[d] < 0 || t.stride[d] % 8 != 0) {
+      throw_field_error(fmt::format("{}.stride[{}]", name, d), std::to_string(t.stride[d]),
+                        "a non-negative multiple of 8 elements (16-byte aligned rows)");
+    }
+  }
+  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) {
+    throw_field_error(fmt::format("{}.data", name), fmt::format("{}", t.data),
+                      "a 16-byte aligned address");
+  }
+  check_span(name, t);
+}
+
+// q/k/v/o: 16-bit, rank 4, last dim contiguous, 16-byte rows, given head dim.
+void check_activation(std::string_view name, const TensorView& t, ScalarType dtype, int head_dim) {
+  if (t.data == nullptr)
+    throw Error(fmt::format("{}: data is null; accepted: a device pointer", name));
+  if (t.dtype != dtype) {
+    throw_field_error(fmt::format("{}.dtype", name), name_of(t.dtype),
+                      fmt::format("{} (the spec's dtype)", name_of(dtype)));
+  }
+  if (t.rank != 4) {
+    throw_field_error(fmt::format("{}.rank", name), std::to_string(t.rank),
+                      "4 ([batch, seq, heads, head_dim])");
+  }
+  if (t.shape[3] != head_dim) {
+    throw_field_error(fmt::format("{}.shape[3]", name), std::to_string(t.shape[3]),
+                      fmt::format("{} (the spec's head dim)", head_dim));
+  }
+  check_row_layout(name, t);
+}
+
+void check_same(std::string_view field, std::int64_t got, std::int64_t expected,
+                std::string_view what) {
+  if (got != expected) {
+    throw_field_error(field, std::to_string(got), fmt::format("{} ({})", expected, what));
+  }
+}
+
+}  // namespace
+
+template <class Args>
+Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
+  const ScalarType dtype = spec.dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
+  check_activation("q", a.q, dtype, spec.head_dim_qk);
+  check_activation("k", a.k, dtype, spec.head_dim_qk);
+  check_activation("v", a.v, dtype, spec.head_dim_v);
+  check_activation("o", a.o, dtype, spec.head_dim_v);
+  Shapes s;
+  check_int_range("q.shape[0] (batch)", a.q.shape[0], kMaxGridYZ);
+  check_int_range("q.shape[1] (seqlen_q)", a.q.shape[1], INT32_MAX / 2);
+  check_int_range("q.shape[2] (heads)", a.q.shape[2], kMaxGridYZ);
+  check_int_range("k.shape[1] (seqlen_k)", a.k.shape[1], INT32_MAX / 2);
+  check_int_range("k.shape[2] (kv heads)", a.k.shape[2], kMaxGridYZ);
+  s.batch = static_cast<int>(a.q.shape[0]);
+  s.seqlen_q = static_cast<int>(a.q.shape[1]);
+  s.heads = static_cast<int>(a.q.shape[2]);
+  s.seqlen_k = static_cast<int>(a.k.shape[1]);
+  s.kv_heads = static_cast<int>(a.k.shape[2]);
+  check_same("k.shape[0]", a.k.shape[0], s.batch, "batch of q");
+  check_same("v.shape[0]", a.v.shape[0], s.batch, "batch of q");
+  check_same("v.shape[1]", a.v.shape[1], s.seqlen_k, "seqlen of k");
+  check_same("v.shape[2]", a.v.shape[2], s.kv_heads, "heads of k");
+  if (s.kv_heads < 1 || s.heads % s.kv_heads != 0) {
+    throw_field_error("k.shape[2] (kv heads)", std::to_string(s.kv_heads),
+                      fmt::format("a divisor of the {} query heads (GQA/MQA)", s.heads));
+  }
+  check_same("o.shape[0]", a.o.shape[0], s.batch, "batch of q");
+  check_same("o.shape[1]", a.o.shape[1], s.seqlen_q, "seqlen of q");
+  check_same("o.shape[2]", a.o.shape[2], s.heads, "heads of q");
+  constexpr bool backward = std::is_same_v<Args, BackwardArgs>;
+  if constexpr (!backward) check_no_overlap("o", a.o);
+  if constexpr (backward) {
+    for (const auto& [name, t, like_name, like] :
+         {std::tuple{"d_q", &a.d_q, "q", &a.q}, std::tuple{"d_k", &a.d_k, "k", &a.k},
+          std::tuple{"d_v", &a.d_v, "v", &a.v}}) {
+      check_same_layout(name, *t, like_name, *like);
+      check_no_overlap(name, *t);
+    }
+  }
+
+  if (lse_required) {
+    const TensorView& l = a.lse;
+    if (l.data == nullptr) {
+      throw Error(
+          "lse: missing; accepted: an fp32 [batch, heads, seqlen_q] tensor (the forward writes "
+          "it with return_lse=true; the backward reads it)");
+    }
+    if (l.dtype != ScalarType::fp32) throw_field_error("lse.dtype", name_of(l.dtype), "fp32");
+    if (l.rank != 3)
+      throw_field_error("lse.rank", std::to_string(l.rank), "3 ([batch, heads, seqlen_q])");
+    check_same("lse.shape[0]", l.shape[0], s.batch, "batch of q");
+    check_same("lse.shape[1]", l.shape[1], s.heads, "heads of q");
+    check_same("lse.shape[2]", l.shape[2], s.seqlen_q, "seqlen of q");
+    if (l.stride[2] != 1) throw_field_error("lse.stride[2]", std::to_string(l.stride[2]), "1");
+    check_span("lse", l);
+    check_no_overlap("lse", l);
+  } else if (!a.lse.empty()) {
+    throw Error("lse: given, but the spec has return_lse=false; accepted: no lse tensor");
+  }
+
+  const bool window = spec.mask.kind == MaskKind::sliding_window;
+  if (!window && (a.window_left != -1 || a.window_right != 0)) {
+    throw Error(
+        fmt::format("window_left/window_right: got {}/{}, but they apply to "
+                    "mask=sliding_window only; accepted: -1/0 (the defaults)",
+                    a.window_left, a.window_right));
+  }
+  if (window) {
+    if (a.window_left < -1)
+      throw_field_error("window_left", std::to_string(a.window_left), "-1 (unbounded) or >= 0");
+    if (a.window_right < -1)
+      throw_field_error("window_right", std::to_string(a.window_right), "-1 (unbounded) or >= 0");
+  }
+  if (!(a.softmax_scale >= 0.f) || !std::isfinite(a.softmax_scale)) {
+    throw_field_error("softmax_scale", fmt::format("{}", a.softmax_scale),
+                      "a finite value > 0, or 0 for 1/sqrt(head_dim)");
+  }
+
+  const TensorView& m = a.startend_row_indices;
+  if (spec.mask.kind == MaskKind::flashmask) {
+    const int columns = spec.mask.columns;
+    if (m.data == nullptr) {
+      throw Error(
+          fmt::format("startend_row_indices: missing; accepted: for mask={} an int32 [batch, "
+                      "mask_heads, seqlen_k, {}] tensor",
+                      to_string(spec.mask), columns));
+    }
+    if (m.dtype != ScalarType::int32)
+      throw_field_error("startend_row_indices.dtype", name_of(m.dtype), "int32");
+    if (m.rank != 4)
+      throw_field_error("startend_row_indices.rank", std::to_string(m.rank),
+                        "4 ([batch, mask_heads, seqlen_k, columns])");
+    check_same("startend_row_indices.shape[0]", m.shape[0], s.batch, "batch of q");
+    if (m.shape[1] != 1 && m.shape[1] != s.kv_heads) {
+      throw_field_error("startend_row_indices.shape[1] (mask heads)", std::to_string(m.shape[1]),
+                        fmt::format("1 or {} (the kv heads)", s.kv_heads));
+    }
+    check_same("startend_row_indices.shape[2]", m.shape[2], s.seqlen_k, "seqlen of k");
+    check_same("startend_row_indices.shape[3]", m.shape[3], columns, "columns of the spec's mask");
+    const std::int64_t expected[4] = {m.shape[1] * m.shape[2] * columns, m.shape[2] * columns,
+                                      columns, 1};
+    for (int d = 0; d < 4; ++d) {
+      if (m.shape[d] > 1 && m.stride[d] != expected[d]) {
+        throw_field_error(fmt::format("startend_row_indices.stride[{}]", d),
+                          std::to_string(m.stride[d]),
+                          fmt::format("{} (the tensor must be contiguous)", expected[d]));
+      }
+    }
+    s.mask_heads = static_cast<int>(m.shape[1]);
+  } else if (!m.empty()) {
+    throw Error(
+        fmt::format("startend_row_indices: given, but mask={} reads no vectors; "
+                    "accepted: no startend_row_indices",
+                    to_string(spec.mask)));
+  }
+  check_score_mod_args(spec, a, s.heads);
+  return s;
+}
+
+template Shapes check_args<ForwardArgs>(const AttentionSpec&, const ForwardArgs&, bool);
+template Shapes check_args<BackwardArgs>(const AttentionSpec&, const BackwardArgs&, bool);
+
+template <class Args>
+void check_score_mod_args(const AttentionSpec& spec, const Args& a, int heads) {
+  if (spec.softcap) {
+    if (!(a.softcap > 0.f) || !std::isfinite(a.softcap)) {
+      throw_field_error("softcap", fmt::format("{}", a.softcap),
+                        "a finite value > 0 (the spec has softcap=true)");
+    }
+  } else if (a.softcap != 0.f) {
+    throw_field_error("softcap", fmt::format("{}", a.softcap),
+                      "0 (the spec has softcap=false; compile with softcap=true to cap scores)");
+  }
+  const TensorView& t = a.alibi_slopes;
+  if (!spec.alibi) {
+    if (!t.empty()) {
+      throw Error(
+          "alibi_slopes: given, but the spec has alibi=false; accepted: no alibi_slopes "
+          "(compile with alibi=true to add the bias)");
+    }
+    return;
+  }
+  if (t.data == nullptr) {
+    throw Error(fmt::format(
+        "alibi_slopes: missing; accepted: for alibi=true an fp32 [{}] tensor (one slope per "
+        "query head) in device memory",
+        heads));
+  }
+  if (t.dtype != ScalarType::fp32)
+    throw_field_error("alibi_slopes.dtype", name_of(t.dtype), "fp32");
+  if (t.rank != 1) {
+    throw_field_error("alibi_slopes.rank", std::to_string(t.rank),
+                      "1 ([heads], one slope per query head)");
+  }
+  check_same("alibi_slopes.shape[0]", t.shape[0], heads, "heads of q");
+  if (t.shape[0] > 1 && t.stride[0] != 1) {
+    throw_field_error("alibi_slopes.stride[0]", std::to_string(t.stride[0]),
+                      "1 (the tensor must be contiguous)");
+  }
+  if (reinterpret_cast<std::uintptr_t>(t.data) % 4 != 0) {
+    throw_field_error("alibi_slopes.data", fmt::format("{}", t.data), "a 4-byte aligned address");
+  }
+}
+
+template void check_score_mod_args<ForwardArgs>(const AttentionSpec&, const ForwardArgs&, int);
+template void check_score_mod_args<BackwardArgs>(const AttentionSpec&, const BackwardArgs&, int);
+
+void check_same_layout(std::string_view name, const TensorView& t, std::string_view like_name,
+                       const TensorView& like) {
+  if (t.data == nullptr) {
+    throw Error(fmt::format("{}: data is null; accepted: a device pointer", name));
+  }
+  if (t.dtype != like.dtype) {
+    throw_field_error(fmt::format("{}.dtype", name), name_of(t.dtype),
+                      fmt::format("{} (that of {})", name_of(like.dtype), like_name));
+  }
+  if (t.rank != like.rank) {
+    throw_field_error(fmt::format("{}.rank", name), std::to_string(t.rank),
+                      fmt::format("{} (that of {})", like.rank, like_name));
+  }
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.shape[d] != like.shape[d]) {
+      throw_field_error(fmt::format("{}.shape[{}]", name, d), std::to_string(t.shape[d]),
+                        fmt::format("{} (that of {})", like.shape[d], like_name));
+    }
+  }
+  check_row_layout(name, t);
+}
+
+namespace {
+
+int extent(std::string_view tensor, const TensorView& t, int dim) {
+  if (t.shape[dim] < 0 || t.shape[dim] > INT32_MAX) {
+    throw_field_error(fmt::format("{}.shape[{}]", tensor, dim), std::to_string(t.shape[dim]),
+                      "0 to 2147483647");
+  }
+  return static_cast<int>(t.shape[dim]);
+}
+
+}  // namespace
+
+template <class Args>
+Shapes launch_shapes(const Args& a) {
+  for (const auto& [name, view] : {std::pair<std::string_view, const TensorView&>{"q", a.q},
+                                   std::pair<std::string_view, const TensorView&>{"k", a.k}}) {
+    if (view.rank != 4) {
+      throw_field_error(fmt::format("{}.rank", name), std::to_string(view.rank),
+                        "4 ([batch, seq, heads, dim])");
+    }
+  }
+  Shapes s;
+  s.batch = extent("q", a.q, 0);
+  s.seqlen_q = extent("q", a.q, 1);
+  s.heads = extent("q", a.q, 2);
+  s.seqlen_k = extent("k", a.k, 1);
+  s.kv_heads = extent("k", a.k, 2);
+  if (a.startend_row_indices.rank == 4) {
+    s.mask_heads = extent("startend_row_indices", a.startend_row_indices, 1);
+  }
+  return s;
+}
+
+template Shapes launch_shapes(const ForwardArgs&);
+template Shapes launch_shapes(const BackwardArgs&);
+
+void check_workspace(const Workspace& workspace, std::size_t needed) {
+  if (workspace.data == nullptr) {
+    throw_field_error("workspace.data", "null",
+                      fmt::format("a device pointer to {} bytes, or an empty workspace (bytes=0) "
+                                  "for stream-ordered scratch memory",
+                                  workspace.bytes));
+  }
+  if (reinterpret_cast<std::uintptr_t>(workspace.data) % 256 != 0) {
+    throw_field_error("workspace.data", fmt::format("{}", workspace.data),
+                      "a 256-byte aligned device pointer");
+  }
+  if (workspace.bytes < needed) {
+    throw_field_error(
+        "workspace.bytes", std::to_string(workspace.bytes),
+        fmt::format("at least {} bytes for these shapes (Kernel::workspace_size)", needed));
+  }
+}
+
+StreamScratch::StreamScratch(std::size_t bytes, CUstream stream) : stream_(stream) {
+  runtime::check(runtime::driver().cuMemAllocAsync(&ptr_, std::max<std::size_t>(bytes, 4), stream),
+                 "cuMemAllocAsync(attnjit scratch)");
+}
+
+StreamScratch::~StreamScratch() {
+  if (const runtime::DriverApi* driver = runtime::detail::driver_for_cleanup()) {
+    driver->cuMemFreeAsync(ptr_, stream_);
+  }
+}
+}  // namespace attnjit::jit::detail

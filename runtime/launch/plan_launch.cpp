@@ -1,0 +1,353 @@
+// The schedule of a plan and its launch.
+#include "runtime/launch/plan_launch.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "attnjit/error.hpp"
+#include "attnjit/common/params.cuh"
+#include "runtime/jit/driver.hpp"
+#include "runtime/launch/predicate_launch.hpp"
+#include "runtime/launch/tma.hpp"
+
+namespace attnjit::jit::detail {
+namespace {
+
+static_assert(kPredicateTensorLimit == kMaxPredicateTensors &&
+                  kPredicateScalarLimit == kMaxPredicateScalars,
+              "validate's predicate limits are the sizes of the kernels' PredicateInputs");
+
+// An int argument of a parameter block: the expression's value, which must fit in int32.
+int scalar_value(const KernelDesc& kernel, const ScalarBinding& scalar,
+                 const LaunchExtents& extents) {
+  const std::int64_t value = scalar.value.evaluate(extents);
+  if (value < 0 || value > INT32_MAX) {
+    throw Error(fmt::format(
+        "shapes: kernel {} would take {} = {} ({}); accepted: shapes for which it stays within "
+        "0 to 2147483647",
+        kernel.name, name_of(scalar.field), value, scalar.value.to_string()));
+  }
+  return static_cast<int>(value);
+}
+
+unsigned grid_value(const KernelDesc& kernel, const LaunchExpr& dimension,
+                    const LaunchExtents& extents) {
+  const std::int64_t value = dimension.evaluate(extents);
+  if (value > INT32_MAX) {
+    throw Error(fmt::format(
+        "shapes: kernel {} would need a grid dimension of {} ({}); accepted: at most 2147483647",
+        kernel.name, value, dimension.to_string()));
+  }
+  return static_cast<unsigned>(value);
+}
+
+template <class Params>
+void bind_attention(Params& p, ParamField field, void* pointer) {
+  switch (field) {
+    case ParamField::minmax:
+      p.minmax = static_cast<const int*>(pointer);
+      return;
+    case ParamField::predicate_bits:
+      p.predicate_bits = static_cast<const unsigned*>(pointer);
+      return;
+    case ParamField::cta_order:
+      p.cta_order = static_cast<const int*>(pointer);
+      return;
+    default:
+      break;
+  }
+  if constexpr (std::is_same_v<Params, BwdParams>) {
+    float* values = static_cast<float*>(pointer);
+    switch (field) {
+      case ParamField::minmax_dq:
+        p.minmax_dq = static_cast<const int*>(pointer);
+        return;
+      case ParamField::predicate_bits_dq:
+        p.predicate_bits_dq = static_cast<const unsigned*>(pointer);
+        return;
+      case ParamField::row_dot:
+        p.row_dot = values;
+        return;
+      case ParamField::lse_log2:
+        p.lse_log2 = values;
+        return;
+      case ParamField::dq_accum:
+        p.dq_accum = values;
+        return;
+      case ParamField::dk_partial:
+        p.dk_partial = values;
+        return;
+      case ParamField::dv_partial:
+        p.dv_partial = values;
+        return;
+      default:
+        break;
+    }
+  }
+  throw InternalError(fmt::format("plan binds {} in an attention block", name_of(field)));
+}
+
+// An attention block takes no computed arguments.
+template <class Params>
+void no_scalars(Params&, ParamScalar field, int) {
+  throw InternalError(fmt::format("plan sets {} of an attention block", name_of(field)));
+}
+
+void bind_minmax(MinMaxParams& p, ParamField field, void* pointer) {
+  internal_check(field == ParamField::table_out, "a min/max kernel binds its table only");
+  p.minmax = static_cast<int*>(pointer);
+}
+
+void set_minmax(MinMaxParams& p, ParamScalar field, int value) {
+  internal_check(field == ParamScalar::num_key_blocks, "a min/max kernel takes num_key_blocks");
+  p.num_key_blocks = value;
+}
+
+void bind_blocks(PredicateBlocksParams& p, ParamField field, void* pointer) {
+  switch (field) {
+    case ParamField::table_out:
+      p.table = static_cast<int*>(pointer);
+      return;
+    case ParamField::bits_out:
+      p.bits = static_cast<unsigned*>(pointer);
+      return;
+    case ParamField::bits_used:
+      p.bits_used = static_cast<unsigned*>(pointer);
+      return;
+    default:
+      throw InternalError(fmt::format("plan binds {} in a block classification", name_of(field)));
+  }
+}
+
+void set_blocks(PredicateBlocksParams& p, ParamScalar field, int value) {
+  switch (field) {
+    case ParamScalar::table_batch:
+      p.table_batch = value;
+      return;
+    case ParamScalar::table_heads:
+      p.table_heads = value;
+      return;
+    case ParamScalar::blocks_m:
+      p.blocks_m = value;
+      return;
+    case ParamScalar::blocks_n:
+      p.blocks_n = value;
+      return;
+    case ParamScalar::bits_capacity:
+      p.bits_capacity = value;
+      return;
+    default:
+      throw InternalError(fmt::format("plan sets {} of a block classification", name_of(field)));
+  }
+}
+
+template <class Params>
+void bind_order(CtaOrderParams<Params>& p, ParamField field, void* pointer) {
+  switch (field) {
+    case ParamField::order_table:
+      p.table = static_cast<const int*>(pointer);
+      return;
+    case ParamField::order_cost:
+      p.cost = static_cast<int*>(pointer);
+      return;
+    case ParamField::order_out:
+      p.order = static_cast<int*>(pointer);
+      return;
+    default:
+      throw InternalError(fmt::format("plan binds {} in a CTA order", name_of(field)));
+  }
+}
+
+template <class Params>
+void set_order(CtaOrderParams<Params>& p, ParamScalar field, int value) {
+  switch (field) {
+    case ParamScalar::grid_x:
+      p.grid_x = value;
+      return;
+    case ParamScalar::grid_y:
+      p.grid_y = value;
+      return;
+    case ParamScalar::grid_z:
+      p.grid_z = value;
+      return;
+    case ParamScalar::max_cost:
+      p.max_cost = value;
+      return;
+    case ParamScalar::phase:
+      p.phase = value;
+      return;
+    default:
+      throw InternalError(fmt::format("plan sets {} of a CTA order", name_of(field)));
+  }
+}
+
+// The parameter block of one launch: built from the call's attention arguments, the
+// kernel's buffers and its computed arguments.
+template <class Block, class Bind, class Set>
+void launch_block(Block block, const KernelDesc& kernel, const LaunchSchedule& schedule,
+                  unsigned char* workspace, Bind bind, Set set, const LoadedKernel& loaded,
+                  const ScheduledLaunch& launch, CUstream stream, void* second = nullptr) {
+  for (const BufferBinding& binding : kernel.buffers) {
+    void* pointer =
+        schedule.bytes[binding.buffer] > 0 ? workspace + schedule.offsets[binding.buffer] : nullptr;
+    bind(block, binding.field, pointer);
+  }
+  for (const auto& [field, value] : launch.scalars) set(block, field, value);
+  runtime::LaunchConfig config;
+  std::copy(launch.grid.begin(), launch.grid.end(), config.grid);
+  config.block[0] = launch.threads;
+  config.dynamic_smem_bytes = static_cast<unsigned>(kernel.dynamic_smem_bytes);
+  void* args[] = {&block, second};
+  runtime::launch(loaded.function, config, stream, args);
+}
+
+}  // namespace
+
+LaunchExtents launch_extents(const Shapes& s) {
+  LaunchExtents e;
+  e[Extent::batch] = s.batch;
+  e[Extent::seqlen_q] = s.seqlen_q;
+  e[Extent::seqlen_k] = s.seqlen_k;
+  e[Extent::heads] = s.heads;
+  e[Extent::kv_heads] = s.kv_heads;
+  e[Extent::mask_heads] = s.mask_heads;
+  e[Extent::gqa] = s.heads != s.kv_heads ? 1 : 0;
+  e[Extent::bits_budget] = static_cast<std::int64_t>(predicate_bits_budget());
+  return e;
+}
+
+LaunchSchedule schedule_plan(const KernelPlan& plan, const LaunchExtents& extents) {
+  LaunchSchedule schedule;
+  for (const ScratchBuffer& buffer : plan.scratch) {
+    const std::int64_t bytes = buffer.bytes.evaluate(extents);
+    internal_check(bytes >= 0, "scratch sizes are not negative");
+    schedule.offsets.push_back(schedule.workspace_bytes);
+    schedule.bytes.push_back(static_cast<std::size_t>(bytes));
+    const std::size_t aligned = (static_cast<std::size_t>(bytes) + LaunchSchedule::kAlignment - 1) /
+                                LaunchSchedule::kAlignment * LaunchSchedule::kAlignment;
+    if (__builtin_add_overflow(schedule.workspace_bytes, aligned, &schedule.workspace_bytes)) {
+      throw Error(fmt::format("shapes: scratch buffer {} ({} bytes) overflows the workspace size",
+                              buffer.name, bytes));
+    }
+  }
+  for (std::size_t k = 0; k < plan.kernels.size(); ++k) {
+    const KernelDesc& kernel = plan.kernels[k];
+    for (std::size_t phase = 0; phase < kernel.phases.size(); ++phase) {
+      const LaunchGrid& grid = kernel.phases[phase].grid;
+      ScheduledLaunch launch;
+      launch.kernel = static_cast<int>(k);
+      launch.phase = static_cast<int>(phase);
+      launch.grid = {grid_value(kernel, grid.x, extents), grid_value(kernel, grid.y, extents),
+                     grid_value(kernel, grid.z, extents)};
+      launch.threads = static_cast<unsigned>(kernel.phases[phase].threads);
+      if (launch.grid[0] == 0 || launch.grid[1] == 0 || launch.grid[2] == 0) continue;
+      for (const std::vector<ScalarBinding>* scalars :
+           {&kernel.scalars, &kernel.phases[phase].scalars}) {
+        for (const ScalarBinding& scalar : *scalars) {
+          launch.scalars.emplace_back(scalar.field, scalar_value(kernel, scalar, extents));
+        }
+      }
+      schedule.launches.push_back(std::move(launch));
+    }
+  }
+  return schedule;
+}
+
+const LaunchSchedule& cached_schedule(const KernelSet& set, const LaunchExtents& extents) {
+  // The cache key names the plan: equal keys are equal plans, whichever set holds them.
+  thread_local std::string key;
+  thread_local LaunchExtents last;
+  thread_local LaunchSchedule schedule;
+  if (key != set.entry.key || !(last == extents)) {
+    schedule = schedule_plan(*set.plan, extents);
+    key = set.entry.key;
+    last = extents;
+  }
+  return schedule;
+}
+
+template <class Params>
+void launch_plan(const KernelSet& set, const Params& attention, const Shapes& shapes,
+                 const Workspace& workspace, CUstream stream, std::optional<KernelRole> only) {
+  internal_check(set.plan.has_value(), "launch_plan needs a planned kernel set");
+  const KernelPlan& plan = *set.plan;
+  const LaunchSchedule& schedule = cached_schedule(set, launch_extents(shapes));
+  // The caller's workspace first: a bad one is the caller's error on any machine.
+  const bool given = workspace.data != nullptr || workspace.bytes != 0;
+  if (given) check_workspace(workspace, schedule.workspace_bytes);
+  const std::vector<LoadedKernel>& kernels = set.kernels_in_current_context();
+  internal_check(kernels.size() == plan.kernels.size(), "one compiled kernel per planned kernel");
+
+  std::optional<StreamScratch> owned;
+  unsigned char* base = static_cast<unsigned char*>(workspace.data);
+  if (!given && schedule.workspace_bytes > 0) {
+    owned.emplace(schedule.workspace_bytes, stream);
+    base = owned->as<unsigned char>();
+  }
+  for (std::size_t b = 0; b < plan.scratch.size(); ++b) {
+    if (!plan.scratch[b].zeroed || schedule.bytes[b] == 0) continue;
+    internal_check(schedule.bytes[b] % 4 == 0, "zeroed buffers hold 32-bit words");
+    runtime::check(
+        runtime::driver().cuMemsetD32Async(
+            static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(base + schedule.offsets[b])),
+            0, schedule.bytes[b] / 4, stream),
+        "cuMemsetD32Async(zeroed scratch buffer)");
+  }
+  for (const ScheduledLaunch& launch : schedule.launches) {
+    const KernelDesc& kernel = plan.kernels[launch.kernel];
+    if (only && kernel.role != *only) continue;
+    const LoadedKernel& loaded = kernels[launch.kernel];
+    switch (kernel.params) {
+      case ParamBlock::attention:
+        launch_block(attention, kernel, schedule, base, bind_attention<Params>, no_scalars<Params>,
+                     loaded, launch, stream);
+        break;
+      case ParamBlock::attention_tma: {
+        internal_check(std::is_same_v<Params, FwdParams>, "TMA maps in a forward plan only");
+        if constexpr (std::is_same_v<Params, FwdParams>) {
+          const AttentionSpec& spec = set.spec;
+          FwdTensorMaps maps = forward_tensor_maps(attention, spec.dtype, spec.head_dim_qk,
+                                                   spec.head_dim_v, kernel.block_m, kernel.block_n);
+          launch_block(attention, kernel, schedule, base, bind_attention<Params>,
+                       no_scalars<Params>, loaded, launch, stream, &maps);
+        }
+        break;
+      }
+      case ParamBlock::minmax: {
+        MinMaxParams block{};
+        block.intervals = attention.intervals;
+        block.batch = attention.batch;
+        block.mask_heads = attention.mask_heads;
+        block.seqlen_k = attention.seqlen_k;
+        launch_block(block, kernel, schedule, base, bind_minmax, set_minmax, loaded, launch,
+                     stream);
+        break;
+      }
+      case ParamBlock::predicate_blocks: {
+        PredicateBlocksParams block{};
+        block.predicate = attention.predicate;
+        block.seqlen_q = attention.seqlen_q;
+        block.seqlen_k = attention.seqlen_k;
+        launch_block(block, kernel, schedule, base, bind_blocks, set_blocks, loaded, launch,
+                     stream);
+        break;
+      }
+      case ParamBlock::cta_order: {
+        CtaOrderParams<Params> block{};
+        block.attention = attention;
+        launch_block(block, kernel, schedule, base, bind_order<Params>, set_order<Params>, loaded,
+                     launch, stream);
+        break;
+      }
+    }
+  }
+}
+
+template void launch_plan(const KernelSet&, const FwdParams&, const Shapes&, const Workspace&,
+                          CUstream, std::optional<KernelRole>);
+template void launch_plan(const KernelSet&, const BwdParams&, const Shapes&, const Workspace&,
+                          CUstream, std::optional<KernelRole>);
+
+}  // namespace attnjit::jit::detail

@@ -1,0 +1,62 @@
+// Launching a kernel plan: the plan's launch expressions evaluated for a call's shapes (the
+// schedule), its scratch buffers laid out in one workspace, and each kernel launched with
+// the parameter block its row names, filled from the call's attention arguments and the
+// plan's bindings. The same code launches every plan; nothing here knows a kernel family.
+#pragma once
+
+#include <cuda.h>
+
+#include <array>
+#include <cstddef>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "attnjit/tensor.hpp"
+#include "compiler/ir/lowering.hpp"
+#include "runtime/jit/kernel_set.hpp"
+#include "runtime/launch/launch_support.hpp"
+
+namespace attnjit::jit::detail {
+
+/// The extents a call's launch expressions read (ATTNJIT_PREDICATE_BITS_MIB for the bits).
+LaunchExtents launch_extents(const Shapes& shapes);
+
+/// One launch of a plan's kernel for a call's extents.
+struct ScheduledLaunch {
+  int kernel = 0;  ///< index into KernelPlan::kernels
+  int phase = 0;
+  std::array<unsigned, 3> grid{};
+  unsigned threads = 0;
+  /// The kernel's and the phase's computed int arguments, evaluated.
+  std::vector<std::pair<ParamScalar, int>> scalars;
+};
+
+/// A plan evaluated for a call's extents.
+struct LaunchSchedule {
+  static constexpr std::size_t kAlignment = 256;
+  std::vector<std::size_t> offsets;  ///< of each scratch buffer in the workspace
+  std::vector<std::size_t> bytes;    ///< of each scratch buffer
+  std::size_t workspace_bytes = 0;
+  /// In launch order; launches whose grid has a zero dimension are left out.
+  std::vector<ScheduledLaunch> launches;
+};
+
+/// Evaluates the plan; throws Error when a grid dimension, a buffer or a computed argument
+/// leaves the range the driver or the parameter block takes.
+LaunchSchedule schedule_plan(const KernelPlan& plan, const LaunchExtents& extents);
+
+/// schedule_plan of `set`'s plan, kept per thread for the last extents seen (a repeated call
+/// with the same shapes evaluates nothing).
+const LaunchSchedule& cached_schedule(const KernelSet& set, const LaunchExtents& extents);
+
+/// Launches `set`'s plan on `stream`: scratch buffers from `workspace` (checked against the
+/// schedule) or stream-ordered memory, zeroed where the plan says, then every scheduled
+/// launch (only those of role `only` when given). `attention` is the call's FwdParams or
+/// BwdParams without any scratch pointer.
+template <class Params>
+void launch_plan(const KernelSet& set, const Params& attention, const Shapes& shapes,
+                 const Workspace& workspace, CUstream stream,
+                 std::optional<KernelRole> only = std::nullopt);
+
+}  // namespace attnjit::jit::detail

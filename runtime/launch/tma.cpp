@@ -1,0 +1,136 @@
+// Encoding TMA tensor maps on the host.
+#include "runtime/launch/tma.hpp"
+
+#include <cuda.h>
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "attnjit/error.hpp"
+#include "runtime/jit/driver.hpp"
+
+namespace attnjit::runtime {
+namespace {
+
+CUtensorMapSwizzle swizzle_of(const char* what, int bytes) {
+  switch (bytes) {
+    case 0:
+      return CU_TENSOR_MAP_SWIZZLE_NONE;
+    case 32:
+      return CU_TENSOR_MAP_SWIZZLE_32B;
+    case 64:
+      return CU_TENSOR_MAP_SWIZZLE_64B;
+    case 128:
+      return CU_TENSOR_MAP_SWIZZLE_128B;
+    default:
+      break;
+  }
+  throw InternalError(fmt::format("{}: swizzle of {} bytes", what, bytes));
+}
+
+}  // namespace
+
+TensorMap encode_tensor_map(const char* what, const void* base, bool bf16,
+                            const TensorMapShape& shape) {
+  internal_check(shape.rank >= 1 && shape.rank <= 5, "tensor map rank 1 to 5");
+  if (reinterpret_cast<std::uintptr_t>(base) % 16 != 0) {
+    throw_field_error(fmt::format("{}.data", what), fmt::format("{}", base),
+                      "a 16-byte aligned address (TMA copies)");
+  }
+  for (int d = 0; d + 1 < shape.rank; ++d) {
+    if (shape.stride_bytes[d] % 16 != 0 || shape.stride_bytes[d] >= (std::uint64_t{1} << 40)) {
+      throw_field_error(fmt::format("{} stride {} (bytes)", what, d + 1),
+                        std::to_string(shape.stride_bytes[d]),
+                        "a multiple of 16 below 2^40 (TMA copies)");
+    }
+  }
+  const std::uint32_t inner_bytes = shape.box[0] * 2;
+  internal_check(inner_bytes % 16 == 0 && (shape.swizzle_bytes == 0 ||
+                                           inner_bytes <= std::uint32_t(shape.swizzle_bytes)),
+                 "the inner box spans whole 16-byte chunks within the swizzle");
+  cuuint64_t dims[5];
+  cuuint64_t strides[4];
+  cuuint32_t box[5];
+  cuuint32_t element_strides[5];
+  for (int d = 0; d < shape.rank; ++d) {
+    internal_check(shape.box[d] >= 1 && shape.box[d] <= 256, "TMA boxes span 1 to 256 elements");
+    // An empty extent (never copied from: the kernels return first) still needs a valid map.
+    dims[d] = shape.dims[d] > 0 ? shape.dims[d] : 1;
+    box[d] = shape.box[d];
+    element_strides[d] = 1;
+    if (d + 1 < shape.rank) strides[d] = shape.stride_bytes[d];
+  }
+  CUtensorMap map;
+  check(driver().cuTensorMapEncodeTiled(
+            &map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+            static_cast<cuuint32_t>(shape.rank), const_cast<void*>(base), dims, strides, box,
+            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle_of(what, shape.swizzle_bytes),
+            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+        fmt::format("cuTensorMapEncodeTiled({})", what));
+  static_assert(sizeof(CUtensorMap) == sizeof(TensorMap) && alignof(TensorMap) == 64,
+                "TensorMap mirrors CUtensorMap");
+  TensorMap out;
+  std::memcpy(&out, &map, sizeof(out));
+  return out;
+}
+
+TensorMap activation_tensor_map(const char* what, const TensorView& t, int rows, int panel_cols) {
+  internal_check(t.rank == 4 && t.stride[3] == 1, "activations are [B, S, H, D], D contiguous");
+  TensorMapShape shape;
+  shape.rank = 4;
+  shape.dims[0] = static_cast<std::uint64_t>(t.shape[3]);
+  shape.dims[1] = static_cast<std::uint64_t>(t.shape[1]);
+  shape.dims[2] = static_cast<std::uint64_t>(t.shape[2]);
+  shape.dims[3] = static_cast<std::uint64_t>(t.shape[0]);
+  shape.stride_bytes[0] = static_cast<std::uint64_t>(t.stride[1]) * 2;
+  shape.stride_bytes[1] = static_cast<std::uint64_t>(t.stride[2]) * 2;
+  shape.stride_bytes[2] = static_cast<std::uint64_t>(t.stride[0]) * 2;
+  shape.box[0] = static_cast<std::uint32_t>(panel_cols);
+  shape.box[1] = static_cast<std::uint32_t>(rows);
+  shape.box[2] = 1;
+  shape.box[3] = 1;
+  shape.swizzle_bytes = panel_cols * 2;
+  return encode_tensor_map(what, t.data, t.dtype == ScalarType::bf16, shape);
+}
+
+}  // namespace attnjit::runtime
+
+namespace attnjit::jit::detail {
+
+FwdTensorMaps forward_tensor_maps(const FwdParams& p, DType dtype, int head_dim_qk, int head_dim_v,
+                                  int block_m, int block_n) {
+  const ScalarType element = dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
+  // A [B, S, H, D] view of one tensor of the parameter block.
+  const auto view = [&](const void* data, int seqlen, int heads, int dim, long long batch_stride,
+                        long long row_stride, long long head_stride) {
+    TensorView t;
+    t.data = const_cast<void*>(data);
+    t.dtype = element;
+    t.rank = 4;
+    t.shape = {p.batch, seqlen, heads, dim};
+    t.stride = {batch_stride, row_stride, head_stride, 1};
+    return t;
+  };
+  // The panel of SmemTile: 64 columns where the head dim allows, else 32.
+  const auto panel = [](int dim) { return dim % 64 == 0 ? 64 : 32; };
+  FwdTensorMaps maps;
+  maps.q = runtime::activation_tensor_map("q",
+                                          view(p.q, p.seqlen_q, p.heads, head_dim_qk,
+                                               p.q_batch_stride, p.q_row_stride, p.q_head_stride),
+                                          block_m, panel(head_dim_qk));
+  maps.k = runtime::activation_tensor_map("k",
+                                          view(p.k, p.seqlen_k, p.kv_heads, head_dim_qk,
+                                               p.k_batch_stride, p.k_row_stride, p.k_head_stride),
+                                          block_n, panel(head_dim_qk));
+  maps.v = runtime::activation_tensor_map("v",
+                                          view(p.v, p.seqlen_k, p.kv_heads, head_dim_v,
+                                               p.v_batch_stride, p.v_row_stride, p.v_head_stride),
+                                          block_n, panel(head_dim_v));
+  maps.o = runtime::activation_tensor_map(
+      "o",
+      view(p.o, p.seqlen_q, p.heads, head_dim_v, p.o_batch_stride, p.o_row_stride, p.o_head_stride),
+      64, panel(head_dim_v));
+  return maps;
+}
+
+}  // namespace attnjit::jit::detail

@@ -1,0 +1,44 @@
+// TMA tensor maps encoded on the host (cuTensorMapEncodeTiled through the dlopen'ed driver)
+// for the kernels that copy with TMA (templates/attnjit/sm90a/tma.cuh), and the maps of the sm90a
+// forward kernel.
+#pragma once
+
+#include <cstdint>
+
+#include "attnjit/jit.hpp"
+#include "attnjit/common/params.cuh"
+
+namespace attnjit::runtime {
+
+/// The shape of one tiled tensor map of 16-bit elements: up to 5 dimensions, innermost first.
+struct TensorMapShape {
+  int rank = 0;
+  std::uint64_t dims[5] = {};          ///< extents in elements
+  std::uint64_t stride_bytes[4] = {};  ///< of dimensions 1 .. rank-1 (dimension 0 is contiguous)
+  std::uint32_t box[5] = {};           ///< the box one copy moves, in elements
+  int swizzle_bytes = 128;             ///< 128, 64, 32 or 0 (none): the shared-memory pattern
+};
+
+/// Encodes a tensor map over `base` (bf16 when `bf16`, else fp16), loads past the extents
+/// filled with zeros, stores past them dropped. Throws Error naming `what` when the shape
+/// breaks TMA's rules (16-byte aligned base and strides, box <= 256 per dimension, inner box
+/// of the swizzle span), DeviceError when the driver refuses it.
+TensorMap encode_tensor_map(const char* what, const void* base, bool bf16,
+                            const TensorMapShape& shape);
+
+/// The map of a [B, S, H, D] activation (strides in elements, last one 1) as 4-D (D, S, H, B)
+/// with a box of `panel_cols` columns x `rows` rows of one (head, batch): one swizzle panel of
+/// the SmemTile layout (smem_tile.cuh; 128-byte swizzle for 64 columns, 64-byte for 32).
+TensorMap activation_tensor_map(const char* what, const TensorView& t, int rows, int panel_cols);
+
+}  // namespace attnjit::runtime
+
+namespace attnjit::jit::detail {
+
+/// The tensor maps of the sm90a forward kernel (FwdTensorMaps: q boxes of block_m rows, k and
+/// v of block_n, o of the 64 rows of a consumer warpgroup) for the tensors of `p`, whose last
+/// dimensions are head_dim_qk (q, k) and head_dim_v (v, o).
+FwdTensorMaps forward_tensor_maps(const FwdParams& p, DType dtype, int head_dim_qk, int head_dim_v,
+                                  int block_m, int block_n);
+
+}  // namespace attnjit::jit::detail

@@ -1,0 +1,93 @@
+// The order in which the CTAs of an attention kernel take their work.
+//
+// The hardware starts CTAs in linear order, x fastest. With a grid (blocks, heads, batch)
+// all blocks of one (batch, head) would run back to back, and under causal masks the
+// heaviest blocks of the last heads would start last and set the kernel's tail (about 10%
+// of a causal 8K pass on 132 SMs). So the attention kernels are launched on
+// (2 * blocks, ceil(heads / 2), batch): x = 2 * step + member walks the blocks of a pair of
+// heads heaviest first, alternating between the two heads. The last CTAs to start are then
+// light ones, and the CTAs running at once still share the operands of about two heads in
+// L2, as in the literal order. Decoding takes a few integer operations on the block indices,
+// which the compiler may redo at each use rather than hold in registers across a loop.
+//
+// Under FlashMask and predicate masks the work of a block depends on the mask data, not on
+// its index (a long document late in the sequence, a question seen by every answer), and
+// the index order would leave heavy CTAs for the tail. There a CTA-order kernel
+// (cta_order.cuh) sorts the CTAs by their counted tiles before the launch and the kernel
+// reads its work through that order (cta_work's `order`).
+#pragma once
+
+#include "attnjit/common/primitives.cuh"
+
+namespace attnjit {
+
+/// One CTA's share of the grid: a block of rows (forward, dQ) or keys (backward) of one
+/// (batch, head). With an odd head count the last pair's second member is `heads`, which
+/// does not exist: such a CTA returns at once.
+struct CtaWork {
+  int block;
+  int head;
+  int batch;
+};
+
+/// The work of the CTA with natural index `natural` (x + gx * (y + gy * z) in a grid of
+/// gx x gy x gz, the order above). kLowBlocksHeavy: block 0 carries the most work under causal
+/// masks (the backward's key blocks); otherwise the last block does (query blocks).
+template <bool kLowBlocksHeavy>
+__device__ __forceinline__ CtaWork natural_cta_work(unsigned x, unsigned y, unsigned z,
+                                                    unsigned grid_x) {
+  const int step = static_cast<int>(x >> 1);
+  CtaWork work;
+  work.block = kLowBlocksHeavy ? step : static_cast<int>(grid_x >> 1) - 1 - step;
+  work.head = 2 * static_cast<int>(y) + static_cast<int>(x & 1);
+  work.batch = static_cast<int>(z);
+  return work;
+}
+
+/// natural_cta_work of the CTA with natural (linear) index `natural` in a grid of grid_x x
+/// grid_y x any.
+template <bool kLowBlocksHeavy>
+__device__ __forceinline__ CtaWork natural_cta_work_at(unsigned natural, unsigned grid_x,
+                                                       unsigned grid_y) {
+  const unsigned rest = natural / grid_x;
+  return natural_cta_work<kLowBlocksHeavy>(natural - rest * grid_x, rest % grid_y, rest / grid_y,
+                                           grid_x);
+}
+
+/// The `order` argument of cta_work in a kernel whose mask policy has kOrderedCtas (data-
+/// dependent skipping, where the host launches a CTA-order kernel first): the kernel
+/// parameter cta_order, else null at compile time, so index-ordered kernels carry no lookup.
+template <bool kOrderedCtas, class Params>
+__device__ __forceinline__ const int* cta_order_of(const Params& p) {
+  return kOrderedCtas ? p.cta_order : nullptr;
+}
+
+/// The work of a CTA that runs in a CTA order, decoded once by start_cta: later cta_work
+/// calls read it from shared memory instead of reloading the order and dividing.
+__shared__ CtaWork ordered_cta_work;
+
+/// Called by every thread of an attention kernel before its first cta_work. `order` (the
+/// kernel parameter cta_order) is null for the index order above, else the order a CTA-order
+/// kernel (cta_order.cuh) computed from the mask: entry i is the natural index of the CTA
+/// launched i-th, so the heaviest CTAs start first whatever the mask.
+template <bool kLowBlocksHeavy>
+__device__ __forceinline__ void start_cta(const int* order) {
+  if (order == nullptr) return;
+  if (threadIdx.x == 0) {
+    const unsigned launched = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    ordered_cta_work = natural_cta_work_at<kLowBlocksHeavy>(static_cast<unsigned>(order[launched]),
+                                                            gridDim.x, gridDim.y);
+  }
+  __syncthreads();
+}
+
+/// The CTA's work (start_cta has run with the same `order`).
+template <bool kLowBlocksHeavy>
+__device__ __forceinline__ CtaWork cta_work(const int* order) {
+  if (order == nullptr) {
+    return natural_cta_work<kLowBlocksHeavy>(blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x);
+  }
+  return ordered_cta_work;
+}
+
+}  // namespace attnjit

@@ -1,0 +1,168 @@
+// The online softmax of the forward kernels over the rows of an accumulator fragment
+// (fragment.cuh): mma.sync slabs of a warp (sm80) or the m64 wgmma fragment of a warpgroup
+// (sm90a), both m16n8 C tiles whose rows g and g + 8 are shared by the four lanes of a quad.
+//
+// Per key block, for each row: the new running max m' over the block's scores S, the
+// correction 2^((m - m') c) of what was accumulated (output rows and the running sum), and
+// P = 2^(S c - m' c) in place of S, summed into the running sum. c is the score modifiers'
+// exponent scale (score_mod.cuh: scale * log2(e) for raw scores, 1 for modified ones), so the
+// max is kept in the scores' units and scaled where it meets exp2. At the end the output rows
+// are divided by the quad's total sum and LSE = (m c + log2 sum) ln 2.
+//
+// Rows with nothing visible: masked scores are -inf, so a row that has seen no visible key
+// keeps m = -inf; its exponent offset is taken as 0 (not -inf * c, which would make
+// -inf - -inf = NaN), so its P stays 0, its sum 0, its output 0 and its LSE -inf.
+#pragma once
+
+#include "attnjit/common/fragment.cuh"
+#include "attnjit/common/primitives.cuh"
+
+namespace attnjit {
+
+/// The running max and sum of the rows a thread holds in kSlabs m16 slabs (rows g and g + 8 of
+/// each). row_sum is this thread's share (its columns) until finish() reduces the quad.
+template <int kSlabs>
+struct OnlineSoftmax {
+  float row_max[kSlabs][2];  ///< in the scores' units (before the exponent scale)
+  float row_sum[kSlabs][2];
+
+  /// No block seen: max -inf, sum 0.
+  __device__ __forceinline__ void reset() {
+#pragma unroll
+    for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        row_max[s][r] = negative_infinity();
+        row_sum[s][r] = 0.f;
+      }
+    }
+  }
+
+  /// One key block: S (the block's scores, -inf where masked) becomes P, the running max and
+  /// sum advance, and the output rows `o` are rescaled by the correction. Score::exponent_scale
+  /// is read from the kernel parameters `p` where it is used.
+  template <class Score, class Params, int kTiles, int kOutTiles>
+  __device__ __forceinline__ void step(const Params& p, WarpAccumulator<kSlabs, kTiles>& scores,
+                                       WarpAccumulator<kSlabs, kOutTiles>& o) {
+#pragma unroll
+    for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float max_scaled;
+        const float correction = advance<Score>(p, s, r, scores, max_scaled);
+        scale_row(o, s, r, correction);
+        exponentiate_row<Score>(p, s, r, scores, max_scaled);
+      }
+    }
+  }
+
+  /// step() without the output: the corrections go to `correction`, for kernels that rescale
+  /// their output later (rescale()), e.g. after issuing the product that reads P.
+  template <class Score, class Params, int kTiles>
+  __device__ __forceinline__ void step(const Params& p, WarpAccumulator<kSlabs, kTiles>& scores,
+                                       float (&correction)[kSlabs][2]) {
+#pragma unroll
+    for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float max_scaled;
+        correction[s][r] = advance<Score>(p, s, r, scores, max_scaled);
+        exponentiate_row<Score>(p, s, r, scores, max_scaled);
+      }
+    }
+  }
+
+  /// Multiplies the output rows by the corrections of a step.
+  template <int kOutTiles>
+  __device__ __forceinline__ static void rescale(WarpAccumulator<kSlabs, kOutTiles>& o,
+                                                 const float (&correction)[kSlabs][2]) {
+#pragma unroll
+    for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) scale_row(o, s, r, correction[s][r]);
+    }
+  }
+
+  /// After the last block: row_sum becomes the quad's total and the output rows are divided by
+  /// it (0 for rows with nothing visible); then visit(s, r) runs for each row, which may read
+  /// lse(). Rows with nothing visible keep max -inf and sum 0.
+  template <int kOutTiles, class Visit>
+  __device__ __forceinline__ void finish(WarpAccumulator<kSlabs, kOutTiles>& o, Visit visit) {
+#pragma unroll
+    for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float sum = quad_sum(row_sum[s][r]);
+        row_sum[s][r] = sum;
+        const float inverse = sum > 0.f ? 1.f / sum : 0.f;
+        scale_row(o, s, r, inverse);
+        visit(s, r);
+      }
+    }
+  }
+
+  template <int kOutTiles>
+  __device__ __forceinline__ void finish(WarpAccumulator<kSlabs, kOutTiles>& o) {
+    finish(o, [](int, int) {});
+  }
+
+  /// The natural-log LSE of row (s, r) after finish(): -inf for a row with nothing visible.
+  template <class Score, class Params>
+  __device__ __forceinline__ float lse(const Params& p, int s, int r) const {
+    return row_sum[s][r] > 0.f
+               ? (row_max[s][r] * Score::exponent_scale(p) + log2_approx(row_sum[s][r])) *
+                     0.69314718056f
+               : negative_infinity();
+  }
+
+ private:
+  /// Row (s, r) of a new block: the new max over the block's scores (the quad's), its exponent
+  /// offset m' c to `max_scaled` (0 while the row has seen nothing visible), the sum scaled by
+  /// the correction 2^(m c - m' c), which is returned for the output row.
+  template <class Score, class Params, int kTiles>
+  __device__ __forceinline__ float advance(const Params& p, int s, int r,
+                                           const WarpAccumulator<kSlabs, kTiles>& scores,
+                                           float& max_scaled) {
+    float block_max = row_max[s][r];
+#pragma unroll
+    for (int nt = 0; nt < kTiles; ++nt) {
+      block_max = fmaxf(block_max, fmaxf(scores.v[s][nt][2 * r], scores.v[s][nt][2 * r + 1]));
+    }
+    block_max = quad_max(block_max);
+    max_scaled = block_max == negative_infinity() ? 0.f : block_max * Score::exponent_scale(p);
+    const float correction = exp2_approx(row_max[s][r] * Score::exponent_scale(p) - max_scaled);
+    row_max[s][r] = block_max;
+    row_sum[s][r] *= correction;
+    return correction;
+  }
+
+  template <class Score, class Params, int kTiles>
+  __device__ __forceinline__ void exponentiate_row(const Params& p, int s, int r,
+                                                   WarpAccumulator<kSlabs, kTiles>& scores,
+                                                   float max_scaled) {
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < kTiles; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const float value =
+            exp2_approx(fmaf(scores.v[s][nt][2 * r + c], Score::exponent_scale(p), -max_scaled));
+        scores.v[s][nt][2 * r + c] = value;
+        sum += value;
+      }
+    }
+    row_sum[s][r] += sum;
+  }
+
+  template <int kOutTiles>
+  __device__ __forceinline__ static void scale_row(WarpAccumulator<kSlabs, kOutTiles>& o, int s,
+                                                   int r, float factor) {
+#pragma unroll
+    for (int nt = 0; nt < kOutTiles; ++nt) {
+      o.v[s][nt][2 * r] *= factor;
+      o.v[s][nt][2 * r + 1] *= factor;
+    }
+  }
+};
+
+}  // namespace attnjit

@@ -1,0 +1,426 @@
+// Mask hooks of the attention kernels: which key blocks a CTA visits, how each block is
+// classified (skipped / partial / full), and the element rule applied to partial blocks.
+//
+// One policy covers every mask kind; the generated code binds its flags:
+//   kCausal  key j visible to query i only if j <= i + (Sk - Sq)   (bottom-right aligned)
+//   kWindow  i + off - window_left <= j <= i + off + window_right  (runtime sizes, < 0: none)
+//   kLts..kUte  column of each FlashMask vector in startend_row_indices, -1 if absent.
+// FlashMask (flashmask.md): column j masks rows [LTS, LTE) and [UTS, UTE); an absent LTE
+// reads as Sq and an absent UTS as 0.
+//
+// PredicatePolicy (same interface) serves mask=predicate: a block table built before the
+// attention kernel classifies the tiles, and the generated predicate is the element rule.
+#pragma once
+
+#include "attnjit/common/params.cuh"
+#include "attnjit/masks/predicate.cuh"
+#include "attnjit/common/primitives.cuh"
+#include "attnjit/common/schedule.cuh"
+
+namespace attnjit {
+
+enum TileKind { kTileSkip = 0, kTilePartial = 1, kTileFull = 2 };
+
+/// The kind of a tile from Mask::classify's value: a TileKind, which for a predicate's block
+/// table also carries the slot of the tile's element bits (predicate_blocks.cuh).
+__device__ __forceinline__ int tile_kind(int tile) {
+  return tile & 3;
+}
+
+/// The slot of a partial predicate tile's element bits, or -1 when it has none.
+__device__ __forceinline__ int tile_bits_slot(int tile) {
+  return (tile >> 2) - 1;
+}
+
+/// The stored element bits of a thread's two fragment rows in a partial predicate tile
+/// (PredicatePolicy::load_fragment_words), kWords 32-bit words per row.
+template <int kWords>
+struct FragmentWords {
+  unsigned words[2][kWords];
+};
+
+/// The shape of the element bits of one partial tile of kBlockM queries x kBlockN keys
+/// (predicate_blocks.cuh): kRows rows (keys when kKeyRows, else queries) of kRowWords 32-bit
+/// words, bit c of word w of row r being element (r, 32 w + c), 1 = hidden.
+template <int kBlockM, int kBlockN, bool kKeyRows>
+struct PredicateTileBits {
+  static constexpr int kRows = kKeyRows ? kBlockN : kBlockM;
+  static constexpr int kCols = kKeyRows ? kBlockM : kBlockN;
+  static constexpr int kRowWords = (kCols + 31) / 32;
+  static constexpr int kSlotWords = kRows * kRowWords;
+};
+
+/// What one CTA knows about the mask: its rows and the runtime mask data of its (b, head).
+struct MaskState {
+  int seqlen_q, seqlen_k;
+  int diagonal;            ///< Sk - Sq: the causal diagonal of row i is key i + diagonal
+  int row_begin, row_end;  ///< this CTA's rows, row_end clamped to Sq
+  int window_left, window_right;
+  /// The row of the mask's per-(batch, head) data (Mask::mask_row). FlashMask: row
+  /// b * mask_heads + mask head of startend_row_indices [B * Hm, Sk, C] and of the min/max
+  /// tables [B * Hm, num_key_blocks, 2 * C]; predicate: the row of the block table. An index,
+  /// not pointers: the pointers are formed where used, so no 64-bit value is held across the
+  /// key loop.
+  int vector_row;
+  int num_key_blocks;
+};
+
+/// The mask state of the CTA's (head, batch) from the kernel parameters (FwdParams or
+/// BwdParams: the fields have the same names), with no rows yet; min/max tables are built for
+/// key blocks of kBlockN.
+template <int kBlockN, class Mask, class Params>
+__device__ __forceinline__ MaskState make_mask_state(const Params& p, int head, int batch) {
+  MaskState ms;
+  ms.seqlen_q = p.seqlen_q;
+  ms.seqlen_k = p.seqlen_k;
+  ms.diagonal = p.seqlen_k - p.seqlen_q;
+  ms.row_begin = 0;
+  ms.row_end = 0;
+  ms.window_left = p.window_left;
+  ms.window_right = p.window_right;
+  ms.vector_row = Mask::mask_row(p, head, batch);
+  ms.num_key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+  return ms;
+}
+
+/// Start of the FlashMask values of key column `key` for the CTA's (batch, mask head), from
+/// the kernel parameter `intervals` (passed at each use, not held in a register).
+template <int kColumns>
+__device__ __forceinline__ const int* interval_values(const int* intervals, const MaskState& s,
+                                                      int key) {
+  const long long row = static_cast<int>(opaque(static_cast<u32>(s.vector_row)));
+  return intervals + (row * s.seqlen_k + key) * kColumns;
+}
+
+/// The highest key block in [n_begin, from] that Mask does not skip for the CTA's rows, or
+/// n_begin - 1. Each lane of the warp classifies one block per step and a ballot takes the
+/// first hit, so a long run of skipped blocks costs 1/32 of a serial scan. Call from all
+/// lanes of a warp with the same arguments.
+template <class Mask, int kBlockN>
+__device__ __forceinline__ int search_last_active_key_block(const MaskState& s, const int* table,
+                                                            int from, int n_begin) {
+  const int lane = threadIdx.x % 32;
+  for (int base = from; base >= n_begin; base -= 32) {
+    const int n = base - lane;
+    const bool active =
+        n >= n_begin && tile_kind(Mask::template classify<kBlockN>(s, table, n)) != kTileSkip;
+    const unsigned hits = __ballot_sync(0xffffffffu, active);
+    if (hits != 0) return base - (__ffs(hits) - 1);
+  }
+  return n_begin - 1;
+}
+
+/// The lowest query block in [from, end) with a visible element in key block n_block (the
+/// backward's walk), or end; the same warp-parallel search.
+template <class Mask, int kBlockM, int kBlockN>
+__device__ __forceinline__ int search_first_active_query_block(MaskState s, const int* table,
+                                                               int n_block, int from, int end) {
+  const int lane = threadIdx.x % 32;
+  for (int base = from; base < end; base += 32) {
+    const int m = base + lane;
+    s.row_begin = m * kBlockM;
+    s.row_end = min(s.row_begin + kBlockM, s.seqlen_q);
+    const bool active =
+        m < end && tile_kind(Mask::template classify<kBlockN>(s, table, n_block)) != kTileSkip;
+    const unsigned hits = __ballot_sync(0xffffffffu, active);
+    if (hits != 0) return base + (__ffs(hits) - 1);
+  }
+  return end;
+}
+
+template <bool kCausal, bool kWindow, int kLts, int kLte, int kUts, int kUte>
+struct MaskPolicy {
+  static constexpr int kColumns = (kLts >= 0) + (kLte >= 0) + (kUts >= 0) + (kUte >= 0);
+  static constexpr bool kHasVectors = kColumns > 0;
+  static constexpr bool kHasLower = kLts >= 0;
+  static constexpr bool kHasUpper = kUte >= 0;
+  /// The element rule is cheap index arithmetic: the kernels apply masked() unrolled.
+  static constexpr bool kElementBits = false;
+  /// The vectors make a block's work depend on the data: the CTAs run in a CTA order.
+  static constexpr bool kOrderedCtas = kHasVectors;
+
+  /// MaskState::vector_row of the CTA's (head, batch).
+  template <class Params>
+  __device__ static int mask_row(const Params& p, int head, int batch) {
+    return kHasVectors ? batch * p.mask_heads + head / (p.heads / p.mask_heads) : 0;
+  }
+
+  /// Key blocks [begin, end) that can hold a visible key for the CTA's rows.
+  template <int kBlockN>
+  __device__ static void key_block_range(const MaskState& s, int& begin, int& end) {
+    const int num_blocks = (s.seqlen_k + kBlockN - 1) / kBlockN;
+    begin = 0;
+    end = num_blocks;
+    if (kCausal || (kWindow && s.window_right >= 0)) {
+      const int right = kCausal ? 0 : s.window_right;
+      const int last_visible = s.row_end - 1 + s.diagonal + right;
+      end = last_visible < 0 ? 0 : min(num_blocks, last_visible / kBlockN + 1);
+    }
+    if (kWindow && s.window_left >= 0) {
+      const int first_visible = s.row_begin + s.diagonal - s.window_left;
+      begin = first_visible <= 0 ? 0 : first_visible / kBlockN;
+    }
+  }
+
+  /// Query blocks [begin, end) whose rows can see a key of block n_block (backward: the CTA
+  /// owns the key block and walks the query blocks).
+  template <int kBlockM, int kBlockN>
+  __device__ static void query_block_range(const MaskState& s, int n_block, int& begin, int& end) {
+    const int num_blocks = (s.seqlen_q + kBlockM - 1) / kBlockM;
+    const int first_key = n_block * kBlockN;
+    const int last_key = min(first_key + kBlockN, s.seqlen_k) - 1;
+    begin = 0;
+    end = num_blocks;
+    // Query i sees key j only if j <= i + diagonal + right, i.e. i >= j - diagonal - right.
+    if (kCausal || (kWindow && s.window_right >= 0)) {
+      const int right = kCausal ? 0 : s.window_right;
+      const int first_row = first_key - s.diagonal - right;
+      begin = first_row <= 0 ? 0 : min(num_blocks, first_row / kBlockM);
+    }
+    // And j >= i + diagonal - left, i.e. i <= j - diagonal + left.
+    if (kWindow && s.window_left >= 0) {
+      const int last_row = last_key - s.diagonal + s.window_left;
+      end = last_row < 0 ? 0 : min(num_blocks, last_row / kBlockM + 1);
+    }
+  }
+
+  /// Skip (every element masked: no load, no MMA), partial (element rule needed) or full.
+  /// `minmax` is the kernel parameter holding the tables (built for key blocks of kBlockN).
+  template <int kBlockN>
+  __device__ static int classify(const MaskState& s, const int* minmax, int n_block) {
+    const int col_begin = n_block * kBlockN;
+    const int col_last = min(col_begin + kBlockN, s.seqlen_k) - 1;
+    bool partial = col_begin + kBlockN > s.seqlen_k;
+    if (kCausal) partial |= col_last > s.row_begin + s.diagonal;
+    if (kWindow) {
+      if (s.window_right >= 0) partial |= col_last > s.row_begin + s.diagonal + s.window_right;
+      if (s.window_left >= 0) partial |= col_begin < s.row_end - 1 + s.diagonal - s.window_left;
+    }
+    if (kHasVectors) {
+      const long long block =
+          static_cast<long long>(static_cast<int>(opaque(static_cast<u32>(s.vector_row)))) *
+              s.num_key_blocks +
+          n_block;
+      const int* mm = minmax + block * 2 * kColumns;
+      if (kHasLower) {
+        const int start_min = mm[2 * kLts], start_max = mm[2 * kLts + 1];
+        const int end_min = kLte >= 0 ? mm[2 * kLte] : s.seqlen_q;
+        const int end_max = kLte >= 0 ? mm[2 * kLte + 1] : s.seqlen_q;
+        if (s.row_begin >= start_max && s.row_end <= end_min) return kTileSkip;
+        partial |= s.row_begin < end_max && s.row_end > start_min;
+      }
+      if (kHasUpper) {
+        const int start_min = kUts >= 0 ? mm[2 * kUts] : 0;
+        const int start_max = kUts >= 0 ? mm[2 * kUts + 1] : 0;
+        const int end_min = mm[2 * kUte], end_max = mm[2 * kUte + 1];
+        if (s.row_begin >= start_max && s.row_end <= end_min) return kTileSkip;
+        partial |= s.row_begin < end_max && s.row_end > start_min;
+      }
+    }
+    return partial ? kTilePartial : kTileFull;
+  }
+
+  /// The highest key block in [n_begin, from] that is not skipped for the CTA's rows, or
+  /// n_begin - 1 (search_last_active_key_block). Call from all lanes of a warp.
+  template <int kBlockN>
+  __device__ static int last_active_key_block(const MaskState& s, const int* minmax, int from,
+                                              int n_begin) {
+    if (!kHasVectors) return from;
+    return search_last_active_key_block<MaskPolicy, kBlockN>(s, minmax, from, n_begin);
+  }
+
+  /// The lowest query block in [from, end) with a visible element in key block n_block, or end
+  /// (search_first_active_query_block). Call from all lanes of a warp.
+  template <int kBlockM, int kBlockN>
+  __device__ static int first_active_query_block(const MaskState& s, const int* minmax, int n_block,
+                                                 int from, int end) {
+    if (!kHasVectors) return from;
+    return search_first_active_query_block<MaskPolicy, kBlockM, kBlockN>(s, minmax, n_block, from,
+                                                                         end);
+  }
+
+  /// One key column's FlashMask rows, read once from shared memory (`values` is the address
+  /// of the column's kColumns values) and then applied to every row of the column: masked
+  /// rows are [lower_start, lower_end) and [upper_start, upper_end).
+  struct Column {
+    int lower_start, lower_end, upper_start, upper_end;
+  };
+
+  __device__ static __forceinline__ Column load_column(const MaskState& s, u32 values) {
+    Column c;
+    c.lower_start = kHasLower ? load_shared_s32(values + 4 * kLts) : s.seqlen_q;
+    c.lower_end = kLte >= 0 ? load_shared_s32(values + 4 * kLte) : s.seqlen_q;
+    c.upper_start = kUts >= 0 ? load_shared_s32(values + 4 * kUts) : 0;
+    c.upper_end = kHasUpper ? load_shared_s32(values + 4 * kUte) : 0;
+    return c;
+  }
+
+  /// The element rule for query `row` and key `col` (whose column was loaded as `c`).
+  template <class Params>
+  __device__ static __forceinline__ bool masked(const Params&, const MaskState& s, int row, int col,
+                                                const Column& c) {
+    bool out = col >= s.seqlen_k;
+    if (kCausal) out |= col > row + s.diagonal;
+    if (kWindow) {
+      if (s.window_left >= 0) out |= col < row + s.diagonal - s.window_left;
+      if (s.window_right >= 0) out |= col > row + s.diagonal + s.window_right;
+    }
+    if (kHasLower) out |= row >= c.lower_start && row < c.lower_end;
+    if (kHasUpper) out |= row >= c.upper_start && row < c.upper_end;
+    return out;
+  }
+};
+
+/// The policy of mask=predicate. Visible (generated) has
+///   static __device__ bool visible(const PredicateInputs&, int b, int h, int q, int k);
+/// the block table (the `table` argument: FwdParams::minmax, BwdParams::minmax or minmax_dq)
+/// holds one int32 entry per tile of kTableBlockM x kTableBlockN for each (batch row, head
+/// row), built by predicate_blocks.cuh: the TileKind, and for a partial tile the slot of its
+/// element bits when it has one. kPerBatch / kPerHead: the table has a row per batch / per
+/// query head. Keys past Sk are masked; the caller ignores rows past Sq.
+template <class Visible, int kTableBlockM, int kTableBlockN, bool kPerBatch, bool kPerHead>
+struct PredicatePolicy {
+  static constexpr int kColumns = 0;
+  static constexpr bool kHasVectors = false;
+  /// The element rule comes as bits per fragment: the tile's stored bits (load_fragment_words,
+  /// fragment_bits), else the generated expression (evaluate_bits).
+  static constexpr bool kElementBits = true;
+  /// The block table makes a block's work depend on the data: the CTAs run in a CTA order.
+  static constexpr bool kOrderedCtas = true;
+
+  /// MaskState::vector_row: the table row of the CTA's (head, batch).
+  template <class Params>
+  __device__ static int mask_row(const Params& p, int head, int batch) {
+    return (kPerBatch ? batch : 0) * (kPerHead ? p.heads : 1) + (kPerHead ? head : 0);
+  }
+
+  template <int kBlockN>
+  __device__ static void key_block_range(const MaskState& s, int& begin, int& end) {
+    begin = 0;
+    end = (s.seqlen_k + kBlockN - 1) / kBlockN;
+  }
+
+  template <int kBlockM, int kBlockN>
+  __device__ static void query_block_range(const MaskState& s, int, int& begin, int& end) {
+    begin = 0;
+    end = (s.seqlen_q + kBlockM - 1) / kBlockM;
+  }
+
+  /// The table's entry for the CTA's rows (a query block of kTableBlockM) and key block n:
+  /// tile_kind() of it is the TileKind, tile_bits_slot() the slot of its element bits.
+  template <int kBlockN>
+  __device__ static int classify(const MaskState& s, const int* table, int n_block) {
+    static_assert(kBlockN == kTableBlockN, "the block table is built for the kernel's tiles");
+    const int blocks_m = (s.seqlen_q + kTableBlockM - 1) / kTableBlockM;
+    const int row = static_cast<int>(opaque(static_cast<u32>(s.vector_row)));
+    const long long tile =
+        (static_cast<long long>(row) * blocks_m + s.row_begin / kTableBlockM) * s.num_key_blocks +
+        n_block;
+    return table[tile];
+  }
+
+  template <int kBlockN>
+  __device__ static int last_active_key_block(const MaskState& s, const int* table, int from,
+                                              int n_begin) {
+    return search_last_active_key_block<PredicatePolicy, kBlockN>(s, table, from, n_begin);
+  }
+
+  template <int kBlockM, int kBlockN>
+  __device__ static int first_active_query_block(const MaskState& s, const int* table, int n_block,
+                                                 int from, int end) {
+    return search_first_active_query_block<PredicatePolicy, kBlockM, kBlockN>(s, table, n_block,
+                                                                              from, end);
+  }
+
+  struct Column {};
+
+  __device__ static __forceinline__ Column load_column(const MaskState&, u32) { return Column(); }
+
+  /// Key `col` is hidden from query `row` of the CTA's (batch, head).
+  template <class Params>
+  __device__ static __forceinline__ bool masked(const Params& p, const MaskState& s, int row,
+                                                int col, const Column&) {
+    const CtaWork work = cta_work<true>(p.cta_order);  // head and batch do not depend on the flag
+    return col >= s.seqlen_k || !Visible::visible(p.predicate, work.batch, work.head, row, col);
+  }
+
+  /// The stored bits of a thread's fragment rows row_local and row_local + 8 (tile rows:
+  /// queries, or keys when kTransposed) in tile `tile` (classify's entry), for fragment_bits;
+  /// zeros when the tile has no slot. `bits` is the table's bit buffer (predicate_blocks.cuh).
+  /// The kernels read them a block ahead, so the loads are in flight during the block before.
+  template <int kTiles, bool kTransposed>
+  __device__ static __forceinline__ FragmentWords<(kTiles + 3) / 4> load_fragment_words(
+      const unsigned* bits, int tile, int row_local) {
+    using Bits = PredicateTileBits<kTableBlockM, kTableBlockN, kTransposed>;
+    static_assert(kTiles * 8 == Bits::kCols, "the fragment spans the tile's columns");
+    FragmentWords<(kTiles + 3) / 4> out;
+    const int slot = tile_bits_slot(tile);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int w = 0; w < Bits::kRowWords; ++w) out.words[r][w] = 0;
+    }
+    if (slot >= 0) {
+      const unsigned* rows =
+          bits + static_cast<long long>(slot) * Bits::kSlotWords + row_local * Bits::kRowWords;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int w = 0; w < Bits::kRowWords; ++w)
+          out.words[r][w] = rows[8 * r * Bits::kRowWords + w];
+      }
+    }
+    return out;
+  }
+
+  /// The hidden bits of a thread's accumulator fragment of kTiles n8 tiles from its stored
+  /// words: bit 4 * t8 + 2 * r + c is element (row r of `words`, col_local + 8 * t8 + c),
+  /// col_local < 8 being the thread's first column in the tile. Word w holds n8 tiles
+  /// 4w .. 4w + 3: the thread's two columns of each are shifted down, masked, and packed
+  /// pairwise to 4 * (t8 - 4w).
+  template <int kTiles>
+  __device__ static __forceinline__ unsigned long long fragment_bits(
+      const FragmentWords<(kTiles + 3) / 4>& words, int col_local) {
+    static_assert(kTiles * 4 <= 64, "one bit per element of the fragment");
+    unsigned long long out = 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int w = 0; w < (kTiles + 3) / 4; ++w) {
+        unsigned x = (words.words[r][w] >> col_local) & 0x03030303u;
+        x = (x | (x >> 4)) & 0x00330033u;
+        x = (x | (x >> 8)) & 0x0000ffffu;
+        out |= static_cast<unsigned long long>(x) << (16 * w + 2 * r);
+      }
+    }
+    return out;
+  }
+
+  /// The same bits evaluated from the predicate, for a partial tile without a slot: element
+  /// (tile_row0 + row_local + 8 * r, tile_col0 + col_local + 8 * t8 + c), rows being queries,
+  /// or keys when kTransposed (the backward's S^T). The loop over columns stays rolled, so
+  /// what depends on the two rows only is computed once and the temporaries never add to the
+  /// live accumulators.
+  template <int kTiles, bool kTransposed, class Params>
+  __device__ static __forceinline__ unsigned long long evaluate_bits(const Params& p,
+                                                                     const MaskState& s,
+                                                                     int row_local, int col_local,
+                                                                     int tile_row0, int tile_col0) {
+    static_assert(kTiles * 4 <= 64, "one bit per element of the fragment");
+    unsigned long long out = 0;
+#pragma unroll 1
+    for (int j = 0; j < kTiles * 2; ++j) {
+      const int col = tile_col0 + col_local + 8 * (j >> 1) + (j & 1);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = tile_row0 + row_local + 8 * r;
+        const bool hidden =
+            kTransposed ? masked(p, s, col, row, Column()) : masked(p, s, row, col, Column());
+        out |= static_cast<unsigned long long>(hidden) << (4 * (j >> 1) + 2 * r + (j & 1));
+      }
+    }
+    return out;
+  }
+};
+
+}  // namespace attnjit

@@ -1,0 +1,78 @@
+// Block classification of a predicate mask: one CTA per tile of the consuming attention
+// kernel's shape (kBlockM queries x kBlockN keys) of one (batch row, head row) of the table.
+// The CTA evaluates the predicate on every element of the tile, 32 at a time per warp, and a
+// ballot gives each 32-element word of the tile's hidden bits; two barrier votes then give
+// skip (nothing visible), full (everything visible) or partial. Keys past Sk count as hidden
+// (the kernels must mask them), queries past Sq are ignored by the votes (the kernels never
+// store them) and read as hidden in the bits.
+//
+// A partial tile also gets a slot of the bit buffer when one is left, so that the attention
+// kernels read its element mask instead of evaluating the predicate again for every head and
+// direction: the entry is then kTilePartial | (slot + 1) << 2 (mask.cuh, tile_bits_slot). A
+// partial tile without a slot (the buffer is full) is evaluated element by element, as before.
+//
+// Bits layout of a slot: kRows rows of ceil(kCols / 32) words; bit c of word w of row r is
+// element (r, 32 w + c), 1 = hidden. Rows are the consumer's fragment rows: queries
+// (kKeyRows false: the forward and the dQ kernel), or keys (kKeyRows true: the backward main
+// kernel, which computes S^T).
+#pragma once
+
+#include "attnjit/masks/mask.cuh"
+#include "attnjit/common/params.cuh"
+
+namespace attnjit {
+
+template <class Visible, int kBlockM, int kBlockN, bool kPerBatch, bool kPerHead, bool kKeyRows>
+__device__ __forceinline__ void predicate_blocks(const PredicateBlocksParams& p) {
+  using Bits = PredicateTileBits<kBlockM, kBlockN, kKeyRows>;
+  __shared__ unsigned hidden_words[Bits::kSlotWords];
+  __shared__ int slot;
+
+  const long long tile = blockIdx.x;
+  const int n_block = static_cast<int>(tile % p.blocks_n);
+  const int m_block = static_cast<int>((tile / p.blocks_n) % p.blocks_m);
+  const int table_row = static_cast<int>(tile / (static_cast<long long>(p.blocks_n) * p.blocks_m));
+  const int head = kPerHead ? table_row % p.table_heads : 0;
+  const int batch = kPerBatch ? table_row / p.table_heads : 0;
+  const int row0 = m_block * kBlockM;
+  const int col0 = n_block * kBlockN;
+  const int lane = threadIdx.x % 32;
+
+  bool any_visible = false;
+  bool any_hidden = false;
+  for (int w = threadIdx.x / 32; w < Bits::kSlotWords; w += blockDim.x / 32) {
+    const int r = w / Bits::kRowWords;
+    const int c = (w % Bits::kRowWords) * 32 + lane;
+    const int q = row0 + (kKeyRows ? c : r);
+    const int k = col0 + (kKeyRows ? r : c);
+    const bool inside = c < Bits::kCols && q < p.seqlen_q;
+    const bool visible =
+        inside && k < p.seqlen_k && Visible::visible(p.predicate, batch, head, q, k);
+    const unsigned hidden = __ballot_sync(0xffffffffu, !visible);
+    any_visible |= visible;
+    any_hidden |= inside && !visible;
+    if (lane == 0) hidden_words[w] = hidden;
+  }
+  const bool tile_visible = __syncthreads_or(any_visible);
+  const bool tile_hidden = __syncthreads_or(any_hidden);
+  const bool partial = tile_visible && tile_hidden;
+  if (threadIdx.x == 0) {
+    int entry = !tile_visible ? kTileSkip : tile_hidden ? kTilePartial : kTileFull;
+    slot = -1;
+    if (partial && p.bits_capacity > 0) {
+      const int taken = static_cast<int>(atomicAdd(p.bits_used, 1u));
+      if (taken < p.bits_capacity) {
+        slot = taken;
+        entry |= (taken + 1) << 2;
+      }
+    }
+    p.table[tile] = entry;
+  }
+  __syncthreads();
+  if (slot >= 0) {
+    unsigned* out = p.bits + static_cast<long long>(slot) * Bits::kSlotWords;
+    for (int w = threadIdx.x; w < Bits::kSlotWords; w += blockDim.x) out[w] = hidden_words[w];
+  }
+}
+
+}  // namespace attnjit

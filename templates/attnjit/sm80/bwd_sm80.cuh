@@ -1,0 +1,299 @@
+// The backward mainloop of the sm80 family (FA2 structure, mma.sync): one CTA per key block.
+//
+// K_j and V_j stay in shared memory; each warp owns 16 keys (and, for wide heads, a share
+// of the head dim) and accumulates its rows of dK_j and dV_j in registers. The CTA walks the
+// query blocks that can see its keys (QueryBlockWalk, bwd_common.cuh), streaming Q_i, dO_i,
+// LSE_i and D_i through two cp.async stages. Per query block, with
+// the transposed products so that P^T and dS^T land in the A-operand layout:
+//   S^T  = K Q^T                 P^T = 2^(S^T * scale * log2e - LSE_i * log2e)
+//   dV  += P^T dO                dP^T = V dO^T
+//   dS^T = P^T * (dP^T - D_i)    dK  += dS^T Q
+//   dQ_i += dS K                 dS^T goes through shared memory; fp32 atomics (kAtomicDq),
+//                                or a separate query-parallel kernel (deterministic mode)
+// dK is scaled by softmax_scale at the end; dQ in backward_convert_dq.
+// With score modifiers (score_mod.cuh) P^T is taken from the modified scores (in log2 units;
+// masked elements stay -inf); soft-capping multiplies dS^T by 1 - tanh^2, recomputed from S^T
+// and carried as the 16-bit product P^T (1 - tanh^2) until dS^T is formed.
+//
+// Config: Element, kHeadDim, kBlockM, kBlockN, kWarps, kDimWarps, kAtomicDq. Score: a
+// ScoreMod.
+#pragma once
+
+#include "attnjit/common/bwd_common.cuh"
+#include "attnjit/common/fragment.cuh"
+#include "attnjit/common/kv_block.cuh"
+#include "attnjit/masks/mask.cuh"
+#include "attnjit/common/mask_apply.cuh"
+#include "attnjit/common/params.cuh"
+#include "attnjit/common/primitives.cuh"
+#include "attnjit/common/schedule.cuh"
+#include "attnjit/common/score_mod.cuh"
+#include "attnjit/common/smem_tile.cuh"
+#include "attnjit/common/warp_mma.cuh"
+
+namespace attnjit {
+
+template <class Config, class Mask, class Score = ScoreMod<false, false>>
+struct BackwardSm80 {
+  typedef typename Config::Element Element;
+  static constexpr int kHeadDim = Config::kHeadDim;
+  static constexpr int kBlockM = Config::kBlockM;  // queries per iteration
+  static constexpr int kBlockN = Config::kBlockN;  // keys of the CTA
+  static constexpr int kWarps = Config::kWarps;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kDimWarps = Config::kDimWarps;
+  static constexpr int kKeyWarps = kWarps / kDimWarps;
+  static constexpr bool kAtomicDq = Config::kAtomicDq;
+  static constexpr int kDimPerWarp = kHeadDim / kDimWarps;  // dK/dV columns of a warp
+  static constexpr int kQTiles = kBlockM / 8;               // n8 tiles of S^T (queries)
+  static constexpr int kQSteps = kBlockM / 16;              // k16 steps over queries
+  static constexpr int kDSteps = kHeadDim / 16;             // k16 steps over the head dim
+  static constexpr int kDTiles = kDimPerWarp / 8;           // n8 tiles of a warp's dK/dV
+  static constexpr int kKeySteps = kBlockN / 16;            // k16 steps of dQ = dS K
+  static constexpr int kDqRowWarps = kBlockM / 16;          // dQ: 16-row slabs
+  static constexpr int kDqColWarps = kWarps / kDqRowWarps;  // dQ: column groups
+  static constexpr int kDqCols = kHeadDim / kDqColWarps;
+  static constexpr int kDqTiles = kDqCols / 8;
+  static constexpr int kColumns = Mask::kColumns;
+  static constexpr bool kElementBits = Mask::kElementBits;
+  /// A predicate's stored bits of a thread's two keys of S^T (FragmentWords), read one block
+  /// ahead up to head dim 128; d256 has no registers to carry them across the loop (the NVRTC
+  /// sweep spilled), so from 192 on they are read when the block is computed.
+  typedef FragmentWords<(kQTiles + 3) / 4> Words;
+  static constexpr bool kPrefetchBits = kHeadDim <= 128;
+
+  static_assert(kBlockN == 16 * kKeyWarps, "each key warp owns 16 keys");
+  static_assert(kWarps % kDimWarps == 0 && kWarps % kDqRowWarps == 0, "warp layout");
+  static_assert(kDimPerWarp % 16 == 0 && kDqCols % 16 == 0, "n16 pairs of tiles");
+  static_assert(kBlockM % 32 == 0, "query block is a whole number of 32-column panels");
+
+  typedef SmemTile<kBlockN, kHeadDim> KvTile;
+  typedef SmemTile<kBlockM, kHeadDim> QTile;                               // Q and dO
+  typedef SmemTile<kBlockN, kBlockM> DsTile;                               // dS^T: [key][query]
+  static constexpr int kStageBytes = 2 * QTile::kBytes + 2 * kBlockM * 4;  // Q, dO, LSE2, D
+  static constexpr int kDsBytes = kAtomicDq ? DsTile::kBytes : 0;
+  /// K, V, two stages of (Q, dO, LSE2, D), dS^T, the key block's FlashMask values.
+  static constexpr int kSmemBytes =
+      2 * KvTile::kBytes + 2 * kStageBytes + kDsBytes + kBlockN * kColumns * 4;
+
+  WarpAccumulator<1, kDTiles> acc_dk;
+  WarpAccumulator<1, kDTiles> acc_dv;
+
+  __device__ __forceinline__ void run(const BwdParams& p, unsigned char* smem) {
+    // The CTA order (schedule.cuh) when the mask has one; otherwise low key blocks see the most
+    // queries under causal.
+    start_cta<true>(cta_order_of<Mask::kOrderedCtas>(p));
+    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
+    const int n_block = work.block;
+    const int head = work.head;
+    const int batch = work.batch;
+    if (head >= p.heads) return;  // the missing half of the last pair (schedule.cuh)
+    const int thread = threadIdx.x;
+
+    MaskState ms = make_mask_state<kBlockN, Mask>(p, head, batch);
+
+    const int key0 = n_block * kBlockN;
+    const u32 smem_k = smem_address(smem);
+    const u32 smem_v = smem_k + KvTile::kBytes;
+    const u32 smem_stages = smem_v + KvTile::kBytes;
+    const u32 smem_ds = smem_stages + 2 * kStageBytes;
+    const u32 smem_vectors = smem_stages + 2 * kStageBytes + kDsBytes;
+    load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns, Mask::kOrderedCtas>(
+        p, ms, n_block, smem_k, smem_vectors, thread);
+
+    QueryBlockWalk<Mask, kBlockM, kBlockN, kHeadDim, kThreads, kStageBytes> walk;
+    walk.begin(p, ms, n_block, smem_stages, work);
+
+    acc_dk.fill(0.f);
+    acc_dv.fill(0.f);
+
+    // A predicate's table entry and stored bits are read one block ahead (read_tile).
+    int tile_next = 0;
+    Words words[1];
+    if (kElementBits && walk.more()) tile_next = read_tile(ms, p, n_block, walk.block, words);
+    for (int it = 0; walk.more(); ++it) {
+      // The stage() barrier also frees dS^T, which the previous iteration read.
+      const u32 smem_stage = walk.stage(p, ms, n_block, smem_stages, it);
+      ms.row_begin = walk.block * kBlockM;
+      ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
+      const int tile =
+          kElementBits ? tile_next : Mask::template classify<kBlockN>(ms, p.minmax, n_block);
+      compute_block(p, ms, smem_k, smem_v, smem_stage, smem_ds, smem_vectors, key0, tile, words);
+      walk.advance(p, ms, n_block);
+      if (kElementBits && walk.more()) tile_next = read_tile(ms, p, n_block, walk.block, words);
+    }
+    cp_async_wait<0>();
+    epilogue(p, key0);
+  }
+
+  /// A predicate's table entry of (query block m_block, key block n_block) and, when
+  /// kPrefetchBits, the stored bits of the thread's two keys in it (read_tile, mask_apply.cuh).
+  __device__ __forceinline__ static int read_tile(MaskState ms, const BwdParams& p, int n_block,
+                                                  int m_block, Words (&words)[1]) {
+    ms.row_begin = m_block * kBlockM;
+    if constexpr (kPrefetchBits) {
+      // The thread's keys from the special registers, read only for a partial tile.
+      return attnjit::read_tile<Mask, kBlockN, kQTiles, true>(
+          p, ms, &BwdParams::minmax, &BwdParams::predicate_bits, n_block,
+          [](int) {
+            const int lane = read_tid_x() % 32;
+            const int key_row0 = (read_tid_x() / 32) % kKeyWarps * 16;
+            return key_row0 + lane / 4;
+          },
+          words);
+    } else {
+      return Mask::template classify<kBlockN>(ms, p.minmax, n_block);
+    }
+  }
+
+  __device__ __forceinline__ void compute_block(const BwdParams& p, const MaskState& ms, u32 smem_k,
+                                                u32 smem_v, u32 smem_stage, u32 smem_ds,
+                                                u32 vectors, int key0, int tile,
+                                                const Words (&words)[1]) {
+    const int kind = tile_kind(tile);
+    const int warp = read_tid_x() / 32;
+    const int lane = read_tid_x() % 32;
+    const u32 smem_q = smem_stage;
+    const u32 smem_do = smem_stage + QTile::kBytes;
+    const u32 lse_log2 = smem_stage + 2 * QTile::kBytes;  // kBlockM floats, then D
+    const u32 row_dot = lse_log2 + kBlockM * 4;
+    const int key_warp = warp % kKeyWarps;
+    const int dim_warp = warp / kKeyWarps;
+    const int key_row0 = key_warp * 16;
+    const int dim_chunk0 = dim_warp * kDimPerWarp / 8;
+    const int g = lane / 4;
+    const int t = lane % 4;
+    // Per-lane address parts (SmemTile::matrix_address): A rows, B rows (non-transposed),
+    // B rows transposed.
+    const u32 kv_a_lane = opaque(KvTile::lane_offset(lane % 16, lane / 16));
+    const u32 q_b_lane = opaque(QTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
+    const u32 q_bt_lane = opaque(QTile::lane_offset(lane % 16, lane / 16));
+
+    // A predicate's partial tile is masked by one bit per element of the thread's fragment
+    // (S^T's rows are keys, its columns queries), taken before S^T = K Q^T while the scores
+    // hold no registers: from the stored bits (read during the block before), else by
+    // evaluating the generated element rule.
+    unsigned long long hidden = 0;
+    if constexpr (kElementBits) {
+      if (kind == kTilePartial) {
+        hidden = tile_bits_slot(tile) < 0 ? Mask::template evaluate_bits<kQTiles, true>(
+                                                p, ms, key_row0 + g, 2 * t, key0, ms.row_begin)
+                 : kPrefetchBits ? Mask::template fragment_bits<kQTiles>(words[0], 2 * t)
+                                 : Mask::template fragment_bits<kQTiles>(
+                                       Mask::template load_fragment_words<kQTiles, true>(
+                                           p.predicate_bits, tile, key_row0 + g),
+                                       2 * t);
+      }
+    }
+
+    // S^T = K Q^T for the warp's 16 keys.
+    WarpAccumulator<1, kQTiles> acc_s;
+    warp_rows_times_rows<Element, KvTile, QTile, kDSteps>(acc_s, smem_k, kv_a_lane, key_row0,
+                                                          smem_q, q_b_lane, 0);
+
+    if constexpr (kElementBits) {
+      if (kind == kTilePartial) mask_by_bits(acc_s, 0, hidden);
+    } else if (kind == kTilePartial) {
+      // This thread's two keys (rows g, g + 8 of S^T) are the FlashMask columns.
+      mask_scores_by_key<Mask>(p, ms, acc_s, vectors, key0, key_row0, 0, lane);
+    }
+
+    // P^T = 2^(S^T c - LSE2): 0 where masked and in rows that see no key (LSE2 = +inf).
+    // Score modifiers apply here, after the mask, so that soft-capping's 1 - tanh^2 goes
+    // straight into the 16-bit P^T (1 - tanh^2) that dS^T uses, held in no fp32 register.
+    // Element (nt, 2 r + c) is key row g + 8 r, query column nt * 8 + 2 t + c.
+    const Score score = Score::template make<Mask::kOrderedCtas>(p);
+    const int distance0 = key0 + key_row0 + g - (ms.row_begin + 2 * t + ms.diagonal);
+    u32 p_grad_packed[kQTiles][2];  // used by soft-capping only
+#pragma unroll
+    for (int nt = 0; nt < kQTiles; ++nt) {
+      float lse[2];
+      load_lse_pair<Score>(lse_log2, nt * 8 + 2 * t, ms, lse);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float grad[2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          acc_s.v[0][nt][2 * r + c] = backward_probability(
+              p, score, acc_s.v[0][nt][2 * r + c], distance0 + 8 * r - nt * 8 - c, lse[c], grad[c]);
+        }
+        if (Score::kSoftcap) {
+          p_grad_packed[nt][r] =
+              pack2<Element>(acc_s.v[0][nt][2 * r] * grad[0], acc_s.v[0][nt][2 * r + 1] * grad[1]);
+        }
+      }
+    }
+
+    // dV += P^T dO. From here on P lives only in its 16-bit form (the registers go to dP^T);
+    // dS uses that rounded P, as a plain 16-bit implementation would (with soft-capping, the
+    // rounded P^T (1 - tanh^2)).
+    OperandA<1, kQSteps> p_packed;
+    to_operand_a<Element>(acc_s, p_packed);
+    warp_regs_times_tile<Element, QTile, kQSteps>(acc_dv, p_packed, smem_do, q_bt_lane, dim_chunk0);
+
+    // dP^T = V dO^T, then dS^T = P^T (dP^T - D).
+    WarpAccumulator<1, kQTiles> acc_ds;
+    warp_rows_times_rows<Element, KvTile, QTile, kDSteps>(acc_ds, smem_v, kv_a_lane, key_row0,
+                                                          smem_do, q_b_lane, 0);
+#pragma unroll
+    for (int nt = 0; nt < kQTiles; ++nt) {
+      float d[2];
+      load_shared_v2_f32(row_dot + (nt * 8 + 2 * t) * 4, d[0], d[1]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const u32 pair = Score::kSoftcap ? p_grad_packed[nt][e / 2]
+                                         : p_packed.v[0][nt / 2][operand_register(nt, e / 2)];
+        const float p_value = e % 2 ? unpack_hi<Element>(pair) : unpack_lo<Element>(pair);
+        acc_ds.v[0][nt][e] = p_value * (acc_ds.v[0][nt][e] - d[e % 2]);
+      }
+    }
+
+    // dK += dS^T Q.
+    OperandA<1, kQSteps> ds_packed;
+    to_operand_a<Element>(acc_ds, ds_packed);
+    warp_regs_times_tile<Element, QTile, kQSteps>(acc_dk, ds_packed, smem_q, q_bt_lane, dim_chunk0);
+
+    if (kAtomicDq) {
+      if (dim_warp == 0) {
+#pragma unroll
+        for (int nt = 0; nt < kQTiles; ++nt) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int offset = DsTile::element_offset(key_row0 + g + 8 * r, nt * 8 + 2 * t);
+            store_shared_u32(smem_ds + offset, ds_packed.v[0][nt / 2][operand_register(nt, r)]);
+          }
+        }
+      }
+      __syncthreads();
+      accumulate_dq(p, ms, smem_ds, smem_k);
+    }
+  }
+
+  /// dQ_i += dS K for the query block, split over the warps as 16-row slabs x column
+  /// groups, added to the fp32 accumulator with atomics (red.global.add).
+  __device__ __forceinline__ static void accumulate_dq(const BwdParams& p, const MaskState& ms,
+                                                       u32 smem_ds, u32 smem_k) {
+    const int warp = read_tid_x() / 32;
+    accumulate_dq_tiles<Element, kHeadDim, DsTile, KvTile, 1, kDqTiles, kKeySteps>(
+        p, ms, cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p)), smem_ds, smem_k,
+        (warp % kDqRowWarps) * 16, (warp / kDqRowWarps) * kDqCols / 8);
+  }
+
+  /// dK (scaled) and dV of the warp's keys and columns (store_dkdv_tile).
+  __device__ __forceinline__ void epilogue(const BwdParams& p, int key0) {
+    const int warp = threadIdx.x / 32;
+    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
+    store_dkdv_tile<Element, kHeadDim>(p, work.head, work.batch, key0 + (warp % kKeyWarps) * 16,
+                                       (warp / kKeyWarps) * kDimPerWarp, acc_dk.v[0], acc_dv.v[0]);
+  }
+};
+
+/// The body of a generated backward (dK, dV and, with kAtomicDq, dQ) kernel.
+template <class Config, class Mask, class Score = ScoreMod<false, false>>
+__device__ __forceinline__ void backward_sm80(const BwdParams& params) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  BackwardSm80<Config, Mask, Score> kernel;
+  kernel.run(params, smem);
+}
+
+}  // namespace attnjit

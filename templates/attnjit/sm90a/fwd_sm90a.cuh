@@ -1,0 +1,280 @@
+// The forward attention kernel of the sm90a family (FA3 structure: TMA, mbarrier rings, warp
+// specialization, wgmma).
+//
+// One CTA of three warpgroups owns kBlockM = 128 query rows of one (head, batch):
+//   producer   warpgroup 0 gives its registers away (setmaxnreg) and one warp of it feeds Q
+//              once and rings of K and V stages by TMA (fwd_sm90a_producer.cuh);
+//   consumers  warpgroups 1 and 2 take the registers and 64 query rows each:
+//                S = Q K^T      wgmma SS, Q and K straight from the swizzled stages
+//                scores         score modifiers; the mask on partial blocks only
+//                               (fwd_sm90a_scores.cuh)
+//                softmax        online, on the accumulator fragment (softmax.cuh)
+//                O += P V       wgmma RS, P packed from the softmax's registers
+// Within a warpgroup, S of block j + 1 is issued with O += P V of block j, and the softmax
+// of block j + 1 runs while O += P V does; O takes block j's correction while S is computed.
+// With kPingPong the two consumers take turns to issue their products (named barriers), so
+// one's softmax runs while the other's products hold the tensor cores. Every warp walks the
+// key blocks itself (key_block_walk.cuh). The epilogue writes O through shared memory and TMA
+// (fwd_sm90a_epilogue.cuh).
+//
+// Config (bound by the generated code): Element, kHeadDimQK, kHeadDimV, kBlockM, kBlockN,
+// kStages, kReturnLse, kPingPong, kProducerRegisters, kConsumerRegisters. Score: a ScoreMod.
+// The kernel takes (FwdParams, FwdTensorMaps), 384 threads, __launch_bounds__(384, 1).
+#pragma once
+
+#include "attnjit/sm90a/barrier.cuh"
+#include "attnjit/common/fragment.cuh"
+#include "attnjit/sm90a/fwd_sm90a_epilogue.cuh"
+#include "attnjit/sm90a/fwd_sm90a_producer.cuh"
+#include "attnjit/sm90a/fwd_sm90a_scores.cuh"
+#include "attnjit/common/key_block_walk.cuh"
+#include "attnjit/masks/mask.cuh"
+#include "attnjit/sm90a/mbarrier.cuh"
+#include "attnjit/common/params.cuh"
+#include "attnjit/sm90a/pipeline.cuh"
+#include "attnjit/common/primitives.cuh"
+#include "attnjit/common/schedule.cuh"
+#include "attnjit/common/score_mod.cuh"
+#include "attnjit/common/smem_tile.cuh"
+#include "attnjit/common/softmax.cuh"
+#include "attnjit/sm90a/wgmma.cuh"
+
+namespace attnjit {
+
+template <class Config, class Mask, class Score = ScoreMod<false, false>>
+struct ForwardSm90a {
+  typedef typename Config::Element Element;
+  static constexpr int kHeadDim = Config::kHeadDimQK;
+  static constexpr int kBlockM = Config::kBlockM;
+  static constexpr int kBlockN = Config::kBlockN;
+  static constexpr int kStages = Config::kStages;
+  static constexpr bool kPingPong = Config::kPingPong;
+  static constexpr int kSTiles = kBlockN / 8;     // n8 tiles of S
+  static constexpr int kDTiles = kHeadDim / 8;    // n8 tiles of O
+  static constexpr int kQkSteps = kHeadDim / 16;  // k16 steps of Q K^T
+  static constexpr int kPvSteps = kBlockN / 16;   // k16 steps of P V
+  static constexpr int kColumns = Mask::kColumns;
+  static constexpr bool kElementBits = Mask::kElementBits;
+  /// Named barriers: the consumers' turns (1, 2) and their epilogues (3, 4).
+  static constexpr int kTurnBarrier = 1;
+  static constexpr int kEpilogueBarrier = 3;
+
+  static_assert(Config::kHeadDimQK == Config::kHeadDimV, "head_dim_v must equal head_dim_qk");
+  static_assert(kBlockM == 128, "two consumer warpgroups of 64 rows");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key blocks of whole k16 steps, N <= 256");
+  static_assert(kHeadDim % 32 == 0, "64-column panels (128-byte swizzle) or 32 (64-byte)");
+  static_assert(kStages >= 2, "K and V rings of at least two stages");
+  static_assert(!kElementBits || kSTiles <= 16, "a predicate's fragment bits fit 64 bits");
+
+  typedef Mask MaskType;
+  typedef SmemTile<kBlockM, kHeadDim> QTile;
+  typedef SmemTile<kBlockN, kHeadDim> KvTile;
+  typedef ForwardProducer<ForwardSm90a> Producer;
+  static constexpr int kVectorStageBytes = kBlockN * kColumns * 4;
+
+  // Shared memory from a 1024-byte aligned base: Q, the K stages, the V stages, the
+  // FlashMask values of each K stage, the barriers.
+  static constexpr int kKOffset = QTile::kBytes;
+  static constexpr int kVOffset = kKOffset + kStages * KvTile::kBytes;
+  static constexpr int kVectorOffset = kVOffset + kStages * KvTile::kBytes;
+  static constexpr int kBarrierOffset = kVectorOffset + kStages * kVectorStageBytes;
+  static constexpr int kKRingOffset = kBarrierOffset + 8;
+  static constexpr int kVRingOffset = kKRingOffset + Pipeline<kStages>::kBytes;
+  /// Dynamic shared memory, alignment slack included.
+  static constexpr int kSmemBytes = 1024 + kVRingOffset + Pipeline<kStages>::kBytes;
+
+  __device__ __forceinline__ void run(const FwdParams& p, const FwdTensorMaps& maps,
+                                      unsigned char* smem_raw) {
+    // The CTA order (schedule.cuh) when the mask has one; otherwise heaviest rows first.
+    start_cta<false>(cta_order_of<Mask::kOrderedCtas>(p));
+    if (cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p)).head >= p.heads) return;
+
+    const u32 base = (smem_address(smem_raw) + 1023) & ~1023u;
+    if (threadIdx.x == 0) {
+      mbarrier_init(base + kBarrierOffset, 1);
+      // K stages: the TMA thread, plus the lanes' cp.async of the FlashMask values. Empty:
+      // one arrival per consumer warp.
+      Pipeline<kStages>{base + kKRingOffset}.init(1 + (kColumns > 0 ? 32 : 0), 8);
+      Pipeline<kStages>{base + kVRingOffset}.init(1, 8);
+      mbarrier_init_fence();
+    }
+    __syncthreads();
+
+    if (warpgroup_index() == 0) {
+      warpgroup_registers_decrease<Config::kProducerRegisters>();
+      if (threadIdx.x < 32) Producer::run(p, maps, base);
+      return;
+    }
+    warpgroup_registers_increase<Config::kConsumerRegisters>();
+    consume(p, maps, base, warpgroup_index() - 1);
+  }
+
+  /// A consumer warpgroup: rows [64 consumer, 64 consumer + 64) of the query block. Its
+  /// registers hold the accumulators (O, S, P) and little else: shared addresses and the mask
+  /// state are formed where used (the block walk, partial blocks).
+  __device__ __forceinline__ void consume(const FwdParams& p, const FwdTensorMaps& maps, u32 base,
+                                          int consumer) {
+    const Pipeline<kStages> k_ring{base + kKRingOffset};
+    const Pipeline<kStages> v_ring{base + kVRingOffset};
+    PipelineState<kStages> k_state, v_state;
+    WarpgroupAccumulator<kHeadDim> acc_o;
+    acc_o.fill(0.f);
+    WarpgroupAccumulator<kBlockN> acc_s;
+    OperandA<1, kPvSteps> p_frag;
+    OnlineSoftmax<1> softmax;
+    softmax.reset();
+    float correction[1][2];
+
+    // Every warp walks the blocks itself (key_block_walk.cuh).
+    WarpKeyBlockWalk<Mask, kBlockN> walk;
+    walk.begin(block_mask_state(p), p.minmax);
+    // The epilogue reuses Q's rows: the Q copy must have landed even when no block follows.
+    mbarrier_wait(base + kBarrierOffset, 0);
+    if (walk.more()) {
+      k_ring.consumer_wait(k_state);
+      turn_begin(consumer, /*first=*/true);
+      wgmma_fence();
+      multiply_qk(acc_s.tiles(), base, consumer, base + kKOffset + k_state.index * KvTile::kBytes);
+      wgmma_commit();
+      turn_end(consumer);
+      wgmma_wait<0>();
+      fence_accumulators(acc_s.tiles());
+      // The loop is rotated so that the score step has one copy (code size is compile time):
+      // S of the block is ready at the top; O += P V of the block before is in flight.
+      for (bool first = true;; first = false) {
+        score_block(p, acc_s.tiles(), walk.block, walk.tile(block_mask_state(p), p.minmax),
+                    base + kVectorOffset + k_state.index * kVectorStageBytes, consumer);
+        release(k_ring, k_state);
+        softmax.template step<Score>(p, acc_s, correction);
+        wgmma_wait<0>();
+        fence_accumulators(acc_o.tiles());
+        if (!first) release(v_ring, v_state);
+        to_operand_a<Element>(acc_s, p_frag);
+        walk.next(block_mask_state(p), p.minmax);
+        if (!walk.more()) break;
+        k_ring.consumer_wait(k_state);
+        // S of the next block is issued before O += P V of this one, and the next score step
+        // runs while O += P V does; O takes this block's correction meanwhile.
+        turn_begin(consumer, false);
+        wgmma_fence();
+        multiply_qk(acc_s.tiles(), base, consumer,
+                    base + kKOffset + k_state.index * KvTile::kBytes);
+        wgmma_commit();
+        OnlineSoftmax<1>::rescale(acc_o, correction);
+        v_ring.consumer_wait(v_state);
+        wgmma_fence();
+        multiply_pv(acc_o.tiles(), p_frag, base + kVOffset + v_state.index * KvTile::kBytes);
+        wgmma_commit();
+        turn_end(consumer);
+        wgmma_wait<1>();
+        fence_accumulators(acc_s.tiles());
+      }
+      turn_begin(consumer, false);
+      OnlineSoftmax<1>::rescale(acc_o, correction);
+      v_ring.consumer_wait(v_state);
+      wgmma_fence();
+      multiply_pv(acc_o.tiles(), p_frag, base + kVOffset + v_state.index * KvTile::kBytes);
+      wgmma_commit();
+      turn_end(consumer);
+      wgmma_wait<0>();
+      fence_accumulators(acc_o.tiles());
+      release(v_ring, v_state);
+      // Consumer 0 takes the last hand-over, so no arrival stays pending at exit.
+      if (kPingPong && consumer == 0) named_barrier_sync(kTurnBarrier, 256);
+    }
+    const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
+    forward_epilogue<Element, QTile, Config::kReturnLse, kEpilogueBarrier, Score>(
+        p, maps.o, acc_o, softmax, base, consumer, work.block * kBlockM + 64 * consumer, work.head,
+        work.batch);
+  }
+
+  /// The mask state of the CTA's rows, formed at its use from the parameters and the CTA's
+  /// work (opaque: not hoisted into registers held across the key loop). The producer and the
+  /// consumers walk the blocks with it.
+  __device__ __forceinline__ static MaskState block_mask_state(const FwdParams& p) {
+    const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
+    MaskState ms = make_mask_state<kBlockN, Mask>(p, static_cast<int>(opaque(u32(work.head))),
+                                                  static_cast<int>(opaque(u32(work.batch))));
+    ms.row_begin = static_cast<int>(opaque(u32(work.block))) * kBlockM;
+    ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
+    return ms;
+  }
+
+  /// Waits for this consumer's turn to issue products (ping-pong); consumer 0 goes first.
+  __device__ __forceinline__ static void turn_begin(int consumer, bool first) {
+    if (kPingPong && !(first && consumer == 0)) named_barrier_sync(kTurnBarrier + consumer, 256);
+  }
+
+  /// Hands the turn to the other consumer.
+  __device__ __forceinline__ static void turn_end(int consumer) {
+    if (kPingPong) named_barrier_arrive(kTurnBarrier + 1 - consumer, 256);
+  }
+
+  /// Releases a stage (lane 0 of each consumer warp, after the warp's reads) and moves on.
+  __device__ __forceinline__ static void release(const Pipeline<kStages>& ring,
+                                                 PipelineState<kStages>& state) {
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) ring.consumer_release(state);
+    state.advance();
+  }
+
+  /// S = Q K^T for the consumer's 64 rows (the caller commits the group).
+  __device__ __forceinline__ static void multiply_qk(float (&s)[kSTiles][4], u32 q, int consumer,
+                                                     u32 k) {
+#pragma unroll
+    for (int kk = 0; kk < kQkSteps; ++kk) {
+      wgmma_ss<Element, kBlockN, 0, 0>(s, k_major_descriptor<QTile>(q, 64 * consumer, kk),
+                                       k_major_descriptor<KvTile>(k, 0, kk), kk > 0);
+    }
+  }
+
+  /// O += P V (the caller commits the group).
+  __device__ __forceinline__ static void multiply_pv(float (&o)[kDTiles][4],
+                                                     const OperandA<1, kPvSteps>& a, u32 v) {
+#pragma unroll
+    for (int kk = 0; kk < kPvSteps; ++kk) {
+      wgmma_rs<Element, kHeadDim, 1>(o, a.v[0][kk], mn_major_descriptor<KvTile>(v, 0, kk), 1);
+    }
+  }
+
+  /// Score modifiers and, on a partial block, the mask (from the stage's FlashMask values,
+  /// the predicate's stored bits or its expression).
+  __device__ __forceinline__ static void score_block(const FwdParams& p, float (&s)[kSTiles][4],
+                                                     int block, int tile, u32 vectors,
+                                                     int consumer) {
+    const int lane = threadIdx.x % 32;
+    const int g = lane / 4;
+    const int t = lane % 4;
+    const int warp_row = 64 * consumer + 16 * ((threadIdx.x / 32) % 4);  // in the query block
+    const int key0 = block * kBlockN;
+    if constexpr (Score::kActive) {
+      const MaskState ms = block_mask_state(p);
+      modify_scores<Score, Mask::kOrderedCtas>(p, s, ms.row_begin + warp_row + g, key0, ms.diagonal,
+                                               t);
+    }
+    if (tile_kind(tile) != kTilePartial) return;
+    const MaskState ms = block_mask_state(p);
+    if constexpr (kElementBits) {
+      const unsigned long long hidden =
+          tile_bits_slot(tile) >= 0 ? Mask::template fragment_bits<kSTiles>(
+                                          Mask::template load_fragment_words<kSTiles, false>(
+                                              p.predicate_bits, tile, warp_row + g),
+                                          2 * t)
+                                    : Mask::template evaluate_bits<kSTiles, false>(
+                                          p, ms, warp_row + g, 2 * t, ms.row_begin, key0);
+      hide_scores(s, hidden);
+    } else {
+      mask_scores<Mask>(p, ms, s, vectors, ms.row_begin + warp_row + g, key0, t);
+    }
+  }
+};
+
+/// The body of a generated sm90a forward kernel.
+template <class Config, class Mask, class Score = ScoreMod<false, false>>
+__device__ __forceinline__ void forward_sm90a(const FwdParams& params, const FwdTensorMaps& maps) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  ForwardSm90a<Config, Mask, Score> kernel;
+  kernel.run(params, maps, smem);
+}
+
+}  // namespace attnjit

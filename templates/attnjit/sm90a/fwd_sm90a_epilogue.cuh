@@ -1,0 +1,62 @@
+// The epilogue of a consumer warpgroup of the sm90a forward (fwd_sm90a.cuh): O divided by the
+// row sums (0 for rows with nothing visible), the LSE (-inf there), and O written through
+// shared memory: the warpgroup's 64 rows of the Q tile (its own rows: no other warpgroup reads
+// them) take O in the swizzled panel layout, and one thread stores them with TMA, which drops
+// the rows past Sq.
+#pragma once
+
+#include "attnjit/sm90a/barrier.cuh"
+#include "attnjit/common/fragment.cuh"
+#include "attnjit/common/params.cuh"
+#include "attnjit/common/primitives.cuh"
+#include "attnjit/common/softmax.cuh"
+#include "attnjit/sm90a/tma.cuh"
+#include "attnjit/sm90a/wgmma.cuh"
+
+namespace attnjit {
+
+/// Writes the warpgroup's O rows [row0, row0 + 64) of the CTA's (head, batch) and their LSE.
+/// consumer: 0 or 1, the warpgroup's share of the query block (and its named barrier
+/// kBarrier + consumer); q_tile: the Q tile, whose rows [64 consumer, + 64) this warpgroup
+/// alone reads, and no longer (its Q K^T products have completed).
+template <class Element, class QTile, bool kReturnLse, int kBarrier, class Score, int kHeadDim>
+__device__ __forceinline__ void forward_epilogue(const FwdParams& p, const TensorMap& o_map,
+                                                 WarpgroupAccumulator<kHeadDim>& o,
+                                                 OnlineSoftmax<1>& softmax, u32 q_tile,
+                                                 int consumer, int row0, int head, int batch) {
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int warp_row = 64 * consumer + 16 * ((threadIdx.x / 32) % 4);  // in the query block
+  softmax.finish(o, [&](int, int r) {
+    const int row = row0 - 64 * consumer + warp_row + 8 * r + g;
+    if (kReturnLse && t == 0 && row < p.seqlen_q) {
+      p.lse[batch * p.lse_batch_stride + head * p.lse_head_stride + row] =
+          softmax.template lse<Score>(p, 0, r);
+    }
+  });
+#pragma unroll
+  for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      store_shared_u32(q_tile + QTile::element_offset(warp_row + 8 * r + g, 8 * dt + 2 * t),
+                       pack2<Element>(o.v[0][dt][2 * r], o.v[0][dt][2 * r + 1]));
+    }
+  }
+  // The stores reach the TMA unit's reads only through the async-proxy fence, and all 128
+  // threads' stores must be in before the one thread issues the copy.
+  fence_async_shared();
+  named_barrier_sync(kBarrier + consumer, 128);
+  if (threadIdx.x % 128 == 0) {
+#pragma unroll
+    for (int panel = 0; panel < QTile::kChunks / QTile::kChunksPerPanel; ++panel) {
+      tma_store(o_map, q_tile + panel * QTile::kPanelBytes + 64 * consumer * QTile::kPanelCols * 2,
+                panel * QTile::kPanelCols, row0, head, batch);
+    }
+    tma_store_commit();
+    // Shared memory must stay until the copies have read it: the CTA may exit next.
+    tma_store_wait_read<0>();
+  }
+}
+
+}  // namespace attnjit

@@ -1,0 +1,75 @@
+// The scores of the sm90a forward (fwd_sm90a.cuh) on one warpgroup's m64 x kBlockN
+// accumulator of S = Q K^T, before the online softmax (softmax.cuh): score modifiers and the
+// mask of a partial key block. Element (nt, e) of the fragment (wgmma.cuh) is row
+// `row0 + 8 (e / 2)` of the thread and key `8 nt + 2 t + e % 2` of the block, t = lane % 4.
+#pragma once
+
+#include "attnjit/masks/mask.cuh"
+#include "attnjit/common/primitives.cuh"
+#include "attnjit/common/score_mod.cuh"
+
+namespace attnjit {
+
+/// Applies the score modifiers (before the mask, which then sets -inf: a modifier would turn
+/// -inf into a number). row0: the thread's first query row in the sequence.
+template <class Score, bool kOrderedCtas, int kTiles, class Params>
+__device__ __forceinline__ void modify_scores(const Params& p, float (&s)[kTiles][4], int row0,
+                                              int key0, int diagonal, int t) {
+  if constexpr (Score::kActive) {
+    const Score score = Score::template make<kOrderedCtas>(p);
+    const int distance0 = key0 + 2 * t - (row0 + diagonal);
+#pragma unroll
+    for (int nt = 0; nt < kTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = score.apply(s[nt][e], distance0 + 8 * nt + e % 2 - 8 * (e / 2));
+      }
+    }
+  }
+}
+
+/// Sets the masked elements of a partial key block to -inf by the mask's element rule on the
+/// columns' FlashMask values in shared memory (`vectors`, kColumns ints per key). row0: the
+/// thread's first query row in the sequence; key0: the block's first key. The rule is
+/// evaluated into bits first, 32 elements per word, so that no more than a column's values
+/// are live next to the accumulators.
+template <class Mask, int kTiles, class Params>
+__device__ __forceinline__ void mask_scores(const Params& p, const MaskState& ms,
+                                            float (&s)[kTiles][4], u32 vectors, int row0, int key0,
+                                            int t) {
+  constexpr int kWords = (kTiles * 4 + 31) / 32;
+#pragma unroll
+  for (int w = 0; w < kWords; ++w) {
+    // Bit 4 (nt % 8) + 2 r + c of word w: element (nt, 2 r + c), nt in [8 w, 8 w + 8).
+    unsigned hidden = 0;
+#pragma unroll
+    for (int j = 0; j < 16 && 16 * w + j < kTiles * 2; ++j) {
+      const int nt = (16 * w + j) / 2;
+      const int c = j % 2;
+      const int local_col = 8 * nt + 2 * t + c;
+      const typename Mask::Column column =
+          Mask::load_column(ms, vectors + local_col * Mask::kColumns * 4);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        if (Mask::masked(p, ms, row0 + 8 * r, key0 + local_col, column)) {
+          hidden |= 1u << (4 * (nt % 8) + 2 * r + c);
+        }
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < 32 && 32 * w + e < kTiles * 4; ++e) {
+      if ((hidden >> e) & 1) s[8 * w + e / 4][e % 4] = negative_infinity();
+    }
+  }
+}
+
+/// Sets the hidden elements (bit 4 nt + e of `hidden`) of the fragment to -inf.
+template <int kTiles>
+__device__ __forceinline__ void hide_scores(float (&s)[kTiles][4], unsigned long long hidden) {
+#pragma unroll
+  for (int i = 0; i < kTiles * 4; ++i) {
+    if ((hidden >> i) & 1) s[i / 4][i % 4] = negative_infinity();
+  }
+}
+
+}  // namespace attnjit

@@ -1,0 +1,69 @@
+// Tensor memory accelerator (TMA, sm_90) copies between global memory and shared memory,
+// described by a tensor map (params.cuh's TensorMap, encoded on the host by runtime/launch/tma.cpp).
+//
+// A load moves one box of the map's tensor, at the given element coordinates (innermost
+// first), into shared memory and completes its bytes on an mbarrier (mbarrier.cuh); parts of
+// the box outside the tensor are filled with zeros and still count as transaction bytes. A
+// store moves a box from shared memory to the tensor, dropping the parts outside it; stores
+// are tracked per thread in bulk groups (commit, then wait until their shared-memory reads
+// are done). With the map's 128-byte swizzle, a box of 64 16-bit columns lands as the
+// SmemTile panel layout (smem_tile.cuh), which wgmma reads directly (wgmma.cuh). One thread
+// issues each copy.
+#pragma once
+
+#include "attnjit/common/params.cuh"
+#include "attnjit/common/primitives.cuh"
+
+namespace attnjit {
+
+/// The generic address of a tensor map (a __grid_constant__ kernel parameter).
+__device__ __forceinline__ unsigned long long tensor_map_address(const TensorMap& map) {
+  return reinterpret_cast<unsigned long long>(&map);
+}
+
+/// Fetches the tensor map into the TMA unit's cache ahead of its first copy.
+__device__ __forceinline__ void tma_prefetch_map(const TensorMap& map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(tensor_map_address(map)) : "memory");
+}
+
+/// Loads the box of a 4-D map at (c0, c1, c2, c3) into shared memory `dst`, completing on
+/// `bar` (an activation [B, S, H, D] is the map (D, S, H, B): runtime/launch/tma.hpp).
+__device__ __forceinline__ void tma_load(u32 dst, const TensorMap& map, u32 bar, int c0, int c1,
+                                         int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
+      "{%3, %4, %5, %6}], [%2];" ::"r"(dst),
+      "l"(tensor_map_address(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+
+/// Stores shared memory `src` as the box of a 4-D map at (c0, c1, c2, c3).
+__device__ __forceinline__ void tma_store(const TensorMap& map, u32 src, int c0, int c1, int c2,
+                                          int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
+          tensor_map_address(map)),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+
+/// Closes the group of this thread's stores issued since the last commit.
+__device__ __forceinline__ void tma_store_commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+/// Waits until at most kPending of this thread's store groups still read shared memory (the
+/// source may be reused, or the CTA may exit, once they have read it).
+template <int kPending>
+__device__ __forceinline__ void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
+}
+
+/// Waits until at most kPending of this thread's store groups are incomplete (their writes
+/// visible in global memory).
+template <int kPending>
+__device__ __forceinline__ void tma_store_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+}  // namespace attnjit

@@ -330,14 +330,9 @@ class Run:
                        mask_mib=mask_bytes.get(name, 0) / 2**20, note=note)
             if impl is not None:
                 try:
+                    # attnjit's scratch memory comes from torch's allocator: the peak
+                    # holds it.
                     row["step_mib"] = measure.step_peak_mib(impl, inputs, d_o)
-                    if name == "attnjit":
-                        scratch = measure.attnjit_scratch_mib(
-                            config["batch"], config["heads"], config["seqlen"],
-                            config["head_dim"])
-                        row["step_mib"] += scratch
-                        row["note"] = (f"includes {scratch:.0f} MiB of driver-allocated "
-                                       "backward scratch that torch does not see")
                 except Exception as error:  # reported in the table
                     row["note"] = f"failed: {first_line(error)}"
                     self.torch.cuda.empty_cache()

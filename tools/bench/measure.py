@@ -77,12 +77,6 @@ def step_peak_mib(implementation, inputs, d_o):
     return peak / 2**20
 
 
-def attnjit_scratch_mib(batch, heads, seqlen, head_dim):
-    """attnjit's backward scratch, taken from the driver's stream-ordered allocator (which
-    torch does not see): fp32 row statistics and dQ accumulator, B * H * S * (D + 2) floats."""
-    return batch * heads * seqlen * (head_dim + 2) * 4 / 2**20
-
-
 def attnjit_latency(mask, head_dim, implementation, inputs, d_o):
     """Rows of attnjit's first-call latency: a cold compile into an empty cache directory, a
     disk hit after clearing the memory cache, a memory hit; each with and without the first

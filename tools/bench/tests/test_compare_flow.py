@@ -129,7 +129,6 @@ def fake_measure(wrong_family):
         "attnjit": (2.0, 1.9, 2.2), "SDPA flash": (3.0, 2.9, 3.1)}.get(
             implementation.name, (4.0, 3.9, 4.1))
     measure.step_peak_mib = lambda *args: 100.0
-    measure.attnjit_scratch_mib = lambda *args: 10.0
     measure.attnjit_latency = lambda *args: [dict(impl="attnjit", what="cold", ms=500.0,
                                                   note="")]
     measure.flex_latency = lambda *args: [dict(impl="FlexAttention", what="first", ms=9000.0,

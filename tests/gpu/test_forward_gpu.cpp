@@ -32,6 +32,22 @@ TEST_CASE("forward matches the reference over the sweep", "[gpu][forward]") {
   for (const Case& c : gpu_test::sweep_cases()) gpu_test::check_forward(c);
 }
 
+TEST_CASE("the sm80 forward matches the reference over the sweep", "[gpu][forward]") {
+  // The automatic forward of an sm_90a device is the sm90a kernel; an sm_90 target (whose
+  // code runs on every compute capability 9.0 device) takes the sm80 family, so the sweep runs
+  // the mma.sync forward too.
+  const Arch device = jit::current_device_arch();
+  if (device != Arch::sm_90a && device != Arch::sm_90) {
+    WARN("not a compute capability 9.0 device: the sweep above ran the sm80 forward already");
+    return;
+  }
+  for (Case c : gpu_test::sweep_cases()) {
+    c.spec.target = Arch::sm_90;
+    c.expect_row = "forward.sm80";
+    gpu_test::check_forward(c);
+  }
+}
+
 TEST_CASE("the sm80 forward, forced by its tiles, matches the reference", "[gpu][forward]") {
   // Explicit shapes of the forward.sm80 row: Q in registers (q), Q re-read from shared
   // memory (s), one- and two-slab warps; each case checks that the row ran.

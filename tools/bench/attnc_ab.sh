@@ -4,12 +4,13 @@
 # and B's ratio to A. For checking that a change leaves the kernels' speed alone.
 #   tools/bench/attnc_ab.sh OLD_ATTNC NEW_ATTNC [SPEC_FILE]
 # SPEC_FILE: one line per case, "LABEL|SPEC_A|SPEC_B|EXTRA ATTNC OPTIONS" (default: the bf16 d128
-# B=1 H=16 S=8192 cases below). Each spec is benched twice per build.
+# B=1 H=16 S=8192 cases below). Each spec is benched twice per build. AB_SHAPE replaces the
+# shape options (default "--batch 1 --heads 16 --seqlen-q 8192").
 set -uo pipefail
 old="$1"
 new="$2"
 cases="${3:-}"
-common="--batch 1 --heads 16 --seqlen-q 8192 --warmup 5 --repeat 30 --json"
+common="${AB_SHAPE:---batch 1 --heads 16 --seqlen-q 8192} --warmup 5 --repeat 30 --json"
 default_cases() {
   local d="dtype=bf16 head_dim=128"
   # The sm80 forward (its automatic shape before the registry) in both builds.

@@ -307,3 +307,52 @@ TEST_CASE("sm_90a warpgroup forward kernels compile without spills or serialized
     }
   }
 }
+
+TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmma",
+          "[nvrtc][specs][sm90a]") {
+  // backward.tma.sm90a, forced by tiles=64x128x12t: every mask it takes, both dtypes, head dims
+  // 64 and 128, without and with each score-modifier combination; setmaxnreg honoured (no
+  // C7508), no wgmma serialized.
+  std::vector<runtime::NvrtcHeader> headers;
+  for (const auto& file : templates::all()) headers.push_back({file.name, file.source});
+  std::vector<std::string> specs;
+  for (const char* dtype : {"bf16", "fp16"}) {
+    for (int d : {64, 128}) {
+      for (const char* mask :
+           {"none", "causal", "sliding_window", "flashmask(causal=true,columns=1)",
+            "flashmask(causal=true,columns=2)", "flashmask(causal=false,columns=2)",
+            "flashmask(causal=false,columns=4)"}) {
+        for (const char* modifiers :
+             {"", " softcap=true", " alibi=true", " softcap=true alibi=true"}) {
+          specs.push_back(fmt::format(
+              "dtype={} head_dim={} mask={}{} direction=backward tiles=64x128x12t target=sm_90a",
+              dtype, d, mask, modifiers));
+        }
+      }
+    }
+  }
+  const std::size_t workers = std::max(1u, std::thread::hardware_concurrency());
+  for (std::size_t first = 0; first < specs.size(); first += workers) {
+    std::vector<std::future<runtime::NvrtcOutput>> outputs;
+    for (std::size_t i = first; i < std::min(specs.size(), first + workers); ++i) {
+      const Lowering ir = lower(parse_spec(specs[i]));
+      const KernelDesc& main = *ir.plan->find(KernelRole::backward);
+      REQUIRE(main.row == "backward.tma.sm90a");
+      outputs.push_back(std::async(
+          std::launch::async, [&headers, source = emit_kernel(ir, main), name = main.name] {
+            const std::vector<std::string> options{"-default-device"};
+            return runtime::nvrtc_compile(source, name + ".cu", headers, "sm_90a", options, name);
+          }));
+    }
+    for (std::size_t j = 0; j < outputs.size(); ++j) {
+      INFO(specs[first + j]);
+      const runtime::NvrtcOutput output = outputs[j].get();
+      INFO(output.log);
+      CHECK(output.report.registers > 0);
+      CHECK(output.report.spill_bytes() == 0);
+      CHECK(output.report.stack_bytes == 0);
+      CHECK(output.report.wgmma_serializations == 0);
+      CHECK(output.log.find("C7508") == std::string::npos);
+    }
+  }
+}

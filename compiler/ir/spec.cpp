@@ -150,9 +150,8 @@ TileShape parse_tiles(std::string_view text) {
   if (text == "auto") return {};
   TileShape tiles;
   std::string_view rest = text;
-  if (!rest.empty() &&
-      (rest.back() == 'q' || rest.back() == 's' || rest.back() == 'g' || rest.back() == 'w' ||
-       rest.back() == 't')) {
+  if (!rest.empty() && (rest.back() == 'q' || rest.back() == 's' || rest.back() == 'g' ||
+                        rest.back() == 'w' || rest.back() == 't')) {
     tiles.variant = rest.back();
     rest.remove_suffix(1);
   }

@@ -152,8 +152,7 @@ BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim
       "q", view(p.q, p.seqlen_q, p.heads, p.q_batch_stride, p.q_row_stride, p.q_head_stride),
       block_m, panel);
   maps.d_o = runtime::activation_tensor_map(
-      "d_o",
-      view(p.d_o, p.seqlen_q, p.heads, p.do_batch_stride, p.do_row_stride, p.do_head_stride),
+      "d_o", view(p.d_o, p.seqlen_q, p.heads, p.do_batch_stride, p.do_row_stride, p.do_head_stride),
       block_m, panel);
   maps.k = runtime::activation_tensor_map(
       "k", view(p.k, p.seqlen_k, p.kv_heads, p.k_batch_stride, p.k_row_stride, p.k_head_stride),

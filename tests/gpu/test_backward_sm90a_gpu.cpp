@@ -50,10 +50,10 @@ TEST_CASE("the sm90a backward over many query blocks per key block", "[gpu][back
   if (!on_sm90a()) return;
   // 1000 x 1000 (16 query blocks: the two-stage ring wraps eight times), 1000 x 700 and
   // 700 x 1000, documents and random intervals, GQA.
-  const MaskSpec masks[] = {{MaskKind::none, false, 0},      {MaskKind::causal, false, 0},
-                            {MaskKind::sliding_window, false, 0},
-                            {MaskKind::flashmask, true, 1},  {MaskKind::flashmask, true, 2},
-                            {MaskKind::flashmask, false, 2}, {MaskKind::flashmask, false, 4}};
+  const MaskSpec masks[] = {{MaskKind::none, false, 0},           {MaskKind::causal, false, 0},
+                            {MaskKind::sliding_window, false, 0}, {MaskKind::flashmask, true, 1},
+                            {MaskKind::flashmask, true, 2},       {MaskKind::flashmask, false, 2},
+                            {MaskKind::flashmask, false, 4}};
   const std::pair<int, int> lengths[] = {{1000, 1000}, {1000, 700}, {700, 1000}};
   std::uint64_t seed = 9100;
   int rotation = 0;
@@ -84,8 +84,8 @@ TEST_CASE("the sm90a backward over many query blocks per key block", "[gpu][back
               dsl::random_documents(mask.causal, sq, 2, 6, seed + 1)};
           c.intervals = dsl::stack(samples);
         } else {
-          c.intervals = dsl::random_intervals(mask.causal, mask.columns, c.batch, c.kv_heads, sq,
-                                              sk, seed);
+          c.intervals =
+              dsl::random_intervals(mask.causal, mask.columns, c.batch, c.kv_heads, sq, sk, seed);
         }
       }
       ++rotation;

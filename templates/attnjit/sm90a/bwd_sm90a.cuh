@@ -158,8 +158,7 @@ struct BackwardSm90a {
     store_dkdv_tile<Element, kHeadDim>(
         p, work.head, work.batch,
         work.block * kBlockN + 64 * consumer_index() + 16 * ((read_tid_x() / 32) % 4), 0,
-        acc_dk.tiles(),
-        acc_dv.tiles());
+        acc_dk.tiles(), acc_dv.tiles());
   }
 
   /// One query block: the five products of the consumer, the stage released once the ones
@@ -324,8 +323,7 @@ struct BackwardSm90a {
 
 /// The body of a generated sm90a backward (dK, dV, atomic dQ) kernel.
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
-__device__ __forceinline__ void backward_sm90a(const BwdParams& params,
-                                               const BwdTensorMaps& maps) {
+__device__ __forceinline__ void backward_sm90a(const BwdParams& params, const BwdTensorMaps& maps) {
   extern __shared__ __align__(1024) unsigned char smem[];
   BackwardSm90a<Config, Mask, Score> kernel;
   kernel.run(params, maps, smem);

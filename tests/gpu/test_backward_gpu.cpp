@@ -25,8 +25,8 @@ TEST_CASE("backward matches the reference gradients over the sweep", "[gpu][back
 }
 
 TEST_CASE("every backward layout, forced by its tiles, matches the reference", "[gpu][backward]") {
-  // The sweep runs the shapes select_tiles picks for the device: on an H100 (sm_90a) the
-  // warpgroup layout at d64 and d128, key slabs elsewhere. Explicit shapes force each row of
+  // The sweep runs the shapes select_tiles picks for the device: on an H100 (sm_90a) the TMA
+  // backward at d64 and d128, key slabs elsewhere. Explicit shapes force each row of
   // the registry: the sm90a layouts (sm_90a devices), key slabs and the grid at those head
   // dims, and the grid at other shapes (16-query warp tiles at d256, 2 x 2 grids with 4
   // warps); every case checks that its row ran.
@@ -50,8 +50,7 @@ TEST_CASE("every backward layout, forced by its tiles, matches the reference", "
     layouts.push_back({64, {64, 128, 12, 't'}, "backward.tma.sm90a"});
     layouts.push_back({128, {64, 128, 12, 't'}, "backward.tma.sm90a"});
   } else {
-    WARN("not an sm_90a device: the sm90a layouts (backward.warpgroup.sm90a, backward.tma.sm90a) "
-         "are not run");
+    WARN("not an sm_90a device: backward.warpgroup.sm90a and backward.tma.sm90a are not run");
   }
   const MaskSpec masks[] = {{MaskKind::causal, false, 0},
                             {MaskKind::sliding_window, false, 0},

@@ -75,8 +75,8 @@ std::vector<AttentionSpec> every_supported_spec() {
       }
     }
   }
-  // sm_90a differs from sm_90 where the backward takes the warpgroup layout (head dims 64 and
-  // 128, the atomic mode): every mask and dtype, without and with both modifiers, and each
+  // sm_90a differs from sm_90 where the backward takes the TMA backward (head dims 64 and 128,
+  // the atomic mode): every mask and dtype, without and with both modifiers, and each
   // modifier combination on the modifier masks.
   const auto add_sm90a_backward = [&](DType dtype, int d, const MaskSpec& mask, bool softcap,
                                       bool alibi) {
@@ -217,9 +217,11 @@ TEST_CASE("reference kernels compile with the score modifiers", "[nvrtc][specs]"
   }
 }
 
-TEST_CASE("sm_90a backward kernels keep their warpgroup MMAs unserialized", "[nvrtc][specs]") {
+TEST_CASE("sm_90a warpgroup backward kernels keep their warpgroup MMAs unserialized",
+          "[nvrtc][specs]") {
   // ptxas reports when it serializes wgmma or injects waits before one (runtime/jit/nvrtc.hpp);
   // either takes away the overlap the kernel is built on, and neither shows in spill bytes.
+  // backward.warpgroup.sm90a, forced by its w shape (the automatic choice is the TMA backward).
   std::vector<runtime::NvrtcHeader> headers;
   for (const auto& file : templates::all()) headers.push_back({file.name, file.source});
   std::vector<std::string> specs;
@@ -231,7 +233,7 @@ TEST_CASE("sm_90a backward kernels keep their warpgroup MMAs unserialized", "[nv
         for (const char* modifiers : {"", " softcap=true", " softcap=true alibi=true"}) {
           specs.push_back(
               fmt::format("dtype={} head_dim={} mask={}{} direction=backward "
-                          "target=sm_90a",
+                          "tiles=64x128x8w target=sm_90a",
                           dtype, d, mask, modifiers));
         }
       }

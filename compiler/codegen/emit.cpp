@@ -73,6 +73,12 @@ std::vector<std::string> config_lines(const KernelRow& row, const KernelTiles& t
         constant("int", "kConsumerRegisters", (3 * 168 - producer) / 2 / 8 * 8);
         break;
       }
+      case ConfigField::producer_registers_24:
+        // The sm90a backward's producer walks the query blocks in 24 registers with every
+        // mask (NVRTC sweep); its two consumers need all of the other 480.
+        constant("int", "kProducerRegisters", 24);
+        constant("int", "kConsumerRegisters", 240);
+        break;
     }
   }
   return lines;
@@ -110,7 +116,9 @@ std::string emit_attention(const Lowering& ir, const KernelDesc& kernel) {
              fmt::format("attnjit::{}<Config, Mask{}>({});", row.body, score_mod_argument(ir.spec),
                          maps ? "params, maps" : "params"),
              row.min_blocks_per_sm,
-             maps ? "const __grid_constant__ attnjit::FwdTensorMaps maps" : "");
+             maps ? fmt::format("const __grid_constant__ attnjit::{}TensorMaps maps",
+                                ir.spec.direction == Direction::forward ? "Fwd" : "Bwd")
+                  : "");
   return w.str();
 }
 

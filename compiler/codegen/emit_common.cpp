@@ -33,7 +33,7 @@ std::string params_type(const Lowering& ir, const KernelDesc& kernel) {
     case ParamBlock::attention:
       return std::string(attention);
     case ParamBlock::attention_tma:
-      return "__grid_constant__ attnjit::FwdParams";
+      return fmt::format("__grid_constant__ {}", attention);
     case ParamBlock::minmax:
       return "attnjit::MinMaxParams";
     case ParamBlock::predicate_blocks:

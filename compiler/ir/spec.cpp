@@ -145,12 +145,13 @@ MaskSpec parse_mask(std::string_view text) {
 
 TileShape parse_tiles(std::string_view text) {
   constexpr std::string_view kAccepted =
-      "auto or BMxBNxW with an optional q/s (forward) or g/w (backward) suffix, e.g. 128x64x4";
+      "auto or BMxBNxW with an optional q/s/w (forward) or g/w/t (backward) suffix, e.g. "
+      "128x64x4";
   if (text == "auto") return {};
   TileShape tiles;
   std::string_view rest = text;
-  if (!rest.empty() &&
-      (rest.back() == 'q' || rest.back() == 's' || rest.back() == 'g' || rest.back() == 'w')) {
+  if (!rest.empty() && (rest.back() == 'q' || rest.back() == 's' || rest.back() == 'g' ||
+                        rest.back() == 'w' || rest.back() == 't')) {
     tiles.variant = rest.back();
     rest.remove_suffix(1);
   }

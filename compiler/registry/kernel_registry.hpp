@@ -75,6 +75,8 @@ enum class ConfigField {
   atomic_dq,
   ping_pong,       ///< kPingPong: consumer warpgroups take turns (head dims up to 128)
   register_split,  ///< kProducerRegisters, kConsumerRegisters (setmaxnreg, by the mask's tables)
+  /// kProducerRegisters = 24, kConsumerRegisters = 240 (setmaxnreg) whatever the mask
+  producer_registers_24,
 };
 
 /// One kernel kind in one family.

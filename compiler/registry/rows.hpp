@@ -9,10 +9,11 @@
 
 namespace attnjit::registry {
 
-// Attention rows (rows_attention.cpp, rows_forward_sm90a.cpp).
+// Attention rows (rows_attention.cpp, rows_forward_sm90a.cpp, rows_backward_sm90a.cpp).
 KernelRow forward_warpgroup_sm90a();
 KernelRow forward_sm80();
 KernelRow backward_warpgroup_sm90a();
+KernelRow backward_tma_sm90a();
 KernelRow backward_warp_grid_sm80();
 KernelRow backward_key_slabs_sm80();
 KernelRow backward_dq_sm80();
@@ -30,6 +31,13 @@ RowLaunch query_block_launch(const KernelDesc& kernel, const Lowering& ir);
 
 /// The forward's buffers: its mask tables and CTA order.
 std::vector<BufferNeed> forward_buffers(const KernelDesc& kernel, const Lowering& ir);
+
+/// The backward main kernel's launch: paired heads over ceil(Sk / block_n) key blocks.
+RowLaunch key_block_launch(const KernelDesc& kernel, const Lowering& ir);
+
+/// The backward main kernel's buffers: its mask tables and CTA order, the row statistics, the
+/// dQ accumulator (atomic mode) and the GQA partial dK/dV.
+std::vector<BufferNeed> backward_buffers(const KernelDesc& kernel, const Lowering& ir);
 
 /// (2 * blocks, ceil(H / 2), B): heads taken in pairs (templates/attnjit/common/schedule.cuh).
 LaunchGrid paired_heads(const LaunchExpr& blocks);

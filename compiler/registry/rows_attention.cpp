@@ -245,21 +245,6 @@ TileCandidate key_slab_explicit(const TileShape& shape, const AttentionSpec& spe
   return {d, shape.block_m, shape.block_n, shape.warps, shape.warps / key_warps};
 }
 
-RowLaunch key_block_launch(const KernelDesc& kernel, const Lowering&) {
-  return single_phase(kernel, paired_heads(ceil_div(Extent::seqlen_k, kernel.block_n)));
-}
-
-std::vector<BufferNeed> backward_buffers(const KernelDesc& kernel, const Lowering& ir) {
-  std::vector<BufferNeed> needs =
-      attention_mask_buffers(kernel, ir, ParamField::minmax, ParamField::predicate_bits);
-  needs.push_back(row_dot(ir));
-  needs.push_back(lse_log2(ir));
-  if (!ir.spec.deterministic) needs.push_back(dq_accum(ir));
-  needs.push_back(dk_partial(ir));
-  needs.push_back(dv_partial(ir));
-  return needs;
-}
-
 KernelRow backward_row(std::string_view id, KernelFamily family, std::string_view header,
                        std::string_view kernel_struct, std::string_view body) {
   KernelRow row;
@@ -321,6 +306,21 @@ std::vector<BufferNeed> dq_buffers(const KernelDesc& kernel, const Lowering& ir)
 }
 
 }  // namespace
+
+RowLaunch key_block_launch(const KernelDesc& kernel, const Lowering&) {
+  return single_phase(kernel, paired_heads(ceil_div(Extent::seqlen_k, kernel.block_n)));
+}
+
+std::vector<BufferNeed> backward_buffers(const KernelDesc& kernel, const Lowering& ir) {
+  std::vector<BufferNeed> needs =
+      attention_mask_buffers(kernel, ir, ParamField::minmax, ParamField::predicate_bits);
+  needs.push_back(row_dot(ir));
+  needs.push_back(lse_log2(ir));
+  if (!ir.spec.deterministic) needs.push_back(dq_accum(ir));
+  needs.push_back(dk_partial(ir));
+  needs.push_back(dv_partial(ir));
+  return needs;
+}
 
 RowLaunch query_block_launch(const KernelDesc& kernel, const Lowering&) {
   return single_phase(kernel, paired_heads(ceil_div(Extent::seqlen_q, kernel.block_m)));

@@ -305,11 +305,15 @@ void launch_plan(const KernelSet& set, const Params& attention, const Shapes& sh
                      loaded, launch, stream);
         break;
       case ParamBlock::attention_tma: {
-        internal_check(std::is_same_v<Params, FwdParams>, "TMA maps in a forward plan only");
+        const AttentionSpec& spec = set.spec;
         if constexpr (std::is_same_v<Params, FwdParams>) {
-          const AttentionSpec& spec = set.spec;
           FwdTensorMaps maps = forward_tensor_maps(attention, spec.dtype, spec.head_dim_qk,
                                                    spec.head_dim_v, kernel.block_m, kernel.block_n);
+          launch_block(attention, kernel, schedule, base, bind_attention<Params>,
+                       no_scalars<Params>, loaded, launch, stream, &maps);
+        } else {
+          BwdTensorMaps maps = backward_tensor_maps(attention, spec.dtype, spec.head_dim_qk,
+                                                    kernel.block_m, kernel.block_n);
           launch_block(attention, kernel, schedule, base, bind_attention<Params>,
                        no_scalars<Params>, loaded, launch, stream, &maps);
         }

@@ -133,4 +133,34 @@ FwdTensorMaps forward_tensor_maps(const FwdParams& p, DType dtype, int head_dim_
   return maps;
 }
 
+BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim, int block_m,
+                                   int block_n) {
+  TensorView t;
+  t.dtype = dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
+  t.rank = 4;
+  // A [B, S, H, D] view of one tensor of the parameter block.
+  const auto view = [&](const void* data, int seqlen, int heads, long long batch_stride,
+                        long long row_stride, long long head_stride) {
+    t.data = const_cast<void*>(data);
+    t.shape = {p.batch, seqlen, heads, head_dim};
+    t.stride = {batch_stride, row_stride, head_stride, 1};
+    return t;
+  };
+  const int panel = head_dim % 64 == 0 ? 64 : 32;
+  BwdTensorMaps maps;
+  maps.q = runtime::activation_tensor_map(
+      "q", view(p.q, p.seqlen_q, p.heads, p.q_batch_stride, p.q_row_stride, p.q_head_stride),
+      block_m, panel);
+  maps.d_o = runtime::activation_tensor_map(
+      "d_o", view(p.d_o, p.seqlen_q, p.heads, p.do_batch_stride, p.do_row_stride, p.do_head_stride),
+      block_m, panel);
+  maps.k = runtime::activation_tensor_map(
+      "k", view(p.k, p.seqlen_k, p.kv_heads, p.k_batch_stride, p.k_row_stride, p.k_head_stride),
+      block_n, panel);
+  maps.v = runtime::activation_tensor_map(
+      "v", view(p.v, p.seqlen_k, p.kv_heads, p.v_batch_stride, p.v_row_stride, p.v_head_stride),
+      block_n, panel);
+  return maps;
+}
+
 }  // namespace attnjit::jit::detail

@@ -1,6 +1,6 @@
 // TMA tensor maps encoded on the host (cuTensorMapEncodeTiled through the dlopen'ed driver)
 // for the kernels that copy with TMA (templates/attnjit/sm90a/tma.cuh), and the maps of the sm90a
-// forward kernel.
+// forward and backward kernels.
 #pragma once
 
 #include <cstdint>
@@ -40,5 +40,10 @@ namespace attnjit::jit::detail {
 /// dimensions are head_dim_qk (q, k) and head_dim_v (v, o).
 FwdTensorMaps forward_tensor_maps(const FwdParams& p, DType dtype, int head_dim_qk, int head_dim_v,
                                   int block_m, int block_n);
+
+/// The tensor maps of the sm90a backward kernel (BwdTensorMaps: q and d_o boxes of block_m
+/// rows, k and v of block_n) for the tensors of `p`, whose last dimension is head_dim.
+BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim, int block_m,
+                                   int block_n);
 
 }  // namespace attnjit::jit::detail

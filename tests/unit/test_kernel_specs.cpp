@@ -75,8 +75,8 @@ std::vector<AttentionSpec> every_supported_spec() {
       }
     }
   }
-  // sm_90a differs from sm_90 where the backward takes the warpgroup layout (head dims 64 and
-  // 128, the atomic mode): every mask and dtype, without and with both modifiers, and each
+  // sm_90a differs from sm_90 where the backward takes the TMA backward (head dims 64 and 128,
+  // the atomic mode): every mask and dtype, without and with both modifiers, and each
   // modifier combination on the modifier masks.
   const auto add_sm90a_backward = [&](DType dtype, int d, const MaskSpec& mask, bool softcap,
                                       bool alibi) {
@@ -217,9 +217,11 @@ TEST_CASE("reference kernels compile with the score modifiers", "[nvrtc][specs]"
   }
 }
 
-TEST_CASE("sm_90a backward kernels keep their warpgroup MMAs unserialized", "[nvrtc][specs]") {
+TEST_CASE("sm_90a warpgroup backward kernels keep their warpgroup MMAs unserialized",
+          "[nvrtc][specs]") {
   // ptxas reports when it serializes wgmma or injects waits before one (runtime/jit/nvrtc.hpp);
   // either takes away the overlap the kernel is built on, and neither shows in spill bytes.
+  // backward.warpgroup.sm90a, forced by its w shape (the automatic choice is the TMA backward).
   std::vector<runtime::NvrtcHeader> headers;
   for (const auto& file : templates::all()) headers.push_back({file.name, file.source});
   std::vector<std::string> specs;
@@ -231,7 +233,7 @@ TEST_CASE("sm_90a backward kernels keep their warpgroup MMAs unserialized", "[nv
         for (const char* modifiers : {"", " softcap=true", " softcap=true alibi=true"}) {
           specs.push_back(
               fmt::format("dtype={} head_dim={} mask={}{} direction=backward "
-                          "target=sm_90a",
+                          "tiles=64x128x8w target=sm_90a",
                           dtype, d, mask, modifiers));
         }
       }
@@ -291,6 +293,55 @@ TEST_CASE("sm_90a warpgroup forward kernels compile without spills or serialized
       REQUIRE(forward.template_header == "attnjit/sm90a/fwd_sm90a.cuh");
       outputs.push_back(std::async(
           std::launch::async, [&headers, source = emit_kernel(ir, forward), name = forward.name] {
+            const std::vector<std::string> options{"-default-device"};
+            return runtime::nvrtc_compile(source, name + ".cu", headers, "sm_90a", options, name);
+          }));
+    }
+    for (std::size_t j = 0; j < outputs.size(); ++j) {
+      INFO(specs[first + j]);
+      const runtime::NvrtcOutput output = outputs[j].get();
+      INFO(output.log);
+      CHECK(output.report.registers > 0);
+      CHECK(output.report.spill_bytes() == 0);
+      CHECK(output.report.stack_bytes == 0);
+      CHECK(output.report.wgmma_serializations == 0);
+      CHECK(output.log.find("C7508") == std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmma",
+          "[nvrtc][specs][sm90a]") {
+  // backward.tma.sm90a, forced by tiles=64x128x12t: every mask it takes, both dtypes, head dims
+  // 64 and 128, without and with each score-modifier combination; setmaxnreg honoured (no
+  // C7508), no wgmma serialized.
+  std::vector<runtime::NvrtcHeader> headers;
+  for (const auto& file : templates::all()) headers.push_back({file.name, file.source});
+  std::vector<std::string> specs;
+  for (const char* dtype : {"bf16", "fp16"}) {
+    for (int d : {64, 128}) {
+      for (const char* mask :
+           {"none", "causal", "sliding_window", "flashmask(causal=true,columns=1)",
+            "flashmask(causal=true,columns=2)", "flashmask(causal=false,columns=2)",
+            "flashmask(causal=false,columns=4)"}) {
+        for (const char* modifiers :
+             {"", " softcap=true", " alibi=true", " softcap=true alibi=true"}) {
+          specs.push_back(fmt::format(
+              "dtype={} head_dim={} mask={}{} direction=backward tiles=64x128x12t target=sm_90a",
+              dtype, d, mask, modifiers));
+        }
+      }
+    }
+  }
+  const std::size_t workers = std::max(1u, std::thread::hardware_concurrency());
+  for (std::size_t first = 0; first < specs.size(); first += workers) {
+    std::vector<std::future<runtime::NvrtcOutput>> outputs;
+    for (std::size_t i = first; i < std::min(specs.size(), first + workers); ++i) {
+      const Lowering ir = lower(parse_spec(specs[i]));
+      const KernelDesc& main = *ir.plan->find(KernelRole::backward);
+      REQUIRE(main.row == "backward.tma.sm90a");
+      outputs.push_back(std::async(
+          std::launch::async, [&headers, source = emit_kernel(ir, main), name = main.name] {
             const std::vector<std::string> options{"-default-device"};
             return runtime::nvrtc_compile(source, name + ".cu", headers, "sm_90a", options, name);
           }));

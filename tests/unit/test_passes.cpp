@@ -320,14 +320,14 @@ TEST_CASE("the backward plan", "[pass]") {
   }
 }
 
-TEST_CASE("the warpgroup backward layout is chosen for sm_90a at head dims 64 and 128", "[pass]") {
+TEST_CASE("the warpgroup backward layout: forced by a w shape on sm_90a, d64 and d128", "[pass]") {
   const auto lowered = [](const char* rest) {
     return lower(parse_spec(fmt::format("dtype=bf16 head_dim=128 direction=backward {}", rest)));
   };
   const auto row = [&](const char* rest) {
     return lowered(rest).tiles_of(KernelRole::backward).row;
   };
-  const Lowering ir = lowered("mask=causal target=sm_90a");
+  const Lowering ir = lowered("mask=causal tiles=64x128x8w target=sm_90a");
   const KernelTiles& t = ir.tiles_of(KernelRole::backward);
   CHECK(t.row == "backward.warpgroup.sm90a");
   CHECK(ir.plan->kernels[1].template_header == "attnjit/sm90a/bwd_wgmma_sm90.cuh");
@@ -342,26 +342,13 @@ TEST_CASE("the warpgroup backward layout is chosen for sm_90a at head dims 64 an
                             t.block_n * t.block_m * 2);
   CHECK(ir.plan->kernels[1].dynamic_smem_bytes == t.smem_bytes);
   // With score modifiers and FlashMask vectors too (no spills in the NVRTC sweep).
-  for (const char* rest : {"mask=causal softcap=true alibi=true target=sm_90a",
-                           "mask=flashmask(causal=false,columns=4) target=sm_90a"}) {
+  for (const char* rest : {"mask=causal softcap=true alibi=true tiles=64x128x8w target=sm_90a",
+                           "mask=flashmask(causal=false,columns=4) tiles=64x128x8w "
+                           "target=sm_90a"}) {
     INFO(rest);
     CHECK(row(rest) == "backward.warpgroup.sm90a");
   }
-  // Plain sm_90 (no wgmma), the deterministic mode (no atomic dQ product), predicates
-  // (element bits in the key-slab fragments) and head dims other than 64 and 128 keep the sm80
-  // layouts.
-  CHECK(row("mask=causal target=sm_90") == "backward.grid.sm80");
-  CHECK(row("mask=causal deterministic=true target=sm_90a") == "backward.slabs.sm80");
-  CHECK(row("mask=predicate(q>=k) target=sm_90a") == "backward.slabs.sm80");
-  for (int d : {32, 64, 96, 128, 192, 256}) {
-    INFO(d);
-    const Lowering auto_tiles = lower(
-        parse_spec(fmt::format("dtype=bf16 head_dim={} direction=backward target=sm_90a", d)));
-    CHECK((auto_tiles.tiles_of(KernelRole::backward).row == "backward.warpgroup.sm90a") ==
-          (d == 64 || d == 128));
-  }
-  // The w suffix asks for it explicitly, where it exists.
-  CHECK(row("tiles=64x128x8w target=sm_90a") == "backward.warpgroup.sm90a");
+  // The w suffix asks for it, where it exists (the automatic choice is backward.tma.sm90a).
   CHECK_THROWS_WITH(lowered("tiles=64x128x8w target=sm_90"),
                     Catch::Contains("the w suffix with target=sm_90a"));
   CHECK_THROWS_WITH(lowered("tiles=64x64x4w target=sm_90a"),
@@ -380,6 +367,86 @@ TEST_CASE("the warpgroup backward layout is chosen for sm_90a at head dims 64 an
                     Catch::Contains("without the w suffix for mask=predicate"));
   CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x64x4w target=sm_90a")),
                     Catch::Contains("128xBNx12w with BN a multiple of 16 up to 256"));
+}
+
+TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 and d128, forced by a t shape",
+          "[pass]") {
+  const auto lowered = [](int d, const char* rest) {
+    return lower(parse_spec(fmt::format("dtype=bf16 head_dim={} direction=backward {}", d, rest)));
+  };
+  for (int d : {64, 128}) {
+    INFO(d);
+    const Lowering ir = lowered(d, "mask=causal tiles=64x128x12t target=sm_90a");
+    const KernelTiles& t = ir.tiles_of(KernelRole::backward);
+    CHECK(t.row == "backward.tma.sm90a");
+    CHECK(t.threads() == 384);
+    CHECK(t.kv_stages == 2);
+    // Alignment slack, K and V, two stages (Q, dO, then LSE, D and the block index padded to
+    // 1 KB), two dS^T buffers, the K/V barrier and the ring's barriers.
+    CHECK(t.smem_bytes ==
+          1024 + 2 * 128 * d * 2 + 2 * (2 * 64 * d * 2 + 1024) + 2 * 128 * 64 * 2 + 8 + 32);
+    const KernelDesc& main = *ir.plan->find(KernelRole::backward);
+    CHECK(main.template_header == "attnjit/sm90a/bwd_sm90a.cuh");
+    CHECK(main.family == KernelFamily::sm90a);
+    CHECK(main.params == ParamBlock::attention_tma);
+    CHECK(main.dynamic_smem_bytes == t.smem_bytes);
+    CHECK_THAT(to_string(ir), Catch::Contains("row=backward.tma.sm90a") &&
+                                  Catch::Contains("params=attention_tma"));
+    // The same grid and buffers as the warpgroup layout: one CTA per 128 keys of a head pair.
+    const Lowering warpgroup = lowered(d, "mask=causal tiles=64x128x8w target=sm_90a");
+    const KernelDesc& old_main = *warpgroup.plan->find(KernelRole::backward);
+    CHECK(old_main.row == "backward.warpgroup.sm90a");
+    CHECK(main.phases.front().grid == old_main.phases.front().grid);
+    CHECK(ir.plan->scratch == warpgroup.plan->scratch);
+    // The automatic choice on sm_90a, for every mask it takes, with the score modifiers too
+    // (no spills in the NVRTC sweep).
+    for (const char* rest :
+         {"mask=none", "mask=causal", "mask=sliding_window",
+          "mask=flashmask(causal=true,columns=1)", "mask=flashmask(causal=false,columns=4)",
+          "mask=causal softcap=true alibi=true"}) {
+      INFO(rest);
+      const KernelTiles automatic =
+          lowered(d, fmt::format("{} target=sm_90a", rest).c_str()).tiles_of(KernelRole::backward);
+      CHECK(automatic.row == "backward.tma.sm90a");
+      CHECK(automatic.block_m == 64);
+      CHECK(automatic.warps == 12);
+    }
+  }
+  // Plain sm_90 (no wgmma), the deterministic mode (no atomic dQ product), predicates
+  // (element bits in the key-slab fragments) and head dims other than 64 and 128 keep the sm80
+  // layouts.
+  const auto row = [&](const char* rest) {
+    return lowered(128, rest).tiles_of(KernelRole::backward).row;
+  };
+  CHECK(row("mask=causal target=sm_90") == "backward.grid.sm80");
+  CHECK(row("mask=causal deterministic=true target=sm_90a") == "backward.slabs.sm80");
+  CHECK(row("mask=predicate(q>=k) target=sm_90a") == "backward.slabs.sm80");
+  for (int d : {32, 64, 96, 128, 192, 256}) {
+    INFO(d);
+    CHECK((lowered(d, "target=sm_90a").tiles_of(KernelRole::backward).row ==
+           "backward.tma.sm90a") == (d == 64 || d == 128));
+  }
+  // FlashMask values of the key block ride after dS^T.
+  CHECK(lowered(64, "mask=flashmask(causal=false,columns=4) tiles=64x128x12t target=sm_90a")
+            .tiles_of(KernelRole::backward)
+            .smem_bytes == 1024 + 2 * 128 * 64 * 2 + 2 * (2 * 64 * 64 * 2 + 1024) +
+                               2 * 128 * 64 * 2 + 128 * 16 + 8 + 32);
+  CHECK(lowered(128, "mask=causal softcap=true alibi=true tiles=64x128x12t target=sm_90a")
+            .tiles_of(KernelRole::backward)
+            .row == "backward.tma.sm90a");
+  CHECK_THROWS_WITH(lowered(128, "tiles=64x128x12t target=sm_90"),
+                    Catch::Contains("the t suffix with target=sm_90a"));
+  CHECK_THROWS_WITH(lowered(128, "tiles=64x128x8t target=sm_90a"),
+                    Catch::Contains("64x128x12t for the sm90a backward"));
+  CHECK_THROWS_WITH(lowered(96, "tiles=64x128x12t target=sm_90a"),
+                    "tiles: got '64x128x12t with head_dim=96'; accepted: the t suffix with "
+                    "head_dim 64 or 128");
+  CHECK_THROWS_WITH(lowered(128, "deterministic=true tiles=64x128x12t target=sm_90a"),
+                    Catch::Contains("without the t suffix with deterministic=true"));
+  CHECK_THROWS_WITH(lowered(128, "mask=predicate(q>=k) tiles=64x128x12t target=sm_90a"),
+                    Catch::Contains("without the t suffix for mask=predicate"));
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=64x128x12t target=sm_90a")),
+                    Catch::Contains("BMxBNxW with an optional w/q/s suffix for the forward"));
 }
 
 TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") {
@@ -507,7 +574,7 @@ TEST_CASE("explicit backward tiles are checked", "[pass]") {
       Catch::Contains("key slabs (block_n/16) divide the warps"));
   CHECK_THROWS_WITH(
       lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x128x8q target=sm_90")),
-      Catch::Contains("with an optional w/g suffix for the backward"));
+      Catch::Contains("with an optional t/w/g suffix for the backward"));
   // The g suffix picks the warp-grid layout, whose grids must divide the warps.
   const Lowering grid =
       lower(parse_spec("dtype=bf16 head_dim=64 direction=backward tiles=64x64x4g target=sm_90"));

@@ -71,6 +71,12 @@ struct FwdTensorMaps {
   TensorMap q, k, v, o;
 };
 
+/// The tensor maps of the sm90a backward kernel (bwd_sm90a.cuh), its second parameter, as
+/// FwdTensorMaps' views: q and d_o boxes of the kernel's kBlockM rows, k and v of kBlockN.
+struct BwdTensorMaps {
+  TensorMap q, d_o, k, v;
+};
+
 /// Arguments of the forward kernel.
 struct FwdParams : AttentionParams {
   void* o;     ///< [B, Sq, H, Dv]

@@ -1,0 +1,89 @@
+// The backward main kernel of the sm90a family (bwd_sm90a.cuh): a TMA producer warpgroup and
+// two wgmma consumer warpgroups of 64 keys (block_n = 128, 12 warps), Q, dO, LSE and D
+// streamed through a ring of two stages; its parameters are BwdParams and the TMA maps of q,
+// d_o, k and v. It precedes the warpgroup layout (backward.warpgroup.sm90a) in the registry, so
+// the automatic choice at head dims 64 and 128 in the atomic mode: on an H100 (bf16, B=1, H=16,
+// S=8192, 2026-11-25) it ran 5-21% faster than that layout for every mask measured (d128 none
+// 3.50 against 3.87 ms, causal 1.91 against 2.10, causal documents 1.22 against 1.39);
+// `tiles=64x128x12t` forces it, `tiles=64x128x8w` the warpgroup layout.
+#include <fmt/format.h>
+
+#include <array>
+
+#include "attnjit/error.hpp"
+#include "compiler/registry/rows.hpp"
+
+namespace attnjit::registry {
+namespace {
+
+constexpr int kStages = 2;
+
+constexpr TileCandidate warpgroups(int d, int block_m) {
+  return {d, block_m, 128, 12, 1, kStages};
+}
+
+constexpr std::array<TileCandidate, 2> kCandidates{{
+    warpgroups(64, 64),
+    warpgroups(128, 64),
+}};
+
+constexpr std::array<ConfigField, 5> kConfig{ConfigField::head_dim, ConfigField::block_m,
+                                             ConfigField::block_n, ConfigField::kv_stages,
+                                             ConfigField::producer_registers_24};
+
+// bwd_sm90a.cuh's kSmemBytes: alignment slack, K and V, the stages (Q, dO, then LSE, D and the
+// block's index padded to 1 KB), two dS^T buffers, the key block's FlashMask values padded to
+// 8 bytes, the K/V barrier and the ring's barriers.
+int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
+  const int d = spec.head_dim_qk;
+  const int element = size_of(spec.dtype);
+  const int kv = 2 * c.block_n * d * element;
+  const int stage = 2 * c.block_m * d * element + (2 * c.block_m * 4 + 8 + 1023) / 1024 * 1024;
+  const int vectors = (c.block_n * static_cast<int>(mask.vectors.size()) * 4 + 7) / 8 * 8;
+  return 1024 + kv + c.kv_stages * stage + 2 * c.block_n * c.block_m * element + vectors + 8 +
+         2 * c.kv_stages * 8;
+}
+
+// `tiles=64x128x12t`: 64 queries per stage, two consumer warpgroups of 64 keys and a producer
+// warpgroup; head dims 64 and 128.
+TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
+                             const MaskLowering&) {
+  const std::string value = to_string(shape);
+  if (spec.head_dim_qk != 64 && spec.head_dim_qk != 128) {
+    throw_field_error("tiles", fmt::format("{} with head_dim={}", value, spec.head_dim_qk),
+                      "the t suffix with head_dim 64 or 128");
+  }
+  if (shape.block_m != 64 || shape.block_n != 128 || shape.warps != 12) {
+    throw_field_error("tiles", value, "64x128x12t for the sm90a backward");
+  }
+  return warpgroups(spec.head_dim_qk, shape.block_m);
+}
+
+}  // namespace
+
+KernelRow backward_tma_sm90a() {
+  KernelRow row;
+  row.id = "backward.tma.sm90a";
+  row.role = KernelRole::backward;
+  row.family = KernelFamily::sm90a;
+  row.header = "attnjit/sm90a/bwd_sm90a.cuh";
+  row.kernel_struct = "BackwardSm90a";
+  row.body = "backward_sm90a";
+  row.params = ParamBlock::attention_tma;
+  // One CTA of 384 threads per SM, whose warpgroups then trade registers (setmaxnreg).
+  row.min_blocks_per_sm = 1;
+  row.support.targets = {Arch::sm_90a};
+  // Its dQ product is atomic; its S^T fragments do not follow the stored element bits.
+  row.support.deterministic = false;
+  row.support.predicate_masks = false;
+  row.tiles_suffixes = "t";
+  row.candidates = kCandidates;
+  row.config = kConfig;
+  row.smem_bytes = smem_bytes;
+  row.explicit_tiles = explicit_tiles;
+  row.launch = key_block_launch;
+  row.buffers = backward_buffers;
+  return row;
+}
+
+}  // namespace attnjit::registry

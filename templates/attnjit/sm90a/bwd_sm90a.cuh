@@ -1,0 +1,332 @@
+// The backward main kernel of the sm90a family (FA3 structure: TMA, an mbarrier ring, warp
+// specialization, wgmma).
+//
+// One CTA of three warpgroups owns kBlockN = 128 keys of one (head, batch):
+//   producer   warpgroup 0 gives its registers away (setmaxnreg); one warp of it loads K and
+//              V once by TMA and streams Q, dO, LSE2 and D of the query blocks that can see
+//              the keys through a ring of kStages stages (bwd_sm90a_producer.cuh);
+//   consumers  warpgroups 1 and 2 take the registers and 64 keys each, and per query block
+//              of kBlockM rows compute (as bwd_wgmma_sm90.cuh, whose products these are):
+//                S^T  = K_c Q^T, dP^T = V_c dO^T   wgmma SS, K-major from shared memory
+//                P^T  = 2^(S^T c - LSE2)           registers, the A operand of dV
+//                dS^T = P^T (dP^T - D)             registers (A of dK) and shared memory
+//                dV  += P^T dO, dK += dS^T Q       wgmma RS, fp32 accumulators in registers
+//                dQ  += dS K                       wgmma SS after the consumers' barrier, added
+//                                                  to the fp32 accumulator with red.global
+//              and release the stage once the products that read it have completed.
+// dS^T has two buffers, alternating per query block: a consumer writes block i + 1's while
+// the other may still read block i's (dQ by 64-column panels needs both consumers' keys).
+// dK is scaled by softmax_scale at the end; dQ in backward_convert_dq. Masks and score
+// modifiers as in bwd_wgmma_sm90.cuh; masks with element bits and the deterministic mode take
+// other rows.
+//
+// Config (bound by the generated code): Element, kHeadDim, kBlockM, kBlockN, kStages,
+// kProducerRegisters, kConsumerRegisters. Score: a ScoreMod. The kernel takes (BwdParams,
+// BwdTensorMaps), 384 threads, __launch_bounds__(384, 1).
+#pragma once
+
+#include "attnjit/sm90a/barrier.cuh"
+#include "attnjit/common/bwd_common.cuh"
+#include "attnjit/sm90a/bwd_sm90a_producer.cuh"
+#include "attnjit/common/fragment.cuh"
+#include "attnjit/masks/mask.cuh"
+#include "attnjit/sm90a/mbarrier.cuh"
+#include "attnjit/common/params.cuh"
+#include "attnjit/sm90a/pipeline.cuh"
+#include "attnjit/common/primitives.cuh"
+#include "attnjit/common/schedule.cuh"
+#include "attnjit/common/score_mod.cuh"
+#include "attnjit/common/smem_tile.cuh"
+#include "attnjit/sm90a/wgmma.cuh"
+
+namespace attnjit {
+
+template <class Config, class Mask, class Score = ScoreMod<false, false>>
+struct BackwardSm90a {
+  typedef typename Config::Element Element;
+  static constexpr int kHeadDim = Config::kHeadDim;
+  static constexpr int kBlockM = Config::kBlockM;  // queries per stage
+  static constexpr int kBlockN = Config::kBlockN;  // keys of the CTA
+  static constexpr int kStages = Config::kStages;
+  static constexpr int kConsumers = 2;
+  /// dQ split over the consumers by 64-column panels, else by their keys.
+  static constexpr bool kDqByColumns = kHeadDim / kConsumers >= 64;
+  static constexpr int kDqCols = kDqByColumns ? kHeadDim / kConsumers : kHeadDim;
+  /// k16 steps over the keys of the dQ product: all of the block's, or the consumer's 64.
+  static constexpr int kDqSteps = kDqByColumns ? kBlockN / 16 : 4;
+  static constexpr int kSTiles = kBlockM / 8;    // n8 tiles of S^T, dP^T
+  static constexpr int kDSteps = kHeadDim / 16;  // k16 steps over the head dim
+  static constexpr int kQSteps = kBlockM / 16;   // over the queries
+  static constexpr int kColumns = Mask::kColumns;
+  /// Named barriers: both consumers (dS^T of all keys), or each consumer's own (its keys).
+  static constexpr int kDsBarrier = 1;
+
+  static_assert(!Mask::kElementBits, "masks with element bits take the key-slab layout");
+  static_assert(kBlockN == 64 * kConsumers, "64 keys per consumer warpgroup");
+  static_assert(kBlockM == 64 || kBlockM == 128, "m64n64 / m64n128 score products");
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "m64n64 / m64n128 dK and dV products");
+  static_assert(kDqCols % 64 == 0, "whole 64-column panels of dQ");
+  static_assert(kStages >= 2, "a ring of at least two stages");
+
+  typedef Mask MaskType;
+  typedef SmemTile<kBlockN, kHeadDim> KvTile;
+  typedef SmemTile<kBlockM, kHeadDim> QTile;  // Q and dO
+  typedef SmemTile<kBlockN, kBlockM> DsTile;  // dS^T
+  typedef Pipeline<kStages> Ring;
+  typedef PipelineState<kStages> RingState;
+
+  // A stage: Q, dO, then LSE2 and D (kBlockM floats each) and the block's index and
+  // classification, padded so that the next stage's tiles stay 1024-byte aligned.
+  static constexpr int kRowStatsOffset = 2 * QTile::kBytes;
+  static constexpr int kInfoOffset = kRowStatsOffset + 2 * kBlockM * 4;
+  static constexpr int kStageBytes = kRowStatsOffset + (2 * kBlockM * 4 + 8 + 1023) / 1024 * 1024;
+
+  // Shared memory from a 1024-byte aligned base: K, V, the stages, two dS^T buffers, the key
+  // block's FlashMask values, the K/V barrier, the ring's barriers.
+  static constexpr int kKOffset = 0;
+  static constexpr int kVOffset = KvTile::kBytes;
+  static constexpr int kStagesOffset = 2 * KvTile::kBytes;
+  static constexpr int kDsOffset = kStagesOffset + kStages * kStageBytes;
+  static constexpr int kVectorOffset = kDsOffset + 2 * DsTile::kBytes;
+  static constexpr int kKvBarrierOffset = kVectorOffset + (kBlockN * kColumns * 4 + 7) / 8 * 8;
+  static constexpr int kRingOffset = kKvBarrierOffset + 8;
+  /// Dynamic shared memory, alignment slack included.
+  static constexpr int kSmemBytes = 1024 + kRingOffset + Ring::kBytes;
+
+  WarpgroupAccumulator<kHeadDim> acc_dk;
+  WarpgroupAccumulator<kHeadDim> acc_dv;
+
+  __device__ __forceinline__ static u32 stage_address(u32 base, int index) {
+    return base + kStagesOffset + index * kStageBytes;
+  }
+
+  /// The mask state of the CTA's (head, batch), no rows yet, formed at its use from the
+  /// parameters (opaque: not held in registers across the loop).
+  __device__ __forceinline__ static MaskState key_mask_state(const BwdParams& p) {
+    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
+    return make_mask_state<kBlockN, Mask>(p, static_cast<int>(opaque(u32(work.head))),
+                                          static_cast<int>(opaque(u32(work.batch))));
+  }
+
+  __device__ __forceinline__ void run(const BwdParams& p, const BwdTensorMaps& maps,
+                                      unsigned char* smem_raw) {
+    start_cta<true>(cta_order_of<Mask::kOrderedCtas>(p));
+    // The missing half of the last head pair (schedule.cuh).
+    if (cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p)).head >= p.heads) return;
+
+    const u32 base = (smem_address(smem_raw) + 1023) & ~1023u;
+    if (threadIdx.x == 0) {
+      // K/V: the TMA thread, plus the lanes' cp.async of the FlashMask values. Ring stages:
+      // the TMA thread and the lanes' cp.async of LSE2 and D; empty: one arrival per
+      // consumer warp.
+      mbarrier_init(base + kKvBarrierOffset, 1 + (kColumns > 0 ? 32 : 0));
+      Ring{base + kRingOffset}.init(1 + 32, 4 * kConsumers);
+      mbarrier_init_fence();
+    }
+    __syncthreads();
+
+    if (warpgroup_index() == 0) {
+      warpgroup_registers_decrease<Config::kProducerRegisters>();
+      if (threadIdx.x < 32) BackwardProducer<BackwardSm90a>::run(p, maps, base);
+      return;
+    }
+    warpgroup_registers_increase<Config::kConsumerRegisters>();
+    consume(p, base);
+  }
+
+  /// This consumer warpgroup's index (0, 1), read where used: nothing is held across the loop
+  /// that the accumulators could use.
+  __device__ __forceinline__ static int consumer_index() { return warpgroup_index() - 1; }
+
+  /// A consumer warpgroup: keys [64 consumer, 64 consumer + 64) of the block.
+  __device__ __forceinline__ void consume(const BwdParams& p, u32 base) {
+    const Ring ring{base + kRingOffset};
+    RingState state;
+    acc_dk.fill(0.f);
+    acc_dv.fill(0.f);
+    mbarrier_wait(base + kKvBarrierOffset, 0);
+    for (int it = 0;; ++it) {
+      ring.consumer_wait(state);
+      const u32 stage = stage_address(base, state.index);
+      const int block = load_shared_s32(stage + kInfoOffset);
+      if (block < 0) break;
+      const int tile = load_shared_s32(stage + kInfoOffset + 4);
+      iterate(p, base, base + kDsOffset + (it % 2) * DsTile::kBytes, block, tile, ring, state);
+      state.advance();
+    }
+    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
+    store_dkdv_tile<Element, kHeadDim>(
+        p, work.head, work.batch,
+        work.block * kBlockN + 64 * consumer_index() + 16 * ((read_tid_x() / 32) % 4), 0,
+        acc_dk.tiles(), acc_dv.tiles());
+  }
+
+  /// One query block: the five products of the consumer, the stage released once the ones
+  /// that read it have completed. Element (nt, e) of an m64 x kBlockM accumulator is key row
+  /// key_row0 + g + 8 (e / 2), query column 8 nt + 2 t + e % 2.
+  __device__ __forceinline__ void iterate(const BwdParams& p, u32 base, u32 smem_ds, int block,
+                                          int tile, const Ring& ring, const RingState& state) {
+    const int consumer = consumer_index();
+    const u32 stage = stage_address(base, state.index);
+    const int lane = read_tid_x() % 32;
+    const int key_row0 = 64 * consumer + 16 * ((read_tid_x() / 32) % 4);
+    const int g = lane / 4;
+    const int t = lane % 4;
+    const u32 smem_k = base + kKOffset;
+    const u32 smem_v = base + kVOffset;
+    const u32 smem_q = stage;
+    const u32 smem_do = stage + QTile::kBytes;
+    const u32 lse_log2 = stage + kRowStatsOffset;  // kBlockM floats, then D
+    const u32 row_dot = lse_log2 + kBlockM * 4;
+
+    // S^T = K Q^T and dP^T = V dO^T, issued together. P^T is computed while dP^T is in
+    // flight, except under soft-capping, where P^T (1 - tanh^2) would have to wait for dP^T in
+    // fp32 registers: there dS^T is formed in the same pass, once both are done.
+    WarpgroupAccumulator<kBlockM> acc_s;
+    WarpgroupAccumulator<kBlockM> acc_dp;
+    wgmma_fence();
+    keys_times_queries(acc_s.tiles(), smem_k, smem_q, consumer);
+    keys_times_queries(acc_dp.tiles(), smem_v, smem_do, consumer);
+    if constexpr (Score::kSoftcap) {
+      wgmma_wait<0>();
+      fence_accumulators(acc_dp.tiles());
+    } else {
+      wgmma_wait<1>();
+    }
+    fence_accumulators(acc_s.tiles());
+
+    MaskState ms = key_mask_state(p);
+    ms.row_begin = block * kBlockM;
+    ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
+    const int key0 = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p)).block * kBlockN;
+    if (tile_kind(tile) == kTilePartial) {
+      mask_scores_by_key<Mask>(p, ms, acc_s, base + kVectorOffset, key0, key_row0, 0, lane);
+    }
+
+    // P^T = 2^(S^T c - LSE2): 0 where masked and in rows that see no key (LSE2 = +inf).
+    // Score modifiers apply after the mask; P^T is packed at once as dV's A operand.
+    // dS^T = P^T (dP^T - D) (P^T (1 - tanh^2) under soft-capping, else the packed P^T read
+    // back, as the sm80 kernels do), packed as dK's A operand and stored as the [key][query]
+    // tile.
+    OperandA<1, kQSteps> a_p;
+    OperandA<1, kQSteps> a_ds;
+    const Score score = Score::template make<Mask::kOrderedCtas>(p);
+    const int distance0 = key0 + key_row0 + g - (ms.row_begin + 2 * t + ms.diagonal);
+#pragma unroll
+    for (int nt = 0; nt < kSTiles; ++nt) {
+      float lse[2];
+      load_lse_pair<Score>(lse_log2, nt * 8 + 2 * t, ms, lse);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float value[2];
+        float grad[2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          value[c] = backward_probability(p, score, acc_s.v[0][nt][2 * r + c],
+                                          distance0 + 8 * r - 8 * nt - c, lse[c], grad[c]);
+        }
+        a_p.v[0][nt / 2][operand_register(nt, r)] = pack2<Element>(value[0], value[1]);
+        if constexpr (Score::kSoftcap) {
+          float d[2];
+          load_shared_v2_f32(row_dot + (nt * 8 + 2 * t) * 4, d[0], d[1]);
+          store_ds_pair(a_ds, smem_ds, nt, r, key_row0 + g, 2 * t,
+                        value[0] * grad[0] * (acc_dp.v[0][nt][2 * r] - d[0]),
+                        value[1] * grad[1] * (acc_dp.v[0][nt][2 * r + 1] - d[1]));
+        }
+      }
+    }
+    if constexpr (!Score::kSoftcap) {
+      wgmma_wait<0>();
+      fence_accumulators(acc_dp.tiles());
+#pragma unroll
+      for (int nt = 0; nt < kSTiles; ++nt) {
+        float d[2];
+        load_shared_v2_f32(row_dot + (nt * 8 + 2 * t) * 4, d[0], d[1]);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const u32 p_pair = a_p.v[0][nt / 2][operand_register(nt, r)];
+          store_ds_pair(a_ds, smem_ds, nt, r, key_row0 + g, 2 * t,
+                        unpack_lo<Element>(p_pair) * (acc_dp.v[0][nt][2 * r] - d[0]),
+                        unpack_hi<Element>(p_pair) * (acc_dp.v[0][nt][2 * r + 1] - d[1]));
+        }
+      }
+    }
+
+    // dV += P^T dO and dK += dS^T Q, running while the consumers meet for dS^T.
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kQSteps; ++kk) {
+      wgmma_rs<Element, kHeadDim, 1>(acc_dv.tiles(), a_p.v[0][kk],
+                                     mn_major_descriptor<QTile>(smem_do, 0, kk), 1);
+    }
+#pragma unroll
+    for (int kk = 0; kk < kQSteps; ++kk) {
+      wgmma_rs<Element, kHeadDim, 1>(acc_dk.tiles(), a_ds.v[0][kk],
+                                     mn_major_descriptor<QTile>(smem_q, 0, kk), 1);
+    }
+    wgmma_commit();
+    fence_async_shared();
+    if constexpr (kDqByColumns) {
+      named_barrier_sync(kDsBarrier, 128 * kConsumers);
+    } else {
+      // Only this consumer's rows of dS^T are read: its own barrier.
+      named_barrier_sync(kDsBarrier + 1 + consumer, 128);
+    }
+
+    // dQ_i += dS K: dS (queries x keys) is the MN-major [key][query] tile, K MN-major too.
+    WarpgroupAccumulator<kDqCols> acc_dq;
+    const int key_step0 = kDqByColumns ? 0 : 4 * consumer;
+    const int panel = kDqByColumns ? consumer * kDqCols / 64 : 0;
+#pragma unroll
+    for (int kk = 0; kk < kDqSteps; ++kk) {
+      wgmma_ss<Element, kDqCols, 1, 1>(
+          acc_dq.tiles(), mn_major_descriptor<DsTile>(smem_ds, 0, key_step0 + kk),
+          mn_major_descriptor<KvTile>(smem_k, panel, key_step0 + kk), kk > 0);
+    }
+    wgmma_commit();
+    // dV and dK have read Q and dO: the stage goes back to the producer.
+    wgmma_wait<1>();
+    fence_accumulators(acc_dk.tiles());
+    fence_accumulators(acc_dv.tiles());
+    __syncwarp();
+    if (lane == 0) ring.consumer_release(state);
+    wgmma_wait<0>();
+    fence_accumulators(acc_dq.tiles());
+    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
+    add_dq_tile<kHeadDim>(p, p.seqlen_q, work.head, work.batch,
+                          block * kBlockM + 16 * ((read_tid_x() / 32) % 4), panel * 64,
+                          acc_dq.tiles());
+  }
+
+  /// Rounds the dS^T pair of tile nt, row half r (key row key_row + 8 r, query columns
+  /// 8 nt + col, + 1) into dK's A operand and the [key][query] tile at smem_ds.
+  __device__ __forceinline__ static void store_ds_pair(OperandA<1, kQSteps>& a_ds, u32 smem_ds,
+                                                       int nt, int r, int key_row, int col,
+                                                       float ds0, float ds1) {
+    const u32 pair = pack2<Element>(ds0, ds1);
+    a_ds.v[0][nt / 2][operand_register(nt, r)] = pair;
+    store_shared_u32(smem_ds + DsTile::element_offset(key_row + 8 * r, nt * 8 + col), pair);
+  }
+
+  /// acc = the consumer's 64 keys of `keys` (K or V) times the block's rows of `queries`
+  /// (Q or dO), transposed: S^T or dP^T, one wgmma group.
+  __device__ __forceinline__ static void keys_times_queries(float (&acc)[kSTiles][4], u32 keys,
+                                                            u32 queries, int consumer) {
+#pragma unroll
+    for (int kk = 0; kk < kDSteps; ++kk) {
+      wgmma_ss<Element, kBlockM, 0, 0>(acc, k_major_descriptor<KvTile>(keys, 64 * consumer, kk),
+                                       k_major_descriptor<QTile>(queries, 0, kk), kk > 0);
+    }
+    wgmma_commit();
+  }
+};
+
+/// The body of a generated sm90a backward (dK, dV, atomic dQ) kernel.
+template <class Config, class Mask, class Score = ScoreMod<false, false>>
+__device__ __forceinline__ void backward_sm90a(const BwdParams& params, const BwdTensorMaps& maps) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  BackwardSm90a<Config, Mask, Score> kernel;
+  kernel.run(params, maps, smem);
+}
+
+}  // namespace attnjit

@@ -1,0 +1,142 @@
+// The producer of the sm90a backward (bwd_sm90a.cuh): one warp loads the CTA's key block
+// once and streams the query blocks that can see it through the consumers' ring:
+//   K, V         by TMA onto the key block's barrier, with the block's FlashMask values
+//                (cp.async by the warp's lanes, arriving through .noinc);
+//   ring stage   Q and dO of one visited query block by TMA, its LSE2 and D rows by cp.async
+//                of the lanes (zeros past Sq), and the block's index and classification,
+//                which the consumers read from the stage instead of walking the blocks
+//                themselves; after the last block a stage with index -1 ends their loop.
+// Skipped query blocks (mask.cuh: index ranges, FlashMask min/max tables) are never loaded.
+#pragma once
+
+#include "attnjit/masks/mask.cuh"
+#include "attnjit/common/params.cuh"
+#include "attnjit/sm90a/pipeline.cuh"
+#include "attnjit/common/primitives.cuh"
+#include "attnjit/common/schedule.cuh"
+#include "attnjit/sm90a/tma.cuh"
+
+namespace attnjit {
+
+/// The producer warp of Kernel (bwd_sm90a.cuh), which gives the mask policy, the tiles and
+/// the shared-memory layout (byte offsets from the 1024-byte aligned base).
+template <class Kernel>
+struct BackwardProducer {
+  typedef typename Kernel::MaskType Mask;
+  typedef typename Kernel::QTile QTile;
+  typedef typename Kernel::KvTile KvTile;
+  typedef typename Kernel::Ring Ring;
+  static constexpr int kBlockM = Kernel::kBlockM;
+  static constexpr int kBlockN = Kernel::kBlockN;
+  static constexpr int kHeadDim = Kernel::kHeadDim;
+  static constexpr int kColumns = Mask::kColumns;
+
+  /// Runs the whole walk; every lane of the warp calls it.
+  __device__ __forceinline__ static void run(const BwdParams& p, const BwdTensorMaps& maps,
+                                             u32 base) {
+    const int lane = threadIdx.x % 32;
+    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
+    const int n_block = work.block;
+    if (lane == 0) {
+      tma_prefetch_map(maps.q);
+      tma_prefetch_map(maps.d_o);
+      tma_prefetch_map(maps.k);
+      tma_prefetch_map(maps.v);
+      const u32 kv_full = base + Kernel::kKvBarrierOffset;
+      mbarrier_arrive_expect_tx(kv_full, 2 * KvTile::kBytes);
+      const int kv_head = work.head / (p.heads / p.kv_heads);
+      load_panels<KvTile>(base + Kernel::kKOffset, maps.k, kv_full, n_block * kBlockN, kv_head,
+                          work.batch);
+      load_panels<KvTile>(base + Kernel::kVOffset, maps.v, kv_full, n_block * kBlockN, kv_head,
+                          work.batch);
+    }
+    if constexpr (kColumns > 0) {
+      load_vectors(p, Kernel::key_mask_state(p), n_block, base + Kernel::kVectorOffset);
+      mbarrier_arrive_after_cp_async(base + Kernel::kKvBarrierOffset);
+    }
+
+    const Ring ring{base + Kernel::kRingOffset};
+    typename Kernel::RingState state;
+    MaskState ms = Kernel::key_mask_state(p);
+    int block, end;
+    Mask::template query_block_range<kBlockM, kBlockN>(ms, n_block, block, end);
+    block = Mask::template first_active_query_block<kBlockM, kBlockN>(ms, p.minmax, n_block, block,
+                                                                      end);
+    for (;;) {
+      ring.producer_acquire(state);
+      const u32 stage = Kernel::stage_address(base, state.index);
+      const u32 full = ring.full(state.index);
+      if (block >= end) {
+        // The end of the walk: a stage that carries no data, block -1. It completes with the
+        // same arrivals as a loaded one and no transaction bytes.
+        if (lane == 0) {
+          store_shared_u32(stage + Kernel::kInfoOffset, static_cast<u32>(-1));
+          mbarrier_arrive(full);
+        }
+        mbarrier_arrive(full);
+        break;
+      }
+      ms.row_begin = block * kBlockM;
+      ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
+      const int tile = Mask::template classify<kBlockN>(ms, p.minmax, n_block);
+      if (lane == 0) {
+        store_shared_u32(stage + Kernel::kInfoOffset, static_cast<u32>(block));
+        store_shared_u32(stage + Kernel::kInfoOffset + 4, static_cast<u32>(tile));
+        ring.producer_commit(state, 2 * QTile::kBytes);
+        const CtaWork now = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
+        load_panels<QTile>(stage, maps.q, full, ms.row_begin, now.head, now.batch);
+        load_panels<QTile>(stage + QTile::kBytes, maps.d_o, full, ms.row_begin, now.head,
+                           now.batch);
+      }
+      load_row_statistics(p, block, stage + Kernel::kRowStatsOffset);
+      ring.producer_commit_cp_async(state);
+      state.advance();
+      block = Mask::template first_active_query_block<kBlockM, kBlockN>(ms, p.minmax, n_block,
+                                                                        block + 1, end);
+    }
+    // The lanes' last copies land before the warp exits.
+    cp_async_wait<0>();
+  }
+
+  /// The panels of a Tile of rows [row0, row0 + Tile rows) of one (head, batch) of `map`;
+  /// rows past the tensor's length read as zeros.
+  template <class Tile>
+  __device__ __forceinline__ static void load_panels(u32 dst, const TensorMap& map, u32 bar,
+                                                     int row0, int head, int batch) {
+#pragma unroll
+    for (int panel = 0; panel < kHeadDim / Tile::kPanelCols; ++panel) {
+      tma_load(dst + panel * Tile::kPanelBytes, map, bar, panel * Tile::kPanelCols, row0, head,
+               batch);
+    }
+  }
+
+  /// cp.async of LSE2 then D of query block `block` (kBlockM floats each, zeros past Sq) by
+  /// the warp's lanes.
+  __device__ __forceinline__ static void load_row_statistics(const BwdParams& p, int block,
+                                                             u32 dst) {
+    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
+    const int row0 = block * kBlockM;
+    const int valid = min(kBlockM, p.seqlen_q - row0);
+    const long long bh_row =
+        (static_cast<long long>(work.batch) * p.heads + work.head) * p.seqlen_q + row0;
+#pragma unroll
+    for (int i = threadIdx.x % 32; i < 2 * kBlockM; i += 32) {
+      const int r = i % kBlockM;
+      const float* src = (i < kBlockM ? p.lse_log2 : p.row_dot) + bh_row + r;
+      cp_async_4(dst + i * 4, r < valid ? src : p.row_dot, r < valid ? 4 : 0);
+    }
+  }
+
+  /// cp.async of the key block's FlashMask values by the warp's lanes (zeros past Sk).
+  __device__ __forceinline__ static void load_vectors(const BwdParams& p, const MaskState& ms,
+                                                      int block, u32 dst) {
+    const int key0 = block * kBlockN;
+    const int valid = min(kBlockN, ms.seqlen_k - key0) * kColumns;
+    const int* src = interval_values<kColumns>(p.intervals, ms, key0);
+    for (int i = threadIdx.x % 32; i < kBlockN * kColumns; i += 32) {
+      cp_async_4(dst + 4 * i, i < valid ? src + i : p.intervals, i < valid ? 4 : 0);
+    }
+  }
+};
+
+}  // namespace attnjit

@@ -1,0 +1,151 @@
+// The sm90a backward (backward.tma.sm90a: TMA producer, mbarrier ring, two wgmma consumers),
+// forced by tiles=64x128x12t, against the CPU float64 reference gradients: the sweep's cases
+// at head dims 64 and 128 (every mask kind, both dtypes, GQA/MQA, mask heads, lengths that are
+// not tile multiples, Sq != Sk, padded strides), longer sequences whose key blocks visit many
+// query blocks (the ring wraps), the score modifiers, rows that see no key, odd head counts.
+// Skipped on devices other than sm_90a.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <utility>
+
+#include "attnjit/jit.hpp"
+#include "dsl/builders.hpp"
+#include "gpu/checks.hpp"
+#include "gpu/gpu_case.hpp"
+
+using namespace attnjit;
+using gpu_test::Case;
+using gpu_test::check_backward;
+
+namespace {
+
+constexpr const char* kRow = "backward.tma.sm90a";
+
+bool on_sm90a() {
+  if (jit::current_device_arch() == Arch::sm_90a) return true;
+  WARN("not an sm_90a device: backward.tma.sm90a is not run");
+  return false;
+}
+
+// The case forced onto the row.
+Case forced(Case c) {
+  c.spec.tiles = {64, 128, 12, 't'};
+  c.expect_row = kRow;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("the sm90a backward matches the reference gradients over the sweep",
+          "[gpu][backward][sm90a]") {
+  if (!on_sm90a()) return;
+  for (const Case& c : gpu_test::sweep_cases()) {
+    if (c.spec.head_dim_qk != 64 && c.spec.head_dim_qk != 128) continue;
+    check_backward(forced(c), /*deterministic=*/false);
+  }
+}
+
+TEST_CASE("the sm90a backward over many query blocks per key block", "[gpu][backward][sm90a]") {
+  if (!on_sm90a()) return;
+  // 1000 x 1000 (16 query blocks: the two-stage ring wraps eight times), 1000 x 700 and
+  // 700 x 1000, documents and random intervals, GQA.
+  const MaskSpec masks[] = {{MaskKind::none, false, 0},           {MaskKind::causal, false, 0},
+                            {MaskKind::sliding_window, false, 0}, {MaskKind::flashmask, true, 1},
+                            {MaskKind::flashmask, true, 2},       {MaskKind::flashmask, false, 2},
+                            {MaskKind::flashmask, false, 4}};
+  const std::pair<int, int> lengths[] = {{1000, 1000}, {1000, 700}, {700, 1000}};
+  std::uint64_t seed = 9100;
+  int rotation = 0;
+  for (int d : {64, 128}) {
+    for (const MaskSpec& mask : masks) {
+      const auto [sq, sk] = lengths[rotation % 3];
+      Case c;
+      c.spec.dtype = rotation % 2 == 0 ? DType::bf16 : DType::fp16;
+      c.spec.head_dim_qk = c.spec.head_dim_v = d;
+      c.spec.mask = mask;
+      c.batch = 2;
+      c.heads = 4;
+      c.kv_heads = rotation % 2 == 0 ? 2 : 4;
+      c.seqlen_q = sq;
+      c.seqlen_k = sk;
+      c.padded_strides = rotation % 3 == 1;
+      c.seed = ++seed;
+      if (mask.kind == MaskKind::sliding_window) {
+        c.window_left = 150;
+        c.window_right = 30;
+      }
+      if (mask.kind == MaskKind::flashmask) {
+        // Documents take LTS (causal) or LTS and UTE: the other masks draw random intervals.
+        const bool documents = sq == sk && mask.columns == (mask.causal ? 1 : 2);
+        if (documents) {
+          std::vector<dsl::IntervalVectors> samples{
+              dsl::random_documents(mask.causal, sq, 2, 6, seed),
+              dsl::random_documents(mask.causal, sq, 2, 6, seed + 1)};
+          c.intervals = dsl::stack(samples);
+        } else {
+          c.intervals =
+              dsl::random_intervals(mask.causal, mask.columns, c.batch, c.kv_heads, sq, sk, seed);
+        }
+      }
+      ++rotation;
+      check_backward(forced(c), /*deterministic=*/false);
+    }
+  }
+}
+
+TEST_CASE("the sm90a backward with score modifiers matches the reference gradients",
+          "[gpu][backward][sm90a][score_mod]") {
+  if (!on_sm90a()) return;
+  for (const Case& c : gpu_test::score_mod_cases()) {
+    check_backward(forced(c), /*deterministic=*/false);
+  }
+}
+
+TEST_CASE("the sm90a backward gives zero gradients to rows that see no key",
+          "[gpu][backward][sm90a]") {
+  if (!on_sm90a()) return;
+  for (int d : {64, 128}) {
+    Case c;
+    c.spec.dtype = DType::fp16;
+    c.spec.head_dim_qk = c.spec.head_dim_v = d;
+    c.spec.mask = {MaskKind::causal, false, 0};
+    c.batch = 1;
+    c.heads = c.kv_heads = 2;
+    c.seqlen_q = 300;  // rows 0 .. 229 see no key (bottom-right causal, Sk = 70)
+    c.seqlen_k = 70;
+    c.seed = 93 + d;
+    c = forced(c);
+    const gpu_test::Inputs inputs = gpu_test::make_inputs(c);
+    const std::vector<float> d_o = gpu_test::make_d_o(c);
+    const gpu_test::BackwardOutputs got =
+        gpu_test::run_backward_on_gpu(c, inputs, d_o, /*deterministic=*/false);
+    for (int h = 0; h < 2; ++h) {
+      for (int row = 0; row < 230; ++row) {
+        for (int i = 0; i < d; ++i) {
+          REQUIRE(got.dq[(static_cast<std::size_t>(row) * 2 + h) * d + i] == 0.f);
+        }
+      }
+    }
+    for (float x : got.dk) REQUIRE(std::isfinite(x));
+    for (float x : got.dv) REQUIRE(std::isfinite(x));
+    check_backward(c, /*deterministic=*/false);
+  }
+}
+
+TEST_CASE("the sm90a backward with odd head counts", "[gpu][backward][sm90a]") {
+  if (!on_sm90a()) return;
+  for (const auto& [heads, kv_heads] : {std::pair{1, 1}, std::pair{3, 3}, std::pair{3, 1}}) {
+    Case c;
+    c.spec.dtype = DType::bf16;
+    c.spec.head_dim_qk = c.spec.head_dim_v = 128;
+    c.spec.mask = {MaskKind::causal, false, 0};
+    c.batch = 2;
+    c.heads = heads;
+    c.kv_heads = kv_heads;
+    c.seqlen_q = c.seqlen_k = 333;
+    c.padded_strides = true;
+    c.seed = 170 + heads;
+    check_backward(forced(c), /*deterministic=*/false);
+  }
+}

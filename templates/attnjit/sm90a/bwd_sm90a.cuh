@@ -118,9 +118,9 @@ struct BackwardSm90a {
     if (threadIdx.x == 0) {
       // K/V: the TMA thread, plus the lanes' cp.async of the FlashMask values. Ring stages:
       // the TMA thread and the lanes' cp.async of LSE2 and D; empty: one arrival per
-      // consumer warp.
+      // consumer thread (as in the forward, fwd_sm90a.cuh's release).
       mbarrier_init(base + kKvBarrierOffset, 1 + (kColumns > 0 ? 32 : 0));
-      Ring{base + kRingOffset}.init(1 + 32, 4 * kConsumers);
+      Ring{base + kRingOffset}.init(1 + 32, 128 * kConsumers);
       mbarrier_init_fence();
     }
     __syncthreads();
@@ -288,8 +288,7 @@ struct BackwardSm90a {
     wgmma_wait<1>();
     fence_accumulators(acc_dk.tiles());
     fence_accumulators(acc_dv.tiles());
-    __syncwarp();
-    if (lane == 0) ring.consumer_release(state);
+    ring.consumer_release(state);
     wgmma_wait<0>();
     fence_accumulators(acc_dq.tiles());
     const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));

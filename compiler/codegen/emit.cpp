@@ -61,24 +61,14 @@ std::vector<std::string> config_lines(const KernelRow& row, const KernelTiles& t
         constant("bool", "kPingPong", spec.head_dim_qk <= 128);
         break;
       case ConfigField::register_split: {
-        // 384 threads start with 168 registers each; the producer warpgroup keeps 24, or 40 /
-        // 48 where its walk classifies from one / more vector tables or a predicate's block
-        // table (ptxas spilled it below that), and the consumers take the rest: the three must
-        // sum to 3 x 168, else setmaxnreg.inc waits forever.
-        const std::size_t vectors = ir.mask->vectors.size();
-        const int producer = ir.mask->element_predicate || vectors > 1 ? 48
-                             : vectors == 1                            ? 40
-                                                                       : 24;
+        // 384 threads start with 168 registers each; the producer warpgroup keeps what its
+        // row says and the consumers take the rest, in multiples of 8: the three must not
+        // exceed 3 x 168, else setmaxnreg.inc waits forever.
+        const int producer = row.producer_registers(*ir.mask);
         constant("int", "kProducerRegisters", producer);
         constant("int", "kConsumerRegisters", (3 * 168 - producer) / 2 / 8 * 8);
         break;
       }
-      case ConfigField::producer_registers_24:
-        // The sm90a backward's producer walks the query blocks in 24 registers with every
-        // mask (NVRTC sweep); its two consumers need all of the other 480.
-        constant("int", "kProducerRegisters", 24);
-        constant("int", "kConsumerRegisters", 240);
-        break;
     }
   }
   return lines;

@@ -74,9 +74,7 @@ enum class ConfigField {
   return_lse,
   atomic_dq,
   ping_pong,       ///< kPingPong: consumer warpgroups take turns (head dims up to 128)
-  register_split,  ///< kProducerRegisters, kConsumerRegisters (setmaxnreg, by the mask's tables)
-  /// kProducerRegisters = 24, kConsumerRegisters = 240 (setmaxnreg) whatever the mask
-  producer_registers_24,
+  register_split,  ///< kProducerRegisters (the row's producer_registers), kConsumerRegisters
 };
 
 /// One kernel kind in one family.
@@ -102,6 +100,10 @@ struct KernelRow {
   /// Whether a candidate has the registers for the spec's mask and score modifiers; when
   /// null, its up_to, softcap and alibi fields say.
   bool (*fits)(const TileCandidate&, const AttentionSpec&, const MaskLowering&) = nullptr;
+  /// Rows with ConfigField::register_split (warp-specialized, 384 threads starting at 168
+  /// registers): the registers the producer warpgroup keeps after setmaxnreg; the two
+  /// consumer warpgroups share the rest.
+  int (*producer_registers)(const MaskLowering&) = nullptr;
   /// Checks an explicit `tiles=` shape for this row; throws the `tiles` Error otherwise.
   TileCandidate (*explicit_tiles)(const TileShape&, const AttentionSpec&,
                                   const MaskLowering&) = nullptr;

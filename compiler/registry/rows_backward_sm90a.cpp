@@ -29,7 +29,11 @@ constexpr std::array<TileCandidate, 2> kCandidates{{
 
 constexpr std::array<ConfigField, 5> kConfig{ConfigField::head_dim, ConfigField::block_m,
                                              ConfigField::block_n, ConfigField::kv_stages,
-                                             ConfigField::producer_registers_24};
+                                             ConfigField::register_split};
+
+// The producer walks the query blocks in 24 registers with every mask (NVRTC sweep); its two
+// consumers need all of the other 480.
+int producer_registers(const MaskLowering&) { return 24; }
 
 // bwd_sm90a.cuh's kSmemBytes: alignment slack, K and V, the stages (Q, dO, then LSE, D and the
 // block's index padded to 1 KB), two dS^T buffers, the key block's FlashMask values padded to
@@ -81,6 +85,7 @@ KernelRow backward_tma_sm90a() {
   row.config = kConfig;
   row.smem_bytes = smem_bytes;
   row.explicit_tiles = explicit_tiles;
+  row.producer_registers = producer_registers;
   row.launch = key_block_launch;
   row.buffers = backward_buffers;
   return row;

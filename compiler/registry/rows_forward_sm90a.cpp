@@ -57,6 +57,13 @@ int widest_block_n(const AttentionSpec& spec, const MaskLowering& mask) {
   }
 }
 
+// The producer warpgroup keeps 24 registers, or 40 / 48 where its walk classifies from one /
+// more vector tables or a predicate's block table (ptxas spilled it below that).
+int producer_registers(const MaskLowering& mask) {
+  const std::size_t vectors = mask.vectors.size();
+  return mask.element_predicate || vectors > 1 ? 48 : vectors == 1 ? 40 : 24;
+}
+
 bool fits_registers(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   return c.block_n <= widest_block_n(spec, mask);
 }
@@ -115,6 +122,7 @@ KernelRow forward_warpgroup_sm90a() {
   row.config = kConfig;
   row.smem_bytes = smem_bytes;
   row.fits = fits_registers;
+  row.producer_registers = producer_registers;
   row.explicit_tiles = explicit_tiles;
   row.launch = query_block_launch;
   row.buffers = forward_buffers;

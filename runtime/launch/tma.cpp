@@ -97,69 +97,69 @@ TensorMap activation_tensor_map(const char* what, const TensorView& t, int rows,
 
 namespace attnjit::jit::detail {
 
+namespace {
+
+// A [B, S, H, D] view of one tensor of a parameter block.
+TensorView activation_view(DType dtype, const void* data, int batch, int seqlen, int heads,
+                           int dim, long long batch_stride, long long row_stride,
+                           long long head_stride) {
+  TensorView t;
+  t.data = const_cast<void*>(data);
+  t.dtype = dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
+  t.rank = 4;
+  t.shape = {batch, seqlen, heads, dim};
+  t.stride = {batch_stride, row_stride, head_stride, 1};
+  return t;
+}
+
+// The panel of SmemTile: 64 columns where the head dim allows, else 32.
+int panel_columns(int dim) { return dim % 64 == 0 ? 64 : 32; }
+
+// The maps of q (boxes of q_rows rows), k and v (kv_rows rows), which every TMA attention
+// kernel loads.
+template <class Maps, class Params>
+void map_qkv(Maps& maps, const Params& p, DType dtype, int head_dim_qk, int head_dim_v, int q_rows,
+             int kv_rows) {
+  maps.q = runtime::activation_tensor_map(
+      "q",
+      activation_view(dtype, p.q, p.batch, p.seqlen_q, p.heads, head_dim_qk, p.q_batch_stride,
+                      p.q_row_stride, p.q_head_stride),
+      q_rows, panel_columns(head_dim_qk));
+  maps.k = runtime::activation_tensor_map(
+      "k",
+      activation_view(dtype, p.k, p.batch, p.seqlen_k, p.kv_heads, head_dim_qk, p.k_batch_stride,
+                      p.k_row_stride, p.k_head_stride),
+      kv_rows, panel_columns(head_dim_qk));
+  maps.v = runtime::activation_tensor_map(
+      "v",
+      activation_view(dtype, p.v, p.batch, p.seqlen_k, p.kv_heads, head_dim_v, p.v_batch_stride,
+                      p.v_row_stride, p.v_head_stride),
+      kv_rows, panel_columns(head_dim_v));
+}
+
+}  // namespace
+
 FwdTensorMaps forward_tensor_maps(const FwdParams& p, DType dtype, int head_dim_qk, int head_dim_v,
                                   int block_m, int block_n) {
-  const ScalarType element = dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
-  // A [B, S, H, D] view of one tensor of the parameter block.
-  const auto view = [&](const void* data, int seqlen, int heads, int dim, long long batch_stride,
-                        long long row_stride, long long head_stride) {
-    TensorView t;
-    t.data = const_cast<void*>(data);
-    t.dtype = element;
-    t.rank = 4;
-    t.shape = {p.batch, seqlen, heads, dim};
-    t.stride = {batch_stride, row_stride, head_stride, 1};
-    return t;
-  };
-  // The panel of SmemTile: 64 columns where the head dim allows, else 32.
-  const auto panel = [](int dim) { return dim % 64 == 0 ? 64 : 32; };
   FwdTensorMaps maps;
-  maps.q = runtime::activation_tensor_map("q",
-                                          view(p.q, p.seqlen_q, p.heads, head_dim_qk,
-                                               p.q_batch_stride, p.q_row_stride, p.q_head_stride),
-                                          block_m, panel(head_dim_qk));
-  maps.k = runtime::activation_tensor_map("k",
-                                          view(p.k, p.seqlen_k, p.kv_heads, head_dim_qk,
-                                               p.k_batch_stride, p.k_row_stride, p.k_head_stride),
-                                          block_n, panel(head_dim_qk));
-  maps.v = runtime::activation_tensor_map("v",
-                                          view(p.v, p.seqlen_k, p.kv_heads, head_dim_v,
-                                               p.v_batch_stride, p.v_row_stride, p.v_head_stride),
-                                          block_n, panel(head_dim_v));
+  map_qkv(maps, p, dtype, head_dim_qk, head_dim_v, block_m, block_n);
   maps.o = runtime::activation_tensor_map(
       "o",
-      view(p.o, p.seqlen_q, p.heads, head_dim_v, p.o_batch_stride, p.o_row_stride, p.o_head_stride),
-      64, panel(head_dim_v));
+      activation_view(dtype, p.o, p.batch, p.seqlen_q, p.heads, head_dim_v, p.o_batch_stride,
+                      p.o_row_stride, p.o_head_stride),
+      64, panel_columns(head_dim_v));
   return maps;
 }
 
 BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim, int block_m,
                                    int block_n) {
-  TensorView t;
-  t.dtype = dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
-  t.rank = 4;
-  // A [B, S, H, D] view of one tensor of the parameter block.
-  const auto view = [&](const void* data, int seqlen, int heads, long long batch_stride,
-                        long long row_stride, long long head_stride) {
-    t.data = const_cast<void*>(data);
-    t.shape = {p.batch, seqlen, heads, head_dim};
-    t.stride = {batch_stride, row_stride, head_stride, 1};
-    return t;
-  };
-  const int panel = head_dim % 64 == 0 ? 64 : 32;
   BwdTensorMaps maps;
-  maps.q = runtime::activation_tensor_map(
-      "q", view(p.q, p.seqlen_q, p.heads, p.q_batch_stride, p.q_row_stride, p.q_head_stride),
-      block_m, panel);
+  map_qkv(maps, p, dtype, head_dim, head_dim, block_m, block_n);
   maps.d_o = runtime::activation_tensor_map(
-      "d_o", view(p.d_o, p.seqlen_q, p.heads, p.do_batch_stride, p.do_row_stride, p.do_head_stride),
-      block_m, panel);
-  maps.k = runtime::activation_tensor_map(
-      "k", view(p.k, p.seqlen_k, p.kv_heads, p.k_batch_stride, p.k_row_stride, p.k_head_stride),
-      block_n, panel);
-  maps.v = runtime::activation_tensor_map(
-      "v", view(p.v, p.seqlen_k, p.kv_heads, p.v_batch_stride, p.v_row_stride, p.v_head_stride),
-      block_n, panel);
+      "d_o",
+      activation_view(dtype, p.d_o, p.batch, p.seqlen_q, p.heads, head_dim, p.do_batch_stride,
+                      p.do_row_stride, p.do_head_stride),
+      block_m, panel_columns(head_dim));
   return maps;
 }
 

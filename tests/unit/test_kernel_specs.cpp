@@ -262,37 +262,24 @@ TEST_CASE("sm_90a warpgroup backward kernels keep their warpgroup MMAs unseriali
   }
 }
 
-TEST_CASE("sm_90a warpgroup forward kernels compile without spills or serialized wgmma",
-          "[nvrtc][specs][sm90a]") {
-  // Every mask, both dtypes, head dims 64 to 256, with and without both score modifiers;
-  // setmaxnreg must be honoured (no C7508), no wgmma serialized (C7510/C7511/C7514/C7515/
-  // C7517/C7519).
+namespace {
+
+/// Compiles the `role` kernel of each spec for sm_90a (as many at once as there are cores):
+/// it must come from `row`, with no spills, no stack, setmaxnreg honoured (no C7508) and no
+/// wgmma serialized (C7510/C7511/C7514/C7515/C7517/C7519).
+void check_warp_specialized(const std::vector<std::string>& specs, KernelRole role,
+                            std::string_view row) {
   std::vector<runtime::NvrtcHeader> headers;
   for (const auto& file : templates::all()) headers.push_back({file.name, file.source});
-  std::vector<std::string> specs;
-  for (const char* dtype : {"bf16", "fp16"}) {
-    for (int d : {64, 96, 128, 192, 256}) {
-      for (const char* mask :
-           {"none", "causal", "sliding_window", "flashmask(causal=true,columns=1)",
-            "flashmask(causal=true,columns=2)", "flashmask(causal=false,columns=2)",
-            "flashmask(causal=false,columns=4)", "predicate(q>=k&&doc[q]==doc[k])"}) {
-        for (const char* modifiers : {"", " softcap=true alibi=true"}) {
-          const AttentionSpec spec = testing::sm90a_forward_spec(parse_spec(fmt::format(
-              "dtype={} head_dim={} mask={}{} return_lse=true", dtype, d, mask, modifiers)));
-          specs.push_back(to_string(spec));
-        }
-      }
-    }
-  }
   const std::size_t workers = std::max(1u, std::thread::hardware_concurrency());
   for (std::size_t first = 0; first < specs.size(); first += workers) {
     std::vector<std::future<runtime::NvrtcOutput>> outputs;
     for (std::size_t i = first; i < std::min(specs.size(), first + workers); ++i) {
       const Lowering ir = lower(parse_spec(specs[i]));
-      const KernelDesc& forward = *ir.plan->find(KernelRole::forward);
-      REQUIRE(forward.template_header == "attnjit/sm90a/fwd_sm90a.cuh");
+      const KernelDesc& kernel = *ir.plan->find(role);
+      REQUIRE(kernel.row == row);
       outputs.push_back(std::async(
-          std::launch::async, [&headers, source = emit_kernel(ir, forward), name = forward.name] {
+          std::launch::async, [&headers, source = emit_kernel(ir, kernel), name = kernel.name] {
             const std::vector<std::string> options{"-default-device"};
             return runtime::nvrtc_compile(source, name + ".cu", headers, "sm_90a", options, name);
           }));
@@ -310,13 +297,36 @@ TEST_CASE("sm_90a warpgroup forward kernels compile without spills or serialized
   }
 }
 
+}  // namespace
+
+TEST_CASE("sm_90a warpgroup forward kernels compile without spills or serialized wgmma",
+          "[nvrtc][specs][sm90a]") {
+  // Every mask, both dtypes, head dims 64 to 256, with and without both score modifiers;
+  // setmaxnreg must be honoured (no C7508), no wgmma serialized (C7510/C7511/C7514/C7515/
+  // C7517/C7519).
+  std::vector<std::string> specs;
+  for (const char* dtype : {"bf16", "fp16"}) {
+    for (int d : {64, 96, 128, 192, 256}) {
+      for (const char* mask :
+           {"none", "causal", "sliding_window", "flashmask(causal=true,columns=1)",
+            "flashmask(causal=true,columns=2)", "flashmask(causal=false,columns=2)",
+            "flashmask(causal=false,columns=4)", "predicate(q>=k&&doc[q]==doc[k])"}) {
+        for (const char* modifiers : {"", " softcap=true alibi=true"}) {
+          const AttentionSpec spec = testing::sm90a_forward_spec(parse_spec(fmt::format(
+              "dtype={} head_dim={} mask={}{} return_lse=true", dtype, d, mask, modifiers)));
+          specs.push_back(to_string(spec));
+        }
+      }
+    }
+  }
+  check_warp_specialized(specs, KernelRole::forward, "forward.warpgroup.sm90a");
+}
+
 TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmma",
           "[nvrtc][specs][sm90a]") {
   // backward.tma.sm90a, forced by tiles=64x128x12t: every mask it takes, both dtypes, head dims
   // 64 and 128, without and with each score-modifier combination; setmaxnreg honoured (no
   // C7508), no wgmma serialized.
-  std::vector<runtime::NvrtcHeader> headers;
-  for (const auto& file : templates::all()) headers.push_back({file.name, file.source});
   std::vector<std::string> specs;
   for (const char* dtype : {"bf16", "fp16"}) {
     for (int d : {64, 128}) {
@@ -333,28 +343,5 @@ TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmm
       }
     }
   }
-  const std::size_t workers = std::max(1u, std::thread::hardware_concurrency());
-  for (std::size_t first = 0; first < specs.size(); first += workers) {
-    std::vector<std::future<runtime::NvrtcOutput>> outputs;
-    for (std::size_t i = first; i < std::min(specs.size(), first + workers); ++i) {
-      const Lowering ir = lower(parse_spec(specs[i]));
-      const KernelDesc& main = *ir.plan->find(KernelRole::backward);
-      REQUIRE(main.row == "backward.tma.sm90a");
-      outputs.push_back(std::async(
-          std::launch::async, [&headers, source = emit_kernel(ir, main), name = main.name] {
-            const std::vector<std::string> options{"-default-device"};
-            return runtime::nvrtc_compile(source, name + ".cu", headers, "sm_90a", options, name);
-          }));
-    }
-    for (std::size_t j = 0; j < outputs.size(); ++j) {
-      INFO(specs[first + j]);
-      const runtime::NvrtcOutput output = outputs[j].get();
-      INFO(output.log);
-      CHECK(output.report.registers > 0);
-      CHECK(output.report.spill_bytes() == 0);
-      CHECK(output.report.stack_bytes == 0);
-      CHECK(output.report.wgmma_serializations == 0);
-      CHECK(output.log.find("C7508") == std::string::npos);
-    }
-  }
+  check_warp_specialized(specs, KernelRole::backward, "backward.tma.sm90a");
 }

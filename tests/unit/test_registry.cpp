@@ -189,6 +189,8 @@ TEST_CASE("the registry: one row per utility role, attention rows with their pie
     CHECK(row.smem_bytes != nullptr);
     CHECK((row.explicit_tiles != nullptr) == !row.tiles_suffixes.empty());
     CHECK(!row.config.empty());
+    const bool splits = std::ranges::find(row.config, ConfigField::register_split) != row.config.end();
+    CHECK(splits == (row.producer_registers != nullptr));
     // A family's kernels compile only where its instructions exist.
     if (row.family == KernelFamily::sm90a) {
       CHECK(row.support.targets == std::vector<Arch>{Arch::sm_90a});

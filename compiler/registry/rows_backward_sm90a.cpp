@@ -1,11 +1,14 @@
 // The backward main kernel of the sm90a family (bwd_sm90a.cuh): a TMA producer warpgroup and
 // two wgmma consumer warpgroups of 64 keys (block_n = 128, 12 warps), Q, dO, LSE and D
-// streamed through a ring of two stages; its parameters are BwdParams and the TMA maps of q,
-// d_o, k and v. It precedes the warpgroup layout (backward.warpgroup.sm90a) in the registry, so
+// streamed through a ring of two stages, dQ added to its fp32 accumulator by TMA reductions
+// from shared memory; its parameters are BwdParams and the TMA maps of q, d_o, k, v and the dQ
+// accumulator. It precedes the warpgroup layout (backward.warpgroup.sm90a) in the registry, so
 // the automatic choice at head dims 64 and 128 in the atomic mode: on an H100 (bf16, B=1, H=16,
-// S=8192, 2026-11-25) it ran 5-21% faster than that layout for every mask measured (d128 none
-// 3.50 against 3.87 ms, causal 1.91 against 2.10, causal documents 1.22 against 1.39);
-// `tiles=64x128x12t` forces it, `tiles=64x128x8w` the warpgroup layout.
+// S=8192, 2026-11-25) it ran 5-21% faster than that layout for every mask measured with dQ by
+// red.global (d128 none 3.50 against 3.87 ms, causal 1.91 against 2.10, causal documents 1.22
+// against 1.39), and the TMA reductions took another 8-25% off (d128 none 3.01 ms, causal
+// 1.65, d64 none 2.20 against 2.80); `tiles=64x128x12t` forces it, `tiles=64x128x8w` the
+// warpgroup layout.
 #include <fmt/format.h>
 
 #include <array>
@@ -36,7 +39,8 @@ constexpr std::array<ConfigField, 5> kConfig{ConfigField::head_dim, ConfigField:
 int producer_registers(const MaskLowering&) { return 24; }
 
 // bwd_sm90a.cuh's kSmemBytes: alignment slack, K and V, the stages (Q, dO, then LSE, D and the
-// block's index padded to 1 KB), two dS^T buffers, the key block's FlashMask values padded to
+// block's index padded to 1 KB), two dS^T buffers, the fp32 dQ buffers (one when each consumer
+// owns 64 of dQ's columns, else one per consumer), the key block's FlashMask values padded to
 // 8 bytes, the K/V barrier and the ring's barriers.
 int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   const int d = spec.head_dim_qk;
@@ -44,8 +48,9 @@ int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowe
   const int kv = 2 * c.block_n * d * element;
   const int stage = 2 * c.block_m * d * element + (2 * c.block_m * 4 + 8 + 1023) / 1024 * 1024;
   const int vectors = (c.block_n * static_cast<int>(mask.vectors.size()) * 4 + 7) / 8 * 8;
-  return 1024 + kv + c.kv_stages * stage + 2 * c.block_n * c.block_m * element + vectors + 8 +
-         2 * c.kv_stages * 8;
+  const int dq = (d / 2 >= 64 ? 1 : 2) * c.block_m * d * 4;
+  return 1024 + kv + c.kv_stages * stage + 2 * c.block_n * c.block_m * element + dq + vectors +
+         8 + 2 * c.kv_stages * 8;
 }
 
 // `tiles=64x128x12t`: 64 queries per stage, two consumer warpgroups of 64 keys and a producer
@@ -77,7 +82,7 @@ KernelRow backward_tma_sm90a() {
   // One CTA of 384 threads per SM, whose warpgroups then trade registers (setmaxnreg).
   row.min_blocks_per_sm = 1;
   row.support.targets = {Arch::sm_90a};
-  // Its dQ product is atomic; its S^T fragments do not follow the stored element bits.
+  // Its dQ additions are unordered; its S^T fragments do not follow the stored element bits.
   row.support.deterministic = false;
   row.support.predicate_masks = false;
   row.tiles_suffixes = "t";

@@ -183,12 +183,16 @@ void set_order(CtaOrderParams<Params>& p, ParamScalar field, int value) {
   }
 }
 
+// No second kernel argument.
+struct NoMaps {};
+
 // The parameter block of one launch: built from the call's attention arguments, the
-// kernel's buffers and its computed arguments.
-template <class Block, class Bind, class Set>
+// kernel's buffers and its computed arguments; `maps`, when given, makes the kernel's second
+// argument (its TMA maps) from the bound block.
+template <class Block, class Bind, class Set, class Maps = NoMaps>
 void launch_block(Block block, const KernelDesc& kernel, const LaunchSchedule& schedule,
                   unsigned char* workspace, Bind bind, Set set, const LoadedKernel& loaded,
-                  const ScheduledLaunch& launch, CUstream stream, void* second = nullptr) {
+                  const ScheduledLaunch& launch, CUstream stream, Maps maps = {}) {
   for (const BufferBinding& binding : kernel.buffers) {
     void* pointer =
         schedule.bytes[binding.buffer] > 0 ? workspace + schedule.offsets[binding.buffer] : nullptr;
@@ -199,8 +203,14 @@ void launch_block(Block block, const KernelDesc& kernel, const LaunchSchedule& s
   std::copy(launch.grid.begin(), launch.grid.end(), config.grid);
   config.block[0] = launch.threads;
   config.dynamic_smem_bytes = static_cast<unsigned>(kernel.dynamic_smem_bytes);
-  void* args[] = {&block, second};
-  runtime::launch(loaded.function, config, stream, args);
+  if constexpr (std::is_same_v<Maps, NoMaps>) {
+    void* args[] = {&block, nullptr};
+    runtime::launch(loaded.function, config, stream, args);
+  } else {
+    auto second = maps(block);
+    void* args[] = {&block, &second};
+    runtime::launch(loaded.function, config, stream, args);
+  }
 }
 
 }  // namespace
@@ -307,15 +317,19 @@ void launch_plan(const KernelSet& set, const Params& attention, const Shapes& sh
       case ParamBlock::attention_tma: {
         const AttentionSpec& spec = set.spec;
         if constexpr (std::is_same_v<Params, FwdParams>) {
-          FwdTensorMaps maps = forward_tensor_maps(attention, spec.dtype, spec.head_dim_qk,
-                                                   spec.head_dim_v, kernel.block_m, kernel.block_n);
           launch_block(attention, kernel, schedule, base, bind_attention<Params>,
-                       no_scalars<Params>, loaded, launch, stream, &maps);
+                       no_scalars<Params>, loaded, launch, stream, [&](const FwdParams& bound) {
+                         return forward_tensor_maps(bound, spec.dtype, spec.head_dim_qk,
+                                                    spec.head_dim_v, kernel.block_m,
+                                                    kernel.block_n);
+                       });
         } else {
-          BwdTensorMaps maps = backward_tensor_maps(attention, spec.dtype, spec.head_dim_qk,
-                                                    kernel.block_m, kernel.block_n);
+          // After binding: the dQ accumulator's map needs its scratch address.
           launch_block(attention, kernel, schedule, base, bind_attention<Params>,
-                       no_scalars<Params>, loaded, launch, stream, &maps);
+                       no_scalars<Params>, loaded, launch, stream, [&](const BwdParams& bound) {
+                         return backward_tensor_maps(bound, spec.dtype, spec.head_dim_qk,
+                                                     kernel.block_m, kernel.block_n);
+                       });
         }
         break;
       }

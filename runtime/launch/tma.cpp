@@ -30,8 +30,9 @@ CUtensorMapSwizzle swizzle_of(const char* what, int bytes) {
 
 }  // namespace
 
-TensorMap encode_tensor_map(const char* what, const void* base, bool bf16,
+TensorMap encode_tensor_map(const char* what, const void* base, ScalarType element,
                             const TensorMapShape& shape) {
+  internal_check(element != ScalarType::int32, "tensor maps of fp16, bf16 or fp32");
   internal_check(shape.rank >= 1 && shape.rank <= 5, "tensor map rank 1 to 5");
   if (reinterpret_cast<std::uintptr_t>(base) % 16 != 0) {
     throw_field_error(fmt::format("{}.data", what), fmt::format("{}", base),
@@ -44,7 +45,7 @@ TensorMap encode_tensor_map(const char* what, const void* base, bool bf16,
                         "a multiple of 16 below 2^40 (TMA copies)");
     }
   }
-  const std::uint32_t inner_bytes = shape.box[0] * 2;
+  const std::uint32_t inner_bytes = shape.box[0] * (element == ScalarType::fp32 ? 4 : 2);
   internal_check(inner_bytes % 16 == 0 && (shape.swizzle_bytes == 0 ||
                                            inner_bytes <= std::uint32_t(shape.swizzle_bytes)),
                  "the inner box spans whole 16-byte chunks within the swizzle");
@@ -62,7 +63,10 @@ TensorMap encode_tensor_map(const char* what, const void* base, bool bf16,
   }
   CUtensorMap map;
   check(driver().cuTensorMapEncodeTiled(
-            &map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+            &map,
+            element == ScalarType::fp32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+            : element == ScalarType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                          : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
             static_cast<cuuint32_t>(shape.rank), const_cast<void*>(base), dims, strides, box,
             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle_of(what, shape.swizzle_bytes),
             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
@@ -90,7 +94,7 @@ TensorMap activation_tensor_map(const char* what, const TensorView& t, int rows,
   shape.box[2] = 1;
   shape.box[3] = 1;
   shape.swizzle_bytes = panel_cols * 2;
-  return encode_tensor_map(what, t.data, t.dtype == ScalarType::bf16, shape);
+  return encode_tensor_map(what, t.data, t.dtype, shape);
 }
 
 }  // namespace attnjit::runtime
@@ -160,6 +164,25 @@ BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim
       activation_view(dtype, p.d_o, p.batch, p.seqlen_q, p.heads, head_dim, p.do_batch_stride,
                       p.do_row_stride, p.do_head_stride),
       block_m, panel_columns(head_dim));
+  // The fp32 accumulator [B, H, Sq, D] (contiguous) as (D, Sq, H, B), 128-byte swizzled boxes
+  // of 32 columns: the consumers' dQ buffers (bwd_sm90a.cuh), added by TMA reductions.
+  internal_check(p.dq_accum != nullptr || p.seqlen_q == 0 || p.batch == 0 || p.heads == 0,
+                 "the dQ accumulator is bound before its map");
+  runtime::TensorMapShape dq;
+  dq.rank = 4;
+  dq.dims[0] = static_cast<std::uint64_t>(head_dim);
+  dq.dims[1] = static_cast<std::uint64_t>(p.seqlen_q);
+  dq.dims[2] = static_cast<std::uint64_t>(p.heads);
+  dq.dims[3] = static_cast<std::uint64_t>(p.batch);
+  dq.stride_bytes[0] = static_cast<std::uint64_t>(head_dim) * 4;
+  dq.stride_bytes[1] = dq.stride_bytes[0] * static_cast<std::uint64_t>(p.seqlen_q);
+  dq.stride_bytes[2] = dq.stride_bytes[1] * static_cast<std::uint64_t>(p.heads);
+  dq.box[0] = 32;
+  dq.box[1] = static_cast<std::uint32_t>(block_m);
+  dq.box[2] = 1;
+  dq.box[3] = 1;
+  dq.swizzle_bytes = 128;
+  maps.dq_accum = runtime::encode_tensor_map("dq_accum", p.dq_accum, ScalarType::fp32, dq);
   return maps;
 }
 

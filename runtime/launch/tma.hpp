@@ -10,7 +10,7 @@
 
 namespace attnjit::runtime {
 
-/// The shape of one tiled tensor map of 16-bit elements: up to 5 dimensions, innermost first.
+/// The shape of one tiled tensor map: up to 5 dimensions, innermost first.
 struct TensorMapShape {
   int rank = 0;
   std::uint64_t dims[5] = {};          ///< extents in elements
@@ -19,11 +19,11 @@ struct TensorMapShape {
   int swizzle_bytes = 128;             ///< 128, 64, 32 or 0 (none): the shared-memory pattern
 };
 
-/// Encodes a tensor map over `base` (bf16 when `bf16`, else fp16), loads past the extents
-/// filled with zeros, stores past them dropped. Throws Error naming `what` when the shape
-/// breaks TMA's rules (16-byte aligned base and strides, box <= 256 per dimension, inner box
-/// of the swizzle span), DeviceError when the driver refuses it.
-TensorMap encode_tensor_map(const char* what, const void* base, bool bf16,
+/// Encodes a tensor map over `base` of `element`s (fp16, bf16 or fp32), loads past the extents
+/// filled with zeros, stores and reductions past them dropped. Throws Error naming `what` when
+/// the shape breaks TMA's rules (16-byte aligned base and strides, box <= 256 per dimension,
+/// inner box of the swizzle span), DeviceError when the driver refuses it.
+TensorMap encode_tensor_map(const char* what, const void* base, ScalarType element,
                             const TensorMapShape& shape);
 
 /// The map of a [B, S, H, D] activation (strides in elements, last one 1) as 4-D (D, S, H, B)
@@ -42,7 +42,8 @@ FwdTensorMaps forward_tensor_maps(const FwdParams& p, DType dtype, int head_dim_
                                   int block_m, int block_n);
 
 /// The tensor maps of the sm90a backward kernel (BwdTensorMaps: q and d_o boxes of block_m
-/// rows, k and v of block_n) for the tensors of `p`, whose last dimension is head_dim.
+/// rows, k and v of block_n, the fp32 dQ accumulator boxes of 32 columns x block_m rows) for
+/// the tensors of `p`, whose last dimension is head_dim; p.dq_accum is bound.
 BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim, int block_m,
                                    int block_n);
 

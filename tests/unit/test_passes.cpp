@@ -382,9 +382,11 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 and d128, forced by a
     CHECK(t.threads() == 384);
     CHECK(t.kv_stages == 2);
     // Alignment slack, K and V, two stages (Q, dO, then LSE, D and the block index padded to
-    // 1 KB), two dS^T buffers, the K/V barrier and the ring's barriers.
-    CHECK(t.smem_bytes ==
-          1024 + 2 * 128 * d * 2 + 2 * (2 * 64 * d * 2 + 1024) + 2 * 128 * 64 * 2 + 8 + 32);
+    // 1 KB), two dS^T buffers, the fp32 dQ buffers of 64 rows (one at d128, where the
+    // consumers split dQ by columns, one per consumer at d64), the K/V barrier and the ring's
+    // barriers.
+    CHECK(t.smem_bytes == 1024 + 2 * 128 * d * 2 + 2 * (2 * 64 * d * 2 + 1024) +
+                              2 * 128 * 64 * 2 + (d == 128 ? 1 : 2) * 64 * d * 4 + 8 + 32);
     const KernelDesc& main = *ir.plan->find(KernelRole::backward);
     CHECK(main.template_header == "attnjit/sm90a/bwd_sm90a.cuh");
     CHECK(main.family == KernelFamily::sm90a);
@@ -426,11 +428,11 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 and d128, forced by a
     CHECK((lowered(d, "target=sm_90a").tiles_of(KernelRole::backward).row ==
            "backward.tma.sm90a") == (d == 64 || d == 128));
   }
-  // FlashMask values of the key block ride after dS^T.
+  // FlashMask values of the key block ride after the dQ buffers.
   CHECK(lowered(64, "mask=flashmask(causal=false,columns=4) tiles=64x128x12t target=sm_90a")
             .tiles_of(KernelRole::backward)
             .smem_bytes == 1024 + 2 * 128 * 64 * 2 + 2 * (2 * 64 * 64 * 2 + 1024) +
-                               2 * 128 * 64 * 2 + 128 * 16 + 8 + 32);
+                               2 * 128 * 64 * 2 + 2 * 64 * 64 * 4 + 128 * 16 + 8 + 32);
   CHECK(lowered(128, "mask=causal softcap=true alibi=true tiles=64x128x12t target=sm_90a")
             .tiles_of(KernelRole::backward)
             .row == "backward.tma.sm90a");

@@ -75,6 +75,7 @@ struct FwdTensorMaps {
 /// FwdTensorMaps' views: q and d_o boxes of the kernel's kBlockM rows, k and v of kBlockN.
 struct BwdTensorMaps {
   TensorMap q, d_o, k, v;
+  TensorMap dq_accum;  ///< fp32 [B, H, Sq, D] as (D, Sq, H, B), boxes of 32 columns x block_m rows
 };
 
 /// Arguments of the forward kernel.

@@ -11,12 +11,18 @@
 //                P^T  = 2^(S^T c - LSE2)           registers, the A operand of dV
 //                dS^T = P^T (dP^T - D)             registers (A of dK) and shared memory
 //                dV  += P^T dO, dK += dS^T Q       wgmma RS, fp32 accumulators in registers
-//                dQ  += dS K                       wgmma SS after the consumers' barrier, added
-//                                                  to the fp32 accumulator with red.global
+//                dQ  += dS K                       wgmma SS after the consumers' barrier, stored
+//                                                  to the consumer's shared fp32 dQ buffer and
+//                                                  added to the fp32 accumulator by TMA
+//                                                  reductions (one thread issues them)
 //              and release the stage once the products that read it have completed.
 // dS^T has two buffers, alternating per query block: a consumer writes block i + 1's while
 // the other may still read block i's (dQ by 64-column panels needs both consumers' keys).
-// dK is scaled by softmax_scale at the end; dQ in backward_convert_dq. Masks and score
+// The dQ buffer is one [query][column] tile in the TMA map's 128-byte swizzled boxes of 32
+// columns when the consumers split dQ by columns, else one per consumer (both add theirs).
+// Its issuing thread waits for the previous reductions to have read it before the consumer's
+// dS^T barrier, so after that barrier the buffer is free. dK is scaled by softmax_scale at
+// the end; dQ in backward_convert_dq. Masks and score
 // modifiers as in bwd_wgmma_sm90.cuh; masks with element bits and the deterministic mode take
 // other rows.
 //
@@ -34,6 +40,7 @@
 #include "attnjit/common/params.cuh"
 #include "attnjit/sm90a/pipeline.cuh"
 #include "attnjit/common/primitives.cuh"
+#include "attnjit/sm90a/tma.cuh"
 #include "attnjit/common/schedule.cuh"
 #include "attnjit/common/score_mod.cuh"
 #include "attnjit/common/smem_tile.cuh"
@@ -58,8 +65,14 @@ struct BackwardSm90a {
   static constexpr int kDSteps = kHeadDim / 16;  // k16 steps over the head dim
   static constexpr int kQSteps = kBlockM / 16;   // over the queries
   static constexpr int kColumns = Mask::kColumns;
-  /// Named barriers: both consumers (dS^T of all keys), or each consumer's own (its keys).
+  /// Named barriers: both consumers (dS^T of all keys), or each consumer's own (its keys);
+  /// each consumer's dQ buffer written (then its reductions go out).
   static constexpr int kDsBarrier = 1;
+  static constexpr int kDqBarrier = kDsBarrier + 1 + kConsumers;
+  /// dQ buffers: kBlockM rows x kHeadDim floats as boxes of 32 columns (128-byte rows).
+  static constexpr int kDqBuffers = kDqByColumns ? 1 : kConsumers;
+  static constexpr int kDqBoxBytes = kBlockM * 128;
+  static constexpr int kDqBufferBytes = kHeadDim / 32 * kDqBoxBytes;
 
   static_assert(!Mask::kElementBits, "masks with element bits take the key-slab layout");
   static_assert(kBlockN == 64 * kConsumers, "64 keys per consumer warpgroup");
@@ -81,13 +94,14 @@ struct BackwardSm90a {
   static constexpr int kInfoOffset = kRowStatsOffset + 2 * kBlockM * 4;
   static constexpr int kStageBytes = kRowStatsOffset + (2 * kBlockM * 4 + 8 + 1023) / 1024 * 1024;
 
-  // Shared memory from a 1024-byte aligned base: K, V, the stages, two dS^T buffers, the key
-  // block's FlashMask values, the K/V barrier, the ring's barriers.
+  // Shared memory from a 1024-byte aligned base: K, V, the stages, two dS^T buffers, the dQ
+  // buffers, the key block's FlashMask values, the K/V barrier, the ring's barriers.
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = KvTile::kBytes;
   static constexpr int kStagesOffset = 2 * KvTile::kBytes;
   static constexpr int kDsOffset = kStagesOffset + kStages * kStageBytes;
-  static constexpr int kVectorOffset = kDsOffset + 2 * DsTile::kBytes;
+  static constexpr int kDqOffset = kDsOffset + 2 * DsTile::kBytes;
+  static constexpr int kVectorOffset = kDqOffset + kDqBuffers * kDqBufferBytes;
   static constexpr int kKvBarrierOffset = kVectorOffset + (kBlockN * kColumns * 4 + 7) / 8 * 8;
   static constexpr int kRingOffset = kKvBarrierOffset + 8;
   /// Dynamic shared memory, alignment slack included.
@@ -131,7 +145,7 @@ struct BackwardSm90a {
       return;
     }
     warpgroup_registers_increase<Config::kConsumerRegisters>();
-    consume(p, base);
+    consume(p, maps, base);
   }
 
   /// This consumer warpgroup's index (0, 1), read where used: nothing is held across the loop
@@ -139,7 +153,7 @@ struct BackwardSm90a {
   __device__ __forceinline__ static int consumer_index() { return warpgroup_index() - 1; }
 
   /// A consumer warpgroup: keys [64 consumer, 64 consumer + 64) of the block.
-  __device__ __forceinline__ void consume(const BwdParams& p, u32 base) {
+  __device__ __forceinline__ void consume(const BwdParams& p, const BwdTensorMaps& maps, u32 base) {
     const Ring ring{base + kRingOffset};
     RingState state;
     acc_dk.fill(0.f);
@@ -151,9 +165,12 @@ struct BackwardSm90a {
       const int block = load_shared_s32(stage + kInfoOffset);
       if (block < 0) break;
       const int tile = load_shared_s32(stage + kInfoOffset + 4);
-      iterate(p, base, base + kDsOffset + (it % 2) * DsTile::kBytes, block, tile, ring, state);
+      iterate(p, maps, base, base + kDsOffset + (it % 2) * DsTile::kBytes, block, tile, ring,
+              state);
       state.advance();
     }
+    // The last reductions are complete (the dQ conversion reads them next).
+    if (warpgroup_thread() == 0) tma_store_wait<0>();
     const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
     store_dkdv_tile<Element, kHeadDim>(
         p, work.head, work.batch,
@@ -164,8 +181,9 @@ struct BackwardSm90a {
   /// One query block: the five products of the consumer, the stage released once the ones
   /// that read it have completed. Element (nt, e) of an m64 x kBlockM accumulator is key row
   /// key_row0 + g + 8 (e / 2), query column 8 nt + 2 t + e % 2.
-  __device__ __forceinline__ void iterate(const BwdParams& p, u32 base, u32 smem_ds, int block,
-                                          int tile, const Ring& ring, const RingState& state) {
+  __device__ __forceinline__ void iterate(const BwdParams& p, const BwdTensorMaps& maps, u32 base,
+                                          u32 smem_ds, int block, int tile, const Ring& ring,
+                                          const RingState& state) {
     const int consumer = consumer_index();
     const u32 stage = stage_address(base, state.index);
     const int lane = read_tid_x() % 32;
@@ -266,6 +284,8 @@ struct BackwardSm90a {
     }
     wgmma_commit();
     fence_async_shared();
+    // The previous block's reductions have read the dQ buffer before the barrier.
+    if (warpgroup_thread() == 0) tma_store_wait_read<0>();
     if constexpr (kDqByColumns) {
       named_barrier_sync(kDsBarrier, 128 * kConsumers);
     } else {
@@ -277,6 +297,8 @@ struct BackwardSm90a {
     WarpgroupAccumulator<kDqCols> acc_dq;
     const int key_step0 = kDqByColumns ? 0 : 4 * consumer;
     const int panel = kDqByColumns ? consumer * kDqCols / 64 : 0;
+    // The registers the last block's dQ stores read are the accumulator's again.
+    wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kDqSteps; ++kk) {
       wgmma_ss<Element, kDqCols, 1, 1>(
@@ -291,10 +313,42 @@ struct BackwardSm90a {
     ring.consumer_release(state);
     wgmma_wait<0>();
     fence_accumulators(acc_dq.tiles());
-    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
-    add_dq_tile<kHeadDim>(p, p.seqlen_q, work.head, work.batch,
-                          block * kBlockM + 16 * ((read_tid_x() / 32) % 4), panel * 64,
-                          acc_dq.tiles());
+    // The consumer's part of the dQ buffer, then its reductions: rows past Sq are dropped by
+    // the map.
+    const u32 buffer = base + kDqOffset + (kDqByColumns ? 0 : consumer) * kDqBufferBytes;
+    store_dq(buffer, panel * 64, acc_dq.tiles());
+    fence_async_shared();
+    named_barrier_sync(kDqBarrier + consumer, 128);
+    if (warpgroup_thread() == 0) {
+      const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
+#pragma unroll
+      for (int box = panel * 2; box < panel * 2 + kDqCols / 32; ++box) {
+        tma_reduce_add(maps.dq_accum, buffer + box * kDqBoxBytes, box * 32, block * kBlockM,
+                       work.head, work.batch);
+      }
+      tma_store_commit();
+    }
+  }
+
+  /// Stores the warp's dQ rows 16 w + g (+ 8) of the accumulator, columns col0 + 8 dt + 2 t,
+  /// into the dQ buffer at `buffer`: column c of row r is float c % 4 of 16-byte chunk
+  /// (c % 32 / 4) ^ (r % 8) of row r of box c / 32 (the map's 128-byte swizzle).
+  __device__ __forceinline__ static void store_dq(u32 buffer, int col0,
+                                                  const float (&acc)[kDqCols / 8][4]) {
+    const int lane = read_tid_x() % 32;
+    const int t = lane % 4;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = 16 * ((read_tid_x() / 32) % 4) + lane / 4 + 8 * r;
+      const u32 at = buffer + row * 128 + (t % 2) * 8;
+#pragma unroll
+      for (int dt = 0; dt < kDqCols / 8; ++dt) {
+        const int col = col0 + 8 * dt;
+        const int chunk = (2 * (dt % 4) + t / 2) ^ (row % 8);
+        store_shared_v2_f32(at + col / 32 * kDqBoxBytes + chunk * 16, acc[dt][2 * r],
+                            acc[dt][2 * r + 1]);
+      }
+    }
   }
 
   /// Rounds the dS^T pair of tile nt, row half r (key row key_row + 8 r, query columns
@@ -320,7 +374,7 @@ struct BackwardSm90a {
   }
 };
 
-/// The body of a generated sm90a backward (dK, dV, atomic dQ) kernel.
+/// The body of a generated sm90a backward (dK, dV, dQ by TMA reductions) kernel.
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
 __device__ __forceinline__ void backward_sm90a(const BwdParams& params, const BwdTensorMaps& maps) {
   extern __shared__ __align__(1024) unsigned char smem[];

@@ -47,6 +47,18 @@ __device__ __forceinline__ void tma_store(const TensorMap& map, u32 src, int c0,
       : "memory");
 }
 
+/// Adds the box of shared memory `src` to the box of a 4-D map at (c0, c1, c2, c3), element
+/// by element in L2 (.add of the map's type; parts outside the tensor dropped), atomic with
+/// respect to other reductions. Tracked like a store: commit, then wait before reusing `src`.
+__device__ __forceinline__ void tma_reduce_add(const TensorMap& map, u32 src, int c0, int c1,
+                                               int c2, int c3) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, "
+      "%5}], [%1];" ::"l"(tensor_map_address(map)),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+
 /// Closes the group of this thread's stores issued since the last commit.
 __device__ __forceinline__ void tma_store_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");

@@ -107,6 +107,8 @@ std::string_view name_of(ParamScalar scalar) {
       return "grid_z";
     case ParamScalar::max_cost:
       return "max_cost";
+    case ParamScalar::group_pairs:
+      return "group_pairs";
     case ParamScalar::phase:
       return "phase";
   }

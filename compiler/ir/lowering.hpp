@@ -138,6 +138,7 @@ enum class ParamScalar {
   grid_y,
   grid_z,
   max_cost,
+  group_pairs,
   phase,
 };
 std::string_view name_of(ParamScalar scalar);

@@ -60,8 +60,14 @@ std::vector<BufferNeed> predicate_blocks_buffers(const KernelDesc& kernel, const
           {ParamField::bits_used, predicate_bits_used(m, n, kernel.key_rows)}};
 }
 
+// The bytes of the operands that all CTAs of one head pair share (K and V in the forward, Q
+// and dO in the backward): the sorted groups hold as many head pairs as fit in kGroupBytes
+// of L2 (at least one), so that the CTAs running at once find their operands there.
+constexpr std::int64_t kGroupBytes = 12 << 20;
+
 // Phase 0: one warp per CTA of the ordered kernel, eight warps per block so that small grids
-// still spread over the SMs, writes the costs; phase 1: one block sorts them.
+// still spread over the SMs, writes the costs; phase 1: one block per head pair and batch
+// (those that start a group) sorts the group's costs.
 RowLaunch cta_order_launch(const KernelDesc& kernel, const Lowering& ir) {
   constexpr int kCostWarps = 8;
   const LaunchGrid ordered = attention_grid(ir.tiles_of(kernel.orders), ir);
@@ -69,8 +75,13 @@ RowLaunch cta_order_launch(const KernelDesc& kernel, const Lowering& ir) {
   RowLaunch launch;
   launch.phases = {
       {{ceil_div(ctas, kCostWarps), 1, 1}, kCostWarps * 32, {{ParamScalar::phase, 0}}},
-      {{min(ctas, 1), 1, 1}, kernel.threads, {{ParamScalar::phase, 1}}},
+      {{min(ctas, 1) * ordered.y, ordered.z, 1}, kernel.threads, {{ParamScalar::phase, 1}}},
   };
+  const AttentionSpec& spec = ir.spec;
+  const LaunchExpr shared_rows =
+      kernel.orders == KernelRole::backward ? Extent::seqlen_q : Extent::seqlen_k;
+  const LaunchExpr pair_bytes =
+      shared_rows * (2 * (spec.head_dim_qk + spec.head_dim_v) * size_of(spec.dtype)) + 1;
   // Each tile the ordered CTA walks costs at most 5 (cta_order.cuh), plus 2 per CTA.
   const LaunchExpr walked = kernel.orders == KernelRole::backward
                                 ? ceil_div(Extent::seqlen_q, kernel.block_m)
@@ -78,7 +89,8 @@ RowLaunch cta_order_launch(const KernelDesc& kernel, const Lowering& ir) {
   launch.scalars = {{ParamScalar::grid_x, ordered.x},
                     {ParamScalar::grid_y, ordered.y},
                     {ParamScalar::grid_z, ordered.z},
-                    {ParamScalar::max_cost, 5 * walked + 2}};
+                    {ParamScalar::max_cost, 5 * walked + 2},
+                    {ParamScalar::group_pairs, min(ordered.y, floor_div(kGroupBytes, pair_bytes) + 1)}};
   return launch;
 }
 

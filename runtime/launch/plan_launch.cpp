@@ -175,6 +175,9 @@ void set_order(CtaOrderParams<Params>& p, ParamScalar field, int value) {
     case ParamScalar::max_cost:
       p.max_cost = value;
       return;
+    case ParamScalar::group_pairs:
+      p.group_pairs = value;
+      return;
     case ParamScalar::phase:
       p.phase = value;
       return;

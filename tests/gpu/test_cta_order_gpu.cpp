@@ -55,9 +55,32 @@ int bucket_of(int cost, int max_cost) {
 constexpr const char* kSortSource = R"(#include "attnjit/masks/cta_order.cuh"
 extern "C" __global__ void __launch_bounds__(1024)
 sort_test(const attnjit::CtaOrderParams<attnjit::FwdParams> params) {
-  attnjit::sort_ctas(params, params.grid_x * params.grid_y * params.grid_z);
+  attnjit::sort_ctas(params, 0, params.grid_x * params.grid_y * params.grid_z);
+}
+extern "C" __global__ void __launch_bounds__(1024)
+group_test(const attnjit::CtaOrderParams<attnjit::FwdParams> params) {
+  attnjit::sort_group(params);
 }
 )";
+
+// Checks that order[first, first + count) is a stable sort of those natural indices by cost
+// bucket, heaviest first; returns the number of misplaced entries (or of foreign ones).
+int misplaced_in(const std::vector<int>& order, const std::vector<int>& cost, int first,
+                 int count, int max_cost) {
+  std::vector<int> seen(count, 0);
+  int wrong = 0;
+  for (int i = first; i < first + count; ++i) {
+    if (order[i] < first || order[i] >= first + count) return count;
+    ++seen[order[i] - first];
+  }
+  for (int n : seen) wrong += n != 1;
+  for (int i = first + 1; i < first + count; ++i) {
+    const int before = bucket_of(cost[order[i - 1]], max_cost);
+    const int now = bucket_of(cost[order[i]], max_cost);
+    if (now > before || (now == before && order[i] < order[i - 1])) ++wrong;
+  }
+  return wrong;
+}
 
 }  // namespace
 
@@ -107,6 +130,60 @@ TEST_CASE("the CTA order is a stable sort by cost bucket, heaviest first", "[gpu
         if (now > before || (now == before && order[i] < order[i - 1])) ++misplaced;
       }
       CHECK(misplaced == 0);
+    }
+  }
+}
+
+TEST_CASE("the CTA order sorts each group of head pairs of one batch, the groups in place",
+          "[gpu][cta_order]") {
+  const runtime::NvrtcOutput compiled = runtime::nvrtc_compile(
+      kSortSource, "sort_test.cu", template_headers(), device_arch(), {}, "group_test");
+  const runtime::LoadedModule module = runtime::LoadedModule::load(compiled.cubin);
+  const CUfunction function = module.function("group_test", 0);
+  std::mt19937 rng(11);
+  constexpr int kMaxCost = 300;
+  for (int grid_x : {2, 18, 130}) {
+    for (int grid_y : {1, 7}) {
+      for (int group_pairs : {1, 2, 3, 7, 9}) {
+        const int grid_z = 3;
+        const int count = grid_x * grid_y * grid_z;
+        INFO("grid " << grid_x << " x " << grid_y << " x " << grid_z << ", group_pairs "
+                     << group_pairs);
+        std::vector<int> cost(count);
+        std::uniform_int_distribution<int> pick(-1, kMaxCost);
+        for (int& c : cost) c = pick(rng) / 10 * 10;
+        const runtime::DeviceBuffer d_cost = upload(cost);
+        runtime::DeviceBuffer d_order(count * sizeof(int));
+        d_order.fill_bytes(0xff);
+        CtaOrderParams<FwdParams> p{};
+        p.cost = static_cast<int*>(d_cost.data());
+        p.order = static_cast<int*>(d_order.data());
+        p.grid_x = grid_x;
+        p.grid_y = grid_y;
+        p.grid_z = grid_z;
+        p.max_cost = kMaxCost;
+        p.group_pairs = group_pairs;
+        p.phase = 1;
+        void* args[] = {&p};
+        runtime::launch(function,
+                        runtime::LaunchConfig{{static_cast<unsigned>(grid_y),
+                                               static_cast<unsigned>(grid_z), 1},
+                                              {1024, 1, 1}, 0},
+                        nullptr, args);
+        const std::vector<int> order = download(d_order, count);
+        int wrong = 0;
+        int groups = 0;
+        for (int z = 0; z < grid_z; ++z) {
+          for (int pair = 0; pair < grid_y; pair += group_pairs) {
+            const int pairs = std::min(group_pairs, grid_y - pair);
+            wrong += misplaced_in(order, cost, grid_x * (pair + grid_y * z), grid_x * pairs,
+                                  kMaxCost);
+            ++groups;
+          }
+        }
+        CHECK(groups == grid_z * ((grid_y + group_pairs - 1) / group_pairs));
+        CHECK(wrong == 0);
+      }
     }
   }
 }

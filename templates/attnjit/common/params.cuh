@@ -144,6 +144,7 @@ struct CtaOrderParams {
   int* order;        ///< [grid CTAs]: phase 1 writes order[launch position] = natural index
   int grid_x, grid_y, grid_z;  ///< the attention kernel's grid (schedule.cuh)
   int max_cost;                ///< an upper bound of the costs: the scale of the sort's buckets
+  int group_pairs;             ///< head pairs per sorted group (cta_order.cuh), >= 1
   int phase;
 };
 

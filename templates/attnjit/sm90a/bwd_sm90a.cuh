@@ -22,9 +22,8 @@
 // columns when the consumers split dQ by columns, else one per consumer (both add theirs).
 // Its issuing thread waits for the previous reductions to have read it before the consumer's
 // dS^T barrier, so after that barrier the buffer is free. dK is scaled by softmax_scale at
-// the end; dQ in backward_convert_dq. Masks and score
-// modifiers as in bwd_wgmma_sm90.cuh; masks with element bits and the deterministic mode take
-// other rows.
+// the end; dQ in backward_convert_dq. Masks and score modifiers as in bwd_wgmma_sm90.cuh;
+// masks with element bits and the deterministic mode take other rows.
 //
 // Config (bound by the generated code): Element, kHeadDim, kBlockM, kBlockN, kStages,
 // kProducerRegisters, kConsumerRegisters. Score: a ScoreMod. The kernel takes (BwdParams,

@@ -80,8 +80,10 @@ RowLaunch cta_order_launch(const KernelDesc& kernel, const Lowering& ir) {
   const AttentionSpec& spec = ir.spec;
   const LaunchExpr shared_rows =
       kernel.orders == KernelRole::backward ? Extent::seqlen_q : Extent::seqlen_k;
+  // Plus one byte, so that an empty sequence does not divide by zero.
   const LaunchExpr pair_bytes =
       shared_rows * (2 * (spec.head_dim_qk + spec.head_dim_v) * size_of(spec.dtype)) + 1;
+  const LaunchExpr group_pairs = min(ordered.y, floor_div(kGroupBytes, pair_bytes) + 1);
   // Each tile the ordered CTA walks costs at most 5 (cta_order.cuh), plus 2 per CTA.
   const LaunchExpr walked = kernel.orders == KernelRole::backward
                                 ? ceil_div(Extent::seqlen_q, kernel.block_m)
@@ -90,7 +92,7 @@ RowLaunch cta_order_launch(const KernelDesc& kernel, const Lowering& ir) {
                     {ParamScalar::grid_y, ordered.y},
                     {ParamScalar::grid_z, ordered.z},
                     {ParamScalar::max_cost, 5 * walked + 2},
-                    {ParamScalar::group_pairs, min(ordered.y, floor_div(kGroupBytes, pair_bytes) + 1)}};
+                    {ParamScalar::group_pairs, group_pairs}};
   return launch;
 }
 

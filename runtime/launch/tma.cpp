@@ -80,20 +80,21 @@ TensorMap encode_tensor_map(const char* what, const void* base, ScalarType eleme
 
 TensorMap activation_tensor_map(const char* what, const TensorView& t, int rows, int panel_cols) {
   internal_check(t.rank == 4 && t.stride[3] == 1, "activations are [B, S, H, D], D contiguous");
+  const std::uint64_t element = t.dtype == ScalarType::fp32 ? 4 : 2;
   TensorMapShape shape;
   shape.rank = 4;
   shape.dims[0] = static_cast<std::uint64_t>(t.shape[3]);
   shape.dims[1] = static_cast<std::uint64_t>(t.shape[1]);
   shape.dims[2] = static_cast<std::uint64_t>(t.shape[2]);
   shape.dims[3] = static_cast<std::uint64_t>(t.shape[0]);
-  shape.stride_bytes[0] = static_cast<std::uint64_t>(t.stride[1]) * 2;
-  shape.stride_bytes[1] = static_cast<std::uint64_t>(t.stride[2]) * 2;
-  shape.stride_bytes[2] = static_cast<std::uint64_t>(t.stride[0]) * 2;
+  shape.stride_bytes[0] = static_cast<std::uint64_t>(t.stride[1]) * element;
+  shape.stride_bytes[1] = static_cast<std::uint64_t>(t.stride[2]) * element;
+  shape.stride_bytes[2] = static_cast<std::uint64_t>(t.stride[0]) * element;
   shape.box[0] = static_cast<std::uint32_t>(panel_cols);
   shape.box[1] = static_cast<std::uint32_t>(rows);
   shape.box[2] = 1;
   shape.box[3] = 1;
-  shape.swizzle_bytes = panel_cols * 2;
+  shape.swizzle_bytes = panel_cols * static_cast<int>(element);
   return encode_tensor_map(what, t.data, t.dtype, shape);
 }
 
@@ -164,25 +165,19 @@ BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim
       activation_view(dtype, p.d_o, p.batch, p.seqlen_q, p.heads, head_dim, p.do_batch_stride,
                       p.do_row_stride, p.do_head_stride),
       block_m, panel_columns(head_dim));
-  // The fp32 accumulator [B, H, Sq, D] (contiguous) as (D, Sq, H, B), 128-byte swizzled boxes
-  // of 32 columns: the consumers' dQ buffers (bwd_sm90a.cuh), added by TMA reductions.
+  // The fp32 accumulator [B, H, Sq, D] (contiguous), viewed as [B, Sq, H, D]: 128-byte
+  // swizzled boxes of 32 columns, the consumers' dQ buffers (bwd_sm90a.cuh), added by TMA
+  // reductions.
   internal_check(p.dq_accum != nullptr || p.seqlen_q == 0 || p.batch == 0 || p.heads == 0,
                  "the dQ accumulator is bound before its map");
-  runtime::TensorMapShape dq;
+  TensorView dq;
+  dq.data = p.dq_accum;
+  dq.dtype = ScalarType::fp32;
   dq.rank = 4;
-  dq.dims[0] = static_cast<std::uint64_t>(head_dim);
-  dq.dims[1] = static_cast<std::uint64_t>(p.seqlen_q);
-  dq.dims[2] = static_cast<std::uint64_t>(p.heads);
-  dq.dims[3] = static_cast<std::uint64_t>(p.batch);
-  dq.stride_bytes[0] = static_cast<std::uint64_t>(head_dim) * 4;
-  dq.stride_bytes[1] = dq.stride_bytes[0] * static_cast<std::uint64_t>(p.seqlen_q);
-  dq.stride_bytes[2] = dq.stride_bytes[1] * static_cast<std::uint64_t>(p.heads);
-  dq.box[0] = 32;
-  dq.box[1] = static_cast<std::uint32_t>(block_m);
-  dq.box[2] = 1;
-  dq.box[3] = 1;
-  dq.swizzle_bytes = 128;
-  maps.dq_accum = runtime::encode_tensor_map("dq_accum", p.dq_accum, ScalarType::fp32, dq);
+  dq.shape = {p.batch, p.seqlen_q, p.heads, head_dim};
+  const long long row = head_dim;
+  dq.stride = {row * p.seqlen_q * p.heads, row, row * p.seqlen_q, 1};
+  maps.dq_accum = runtime::activation_tensor_map("dq_accum", dq, block_m, 32);
   return maps;
 }
 

@@ -27,8 +27,9 @@ TensorMap encode_tensor_map(const char* what, const void* base, ScalarType eleme
                             const TensorMapShape& shape);
 
 /// The map of a [B, S, H, D] activation (strides in elements, last one 1) as 4-D (D, S, H, B)
-/// with a box of `panel_cols` columns x `rows` rows of one (head, batch): one swizzle panel of
-/// the SmemTile layout (smem_tile.cuh; 128-byte swizzle for 64 columns, 64-byte for 32).
+/// with a box of `panel_cols` columns x `rows` rows of one (head, batch), swizzled by the
+/// box's row bytes: for 16-bit elements one panel of the SmemTile layout (smem_tile.cuh;
+/// 128-byte swizzle for 64 columns, 64-byte for 32); fp32 boxes of 32 columns (128 bytes).
 TensorMap activation_tensor_map(const char* what, const TensorView& t, int rows, int panel_cols);
 
 }  // namespace attnjit::runtime

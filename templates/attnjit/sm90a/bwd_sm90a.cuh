@@ -32,6 +32,7 @@
 
 #include "attnjit/sm90a/barrier.cuh"
 #include "attnjit/common/bwd_common.cuh"
+#include "attnjit/sm90a/bwd_wgmma_products.cuh"
 #include "attnjit/sm90a/bwd_sm90a_producer.cuh"
 #include "attnjit/common/fragment.cuh"
 #include "attnjit/masks/mask.cuh"
@@ -47,22 +48,23 @@
 
 namespace attnjit {
 
+/// Two consumer warpgroups of 64 keys (BackwardWgmmaProducts' groups).
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
-struct BackwardSm90a {
+struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::kHeadDim,
+                                             Config::kBlockM, Config::kBlockN, 2> {
+  typedef BackwardWgmmaProducts<typename Config::Element, Config::kHeadDim, Config::kBlockM,
+                                Config::kBlockN, 2>
+      Products;
   typedef typename Config::Element Element;
   static constexpr int kHeadDim = Config::kHeadDim;
   static constexpr int kBlockM = Config::kBlockM;  // queries per stage
   static constexpr int kBlockN = Config::kBlockN;  // keys of the CTA
   static constexpr int kStages = Config::kStages;
   static constexpr int kConsumers = 2;
-  /// dQ split over the consumers by 64-column panels, else by their keys.
-  static constexpr bool kDqByColumns = kHeadDim / kConsumers >= 64;
-  static constexpr int kDqCols = kDqByColumns ? kHeadDim / kConsumers : kHeadDim;
-  /// k16 steps over the keys of the dQ product: all of the block's, or the consumer's 64.
-  static constexpr int kDqSteps = kDqByColumns ? kBlockN / 16 : 4;
-  static constexpr int kSTiles = kBlockM / 8;    // n8 tiles of S^T, dP^T
-  static constexpr int kDSteps = kHeadDim / 16;  // k16 steps over the head dim
-  static constexpr int kQSteps = kBlockM / 16;   // over the queries
+  using Products::kDqByColumns;
+  using Products::kDqCols;
+  using Products::kSTiles;
+  using Products::kQSteps;
   static constexpr int kColumns = Mask::kColumns;
   /// Named barriers: both consumers (dS^T of all keys), or each consumer's own (its keys);
   /// each consumer's dQ buffer written (then its reductions go out).
@@ -74,16 +76,12 @@ struct BackwardSm90a {
   static constexpr int kDqBufferBytes = kHeadDim / 32 * kDqBoxBytes;
 
   static_assert(!Mask::kElementBits, "masks with element bits take the key-slab layout");
-  static_assert(kBlockN == 64 * kConsumers, "64 keys per consumer warpgroup");
-  static_assert(kBlockM == 64 || kBlockM == 128, "m64n64 / m64n128 score products");
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "m64n64 / m64n128 dK and dV products");
-  static_assert(kDqCols % 64 == 0, "whole 64-column panels of dQ");
   static_assert(kStages >= 2, "a ring of at least two stages");
 
   typedef Mask MaskType;
-  typedef SmemTile<kBlockN, kHeadDim> KvTile;
-  typedef SmemTile<kBlockM, kHeadDim> QTile;  // Q and dO
-  typedef SmemTile<kBlockN, kBlockM> DsTile;  // dS^T
+  typedef typename Products::KvTile KvTile;
+  typedef typename Products::QTile QTile;  // Q and dO
+  typedef typename Products::DsTile DsTile;
   typedef Pipeline<kStages> Ring;
   typedef PipelineState<kStages> RingState;
 
@@ -202,8 +200,8 @@ struct BackwardSm90a {
     WarpgroupAccumulator<kBlockM> acc_s;
     WarpgroupAccumulator<kBlockM> acc_dp;
     wgmma_fence();
-    keys_times_queries(acc_s.tiles(), smem_k, smem_q, consumer);
-    keys_times_queries(acc_dp.tiles(), smem_v, smem_do, consumer);
+    Products::keys_times_queries(acc_s.tiles(), smem_k, smem_q, consumer);
+    Products::keys_times_queries(acc_dp.tiles(), smem_v, smem_do, consumer);
     if constexpr (Score::kSoftcap) {
       wgmma_wait<0>();
       fence_accumulators(acc_dp.tiles());
@@ -271,17 +269,7 @@ struct BackwardSm90a {
 
     // dV += P^T dO and dK += dS^T Q, running while the consumers meet for dS^T.
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kQSteps; ++kk) {
-      wgmma_rs<Element, kHeadDim, 1>(acc_dv.tiles(), a_p.v[0][kk],
-                                     mn_major_descriptor<QTile>(smem_do, 0, kk), 1);
-    }
-#pragma unroll
-    for (int kk = 0; kk < kQSteps; ++kk) {
-      wgmma_rs<Element, kHeadDim, 1>(acc_dk.tiles(), a_ds.v[0][kk],
-                                     mn_major_descriptor<QTile>(smem_q, 0, kk), 1);
-    }
-    wgmma_commit();
+    Products::add_dv_dk(acc_dv.tiles(), acc_dk.tiles(), a_p, a_ds, smem_do, smem_q);
     fence_async_shared();
     // The previous block's reductions have read the dQ buffer before the barrier.
     if (warpgroup_thread() == 0) tma_store_wait_read<0>();
@@ -292,19 +280,12 @@ struct BackwardSm90a {
       named_barrier_sync(kDsBarrier + 1 + consumer, 128);
     }
 
-    // dQ_i += dS K: dS (queries x keys) is the MN-major [key][query] tile, K MN-major too.
+    // dQ_i = dS K.
     WarpgroupAccumulator<kDqCols> acc_dq;
-    const int key_step0 = kDqByColumns ? 0 : 4 * consumer;
-    const int panel = kDqByColumns ? consumer * kDqCols / 64 : 0;
+    const int panel = Products::dq_panel(consumer);
     // The registers the last block's dQ stores read are the accumulator's again.
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kDqSteps; ++kk) {
-      wgmma_ss<Element, kDqCols, 1, 1>(
-          acc_dq.tiles(), mn_major_descriptor<DsTile>(smem_ds, 0, key_step0 + kk),
-          mn_major_descriptor<KvTile>(smem_k, panel, key_step0 + kk), kk > 0);
-    }
-    wgmma_commit();
+    Products::dq_product(acc_dq.tiles(), smem_ds, smem_k, consumer);
     // dV and dK have read Q and dO: the stage goes back to the producer.
     wgmma_wait<1>();
     fence_accumulators(acc_dk.tiles());
@@ -358,18 +339,6 @@ struct BackwardSm90a {
     const u32 pair = pack2<Element>(ds0, ds1);
     a_ds.v[0][nt / 2][operand_register(nt, r)] = pair;
     store_shared_u32(smem_ds + DsTile::element_offset(key_row + 8 * r, nt * 8 + col), pair);
-  }
-
-  /// acc = the consumer's 64 keys of `keys` (K or V) times the block's rows of `queries`
-  /// (Q or dO), transposed: S^T or dP^T, one wgmma group.
-  __device__ __forceinline__ static void keys_times_queries(float (&acc)[kSTiles][4], u32 keys,
-                                                            u32 queries, int consumer) {
-#pragma unroll
-    for (int kk = 0; kk < kDSteps; ++kk) {
-      wgmma_ss<Element, kBlockM, 0, 0>(acc, k_major_descriptor<KvTile>(keys, 64 * consumer, kk),
-                                       k_major_descriptor<QTile>(queries, 0, kk), kk > 0);
-    }
-    wgmma_commit();
   }
 };
 

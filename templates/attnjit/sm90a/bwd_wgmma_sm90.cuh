@@ -23,6 +23,7 @@
 #pragma once
 
 #include "attnjit/common/bwd_common.cuh"
+#include "attnjit/sm90a/bwd_wgmma_products.cuh"
 #include "attnjit/common/fragment.cuh"
 #include "attnjit/common/kv_block.cuh"
 #include "attnjit/masks/mask.cuh"
@@ -35,36 +36,33 @@
 
 namespace attnjit {
 
+/// kWarps / 4 warpgroups of 64 keys (BackwardWgmmaProducts' groups).
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
-struct BackwardWgmmaSm90 {
+struct BackwardWgmmaSm90 : BackwardWgmmaProducts<typename Config::Element, Config::kHeadDim,
+                                                 Config::kBlockM, Config::kBlockN,
+                                                 Config::kWarps / 4> {
+  typedef BackwardWgmmaProducts<typename Config::Element, Config::kHeadDim, Config::kBlockM,
+                                Config::kBlockN, Config::kWarps / 4>
+      Products;
   typedef typename Config::Element Element;
   static constexpr int kHeadDim = Config::kHeadDim;
   static constexpr int kBlockM = Config::kBlockM;  // queries per iteration
   static constexpr int kBlockN = Config::kBlockN;  // keys of the CTA
   static constexpr int kWarps = Config::kWarps;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kWarpgroups = kWarps / 4;
-  /// dQ split over the warpgroups by 64-column panels, else by their keys.
-  static constexpr bool kDqByColumns = kHeadDim / kWarpgroups >= 64;
-  static constexpr int kDqCols = kDqByColumns ? kHeadDim / kWarpgroups : kHeadDim;
-  /// k16 steps over the keys of the dQ product: all of the block's, or the warpgroup's 64.
-  static constexpr int kDqSteps = kDqByColumns ? kBlockN / 16 : 4;
-  static constexpr int kSTiles = kBlockM / 8;    // n8 tiles of S^T, dP^T
-  static constexpr int kDTiles = kHeadDim / 8;   // of dK, dV
-  static constexpr int kDSteps = kHeadDim / 16;  // k16 steps over the head dim
-  static constexpr int kQSteps = kBlockM / 16;   // over the queries
+  using Products::kDqByColumns;
+  using Products::kDqCols;
+  using Products::kSTiles;
+  using Products::kQSteps;
   static constexpr int kColumns = Mask::kColumns;
 
   static_assert(Config::kAtomicDq, "the deterministic mode takes the sm80 kernels");
   static_assert(!Mask::kElementBits, "masks with element bits take the key-slab layout");
-  static_assert(kWarps % 4 == 0 && kBlockN == 64 * kWarpgroups, "64 keys per warpgroup");
-  static_assert(kBlockM == 64 || kBlockM == 128, "m64n64 / m64n128 score products");
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "m64n64 / m64n128 dK and dV products");
-  static_assert(kDqCols % 64 == 0, "whole 64-column panels of dQ");
+  static_assert(kWarps % 4 == 0, "whole warpgroups");
 
-  typedef SmemTile<kBlockN, kHeadDim> KvTile;
-  typedef SmemTile<kBlockM, kHeadDim> QTile;  // Q and dO
-  typedef SmemTile<kBlockN, kBlockM> DsTile;  // dS^T
+  typedef typename Products::KvTile KvTile;
+  typedef typename Products::QTile QTile;  // Q and dO
+  typedef typename Products::DsTile DsTile;
   /// Q, dO, LSE2 and D, padded to keep the next stage's tiles 1024-byte aligned.
   static constexpr int kStageBytes = 2 * QTile::kBytes + ((2 * kBlockM * 4 + 1023) / 1024) * 1024;
   /// Alignment slack, K, V, two stages, dS^T, the key block's FlashMask values.
@@ -128,8 +126,8 @@ struct BackwardWgmmaSm90 {
     WarpgroupAccumulator<kBlockM> acc_s;
     WarpgroupAccumulator<kBlockM> acc_dp;
     wgmma_fence();
-    keys_times_queries(acc_s.tiles(), smem_k, smem_q, warpgroup);
-    keys_times_queries(acc_dp.tiles(), smem_v, smem_do, warpgroup);
+    Products::keys_times_queries(acc_s.tiles(), smem_k, smem_q, warpgroup);
+    Products::keys_times_queries(acc_dp.tiles(), smem_v, smem_do, warpgroup);
     wgmma_wait<1>();
     fence_accumulators(acc_s.tiles());
 
@@ -185,17 +183,7 @@ struct BackwardWgmmaSm90 {
 
     // dV += P^T dO and dK += dS^T Q, running while the CTA waits for all of dS^T.
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kQSteps; ++kk) {
-      wgmma_rs<Element, kHeadDim, 1>(acc_dv.tiles(), a_p.v[0][kk],
-                                     mn_major_descriptor<QTile>(smem_do, 0, kk), 1);
-    }
-#pragma unroll
-    for (int kk = 0; kk < kQSteps; ++kk) {
-      wgmma_rs<Element, kHeadDim, 1>(acc_dk.tiles(), a_ds.v[0][kk],
-                                     mn_major_descriptor<QTile>(smem_q, 0, kk), 1);
-    }
-    wgmma_commit();
+    Products::add_dv_dk(acc_dv.tiles(), acc_dk.tiles(), a_p, a_ds, smem_do, smem_q);
     fence_async_shared();
     if constexpr (kDqByColumns) {
       __syncthreads();
@@ -204,17 +192,10 @@ struct BackwardWgmmaSm90 {
       asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
     }
 
-    // dQ_i += dS K: dS (queries x keys) is the MN-major [key][query] tile, K MN-major too.
+    // dQ_i = dS K.
     WarpgroupAccumulator<kDqCols> acc_dq;
-    const int key_step0 = kDqByColumns ? 0 : 4 * warpgroup;
-    const int panel = kDqByColumns ? warpgroup * kDqCols / 64 : 0;
-#pragma unroll
-    for (int kk = 0; kk < kDqSteps; ++kk) {
-      wgmma_ss<Element, kDqCols, 1, 1>(
-          acc_dq.tiles(), mn_major_descriptor<DsTile>(smem_ds, 0, key_step0 + kk),
-          mn_major_descriptor<KvTile>(smem_k, panel, key_step0 + kk), kk > 0);
-    }
-    wgmma_commit();
+    const int panel = Products::dq_panel(warpgroup);
+    Products::dq_product(acc_dq.tiles(), smem_ds, smem_k, warpgroup);
     wgmma_wait<0>();
     fence_accumulators(acc_dq.tiles());
     fence_accumulators(acc_dk.tiles());
@@ -223,18 +204,6 @@ struct BackwardWgmmaSm90 {
     add_dq_tile<kHeadDim>(p, ms.seqlen_q, work.head, work.batch,
                           ms.row_begin + 16 * ((read_tid_x() / 32) % 4), panel * 64,
                           acc_dq.tiles());
-  }
-
-  /// acc = the warpgroup's 64 keys of `keys` (K or V) times the block's rows of `queries`
-  /// (Q or dO), transposed: S^T or dP^T, one wgmma group.
-  __device__ __forceinline__ static void keys_times_queries(float (&acc)[kSTiles][4], u32 keys,
-                                                            u32 queries, int warpgroup) {
-#pragma unroll
-    for (int kk = 0; kk < kDSteps; ++kk) {
-      wgmma_ss<Element, kBlockM, 0, 0>(acc, k_major_descriptor<KvTile>(keys, 64 * warpgroup, kk),
-                                       k_major_descriptor<QTile>(queries, 0, kk), kk > 0);
-    }
-    wgmma_commit();
   }
 
   /// dK (scaled) and dV of the warp's 16 keys, all columns (store_dkdv_tile).

@@ -157,12 +157,12 @@ std::string emit_cta_order(const Lowering& ir, const KernelDesc& kernel) {
 }
 
 // The backward's per-row kernels (bwd_rows.cuh): element type and head dim, and for the
-// preprocess whether it zeroes the dQ accumulator (atomic mode).
+// preprocess whether it zeroes the dQ accumulator (dq_accumulated).
 std::string emit_rows(const Lowering& ir, const KernelDesc& kernel) {
   const KernelRow& row = kernel_row(kernel.row);
   std::string arguments = fmt::format("{}, {}", element_type(ir.spec.dtype), ir.spec.head_dim_qk);
   if (kernel.role == KernelRole::backward_preprocess) {
-    arguments += fmt::format(", /*kZeroDqAccum=*/{}", !ir.spec.deterministic);
+    arguments += fmt::format(", /*kZeroDqAccum=*/{}", dq_accumulated(ir));
   }
   SourceWriter w;
   emit_header(w, ir, kernel);

@@ -65,6 +65,8 @@ std::string_view name_of(ParamField field) {
       return "lse_log2";
     case ParamField::dq_accum:
       return "dq_accum";
+    case ParamField::dq_turns:
+      return "dq_turns";
     case ParamField::dk_partial:
       return "dk_partial";
     case ParamField::dv_partial:

@@ -45,7 +45,7 @@ enum class KernelRole {
   cta_order,             ///< the CTAs of an attention kernel sorted by their tiles, heaviest first
   forward,               ///< the forward pass
   backward_preprocess,   ///< D = rowsum(dO * O), LSE in log2 units, dQ accumulator zeroed
-  backward,              ///< dK, dV (and dQ by atomics unless deterministic) per key block
+  backward,              ///< dK, dV per key block; dQ too unless backward_dq runs
   backward_dq,           ///< deterministic mode: dQ per query block
   backward_convert_dq,   ///< dQ accumulator (fp32) to the input dtype
   backward_reduce_dkdv,  ///< GQA: dK, dV summed over the query heads of each KV head
@@ -65,7 +65,8 @@ struct FamilyChoice {
 struct TargetInfo {
   Arch arch = Arch::sm_80;
   int max_dynamic_smem_bytes = 0;  ///< opt-in limit per block
-  /// forward; or backward, and backward_dq when deterministic: in launch order.
+  /// forward; or backward, and backward_dq when deterministic on a backward row that does
+  /// not order its dQ reductions (RowSupport::ordered_dq): in launch order.
   std::vector<FamilyChoice> families;
 
   KernelFamily family_of(KernelRole role) const;
@@ -115,6 +116,7 @@ enum class ParamField {
   row_dot,            ///< BwdParams::row_dot
   lse_log2,           ///< BwdParams::lse_log2
   dq_accum,           ///< BwdParams::dq_accum
+  dq_turns,           ///< BwdParams::dq_turns
   dk_partial,         ///< BwdParams::dk_partial
   dv_partial,         ///< BwdParams::dv_partial
   table_out,          ///< MinMaxParams::minmax, PredicateBlocksParams::table

@@ -98,8 +98,8 @@ void add_mask_kernels(KernelPlan& plan, const Lowering& in) {
   }
   for (const KernelTiles& tiles : in.tiles) {
     // Under a data-dependent mask the CTAs of each attention kernel are sorted by their
-    // tiles before it runs (cta_order.cuh).
-    if (!mask.needs_minmax && !mask.element_predicate) break;
+    // tiles before it runs (cta_order.cuh), but for a backward that orders its dQ reductions.
+    if (!runs_in_cta_order(in, tiles.role)) continue;
     KernelDesc order;
     order.orders = tiles.role;
     order.block_m = tiles.block_m;
@@ -123,17 +123,17 @@ void add_attention(KernelPlan& plan, const Lowering& in, KernelRole role) {
   add_kernel(plan, in, kernel_row(tiles.row), std::move(kernel));
 }
 
-// Preprocess, main (dK, dV and the atomic dQ product), or main and dQ kernel when
-// deterministic, then the dQ conversion (atomic mode) and the GQA reduction of dK/dV
-// (launched only when H != Hkv).
+// Preprocess, main (dK, dV and the dQ product into the fp32 accumulator), or main and dQ
+// kernel when deterministic on a row that does not order its dQ reductions, then the dQ
+// conversion (accumulator) and the GQA reduction of dK/dV (launched only when H != Hkv).
 void add_backward(KernelPlan& plan, const Lowering& in) {
   const AttentionSpec& spec = in.spec;
   const std::string type = type_tag(spec);
-  add_utility(
-      plan, in, KernelRole::backward_preprocess,
-      fmt::format("attnjit_bwd_preprocess_{}{}", type, spec.deterministic ? "" : "_zero_dq"));
+  const bool dq_kernel = spec.deterministic && !orders_dq_reductions(in);
+  add_utility(plan, in, KernelRole::backward_preprocess,
+              fmt::format("attnjit_bwd_preprocess_{}{}", type, dq_kernel ? "" : "_zero_dq"));
   add_attention(plan, in, KernelRole::backward);
-  if (spec.deterministic) {
+  if (dq_kernel) {
     add_attention(plan, in, KernelRole::backward_dq);
   } else {
     add_utility(plan, in, KernelRole::backward_convert_dq,

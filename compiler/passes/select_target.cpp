@@ -27,24 +27,15 @@ int max_dynamic_smem(Arch arch) {
   throw InternalError("unknown Arch");
 }
 
-// The attention kernels of the spec's direction, in launch order.
-std::vector<KernelRole> attention_roles(const AttentionSpec& spec) {
-  if (spec.direction == Direction::forward) return {KernelRole::forward};
-  if (spec.deterministic) return {KernelRole::backward, KernelRole::backward_dq};
-  return {KernelRole::backward};
-}
-
 // The most specialised family with a row that supports the spec here and has a tile shape
 // that fits: sm90a on sm_90a targets where a row exists, else sm80.
 KernelFamily automatic_family(KernelRole role, const Lowering& in, const TargetInfo& target) {
   std::vector<KernelFamily> preference{KernelFamily::sm80};
   if (target.arch == Arch::sm_90a) preference.insert(preference.begin(), KernelFamily::sm90a);
   for (KernelFamily family : preference) {
-    for (const KernelRow* row : kernel_rows(role, family)) {
-      if (row->supports(in.spec, *in.mask, target.arch, /*automatic=*/true) &&
-          first_candidate(*row, in.spec, *in.mask, target.max_dynamic_smem_bytes)) {
-        return family;
-      }
+    if (automatic_row(role, family, in.spec, *in.mask, target.arch,
+                      target.max_dynamic_smem_bytes) != nullptr) {
+      return family;
     }
   }
   throw InternalError(fmt::format("select_target: no {} kernel for head_dim {} within {} bytes",
@@ -59,14 +50,20 @@ Lowering select_target(const Lowering& in) {
   TargetInfo target;
   target.arch = in.spec.target;
   target.max_dynamic_smem_bytes = max_dynamic_smem(in.spec.target);
-  const std::vector<KernelRole> roles = attention_roles(in.spec);
-  for (std::size_t i = 0; i < roles.size(); ++i) {
-    // An explicit `tiles=` shape is the first attention kernel's (the backward's main kernel).
-    const bool forced = i == 0 && !in.spec.tiles.is_auto();
-    const KernelFamily family = forced
-                                    ? explicit_row(roles[i], in.spec, *in.mask, target.arch).family
-                                    : automatic_family(roles[i], in, target);
-    target.families.push_back({roles[i], family});
+  // The main attention kernel; an explicit `tiles=` shape is its own.
+  const KernelRole main =
+      in.spec.direction == Direction::forward ? KernelRole::forward : KernelRole::backward;
+  const bool forced = !in.spec.tiles.is_auto();
+  const KernelRow& row = forced
+                             ? explicit_row(main, in.spec, *in.mask, target.arch)
+                             : *automatic_row(main, automatic_family(main, in, target), in.spec,
+                                              *in.mask, target.arch, target.max_dynamic_smem_bytes);
+  target.families.push_back({main, row.family});
+  // The deterministic backward computes dQ in a kernel of its own, unless the main kernel
+  // orders its dQ reductions.
+  if (main == KernelRole::backward && in.spec.deterministic && !row.support.ordered_dq) {
+    target.families.push_back(
+        {KernelRole::backward_dq, automatic_family(KernelRole::backward_dq, in, target)});
   }
   Lowering out = in;
   out.target = target;

@@ -41,15 +41,15 @@ KernelTiles explicit_tiles(KernelRole role, const Lowering& in) {
 // The first candidate that fits, over the family's rows in their order of preference.
 KernelTiles automatic_tiles(const FamilyChoice& choice, const Lowering& in) {
   const TargetInfo& target = *in.target;
-  for (const KernelRow* row : kernel_rows(choice.role, choice.family)) {
-    if (!row->supports(in.spec, *in.mask, target.arch, /*automatic=*/true)) continue;
-    if (const auto c = first_candidate(*row, in.spec, *in.mask, target.max_dynamic_smem_bytes)) {
-      return make_tiles(choice.role, *row, *c, row->smem_bytes(*c, in.spec, *in.mask));
-    }
+  const KernelRow* row = automatic_row(choice.role, choice.family, in.spec, *in.mask, target.arch,
+                                       target.max_dynamic_smem_bytes);
+  if (row == nullptr) {
+    throw InternalError(
+        fmt::format("select_tiles: no {} tile shape for head_dim {} within {} bytes",
+                    name_of(choice.role), in.spec.head_dim_qk, target.max_dynamic_smem_bytes));
   }
-  throw InternalError(fmt::format("select_tiles: no {} tile shape for head_dim {} within {} bytes",
-                                  name_of(choice.role), in.spec.head_dim_qk,
-                                  target.max_dynamic_smem_bytes));
+  const TileCandidate c = *first_candidate(*row, in.spec, *in.mask, target.max_dynamic_smem_bytes);
+  return make_tiles(choice.role, *row, c, row->smem_bytes(c, in.spec, *in.mask));
 }
 
 }  // namespace

@@ -93,6 +93,32 @@ std::optional<TileCandidate> first_candidate(const KernelRow& row, const Attenti
   return std::nullopt;
 }
 
+const KernelRow* automatic_row(KernelRole role, KernelFamily family, const AttentionSpec& spec,
+                               const MaskLowering& mask, Arch arch, int smem_limit) {
+  for (const KernelRow* row : kernel_rows(role, family)) {
+    if (row->supports(spec, mask, arch, /*automatic=*/true) &&
+        first_candidate(*row, spec, mask, smem_limit)) {
+      return row;
+    }
+  }
+  return nullptr;
+}
+
+bool orders_dq_reductions(const Lowering& ir) {
+  if (ir.spec.direction != Direction::backward || !ir.spec.deterministic) return false;
+  return kernel_row(ir.tiles_of(KernelRole::backward).row).support.ordered_dq;
+}
+
+bool runs_in_cta_order(const Lowering& ir, KernelRole role) {
+  const MaskLowering& mask = *ir.mask;
+  if (!mask.needs_minmax && !mask.element_predicate) return false;
+  return !(role == KernelRole::backward && orders_dq_reductions(ir));
+}
+
+bool dq_accumulated(const Lowering& ir) {
+  return !ir.spec.deterministic || orders_dq_reductions(ir);
+}
+
 namespace {
 
 std::string suffix_text(char suffix) {
@@ -241,10 +267,6 @@ ScratchBuffer cta_order_buffer(KernelRole orders, const Lowering& ir) {
   return {fmt::format("cta_order_{}", name_of(orders)), grid.x * grid.y * grid.z * 4};
 }
 
-bool needs_cta_order(const MaskLowering& mask) {
-  return mask.needs_minmax || mask.element_predicate;
-}
-
 std::vector<BufferNeed> attention_mask_buffers(const KernelDesc& kernel, const Lowering& ir,
                                                ParamField table, ParamField bits) {
   std::vector<BufferNeed> needs;
@@ -256,7 +278,7 @@ std::vector<BufferNeed> attention_mask_buffers(const KernelDesc& kernel, const L
     needs.push_back({table, predicate_table(kernel.block_m, kernel.block_n, key_rows, ir)});
     needs.push_back({bits, predicate_bits(kernel.block_m, kernel.block_n, key_rows, ir)});
   }
-  if (needs_cta_order(mask)) {
+  if (runs_in_cta_order(ir, kernel.role)) {
     needs.push_back({ParamField::cta_order, cta_order_buffer(kernel.role, ir)});
   }
   return needs;

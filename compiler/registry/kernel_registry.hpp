@@ -44,6 +44,9 @@ struct RowSupport {
   std::vector<Arch> targets;       ///< the archs it compiles for
   bool predicate_masks = true;     ///< mask=predicate (element bits follow its fragments)
   bool deterministic = true;       ///< deterministic=true (no atomic dQ product in it)
+  /// deterministic=true by ordering its own dQ reductions between its CTAs (no dQ kernel;
+  /// its CTAs start in key-block order, never in a CTA order)
+  bool ordered_dq = false;
   bool atomic = true;              ///< deterministic=false
   bool auto_deterministic = true;  ///< picked without `tiles=` in deterministic mode
 };
@@ -141,6 +144,24 @@ bool candidate_fits(const KernelRow& row, const TileCandidate& c, const Attentio
 /// `smem_limit`; nullopt if none.
 std::optional<TileCandidate> first_candidate(const KernelRow& row, const AttentionSpec& spec,
                                              const MaskLowering& mask, int smem_limit);
+
+/// The row select_tiles takes for `role` in `family` without `tiles=`: the first that
+/// supports the spec on `arch` and has a candidate within `smem_limit`; null if none.
+const KernelRow* automatic_row(KernelRole role, KernelFamily family, const AttentionSpec& spec,
+                               const MaskLowering& mask, Arch arch, int smem_limit);
+
+/// Whether the backward of `ir` (tiles chosen) orders its dQ reductions between CTAs: the
+/// deterministic mode on a row with support.ordered_dq. Its dQ then goes through the fp32
+/// accumulator and the conversion, as in the atomic mode, and its CTAs run in key-block order.
+bool orders_dq_reductions(const Lowering& ir);
+
+/// Whether the backward's dQ goes through the fp32 accumulator and the conversion kernel:
+/// the atomic mode, or a deterministic mode that orders the reductions (no dQ kernel).
+bool dq_accumulated(const Lowering& ir);
+
+/// Whether the CTAs of attention kernel `role` start in a CTA order (cta_order.cuh): where the
+/// mask makes a block's work depend on data, unless the kernel orders its dQ reductions.
+bool runs_in_cta_order(const Lowering& ir, KernelRole role);
 
 /// The row of attention kernel `role` that the spec's explicit `tiles=` suffix forces, checked
 /// against the spec's mask, mode and `arch`; throws the `tiles` Error naming what is accepted.

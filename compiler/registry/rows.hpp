@@ -60,9 +60,6 @@ LaunchExpr predicate_bits_capacity(int block_m, int block_n, bool key_rows, cons
 ScratchBuffer cta_costs(KernelRole orders, const Lowering& ir);
 ScratchBuffer cta_order_buffer(KernelRole orders, const Lowering& ir);
 
-/// Whether the mask makes a block's work depend on data, so that the CTAs are ordered.
-bool needs_cta_order(const MaskLowering& mask);
-
 /// The mask buffers an attention kernel reads: its min/max tables or block table and element
 /// bits, bound to `table` and `bits`, and its CTA order.
 std::vector<BufferNeed> attention_mask_buffers(const KernelDesc& kernel, const Lowering& ir,

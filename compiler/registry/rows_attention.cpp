@@ -316,7 +316,7 @@ std::vector<BufferNeed> backward_buffers(const KernelDesc& kernel, const Lowerin
       attention_mask_buffers(kernel, ir, ParamField::minmax, ParamField::predicate_bits);
   needs.push_back(row_dot(ir));
   needs.push_back(lse_log2(ir));
-  if (!ir.spec.deterministic) needs.push_back(dq_accum(ir));
+  if (dq_accumulated(ir)) needs.push_back(dq_accum(ir));
   needs.push_back(dk_partial(ir));
   needs.push_back(dv_partial(ir));
   return needs;

@@ -30,27 +30,29 @@ constexpr std::array<TileCandidate, 2> kCandidates{{
     warpgroups(128, 64),
 }};
 
-constexpr std::array<ConfigField, 5> kConfig{ConfigField::head_dim, ConfigField::block_m,
-                                             ConfigField::block_n, ConfigField::kv_stages,
-                                             ConfigField::register_split};
+constexpr std::array<ConfigField, 6> kConfig{ConfigField::head_dim,  ConfigField::block_m,
+                                             ConfigField::block_n,   ConfigField::kv_stages,
+                                             ConfigField::atomic_dq, ConfigField::register_split};
 
 // The producer walks the query blocks in 24 registers with every mask (NVRTC sweep); its two
 // consumers need all of the other 480.
-int producer_registers(const MaskLowering&) { return 24; }
+int producer_registers(const MaskLowering&) {
+  return 24;
+}
 
 // bwd_sm90a.cuh's kSmemBytes: alignment slack, K and V, the stages (Q, dO, then LSE, D and the
-// block's index padded to 1 KB), two dS^T buffers, the fp32 dQ buffers (one when each consumer
-// owns 64 of dQ's columns, else one per consumer), the key block's FlashMask values padded to
-// 8 bytes, the K/V barrier and the ring's barriers.
+// block's index, kind and dQ turn padded to 1 KB), two dS^T buffers, the fp32 dQ buffers (one when
+// each consumer owns 64 of dQ's columns, else one per consumer), the key block's FlashMask values
+// padded to 8 bytes, the K/V barrier and the ring's barriers.
 int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   const int d = spec.head_dim_qk;
   const int element = size_of(spec.dtype);
   const int kv = 2 * c.block_n * d * element;
-  const int stage = 2 * c.block_m * d * element + (2 * c.block_m * 4 + 8 + 1023) / 1024 * 1024;
+  const int stage = 2 * c.block_m * d * element + (2 * c.block_m * 4 + 12 + 1023) / 1024 * 1024;
   const int vectors = (c.block_n * static_cast<int>(mask.vectors.size()) * 4 + 7) / 8 * 8;
   const int dq = (d / 2 >= 64 ? 1 : 2) * c.block_m * d * 4;
-  return 1024 + kv + c.kv_stages * stage + 2 * c.block_n * c.block_m * element + dq + vectors +
-         8 + 2 * c.kv_stages * 8;
+  return 1024 + kv + c.kv_stages * stage + 2 * c.block_n * c.block_m * element + dq + vectors + 8 +
+         2 * c.kv_stages * 8;
 }
 
 // `tiles=64x128x12t`: 64 queries per stage, two consumer warpgroups of 64 keys and a producer
@@ -68,6 +70,20 @@ TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
   return warpgroups(spec.head_dim_qk, shape.block_m);
 }
 
+// backward_buffers, and in the deterministic mode the turn counters of the ordered dQ
+// reductions: per (batch, head, query block) one per consumer when the consumers split dQ's
+// columns (d >= 128), else one that both take turns on (bwd_sm90a.cuh).
+std::vector<BufferNeed> buffers(const KernelDesc& kernel, const Lowering& ir) {
+  std::vector<BufferNeed> needs = backward_buffers(kernel, ir);
+  if (orders_dq_reductions(ir)) {
+    const int lanes = ir.spec.head_dim_qk / 2 >= 64 ? 2 : 1;
+    const LaunchExpr counters = LaunchExpr(Extent::batch) * Extent::heads *
+                                ceil_div(Extent::seqlen_q, kernel.block_m) * lanes;
+    needs.push_back({ParamField::dq_turns, {"dq_turns", counters * 4, /*zeroed=*/true}});
+  }
+  return needs;
+}
+
 }  // namespace
 
 KernelRow backward_tma_sm90a() {
@@ -82,8 +98,9 @@ KernelRow backward_tma_sm90a() {
   // One CTA of 384 threads per SM, whose warpgroups then trade registers (setmaxnreg).
   row.min_blocks_per_sm = 1;
   row.support.targets = {Arch::sm_90a};
-  // Its dQ additions are unordered; its S^T fragments do not follow the stored element bits.
-  row.support.deterministic = false;
+  // Deterministic by taking turns on each query block's dQ (key blocks in order); its S^T
+  // fragments do not follow the stored element bits.
+  row.support.ordered_dq = true;
   row.support.predicate_masks = false;
   row.tiles_suffixes = "t";
   row.candidates = kCandidates;
@@ -92,7 +109,7 @@ KernelRow backward_tma_sm90a() {
   row.explicit_tiles = explicit_tiles;
   row.producer_registers = producer_registers;
   row.launch = key_block_launch;
-  row.buffers = backward_buffers;
+  row.buffers = buffers;
   return row;
 }
 

@@ -115,7 +115,7 @@ RowLaunch query_rows_launch(const KernelDesc& kernel, const Lowering&) {
 
 std::vector<BufferNeed> preprocess_buffers(const KernelDesc&, const Lowering& ir) {
   std::vector<BufferNeed> needs{row_dot(ir), lse_log2(ir)};
-  if (!ir.spec.deterministic) needs.push_back(dq_accum(ir));
+  if (dq_accumulated(ir)) needs.push_back(dq_accum(ir));
   return needs;
 }
 

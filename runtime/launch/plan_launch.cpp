@@ -76,6 +76,9 @@ void bind_attention(Params& p, ParamField field, void* pointer) {
       case ParamField::dq_accum:
         p.dq_accum = values;
         return;
+      case ParamField::dq_turns:
+        p.dq_turns = static_cast<int*>(pointer);
+        return;
       case ParamField::dk_partial:
         p.dk_partial = values;
         return;

@@ -1,12 +1,15 @@
 // The sm90a backward (backward.tma.sm90a: TMA producer, mbarrier ring, two wgmma consumers),
-// forced by tiles=64x128x12t, against the CPU float64 reference gradients: the sweep's cases
-// at head dims 64 and 128 (every mask kind, both dtypes, GQA/MQA, mask heads, lengths that are
-// not tile multiples, Sq != Sk, padded strides), longer sequences whose key blocks visit many
-// query blocks (the ring wraps), the score modifiers, rows that see no key, odd head counts.
+// forced by tiles=64x128x12t, against the CPU float64 reference gradients, in the atomic and
+// the deterministic mode (dQ reductions taking turns): the sweep's cases at head dims 64 and
+// 128 (every mask kind, both dtypes, GQA/MQA, mask heads, lengths that are not tile
+// multiples, Sq != Sk, padded strides), longer sequences whose key blocks visit many query
+// blocks (the ring wraps), the score modifiers, rows that see no key, odd head counts; and
+// bitwise repeatability of the deterministic mode where the atomic mode's order varies.
 // Skipped on devices other than sm_90a.
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "attnjit/jit.hpp"
@@ -28,6 +31,10 @@ bool on_sm90a() {
   return false;
 }
 
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 // The case forced onto the row.
 Case forced(Case c) {
   c.spec.tiles = {64, 128, 12, 't'};
@@ -42,7 +49,7 @@ TEST_CASE("the sm90a backward matches the reference gradients over the sweep",
   if (!on_sm90a()) return;
   for (const Case& c : gpu_test::sweep_cases()) {
     if (c.spec.head_dim_qk != 64 && c.spec.head_dim_qk != 128) continue;
-    check_backward(forced(c), /*deterministic=*/false);
+    for (bool deterministic : {false, true}) check_backward(forced(c), deterministic);
   }
 }
 
@@ -89,7 +96,7 @@ TEST_CASE("the sm90a backward over many query blocks per key block", "[gpu][back
         }
       }
       ++rotation;
-      check_backward(forced(c), /*deterministic=*/false);
+      for (bool deterministic : {false, true}) check_backward(forced(c), deterministic);
     }
   }
 }
@@ -97,8 +104,9 @@ TEST_CASE("the sm90a backward over many query blocks per key block", "[gpu][back
 TEST_CASE("the sm90a backward with score modifiers matches the reference gradients",
           "[gpu][backward][sm90a][score_mod]") {
   if (!on_sm90a()) return;
+  int index = 0;
   for (const Case& c : gpu_test::score_mod_cases()) {
-    check_backward(forced(c), /*deterministic=*/false);
+    check_backward(forced(c), /*deterministic=*/index++ % 2 == 1);
   }
 }
 
@@ -106,6 +114,8 @@ TEST_CASE("the sm90a backward gives zero gradients to rows that see no key",
           "[gpu][backward][sm90a]") {
   if (!on_sm90a()) return;
   for (int d : {64, 128}) {
+    // The deterministic mode at d128: query blocks that no key block visits take no turns.
+    const bool deterministic = d == 128;
     Case c;
     c.spec.dtype = DType::fp16;
     c.spec.head_dim_qk = c.spec.head_dim_v = d;
@@ -119,7 +129,7 @@ TEST_CASE("the sm90a backward gives zero gradients to rows that see no key",
     const gpu_test::Inputs inputs = gpu_test::make_inputs(c);
     const std::vector<float> d_o = gpu_test::make_d_o(c);
     const gpu_test::BackwardOutputs got =
-        gpu_test::run_backward_on_gpu(c, inputs, d_o, /*deterministic=*/false);
+        gpu_test::run_backward_on_gpu(c, inputs, d_o, deterministic);
     for (int h = 0; h < 2; ++h) {
       for (int row = 0; row < 230; ++row) {
         for (int i = 0; i < d; ++i) {
@@ -129,7 +139,7 @@ TEST_CASE("the sm90a backward gives zero gradients to rows that see no key",
     }
     for (float x : got.dk) REQUIRE(std::isfinite(x));
     for (float x : got.dv) REQUIRE(std::isfinite(x));
-    check_backward(c, /*deterministic=*/false);
+    check_backward(c, deterministic);
   }
 }
 
@@ -146,6 +156,56 @@ TEST_CASE("the sm90a backward with odd head counts", "[gpu][backward][sm90a]") {
     c.seqlen_q = c.seqlen_k = 333;
     c.padded_strides = true;
     c.seed = 170 + heads;
-    check_backward(forced(c), /*deterministic=*/false);
+    for (bool deterministic : {false, true}) check_backward(forced(c), deterministic);
+  }
+}
+
+TEST_CASE("the sm90a deterministic backward is bitwise repeatable", "[gpu][backward][sm90a]") {
+  if (!on_sm90a()) return;
+  // Sixteen key blocks add to every dQ tile of the full mask, both consumers to the same
+  // columns at d64; the causal mask and random intervals skip blocks, so that the turns of a
+  // query block's visitors are not their key-block indices.
+  const MaskSpec masks[] = {{MaskKind::none, false, 0},
+                            {MaskKind::causal, false, 0},
+                            {MaskKind::flashmask, true, 1},
+                            {MaskKind::flashmask, false, 2}};
+  int index = 0;
+  for (int d : {64, 128}) {
+    for (const MaskSpec& mask : masks) {
+      Case c;
+      c.spec.dtype = index % 2 == 0 ? DType::bf16 : DType::fp16;
+      c.spec.head_dim_qk = c.spec.head_dim_v = d;
+      c.spec.mask = mask;
+      c.batch = 2;
+      c.heads = 4;
+      c.kv_heads = 2;
+      c.seqlen_q = 1900;
+      c.seqlen_k = 2000;
+      c.seed = 400 + index++;
+      if (mask.kind == MaskKind::flashmask) {
+        c.intervals = dsl::random_intervals(mask.causal, mask.columns, c.batch, c.kv_heads,
+                                            c.seqlen_q, c.seqlen_k, c.seed);
+      }
+      c = forced(c);
+      INFO(c.describe());
+      const gpu_test::Inputs inputs = gpu_test::make_inputs(c);
+      const std::vector<float> d_o = gpu_test::make_d_o(c);
+      const gpu_test::BackwardOutputs first = gpu_test::run_backward_on_gpu(c, inputs, d_o, true);
+      for (int run = 0; run < 3; ++run) {
+        const gpu_test::BackwardOutputs again = gpu_test::run_backward_on_gpu(c, inputs, d_o, true);
+        CHECK(same_bits(again.dq, first.dq));
+        CHECK(same_bits(again.dk, first.dk));
+        CHECK(same_bits(again.dv, first.dv));
+      }
+      // The atomic mode on the same inputs, for the log: how often its dQ differs between
+      // runs (the order its reductions land in varies), i.e. what the turns take away.
+      int differing = 0;
+      const gpu_test::BackwardOutputs atomic = gpu_test::run_backward_on_gpu(c, inputs, d_o, false);
+      for (int run = 0; run < 3; ++run) {
+        differing += !same_bits(gpu_test::run_backward_on_gpu(c, inputs, d_o, false).dq, atomic.dq);
+      }
+      WARN(c.describe() << ": atomic dQ differed from its first run in " << differing
+                        << " of 3 runs");
+    }
   }
 }

@@ -7,6 +7,7 @@
 #include "attnjit/error.hpp"
 #include "compiler/passes/passes.hpp"
 #include "compiler/passes/pipeline.hpp"
+#include "compiler/registry/kernel_registry.hpp"
 
 using namespace attnjit;
 
@@ -110,7 +111,16 @@ TEST_CASE("select_target picks one family per attention kernel, in launch order"
         std::vector<FamilyChoice>{{R::backward, F::sm90a}});
   CHECK(families("dtype=bf16 head_dim=64 direction=backward target=sm_90") ==
         std::vector<FamilyChoice>{{R::backward, F::sm80}});
+  // The deterministic mode: the TMA backward orders its own dQ reductions (no dQ kernel);
+  // where it does not apply, the sm80 main and dQ kernels.
   CHECK(families("dtype=bf16 head_dim=64 direction=backward deterministic=true target=sm_90a") ==
+        std::vector<FamilyChoice>{{R::backward, F::sm90a}});
+  CHECK(families("dtype=bf16 head_dim=96 direction=backward deterministic=true target=sm_90a") ==
+        std::vector<FamilyChoice>{{R::backward, F::sm80}, {R::backward_dq, F::sm80}});
+  CHECK(families("dtype=bf16 head_dim=64 direction=backward deterministic=true target=sm_90") ==
+        std::vector<FamilyChoice>{{R::backward, F::sm80}, {R::backward_dq, F::sm80}});
+  CHECK(families("dtype=bf16 head_dim=64 direction=backward deterministic=true tiles=64x128x8 "
+                 "target=sm_90a") ==
         std::vector<FamilyChoice>{{R::backward, F::sm80}, {R::backward_dq, F::sm80}});
   // `tiles=` forces the family of the row its suffix names.
   CHECK(families("dtype=bf16 head_dim=64 direction=backward tiles=64x128x8g target=sm_90a") ==
@@ -385,8 +395,8 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 and d128, forced by a
     // 1 KB), two dS^T buffers, the fp32 dQ buffers of 64 rows (one at d128, where the
     // consumers split dQ by columns, one per consumer at d64), the K/V barrier and the ring's
     // barriers.
-    CHECK(t.smem_bytes == 1024 + 2 * 128 * d * 2 + 2 * (2 * 64 * d * 2 + 1024) +
-                              2 * 128 * 64 * 2 + (d == 128 ? 1 : 2) * 64 * d * 4 + 8 + 32);
+    CHECK(t.smem_bytes == 1024 + 2 * 128 * d * 2 + 2 * (2 * 64 * d * 2 + 1024) + 2 * 128 * 64 * 2 +
+                              (d == 128 ? 1 : 2) * 64 * d * 4 + 8 + 32);
     const KernelDesc& main = *ir.plan->find(KernelRole::backward);
     CHECK(main.template_header == "attnjit/sm90a/bwd_sm90a.cuh");
     CHECK(main.family == KernelFamily::sm90a);
@@ -414,14 +424,13 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 and d128, forced by a
       CHECK(automatic.warps == 12);
     }
   }
-  // Plain sm_90 (no wgmma), the deterministic mode (no atomic dQ product), predicates
-  // (element bits in the key-slab fragments) and head dims other than 64 and 128 keep the sm80
-  // layouts.
+  // Plain sm_90 (no wgmma), predicates (element bits in the key-slab fragments) and head
+  // dims other than 64 and 128 keep the sm80 layouts; the deterministic mode takes it.
   const auto row = [&](const char* rest) {
     return lowered(128, rest).tiles_of(KernelRole::backward).row;
   };
   CHECK(row("mask=causal target=sm_90") == "backward.grid.sm80");
-  CHECK(row("mask=causal deterministic=true target=sm_90a") == "backward.slabs.sm80");
+  CHECK(row("mask=causal deterministic=true target=sm_90a") == "backward.tma.sm90a");
   CHECK(row("mask=predicate(q>=k) target=sm_90a") == "backward.slabs.sm80");
   for (int d : {32, 64, 96, 128, 192, 256}) {
     INFO(d);
@@ -443,12 +452,73 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 and d128, forced by a
   CHECK_THROWS_WITH(lowered(96, "tiles=64x128x12t target=sm_90a"),
                     "tiles: got '64x128x12t with head_dim=96'; accepted: the t suffix with "
                     "head_dim 64 or 128");
-  CHECK_THROWS_WITH(lowered(128, "deterministic=true tiles=64x128x12t target=sm_90a"),
-                    Catch::Contains("without the t suffix with deterministic=true"));
+  CHECK_THROWS_WITH(lowered(128, "deterministic=true tiles=64x128x8w target=sm_90a"),
+                    Catch::Contains("without the w suffix with deterministic=true"));
   CHECK_THROWS_WITH(lowered(128, "mask=predicate(q>=k) tiles=64x128x12t target=sm_90a"),
                     Catch::Contains("without the t suffix for mask=predicate"));
   CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=64x128x12t target=sm_90a")),
                     Catch::Contains("BMxBNxW with an optional w/q/s suffix for the forward"));
+}
+
+TEST_CASE("the sm90a TMA backward's deterministic mode orders its dQ reductions", "[pass]") {
+  const auto lowered = [](int d, const char* mask, bool deterministic) {
+    return lower(
+        parse_spec(fmt::format("dtype=fp16 head_dim={} mask={} direction=backward "
+                               "deterministic={} target=sm_90a",
+                               d, mask, deterministic)));
+  };
+  const auto roles = [](const Lowering& ir) {
+    std::vector<KernelRole> out;
+    for (const KernelDesc& k : ir.plan->kernels) out.push_back(k.role);
+    return out;
+  };
+  const auto scratch = [](const Lowering& ir, const char* name) -> const ScratchBuffer* {
+    for (const ScratchBuffer& b : ir.plan->scratch) {
+      if (b.name == name) return &b;
+    }
+    return nullptr;
+  };
+  using R = KernelRole;
+  for (int d : {64, 128}) {
+    INFO(d);
+    for (const char* mask : {"causal", "flashmask(causal=true,columns=1)"}) {
+      INFO(mask);
+      const bool flashmask = std::string_view(mask) != "causal";
+      const Lowering atomic = lowered(d, mask, false);
+      const Lowering ordered = lowered(d, mask, true);
+      CHECK_FALSE(orders_dq_reductions(atomic));
+      CHECK(orders_dq_reductions(ordered));
+      CHECK(dq_accumulated(ordered));
+      // The same kernels as the atomic mode, but for the backward's CTA order under FlashMask:
+      // the turns need key blocks to start in order.
+      std::vector<R> expected = roles(atomic);
+      if (flashmask) {
+        CHECK(runs_in_cta_order(atomic, R::backward));
+        CHECK_FALSE(runs_in_cta_order(ordered, R::backward));
+        std::erase(expected, R::cta_order);
+      }
+      CHECK(roles(ordered) == expected);
+      CHECK(ordered.plan->find(R::backward_dq) == nullptr);
+      CHECK(ordered.plan->find(R::backward_convert_dq) != nullptr);
+      CHECK(ordered.plan->find(R::backward)->name.ends_with("_deterministic"));
+      // The preprocess zeroes the accumulator; the turn counters are zeroed before the launch:
+      // per (batch, head, query block), one per consumer at d128 (they split dQ's columns).
+      CHECK(ordered.plan->find(R::backward_preprocess)->name.ends_with("_zero_dq"));
+      REQUIRE(scratch(ordered, "dq_accum") != nullptr);
+      CHECK(scratch(atomic, "dq_turns") == nullptr);
+      const ScratchBuffer* turns = scratch(ordered, "dq_turns");
+      REQUIRE(turns != nullptr);
+      CHECK(turns->zeroed);
+      LaunchExtents extents;
+      extents[Extent::batch] = 3;
+      extents[Extent::heads] = 5;
+      extents[Extent::seqlen_q] = 1000;
+      extents[Extent::seqlen_k] = 700;
+      CHECK(turns->bytes.evaluate(extents) == 3 * 5 * 16 * (d == 128 ? 2 : 1) * 4);
+      CHECK(scratch(ordered, "cta_order_backward") == nullptr);
+      CHECK((scratch(atomic, "cta_order_backward") != nullptr) == flashmask);
+    }
+  }
 }
 
 TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") {

@@ -255,6 +255,7 @@ TEST_CASE("every plan's kernels read only buffers an earlier kernel wrote", "[pa
         return kernel.role == KernelRole::backward_preprocess;
       case ParamField::dk_partial:
       case ParamField::dv_partial:
+      case ParamField::dq_turns:  // zeroed before the first kernel, counted by the main kernel
         return kernel.role == KernelRole::backward;
       default:
         return false;

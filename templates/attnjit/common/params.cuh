@@ -94,6 +94,9 @@ struct BwdParams : AttentionParams {
   void* d_k;          ///< [B, Sk, Hkv, D]
   void* d_v;          ///< [B, Sk, Hkv, D]
   float* dq_accum;    ///< [B, H, Sq, D]: sum over key blocks of dS K (atomics), or null
+  /// [B, H, query blocks, lanes]: turn counters of the deterministic sm90a backward, which
+  /// orders each query block's dQ reductions by key block (zeroed); else null
+  int* dq_turns;
   float* row_dot;     ///< [B, H, Sq]: D = rowsum(dO * O)
   float* lse_log2;    ///< [B, H, Sq]: LSE * log2(e); +inf where no key is visible
   float* dk_partial;  ///< [B, H, Sk, D]: per-query-head dK when H != Hkv, else null

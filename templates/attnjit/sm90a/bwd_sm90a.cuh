@@ -23,11 +23,23 @@
 // Its issuing thread waits for the previous reductions to have read it before the consumer's
 // dS^T barrier, so after that barrier the buffer is free. dK is scaled by softmax_scale at
 // the end; dQ in backward_convert_dq. Masks and score modifiers as in bwd_wgmma_sm90.cuh;
-// masks with element bits and the deterministic mode take other rows.
+// masks with element bits take other rows.
+//
+// Deterministic mode (kAtomicDq false): the reductions into each query block's dQ take turns,
+// highest key block first, so that every run adds the same values in the same order. A turn
+// counter per (batch, head, query block) and lane (params.cuh's dq_turns, zeroed) counts the
+// reductions done; the producer gives each visited block its turn (the key blocks after this
+// one that visit it), and the issuing thread of a consumer waits for it, issues its
+// reductions, waits until they are complete and passes the turn on. The CTAs of a head start
+// highest key block first (the natural order's other direction, never a CTA order), so each
+// waits only on CTAs that started before it. That order puts the key blocks most query
+// blocks see (causal masks' first ones, global tokens, shared questions, prefixes) last in
+// every turn, and under causal-like masks key block j reaches each query block one step
+// after key block j + 1 (both walk upwards): the turns cost little waiting.
 //
 // Config (bound by the generated code): Element, kHeadDim, kBlockM, kBlockN, kStages,
-// kProducerRegisters, kConsumerRegisters. Score: a ScoreMod. The kernel takes (BwdParams,
-// BwdTensorMaps), 384 threads, __launch_bounds__(384, 1).
+// kAtomicDq, kProducerRegisters, kConsumerRegisters. Score: a ScoreMod. The kernel takes
+// (BwdParams, BwdTensorMaps), 384 threads, __launch_bounds__(384, 1).
 #pragma once
 
 #include "attnjit/sm90a/barrier.cuh"
@@ -66,6 +78,15 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
   using Products::kSTiles;
   using Products::kQSteps;
   static constexpr int kColumns = Mask::kColumns;
+  /// Deterministic mode: dQ reductions in turns; CTAs in the natural order, highest key block
+  /// first (else lowest first, or the CTA order).
+  static constexpr bool kOrderedDq = !Config::kAtomicDq;
+  static constexpr bool kOrderedCtas = Mask::kOrderedCtas && !kOrderedDq;
+  static constexpr bool kLowBlocksFirst = !kOrderedDq;
+  /// Turn counters per query block: one per consumer when they split dQ's columns, else one
+  /// that the consumers of a key block take in turn (kDqTurns turns per key block).
+  static constexpr int kDqLanes = kDqByColumns ? kConsumers : 1;
+  static constexpr int kDqTurns = kDqByColumns ? 1 : kConsumers;
   /// Named barriers: both consumers (dS^T of all keys), or each consumer's own (its keys);
   /// each consumer's dQ buffer written (then its reductions go out).
   static constexpr int kDsBarrier = 1;
@@ -85,11 +106,11 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
   typedef Pipeline<kStages> Ring;
   typedef PipelineState<kStages> RingState;
 
-  // A stage: Q, dO, then LSE2 and D (kBlockM floats each) and the block's index and
-  // classification, padded so that the next stage's tiles stay 1024-byte aligned.
+  // A stage: Q, dO, then LSE2 and D (kBlockM floats each) and the block's index,
+  // classification and dQ turn, padded so that the next stage's tiles stay 1024-byte aligned.
   static constexpr int kRowStatsOffset = 2 * QTile::kBytes;
   static constexpr int kInfoOffset = kRowStatsOffset + 2 * kBlockM * 4;
-  static constexpr int kStageBytes = kRowStatsOffset + (2 * kBlockM * 4 + 8 + 1023) / 1024 * 1024;
+  static constexpr int kStageBytes = kRowStatsOffset + (2 * kBlockM * 4 + 12 + 1023) / 1024 * 1024;
 
   // Shared memory from a 1024-byte aligned base: K, V, the stages, two dS^T buffers, the dQ
   // buffers, the key block's FlashMask values, the K/V barrier, the ring's barriers.
@@ -114,16 +135,16 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
   /// The mask state of the CTA's (head, batch), no rows yet, formed at its use from the
   /// parameters (opaque: not held in registers across the loop).
   __device__ __forceinline__ static MaskState key_mask_state(const BwdParams& p) {
-    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
+    const CtaWork work = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p));
     return make_mask_state<kBlockN, Mask>(p, static_cast<int>(opaque(u32(work.head))),
                                           static_cast<int>(opaque(u32(work.batch))));
   }
 
   __device__ __forceinline__ void run(const BwdParams& p, const BwdTensorMaps& maps,
                                       unsigned char* smem_raw) {
-    start_cta<true>(cta_order_of<Mask::kOrderedCtas>(p));
+    start_cta<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p));
     // The missing half of the last head pair (schedule.cuh).
-    if (cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p)).head >= p.heads) return;
+    if (cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p)).head >= p.heads) return;
 
     const u32 base = (smem_address(smem_raw) + 1023) & ~1023u;
     if (threadIdx.x == 0) {
@@ -162,13 +183,14 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
       const int block = load_shared_s32(stage + kInfoOffset);
       if (block < 0) break;
       const int tile = load_shared_s32(stage + kInfoOffset + 4);
-      iterate(p, maps, base, base + kDsOffset + (it % 2) * DsTile::kBytes, block, tile, ring,
-              state);
+      const int turn = kOrderedDq ? load_shared_s32(stage + kInfoOffset + 8) : 0;
+      iterate(p, maps, base, base + kDsOffset + (it % 2) * DsTile::kBytes, block, tile, turn,
+              ring, state);
       state.advance();
     }
     // The last reductions are complete (the dQ conversion reads them next).
     if (warpgroup_thread() == 0) tma_store_wait<0>();
-    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
+    const CtaWork work = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p));
     store_dkdv_tile<Element, kHeadDim>(
         p, work.head, work.batch,
         work.block * kBlockN + 64 * consumer_index() + 16 * ((read_tid_x() / 32) % 4), 0,
@@ -179,8 +201,8 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
   /// that read it have completed. Element (nt, e) of an m64 x kBlockM accumulator is key row
   /// key_row0 + g + 8 (e / 2), query column 8 nt + 2 t + e % 2.
   __device__ __forceinline__ void iterate(const BwdParams& p, const BwdTensorMaps& maps, u32 base,
-                                          u32 smem_ds, int block, int tile, const Ring& ring,
-                                          const RingState& state) {
+                                          u32 smem_ds, int block, int tile, int turn,
+                                          const Ring& ring, const RingState& state) {
     const int consumer = consumer_index();
     const u32 stage = stage_address(base, state.index);
     const int lane = read_tid_x() % 32;
@@ -213,7 +235,7 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     MaskState ms = key_mask_state(p);
     ms.row_begin = block * kBlockM;
     ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
-    const int key0 = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p)).block * kBlockN;
+    const int key0 = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p)).block * kBlockN;
     if (tile_kind(tile) == kTilePartial) {
       mask_scores_by_key<Mask>(p, ms, acc_s, base + kVectorOffset, key0, key_row0, 0, lane);
     }
@@ -225,7 +247,7 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     // tile.
     OperandA<1, kQSteps> a_p;
     OperandA<1, kQSteps> a_ds;
-    const Score score = Score::template make<Mask::kOrderedCtas>(p);
+    const Score score = Score::template make<kOrderedCtas>(p);
     const int distance0 = key0 + key_row0 + g - (ms.row_begin + 2 * t + ms.diagonal);
 #pragma unroll
     for (int nt = 0; nt < kSTiles; ++nt) {
@@ -300,14 +322,32 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     fence_async_shared();
     named_barrier_sync(kDqBarrier + consumer, 128);
     if (warpgroup_thread() == 0) {
-      const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
+      int* counter = nullptr;
+      if constexpr (kOrderedDq) {
+        counter = dq_turn_counter(p, block, consumer);
+        wait_turn(counter, turn * kDqTurns + (kDqByColumns ? 0 : consumer));
+      }
+      const CtaWork work = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p));
 #pragma unroll
       for (int box = panel * 2; box < panel * 2 + kDqCols / 32; ++box) {
         tma_reduce_add(maps.dq_accum, buffer + box * kDqBoxBytes, box * 32, block * kBlockM,
                        work.head, work.batch);
       }
       tma_store_commit();
+      if constexpr (kOrderedDq) {
+        tma_store_wait<0>();
+        pass_turn(counter);
+      }
     }
+  }
+
+  /// Deterministic mode: the turn counter of query block `block` that `consumer` takes.
+  __device__ __forceinline__ static int* dq_turn_counter(const BwdParams& p, int block,
+                                                         int consumer) {
+    const CtaWork work = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p));
+    const long long blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
+    const long long row = (static_cast<long long>(work.batch) * p.heads + work.head) * blocks;
+    return p.dq_turns + (row + block) * kDqLanes + (kDqByColumns ? consumer : 0);
   }
 
   /// Stores the warp's dQ rows 16 w + g (+ 8) of the accumulator, columns col0 + 8 dt + 2 t,

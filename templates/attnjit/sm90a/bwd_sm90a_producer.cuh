@@ -7,6 +7,8 @@
 //                which the consumers read from the stage instead of walking the blocks
 //                themselves; after the last block a stage with index -1 ends their loop.
 // Skipped query blocks (mask.cuh: index ranges, FlashMask min/max tables) are never loaded.
+// The deterministic mode gives each block its dQ turn: how many key blocks after this one
+// visit it (their reductions go first; bwd_sm90a.cuh).
 #pragma once
 
 #include "attnjit/masks/mask.cuh"
@@ -35,7 +37,7 @@ struct BackwardProducer {
   __device__ __forceinline__ static void run(const BwdParams& p, const BwdTensorMaps& maps,
                                              u32 base) {
     const int lane = threadIdx.x % 32;
-    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
+    const CtaWork work = cta_work<Kernel::kLowBlocksFirst>(cta_order_of<Kernel::kOrderedCtas>(p));
     const int n_block = work.block;
     if (lane == 0) {
       tma_prefetch_map(maps.q);
@@ -79,11 +81,14 @@ struct BackwardProducer {
       ms.row_begin = block * kBlockM;
       ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
       const int tile = Mask::template classify<kBlockN>(ms, p.minmax, n_block);
+      const int turn = Kernel::kOrderedDq ? later_visitors(p, ms, block, n_block) : 0;
       if (lane == 0) {
         store_shared_u32(stage + Kernel::kInfoOffset, static_cast<u32>(block));
         store_shared_u32(stage + Kernel::kInfoOffset + 4, static_cast<u32>(tile));
+        store_shared_u32(stage + Kernel::kInfoOffset + 8, static_cast<u32>(turn));
         ring.producer_commit(state, 2 * QTile::kBytes);
-        const CtaWork now = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
+        const CtaWork now =
+            cta_work<Kernel::kLowBlocksFirst>(cta_order_of<Kernel::kOrderedCtas>(p));
         load_panels<QTile>(stage, maps.q, full, ms.row_begin, now.head, now.batch);
         load_panels<QTile>(stage + QTile::kBytes, maps.d_o, full, ms.row_begin, now.head,
                            now.batch);
@@ -96,6 +101,27 @@ struct BackwardProducer {
     }
     // The lanes' last copies land before the warp exits.
     cp_async_wait<0>();
+  }
+
+  /// Deterministic mode: how many key blocks after n_block walk query block m_block (whose
+  /// rows `s` holds), i.e. the turn of n_block's reductions into its dQ; each lane tests one
+  /// key block per step as the walk would (index range, then classification).
+  __device__ __forceinline__ static int later_visitors(const BwdParams& p, const MaskState& s,
+                                                       int m_block, int n_block) {
+    const int lane = threadIdx.x % 32;
+    int count = 0;
+    for (int base = n_block + 1; base < s.num_key_blocks; base += 32) {
+      const int n = base + lane;
+      bool visits = false;
+      if (n < s.num_key_blocks) {
+        int first, last;
+        Mask::template query_block_range<kBlockM, kBlockN>(s, n, first, last);
+        visits = m_block >= first && m_block < last &&
+                 tile_kind(Mask::template classify<kBlockN>(s, p.minmax, n)) != kTileSkip;
+      }
+      count += __popc(__ballot_sync(0xffffffffu, visits));
+    }
+    return count;
   }
 
   /// The panels of a Tile of rows [row0, row0 + Tile rows) of one (head, batch) of `map`;
@@ -114,7 +140,7 @@ struct BackwardProducer {
   /// the warp's lanes.
   __device__ __forceinline__ static void load_row_statistics(const BwdParams& p, int block,
                                                              u32 dst) {
-    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
+    const CtaWork work = cta_work<Kernel::kLowBlocksFirst>(cta_order_of<Kernel::kOrderedCtas>(p));
     const int row0 = block * kBlockM;
     const int valid = min(kBlockM, p.seqlen_q - row0);
     const long long bh_row =

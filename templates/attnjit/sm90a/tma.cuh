@@ -78,4 +78,23 @@ __device__ __forceinline__ void tma_store_wait() {
   asm volatile("cp.async.bulk.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
+/// Turns between threads of different CTAs on a global counter, which orders their bulk
+/// reductions into one tensor (the deterministic backward's dQ): a thread waits until the
+/// counter holds `turn`, issues its reductions, waits until they are complete
+/// (tma_store_wait<0>) and passes the turn on. The proxy fences order the reductions (async
+/// proxy) after the acquiring load and before the releasing add.
+__device__ __forceinline__ void wait_turn(const int* counter, int turn) {
+  int seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+  } while (seen != turn);
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+
+/// Passes the turn on: the counter's next value.
+__device__ __forceinline__ void pass_turn(int* counter) {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(counter) : "memory");
+}
+
 }  // namespace attnjit

@@ -64,7 +64,7 @@ std::vector<std::string> config_lines(const KernelRow& row, const KernelTiles& t
         // 384 threads start with 168 registers each; the producer warpgroup keeps what its
         // row says and the consumers take the rest, in multiples of 8: the three must not
         // exceed 3 x 168, else setmaxnreg.inc waits forever.
-        const int producer = row.producer_registers(*ir.mask);
+        const int producer = row.producer_registers(ir.spec, *ir.mask);
         constant("int", "kProducerRegisters", producer);
         constant("int", "kConsumerRegisters", (3 * 168 - producer) / 2 / 8 * 8);
         break;

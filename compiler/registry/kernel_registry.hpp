@@ -106,7 +106,7 @@ struct KernelRow {
   /// Rows with ConfigField::register_split (warp-specialized, 384 threads starting at 168
   /// registers): the registers the producer warpgroup keeps after setmaxnreg; the two
   /// consumer warpgroups share the rest.
-  int (*producer_registers)(const MaskLowering&) = nullptr;
+  int (*producer_registers)(const AttentionSpec&, const MaskLowering&) = nullptr;
   /// Checks an explicit `tiles=` shape for this row; throws the `tiles` Error otherwise.
   TileCandidate (*explicit_tiles)(const TileShape&, const AttentionSpec&,
                                   const MaskLowering&) = nullptr;

@@ -59,7 +59,7 @@ int widest_block_n(const AttentionSpec& spec, const MaskLowering& mask) {
 
 // The producer warpgroup keeps 24 registers, or 40 / 48 where its walk classifies from one /
 // more vector tables or a predicate's block table (ptxas spilled it below that).
-int producer_registers(const MaskLowering& mask) {
+int producer_registers(const AttentionSpec&, const MaskLowering& mask) {
   const std::size_t vectors = mask.vectors.size();
   return mask.element_predicate || vectors > 1 ? 48 : vectors == 1 ? 40 : 24;
 }

@@ -29,8 +29,11 @@
 // highest key block first, so that every run adds the same values in the same order. A turn
 // counter per (batch, head, query block) and lane (params.cuh's dq_turns, zeroed) counts the
 // reductions done; the producer gives each visited block its turn (the key blocks after this
-// one that visit it), and the issuing thread of a consumer waits for it, issues its
-// reductions, waits until they are complete and passes the turn on. The CTAs of a head start
+// one that visit it). A consumer then hands its dQ buffer to a writer warp of its own (warps
+// 1 and 2 of the producer warpgroup; the block and turn in a shared slot, named barriers both
+// ways), which waits for the turn, issues the reductions, frees the buffer once they have
+// read it, waits until they are complete and passes the turn on: the consumers never wait
+// for turns, only for their buffer. The CTAs of a head start
 // highest key block first (the natural order's other direction, never a CTA order), so each
 // waits only on CTAs that started before it. That order puts the key blocks most query
 // blocks see (causal masks' first ones, global tokens, shared questions, prefixes) last in
@@ -91,6 +94,10 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
   /// each consumer's dQ buffer written (then its reductions go out).
   static constexpr int kDsBarrier = 1;
   static constexpr int kDqBarrier = kDsBarrier + 1 + kConsumers;
+  /// Deterministic mode: each consumer's dQ buffer read by its writer's reductions (free).
+  static constexpr int kDqFreeBarrier = kDqBarrier + kConsumers;
+  /// Deterministic mode: the threads of a consumer and its writer warp meeting at those.
+  static constexpr int kWriterThreads = 128 + 32;
   /// dQ buffers: kBlockM rows x kHeadDim floats as boxes of 32 columns (128-byte rows).
   static constexpr int kDqBuffers = kDqByColumns ? 1 : kConsumers;
   static constexpr int kDqBoxBytes = kBlockM * 128;
@@ -122,8 +129,10 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
   static constexpr int kVectorOffset = kDqOffset + kDqBuffers * kDqBufferBytes;
   static constexpr int kKvBarrierOffset = kVectorOffset + (kBlockN * kColumns * 4 + 7) / 8 * 8;
   static constexpr int kRingOffset = kKvBarrierOffset + 8;
+  /// Deterministic mode: per consumer the query block and turn of its buffer's dQ tile.
+  static constexpr int kDqSlotOffset = kRingOffset + Ring::kBytes;
   /// Dynamic shared memory, alignment slack included.
-  static constexpr int kSmemBytes = 1024 + kRingOffset + Ring::kBytes;
+  static constexpr int kSmemBytes = 1024 + kDqSlotOffset + (kOrderedDq ? 8 * kConsumers : 0);
 
   WarpgroupAccumulator<kHeadDim> acc_dk;
   WarpgroupAccumulator<kHeadDim> acc_dv;
@@ -159,7 +168,11 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
 
     if (warpgroup_index() == 0) {
       warpgroup_registers_decrease<Config::kProducerRegisters>();
-      if (threadIdx.x < 32) BackwardProducer<BackwardSm90a>::run(p, maps, base);
+      if (threadIdx.x < 32) {
+        BackwardProducer<BackwardSm90a>::run(p, maps, base);
+      } else if (kOrderedDq && threadIdx.x < 32 * (1 + kConsumers)) {
+        write_dq(p, maps, base, threadIdx.x / 32 - 1);
+      }
       return;
     }
     warpgroup_registers_increase<Config::kConsumerRegisters>();
@@ -188,8 +201,17 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
               ring, state);
       state.advance();
     }
-    // The last reductions are complete (the dQ conversion reads them next).
-    if (warpgroup_thread() == 0) tma_store_wait<0>();
+    if constexpr (kOrderedDq) {
+      // The writer's last reductions have read the buffer; block -1 ends its loop.
+      named_barrier_sync(kDqFreeBarrier + consumer_index(), kWriterThreads);
+      if (warpgroup_thread() == 0) {
+        store_shared_u32(base + kDqSlotOffset + 8 * consumer_index(), static_cast<u32>(-1));
+      }
+      named_barrier_sync(kDqBarrier + consumer_index(), kWriterThreads);
+    } else {
+      // The last reductions are complete (the dQ conversion reads them next).
+      if (warpgroup_thread() == 0) tma_store_wait<0>();
+    }
     const CtaWork work = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p));
     store_dkdv_tile<Element, kHeadDim>(
         p, work.head, work.batch,
@@ -294,7 +316,7 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     Products::add_dv_dk(acc_dv.tiles(), acc_dk.tiles(), a_p, a_ds, smem_do, smem_q);
     fence_async_shared();
     // The previous block's reductions have read the dQ buffer before the barrier.
-    if (warpgroup_thread() == 0) tma_store_wait_read<0>();
+    if (!kOrderedDq && warpgroup_thread() == 0) tma_store_wait_read<0>();
     if constexpr (kDqByColumns) {
       named_barrier_sync(kDsBarrier, 128 * kConsumers);
     } else {
@@ -318,26 +340,67 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     // The consumer's part of the dQ buffer, then its reductions: rows past Sq are dropped by
     // the map.
     const u32 buffer = base + kDqOffset + (kDqByColumns ? 0 : consumer) * kDqBufferBytes;
+    if constexpr (kOrderedDq) {
+      // The writer's reductions of the last tile have read the buffer; this tile goes to it.
+      named_barrier_sync(kDqFreeBarrier + consumer, kWriterThreads);
+      store_dq(buffer, panel * 64, acc_dq.tiles());
+      if (warpgroup_thread() == 0) {
+        const u32 slot = base + kDqSlotOffset + 8 * consumer;
+        store_shared_u32(slot, static_cast<u32>(block));
+        store_shared_u32(slot + 4, static_cast<u32>(turn));
+      }
+      fence_async_shared();
+      // A sync, not an arrive: the writer has finished the last tile (its turn passed on) by
+      // the time this one is written, and the slot is handed over through a full barrier.
+      named_barrier_sync(kDqBarrier + consumer, kWriterThreads);
+      return;
+    }
     store_dq(buffer, panel * 64, acc_dq.tiles());
     fence_async_shared();
     named_barrier_sync(kDqBarrier + consumer, 128);
-    if (warpgroup_thread() == 0) {
-      int* counter = nullptr;
-      if constexpr (kOrderedDq) {
-        counter = dq_turn_counter(p, block, consumer);
-        wait_turn(counter, turn * kDqTurns + (kDqByColumns ? 0 : consumer));
-      }
-      const CtaWork work = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p));
+    if (warpgroup_thread() == 0) add_dq_tile(p, maps, buffer, panel, block);
+  }
+
+  /// Adds `panel`'s boxes of the dQ tile in `buffer` to query block `block`'s dQ by TMA
+  /// reductions (one thread).
+  __device__ __forceinline__ static void add_dq_tile(const BwdParams& p, const BwdTensorMaps& maps,
+                                                     u32 buffer, int panel, int block) {
+    const CtaWork work = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p));
 #pragma unroll
-      for (int box = panel * 2; box < panel * 2 + kDqCols / 32; ++box) {
-        tma_reduce_add(maps.dq_accum, buffer + box * kDqBoxBytes, box * 32, block * kBlockM,
-                       work.head, work.batch);
+    for (int box = panel * 2; box < panel * 2 + kDqCols / 32; ++box) {
+      tma_reduce_add(maps.dq_accum, buffer + box * kDqBoxBytes, box * 32, block * kBlockM,
+                     work.head, work.batch);
+    }
+    tma_store_commit();
+  }
+
+  /// Deterministic mode: the writer warp of `consumer`. Per dQ tile the consumer hands over,
+  /// its first lane waits for the tile's turn and issues the reductions; the buffer goes back
+  /// once they have read it, the turn passes on once they are complete.
+  __device__ static void write_dq(const BwdParams& p, const BwdTensorMaps& maps, u32 base,
+                                  int consumer) {
+    const u32 slot = base + kDqSlotOffset + 8 * consumer;
+    const u32 buffer = base + kDqOffset + (kDqByColumns ? 0 : consumer) * kDqBufferBytes;
+    const bool leader = threadIdx.x % 32 == 0;
+    // The buffer starts free.
+    named_barrier_arrive(kDqFreeBarrier + consumer, kWriterThreads);
+    for (;;) {
+      named_barrier_sync(kDqBarrier + consumer, kWriterThreads);
+      const int block = load_shared_s32(slot);
+      if (block < 0) break;
+      int* counter = dq_turn_counter(p, block, consumer);
+      if (leader) {
+        wait_turn(counter, load_shared_s32(slot + 4) * kDqTurns + (kDqByColumns ? 0 : consumer));
+        add_dq_tile(p, maps, buffer, Products::dq_panel(consumer), block);
+        tma_store_wait_read<0>();
       }
-      tma_store_commit();
-      if constexpr (kOrderedDq) {
+      __syncwarp();
+      named_barrier_arrive(kDqFreeBarrier + consumer, kWriterThreads);
+      if (leader) {
         tma_store_wait<0>();
         pass_turn(counter);
       }
+      __syncwarp();
     }
   }
 

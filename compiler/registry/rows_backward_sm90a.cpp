@@ -36,27 +36,25 @@ constexpr std::array<ConfigField, 6> kConfig{ConfigField::head_dim,  ConfigField
 
 // The producer walks the query blocks in 24 registers with every mask (NVRTC sweep); its two
 // consumers need all of the other 480 in the atomic mode. The deterministic mode's writer
-// warps (and the producer's turns) take 40 (ptxas spilled below that under FlashMask), and
-// the consumers spill nothing in 232.
+// warps (the same walk, the dQ turns and the reductions) take 40 (ptxas spilled below that
+// under FlashMask), and the consumers spill nothing in 232.
 int producer_registers(const AttentionSpec& spec, const MaskLowering&) {
   return spec.deterministic ? 40 : 24;
 }
 
 // bwd_sm90a.cuh's kSmemBytes: alignment slack, K and V, the stages (Q, dO, then LSE, D and the
-// block's index, kind and dQ turn padded to 1 KB), two dS^T buffers, the fp32 dQ buffers (one when
-// each consumer owns 64 of dQ's columns, else one per consumer), the key block's FlashMask values
-// padded to 8 bytes, the K/V barrier and the ring's barriers, and in the deterministic mode each
-// consumer's slot for its writer warp (query block and turn).
+// block's index padded to 1 KB), two dS^T buffers, the fp32 dQ buffers (one when each consumer
+// owns 64 of dQ's columns, else one per consumer), the key block's FlashMask values padded to
+// 8 bytes, the K/V barrier and the ring's barriers.
 int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   const int d = spec.head_dim_qk;
   const int element = size_of(spec.dtype);
   const int kv = 2 * c.block_n * d * element;
-  const int stage = 2 * c.block_m * d * element + (2 * c.block_m * 4 + 12 + 1023) / 1024 * 1024;
+  const int stage = 2 * c.block_m * d * element + (2 * c.block_m * 4 + 8 + 1023) / 1024 * 1024;
   const int vectors = (c.block_n * static_cast<int>(mask.vectors.size()) * 4 + 7) / 8 * 8;
   const int dq = (d / 2 >= 64 ? 1 : 2) * c.block_m * d * 4;
-  const int dq_slots = spec.deterministic ? 2 * 8 : 0;
   return 1024 + kv + c.kv_stages * stage + 2 * c.block_n * c.block_m * element + dq + vectors + 8 +
-         2 * c.kv_stages * 8 + dq_slots;
+         2 * c.kv_stages * 8;
 }
 
 // `tiles=64x128x12t`: 64 queries per stage, two consumer warpgroups of 64 keys and a producer

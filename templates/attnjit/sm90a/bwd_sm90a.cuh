@@ -28,12 +28,12 @@
 // Deterministic mode (kAtomicDq false): the reductions into each query block's dQ take turns,
 // highest key block first, so that every run adds the same values in the same order. A turn
 // counter per (batch, head, query block) and lane (params.cuh's dq_turns, zeroed) counts the
-// reductions done; the producer gives each visited block its turn (the key blocks after this
-// one that visit it). A consumer then hands its dQ buffer to a writer warp of its own (warps
-// 1 and 2 of the producer warpgroup; the block and turn in a shared slot, named barriers both
-// ways), which waits for the turn, issues the reductions, frees the buffer once they have
-// read it, waits until they are complete and passes the turn on: the consumers never wait
-// for turns, only for their buffer. The CTAs of a head start
+// reductions done. Each consumer hands its dQ buffer to a writer warp of its own (warps 1 and
+// 2 of the producer warpgroup, named barriers both ways), which walks the query blocks as the
+// producer does and, per block, counts its turn (the key blocks after this one that visit
+// it), waits for it, issues the reductions, frees the buffer once they have read it, waits
+// until they are complete and passes the turn on: the consumers never wait for turns, only
+// for their buffer. The CTAs of a head start
 // highest key block first (the natural order's other direction, never a CTA order), so each
 // waits only on CTAs that started before it. That order puts the key blocks most query
 // blocks see (causal masks' first ones, global tokens, shared questions, prefixes) last in
@@ -113,11 +113,11 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
   typedef Pipeline<kStages> Ring;
   typedef PipelineState<kStages> RingState;
 
-  // A stage: Q, dO, then LSE2 and D (kBlockM floats each) and the block's index,
-  // classification and dQ turn, padded so that the next stage's tiles stay 1024-byte aligned.
+  // A stage: Q, dO, then LSE2 and D (kBlockM floats each) and the block's index and
+  // classification, padded so that the next stage's tiles stay 1024-byte aligned.
   static constexpr int kRowStatsOffset = 2 * QTile::kBytes;
   static constexpr int kInfoOffset = kRowStatsOffset + 2 * kBlockM * 4;
-  static constexpr int kStageBytes = kRowStatsOffset + (2 * kBlockM * 4 + 12 + 1023) / 1024 * 1024;
+  static constexpr int kStageBytes = kRowStatsOffset + (2 * kBlockM * 4 + 8 + 1023) / 1024 * 1024;
 
   // Shared memory from a 1024-byte aligned base: K, V, the stages, two dS^T buffers, the dQ
   // buffers, the key block's FlashMask values, the K/V barrier, the ring's barriers.
@@ -129,10 +129,8 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
   static constexpr int kVectorOffset = kDqOffset + kDqBuffers * kDqBufferBytes;
   static constexpr int kKvBarrierOffset = kVectorOffset + (kBlockN * kColumns * 4 + 7) / 8 * 8;
   static constexpr int kRingOffset = kKvBarrierOffset + 8;
-  /// Deterministic mode: per consumer the query block and turn of its buffer's dQ tile.
-  static constexpr int kDqSlotOffset = kRingOffset + Ring::kBytes;
   /// Dynamic shared memory, alignment slack included.
-  static constexpr int kSmemBytes = 1024 + kDqSlotOffset + (kOrderedDq ? 8 * kConsumers : 0);
+  static constexpr int kSmemBytes = 1024 + kRingOffset + Ring::kBytes;
 
   WarpgroupAccumulator<kHeadDim> acc_dk;
   WarpgroupAccumulator<kHeadDim> acc_dv;
@@ -196,22 +194,13 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
       const int block = load_shared_s32(stage + kInfoOffset);
       if (block < 0) break;
       const int tile = load_shared_s32(stage + kInfoOffset + 4);
-      const int turn = kOrderedDq ? load_shared_s32(stage + kInfoOffset + 8) : 0;
-      iterate(p, maps, base, base + kDsOffset + (it % 2) * DsTile::kBytes, block, tile, turn,
-              ring, state);
+      iterate(p, maps, base, base + kDsOffset + (it % 2) * DsTile::kBytes, block, tile, ring,
+              state);
       state.advance();
     }
-    if constexpr (kOrderedDq) {
-      // The writer's last reductions have read the buffer; block -1 ends its loop.
-      named_barrier_sync(kDqFreeBarrier + consumer_index(), kWriterThreads);
-      if (warpgroup_thread() == 0) {
-        store_shared_u32(base + kDqSlotOffset + 8 * consumer_index(), static_cast<u32>(-1));
-      }
-      named_barrier_sync(kDqBarrier + consumer_index(), kWriterThreads);
-    } else {
-      // The last reductions are complete (the dQ conversion reads them next).
-      if (warpgroup_thread() == 0) tma_store_wait<0>();
-    }
+    // The last reductions are complete (the dQ conversion reads them next); the writer warps
+    // wait for theirs.
+    if (!kOrderedDq && warpgroup_thread() == 0) tma_store_wait<0>();
     const CtaWork work = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p));
     store_dkdv_tile<Element, kHeadDim>(
         p, work.head, work.batch,
@@ -223,8 +212,8 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
   /// that read it have completed. Element (nt, e) of an m64 x kBlockM accumulator is key row
   /// key_row0 + g + 8 (e / 2), query column 8 nt + 2 t + e % 2.
   __device__ __forceinline__ void iterate(const BwdParams& p, const BwdTensorMaps& maps, u32 base,
-                                          u32 smem_ds, int block, int tile, int turn,
-                                          const Ring& ring, const RingState& state) {
+                                          u32 smem_ds, int block, int tile, const Ring& ring,
+                                          const RingState& state) {
     const int consumer = consumer_index();
     const u32 stage = stage_address(base, state.index);
     const int lane = read_tid_x() % 32;
@@ -344,15 +333,8 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
       // The writer's reductions of the last tile have read the buffer; this tile goes to it.
       named_barrier_sync(kDqFreeBarrier + consumer, kWriterThreads);
       store_dq(buffer, panel * 64, acc_dq.tiles());
-      if (warpgroup_thread() == 0) {
-        const u32 slot = base + kDqSlotOffset + 8 * consumer;
-        store_shared_u32(slot, static_cast<u32>(block));
-        store_shared_u32(slot + 4, static_cast<u32>(turn));
-      }
       fence_async_shared();
-      // A sync, not an arrive: the writer has finished the last tile (its turn passed on) by
-      // the time this one is written, and the slot is handed over through a full barrier.
-      named_barrier_sync(kDqBarrier + consumer, kWriterThreads);
+      named_barrier_arrive(kDqBarrier + consumer, kWriterThreads);
       return;
     }
     store_dq(buffer, panel * 64, acc_dq.tiles());
@@ -374,33 +356,44 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     tma_store_commit();
   }
 
-  /// Deterministic mode: the writer warp of `consumer`. Per dQ tile the consumer hands over,
-  /// its first lane waits for the tile's turn and issues the reductions; the buffer goes back
-  /// once they have read it, the turn passes on once they are complete.
+  /// Deterministic mode: the writer warp of `consumer`. It walks the query blocks the
+  /// producer streams; per block, once the consumer has written the dQ tile, its first lane
+  /// waits for the block's turn and issues the reductions; the buffer goes back once they have
+  /// read it (but after the last block), the turn passes on once they are complete.
   __device__ static void write_dq(const BwdParams& p, const BwdTensorMaps& maps, u32 base,
                                   int consumer) {
-    const u32 slot = base + kDqSlotOffset + 8 * consumer;
+    typedef BackwardProducer<BackwardSm90a> Walk;
     const u32 buffer = base + kDqOffset + (kDqByColumns ? 0 : consumer) * kDqBufferBytes;
     const bool leader = threadIdx.x % 32 == 0;
+    const int n_block = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p)).block;
+    MaskState ms = key_mask_state(p);
+    int block, end;
+    Mask::template query_block_range<kBlockM, kBlockN>(ms, n_block, block, end);
+    block = Mask::template first_active_query_block<kBlockM, kBlockN>(ms, p.minmax, n_block, block,
+                                                                      end);
     // The buffer starts free.
-    named_barrier_arrive(kDqFreeBarrier + consumer, kWriterThreads);
-    for (;;) {
-      named_barrier_sync(kDqBarrier + consumer, kWriterThreads);
-      const int block = load_shared_s32(slot);
-      if (block < 0) break;
+    if (block < end) named_barrier_arrive(kDqFreeBarrier + consumer, kWriterThreads);
+    while (block < end) {
+      ms.row_begin = block * kBlockM;
+      ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
+      const int turn = Walk::later_visitors(p, ms, block, n_block);
+      const int next = Mask::template first_active_query_block<kBlockM, kBlockN>(
+          ms, p.minmax, n_block, block + 1, end);
       int* counter = dq_turn_counter(p, block, consumer);
+      named_barrier_sync(kDqBarrier + consumer, kWriterThreads);
       if (leader) {
-        wait_turn(counter, load_shared_s32(slot + 4) * kDqTurns + (kDqByColumns ? 0 : consumer));
+        wait_turn(counter, turn * kDqTurns + (kDqByColumns ? 0 : consumer));
         add_dq_tile(p, maps, buffer, Products::dq_panel(consumer), block);
         tma_store_wait_read<0>();
       }
       __syncwarp();
-      named_barrier_arrive(kDqFreeBarrier + consumer, kWriterThreads);
+      if (next < end) named_barrier_arrive(kDqFreeBarrier + consumer, kWriterThreads);
       if (leader) {
         tma_store_wait<0>();
         pass_turn(counter);
       }
       __syncwarp();
+      block = next;
     }
   }
 

@@ -7,8 +7,8 @@
 //                which the consumers read from the stage instead of walking the blocks
 //                themselves; after the last block a stage with index -1 ends their loop.
 // Skipped query blocks (mask.cuh: index ranges, FlashMask min/max tables) are never loaded.
-// The deterministic mode gives each block its dQ turn: how many key blocks after this one
-// visit it (their reductions go first; bwd_sm90a.cuh).
+// later_visitors gives the deterministic mode's writer warps each block's dQ turn
+// (bwd_sm90a.cuh).
 #pragma once
 
 #include "attnjit/masks/mask.cuh"
@@ -81,11 +81,9 @@ struct BackwardProducer {
       ms.row_begin = block * kBlockM;
       ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
       const int tile = Mask::template classify<kBlockN>(ms, p.minmax, n_block);
-      const int turn = Kernel::kOrderedDq ? later_visitors(p, ms, block, n_block) : 0;
       if (lane == 0) {
         store_shared_u32(stage + Kernel::kInfoOffset, static_cast<u32>(block));
         store_shared_u32(stage + Kernel::kInfoOffset + 4, static_cast<u32>(tile));
-        store_shared_u32(stage + Kernel::kInfoOffset + 8, static_cast<u32>(turn));
         ring.producer_commit(state, 2 * QTile::kBytes);
         const CtaWork now =
             cta_work<Kernel::kLowBlocksFirst>(cta_order_of<Kernel::kOrderedCtas>(p));

@@ -33,8 +33,8 @@
 // producer does and, per block, counts its turn (the key blocks after this one that visit
 // it), waits for it, issues the reductions, frees the buffer once they have read it, waits
 // until they are complete and passes the turn on: the consumers never wait for turns, only
-// for their buffer. The CTAs of a head start
-// highest key block first (the natural order's other direction, never a CTA order), so each
+// for their buffer. The CTAs of a head start highest key block first (the natural order's
+// other direction, never a CTA order; the hardware starts CTAs in linear order), so each
 // waits only on CTAs that started before it. That order puts the key blocks most query
 // blocks see (causal masks' first ones, global tokens, shared questions, prefixes) last in
 // every turn, and under causal-like masks key block j reaches each query block one step

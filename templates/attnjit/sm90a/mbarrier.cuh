@@ -8,9 +8,10 @@
 // release and waits acquire at CTA scope: shared-memory stores made before an arrive are
 // visible after the wait that sees its phase complete.
 //
-// ATTNJIT_MBARRIER_SPIN_LIMIT (a compile-time define, 0 = off) bounds every wait: after that
-// many failed polls the thread traps, so that a wrong transaction count (which never
-// completes) ends the kernel with an error instead of hanging the device.
+// ATTNJIT_MBARRIER_SPIN_LIMIT (a compile-time define, 0 = off) bounds every wait (and the dQ
+// turns of tma.cuh): after that many failed polls the thread traps, so that a wrong
+// transaction count (which never completes) ends the kernel with an error instead of hanging
+// the device.
 #pragma once
 
 #include "attnjit/common/primitives.cuh"

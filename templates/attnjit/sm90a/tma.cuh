@@ -13,6 +13,7 @@
 
 #include "attnjit/common/params.cuh"
 #include "attnjit/common/primitives.cuh"
+#include "attnjit/sm90a/mbarrier.cuh"
 
 namespace attnjit {
 
@@ -82,11 +83,18 @@ __device__ __forceinline__ void tma_store_wait() {
 /// reductions into one tensor (the deterministic backward's dQ): a thread waits until the
 /// counter holds `turn`, issues its reductions, waits until they are complete
 /// (tma_store_wait<0>) and passes the turn on. The proxy fences order the reductions (async
-/// proxy) after the acquiring load and before the releasing add.
+/// proxy) after the acquiring load and before the releasing add. ATTNJIT_MBARRIER_SPIN_LIMIT
+/// (mbarrier.cuh) bounds the polls here too: a turn that never comes traps.
 __device__ __forceinline__ void wait_turn(const int* counter, int turn) {
   int seen;
+#if ATTNJIT_MBARRIER_SPIN_LIMIT > 0
+  unsigned polls = 0;
+#endif
   do {
     asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+#if ATTNJIT_MBARRIER_SPIN_LIMIT > 0
+    if (seen != turn && ++polls >= ATTNJIT_MBARRIER_SPIN_LIMIT) __trap();
+#endif
   } while (seen != turn);
   asm volatile("fence.proxy.async.global;" ::: "memory");
 }

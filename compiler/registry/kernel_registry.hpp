@@ -43,9 +43,9 @@ struct TileCandidate {
 struct RowSupport {
   std::vector<Arch> targets;       ///< the archs it compiles for
   bool predicate_masks = true;     ///< mask=predicate (element bits follow its fragments)
-  bool deterministic = true;       ///< deterministic=true (no atomic dQ product in it)
+  bool deterministic = true;       ///< deterministic=true (no atomic dQ product, or ordered_dq)
   /// deterministic=true by ordering its own dQ reductions between its CTAs (no dQ kernel;
-  /// its CTAs start in key-block order, never in a CTA order)
+  /// its CTAs start in an index order, never in a CTA order)
   bool ordered_dq = false;
   bool atomic = true;              ///< deterministic=false
   bool auto_deterministic = true;  ///< picked without `tiles=` in deterministic mode
@@ -152,7 +152,7 @@ const KernelRow* automatic_row(KernelRole role, KernelFamily family, const Atten
 
 /// Whether the backward of `ir` (tiles chosen) orders its dQ reductions between CTAs: the
 /// deterministic mode on a row with support.ordered_dq. Its dQ then goes through the fp32
-/// accumulator and the conversion, as in the atomic mode, and its CTAs run in key-block order.
+/// accumulator and the conversion, as in the atomic mode, and its CTAs run in an index order.
 bool orders_dq_reductions(const Lowering& ir);
 
 /// Whether the backward's dQ goes through the fp32 accumulator and the conversion kernel:

@@ -14,8 +14,15 @@ void check_forward(const Case& c, bool reference_kernel = false);
 /// gradients; the padding stays untouched.
 void check_backward(const Case& c, bool deterministic);
 
-/// Two deterministic backward runs of the case on the same inputs give bitwise identical dQ,
-/// dK and dV.
-void check_deterministic_repeatable(const Case& c);
+/// Whether two gradients hold the same bits.
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b);
+
+/// `repeats` more deterministic backward runs of the case on the same inputs give dQ, dK and
+/// dV bitwise identical to the first run's.
+void check_deterministic_repeatable(const Case& c, int repeats = 1);
+
+/// For the log: in how many of `repeats` more atomic-mode runs of the case on the same inputs
+/// dQ differs from the first run's (the order the additions land in varies).
+int atomic_dq_variations(const Case& c, int repeats);
 
 }  // namespace attnjit::gpu_test

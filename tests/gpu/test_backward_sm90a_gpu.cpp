@@ -9,7 +9,6 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <cstring>
 #include <utility>
 
 #include "attnjit/jit.hpp"
@@ -29,10 +28,6 @@ bool on_sm90a() {
   if (jit::current_device_arch() == Arch::sm_90a) return true;
   WARN("not an sm_90a device: backward.tma.sm90a is not run");
   return false;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // The case forced onto the row.
@@ -187,23 +182,9 @@ TEST_CASE("the sm90a deterministic backward is bitwise repeatable", "[gpu][backw
                                             c.seqlen_q, c.seqlen_k, c.seed);
       }
       c = forced(c);
-      INFO(c.describe());
-      const gpu_test::Inputs inputs = gpu_test::make_inputs(c);
-      const std::vector<float> d_o = gpu_test::make_d_o(c);
-      const gpu_test::BackwardOutputs first = gpu_test::run_backward_on_gpu(c, inputs, d_o, true);
-      for (int run = 0; run < 3; ++run) {
-        const gpu_test::BackwardOutputs again = gpu_test::run_backward_on_gpu(c, inputs, d_o, true);
-        CHECK(same_bits(again.dq, first.dq));
-        CHECK(same_bits(again.dk, first.dk));
-        CHECK(same_bits(again.dv, first.dv));
-      }
-      // The atomic mode on the same inputs, for the log: how often its dQ differs between
-      // runs (the order its reductions land in varies), i.e. what the turns take away.
-      int differing = 0;
-      const gpu_test::BackwardOutputs atomic = gpu_test::run_backward_on_gpu(c, inputs, d_o, false);
-      for (int run = 0; run < 3; ++run) {
-        differing += !same_bits(gpu_test::run_backward_on_gpu(c, inputs, d_o, false).dq, atomic.dq);
-      }
+      gpu_test::check_deterministic_repeatable(c, /*repeats=*/3);
+      // The atomic mode on the same inputs, for the log: what the turns take away.
+      const int differing = gpu_test::atomic_dq_variations(c, /*repeats=*/3);
       WARN(c.describe() << ": atomic dQ differed from its first run in " << differing
                         << " of 3 runs");
     }

@@ -362,7 +362,6 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
   /// read it (but after the last block), the turn passes on once they are complete.
   __device__ static void write_dq(const BwdParams& p, const BwdTensorMaps& maps, u32 base,
                                   int consumer) {
-    typedef BackwardProducer<BackwardSm90a> Walk;
     const u32 buffer = base + kDqOffset + (kDqByColumns ? 0 : consumer) * kDqBufferBytes;
     const bool leader = threadIdx.x % 32 == 0;
     const int n_block = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p)).block;
@@ -376,7 +375,7 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     while (block < end) {
       ms.row_begin = block * kBlockM;
       ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
-      const int turn = Walk::later_visitors(p, ms, block, n_block);
+      const int turn = later_visitors(p, ms, block, n_block);
       const int next = Mask::template first_active_query_block<kBlockM, kBlockN>(
           ms, p.minmax, n_block, block + 1, end);
       int* counter = dq_turn_counter(p, block, consumer);
@@ -395,6 +394,27 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
       __syncwarp();
       block = next;
     }
+  }
+
+  /// Deterministic mode: how many key blocks after n_block walk query block m_block (whose
+  /// rows `s` holds), i.e. the turn of n_block's reductions into its dQ; each lane tests one
+  /// key block per step as the walk would (index range, then classification).
+  __device__ __forceinline__ static int later_visitors(const BwdParams& p, const MaskState& s,
+                                                       int m_block, int n_block) {
+    const int lane = threadIdx.x % 32;
+    int count = 0;
+    for (int base = n_block + 1; base < s.num_key_blocks; base += 32) {
+      const int n = base + lane;
+      bool visits = false;
+      if (n < s.num_key_blocks) {
+        int first, last;
+        Mask::template query_block_range<kBlockM, kBlockN>(s, n, first, last);
+        visits = m_block >= first && m_block < last &&
+                 tile_kind(Mask::template classify<kBlockN>(s, p.minmax, n)) != kTileSkip;
+      }
+      count += __popc(__ballot_sync(0xffffffffu, visits));
+    }
+    return count;
   }
 
   /// Deterministic mode: the turn counter of query block `block` that `consumer` takes.

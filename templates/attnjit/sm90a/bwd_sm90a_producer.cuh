@@ -7,8 +7,6 @@
 //                which the consumers read from the stage instead of walking the blocks
 //                themselves; after the last block a stage with index -1 ends their loop.
 // Skipped query blocks (mask.cuh: index ranges, FlashMask min/max tables) are never loaded.
-// later_visitors gives the deterministic mode's writer warps each block's dQ turn
-// (bwd_sm90a.cuh).
 #pragma once
 
 #include "attnjit/masks/mask.cuh"
@@ -99,27 +97,6 @@ struct BackwardProducer {
     }
     // The lanes' last copies land before the warp exits.
     cp_async_wait<0>();
-  }
-
-  /// Deterministic mode: how many key blocks after n_block walk query block m_block (whose
-  /// rows `s` holds), i.e. the turn of n_block's reductions into its dQ; each lane tests one
-  /// key block per step as the walk would (index range, then classification).
-  __device__ __forceinline__ static int later_visitors(const BwdParams& p, const MaskState& s,
-                                                       int m_block, int n_block) {
-    const int lane = threadIdx.x % 32;
-    int count = 0;
-    for (int base = n_block + 1; base < s.num_key_blocks; base += 32) {
-      const int n = base + lane;
-      bool visits = false;
-      if (n < s.num_key_blocks) {
-        int first, last;
-        Mask::template query_block_range<kBlockM, kBlockN>(s, n, first, last);
-        visits = m_block >= first && m_block < last &&
-                 tile_kind(Mask::template classify<kBlockN>(s, p.minmax, n)) != kTileSkip;
-      }
-      count += __popc(__ballot_sync(0xffffffffu, visits));
-    }
-    return count;
   }
 
   /// The panels of a Tile of rows [row0, row0 + Tile rows) of one (head, batch) of `map`;

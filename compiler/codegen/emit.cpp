@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "attnjit/error.hpp"
 #include "compiler/codegen/emit_common.hpp"
 #include "compiler/registry/kernel_registry.hpp"
@@ -61,12 +63,16 @@ std::vector<std::string> config_lines(const KernelRow& row, const KernelTiles& t
         constant("bool", "kPingPong", spec.head_dim_qk <= 128);
         break;
       case ConfigField::register_split: {
-        // 384 threads start with 168 registers each; the producer warpgroup keeps what its
-        // row says and the consumers take the rest, in multiples of 8: the three must not
-        // exceed 3 x 168, else setmaxnreg.inc waits forever.
+        // Each thread starts with 65536 / threads registers, in multiples of 8 (168 of 384
+        // threads, 128 of 512); the producer warpgroup keeps what its row says and the
+        // consumer warpgroups take the rest, in multiples of 8: together they must not
+        // exceed what they started with, else setmaxnreg.inc waits forever.
         const int producer = row.producer_registers(ir.spec, *ir.mask);
+        const int warpgroups = tiles.warps / 4;
+        const int start = std::min(65536 / tiles.threads() / 8 * 8, 255 / 8 * 8);
         constant("int", "kProducerRegisters", producer);
-        constant("int", "kConsumerRegisters", (3 * 168 - producer) / 2 / 8 * 8);
+        constant("int", "kConsumerRegisters",
+                 (warpgroups * start - producer) / (warpgroups - 1) / 8 * 8);
         break;
       }
     }

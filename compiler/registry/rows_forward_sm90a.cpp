@@ -15,13 +15,19 @@ namespace {
 
 constexpr int kStages = 2;
 
-constexpr TileCandidate warpgroups(int d, int block_n) {
-  return {d, 128, block_n, 12, 1, kStages};
+constexpr TileCandidate warpgroups(int d, int block_n, int consumers = 2) {
+  return {d, 64 * consumers, block_n, 4 * (consumers + 1), 1, kStages};
 }
+
+// Three consumer warpgroups (192 query rows) have 160 registers each: room for the
+// accumulators of head dims up to 96.
+constexpr int kMaxThreeConsumerHeadDim = 96;
 
 // Per head dim, the key blocks from the widest down; `fits_registers` takes the first one the
 // spec's mask and modifiers leave room for.
-constexpr std::array<TileCandidate, 11> kCandidates{{
+constexpr std::array<TileCandidate, 13> kCandidates{{
+    warpgroups(64, 128, 3),
+    warpgroups(64, 112, 3),
     warpgroups(64, 128),
     warpgroups(96, 128),
     warpgroups(128, 128),
@@ -64,7 +70,22 @@ int producer_registers(const AttentionSpec&, const MaskLowering& mask) {
   return mask.element_predicate || vectors > 1 ? 48 : vectors == 1 ? 40 : 24;
 }
 
+// Three consumers (d64, 160 registers each) for the masks by index without a window: the
+// softmax's exponentials take as long as a warpgroup's products there, and two warpgroups'
+// softmaxes hide behind the third's products (B=16 H=64 S=8192: 1.11x no mask, 1.09x causal
+// against two consumers). Masks with tables and windows keep two: their query blocks visit few
+// key blocks, most of them partial with 192 rows (sliding window 512: 0.81x), and the walk's
+// tables leave the consumers less than 160 registers. Score modifiers narrow the key block
+// to 112 (no spills). docs/benchmarks/2026-11-25-h100-forward-three-consumers.md.
+bool three_consumers_fit(const TileCandidate& c, const AttentionSpec& spec,
+                         const MaskLowering& mask) {
+  const bool modifiers = spec.softcap || spec.alibi;
+  return mask.vectors.empty() && !mask.element_predicate && !mask.window_by_index &&
+         c.block_n <= (modifiers ? 112 : 128);
+}
+
 bool fits_registers(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
+  if (c.block_m == 192) return three_consumers_fit(c, spec, mask);
   return c.block_n <= widest_block_n(spec, mask);
 }
 
@@ -83,8 +104,9 @@ int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowe
          2 * (2 * c.kv_stages * 8);
 }
 
-// `tiles=128xBNx12w`: two consumer warpgroups of 64 rows and a producer warpgroup; key blocks
-// of whole k16 steps, at most 256 (128 for a predicate, whose fragment bits fit 64 bits).
+// `tiles=128xBNx12w`: two consumer warpgroups of 64 rows and a producer warpgroup, or
+// `192xBNx16w`: three (head dims up to 96); key blocks of whole k16 steps, at most 256 (128
+// for a predicate, whose fragment bits fit 64 bits; 128 with three consumers).
 TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
                              const MaskLowering& mask) {
   const std::string value = to_string(shape);
@@ -92,15 +114,18 @@ TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
     throw_field_error("tiles", fmt::format("{} with head_dim=32", value),
                       "the w suffix with head_dim 64, 96, 128, 192 or 256");
   }
+  const bool three = spec.head_dim_qk <= kMaxThreeConsumerHeadDim;
   const int max_block_n = mask.element_predicate ? 128 : 256;
-  if (shape.block_m != 128 || shape.warps != 12 || shape.block_n % 16 != 0 || shape.block_n < 16 ||
-      shape.block_n > max_block_n) {
+  const bool two_fit = shape.block_m == 128 && shape.warps == 12 && shape.block_n <= max_block_n;
+  const bool three_fit = three && shape.block_m == 192 && shape.warps == 16 && shape.block_n <= 128;
+  if (!(two_fit || three_fit) || shape.block_n % 16 != 0 || shape.block_n < 16) {
     throw_field_error(
         "tiles", value,
-        fmt::format("128xBNx12w with BN a multiple of 16 up to {} for the warpgroup forward",
-                    max_block_n));
+        fmt::format("128xBNx12w with BN a multiple of 16 up to {}{} for the warpgroup forward",
+                    max_block_n,
+                    three ? ", or 192xBNx16w with BN a multiple of 16 up to 128" : ""));
   }
-  return warpgroups(spec.head_dim_qk, shape.block_n);
+  return warpgroups(spec.head_dim_qk, shape.block_n, shape.block_m / 64);
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 // The sm90a forward (templates/attnjit/sm90a/fwd_sm90a.cuh), forced by an explicit
-// tiles=128xBNx12w on target sm_90a, against the CPU float64 reference: the forward sweep
-// (every mask kind, head dims 64/96/128/192/256, both dtypes, GQA/MQA, mask heads, ragged
-// lengths, Sq != Sk, padded strides), rows that see no key, odd head counts, score modifiers,
-// predicate masks, large problems against the GPU reference kernel, and determinism. Each
-// kernel's name is printed the first time it runs, so the log shows the family ran.
+// tiles=BMxBNxWw (the registry's shape for the spec) on target sm_90a, against the CPU
+// float64 reference: the forward sweep (every mask kind, head dims 64/96/128/192/256, both
+// dtypes, GQA/MQA, mask heads, ragged lengths, Sq != Sk, padded strides), three consumer
+// warpgroups on every mask, rows that see no key, odd head counts, score modifiers, predicate
+// masks, large problems against the GPU reference kernel, and determinism. Each kernel's name
+// and threads are printed the first time it runs, so the log shows the family ran.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -62,10 +63,11 @@ void compile_and_report(const std::vector<Case>& cases) {
   const std::lock_guard lock(mutex);
   for (const jit::CompileInfo& info : done) {
     const jit::KernelReport& kernel = info.kernels.back();
-    if (!printed.insert(kernel.name).second) continue;
-    std::printf("sm90a forward kernel ran: %s (%d registers, %d spill bytes, %d bytes smem)\n",
-                kernel.name.c_str(), kernel.registers, kernel.spill_bytes,
-                kernel.dynamic_smem_bytes);
+    if (!printed.insert(kernel.name + std::to_string(kernel.threads)).second) continue;
+    std::printf(
+        "sm90a forward kernel ran: %s (%d threads, %d registers, %d spill bytes, %d bytes smem)\n",
+        kernel.name.c_str(), kernel.threads, kernel.registers, kernel.spill_bytes,
+        kernel.dynamic_smem_bytes);
   }
 }
 
@@ -150,6 +152,39 @@ TEST_CASE("sm90a forward: rows with no visible key give O = 0 and LSE = -inf",
   cases.push_back(predicate_case("q % 3 != 1 && (b == 0 || q < 40) && k <= q", {}, DType::bf16, 128,
                                  2, 2, 2, 200, 200, 31));
   for (const Case& c : forced(cases)) gpu_test::check_forward(c);
+}
+
+TEST_CASE("sm90a forward with three consumer warpgroups matches the reference",
+          "[gpu][sm90a][forward]") {
+  if (!gpu_test::sm90_device_or_skip("sm90a forward three consumers")) return;
+  // tiles=192xBNx16w (head dims 64 and 96) on every mask kind, the score modifiers and
+  // predicates, not only on the masks the registry gives it (no mask, causal).
+  std::vector<Case> cases;
+  for (const Case& c : gpu_test::sweep_cases()) {
+    if (c.spec.head_dim_qk == 64 || c.spec.head_dim_qk == 96) cases.push_back(c);
+  }
+  for (const Case& c : gpu_test::score_mod_cases()) {
+    if (c.spec.head_dim_qk == 64) cases.push_back(c);
+  }
+  cases.push_back(predicate_case("((q / 128 + k / 128) % 2 == 0) && (q + k) % 3 != 0", {},
+                                 DType::fp16, 64, 1, 4, 1, 257, 400, 502));
+  cases.push_back(predicate_case("q % 3 != 1 && (b == 0 || q < 40) && k <= q", {}, DType::bf16, 64,
+                                 2, 2, 2, 450, 450, 531));
+  // Rows past 192 with nothing visible (causal, Sq > Sk), two CTAs per head.
+  Case causal = base_case({MaskKind::causal, false, 0}, 64);
+  causal.heads = causal.kv_heads = 2;
+  causal.seqlen_q = 400;
+  causal.seqlen_k = 150;
+  causal.seed = 532;
+  cases.push_back(causal);
+  for (Case& c : cases) {
+    c.spec.target = Arch::sm_90a;
+    const int block_n = c.spec.head_dim_qk == 96 ? 96 : c.spec.softcap || c.spec.alibi ? 112 : 128;
+    c.spec.tiles = {192, block_n, 16, 'w'};
+    c.expect_row = testing::kSm90aForwardRow;
+  }
+  compile_and_report(cases);
+  for (const Case& c : cases) gpu_test::check_forward(c);
 }
 
 TEST_CASE("sm90a forward with odd head counts and padded strides", "[gpu][sm90a][forward]") {

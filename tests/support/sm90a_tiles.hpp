@@ -1,7 +1,8 @@
-// The sm90a forward forced by an explicit `tiles=128xBNx12w` with the shape the registry's
+// The sm90a forward forced by an explicit `tiles=BMxBNxWw` with the shape the registry's
 // automatic choice gives the spec on sm_90a (compiler/registry/rows_forward_sm90a.cpp: the
 // widest key block whose warpgroups compile without spilling for the spec's mask and score
-// modifiers), so the tests take the explicit path with the shapes users get.
+// modifiers; three consumer warpgroups at d64 without tables or windows), so the tests take
+// the explicit path with the shapes users get.
 #pragma once
 
 #include <string>
@@ -15,7 +16,7 @@ namespace attnjit::testing {
 /// The registry row of the sm90a forward.
 inline constexpr const char* kSm90aForwardRow = "forward.warpgroup.sm90a";
 
-/// The spec forced onto the sm90a forward (target sm_90a, tiles=128xBNx12w).
+/// The spec forced onto the sm90a forward (target sm_90a, the automatic tiles made explicit).
 inline AttentionSpec sm90a_forward_spec(AttentionSpec spec) {
   spec.target = Arch::sm_90a;
   spec.tiles = {};

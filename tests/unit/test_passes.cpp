@@ -552,6 +552,37 @@ TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") 
     CHECK(forward_tiles(fmt::format("dtype=bf16 head_dim={} target=sm_90", d).c_str()).row ==
           "forward.sm80");
   }
+  // Three consumer warpgroups (192 rows, 512 threads) at d64 for the masks by index without a
+  // window, with a narrower key block under score modifiers; two elsewhere.
+  for (const char* mask : {"none", "causal"}) {
+    INFO(mask);
+    const KernelTiles three =
+        forward_tiles(fmt::format("dtype=bf16 head_dim=64 mask={} target=sm_90a", mask).c_str());
+    CHECK(three.block_m == 192);
+    CHECK(three.block_n == 128);
+    CHECK(three.threads() == 512);
+    CHECK(
+        forward_tiles(fmt::format("dtype=fp16 head_dim=64 mask={} softcap=true target=sm_90a", mask)
+                          .c_str()) == forward_tiles(fmt::format("dtype=fp16 head_dim=64 mask={} "
+                                                                 "softcap=true tiles=192x112x16w "
+                                                                 "target=sm_90a",
+                                                                 mask)
+                                                         .c_str()));
+  }
+  for (const char* rest :
+       {"head_dim=64 mask=sliding_window", "head_dim=64 mask=flashmask(causal=true,columns=1)",
+        "head_dim=64 mask=predicate(k<=q)", "head_dim=96", "head_dim=128 mask=causal"}) {
+    INFO(rest);
+    const KernelTiles two = forward_tiles(fmt::format("dtype=bf16 {} target=sm_90a", rest).c_str());
+    CHECK(two.block_m == 128);
+    CHECK(two.threads() == 384);
+  }
+  CHECK(forward_tiles("dtype=bf16 head_dim=96 tiles=192x96x16w target=sm_90a").block_m == 192);
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=64 tiles=192x144x16w target=sm_90a")),
+                    Catch::Contains("or 192xBNx16w with BN a multiple of 16 up to 128"));
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=192x128x16w target=sm_90a")),
+                    "tiles: got '192x128x16w'; accepted: 128xBNx12w with BN a multiple of 16 up "
+                    "to 256 for the warpgroup forward");
   // Its key block narrows with the tables the walk reads and with the score modifiers.
   CHECK(forward_tiles("dtype=bf16 head_dim=256 target=sm_90a").block_n >
         forward_tiles("dtype=bf16 head_dim=256 mask=flashmask(causal=true,columns=1) "

@@ -1,10 +1,13 @@
 // The forward attention kernel of the sm90a family (FA3 structure: TMA, mbarrier rings, warp
 // specialization, wgmma).
 //
-// One CTA of three warpgroups owns kBlockM = 128 query rows of one (head, batch):
+// One CTA of 1 + kConsumers warpgroups owns kBlockM = 64 x kConsumers query rows of one
+// (head, batch): two consumers (128 rows), or three (192 rows) at small head dims, where the
+// softmax's exponentials take as long as the products and two softmaxes must hide behind one
+// warpgroup's products:
 //   producer   warpgroup 0 gives its registers away (setmaxnreg) and one warp of it feeds Q
 //              once and rings of K and V stages by TMA (fwd_sm90a_producer.cuh);
-//   consumers  warpgroups 1 and 2 take the registers and 64 query rows each:
+//   consumers  warpgroups 1 .. kConsumers take the registers and 64 query rows each:
 //                S = Q K^T      wgmma SS, Q and K straight from the swizzled stages
 //                scores         score modifiers; the mask on partial blocks only
 //                               (fwd_sm90a_scores.cuh)
@@ -12,14 +15,14 @@
 //                O += P V       wgmma RS, P packed from the softmax's registers
 // Within a warpgroup, S of block j + 1 is issued with O += P V of block j, and the softmax
 // of block j + 1 runs while O += P V does; O takes block j's correction while S is computed.
-// With kPingPong the two consumers take turns to issue their products (named barriers), so
-// one's softmax runs while the other's products hold the tensor cores. Every warp walks the
-// key blocks itself (key_block_walk.cuh). The epilogue writes O through shared memory and TMA
-// (fwd_sm90a_epilogue.cuh).
+// With kPingPong the consumers take turns, in a ring, to issue their products (named
+// barriers), so their softmaxes run while another's products hold the tensor cores. Every
+// warp walks the key blocks itself (key_block_walk.cuh). The epilogue writes O through shared
+// memory and TMA (fwd_sm90a_epilogue.cuh).
 //
 // Config (bound by the generated code): Element, kHeadDimQK, kHeadDimV, kBlockM, kBlockN,
 // kStages, kReturnLse, kPingPong, kProducerRegisters, kConsumerRegisters. Score: a ScoreMod.
-// The kernel takes (FwdParams, FwdTensorMaps), 384 threads, __launch_bounds__(384, 1).
+// The kernel takes (FwdParams, FwdTensorMaps), 128 (1 + kConsumers) threads, one CTA per SM.
 #pragma once
 
 #include "attnjit/sm90a/barrier.cuh"
@@ -55,12 +58,13 @@ struct ForwardSm90a {
   static constexpr int kPvSteps = kBlockN / 16;   // k16 steps of P V
   static constexpr int kColumns = Mask::kColumns;
   static constexpr bool kElementBits = Mask::kElementBits;
-  /// Named barriers: the consumers' turns (1, 2) and their epilogues (3, 4).
+  static constexpr int kConsumers = kBlockM / 64;
+  /// Named barriers: the consumers' turns (1 .. kConsumers) and their epilogues (after).
   static constexpr int kTurnBarrier = 1;
-  static constexpr int kEpilogueBarrier = 3;
+  static constexpr int kEpilogueBarrier = kTurnBarrier + kConsumers;
 
   static_assert(Config::kHeadDimQK == Config::kHeadDimV, "head_dim_v must equal head_dim_qk");
-  static_assert(kBlockM == 128, "two consumer warpgroups of 64 rows");
+  static_assert(kBlockM == 128 || kBlockM == 192, "two or three consumer warpgroups of 64 rows");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key blocks of whole k16 steps, N <= 256");
   static_assert(kHeadDim % 32 == 0, "64-column panels (128-byte swizzle) or 32 (64-byte)");
   static_assert(kStages >= 2, "K and V rings of at least two stages");
@@ -94,8 +98,8 @@ struct ForwardSm90a {
       mbarrier_init(base + kBarrierOffset, 1);
       // K stages: the TMA thread, plus the lanes' cp.async of the FlashMask values. Empty:
       // one arrival per consumer warp.
-      Pipeline<kStages>{base + kKRingOffset}.init(1 + (kColumns > 0 ? 32 : 0), 8);
-      Pipeline<kStages>{base + kVRingOffset}.init(1, 8);
+      Pipeline<kStages>{base + kKRingOffset}.init(1 + (kColumns > 0 ? 32 : 0), 4 * kConsumers);
+      Pipeline<kStages>{base + kVRingOffset}.init(1, 4 * kConsumers);
       mbarrier_init_fence();
     }
     __syncthreads();
@@ -179,7 +183,8 @@ struct ForwardSm90a {
       wgmma_wait<0>();
       fence_accumulators(acc_o.tiles());
       release(v_ring, v_state);
-      // Consumer 0 takes the last hand-over, so no arrival stays pending at exit.
+      // Every consumer takes as many turns; consumer 0 takes the last hand-over, so no
+      // arrival stays pending at exit.
       if (kPingPong && consumer == 0) named_barrier_sync(kTurnBarrier, 256);
     }
     const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
@@ -205,9 +210,11 @@ struct ForwardSm90a {
     if (kPingPong && !(first && consumer == 0)) named_barrier_sync(kTurnBarrier + consumer, 256);
   }
 
-  /// Hands the turn to the other consumer.
+  /// Hands the turn to the next consumer of the ring.
   __device__ __forceinline__ static void turn_end(int consumer) {
-    if (kPingPong) named_barrier_arrive(kTurnBarrier + 1 - consumer, 256);
+    if (kPingPong) {
+      named_barrier_arrive(kTurnBarrier + (consumer + 1 == kConsumers ? 0 : consumer + 1), 256);
+    }
   }
 
   /// Releases a stage (lane 0 of each consumer warp, after the warp's reads) and moves on.

@@ -16,7 +16,7 @@
 namespace attnjit {
 
 /// Writes the warpgroup's O rows [row0, row0 + 64) of the CTA's (head, batch) and their LSE.
-/// consumer: 0 or 1, the warpgroup's share of the query block (and its named barrier
+/// consumer: 0, 1 (or 2), the warpgroup's share of the query block (and its named barrier
 /// kBarrier + consumer); q_tile: the Q tile, whose rows [64 consumer, + 64) this warpgroup
 /// alone reads, and no longer (its Q K^T products have completed).
 template <class Element, class QTile, bool kReturnLse, int kBarrier, class Score, int kHeadDim>

@@ -63,13 +63,15 @@ std::vector<std::string> config_lines(const KernelRow& row, const KernelTiles& t
         constant("bool", "kPingPong", spec.head_dim_qk <= 128);
         break;
       case ConfigField::register_split: {
-        // Each thread starts with 65536 / threads registers, in multiples of 8 (168 of 384
-        // threads, 128 of 512); the producer warpgroup keeps what its row says and the
-        // consumer warpgroups take the rest, in multiples of 8: together they must not
-        // exceed what they started with, else setmaxnreg.inc waits forever.
+        // Each thread starts with 65536 registers over the threads of the CTAs an SM holds,
+        // in multiples of 8 (168 of one CTA of 384 threads, 128 of one of 512 or of two of
+        // 256); the producer warpgroup keeps what its row says and the consumer warpgroups
+        // take the rest, in multiples of 8: together they must not exceed what they started
+        // with, else setmaxnreg.inc waits forever.
         const int producer = row.producer_registers(ir.spec, *ir.mask);
         const int warpgroups = tiles.warps / 4;
-        const int start = std::min(65536 / tiles.threads() / 8 * 8, 255 / 8 * 8);
+        const int ctas = std::max(1, min_blocks_per_sm(row, tiles));
+        const int start = std::min(65536 / (ctas * tiles.threads()) / 8 * 8, 255 / 8 * 8);
         constant("int", "kProducerRegisters", producer);
         constant("int", "kConsumerRegisters",
                  (warpgroups * start - producer) / (warpgroups - 1) / 8 * 8);
@@ -111,7 +113,7 @@ std::string emit_attention(const Lowering& ir, const KernelDesc& kernel) {
   emit_entry(w, kernel, params_type(ir, kernel),
              fmt::format("attnjit::{}<Config, Mask{}>({});", row.body, score_mod_argument(ir.spec),
                          maps ? "params, maps" : "params"),
-             row.min_blocks_per_sm,
+             min_blocks_per_sm(row, tiles),
              maps ? fmt::format("const __grid_constant__ attnjit::{}TensorMaps maps",
                                 ir.spec.direction == Direction::forward ? "Fwd" : "Bwd")
                   : "");

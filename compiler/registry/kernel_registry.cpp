@@ -33,6 +33,10 @@ bool KernelRow::supports(const AttentionSpec& spec, const MaskLowering& mask, Ar
   });
 }
 
+int min_blocks_per_sm(const KernelRow& row, const KernelTiles& tiles) {
+  return row.ctas_per_sm != nullptr ? row.ctas_per_sm(tiles) : row.min_blocks_per_sm;
+}
+
 std::span<const KernelRow> kernel_rows() {
   // Attention rows of one role: the more specialised family first, then the sm80 layouts in
   // their order of preference.

@@ -91,6 +91,9 @@ struct KernelRow {
   ParamBlock params = ParamBlock::attention;
   int threads = 0;            ///< utility rows: the block size (attention rows: their tiles')
   int min_blocks_per_sm = 0;  ///< __launch_bounds__'s second argument; 0 leaves it out
+  /// Attention rows whose CTAs per SM depend on the tile shape: that count, which replaces
+  /// min_blocks_per_sm (and sets the register split's starting registers).
+  int (*ctas_per_sm)(const KernelTiles&) = nullptr;
   RowSupport support;
 
   // Attention rows only.
@@ -103,9 +106,9 @@ struct KernelRow {
   /// Whether a candidate has the registers for the spec's mask and score modifiers; when
   /// null, its up_to, softcap and alibi fields say.
   bool (*fits)(const TileCandidate&, const AttentionSpec&, const MaskLowering&) = nullptr;
-  /// Rows with ConfigField::register_split (warp-specialized, 384 threads starting at 168
-  /// registers): the registers the producer warpgroup keeps after setmaxnreg; the two
-  /// consumer warpgroups share the rest.
+  /// Rows with ConfigField::register_split (warp-specialized: 65536 registers over the
+  /// threads of the CTAs an SM holds): the registers the producer warpgroup keeps after
+  /// setmaxnreg; the consumer warpgroups share the rest.
   int (*producer_registers)(const AttentionSpec&, const MaskLowering&) = nullptr;
   /// Checks an explicit `tiles=` shape for this row; throws the `tiles` Error otherwise.
   TileCandidate (*explicit_tiles)(const TileShape&, const AttentionSpec&,
@@ -123,6 +126,9 @@ struct KernelRow {
   bool supports(const AttentionSpec& spec, const MaskLowering& mask, Arch arch,
                 bool automatic) const;
 };
+
+/// __launch_bounds__'s second argument for the row's kernel of shape `tiles` (0: none).
+int min_blocks_per_sm(const KernelRow& row, const KernelTiles& tiles);
 
 /// Every row, attention rows of one role in their order of preference (the more specialised
 /// family first).

@@ -22,12 +22,16 @@ constexpr TileCandidate warpgroups(int d, int block_n, int consumers = 2) {
 // Three consumer warpgroups (192 query rows) have 160 registers each: room for the
 // accumulators of head dims up to 96.
 constexpr int kMaxThreeConsumerHeadDim = 96;
+// Two CTAs of one consumer per SM start at 128 registers a thread: head dims up to 128 (at
+// d256 ptxas stops: an instruction needs 158 registers, 128 available).
+constexpr int kMaxOneConsumerHeadDim = 128;
 
 // Per head dim, the key blocks from the widest down; `fits_registers` takes the first one the
 // spec's mask and modifiers leave room for.
-constexpr std::array<TileCandidate, 13> kCandidates{{
+constexpr std::array<TileCandidate, 14> kCandidates{{
     warpgroups(64, 128, 3),
     warpgroups(64, 112, 3),
+    warpgroups(64, 128, 1),
     warpgroups(64, 128),
     warpgroups(96, 128),
     warpgroups(128, 128),
@@ -84,8 +88,21 @@ bool three_consumers_fit(const TileCandidate& c, const AttentionSpec& spec,
          c.block_n <= (modifiers ? 112 : 128);
 }
 
+// One consumer (64 rows, two CTAs per SM: the consumer keeps 232 registers, 216 beside a
+// FlashMask walk) for FlashMask and sliding windows at d64: their query blocks visit few key
+// blocks, and a CTA's start and epilogue then run beside the other CTA's products (B=16 H=64
+// S=8192 against two consumers: 0.95x sliding window 512, 0.97x documents, 0.95x four random
+// vectors). At d128 two CTAs fit only with 64-key blocks, which measured slower. Predicates
+// keep two consumers (not measured with one).
+bool one_consumer_fits(const TileCandidate& c, const AttentionSpec& spec,
+                       const MaskLowering& mask) {
+  return spec.head_dim_qk == 64 && (!mask.vectors.empty() || mask.window_by_index) &&
+         !mask.element_predicate && c.block_n <= 128;
+}
+
 bool fits_registers(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   if (c.block_m == 192) return three_consumers_fit(c, spec, mask);
+  if (c.block_m == 64) return one_consumer_fits(c, spec, mask);
   return c.block_n <= widest_block_n(spec, mask);
 }
 
@@ -93,6 +110,11 @@ constexpr std::array<ConfigField, 7> kConfig{ConfigField::head_dims_qk_v, Config
                                              ConfigField::block_n,        ConfigField::kv_stages,
                                              ConfigField::return_lse,     ConfigField::ping_pong,
                                              ConfigField::register_split};
+
+// Two CTAs of one consumer per SM, else one.
+int ctas_per_sm(const KernelTiles& tiles) {
+  return tiles.block_m == 64 ? 2 : 1;
+}
 
 // fwd_sm90a.cuh's kSmemBytes: alignment slack, Q, the K and V stages, each K stage's FlashMask
 // values, the barriers.
@@ -104,9 +126,10 @@ int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowe
          2 * (2 * c.kv_stages * 8);
 }
 
-// `tiles=128xBNx12w`: two consumer warpgroups of 64 rows and a producer warpgroup, or
-// `192xBNx16w`: three (head dims up to 96); key blocks of whole k16 steps, at most 256 (128
-// for a predicate, whose fragment bits fit 64 bits; 128 with three consumers).
+// `tiles=128xBNx12w`: two consumer warpgroups of 64 rows and a producer warpgroup,
+// `192xBNx16w`: three (head dims up to 96), or `64xBNx8w`: one (two CTAs per SM); key blocks
+// of whole k16 steps, at most 256 (128 for a predicate, whose fragment bits fit 64 bits; 128
+// with three consumers or one).
 TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
                              const MaskLowering& mask) {
   const std::string value = to_string(shape);
@@ -118,12 +141,16 @@ TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
   const int max_block_n = mask.element_predicate ? 128 : 256;
   const bool two_fit = shape.block_m == 128 && shape.warps == 12 && shape.block_n <= max_block_n;
   const bool three_fit = three && shape.block_m == 192 && shape.warps == 16 && shape.block_n <= 128;
-  if (!(two_fit || three_fit) || shape.block_n % 16 != 0 || shape.block_n < 16) {
+  const bool one = spec.head_dim_qk <= kMaxOneConsumerHeadDim;
+  const bool one_fit = one && shape.block_m == 64 && shape.warps == 8 && shape.block_n <= 128;
+  if (!(two_fit || three_fit || one_fit) || shape.block_n % 16 != 0 || shape.block_n < 16) {
+    // The shapes of one and three consumers (head dims up to 128 and 96) take BN up to 128.
+    const std::string narrow = three ? "192xBNx16w or 64xBNx8w" : one ? "64xBNx8w" : "";
     throw_field_error(
         "tiles", value,
-        fmt::format("128xBNx12w with BN a multiple of 16 up to {}{} for the warpgroup forward",
-                    max_block_n,
-                    three ? ", or 192xBNx16w with BN a multiple of 16 up to 128" : ""));
+        fmt::format(
+            "128xBNx12w with BN a multiple of 16 up to {}{} for the warpgroup forward", max_block_n,
+            narrow.empty() ? "" : fmt::format(", {} with BN a multiple of 16 up to 128", narrow)));
   }
   return warpgroups(spec.head_dim_qk, shape.block_n, shape.block_m / 64);
 }
@@ -139,8 +166,8 @@ KernelRow forward_warpgroup_sm90a() {
   row.kernel_struct = "ForwardSm90a";
   row.body = "forward_sm90a";
   row.params = ParamBlock::attention_tma;
-  // One CTA of 384 threads per SM, whose warpgroups then trade registers (setmaxnreg).
-  row.min_blocks_per_sm = 1;
+  // One CTA per SM (two of one consumer), whose warpgroups then trade registers (setmaxnreg).
+  row.ctas_per_sm = ctas_per_sm;
   row.support.targets = {Arch::sm_90a};
   row.tiles_suffixes = "w";
   row.candidates = kCandidates;

@@ -2,9 +2,10 @@
 // tiles=BMxBNxWw (the registry's shape for the spec) on target sm_90a, against the CPU
 // float64 reference: the forward sweep (every mask kind, head dims 64/96/128/192/256, both
 // dtypes, GQA/MQA, mask heads, ragged lengths, Sq != Sk, padded strides), three consumer
-// warpgroups on every mask, rows that see no key, odd head counts, score modifiers, predicate
-// masks, large problems against the GPU reference kernel, and determinism. Each kernel's name
-// and threads are printed the first time it runs, so the log shows the family ran.
+// warpgroups and one on every mask, rows that see no key, odd head counts, score modifiers,
+// predicate masks, large problems against the GPU reference kernel, and determinism. Each
+// kernel's name and threads are printed the first time it runs, so the log shows the family
+// ran.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -181,6 +182,29 @@ TEST_CASE("sm90a forward with three consumer warpgroups matches the reference",
     c.spec.target = Arch::sm_90a;
     const int block_n = c.spec.head_dim_qk == 96 ? 96 : c.spec.softcap || c.spec.alibi ? 112 : 128;
     c.spec.tiles = {192, block_n, 16, 'w'};
+    c.expect_row = testing::kSm90aForwardRow;
+  }
+  compile_and_report(cases);
+  for (const Case& c : cases) gpu_test::check_forward(c);
+}
+
+TEST_CASE("sm90a forward with one consumer warpgroup (two CTAs per SM) matches the reference",
+          "[gpu][sm90a][forward]") {
+  if (!gpu_test::sm90_device_or_skip("sm90a forward one consumer")) return;
+  // tiles=64xBNx8w on every mask kind at head dims 64 to 128, score modifiers and predicates,
+  // not only on the masks the registry gives it (FlashMask and windows at d64).
+  std::vector<Case> cases;
+  for (const Case& c : gpu_test::sweep_cases()) {
+    if (c.spec.head_dim_qk >= 64 && c.spec.head_dim_qk <= 128) cases.push_back(c);
+  }
+  for (const Case& c : gpu_test::score_mod_cases()) cases.push_back(c);
+  cases.push_back(predicate_case("((q / 128 + k / 128) % 2 == 0) && (q + k) % 3 != 0", {},
+                                 DType::fp16, 64, 1, 4, 1, 257, 400, 502));
+  cases.push_back(predicate_case("q % 3 != 1 && (b == 0 || q < 40) && k <= q", {}, DType::bf16, 128,
+                                 2, 2, 2, 450, 450, 533));
+  for (Case& c : cases) {
+    c.spec.target = Arch::sm_90a;
+    c.spec.tiles = {64, c.spec.head_dim_qk <= 96 ? 128 : 64, 8, 'w'};
     c.expect_row = testing::kSm90aForwardRow;
   }
   compile_and_report(cases);

@@ -569,20 +569,43 @@ TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") 
                                                                  mask)
                                                          .c_str()));
   }
+  // One (64 rows, 256 threads, two CTAs per SM) at d64 for FlashMask and sliding windows.
+  for (const char* mask : {"sliding_window", "flashmask(causal=true,columns=1)",
+                           "flashmask(causal=false,columns=4) softcap=true alibi=true"}) {
+    INFO(mask);
+    const KernelTiles one =
+        forward_tiles(fmt::format("dtype=bf16 head_dim=64 mask={} target=sm_90a", mask).c_str());
+    CHECK(one.block_m == 64);
+    CHECK(one.block_n == 128);
+    CHECK(one.threads() == 256);
+    CHECK(min_blocks_per_sm(kernel_row(one.row), one) == 2);
+  }
   for (const char* rest :
-       {"head_dim=64 mask=sliding_window", "head_dim=64 mask=flashmask(causal=true,columns=1)",
-        "head_dim=64 mask=predicate(k<=q)", "head_dim=96", "head_dim=128 mask=causal"}) {
+       {"head_dim=64 mask=predicate(k<=q)", "head_dim=96", "head_dim=128 mask=causal",
+        "head_dim=128 mask=flashmask(causal=true,columns=1)", "head_dim=128 mask=sliding_window"}) {
     INFO(rest);
     const KernelTiles two = forward_tiles(fmt::format("dtype=bf16 {} target=sm_90a", rest).c_str());
     CHECK(two.block_m == 128);
     CHECK(two.threads() == 384);
+    CHECK(min_blocks_per_sm(kernel_row(two.row), two) == 1);
   }
+  CHECK(forward_tiles("dtype=bf16 head_dim=128 tiles=64x64x8w target=sm_90a").block_m == 64);
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=256 tiles=64x64x8w target=sm_90a")),
+                    "tiles: got '64x64x8w'; accepted: 128xBNx12w with BN a multiple of 16 up to "
+                    "256 for the warpgroup forward");
   CHECK(forward_tiles("dtype=bf16 head_dim=96 tiles=192x96x16w target=sm_90a").block_m == 192);
   CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=64 tiles=192x144x16w target=sm_90a")),
-                    Catch::Contains("or 192xBNx16w with BN a multiple of 16 up to 128"));
+                    Catch::Contains(", 192xBNx16w or 64xBNx8w with BN a multiple of 16 up to 128"));
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=64 tiles=64x100x8w target=sm_90a")),
+                    "tiles: got '64x100x8w'; accepted: 128xBNx12w with BN a multiple of 16 up to "
+                    "256, 192xBNx16w or 64xBNx8w with BN a multiple of 16 up to 128 for the "
+                    "warpgroup forward");
   CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=192x128x16w target=sm_90a")),
                     "tiles: got '192x128x16w'; accepted: 128xBNx12w with BN a multiple of 16 up "
-                    "to 256 for the warpgroup forward");
+                    "to 256, 64xBNx8w with BN a multiple of 16 up to 128 for the warpgroup "
+                    "forward");
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=64 tiles=64x144x8w target=sm_90a")),
+                    Catch::Contains("64xBNx8w with BN a multiple of 16 up to 128"));
   // Its key block narrows with the tables the walk reads and with the score modifiers.
   CHECK(forward_tiles("dtype=bf16 head_dim=256 target=sm_90a").block_n >
         forward_tiles("dtype=bf16 head_dim=256 mask=flashmask(causal=true,columns=1) "

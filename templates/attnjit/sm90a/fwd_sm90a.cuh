@@ -2,9 +2,10 @@
 // specialization, wgmma).
 //
 // One CTA of 1 + kConsumers warpgroups owns kBlockM = 64 x kConsumers query rows of one
-// (head, batch): two consumers (128 rows), or three (192 rows) at small head dims, where the
+// (head, batch): two consumers (128 rows); three (192 rows) at small head dims, where the
 // softmax's exponentials take as long as the products and two softmaxes must hide behind one
-// warpgroup's products:
+// warpgroup's products; or one (64 rows, two CTAs per SM), where query blocks visit few key
+// blocks and one CTA's start and epilogue should run beside another's products:
 //   producer   warpgroup 0 gives its registers away (setmaxnreg) and one warp of it feeds Q
 //              once and rings of K and V stages by TMA (fwd_sm90a_producer.cuh);
 //   consumers  warpgroups 1 .. kConsumers take the registers and 64 query rows each:
@@ -22,7 +23,8 @@
 //
 // Config (bound by the generated code): Element, kHeadDimQK, kHeadDimV, kBlockM, kBlockN,
 // kStages, kReturnLse, kPingPong, kProducerRegisters, kConsumerRegisters. Score: a ScoreMod.
-// The kernel takes (FwdParams, FwdTensorMaps), 128 (1 + kConsumers) threads, one CTA per SM.
+// The kernel takes (FwdParams, FwdTensorMaps), 128 (1 + kConsumers) threads, one CTA per SM
+// (two of one consumer).
 #pragma once
 
 #include "attnjit/sm90a/barrier.cuh"
@@ -51,20 +53,22 @@ struct ForwardSm90a {
   static constexpr int kBlockM = Config::kBlockM;
   static constexpr int kBlockN = Config::kBlockN;
   static constexpr int kStages = Config::kStages;
-  static constexpr bool kPingPong = Config::kPingPong;
+  static constexpr int kConsumers = kBlockM / 64;
+  /// Turns between consumers (a lone consumer takes none).
+  static constexpr bool kPingPong = Config::kPingPong && kConsumers > 1;
   static constexpr int kSTiles = kBlockN / 8;     // n8 tiles of S
   static constexpr int kDTiles = kHeadDim / 8;    // n8 tiles of O
   static constexpr int kQkSteps = kHeadDim / 16;  // k16 steps of Q K^T
   static constexpr int kPvSteps = kBlockN / 16;   // k16 steps of P V
   static constexpr int kColumns = Mask::kColumns;
   static constexpr bool kElementBits = Mask::kElementBits;
-  static constexpr int kConsumers = kBlockM / 64;
   /// Named barriers: the consumers' turns (1 .. kConsumers) and their epilogues (after).
   static constexpr int kTurnBarrier = 1;
   static constexpr int kEpilogueBarrier = kTurnBarrier + kConsumers;
 
   static_assert(Config::kHeadDimQK == Config::kHeadDimV, "head_dim_v must equal head_dim_qk");
-  static_assert(kBlockM == 128 || kBlockM == 192, "two or three consumer warpgroups of 64 rows");
+  static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 192,
+                "one, two or three consumer warpgroups of 64 rows");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key blocks of whole k16 steps, N <= 256");
   static_assert(kHeadDim % 32 == 0, "64-column panels (128-byte swizzle) or 32 (64-byte)");
   static_assert(kStages >= 2, "K and V rings of at least two stages");

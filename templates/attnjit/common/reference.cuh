@@ -4,7 +4,7 @@
 // (no tiles, no skipping, no block table), the score modifiers straight from their definition
 // (tanhf, nothing shared with score_mod.cuh). Slow on purpose; correct by inspection.
 //
-// Dynamic shared memory: (kHeadDim + Sk) floats.
+// Dynamic shared memory: (kHeadDim + Sk) floats and 4 of slack (the launch's).
 #pragma once
 
 #include "attnjit/common/params.cuh"

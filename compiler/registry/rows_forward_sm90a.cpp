@@ -1,8 +1,8 @@
-// The forward of the sm90a family (fwd_sm90a.cuh): a TMA producer warpgroup and two wgmma
-// consumer warpgroups of 64 query rows (block_m = 128, 12 warps), K and V rings of two
-// stages; its parameters are FwdParams and the TMA maps of q, k, v and o. On an H100 it runs
-// d128 at 667 TFLOP/s without a mask and 639 causal, against 360 and 286 for the sm80 forward
-// (docs/benchmarks/2026-11-24-h100-forward-sm90a.md).
+// The forward of the sm90a family (fwd_sm90a.cuh): a TMA producer warpgroup and wgmma consumer
+// warpgroups of 64 query rows (two: block_m = 128, 12 warps; at d64 three or one, below), K and
+// V rings of two stages; its parameters are FwdParams and the TMA maps of q, k, v and o. On an
+// H100 it runs d128 at 667 TFLOP/s without a mask and 639 causal, against 360 and 286 for the
+// sm80 forward (docs/benchmarks/2026-11-24-h100-forward-sm90a.md).
 #include <fmt/format.h>
 
 #include <array>
@@ -76,11 +76,11 @@ int producer_registers(const AttentionSpec&, const MaskLowering& mask) {
 
 // Three consumers (d64, 160 registers each) for the masks by index without a window: the
 // softmax's exponentials take as long as a warpgroup's products there, and two warpgroups'
-// softmaxes hide behind the third's products (B=16 H=64 S=8192: 1.11x no mask, 1.09x causal
-// against two consumers). Masks with tables and windows keep two: their query blocks visit few
-// key blocks, most of them partial with 192 rows (sliding window 512: 0.81x), and the walk's
-// tables leave the consumers less than 160 registers. Score modifiers narrow the key block
-// to 112 (no spills). docs/benchmarks/2026-11-25-h100-forward-three-consumers.md.
+// softmaxes hide behind the third's products (B=16 H=64 S=8192, time against two consumers:
+// 0.90x no mask, 0.93x causal). Not for masks with tables or windows: their query blocks visit
+// few key blocks, most of them partial with 192 rows (sliding window 512: 1.20x), and the
+// walk's tables leave the consumers less than 160 registers. Score modifiers narrow the key
+// block to 112 (no spills). docs/benchmarks/2026-11-25-h100-forward-three-consumers.md.
 bool three_consumers_fit(const TileCandidate& c, const AttentionSpec& spec,
                          const MaskLowering& mask) {
   const bool modifiers = spec.softcap || spec.alibi;
@@ -91,9 +91,9 @@ bool three_consumers_fit(const TileCandidate& c, const AttentionSpec& spec,
 // One consumer (64 rows, two CTAs per SM: the consumer keeps 232 registers, 216 beside a
 // FlashMask walk) for FlashMask and sliding windows at d64: their query blocks visit few key
 // blocks, and a CTA's start and epilogue then run beside the other CTA's products (B=16 H=64
-// S=8192 against two consumers: 0.95x sliding window 512, 0.97x documents, 0.95x four random
-// vectors). At d128 two CTAs fit only with 64-key blocks, which measured slower. Predicates
-// keep two consumers (not measured with one).
+// S=8192, time against two consumers: 0.96x sliding window 512, 0.96-0.97x documents, 0.95x
+// four random vectors). At d128 two CTAs fit only with 64- or 80-key blocks, which measured
+// 1.15-1.26x slower. Predicates keep two consumers (not measured with one).
 bool one_consumer_fits(const TileCandidate& c, const AttentionSpec& spec,
                        const MaskLowering& mask) {
   return spec.head_dim_qk == 64 && (!mask.vectors.empty() || mask.window_by_index) &&

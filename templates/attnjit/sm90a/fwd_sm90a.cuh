@@ -214,9 +214,11 @@ struct ForwardSm90a {
     if (kPingPong && !(first && consumer == 0)) named_barrier_sync(kTurnBarrier + consumer, 256);
   }
 
-  /// Hands the turn to the next consumer of the ring.
+  /// Hands the turn to the next consumer of the ring (two: the other one).
   __device__ __forceinline__ static void turn_end(int consumer) {
-    if (kPingPong) {
+    if constexpr (kPingPong && kConsumers == 2) {
+      named_barrier_arrive(kTurnBarrier + 1 - consumer, 256);
+    } else if constexpr (kPingPong) {
       named_barrier_arrive(kTurnBarrier + (consumer + 1 == kConsumers ? 0 : consumer + 1), 256);
     }
   }

@@ -552,15 +552,36 @@ TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") 
     CHECK(forward_tiles(fmt::format("dtype=bf16 head_dim={} target=sm_90", d).c_str()).row ==
           "forward.sm80");
   }
-  // Three consumer warpgroups (192 rows, 512 threads) at d64 for the masks by index without a
-  // window, with a narrower key block under score modifiers; two elsewhere.
+  // The consumer warpgroups per head dim and mask: three (192 rows, 512 threads) at d64 for the
+  // masks by index without a window; one (64 rows, 256 threads, two CTAs per SM) at d64 for
+  // FlashMask and sliding windows; two (128 rows, 384 threads) elsewhere.
+  struct Consumers {
+    const char* spec;
+    int block_m, threads, ctas_per_sm;
+  };
+  for (const Consumers& e : {
+           Consumers{"head_dim=64 mask=none", 192, 512, 1},
+           Consumers{"head_dim=64 mask=causal", 192, 512, 1},
+           Consumers{"head_dim=64 mask=sliding_window", 64, 256, 2},
+           Consumers{"head_dim=64 mask=flashmask(causal=true,columns=1)", 64, 256, 2},
+           Consumers{"head_dim=64 mask=flashmask(causal=false,columns=4) softcap=true alibi=true",
+                     64, 256, 2},
+           Consumers{"head_dim=64 mask=predicate(k<=q)", 128, 384, 1},
+           Consumers{"head_dim=96", 128, 384, 1},
+           Consumers{"head_dim=128 mask=causal", 128, 384, 1},
+           Consumers{"head_dim=128 mask=flashmask(causal=true,columns=1)", 128, 384, 1},
+           Consumers{"head_dim=128 mask=sliding_window", 128, 384, 1},
+       }) {
+    INFO(e.spec);
+    const KernelTiles t = forward_tiles(fmt::format("dtype=bf16 {} target=sm_90a", e.spec).c_str());
+    CHECK(t.block_m == e.block_m);
+    CHECK(t.block_n == 128);
+    CHECK(t.threads() == e.threads);
+    CHECK(min_blocks_per_sm(kernel_row(t.row), t) == e.ctas_per_sm);
+  }
+  // Three consumers narrow the key block to 112 under score modifiers.
   for (const char* mask : {"none", "causal"}) {
     INFO(mask);
-    const KernelTiles three =
-        forward_tiles(fmt::format("dtype=bf16 head_dim=64 mask={} target=sm_90a", mask).c_str());
-    CHECK(three.block_m == 192);
-    CHECK(three.block_n == 128);
-    CHECK(three.threads() == 512);
     CHECK(
         forward_tiles(fmt::format("dtype=fp16 head_dim=64 mask={} softcap=true target=sm_90a", mask)
                           .c_str()) == forward_tiles(fmt::format("dtype=fp16 head_dim=64 mask={} "
@@ -568,26 +589,6 @@ TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") 
                                                                  "target=sm_90a",
                                                                  mask)
                                                          .c_str()));
-  }
-  // One (64 rows, 256 threads, two CTAs per SM) at d64 for FlashMask and sliding windows.
-  for (const char* mask : {"sliding_window", "flashmask(causal=true,columns=1)",
-                           "flashmask(causal=false,columns=4) softcap=true alibi=true"}) {
-    INFO(mask);
-    const KernelTiles one =
-        forward_tiles(fmt::format("dtype=bf16 head_dim=64 mask={} target=sm_90a", mask).c_str());
-    CHECK(one.block_m == 64);
-    CHECK(one.block_n == 128);
-    CHECK(one.threads() == 256);
-    CHECK(min_blocks_per_sm(kernel_row(one.row), one) == 2);
-  }
-  for (const char* rest :
-       {"head_dim=64 mask=predicate(k<=q)", "head_dim=96", "head_dim=128 mask=causal",
-        "head_dim=128 mask=flashmask(causal=true,columns=1)", "head_dim=128 mask=sliding_window"}) {
-    INFO(rest);
-    const KernelTiles two = forward_tiles(fmt::format("dtype=bf16 {} target=sm_90a", rest).c_str());
-    CHECK(two.block_m == 128);
-    CHECK(two.threads() == 384);
-    CHECK(min_blocks_per_sm(kernel_row(two.row), two) == 1);
   }
   CHECK(forward_tiles("dtype=bf16 head_dim=128 tiles=64x64x8w target=sm_90a").block_m == 64);
   CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=256 tiles=64x64x8w target=sm_90a")),

@@ -58,7 +58,11 @@ int widest_block_n(const AttentionSpec& spec, const MaskLowering& mask) {
     case 128:
       return wide_tables ? 112 : 128;
     case 192:
-      return predicate || (tables && modifiers) ? 80 : tables || modifiers ? 96 : 112;
+      // Two or more vectors at 96 spill 12 bytes since the consumers read the CTA's mask row
+      // from shared memory (a register allocation at the edge of 224).
+      return predicate || wide_tables || (tables && modifiers) ? 80
+             : tables || modifiers                             ? 96
+                                                               : 112;
     case 256:
       return tables ? (modifiers || predicate ? 32 : 48)
                     : (modifiers || mask.window_by_index ? 64 : 80);

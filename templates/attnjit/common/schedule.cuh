@@ -81,6 +81,36 @@ __device__ __forceinline__ void start_cta(const int* order) {
   __syncthreads();
 }
 
+/// The heads a CTA derives from its work by divisions: the K/V head of its query head (GQA)
+/// and the row of its mask data (Mask::mask_row, MaskState::vector_row). A division is a few
+/// dozen dependent instructions; warps that need these at every block (the sm90a forward's
+/// producer for each K and V copy, its consumers for each block's mask state) read them from
+/// shared memory instead, written once by store_cta_heads.
+struct CtaHeads {
+  int kv_head;
+  int mask_row;
+};
+
+__shared__ CtaHeads cta_heads_slot;
+
+/// Thread 0 of the CTA, before a __syncthreads that precedes the first cta_kv_head() or
+/// cta_mask_row().
+template <class Mask, class Params>
+__device__ __forceinline__ void store_cta_heads(const Params& p, const CtaWork& work) {
+  cta_heads_slot.kv_head = work.head / (p.heads / p.kv_heads);
+  cta_heads_slot.mask_row = Mask::mask_row(p, work.head, work.batch);
+}
+
+/// The stored heads, read at each call (volatile loads: never hoisted into registers held
+/// across a loop).
+__device__ __forceinline__ int cta_kv_head() {
+  return load_shared_s32(smem_address(&cta_heads_slot.kv_head));
+}
+
+__device__ __forceinline__ int cta_mask_row() {
+  return load_shared_s32(smem_address(&cta_heads_slot.mask_row));
+}
+
 /// The CTA's work (start_cta has run with the same `order`).
 template <bool kLowBlocksHeavy>
 __device__ __forceinline__ CtaWork cta_work(const int* order) {

@@ -65,11 +65,11 @@ struct MaskState {
   int num_key_blocks;
 };
 
-/// The mask state of the CTA's (head, batch) from the kernel parameters (FwdParams or
-/// BwdParams: the fields have the same names), with no rows yet; min/max tables are built for
-/// key blocks of kBlockN.
-template <int kBlockN, class Mask, class Params>
-__device__ __forceinline__ MaskState make_mask_state(const Params& p, int head, int batch) {
+/// The mask state of a CTA whose mask row (Mask::mask_row of its head and batch) is
+/// `vector_row`, from the kernel parameters (FwdParams or BwdParams: the fields have the same
+/// names), with no rows yet; min/max tables are built for key blocks of kBlockN.
+template <int kBlockN, class Params>
+__device__ __forceinline__ MaskState make_mask_state_at_row(const Params& p, int vector_row) {
   MaskState ms;
   ms.seqlen_q = p.seqlen_q;
   ms.seqlen_k = p.seqlen_k;
@@ -78,9 +78,15 @@ __device__ __forceinline__ MaskState make_mask_state(const Params& p, int head, 
   ms.row_end = 0;
   ms.window_left = p.window_left;
   ms.window_right = p.window_right;
-  ms.vector_row = Mask::mask_row(p, head, batch);
+  ms.vector_row = vector_row;
   ms.num_key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
   return ms;
+}
+
+/// The mask state of the CTA's (head, batch), with no rows yet.
+template <int kBlockN, class Mask, class Params>
+__device__ __forceinline__ MaskState make_mask_state(const Params& p, int head, int batch) {
+  return make_mask_state_at_row<kBlockN>(p, Mask::mask_row(p, head, batch));
 }
 
 /// Start of the FlashMask values of key column `key` for the CTA's (batch, mask head), from

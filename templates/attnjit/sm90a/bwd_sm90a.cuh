@@ -139,12 +139,12 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     return base + kStagesOffset + index * kStageBytes;
   }
 
-  /// The mask state of the CTA's (head, batch), no rows yet, formed at its use from the
-  /// parameters (opaque: not held in registers across the loop).
+  /// The mask state of the CTA's (head, batch), no rows yet, formed at its use (not held in
+  /// registers across the loop) from the parameters and the CTA's mask row (read from shared
+  /// memory: no division per block; masks whose policy takes no CTA order have no mask data,
+  /// row 0).
   __device__ __forceinline__ static MaskState key_mask_state(const BwdParams& p) {
-    const CtaWork work = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p));
-    return make_mask_state<kBlockN, Mask>(p, static_cast<int>(opaque(u32(work.head))),
-                                          static_cast<int>(opaque(u32(work.batch))));
+    return make_mask_state_at_row<kBlockN>(p, Mask::kOrderedCtas ? cta_mask_row() : 0);
   }
 
   __device__ __forceinline__ void run(const BwdParams& p, const BwdTensorMaps& maps,
@@ -155,6 +155,7 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
 
     const u32 base = (smem_address(smem_raw) + 1023) & ~1023u;
     if (threadIdx.x == 0) {
+      store_cta_heads<Mask>(p, cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p)));
       // K/V: the TMA thread, plus the lanes' cp.async of the FlashMask values. Ring stages:
       // the TMA thread and the lanes' cp.async of LSE2 and D; empty: one arrival per
       // consumer thread (as in the forward, fwd_sm90a.cuh's release).

@@ -44,7 +44,7 @@ struct BackwardProducer {
       tma_prefetch_map(maps.v);
       const u32 kv_full = base + Kernel::kKvBarrierOffset;
       mbarrier_arrive_expect_tx(kv_full, 2 * KvTile::kBytes);
-      const int kv_head = work.head / (p.heads / p.kv_heads);
+      const int kv_head = cta_kv_head();
       load_panels<KvTile>(base + Kernel::kKOffset, maps.k, kv_full, n_block * kBlockN, kv_head,
                           work.batch);
       load_panels<KvTile>(base + Kernel::kVOffset, maps.v, kv_full, n_block * kBlockN, kv_head,

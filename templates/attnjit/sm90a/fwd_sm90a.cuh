@@ -99,6 +99,7 @@ struct ForwardSm90a {
 
     const u32 base = (smem_address(smem_raw) + 1023) & ~1023u;
     if (threadIdx.x == 0) {
+      store_cta_heads<Mask>(p, cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p)));
       mbarrier_init(base + kBarrierOffset, 1);
       // K stages: the TMA thread, plus the lanes' cp.async of the FlashMask values. Empty:
       // one arrival per consumer warp.
@@ -197,13 +198,13 @@ struct ForwardSm90a {
         work.batch);
   }
 
-  /// The mask state of the CTA's rows, formed at its use from the parameters and the CTA's
-  /// work (opaque: not hoisted into registers held across the key loop). The producer and the
-  /// consumers walk the blocks with it.
+  /// The mask state of the CTA's rows, formed at its use (not hoisted into registers held
+  /// across the key loop) from the parameters, the CTA's work and its mask row (read from
+  /// shared memory: no division per block; masks without a CTA order have no mask data, row
+  /// 0). The producer and the consumers walk the blocks with it.
   __device__ __forceinline__ static MaskState block_mask_state(const FwdParams& p) {
     const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
-    MaskState ms = make_mask_state<kBlockN, Mask>(p, static_cast<int>(opaque(u32(work.head))),
-                                                  static_cast<int>(opaque(u32(work.batch))));
+    MaskState ms = make_mask_state_at_row<kBlockN>(p, Mask::kOrderedCtas ? cta_mask_row() : 0);
     ms.row_begin = static_cast<int>(opaque(u32(work.block))) * kBlockM;
     ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
     return ms;

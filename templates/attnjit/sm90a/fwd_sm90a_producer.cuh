@@ -97,7 +97,7 @@ struct ForwardProducer {
   __device__ __forceinline__ static void load_panels(const FwdParams& p, const TensorMap& map,
                                                      u32 dst, u32 bar, int block) {
     const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
-    const int kv_head = static_cast<int>(opaque(u32(work.head))) / (p.heads / p.kv_heads);
+    const int kv_head = cta_kv_head();
 #pragma unroll
     for (int panel = 0; panel < kHeadDim / Tile::kPanelCols; ++panel) {
       tma_load(dst + panel * Tile::kPanelBytes, map, bar, panel * Tile::kPanelCols, block * kBlockN,

@@ -28,10 +28,19 @@ constexpr int kMaxOneConsumerHeadDim = 128;
 
 // Per head dim, the key blocks from the widest down; `fits_registers` takes the first one the
 // spec's mask and modifiers leave room for.
-constexpr std::array<TileCandidate, 14> kCandidates{{
+//
+// One consumer (64 rows, two CTAs per SM; `tiles=64xBNx8w`, head dims up to 128) is no
+// candidate: it runs when forced. It was the d64 choice for FlashMask and sliding windows
+// while the producer divided for the CTA's heads at every block; with the heads in shared
+// memory two consumers take less time on seven of the ten FlashMask and window families at
+// d64 (B=16 H=64 S=8192, against one: causal documents 0.87x, blockwise, documents and
+// prefix-LM documents 0.93-0.94x, QK-sparse 0.95x, prefix-LM causal 0.97x, sliding window
+// 0.98x) and more on three (global + sliding window 1.10x, share question 1.05x, random
+// eviction 1.05x); docs/benchmarks/2026-11-26-h100-forward-cta-heads.md. At d128 two CTAs
+// fit only with 64- or 80-key blocks, which measured 1.15-1.26x slower.
+constexpr std::array<TileCandidate, 13> kCandidates{{
     warpgroups(64, 128, 3),
     warpgroups(64, 112, 3),
-    warpgroups(64, 128, 1),
     warpgroups(64, 128),
     warpgroups(96, 128),
     warpgroups(128, 128),
@@ -92,21 +101,8 @@ bool three_consumers_fit(const TileCandidate& c, const AttentionSpec& spec,
          c.block_n <= (modifiers ? 112 : 128);
 }
 
-// One consumer (64 rows, two CTAs per SM: the consumer keeps 232 registers, 216 beside a
-// FlashMask walk) for FlashMask and sliding windows at d64: their query blocks visit few key
-// blocks, and a CTA's start and epilogue then run beside the other CTA's products (B=16 H=64
-// S=8192, time against two consumers: 0.96x sliding window 512, 0.96-0.97x documents, 0.95x
-// four random vectors). At d128 two CTAs fit only with 64- or 80-key blocks, which measured
-// 1.15-1.26x slower. Predicates keep two consumers (not measured with one).
-bool one_consumer_fits(const TileCandidate& c, const AttentionSpec& spec,
-                       const MaskLowering& mask) {
-  return spec.head_dim_qk == 64 && (!mask.vectors.empty() || mask.window_by_index) &&
-         !mask.element_predicate && c.block_n <= 128;
-}
-
 bool fits_registers(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   if (c.block_m == 192) return three_consumers_fit(c, spec, mask);
-  if (c.block_m == 64) return one_consumer_fits(c, spec, mask);
   return c.block_n <= widest_block_n(spec, mask);
 }
 

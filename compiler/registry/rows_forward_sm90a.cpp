@@ -1,8 +1,8 @@
 // The forward of the sm90a family (fwd_sm90a.cuh): a TMA producer warpgroup and wgmma consumer
-// warpgroups of 64 query rows (two: block_m = 128, 12 warps; at d64 three; one when forced; below), K and
-// V rings of two stages; its parameters are FwdParams and the TMA maps of q, k, v and o. On an
-// H100 it runs d128 at 667 TFLOP/s without a mask and 639 causal, against 360 and 286 for the
-// sm80 forward (docs/benchmarks/2026-11-24-h100-forward-sm90a.md).
+// warpgroups of 64 query rows (two: block_m = 128, 12 warps; at d64 three; one when forced;
+// below), K and V rings of two stages; its parameters are FwdParams and the TMA maps of q, k, v and
+// o. On an H100 it runs d128 at 667 TFLOP/s without a mask and 639 causal, against 360 and 286 for
+// the sm80 forward (docs/benchmarks/2026-11-24-h100-forward-sm90a.md).
 #include <fmt/format.h>
 
 #include <array>

@@ -102,8 +102,10 @@ struct ForwardSm90a {
       store_cta_heads<Mask>(p, cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p)));
       mbarrier_init(base + kBarrierOffset, 1);
       // K stages: the TMA thread, plus the lanes' cp.async of the FlashMask values. Empty:
-      // one arrival per consumer warp.
-      Pipeline<kStages>{base + kKRingOffset}.init(1 + (kColumns > 0 ? 32 : 0), 4 * kConsumers);
+      // one arrival per consumer warp, or per consumer thread where the stage holds FlashMask
+      // values (release).
+      Pipeline<kStages>{base + kKRingOffset}.init(1 + (kColumns > 0 ? 32 : 0),
+                                                  (kColumns > 0 ? 128 : 4) * kConsumers);
       Pipeline<kStages>{base + kVRingOffset}.init(1, 4 * kConsumers);
       mbarrier_init_fence();
     }
@@ -153,7 +155,7 @@ struct ForwardSm90a {
       for (bool first = true;; first = false) {
         score_block(p, acc_s.tiles(), walk.block, walk.tile(block_mask_state(p), p.minmax),
                     base + kVectorOffset + k_state.index * kVectorStageBytes, consumer);
-        release(k_ring, k_state);
+        release<kColumns == 0>(k_ring, k_state);
         softmax.template step<Score>(p, acc_s, correction);
         wgmma_wait<0>();
         fence_accumulators(acc_o.tiles());
@@ -224,14 +226,21 @@ struct ForwardSm90a {
     }
   }
 
-  /// Releases a stage (lane 0 of each consumer warp, after the warp's reads) and moves on.
-  /// compute-sanitizer's racecheck does not follow the __syncwarp ordering and reports the
-  /// FlashMask values' reuse as hazards; an arrival from every thread is clean but measured
-  /// 3% slower without a mask (docs/benchmarks/2026-11-25-h100-backward-sm90a.md).
+  /// Releases a stage and moves on: kPerWarp, lane 0 of each consumer warp after the warp's
+  /// reads (__syncwarp), else every consumer thread. The K stages that hold FlashMask values
+  /// take an arrival from every thread: compute-sanitizer's racecheck does not follow the
+  /// __syncwarp ordering and reported the values' reuse as hazards. Per thread measured ~3%
+  /// slower without a mask (docs/benchmarks/2026-11-25-h100-backward-sm90a.md), so the V
+  /// stages and the K stages of other masks keep one arrival per warp.
+  template <bool kPerWarp = true>
   __device__ __forceinline__ static void release(const Pipeline<kStages>& ring,
                                                  PipelineState<kStages>& state) {
-    __syncwarp();
-    if (threadIdx.x % 32 == 0) ring.consumer_release(state);
+    if constexpr (kPerWarp) {
+      __syncwarp();
+      if (threadIdx.x % 32 == 0) ring.consumer_release(state);
+    } else {
+      ring.consumer_release(state);
+    }
     state.advance();
   }
 

@@ -582,6 +582,20 @@ TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") 
     CHECK(t.threads() == e.threads);
     CHECK(min_blocks_per_sm(kernel_row(t.row), t) == e.ctas_per_sm);
   }
+  // d128 FlashMask: 128-key blocks, 112 with the causal flag and two vectors or with four
+  // vectors and both modifiers (the NVRTC sweep's spills).
+  for (const auto& [rest, block_n] : std::initializer_list<std::pair<const char*, int>>{
+           {"mask=flashmask(causal=false,columns=2)", 128},
+           {"mask=flashmask(causal=false,columns=4) softcap=true", 128},
+           {"mask=flashmask(causal=true,columns=1) softcap=true alibi=true", 128},
+           {"mask=flashmask(causal=true,columns=2)", 112},
+           {"mask=flashmask(causal=false,columns=4) softcap=true alibi=true", 112},
+           {"mask=predicate(k<=q)", 112},
+       }) {
+    INFO(rest);
+    CHECK(forward_tiles(fmt::format("dtype=bf16 head_dim=128 {} target=sm_90a", rest).c_str())
+              .block_n == block_n);
+  }
   // Three consumers narrow the key block to 112 under score modifiers.
   for (const char* mask : {"none", "causal"}) {
     INFO(mask);

@@ -1,8 +1,8 @@
 // The forward of the sm90a family (fwd_sm90a.cuh): a TMA producer warpgroup and wgmma consumer
-// warpgroups of 64 query rows (two: block_m = 128, 12 warps; at d64 three; one when forced;
-// below), K and V rings of two stages; its parameters are FwdParams and the TMA maps of q, k, v and
-// o. On an H100 it runs d128 at 667 TFLOP/s without a mask and 639 causal, against 360 and 286 for
-// the sm80 forward (docs/benchmarks/2026-11-24-h100-forward-sm90a.md).
+// warpgroups of 64 query rows (two: block_m = 128, 12 warps; at d64 three or one, below), K and V
+// rings of two stages; its parameters are FwdParams and the TMA maps of q, k, v and o. On an H100
+// it runs d128 at 667 TFLOP/s without a mask and 639 causal, against 360 and 286 for the sm80
+// forward (docs/benchmarks/2026-11-24-h100-forward-sm90a.md).
 #include <fmt/format.h>
 
 #include <array>
@@ -28,19 +28,10 @@ constexpr int kMaxOneConsumerHeadDim = 128;
 
 // Per head dim, the key blocks from the widest down; `fits_registers` takes the first one the
 // spec's mask and modifiers leave room for.
-//
-// One consumer (64 rows, two CTAs per SM; `tiles=64xBNx8w`, head dims up to 128) is no
-// candidate: it runs when forced. It was the d64 choice for FlashMask and sliding windows
-// while the producer divided for the CTA's heads at every block; with the heads in shared
-// memory two consumers take less time on seven of the ten FlashMask and window families at
-// d64 (B=16 H=64 S=8192, against one: causal documents 0.87x, blockwise, documents and
-// prefix-LM documents 0.93-0.94x, QK-sparse 0.95x, prefix-LM causal 0.97x, sliding window
-// 0.98x) and more on three (global + sliding window 1.10x, share question 1.05x, random
-// eviction 1.05x); docs/benchmarks/2026-11-26-h100-forward-cta-heads.md. At d128 two CTAs
-// fit only with 64- or 80-key blocks, which measured 1.15-1.26x slower.
-constexpr std::array<TileCandidate, 13> kCandidates{{
+constexpr std::array<TileCandidate, 14> kCandidates{{
     warpgroups(64, 128, 3),
     warpgroups(64, 112, 3),
+    warpgroups(64, 128, 1),
     warpgroups(64, 128),
     warpgroups(96, 128),
     warpgroups(128, 128),
@@ -109,8 +100,27 @@ bool three_consumers_fit(const TileCandidate& c, const AttentionSpec& spec,
          c.block_n <= (modifiers ? 112 : 128);
 }
 
+// One consumer (64 rows, two CTAs per SM: the consumer keeps 232 registers) for sliding
+// windows by index at d64: their query blocks visit few key blocks, and a CTA's start and
+// epilogue then run beside the other CTA's products (B=16 H=64 S=8192, a 511-key window: 0.96x
+// the time of two consumers; docs/benchmarks/2026-11-25-h100-forward-three-consumers.md). It
+// was the choice for FlashMask at d64 too while the producer divided for the CTA's heads at
+// every block; with the heads in shared memory two consumers take less time on seven of the
+// ten FlashMask families measured at d64 (against one: causal documents 0.87x, causal
+// blockwise, documents and prefix-LM documents 0.93-0.94x, QK-sparse 0.95x, prefix-LM causal
+// 0.97x, the FlashMask sliding window 0.98x) and more on three (global + sliding window 1.10x,
+// share question and random eviction 1.05x;
+// docs/benchmarks/2026-11-26-h100-forward-cta-heads.md). At d128 two CTAs fit only with 64- or
+// 80-key blocks, which measured 1.15-1.26x slower. `tiles=64xBNx8w` forces it (head dims up to
+// 128).
+bool one_consumer_fits(const TileCandidate& c, const AttentionSpec& spec,
+                       const MaskLowering& mask) {
+  return spec.head_dim_qk == 64 && mask.window_by_index && c.block_n <= 128;
+}
+
 bool fits_registers(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   if (c.block_m == 192) return three_consumers_fit(c, spec, mask);
+  if (c.block_m == 64) return one_consumer_fits(c, spec, mask);
   return c.block_n <= widest_block_n(spec, mask);
 }
 

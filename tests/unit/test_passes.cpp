@@ -553,8 +553,8 @@ TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") 
           "forward.sm80");
   }
   // The consumer warpgroups per head dim and mask: three (192 rows, 512 threads) at d64 for the
-  // masks by index without a window; two (128 rows, 384 threads) elsewhere; one (64 rows, 256
-  // threads, two CTAs per SM) only when forced.
+  // masks by index without a window; one (64 rows, 256 threads, two CTAs per SM) at d64 for
+  // sliding windows by index, and where forced; two (128 rows, 384 threads) elsewhere.
   struct Consumers {
     const char* spec;
     int block_m, threads, ctas_per_sm;
@@ -562,7 +562,7 @@ TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") 
   for (const Consumers& e : {
            Consumers{"head_dim=64 mask=none", 192, 512, 1},
            Consumers{"head_dim=64 mask=causal", 192, 512, 1},
-           Consumers{"head_dim=64 mask=sliding_window", 128, 384, 1},
+           Consumers{"head_dim=64 mask=sliding_window", 64, 256, 2},
            Consumers{"head_dim=64 mask=flashmask(causal=true,columns=1)", 128, 384, 1},
            Consumers{"head_dim=64 mask=flashmask(causal=false,columns=4) softcap=true alibi=true",
                      128, 384, 1},

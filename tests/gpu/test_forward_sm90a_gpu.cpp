@@ -192,7 +192,7 @@ TEST_CASE("sm90a forward with one consumer warpgroup (two CTAs per SM) matches t
           "[gpu][sm90a][forward]") {
   if (!gpu_test::sm90_device_or_skip("sm90a forward one consumer")) return;
   // tiles=64xBNx8w on every mask kind at head dims 64 to 128, score modifiers and predicates,
-  // not only on the masks the registry gives it (FlashMask and windows at d64).
+  // not only on the masks the registry gives it (sliding windows by index at d64).
   std::vector<Case> cases;
   for (const Case& c : gpu_test::sweep_cases()) {
     if (c.spec.head_dim_qk >= 64 && c.spec.head_dim_qk <= 128) cases.push_back(c);

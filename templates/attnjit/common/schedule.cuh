@@ -94,7 +94,7 @@ struct CtaHeads {
 __shared__ CtaHeads cta_heads_slot;
 
 /// Thread 0 of the CTA, before a __syncthreads that precedes the first cta_kv_head() or
-/// cta_mask_row().
+/// cta_mask_row<Mask>().
 template <class Mask, class Params>
 __device__ __forceinline__ void store_cta_heads(const Params& p, const CtaWork& work) {
   cta_heads_slot.kv_head = work.head / (p.heads / p.kv_heads);
@@ -107,8 +107,11 @@ __device__ __forceinline__ int cta_kv_head() {
   return load_shared_s32(smem_address(&cta_heads_slot.kv_head));
 }
 
+/// The mask row of Mask's data; masks whose policy takes no CTA order have no data: row 0,
+/// without a load.
+template <class Mask>
 __device__ __forceinline__ int cta_mask_row() {
-  return load_shared_s32(smem_address(&cta_heads_slot.mask_row));
+  return Mask::kOrderedCtas ? load_shared_s32(smem_address(&cta_heads_slot.mask_row)) : 0;
 }
 
 /// The CTA's work (start_cta has run with the same `order`).

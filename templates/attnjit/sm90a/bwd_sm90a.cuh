@@ -141,10 +141,9 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
 
   /// The mask state of the CTA's (head, batch), no rows yet, formed at its use (not held in
   /// registers across the loop) from the parameters and the CTA's mask row (read from shared
-  /// memory: no division per block; masks whose policy takes no CTA order have no mask data,
-  /// row 0).
+  /// memory: no division per block).
   __device__ __forceinline__ static MaskState key_mask_state(const BwdParams& p) {
-    return make_mask_state_at_row<kBlockN>(p, Mask::kOrderedCtas ? cta_mask_row() : 0);
+    return make_mask_state_at_row<kBlockN>(p, cta_mask_row<Mask>());
   }
 
   __device__ __forceinline__ void run(const BwdParams& p, const BwdTensorMaps& maps,

@@ -62,6 +62,9 @@ struct ForwardSm90a {
   static constexpr int kPvSteps = kBlockN / 16;   // k16 steps of P V
   static constexpr int kColumns = Mask::kColumns;
   static constexpr bool kElementBits = Mask::kElementBits;
+  /// The K stages' empty barrier takes one arrival per consumer warp, or per consumer thread
+  /// where the stages hold FlashMask values (release).
+  static constexpr bool kKReleasePerWarp = kColumns == 0;
   /// Named barriers: the consumers' turns (1 .. kConsumers) and their epilogues (after).
   static constexpr int kTurnBarrier = 1;
   static constexpr int kEpilogueBarrier = kTurnBarrier + kConsumers;
@@ -102,10 +105,9 @@ struct ForwardSm90a {
       store_cta_heads<Mask>(p, cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p)));
       mbarrier_init(base + kBarrierOffset, 1);
       // K stages: the TMA thread, plus the lanes' cp.async of the FlashMask values. Empty:
-      // one arrival per consumer warp, or per consumer thread where the stage holds FlashMask
-      // values (release).
+      // kKReleasePerWarp's arrivals. V stages: one arrival per consumer warp.
       Pipeline<kStages>{base + kKRingOffset}.init(1 + (kColumns > 0 ? 32 : 0),
-                                                  (kColumns > 0 ? 128 : 4) * kConsumers);
+                                                  (kKReleasePerWarp ? 4 : 128) * kConsumers);
       Pipeline<kStages>{base + kVRingOffset}.init(1, 4 * kConsumers);
       mbarrier_init_fence();
     }
@@ -155,7 +157,7 @@ struct ForwardSm90a {
       for (bool first = true;; first = false) {
         score_block(p, acc_s.tiles(), walk.block, walk.tile(block_mask_state(p), p.minmax),
                     base + kVectorOffset + k_state.index * kVectorStageBytes, consumer);
-        release<kColumns == 0>(k_ring, k_state);
+        release<kKReleasePerWarp>(k_ring, k_state);
         softmax.template step<Score>(p, acc_s, correction);
         wgmma_wait<0>();
         fence_accumulators(acc_o.tiles());
@@ -202,11 +204,11 @@ struct ForwardSm90a {
 
   /// The mask state of the CTA's rows, formed at its use (not hoisted into registers held
   /// across the key loop) from the parameters, the CTA's work and its mask row (read from
-  /// shared memory: no division per block; masks without a CTA order have no mask data, row
-  /// 0). The producer and the consumers walk the blocks with it.
+  /// shared memory: no division per block). The producer and the consumers walk the blocks
+  /// with it.
   __device__ __forceinline__ static MaskState block_mask_state(const FwdParams& p) {
     const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
-    MaskState ms = make_mask_state_at_row<kBlockN>(p, Mask::kOrderedCtas ? cta_mask_row() : 0);
+    MaskState ms = make_mask_state_at_row<kBlockN>(p, cta_mask_row<Mask>());
     ms.row_begin = static_cast<int>(opaque(u32(work.block))) * kBlockM;
     ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
     return ms;

@@ -77,6 +77,9 @@ std::vector<std::string> config_lines(const KernelRow& row, const KernelTiles& t
                  (warpgroups * start - producer) / (warpgroups - 1) / 8 * 8);
         break;
       }
+      case ConfigField::persistent:
+        constant("bool", "kPersistent", row.persistent(tiles, ir.spec, *ir.mask));
+        break;
     }
   }
   return lines;

@@ -34,6 +34,8 @@ std::string_view name_of(Extent extent) {
       return "gqa";
     case Extent::bits_budget:
       return "bits";
+    case Extent::sm_count:
+      return "SMs";
   }
   throw InternalError("unknown Extent");
 }

@@ -20,8 +20,9 @@ enum class Extent {
   gqa,          ///< 1 when H != Hkv, else 0
   bits_budget,  ///< bytes a predicate's element bits may take per table
                 ///< (ATTNJIT_PREDICATE_BITS_MIB)
+  sm_count,     ///< SMs of the launching device (persistent grids; 0 where none is current)
 };
-inline constexpr int kExtentCount = 8;
+inline constexpr int kExtentCount = 9;
 
 /// The values of the extents for one launch.
 struct LaunchExtents {

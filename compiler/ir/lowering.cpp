@@ -59,6 +59,8 @@ std::string_view name_of(ParamField field) {
       return "predicate_bits_dq";
     case ParamField::cta_order:
       return "cta_order";
+    case ParamField::work_counter:
+      return "work_counter";
     case ParamField::row_dot:
       return "row_dot";
     case ParamField::lse_log2:

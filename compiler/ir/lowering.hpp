@@ -113,6 +113,7 @@ enum class ParamField {
   predicate_bits,  ///< Fwd/BwdParams::predicate_bits
   predicate_bits_dq,  ///< BwdParams::predicate_bits_dq
   cta_order,          ///< Fwd/BwdParams::cta_order: the order of this kernel's CTAs
+  work_counter,       ///< FwdParams::work_counter: the works a persistent kernel's CTAs drew
   row_dot,            ///< BwdParams::row_dot
   lse_log2,           ///< BwdParams::lse_log2
   dq_accum,           ///< BwdParams::dq_accum

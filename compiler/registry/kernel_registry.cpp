@@ -228,7 +228,8 @@ LaunchGrid attention_grid(const KernelTiles& tiles, const Lowering& ir) {
   kernel.block_m = tiles.block_m;
   kernel.block_n = tiles.block_n;
   kernel.threads = tiles.threads();
-  return kernel_row(tiles.row).launch(kernel, ir).phases.front().grid;
+  const RowLaunch launch = kernel_row(tiles.row).launch(kernel, ir);
+  return launch.works ? *launch.works : launch.phases.front().grid;
 }
 
 ScratchBuffer minmax_table(int block_n, const Lowering& ir) {

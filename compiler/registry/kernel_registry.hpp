@@ -62,6 +62,9 @@ struct BufferNeed {
 struct RowLaunch {
   std::vector<LaunchPhase> phases;
   std::vector<ScalarBinding> scalars;
+  /// A persistent kernel's works, the grid its CTAs take in turn (schedule.cuh), which the
+  /// CTA order and its buffers count; other kernels' works are their first phase's grid.
+  std::optional<LaunchGrid> works;
 };
 
 /// Compile-time constants an attention template's Config takes (the emitter writes each).
@@ -78,6 +81,7 @@ enum class ConfigField {
   atomic_dq,
   ping_pong,       ///< kPingPong: consumer warpgroups take turns (head dims up to 128)
   register_split,  ///< kProducerRegisters (the row's producer_registers), kConsumerRegisters
+  persistent,      ///< kPersistent (the row's persistent)
 };
 
 /// One kernel kind in one family.
@@ -110,6 +114,9 @@ struct KernelRow {
   /// threads of the CTAs an SM holds): the registers the producer warpgroup keeps after
   /// setmaxnreg; the consumer warpgroups share the rest.
   int (*producer_registers)(const AttentionSpec&, const MaskLowering&) = nullptr;
+  /// Rows with ConfigField::persistent: whether the kernel with these tiles takes several works
+  /// per CTA (its launch then gives RowLaunch::works).
+  bool (*persistent)(const KernelTiles&, const AttentionSpec&, const MaskLowering&) = nullptr;
   /// Checks an explicit `tiles=` shape for this row; throws the `tiles` Error otherwise.
   TileCandidate (*explicit_tiles)(const TileShape&, const AttentionSpec&,
                                   const MaskLowering&) = nullptr;

@@ -42,7 +42,8 @@ std::vector<BufferNeed> backward_buffers(const KernelDesc& kernel, const Lowerin
 /// (2 * blocks, ceil(H / 2), B): heads taken in pairs (templates/attnjit/common/schedule.cuh).
 LaunchGrid paired_heads(const LaunchExpr& blocks);
 
-/// The grid of the attention kernel with tiles `tiles` (its row's first phase).
+/// The works of the attention kernel with tiles `tiles`: its row's first phase's grid, or a
+/// persistent kernel's works (RowLaunch::works).
 LaunchGrid attention_grid(const KernelTiles& tiles, const Lowering& ir);
 
 /// The min/max tables of the interval vectors per key block of `block_n` keys.

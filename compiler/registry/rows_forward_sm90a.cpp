@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <utility>
 
 #include "attnjit/error.hpp"
 #include "compiler/registry/rows.hpp"
@@ -124,24 +125,82 @@ bool fits_registers(const TileCandidate& c, const AttentionSpec& spec, const Mas
   return c.block_n <= widest_block_n(spec, mask);
 }
 
-constexpr std::array<ConfigField, 7> kConfig{ConfigField::head_dims_qk_v, ConfigField::block_m,
+constexpr std::array<ConfigField, 8> kConfig{ConfigField::head_dims_qk_v, ConfigField::block_m,
                                              ConfigField::block_n,        ConfigField::kv_stages,
                                              ConfigField::return_lse,     ConfigField::ping_pong,
-                                             ConfigField::register_split};
+                                             ConfigField::register_split, ConfigField::persistent};
 
 // Two CTAs of one consumer per SM, else one.
 int ctas_per_sm(const KernelTiles& tiles) {
   return tiles.block_m == 64 ? 2 : 1;
 }
 
-// fwd_sm90a.cuh's kSmemBytes: alignment slack, Q, the K and V stages, each K stage's FlashMask
-// values, the barriers.
-int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
+// fwd_sm90a.cuh's kSmemBytes without the O tile: alignment slack, Q, the K and V stages, each
+// K stage's FlashMask values, the barriers (Q full and empty, the rings'); and the O tile's
+// bytes.
+std::pair<int, int> smem_parts(const TileCandidate& c, const AttentionSpec& spec,
+                               const MaskLowering& mask) {
   const int element = size_of(spec.dtype);
   const int vectors = c.block_n * static_cast<int>(mask.vectors.size()) * 4;
-  return 1024 + c.block_m * spec.head_dim_qk * element +
-         c.kv_stages * (c.block_n * (spec.head_dim_qk + spec.head_dim_v) * element + vectors) + 8 +
-         2 * (2 * c.kv_stages * 8);
+  const int shared =
+      1024 + c.block_m * spec.head_dim_qk * element +
+      c.kv_stages * (c.block_n * (spec.head_dim_qk + spec.head_dim_v) * element + vectors) + 16 +
+      2 * (2 * c.kv_stages * 8);
+  return {shared, c.block_m * spec.head_dim_v * element};
+}
+
+// kPersistent: one CTA per SM takes works one after another (fwd_sm90a.cuh), so that a
+// work's first loads run under the previous work's last products and its O store under the
+// next work. For masks with a CTA order (FlashMask, predicate tables: works sorted heaviest
+// first, which the CTAs draw in that order from a counter), two consumers, head dims up to 128
+// (beyond, the consumers have no registers for the loop) and where shared memory holds an O
+// tile of its own (227 KB less 512 bytes of static shared variables). On the H100 (B=16 S=8192,
+// the FlashMask families) it took 0.80-1.00x the time at d64 and d128 (sliding window 0.84x,
+// share question and global + sliding window 0.91x; docs/benchmarks/2026-11-26-h100-forward-
+// persistent.md). Masks by index keep one CTA per work: their index order is not sorted by
+// weight, and no work was short enough to gain (2026-11-25-h100-forward-persistent.md).
+bool persistent(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
+  const auto [shared, o_tile] = smem_parts(c, spec, mask);
+  return (mask.needs_minmax || mask.element_predicate) && c.block_m == 128 &&
+         spec.head_dim_qk <= 128 && shared + o_tile <= 227 * 1024 - 512;
+}
+
+int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
+  const auto [shared, o_tile] = smem_parts(c, spec, mask);
+  return persistent(c, spec, mask) ? shared + o_tile : shared;
+}
+
+// The rule for the tiles the emitter binds (Config::kPersistent).
+bool persistent_tiles(const KernelTiles& tiles, const AttentionSpec& spec,
+                      const MaskLowering& mask) {
+  return persistent(warpgroups(spec.head_dim_qk, tiles.block_n, tiles.block_m / 64), spec, mask);
+}
+
+// The rule for a planned kernel of this row.
+bool persistent_kernel(const KernelDesc& kernel, const Lowering& ir) {
+  return persistent(warpgroups(ir.spec.head_dim_qk, kernel.block_n, kernel.block_m / 64), ir.spec,
+                    *ir.mask);
+}
+
+// Persistent: a 1-D grid of min(works, SMs) CTAs taking the works of the paired-head grid
+// (schedule.cuh) in the CTA order; else that grid, one CTA per work.
+RowLaunch work_launch(const KernelDesc& kernel, const Lowering& ir) {
+  const LaunchGrid works = paired_heads(ceil_div(Extent::seqlen_q, kernel.block_m));
+  if (!persistent_kernel(kernel, ir)) return single_phase(kernel, works);
+  RowLaunch launch =
+      single_phase(kernel, {min(works.x * works.y * works.z, Extent::sm_count), 1, 1});
+  launch.works = works;
+  return launch;
+}
+
+// The mask's buffers and, persistent, the counter from which the CTAs draw their works after
+// the first (zeroed before the launch).
+std::vector<BufferNeed> buffers(const KernelDesc& kernel, const Lowering& ir) {
+  std::vector<BufferNeed> needs = forward_buffers(kernel, ir);
+  if (persistent_kernel(kernel, ir)) {
+    needs.push_back({ParamField::work_counter, {"work_counter", 4, /*zeroed=*/true}});
+  }
+  return needs;
 }
 
 // `tiles=128xBNx12w`: two consumer warpgroups of 64 rows and a producer warpgroup,
@@ -194,8 +253,9 @@ KernelRow forward_warpgroup_sm90a() {
   row.fits = fits_registers;
   row.producer_registers = producer_registers;
   row.explicit_tiles = explicit_tiles;
-  row.launch = query_block_launch;
-  row.buffers = forward_buffers;
+  row.persistent = persistent_tiles;
+  row.launch = work_launch;
+  row.buffers = buffers;
   return row;
 }
 

@@ -3,11 +3,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
-#include "attnjit/error.hpp"
 #include "attnjit/common/params.cuh"
+#include "attnjit/error.hpp"
 #include "runtime/jit/driver.hpp"
 #include "runtime/launch/predicate_launch.hpp"
 #include "runtime/launch/tma.hpp"
@@ -57,6 +59,12 @@ void bind_attention(Params& p, ParamField field, void* pointer) {
       return;
     default:
       break;
+  }
+  if constexpr (std::is_same_v<Params, FwdParams>) {
+    if (field == ParamField::work_counter) {
+      p.work_counter = static_cast<unsigned*>(pointer);
+      return;
+    }
   }
   if constexpr (std::is_same_v<Params, BwdParams>) {
     float* values = static_cast<float*>(pointer);
@@ -219,7 +227,36 @@ void launch_block(Block block, const KernelDesc& kernel, const LaunchSchedule& s
   }
 }
 
+std::atomic<int> g_sm_count_limit{0};
+
+// The SMs of the current context's device (kept per thread for the last device), or 0 where
+// no context is current or no driver loads; at most set_sm_count_limit's.
+int current_sm_count() {
+  if (!runtime::driver_available()) return 0;
+  const runtime::DriverApi& api = runtime::driver();
+  CUcontext context = nullptr;
+  if (api.cuCtxGetCurrent(&context) != CUDA_SUCCESS || context == nullptr) return 0;
+  CUdevice device = 0;
+  runtime::check(api.cuCtxGetDevice(&device), "cuCtxGetDevice");
+  thread_local CUdevice cached_device = -1;
+  thread_local int cached_count = 0;
+  if (device != cached_device) {
+    int count = 0;
+    runtime::check(
+        api.cuDeviceGetAttribute(&count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
+        "cuDeviceGetAttribute(SM count)");
+    cached_device = device;
+    cached_count = count;
+  }
+  const int limit = g_sm_count_limit.load(std::memory_order_relaxed);
+  return limit > 0 ? std::min(limit, cached_count) : cached_count;
+}
+
 }  // namespace
+
+void set_sm_count_limit(int limit) {
+  g_sm_count_limit.store(limit, std::memory_order_relaxed);
+}
 
 LaunchExtents launch_extents(const Shapes& s) {
   LaunchExtents e;
@@ -231,6 +268,7 @@ LaunchExtents launch_extents(const Shapes& s) {
   e[Extent::mask_heads] = s.mask_heads;
   e[Extent::gqa] = s.heads != s.kv_heads ? 1 : 0;
   e[Extent::bits_budget] = static_cast<std::int64_t>(predicate_bits_budget());
+  e[Extent::sm_count] = current_sm_count();
   return e;
 }
 
@@ -289,11 +327,19 @@ void launch_plan(const KernelSet& set, const Params& attention, const Shapes& sh
                  const Workspace& workspace, CUstream stream, std::optional<KernelRole> only) {
   internal_check(set.plan.has_value(), "launch_plan needs a planned kernel set");
   const KernelPlan& plan = *set.plan;
-  const LaunchSchedule& schedule = cached_schedule(set, launch_extents(shapes));
+  LaunchExtents extents = launch_extents(shapes);
+  const LaunchSchedule* scheduled = &cached_schedule(set, extents);
   // The caller's workspace first: a bad one is the caller's error on any machine.
   const bool given = workspace.data != nullptr || workspace.bytes != 0;
-  if (given) check_workspace(workspace, schedule.workspace_bytes);
+  if (given) check_workspace(workspace, scheduled->workspace_bytes);
   const std::vector<LoadedKernel>& kernels = set.kernels_in_current_context();
+  if (extents[Extent::sm_count] == 0) {
+    // No context was current before the kernels were loaded: persistent grids need its SMs.
+    extents = launch_extents(shapes);
+    internal_check(extents[Extent::sm_count] > 0, "a current context has SMs");
+    scheduled = &cached_schedule(set, extents);
+  }
+  const LaunchSchedule& schedule = *scheduled;
   internal_check(kernels.size() == plan.kernels.size(), "one compiled kernel per planned kernel");
 
   std::optional<StreamScratch> owned;

@@ -19,8 +19,13 @@
 
 namespace attnjit::jit::detail {
 
-/// The extents a call's launch expressions read (ATTNJIT_PREDICATE_BITS_MIB for the bits).
+/// The extents a call's launch expressions read (ATTNJIT_PREDICATE_BITS_MIB for the bits;
+/// the SMs of the current context's device, 0 where no context is current).
 LaunchExtents launch_extents(const Shapes& shapes);
+
+/// Caps the SM count launch_extents gives (0: no cap), so that a persistent kernel's CTAs take
+/// many works each on small problems too (the GPU tests).
+void set_sm_count_limit(int limit);
 
 /// One launch of a plan's kernel for a call's extents.
 struct ScheduledLaunch {

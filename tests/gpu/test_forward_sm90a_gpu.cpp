@@ -24,6 +24,7 @@
 #include "gpu/checks.hpp"
 #include "gpu/gpu_case.hpp"
 #include "gpu/sm90_kernel.hpp"
+#include "runtime/launch/plan_launch.hpp"
 #include "support/sm90a_tiles.hpp"
 
 using namespace attnjit;
@@ -113,6 +114,30 @@ Case predicate_case(const std::string& text, std::vector<PredicateTensor> tensor
 TEST_CASE("sm90a forward matches the reference over the sweep", "[gpu][sm90a][forward]") {
   if (!gpu_test::sm90_device_or_skip("sm90a forward sweep")) return;
   for (const Case& c : forced(gpu_test::sweep_cases())) gpu_test::check_forward(c);
+}
+
+TEST_CASE("sm90a forward: CTAs that take many works each match the reference",
+          "[gpu][sm90a][forward]") {
+  // Under FlashMask (and predicate) masks the kernel is persistent up to head dim 128: with
+  // its grid capped at a few CTAs, each takes many query blocks from the work counter, heavy
+  // and light, across heads and batches, through the Q tile's phases and the rings running on
+  // from work to work. The other cases (d192, d256) run one CTA per work as before.
+  if (!gpu_test::sm90_device_or_skip("sm90a forward, many works per CTA")) return;
+  struct Reset {
+    ~Reset() { jit::detail::set_sm_count_limit(0); }
+  } reset;
+  std::vector<Case> cases;
+  for (const Case& c : gpu_test::sweep_cases()) {
+    const bool tables =
+        c.spec.mask.kind == MaskKind::flashmask || c.spec.mask.kind == MaskKind::predicate;
+    if (tables && c.batch * c.heads * ((c.seqlen_q + 127) / 128) >= 4) cases.push_back(c);
+  }
+  REQUIRE(cases.size() >= 10);
+  for (int ctas : {1, 3}) {
+    INFO("CTAs: " << ctas);
+    jit::detail::set_sm_count_limit(ctas);
+    for (const Case& c : forced(cases)) gpu_test::check_forward(c);
+  }
 }
 
 TEST_CASE("sm90a forward: rows with no visible key give O = 0 and LSE = -inf",

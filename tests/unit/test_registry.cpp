@@ -118,9 +118,9 @@ class PrintedExpr {
     REQUIRE(!word.empty());
     if (std::isdigit(static_cast<unsigned char>(word[0]))) return std::stoll(word);
     static const std::map<std::string, Extent> kNames{
-        {"B", Extent::batch}, {"Sq", Extent::seqlen_q},     {"Sk", Extent::seqlen_k},
-        {"H", Extent::heads}, {"Hkv", Extent::kv_heads},    {"Hm", Extent::mask_heads},
-        {"gqa", Extent::gqa}, {"bits", Extent::bits_budget}};
+        {"B", Extent::batch}, {"Sq", Extent::seqlen_q},      {"Sk", Extent::seqlen_k},
+        {"H", Extent::heads}, {"Hkv", Extent::kv_heads},     {"Hm", Extent::mask_heads},
+        {"gqa", Extent::gqa}, {"bits", Extent::bits_budget}, {"SMs", Extent::sm_count}};
     REQUIRE(kNames.count(word) == 1);
     return extents_[kNames.at(word)];
   }
@@ -189,7 +189,8 @@ TEST_CASE("the registry: one row per utility role, attention rows with their pie
     CHECK(row.smem_bytes != nullptr);
     CHECK((row.explicit_tiles != nullptr) == !row.tiles_suffixes.empty());
     CHECK(!row.config.empty());
-    const bool splits = std::ranges::find(row.config, ConfigField::register_split) != row.config.end();
+    const bool splits =
+        std::ranges::find(row.config, ConfigField::register_split) != row.config.end();
     CHECK(splits == (row.producer_registers != nullptr));
     // A family's kernels compile only where its instructions exist.
     if (row.family == KernelFamily::sm90a) {
@@ -265,7 +266,9 @@ TEST_CASE("every plan's kernels read only buffers an earlier kernel wrote", "[pa
     INFO(text);
     const Lowering ir = lower(parse_spec(text));
     const KernelPlan& plan = *ir.plan;
+    // Zeroed buffers start written (the runtime clears them before the first kernel).
     std::vector<bool> written(plan.scratch.size(), false);
+    for (std::size_t b = 0; b < plan.scratch.size(); ++b) written[b] = plan.scratch[b].zeroed;
     std::vector<bool> bound(plan.scratch.size(), false);
     for (const KernelDesc& kernel : plan.kernels) {
       INFO(kernel.name);
@@ -305,7 +308,8 @@ TEST_CASE("the grids the IR prints are the grids the runtime launches", "[pass][
       for (const Shape& s : shapes) {
         const jit::detail::Shapes shape{s.batch, s.seqlen_q, s.seqlen_k,
                                         s.heads, s.kv_heads, s.mask_heads};
-        const LaunchExtents extents = jit::detail::launch_extents(shape);
+        LaunchExtents extents = jit::detail::launch_extents(shape);
+        extents[Extent::sm_count] = 132;  // an H100's (no device here): persistent grids launch
         const jit::detail::LaunchSchedule schedule = jit::detail::schedule_plan(*ir.plan, extents);
         // Every printed grid with no zero dimension is launched, in order, as printed.
         std::size_t launched = 0;
@@ -332,6 +336,44 @@ TEST_CASE("the grids the IR prints are the grids the runtime launches", "[pass][
   }
 }
 
+TEST_CASE("the sm90a forward under tables is persistent: min(works, SMs) CTAs", "[pass][runtime]") {
+  const Lowering ir = lower(
+      parse_spec("dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1) target=sm_90a"));
+  const KernelDesc& forward = *ir.plan->find(KernelRole::forward);
+  REQUIRE(forward.row == "forward.warpgroup.sm90a");
+  REQUIRE(forward.phases.size() == 1);
+  CHECK(forward.phases[0].grid.to_string() == "(min(2*ceil(Sq/128)*ceil(H/2)*B, SMs), 1, 1)");
+  // Not persistent (d256; masks without a CTA order): a CTA per work, on the paired-head grid.
+  for (const char* spec : {"dtype=bf16 head_dim=256 mask=flashmask(causal=true,columns=1)",
+                           "dtype=bf16 head_dim=128 mask=causal"}) {
+    const Lowering plain = lower(parse_spec(fmt::format("{} target=sm_90a", spec)));
+    CHECK(plain.plan->find(KernelRole::forward)->phases[0].grid.to_string() ==
+          "(2*ceil(Sq/128), ceil(H/2), B)");
+  }
+  const KernelDesc& order = *ir.plan->find(KernelRole::cta_order);
+  const jit::detail::Shapes shape{3, 1000, 1000, 5, 5, 1};
+  for (const int sms : {132, 20}) {
+    LaunchExtents extents = jit::detail::launch_extents(shape);
+    extents[Extent::sm_count] = sms;
+    const jit::detail::LaunchSchedule schedule = jit::detail::schedule_plan(*ir.plan, extents);
+    // Works: 2 * 8 query blocks x 3 head pairs x 3 batches = 144.
+    bool found = false;
+    for (const jit::detail::ScheduledLaunch& launch : schedule.launches) {
+      if (&ir.plan->kernels[launch.kernel] != &forward) continue;
+      found = true;
+      CHECK(launch.grid ==
+            std::array<unsigned, 3>{static_cast<unsigned>(std::min(144, sms)), 1, 1});
+    }
+    CHECK(found);
+    // The CTA order sorts every work, whatever the launch's CTA count.
+    for (const ScalarBinding& scalar : order.scalars) {
+      if (scalar.field == ParamScalar::grid_x) CHECK(scalar.value.evaluate(extents) == 16);
+      if (scalar.field == ParamScalar::grid_y) CHECK(scalar.value.evaluate(extents) == 3);
+      if (scalar.field == ParamScalar::grid_z) CHECK(scalar.value.evaluate(extents) == 3);
+    }
+  }
+}
+
 TEST_CASE("the workspace holds every scratch buffer, aligned, and is zero without any",
           "[pass][runtime]") {
   const Lowering ir = lower(
@@ -351,6 +393,17 @@ TEST_CASE("the workspace holds every scratch buffer, aligned, and is zero withou
   CHECK(schedule.workspace_bytes >= end);
   // dQ accumulator: B * H * Sq * d fp32; GQA partials: 2 of B * H * Sk * d fp32.
   CHECK(schedule.workspace_bytes >= 2u * 8 * 1000 * 128 * 4 * 3);
-  const Lowering plain = lower(parse_spec("dtype=bf16 head_dim=128 mask=causal target=sm_90a"));
-  CHECK(jit::detail::schedule_plan(*plain.plan, extents).workspace_bytes == 0);
+  for (const char* target : {"sm_80", "sm_90a"}) {
+    const Lowering plain =
+        lower(parse_spec(fmt::format("dtype=bf16 head_dim=128 mask=causal target={}", target)));
+    CHECK(jit::detail::schedule_plan(*plain.plan, extents).workspace_bytes == 0);
+  }
+  // The persistent sm90a forward's work counter, zeroed before the launch.
+  const Lowering persistent = lower(
+      parse_spec("dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1) target=sm_90a"));
+  const auto counter = std::ranges::find_if(
+      persistent.plan->scratch, [](const ScratchBuffer& b) { return b.name == "work_counter"; });
+  REQUIRE(counter != persistent.plan->scratch.end());
+  CHECK(counter->zeroed);
+  CHECK(counter->bytes.evaluate(extents) == 4);
 }

@@ -82,6 +82,9 @@ struct BwdTensorMaps {
 struct FwdParams : AttentionParams {
   void* o;     ///< [B, Sq, H, Dv]
   float* lse;  ///< [B, H, Sq] (natural log); written only when the spec returns it
+  /// Persistent kernels: the works drawn so far beyond each CTA's first (zeroed before the
+  /// launch); null otherwise.
+  unsigned* work_counter;
 };
 
 /// Arguments of the backward kernels. Scratch buffers (fp32, contiguous) belong to one

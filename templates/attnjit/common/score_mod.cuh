@@ -42,13 +42,17 @@ struct ScoreMod {
   /// the head's slope (cached after the first key block). Without modifiers it emits no code.
   template <bool kOrderedCtas, class Params>
   __device__ __forceinline__ static ScoreMod make(const Params& p) {
+    return make_for_head(p, kAlibi ? cta_work<true>(cta_order_of<kOrderedCtas>(p)).head : 0);
+  }
+
+  /// make() for query head `head` (persistent kernels, whose CTAs take several works).
+  template <class Params>
+  __device__ __forceinline__ static ScoreMod make_for_head(const Params& p, int head) {
     ScoreMod m;
     m.scale_log2 = p.scale_log2;
     m.softcap_exp2 = p.softcap_exp2;
     m.softcap_log2 = p.softcap_log2;
-    m.slope_log2 = kAlibi ? p.alibi_slopes[cta_work<true>(cta_order_of<kOrderedCtas>(p)).head] *
-                                1.4426950408889634f
-                          : 0.f;
+    m.slope_log2 = kAlibi ? p.alibi_slopes[head] * 1.4426950408889634f : 0.f;
     return m;
   }
 

@@ -21,10 +21,19 @@
 // warp walks the key blocks itself (key_block_walk.cuh). The epilogue writes O through shared
 // memory and TMA (fwd_sm90a_epilogue.cuh).
 //
+// kPersistent (the registry's rule: masks with a CTA order, two consumers, head dims up to
+// 128): a grid of min(works, SMs) CTAs, each taking works (query blocks) of the CTA order,
+// which sorts them heaviest first: launch index blockIdx.x, then those its producer draws from
+// a counter (fwd_sm90a_producer.cuh's draw_work). The producer
+// decodes each work, publishes it in a shared slot (two, by the works' parity) and loads the
+// next work's first K block and Q while the consumers end the current one (the Q tile's empty
+// barrier), the rings running on from work to work; O goes out through a tile of its own, its
+// store running under the next work. Otherwise one CTA per work (schedule.cuh's CTA order).
+//
 // Config (bound by the generated code): Element, kHeadDimQK, kHeadDimV, kBlockM, kBlockN,
-// kStages, kReturnLse, kPingPong, kProducerRegisters, kConsumerRegisters. Score: a ScoreMod.
-// The kernel takes (FwdParams, FwdTensorMaps), 128 (1 + kConsumers) threads, one CTA per SM
-// (two of one consumer).
+// kStages, kReturnLse, kPingPong, kProducerRegisters, kConsumerRegisters, kPersistent. Score: a
+// ScoreMod. The kernel takes (FwdParams, FwdTensorMaps), 128 (1 + kConsumers) threads, one CTA
+// per SM (two of one consumer).
 #pragma once
 
 #include "attnjit/sm90a/barrier.cuh"
@@ -45,6 +54,10 @@
 #include "attnjit/sm90a/wgmma.cuh"
 
 namespace attnjit {
+
+/// The work slots of a persistent forward CTA (ForwardSm90a::work_slot_address): two works of
+/// five words each.
+__shared__ int persistent_work_slots[2][5];
 
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
 struct ForwardSm90a {
@@ -83,27 +96,42 @@ struct ForwardSm90a {
   typedef ForwardProducer<ForwardSm90a> Producer;
   static constexpr int kVectorStageBytes = kBlockN * kColumns * 4;
 
-  // Shared memory from a 1024-byte aligned base: Q, the K stages, the V stages, the
-  // FlashMask values of each K stage, the barriers.
+  static constexpr bool kPersistent = Config::kPersistent;
+  static_assert(!kPersistent || (Mask::kOrderedCtas && kConsumers == 2),
+                "persistent: works sorted by a CTA order, two consumers");
+
+  // Shared memory from a 1024-byte aligned base: Q, the K stages, the V stages, the O tile
+  // (kPersistent), the FlashMask values of each K stage, the barriers (Q full, Q empty, the
+  // K ring's, the V ring's).
   static constexpr int kKOffset = QTile::kBytes;
   static constexpr int kVOffset = kKOffset + kStages * KvTile::kBytes;
-  static constexpr int kVectorOffset = kVOffset + kStages * KvTile::kBytes;
+  static constexpr int kOOffset = kPersistent ? kVOffset + kStages * KvTile::kBytes : 0;
+  static constexpr int kVectorOffset =
+      kVOffset + kStages * KvTile::kBytes + (kPersistent ? QTile::kBytes : 0);
   static constexpr int kBarrierOffset = kVectorOffset + kStages * kVectorStageBytes;
-  static constexpr int kKRingOffset = kBarrierOffset + 8;
+  static constexpr int kQEmptyOffset = kBarrierOffset + 8;
+  static constexpr int kKRingOffset = kQEmptyOffset + 8;
   static constexpr int kVRingOffset = kKRingOffset + Pipeline<kStages>::kBytes;
   /// Dynamic shared memory, alignment slack included.
   static constexpr int kSmemBytes = 1024 + kVRingOffset + Pipeline<kStages>::kBytes;
+  /// kPersistent: the Q tile is free for the next work's Q once every consumer warp's last
+  /// Q K^T of the current work has completed.
+  static constexpr int kQEmptyArrivals = 4 * kConsumers;
 
   __device__ __forceinline__ void run(const FwdParams& p, const FwdTensorMaps& maps,
                                       unsigned char* smem_raw) {
-    // The CTA order (schedule.cuh) when the mask has one; otherwise heaviest rows first.
-    start_cta<false>(cta_order_of<Mask::kOrderedCtas>(p));
-    if (cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p)).head >= p.heads) return;
-
+    if constexpr (!kPersistent) {
+      // The CTA order (schedule.cuh) when the mask has one; otherwise heaviest rows first.
+      start_cta<false>(cta_order_of<Mask::kOrderedCtas>(p));
+      if (cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p)).head >= p.heads) return;
+    }
     const u32 base = (smem_address(smem_raw) + 1023) & ~1023u;
     if (threadIdx.x == 0) {
-      store_cta_heads<Mask>(p, cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p)));
+      if constexpr (!kPersistent) {
+        store_cta_heads<Mask>(p, cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p)));
+      }
       mbarrier_init(base + kBarrierOffset, 1);
+      mbarrier_init(base + kQEmptyOffset, kQEmptyArrivals);
       // K stages: the TMA thread, plus the lanes' cp.async of the FlashMask values. Empty:
       // kKReleasePerWarp's arrivals. V stages: one arrival per consumer warp.
       Pipeline<kStages>{base + kKRingOffset}.init(1 + (kColumns > 0 ? 32 : 0),
@@ -119,17 +147,60 @@ struct ForwardSm90a {
       return;
     }
     warpgroup_registers_increase<Config::kConsumerRegisters>();
-    consume(p, maps, base, warpgroup_index() - 1);
-  }
-
-  /// A consumer warpgroup: rows [64 consumer, 64 consumer + 64) of the query block. Its
-  /// registers hold the accumulators (O, S, P) and little else: shared addresses and the mask
-  /// state are formed where used (the block walk, partial blocks).
-  __device__ __forceinline__ void consume(const FwdParams& p, const FwdTensorMaps& maps, u32 base,
-                                          int consumer) {
+    const int consumer = warpgroup_index() - 1;
     const Pipeline<kStages> k_ring{base + kKRingOffset};
     const Pipeline<kStages> v_ring{base + kVRingOffset};
     PipelineState<kStages> k_state, v_state;
+    if constexpr (!kPersistent) {
+      consume(p, maps, base, consumer, k_ring, v_ring, k_state, v_state, 0);
+    } else {
+      // The producer publishes each work in its slot before its Q arrives; a slot without a
+      // work ends the loop.
+      for (u32 parity = 0;; parity ^= 1) {
+        mbarrier_wait(base + kBarrierOffset, parity);
+        if (load_shared_s32(work_slot_address(parity, kSlotBlock)) < 0) break;
+        consume(p, maps, base, consumer, k_ring, v_ring, k_state, v_state, parity);
+      }
+      // Shared memory must stay until the last O store has read it.
+      if (threadIdx.x % 128 == 0) tma_store_wait_read<0>();
+    }
+  }
+
+  /// The work slots of a persistent CTA: the works of parity 0 and 1 (the number of works the
+  /// CTA took before, mod 2), written by the producer once the consumers no longer read the
+  /// work two before (Q empty of the work before: they have passed its epilogue), read where
+  /// used (volatile loads: not held in registers across the key loop). block < 0: no work.
+  enum SlotWord { kSlotBlock, kSlotHead, kSlotBatch, kSlotKvHead, kSlotMaskRow };
+  __device__ __forceinline__ static u32 work_slot_address(u32 parity, int word) {
+    return smem_address(&persistent_work_slots[parity][word]);
+  }
+
+  /// The work a warp is on: of parity `parity` (kPersistent), else the CTA's.
+  __device__ __forceinline__ static CtaWork current_work(const FwdParams& p, u32 parity) {
+    if constexpr (kPersistent) {
+      return {load_shared_s32(work_slot_address(parity, kSlotBlock)),
+              load_shared_s32(work_slot_address(parity, kSlotHead)),
+              load_shared_s32(work_slot_address(parity, kSlotBatch))};
+    } else {
+      return cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
+    }
+  }
+
+  /// The K/V head of the current work.
+  __device__ __forceinline__ static int current_kv_head(u32 parity) {
+    if constexpr (kPersistent) return load_shared_s32(work_slot_address(parity, kSlotKvHead));
+    return cta_kv_head();
+  }
+
+  /// A consumer warpgroup's share of one work: rows [64 consumer, 64 consumer + 64) of the
+  /// query block of parity `parity`. Its registers hold the accumulators (O, S, P) and little
+  /// else: shared addresses and the mask state are formed where used (the block walk, partial
+  /// blocks).
+  __device__ __forceinline__ void consume(const FwdParams& p, const FwdTensorMaps& maps, u32 base,
+                                          int consumer, const Pipeline<kStages>& k_ring,
+                                          const Pipeline<kStages>& v_ring,
+                                          PipelineState<kStages>& k_state,
+                                          PipelineState<kStages>& v_state, u32 parity) {
     WarpgroupAccumulator<kHeadDim> acc_o;
     acc_o.fill(0.f);
     WarpgroupAccumulator<kBlockN> acc_s;
@@ -140,9 +211,10 @@ struct ForwardSm90a {
 
     // Every warp walks the blocks itself (key_block_walk.cuh).
     WarpKeyBlockWalk<Mask, kBlockN> walk;
-    walk.begin(block_mask_state(p), p.minmax);
-    // The epilogue reuses Q's rows: the Q copy must have landed even when no block follows.
-    mbarrier_wait(base + kBarrierOffset, 0);
+    walk.begin(block_mask_state(p, parity), p.minmax);
+    // Every work's Q is waited for, also when no block follows: the epilogue may write into
+    // the Q tile (one CTA per work), and the Q tile's phases stay in step with the producer's.
+    mbarrier_wait(base + kBarrierOffset, parity);
     if (walk.more()) {
       k_ring.consumer_wait(k_state);
       turn_begin(consumer, /*first=*/true);
@@ -155,15 +227,15 @@ struct ForwardSm90a {
       // The loop is rotated so that the score step has one copy (code size is compile time):
       // S of the block is ready at the top; O += P V of the block before is in flight.
       for (bool first = true;; first = false) {
-        score_block(p, acc_s.tiles(), walk.block, walk.tile(block_mask_state(p), p.minmax),
-                    base + kVectorOffset + k_state.index * kVectorStageBytes, consumer);
+        score_block(p, acc_s.tiles(), walk.block, walk.tile(block_mask_state(p, parity), p.minmax),
+                    base + kVectorOffset + k_state.index * kVectorStageBytes, consumer, parity);
         release<kKReleasePerWarp>(k_ring, k_state);
         softmax.template step<Score>(p, acc_s, correction);
         wgmma_wait<0>();
         fence_accumulators(acc_o.tiles());
         if (!first) release(v_ring, v_state);
         to_operand_a<Element>(acc_s, p_frag);
-        walk.next(block_mask_state(p), p.minmax);
+        walk.next(block_mask_state(p, parity), p.minmax);
         if (!walk.more()) break;
         k_ring.consumer_wait(k_state);
         // S of the next block is issued before O += P V of this one, and the next score step
@@ -182,6 +254,8 @@ struct ForwardSm90a {
         wgmma_wait<1>();
         fence_accumulators(acc_s.tiles());
       }
+      // The work's Q K^T products have all completed: the next work's Q may land.
+      release_q(base);
       turn_begin(consumer, false);
       OnlineSoftmax<1>::rescale(acc_o, correction);
       v_ring.consumer_wait(v_state);
@@ -193,22 +267,35 @@ struct ForwardSm90a {
       fence_accumulators(acc_o.tiles());
       release(v_ring, v_state);
       // Every consumer takes as many turns; consumer 0 takes the last hand-over, so no
-      // arrival stays pending at exit.
+      // arrival stays pending at exit (or at the next work, which consumer 0 starts).
       if (kPingPong && consumer == 0) named_barrier_sync(kTurnBarrier, 256);
+    } else {
+      release_q(base);
     }
-    const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
-    forward_epilogue<Element, QTile, Config::kReturnLse, kEpilogueBarrier, Score>(
-        p, maps.o, acc_o, softmax, base, consumer, work.block * kBlockM + 64 * consumer, work.head,
-        work.batch);
+    const CtaWork work = current_work(p, parity);
+    forward_epilogue<Element, QTile, Config::kReturnLse, kEpilogueBarrier, Score, kPersistent>(
+        p, maps.o, acc_o, softmax, base + kOOffset, consumer,
+        work.block * kBlockM + 64 * consumer, work.head, work.batch);
   }
 
-  /// The mask state of the CTA's rows, formed at its use (not hoisted into registers held
-  /// across the key loop) from the parameters, the CTA's work and its mask row (read from
+  /// kPersistent: frees the Q tile for the next work's copy once this warp's Q K^T products
+  /// have completed (lane 0, after the warp's waits).
+  __device__ __forceinline__ static void release_q(u32 base) {
+    if constexpr (kPersistent) {
+      __syncwarp();
+      if (threadIdx.x % 32 == 0) mbarrier_arrive(base + kQEmptyOffset);
+    }
+  }
+
+  /// The mask state of the current work's rows, formed at its use (not hoisted into registers
+  /// held across the key loop) from the parameters, the work and its mask row (read from
   /// shared memory: no division per block). The producer and the consumers walk the blocks
   /// with it.
-  __device__ __forceinline__ static MaskState block_mask_state(const FwdParams& p) {
-    const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
-    MaskState ms = make_mask_state_at_row<kBlockN>(p, cta_mask_row<Mask>());
+  __device__ __forceinline__ static MaskState block_mask_state(const FwdParams& p, u32 parity) {
+    const CtaWork work = current_work(p, parity);
+    MaskState ms = make_mask_state_at_row<kBlockN>(
+        p, kPersistent ? load_shared_s32(work_slot_address(parity, kSlotMaskRow))
+                       : cta_mask_row<Mask>());
     ms.row_begin = static_cast<int>(opaque(u32(work.block))) * kBlockM;
     ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
     return ms;
@@ -269,19 +356,19 @@ struct ForwardSm90a {
   /// the predicate's stored bits or its expression).
   __device__ __forceinline__ static void score_block(const FwdParams& p, float (&s)[kSTiles][4],
                                                      int block, int tile, u32 vectors,
-                                                     int consumer) {
+                                                     int consumer, u32 parity) {
     const int lane = threadIdx.x % 32;
     const int g = lane / 4;
     const int t = lane % 4;
     const int warp_row = 64 * consumer + 16 * ((threadIdx.x / 32) % 4);  // in the query block
     const int key0 = block * kBlockN;
     if constexpr (Score::kActive) {
-      const MaskState ms = block_mask_state(p);
-      modify_scores<Score, Mask::kOrderedCtas>(p, s, ms.row_begin + warp_row + g, key0, ms.diagonal,
-                                               t);
+      const MaskState ms = block_mask_state(p, parity);
+      modify_scores<Score>(p, s, ms.row_begin + warp_row + g, key0, ms.diagonal, t,
+                           current_work(p, parity).head);
     }
     if (tile_kind(tile) != kTilePartial) return;
-    const MaskState ms = block_mask_state(p);
+    const MaskState ms = block_mask_state(p, parity);
     if constexpr (kElementBits) {
       const unsigned long long hidden =
           tile_bits_slot(tile) >= 0 ? Mask::template fragment_bits<kSTiles>(

@@ -1,7 +1,11 @@
 // The producer of the sm90a forward (fwd_sm90a.cuh): one warp walks the key blocks the
-// CTA's query block visits (WarpKeyBlockWalk: last block first, skipped blocks never loaded)
-// and feeds the two rings of the consumers with TMA copies:
-//   Q                   once, onto its own barrier;
+// query block of each work visits (WarpKeyBlockWalk: last block first, skipped blocks never
+// loaded) and feeds the two rings of the consumers with TMA copies:
+//   Q                   once per work, onto its own barrier; a persistent CTA's next Q once
+//                       the consumers have freed the tile (Q empty), after it decoded the
+//                       next work, classified its first blocks and published it (the work
+//                       slot), so that the work's first loads run while the consumers end
+//                       the work before;
 //   K ring, stage s     K of a block and, with FlashMask vectors, their values for the
 //                       block's keys (cp.async by the warp's lanes, arriving through .noinc);
 //   V ring              V of the block before, so the consumers find K of block j + 1 ahead
@@ -34,32 +38,122 @@ struct ForwardProducer {
   static constexpr int kColumns = Mask::kColumns;
   static constexpr int kVectorStageBytes = Kernel::kVectorStageBytes;
 
-  /// Runs the whole walk; every lane of the warp calls it. The shared addresses are formed
-  /// from `base` where used: the producer has few registers.
+  /// Runs the walks of the CTA's works; every lane of the warp calls it. The shared addresses
+  /// are formed from `base` where used: the producer has few registers.
   __device__ __forceinline__ static void run(const FwdParams& p, const FwdTensorMaps& maps,
                                              u32 base) {
     const int lane = threadIdx.x % 32;
     if (lane == 0) {
-      const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
       tma_prefetch_map(maps.q);
       tma_prefetch_map(maps.k);
       tma_prefetch_map(maps.v);
-      const u32 q_full = base + Kernel::kBarrierOffset;
-      mbarrier_arrive_expect_tx(q_full, QTile::kBytes);
-#pragma unroll
-      for (int panel = 0; panel < kHeadDim / QTile::kPanelCols; ++panel) {
-        tma_load(base + panel * QTile::kPanelBytes, maps.q, q_full, panel * QTile::kPanelCols,
-                 work.block * kBlockM, work.head, work.batch);
-      }
     }
-
-    // The mask state and the CTA's work are formed again where used (Kernel::
-    // block_mask_state), not held: the loop then fits the producer's few registers.
     const Pipeline<kStages> k_ring{base + Kernel::kKRingOffset};
     const Pipeline<kStages> v_ring{base + Kernel::kVRingOffset};
     PipelineState<kStages> k_state, v_state;
-    WarpKeyBlockWalk<Mask, kBlockN> walk;
-    walk.begin(Kernel::block_mask_state(p), p.minmax);
+    if constexpr (!Kernel::kPersistent) {
+      if (lane == 0) load_q(p, maps, base, cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p)));
+      // The mask state and the CTA's work are formed again where used (Kernel::
+      // block_mask_state), not held: the loop then fits the producer's few registers.
+      WarpKeyBlockWalk<Mask, kBlockN> walk;
+      walk.begin(Kernel::block_mask_state(p, 0), p.minmax);
+      run_walk(p, maps, base, k_ring, v_ring, k_state, v_state, walk, 0);
+    } else {
+      // Works after each CTA's first are drawn from the counter, one ahead: the draw and the
+      // order's entry of the next work load while this one's blocks are walked.
+      const unsigned works = grid_x(p) * grid_y(p) * static_cast<unsigned>(p.batch);
+      unsigned launched = blockIdx.x;
+      unsigned natural = natural_index(p, launched, works);
+      u32 parity = 0;
+      while (launched < works) {
+        const unsigned next = draw_work(p);
+        const unsigned next_natural = natural_index(p, next, works);
+        const CtaWork work = natural_cta_work_at<false>(natural, grid_x(p), grid_y(p));
+        // The missing half of the last pair of an odd head count is no work.
+        if (work.head < p.heads) {
+          const int mask_row = Mask::mask_row(p, work.head, work.batch);
+          // The first blocks are classified (the walk's table reads) before the wait.
+          MaskState ms = make_mask_state_at_row<kBlockN>(p, mask_row);
+          ms.row_begin = work.block * kBlockM;
+          ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
+          WarpKeyBlockWalk<Mask, kBlockN> walk;
+          walk.begin(ms, p.minmax);
+          // The Q tile and the work's slot are free once the consumers' last Q K^T products
+          // of the work before have completed (the first work passes on the fresh barrier).
+          mbarrier_wait(base + Kernel::kQEmptyOffset, parity ^ 1);
+          if (lane == 0) {
+            const int words[] = {work.block, work.head, work.batch,
+                                 work.head / (p.heads / p.kv_heads), mask_row};
+#pragma unroll
+            for (int w = 0; w < 5; ++w) {
+              store_shared_u32(Kernel::work_slot_address(parity, w), static_cast<u32>(words[w]));
+            }
+            // The Q full arrival publishes the slot.
+            load_q(p, maps, base, work);
+          }
+          __syncwarp();
+          run_walk(p, maps, base, k_ring, v_ring, k_state, v_state, walk, parity);
+          parity ^= 1;
+        }
+        launched = next;
+        natural = next_natural;
+      }
+      // None left: a slot without a work, once the consumers no longer read the slot.
+      mbarrier_wait(base + Kernel::kQEmptyOffset, parity ^ 1);
+      if (lane == 0) {
+        store_shared_u32(Kernel::work_slot_address(parity, 0), ~0u);
+        mbarrier_arrive(base + Kernel::kBarrierOffset);
+      }
+    }
+  }
+
+  /// The grid of works, (2 * query blocks, ceil(H / 2), B) as schedule.cuh orders it.
+  __device__ __forceinline__ static unsigned grid_x(const FwdParams& p) {
+    return 2 * static_cast<unsigned>((p.seqlen_q + kBlockM - 1) / kBlockM);
+  }
+  __device__ __forceinline__ static unsigned grid_y(const FwdParams& p) {
+    return static_cast<unsigned>((p.heads + 1) / 2);
+  }
+
+  /// The launch index of the CTA's next work (every lane gets lane 0's draw): the works after
+  /// each CTA's first go out in order, to whichever producer draws first, as the hardware
+  /// hands out CTAs, so that the works running at once stay neighbours in the CTA order and
+  /// share their operands in L2 (cta_order.cuh; dealt out in a fixed pattern, the CTAs drifted
+  /// apart and the L2 hit rate fell from 89% to 68%).
+  __device__ __forceinline__ static unsigned draw_work(const FwdParams& p) {
+    unsigned next = 0;
+    if (threadIdx.x % 32 == 0) next = atomicAdd(p.work_counter, 1u) + gridDim.x;
+    return __shfl_sync(0xffffffffu, next, 0);
+  }
+
+  /// The natural index (schedule.cuh) of the work at launch index `launched` of the CTA order,
+  /// or 0 past the last work.
+  __device__ __forceinline__ static unsigned natural_index(const FwdParams& p, unsigned launched,
+                                                          unsigned works) {
+    return launched < works ? static_cast<unsigned>(p.cta_order[launched]) : 0u;
+  }
+
+  /// Q of `work`, onto the Q tile's full barrier (lane 0).
+  __device__ __forceinline__ static void load_q(const FwdParams& p, const FwdTensorMaps& maps,
+                                                u32 base, const CtaWork& work) {
+    const u32 q_full = base + Kernel::kBarrierOffset;
+    mbarrier_arrive_expect_tx(q_full, QTile::kBytes);
+#pragma unroll
+    for (int panel = 0; panel < kHeadDim / QTile::kPanelCols; ++panel) {
+      tma_load(base + panel * QTile::kPanelBytes, maps.q, q_full, panel * QTile::kPanelCols,
+               work.block * kBlockM, work.head, work.batch);
+    }
+  }
+
+  /// The K and V copies of the work of parity `parity`, its walk begun.
+  __device__ __forceinline__ static void run_walk(const FwdParams& p, const FwdTensorMaps& maps,
+                                                  u32 base, const Pipeline<kStages>& k_ring,
+                                                  const Pipeline<kStages>& v_ring,
+                                                  PipelineState<kStages>& k_state,
+                                                  PipelineState<kStages>& v_state,
+                                                  WarpKeyBlockWalk<Mask, kBlockN>& walk,
+                                                  u32 parity) {
+    const int lane = threadIdx.x % 32;
     int previous = -1;
     for (;;) {
       const bool more = walk.more();
@@ -68,10 +162,10 @@ struct ForwardProducer {
         if (lane == 0) {
           k_ring.producer_commit(k_state, Tile::kBytes);
           load_panels(p, maps.k, base + Kernel::kKOffset + k_state.index * Tile::kBytes,
-                      k_ring.full(k_state.index), walk.block);
+                      k_ring.full(k_state.index), walk.block, parity);
         }
         if constexpr (kColumns > 0) {
-          load_vectors(p, Kernel::block_mask_state(p), walk.block,
+          load_vectors(p, Kernel::block_mask_state(p, parity), walk.block,
                        base + Kernel::kVectorOffset + k_state.index * kVectorStageBytes);
           k_ring.producer_commit_cp_async(k_state);
         }
@@ -82,22 +176,22 @@ struct ForwardProducer {
         if (lane == 0) {
           v_ring.producer_commit(v_state, Tile::kBytes);
           load_panels(p, maps.v, base + Kernel::kVOffset + v_state.index * Tile::kBytes,
-                      v_ring.full(v_state.index), previous);
+                      v_ring.full(v_state.index), previous, parity);
         }
         v_state.advance();
       }
       if (!more) break;
       previous = walk.block;
-      walk.next(Kernel::block_mask_state(p), p.minmax);
+      walk.next(Kernel::block_mask_state(p, parity), p.minmax);
     }
   }
 
-  /// The panels of K or V block `block` of the CTA's (kv head, batch), keys past Sk read as
-  /// zeros.
+  /// The panels of K or V block `block` of the current work's (kv head, batch), keys past Sk
+  /// read as zeros.
   __device__ __forceinline__ static void load_panels(const FwdParams& p, const TensorMap& map,
-                                                     u32 dst, u32 bar, int block) {
-    const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
-    const int kv_head = cta_kv_head();
+                                                     u32 dst, u32 bar, int block, u32 parity) {
+    const CtaWork work = Kernel::current_work(p, parity);
+    const int kv_head = Kernel::current_kv_head(parity);
 #pragma unroll
     for (int panel = 0; panel < kHeadDim / Tile::kPanelCols; ++panel) {
       tma_load(dst + panel * Tile::kPanelBytes, map, bar, panel * Tile::kPanelCols, block * kBlockN,

@@ -11,12 +11,13 @@
 namespace attnjit {
 
 /// Applies the score modifiers (before the mask, which then sets -inf: a modifier would turn
-/// -inf into a number). row0: the thread's first query row in the sequence.
-template <class Score, bool kOrderedCtas, int kTiles, class Params>
+/// -inf into a number). row0: the thread's first query row in the sequence; head: its query
+/// head.
+template <class Score, int kTiles, class Params>
 __device__ __forceinline__ void modify_scores(const Params& p, float (&s)[kTiles][4], int row0,
-                                              int key0, int diagonal, int t) {
+                                              int key0, int diagonal, int t, int head) {
   if constexpr (Score::kActive) {
-    const Score score = Score::template make<kOrderedCtas>(p);
+    const Score score = Score::make_for_head(p, head);
     const int distance0 = key0 + 2 * t - (row0 + diagonal);
 #pragma unroll
     for (int nt = 0; nt < kTiles; ++nt) {

@@ -262,7 +262,9 @@ struct MaskPolicy {
   }
 
   /// The element rule for query `row` and key `col` (whose column was loaded as `c`).
-  template <class Params>
+  /// kRowsBelowSq: the caller keeps no result of rows past Sq (the forward, whose O and LSE
+  /// stores drop them), so an absent LTE (Sq) or UTS (0) bounds nothing and is not compared.
+  template <bool kRowsBelowSq = false, class Params>
   __device__ static __forceinline__ bool masked(const Params&, const MaskState& s, int row, int col,
                                                 const Column& c) {
     bool out = col >= s.seqlen_k;
@@ -271,8 +273,8 @@ struct MaskPolicy {
       if (s.window_left >= 0) out |= col < row + s.diagonal - s.window_left;
       if (s.window_right >= 0) out |= col > row + s.diagonal + s.window_right;
     }
-    if (kHasLower) out |= row >= c.lower_start && row < c.lower_end;
-    if (kHasUpper) out |= row >= c.upper_start && row < c.upper_end;
+    if (kHasLower) out |= row >= c.lower_start && ((kRowsBelowSq && kLte < 0) || row < c.lower_end);
+    if (kHasUpper) out |= ((kRowsBelowSq && kUts < 0) || row >= c.upper_start) && row < c.upper_end;
     return out;
   }
 };

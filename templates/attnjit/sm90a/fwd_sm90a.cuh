@@ -78,6 +78,12 @@ struct ForwardSm90a {
   /// The K stages' empty barrier takes one arrival per consumer warp, or per consumer thread
   /// where the stages hold FlashMask values (release).
   static constexpr bool kKReleasePerWarp = kColumns == 0;
+  /// Partial blocks take the FlashMask rule element by element (mask_scores' kDirect) with one
+  /// or four vectors: on the H100 (B=16 S=8192) the one-vector families took 0.79-0.94x the
+  /// time at d64 and d128 and global + sliding window (four) 0.96-0.97x; with two vectors the
+  /// causal ones took 1.05-1.10x (and d128 spilled), the others 0.96-1.04x
+  /// (docs/benchmarks/2026-11-26-h100-forward-persistent.md).
+  static constexpr bool kDirectMask = kColumns == 1 || kColumns == 4;
   /// Named barriers: the consumers' turns (1 .. kConsumers) and their epilogues (after).
   static constexpr int kTurnBarrier = 1;
   static constexpr int kEpilogueBarrier = kTurnBarrier + kConsumers;
@@ -379,7 +385,7 @@ struct ForwardSm90a {
                                           p, ms, warp_row + g, 2 * t, ms.row_begin, key0);
       hide_scores(s, hidden);
     } else {
-      mask_scores<Mask>(p, ms, s, vectors, ms.row_begin + warp_row + g, key0, t);
+      mask_scores<Mask, kDirectMask>(p, ms, s, vectors, ms.row_begin + warp_row + g, key0, t);
     }
   }
 };

@@ -4,9 +4,9 @@
 // `row0 + 8 (e / 2)` of the thread and key `8 nt + 2 t + e % 2` of the block, t = lane % 4.
 #pragma once
 
-#include "attnjit/masks/mask.cuh"
 #include "attnjit/common/primitives.cuh"
 #include "attnjit/common/score_mod.cuh"
+#include "attnjit/masks/mask.cuh"
 
 namespace attnjit {
 
@@ -31,13 +31,34 @@ __device__ __forceinline__ void modify_scores(const Params& p, float (&s)[kTiles
 
 /// Sets the masked elements of a partial key block to -inf by the mask's element rule on the
 /// columns' FlashMask values in shared memory (`vectors`, kColumns ints per key). row0: the
-/// thread's first query row in the sequence; key0: the block's first key. The rule is
-/// evaluated into bits first, 32 elements per word, so that no more than a column's values
-/// are live next to the accumulators.
-template <class Mask, int kTiles, class Params>
+/// thread's first query row in the sequence; key0: the block's first key. kDirect: each
+/// element is selected as its column's values arrive (a compare chain and a select per
+/// element); otherwise the rule is evaluated into bits first, 32 elements per word, so that no
+/// more than a column's values are live next to the accumulators, and the bits are applied
+/// after (two more operations per element). Rows past Sq are not kept (the epilogue drops
+/// them): an absent LTE or UTS is not compared.
+template <class Mask, bool kDirect, int kTiles, class Params>
 __device__ __forceinline__ void mask_scores(const Params& p, const MaskState& ms,
                                             float (&s)[kTiles][4], u32 vectors, int row0, int key0,
                                             int t) {
+  if constexpr (kDirect) {
+#pragma unroll
+    for (int nt = 0; nt < kTiles; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int local_col = 8 * nt + 2 * t + c;
+        const typename Mask::Column column =
+            Mask::load_column(ms, vectors + local_col * Mask::kColumns * 4);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          if (Mask::template masked<true>(p, ms, row0 + 8 * r, key0 + local_col, column)) {
+            s[nt][2 * r + c] = negative_infinity();
+          }
+        }
+      }
+    }
+    return;
+  }
   constexpr int kWords = (kTiles * 4 + 31) / 32;
 #pragma unroll
   for (int w = 0; w < kWords; ++w) {
@@ -52,7 +73,7 @@ __device__ __forceinline__ void mask_scores(const Params& p, const MaskState& ms
           Mask::load_column(ms, vectors + local_col * Mask::kColumns * 4);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        if (Mask::masked(p, ms, row0 + 8 * r, key0 + local_col, column)) {
+        if (Mask::template masked<true>(p, ms, row0 + 8 * r, key0 + local_col, column)) {
           hidden |= 1u << (4 * (nt % 8) + 2 * r + c);
         }
       }

@@ -120,9 +120,11 @@ struct ForwardSm90a {
   static constexpr int kVRingOffset = kKRingOffset + Pipeline<kStages>::kBytes;
   /// Dynamic shared memory, alignment slack included.
   static constexpr int kSmemBytes = 1024 + kVRingOffset + Pipeline<kStages>::kBytes;
-  /// kPersistent: the Q tile is free for the next work's Q once every consumer warp's last
-  /// Q K^T of the current work has completed.
-  static constexpr int kQEmptyArrivals = 4 * kConsumers;
+  /// kPersistent: the Q tile and the work slot of the work before are free for the next work
+  /// once every consumer thread's last Q K^T of the current work has completed: an arrival per
+  /// thread, as compute-sanitizer's racecheck does not follow a warp's reads of the slot to
+  /// its lane 0 through __syncwarp.
+  static constexpr int kQEmptyArrivals = 128 * kConsumers;
 
   __device__ __forceinline__ void run(const FwdParams& p, const FwdTensorMaps& maps,
                                       unsigned char* smem_raw) {
@@ -284,13 +286,10 @@ struct ForwardSm90a {
         work.block * kBlockM + 64 * consumer, work.head, work.batch);
   }
 
-  /// kPersistent: frees the Q tile for the next work's copy once this warp's Q K^T products
-  /// have completed (lane 0, after the warp's waits).
+  /// kPersistent: frees the Q tile for the next work's copy once this thread's Q K^T
+  /// products have completed (its waits are done).
   __device__ __forceinline__ static void release_q(u32 base) {
-    if constexpr (kPersistent) {
-      __syncwarp();
-      if (threadIdx.x % 32 == 0) mbarrier_arrive(base + kQEmptyOffset);
-    }
+    if constexpr (kPersistent) mbarrier_arrive(base + kQEmptyOffset);
   }
 
   /// The mask state of the current work's rows, formed at its use (not hoisted into registers

@@ -63,14 +63,19 @@ struct MaskState {
   /// key loop.
   int vector_row;
   int num_key_blocks;
+  /// The (batch, query head) whose rows these are: a predicate's inputs are indexed by them.
+  int batch, head;
 };
 
-/// The mask state of a CTA whose mask row (Mask::mask_row of its head and batch) is
+/// The mask state of (head, batch), whose mask row (Mask::mask_row of its head and batch) is
 /// `vector_row`, from the kernel parameters (FwdParams or BwdParams: the fields have the same
 /// names), with no rows yet; min/max tables are built for key blocks of kBlockN.
 template <int kBlockN, class Params>
-__device__ __forceinline__ MaskState make_mask_state_at_row(const Params& p, int vector_row) {
+__device__ __forceinline__ MaskState make_mask_state_at_row(const Params& p, int vector_row,
+                                                           int head, int batch) {
   MaskState ms;
+  ms.batch = batch;
+  ms.head = head;
   ms.seqlen_q = p.seqlen_q;
   ms.seqlen_k = p.seqlen_k;
   ms.diagonal = p.seqlen_k - p.seqlen_q;
@@ -86,7 +91,7 @@ __device__ __forceinline__ MaskState make_mask_state_at_row(const Params& p, int
 /// The mask state of the CTA's (head, batch), with no rows yet.
 template <int kBlockN, class Mask, class Params>
 __device__ __forceinline__ MaskState make_mask_state(const Params& p, int head, int batch) {
-  return make_mask_state_at_row<kBlockN>(p, Mask::mask_row(p, head, batch));
+  return make_mask_state_at_row<kBlockN>(p, Mask::mask_row(p, head, batch), head, batch);
 }
 
 /// Start of the FlashMask values of key column `key` for the CTA's (batch, mask head), from
@@ -344,12 +349,12 @@ struct PredicatePolicy {
 
   __device__ static __forceinline__ Column load_column(const MaskState&, u32) { return Column(); }
 
-  /// Key `col` is hidden from query `row` of the CTA's (batch, head).
-  template <class Params>
+  /// Key `col` is hidden from query `row` of the state's (batch, head) (a persistent kernel's
+  /// CTA takes several).
+  template <bool kRowsBelowSq = false, class Params>
   __device__ static __forceinline__ bool masked(const Params& p, const MaskState& s, int row,
                                                 int col, const Column&) {
-    const CtaWork work = cta_work<true>(p.cta_order);  // head and batch do not depend on the flag
-    return col >= s.seqlen_k || !Visible::visible(p.predicate, work.batch, work.head, row, col);
+    return col >= s.seqlen_k || !Visible::visible(p.predicate, s.batch, s.head, row, col);
   }
 
   /// The stored bits of a thread's fragment rows row_local and row_local + 8 (tile rows:

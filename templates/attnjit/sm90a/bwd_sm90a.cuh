@@ -143,7 +143,8 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
   /// registers across the loop) from the parameters and the CTA's mask row (read from shared
   /// memory: no division per block).
   __device__ __forceinline__ static MaskState key_mask_state(const BwdParams& p) {
-    return make_mask_state_at_row<kBlockN>(p, cta_mask_row<Mask>());
+    const CtaWork work = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p));
+    return make_mask_state_at_row<kBlockN>(p, cta_mask_row<Mask>(), work.head, work.batch);
   }
 
   __device__ __forceinline__ void run(const BwdParams& p, const BwdTensorMaps& maps,

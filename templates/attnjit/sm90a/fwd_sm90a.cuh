@@ -299,8 +299,10 @@ struct ForwardSm90a {
   __device__ __forceinline__ static MaskState block_mask_state(const FwdParams& p, u32 parity) {
     const CtaWork work = current_work(p, parity);
     MaskState ms = make_mask_state_at_row<kBlockN>(
-        p, kPersistent ? load_shared_s32(work_slot_address(parity, kSlotMaskRow))
-                       : cta_mask_row<Mask>());
+        p,
+        kPersistent ? load_shared_s32(work_slot_address(parity, kSlotMaskRow))
+                    : cta_mask_row<Mask>(),
+        work.head, work.batch);
     ms.row_begin = static_cast<int>(opaque(u32(work.block))) * kBlockM;
     ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
     return ms;

@@ -73,7 +73,7 @@ struct ForwardProducer {
         if (work.head < p.heads) {
           const int mask_row = Mask::mask_row(p, work.head, work.batch);
           // The first blocks are classified (the walk's table reads) before the wait.
-          MaskState ms = make_mask_state_at_row<kBlockN>(p, mask_row);
+          MaskState ms = make_mask_state_at_row<kBlockN>(p, mask_row, work.head, work.batch);
           ms.row_begin = work.block * kBlockM;
           ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
           WarpKeyBlockWalk<Mask, kBlockN> walk;

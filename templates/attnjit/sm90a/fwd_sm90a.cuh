@@ -24,11 +24,11 @@
 // kPersistent (the registry's rule: masks with a CTA order, two consumers, head dims up to
 // 128): a grid of min(works, SMs) CTAs, each taking works (query blocks) of the CTA order,
 // which sorts them heaviest first: launch index blockIdx.x, then those its producer draws from
-// a counter (fwd_sm90a_producer.cuh's draw_work). The producer
-// decodes each work, publishes it in a shared slot (two, by the works' parity) and loads the
-// next work's first K block and Q while the consumers end the current one (the Q tile's empty
-// barrier), the rings running on from work to work; O goes out through a tile of its own, its
-// store running under the next work. Otherwise one CTA per work (schedule.cuh's CTA order).
+// a counter (fwd_sm90a_producer.cuh's draw_work). The producer decodes each work, publishes it
+// in a shared slot (two, by the works' parity) and loads the next work's Q and first K block
+// while the consumers end the current one (the Q tile's empty barrier), the rings running on
+// from work to work; O goes out through a tile of its own, its store running under the next
+// work. Otherwise one CTA per work (schedule.cuh's CTA order).
 //
 // Config (bound by the generated code): Element, kHeadDimQK, kHeadDimV, kBlockM, kBlockN,
 // kStages, kReturnLse, kPingPong, kProducerRegisters, kConsumerRegisters, kPersistent. Score: a

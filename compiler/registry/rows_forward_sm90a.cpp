@@ -185,10 +185,10 @@ bool persistent_kernel(const KernelDesc& kernel, const Lowering& ir) {
 // Persistent: a 1-D grid of min(works, SMs) CTAs taking the works of the paired-head grid
 // (schedule.cuh) in the CTA order; else that grid, one CTA per work.
 RowLaunch work_launch(const KernelDesc& kernel, const Lowering& ir) {
-  const LaunchGrid works = paired_heads(ceil_div(Extent::seqlen_q, kernel.block_m));
-  if (!persistent_kernel(kernel, ir)) return single_phase(kernel, works);
-  RowLaunch launch =
-      single_phase(kernel, {min(works.x * works.y * works.z, Extent::sm_count), 1, 1});
+  RowLaunch launch = query_block_launch(kernel, ir);
+  if (!persistent_kernel(kernel, ir)) return launch;
+  const LaunchGrid works = launch.phases.front().grid;
+  launch.phases.front().grid = {min(works.x * works.y * works.z, Extent::sm_count), 1, 1};
   launch.works = works;
   return launch;
 }

@@ -93,12 +93,17 @@ struct CtaHeads {
 
 __shared__ CtaHeads cta_heads_slot;
 
+/// The heads of `work` (its divisions).
+template <class Mask, class Params>
+__device__ __forceinline__ CtaHeads cta_heads_of(const Params& p, const CtaWork& work) {
+  return {work.head / (p.heads / p.kv_heads), Mask::mask_row(p, work.head, work.batch)};
+}
+
 /// Thread 0 of the CTA, before a __syncthreads that precedes the first cta_kv_head() or
 /// cta_mask_row<Mask>().
 template <class Mask, class Params>
 __device__ __forceinline__ void store_cta_heads(const Params& p, const CtaWork& work) {
-  cta_heads_slot.kv_head = work.head / (p.heads / p.kv_heads);
-  cta_heads_slot.mask_row = Mask::mask_row(p, work.head, work.batch);
+  cta_heads_slot = cta_heads_of<Mask>(p, work);
 }
 
 /// The stored heads, read at each call (volatile loads: never hoisted into registers held

@@ -71,9 +71,9 @@ struct ForwardProducer {
         const CtaWork work = natural_cta_work_at<false>(natural, grid_x(p), grid_y(p));
         // The missing half of the last pair of an odd head count is no work.
         if (work.head < p.heads) {
-          const int mask_row = Mask::mask_row(p, work.head, work.batch);
+          const CtaHeads heads = cta_heads_of<Mask>(p, work);
           // The first blocks are classified (the walk's table reads) before the wait.
-          MaskState ms = make_mask_state_at_row<kBlockN>(p, mask_row, work.head, work.batch);
+          MaskState ms = make_mask_state_at_row<kBlockN>(p, heads.mask_row, work.head, work.batch);
           ms.row_begin = work.block * kBlockM;
           ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
           WarpKeyBlockWalk<Mask, kBlockN> walk;
@@ -82,8 +82,7 @@ struct ForwardProducer {
           // of the work before have completed (the first work passes on the fresh barrier).
           mbarrier_wait(base + Kernel::kQEmptyOffset, parity ^ 1);
           if (lane == 0) {
-            const int words[] = {work.block, work.head, work.batch,
-                                 work.head / (p.heads / p.kv_heads), mask_row};
+            const int words[] = {work.block, work.head, work.batch, heads.kv_head, heads.mask_row};
 #pragma unroll
             for (int w = 0; w < 5; ++w) {
               store_shared_u32(Kernel::work_slot_address(parity, w), static_cast<u32>(words[w]));
@@ -129,7 +128,7 @@ struct ForwardProducer {
   /// The natural index (schedule.cuh) of the work at launch index `launched` of the CTA order,
   /// or 0 past the last work.
   __device__ __forceinline__ static unsigned natural_index(const FwdParams& p, unsigned launched,
-                                                          unsigned works) {
+                                                           unsigned works) {
     return launched < works ? static_cast<unsigned>(p.cta_order[launched]) : 0u;
   }
 
@@ -146,13 +145,10 @@ struct ForwardProducer {
   }
 
   /// The K and V copies of the work of parity `parity`, its walk begun.
-  __device__ __forceinline__ static void run_walk(const FwdParams& p, const FwdTensorMaps& maps,
-                                                  u32 base, const Pipeline<kStages>& k_ring,
-                                                  const Pipeline<kStages>& v_ring,
-                                                  PipelineState<kStages>& k_state,
-                                                  PipelineState<kStages>& v_state,
-                                                  WarpKeyBlockWalk<Mask, kBlockN>& walk,
-                                                  u32 parity) {
+  __device__ __forceinline__ static void run_walk(
+      const FwdParams& p, const FwdTensorMaps& maps, u32 base, const Pipeline<kStages>& k_ring,
+      const Pipeline<kStages>& v_ring, PipelineState<kStages>& k_state,
+      PipelineState<kStages>& v_state, WarpKeyBlockWalk<Mask, kBlockN>& walk, u32 parity) {
     const int lane = threadIdx.x % 32;
     int previous = -1;
     for (;;) {

@@ -29,14 +29,31 @@ __device__ __forceinline__ void modify_scores(const Params& p, float (&s)[kTiles
   }
 }
 
+/// Calls hidden(nt, r, c) for each of the thread's two rows (row0, row0 + 8) whose element of
+/// column 2 nt + c (key 8 nt + 2 t + c of the block) the mask hides, the column's FlashMask
+/// values read from shared memory (`vectors`, kColumns ints per key). Rows past Sq are not
+/// kept (the epilogue drops them): an absent LTE or UTS is not compared.
+template <class Mask, class Params, class Hidden>
+__device__ __forceinline__ void for_each_hidden(const Params& p, const MaskState& ms, u32 vectors,
+                                                int row0, int key0, int t, int nt, int c,
+                                                Hidden hidden) {
+  const int local_col = 8 * nt + 2 * t + c;
+  const typename Mask::Column column =
+      Mask::load_column(ms, vectors + local_col * Mask::kColumns * 4);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (Mask::template masked<true>(p, ms, row0 + 8 * r, key0 + local_col, column)) {
+      hidden(nt, r, c);
+    }
+  }
+}
+
 /// Sets the masked elements of a partial key block to -inf by the mask's element rule on the
-/// columns' FlashMask values in shared memory (`vectors`, kColumns ints per key). row0: the
-/// thread's first query row in the sequence; key0: the block's first key. kDirect: each
-/// element is selected as its column's values arrive (a compare chain and a select per
-/// element); otherwise the rule is evaluated into bits first, 32 elements per word, so that no
-/// more than a column's values are live next to the accumulators, and the bits are applied
-/// after (two more operations per element). Rows past Sq are not kept (the epilogue drops
-/// them): an absent LTE or UTS is not compared.
+/// columns' FlashMask values in shared memory. row0: the thread's first query row in the
+/// sequence; key0: the block's first key. kDirect: each element is selected as its column's
+/// values arrive (a compare chain and a select per element); otherwise the rule is evaluated
+/// into bits first, 32 elements per word, so that no more than a column's values are live next
+/// to the accumulators, and the bits are applied after (two more operations per element).
 template <class Mask, bool kDirect, int kTiles, class Params>
 __device__ __forceinline__ void mask_scores(const Params& p, const MaskState& ms,
                                             float (&s)[kTiles][4], u32 vectors, int row0, int key0,
@@ -46,15 +63,9 @@ __device__ __forceinline__ void mask_scores(const Params& p, const MaskState& ms
     for (int nt = 0; nt < kTiles; ++nt) {
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        const int local_col = 8 * nt + 2 * t + c;
-        const typename Mask::Column column =
-            Mask::load_column(ms, vectors + local_col * Mask::kColumns * 4);
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          if (Mask::template masked<true>(p, ms, row0 + 8 * r, key0 + local_col, column)) {
-            s[nt][2 * r + c] = negative_infinity();
-          }
-        }
+        for_each_hidden<Mask>(p, ms, vectors, row0, key0, t, nt, c, [&](int n, int r, int col) {
+          s[n][2 * r + col] = negative_infinity();
+        });
       }
     }
     return;
@@ -66,17 +77,9 @@ __device__ __forceinline__ void mask_scores(const Params& p, const MaskState& ms
     unsigned hidden = 0;
 #pragma unroll
     for (int j = 0; j < 16 && 16 * w + j < kTiles * 2; ++j) {
-      const int nt = (16 * w + j) / 2;
-      const int c = j % 2;
-      const int local_col = 8 * nt + 2 * t + c;
-      const typename Mask::Column column =
-          Mask::load_column(ms, vectors + local_col * Mask::kColumns * 4);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        if (Mask::template masked<true>(p, ms, row0 + 8 * r, key0 + local_col, column)) {
-          hidden |= 1u << (4 * (nt % 8) + 2 * r + c);
-        }
-      }
+      for_each_hidden<Mask>(
+          p, ms, vectors, row0, key0, t, (16 * w + j) / 2, j % 2,
+          [&](int n, int r, int col) { hidden |= 1u << (4 * (n % 8) + 2 * r + col); });
     }
 #pragma unroll
     for (int e = 0; e < 32 && 32 * w + e < kTiles * 4; ++e) {

@@ -178,6 +178,18 @@ BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim
   const long long row = head_dim;
   dq.stride = {row * p.seqlen_q * p.heads, row, row * p.seqlen_q, 1};
   maps.dq_accum = runtime::activation_tensor_map("dq_accum", dq, block_m, 32);
+  // dK and dV leave through shared memory by TMA stores of each consumer warpgroup's 64 keys
+  // (under GQA the kernel writes per-query-head partials instead and never uses these maps).
+  maps.d_k = runtime::activation_tensor_map(
+      "d_k",
+      activation_view(dtype, p.d_k, p.batch, p.seqlen_k, p.kv_heads, head_dim, p.dk_batch_stride,
+                      p.dk_row_stride, p.dk_head_stride),
+      64, panel_columns(head_dim));
+  maps.d_v = runtime::activation_tensor_map(
+      "d_v",
+      activation_view(dtype, p.d_v, p.batch, p.seqlen_k, p.kv_heads, head_dim, p.dv_batch_stride,
+                      p.dv_row_stride, p.dv_head_stride),
+      64, panel_columns(head_dim));
   return maps;
 }
 

@@ -43,8 +43,9 @@ FwdTensorMaps forward_tensor_maps(const FwdParams& p, DType dtype, int head_dim_
                                   int block_m, int block_n);
 
 /// The tensor maps of the sm90a backward kernel (BwdTensorMaps: q and d_o boxes of block_m
-/// rows, k and v of block_n, the fp32 dQ accumulator boxes of 32 columns x block_m rows) for
-/// the tensors of `p`, whose last dimension is head_dim; p.dq_accum is bound.
+/// rows, k and v of block_n, the fp32 dQ accumulator boxes of 32 columns x block_m rows, d_k
+/// and d_v of 64 rows) for the tensors of `p`, whose last dimension is head_dim; p.dq_accum is
+/// bound.
 BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim, int block_m,
                                    int block_n);
 

@@ -72,10 +72,12 @@ struct FwdTensorMaps {
 };
 
 /// The tensor maps of the sm90a backward kernel (bwd_sm90a.cuh), its second parameter, as
-/// FwdTensorMaps' views: q and d_o boxes of the kernel's kBlockM rows, k and v of kBlockN.
+/// FwdTensorMaps' views: q and d_o boxes of the kernel's kBlockM rows, k and v of kBlockN,
+/// d_k and d_v the 64 keys of one consumer warpgroup.
 struct BwdTensorMaps {
   TensorMap q, d_o, k, v;
   TensorMap dq_accum;  ///< fp32 [B, H, Sq, D] as (D, Sq, H, B), boxes of 32 columns x block_m rows
+  TensorMap d_k, d_v;
 };
 
 /// Arguments of the forward kernel.

@@ -199,14 +199,64 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
               state);
       state.advance();
     }
+    const CtaWork work = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p));
+    if (p.dk_partial == nullptr) {
+      store_gradients(p, maps, base, work);
+      return;
+    }
+    // GQA: fp32 dK and dV of this query head, which backward_reduce_dkdv sums per K/V head.
     // The last reductions are complete (the dQ conversion reads them next); the writer warps
     // wait for theirs.
     if (!kOrderedDq && warpgroup_thread() == 0) tma_store_wait<0>();
-    const CtaWork work = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p));
     store_dkdv_tile<Element, kHeadDim>(
         p, work.head, work.batch,
         work.block * kBlockN + 64 * consumer_index() + 16 * ((read_tid_x() / 32) % 4), 0,
         acc_dk.tiles(), acc_dv.tiles());
+  }
+
+  /// dK (scaled by softmax_scale) and dV of the consumer's 64 keys, written through the K and
+  /// V tiles (no product reads them once both consumers have met: dQ = dS K reads every key
+  /// of K) and stored by TMA, which drops the keys past Sk. One thread per consumer issues
+  /// the copies and waits for them and for the last dQ reductions (the dQ conversion reads
+  /// them next; in the deterministic mode the writer warps wait for theirs). Storing the
+  /// fragments from registers took 15% of the warps' samples with a 1024-key sliding window
+  /// (ncu: 4-byte stores stalled on the store queue).
+  __device__ __forceinline__ void store_gradients(const BwdParams& p, const BwdTensorMaps& maps,
+                                                  u32 base, const CtaWork& work) {
+    const int consumer = consumer_index();
+    const int lane = read_tid_x() % 32;
+    const int row = 64 * consumer + 16 * ((read_tid_x() / 32) % 4) + lane / 4;
+    const int col = 2 * (lane % 4);
+    named_barrier_sync(kDsBarrier, 128 * kConsumers);
+#pragma unroll
+    for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int offset = KvTile::element_offset(row + 8 * r, 8 * dt + col);
+        store_shared_u32(base + kKOffset + offset,
+                         pack2<Element>(acc_dk.v[0][dt][2 * r] * p.softmax_scale,
+                                        acc_dk.v[0][dt][2 * r + 1] * p.softmax_scale));
+        store_shared_u32(base + kVOffset + offset,
+                         pack2<Element>(acc_dv.v[0][dt][2 * r], acc_dv.v[0][dt][2 * r + 1]));
+      }
+    }
+    // The stores reach the TMA unit's reads only through the async-proxy fence, and all of the
+    // consumer's stores must be in before its thread issues the copies.
+    fence_async_shared();
+    named_barrier_sync(kDsBarrier + 1 + consumer, 128);
+    if (warpgroup_thread() != 0) return;
+    const int key0 = work.block * kBlockN + 64 * consumer;
+    const int kv_head = cta_kv_head();
+#pragma unroll
+    for (int panel = 0; panel < kHeadDim / KvTile::kPanelCols; ++panel) {
+      const u32 rows = panel * KvTile::kPanelBytes + 64 * consumer * KvTile::kPanelCols * 2;
+      tma_store(maps.d_k, base + kKOffset + rows, panel * KvTile::kPanelCols, key0, kv_head,
+                work.batch);
+      tma_store(maps.d_v, base + kVOffset + rows, panel * KvTile::kPanelCols, key0, kv_head,
+                work.batch);
+    }
+    tma_store_commit();
+    tma_store_wait<0>();
   }
 
   /// One query block: the five products of the consumer, the stage released once the ones

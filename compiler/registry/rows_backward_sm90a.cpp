@@ -100,10 +100,9 @@ KernelRow backward_tma_sm90a() {
   // One CTA of 384 threads per SM, whose warpgroups then trade registers (setmaxnreg).
   row.min_blocks_per_sm = 1;
   row.support.targets = {Arch::sm_90a};
-  // Deterministic by taking turns on each query block's dQ (key blocks in order); its S^T
-  // fragments do not follow the stored element bits.
+  // Deterministic by taking turns on each query block's dQ (key blocks in order); predicates
+  // by the block tables with key rows (their stored bits match S^T's fragments).
   row.support.ordered_dq = true;
-  row.support.predicate_masks = false;
   row.tiles_suffixes = "t";
   row.candidates = kCandidates;
   row.config = kConfig;

@@ -125,6 +125,26 @@ TEST_CASE("predicate masks: backward matches the reference gradients", "[gpu][pr
   for (const Case& c : sweep()) check_backward(c, /*deterministic=*/index++ % 2 == 1);
 }
 
+TEST_CASE("predicate masks: the sm90a backward, forced, matches the reference gradients",
+          "[gpu][predicate][sm90a]") {
+  if (jit::current_device_arch() != Arch::sm_90a) {
+    WARN("not an sm_90a device: backward.tma.sm90a is not run");
+    return;
+  }
+  // backward.tma.sm90a by its tiles (the automatic choice there too), both modes, the stored
+  // bits and, with no slots left, the predicate evaluated per element.
+  for (const char* budget : {static_cast<const char*>(nullptr), "0"}) {
+    const testing::EnvOverride bits("ATTNJIT_PREDICATE_BITS_MIB", budget);
+    int index = 0;
+    for (Case c : sweep()) {
+      if (budget != nullptr && index++ % 3 != 0) continue;
+      c.spec.tiles = {64, 128, 12, 't'};
+      c.expect_row = "backward.tma.sm90a";
+      for (bool deterministic : {false, true}) check_backward(c, deterministic);
+    }
+  }
+}
+
 TEST_CASE("predicate masks: rows that see no key give O = 0, LSE = -inf, zero dQ",
           "[gpu][predicate]") {
   // Rows q % 3 == 1 see nothing; every row of batch 1 with q >= 40 sees nothing either.

@@ -111,7 +111,8 @@ std::vector<AttentionSpec> every_supported_spec() {
 }
 
 // Predicate masks (lifted): with and without tensors, using b / h or not; forward with LSE
-// and backward in both modes, head dims 64 / 128 / 256, the dtypes alternating.
+// and backward in both modes, head dims 64 / 128 / 256, the dtypes alternating; the backward
+// also for sm_90a at 64 and 128 (the TMA backward).
 std::vector<AttentionSpec> predicate_specs() {
   const char* predicates[] = {"q>=k&&doc[q]==doc[k]", "(q/$0+k/$1)%$2==$3&&(q+k)%$4!=$5",
                               "(k+h)%$0!=$1&&abs(q-k)<$2*(h+$3)",
@@ -133,6 +134,12 @@ std::vector<AttentionSpec> predicate_specs() {
       for (bool deterministic : {false, true}) {
         spec.deterministic = deterministic;
         specs.push_back(spec);
+        // sm_90a: the TMA backward at head dims 64 and 128.
+        if (d <= 128) {
+          AttentionSpec sm90a = spec;
+          sm90a.target = Arch::sm_90a;
+          specs.push_back(sm90a);
+        }
       }
     }
   }
@@ -210,7 +217,7 @@ TEST_CASE(
   check_compiles_without_spills(every_supported_spec());
 }
 
-TEST_CASE("predicate specs, forward and backward, compile for sm_90 without spills",
+TEST_CASE("predicate specs, forward and backward, compile for sm_90 and sm_90a without spills",
           "[nvrtc][specs][predicate]") {
   check_compiles_without_spills(predicate_specs());
 }
@@ -347,16 +354,17 @@ TEST_CASE("sm_90a warpgroup forward kernels compile without spills or serialized
 
 TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmma",
           "[nvrtc][specs][sm90a]") {
-  // backward.tma.sm90a, forced by tiles=64x128x12t: every mask it takes, both dtypes, head dims
-  // 64 and 128, without and with each score-modifier combination; setmaxnreg honoured (no
-  // C7508), no wgmma serialized.
+  // backward.tma.sm90a, forced by tiles=64x128x12t: every mask it takes (predicates with and
+  // without scalars and head indices), both dtypes, head dims 64 and 128, without and with each
+  // score-modifier combination; setmaxnreg honoured (no C7508), no wgmma serialized.
   std::vector<std::string> specs;
   for (const char* dtype : {"bf16", "fp16"}) {
     for (int d : {64, 128}) {
       for (const char* mask :
            {"none", "causal", "sliding_window", "flashmask(causal=true,columns=1)",
             "flashmask(causal=true,columns=2)", "flashmask(causal=false,columns=2)",
-            "flashmask(causal=false,columns=4)"}) {
+            "flashmask(causal=false,columns=4)", "predicate(q>=k&&doc[q]==doc[k])",
+            "predicate((k+h)%$0!=$1&&abs(q-k)<$2*(h+$3))"}) {
         for (const char* modifiers :
              {"", " softcap=true", " alibi=true", " softcap=true alibi=true"}) {
           specs.push_back(fmt::format(

@@ -424,14 +424,15 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 and d128, forced by a
       CHECK(automatic.warps == 12);
     }
   }
-  // Plain sm_90 (no wgmma), predicates (element bits in the key-slab fragments) and head
-  // dims other than 64 and 128 keep the sm80 layouts; the deterministic mode takes it.
+  // Plain sm_90 (no wgmma) and head dims other than 64 and 128 keep the sm80 layouts; the
+  // deterministic mode and predicates (their key-row element bits) take it.
   const auto row = [&](const char* rest) {
     return lowered(128, rest).tiles_of(KernelRole::backward).row;
   };
   CHECK(row("mask=causal target=sm_90") == "backward.grid.sm80");
   CHECK(row("mask=causal deterministic=true target=sm_90a") == "backward.tma.sm90a");
-  CHECK(row("mask=predicate(q>=k) target=sm_90a") == "backward.slabs.sm80");
+  CHECK(row("mask=predicate(q>=k) target=sm_90a") == "backward.tma.sm90a");
+  CHECK(row("mask=predicate(q>=k) deterministic=true target=sm_90a") == "backward.tma.sm90a");
   for (int d : {32, 64, 96, 128, 192, 256}) {
     INFO(d);
     CHECK((lowered(d, "target=sm_90a").tiles_of(KernelRole::backward).row ==
@@ -454,8 +455,9 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 and d128, forced by a
                     "head_dim 64 or 128");
   CHECK_THROWS_WITH(lowered(128, "deterministic=true tiles=64x128x8w target=sm_90a"),
                     Catch::Contains("without the w suffix with deterministic=true"));
-  CHECK_THROWS_WITH(lowered(128, "mask=predicate(q>=k) tiles=64x128x12t target=sm_90a"),
-                    Catch::Contains("without the t suffix for mask=predicate"));
+  CHECK(lowered(128, "mask=predicate(q>=k) tiles=64x128x12t target=sm_90a")
+            .tiles_of(KernelRole::backward)
+            .row == "backward.tma.sm90a");
   CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=64x128x12t target=sm_90a")),
                     Catch::Contains("BMxBNxW with an optional w/q/s suffix for the forward"));
 }

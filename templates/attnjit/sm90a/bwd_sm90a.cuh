@@ -23,7 +23,8 @@
 // Its issuing thread waits for the previous reductions to have read it before the consumer's
 // dS^T barrier, so after that barrier the buffer is free. dK is scaled by softmax_scale at
 // the end; dQ in backward_convert_dq. Masks and score modifiers as in bwd_wgmma_sm90.cuh;
-// masks with element bits take other rows.
+// a predicate's partial tiles are masked by one bit per element of S^T (the block table's
+// stored bits with key rows, else the element rule), read while S^T and dP^T are computed.
 //
 // Deterministic mode (kAtomicDq false): the reductions into each query block's dQ take turns,
 // highest key block first, so that every run adds the same values in the same order. A turn
@@ -78,8 +79,8 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
   static constexpr int kConsumers = 2;
   using Products::kDqByColumns;
   using Products::kDqCols;
-  using Products::kSTiles;
   using Products::kQSteps;
+  using Products::kSTiles;
   static constexpr int kColumns = Mask::kColumns;
   /// Deterministic mode: dQ reductions in turns; CTAs in the natural order, highest key block
   /// first (else lowest first, or the CTA order).
@@ -103,7 +104,6 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
   static constexpr int kDqBoxBytes = kBlockM * 128;
   static constexpr int kDqBufferBytes = kHeadDim / 32 * kDqBoxBytes;
 
-  static_assert(!Mask::kElementBits, "masks with element bits take the key-slab layout");
   static_assert(kStages >= 2, "a ring of at least two stages");
 
   typedef Mask MaskType;
@@ -286,6 +286,13 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     wgmma_fence();
     Products::keys_times_queries(acc_s.tiles(), smem_k, smem_q, consumer);
     Products::keys_times_queries(acc_dp.tiles(), smem_v, smem_do, consumer);
+    // A predicate's partial tile: one bit per element of the thread's fragment of S^T (rows
+    // g, g + 8 are keys, columns queries), from the stored bits or the element rule, read
+    // while the products run.
+    unsigned long long hidden = 0;
+    if constexpr (Mask::kElementBits) {
+      if (tile_kind(tile) == kTilePartial) hidden = element_bits(p, block, tile, key_row0 + g, t);
+    }
     if constexpr (Score::kSoftcap) {
       wgmma_wait<0>();
       fence_accumulators(acc_dp.tiles());
@@ -299,7 +306,11 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
     const int key0 = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p)).block * kBlockN;
     if (tile_kind(tile) == kTilePartial) {
-      mask_scores_by_key<Mask>(p, ms, acc_s, base + kVectorOffset, key0, key_row0, 0, lane);
+      if constexpr (Mask::kElementBits) {
+        mask_by_bits(acc_s, 0, hidden);
+      } else {
+        mask_scores_by_key<Mask>(p, ms, acc_s, base + kVectorOffset, key0, key_row0, 0, lane);
+      }
     }
 
     // P^T = 2^(S^T c - LSE2): 0 where masked and in rows that see no key (LSE2 = +inf).
@@ -392,6 +403,24 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     fence_async_shared();
     named_barrier_sync(kDqBarrier + consumer, 128);
     if (warpgroup_thread() == 0) add_dq_tile(p, maps, buffer, panel, block);
+  }
+
+  /// A predicate's hidden elements of the thread's S^T fragment (key rows `key_row`, + 8 of the
+  /// block, query columns 2 t (+ 1) + 8 nt of query block `block`) in partial tile `tile`
+  /// (the block table's entry): its stored bits (predicate_blocks.cuh, rows are keys), or the
+  /// element rule where the tile has no slot of bits.
+  __device__ __forceinline__ static unsigned long long element_bits(const BwdParams& p, int block,
+                                                                    int tile, int key_row, int t) {
+    if (tile_bits_slot(tile) >= 0) {
+      return Mask::template fragment_bits<kSTiles>(
+          Mask::template load_fragment_words<kSTiles, true>(p.predicate_bits, tile, key_row),
+          2 * t);
+    }
+    MaskState ms = key_mask_state(p);
+    ms.row_begin = block * kBlockM;
+    ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
+    const int key0 = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p)).block * kBlockN;
+    return Mask::template evaluate_bits<kSTiles, true>(p, ms, key_row, 2 * t, key0, ms.row_begin);
   }
 
   /// Adds `panel`'s boxes of the dQ tile in `buffer` to query block `block`'s dQ by TMA

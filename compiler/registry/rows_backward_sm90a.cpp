@@ -1,9 +1,10 @@
 // The backward main kernel of the sm90a family (bwd_sm90a.cuh): a TMA producer warpgroup and
 // two wgmma consumer warpgroups of 64 keys (block_n = 128, 12 warps), Q, dO, LSE and D
 // streamed through a ring of two stages, dQ added to its fp32 accumulator by TMA reductions
-// from shared memory; its parameters are BwdParams and the TMA maps of q, d_o, k, v and the dQ
-// accumulator. It precedes the warpgroup layout (backward.warpgroup.sm90a) in the registry, so
-// the automatic choice at head dims 64 and 128 in the atomic mode: on an H100 (bf16, B=1, H=16,
+// from shared memory, dK and dV stored by TMA; its parameters are BwdParams and the TMA maps of
+// q, d_o, k, v, the dQ accumulator, d_k and d_v. Head dims 64, 96 and 128, every mask. It
+// precedes the warpgroup layout (backward.warpgroup.sm90a) in the registry, so the automatic
+// choice at those head dims in both modes: on an H100 (bf16, B=1, H=16,
 // S=8192, 2026-11-25) it ran 5-21% faster than that layout for every mask measured with dQ by
 // red.global (d128 none 3.50 against 3.87 ms, causal 1.91 against 2.10, causal documents 1.22
 // against 1.39), and the TMA reductions took another 8-25% off (d128 none 3.01 ms, causal
@@ -25,8 +26,9 @@ constexpr TileCandidate warpgroups(int d, int block_m) {
   return {d, block_m, 128, 12, 1, kStages};
 }
 
-constexpr std::array<TileCandidate, 2> kCandidates{{
+constexpr std::array<TileCandidate, 3> kCandidates{{
     warpgroups(64, 64),
+    warpgroups(96, 64),
     warpgroups(128, 64),
 }};
 
@@ -58,13 +60,13 @@ int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowe
 }
 
 // `tiles=64x128x12t`: 64 queries per stage, two consumer warpgroups of 64 keys and a producer
-// warpgroup; head dims 64 and 128.
+// warpgroup; head dims 64, 96 and 128.
 TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
                              const MaskLowering&) {
   const std::string value = to_string(shape);
-  if (spec.head_dim_qk != 64 && spec.head_dim_qk != 128) {
+  if (spec.head_dim_qk != 64 && spec.head_dim_qk != 96 && spec.head_dim_qk != 128) {
     throw_field_error("tiles", fmt::format("{} with head_dim={}", value, spec.head_dim_qk),
-                      "the t suffix with head_dim 64 or 128");
+                      "the t suffix with head_dim 64, 96 or 128");
   }
   if (shape.block_m != 64 || shape.block_n != 128 || shape.warps != 12) {
     throw_field_error("tiles", value, "64x128x12t for the sm90a backward");

@@ -1,7 +1,7 @@
 // The sm90a backward (backward.tma.sm90a: TMA producer, mbarrier ring, two wgmma consumers),
 // forced by tiles=64x128x12t, against the CPU float64 reference gradients, in the atomic and
-// the deterministic mode (dQ reductions taking turns): the sweep's cases at head dims 64 and
-// 128 (every mask kind, both dtypes, GQA/MQA, mask heads, lengths that are not tile
+// the deterministic mode (dQ reductions taking turns): the sweep's cases at head dims 64, 96
+// and 128 (every mask kind, both dtypes, GQA/MQA, mask heads, lengths that are not tile
 // multiples, Sq != Sk, padded strides), longer sequences whose key blocks visit many query
 // blocks (the ring wraps), the score modifiers, rows that see no key, odd head counts; and
 // bitwise repeatability of the deterministic mode where the atomic mode's order varies.
@@ -43,7 +43,9 @@ TEST_CASE("the sm90a backward matches the reference gradients over the sweep",
           "[gpu][backward][sm90a]") {
   if (!on_sm90a()) return;
   for (const Case& c : gpu_test::sweep_cases()) {
-    if (c.spec.head_dim_qk != 64 && c.spec.head_dim_qk != 128) continue;
+    if (c.spec.head_dim_qk != 64 && c.spec.head_dim_qk != 96 && c.spec.head_dim_qk != 128) {
+      continue;
+    }
     for (bool deterministic : {false, true}) check_backward(forced(c), deterministic);
   }
 }

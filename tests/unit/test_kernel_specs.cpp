@@ -76,8 +76,8 @@ std::vector<AttentionSpec> every_supported_spec() {
       }
     }
   }
-  // sm_90a differs from sm_90 where the backward takes the TMA backward (head dims 64 and 128,
-  // both modes: the deterministic one adds the writer warps): every mask and dtype, without
+  // sm_90a differs from sm_90 where the backward takes the TMA backward (head dims 64, 96 and
+  // 128, both modes: the deterministic one adds the writer warps): every mask and dtype, without
   // and with both modifiers, and each modifier combination on the modifier masks.
   const auto add_sm90a_backward = [&](DType dtype, int d, const MaskSpec& mask, bool softcap,
                                       bool alibi) {
@@ -94,7 +94,7 @@ std::vector<AttentionSpec> every_supported_spec() {
       specs.push_back(spec);
     }
   };
-  for (int d : {64, 128}) {
+  for (int d : {64, 96, 128}) {
     for (DType dtype : {DType::bf16, DType::fp16}) {
       for (const MaskSpec& mask : masks) {
         add_sm90a_backward(dtype, d, mask, false, false);
@@ -355,11 +355,11 @@ TEST_CASE("sm_90a warpgroup forward kernels compile without spills or serialized
 TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmma",
           "[nvrtc][specs][sm90a]") {
   // backward.tma.sm90a, forced by tiles=64x128x12t: every mask it takes (predicates with and
-  // without scalars and head indices), both dtypes, head dims 64 and 128, without and with each
-  // score-modifier combination; setmaxnreg honoured (no C7508), no wgmma serialized.
+  // without scalars and head indices), both dtypes, head dims 64, 96 and 128, without and with
+  // each score-modifier combination; setmaxnreg honoured (no C7508), no wgmma serialized.
   std::vector<std::string> specs;
   for (const char* dtype : {"bf16", "fp16"}) {
-    for (int d : {64, 128}) {
+    for (int d : {64, 96, 128}) {
       for (const char* mask :
            {"none", "causal", "sliding_window", "flashmask(causal=true,columns=1)",
             "flashmask(causal=true,columns=2)", "flashmask(causal=false,columns=2)",

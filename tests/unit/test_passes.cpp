@@ -116,6 +116,8 @@ TEST_CASE("select_target picks one family per attention kernel, in launch order"
   CHECK(families("dtype=bf16 head_dim=64 direction=backward deterministic=true target=sm_90a") ==
         std::vector<FamilyChoice>{{R::backward, F::sm90a}});
   CHECK(families("dtype=bf16 head_dim=96 direction=backward deterministic=true target=sm_90a") ==
+        std::vector<FamilyChoice>{{R::backward, F::sm90a}});
+  CHECK(families("dtype=bf16 head_dim=192 direction=backward deterministic=true target=sm_90a") ==
         std::vector<FamilyChoice>{{R::backward, F::sm80}, {R::backward_dq, F::sm80}});
   CHECK(families("dtype=bf16 head_dim=64 direction=backward deterministic=true target=sm_90") ==
         std::vector<FamilyChoice>{{R::backward, F::sm80}, {R::backward_dq, F::sm80}});
@@ -424,7 +426,7 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 and d128, forced by a
       CHECK(automatic.warps == 12);
     }
   }
-  // Plain sm_90 (no wgmma) and head dims other than 64 and 128 keep the sm80 layouts; the
+  // Plain sm_90 (no wgmma) and head dims other than 64, 96 and 128 keep the sm80 layouts; the
   // deterministic mode and predicates (their key-row element bits) take it.
   const auto row = [&](const char* rest) {
     return lowered(128, rest).tiles_of(KernelRole::backward).row;
@@ -436,7 +438,7 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 and d128, forced by a
   for (int d : {32, 64, 96, 128, 192, 256}) {
     INFO(d);
     CHECK((lowered(d, "target=sm_90a").tiles_of(KernelRole::backward).row ==
-           "backward.tma.sm90a") == (d == 64 || d == 128));
+           "backward.tma.sm90a") == (d == 64 || d == 96 || d == 128));
   }
   // FlashMask values of the key block ride after the dQ buffers.
   CHECK(lowered(64, "mask=flashmask(causal=false,columns=4) tiles=64x128x12t target=sm_90a")
@@ -450,9 +452,9 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 and d128, forced by a
                     Catch::Contains("the t suffix with target=sm_90a"));
   CHECK_THROWS_WITH(lowered(128, "tiles=64x128x8t target=sm_90a"),
                     Catch::Contains("64x128x12t for the sm90a backward"));
-  CHECK_THROWS_WITH(lowered(96, "tiles=64x128x12t target=sm_90a"),
-                    "tiles: got '64x128x12t with head_dim=96'; accepted: the t suffix with "
-                    "head_dim 64 or 128");
+  CHECK_THROWS_WITH(lowered(192, "tiles=64x128x12t target=sm_90a"),
+                    "tiles: got '64x128x12t with head_dim=192'; accepted: the t suffix with "
+                    "head_dim 64, 96 or 128");
   CHECK_THROWS_WITH(lowered(128, "deterministic=true tiles=64x128x8w target=sm_90a"),
                     Catch::Contains("without the w suffix with deterministic=true"));
   CHECK(lowered(128, "mask=predicate(q>=k) tiles=64x128x12t target=sm_90a")

@@ -5,7 +5,7 @@
 //   dV += P^T dO, dK += dS^T Q       m64 x kHeadDim, A from registers, dO and Q MN-major
 //   dQ_i = dS K                      m64 x kDqCols: where the head dim gives each warpgroup a
 //                                    64-column panel (d128), its columns over all keys, else
-//                                    its own keys over all columns (d64)
+//                                    its own keys over all columns (d64, d96)
 #pragma once
 
 #include "attnjit/common/fragment.cuh"
@@ -28,8 +28,9 @@ struct BackwardWgmmaProducts {
 
   static_assert(kBlockN == 64 * kGroups, "64 keys per warpgroup");
   static_assert(kBlockM == 64 || kBlockM == 128, "m64n64 / m64n128 score products");
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "m64n64 / m64n128 dK and dV products");
-  static_assert(kDqCols % 64 == 0, "whole 64-column panels of dQ");
+  static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128,
+                "m64n64 / m64n96 / m64n128 dK and dV products");
+  static_assert(kDqCols % 32 == 0, "whole 32-column boxes of dQ");
 
   typedef SmemTile<kBlockN, kHeadDim> KvTile;
   typedef SmemTile<kBlockM, kHeadDim> QTile;  // Q and dO

@@ -167,13 +167,17 @@ std::string emit_cta_order(const Lowering& ir, const KernelDesc& kernel) {
   return w.str();
 }
 
-// The backward's per-row kernels (bwd_rows.cuh): element type and head dim, and for the
-// preprocess whether it zeroes the dQ accumulator (dq_accumulated).
+// The backward's per-row kernels (bwd_rows.cuh): element type and head dim, for the
+// preprocess whether it zeroes the dQ accumulator (dq_accumulated), for the GQA reduction
+// whether the main kernel summed dK and dV per K/V head (dkdv_summed).
 std::string emit_rows(const Lowering& ir, const KernelDesc& kernel) {
   const KernelRow& row = kernel_row(kernel.row);
   std::string arguments = fmt::format("{}, {}", element_type(ir.spec.dtype), ir.spec.head_dim_qk);
   if (kernel.role == KernelRole::backward_preprocess) {
     arguments += fmt::format(", /*kZeroDqAccum=*/{}", dq_accumulated(ir));
+  }
+  if (kernel.role == KernelRole::backward_reduce_dkdv && dkdv_summed(ir)) {
+    arguments += ", /*kSummed=*/true";
   }
   SourceWriter w;
   emit_header(w, ir, kernel);

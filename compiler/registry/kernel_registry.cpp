@@ -123,6 +123,11 @@ bool dq_accumulated(const Lowering& ir) {
   return !ir.spec.deterministic || orders_dq_reductions(ir);
 }
 
+bool dkdv_summed(const Lowering& ir) {
+  if (ir.spec.direction != Direction::backward || ir.spec.deterministic) return false;
+  return kernel_row(ir.tiles_of(KernelRole::backward).row).support.sums_dkdv;
+}
+
 namespace {
 
 std::string suffix_text(char suffix) {
@@ -204,10 +209,12 @@ BufferNeed float_rows(ParamField field, std::string name, const LaunchExpr& colu
 }
 
 BufferNeed float_keys(ParamField field, std::string name, const Lowering& ir) {
-  // Per query head; only under GQA (zero bytes, a null pointer, otherwise).
-  const LaunchExpr keys =
-      LaunchExpr(Extent::gqa) * Extent::batch * Extent::heads * Extent::seqlen_k;
-  return {field, {std::move(name), keys * ir.spec.head_dim_qk * 4}};
+  // Only under GQA (zero bytes, a null pointer, otherwise): per query head, or the zeroed sums
+  // per K/V head of a main kernel that adds into them (dkdv_summed).
+  const bool summed = dkdv_summed(ir);
+  const LaunchExpr keys = LaunchExpr(Extent::gqa) * Extent::batch *
+                          (summed ? Extent::kv_heads : Extent::heads) * Extent::seqlen_k;
+  return {field, {std::move(name), keys * ir.spec.head_dim_qk * 4, /*zeroed=*/summed}};
 }
 
 }  // namespace

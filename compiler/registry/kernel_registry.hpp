@@ -49,6 +49,10 @@ struct RowSupport {
   bool ordered_dq = false;
   bool atomic = true;              ///< deterministic=false
   bool auto_deterministic = true;  ///< picked without `tiles=` in deterministic mode
+  /// deterministic=false under GQA: the main kernel adds each query head's dK and dV into fp32
+  /// sums per K/V head (zeroed scratch) instead of writing per-query-head partials, and
+  /// backward_reduce_dkdv only converts them
+  bool sums_dkdv = false;
 };
 
 /// A scratch buffer a kernel binds to one of its parameter block's pointer fields. Kernels
@@ -171,6 +175,11 @@ bool orders_dq_reductions(const Lowering& ir);
 /// Whether the backward's dQ goes through the fp32 accumulator and the conversion kernel:
 /// the atomic mode, or a deterministic mode that orders the reductions (no dQ kernel).
 bool dq_accumulated(const Lowering& ir);
+
+/// Whether the backward main kernel of `ir` sums dK and dV per K/V head under GQA
+/// (RowSupport::sums_dkdv in the atomic mode): dk_partial/dv_partial are then [B, Hkv, Sk, D]
+/// zeroed sums, else [B, H, Sk, D] per-query-head partials.
+bool dkdv_summed(const Lowering& ir);
 
 /// Whether the CTAs of attention kernel `role` start in a CTA order (cta_order.cuh): where the
 /// mask makes a block's work depend on data, unless the kernel orders its dQ reductions.

@@ -105,6 +105,7 @@ KernelRow backward_tma_sm90a() {
   // Deterministic by taking turns on each query block's dQ (key blocks in order); predicates
   // by the block tables with key rows (their stored bits match S^T's fragments).
   row.support.ordered_dq = true;
+  row.support.sums_dkdv = true;
   row.tiles_suffixes = "t";
   row.candidates = kCandidates;
   row.config = kConfig;

@@ -190,6 +190,23 @@ BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim
       activation_view(dtype, p.d_v, p.batch, p.seqlen_k, p.kv_heads, head_dim, p.dv_batch_stride,
                       p.dv_row_stride, p.dv_head_stride),
       64, panel_columns(head_dim));
+  // Under GQA the fp32 dK and dV buffers [B, Hkv, Sk, D] (the sums of the atomic mode; the
+  // deterministic mode's per-query-head partials are larger and never go through these maps),
+  // viewed as [B, Sk, Hkv, D] with boxes of 32 columns x 64 keys.
+  if (p.dk_partial != nullptr) {
+    const auto sums = [&](const char* what, float* data) {
+      TensorView t;
+      t.data = data;
+      t.dtype = ScalarType::fp32;
+      t.rank = 4;
+      t.shape = {p.batch, p.seqlen_k, p.kv_heads, head_dim};
+      const long long row = head_dim;
+      t.stride = {row * p.seqlen_k * p.kv_heads, row, row * p.seqlen_k, 1};
+      return runtime::activation_tensor_map(what, t, 64, 32);
+    };
+    maps.dk_sum = sums("dk_sum", p.dk_partial);
+    maps.dv_sum = sums("dv_sum", p.dv_partial);
+  }
   return maps;
 }
 

@@ -2,7 +2,8 @@
 //   backward_preprocess   D = rowsum(dO * O) in fp32, LSE in log2 units (+inf where a row
 //                         sees no key, so its P is 0), and the fp32 dQ accumulator zeroed;
 //   backward_convert_dq   dQ = softmax_scale * accumulator, in the input dtype;
-//   backward_reduce_dkdv  GQA: dK, dV of a KV head = sum over its query heads' partials.
+//   backward_reduce_dkdv  GQA: dK, dV of a KV head = sum over its query heads' partials, or
+//                         the conversion of the sums the main kernel added up.
 // Grids: (ceil(rows / kRowsPerBlock), heads, batch) with kRowsPerBlock warps per block.
 #pragma once
 
@@ -68,14 +69,17 @@ __device__ __forceinline__ void backward_convert_dq(const BwdParams& p) {
   }
 }
 
-template <class Element, int kHeadDim>
+/// kSummed: the main kernel added every query head's dK and dV into fp32 sums per K/V head
+/// (dk_partial/dv_partial [B, Hkv, Sk, D]): they are only converted.
+template <class Element, int kHeadDim, bool kSummed = false>
 __device__ __forceinline__ void backward_reduce_dkdv(const BwdParams& p) {
   const int key = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int kv_head = blockIdx.y;
   const int batch = blockIdx.z;
   if (key >= p.seqlen_k) return;
-  const int group = p.heads / p.kv_heads;
+  const int group = kSummed ? 1 : p.heads / p.kv_heads;
+  const int heads = kSummed ? p.kv_heads : p.heads;
   u16* d_k = static_cast<u16*>(p.d_k) + batch * p.dk_batch_stride + key * p.dk_row_stride +
              kv_head * p.dk_head_stride;
   u16* d_v = static_cast<u16*>(p.d_v) + batch * p.dv_batch_stride + key * p.dv_row_stride +
@@ -85,7 +89,7 @@ __device__ __forceinline__ void backward_reduce_dkdv(const BwdParams& p) {
     float dk0 = 0.f, dk1 = 0.f, dv0 = 0.f, dv1 = 0.f;
     for (int g = 0; g < group; ++g) {
       const long long row =
-          (static_cast<long long>(batch) * p.heads + kv_head * group + g) * p.seqlen_k + key;
+          (static_cast<long long>(batch) * heads + kv_head * group + g) * p.seqlen_k + key;
       dk0 += p.dk_partial[row * kHeadDim + d];
       dk1 += p.dk_partial[row * kHeadDim + d + 1];
       dv0 += p.dv_partial[row * kHeadDim + d];

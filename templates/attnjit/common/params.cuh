@@ -78,6 +78,8 @@ struct BwdTensorMaps {
   TensorMap q, d_o, k, v;
   TensorMap dq_accum;  ///< fp32 [B, H, Sq, D] as (D, Sq, H, B), boxes of 32 columns x block_m rows
   TensorMap d_k, d_v;
+  /// Under GQA: dk_partial / dv_partial as fp32 [B, Hkv, Sk, D], boxes of 32 columns x 64 rows
+  TensorMap dk_sum, dv_sum;
 };
 
 /// Arguments of the forward kernel.
@@ -104,8 +106,8 @@ struct BwdParams : AttentionParams {
   int* dq_turns;
   float* row_dot;     ///< [B, H, Sq]: D = rowsum(dO * O)
   float* lse_log2;    ///< [B, H, Sq]: LSE * log2(e); +inf where no key is visible
-  float* dk_partial;  ///< [B, H, Sk, D]: per-query-head dK when H != Hkv, else null
-  float* dv_partial;  ///< [B, H, Sk, D]: per-query-head dV when H != Hkv, else null
+  float* dk_partial;  ///< H != Hkv: per-query-head dK [B, H, Sk, D] or sums [B, Hkv, Sk, D]
+  float* dv_partial;  ///< the same for dV (sums: the sm90a backward's atomic mode, zeroed)
   /// min/max per key block of the dQ kernel's block_n, or its predicate block table
   const int* minmax_dq;
   /// mask=predicate: the element bits of the partial tiles of `minmax_dq` (query rows)

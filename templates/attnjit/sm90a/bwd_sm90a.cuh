@@ -102,6 +102,9 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
   /// dQ buffers: kBlockM rows x kHeadDim floats as boxes of 32 columns (128-byte rows).
   static constexpr int kDqBuffers = kDqByColumns ? 1 : kConsumers;
   static constexpr int kDqBoxBytes = kBlockM * 128;
+  /// The fp32 boxes of the TMA reductions (dQ, and under GQA dK and dV): 64 rows x 32 columns.
+  static constexpr int kSumBoxBytes = 64 * 128;
+  static_assert(kDqBoxBytes == kSumBoxBytes, "a consumer's 64 query rows per dQ box");
   static constexpr int kDqBufferBytes = kHeadDim / 32 * kDqBoxBytes;
 
   static_assert(kStages >= 2, "a ring of at least two stages");
@@ -204,7 +207,12 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
       store_gradients(p, maps, base, work);
       return;
     }
-    // GQA: fp32 dK and dV of this query head, which backward_reduce_dkdv sums per K/V head.
+    if constexpr (!kOrderedDq) {
+      add_gradients(p, maps, base, work);
+      return;
+    }
+    // GQA, deterministic mode: fp32 dK and dV of this query head, which backward_reduce_dkdv
+    // sums per K/V head in order.
     // The last reductions are complete (the dQ conversion reads them next); the writer warps
     // wait for theirs.
     if (!kOrderedDq && warpgroup_thread() == 0) tma_store_wait<0>();
@@ -423,6 +431,42 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     return Mask::template evaluate_bits<kSTiles, true>(p, ms, key_row, 2 * t, key0, ms.row_begin);
   }
 
+  /// GQA, atomic mode: dK (scaled by softmax_scale) and dV of the consumer's 64 keys added into
+  /// the fp32 sums of the K/V head (dk_partial / dv_partial, zeroed; backward_reduce_dkdv
+  /// converts them) by TMA reductions from fp32 boxes of 32 columns: dK's in the K and V tiles
+  /// (free once both consumers have met), dV's in ring stage `consumer` (the consumers have
+  /// passed the last stage; the tile ends before the stage's block index).
+  static constexpr int kSumTileBytes = kHeadDim / 32 * kSumBoxBytes;
+  static_assert(kSumTileBytes * kConsumers <= 2 * KvTile::kBytes && kSumTileBytes <= kInfoOffset &&
+                    kConsumers <= kStages,
+                "the fp32 dK and dV tiles fit the K/V tiles and the stages");
+
+  __device__ __forceinline__ void add_gradients(const BwdParams& p, const BwdTensorMaps& maps,
+                                                u32 base, const CtaWork& work) {
+    const int consumer = consumer_index();
+    const u32 dk_tile = base + kKOffset + consumer * kSumTileBytes;
+    const u32 dv_tile = stage_address(base, consumer);
+    named_barrier_sync(kDsBarrier, 128 * kConsumers);
+    store_fp32_tile<kHeadDim, true>(dk_tile, 0, acc_dk.tiles(), p.softmax_scale);
+    store_fp32_tile<kHeadDim, false>(dv_tile, 0, acc_dv.tiles(), 1.f);
+    fence_async_shared();
+    named_barrier_sync(kDsBarrier + 1 + consumer, 128);
+    if (warpgroup_thread() != 0) return;
+    const int key0 = work.block * kBlockN + 64 * consumer;
+    const int kv_head = cta_kv_head();
+#pragma unroll
+    for (int box = 0; box < kHeadDim / 32; ++box) {
+      tma_reduce_add(maps.dk_sum, dk_tile + box * kSumBoxBytes, box * 32, key0, kv_head,
+                     work.batch);
+      tma_reduce_add(maps.dv_sum, dv_tile + box * kSumBoxBytes, box * 32, key0, kv_head,
+                     work.batch);
+    }
+    tma_store_commit();
+    // The dQ reductions too are complete (the dQ conversion reads them next), and shared
+    // memory stays until the copies have read it.
+    tma_store_wait<0>();
+  }
+
   /// Adds `panel`'s boxes of the dQ tile in `buffer` to query block `block`'s dQ by TMA
   /// reductions (one thread).
   __device__ __forceinline__ static void add_dq_tile(const BwdParams& p, const BwdTensorMaps& maps,
@@ -507,10 +551,20 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
   }
 
   /// Stores the warp's dQ rows 16 w + g (+ 8) of the accumulator, columns col0 + 8 dt + 2 t,
-  /// into the dQ buffer at `buffer`: column c of row r is float c % 4 of 16-byte chunk
-  /// (c % 32 / 4) ^ (r % 8) of row r of box c / 32 (the map's 128-byte swizzle).
+  /// into the dQ buffer at `buffer` (store_fp32_tile's layout).
   __device__ __forceinline__ static void store_dq(u32 buffer, int col0,
                                                   const float (&acc)[kDqCols / 8][4]) {
+    store_fp32_tile<kDqCols, false>(buffer, col0, acc, 1.f);
+  }
+
+  /// Stores rows 16 w + g (+ 8) of a warpgroup's m64 x kCols fp32 accumulator (times `scale`
+  /// when kScaled), columns col0 + 8 dt + 2 t, as the fp32 TMA maps' boxes of 64 rows x 32
+  /// columns from `buffer`: column c of row r is float c % 4 of 16-byte chunk
+  /// (c % 32 / 4) ^ (r % 8) of row r of box c / 32 (the maps' 128-byte swizzle).
+  template <int kCols, bool kScaled>
+  __device__ __forceinline__ static void store_fp32_tile(u32 buffer, int col0,
+                                                         const float (&acc)[kCols / 8][4],
+                                                         float scale) {
     const int lane = read_tid_x() % 32;
     const int t = lane % 4;
 #pragma unroll
@@ -518,11 +572,16 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
       const int row = 16 * ((read_tid_x() / 32) % 4) + lane / 4 + 8 * r;
       const u32 at = buffer + row * 128 + (t % 2) * 8;
 #pragma unroll
-      for (int dt = 0; dt < kDqCols / 8; ++dt) {
+      for (int dt = 0; dt < kCols / 8; ++dt) {
         const int col = col0 + 8 * dt;
         const int chunk = (2 * (dt % 4) + t / 2) ^ (row % 8);
-        store_shared_v2_f32(at + col / 32 * kDqBoxBytes + chunk * 16, acc[dt][2 * r],
-                            acc[dt][2 * r + 1]);
+        float x = acc[dt][2 * r];
+        float y = acc[dt][2 * r + 1];
+        if constexpr (kScaled) {
+          x *= scale;
+          y *= scale;
+        }
+        store_shared_v2_f32(at + col / 32 * kSumBoxBytes + chunk * 16, x, y);
       }
     }
   }

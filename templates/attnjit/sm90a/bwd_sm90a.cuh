@@ -212,10 +212,7 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
       return;
     }
     // GQA, deterministic mode: fp32 dK and dV of this query head, which backward_reduce_dkdv
-    // sums per K/V head in order.
-    // The last reductions are complete (the dQ conversion reads them next); the writer warps
-    // wait for theirs.
-    if (!kOrderedDq && warpgroup_thread() == 0) tma_store_wait<0>();
+    // sums per K/V head in order (the writer warps wait for their dQ reductions).
     store_dkdv_tile<Element, kHeadDim>(
         p, work.head, work.batch,
         work.block * kBlockN + 64 * consumer_index() + 16 * ((read_tid_x() / 32) % 4), 0,

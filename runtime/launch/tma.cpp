@@ -179,7 +179,7 @@ BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim
   dq.stride = {row * p.seqlen_q * p.heads, row, row * p.seqlen_q, 1};
   maps.dq_accum = runtime::activation_tensor_map("dq_accum", dq, block_m, 32);
   // dK and dV leave through shared memory by TMA stores of each consumer warpgroup's 64 keys
-  // (under GQA the kernel writes per-query-head partials instead and never uses these maps).
+  // (under GQA the kernel adds fp32 sums, or writes per-query-head partials, instead).
   maps.d_k = runtime::activation_tensor_map(
       "d_k",
       activation_view(dtype, p.d_k, p.batch, p.seqlen_k, p.kv_heads, head_dim, p.dk_batch_stride,

@@ -44,8 +44,9 @@ FwdTensorMaps forward_tensor_maps(const FwdParams& p, DType dtype, int head_dim_
 
 /// The tensor maps of the sm90a backward kernel (BwdTensorMaps: q and d_o boxes of block_m
 /// rows, k and v of block_n, the fp32 dQ accumulator boxes of 32 columns x block_m rows, d_k
-/// and d_v of 64 rows) for the tensors of `p`, whose last dimension is head_dim; p.dq_accum is
-/// bound.
+/// and d_v of 64 rows, under GQA the fp32 dK and dV sums boxes of 32 columns x 64 rows) for the
+/// tensors of `p`, whose last dimension is head_dim; p.dq_accum (and under GQA dk_partial and
+/// dv_partial) are bound.
 BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim, int block_m,
                                    int block_n);
 

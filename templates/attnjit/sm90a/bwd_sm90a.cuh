@@ -221,11 +221,9 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
 
   /// dK (scaled by softmax_scale) and dV of the consumer's 64 keys, written through the K and
   /// V tiles (no product reads them once both consumers have met: dQ = dS K reads every key
-  /// of K) and stored by TMA, which drops the keys past Sk. One thread per consumer issues
-  /// the copies and waits for them and for the last dQ reductions (the dQ conversion reads
-  /// them next; in the deterministic mode the writer warps wait for theirs). Storing the
-  /// fragments from registers took 15% of the warps' samples with a 1024-key sliding window
-  /// (ncu: 4-byte stores stalled on the store queue).
+  /// of K) and stored by TMA, which drops the keys past Sk (issue_gradient_copies). Storing
+  /// the fragments from registers took 15% of the warps' samples with a 1024-key sliding
+  /// window (ncu: 4-byte stores stalled on the store queue).
   __device__ __forceinline__ void store_gradients(const BwdParams& p, const BwdTensorMaps& maps,
                                                   u32 base, const CtaWork& work) {
     const int consumer = consumer_index();
@@ -245,21 +243,30 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
                          pack2<Element>(acc_dv.v[0][dt][2 * r], acc_dv.v[0][dt][2 * r + 1]));
       }
     }
-    // The stores reach the TMA unit's reads only through the async-proxy fence, and all of the
-    // consumer's stores must be in before its thread issues the copies.
+    issue_gradient_copies(work, consumer, [&](int key0, int kv_head) {
+#pragma unroll
+      for (int panel = 0; panel < kHeadDim / KvTile::kPanelCols; ++panel) {
+        const u32 rows = panel * KvTile::kPanelBytes + 64 * consumer * KvTile::kPanelCols * 2;
+        tma_store(maps.d_k, base + kKOffset + rows, panel * KvTile::kPanelCols, key0, kv_head,
+                  work.batch);
+        tma_store(maps.d_v, base + kVOffset + rows, panel * KvTile::kPanelCols, key0, kv_head,
+                  work.batch);
+      }
+    });
+  }
+
+  /// After a consumer has staged its dK and dV in shared memory: the async-proxy fence and the
+  /// consumer's barrier (all of its stores are in), then its one thread issues copies(first
+  /// key, K/V head) and waits for them and for the last dQ reductions (the dQ conversion reads
+  /// them next; in the deterministic mode the writer warps wait for theirs), shared memory
+  /// staying until the copies have read it.
+  template <class Copies>
+  __device__ __forceinline__ static void issue_gradient_copies(const CtaWork& work, int consumer,
+                                                               Copies copies) {
     fence_async_shared();
     named_barrier_sync(kDsBarrier + 1 + consumer, 128);
     if (warpgroup_thread() != 0) return;
-    const int key0 = work.block * kBlockN + 64 * consumer;
-    const int kv_head = cta_kv_head();
-#pragma unroll
-    for (int panel = 0; panel < kHeadDim / KvTile::kPanelCols; ++panel) {
-      const u32 rows = panel * KvTile::kPanelBytes + 64 * consumer * KvTile::kPanelCols * 2;
-      tma_store(maps.d_k, base + kKOffset + rows, panel * KvTile::kPanelCols, key0, kv_head,
-                work.batch);
-      tma_store(maps.d_v, base + kVOffset + rows, panel * KvTile::kPanelCols, key0, kv_head,
-                work.batch);
-    }
+    copies(work.block * kBlockN + 64 * consumer, cta_kv_head());
     tma_store_commit();
     tma_store_wait<0>();
   }
@@ -446,22 +453,15 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     named_barrier_sync(kDsBarrier, 128 * kConsumers);
     store_fp32_tile<kHeadDim, true>(dk_tile, 0, acc_dk.tiles(), p.softmax_scale);
     store_fp32_tile<kHeadDim, false>(dv_tile, 0, acc_dv.tiles(), 1.f);
-    fence_async_shared();
-    named_barrier_sync(kDsBarrier + 1 + consumer, 128);
-    if (warpgroup_thread() != 0) return;
-    const int key0 = work.block * kBlockN + 64 * consumer;
-    const int kv_head = cta_kv_head();
+    issue_gradient_copies(work, consumer, [&](int key0, int kv_head) {
 #pragma unroll
-    for (int box = 0; box < kHeadDim / 32; ++box) {
-      tma_reduce_add(maps.dk_sum, dk_tile + box * kSumBoxBytes, box * 32, key0, kv_head,
-                     work.batch);
-      tma_reduce_add(maps.dv_sum, dv_tile + box * kSumBoxBytes, box * 32, key0, kv_head,
-                     work.batch);
-    }
-    tma_store_commit();
-    // The dQ reductions too are complete (the dQ conversion reads them next), and shared
-    // memory stays until the copies have read it.
-    tma_store_wait<0>();
+      for (int box = 0; box < kHeadDim / 32; ++box) {
+        tma_reduce_add(maps.dk_sum, dk_tile + box * kSumBoxBytes, box * 32, key0, kv_head,
+                       work.batch);
+        tma_reduce_add(maps.dv_sum, dv_tile + box * kSumBoxBytes, box * 32, key0, kv_head,
+                       work.batch);
+      }
+    });
   }
 
   /// Adds `panel`'s boxes of the dQ tile in `buffer` to query block `block`'s dQ by TMA

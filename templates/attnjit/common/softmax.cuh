@@ -23,6 +23,9 @@ namespace attnjit {
 /// each). row_sum is this thread's share (its columns) until finish() reduces the quad.
 template <int kSlabs>
 struct OnlineSoftmax {
+  /// Lazy steps: how far (exponent units, log2) a row's max may rise before the row is
+  /// rescaled; P stays below 2^8.
+  static constexpr float kLazyThreshold = 8.f;
   float row_max[kSlabs][2];  ///< in the scores' units (before the exponent scale)
   float row_sum[kSlabs][2];
 
@@ -49,7 +52,7 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float max_scaled;
-        const float correction = advance<Score>(p, s, r, scores, max_scaled);
+        const float correction = advance<Score, false>(p, s, r, scores, max_scaled);
         scale_row(o, s, r, correction);
         exponentiate_row<Score>(p, s, r, scores, max_scaled);
       }
@@ -57,8 +60,11 @@ struct OnlineSoftmax {
   }
 
   /// step() without the output: the corrections go to `correction`, for kernels that rescale
-  /// their output later (rescale()), e.g. after issuing the product that reads P.
-  template <class Score, class Params, int kTiles>
+  /// their output later (rescale() or rescale_if_any()), e.g. after issuing the product that
+  /// reads P. kLazy: a row keeps its max until a block's exceeds it by more than
+  /// kLazyThreshold in exponent units (P stays below 2^kLazyThreshold; the sum, the output
+  /// and the LSE are exact for any max they share), so that most blocks need no rescaling.
+  template <class Score, bool kLazy = false, class Params, int kTiles>
   __device__ __forceinline__ void step(const Params& p, WarpAccumulator<kSlabs, kTiles>& scores,
                                        float (&correction)[kSlabs][2]) {
 #pragma unroll
@@ -66,7 +72,7 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float max_scaled;
-        correction[s][r] = advance<Score>(p, s, r, scores, max_scaled);
+        correction[s][r] = advance<Score, kLazy>(p, s, r, scores, max_scaled);
         exponentiate_row<Score>(p, s, r, scores, max_scaled);
       }
     }
@@ -81,6 +87,19 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int r = 0; r < 2; ++r) scale_row(o, s, r, correction[s][r]);
     }
+  }
+
+  /// rescale(), skipped where every row of the warp has the correction 1 (no max moved, or
+  /// lazy steps kept them): a warp vote instead of the output's multiplies.
+  template <int kOutTiles>
+  __device__ __forceinline__ static void rescale_if_any(WarpAccumulator<kSlabs, kOutTiles>& o,
+                                                        const float (&correction)[kSlabs][2]) {
+    bool any = false;
+#pragma unroll
+    for (int s = 0; s < kSlabs; ++s) {
+      any = any || correction[s][0] != 1.f || correction[s][1] != 1.f;
+    }
+    if (__any_sync(0xffffffffu, any)) rescale(o, correction);
   }
 
   /// After the last block: row_sum becomes the quad's total and the output rows are divided by
@@ -119,18 +138,35 @@ struct OnlineSoftmax {
   /// Row (s, r) of a new block: the new max over the block's scores (the quad's), its exponent
   /// offset m' c to `max_scaled` (0 while the row has seen nothing visible), the sum scaled by
   /// the correction 2^(m c - m' c), which is returned for the output row.
-  template <class Score, class Params, int kTiles>
+  template <class Score, bool kLazy, class Params, int kTiles>
   __device__ __forceinline__ float advance(const Params& p, int s, int r,
                                            const WarpAccumulator<kSlabs, kTiles>& scores,
                                            float& max_scaled) {
-    float block_max = row_max[s][r];
+    const float old_max = row_max[s][r];
+    float block_max = old_max;
 #pragma unroll
     for (int nt = 0; nt < kTiles; ++nt) {
       block_max = fmaxf(block_max, fmaxf(scores.v[s][nt][2 * r], scores.v[s][nt][2 * r + 1]));
     }
     block_max = quad_max(block_max);
+    if constexpr (kLazy) {
+      // The old max stays while the new one is within the threshold: correction 1, which
+      // rescale_if_any skips. A row's first visible block takes its max with correction 1 too
+      // (its output and sum are still 0).
+      const float rise = (block_max - old_max) * Score::exponent_scale(p);
+      if (old_max == negative_infinity() || rise > kLazyThreshold) {
+        row_max[s][r] = block_max;
+        max_scaled = block_max == negative_infinity() ? 0.f : block_max * Score::exponent_scale(p);
+        if (old_max == negative_infinity()) return 1.f;
+        const float correction = exp2_approx(old_max * Score::exponent_scale(p) - max_scaled);
+        row_sum[s][r] *= correction;
+        return correction;
+      }
+      max_scaled = old_max * Score::exponent_scale(p);
+      return 1.f;
+    }
     max_scaled = block_max == negative_infinity() ? 0.f : block_max * Score::exponent_scale(p);
-    const float correction = exp2_approx(row_max[s][r] * Score::exponent_scale(p) - max_scaled);
+    const float correction = exp2_approx(old_max * Score::exponent_scale(p) - max_scaled);
     row_max[s][r] = block_max;
     row_sum[s][r] *= correction;
     return correction;

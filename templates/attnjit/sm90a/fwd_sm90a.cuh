@@ -103,6 +103,21 @@ struct ForwardSm90a {
   static constexpr int kVectorStageBytes = kBlockN * kColumns * 4;
 
   static constexpr bool kPersistent = Config::kPersistent;
+  /// Lazy rescaling (softmax.cuh) from head dim 128, where the output rows a step rescales
+  /// are 64 or more per thread: 0.96-0.98x the time on eight of ten families at d128 (B=16
+  /// H=32 S=8192); at d64 it measured 1.01-1.03x slower.
+  static constexpr bool kLazyRescale = kHeadDim >= 128;
+  /// Walks reading tables (FlashMask, predicates) run a block ahead of the consumer: the
+  /// shuffle and bit scans that give the next block and its classification then run under the
+  /// products instead of between S and the softmax and between the softmax and the next
+  /// product (ncu, d64 documents: 8% of the samples, most waiting on the shuffle). Masks by
+  /// index find their next block by arithmetic; at d64 walking ahead measured 1.01-1.02x
+  /// slower there (three consumers).
+  static constexpr bool kWalkAhead = WarpKeyBlockWalk<Mask, kBlockN>::kTables;
+  /// Whether the output's rescaling is skipped where no row of the warp moved its max (a warp
+  /// vote): with lazy steps, and under masks with tables, where exact steps measured 0.97-1.02x
+  /// the time with it at d64 (against 1.01-1.04x under masks by index).
+  static constexpr bool kSkipRescale = kLazyRescale || kWalkAhead;
   static_assert(!kPersistent || (Mask::kOrderedCtas && kConsumers == 2),
                 "persistent: works sorted by a CTA order, two consumers");
 
@@ -230,20 +245,29 @@ struct ForwardSm90a {
       multiply_qk(acc_s.tiles(), base, consumer, base + kKOffset + k_state.index * KvTile::kBytes);
       wgmma_commit();
       turn_end(consumer);
+      // The block whose S is in flight and its classification.
+      int block = 0;
+      int tile = 0;
+      walk_ahead(p, parity, walk, block, tile);
       wgmma_wait<0>();
       fence_accumulators(acc_s.tiles());
       // The loop is rotated so that the score step has one copy (code size is compile time):
       // S of the block is ready at the top; O += P V of the block before is in flight.
       for (bool first = true;; first = false) {
-        score_block(p, acc_s.tiles(), walk.block, walk.tile(block_mask_state(p, parity), p.minmax),
-                    base + kVectorOffset + k_state.index * kVectorStageBytes, consumer, parity);
+        const u32 vectors = base + kVectorOffset + k_state.index * kVectorStageBytes;
+        if constexpr (kWalkAhead) {
+          score_block(p, acc_s.tiles(), block, tile, vectors, consumer, parity);
+        } else {
+          score_block(p, acc_s.tiles(), walk.block,
+                      walk.tile(block_mask_state(p, parity), p.minmax), vectors, consumer, parity);
+        }
         release<kKReleasePerWarp>(k_ring, k_state);
-        softmax.template step<Score>(p, acc_s, correction);
+        softmax.template step<Score, kLazyRescale>(p, acc_s, correction);
         wgmma_wait<0>();
         fence_accumulators(acc_o.tiles());
         if (!first) release(v_ring, v_state);
         to_operand_a<Element>(acc_s, p_frag);
-        walk.next(block_mask_state(p, parity), p.minmax);
+        if constexpr (!kWalkAhead) walk.next(block_mask_state(p, parity), p.minmax);
         if (!walk.more()) break;
         k_ring.consumer_wait(k_state);
         // S of the next block is issued before O += P V of this one, and the next score step
@@ -253,19 +277,20 @@ struct ForwardSm90a {
         multiply_qk(acc_s.tiles(), base, consumer,
                     base + kKOffset + k_state.index * KvTile::kBytes);
         wgmma_commit();
-        OnlineSoftmax<1>::rescale(acc_o, correction);
+        rescale(acc_o, correction);
         v_ring.consumer_wait(v_state);
         wgmma_fence();
         multiply_pv(acc_o.tiles(), p_frag, base + kVOffset + v_state.index * KvTile::kBytes);
         wgmma_commit();
         turn_end(consumer);
+        walk_ahead(p, parity, walk, block, tile);
         wgmma_wait<1>();
         fence_accumulators(acc_s.tiles());
       }
       // The work's Q K^T products have all completed: the next work's Q may land.
       release_q(base);
       turn_begin(consumer, false);
-      OnlineSoftmax<1>::rescale(acc_o, correction);
+      rescale(acc_o, correction);
       v_ring.consumer_wait(v_state);
       wgmma_fence();
       multiply_pv(acc_o.tiles(), p_frag, base + kVOffset + v_state.index * KvTile::kBytes);
@@ -284,6 +309,29 @@ struct ForwardSm90a {
     forward_epilogue<Element, QTile, Config::kReturnLse, kEpilogueBarrier, Score, kPersistent>(
         p, maps.o, acc_o, softmax, base + kOOffset, consumer,
         work.block * kBlockM + 64 * consumer, work.head, work.batch);
+  }
+
+  /// kWalkAhead: takes the walk's current block and its classification (the block whose S
+  /// was just issued) and moves the walk to the next block, while the product runs.
+  __device__ __forceinline__ static void walk_ahead(const FwdParams& p, u32 parity,
+                                                    WarpKeyBlockWalk<Mask, kBlockN>& walk,
+                                                    int& block, int& tile) {
+    if constexpr (kWalkAhead) {
+      block = walk.block;
+      tile = walk.tile(block_mask_state(p, parity), p.minmax);
+      walk.next(block_mask_state(p, parity), p.minmax);
+    }
+  }
+
+  /// The output rows times a step's corrections (kSkipRescale: where a row of the warp needs
+  /// it).
+  __device__ __forceinline__ static void rescale(WarpgroupAccumulator<kHeadDim>& o,
+                                                 const float (&correction)[1][2]) {
+    if constexpr (kSkipRescale) {
+      OnlineSoftmax<1>::rescale_if_any(o, correction);
+    } else {
+      OnlineSoftmax<1>::rescale(o, correction);
+    }
   }
 
   /// kPersistent: frees the Q tile for the next work's copy once this thread's Q K^T

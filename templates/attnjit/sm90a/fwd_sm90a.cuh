@@ -18,8 +18,11 @@
 // of block j + 1 runs while O += P V does; O takes block j's correction while S is computed.
 // With kPingPong the consumers take turns, in a ring, to issue their products (named
 // barriers), so their softmaxes run while another's products hold the tensor cores. Every
-// warp walks the key blocks itself (key_block_walk.cuh). The epilogue writes O through shared
-// memory and TMA (fwd_sm90a_epilogue.cuh).
+// warp walks the key blocks itself (key_block_walk.cuh); under masks with tables a consumer's
+// walk runs a block ahead, under the products (kWalkAhead). From head dim 128 the softmax's
+// steps are lazy (a row keeps its max until it rises by more than 2^8) and O is rescaled only
+// where a row of the warp moved its max (kLazyRescale, kSkipRescale). The epilogue writes O
+// through shared memory and TMA (fwd_sm90a_epilogue.cuh).
 //
 // kPersistent (the registry's rule: masks with a CTA order, two consumers, head dims up to
 // 128): a grid of min(works, SMs) CTAs, each taking works (query blocks) of the CTA order,
@@ -105,7 +108,7 @@ struct ForwardSm90a {
   static constexpr bool kPersistent = Config::kPersistent;
   /// Lazy rescaling (softmax.cuh) from head dim 128, where the output rows a step rescales
   /// are 64 or more per thread: 0.96-0.98x the time on eight of ten families at d128 (B=16
-  /// H=32 S=8192); at d64 it measured 1.01-1.03x slower.
+  /// H=32 S=8192); at d64 it measured 1.01-1.05x slower.
   static constexpr bool kLazyRescale = kHeadDim >= 128;
   /// Walks reading tables (FlashMask, predicates) run a block ahead of the consumer: the
   /// shuffle and bit scans that give the next block and its classification then run under the

@@ -117,6 +117,19 @@ TensorView activation_view(DType dtype, const void* data, int batch, int seqlen,
   return t;
 }
 
+// A contiguous fp32 buffer [B, H, S, D] (the dQ accumulator, GQA's dK and dV sums) viewed as
+// [B, S, H, D].
+TensorView fp32_head_major_view(float* data, int batch, int seqlen, int heads, int dim) {
+  TensorView t;
+  t.data = data;
+  t.dtype = ScalarType::fp32;
+  t.rank = 4;
+  t.shape = {batch, seqlen, heads, dim};
+  const long long row = dim;
+  t.stride = {row * seqlen * heads, row, row * seqlen, 1};
+  return t;
+}
+
 // The panel of SmemTile: 64 columns where the head dim allows, else 32.
 int panel_columns(int dim) { return dim % 64 == 0 ? 64 : 32; }
 
@@ -170,14 +183,9 @@ BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim
   // reductions.
   internal_check(p.dq_accum != nullptr || p.seqlen_q == 0 || p.batch == 0 || p.heads == 0,
                  "the dQ accumulator is bound before its map");
-  TensorView dq;
-  dq.data = p.dq_accum;
-  dq.dtype = ScalarType::fp32;
-  dq.rank = 4;
-  dq.shape = {p.batch, p.seqlen_q, p.heads, head_dim};
-  const long long row = head_dim;
-  dq.stride = {row * p.seqlen_q * p.heads, row, row * p.seqlen_q, 1};
-  maps.dq_accum = runtime::activation_tensor_map("dq_accum", dq, block_m, 32);
+  maps.dq_accum = runtime::activation_tensor_map(
+      "dq_accum", fp32_head_major_view(p.dq_accum, p.batch, p.seqlen_q, p.heads, head_dim),
+      block_m, 32);
   // dK and dV leave through shared memory by TMA stores of each consumer warpgroup's 64 keys
   // (under GQA the kernel adds fp32 sums, or writes per-query-head partials, instead).
   maps.d_k = runtime::activation_tensor_map(
@@ -194,18 +202,12 @@ BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim
   // deterministic mode's per-query-head partials are larger and never go through these maps),
   // viewed as [B, Sk, Hkv, D] with boxes of 32 columns x 64 keys.
   if (p.dk_partial != nullptr) {
-    const auto sums = [&](const char* what, float* data) {
-      TensorView t;
-      t.data = data;
-      t.dtype = ScalarType::fp32;
-      t.rank = 4;
-      t.shape = {p.batch, p.seqlen_k, p.kv_heads, head_dim};
-      const long long row = head_dim;
-      t.stride = {row * p.seqlen_k * p.kv_heads, row, row * p.seqlen_k, 1};
-      return runtime::activation_tensor_map(what, t, 64, 32);
-    };
-    maps.dk_sum = sums("dk_sum", p.dk_partial);
-    maps.dv_sum = sums("dv_sum", p.dv_partial);
+    maps.dk_sum = runtime::activation_tensor_map(
+        "dk_sum", fp32_head_major_view(p.dk_partial, p.batch, p.seqlen_k, p.kv_heads, head_dim),
+        64, 32);
+    maps.dv_sum = runtime::activation_tensor_map(
+        "dv_sum", fp32_head_major_view(p.dv_partial, p.batch, p.seqlen_k, p.kv_heads, head_dim),
+        64, 32);
   }
   return maps;
 }

@@ -6,7 +6,8 @@ module each) is assembled by the toolkit's ptxas for --arch, and every kernel's 
 (.text.<kernel> of the cubin: its SASS, without symbols or constants) is compared byte for
 byte. A change that claims to leave kernels alone (a refactor, a change that should only touch
 other head dims or masks) is checked here without a GPU: identical code needs no new
-measurement. Prints a table, the verdict last; exits 1 when a kernel differs or is missing.
+measurement. Prints a table, the verdict last; exits 1 when a kernel differs or is missing, 2
+when a build cannot emit a spec or ptxas fails.
 
     python3 tools/bench/kernel_identity.py --a old/attnc --b build/tools/attnc \\
         --spec "dtype=bf16 head_dim=128 mask=causal" --spec "dtype=bf16 head_dim=64 mask=none"
@@ -149,8 +150,12 @@ def main(argv=None):
     all_identical = True
     with tempfile.TemporaryDirectory() as scratch:
         for spec in args.spec:
-            code_a = machine_code(args.a, spec, args.arch, ptxas, scratch)
-            code_b = machine_code(args.b, spec, args.arch, ptxas, scratch)
+            try:
+                code_a = machine_code(args.a, spec, args.arch, ptxas, scratch)
+                code_b = machine_code(args.b, spec, args.arch, ptxas, scratch)
+            except RuntimeError as error:
+                print(f"kernel_identity: {error}", file=sys.stderr)
+                return 2
             for kernel, size_a, size_b, verdict in compare(code_a, code_b):
                 all_identical &= verdict == "identical"
                 print(f"| `{spec}` | {kernel} | {size_a} | {size_b} | {verdict} |")

@@ -150,6 +150,20 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     return make_mask_state_at_row<kBlockN>(p, cta_mask_row<Mask>(), work.head, work.batch);
   }
 
+  /// key_mask_state with the rows of query block `block`.
+  __device__ __forceinline__ static MaskState query_block_mask_state(const BwdParams& p,
+                                                                     int block) {
+    MaskState ms = key_mask_state(p);
+    ms.row_begin = block * kBlockM;
+    ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
+    return ms;
+  }
+
+  /// The first key of the CTA's block.
+  __device__ __forceinline__ static int cta_key0(const BwdParams& p) {
+    return cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p)).block * kBlockN;
+  }
+
   __device__ __forceinline__ void run(const BwdParams& p, const BwdTensorMaps& maps,
                                       unsigned char* smem_raw) {
     start_cta<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p));
@@ -313,10 +327,8 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     }
     fence_accumulators(acc_s.tiles());
 
-    MaskState ms = key_mask_state(p);
-    ms.row_begin = block * kBlockM;
-    ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
-    const int key0 = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p)).block * kBlockN;
+    const MaskState ms = query_block_mask_state(p, block);
+    const int key0 = cta_key0(p);
     if (tile_kind(tile) == kTilePartial) {
       if constexpr (Mask::kElementBits) {
         mask_by_bits(acc_s, 0, hidden);
@@ -428,11 +440,9 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
           Mask::template load_fragment_words<kSTiles, true>(p.predicate_bits, tile, key_row),
           2 * t);
     }
-    MaskState ms = key_mask_state(p);
-    ms.row_begin = block * kBlockM;
-    ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
-    const int key0 = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p)).block * kBlockN;
-    return Mask::template evaluate_bits<kSTiles, true>(p, ms, key_row, 2 * t, key0, ms.row_begin);
+    const MaskState ms = query_block_mask_state(p, block);
+    return Mask::template evaluate_bits<kSTiles, true>(p, ms, key_row, 2 * t, cta_key0(p),
+                                                       ms.row_begin);
   }
 
   /// GQA, atomic mode: dK (scaled by softmax_scale) and dV of the consumer's 64 keys added into
@@ -451,8 +461,8 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     const u32 dk_tile = base + kKOffset + consumer * kSumTileBytes;
     const u32 dv_tile = stage_address(base, consumer);
     named_barrier_sync(kDsBarrier, 128 * kConsumers);
-    store_fp32_tile<kHeadDim, true>(dk_tile, 0, acc_dk.tiles(), p.softmax_scale);
-    store_fp32_tile<kHeadDim, false>(dv_tile, 0, acc_dv.tiles(), 1.f);
+    store_fp32_tile<kHeadDim>(dk_tile, 0, acc_dk.tiles(), p.softmax_scale);
+    store_fp32_tile<kHeadDim>(dv_tile, 0, acc_dv.tiles(), 1.f);
     issue_gradient_copies(work, consumer, [&](int key0, int kv_head) {
 #pragma unroll
       for (int box = 0; box < kHeadDim / 32; ++box) {
@@ -551,14 +561,14 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
   /// into the dQ buffer at `buffer` (store_fp32_tile's layout).
   __device__ __forceinline__ static void store_dq(u32 buffer, int col0,
                                                   const float (&acc)[kDqCols / 8][4]) {
-    store_fp32_tile<kDqCols, false>(buffer, col0, acc, 1.f);
+    store_fp32_tile<kDqCols>(buffer, col0, acc, 1.f);
   }
 
-  /// Stores rows 16 w + g (+ 8) of a warpgroup's m64 x kCols fp32 accumulator (times `scale`
-  /// when kScaled), columns col0 + 8 dt + 2 t, as the fp32 TMA maps' boxes of 64 rows x 32
-  /// columns from `buffer`: column c of row r is float c % 4 of 16-byte chunk
-  /// (c % 32 / 4) ^ (r % 8) of row r of box c / 32 (the maps' 128-byte swizzle).
-  template <int kCols, bool kScaled>
+  /// Stores rows 16 w + g (+ 8) of a warpgroup's m64 x kCols fp32 accumulator times `scale`,
+  /// columns col0 + 8 dt + 2 t, as the fp32 TMA maps' boxes of 64 rows x 32 columns from
+  /// `buffer`: column c of row r is float c % 4 of 16-byte chunk (c % 32 / 4) ^ (r % 8) of row
+  /// r of box c / 32 (the maps' 128-byte swizzle).
+  template <int kCols>
   __device__ __forceinline__ static void store_fp32_tile(u32 buffer, int col0,
                                                          const float (&acc)[kCols / 8][4],
                                                          float scale) {
@@ -572,13 +582,8 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
       for (int dt = 0; dt < kCols / 8; ++dt) {
         const int col = col0 + 8 * dt;
         const int chunk = (2 * (dt % 4) + t / 2) ^ (row % 8);
-        float x = acc[dt][2 * r];
-        float y = acc[dt][2 * r + 1];
-        if constexpr (kScaled) {
-          x *= scale;
-          y *= scale;
-        }
-        store_shared_v2_f32(at + col / 32 * kSumBoxBytes + chunk * 16, x, y);
+        store_shared_v2_f32(at + col / 32 * kSumBoxBytes + chunk * 16, acc[dt][2 * r] * scale,
+                            acc[dt][2 * r + 1] * scale);
       }
     }
   }

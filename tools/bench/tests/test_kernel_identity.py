@@ -117,6 +117,20 @@ class CompareTest(unittest.TestCase):
         self.assertEqual(rows["new"], (0, 16, "only in b"))
 
 
+class FailureTest(unittest.TestCase):
+    def test_a_build_that_cannot_emit_is_reported(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            fake = Path(scratch) / "attnc"
+            fake.write_text("#!/bin/sh\necho 'attnc: mask: got bogus' >&2\nexit 1\n")
+            fake.chmod(0o755)
+            stderr, stdout = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(stdout):
+                code = kernel_identity.main(["--a", str(fake), "--b", str(fake), "--spec",
+                                             "mask=bogus", "--ptxas", sys.executable])
+        self.assertEqual(code, 2)
+        self.assertIn("emit failed for 'mask=bogus': attnc: mask: got bogus", stderr.getvalue())
+
+
 def ptxas_or_none():
     try:
         return kernel_identity.find_ptxas(None)

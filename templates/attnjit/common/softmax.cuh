@@ -47,12 +47,14 @@ struct OnlineSoftmax {
   template <class Score, class Params, int kTiles, int kOutTiles>
   __device__ __forceinline__ void step(const Params& p, WarpAccumulator<kSlabs, kTiles>& scores,
                                        WarpAccumulator<kSlabs, kOutTiles>& o) {
+    float block_max[kSlabs][2];
+    block_maxima(scores, block_max);
 #pragma unroll
     for (int s = 0; s < kSlabs; ++s) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float max_scaled;
-        const float correction = advance<Score, false>(p, s, r, scores, max_scaled);
+        const float correction = advance<Score, false>(p, s, r, block_max[s][r], max_scaled);
         scale_row(o, s, r, correction);
         exponentiate_row<Score>(p, s, r, scores, max_scaled);
       }
@@ -67,12 +69,14 @@ struct OnlineSoftmax {
   template <class Score, bool kLazy = false, class Params, int kTiles>
   __device__ __forceinline__ void step(const Params& p, WarpAccumulator<kSlabs, kTiles>& scores,
                                        float (&correction)[kSlabs][2]) {
+    float block_max[kSlabs][2];
+    block_maxima(scores, block_max);
 #pragma unroll
     for (int s = 0; s < kSlabs; ++s) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float max_scaled;
-        correction[s][r] = advance<Score, kLazy>(p, s, r, scores, max_scaled);
+        correction[s][r] = advance<Score, kLazy>(p, s, r, block_max[s][r], max_scaled);
         exponentiate_row<Score>(p, s, r, scores, max_scaled);
       }
     }
@@ -135,38 +139,63 @@ struct OnlineSoftmax {
   }
 
  private:
-  /// Row (s, r) of a new block: the new max over the block's scores (the quad's), its exponent
+  /// Every row's new max over the block's scores (the quad's) and its running max: each
+  /// thread's by a tree of pairwise maxima (depth log2(2 kTiles), not a chain of 2 kTiles; the
+  /// exponentials wait for it), all rows before the quads' shuffles so that those overlap.
+  /// Exact in any order.
+  template <int kTiles>
+  __device__ __forceinline__ void block_maxima(const WarpAccumulator<kSlabs, kTiles>& scores,
+                                               float (&block_max)[kSlabs][2]) const {
+#pragma unroll
+    for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float m[kTiles];
+#pragma unroll
+        for (int nt = 0; nt < kTiles; ++nt) {
+          m[nt] = fmaxf(scores.v[s][nt][2 * r], scores.v[s][nt][2 * r + 1]);
+        }
+#pragma unroll
+        for (int width = 1; width < kTiles; width *= 2) {
+#pragma unroll
+          for (int nt = 0; nt + width < kTiles; nt += 2 * width) {
+            m[nt] = fmaxf(m[nt], m[nt + width]);
+          }
+        }
+        block_max[s][r] = fmaxf(row_max[s][r], m[0]);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) block_max[s][r] = quad_max(block_max[s][r]);
+    }
+  }
+
+  /// Row (s, r) of a new block whose max (with the running one) is `block_max`: its exponent
   /// offset m' c to `max_scaled` (0 while the row has seen nothing visible), the sum scaled by
-  /// the correction 2^(m c - m' c), which is returned for the output row.
-  template <class Score, bool kLazy, class Params, int kTiles>
-  __device__ __forceinline__ float advance(const Params& p, int s, int r,
-                                           const WarpAccumulator<kSlabs, kTiles>& scores,
+  /// the correction 2^(m c - m' c), which is returned for the output row. Lazy: the old max
+  /// stays while the new one is within the threshold (correction 1, which rescale_if_any
+  /// skips); a row's first visible block takes its max with correction 1 too (its output and
+  /// sum are still 0). Without branches, so that the rows' steps interleave.
+  template <class Score, bool kLazy, class Params>
+  __device__ __forceinline__ float advance(const Params& p, int s, int r, float block_max,
                                            float& max_scaled) {
     const float old_max = row_max[s][r];
-    float block_max = old_max;
-#pragma unroll
-    for (int nt = 0; nt < kTiles; ++nt) {
-      block_max = fmaxf(block_max, fmaxf(scores.v[s][nt][2 * r], scores.v[s][nt][2 * r + 1]));
-    }
-    block_max = quad_max(block_max);
+    const float scale = Score::exponent_scale(p);
     if constexpr (kLazy) {
-      // The old max stays while the new one is within the threshold: correction 1, which
-      // rescale_if_any skips. A row's first visible block takes its max with correction 1 too
-      // (its output and sum are still 0).
-      const float rise = (block_max - old_max) * Score::exponent_scale(p);
-      if (old_max == negative_infinity() || rise > kLazyThreshold) {
-        row_max[s][r] = block_max;
-        max_scaled = block_max == negative_infinity() ? 0.f : block_max * Score::exponent_scale(p);
-        if (old_max == negative_infinity()) return 1.f;
-        const float correction = exp2_approx(old_max * Score::exponent_scale(p) - max_scaled);
-        row_sum[s][r] *= correction;
-        return correction;
-      }
-      max_scaled = old_max * Score::exponent_scale(p);
-      return 1.f;
+      const bool first = old_max == negative_infinity();
+      const bool moved = first || (block_max - old_max) * scale > kLazyThreshold;
+      const float new_max = moved ? block_max : old_max;
+      max_scaled = new_max == negative_infinity() ? 0.f : new_max * scale;
+      const float shift = exp2_approx(old_max * scale - max_scaled);
+      const float correction = moved && !first ? shift : 1.f;
+      row_max[s][r] = new_max;
+      row_sum[s][r] *= correction;
+      return correction;
     }
-    max_scaled = block_max == negative_infinity() ? 0.f : block_max * Score::exponent_scale(p);
-    const float correction = exp2_approx(old_max * Score::exponent_scale(p) - max_scaled);
+    max_scaled = block_max == negative_infinity() ? 0.f : block_max * scale;
+    const float correction = exp2_approx(old_max * scale - max_scaled);
     row_max[s][r] = block_max;
     row_sum[s][r] *= correction;
     return correction;

@@ -68,7 +68,7 @@ std::vector<std::string> config_lines(const KernelRow& row, const KernelTiles& t
         // 256); the producer warpgroup keeps what its row says and the consumer warpgroups
         // take the rest, in multiples of 8: together they must not exceed what they started
         // with, else setmaxnreg.inc waits forever.
-        const int producer = row.producer_registers(ir.spec, *ir.mask);
+        const int producer = row.producer_registers(tiles, ir.spec, *ir.mask);
         const int warpgroups = tiles.warps / 4;
         const int ctas = std::max(1, min_blocks_per_sm(row, tiles));
         const int start = std::min(65536 / (ctas * tiles.threads()) / 8 * 8, 255 / 8 * 8);

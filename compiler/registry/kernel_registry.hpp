@@ -116,8 +116,9 @@ struct KernelRow {
   bool (*fits)(const TileCandidate&, const AttentionSpec&, const MaskLowering&) = nullptr;
   /// Rows with ConfigField::register_split (warp-specialized: 65536 registers over the
   /// threads of the CTAs an SM holds): the registers the producer warpgroup keeps after
-  /// setmaxnreg; the consumer warpgroups share the rest.
-  int (*producer_registers)(const AttentionSpec&, const MaskLowering&) = nullptr;
+  /// setmaxnreg for these tiles; the consumer warpgroups share the rest.
+  int (*producer_registers)(const KernelTiles&, const AttentionSpec&, const MaskLowering&) =
+      nullptr;
   /// Rows with ConfigField::persistent: whether the kernel with these tiles takes several works
   /// per CTA (its launch then gives RowLaunch::works).
   bool (*persistent)(const KernelTiles&, const AttentionSpec&, const MaskLowering&) = nullptr;

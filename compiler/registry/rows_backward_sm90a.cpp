@@ -40,7 +40,7 @@ constexpr std::array<ConfigField, 6> kConfig{ConfigField::head_dim,  ConfigField
 // consumers need all of the other 480 in the atomic mode. The deterministic mode's writer
 // warps (the same walk, the dQ turns and the reductions) take 40 (ptxas spilled below that
 // under FlashMask), and the consumers spill nothing in 232.
-int producer_registers(const AttentionSpec& spec, const MaskLowering&) {
+int producer_registers(const KernelTiles&, const AttentionSpec& spec, const MaskLowering&) {
   return spec.deterministic ? 40 : 24;
 }
 

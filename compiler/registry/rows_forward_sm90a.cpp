@@ -56,16 +56,12 @@ int widest_block_n(const AttentionSpec& spec, const MaskLowering& mask) {
   const bool wide_tables = predicate || mask.vectors.size() > 1;
   const bool modifiers = spec.softcap || spec.alibi;
   switch (spec.head_dim_qk) {
-    case 128: {
-      // 128 keys for FlashMask without the causal flag too since the heads come from shared
-      // memory (global + sliding window 0.87x the time of 112, documents 0.99x; B=16 H=32
-      // S=8192), except four vectors with both modifiers (48 bytes spilled); the causal flag
-      // with two vectors spills 48 bytes at 128.
-      const bool both_modifiers = spec.softcap && spec.alibi;
-      const bool narrow = predicate || (mask.vectors.size() > 1 && spec.mask.causal) ||
-                          (mask.vectors.size() > 2 && both_modifiers);
-      return narrow ? 112 : 128;
-    }
+    case 128:
+      // 128 keys under every mask since the persistent producer keeps 24 registers
+      // (producer_registers; at 228 registers a consumer spilled 48 bytes with the causal flag
+      // and two vectors, with predicates, and with four vectors and both modifiers): causal
+      // blockwise 0.87x the time of 112, QK-sparse 0.97x (B=16 H=32 S=8192).
+      return 128;
     case 192:
       // Two or more vectors at 96 spill 12 bytes since the consumers read the CTA's mask row
       // from shared memory (a register allocation at the edge of 224).
@@ -80,25 +76,27 @@ int widest_block_n(const AttentionSpec& spec, const MaskLowering& mask) {
   }
 }
 
-// The producer warpgroup keeps 24 registers, or 40 / 48 where its walk classifies from one /
-// more vector tables or a predicate's block table (ptxas spilled it below that).
-int producer_registers(const AttentionSpec&, const MaskLowering& mask) {
-  const std::size_t vectors = mask.vectors.size();
-  return mask.element_predicate || vectors > 1 ? 48 : vectors == 1 ? 40 : 24;
-}
-
-// Three consumers (d64, 160 registers each) for the masks by index without a window: the
-// softmax's exponentials take as long as a warpgroup's products there, and two warpgroups'
-// softmaxes hide behind the third's products (B=16 H=64 S=8192, time against two consumers:
-// 0.90x no mask, 0.93x causal). Not for masks with tables or windows: their query blocks visit
-// few key blocks, most of them partial with 192 rows (sliding window 512: 1.20x), and the
-// walk's tables leave the consumers less than 160 registers. Score modifiers narrow the key
-// block to 112 (no spills). docs/benchmarks/2026-11-25-h100-forward-three-consumers.md.
+// Three consumers (d64, 160 registers each) where query blocks visit long rows of key blocks:
+// the softmax's exponentials take as long as a warpgroup's products there, and two
+// warpgroups' softmaxes hide behind the third's products.
+//   - Masks by index without a window (B=16 H=64 S=8192, time against two consumers: 0.90x
+//     no mask, 0.93x causal; docs/benchmarks/2026-11-25-h100-forward-three-consumers.md).
+//   - FlashMask with two vectors (LTS with LTE or UTE), persistent (192x128 against 128x128,
+//     same session: documents 0.93x, prefix-LM causal 0.91x, prefix-LM documents 0.94x,
+//     QK-sparse 0.95x, causal blockwise 1.03x;
+//     docs/benchmarks/2026-11-26-h100-forward-three-consumers-flashmask.md).
+// Not for windows by index, one vector (causal) or four vectors: their query blocks visit few
+// key blocks, many of them partial with 192 rows (sliding window by index 1.20x; FlashMask
+// sliding window 1.11x, causal documents 1.02x, global + sliding window 1.09x; random eviction
+// 0.95x and share question 0.98x, the other one-vector families, follow the rule), nor for
+// predicates (not measured). Score modifiers narrow the key block to 112 (no spills) without
+// tables; with two vectors they spilled there (44 bytes, causal, softcap).
 bool three_consumers_fit(const TileCandidate& c, const AttentionSpec& spec,
                          const MaskLowering& mask) {
   const bool modifiers = spec.softcap || spec.alibi;
-  return mask.vectors.empty() && !mask.element_predicate && !mask.window_by_index &&
-         c.block_n <= (modifiers ? 112 : 128);
+  const bool long_rows =
+      mask.vectors.empty() ? !mask.window_by_index : mask.vectors.size() == 2 && !modifiers;
+  return long_rows && !mask.element_predicate && c.block_n <= (modifiers ? 112 : 128);
 }
 
 // One consumer (64 rows, two CTAs per SM: the consumer keeps 232 registers) for sliding
@@ -152,16 +150,18 @@ std::pair<int, int> smem_parts(const TileCandidate& c, const AttentionSpec& spec
 // kPersistent: one CTA per SM takes works one after another (fwd_sm90a.cuh), so that a
 // work's first loads run under the previous work's last products and its O store under the
 // next work. For masks with a CTA order (FlashMask, predicate tables: works sorted heaviest
-// first, which the CTAs draw in that order from a counter), two consumers, head dims up to 128
-// (beyond, the consumers have no registers for the loop) and where shared memory holds an O
+// first, which the CTAs draw in that order from a counter), two or three consumers (one keeps
+// two CTAs per SM), head dims up to 128 (beyond, the consumers have no registers for the loop)
+// and where shared memory holds an O
 // tile of its own (227 KB less 512 bytes of static shared variables). On the H100 (B=16 S=8192,
 // the FlashMask families) it took 0.80-1.00x the time at d64 and d128 (sliding window 0.84x,
 // share question and global + sliding window 0.91x; docs/benchmarks/2026-11-26-h100-forward-
 // persistent.md). Masks by index keep one CTA per work: their index order is not sorted by
-// weight, and no work was short enough to gain (2026-11-25-h100-forward-persistent.md).
+// weight, and no work was short enough to gain (2026-11-25-h100-forward-persistent.md). Three
+// consumers under FlashMask measured persistent only (three_consumers_fit).
 bool persistent(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   const auto [shared, o_tile] = smem_parts(c, spec, mask);
-  return (mask.needs_minmax || mask.element_predicate) && c.block_m == 128 &&
+  return (mask.needs_minmax || mask.element_predicate) && c.block_m >= 128 &&
          spec.head_dim_qk <= 128 && shared + o_tile <= 227 * 1024 - 512;
 }
 
@@ -174,6 +174,24 @@ int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowe
 bool persistent_tiles(const KernelTiles& tiles, const AttentionSpec& spec,
                       const MaskLowering& mask) {
   return persistent(warpgroups(spec.head_dim_qk, tiles.block_n, tiles.block_m / 64), spec, mask);
+}
+
+// The producer warpgroup keeps 24 registers, or 40 / 48 where it walks one / more vector
+// tables or a predicate's block table for one CTA per work (ptxas spilled it below that at
+// d192). A persistent producer (its works decoded into shared slots) walks every mask in 24:
+// it keeps them there and gives the rest to the consumers where they need them, three
+// consumers (160 registers each instead of 152: 192x128 spilled 80 bytes) and two at d128
+// (240 instead of 228: 128-key blocks under every mask, and under global + sliding window
+// 0.95x the time at the same tiles; B=16 H=32 S=8192). Two consumers at d64 keep 40 / 48:
+// with 24, global + sliding window took 1.03x the time.
+int producer_registers(const KernelTiles& tiles, const AttentionSpec& spec,
+                       const MaskLowering& mask) {
+  const std::size_t vectors = mask.vectors.size();
+  if (persistent_tiles(tiles, spec, mask) &&
+      (tiles.block_m == 192 || spec.head_dim_qk == 128)) {
+    return 24;
+  }
+  return mask.element_predicate || vectors > 1 ? 48 : vectors == 1 ? 40 : 24;
 }
 
 // The rule for a planned kernel of this row.

@@ -24,8 +24,8 @@
 // where a row of the warp moved its max (kLazyRescale, kSkipRescale). The epilogue writes O
 // through shared memory and TMA (fwd_sm90a_epilogue.cuh).
 //
-// kPersistent (the registry's rule: masks with a CTA order, two consumers, head dims up to
-// 128): a grid of min(works, SMs) CTAs, each taking works (query blocks) of the CTA order,
+// kPersistent (the registry's rule: masks with a CTA order, two or three consumers, head dims
+// up to 128): a grid of min(works, SMs) CTAs, each taking works (query blocks) of the CTA order,
 // which sorts them heaviest first: launch index blockIdx.x, then those its producer draws from
 // a counter (fwd_sm90a_producer.cuh's draw_work). The producer decodes each work, publishes it
 // in a shared slot (two, by the works' parity) and loads the next work's Q and first K block
@@ -121,8 +121,8 @@ struct ForwardSm90a {
   /// vote): with lazy steps, and under masks with tables, where exact steps measured 0.97-1.02x
   /// the time with it at d64 (against 1.01-1.04x under masks by index).
   static constexpr bool kSkipRescale = kLazyRescale || kWalkAhead;
-  static_assert(!kPersistent || (Mask::kOrderedCtas && kConsumers == 2),
-                "persistent: works sorted by a CTA order, two consumers");
+  static_assert(!kPersistent || (Mask::kOrderedCtas && kConsumers >= 2),
+                "persistent: works sorted by a CTA order, two or three consumers");
 
   // Shared memory from a 1024-byte aligned base: Q, the K stages, the V stages, the O tile
   // (kPersistent), the FlashMask values of each K stage, the barriers (Q full, Q empty, the

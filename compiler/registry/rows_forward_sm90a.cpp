@@ -59,8 +59,9 @@ int widest_block_n(const AttentionSpec& spec, const MaskLowering& mask) {
     case 128:
       // 128 keys under every mask since the persistent producer keeps 24 registers
       // (producer_registers; at 228 registers a consumer spilled 48 bytes with the causal flag
-      // and two vectors, with predicates, and with four vectors and both modifiers): causal
-      // blockwise 0.87x the time of 112, QK-sparse 0.97x (B=16 H=32 S=8192).
+      // and two vectors, with predicates, and with four vectors and both modifiers). Against
+      // 112 (B=16 H=32 S=8192) no family moved beyond the spread of identical kernels
+      // (causal blockwise 7.8 or 8.7-9.2 ms from run to run).
       return 128;
     case 192:
       // Two or more vectors at 96 spill 12 bytes since the consumers read the CTA's mask row
@@ -181,9 +182,8 @@ bool persistent_tiles(const KernelTiles& tiles, const AttentionSpec& spec,
 // d192). A persistent producer (its works decoded into shared slots) walks every mask in 24:
 // it keeps them there and gives the rest to the consumers where they need them, three
 // consumers (160 registers each instead of 152: 192x128 spilled 80 bytes) and two at d128
-// (240 instead of 228: 128-key blocks under every mask, and under global + sliding window
-// 0.95x the time at the same tiles; B=16 H=32 S=8192). Two consumers at d64 keep 40 / 48:
-// with 24, global + sliding window took 1.03x the time.
+// (240 instead of 228: 128-key blocks under every mask). Two consumers at d64 keep 40 / 48:
+// with 24, global + sliding window took 1.03x the time (twice; B=16 H=64 S=8192).
 int producer_registers(const KernelTiles& tiles, const AttentionSpec& spec,
                        const MaskLowering& mask) {
   const std::size_t vectors = mask.vectors.size();

@@ -61,7 +61,7 @@ int widest_block_n(const AttentionSpec& spec, const MaskLowering& mask) {
       // (producer_registers; at 228 registers a consumer spilled 48 bytes with the causal flag
       // and two vectors, with predicates, and with four vectors and both modifiers). Against
       // 112 (B=16 H=32 S=8192) no family moved beyond the spread of identical kernels
-      // (causal blockwise 7.8 or 8.7-9.2 ms from run to run).
+      // (causal blockwise 7.7-8.6 ms from process to process).
       return 128;
     case 192:
       // Two or more vectors at 96 spill 12 bytes since the consumers read the CTA's mask row

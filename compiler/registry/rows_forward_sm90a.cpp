@@ -56,13 +56,6 @@ int widest_block_n(const AttentionSpec& spec, const MaskLowering& mask) {
   const bool wide_tables = predicate || mask.vectors.size() > 1;
   const bool modifiers = spec.softcap || spec.alibi;
   switch (spec.head_dim_qk) {
-    case 128:
-      // 128 keys under every mask since the persistent producer keeps 24 registers
-      // (producer_registers; at 228 registers a consumer spilled 48 bytes with the causal flag
-      // and two vectors, with predicates, and with four vectors and both modifiers). Against
-      // 112 (B=16 H=32 S=8192) no family moved beyond the spread of identical kernels
-      // (causal blockwise 7.7-8.6 ms from process to process).
-      return 128;
     case 192:
       // Two or more vectors at 96 spill 12 bytes since the consumers read the CTA's mask row
       // from shared memory (a register allocation at the edge of 224).
@@ -73,6 +66,11 @@ int widest_block_n(const AttentionSpec& spec, const MaskLowering& mask) {
       return tables ? (modifiers || predicate ? 32 : 48)
                     : (modifiers || mask.window_by_index ? 64 : 80);
     default:
+      // Up to d128, 128 keys under every mask: at d128 since the persistent producer keeps 24
+      // registers (producer_registers; at 228 registers a consumer spilled 48 bytes with the
+      // causal flag and two vectors, with predicates, and with four vectors and both
+      // modifiers). Against 112 (B=16 H=32 S=8192) no family moved beyond the spread of
+      // identical kernels (causal blockwise 7.7-8.6 ms from process to process).
       return 128;
   }
 }

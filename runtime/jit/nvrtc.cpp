@@ -192,9 +192,13 @@ PtxasReport parse_ptxas_report(std::string_view log, std::string_view kernel_nam
     log = newline == std::string_view::npos ? std::string_view() : log.substr(newline + 1);
 
     if (!kernel_name.empty() && line.find(quoted_kernel) != line.npos) {
-      for (std::string_view code :
-           {"(C7510)", "(C7511)", "(C7514)", "(C7515)", "(C7517)", "(C7519)"}) {
-        if (line.find(code) != line.npos) ++report.wgmma_serializations;
+      // By the messages' text, not a list of codes: ptxas 13.0 has eleven reasons to
+      // serialize (C7510-C7521, among them C7520: a warpgroup.arrive it inserted in a path it
+      // cannot prove uniform) and two kinds of injected arrive or wait.
+      for (std::string_view message :
+           {"wgmma.mma_async instructions are serialized", "warpgroup.arrive is injected",
+            "warpgroup.wait is injected"}) {
+        if (line.find(message) != line.npos) ++report.wgmma_serializations;
       }
     }
     if (auto name = quoted_after(line, "Compiling entry function '")) {

@@ -15,10 +15,10 @@ struct PtxasReport {
   int spill_load_bytes = 0;
   int stack_bytes = 0;  ///< stack frame
   int static_smem_bytes = 0;
-  /// ptxas infos naming the kernel that say it serialized its warpgroup MMAs (C7510, C7511,
-  /// C7514, C7515) or injected a warpgroup.arrive or warpgroup.wait next to one because
-  /// registers an MMA reads or writes were used there (C7519, C7517): each costs the overlap
-  /// that wgmma exists for.
+  /// ptxas infos naming the kernel that say it serialized its warpgroup MMAs (C7510-C7515,
+  /// C7520, C7521: "wgmma.mma_async instructions are serialized due to ...") or injected a
+  /// warpgroup.arrive or warpgroup.wait next to one because registers an MMA reads or writes
+  /// were used there (C7519, C7517): each costs the overlap that wgmma exists for.
   int wgmma_serializations = 0;
 
   /// Spill stores plus spill loads.

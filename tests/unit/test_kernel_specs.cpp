@@ -296,7 +296,7 @@ namespace {
 
 /// Compiles the `role` kernel of each spec for sm_90a (as many at once as there are cores):
 /// it must come from `row`, with no spills, no stack, setmaxnreg honoured (no C7508) and no
-/// wgmma serialized (C7510/C7511/C7514/C7515/C7517/C7519).
+/// wgmma serialized (any "serialized" or "injected" info of ptxas, C7510-C7521).
 void check_warp_specialized(const std::vector<std::string>& specs, KernelRole role,
                             std::string_view row) {
   std::vector<runtime::NvrtcHeader> headers;
@@ -332,8 +332,7 @@ void check_warp_specialized(const std::vector<std::string>& specs, KernelRole ro
 TEST_CASE("sm_90a warpgroup forward kernels compile without spills or serialized wgmma",
           "[nvrtc][specs][sm90a]") {
   // Every mask, both dtypes, head dims 64 to 256, with and without both score modifiers;
-  // setmaxnreg must be honoured (no C7508), no wgmma serialized (C7510/C7511/C7514/C7515/
-  // C7517/C7519).
+  // setmaxnreg must be honoured (no C7508), no wgmma serialized (C7510-C7521).
   std::vector<std::string> specs;
   for (const char* dtype : {"bf16", "fp16"}) {
     for (int d : {64, 96, 128, 192, 256}) {

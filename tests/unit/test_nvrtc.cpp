@@ -175,13 +175,15 @@ TEST_CASE("parse_ptxas_report counts the kernel's serialized warpgroup MMAs", "[
   // The C7519 lines as ptxas 13.0 printed them for a kernel whose A operands were packed
   // between wgmma.fence and the MMA; the C7515 line in the form of its documented message;
   // the C7514 and C7517 lines as ptxas 13.0 printed them for a loop that issued O += P V
-  // under a condition.
+  // under a condition; the C7520 line as it printed it for a loop that issued both products
+  // under conditions it could not prove uniform.
   const std::string log = R"(ptxas info    : Compiling entry function 'k' for 'sm_90a'
 ptxas info    : (C7519) warpgroup.arrive is injected in around line 2485 by compiler to allow use of registers in GMMA in function 'k'
 ptxas info    : (C7519) warpgroup.arrive is injected in around line 2510 by compiler to allow use of registers in GMMA in function 'k'
 ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due to the presence of Extern calls in the function 'k2'.
 ptxas info    : (C7517) warpgroup.wait is injected in around line 855 by compiler to allow use of registers defined by GMMA in function 'k3'
 ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non wgmma instructions reading accumulator registers of  a wgmma between start and end of the pipeline stage in the function 'k3'
+ptxas info    : (C7520) Potential Performance Loss: wgmma.mma_async instructions are serialized due to program dependence on compiler-inserted WG.AR in divergent path in the function 'k4'
 ptxas info    : Function properties for k
 ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 249 registers, used 1 barriers
@@ -190,5 +192,6 @@ ptxas info    : Used 249 registers, used 1 barriers
   CHECK(parse_ptxas_report(log, "k").registers == 249);
   CHECK(parse_ptxas_report(log, "k2").wgmma_serializations == 1);
   CHECK(parse_ptxas_report(log, "k3").wgmma_serializations == 2);
+  CHECK(parse_ptxas_report(log, "k4").wgmma_serializations == 1);
   CHECK(parse_ptxas_report(log, "kk").wgmma_serializations == 0);
 }

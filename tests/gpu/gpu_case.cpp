@@ -149,10 +149,10 @@ std::string Case::describe() const {
     }
   }
   return fmt::format(
-      "{} | B={} H={} Hkv={} Sq={} Sk={} window=({},{}) mask_heads={} padded={} seed={} "
-      "softcap={} alibi_slopes=[{}]{}",
+      "{} | B={} H={} Hkv={} Sq={} Sk={} window=({},{}) mask_heads={} vectors_offset={} "
+      "padded={} seed={} softcap={} alibi_slopes=[{}]{}",
       to_string(spec), batch, heads, kv_heads, seqlen_q, seqlen_k, window_left, window_right,
-      intervals ? intervals->heads : 0, padded_strides, seed, score_mod.softcap,
+      intervals ? intervals->heads : 0, intervals_offset, padded_strides, seed, score_mod.softcap,
       fmt::join(score_mod.alibi_slopes, ", "), inputs);
 }
 
@@ -222,10 +222,13 @@ Outputs run_on_gpu(const Case& c, const Inputs& in, bool reference_kernel) {
   args.alibi_slopes = score_mod.slopes_view;
   if (c.intervals) {
     const dsl::IntervalVectors& m = *c.intervals;
-    vectors = runtime::DeviceBuffer(m.data.size() * 4);
-    vectors.upload(m.data.data(), m.data.size() * 4);
-    args.startend_row_indices = contiguous_view(vectors.data(), ScalarType::int32,
-                                                {m.batch, m.heads, m.seqlen_k, m.columns});
+    std::vector<std::int32_t> shifted(c.intervals_offset, -1);
+    shifted.insert(shifted.end(), m.data.begin(), m.data.end());
+    vectors = runtime::DeviceBuffer(shifted.size() * 4);
+    vectors.upload(shifted.data(), shifted.size() * 4);
+    args.startend_row_indices =
+        contiguous_view(static_cast<std::int32_t*>(vectors.data()) + c.intervals_offset,
+                        ScalarType::int32, {m.batch, m.heads, m.seqlen_k, m.columns});
   }
   const DevicePredicate predicate = upload_predicate(c);
   args.predicate = predicate.args;

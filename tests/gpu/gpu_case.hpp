@@ -21,6 +21,9 @@ struct Case {
   int batch = 1, heads = 1, kv_heads = 1, seqlen_q = 1, seqlen_k = 1;
   int window_left = -1, window_right = 0;
   std::optional<dsl::IntervalVectors> intervals;  ///< flashmask only
+  /// The vectors' tensor starts this many int32 past a 16-byte boundary (the forward's
+  /// 16-byte copies of the values then give way to 4-byte ones).
+  int intervals_offset = 0;
   /// predicate only: the scalar slots' values and the tensors, uploaded as the launch's
   /// PredicateArgs and evaluated by the CPU reference.
   PredicateBindings predicate;

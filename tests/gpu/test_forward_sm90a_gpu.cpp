@@ -253,6 +253,35 @@ TEST_CASE("sm90a forward with odd head counts and padded strides", "[gpu][sm90a]
   for (const Case& c : forced(cases)) gpu_test::check_forward(c);
 }
 
+TEST_CASE("sm90a forward with FlashMask vectors off a 16-byte boundary",
+          "[gpu][sm90a][forward]") {
+  if (!gpu_test::sm90_device_or_skip("sm90a forward misaligned vectors")) return;
+  // The producer copies a block's values 16 bytes at a time where they start 16-byte aligned,
+  // else 4 bytes at a time: the same masks with the tensor at offsets 0, 1 and 3 ints, one,
+  // two and four columns, Sk odd and even, random intervals.
+  std::vector<Case> cases;
+  int seed = 900;
+  for (const auto& [columns, causal] : {std::pair{1, true}, std::pair{2, true},
+                                        std::pair{2, false}, std::pair{4, false}}) {
+    for (const int offset : {0, 1, 3}) {
+      for (const int seqlen_k : {333, 512}) {
+        Case c = base_case({MaskKind::flashmask, causal, columns}, columns == 4 ? 64 : 128);
+        c.batch = 2;
+        c.heads = 4;
+        c.kv_heads = 2;
+        c.seqlen_q = 301;
+        c.seqlen_k = seqlen_k;
+        c.seed = ++seed;
+        c.intervals = dsl::random_intervals(causal, columns, c.batch, c.kv_heads, c.seqlen_q,
+                                            c.seqlen_k, c.seed);
+        c.intervals_offset = offset;
+        cases.push_back(c);
+      }
+    }
+  }
+  for (const Case& c : forced(cases)) gpu_test::check_forward(c);
+}
+
 TEST_CASE("sm90a forward with score modifiers matches the reference", "[gpu][sm90a][forward]") {
   if (!gpu_test::sm90_device_or_skip("sm90a forward score modifiers")) return;
   for (const Case& c : forced(gpu_test::score_mod_cases())) gpu_test::check_forward(c);

@@ -195,14 +195,35 @@ struct ForwardProducer {
     }
   }
 
-  /// cp.async of the block's FlashMask values by the warp's lanes (zeros past Sk).
+  /// cp.async of the block's FlashMask values by the warp's lanes (zeros past Sk): 16 bytes a
+  /// copy where the block's values start 16-byte aligned (the stage does: kVectorStageBytes
+  /// and the tiles before it are multiples of 16), which they do unless the vectors' tensor
+  /// starts off 16 bytes or, with one or two columns, Sk is not a multiple of 4 or 2; else 4.
   __device__ __forceinline__ static void load_vectors(const FwdParams& p, const MaskState& ms,
                                                       int block, u32 dst) {
+    static_assert(kVectorStageBytes % 16 == 0, "a stage of whole 16-byte copies");
     const int key0 = block * kBlockN;
     const int valid = min(kBlockN, ms.seqlen_k - key0) * kColumns;
     const int* src = interval_values<kColumns>(p.intervals, ms, key0);
-    for (int i = threadIdx.x % 32; i < kBlockN * kColumns; i += 32) {
-      cp_async_4(dst + 4 * i, i < valid ? src + i : p.intervals, i < valid ? 4 : 0);
+    const int lane = threadIdx.x % 32;
+    if ((reinterpret_cast<unsigned long long>(src) & 15) == 0) {
+#pragma unroll
+      for (int i = 4 * lane; i < kBlockN * kColumns; i += 4 * 32) {
+        if (i + 4 <= valid) {
+          cp_async_16(dst + 4 * i, src + i, 16);
+        } else {
+          // Where Sk ends in or before the 16 bytes: 4 at a time (a 16-byte copy filled from
+          // fewer bytes was reported by compute-sanitizer as a 16-byte read past the tensor).
+#pragma unroll
+          for (int j = i; j < i + 4; ++j) {
+            cp_async_4(dst + 4 * j, j < valid ? src + j : p.intervals, j < valid ? 4 : 0);
+          }
+        }
+      }
+    } else {
+      for (int i = lane; i < kBlockN * kColumns; i += 32) {
+        cp_async_4(dst + 4 * i, i < valid ? src + i : p.intervals, i < valid ? 4 : 0);
+      }
     }
   }
 };

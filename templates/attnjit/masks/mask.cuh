@@ -269,10 +269,12 @@ struct MaskPolicy {
   /// The element rule for query `row` and key `col` (whose column was loaded as `c`).
   /// kRowsBelowSq: the caller keeps no result of rows past Sq (the forward, whose O and LSE
   /// stores drop them), so an absent LTE (Sq) or UTS (0) bounds nothing and is not compared.
-  template <bool kRowsBelowSq = false, class Params>
+  /// kKeysBelowSk: the caller hides keys past Sk itself (only the last key block has any), so
+  /// `col` is not compared with Sk.
+  template <bool kRowsBelowSq = false, bool kKeysBelowSk = false, class Params>
   __device__ static __forceinline__ bool masked(const Params&, const MaskState& s, int row, int col,
                                                 const Column& c) {
-    bool out = col >= s.seqlen_k;
+    bool out = !kKeysBelowSk && col >= s.seqlen_k;
     if (kCausal) out |= col > row + s.diagonal;
     if (kWindow) {
       if (s.window_left >= 0) out |= col < row + s.diagonal - s.window_left;

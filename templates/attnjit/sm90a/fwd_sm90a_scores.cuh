@@ -32,7 +32,8 @@ __device__ __forceinline__ void modify_scores(const Params& p, float (&s)[kTiles
 /// Calls hidden(nt, r, c) for each of the thread's two rows (row0, row0 + 8) whose element of
 /// column 2 nt + c (key 8 nt + 2 t + c of the block) the mask hides, the column's FlashMask
 /// values read from shared memory (`vectors`, kColumns ints per key). Rows past Sq are not
-/// kept (the epilogue drops them): an absent LTE or UTS is not compared.
+/// kept (the epilogue drops them): an absent LTE or UTS is not compared. Keys past Sk are
+/// not compared either (mask_scores hides them, in the last block only).
 template <class Mask, class Params, class Hidden>
 __device__ __forceinline__ void for_each_hidden(const Params& p, const MaskState& ms, u32 vectors,
                                                 int row0, int key0, int t, int nt, int c,
@@ -42,8 +43,22 @@ __device__ __forceinline__ void for_each_hidden(const Params& p, const MaskState
       Mask::load_column(ms, vectors + local_col * Mask::kColumns * 4);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (Mask::template masked<true>(p, ms, row0 + 8 * r, key0 + local_col, column)) {
+    if (Mask::template masked<true, true>(p, ms, row0 + 8 * r, key0 + local_col, column)) {
       hidden(nt, r, c);
+    }
+  }
+}
+
+/// Sets the elements of the block's keys `limit` and beyond (8 nt + 2 t + e % 2 >= limit) to
+/// -inf.
+template <int kTiles>
+__device__ __forceinline__ void hide_keys_from(float (&s)[kTiles][4], int limit, int t) {
+  const int first = limit - 2 * t;  // element (nt, e) is hidden when 8 nt + e % 2 >= first
+#pragma unroll
+  for (int nt = 0; nt < kTiles; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (8 * nt + e % 2 >= first) s[nt][e] = negative_infinity();
     }
   }
 }
@@ -54,10 +69,14 @@ __device__ __forceinline__ void for_each_hidden(const Params& p, const MaskState
 /// values arrive (a compare chain and a select per element); otherwise the rule is evaluated
 /// into bits first, 32 elements per word, so that no more than a column's values are live next
 /// to the accumulators, and the bits are applied after (two more operations per element).
+/// Keys past Sk, in the last block only, are hidden by a pass of their own: the rule of the
+/// other blocks saves a compare per element (measured on global + sliding window at d64, where
+/// a third of the blocks are partial).
 template <class Mask, bool kDirect, int kTiles, class Params>
 __device__ __forceinline__ void mask_scores(const Params& p, const MaskState& ms,
                                             float (&s)[kTiles][4], u32 vectors, int row0, int key0,
                                             int t) {
+  if (key0 + 8 * kTiles > ms.seqlen_k) hide_keys_from(s, ms.seqlen_k - key0, t);
   if constexpr (kDirect) {
 #pragma unroll
     for (int nt = 0; nt < kTiles; ++nt) {

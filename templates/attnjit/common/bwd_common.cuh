@@ -20,7 +20,9 @@ namespace attnjit {
 /// Sets to -inf the scores a partial tile's mask hides in the accumulators of S^T (rows keys,
 /// columns queries): the fragment's element (0, 0) is key key0 + key_row0 (its FlashMask values
 /// at `vectors`, kColumns per key of the block) and query ms.row_begin + query0. Each key's
-/// values are read once for its whole row of the tile (mask_by_rows).
+/// values are read once for its whole row of the tile (mask_by_rows). Queries past Sq add
+/// nothing to dK and dV whether masked or not (their dO and D are read as zeros), so an absent
+/// LTE (Sq) or UTS (0) is not compared (Mask::masked's kRowsBelowSq).
 template <class Mask, int kSlabs, int kTiles>
 __device__ __forceinline__ void mask_scores_by_key(const BwdParams& p, const MaskState& ms,
                                                    WarpAccumulator<kSlabs, kTiles>& acc,
@@ -32,7 +34,7 @@ __device__ __forceinline__ void mask_scores_by_key(const BwdParams& p, const Mas
         return Mask::load_column(ms, vectors + key_local * Mask::kColumns * 4);
       },
       [&p, ms, key0](const typename Mask::Column& column, int key_local, int query) {
-        return Mask::masked(p, ms, query, key0 + key_local, column);
+        return Mask::template masked<true>(p, ms, query, key0 + key_local, column);
       });
 }
 

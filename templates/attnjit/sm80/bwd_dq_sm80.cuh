@@ -173,7 +173,8 @@ struct BackwardDqSm80 {
           acc_s, lane, ms.row_begin + row0, 0,
           [ms, vectors](int key) { return Mask::load_column(ms, vectors + key * kColumns * 4); },
           [&p, ms, n_block](const typename Mask::Column& column, int query, int key) {
-            return Mask::masked(p, ms, query, n_block * kBlockN + key, column);
+            // Rows past Sq are not stored: an absent LTE or UTS is not compared.
+            return Mask::template masked<true>(p, ms, query, n_block * kBlockN + key, column);
           });
     }
     // P from the scores modified after the mask (masked ones stay -inf), times 1 - tanh^2

@@ -8,9 +8,13 @@ process on one GPU (CUDA events, warm-up, median of --runs, rotating among 3 inp
 `causal_as_flashmask` adds a control: causal attention written as a FlashMask (causal=true and
 one LTS column of value S: nothing hidden beyond the diagonal), which visits the same key
 blocks as mask=causal, so the two times differ by what the FlashMask path costs.
+`--mode fwd+bwd` times a training step's forward and backward instead (attnjit.attention and
+o.backward(dO), inputs that require grad, FLOPs 3.5x the forward's; the automatic tiles only:
+`tiles=` forces the forward alone), for comparing builds on the backward.
 Prints the markdown report, the table last; --out writes it.
 
     python3 tools/bench/family_tiles.py --head-dim 64 --tiles 128x128x12w,64x128x8w
+    python3 tools/bench/family_tiles.py --head-dim 128 --mode fwd+bwd --families document
 """
 
 import argparse
@@ -39,6 +43,9 @@ def parse_args(argv=None):
     parser.add_argument("--tiles", default="",
                         help="comma-separated shapes forced besides the automatic choice, "
                              "e.g. 128x128x12w,64x128x8w")
+    parser.add_argument("--mode", default="fwd", choices=("fwd", "fwd+bwd"),
+                        help="the forward alone (default) or a training step's forward and "
+                             "backward (automatic tiles only)")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
@@ -50,6 +57,9 @@ def parse_args(argv=None):
         if family not in accepted:
             parser.error(f"--families: got {family!r}; accepted: {', '.join(accepted)}")
     args.tiles = [t for t in args.tiles.split(",") if t]
+    if args.mode == "fwd+bwd" and args.tiles:
+        parser.error(f"--tiles: got {','.join(args.tiles)} with --mode fwd+bwd; accepted: none "
+                     "(tiles= forces the forward's shape only)")
     if args.seqlen <= 0 or TOKENS % args.seqlen != 0:
         parser.error(f"--seqlen: got {args.seqlen}; accepted: a divisor of {TOKENS}")
     if args.head_dim <= 0 or HIDDEN % args.head_dim != 0:
@@ -91,9 +101,12 @@ def measure(args):
 
     batch, heads = problem(args)
     shape = (batch, args.seqlen, heads, args.head_dim)
+    backward = args.mode == "fwd+bwd"
     torch.manual_seed(args.seed)
-    inputs = [tuple(torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    inputs = [tuple(torch.randn(shape, device="cuda", dtype=torch.bfloat16,
+                                requires_grad=backward) for _ in range(3))
               for _ in range(INPUT_SETS)]
+    d_o = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
     q = inputs[0][0]
     rows = []
     for family in args.families:
@@ -102,13 +115,20 @@ def measure(args):
         for tiles in ["auto"] + args.tiles:
             spec = base if tiles == "auto" else f"{base} tiles={tiles}"
 
-            def run(q, k, v, spec=spec, indices=indices):
-                attnjit.forward(q, k, v, spec=spec, startend_row_indices=indices)
+            def run(q, k, v, spec=spec, kind=kind, causal=causal, indices=indices):
+                if not backward:
+                    attnjit.forward(q, k, v, spec=spec, startend_row_indices=indices)
+                    return
+                q.grad = k.grad = v.grad = None
+                o = attnjit.attention(q, k, v, mask=kind, causal=causal,
+                                      startend_row_indices=indices)
+                o.backward(d_o)
 
             ms = timing.median_ms(run, inputs, args.warmup, args.runs)
+            flops = (3.5 if backward else 1.0) * 4 * args.head_dim * pairs
             rows.append(dict(family=family, tiles=tiles,
                              visible=pairs / (batch * heads * args.seqlen ** 2), ms=ms,
-                             tflops=4 * args.head_dim * pairs / ms / 1e9))
+                             tflops=flops / ms / 1e9))
             print(f"{family} {tiles}: {ms:.3f} ms", file=sys.stderr, flush=True)
     return rows, torch.cuda.get_device_name()
 
@@ -116,12 +136,17 @@ def measure(args):
 def report(args, device, rows):
     batch, heads = problem(args)
     command = "python3 tools/bench/family_tiles.py " + shlex.join(sys.argv[1:])
-    lines = [f"## attnjit forward by tile shape: {device}", "",
+    backward = args.mode == "fwd+bwd"
+    title = "forward+backward" if backward else "forward by tile shape"
+    step = ("a training step's forward (with LSE) and o.backward(dO), FLOPs = "
+            "3.5*4*B*H*D*visible pairs" if backward
+            else "no LSE; FLOPs = 4*B*H*D*visible pairs")
+    lines = [f"## attnjit {title}: {device}", "",
              f"{datetime.datetime.now():%Y-%m-%d %H:%M}; `{command}`", "",
-             f"bf16, S={args.seqlen}, B={batch}, H={heads}, D={args.head_dim}, no LSE; "
+             f"bf16, S={args.seqlen}, B={batch}, H={heads}, D={args.head_dim}, {step}; "
              f"compare.py's masks (seed {args.seed}); median of {args.runs} runs after "
              f"{args.warmup} warm-up "
-             f"over {INPUT_SETS} rotating input sets (CUDA events); FLOPs = 4*B*H*D*visible pairs; "
+             f"over {INPUT_SETS} rotating input sets (CUDA events); "
              "vs auto = ms / the automatic choice's ms", "",
              "| family (visible) | tiles | ms | TFLOP/s | vs auto |",
              "|---|---|---:|---:|---:|"]

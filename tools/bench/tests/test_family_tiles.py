@@ -46,6 +46,9 @@ class ArgumentTest(unittest.TestCase):
         self.assertIn("--head-dim: got 100; accepted: a divisor of 4096",
                       refused(["--head-dim", "100"]))
         self.assertIn("accepted: >= 1 / >= 0", refused(["--runs", "0"]))
+        self.assertIn("--tiles: got 128x96x12w with --mode fwd+bwd; accepted: none",
+                      refused(["--mode", "fwd+bwd", "--tiles", "128x96x12w"]))
+        self.assertIn("invalid choice: 'bwd'", refused(["--mode", "bwd"]))
 
 
 class MaskTest(unittest.TestCase):
@@ -68,6 +71,15 @@ class ReportTest(unittest.TestCase):
         self.assertIn("| document (33.1%) | auto | 12.000 | 500 | 1.000 |", text)
         self.assertIn("| document (33.1%) | 128x112x12w | 13.200 | 454 | 1.100 |", text)
         self.assertIn("S=8192, B=16, H=32, D=128", text)
+
+    def test_forward_backward_report(self):
+        args = family_tiles.parse_args(["--mode", "fwd+bwd", "--head-dim", "64"])
+        self.assertEqual(args.mode, "fwd+bwd")
+        rows = [dict(family="document", tiles="auto", visible=0.331, ms=40.0, tflops=300.0)]
+        text = family_tiles.report(args, "GPU", rows)
+        self.assertIn("## attnjit forward+backward: GPU", text)
+        self.assertIn("3.5*4*B*H*D*visible pairs", text)
+        self.assertIn("| document (33.1%) | auto | 40.000 | 300 | 1.000 |", text)
 
 
 if __name__ == "__main__":

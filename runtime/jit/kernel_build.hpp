@@ -34,7 +34,8 @@ std::string cache_key(std::string_view kind, std::string_view canonical_text);
 /// The entry of `key` (a kernel set for `arch` whose canonical text is `canonical_text`): with
 /// `use_disk` and the disk cache mode (jit::disk_cache_mode()) not off, from the disk cache
 /// (under the key's file lock unless the cache is read-only) when its entry matches
-/// `sources`, else built by compiling `sources` concurrently (one NVRTC program per kernel)
+/// `sources`, else built by compiling `sources` (one NVRTC program per kernel, on as many
+/// threads as there are cores, the attention kernels first; the entry keeps the plan's order)
 /// and stored unless the cache is read-only; without, always built. A directory this process
 /// cannot write is used read-only (noted once on stderr). Sets `level` to disk or miss.
 CacheEntry load_or_build(const std::string& key, const std::string& canonical_text, bool use_disk,

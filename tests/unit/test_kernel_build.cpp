@@ -1,7 +1,7 @@
 // load_or_build and the disk cache modes: a loaded entry must match the plan it is loaded
 // for (else it is rebuilt), ATTNJIT_DISK_CACHE=off|readonly and set_disk_cache_mode, and a
-// directory this process cannot write is served read-only. Compiles one tiny kernel with
-// NVRTC (no GPU needed).
+// directory this process cannot write is served read-only; a set of several kernels keeps
+// its order and names the one that fails. Compiles tiny kernels with NVRTC (no GPU needed).
 #include <unistd.h>
 #include <catch2/catch.hpp>
 
@@ -171,4 +171,45 @@ TEST_CASE("a directory this process cannot write is served read-only", "[cache]"
   });
   CHECK(status == 0);
   CHECK_FALSE(fs::exists(cache / (kOtherCacheKey + ".kernel")));
+}
+
+TEST_CASE("a set of several kernels keeps the plan's order; a failing kernel is named",
+          "[cache]") {
+  // More kernels than the machine has cores, the attention kernels last in the plan: they
+  // compile first, but the entry lists the kernels in the plan's order with their own code.
+  std::vector<KernelSource> sources;
+  const char* roles[] = {"flashmask_minmax", "cta_order", "backward_preprocess", "forward",
+                         "backward_convert_dq", "backward", "backward_dq"};
+  for (int i = 0; i < 7; ++i) {
+    const std::string name = "attnjit_test_kernel_" + std::to_string(i);
+    sources.push_back({roles[i], name,
+                       "extern \"C\" __global__ void " + name + "(int* out) { *out = " +
+                           std::to_string(100 + i) + "; }\n",
+                       32 * (i + 1), 0});
+  }
+  jit::CacheLevel level = jit::CacheLevel::memory;
+  const CacheEntry entry =
+      load_or_build(kCacheKey, "test set: seven kernels", /*use_disk=*/false, level, sources,
+                    Arch::sm_80);
+  CHECK(level == jit::CacheLevel::miss);
+  REQUIRE(entry.kernels.size() == sources.size());
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    INFO(i);
+    CHECK(entry.kernels[i].role == sources[i].role);
+    CHECK(entry.kernels[i].name == sources[i].name);
+    CHECK(entry.kernels[i].threads == sources[i].threads);
+    CHECK(entry.kernels[i].ptx.find(".entry " + sources[i].name) != std::string::npos);
+    CHECK(entry.kernels[i].ptx.find(std::to_string(100 + i)) != std::string::npos);
+    CHECK_FALSE(entry.kernels[i].cubin.empty());
+  }
+
+  // One kernel that does not compile: the build fails naming it, after the others finished.
+  sources[2].source = "extern \"C\" __global__ void attnjit_test_kernel_2(int* out) { *out = ; }\n";
+  try {
+    load_or_build(kCacheKey, "test set: seven kernels, one broken", /*use_disk=*/false, level,
+                  sources, Arch::sm_80);
+    FAIL("a kernel that does not compile was built");
+  } catch (const DeviceError& error) {
+    CHECK_THAT(error.what(), Catch::Contains("attnjit_test_kernel_2.cu"));
+  }
 }

@@ -97,6 +97,7 @@ def measure(args):
     import torch
 
     import attnjit
+    import measure
     import timing
 
     batch, heads = problem(args)
@@ -115,14 +116,15 @@ def measure(args):
         for tiles in ["auto"] + args.tiles:
             spec = base if tiles == "auto" else f"{base} tiles={tiles}"
 
-            def run(q, k, v, spec=spec, kind=kind, causal=causal, indices=indices):
-                if not backward:
-                    attnjit.forward(q, k, v, spec=spec, startend_row_indices=indices)
-                    return
-                q.grad = k.grad = v.grad = None
-                o = attnjit.attention(q, k, v, mask=kind, causal=causal,
-                                      startend_row_indices=indices)
-                o.backward(d_o)
+            def run(q, k, v, spec=spec, indices=indices):
+                attnjit.forward(q, k, v, spec=spec, startend_row_indices=indices)
+
+            if backward:
+                # compare.py's timed unit: attnjit.attention and o.backward(dO), fresh grads.
+                run = measure.step(
+                    lambda q, k, v, kind=kind, causal=causal, indices=indices: attnjit.attention(
+                        q, k, v, mask=kind, causal=causal, startend_row_indices=indices),
+                    d_o, True)
 
             ms = timing.median_ms(run, inputs, args.warmup, args.runs)
             flops = (3.5 if backward else 1.0) * 4 * args.head_dim * pairs

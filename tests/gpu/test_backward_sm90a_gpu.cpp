@@ -110,33 +110,59 @@ TEST_CASE("the sm90a backward with score modifiers matches the reference gradien
 TEST_CASE("the sm90a backward gives zero gradients to rows that see no key",
           "[gpu][backward][sm90a]") {
   if (!on_sm90a()) return;
+  // Leading rows (bottom-right causal, Sq > Sk: rows 0 .. 229 of 300 see no key) and rows in
+  // the middle (FlashMask [LTS, LTE) = [100, 260) for every key: query blocks 2 and 3 are
+  // visited by no key block, 1 and 4 partly masked), both modes; d_q starts poisoned (NaN).
   for (int d : {64, 128}) {
-    // The deterministic mode at d128: query blocks that no key block visits take no turns.
-    const bool deterministic = d == 128;
-    Case c;
-    c.spec.dtype = DType::fp16;
-    c.spec.head_dim_qk = c.spec.head_dim_v = d;
-    c.spec.mask = {MaskKind::causal, false, 0};
-    c.batch = 1;
-    c.heads = c.kv_heads = 2;
-    c.seqlen_q = 300;  // rows 0 .. 229 see no key (bottom-right causal, Sk = 70)
-    c.seqlen_k = 70;
-    c.seed = 93 + d;
-    c = forced(c);
-    const gpu_test::Inputs inputs = gpu_test::make_inputs(c);
-    const std::vector<float> d_o = gpu_test::make_d_o(c);
-    const gpu_test::BackwardOutputs got =
-        gpu_test::run_backward_on_gpu(c, inputs, d_o, deterministic);
-    for (int h = 0; h < 2; ++h) {
-      for (int row = 0; row < 230; ++row) {
-        for (int i = 0; i < d; ++i) {
-          REQUIRE(got.dq[(static_cast<std::size_t>(row) * 2 + h) * d + i] == 0.f);
+    for (bool middle : {false, true}) {
+      Case c;
+      c.spec.dtype = middle ? DType::bf16 : DType::fp16;
+      c.spec.head_dim_qk = c.spec.head_dim_v = d;
+      c.batch = 1;
+      c.heads = c.kv_heads = 2;
+      c.seed = 93 + d + middle;
+      int hidden_begin = 0, hidden_end = 230;
+      if (middle) {
+        hidden_begin = 100;
+        hidden_end = 260;
+        c.spec.mask = {MaskKind::flashmask, false, 4};
+        c.seqlen_q = 333;
+        c.seqlen_k = 200;
+        dsl::IntervalVectors m;
+        m.causal = false;
+        m.columns = 4;
+        m.batch = 1;
+        m.heads = 1;
+        m.seqlen_q = c.seqlen_q;
+        m.seqlen_k = c.seqlen_k;
+        for (int j = 0; j < c.seqlen_k; ++j) {
+          for (int value : {hidden_begin, hidden_end, 0, 0}) m.data.push_back(value);
         }
+        c.intervals = m;
+      } else {
+        c.spec.mask = {MaskKind::causal, false, 0};
+        c.seqlen_q = 300;
+        c.seqlen_k = 70;
+      }
+      c = forced(c);
+      const gpu_test::Inputs inputs = gpu_test::make_inputs(c);
+      const std::vector<float> d_o = gpu_test::make_d_o(c);
+      for (bool deterministic : {false, true}) {
+        const gpu_test::BackwardOutputs got =
+            gpu_test::run_backward_on_gpu(c, inputs, d_o, deterministic);
+        for (int h = 0; h < 2; ++h) {
+          for (int row = hidden_begin; row < hidden_end; ++row) {
+            for (int i = 0; i < d; ++i) {
+              REQUIRE(got.dq[(static_cast<std::size_t>(row) * 2 + h) * d + i] == 0.f);
+            }
+          }
+        }
+        for (float x : got.dq) REQUIRE(std::isfinite(x));
+        for (float x : got.dk) REQUIRE(std::isfinite(x));
+        for (float x : got.dv) REQUIRE(std::isfinite(x));
+        check_backward(c, deterministic);
       }
     }
-    for (float x : got.dk) REQUIRE(std::isfinite(x));
-    for (float x : got.dv) REQUIRE(std::isfinite(x));
-    check_backward(c, deterministic);
   }
 }
 

@@ -12,38 +12,40 @@
 //                dS^T = P^T (dP^T - D)             registers (A of dK) and shared memory
 //                dV  += P^T dO, dK += dS^T Q       wgmma RS, fp32 accumulators in registers
 //                dQ  += dS K                       wgmma SS after the consumers' barrier, stored
-//                                                  to the consumer's shared fp32 dQ buffer and
-//                                                  added to the fp32 accumulator by TMA
-//                                                  reductions (one thread issues them)
+//                                                  to the consumer's shared fp32 dQ buffer, which
+//                                                  its writer warp adds to the fp32 accumulator
+//                                                  by TMA reductions
 //              and release the stage once the products that read it have completed.
 // dS^T has two buffers, alternating per query block: a consumer writes block i + 1's while
 // the other may still read block i's (dQ by 64-column panels needs both consumers' keys).
 // The dQ buffer is one [query][column] tile in the TMA map's 128-byte swizzled boxes of 32
 // columns when the consumers split dQ by columns, else one per consumer (both add theirs).
-// Its issuing thread waits for the previous reductions to have read it before the consumer's
-// dS^T barrier, so after that barrier the buffer is free. dK is scaled by softmax_scale at
-// the end; dQ in backward_convert_dq. Masks and score modifiers as in bwd_wgmma_sm90.cuh;
+// With kDqWriters each consumer hands its dQ buffer to a writer warp of its own (warps 1 and 2
+// of the producer warpgroup, named barriers both ways), which walks the query blocks as the
+// producer does, issues each block's reductions and frees the buffer once they have read it:
+// the consumers wait only for their buffer. Without (where the consumers need the registers
+// the writers take), each consumer's first thread issues them and waits for the buffer to have
+// been read before the consumer's dS^T barrier. dK is scaled by softmax_scale at the end; dQ
+// in backward_convert_dq. Masks and score modifiers as in bwd_wgmma_sm90.cuh;
 // a predicate's partial tiles are masked by one bit per element of S^T (the block table's
 // stored bits with key rows, else the element rule), read while S^T and dP^T are computed.
 //
 // Deterministic mode (kAtomicDq false): the reductions into each query block's dQ take turns,
 // highest key block first, so that every run adds the same values in the same order. A turn
 // counter per (batch, head, query block) and lane (params.cuh's dq_turns, zeroed) counts the
-// reductions done. Each consumer hands its dQ buffer to a writer warp of its own (warps 1 and
-// 2 of the producer warpgroup, named barriers both ways), which walks the query blocks as the
-// producer does and, per block, counts its turn (the key blocks after this one that visit
-// it), waits for it, issues the reductions, frees the buffer once they have read it, waits
-// until they are complete and passes the turn on: the consumers never wait for turns, only
-// for their buffer. The CTAs of a head start highest key block first (the natural order's
-// other direction, never a CTA order; the hardware starts CTAs in linear order), so each
-// waits only on CTAs that started before it. That order puts the key blocks most query
-// blocks see (causal masks' first ones, global tokens, shared questions, prefixes) last in
-// every turn, and under causal-like masks key block j reaches each query block one step
-// after key block j + 1 (both walk upwards): the turns cost little waiting.
+// reductions done. The writer warp counts, per block, its turn (the key blocks after this one
+// that visit it), waits for it before issuing the reductions, and once they are complete
+// passes the turn on: the consumers never wait for turns, only for their buffer. The CTAs of
+// a head start highest key block first (the natural order's other direction, never a CTA
+// order; the hardware starts CTAs in linear order), so each waits only on CTAs that started
+// before it. That order puts the key blocks most query blocks see (causal masks' first ones,
+// global tokens, shared questions, prefixes) last in every turn, and under causal-like masks
+// key block j reaches each query block one step after key block j + 1 (both walk upwards):
+// the turns cost little waiting.
 //
 // Config (bound by the generated code): Element, kHeadDim, kBlockM, kBlockN, kStages,
-// kAtomicDq, kProducerRegisters, kConsumerRegisters. Score: a ScoreMod. The kernel takes
-// (BwdParams, BwdTensorMaps), 384 threads, __launch_bounds__(384, 1).
+// kAtomicDq, kProducerRegisters, kConsumerRegisters, kDqWriters. Score: a ScoreMod. The kernel
+// takes (BwdParams, BwdTensorMaps), 384 threads, __launch_bounds__(384, 1).
 #pragma once
 
 #include "attnjit/sm90a/barrier.cuh"
@@ -85,6 +87,9 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
   /// Deterministic mode: dQ reductions in turns; CTAs in the natural order, highest key block
   /// first (else lowest first, or the CTA order).
   static constexpr bool kOrderedDq = !Config::kAtomicDq;
+  /// Writer warps issue the dQ reductions (else each consumer's first thread does).
+  static constexpr bool kDqWriters = Config::kDqWriters;
+  static_assert(kDqWriters || !kOrderedDq, "the deterministic mode's turns are the writers'");
   static constexpr bool kOrderedCtas = Mask::kOrderedCtas && !kOrderedDq;
   static constexpr bool kLowBlocksFirst = !kOrderedDq;
   /// Turn counters per query block: one per consumer when they split dQ's columns, else one
@@ -95,9 +100,9 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
   /// each consumer's dQ buffer written (then its reductions go out).
   static constexpr int kDsBarrier = 1;
   static constexpr int kDqBarrier = kDsBarrier + 1 + kConsumers;
-  /// Deterministic mode: each consumer's dQ buffer read by its writer's reductions (free).
+  /// Each consumer's dQ buffer read by its writer's reductions (free).
   static constexpr int kDqFreeBarrier = kDqBarrier + kConsumers;
-  /// Deterministic mode: the threads of a consumer and its writer warp meeting at those.
+  /// The threads of a consumer and its writer warp meeting at those.
   static constexpr int kWriterThreads = 128 + 32;
   /// dQ buffers: kBlockM rows x kHeadDim floats as boxes of 32 columns (128-byte rows).
   static constexpr int kDqBuffers = kDqByColumns ? 1 : kConsumers;
@@ -186,7 +191,7 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
       warpgroup_registers_decrease<Config::kProducerRegisters>();
       if (threadIdx.x < 32) {
         BackwardProducer<BackwardSm90a>::run(p, maps, base);
-      } else if (kOrderedDq && threadIdx.x < 32 * (1 + kConsumers)) {
+      } else if (kDqWriters && threadIdx.x < 32 * (1 + kConsumers)) {
         write_dq(p, maps, base, threadIdx.x / 32 - 1);
       }
       return;
@@ -271,9 +276,9 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
 
   /// After a consumer has staged its dK and dV in shared memory: the async-proxy fence and the
   /// consumer's barrier (all of its stores are in), then its one thread issues copies(first
-  /// key, K/V head) and waits for them and for the last dQ reductions (the dQ conversion reads
-  /// them next; in the deterministic mode the writer warps wait for theirs), shared memory
-  /// staying until the copies have read it.
+  /// key, K/V head) and waits for them and, without writers, for the last dQ reductions
+  /// (the dQ conversion reads them next; writer warps wait for theirs), shared memory staying
+  /// until the copies have read it.
   template <class Copies>
   __device__ __forceinline__ static void issue_gradient_copies(const CtaWork& work, int consumer,
                                                                Copies copies) {
@@ -390,8 +395,9 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     wgmma_fence();
     Products::add_dv_dk(acc_dv.tiles(), acc_dk.tiles(), a_p, a_ds, smem_do, smem_q);
     fence_async_shared();
-    // The previous block's reductions have read the dQ buffer before the barrier.
-    if (!kOrderedDq && warpgroup_thread() == 0) tma_store_wait_read<0>();
+    // Without writers, the previous block's reductions have read the dQ buffer before the
+    // barrier.
+    if (!kDqWriters && warpgroup_thread() == 0) tma_store_wait_read<0>();
     if constexpr (kDqByColumns) {
       named_barrier_sync(kDsBarrier, 128 * kConsumers);
     } else {
@@ -412,11 +418,11 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     ring.consumer_release(state);
     wgmma_wait<0>();
     fence_accumulators(acc_dq.tiles());
-    // The consumer's part of the dQ buffer, then its reductions: rows past Sq are dropped by
-    // the map.
+    // The consumer's part of the dQ buffer, then its reductions (rows past Sq are dropped by
+    // the map): with writers, once the writer's reductions of the last tile have read the
+    // buffer, and the tile goes to the writer.
     const u32 buffer = base + kDqOffset + (kDqByColumns ? 0 : consumer) * kDqBufferBytes;
-    if constexpr (kOrderedDq) {
-      // The writer's reductions of the last tile have read the buffer; this tile goes to it.
+    if constexpr (kDqWriters) {
       named_barrier_sync(kDqFreeBarrier + consumer, kWriterThreads);
       store_dq(buffer, panel * 64, acc_dq.tiles());
       fence_async_shared();
@@ -487,10 +493,12 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     tma_store_commit();
   }
 
-  /// Deterministic mode: the writer warp of `consumer`. It walks the query blocks the
-  /// producer streams; per block, once the consumer has written the dQ tile, its first lane
-  /// waits for the block's turn and issues the reductions; the buffer goes back once they have
-  /// read it (but after the last block), the turn passes on once they are complete.
+  /// The writer warp of `consumer` (kDqWriters). It walks the query blocks the producer
+  /// streams; per block, once the consumer has written the dQ tile, its first lane issues the
+  /// reductions (in the deterministic mode once the block's turn has come); the buffer goes
+  /// back once they have read it (but after the last block). In the deterministic mode the
+  /// turn passes on once they are complete; in the atomic mode nothing waits for them but the
+  /// writer's exit.
   __device__ static void write_dq(const BwdParams& p, const BwdTensorMaps& maps, u32 base,
                                   int consumer) {
     const u32 buffer = base + kDqOffset + (kDqByColumns ? 0 : consumer) * kDqBufferBytes;
@@ -506,25 +514,29 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     while (block < end) {
       ms.row_begin = block * kBlockM;
       ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
-      const int turn = later_visitors(p, ms, block, n_block);
+      const int turn = kOrderedDq ? later_visitors(p, ms, block, n_block) : 0;
       const int next = Mask::template first_active_query_block<kBlockM, kBlockN>(
           ms, p.minmax, n_block, block + 1, end);
-      int* counter = dq_turn_counter(p, block, consumer);
+      int* counter = kOrderedDq ? dq_turn_counter(p, block, consumer) : nullptr;
       named_barrier_sync(kDqBarrier + consumer, kWriterThreads);
       if (leader) {
-        wait_turn(counter, turn * kDqTurns + (kDqByColumns ? 0 : consumer));
+        if constexpr (kOrderedDq) {
+          wait_turn(counter, turn * kDqTurns + (kDqByColumns ? 0 : consumer));
+        }
         add_dq_tile(p, maps, buffer, Products::dq_panel(consumer), block);
         tma_store_wait_read<0>();
       }
       __syncwarp();
       if (next < end) named_barrier_arrive(kDqFreeBarrier + consumer, kWriterThreads);
-      if (leader) {
+      if (kOrderedDq && leader) {
         tma_store_wait<0>();
         pass_turn(counter);
       }
       __syncwarp();
       block = next;
     }
+    // The reductions are complete before the kernel ends (backward_convert_dq reads them).
+    if (leader) tma_store_wait<0>();
   }
 
   /// Deterministic mode: how many key blocks after n_block walk query block m_block (whose

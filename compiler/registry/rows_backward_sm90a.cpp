@@ -2,7 +2,9 @@
 // two wgmma consumer warpgroups of 64 keys (block_n = 128, 12 warps), Q, dO, LSE and D
 // streamed through a ring of two stages, dQ added to its fp32 accumulator by TMA reductions
 // from shared memory, dK and dV stored by TMA; its parameters are BwdParams and the TMA maps of
-// q, d_o, k, v, the dQ accumulator, d_k and d_v. Head dims 64, 96 and 128, every mask. It
+// q, d_o, k, v, the dQ accumulator, d_k and d_v. Head dims 64, 96 and 128, every mask; head
+// dim 256 (bwd_sm90a_wide.cuh: block_n = 64, the consumers split the head dim), every mask but
+// predicates. It
 // precedes the warpgroup layout (backward.warpgroup.sm90a) in the registry, so the automatic
 // choice at those head dims in both modes: on an H100 (bf16, B=1, H=16,
 // S=8192, 2026-11-25) it ran 5-21% faster than that layout for every mask measured with dQ by
@@ -26,16 +28,27 @@ constexpr TileCandidate warpgroups(int d, int block_m) {
   return {d, block_m, 128, 12, 1, kStages};
 }
 
-constexpr std::array<TileCandidate, 3> kCandidates{{
+// Head dim 256 (bwd_sm90a_wide.cuh): 64 keys per CTA, the consumers split the head dim; no
+// predicate masks (their element bits follow the other layout's fragments).
+constexpr TileCandidate wide(int d) {
+  return {d, 64, 64, 12, 1, kStages, false, MaskCost::window};
+}
+
+constexpr bool is_wide(int d) {
+  return d > 128;
+}
+
+constexpr std::array<TileCandidate, 4> kCandidates{{
     warpgroups(64, 64),
     warpgroups(96, 64),
     warpgroups(128, 64),
+    wide(256),
 }};
 
-constexpr std::array<ConfigField, 7> kConfig{
-    ConfigField::head_dim,  ConfigField::block_m,        ConfigField::block_n,
-    ConfigField::kv_stages, ConfigField::atomic_dq,      ConfigField::register_split,
-    ConfigField::dq_writers};
+constexpr std::array<ConfigField, 7> kConfig{ConfigField::head_dim,  ConfigField::block_m,
+                                             ConfigField::block_n,   ConfigField::kv_stages,
+                                             ConfigField::atomic_dq, ConfigField::register_split,
+                                             ConfigField::dq_writers};
 
 // Writer warps of the producer warpgroup issue the dQ reductions (kDqWriters): the consumers
 // hand each dQ tile over instead of waiting, before their dS^T barrier, until the last tile's
@@ -47,6 +60,8 @@ constexpr std::array<ConfigField, 7> kConfig{
 // reductions. The deterministic mode needs the writers (its turns), spills included
 // (test_kernel_specs' known shortfall).
 bool dq_writers(const AttentionSpec& spec, const MaskLowering&) {
+  // The wide layout's writers release its stages.
+  if (is_wide(spec.head_dim_qk)) return true;
   const bool tight = spec.head_dim_qk == 128 && spec.mask.kind == MaskKind::flashmask &&
                      spec.mask.causal && spec.mask.columns <= 2;
   return spec.deterministic || !tight;
@@ -60,26 +75,42 @@ int producer_registers(const KernelTiles&, const AttentionSpec& spec, const Mask
 // bwd_sm90a.cuh's kSmemBytes: alignment slack, K and V, the stages (Q, dO, then LSE, D and the
 // block's index padded to 1 KB), two dS^T buffers, the fp32 dQ buffers (one when each consumer
 // owns 64 of dQ's columns, else one per consumer), the key block's FlashMask values padded to
-// 8 bytes, the K/V barrier and the ring's barriers.
+// 8 bytes, the K/V barrier and the ring's barriers. bwd_sm90a_wide.cuh's: the same with one
+// P^T and one dS^T tile and no dQ buffer (dQ goes through the stages).
 int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   const int d = spec.head_dim_qk;
   const int element = size_of(spec.dtype);
   const int kv = 2 * c.block_n * d * element;
   const int stage = 2 * c.block_m * d * element + (2 * c.block_m * 4 + 8 + 1023) / 1024 * 1024;
   const int vectors = (c.block_n * static_cast<int>(mask.vectors.size()) * 4 + 7) / 8 * 8;
+  if (is_wide(d)) {
+    return 1024 + kv + c.kv_stages * stage + 2 * c.block_n * c.block_m * element + vectors + 8 +
+           2 * c.kv_stages * 8;
+  }
   const int dq = (d / 2 >= 64 ? 1 : 2) * c.block_m * d * 4;
   return 1024 + kv + c.kv_stages * stage + 2 * c.block_n * c.block_m * element + dq + vectors + 8 +
          2 * c.kv_stages * 8;
 }
 
 // `tiles=64x128x12t`: 64 queries per stage, two consumer warpgroups of 64 keys and a producer
-// warpgroup; head dims 64, 96 and 128.
+// warpgroup; head dims 64, 96 and 128. `tiles=64x64x12t`: head dim 256, the consumers split
+// the head dim over 64 keys; no predicate masks.
 TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
-                             const MaskLowering&) {
+                             const MaskLowering& mask) {
   const std::string value = to_string(shape);
+  if (spec.head_dim_qk == 256) {
+    if (shape.block_m != 64 || shape.block_n != 64 || shape.warps != 12) {
+      throw_field_error("tiles", value, "64x64x12t for the sm90a backward at head_dim=256");
+    }
+    if (mask.element_predicate) {
+      throw_field_error("tiles", fmt::format("{} with mask=predicate", value),
+                        "the t suffix at head_dim=256 without mask=predicate");
+    }
+    return wide(spec.head_dim_qk);
+  }
   if (spec.head_dim_qk != 64 && spec.head_dim_qk != 96 && spec.head_dim_qk != 128) {
     throw_field_error("tiles", fmt::format("{} with head_dim={}", value, spec.head_dim_qk),
-                      "the t suffix with head_dim 64, 96 or 128");
+                      "the t suffix with head_dim 64, 96, 128 or 256");
   }
   if (shape.block_m != 64 || shape.block_n != 128 || shape.warps != 12) {
     throw_field_error("tiles", value, "64x128x12t for the sm90a backward");

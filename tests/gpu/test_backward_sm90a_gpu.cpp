@@ -1,8 +1,9 @@
 // The sm90a backward (backward.tma.sm90a: TMA producer, mbarrier ring, two wgmma consumers),
-// forced by tiles=64x128x12t, against the CPU float64 reference gradients, in the atomic and
-// the deterministic mode (dQ reductions taking turns): the sweep's cases at head dims 64, 96
-// and 128 (every mask kind, both dtypes, GQA/MQA, mask heads, lengths that are not tile
-// multiples, Sq != Sk, padded strides), longer sequences whose key blocks visit many query
+// forced by tiles=64x128x12t (64x64x12t at head dim 256), against the CPU float64 reference
+// gradients, in the atomic and the deterministic mode (dQ reductions taking turns): the
+// sweep's cases at head dims 64, 96, 128 and 256 (every mask kind, predicates not at 256;
+// both dtypes, GQA/MQA, mask heads, lengths that are not tile multiples, Sq != Sk, padded
+// strides), longer sequences whose key blocks visit many query
 // blocks (the ring wraps), the score modifiers, rows that see no key, odd head counts; and
 // bitwise repeatability of the deterministic mode where the atomic mode's order varies.
 // Skipped on devices other than sm_90a.
@@ -30,9 +31,9 @@ bool on_sm90a() {
   return false;
 }
 
-// The case forced onto the row.
+// The case forced onto the row: 64 keys per CTA at head dim 256 (bwd_sm90a_wide.cuh).
 Case forced(Case c) {
-  c.spec.tiles = {64, 128, 12, 't'};
+  c.spec.tiles = {64, c.spec.head_dim_qk == 256 ? 64 : 128, 12, 't'};
   c.expect_row = kRow;
   return c;
 }
@@ -43,9 +44,10 @@ TEST_CASE("the sm90a backward matches the reference gradients over the sweep",
           "[gpu][backward][sm90a]") {
   if (!on_sm90a()) return;
   for (const Case& c : gpu_test::sweep_cases()) {
-    if (c.spec.head_dim_qk != 64 && c.spec.head_dim_qk != 96 && c.spec.head_dim_qk != 128) {
-      continue;
-    }
+    const int d = c.spec.head_dim_qk;
+    if (d != 64 && d != 96 && d != 128 && d != 256) continue;
+    // Predicates stay on the sm80 kernels at head dim 256.
+    if (d == 256 && c.spec.mask.kind == MaskKind::predicate) continue;
     for (bool deterministic : {false, true}) check_backward(forced(c), deterministic);
   }
 }
@@ -61,7 +63,7 @@ TEST_CASE("the sm90a backward over many query blocks per key block", "[gpu][back
   const std::pair<int, int> lengths[] = {{1000, 1000}, {1000, 700}, {700, 1000}};
   std::uint64_t seed = 9100;
   int rotation = 0;
-  for (int d : {64, 128}) {
+  for (int d : {64, 128, 256}) {
     for (const MaskSpec& mask : masks) {
       const auto [sq, sk] = lengths[rotation % 3];
       Case c;
@@ -103,7 +105,14 @@ TEST_CASE("the sm90a backward with score modifiers matches the reference gradien
   if (!on_sm90a()) return;
   int index = 0;
   for (const Case& c : gpu_test::score_mod_cases()) {
-    check_backward(forced(c), /*deterministic=*/index++ % 2 == 1);
+    const bool deterministic = index++ % 2 == 1;
+    check_backward(forced(c), deterministic);
+    // Every third case again at head dim 256 (the wide layout), predicates aside.
+    if (index % 3 == 1 && c.spec.mask.kind != MaskKind::predicate) {
+      Case wide = c;
+      wide.spec.head_dim_qk = wide.spec.head_dim_v = 256;
+      check_backward(forced(wide), deterministic);
+    }
   }
 }
 
@@ -113,7 +122,7 @@ TEST_CASE("the sm90a backward gives zero gradients to rows that see no key",
   // Leading rows (bottom-right causal, Sq > Sk: rows 0 .. 229 of 300 see no key) and rows in
   // the middle (FlashMask [LTS, LTE) = [100, 260) for every key: query blocks 2 and 3 are
   // visited by no key block, 1 and 4 partly masked), both modes; d_q starts poisoned (NaN).
-  for (int d : {64, 128}) {
+  for (int d : {64, 128, 256}) {
     for (bool middle : {false, true}) {
       Case c;
       c.spec.dtype = middle ? DType::bf16 : DType::fp16;
@@ -168,10 +177,11 @@ TEST_CASE("the sm90a backward gives zero gradients to rows that see no key",
 
 TEST_CASE("the sm90a backward with odd head counts", "[gpu][backward][sm90a]") {
   if (!on_sm90a()) return;
+  int index = 0;
   for (const auto& [heads, kv_heads] : {std::pair{1, 1}, std::pair{3, 3}, std::pair{3, 1}}) {
     Case c;
     c.spec.dtype = DType::bf16;
-    c.spec.head_dim_qk = c.spec.head_dim_v = 128;
+    c.spec.head_dim_qk = c.spec.head_dim_v = index++ == 1 ? 256 : 128;
     c.spec.mask = {MaskKind::causal, false, 0};
     c.batch = 2;
     c.heads = heads;
@@ -193,7 +203,7 @@ TEST_CASE("the sm90a deterministic backward is bitwise repeatable", "[gpu][backw
                             {MaskKind::flashmask, true, 1},
                             {MaskKind::flashmask, false, 2}};
   int index = 0;
-  for (int d : {64, 128}) {
+  for (int d : {64, 128, 256}) {
     for (const MaskSpec& mask : masks) {
       Case c;
       c.spec.dtype = index % 2 == 0 ? DType::bf16 : DType::fp16;

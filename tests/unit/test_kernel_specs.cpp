@@ -355,7 +355,8 @@ TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmm
           "[nvrtc][specs][sm90a]") {
   // backward.tma.sm90a, forced by tiles=64x128x12t: every mask it takes (predicates with and
   // without scalars and head indices), both dtypes, head dims 64, 96 and 128, without and with
-  // each score-modifier combination; setmaxnreg honoured (no C7508), no wgmma serialized.
+  // each score-modifier combination; at head dim 256 by tiles=64x64x12t; setmaxnreg honoured
+  // (no C7508), no wgmma serialized.
   std::vector<std::string> specs;
   for (const char* dtype : {"bf16", "fp16"}) {
     for (int d : {64, 96, 128}) {
@@ -370,6 +371,20 @@ TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmm
               "dtype={} head_dim={} mask={}{} direction=backward tiles=64x128x12t target=sm_90a",
               dtype, d, mask, modifiers));
         }
+      }
+    }
+    // Head dim 256 (the wide layout, tiles=64x64x12t): every mask but predicates, each
+    // score-modifier combination, and the deterministic mode without and with both.
+    for (const char* mask :
+         {"none", "causal", "sliding_window", "flashmask(causal=true,columns=1)",
+          "flashmask(causal=true,columns=2)", "flashmask(causal=false,columns=2)",
+          "flashmask(causal=false,columns=4)"}) {
+      for (const char* modifiers :
+           {"", " softcap=true", " alibi=true", " softcap=true alibi=true", " deterministic=true",
+            " deterministic=true softcap=true alibi=true"}) {
+        specs.push_back(fmt::format(
+            "dtype={} head_dim=256 mask={}{} direction=backward tiles=64x64x12t target=sm_90a",
+            dtype, mask, modifiers));
       }
     }
   }

@@ -381,7 +381,7 @@ TEST_CASE("the warpgroup backward layout: forced by a w shape on sm_90a, d64 and
                     Catch::Contains("128xBNx12w with BN a multiple of 16 up to 256"));
 }
 
-TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 and d128, forced by a t shape",
+TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a t shape",
           "[pass]") {
   const auto lowered = [](int d, const char* rest) {
     return lower(parse_spec(fmt::format("dtype=bf16 head_dim={} direction=backward {}", d, rest)));
@@ -453,8 +453,37 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 and d128, forced by a
   for (int d : {32, 64, 96, 128, 192, 256}) {
     INFO(d);
     CHECK((lowered(d, "target=sm_90a").tiles_of(KernelRole::backward).row ==
-           "backward.tma.sm90a") == (d == 64 || d == 96 || d == 128));
+           "backward.tma.sm90a") == (d == 64 || d == 96 || d == 128 || d == 256));
   }
+  // Head dim 256: the wide layout (bwd_sm90a_wide.cuh), 64 keys per CTA; alignment slack, K
+  // and V, two stages, one P^T and one dS^T tile (dQ goes through the stages), the FlashMask
+  // values, the K/V barrier and the ring's barriers. Predicates keep the sm80 layouts.
+  for (const char* rest : {"mask=causal target=sm_90a", "mask=causal tiles=64x64x12t target=sm_90a",
+                           "mask=none deterministic=true target=sm_90a"}) {
+    INFO(rest);
+    const Lowering ir = lowered(256, rest);
+    const KernelTiles& t = ir.tiles_of(KernelRole::backward);
+    CHECK(t.row == "backward.tma.sm90a");
+    CHECK(t.block_m == 64);
+    CHECK(t.block_n == 64);
+    CHECK(t.threads() == 384);
+    CHECK(t.smem_bytes ==
+          1024 + 2 * 64 * 256 * 2 + 2 * (2 * 64 * 256 * 2 + 1024) + 2 * 64 * 64 * 2 + 8 + 32);
+    CHECK(ir.plan->find(KernelRole::backward)->phases.front().grid.to_string().find("Sk/64") !=
+          std::string::npos);
+  }
+  CHECK(lowered(256, "mask=flashmask(causal=false,columns=4) target=sm_90a")
+            .tiles_of(KernelRole::backward)
+            .smem_bytes == 1024 + 2 * 64 * 256 * 2 + 2 * (2 * 64 * 256 * 2 + 1024) +
+                               2 * 64 * 64 * 2 + 64 * 16 + 8 + 32);
+  CHECK(lowered(256, "mask=predicate(q>=k) target=sm_90a").tiles_of(KernelRole::backward).row !=
+        "backward.tma.sm90a");
+  CHECK_THROWS_WITH(lowered(256, "mask=predicate(q>=k) tiles=64x64x12t target=sm_90a"),
+                    "tiles: got '64x64x12t with mask=predicate'; accepted: the t suffix at "
+                    "head_dim=256 without mask=predicate");
+  CHECK_THROWS_WITH(lowered(256, "tiles=64x128x12t target=sm_90a"),
+                    "tiles: got '64x128x12t'; accepted: 64x64x12t for the sm90a backward at "
+                    "head_dim=256");
   // FlashMask values of the key block ride after the dQ buffers.
   CHECK(lowered(64, "mask=flashmask(causal=false,columns=4) tiles=64x128x12t target=sm_90a")
             .tiles_of(KernelRole::backward)
@@ -469,7 +498,7 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 and d128, forced by a
                     Catch::Contains("64x128x12t for the sm90a backward"));
   CHECK_THROWS_WITH(lowered(192, "tiles=64x128x12t target=sm_90a"),
                     "tiles: got '64x128x12t with head_dim=192'; accepted: the t suffix with "
-                    "head_dim 64, 96 or 128");
+                    "head_dim 64, 96, 128 or 256");
   CHECK_THROWS_WITH(lowered(128, "deterministic=true tiles=64x128x8w target=sm_90a"),
                     Catch::Contains("without the w suffix with deterministic=true"));
   CHECK(lowered(128, "mask=predicate(q>=k) tiles=64x128x12t target=sm_90a")

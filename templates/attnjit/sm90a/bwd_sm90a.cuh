@@ -50,26 +50,28 @@
 
 #include "attnjit/sm90a/barrier.cuh"
 #include "attnjit/common/bwd_common.cuh"
-#include "attnjit/sm90a/bwd_wgmma_products.cuh"
+#include "attnjit/sm90a/bwd_sm90a_dq.cuh"
 #include "attnjit/sm90a/bwd_sm90a_producer.cuh"
+#include "attnjit/sm90a/bwd_sm90a_wide.cuh"
+#include "attnjit/sm90a/bwd_wgmma_products.cuh"
 #include "attnjit/common/fragment.cuh"
 #include "attnjit/masks/mask.cuh"
 #include "attnjit/sm90a/mbarrier.cuh"
 #include "attnjit/common/params.cuh"
 #include "attnjit/sm90a/pipeline.cuh"
 #include "attnjit/common/primitives.cuh"
-#include "attnjit/sm90a/tma.cuh"
 #include "attnjit/common/schedule.cuh"
 #include "attnjit/common/score_mod.cuh"
 #include "attnjit/common/smem_tile.cuh"
+#include "attnjit/sm90a/tma.cuh"
 #include "attnjit/sm90a/wgmma.cuh"
 
 namespace attnjit {
 
-/// Two consumer warpgroups of 64 keys (BackwardWgmmaProducts' groups).
+/// Two consumer warpgroups of 64 keys (BackwardWgmmaProducts' groups): head dims up to 128.
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
-struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::kHeadDim,
-                                             Config::kBlockM, Config::kBlockN, 2> {
+struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Config::kHeadDim,
+                                                   Config::kBlockM, Config::kBlockN, 2> {
   typedef BackwardWgmmaProducts<typename Config::Element, Config::kHeadDim, Config::kBlockM,
                                 Config::kBlockN, 2>
       Products;
@@ -107,8 +109,6 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
   /// dQ buffers: kBlockM rows x kHeadDim floats as boxes of 32 columns (128-byte rows).
   static constexpr int kDqBuffers = kDqByColumns ? 1 : kConsumers;
   static constexpr int kDqBoxBytes = kBlockM * 128;
-  /// The fp32 boxes of the TMA reductions (dQ, and under GQA dK and dV): 64 rows x 32 columns.
-  static constexpr int kSumBoxBytes = 64 * 128;
   static_assert(kDqBoxBytes == kSumBoxBytes, "a consumer's 64 query rows per dQ box");
   static constexpr int kDqBufferBytes = kHeadDim / 32 * kDqBoxBytes;
 
@@ -190,7 +190,7 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     if (warpgroup_index() == 0) {
       warpgroup_registers_decrease<Config::kProducerRegisters>();
       if (threadIdx.x < 32) {
-        BackwardProducer<BackwardSm90a>::run(p, maps, base);
+        BackwardProducer<BackwardSm90aNarrow>::run(p, maps, base);
       } else if (kDqWriters && threadIdx.x < 32 * (1 + kConsumers)) {
         write_dq(p, maps, base, threadIdx.x / 32 - 1);
       }
@@ -514,10 +514,14 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     while (block < end) {
       ms.row_begin = block * kBlockM;
       ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
-      const int turn = kOrderedDq ? later_visitors(p, ms, block, n_block) : 0;
+      const int turn =
+          kOrderedDq ? later_key_visitors<Mask, kBlockM, kBlockN>(p, ms, block, n_block) : 0;
       const int next = Mask::template first_active_query_block<kBlockM, kBlockN>(
           ms, p.minmax, n_block, block + 1, end);
-      int* counter = kOrderedDq ? dq_turn_counter(p, block, consumer) : nullptr;
+      int* counter = kOrderedDq ? dq_turn_counter<kBlockM, kDqLanes>(
+                                      p, cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p)),
+                                      block, kDqByColumns ? consumer : 0)
+                                : nullptr;
       named_barrier_sync(kDqBarrier + consumer, kWriterThreads);
       if (leader) {
         if constexpr (kOrderedDq) {
@@ -539,65 +543,11 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     if (leader) tma_store_wait<0>();
   }
 
-  /// Deterministic mode: how many key blocks after n_block walk query block m_block (whose
-  /// rows `s` holds), i.e. the turn of n_block's reductions into its dQ; each lane tests one
-  /// key block per step as the walk would (index range, then classification).
-  __device__ __forceinline__ static int later_visitors(const BwdParams& p, const MaskState& s,
-                                                       int m_block, int n_block) {
-    const int lane = threadIdx.x % 32;
-    int count = 0;
-    for (int base = n_block + 1; base < s.num_key_blocks; base += 32) {
-      const int n = base + lane;
-      bool visits = false;
-      if (n < s.num_key_blocks) {
-        int first, last;
-        Mask::template query_block_range<kBlockM, kBlockN>(s, n, first, last);
-        visits = m_block >= first && m_block < last &&
-                 tile_kind(Mask::template classify<kBlockN>(s, p.minmax, n)) != kTileSkip;
-      }
-      count += __popc(__ballot_sync(0xffffffffu, visits));
-    }
-    return count;
-  }
-
-  /// Deterministic mode: the turn counter of query block `block` that `consumer` takes.
-  __device__ __forceinline__ static int* dq_turn_counter(const BwdParams& p, int block,
-                                                         int consumer) {
-    const CtaWork work = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p));
-    const long long blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
-    const long long row = (static_cast<long long>(work.batch) * p.heads + work.head) * blocks;
-    return p.dq_turns + (row + block) * kDqLanes + (kDqByColumns ? consumer : 0);
-  }
-
   /// Stores the warp's dQ rows 16 w + g (+ 8) of the accumulator, columns col0 + 8 dt + 2 t,
   /// into the dQ buffer at `buffer` (store_fp32_tile's layout).
   __device__ __forceinline__ static void store_dq(u32 buffer, int col0,
                                                   const float (&acc)[kDqCols / 8][4]) {
     store_fp32_tile<kDqCols>(buffer, col0, acc, 1.f);
-  }
-
-  /// Stores rows 16 w + g (+ 8) of a warpgroup's m64 x kCols fp32 accumulator times `scale`,
-  /// columns col0 + 8 dt + 2 t, as the fp32 TMA maps' boxes of 64 rows x 32 columns from
-  /// `buffer`: column c of row r is float c % 4 of 16-byte chunk (c % 32 / 4) ^ (r % 8) of row
-  /// r of box c / 32 (the maps' 128-byte swizzle).
-  template <int kCols>
-  __device__ __forceinline__ static void store_fp32_tile(u32 buffer, int col0,
-                                                         const float (&acc)[kCols / 8][4],
-                                                         float scale) {
-    const int lane = read_tid_x() % 32;
-    const int t = lane % 4;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = 16 * ((read_tid_x() / 32) % 4) + lane / 4 + 8 * r;
-      const u32 at = buffer + row * 128 + (t % 2) * 8;
-#pragma unroll
-      for (int dt = 0; dt < kCols / 8; ++dt) {
-        const int col = col0 + 8 * dt;
-        const int chunk = (2 * (dt % 4) + t / 2) ^ (row % 8);
-        store_shared_v2_f32(at + col / 32 * kSumBoxBytes + chunk * 16, acc[dt][2 * r] * scale,
-                            acc[dt][2 * r + 1] * scale);
-      }
-    }
   }
 
   /// Rounds the dS^T pair of tile nt, row half r (key row key_row + 8 r, query columns
@@ -610,6 +560,23 @@ struct BackwardSm90a : BackwardWgmmaProducts<typename Config::Element, Config::k
     store_shared_u32(smem_ds + DsTile::element_offset(key_row + 8 * r, nt * 8 + col), pair);
   }
 };
+
+template <bool kWide, class Narrow, class Wide>
+struct SelectBackwardSm90a {
+  typedef Narrow type;
+};
+template <class Narrow, class Wide>
+struct SelectBackwardSm90a<true, Narrow, Wide> {
+  typedef Wide type;
+};
+
+/// The sm90a backward of a head dim: two consumers of 64 keys up to 128, else two consumers of
+/// half the head dim over 64 keys (bwd_sm90a_wide.cuh). Naming a specialisation does not
+/// instantiate it: only the chosen layout's static checks run.
+template <class Config, class Mask, class Score = ScoreMod<false, false>>
+using BackwardSm90a =
+    typename SelectBackwardSm90a<(Config::kHeadDim > 128), BackwardSm90aNarrow<Config, Mask, Score>,
+                                 BackwardSm90aWide<Config, Mask, Score>>::type;
 
 /// The body of a generated sm90a backward (dK, dV, dQ by TMA reductions) kernel.
 template <class Config, class Mask, class Score = ScoreMod<false, false>>

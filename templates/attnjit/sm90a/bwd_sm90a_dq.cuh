@@ -1,0 +1,80 @@
+// Pieces of the sm90a backward kernels' dQ and gradient reductions that both layouts share
+// (bwd_sm90a.cuh: two consumers of 64 keys; bwd_sm90a_wide.cuh: two consumers of half the head
+// dim): the fp32 boxes the TMA reductions read, and the deterministic mode's turns.
+#pragma once
+
+#include "attnjit/masks/mask.cuh"
+#include "attnjit/common/params.cuh"
+#include "attnjit/common/primitives.cuh"
+#include "attnjit/common/schedule.cuh"
+
+namespace attnjit {
+
+/// The fp32 boxes of the TMA reductions (dQ, and under GQA dK and dV): 64 rows x 32 columns,
+/// 128-byte rows in the 128-byte swizzle.
+constexpr int kSumBoxBytes = 64 * 128;
+
+/// Stores rows 16 w + g (+ 8) of a warpgroup's m64 x kCols fp32 accumulator times `scale`,
+/// columns col0 + 8 dt + 2 t, as the fp32 TMA maps' boxes of 64 rows x 32 columns, box b at
+/// box_address(b): column c of row r is float c % 4 of 16-byte chunk (c % 32 / 4) ^ (r % 8) of
+/// row r of box c / 32 (the maps' 128-byte swizzle).
+template <int kCols, class BoxAddress>
+__device__ __forceinline__ void store_fp32_boxes(BoxAddress box_address, int col0,
+                                                 const float (&acc)[kCols / 8][4], float scale) {
+  const int lane = read_tid_x() % 32;
+  const int t = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = 16 * ((read_tid_x() / 32) % 4) + lane / 4 + 8 * r;
+    const u32 at = row * 128 + (t % 2) * 8;
+#pragma unroll
+    for (int dt = 0; dt < kCols / 8; ++dt) {
+      const int col = col0 + 8 * dt;
+      const int chunk = (2 * (dt % 4) + t / 2) ^ (row % 8);
+      store_shared_v2_f32(box_address(col / 32) + at + chunk * 16, acc[dt][2 * r] * scale,
+                          acc[dt][2 * r + 1] * scale);
+    }
+  }
+}
+
+/// store_fp32_boxes into consecutive boxes from `buffer`.
+template <int kCols>
+__device__ __forceinline__ void store_fp32_tile(u32 buffer, int col0,
+                                                const float (&acc)[kCols / 8][4], float scale) {
+  store_fp32_boxes<kCols>([buffer](int box) { return buffer + box * kSumBoxBytes; }, col0, acc,
+                          scale);
+}
+
+/// Deterministic mode: how many key blocks after n_block walk query block m_block (whose rows
+/// `s` holds), i.e. the turn of n_block's reductions into its dQ; each lane of the calling warp
+/// tests one key block per step as the walk would (index range, then classification).
+template <class Mask, int kBlockM, int kBlockN>
+__device__ __forceinline__ int later_key_visitors(const BwdParams& p, const MaskState& s,
+                                                  int m_block, int n_block) {
+  const int lane = threadIdx.x % 32;
+  int count = 0;
+  for (int base = n_block + 1; base < s.num_key_blocks; base += 32) {
+    const int n = base + lane;
+    bool visits = false;
+    if (n < s.num_key_blocks) {
+      int first, last;
+      Mask::template query_block_range<kBlockM, kBlockN>(s, n, first, last);
+      visits = m_block >= first && m_block < last &&
+               tile_kind(Mask::template classify<kBlockN>(s, p.minmax, n)) != kTileSkip;
+    }
+    count += __popc(__ballot_sync(0xffffffffu, visits));
+  }
+  return count;
+}
+
+/// Deterministic mode: the turn counter (params.cuh's dq_turns, kLanes per query block of
+/// kBlockM rows) of query block `block` of `work`'s (batch, head), lane `lane`.
+template <int kBlockM, int kLanes>
+__device__ __forceinline__ int* dq_turn_counter(const BwdParams& p, const CtaWork& work, int block,
+                                                int lane) {
+  const long long blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  const long long row = (static_cast<long long>(work.batch) * p.heads + work.head) * blocks;
+  return p.dq_turns + (row + block) * kLanes + lane;
+}
+
+}  // namespace attnjit

@@ -3,8 +3,7 @@
 // streamed through a ring of two stages, dQ added to its fp32 accumulator by TMA reductions
 // from shared memory, dK and dV stored by TMA; its parameters are BwdParams and the TMA maps of
 // q, d_o, k, v, the dQ accumulator, d_k and d_v. Head dims 64, 96 and 128, every mask; head
-// dim 256 (bwd_sm90a_wide.cuh: block_n = 64, the consumers split the head dim), every mask but
-// predicates. It
+// dim 256 (bwd_sm90a_wide.cuh: block_n = 64, the consumers split the head dim), every mask. It
 // precedes the warpgroup layout (backward.warpgroup.sm90a) in the registry, so the automatic
 // choice at those head dims in both modes: on an H100 (bf16, B=1, H=16,
 // S=8192, 2026-11-25) it ran 5-21% faster than that layout for every mask measured with dQ by
@@ -28,11 +27,8 @@ constexpr TileCandidate warpgroups(int d, int block_m) {
   return {d, block_m, 128, 12, 1, kStages};
 }
 
-// Head dim 256 (bwd_sm90a_wide.cuh): 64 keys per CTA, the consumers split the head dim; no
-// predicate masks (their element bits follow the other layout's fragments).
-constexpr TileCandidate wide(int d) {
-  return {d, 64, 64, 12, 1, kStages, false, MaskCost::window};
-}
+// Head dim 256 (bwd_sm90a_wide.cuh): 64 keys per CTA, the consumers split the head dim.
+constexpr TileCandidate wide(int d) { return {d, 64, 64, 12, 1, kStages}; }
 
 constexpr bool is_wide(int d) {
   return d > 128;
@@ -94,17 +90,13 @@ int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowe
 
 // `tiles=64x128x12t`: 64 queries per stage, two consumer warpgroups of 64 keys and a producer
 // warpgroup; head dims 64, 96 and 128. `tiles=64x64x12t`: head dim 256, the consumers split
-// the head dim over 64 keys; no predicate masks.
+// the head dim over 64 keys.
 TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
-                             const MaskLowering& mask) {
+                             const MaskLowering&) {
   const std::string value = to_string(shape);
   if (spec.head_dim_qk == 256) {
     if (shape.block_m != 64 || shape.block_n != 64 || shape.warps != 12) {
       throw_field_error("tiles", value, "64x64x12t for the sm90a backward at head_dim=256");
-    }
-    if (mask.element_predicate) {
-      throw_field_error("tiles", fmt::format("{} with mask=predicate", value),
-                        "the t suffix at head_dim=256 without mask=predicate");
     }
     return wide(spec.head_dim_qk);
   }

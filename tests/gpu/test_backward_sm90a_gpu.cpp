@@ -1,11 +1,11 @@
 // The sm90a backward (backward.tma.sm90a: TMA producer, mbarrier ring, two wgmma consumers),
 // forced by tiles=64x128x12t (64x64x12t at head dim 256), against the CPU float64 reference
 // gradients, in the atomic and the deterministic mode (dQ reductions taking turns): the
-// sweep's cases at head dims 64, 96, 128 and 256 (every mask kind, predicates not at 256;
-// both dtypes, GQA/MQA, mask heads, lengths that are not tile multiples, Sq != Sk, padded
-// strides), longer sequences whose key blocks visit many query
-// blocks (the ring wraps), the score modifiers, rows that see no key, odd head counts; and
-// bitwise repeatability of the deterministic mode where the atomic mode's order varies.
+// sweep's cases at head dims 64, 96, 128 and 256 (every mask kind, both dtypes, GQA/MQA, mask
+// heads, lengths that are not tile multiples, Sq != Sk, padded strides), longer sequences whose
+// key blocks visit many query blocks (the ring wraps), the score modifiers, rows that see no
+// key, odd head counts; and bitwise repeatability of the deterministic mode where the atomic
+// mode's order varies.
 // Skipped on devices other than sm_90a.
 #include <catch2/catch.hpp>
 
@@ -46,8 +46,6 @@ TEST_CASE("the sm90a backward matches the reference gradients over the sweep",
   for (const Case& c : gpu_test::sweep_cases()) {
     const int d = c.spec.head_dim_qk;
     if (d != 64 && d != 96 && d != 128 && d != 256) continue;
-    // Predicates stay on the sm80 kernels at head dim 256.
-    if (d == 256 && c.spec.mask.kind == MaskKind::predicate) continue;
     for (bool deterministic : {false, true}) check_backward(forced(c), deterministic);
   }
 }
@@ -107,8 +105,8 @@ TEST_CASE("the sm90a backward with score modifiers matches the reference gradien
   for (const Case& c : gpu_test::score_mod_cases()) {
     const bool deterministic = index++ % 2 == 1;
     check_backward(forced(c), deterministic);
-    // Every third case again at head dim 256 (the wide layout), predicates aside.
-    if (index % 3 == 1 && c.spec.mask.kind != MaskKind::predicate) {
+    // Every third case again at head dim 256 (the wide layout).
+    if (index % 3 == 1) {
       Case wide = c;
       wide.spec.head_dim_qk = wide.spec.head_dim_v = 256;
       check_backward(forced(wide), deterministic);

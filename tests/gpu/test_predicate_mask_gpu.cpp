@@ -145,6 +145,28 @@ TEST_CASE("predicate masks: the sm90a backward, forced, matches the reference gr
   }
 }
 
+TEST_CASE("predicate masks: the sm90a backward at head dim 256 matches the reference gradients",
+          "[gpu][predicate][sm90a][d256]") {
+  if (jit::current_device_arch() != Arch::sm_90a) {
+    WARN("not an sm_90a device: backward.tma.sm90a is not run");
+    return;
+  }
+  // The sweep's d128 cases at head dim 256 (the wide layout: 64 keys per CTA, each consumer
+  // reading its word of a key row's stored bits), both modes, the stored bits and, for every
+  // other case, the predicate evaluated per element.
+  for (const char* budget : {static_cast<const char*>(nullptr), "0"}) {
+    const testing::EnvOverride bits("ATTNJIT_PREDICATE_BITS_MIB", budget);
+    int index = 0;
+    for (Case c : sweep()) {
+      if (c.spec.head_dim_qk != 128 || (budget != nullptr && index++ % 2 != 0)) continue;
+      c.spec.head_dim_qk = c.spec.head_dim_v = 256;
+      c.spec.tiles = {64, 64, 12, 't'};
+      c.expect_row = "backward.tma.sm90a";
+      for (bool deterministic : {false, true}) check_backward(c, deterministic);
+    }
+  }
+}
+
 TEST_CASE("predicate masks: rows that see no key give O = 0, LSE = -inf, zero dQ",
           "[gpu][predicate]") {
   // Rows q % 3 == 1 see nothing; every row of batch 1 with q >= 40 sees nothing either.

@@ -373,12 +373,13 @@ TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmm
         }
       }
     }
-    // Head dim 256 (the wide layout, tiles=64x64x12t): every mask but predicates, each
-    // score-modifier combination, and the deterministic mode without and with both.
+    // Head dim 256 (the wide layout, tiles=64x64x12t): every mask, each score-modifier
+    // combination, and the deterministic mode without and with both.
     for (const char* mask :
          {"none", "causal", "sliding_window", "flashmask(causal=true,columns=1)",
           "flashmask(causal=true,columns=2)", "flashmask(causal=false,columns=2)",
-          "flashmask(causal=false,columns=4)"}) {
+          "flashmask(causal=false,columns=4)", "predicate(q>=k&&doc[q]==doc[k])",
+          "predicate((k+h)%$0!=$1&&abs(q-k)<$2*(h+$3))"}) {
       for (const char* modifiers :
            {"", " softcap=true", " alibi=true", " softcap=true alibi=true", " deterministic=true",
             " deterministic=true softcap=true alibi=true"}) {

@@ -457,7 +457,7 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
   }
   // Head dim 256: the wide layout (bwd_sm90a_wide.cuh), 64 keys per CTA; alignment slack, K
   // and V, two stages, one P^T and one dS^T tile (dQ goes through the stages), the FlashMask
-  // values, the K/V barrier and the ring's barriers. Predicates keep the sm80 layouts.
+  // values, the K/V barrier and the ring's barriers; predicates too.
   for (const char* rest : {"mask=causal target=sm_90a", "mask=causal tiles=64x64x12t target=sm_90a",
                            "mask=none deterministic=true target=sm_90a"}) {
     INFO(rest);
@@ -476,11 +476,14 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
             .tiles_of(KernelRole::backward)
             .smem_bytes == 1024 + 2 * 64 * 256 * 2 + 2 * (2 * 64 * 256 * 2 + 1024) +
                                2 * 64 * 64 * 2 + 64 * 16 + 8 + 32);
-  CHECK(lowered(256, "mask=predicate(q>=k) target=sm_90a").tiles_of(KernelRole::backward).row !=
-        "backward.tma.sm90a");
-  CHECK_THROWS_WITH(lowered(256, "mask=predicate(q>=k) tiles=64x64x12t target=sm_90a"),
-                    "tiles: got '64x64x12t with mask=predicate'; accepted: the t suffix at "
-                    "head_dim=256 without mask=predicate");
+  for (const char* rest :
+       {"mask=predicate(q>=k) target=sm_90a",
+        "mask=predicate(q>=k) deterministic=true tiles=64x64x12t target=sm_90a"}) {
+    INFO(rest);
+    const KernelTiles t = lowered(256, rest).tiles_of(KernelRole::backward);
+    CHECK(t.row == "backward.tma.sm90a");
+    CHECK(t.block_n == 64);
+  }
   CHECK_THROWS_WITH(lowered(256, "tiles=64x128x12t target=sm_90a"),
                     "tiles: got '64x128x12t'; accepted: 64x64x12t for the sm90a backward at "
                     "head_dim=256");

@@ -20,9 +20,9 @@
 // boxes). The P^T and dS^T tiles are single: before writing a block's, the consumers
 // meet once more (all of both consumers' products of the last block have completed). In the
 // deterministic mode the writers take turns per query block and consumer (lane), as in
-// bwd_sm90a.cuh. dK is scaled by softmax_scale at the end; dQ in backward_convert_dq. Masks and
-// score modifiers as in bwd_sm90a.cuh; no predicate masks (the registry keeps them on the
-// sm80 kernels at these head dims).
+// bwd_sm90a.cuh. dK is scaled by softmax_scale at the end; dQ in backward_convert_dq. Masks,
+// predicates (the block table's key-row bits, the consumer's word of each row) and score
+// modifiers as in bwd_sm90a.cuh.
 //
 // Config: as bwd_sm90a.cuh's (kDqWriters must be true). 384 threads, __launch_bounds__(384, 1).
 #pragma once
@@ -78,7 +78,6 @@ struct BackwardSm90aWide {
   static_assert(kBlockM == 64 && kBlockN == 64, "64 queries per stage, 64 keys per CTA");
   static_assert(kHalf % 64 == 0, "whole 64-column panels per consumer");
   static_assert(kStages >= 2, "a ring of at least two stages");
-  static_assert(!Mask::kElementBits, "predicate masks run on the sm80 kernels at these head dims");
 
   typedef Mask MaskType;
   typedef SmemTile<kBlockN, kHeadDim> KvTile;
@@ -240,6 +239,12 @@ struct BackwardSm90aWide {
                                         k_major_descriptor<QTile>(smem_do, q0, kk), kk > 0);
     }
     wgmma_commit();
+    // A predicate's partial tile: one bit per element of the thread's fragment of S^T, read
+    // while the products run.
+    unsigned long long hidden = 0;
+    if constexpr (Mask::kElementBits) {
+      if (tile_kind(tile) == kTilePartial) hidden = element_bits(p, block, tile, key_row0 + g, t);
+    }
     if constexpr (Score::kSoftcap) {
       wgmma_wait<0>();
       fence_accumulators(acc_dp.tiles());
@@ -251,7 +256,11 @@ struct BackwardSm90aWide {
     const MaskState ms = query_block_mask_state(p, block);
     const int key0 = work_of(p).block * kBlockN;
     if (tile_kind(tile) == kTilePartial) {
-      mask_scores_by_key<Mask>(p, ms, acc_s, base + kVectorOffset, key0, key_row0, q0, lane);
+      if constexpr (Mask::kElementBits) {
+        mask_by_bits(acc_s, 0, hidden);
+      } else {
+        mask_scores_by_key<Mask>(p, ms, acc_s, base + kVectorOffset, key0, key_row0, q0, lane);
+      }
     }
 
     // P^T = 2^(S^T c - LSE2) and dS^T = P^T (dP^T - D), packed pairs of queries.
@@ -346,6 +355,31 @@ struct BackwardSm90aWide {
                             acc_dq.tiles(), 1.f);
     fence_async_shared();
     named_barrier_arrive(kDqBarrier + consumer, kWriterThreads);
+  }
+
+  /// A predicate's hidden elements of the thread's S^T fragment (key rows `key_row`, + 8, and
+  /// the consumer's query columns q0 + 2 t (+ 1) + 8 nt of query block `block`) in partial tile
+  /// `tile`: the word of the consumer's queries in the tile's stored bits (rows are keys), or
+  /// the element rule where the tile has no slot of bits.
+  __device__ __forceinline__ static unsigned long long element_bits(const BwdParams& p, int block,
+                                                                    int tile, int key_row, int t) {
+    static_assert(kQueries == 32, "one 32-bit word of a key row's bits per consumer");
+    const int consumer = consumer_index();
+    if (tile_bits_slot(tile) >= 0) {
+      const FragmentWords<kBlockM / 32> row =
+          Mask::template load_fragment_words<kBlockM / 8, true>(p.predicate_bits, tile, key_row);
+      FragmentWords<1> mine;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        // A select, not an index by the consumer: the row's words stay in registers.
+        mine.words[r][0] = consumer == 0 ? row.words[r][0] : row.words[r][1];
+      }
+      return Mask::template fragment_bits<kSTiles>(mine, 2 * t);
+    }
+    const MaskState ms = query_block_mask_state(p, block);
+    const int key0 = work_of(p).block * kBlockN;
+    return Mask::template evaluate_bits<kSTiles, true>(p, ms, key_row, 2 * t, key0,
+                                                       ms.row_begin + kQueries * consumer);
   }
 
   /// dK (scaled by softmax_scale) and dV halves of the consumer, written into its panels of the

@@ -41,10 +41,10 @@ constexpr std::array<TileCandidate, 4> kCandidates{{
     wide(256),
 }};
 
-constexpr std::array<ConfigField, 7> kConfig{ConfigField::head_dim,  ConfigField::block_m,
-                                             ConfigField::block_n,   ConfigField::kv_stages,
-                                             ConfigField::atomic_dq, ConfigField::register_split,
-                                             ConfigField::dq_writers};
+constexpr std::array<ConfigField, 7> kConfig{
+    ConfigField::head_dim,  ConfigField::block_m,        ConfigField::block_n,
+    ConfigField::kv_stages, ConfigField::atomic_dq,      ConfigField::register_split,
+    ConfigField::dq_writers};
 
 // Writer warps of the producer warpgroup issue the dQ reductions (kDqWriters): the consumers
 // hand each dQ tile over instead of waiting, before their dS^T barrier, until the last tile's

@@ -357,14 +357,19 @@ TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmm
   // without scalars and head indices), both dtypes, head dims 64, 96 and 128, without and with
   // each score-modifier combination; at head dim 256 by tiles=64x64x12t; setmaxnreg honoured
   // (no C7508), no wgmma serialized.
+  constexpr const char* kTmaBackwardMasks[] = {"none",
+                                               "causal",
+                                               "sliding_window",
+                                               "flashmask(causal=true,columns=1)",
+                                               "flashmask(causal=true,columns=2)",
+                                               "flashmask(causal=false,columns=2)",
+                                               "flashmask(causal=false,columns=4)",
+                                               "predicate(q>=k&&doc[q]==doc[k])",
+                                               "predicate((k+h)%$0!=$1&&abs(q-k)<$2*(h+$3))"};
   std::vector<std::string> specs;
   for (const char* dtype : {"bf16", "fp16"}) {
     for (int d : {64, 96, 128}) {
-      for (const char* mask :
-           {"none", "causal", "sliding_window", "flashmask(causal=true,columns=1)",
-            "flashmask(causal=true,columns=2)", "flashmask(causal=false,columns=2)",
-            "flashmask(causal=false,columns=4)", "predicate(q>=k&&doc[q]==doc[k])",
-            "predicate((k+h)%$0!=$1&&abs(q-k)<$2*(h+$3))"}) {
+      for (const char* mask : kTmaBackwardMasks) {
         for (const char* modifiers :
              {"", " softcap=true", " alibi=true", " softcap=true alibi=true"}) {
           specs.push_back(fmt::format(
@@ -375,11 +380,7 @@ TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmm
     }
     // Head dim 256 (the wide layout, tiles=64x64x12t): every mask, each score-modifier
     // combination, and the deterministic mode without and with both.
-    for (const char* mask :
-         {"none", "causal", "sliding_window", "flashmask(causal=true,columns=1)",
-          "flashmask(causal=true,columns=2)", "flashmask(causal=false,columns=2)",
-          "flashmask(causal=false,columns=4)", "predicate(q>=k&&doc[q]==doc[k])",
-          "predicate((k+h)%$0!=$1&&abs(q-k)<$2*(h+$3))"}) {
+    for (const char* mask : kTmaBackwardMasks) {
       for (const char* modifiers :
            {"", " softcap=true", " alibi=true", " softcap=true alibi=true", " deterministic=true",
             " deterministic=true softcap=true alibi=true"}) {

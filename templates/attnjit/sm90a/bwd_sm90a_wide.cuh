@@ -66,18 +66,19 @@ struct BackwardSm90aWide {
   static constexpr bool kOrderedCtas = Mask::kOrderedCtas && !kOrderedDq;
   static constexpr bool kLowBlocksFirst = !kOrderedDq;
   /// Named barriers: both consumers (P^T and dS^T written; the tiles free again), each
-  /// consumer and its writer warp (its dQ boxes written), each consumer's own (its gradients
-  /// staged).
+  /// consumer and its writer warp per stage (its dQ boxes written: dq_barrier), each
+  /// consumer's own (its gradients staged).
   static constexpr int kDsBarrier = 1;
   static constexpr int kTilesFreeBarrier = 2;
   static constexpr int kDqBarrier = 3;
-  static constexpr int kGradientBarrier = kDqBarrier + kConsumers;
+  static constexpr int kGradientBarrier = kDqBarrier + kConsumers * kStages;
   static constexpr int kWriterThreads = 128 + 32;
 
   static_assert(Config::kDqWriters, "the writers release the stages");
   static_assert(kBlockM == 64 && kBlockN == 64, "64 queries per stage, 64 keys per CTA");
   static_assert(kHalf % 64 == 0, "whole 64-column panels per consumer");
   static_assert(kStages >= 2, "a ring of at least two stages");
+  static_assert(kGradientBarrier + kConsumers <= 16, "16 named barriers");
 
   typedef Mask MaskType;
   typedef SmemTile<kBlockN, kHeadDim> KvTile;
@@ -142,6 +143,16 @@ struct BackwardSm90aWide {
 
   __device__ __forceinline__ static int consumer_index() { return warpgroup_index() - 1; }
 
+  /// The named barrier on which `consumer` hands the dQ boxes of ring stage `index` to its
+  /// writer warp: one per stage, because the consumer arrives without waiting and may finish
+  /// the next stage's block before the writer, held by a turn or by its reductions, has met it
+  /// on this one; a single barrier would then count both arrivals in one round. A stage's
+  /// barrier is used again only after the writer has released the stage, i.e. met its
+  /// barrier.
+  __device__ __forceinline__ static int dq_barrier(int consumer, int index) {
+    return kDqBarrier + consumer * kStages + index;
+  }
+
   __device__ __forceinline__ void run(const BwdParams& p, const BwdTensorMaps& maps,
                                       unsigned char* smem_raw) {
     start_cta<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p));
@@ -185,7 +196,7 @@ struct BackwardSm90aWide {
       const int block = load_shared_s32(stage + kInfoOffset);
       if (block < 0) break;
       const int tile = load_shared_s32(stage + kInfoOffset + 4);
-      iterate(p, base, stage, block, tile);
+      iterate(p, base, stage, state.index, block, tile);
       ring.consumer_release(state);
       state.advance();
     }
@@ -205,10 +216,11 @@ struct BackwardSm90aWide {
                                        kHalf * consumer_index(), acc_dk.tiles(), acc_dv.tiles());
   }
 
-  /// One query block. Element (nt, e) of the consumer's m64 x kQueries S^T is key row
-  /// key_row0 + g + 8 (e / 2), query column q0 + 8 nt + 2 t + e % 2.
-  __device__ __forceinline__ void iterate(const BwdParams& p, u32 base, u32 stage, int block,
-                                          int tile) {
+  /// One query block, in ring stage `index` (at `stage`). Element (nt, e) of the consumer's
+  /// m64 x kQueries S^T is key row key_row0 + g + 8 (e / 2), query column q0 + 8 nt + 2 t +
+  /// e % 2.
+  __device__ __forceinline__ void iterate(const BwdParams& p, u32 base, u32 stage, int index,
+                                          int block, int tile) {
     const int consumer = consumer_index();
     const int lane = read_tid_x() % 32;
     const int key_row0 = 16 * ((read_tid_x() / 32) % 4);
@@ -354,7 +366,7 @@ struct BackwardSm90aWide {
     store_fp32_boxes<kHalf>([stage, consumer](int box) { return dq_box(stage, consumer, box); }, 0,
                             acc_dq.tiles(), 1.f);
     fence_async_shared();
-    named_barrier_arrive(kDqBarrier + consumer, kWriterThreads);
+    named_barrier_arrive(dq_barrier(consumer, index), kWriterThreads);
   }
 
   /// A predicate's hidden elements of the thread's S^T fragment (key rows `key_row`, + 8, and
@@ -474,7 +486,7 @@ struct BackwardSm90aWide {
           kOrderedDq ? later_key_visitors<Mask, kBlockM, kBlockN>(p, ms, block, n_block) : 0;
       const int next = Mask::template first_active_query_block<kBlockM, kBlockN>(
           ms, p.minmax, n_block, block + 1, end);
-      named_barrier_sync(kDqBarrier + consumer, kWriterThreads);
+      named_barrier_sync(dq_barrier(consumer, state.index), kWriterThreads);
       if (leader) {
         const CtaWork work = work_of(p);
         int* counter =

@@ -3,10 +3,10 @@
 // streamed through a ring of two stages, dQ added to its fp32 accumulator by TMA reductions
 // from shared memory, dK and dV stored by TMA; its parameters are BwdParams and the TMA maps of
 // q, d_o, k, v, the dQ accumulator, d_k and d_v. Head dims 64, 96 and 128, every mask; head
-// dim 256 (bwd_sm90a_wide.cuh: block_n = 64, the consumers split the head dim), every mask. It
-// precedes the warpgroup layout (backward.warpgroup.sm90a) in the registry, so the automatic
-// choice at those head dims in both modes: on an H100 (bf16, B=1, H=16,
-// S=8192, 2026-11-25) it ran 5-21% faster than that layout for every mask measured with dQ by
+// dims 192 and 256 (bwd_sm90a_wide.cuh: block_n = 64, the consumers split the head dim), every
+// mask. It precedes the warpgroup layout (backward.warpgroup.sm90a) in the registry, so the
+// automatic choice at those head dims in both modes: on an H100 (bf16, B=1, H=16, S=8192,
+// 2026-11-25) it ran 5-21% faster than that layout for every mask measured with dQ by
 // red.global (d128 none 3.50 against 3.87 ms, causal 1.91 against 2.10, causal documents 1.22
 // against 1.39), and the TMA reductions took another 8-25% off (d128 none 3.01 ms, causal
 // 1.65, d64 none 2.20 against 2.80); `tiles=64x128x12t` forces it, `tiles=64x128x8w` the
@@ -27,17 +27,21 @@ constexpr TileCandidate warpgroups(int d, int block_m) {
   return {d, block_m, 128, 12, 1, kStages};
 }
 
-// Head dim 256 (bwd_sm90a_wide.cuh): 64 keys per CTA, the consumers split the head dim.
-constexpr TileCandidate wide(int d) { return {d, 64, 64, 12, 1, kStages}; }
+// Head dims 192 and 256 (bwd_sm90a_wide.cuh): 64 keys per CTA, the consumers split the head
+// dim.
+constexpr TileCandidate wide(int d) {
+  return {d, 64, 64, 12, 1, kStages};
+}
 
 constexpr bool is_wide(int d) {
   return d > 128;
 }
 
-constexpr std::array<TileCandidate, 4> kCandidates{{
+constexpr std::array<TileCandidate, 5> kCandidates{{
     warpgroups(64, 64),
     warpgroups(96, 64),
     warpgroups(128, 64),
+    wide(192),
     wide(256),
 }};
 
@@ -89,20 +93,22 @@ int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowe
 }
 
 // `tiles=64x128x12t`: 64 queries per stage, two consumer warpgroups of 64 keys and a producer
-// warpgroup; head dims 64, 96 and 128. `tiles=64x64x12t`: head dim 256, the consumers split
-// the head dim over 64 keys.
+// warpgroup; head dims 64, 96 and 128. `tiles=64x64x12t`: head dims 192 and 256, the consumers
+// split the head dim over 64 keys.
 TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
                              const MaskLowering&) {
   const std::string value = to_string(shape);
-  if (spec.head_dim_qk == 256) {
+  if (is_wide(spec.head_dim_qk)) {
     if (shape.block_m != 64 || shape.block_n != 64 || shape.warps != 12) {
-      throw_field_error("tiles", value, "64x64x12t for the sm90a backward at head_dim=256");
+      throw_field_error(
+          "tiles", value,
+          fmt::format("64x64x12t for the sm90a backward at head_dim={}", spec.head_dim_qk));
     }
     return wide(spec.head_dim_qk);
   }
   if (spec.head_dim_qk != 64 && spec.head_dim_qk != 96 && spec.head_dim_qk != 128) {
     throw_field_error("tiles", fmt::format("{} with head_dim={}", value, spec.head_dim_qk),
-                      "the t suffix with head_dim 64, 96, 128 or 256");
+                      "the t suffix with head_dim 64, 96, 128, 192 or 256");
   }
   if (shape.block_m != 64 || shape.block_n != 128 || shape.warps != 12) {
     throw_field_error("tiles", value, "64x128x12t for the sm90a backward");

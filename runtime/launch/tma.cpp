@@ -105,9 +105,8 @@ namespace attnjit::jit::detail {
 namespace {
 
 // A [B, S, H, D] view of one tensor of a parameter block.
-TensorView activation_view(DType dtype, const void* data, int batch, int seqlen, int heads,
-                           int dim, long long batch_stride, long long row_stride,
-                           long long head_stride) {
+TensorView activation_view(DType dtype, const void* data, int batch, int seqlen, int heads, int dim,
+                           long long batch_stride, long long row_stride, long long head_stride) {
   TensorView t;
   t.data = const_cast<void*>(data);
   t.dtype = dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
@@ -131,28 +130,36 @@ TensorView fp32_head_major_view(float* data, int batch, int seqlen, int heads, i
 }
 
 // The panel of SmemTile: 64 columns where the head dim allows, else 32.
-int panel_columns(int dim) { return dim % 64 == 0 ? 64 : 32; }
+int panel_columns(int dim) {
+  return dim % 64 == 0 ? 64 : 32;
+}
+
+// The sm90a backward's panels: at head dim 192 its consumers take halves of 96 columns,
+// three panels of 32 (bwd_sm90a_wide.cuh); else SmemTile's.
+int backward_panel_columns(int dim) {
+  return dim == 192 ? 32 : panel_columns(dim);
+}
 
 // The maps of q (boxes of q_rows rows), k and v (kv_rows rows), which every TMA attention
 // kernel loads.
 template <class Maps, class Params>
 void map_qkv(Maps& maps, const Params& p, DType dtype, int head_dim_qk, int head_dim_v, int q_rows,
-             int kv_rows) {
+             int kv_rows, int panel_qk, int panel_v) {
   maps.q = runtime::activation_tensor_map(
       "q",
       activation_view(dtype, p.q, p.batch, p.seqlen_q, p.heads, head_dim_qk, p.q_batch_stride,
                       p.q_row_stride, p.q_head_stride),
-      q_rows, panel_columns(head_dim_qk));
+      q_rows, panel_qk);
   maps.k = runtime::activation_tensor_map(
       "k",
       activation_view(dtype, p.k, p.batch, p.seqlen_k, p.kv_heads, head_dim_qk, p.k_batch_stride,
                       p.k_row_stride, p.k_head_stride),
-      kv_rows, panel_columns(head_dim_qk));
+      kv_rows, panel_qk);
   maps.v = runtime::activation_tensor_map(
       "v",
       activation_view(dtype, p.v, p.batch, p.seqlen_k, p.kv_heads, head_dim_v, p.v_batch_stride,
                       p.v_row_stride, p.v_head_stride),
-      kv_rows, panel_columns(head_dim_v));
+      kv_rows, panel_v);
 }
 
 }  // namespace
@@ -160,7 +167,8 @@ void map_qkv(Maps& maps, const Params& p, DType dtype, int head_dim_qk, int head
 FwdTensorMaps forward_tensor_maps(const FwdParams& p, DType dtype, int head_dim_qk, int head_dim_v,
                                   int block_m, int block_n) {
   FwdTensorMaps maps;
-  map_qkv(maps, p, dtype, head_dim_qk, head_dim_v, block_m, block_n);
+  map_qkv(maps, p, dtype, head_dim_qk, head_dim_v, block_m, block_n, panel_columns(head_dim_qk),
+          panel_columns(head_dim_v));
   maps.o = runtime::activation_tensor_map(
       "o",
       activation_view(dtype, p.o, p.batch, p.seqlen_q, p.heads, head_dim_v, p.o_batch_stride,
@@ -172,42 +180,44 @@ FwdTensorMaps forward_tensor_maps(const FwdParams& p, DType dtype, int head_dim_
 BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim, int block_m,
                                    int block_n) {
   BwdTensorMaps maps;
-  map_qkv(maps, p, dtype, head_dim, head_dim, block_m, block_n);
+  const int panel = backward_panel_columns(head_dim);
+  map_qkv(maps, p, dtype, head_dim, head_dim, block_m, block_n, panel, panel);
   maps.d_o = runtime::activation_tensor_map(
       "d_o",
       activation_view(dtype, p.d_o, p.batch, p.seqlen_q, p.heads, head_dim, p.do_batch_stride,
                       p.do_row_stride, p.do_head_stride),
-      block_m, panel_columns(head_dim));
+      block_m, panel);
   // The fp32 accumulator [B, H, Sq, D] (contiguous), viewed as [B, Sq, H, D]: 128-byte
   // swizzled boxes of 32 columns, the consumers' dQ buffers (bwd_sm90a.cuh), added by TMA
-  // reductions.
+  // reductions; at d192 (bwd_sm90a_wide.cuh's 32-column panels) 64-byte swizzled boxes of 16
+  // columns, one per panel.
   internal_check(p.dq_accum != nullptr || p.seqlen_q == 0 || p.batch == 0 || p.heads == 0,
                  "the dQ accumulator is bound before its map");
   maps.dq_accum = runtime::activation_tensor_map(
-      "dq_accum", fp32_head_major_view(p.dq_accum, p.batch, p.seqlen_q, p.heads, head_dim),
-      block_m, 32);
+      "dq_accum", fp32_head_major_view(p.dq_accum, p.batch, p.seqlen_q, p.heads, head_dim), block_m,
+      head_dim == 192 ? 16 : 32);
   // dK and dV leave through shared memory by TMA stores of each consumer warpgroup's 64 keys
   // (under GQA the kernel adds fp32 sums, or writes per-query-head partials, instead).
   maps.d_k = runtime::activation_tensor_map(
       "d_k",
       activation_view(dtype, p.d_k, p.batch, p.seqlen_k, p.kv_heads, head_dim, p.dk_batch_stride,
                       p.dk_row_stride, p.dk_head_stride),
-      64, panel_columns(head_dim));
+      64, panel);
   maps.d_v = runtime::activation_tensor_map(
       "d_v",
       activation_view(dtype, p.d_v, p.batch, p.seqlen_k, p.kv_heads, head_dim, p.dv_batch_stride,
                       p.dv_row_stride, p.dv_head_stride),
-      64, panel_columns(head_dim));
+      64, panel);
   // Under GQA the fp32 dK and dV buffers [B, Hkv, Sk, D] (the sums of the atomic mode; the
   // deterministic mode's per-query-head partials are larger and never go through these maps),
   // viewed as [B, Sk, Hkv, D] with boxes of 32 columns x 64 keys.
   if (p.dk_partial != nullptr) {
     maps.dk_sum = runtime::activation_tensor_map(
-        "dk_sum", fp32_head_major_view(p.dk_partial, p.batch, p.seqlen_k, p.kv_heads, head_dim),
-        64, 32);
+        "dk_sum", fp32_head_major_view(p.dk_partial, p.batch, p.seqlen_k, p.kv_heads, head_dim), 64,
+        32);
     maps.dv_sum = runtime::activation_tensor_map(
-        "dv_sum", fp32_head_major_view(p.dv_partial, p.batch, p.seqlen_k, p.kv_heads, head_dim),
-        64, 32);
+        "dv_sum", fp32_head_major_view(p.dv_partial, p.batch, p.seqlen_k, p.kv_heads, head_dim), 64,
+        32);
   }
   return maps;
 }

@@ -1,7 +1,7 @@
 // The sm90a backward (backward.tma.sm90a: TMA producer, mbarrier ring, two wgmma consumers),
-// forced by tiles=64x128x12t (64x64x12t at head dim 256), against the CPU float64 reference
-// gradients, in the atomic and the deterministic mode (dQ reductions taking turns): the
-// sweep's cases at head dims 64, 96, 128 and 256 (every mask kind, both dtypes, GQA/MQA, mask
+// forced by tiles=64x128x12t (64x64x12t at head dims 192 and 256), against the CPU float64
+// reference gradients, in the atomic and the deterministic mode (dQ reductions taking turns):
+// the sweep's cases at head dims 64 to 256 (every mask kind, both dtypes, GQA/MQA, mask
 // heads, lengths that are not tile multiples, Sq != Sk, padded strides), longer sequences whose
 // key blocks visit many query blocks (the ring wraps), the score modifiers, rows that see no
 // key, odd head counts; and bitwise repeatability of the deterministic mode where the atomic
@@ -31,9 +31,9 @@ bool on_sm90a() {
   return false;
 }
 
-// The case forced onto the row: 64 keys per CTA at head dim 256 (bwd_sm90a_wide.cuh).
+// The case forced onto the row: 64 keys per CTA at head dims 192 and 256 (bwd_sm90a_wide.cuh).
 Case forced(Case c) {
-  c.spec.tiles = {64, c.spec.head_dim_qk == 256 ? 64 : 128, 12, 't'};
+  c.spec.tiles = {64, c.spec.head_dim_qk > 128 ? 64 : 128, 12, 't'};
   c.expect_row = kRow;
   return c;
 }
@@ -45,7 +45,7 @@ TEST_CASE("the sm90a backward matches the reference gradients over the sweep",
   if (!on_sm90a()) return;
   for (const Case& c : gpu_test::sweep_cases()) {
     const int d = c.spec.head_dim_qk;
-    if (d != 64 && d != 96 && d != 128 && d != 256) continue;
+    if (d == 32) continue;
     for (bool deterministic : {false, true}) check_backward(forced(c), deterministic);
   }
 }
@@ -61,7 +61,7 @@ TEST_CASE("the sm90a backward over many query blocks per key block", "[gpu][back
   const std::pair<int, int> lengths[] = {{1000, 1000}, {1000, 700}, {700, 1000}};
   std::uint64_t seed = 9100;
   int rotation = 0;
-  for (int d : {64, 128, 256}) {
+  for (int d : {64, 128, 192, 256}) {
     for (const MaskSpec& mask : masks) {
       const auto [sq, sk] = lengths[rotation % 3];
       Case c;
@@ -105,10 +105,10 @@ TEST_CASE("the sm90a backward with score modifiers matches the reference gradien
   for (const Case& c : gpu_test::score_mod_cases()) {
     const bool deterministic = index++ % 2 == 1;
     check_backward(forced(c), deterministic);
-    // Every third case again at head dim 256 (the wide layout).
-    if (index % 3 == 1) {
+    // Every third case again at head dim 256, the next at 192 (the wide layout).
+    if (index % 3 != 0) {
       Case wide = c;
-      wide.spec.head_dim_qk = wide.spec.head_dim_v = 256;
+      wide.spec.head_dim_qk = wide.spec.head_dim_v = index % 3 == 1 ? 256 : 192;
       check_backward(forced(wide), deterministic);
     }
   }
@@ -120,7 +120,7 @@ TEST_CASE("the sm90a backward gives zero gradients to rows that see no key",
   // Leading rows (bottom-right causal, Sq > Sk: rows 0 .. 229 of 300 see no key) and rows in
   // the middle (FlashMask [LTS, LTE) = [100, 260) for every key: query blocks 2 and 3 are
   // visited by no key block, 1 and 4 partly masked), both modes; d_q starts poisoned (NaN).
-  for (int d : {64, 128, 256}) {
+  for (int d : {64, 128, 192, 256}) {
     for (bool middle : {false, true}) {
       Case c;
       c.spec.dtype = middle ? DType::bf16 : DType::fp16;
@@ -179,7 +179,8 @@ TEST_CASE("the sm90a backward with odd head counts", "[gpu][backward][sm90a]") {
   for (const auto& [heads, kv_heads] : {std::pair{1, 1}, std::pair{3, 3}, std::pair{3, 1}}) {
     Case c;
     c.spec.dtype = DType::bf16;
-    c.spec.head_dim_qk = c.spec.head_dim_v = index++ == 1 ? 256 : 128;
+    c.spec.head_dim_qk = c.spec.head_dim_v = index == 1 ? 256 : index == 2 ? 192 : 128;
+    ++index;
     c.spec.mask = {MaskKind::causal, false, 0};
     c.batch = 2;
     c.heads = heads;
@@ -201,7 +202,7 @@ TEST_CASE("the sm90a deterministic backward is bitwise repeatable", "[gpu][backw
                             {MaskKind::flashmask, true, 1},
                             {MaskKind::flashmask, false, 2}};
   int index = 0;
-  for (int d : {64, 128, 256}) {
+  for (int d : {64, 128, 192, 256}) {
     for (const MaskSpec& mask : masks) {
       Case c;
       c.spec.dtype = index % 2 == 0 ? DType::bf16 : DType::fp16;
@@ -227,8 +228,8 @@ TEST_CASE("the sm90a deterministic backward is bitwise repeatable", "[gpu][backw
   }
 }
 
-TEST_CASE("the deterministic sm90a backward at head dim 256 on long packed documents",
-          "[gpu][backward][sm90a][d256]") {
+TEST_CASE("the deterministic sm90a backward at head dims 192 and 256 on long packed documents",
+          "[gpu][backward][sm90a][wide]") {
   if (!on_sm90a()) return;
   // 8192 tokens in documents of 3374, 868, 1406, 2393 and 151 (the first sample of compare.py's
   // document family), 16 heads: key block 125 holds the last two documents' boundary, so its
@@ -238,16 +239,18 @@ TEST_CASE("the deterministic sm90a backward at head dim 256 on long packed docum
   // turns that into a trap); the barriers are per ring stage now. The run must complete and
   // repeat bitwise.
   const int lengths[] = {3374, 868, 1406, 2393, 151};
-  for (bool causal : {false, true}) {
-    Case c;
-    c.spec.dtype = DType::bf16;
-    c.spec.head_dim_qk = c.spec.head_dim_v = 256;
-    c.spec.mask = {MaskKind::flashmask, causal, causal ? 1 : 2};
-    c.batch = 1;
-    c.heads = c.kv_heads = 16;
-    c.seqlen_q = c.seqlen_k = 8192;
-    c.seed = 450 + causal;
-    c.intervals = causal ? dsl::causal_document(lengths) : dsl::document(lengths);
-    gpu_test::check_deterministic_repeatable(forced(c), /*repeats=*/1);
+  for (int d : {192, 256}) {
+    for (bool causal : {false, true}) {
+      Case c;
+      c.spec.dtype = DType::bf16;
+      c.spec.head_dim_qk = c.spec.head_dim_v = d;
+      c.spec.mask = {MaskKind::flashmask, causal, causal ? 1 : 2};
+      c.batch = 1;
+      c.heads = c.kv_heads = 16;
+      c.seqlen_q = c.seqlen_k = 8192;
+      c.seed = 450 + causal + 2 * (d == 192);
+      c.intervals = causal ? dsl::causal_document(lengths) : dsl::document(lengths);
+      gpu_test::check_deterministic_repeatable(forced(c), /*repeats=*/1);
+    }
   }
 }

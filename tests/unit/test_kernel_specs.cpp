@@ -378,15 +378,17 @@ TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmm
         }
       }
     }
-    // Head dim 256 (the wide layout, tiles=64x64x12t): every mask, each score-modifier
-    // combination, and the deterministic mode without and with both.
-    for (const char* mask : kTmaBackwardMasks) {
-      for (const char* modifiers :
-           {"", " softcap=true", " alibi=true", " softcap=true alibi=true", " deterministic=true",
-            " deterministic=true softcap=true alibi=true"}) {
-        specs.push_back(fmt::format(
-            "dtype={} head_dim=256 mask={}{} direction=backward tiles=64x64x12t target=sm_90a",
-            dtype, mask, modifiers));
+    // Head dims 192 and 256 (the wide layout, tiles=64x64x12t): every mask, each
+    // score-modifier combination, and the deterministic mode without and with both.
+    for (int d : {192, 256}) {
+      for (const char* mask : kTmaBackwardMasks) {
+        for (const char* modifiers :
+             {"", " softcap=true", " alibi=true", " softcap=true alibi=true",
+              " deterministic=true", " deterministic=true softcap=true alibi=true"}) {
+          specs.push_back(fmt::format(
+              "dtype={} head_dim={} mask={}{} direction=backward tiles=64x64x12t target=sm_90a",
+              dtype, d, mask, modifiers));
+        }
       }
     }
   }

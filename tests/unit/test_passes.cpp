@@ -118,6 +118,8 @@ TEST_CASE("select_target picks one family per attention kernel, in launch order"
   CHECK(families("dtype=bf16 head_dim=96 direction=backward deterministic=true target=sm_90a") ==
         std::vector<FamilyChoice>{{R::backward, F::sm90a}});
   CHECK(families("dtype=bf16 head_dim=192 direction=backward deterministic=true target=sm_90a") ==
+        std::vector<FamilyChoice>{{R::backward, F::sm90a}});
+  CHECK(families("dtype=bf16 head_dim=32 direction=backward deterministic=true target=sm_90a") ==
         std::vector<FamilyChoice>{{R::backward, F::sm80}, {R::backward_dq, F::sm80}});
   CHECK(families("dtype=bf16 head_dim=64 direction=backward deterministic=true target=sm_90") ==
         std::vector<FamilyChoice>{{R::backward, F::sm80}, {R::backward_dq, F::sm80}});
@@ -453,7 +455,7 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
   for (int d : {32, 64, 96, 128, 192, 256}) {
     INFO(d);
     CHECK((lowered(d, "target=sm_90a").tiles_of(KernelRole::backward).row ==
-           "backward.tma.sm90a") == (d == 64 || d == 96 || d == 128 || d == 256));
+           "backward.tma.sm90a") == (d != 32));
   }
   // Head dim 256: the wide layout (bwd_sm90a_wide.cuh), 64 keys per CTA; alignment slack, K
   // and V, two stages, one P^T and one dS^T tile (dQ goes through the stages), the FlashMask
@@ -471,6 +473,14 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
           1024 + 2 * 64 * 256 * 2 + 2 * (2 * 64 * 256 * 2 + 1024) + 2 * 64 * 64 * 2 + 8 + 32);
     CHECK(ir.plan->find(KernelRole::backward)->phases.front().grid.to_string().find("Sk/64") !=
           std::string::npos);
+  }
+  // Head dim 192: the same layout with 32-column panels (halves of three panels).
+  {
+    const KernelTiles t = lowered(192, "mask=causal target=sm_90a").tiles_of(KernelRole::backward);
+    CHECK(t.row == "backward.tma.sm90a");
+    CHECK(t.block_n == 64);
+    CHECK(t.smem_bytes == 1024 + 2 * 64 * 192 * 2 + 2 * (2 * 64 * 192 * 2 + 1024) +
+                              2 * 64 * 64 * 2 + 8 + 32);
   }
   CHECK(lowered(256, "mask=flashmask(causal=false,columns=4) target=sm_90a")
             .tiles_of(KernelRole::backward)
@@ -500,8 +510,11 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
   CHECK_THROWS_WITH(lowered(128, "tiles=64x128x8t target=sm_90a"),
                     Catch::Contains("64x128x12t for the sm90a backward"));
   CHECK_THROWS_WITH(lowered(192, "tiles=64x128x12t target=sm_90a"),
-                    "tiles: got '64x128x12t with head_dim=192'; accepted: the t suffix with "
-                    "head_dim 64, 96, 128 or 256");
+                    "tiles: got '64x128x12t'; accepted: 64x64x12t for the sm90a backward at "
+                    "head_dim=192");
+  CHECK_THROWS_WITH(lowered(32, "tiles=64x128x12t target=sm_90a"),
+                    "tiles: got '64x128x12t with head_dim=32'; accepted: the t suffix with "
+                    "head_dim 64, 96, 128, 192 or 256");
   CHECK_THROWS_WITH(lowered(128, "deterministic=true tiles=64x128x8w target=sm_90a"),
                     Catch::Contains("without the w suffix with deterministic=true"));
   CHECK(lowered(128, "mask=predicate(q>=k) tiles=64x128x12t target=sm_90a")

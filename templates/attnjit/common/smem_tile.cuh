@@ -1,7 +1,7 @@
 // Swizzled shared-memory tiles of 16-bit elements and their global -> shared copies.
 //
-// A tile of kRows x kCols is stored as panels of kPanelCols columns (64 when kCols is a
-// multiple of 64, else 32): [panel][row][kPanelCols]. Inside a panel the 16-byte chunks of
+// A tile of kRows x kCols is stored as panels of kPanelCols columns (by default 64 when kCols
+// is a multiple of 64, else 32): [panel][row][kPanelCols]. Inside a panel the 16-byte chunks of
 // a row are permuted (chunk ^ f(row)) so that the 8 row addresses of one ldmatrix land in 8
 // different 16-byte bank groups: conflict-free reads for every head dim, 96 included.
 #pragma once
@@ -10,10 +10,12 @@
 
 namespace attnjit {
 
-template <int kRows, int kCols>
+template <int kRows, int kCols, int kPanelWidth = (kCols % 64 == 0 ? 64 : 32)>
 struct SmemTile {
   static_assert(kCols % 32 == 0, "tile width must be a multiple of 32 elements");
-  static constexpr int kPanelCols = kCols % 64 == 0 ? 64 : 32;
+  static_assert((kPanelWidth == 64 || kPanelWidth == 32) && kCols % kPanelWidth == 0,
+                "panels of 64 or 32 columns");
+  static constexpr int kPanelCols = kPanelWidth;
   static constexpr int kChunksPerPanel = kPanelCols / 8;  // 16-byte chunks per panel row
   static constexpr int kChunks = kCols / 8;               // 16-byte chunks per row
   static constexpr int kPanelBytes = kRows * kPanelCols * 2;

@@ -15,23 +15,26 @@ namespace attnjit {
 constexpr int kSumBoxBytes = 64 * 128;
 
 /// Stores rows 16 w + g (+ 8) of a warpgroup's m64 x kCols fp32 accumulator times `scale`,
-/// columns col0 + 8 dt + 2 t, as the fp32 TMA maps' boxes of 64 rows x 32 columns, box b at
-/// box_address(b): column c of row r is float c % 4 of 16-byte chunk (c % 32 / 4) ^ (r % 8) of
-/// row r of box c / 32 (the maps' 128-byte swizzle).
-template <int kCols, class BoxAddress>
+/// columns col0 + 8 dt + 2 t, as an fp32 TMA map's boxes of 64 rows x kBoxCols columns, box b at
+/// box_address(b). kBoxCols = 32: 128-byte rows in the 128-byte swizzle, column c of row r
+/// being float c % 4 of 16-byte chunk (c % 32 / 4) ^ (r % 8) of row r of box c / 32; 16:
+/// 64-byte rows in the 64-byte swizzle, chunk (c % 16 / 4) ^ ((r / 2) % 4) of box c / 16.
+template <int kCols, int kBoxCols = 32, class BoxAddress>
 __device__ __forceinline__ void store_fp32_boxes(BoxAddress box_address, int col0,
                                                  const float (&acc)[kCols / 8][4], float scale) {
+  static_assert(kBoxCols == 32 || kBoxCols == 16, "boxes of 128- or 64-byte rows");
   const int lane = read_tid_x() % 32;
   const int t = lane % 4;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = 16 * ((read_tid_x() / 32) % 4) + lane / 4 + 8 * r;
-    const u32 at = row * 128 + (t % 2) * 8;
+    const u32 at = row * (kBoxCols * 4) + (t % 2) * 8;
 #pragma unroll
     for (int dt = 0; dt < kCols / 8; ++dt) {
       const int col = col0 + 8 * dt;
-      const int chunk = (2 * (dt % 4) + t / 2) ^ (row % 8);
-      store_shared_v2_f32(box_address(col / 32) + at + chunk * 16, acc[dt][2 * r] * scale,
+      const int chunk = kBoxCols == 32 ? (2 * (dt % 4) + t / 2) ^ (row % 8)
+                                       : (2 * (dt % 2) + t / 2) ^ ((row / 2) % 4);
+      store_shared_v2_f32(box_address(col / kBoxCols) + at + chunk * 16, acc[dt][2 * r] * scale,
                           acc[dt][2 * r + 1] * scale);
     }
   }

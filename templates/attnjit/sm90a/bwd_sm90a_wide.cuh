@@ -1,4 +1,4 @@
-// The backward main kernel of the sm90a family for head dims above 128 (256): the layout of
+// The backward main kernel of the sm90a family for head dims above 128 (192, 256): the layout of
 // bwd_sm90a.cuh (a TMA producer, an mbarrier ring of Q, dO, LSE2 and D, wgmma consumers, dQ by
 // TMA reductions of writer warps) with the work of the two consumers split differently. With
 // 64 keys per consumer, dK and dV alone would take 256 fp32 registers a thread at head dim
@@ -12,8 +12,10 @@
 //   dQ_c   = dS K_c'                      its half of dQ's columns over all the keys
 // so that each consumer holds half of dK and dV (2 x 64 registers at 256) and a dQ half.
 // After the consumers' barrier on P^T and dS^T, consumer c reads only the Q and dO panels of
-// its columns: its fp32 dQ half goes back into those panels of the stage (four boxes of 64
-// rows x 32 columns, the size of its two Q and two dO panels), and its writer warp (warps 1, 2
+// its columns: its fp32 dQ half goes back into those panels of the stage (at 256 four boxes of
+// 64 rows x 32 columns, the size of its two Q and two dO panels of 64 columns; at 192, whose
+// halves of 96 columns are three panels of 32, six boxes of 16 columns in the 64-byte
+// swizzle), and its writer warp (warps 1, 2
 // of the producer warpgroup) adds them to the accumulator by TMA reductions and then releases
 // the stage to the producer: the ring's empty barriers take the consumers' arrivals (after
 // their last access to the stage) and one per writer (after its reductions have read the
@@ -56,7 +58,12 @@ struct BackwardSm90aWide {
   /// Each consumer's columns of dK, dV and dQ, and its queries of S^T and dP^T.
   static constexpr int kHalf = kHeadDim / kConsumers;
   static constexpr int kQueries = kBlockM / kConsumers;
-  static constexpr int kHalfPanels = kHalf / 64;
+  /// The tiles' panels: 64 columns where a half is whole 64-column panels (256), else 32 (192:
+  /// halves of three 32-column panels).
+  static constexpr int kPanelCols = kHalf % 64 == 0 ? 64 : 32;
+  static constexpr int kHalfPanels = kHalf / kPanelCols;
+  /// The fp32 dQ boxes: 64 rows of one Q panel's bytes (32 columns, or 16 at 32-column panels).
+  static constexpr int kDqBoxCols = kPanelCols / 2;
   static constexpr int kSTiles = kQueries / 8;    // n8 tiles of the consumer's S^T, dP^T
   static constexpr int kDSteps = kHeadDim / 16;   // k16 steps over the head dim
   static constexpr int kQSteps = kBlockM / 16;    // over the block's queries
@@ -76,19 +83,21 @@ struct BackwardSm90aWide {
 
   static_assert(Config::kDqWriters, "the writers release the stages");
   static_assert(kBlockM == 64 && kBlockN == 64, "64 queries per stage, 64 keys per CTA");
-  static_assert(kHalf % 64 == 0, "whole 64-column panels per consumer");
+  static_assert(kHalf % 32 == 0, "whole panels per consumer");
   static_assert(kStages >= 2, "a ring of at least two stages");
   static_assert(kGradientBarrier + kConsumers <= 16, "16 named barriers");
 
   typedef Mask MaskType;
-  typedef SmemTile<kBlockN, kHeadDim> KvTile;
-  typedef SmemTile<kBlockM, kHeadDim> QTile;  // Q and dO
-  typedef SmemTile<kBlockN, kBlockM> PTile;   // P^T and dS^T: [key][query]
+  typedef SmemTile<kBlockN, kHeadDim, kPanelCols> KvTile;
+  typedef SmemTile<kBlockM, kHeadDim, kPanelCols> QTile;  // Q and dO
+  typedef SmemTile<kBlockN, kBlockM> PTile;               // P^T and dS^T: [key][query]
   typedef Pipeline<kStages> Ring;
   typedef PipelineState<kStages> RingState;
 
-  /// A consumer's fp32 dQ half: kHalf / 32 boxes, one per Q then dO panel of its columns.
-  static_assert(QTile::kPanelBytes == kSumBoxBytes && 2 * kHalfPanels == kHalf / 32,
+  /// A consumer's fp32 dQ half: kHalf / kDqBoxCols boxes, one per Q then dO panel of its
+  /// columns.
+  static constexpr int kDqBoxes = kHalf / kDqBoxCols;
+  static_assert(QTile::kPanelBytes == 64 * kDqBoxCols * 4 && kDqBoxes == 2 * kHalfPanels,
                 "a consumer's dQ boxes fill its Q and dO panels");
 
   // A stage: Q, dO, then LSE2 and D (kBlockM floats each) and the block's index and
@@ -363,8 +372,9 @@ struct BackwardSm90aWide {
 
     // The dQ half into the consumer's Q and dO panels (read by nothing else now), then to its
     // writer.
-    store_fp32_boxes<kHalf>([stage, consumer](int box) { return dq_box(stage, consumer, box); }, 0,
-                            acc_dq.tiles(), 1.f);
+    store_fp32_boxes<kHalf, kDqBoxCols>(
+        [stage, consumer](int box) { return dq_box(stage, consumer, box); }, 0, acc_dq.tiles(),
+        1.f);
     fence_async_shared();
     named_barrier_arrive(dq_barrier(consumer, index), kWriterThreads);
   }
@@ -419,10 +429,10 @@ struct BackwardSm90aWide {
     issue_gradient_copies(work, consumer, [&](int key0, int kv_head) {
 #pragma unroll
       for (int panel = consumer * kHalfPanels; panel < (consumer + 1) * kHalfPanels; ++panel) {
-        tma_store(maps.d_k, base + kKOffset + panel * KvTile::kPanelBytes, panel * 64, key0,
-                  kv_head, work.batch);
-        tma_store(maps.d_v, base + kVOffset + panel * KvTile::kPanelBytes, panel * 64, key0,
-                  kv_head, work.batch);
+        tma_store(maps.d_k, base + kKOffset + panel * KvTile::kPanelBytes,
+                  panel * KvTile::kPanelCols, key0, kv_head, work.batch);
+        tma_store(maps.d_v, base + kVOffset + panel * KvTile::kPanelBytes,
+                  panel * KvTile::kPanelCols, key0, kv_head, work.batch);
       }
     });
   }
@@ -494,9 +504,10 @@ struct BackwardSm90aWide {
         if constexpr (kOrderedDq) wait_turn(counter, turn);
         const u32 stage = stage_address(base, state.index);
 #pragma unroll
-        for (int box = 0; box < kHalf / 32; ++box) {
-          tma_reduce_add(maps.dq_accum, dq_box(stage, consumer, box), kHalf * consumer + 32 * box,
-                         block * kBlockM, work.head, work.batch);
+        for (int box = 0; box < kDqBoxes; ++box) {
+          tma_reduce_add(maps.dq_accum, dq_box(stage, consumer, box),
+                         kHalf * consumer + kDqBoxCols * box, block * kBlockM, work.head,
+                         work.batch);
         }
         tma_store_commit();
         tma_store_wait_read<0>();

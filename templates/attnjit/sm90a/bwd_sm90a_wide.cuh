@@ -15,12 +15,12 @@
 // its columns: its fp32 dQ half goes back into those panels of the stage (at 256 four boxes of
 // 64 rows x 32 columns, the size of its two Q and two dO panels of 64 columns; at 192, whose
 // halves of 96 columns are three panels of 32, six boxes of 16 columns in the 64-byte
-// swizzle), and its writer warp (warps 1, 2
-// of the producer warpgroup) adds them to the accumulator by TMA reductions and then releases
-// the stage to the producer: the ring's empty barriers take the consumers' arrivals (after
-// their last access to the stage) and one per writer (after its reductions have read the
-// boxes). The P^T and dS^T tiles are single: before writing a block's, the consumers
-// meet once more (all of both consumers' products of the last block have completed). In the
+// swizzle), and its writer warp (warps 1, 2 of the producer warpgroup), met on the stage's
+// hand-over barrier, adds them to the accumulator by TMA reductions and then releases the
+// stage to the producer: the ring's empty barriers take the consumers' arrivals (after their
+// last access to the stage) and one per writer (after its reductions have read the boxes).
+// The P^T and dS^T tiles are single: before writing a block's, the consumers meet once more
+// (all of both consumers' products of the last block have completed). In the
 // deterministic mode the writers take turns per query block and consumer (lane), as in
 // bwd_sm90a.cuh. dK is scaled by softmax_scale at the end; dQ in backward_convert_dq. Masks,
 // predicates (the block table's key-row bits, the consumer's word of each row) and score

@@ -134,10 +134,17 @@ int panel_columns(int dim) {
   return dim % 64 == 0 ? 64 : 32;
 }
 
-// The sm90a backward's panels: at head dim 192 its consumers take halves of 96 columns,
-// three panels of 32 (bwd_sm90a_wide.cuh); else SmemTile's.
+// The sm90a backward's panels: above head dim 128 (bwd_sm90a_wide.cuh) each consumer's half
+// of the head dim in whole panels (64 columns, or 32 when the half is not a multiple of 64:
+// three at 192); else SmemTile's.
 int backward_panel_columns(int dim) {
-  return dim == 192 ? 32 : panel_columns(dim);
+  return dim > 128 ? panel_columns(dim / 2) : panel_columns(dim);
+}
+
+// The sm90a backward's fp32 dQ boxes: 32 columns (128-byte rows); above head dim 128 one Q
+// panel's bytes (bwd_sm90a_wide.cuh's kDqBoxCols), so 16 at 32-column panels.
+int backward_dq_box_columns(int dim) {
+  return dim > 128 ? backward_panel_columns(dim) / 2 : 32;
 }
 
 // The maps of q (boxes of q_rows rows), k and v (kv_rows rows), which every TMA attention
@@ -195,7 +202,7 @@ BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim
                  "the dQ accumulator is bound before its map");
   maps.dq_accum = runtime::activation_tensor_map(
       "dq_accum", fp32_head_major_view(p.dq_accum, p.batch, p.seqlen_q, p.heads, head_dim), block_m,
-      head_dim == 192 ? 16 : 32);
+      backward_dq_box_columns(head_dim));
   // dK and dV leave through shared memory by TMA stores of each consumer warpgroup's 64 keys
   // (under GQA the kernel adds fp32 sums, or writes per-query-head partials, instead).
   maps.d_k = runtime::activation_tensor_map(

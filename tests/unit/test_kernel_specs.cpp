@@ -355,8 +355,8 @@ TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmm
           "[nvrtc][specs][sm90a]") {
   // backward.tma.sm90a, forced by tiles=64x128x12t: every mask it takes (predicates with and
   // without scalars and head indices), both dtypes, head dims 64, 96 and 128, without and with
-  // each score-modifier combination; at head dim 256 by tiles=64x64x12t; setmaxnreg honoured
-  // (no C7508), no wgmma serialized.
+  // each score-modifier combination; at head dims 192 and 256 by tiles=64x64x12t (both modes);
+  // setmaxnreg honoured (no C7508), no wgmma serialized.
   constexpr const char* kTmaBackwardMasks[] = {"none",
                                                "causal",
                                                "sliding_window",

@@ -149,6 +149,20 @@ struct MaskPolicy {
   static constexpr bool kElementBits = false;
   /// The vectors make a block's work depend on the data: the CTAs run in a CTA order.
   static constexpr bool kOrderedCtas = kHasVectors;
+  /// Causal and windows without vectors: the visible keys of a row are one range
+  /// (visible_keys), bounded below only by a window. (No mask keeps the plain Sk bound.)
+  static constexpr bool kIndexRange = !kHasVectors && (kCausal || kWindow);
+  static constexpr bool kIndexBegins = kWindow;
+
+  /// The keys [begin, end) that row `row` sees by index (kIndexRange), end clamped to Sk;
+  /// begin is 0 unless kIndexBegins.
+  __device__ static __forceinline__ void visible_keys(const MaskState& s, int row, int& begin,
+                                                      int& end) {
+    begin = kWindow && s.window_left >= 0 ? row + s.diagonal - s.window_left : 0;
+    end = s.seqlen_k;
+    if (kCausal) end = min(end, row + s.diagonal + 1);
+    if (kWindow && s.window_right >= 0) end = min(end, row + s.diagonal + s.window_right + 1);
+  }
 
   /// MaskState::vector_row of the CTA's (head, batch).
   template <class Params>
@@ -297,6 +311,7 @@ template <class Visible, int kTableBlockM, int kTableBlockN, bool kPerBatch, boo
 struct PredicatePolicy {
   static constexpr int kColumns = 0;
   static constexpr bool kHasVectors = false;
+  static constexpr bool kIndexRange = false;
   /// The element rule comes as bits per fragment: the tile's stored bits (load_fragment_words,
   /// fragment_bits), else the generated expression (evaluate_bits).
   static constexpr bool kElementBits = true;

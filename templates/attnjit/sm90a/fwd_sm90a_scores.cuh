@@ -76,6 +76,28 @@ template <class Mask, bool kDirect, int kTiles, class Params>
 __device__ __forceinline__ void mask_scores(const Params& p, const MaskState& ms,
                                             float (&s)[kTiles][4], u32 vectors, int row0, int key0,
                                             int t) {
+  if constexpr (Mask::kIndexRange) {
+    // Causal and windows by index: one range of keys per row, Sk included; element (nt, e)
+    // is key 8 nt + 2 t + e % 2 of the block.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      int begin, end;
+      Mask::visible_keys(ms, row0 + 8 * r, begin, end);
+      begin -= key0 + 2 * t;
+      end -= key0 + 2 * t;
+#pragma unroll
+      for (int nt = 0; nt < kTiles; ++nt) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int key = 8 * nt + c;
+          if ((Mask::kIndexBegins && key < begin) || key >= end) {
+            s[nt][2 * r + c] = negative_infinity();
+          }
+        }
+      }
+    }
+    return;
+  }
   if (key0 + 8 * kTiles > ms.seqlen_k) hide_keys_from(s, ms.seqlen_k - key0, t);
   if constexpr (kDirect) {
 #pragma unroll

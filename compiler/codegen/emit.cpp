@@ -80,9 +80,6 @@ std::vector<std::string> config_lines(const KernelRow& row, const KernelTiles& t
       case ConfigField::persistent:
         constant("bool", "kPersistent", row.persistent(tiles, ir.spec, *ir.mask));
         break;
-      case ConfigField::dq_writers:
-        constant("bool", "kDqWriters", row.dq_writers(ir.spec, *ir.mask));
-        break;
     }
   }
   return lines;

@@ -86,7 +86,6 @@ enum class ConfigField {
   ping_pong,       ///< kPingPong: consumer warpgroups take turns (head dims up to 128)
   register_split,  ///< kProducerRegisters (the row's producer_registers), kConsumerRegisters
   persistent,      ///< kPersistent (the row's persistent)
-  dq_writers,      ///< kDqWriters (the row's dq_writers)
 };
 
 /// One kernel kind in one family.
@@ -120,9 +119,6 @@ struct KernelRow {
   /// setmaxnreg for these tiles; the consumer warpgroups share the rest.
   int (*producer_registers)(const KernelTiles&, const AttentionSpec&, const MaskLowering&) =
       nullptr;
-  /// Rows with ConfigField::dq_writers: whether writer warps of the producer warpgroup issue
-  /// the dQ reductions for the consumers (else the consumers do).
-  bool (*dq_writers)(const AttentionSpec&, const MaskLowering&) = nullptr;
   /// Rows with ConfigField::persistent: whether the kernel with these tiles takes several works
   /// per CTA (its launch then gives RowLaunch::works).
   bool (*persistent)(const KernelTiles&, const AttentionSpec&, const MaskLowering&) = nullptr;

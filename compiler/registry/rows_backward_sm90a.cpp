@@ -45,31 +45,21 @@ constexpr std::array<TileCandidate, 5> kCandidates{{
     wide(256),
 }};
 
-constexpr std::array<ConfigField, 7> kConfig{
-    ConfigField::head_dim,  ConfigField::block_m,        ConfigField::block_n,
-    ConfigField::kv_stages, ConfigField::atomic_dq,      ConfigField::register_split,
-    ConfigField::dq_writers};
+constexpr std::array<ConfigField, 6> kConfig{
+    ConfigField::head_dim,  ConfigField::block_m,   ConfigField::block_n,
+    ConfigField::kv_stages, ConfigField::atomic_dq, ConfigField::register_split};
 
-// Writer warps of the producer warpgroup issue the dQ reductions (kDqWriters): the consumers
-// hand each dQ tile over instead of waiting, before their dS^T barrier, until the last tile's
-// reductions have read the buffer (H100, fwd+bwd at 8K d128: 1-2% faster). The writers (the
-// producer's walk, the reductions, in the deterministic mode the dQ turns) need a producer
-// warpgroup of 40 registers (ptxas spilled below that under FlashMask), which leaves the
-// consumers 232 instead of 240. In the atomic mode at head dim 128 the causal FlashMask masks
-// with one or two vectors spill there (NVRTC 13.0: 12-36 bytes): those keep the consumers'
-// reductions. The deterministic mode needs the writers (its turns), spills included
-// (test_kernel_specs' known shortfall).
-bool dq_writers(const AttentionSpec& spec, const MaskLowering&) {
-  // The wide layout's writers release its stages.
-  if (is_wide(spec.head_dim_qk)) return true;
-  const bool tight = spec.head_dim_qk == 128 && spec.mask.kind == MaskKind::flashmask &&
-                     spec.mask.causal && spec.mask.columns <= 2;
-  return spec.deterministic || !tight;
-}
-
-// The producer warp alone walks the query blocks in 24 registers with every mask (NVRTC sweep).
-int producer_registers(const KernelTiles&, const AttentionSpec& spec, const MaskLowering& mask) {
-  return dq_writers(spec, mask) ? 40 : 24;
+// Writer warps of the producer warpgroup issue the dQ reductions: the consumers hand each dQ
+// tile over instead of waiting, before their dS^T barrier, until the last tile's reductions
+// have read the buffer (H100, fwd+bwd at 8K d128: 1-2% faster; the backward alone under the
+// causal FlashMask masks at d128, 32K: 0.97-0.99x the time). The writers (the producer's walk,
+// the reductions, in the deterministic mode the dQ turns; the wide layout's also release its
+// stages) need a producer warpgroup of 40 registers (ptxas spilled below that under
+// FlashMask), which leaves the consumers 232 instead of 240. At head dim 128 the FlashMask
+// masks with one or two vectors spill there (NVRTC 13.0: 20-56 bytes; test_kernel_specs' known
+// shortfall), and are faster so than with the consumers issuing their own reductions.
+int producer_registers(const KernelTiles&, const AttentionSpec&, const MaskLowering&) {
+  return 40;
 }
 
 // bwd_sm90a.cuh's kSmemBytes: alignment slack, K and V, the stages (Q, dO, then LSE, D and the
@@ -154,7 +144,6 @@ KernelRow backward_tma_sm90a() {
   row.smem_bytes = smem_bytes;
   row.explicit_tiles = explicit_tiles;
   row.producer_registers = producer_registers;
-  row.dq_writers = dq_writers;
   row.launch = key_block_launch;
   row.buffers = buffers;
   return row;

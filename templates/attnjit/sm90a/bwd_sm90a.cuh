@@ -20,13 +20,11 @@
 // the other may still read block i's (dQ by 64-column panels needs both consumers' keys).
 // The dQ buffer is one [query][column] tile in the TMA map's 128-byte swizzled boxes of 32
 // columns when the consumers split dQ by columns, else one per consumer (both add theirs).
-// With kDqWriters each consumer hands its dQ buffer to a writer warp of its own (warps 1 and 2
-// of the producer warpgroup, named barriers both ways), which walks the query blocks as the
-// producer does, issues each block's reductions and frees the buffer once they have read it:
-// the consumers wait only for their buffer. Without (where the consumers need the registers
-// the writers take), each consumer's first thread issues them and waits for the buffer to have
-// been read before the consumer's dS^T barrier. dK is scaled by softmax_scale at the end; dQ
-// in backward_convert_dq. Masks and score modifiers as in bwd_wgmma_sm90.cuh;
+// Each consumer hands its dQ buffer to a writer warp of its own (warps 1 and 2 of the producer
+// warpgroup, named barriers both ways), which walks the query blocks as the producer does,
+// issues each block's reductions and frees the buffer once they have read it: the consumers
+// wait only for their buffer. dK is scaled by softmax_scale at the end; dQ in
+// backward_convert_dq. Masks and score modifiers as in bwd_wgmma_sm90.cuh;
 // a predicate's partial tiles are masked by one bit per element of S^T (the block table's
 // stored bits with key rows, else the element rule), read while S^T and dP^T are computed.
 //
@@ -44,7 +42,7 @@
 // the turns cost little waiting.
 //
 // Config (bound by the generated code): Element, kHeadDim, kBlockM, kBlockN, kStages,
-// kAtomicDq, kProducerRegisters, kConsumerRegisters, kDqWriters. Score: a ScoreMod. The kernel
+// kAtomicDq, kProducerRegisters, kConsumerRegisters. Score: a ScoreMod. The kernel
 // takes (BwdParams, BwdTensorMaps), 384 threads, __launch_bounds__(384, 1).
 #pragma once
 
@@ -89,9 +87,6 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
   /// Deterministic mode: dQ reductions in turns; CTAs in the natural order, highest key block
   /// first (else lowest first, or the CTA order).
   static constexpr bool kOrderedDq = !Config::kAtomicDq;
-  /// Writer warps issue the dQ reductions (else each consumer's first thread does).
-  static constexpr bool kDqWriters = Config::kDqWriters;
-  static_assert(kDqWriters || !kOrderedDq, "the deterministic mode's turns are the writers'");
   static constexpr bool kOrderedCtas = Mask::kOrderedCtas && !kOrderedDq;
   static constexpr bool kLowBlocksFirst = !kOrderedDq;
   /// Turn counters per query block: one per consumer when they split dQ's columns, else one
@@ -191,7 +186,7 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
       warpgroup_registers_decrease<Config::kProducerRegisters>();
       if (threadIdx.x < 32) {
         BackwardProducer<BackwardSm90aNarrow>::run(p, maps, base);
-      } else if (kDqWriters && threadIdx.x < 32 * (1 + kConsumers)) {
+      } else if (threadIdx.x < 32 * (1 + kConsumers)) {
         write_dq(p, maps, base, threadIdx.x / 32 - 1);
       }
       return;
@@ -217,8 +212,7 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
       const int block = load_shared_s32(stage + kInfoOffset);
       if (block < 0) break;
       const int tile = load_shared_s32(stage + kInfoOffset + 4);
-      iterate(p, maps, base, base + kDsOffset + (it % 2) * DsTile::kBytes, block, tile, ring,
-              state);
+      iterate(p, base, base + kDsOffset + (it % 2) * DsTile::kBytes, block, tile, ring, state);
       state.advance();
     }
     const CtaWork work = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p));
@@ -276,9 +270,8 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
 
   /// After a consumer has staged its dK and dV in shared memory: the async-proxy fence and the
   /// consumer's barrier (all of its stores are in), then its one thread issues copies(first
-  /// key, K/V head) and waits for them and, without writers, for the last dQ reductions
-  /// (the dQ conversion reads them next; writer warps wait for theirs), shared memory staying
-  /// until the copies have read it.
+  /// key, K/V head) and waits for them (the writer warps wait for their dQ reductions),
+  /// shared memory staying until the copies have read it.
   template <class Copies>
   __device__ __forceinline__ static void issue_gradient_copies(const CtaWork& work, int consumer,
                                                                Copies copies) {
@@ -293,9 +286,8 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
   /// One query block: the five products of the consumer, the stage released once the ones
   /// that read it have completed. Element (nt, e) of an m64 x kBlockM accumulator is key row
   /// key_row0 + g + 8 (e / 2), query column 8 nt + 2 t + e % 2.
-  __device__ __forceinline__ void iterate(const BwdParams& p, const BwdTensorMaps& maps, u32 base,
-                                          u32 smem_ds, int block, int tile, const Ring& ring,
-                                          const RingState& state) {
+  __device__ __forceinline__ void iterate(const BwdParams& p, u32 base, u32 smem_ds, int block,
+                                          int tile, const Ring& ring, const RingState& state) {
     const int consumer = consumer_index();
     const u32 stage = stage_address(base, state.index);
     const int lane = read_tid_x() % 32;
@@ -395,9 +387,6 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
     wgmma_fence();
     Products::add_dv_dk(acc_dv.tiles(), acc_dk.tiles(), a_p, a_ds, smem_do, smem_q);
     fence_async_shared();
-    // Without writers, the previous block's reductions have read the dQ buffer before the
-    // barrier.
-    if (!kDqWriters && warpgroup_thread() == 0) tma_store_wait_read<0>();
     if constexpr (kDqByColumns) {
       named_barrier_sync(kDsBarrier, 128 * kConsumers);
     } else {
@@ -418,21 +407,13 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
     ring.consumer_release(state);
     wgmma_wait<0>();
     fence_accumulators(acc_dq.tiles());
-    // The consumer's part of the dQ buffer, then its reductions (rows past Sq are dropped by
-    // the map): with writers, once the writer's reductions of the last tile have read the
-    // buffer, and the tile goes to the writer.
+    // The consumer's part of the dQ buffer, once the writer's reductions of the last tile
+    // have read it; the tile goes to the writer (its reductions drop the rows past Sq).
     const u32 buffer = base + kDqOffset + (kDqByColumns ? 0 : consumer) * kDqBufferBytes;
-    if constexpr (kDqWriters) {
-      named_barrier_sync(kDqFreeBarrier + consumer, kWriterThreads);
-      store_dq(buffer, panel * 64, acc_dq.tiles());
-      fence_async_shared();
-      named_barrier_arrive(kDqBarrier + consumer, kWriterThreads);
-      return;
-    }
+    named_barrier_sync(kDqFreeBarrier + consumer, kWriterThreads);
     store_dq(buffer, panel * 64, acc_dq.tiles());
     fence_async_shared();
-    named_barrier_sync(kDqBarrier + consumer, 128);
-    if (warpgroup_thread() == 0) add_dq_tile(p, maps, buffer, panel, block);
+    named_barrier_arrive(kDqBarrier + consumer, kWriterThreads);
   }
 
   /// A predicate's hidden elements of the thread's S^T fragment (key rows `key_row`, + 8 of the
@@ -493,7 +474,7 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
     tma_store_commit();
   }
 
-  /// The writer warp of `consumer` (kDqWriters). It walks the query blocks the producer
+  /// The writer warp of `consumer`. It walks the query blocks the producer
   /// streams; per block, once the consumer has written the dQ tile, its first lane issues the
   /// reductions (in the deterministic mode once the block's turn has come); the buffer goes
   /// back once they have read it (but after the last block). In the deterministic mode the

@@ -26,7 +26,7 @@
 // predicates (the block table's key-row bits, the consumer's word of each row) and score
 // modifiers as in bwd_sm90a.cuh.
 //
-// Config: as bwd_sm90a.cuh's (kDqWriters must be true). 384 threads, __launch_bounds__(384, 1).
+// Config: as bwd_sm90a.cuh's. 384 threads, __launch_bounds__(384, 1).
 #pragma once
 
 #include "attnjit/sm90a/barrier.cuh"
@@ -81,7 +81,6 @@ struct BackwardSm90aWide {
   static constexpr int kGradientBarrier = kDqBarrier + kConsumers * kStages;
   static constexpr int kWriterThreads = 128 + 32;
 
-  static_assert(Config::kDqWriters, "the writers release the stages");
   static_assert(kBlockM == 64 && kBlockN == 64, "64 queries per stage, 64 keys per CTA");
   static_assert(kHalf % 32 == 0, "whole panels per consumer");
   static_assert(kStages >= 2, "a ring of at least two stages");

@@ -85,6 +85,33 @@ std::vector<std::string> config_lines(const KernelRow& row, const KernelTiles& t
   return lines;
 }
 
+// The wgmma shapes (m64nNk16) an sm90a kernel instantiates, as wgmma.cuh's defines: N is a
+// query or key block (S, S^T, dP^T) or half of one (a consumer's queries in the wide
+// backward), the head dim (O, dK, dV, dQ) or half of it (a consumer's share of dK, dV or dQ
+// when two split the head dim), or 64 (a consumer's 64 rows). The other shapes are left out of
+// the compile (their operand lists are most of wgmma.cuh's parse time). A shape missing here
+// fails the kernel's compile (WgmmaShape<N> is incomplete): the NVRTC sweeps compile every
+// sm90a spec.
+std::vector<std::string> wgmma_shape_defines(const KernelTiles& tiles, const AttentionSpec& spec) {
+  std::vector<int> shapes{64,
+                          tiles.block_m,
+                          tiles.block_m / 2,
+                          tiles.block_n,
+                          tiles.block_n / 2,
+                          spec.head_dim_qk,
+                          spec.head_dim_qk / 2,
+                          spec.head_dim_v,
+                          spec.head_dim_v / 2};
+  std::ranges::sort(shapes);
+  const auto [first, last] = std::ranges::unique(shapes);
+  shapes.erase(first, last);
+  std::vector<std::string> defines{"ATTNJIT_WGMMA_SOME_SHAPES"};
+  for (int n : shapes) {
+    if (n % 16 == 0 && n >= 16 && n <= 256) defines.push_back(fmt::format("ATTNJIT_WGMMA_N{}", n));
+  }
+  return defines;
+}
+
 // An attention kernel's translation unit: the header, `struct Config`, the mask policy, the
 // score modifiers, a check that the template's shared memory is the planned
 // kernel.dynamic_smem_bytes, and the entry calling the row's mainloop.
@@ -92,7 +119,9 @@ std::string emit_attention(const Lowering& ir, const KernelDesc& kernel) {
   const KernelRow& row = kernel_row(kernel.row);
   const KernelTiles& tiles = ir.tiles_of(kernel.role);
   SourceWriter w;
-  emit_header(w, ir, kernel);
+  emit_header(w, ir, kernel,
+              kernel.family == KernelFamily::sm90a ? wgmma_shape_defines(tiles, ir.spec)
+                                                   : std::vector<std::string>{});
   w.line("namespace {{");
   w.blank();
   w.line("struct Config {{");

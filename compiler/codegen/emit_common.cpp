@@ -44,11 +44,13 @@ std::string params_type(const Lowering& ir, const KernelDesc& kernel) {
   throw InternalError("unknown ParamBlock");
 }
 
-void emit_header(SourceWriter& w, const Lowering& ir, const KernelDesc& kernel) {
+void emit_header(SourceWriter& w, const Lowering& ir, const KernelDesc& kernel,
+                 const std::vector<std::string>& defines) {
   w.line("// attnjit generated kernel: {} ({} family, {})", name_of(kernel.role),
          name_of(kernel.family), kernel.row);
   w.line("// spec:  {}", to_string(ir.spec));
   for (const KernelTiles& t : ir.tiles) w.line("// {}", to_string(t));
+  for (const std::string& define : defines) w.line("#define {}", define);
   w.line("#include \"{}\"", kernel.template_header);
   w.blank();
 }

@@ -16,8 +16,10 @@ std::string_view element_type(DType dtype);
 /// The C++ type of `kernel`'s parameter block, e.g. `attnjit::FwdParams`.
 std::string params_type(const Lowering& ir, const KernelDesc& kernel);
 
-/// `// attnjit generated kernel: ...`, the spec, the tiles, and the template's #include.
-void emit_header(SourceWriter& w, const Lowering& ir, const KernelDesc& kernel);
+/// `// attnjit generated kernel: ...`, the spec, the tiles, `defines` (one `#define` each),
+/// and the template's #include.
+void emit_header(SourceWriter& w, const Lowering& ir, const KernelDesc& kernel,
+                 const std::vector<std::string>& defines = {});
 
 /// `struct Visible` with the static __device__ function visible(inputs, b, h, q, k) that
 /// evaluates `predicate` (the mask of `mask`).

@@ -87,6 +87,29 @@ TEST_CASE("an attention TU binds its registry row's template and Config", "[emit
   }
 }
 
+TEST_CASE("sm90a kernels define only the wgmma shapes they use; sm80 kernels none",
+          "[emit]") {
+  const auto main_source = [](const char* text, KernelRole role) {
+    const Lowering ir = lower(parse_spec(text));
+    return emit_kernel(ir, *ir.plan->find(role));
+  };
+  const std::string forward =
+      main_source("dtype=bf16 head_dim=128 mask=causal target=sm_90a", KernelRole::forward);
+  const std::string defines = "#define ATTNJIT_WGMMA_SOME_SHAPES\n";
+  CHECK_THAT(forward, Catch::Contains(defines + "#define ATTNJIT_WGMMA_N64\n#define "
+                                                "ATTNJIT_WGMMA_N128\n#include "
+                                                "\"attnjit/sm90a/fwd_sm90a.cuh\""));
+  // The wide backward at d192: a consumer's 32 queries, 96 columns of the head dim.
+  const std::string wide = main_source(
+      "dtype=bf16 head_dim=192 mask=causal direction=backward target=sm_90a", KernelRole::backward);
+  for (int n : {32, 64, 96, 192}) {
+    CHECK_THAT(wide, Catch::Contains(fmt::format("#define ATTNJIT_WGMMA_N{}\n", n)));
+  }
+  CHECK_THAT(wide, !Catch::Contains("#define ATTNJIT_WGMMA_N128\n"));
+  CHECK_THAT(main_source("dtype=bf16 head_dim=128 mask=causal target=sm_90", KernelRole::forward),
+             !Catch::Contains("ATTNJIT_WGMMA"));
+}
+
 TEST_CASE("the reference kernel evaluates the same mask", "[emit]") {
   const ReferenceKernel ref = emit_reference_kernel(
       parse_spec("dtype=bf16 head_dim=64 mask=flashmask(causal=true,columns=2)"));

@@ -155,7 +155,7 @@ struct MaskPolicy {
   static constexpr bool kIndexBegins = kWindow;
 
   /// The keys [begin, end) that row `row` sees by index (kIndexRange), end clamped to Sk;
-  /// begin is 0 unless kIndexBegins.
+  /// begin is 0 unless kIndexBegins: the range form of masked()'s causal and window terms.
   __device__ static __forceinline__ void visible_keys(const MaskState& s, int row, int& begin,
                                                       int& end) {
     begin = kWindow && s.window_left >= 0 ? row + s.diagonal - s.window_left : 0;

@@ -71,7 +71,8 @@ __device__ __forceinline__ void hide_keys_from(float (&s)[kTiles][4], int limit,
 /// to the accumulators, and the bits are applied after (two more operations per element).
 /// Keys past Sk, in the last block only, are hidden by a pass of their own: the rule of the
 /// other blocks saves a compare per element (measured on global + sliding window at d64, where
-/// a third of the blocks are partial).
+/// a third of the blocks are partial). Causal and window masks by index (Mask::kIndexRange)
+/// instead hide each row's keys outside its visible range, which ends at Sk.
 template <class Mask, bool kDirect, int kTiles, class Params>
 __device__ __forceinline__ void mask_scores(const Params& p, const MaskState& ms,
                                             float (&s)[kTiles][4], u32 vectors, int row0, int key0,

@@ -55,9 +55,10 @@ constexpr std::array<ConfigField, 6> kConfig{
 // causal FlashMask masks at d128, 32K: 0.97-0.99x the time). The writers (the producer's walk,
 // the reductions, in the deterministic mode the dQ turns; the wide layout's also release its
 // stages) need a producer warpgroup of 40 registers (ptxas spilled below that under
-// FlashMask), which leaves the consumers 232 instead of 240. At head dim 128 the FlashMask
-// masks with one or two vectors spill there (NVRTC 13.0: 20-56 bytes; test_kernel_specs' known
-// shortfall), and are faster so than with the consumers issuing their own reductions.
+// FlashMask), which leaves the consumers 232 instead of 240. At head dim 128 the causal
+// FlashMask masks with one or two vectors spill there (NVRTC 13.0: 4-12 bytes;
+// test_kernel_specs' known shortfall), and are faster so than with the consumers issuing their
+// own reductions.
 int producer_registers(const KernelTiles&, const AttentionSpec&, const MaskLowering&) {
   return 40;
 }

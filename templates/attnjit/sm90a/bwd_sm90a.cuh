@@ -298,8 +298,9 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
 
   /// One query block: the five products of the consumer, the stage released once the ones
   /// that read it have completed; dQ is left in acc_dq, whose previous block (`dq_pending`)
-  /// goes to the writer while S^T runs (dP^T is issued after those stores). Element (nt, e) of an m64 x kBlockM
-  /// accumulator is key row key_row0 + g + 8 (e / 2), query column 8 nt + 2 t + e % 2.
+  /// goes to the writer while S^T runs (dP^T is issued after those stores). Element (nt, e)
+  /// of an m64 x kBlockM accumulator is key row key_row0 + g + 8 (e / 2), query column
+  /// 8 nt + 2 t + e % 2.
   __device__ __forceinline__ void iterate(const BwdParams& p, u32 base, u32 smem_ds, int block,
                                           int tile, const Ring& ring, const RingState& state,
                                           WarpgroupAccumulator<kDqCols>& acc_dq,

@@ -10,7 +10,10 @@
 // red.global (d128 none 3.50 against 3.87 ms, causal 1.91 against 2.10, causal documents 1.22
 // against 1.39), and the TMA reductions took another 8-25% off (d128 none 3.01 ms, causal
 // 1.65, d64 none 2.20 against 2.80); `tiles=64x128x12t` forces it, `tiles=64x128x8w` the
-// warpgroup layout.
+// warpgroup layout. At d128 without a mask or soft-capping its query blocks have 80 rows
+// (`80x128x12t`, dQ^T = K^T dS^T): the backward alone 0.94x the time of 64 rows, forward+backward
+// 1.02-1.04x cuDNN at B=1 H=16 S=8192 (0.92x before; H100, 2026-11-27,
+// docs/benchmarks/2026-11-27-h100-backward-80-row-blocks.md).
 #include <fmt/format.h>
 
 #include <array>
@@ -37,9 +40,11 @@ constexpr bool is_wide(int d) {
   return d > 128;
 }
 
-constexpr std::array<TileCandidate, 5> kCandidates{{
+// Query blocks of 80 rows at d128 without a mask (fits): dQ^T = K^T dS^T (bwd_wgmma_products.cuh).
+constexpr std::array<TileCandidate, 6> kCandidates{{
     warpgroups(64, 64),
     warpgroups(96, 64),
+    warpgroups(128, 80),
     warpgroups(128, 64),
     wide(192),
     wide(256),
@@ -58,36 +63,58 @@ constexpr std::array<ConfigField, 6> kConfig{
 // FlashMask), which leaves the consumers 232 instead of 240. At head dim 128 the causal
 // FlashMask masks with one or two vectors spill there (NVRTC 13.0: 4-12 bytes;
 // test_kernel_specs' known shortfall), and are faster so than with the consumers issuing their
-// own reductions.
-int producer_registers(const KernelTiles&, const AttentionSpec&, const MaskLowering&) {
-  return 40;
+// own reductions. 80-row blocks need the consumers' 240 registers: their producer warpgroup
+// keeps 24, without a mask (the writers' walk is trivial) and with warp 3 loading the row
+// statistics (the producer warp spilled with them).
+int producer_registers(const KernelTiles& tiles, const AttentionSpec&, const MaskLowering&) {
+  return tiles.block_m == 80 ? 24 : 40;
 }
 
-// bwd_sm90a.cuh's kSmemBytes: alignment slack, K and V, the stages (Q, dO, then LSE, D and the
-// block's index padded to 1 KB), two dS^T buffers, the fp32 dQ buffers (one when each consumer
-// owns 64 of dQ's columns, else one per consumer), the key block's FlashMask values padded to
-// 8 bytes, the K/V barrier and the ring's barriers. bwd_sm90a_wide.cuh's: the same with one
-// P^T and one dS^T tile and no dQ buffer (dQ goes through the stages).
+// bwd_sm90a.cuh's kSmemBytes: alignment slack, K and V, the stages (Q, dO and their LSE, D
+// and block index), two dS^T buffers, the fp32 dQ buffers (one when each consumer owns 64 of
+// dQ's columns, else one per consumer), the key block's FlashMask values padded to 8 bytes,
+// the K/V barrier and the ring's barriers. bwd_sm90a_wide.cuh's: stages that end with their
+// LSE, D and block index padded to 1 KB, one P^T and one dS^T tile and no dQ buffer (dQ goes
+// through the stages).
 int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   const int d = spec.head_dim_qk;
   const int element = size_of(spec.dtype);
   const int kv = 2 * c.block_n * d * element;
-  const int stage = 2 * c.block_m * d * element + (2 * c.block_m * 4 + 8 + 1023) / 1024 * 1024;
+  const int tiles = 2 * c.block_m * d * element;
   const int vectors = (c.block_n * static_cast<int>(mask.vectors.size()) * 4 + 7) / 8 * 8;
   if (is_wide(d)) {
+    const int stage = tiles + (2 * c.block_m * 4 + 8 + 1023) / 1024 * 1024;
     return 1024 + kv + c.kv_stages * stage + 2 * c.block_n * c.block_m * element + vectors + 8 +
            2 * c.kv_stages * 8;
   }
+  // 64-row stages keep their statistics after the tiles, padded to 1 KB; 80-row ones in an
+  // area of their own (16-byte aligned), with no alignment slack.
+  const bool stats_in_stage = c.block_m % 64 == 0;
+  const int stats = (2 * c.block_m * 4 + 8 + (stats_in_stage ? 1023 : 15)) /
+                    (stats_in_stage ? 1024 : 16) * (stats_in_stage ? 1024 : 16);
   const int dq = (d / 2 >= 64 ? 1 : 2) * c.block_m * d * 4;
-  return 1024 + kv + c.kv_stages * stage + 2 * c.block_n * c.block_m * element + dq + vectors + 8 +
-         2 * c.kv_stages * 8;
+  return (stats_in_stage ? 1024 : 0) + kv + c.kv_stages * (tiles + stats) +
+         2 * c.block_n * c.block_m * element + dq + vectors + 8 + 2 * c.kv_stages * 8;
+}
+
+// 80-row query blocks (d128): without a mask and soft-capping only. Those kernels need the
+// consumers' 240 registers; the masks' and soft-capping's work spilled there (NVRTC 13.0: 8-100
+// bytes under causal, soft-capping and FlashMask), and a FlashMask's values do not fit the
+// shared memory beside two or four vectors.
+bool eighty_rows_fit(const AttentionSpec& spec, const MaskLowering& mask) {
+  return spec.head_dim_qk == 128 && !spec.softcap && !mask.element_predicate &&
+         !mask.window_by_index && !mask.causal_by_index && mask.vectors.empty();
+}
+
+bool fits(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
+  return c.block_m != 80 || eighty_rows_fit(spec, mask);
 }
 
 // `tiles=64x128x12t`: 64 queries per stage, two consumer warpgroups of 64 keys and a producer
-// warpgroup; head dims 64, 96 and 128. `tiles=64x64x12t`: head dims 192 and 256, the consumers
-// split the head dim over 64 keys.
+// warpgroup; head dims 64, 96 and 128 (`80x128x12t`: 80 queries, where eighty_rows_fit).
+// `tiles=64x64x12t`: head dims 192 and 256, the consumers split the head dim over 64 keys.
 TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
-                             const MaskLowering&) {
+                             const MaskLowering& mask) {
   const std::string value = to_string(shape);
   if (is_wide(spec.head_dim_qk)) {
     if (shape.block_m != 64 || shape.block_n != 64 || shape.warps != 12) {
@@ -101,8 +128,11 @@ TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
     throw_field_error("tiles", fmt::format("{} with head_dim={}", value, spec.head_dim_qk),
                       "the t suffix with head_dim 64, 96, 128, 192 or 256");
   }
-  if (shape.block_m != 64 || shape.block_n != 128 || shape.warps != 12) {
-    throw_field_error("tiles", value, "64x128x12t for the sm90a backward");
+  const bool eighty = shape.block_m == 80 && eighty_rows_fit(spec, mask);
+  if ((shape.block_m != 64 && !eighty) || shape.block_n != 128 || shape.warps != 12) {
+    throw_field_error("tiles", value,
+                      "64x128x12t for the sm90a backward, or 80x128x12t at head_dim=128 with "
+                      "mask=none and no softcap");
   }
   return warpgroups(spec.head_dim_qk, shape.block_m);
 }
@@ -143,6 +173,7 @@ KernelRow backward_tma_sm90a() {
   row.candidates = kCandidates;
   row.config = kConfig;
   row.smem_bytes = smem_bytes;
+  row.fits = fits;
   row.explicit_tiles = explicit_tiles;
   row.producer_registers = producer_registers;
   row.launch = key_block_launch;

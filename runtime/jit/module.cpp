@@ -69,12 +69,12 @@ CUfunction LoadedModule::function(const std::string& name, int dynamic_smem_byte
   }
   if (static_smem_bytes + dynamic_smem_bytes > kDefaultSmemLimit) {
     const DeviceInfo device = current_device();
-    check(
-        api.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                               dynamic_smem_bytes),
-        fmt::format("cuFuncSetAttribute(kernel '{}', MAX_DYNAMIC_SHARED_SIZE_BYTES = {}; "
-                    "device {} '{}' allows at most {})",
-                    name, dynamic_smem_bytes, device.ordinal, device.name, device.max_smem_optin));
+    check(api.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 dynamic_smem_bytes),
+          fmt::format("cuFuncSetAttribute(kernel '{}', MAX_DYNAMIC_SHARED_SIZE_BYTES = {}, with {} "
+                      "bytes of static shared memory; device {} '{}' allows at most {} together)",
+                      name, dynamic_smem_bytes, static_smem_bytes, device.ordinal, device.name,
+                      device.max_smem_optin));
   }
   return function;
 }

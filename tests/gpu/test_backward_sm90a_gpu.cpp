@@ -98,6 +98,77 @@ TEST_CASE("the sm90a backward over many query blocks per key block", "[gpu][back
   }
 }
 
+TEST_CASE("the sm90a backward with 80-row query blocks matches the reference gradients",
+          "[gpu][backward][sm90a][bm80]") {
+  if (!on_sm90a()) return;
+  // tiles=80x128x12t (head dim 128 without a mask or soft-capping: dQ^T = K^T dS^T, the dS
+  // tile written by transposing stmatrix, the row statistics loaded by a warp of their own):
+  // the sweep's cases of that kind, both modes; then lengths that 80 does not divide (and
+  // shorter than one block), GQA and MQA, padded strides, ALiBi, many query blocks per key
+  // block (the ring wraps).
+  const auto eighty = [](Case c) {
+    c.spec.tiles = {80, 128, 12, 't'};
+    c.expect_row = kRow;
+    return c;
+  };
+  int cases = 0;
+  for (const Case& c : gpu_test::sweep_cases()) {
+    if (c.spec.head_dim_qk != 128 || c.spec.mask.kind != MaskKind::none || c.spec.softcap) {
+      continue;
+    }
+    for (bool deterministic : {false, true}) check_backward(eighty(c), deterministic);
+    ++cases;
+  }
+  REQUIRE(cases > 0);
+  const std::pair<int, int> lengths[] = {{1000, 1000}, {1001, 700}, {79, 1000},
+                                         {161, 81},    {2000, 333}, {81, 2049}};
+  std::uint64_t seed = 9300;
+  for (const auto& [sq, sk] : lengths) {
+    Case c;
+    c.spec.dtype = seed % 2 == 0 ? DType::bf16 : DType::fp16;
+    c.spec.head_dim_qk = c.spec.head_dim_v = 128;
+    c.spec.alibi = seed % 3 == 2;
+    c.batch = 2;
+    c.heads = 4;
+    c.kv_heads = seed % 3 == 0 ? 1 : seed % 2 == 0 ? 2 : 4;
+    c.seqlen_q = sq;
+    c.seqlen_k = sk;
+    c.padded_strides = seed % 3 == 1;
+    c.seed = ++seed;
+    if (c.spec.alibi) c.score_mod.alibi_slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
+    for (bool deterministic : {false, true}) check_backward(eighty(c), deterministic);
+  }
+  // Without tiles= the backward at head dim 128 without a mask takes this layout.
+  Case automatic;
+  automatic.spec.dtype = DType::bf16;
+  automatic.spec.head_dim_qk = automatic.spec.head_dim_v = 128;
+  automatic.batch = 1;
+  automatic.heads = automatic.kv_heads = 3;
+  automatic.seqlen_q = automatic.seqlen_k = 555;
+  automatic.seed = 9400;
+  automatic.expect_row = kRow;
+  for (bool deterministic : {false, true}) check_backward(automatic, deterministic);
+}
+
+TEST_CASE("the sm90a deterministic backward with 80-row query blocks is bitwise repeatable",
+          "[gpu][backward][sm90a][bm80]") {
+  if (!on_sm90a()) return;
+  Case c;
+  c.spec.dtype = DType::bf16;
+  c.spec.head_dim_qk = c.spec.head_dim_v = 128;
+  c.spec.tiles = {80, 128, 12, 't'};
+  c.expect_row = kRow;
+  c.batch = 2;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.seqlen_q = 1900;
+  c.seqlen_k = 2000;
+  c.seed = 9500;
+  gpu_test::check_deterministic_repeatable(c, /*repeats=*/3);
+  const int differing = gpu_test::atomic_dq_variations(c, /*repeats=*/3);
+  WARN(c.describe() << ": atomic dQ differed from its first run in " << differing << " of 3 runs");
+}
+
 TEST_CASE("the sm90a backward with score modifiers matches the reference gradients",
           "[gpu][backward][sm90a][score_mod]") {
   if (!on_sm90a()) return;

@@ -363,8 +363,9 @@ TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmm
           "[nvrtc][specs][sm90a]") {
   // backward.tma.sm90a, forced by tiles=64x128x12t: every mask it takes (predicates with and
   // without scalars and head indices), both dtypes, head dims 64, 96 and 128, without and with
-  // each score-modifier combination; at head dims 192 and 256 by tiles=64x64x12t (both modes);
-  // setmaxnreg honoured (no C7508), no wgmma serialized.
+  // each score-modifier combination; its 80-row layout (tiles=80x128x12t: d128 without a mask
+  // or soft-capping) with and without ALiBi, both modes; at head dims 192 and 256 by
+  // tiles=64x64x12t (both modes); setmaxnreg honoured (no C7508), no wgmma serialized.
   constexpr const char* kTmaBackwardMasks[] = {"none",
                                                "causal",
                                                "sliding_window",
@@ -385,6 +386,12 @@ TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmm
               dtype, d, mask, modifiers));
         }
       }
+    }
+    for (const char* modifiers :
+         {"", " alibi=true", " deterministic=true", " deterministic=true alibi=true"}) {
+      specs.push_back(fmt::format(
+          "dtype={} head_dim=128 mask=none{} direction=backward tiles=80x128x12t target=sm_90a",
+          dtype, modifiers));
     }
     // Head dims 192 and 256 (the wide layout, tiles=64x64x12t): every mask, each
     // score-modifier combination, and the deterministic mode without and with both.

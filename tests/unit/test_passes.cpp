@@ -439,10 +439,45 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
       const KernelTiles automatic =
           lowered(d, fmt::format("{} target=sm_90a", rest).c_str()).tiles_of(KernelRole::backward);
       CHECK(automatic.row == "backward.tma.sm90a");
-      CHECK(automatic.block_m == 64);
+      // 80-row query blocks at d128 without a mask (and without soft-capping).
+      CHECK(automatic.block_m == (d == 128 && std::string_view(rest) == "mask=none" ? 80 : 64));
       CHECK(automatic.warps == 12);
     }
   }
+  // The 80-row layout: alignment slack left out (its dynamic shared memory starts 1024-byte
+  // aligned), K and V, two stages of Q and dO, two [query][key] dS tiles, one fp32 dQ buffer
+  // of 80 rows, the stages' LSE, D and block index (16-byte aligned), the K/V barrier and the
+  // ring's barriers; the producer warpgroup keeps 24 registers (the consumers take 240). Both
+  // modes and ALiBi take it; soft-capping and every mask keep 64 rows, and `tiles=80x128x12t`
+  // is refused for them.
+  for (const char* rest : {"mask=none", "mask=none deterministic=true", "mask=none alibi=true",
+                           "mask=none tiles=80x128x12t"}) {
+    INFO(rest);
+    const Lowering ir = lowered(128, fmt::format("{} target=sm_90a", rest).c_str());
+    const KernelTiles& t = ir.tiles_of(KernelRole::backward);
+    CHECK(t.row == "backward.tma.sm90a");
+    CHECK(t.block_m == 80);
+    CHECK(t.block_n == 128);
+    CHECK(t.smem_bytes == 2 * 128 * 128 * 2 + 2 * 2 * 80 * 128 * 2 + 2 * 80 * 128 * 2 +
+                              80 * 128 * 4 + 2 * 656 + 8 + 32);
+    CHECK(ir.plan->find(KernelRole::backward)->phases.front().grid.to_string().find("Sk/128") !=
+          std::string::npos);
+  }
+  CHECK(
+      lowered(128, "mask=none softcap=true target=sm_90a").tiles_of(KernelRole::backward).block_m ==
+      64);
+  CHECK(lowered(128, "mask=none tiles=64x128x12t target=sm_90a")
+            .tiles_of(KernelRole::backward)
+            .block_m == 64);
+  for (const char* rest : {"mask=causal", "mask=none softcap=true", "mask=sliding_window",
+                           "mask=flashmask(causal=true,columns=1)", "mask=predicate(q>=k)"}) {
+    INFO(rest);
+    CHECK_THROWS_WITH(lowered(128, fmt::format("{} tiles=80x128x12t target=sm_90a", rest).c_str()),
+                      "tiles: got '80x128x12t'; accepted: 64x128x12t for the sm90a backward, or "
+                      "80x128x12t at head_dim=128 with mask=none and no softcap");
+  }
+  CHECK_THROWS_WITH(lowered(64, "tiles=80x128x12t target=sm_90a"),
+                    Catch::Contains("80x128x12t at head_dim=128 with mask=none"));
   // Plain sm_90 (no wgmma) and head dims other than 64, 96 and 128 keep the sm80 layouts; the
   // deterministic mode and predicates (their key-row element bits) take it.
   const auto row = [&](const char* rest) {

@@ -115,6 +115,10 @@ __device__ __forceinline__ void load_shared_v2_f32(u32 address, float& x, float&
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(x), "=f"(y) : "r"(address));
 }
 
+__device__ __forceinline__ void store_shared_f32(u32 address, float x) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(address), "f"(x));
+}
+
 /// Stores two consecutive floats (8-byte aligned address).
 __device__ __forceinline__ void store_shared_v2_f32(u32 address, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(address), "f"(x), "f"(y));

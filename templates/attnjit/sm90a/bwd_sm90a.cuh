@@ -1,7 +1,10 @@
 // The backward main kernel of the sm90a family (FA3 structure: TMA, an mbarrier ring, warp
 // specialization, wgmma).
 //
-// One CTA of three warpgroups owns kBlockN = 128 keys of one (head, batch):
+// One CTA of three warpgroups owns kBlockN = 128 keys of one (head, batch) and walks query
+// blocks of kBlockM = 64 rows (80 at head dim 128 without a mask or soft-capping: dQ^T =
+// K^T dS^T from a [query][key] dS tile, bwd_wgmma_products.cuh, the row statistics loaded by
+// warp 3 of the producer warpgroup, which keeps 24 registers for the consumers' 240):
 //   producer   warpgroup 0 gives its registers away (setmaxnreg); one warp of it loads K and
 //              V once by TMA and streams Q, dO, LSE2 and D of the query blocks that can see
 //              the keys through a ring of kStages stages (bwd_sm90a_producer.cuh);
@@ -82,8 +85,10 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
   static constexpr int kBlockN = Config::kBlockN;  // keys of the CTA
   static constexpr int kStages = Config::kStages;
   static constexpr int kConsumers = 2;
+  using Products::kDqAccCols;
   using Products::kDqByColumns;
   using Products::kDqCols;
+  using Products::kDqTransposed;
   using Products::kQSteps;
   using Products::kSTiles;
   static constexpr int kColumns = Mask::kColumns;
@@ -107,7 +112,8 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
   /// dQ buffers: kBlockM rows x kHeadDim floats as boxes of 32 columns (128-byte rows).
   static constexpr int kDqBuffers = kDqByColumns ? 1 : kConsumers;
   static constexpr int kDqBoxBytes = kBlockM * 128;
-  static_assert(kDqBoxBytes == kSumBoxBytes, "a consumer's 64 query rows per dQ box");
+  static_assert(kDqTransposed || kDqBoxBytes == kSumBoxBytes,
+                "dQ's 64 query rows per box (store_fp32_tile)");
   static constexpr int kDqBufferBytes = kHeadDim / 32 * kDqBoxBytes;
 
   static_assert(kStages >= 2, "a ring of at least two stages");
@@ -119,30 +125,55 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
   typedef Pipeline<kStages> Ring;
   typedef PipelineState<kStages> RingState;
 
-  // A stage: Q, dO, then LSE2 and D (kBlockM floats each) and the block's index and
-  // classification, padded so that the next stage's tiles stay 1024-byte aligned.
-  static constexpr int kRowStatsOffset = 2 * QTile::kBytes;
-  static constexpr int kInfoOffset = kRowStatsOffset + 2 * kBlockM * 4;
-  static constexpr int kStageBytes = kRowStatsOffset + (2 * kBlockM * 4 + 8 + 1023) / 1024 * 1024;
+  // A stage: Q, dO and the row statistics, LSE2 and D (kBlockM floats each), then the block's
+  // index and classification. With 64-row blocks the statistics follow the tiles in the stage,
+  // padded so that the next stage's tiles stay 1024-byte aligned; 80-row stages would not fit
+  // with that padding: their statistics have an area of their own after the dQ buffers.
+  static constexpr bool kStatsInStage = !kDqTransposed;
+  /// Whether warp 3 of the producer warpgroup loads the statistics (bwd_sm90a_producer.cuh).
+  static constexpr bool kStatisticsWarp = kDqTransposed;
+  static constexpr int kInfoOffset = 2 * kBlockM * 4;  // in a stage's statistics
+  static constexpr int kStatsBytes =
+      kStatsInStage ? (kInfoOffset + 8 + 1023) / 1024 * 1024 : (kInfoOffset + 8 + 15) / 16 * 16;
+  static constexpr int kStageBytes = 2 * QTile::kBytes + (kStatsInStage ? kStatsBytes : 0);
+  static_assert(kStageBytes % 1024 == 0, "1024-byte aligned stages");
 
   // Shared memory from a 1024-byte aligned base: K, V, the stages, two dS^T buffers, the dQ
-  // buffers, the key block's FlashMask values, the K/V barrier, the ring's barriers.
+  // buffers, the stages' statistics (80 rows), the key block's FlashMask values, the K/V
+  // barrier, the ring's barriers.
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = KvTile::kBytes;
   static constexpr int kStagesOffset = 2 * KvTile::kBytes;
   static constexpr int kDsOffset = kStagesOffset + kStages * kStageBytes;
   static constexpr int kDqOffset = kDsOffset + 2 * DsTile::kBytes;
-  static constexpr int kVectorOffset = kDqOffset + kDqBuffers * kDqBufferBytes;
+  static constexpr int kStatsOffset = kDqOffset + kDqBuffers * kDqBufferBytes;
+  static constexpr int kVectorOffset = kStatsOffset + (kStatsInStage ? 0 : kStages * kStatsBytes);
   static constexpr int kKvBarrierOffset = kVectorOffset + (kBlockN * kColumns * 4 + 7) / 8 * 8;
   static constexpr int kRingOffset = kKvBarrierOffset + 8;
-  /// Dynamic shared memory, alignment slack included.
-  static constexpr int kSmemBytes = 1024 + kRingOffset + Ring::kBytes;
+  /// Dynamic shared memory, alignment slack included, except with 80-row blocks, which would
+  /// not fit with it (the 1024-byte aligned dynamic shared memory starts 1024-byte aligned:
+  /// run() traps otherwise).
+  static constexpr int kAlignSlack = kDqTransposed ? 0 : 1024;
+  static constexpr int kSmemBytes = kAlignSlack + kRingOffset + Ring::kBytes;
 
   WarpgroupAccumulator<kHeadDim> acc_dk;
   WarpgroupAccumulator<kHeadDim> acc_dv;
 
   __device__ __forceinline__ static u32 stage_address(u32 base, int index) {
     return base + kStagesOffset + index * kStageBytes;
+  }
+
+  /// The LSE2 then D (kBlockM floats each) of stage `index` at `stage`, then its block's index
+  /// and classification (at kInfoOffset).
+  __device__ __forceinline__ static u32 stats_address(u32 base, u32 stage, int index) {
+    if constexpr (kStatsInStage) return stage + 2 * QTile::kBytes;
+    return base + kStatsOffset + index * kStatsBytes;
+  }
+
+  /// stats_address + kInfoOffset (one constant from the stage where it holds them).
+  __device__ __forceinline__ static u32 info_address(u32 base, u32 stage, int index) {
+    if constexpr (kStatsInStage) return stage + (2 * QTile::kBytes + kInfoOffset);
+    return stats_address(base, stage, index) + kInfoOffset;
   }
 
   /// The mask state of the CTA's (head, batch), no rows yet, formed at its use (not held in
@@ -173,7 +204,9 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
     // The missing half of the last head pair (schedule.cuh).
     if (cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p)).head >= p.heads) return;
 
-    const u32 base = (smem_address(smem_raw) + 1023) & ~1023u;
+    const u32 base =
+        kAlignSlack > 0 ? (smem_address(smem_raw) + 1023) & ~1023u : smem_address(smem_raw);
+    if (kAlignSlack == 0 && base % 1024 != 0) __trap();
     if (threadIdx.x == 0) {
       store_cta_heads<Mask>(p, cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p)));
       // K/V: the TMA thread, plus the lanes' cp.async of the FlashMask values. Ring stages:
@@ -191,6 +224,8 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
         BackwardProducer<BackwardSm90aNarrow>::run(p, maps, base);
       } else if (threadIdx.x < 32 * (1 + kConsumers)) {
         write_dq(p, maps, base, threadIdx.x / 32 - 1);
+      } else if constexpr (kStatisticsWarp) {
+        BackwardProducer<BackwardSm90aNarrow>::run_statistics(p, base);
       }
       return;
     }
@@ -211,19 +246,19 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
     mbarrier_wait(base + kKvBarrierOffset, 0);
     // Each block's dQ is handed to the writer during the next block's first products (or
     // after the last block), so that its stores run while the tensor cores work.
-    WarpgroupAccumulator<kDqCols> acc_dq;
+    WarpgroupAccumulator<kDqAccCols> acc_dq;
     // Defined before the loop: the machine code measured on the GPU has it (without it ptxas
     // schedules the loop otherwise).
     acc_dq.fill(0.f);
     for (int it = 0;; ++it) {
       ring.consumer_wait(state);
-      const u32 stage = stage_address(base, state.index);
-      const int block = load_shared_s32(stage + kInfoOffset);
+      const u32 info = info_address(base, stage_address(base, state.index), state.index);
+      const int block = load_shared_s32(info);
       if (block < 0) {
         if (it > 0) hand_dq(base, acc_dq);
         break;
       }
-      const int tile = load_shared_s32(stage + kInfoOffset + 4);
+      const int tile = load_shared_s32(info + 4);
       iterate(p, base, base + kDsOffset + (it % 2) * DsTile::kBytes, block, tile, ring, state,
               acc_dq, it > 0);
       state.advance();
@@ -303,7 +338,7 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
   /// 8 nt + 2 t + e % 2.
   __device__ __forceinline__ void iterate(const BwdParams& p, u32 base, u32 smem_ds, int block,
                                           int tile, const Ring& ring, const RingState& state,
-                                          WarpgroupAccumulator<kDqCols>& acc_dq,
+                                          WarpgroupAccumulator<kDqAccCols>& acc_dq,
                                           bool dq_pending) {
     const int consumer = consumer_index();
     const u32 stage = stage_address(base, state.index);
@@ -315,7 +350,7 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
     const u32 smem_v = base + kVOffset;
     const u32 smem_q = stage;
     const u32 smem_do = stage + QTile::kBytes;
-    const u32 lse_log2 = stage + kRowStatsOffset;  // kBlockM floats, then D
+    const u32 lse_log2 = stats_address(base, stage, state.index);  // kBlockM floats, then D
     const u32 row_dot = lse_log2 + kBlockM * 4;
 
     // S^T = K Q^T and dP^T = V dO^T, issued together. P^T is computed while dP^T is in
@@ -408,6 +443,7 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
         }
       }
     }
+    if constexpr (kDqTransposed) Products::store_ds_transposed(a_ds.v[0], smem_ds, key_row0, lane);
 
     // dV += P^T dO and dK += dS^T Q, running while the consumers meet for dS^T.
     wgmma_fence();
@@ -437,7 +473,7 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
   /// have read it, takes acc_dq; the tile goes to the writer (its reductions drop the rows
   /// past Sq).
   __device__ __forceinline__ static void hand_dq(u32 base,
-                                                 const WarpgroupAccumulator<kDqCols>& acc_dq) {
+                                                 const WarpgroupAccumulator<kDqAccCols>& acc_dq) {
     const int consumer = consumer_index();
     const u32 buffer = base + kDqOffset + (kDqByColumns ? 0 : consumer) * kDqBufferBytes;
     named_barrier_sync(kDqFreeBarrier + consumer, kWriterThreads);
@@ -468,7 +504,7 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
   /// (free once both consumers have met), dV's in ring stage `consumer` (the consumers have
   /// passed the last stage; the tile ends before the stage's block index).
   static constexpr int kSumTileBytes = kHeadDim / 32 * kSumBoxBytes;
-  static_assert(kSumTileBytes * kConsumers <= 2 * KvTile::kBytes && kSumTileBytes <= kInfoOffset &&
+  static_assert(kSumTileBytes * kConsumers <= 2 * KvTile::kBytes && kSumTileBytes <= kStageBytes &&
                     kConsumers <= kStages,
                 "the fp32 dK and dV tiles fit the K/V tiles and the stages");
 
@@ -555,10 +591,35 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
   }
 
   /// Stores the warp's dQ rows 16 w + g (+ 8) of the accumulator, columns col0 + 8 dt + 2 t,
-  /// into the dQ buffer at `buffer` (store_fp32_tile's layout).
+  /// into the dQ buffer at `buffer` (store_fp32_tile's layout). kDqTransposed: the
+  /// accumulator is dQ^T, its rows columns col0 + 16 w + g (+ 8) of dQ, its columns queries
+  /// 8 nt + 2 t (+ 1), stored one float at a time into the same layout (boxes of kBlockM rows
+  /// of 32 columns, 128-byte rows, 16-byte chunk (c % 32 / 4) ^ (row % 8)): for each element
+  /// the warp's 32 stores cover 8 chunks of 4 rows, one per bank. Row 8 nt + 2 t + c has the
+  /// swizzle of row 2 t + c: four addresses, the tiles 1 KB apart.
   __device__ __forceinline__ static void store_dq(u32 buffer, int col0,
-                                                  const float (&acc)[kDqCols / 8][4]) {
-    store_fp32_tile<kDqCols>(buffer, col0, acc, 1.f);
+                                                  const float (&acc)[kDqAccCols / 8][4]) {
+    if constexpr (kDqTransposed) {
+      const u32 lane = static_cast<u32>(read_tid_x()) % 32;
+      const u32 t = lane % 4;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const u32 warp = (static_cast<u32>(read_tid_x()) / 32) % 4;
+        const u32 col = col0 + 16 * warp + lane / 4 + 8 * r;
+        const u32 box = buffer + (col / 32) * kDqBoxBytes + (col % 4) * 4;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const u32 row = 2 * t + c;
+          const u32 at = box + row * 128 + (((col % 32) / 4) ^ row) * 16;
+#pragma unroll
+          for (int nt = 0; nt < kDqAccCols / 8; ++nt) {
+            store_shared_f32(at + nt * 1024, acc[nt][2 * r + c]);
+          }
+        }
+      }
+    } else {
+      store_fp32_tile<kDqCols>(buffer, col0, acc, 1.f);
+    }
   }
 
   /// Rounds the dS^T pair of tile nt, row half r (key row key_row + 8 r, query columns
@@ -568,7 +629,10 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
                                                        float ds0, float ds1) {
     const u32 pair = pack2<Element>(ds0, ds1);
     a_ds.v[0][nt / 2][operand_register(nt, r)] = pair;
-    store_shared_u32(smem_ds + DsTile::element_offset(key_row + 8 * r, nt * 8 + col), pair);
+    // kDqTransposed: the whole operand is stored after (store_ds_transposed).
+    if constexpr (!kDqTransposed) {
+      store_shared_u32(smem_ds + DsTile::element_offset(key_row + 8 * r, nt * 8 + col), pair);
+    }
   }
 };
 

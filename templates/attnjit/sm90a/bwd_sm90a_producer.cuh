@@ -30,6 +30,10 @@ struct BackwardProducer {
   static constexpr int kBlockN = Kernel::kBlockN;
   static constexpr int kHeadDim = Kernel::kHeadDim;
   static constexpr int kColumns = Mask::kColumns;
+  /// The row statistics are loaded by a warp of their own (run_statistics) instead of the
+  /// producer's lanes: with 80-row blocks the producer warpgroup has 24 registers (the
+  /// consumers need 240) and the producer spilled with them.
+  static constexpr bool kStatisticsWarp = Kernel::kStatisticsWarp;
 
   /// Runs the whole walk; every lane of the warp calls it.
   __device__ __forceinline__ static void run(const BwdParams& p, const BwdTensorMaps& maps,
@@ -70,18 +74,19 @@ struct BackwardProducer {
         // The end of the walk: a stage that carries no data, block -1. It completes with the
         // same arrivals as a loaded one and no transaction bytes.
         if (lane == 0) {
-          store_shared_u32(stage + Kernel::kInfoOffset, static_cast<u32>(-1));
+          store_shared_u32(Kernel::info_address(base, stage, state.index), static_cast<u32>(-1));
           mbarrier_arrive(full);
         }
-        mbarrier_arrive(full);
+        if constexpr (!kStatisticsWarp) mbarrier_arrive(full);
         break;
       }
       ms.row_begin = block * kBlockM;
       ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
       const int tile = Mask::template classify<kBlockN>(ms, p.minmax, n_block);
       if (lane == 0) {
-        store_shared_u32(stage + Kernel::kInfoOffset, static_cast<u32>(block));
-        store_shared_u32(stage + Kernel::kInfoOffset + 4, static_cast<u32>(tile));
+        const u32 info = Kernel::info_address(base, stage, state.index);
+        store_shared_u32(info, static_cast<u32>(block));
+        store_shared_u32(info + 4, static_cast<u32>(tile));
         ring.producer_commit(state, 2 * QTile::kBytes);
         const CtaWork now =
             cta_work<Kernel::kLowBlocksFirst>(cta_order_of<Kernel::kOrderedCtas>(p));
@@ -89,13 +94,67 @@ struct BackwardProducer {
         load_panels<QTile>(stage + QTile::kBytes, maps.d_o, full, ms.row_begin, now.head,
                            now.batch);
       }
-      load_row_statistics(p, block, stage + Kernel::kRowStatsOffset);
-      ring.producer_commit_cp_async(state);
+      if constexpr (!kStatisticsWarp) {
+        load_row_statistics(p, block, Kernel::stats_address(base, stage, state.index));
+        ring.producer_commit_cp_async(state);
+      }
       state.advance();
       block = Mask::template first_active_query_block<kBlockM, kBlockN>(ms, p.minmax, n_block,
                                                                         block + 1, end);
     }
     // The lanes' last copies land before the warp exits.
+    cp_async_wait<0>();
+  }
+
+  /// kStatisticsWarp: the LSE2 and D rows of each stage that run() fills, by cp.async of this
+  /// warp's lanes, which are the stage's 32 arrivals besides the TMA thread's (also on the
+  /// last stage, which carries no data). Every lane of the warp calls it.
+  __device__ __forceinline__ static void run_statistics(const BwdParams& p, u32 base) {
+    const Ring ring{base + Kernel::kRingOffset};
+    typename Kernel::RingState state;
+    const int n_block =
+        cta_work<Kernel::kLowBlocksFirst>(cta_order_of<Kernel::kOrderedCtas>(p)).block;
+    MaskState ms = Kernel::key_mask_state(p);
+    int block, end;
+    Mask::template query_block_range<kBlockM, kBlockN>(ms, n_block, block, end);
+    block = Mask::template first_active_query_block<kBlockM, kBlockN>(ms, p.minmax, n_block, block,
+                                                                      end);
+    // Lane l copies rows l + 32 j from one pointer per vector, set once (24 registers).
+    const CtaWork work = cta_work<Kernel::kLowBlocksFirst>(cta_order_of<Kernel::kOrderedCtas>(p));
+    const int lane = threadIdx.x % 32;
+    const long long bh_lane =
+        (static_cast<long long>(work.batch) * p.heads + work.head) * p.seqlen_q + lane;
+    const float* lse = p.lse_log2 + bh_lane;
+    const float* dot = p.row_dot + bh_lane;
+    // Not unrolled by stage (the copies' registers twice).
+#pragma unroll 1
+    for (;;) {
+      ring.producer_acquire(state);
+      if (block >= end) {
+        mbarrier_arrive(ring.full(state.index));
+        break;
+      }
+      ms.row_begin = block * kBlockM;
+      ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
+      // Past Sq: zeros, the copies reading nothing from the block's first row (lane 0's).
+      const int rows = ms.row_end - ms.row_begin - lane;
+      const u32 dst =
+          Kernel::stats_address(base, Kernel::stage_address(base, state.index), state.index) +
+          4 * lane;
+#pragma unroll
+      for (int j = 0; j < (kBlockM + 31) / 32; ++j) {
+        if (32 * j + lane < kBlockM) {
+          const bool in = 32 * j < rows;
+          const int row = ms.row_begin + (in ? 32 * j : -lane);
+          cp_async_4(dst + 128 * j, lse + row, in ? 4 : 0);
+          cp_async_4(dst + 4 * kBlockM + 128 * j, dot + row, in ? 4 : 0);
+        }
+      }
+      ring.producer_commit_cp_async(state);
+      state.advance();
+      block = Mask::template first_active_query_block<kBlockM, kBlockN>(ms, p.minmax, n_block,
+                                                                        block + 1, end);
+    }
     cp_async_wait<0>();
   }
 

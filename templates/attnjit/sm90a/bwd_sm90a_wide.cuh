@@ -102,7 +102,8 @@ struct BackwardSm90aWide {
   // A stage: Q, dO, then LSE2 and D (kBlockM floats each) and the block's index and
   // classification, padded so that the next stage's tiles stay 1024-byte aligned.
   static constexpr int kRowStatsOffset = 2 * QTile::kBytes;
-  static constexpr int kInfoOffset = kRowStatsOffset + 2 * kBlockM * 4;
+  static constexpr int kInfoOffset = 2 * kBlockM * 4;  // in the statistics
+  static constexpr bool kStatisticsWarp = false;       // the producer's lanes load them
   static constexpr int kStageBytes = kRowStatsOffset + (2 * kBlockM * 4 + 8 + 1023) / 1024 * 1024;
 
   // Shared memory from a 1024-byte aligned base: K, V, the stages, the P^T and dS^T tiles, the
@@ -120,6 +121,17 @@ struct BackwardSm90aWide {
 
   WarpgroupAccumulator<kHalf> acc_dk;
   WarpgroupAccumulator<kHalf> acc_dv;
+
+  /// The LSE2 then D of stage `index` at `stage`, then its block's index and classification
+  /// (kInfoOffset): after the tiles.
+  __device__ __forceinline__ static u32 stats_address(u32, u32 stage, int) {
+    return stage + kRowStatsOffset;
+  }
+
+  /// stats_address + kInfoOffset.
+  __device__ __forceinline__ static u32 info_address(u32, u32 stage, int) {
+    return stage + (kRowStatsOffset + kInfoOffset);
+  }
 
   __device__ __forceinline__ static u32 stage_address(u32 base, int index) {
     return base + kStagesOffset + index * kStageBytes;
@@ -201,9 +213,9 @@ struct BackwardSm90aWide {
     for (;;) {
       ring.consumer_wait(state);
       const u32 stage = stage_address(base, state.index);
-      const int block = load_shared_s32(stage + kInfoOffset);
+      const int block = load_shared_s32(info_address(base, stage, state.index));
       if (block < 0) break;
-      const int tile = load_shared_s32(stage + kInfoOffset + 4);
+      const int tile = load_shared_s32(info_address(base, stage, state.index) + 4);
       iterate(p, base, stage, state.index, block, tile);
       ring.consumer_release(state);
       state.advance();

@@ -60,12 +60,12 @@ constexpr std::array<ConfigField, 6> kConfig{
 // causal FlashMask masks at d128, 32K: 0.97-0.99x the time). The writers (the producer's walk,
 // the reductions, in the deterministic mode the dQ turns; the wide layout's also release its
 // stages) need a producer warpgroup of 40 registers (ptxas spilled below that under
-// FlashMask), which leaves the consumers 232 instead of 240. At head dim 128 the causal
-// FlashMask masks with one or two vectors spill there (NVRTC 13.0: 4-12 bytes;
-// test_kernel_specs' known shortfall), and are faster so than with the consumers issuing their
-// own reductions. 80-row blocks need the consumers' 240 registers: their producer warpgroup
-// keeps 24, without a mask (the writers' walk is trivial) and with warp 3 loading the row
-// statistics (the producer warp spilled with them).
+// FlashMask), which leaves the consumers 232 instead of 240: enough at head dim 128 under
+// FlashMask too since a partial block's rule compares compile-time query offsets with bounds
+// per key (bwd_common.cuh's mask_scores_by_key_bounds; a query index per element spilled 4-12
+// bytes under the causal masks of one or two vectors). 80-row blocks need the consumers' 240
+// registers: their producer warpgroup keeps 24, without a mask (the writers' walk is trivial) and
+// with warp 3 loading the row statistics (the producer warp spilled with them).
 int producer_registers(const KernelTiles& tiles, const AttentionSpec&, const MaskLowering&) {
   return tiles.block_m == 80 ? 24 : 40;
 }

@@ -147,23 +147,8 @@ std::vector<AttentionSpec> predicate_specs() {
   return specs;
 }
 
-// The one known shortfall of the sweep, kept visible: the sm90a TMA backward's writer warps
-// leave its consumers 232 registers instead of 240, and at head dim 128 the causal FlashMask
-// masks with one or two vectors spill there (4-12 bytes stored and as many loaded, with NVRTC
-// 13.0, in both modes since the dQ tile waits for the next block's S^T; 20-56 before, the
-// deterministic non-causal ones too), still faster than without writers
-// (rows_backward_sm90a.cpp). Those kernels may spill at most kKnownSpillBytes (stores and
-// loads), with a warning; every other kernel none.
-constexpr int kKnownSpillBytes = 32;
-
-bool known_spiller(const AttentionSpec& spec, std::string_view role) {
-  return role == "backward" && spec.mask.causal &&
-         spec.target == Arch::sm_90a && spec.head_dim_qk == 128 &&
-         spec.mask.kind == MaskKind::flashmask && spec.mask.columns <= 2;
-}
-
 // Compiles every spec (no disk cache, one job per hardware thread) and checks each kernel's
-// resources: registers, no spills (but known_spiller's), no stack.
+// resources: registers, no spills, no stack.
 void check_compiles_without_spills(const std::vector<AttentionSpec>& specs) {
   std::vector<jit::CompileInfo> infos(specs.size());
   const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
@@ -200,13 +185,6 @@ void check_compiles_without_spills(const std::vector<AttentionSpec>& specs) {
                        << " spill bytes, " << kernel.stack_bytes << " stack bytes");
       CHECK(kernel.registers > 0);
       CHECK(kernel.registers <= 255);
-      if (known_spiller(specs[i], kernel.role)) {
-        if (kernel.spill_bytes > 0)
-          WARN(kernel.name << " spills " << kernel.spill_bytes << " bytes");
-        CHECK(kernel.spill_bytes <= kKnownSpillBytes);
-        CHECK(kernel.stack_bytes <= kKnownSpillBytes);
-        continue;
-      }
       CHECK(kernel.spill_bytes == 0);
       CHECK(kernel.stack_bytes == 0);
     }
@@ -300,9 +278,8 @@ TEST_CASE("sm_90a warpgroup backward kernels keep their warpgroup MMAs unseriali
 namespace {
 
 /// Compiles the `role` kernel of each spec for sm_90a (as many at once as there are cores):
-/// it must come from `row`, with no spills and no stack (but known_spiller's, up to
-/// kKnownSpillBytes), setmaxnreg honoured (no C7508) and no wgmma serialized (any
-/// "serialized" or "injected" info of ptxas, C7510-C7521).
+/// it must come from `row`, with no spills and no stack, setmaxnreg honoured (no C7508) and no
+/// wgmma serialized (any "serialized" or "injected" info of ptxas, C7510-C7521).
 void check_warp_specialized(const std::vector<std::string>& specs, KernelRole role,
                             std::string_view row) {
   std::vector<runtime::NvrtcHeader> headers;
@@ -325,10 +302,8 @@ void check_warp_specialized(const std::vector<std::string>& specs, KernelRole ro
       const runtime::NvrtcOutput output = outputs[j].get();
       INFO(output.log);
       CHECK(output.report.registers > 0);
-      const int allowed =
-          known_spiller(parse_spec(specs[first + j]), name_of(role)) ? kKnownSpillBytes : 0;
-      CHECK(output.report.spill_bytes() <= allowed);
-      CHECK(output.report.stack_bytes <= allowed);
+      CHECK(output.report.spill_bytes() == 0);
+      CHECK(output.report.stack_bytes == 0);
       CHECK(output.report.wgmma_serializations == 0);
       CHECK(output.log.find("C7508") == std::string::npos);
     }

@@ -38,6 +38,32 @@ __device__ __forceinline__ void mask_scores_by_key(const BwdParams& p, const Mas
       });
 }
 
+/// mask_scores_by_key for one warpgroup's m64 accumulator of S^T under FlashMask (no window
+/// by index): each key's rule as bounds on the queries' offsets from the thread's first query
+/// (Mask::row_bounds), so that no query index per element is held in registers (the causal
+/// FlashMask kernels at d128 spilled with them).
+template <class Mask, int kTiles>
+__device__ __forceinline__ void mask_scores_by_key_bounds(const MaskState& ms,
+                                                          WarpAccumulator<1, kTiles>& acc,
+                                                          u32 vectors, int key0, int key_row0,
+                                                          int lane) {
+  const int base = ms.row_begin + 2 * (lane % 4);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key_local = key_row0 + lane / 4 + 8 * r;
+    const typename Mask::RowBounds bounds =
+        Mask::row_bounds(ms, base, key0 + key_local,
+                         Mask::load_column(ms, vectors + key_local * Mask::kColumns * 4));
+#pragma unroll
+    for (int nt = 0; nt < kTiles; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        if (Mask::rows_masked(bounds, 8 * nt + c)) acc.v[0][nt][2 * r + c] = negative_infinity();
+      }
+    }
+  }
+}
+
 /// LSE2 of queries query_local and query_local + 1 of the block, from the stage's LSE2 row
 /// at `lse_log2`. With ALiBi, rows past Sq (which read LSE2 = 0) get +inf: their scores are
 /// the bias alone, which a negative slope makes large, and +inf keeps their P at 0 (0 * inf

@@ -298,6 +298,49 @@ struct MaskPolicy {
     if (kHasUpper) out |= ((kRowsBelowSq && kUts < 0) || row >= c.upper_start) && row < c.upper_end;
     return out;
   }
+
+  /// masked<true>'s rule for key `col` (column `c`) and the rows base + e, e >= 0, as bounds
+  /// on e: the rows' comparisons become comparisons of compile-time offsets with a few values
+  /// per key, instead of a row index per element in registers (rows_masked).
+  struct RowBounds {
+    bool past_sk;
+    int causal_end;   ///< kCausal: rows base + e with e < causal_end see no key col
+    int lower_begin;  ///< LTS - base
+    u32 lower_width;  ///< LTE - LTS (0 for an empty interval); without LTE, unbounded
+    int upper_begin;  ///< UTS - base; without UTS, unbounded below
+    int upper_end;    ///< UTE - base
+    u32 upper_width;  ///< UTE - UTS (0 for an empty interval)
+  };
+
+  __device__ static __forceinline__ RowBounds row_bounds(const MaskState& s, int base, int col,
+                                                         const Column& c) {
+    static_assert(!kWindow, "windows by index take masked()");
+    RowBounds b;
+    b.past_sk = col >= s.seqlen_k;
+    b.causal_end = col - s.diagonal - base;  // col > row + diagonal
+    b.lower_begin = c.lower_start - base;
+    b.lower_width = c.lower_end > c.lower_start ? static_cast<u32>(c.lower_end - c.lower_start) : 0;
+    b.upper_begin = c.upper_start - base;
+    b.upper_end = c.upper_end - base;
+    b.upper_width = c.upper_end > c.upper_start ? static_cast<u32>(c.upper_end - c.upper_start) : 0;
+    return b;
+  }
+
+  /// masked<true>(p, s, base + e, col, c) from row_bounds(s, base, col, c): e in [begin, begin
+  /// + width) as one unsigned compare of e - begin with the width.
+  __device__ static __forceinline__ bool rows_masked(const RowBounds& b, int e) {
+    bool out = b.past_sk;
+    if (kCausal) out |= e < b.causal_end;
+    if constexpr (kHasLower && kLte < 0) out |= e >= b.lower_begin;
+    if constexpr (kHasLower && kLte >= 0) {
+      out |= static_cast<u32>(e - b.lower_begin) < b.lower_width;
+    }
+    if constexpr (kHasUpper && kUts < 0) out |= e < b.upper_end;
+    if constexpr (kHasUpper && kUts >= 0) {
+      out |= static_cast<u32>(e - b.upper_begin) < b.upper_width;
+    }
+    return out;
+  }
 };
 
 /// The policy of mask=predicate. Visible (generated) has

@@ -391,7 +391,11 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
       if constexpr (Mask::kElementBits) {
         mask_by_bits(acc_s, 0, hidden);
       } else {
-        mask_scores_by_key<Mask>(p, ms, acc_s, base + kVectorOffset, key0, key_row0, 0, lane);
+        if constexpr (Mask::kHasVectors) {
+          mask_scores_by_key_bounds<Mask>(ms, acc_s, base + kVectorOffset, key0, key_row0, lane);
+        } else {
+          mask_scores_by_key<Mask>(p, ms, acc_s, base + kVectorOffset, key0, key_row0, 0, lane);
+        }
       }
     }
 

@@ -4,6 +4,16 @@
 
 namespace attnjit {
 
+/// `type` is A when kFirst, else B (a std::conditional for the templates).
+template <bool kFirst, class A, class B>
+struct Select {
+  typedef A type;
+};
+template <class A, class B>
+struct Select<false, A, B> {
+  typedef B type;
+};
+
 typedef unsigned int u32;
 typedef unsigned short u16;
 

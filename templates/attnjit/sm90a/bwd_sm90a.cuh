@@ -640,22 +640,13 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
   }
 };
 
-template <bool kWide, class Narrow, class Wide>
-struct SelectBackwardSm90a {
-  typedef Narrow type;
-};
-template <class Narrow, class Wide>
-struct SelectBackwardSm90a<true, Narrow, Wide> {
-  typedef Wide type;
-};
-
 /// The sm90a backward of a head dim: two consumers of 64 keys up to 128, else two consumers of
 /// half the head dim over 64 keys (bwd_sm90a_wide.cuh). Naming a specialisation does not
 /// instantiate it: only the chosen layout's static checks run.
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
 using BackwardSm90a =
-    typename SelectBackwardSm90a<(Config::kHeadDim > 128), BackwardSm90aNarrow<Config, Mask, Score>,
-                                 BackwardSm90aWide<Config, Mask, Score>>::type;
+    typename Select<(Config::kHeadDim > 128), BackwardSm90aWide<Config, Mask, Score>,
+                    BackwardSm90aNarrow<Config, Mask, Score>>::type;
 
 /// The body of a generated sm90a backward (dK, dV, dQ by TMA reductions) kernel.
 template <class Config, class Mask, class Score = ScoreMod<false, false>>

@@ -18,15 +18,6 @@
 
 namespace attnjit {
 
-template <bool kTransposed, class KeyQuery, class QueryKey>
-struct SelectDsTile {
-  typedef KeyQuery type;
-};
-template <class KeyQuery, class QueryKey>
-struct SelectDsTile<true, KeyQuery, QueryKey> {
-  typedef QueryKey type;
-};
-
 /// Stores four 8 x 8 matrices of 16-bit elements transposed: register j of each lane holds
 /// matrix j's fragment (mma layout), lane 8 j + i gives the address of stored row i (the
 /// fragment's column i) of matrix j.
@@ -63,8 +54,9 @@ struct BackwardWgmmaProducts {
   typedef SmemTile<kBlockM, kHeadDim> QTile;  // Q and dO
   /// dS^T as [key][query] (the MN-major A of dQ = dS K), or dS as [query][key] (the K-major B
   /// of dQ^T = K^T dS^T: 80 queries are no whole 32-column panel).
-  typedef typename SelectDsTile<kDqTransposed, SmemTile<kBlockN, kBlockM>,
-                                SmemTile<kBlockM, kBlockN>>::type DsTile;
+  typedef
+      typename Select<!kDqTransposed, SmemTile<kBlockN, kBlockM>, SmemTile<kBlockM, kBlockN>>::type
+          DsTile;
 
   /// acc = warpgroup `group`'s 64 keys of `keys` (K or V) times the block's rows of `queries`
   /// (Q or dO), transposed: S^T or dP^T, one wgmma group.

@@ -90,8 +90,8 @@ int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowe
   // 64-row stages keep their statistics after the tiles, padded to 1 KB; 80-row ones in an
   // area of their own (16-byte aligned), with no alignment slack.
   const bool stats_in_stage = c.block_m % 64 == 0;
-  const int stats = (2 * c.block_m * 4 + 8 + (stats_in_stage ? 1023 : 15)) /
-                    (stats_in_stage ? 1024 : 16) * (stats_in_stage ? 1024 : 16);
+  const int align = stats_in_stage ? 1024 : 16;
+  const int stats = (2 * c.block_m * 4 + 8 + align - 1) / align * align;
   const int dq = (d / 2 >= 64 ? 1 : 2) * c.block_m * d * 4;
   return (stats_in_stage ? 1024 : 0) + kv + c.kv_stages * (tiles + stats) +
          2 * c.block_n * c.block_m * element + dq + vectors + 8 + 2 * c.kv_stages * 8;

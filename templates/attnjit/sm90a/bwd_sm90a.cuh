@@ -133,8 +133,9 @@ struct BackwardSm90aNarrow : BackwardWgmmaProducts<typename Config::Element, Con
   /// Whether warp 3 of the producer warpgroup loads the statistics (bwd_sm90a_producer.cuh).
   static constexpr bool kStatisticsWarp = kDqTransposed;
   static constexpr int kInfoOffset = 2 * kBlockM * 4;  // in a stage's statistics
+  static constexpr int kStatsAlign = kStatsInStage ? 1024 : 16;
   static constexpr int kStatsBytes =
-      kStatsInStage ? (kInfoOffset + 8 + 1023) / 1024 * 1024 : (kInfoOffset + 8 + 15) / 16 * 16;
+      (kInfoOffset + 8 + kStatsAlign - 1) / kStatsAlign * kStatsAlign;
   static constexpr int kStageBytes = 2 * QTile::kBytes + (kStatsInStage ? kStatsBytes : 0);
   static_assert(kStageBytes % 1024 == 0, "1024-byte aligned stages");
 

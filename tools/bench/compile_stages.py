@@ -55,6 +55,8 @@ def parse_args(argv=None):
     for name in ("rounds", "repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name}: got {getattr(args, name)}; accepted: 1 or more")
+    if not os.access(args.attnc, os.X_OK):
+        parser.error(f"--attnc: '{args.attnc}' is not an executable attnc (build it, or name one)")
     args.templates = args.templates or [str(REPO / "templates")]
     for directory in args.templates:
         if not (Path(directory) / "attnjit").is_dir():

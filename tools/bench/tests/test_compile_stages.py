@@ -45,20 +45,24 @@ class ArgumentTest(unittest.TestCase):
         return err.getvalue()
 
     def test_defaults(self):
-        args = compile_stages.parse_args(["--spec", "dtype=bf16 head_dim=64 mask=none"])
+        args = compile_stages.parse_args(["--spec", "dtype=bf16 head_dim=64 mask=none",
+                                          "--attnc", sys.executable])
         self.assertEqual(args.role, "forward")
         self.assertEqual(args.arch, "sm_90a")
         self.assertEqual((args.rounds, args.repeats, args.products), (3, 3, False))
         self.assertEqual(args.templates, [str(compile_stages.REPO / "templates")])
 
     def test_bad_values_name_the_field(self):
+        self.assertIn("--attnc: '/nonexistent/attnc' is not an executable",
+                      self.parse_error(["--spec", "x", "--attnc", "/nonexistent/attnc"]))
         self.assertIn("--rounds: got 0", self.parse_error(["--spec", "x", "--rounds", "0"]))
         self.assertIn("--repeats: got -1", self.parse_error(["--spec", "x", "--repeats", "-1"]))
         self.assertIn("--arch: got 'compute_90a'",
                       self.parse_error(["--spec", "x", "--arch", "compute_90a"]))
         with tempfile.TemporaryDirectory() as empty:
             self.assertIn("has no attnjit/ directory",
-                          self.parse_error(["--spec", "x", "--templates", empty]))
+                          self.parse_error(["--spec", "x", "--templates", empty,
+                                            "--attnc", sys.executable]))
 
 
 class SourceTest(unittest.TestCase):

@@ -394,20 +394,16 @@ struct ForwardSm90a {
   /// S = Q K^T for the consumer's 64 rows (the caller commits the group).
   __device__ __forceinline__ static void multiply_qk(float (&s)[kSTiles][4], u32 q, int consumer,
                                                      u32 k) {
-#pragma unroll
-    for (int kk = 0; kk < kQkSteps; ++kk) {
-      wgmma_ss<Element, kBlockN, 0, 0>(s, k_major_descriptor<QTile>(q, 64 * consumer, kk),
-                                       k_major_descriptor<KvTile>(k, 0, kk), kk > 0);
-    }
+    WgmmaSteps<kBlockN, kQkSteps>::template ss<Element, 0, 0>(
+        s, [&](int kk) { return k_major_descriptor<QTile>(q, 64 * consumer, kk); },
+        [&](int kk) { return k_major_descriptor<KvTile>(k, 0, kk); }, 0);
   }
 
   /// O += P V (the caller commits the group).
   __device__ __forceinline__ static void multiply_pv(float (&o)[kDTiles][4],
                                                      const OperandA<1, kPvSteps>& a, u32 v) {
-#pragma unroll
-    for (int kk = 0; kk < kPvSteps; ++kk) {
-      wgmma_rs<Element, kHeadDim, 1>(o, a.v[0][kk], mn_major_descriptor<KvTile>(v, 0, kk), 1);
-    }
+    WgmmaSteps<kHeadDim, kPvSteps>::template rs<Element, 1>(
+        o, a.v[0], [&](int kk) { return mn_major_descriptor<KvTile>(v, 0, kk); }, 1);
   }
 
   /// Score modifiers and, on a partial block, the mask (from the stage's FlashMask values,

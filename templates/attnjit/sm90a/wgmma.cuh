@@ -281,6 +281,32 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 8][4], const u32 (&a)[4
   WgmmaShape<kN>::template rs<Element, kTransB>(d, a, desc_b, accumulate);
 }
 
+/// The kSteps k16 steps of one product into d (m64 x kN): step kk takes desc_a(kk) and
+/// desc_b(kk) (SS: A and B by descriptor) or a[kk] and desc_b(kk) (RS: A's four registers),
+/// the first step adding to d only when `accumulate`. Here each step is its own asm statement;
+/// a kernel's generated source may specialize WgmmaSteps for its products' (kN, kSteps) with
+/// one statement per product (compiler/codegen/emit.cpp), which NVVM then handles once instead
+/// of once per step.
+template <int kN, int kSteps>
+struct WgmmaSteps {
+  template <class Element, int kTransA, int kTransB, class DescA, class DescB>
+  __device__ static __forceinline__ void ss(float (&d)[kN / 8][4], DescA desc_a, DescB desc_b,
+                                            int accumulate) {
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) {
+      wgmma_ss<Element, kN, kTransA, kTransB>(d, desc_a(kk), desc_b(kk), kk > 0 ? 1 : accumulate);
+    }
+  }
+  template <class Element, int kTransB, class DescB>
+  __device__ static __forceinline__ void rs(float (&d)[kN / 8][4], const u32 (&a)[kSteps][4],
+                                            DescB desc_b, int accumulate) {
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) {
+      wgmma_rs<Element, kN, kTransB>(d, a[kk], desc_b(kk), kk > 0 ? 1 : accumulate);
+    }
+  }
+};
+
 #undef ATTNJIT_R8_0
 #undef ATTNJIT_R8_1
 #undef ATTNJIT_R8_2

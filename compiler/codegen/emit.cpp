@@ -165,27 +165,28 @@ void emit_wgmma_steps(SourceWriter& w, int n, int steps, DType dtype) {
   for (int kk = 0; kk < steps; ++kk) rs_inputs += fmt::format("\"l\"(desc_b({})), ", kk);
   rs_inputs += "\"r\"(accumulate), \"n\"(kTransB)";
 
+  // One member: its template line and signature, the element type's check and the statement.
+  const auto member = [&](std::string_view head, std::string_view signature,
+                          std::string_view continued, const std::string& statement,
+                          const std::string& inputs) {
+    w.line("{}", head);
+    w.line("__device__ static __forceinline__ void {}", signature);
+    w.line("                                          {}", continued);
+    w.line("  static_assert({}is_bf16<Element>(), \"the spec's element type\");", bf16 ? "" : "!");
+    w.line("  asm volatile(\"{}\"", statement);
+    w.line("               : {}", outputs);
+    w.line("               : {});", inputs);
+    w.line("}}");
+  };
   w.line("template <>");
   w.line("struct WgmmaSteps<{}, {}> {{", n, steps);
   w.indent();
-  w.line("template <class Element, int kTransA, int kTransB, class DescA, class DescB>");
-  w.line("__device__ static __forceinline__ void ss(float (&d)[{}][4], DescA desc_a, DescB desc_b,",
-         n / 8);
-  w.line("                                          int accumulate) {{");
-  w.line("  static_assert({}is_bf16<Element>(), \"the spec's element type\");", bf16 ? "" : "!");
-  w.line("  asm volatile(\"{}\"", ss);
-  w.line("               : {}", outputs);
-  w.line("               : {});", ss_inputs);
-  w.line("}}");
-  w.line("template <class Element, int kTransB, class DescB>");
-  w.line("__device__ static __forceinline__ void rs(float (&d)[{}][4], const u32 (&a)[{}][4],",
-         n / 8, steps);
-  w.line("                                          DescB desc_b, int accumulate) {{");
-  w.line("  static_assert({}is_bf16<Element>(), \"the spec's element type\");", bf16 ? "" : "!");
-  w.line("  asm volatile(\"{}\"", rs);
-  w.line("               : {}", outputs);
-  w.line("               : {});", rs_inputs);
-  w.line("}}");
+  member("template <class Element, int kTransA, int kTransB, class DescA, class DescB>",
+         fmt::format("ss(float (&d)[{}][4], DescA desc_a, DescB desc_b,", n / 8),
+         "int accumulate) {", ss, ss_inputs);
+  member("template <class Element, int kTransB, class DescB>",
+         fmt::format("rs(float (&d)[{}][4], const u32 (&a)[{}][4],", n / 8, steps),
+         "DescB desc_b, int accumulate) {", rs, rs_inputs);
   w.dedent();
   w.line("}};");
 }

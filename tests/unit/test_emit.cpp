@@ -13,10 +13,12 @@ using namespace attnjit;
 
 namespace {
 
-std::string forward_source(const char* text) {
+std::string main_source(const char* text, KernelRole role) {
   const Lowering ir = lower(parse_spec(text));
-  return emit_kernel(ir, *ir.plan->find(KernelRole::forward));
+  return emit_kernel(ir, *ir.plan->find(role));
 }
+
+std::string forward_source(const char* text) { return main_source(text, KernelRole::forward); }
 
 }  // namespace
 
@@ -89,10 +91,6 @@ TEST_CASE("an attention TU binds its registry row's template and Config", "[emit
 
 TEST_CASE("sm90a kernels define only the wgmma shapes they use; sm80 kernels none",
           "[emit]") {
-  const auto main_source = [](const char* text, KernelRole role) {
-    const Lowering ir = lower(parse_spec(text));
-    return emit_kernel(ir, *ir.plan->find(role));
-  };
   const std::string forward =
       main_source("dtype=bf16 head_dim=128 mask=causal target=sm_90a", KernelRole::forward);
   const std::string defines = "#define ATTNJIT_WGMMA_SOME_SHAPES\n";
@@ -112,10 +110,6 @@ TEST_CASE("sm90a kernels define only the wgmma shapes they use; sm80 kernels non
 
 TEST_CASE("the sm90a forward's products are one asm statement each; other kernels keep steps",
           "[emit]") {
-  const auto main_source = [](const char* text, KernelRole role) {
-    const Lowering ir = lower(parse_spec(text));
-    return emit_kernel(ir, *ir.plan->find(role));
-  };
   // d128: S = Q K^T and O += P V are both 128 columns over 8 k16 steps: one specialization.
   const std::string d128 =
       main_source("dtype=bf16 head_dim=128 mask=causal target=sm_90a", KernelRole::forward);

@@ -122,7 +122,7 @@ std::string operand_list(int first, int count) {
 // One asm statement for each of a product's forms (wgmma.cuh's WgmmaSteps<n, steps>): every
 // k16 step of the product in one statement, so that NVVM handles the n / 2 accumulators once
 // per product instead of once per step (NVRTC to PTX 243-248 ms against 281-311 for the d128
-// causal forward, the same speed on the H100:
+// causal forward; at d128 bf16 the same speed on the H100:
 // docs/benchmarks/2026-11-27-compile-latency-forward-products.md). Operands: the accumulators
 // %0 .. %(n/2 - 1), then SS: the steps' A descriptors, their B descriptors, the accumulate
 // flag and the two transpose immediates; RS: the steps' A registers (four each), their B

@@ -133,16 +133,18 @@ int ctas_per_sm(const KernelTiles& tiles) {
 }
 
 // fwd_sm90a.cuh's kSmemBytes without the O tile: alignment slack, Q, the K and V stages, each
-// K stage's FlashMask values, the barriers (Q full and empty, the rings'); and the O tile's
-// bytes.
+// K stage's FlashMask values and block slot, the barriers (Q full and empty, the rings'); and
+// the O tile's bytes.
 std::pair<int, int> smem_parts(const TileCandidate& c, const AttentionSpec& spec,
                                const MaskLowering& mask) {
   const int element = size_of(spec.dtype);
   const int vectors = c.block_n * static_cast<int>(mask.vectors.size()) * 4;
-  const int shared =
-      1024 + c.block_m * spec.head_dim_qk * element +
-      c.kv_stages * (c.block_n * (spec.head_dim_qk + spec.head_dim_v) * element + vectors) + 16 +
-      2 * (2 * c.kv_stages * 8);
+  // Under masks with tables (fwd_sm90a.cuh's kFedWalk).
+  const int block_slot = mask.needs_minmax || mask.element_predicate ? 16 : 0;
+  const int shared = 1024 + c.block_m * spec.head_dim_qk * element +
+                     c.kv_stages * (c.block_n * (spec.head_dim_qk + spec.head_dim_v) * element +
+                                    vectors + block_slot) +
+                     16 + 2 * (2 * c.kv_stages * 8);
   return {shared, c.block_m * spec.head_dim_v * element};
 }
 

@@ -166,6 +166,17 @@ TEST_CASE("sm90a forward: rows with no visible key give O = 0 and LSE = -inf",
   band.intervals = m;
   band.seed = 8;
   cases.push_back(band);
+  // FlashMask masking every key for rows [100, 190) at d128: the query block of rows 128 and up
+  // visits no key block (the producer's stage without a block, with the vectors' arrivals).
+  Case empty_block = base_case({MaskKind::flashmask, false, 4}, 128, DType::bf16);
+  empty_block.heads = 3;
+  empty_block.kv_heads = 1;
+  empty_block.seqlen_q = empty_block.seqlen_k = 190;
+  m.data.clear();
+  for (int j = 0; j < 190; ++j) m.data.insert(m.data.end(), {100, 190, 0, 0});
+  empty_block.intervals = m;
+  empty_block.seed = 10;
+  cases.push_back(empty_block);
   // A sliding window whose diagonal leaves the keys: rows below 236 see nothing.
   Case window = base_case({MaskKind::sliding_window, false, 0}, 256);
   window.seqlen_q = 300;

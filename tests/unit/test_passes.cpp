@@ -639,11 +639,11 @@ TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") 
   CHECK(forward.name == "attnjit_fwd_bf16_d128_causal");
   CHECK_THAT(to_string(ir), Catch::Contains("row=forward.warpgroup.sm90a") &&
                                 Catch::Contains("params=attention_tma"));
-  // FlashMask vectors ride with the K stages; an O tile of its own (persistent under masks
-  // with a CTA order).
+  // FlashMask vectors and the block's slot (16 bytes) ride with the K stages; an O tile of its
+  // own (persistent under masks with a CTA order).
   CHECK(forward_tiles("dtype=fp16 head_dim=64 mask=flashmask(causal=false,columns=4) "
                       "tiles=128x176x12w target=sm_90a")
-            .smem_bytes == 1024 + 16384 + 2 * (2 * 176 * 64 * 2 + 176 * 16) + 16384 + 16 + 64);
+            .smem_bytes == 1024 + 16384 + 2 * (2 * 176 * 64 * 2 + 176 * 16 + 16) + 16384 + 16 + 64);
   // Not persistent: O goes out through the Q tile (d256, and masks without tables).
   CHECK(forward_tiles("dtype=bf16 head_dim=256 mask=none tiles=128x80x12w target=sm_90a")
             .smem_bytes == 1024 + 65536 + 2 * (2 * 80 * 256 * 2) + 16 + 64);

@@ -17,12 +17,12 @@
 // Within a warpgroup, S of block j + 1 is issued with O += P V of block j, and the softmax
 // of block j + 1 runs while O += P V does; O takes block j's correction while S is computed.
 // With kPingPong the consumers take turns, in a ring, to issue their products (named
-// barriers), so their softmaxes run while another's products hold the tensor cores. Every
-// warp walks the key blocks itself (key_block_walk.cuh); under masks with tables a consumer's
-// walk runs a block ahead, under the products (kWalkAhead). From head dim 128 the softmax's
-// steps are lazy (a row keeps its max until it rises by more than 2^8) and O is rescaled only
-// where a row of the warp moved its max (kLazyRescale, kSkipRescale). The epilogue writes O
-// through shared memory and TMA (fwd_sm90a_epilogue.cuh).
+// barriers), so their softmaxes run while another's products hold the tensor cores. Under
+// masks by index every warp walks the key blocks itself (key_block_walk.cuh); under masks
+// with tables the producer's walk feeds the consumers through the K stages (kFedWalk). From
+// head dim 128 the softmax's steps are lazy (a row keeps its max until it rises by more than
+// 2^8) and O is rescaled only where a row of the warp moved its max (kLazyRescale,
+// kSkipRescale). The epilogue writes O through shared memory and TMA (fwd_sm90a_epilogue.cuh).
 //
 // kPersistent (the registry's rule: masks with a CTA order, two or three consumers, head dims
 // up to 128): a grid of min(works, SMs) CTAs, each taking works (query blocks) of the CTA order,
@@ -110,29 +110,34 @@ struct ForwardSm90a {
   /// are 64 or more per thread: 0.96-0.98x the time on eight of ten families at d128 (B=16
   /// H=32 S=8192); at d64 it measured 1.01-1.05x slower.
   static constexpr bool kLazyRescale = kHeadDim >= 128;
-  /// Walks reading tables (FlashMask, predicates) run a block ahead of the consumer: the
-  /// shuffle and bit scans that give the next block and its classification then run under the
-  /// products instead of between S and the softmax and between the softmax and the next
-  /// product (ncu, d64 documents: 8% of the samples, most waiting on the shuffle). Masks by
-  /// index find their next block by arithmetic; at d64 walking ahead measured 1.01-1.02x
-  /// slower there (three consumers).
-  static constexpr bool kWalkAhead = WarpKeyBlockWalk<Mask, kBlockN>::kTables;
+  /// Under masks with tables (FlashMask, predicates) the producer's walk is the only one: it
+  /// writes each K stage's block, its classification and whether another block follows into
+  /// the stage's slot (BlockSlotWord), and a work without a visited block gets one stage whose
+  /// block is -1; the consumers read the slot with the stage, and the next block is known
+  /// before its S is issued. The walk (table reads, a window's classification, the bit scans
+  /// and shuffles) is then compiled once, not in the producer and again at each of a
+  /// consumer's uses, and its latency is off the consumers' path (walked by every consumer
+  /// warp, it had to run a block ahead, under the products: ncu, d64 documents, 8% of the
+  /// samples waited on its shuffle between S and the softmax). Masks by index keep every
+  /// warp's walk, by arithmetic.
+  static constexpr bool kFedWalk = WarpKeyBlockWalk<Mask, kBlockN>::kTables;
   /// Whether the output's rescaling is skipped where no row of the warp moved its max (a warp
   /// vote): with lazy steps, and under masks with tables, where exact steps measured 0.97-1.02x
   /// the time with it at d64 (against 1.01-1.04x under masks by index).
-  static constexpr bool kSkipRescale = kLazyRescale || kWalkAhead;
+  static constexpr bool kSkipRescale = kLazyRescale || kFedWalk;
   static_assert(!kPersistent || (Mask::kOrderedCtas && kConsumers >= 2),
                 "persistent: works sorted by a CTA order, two or three consumers");
 
   // Shared memory from a 1024-byte aligned base: Q, the K stages, the V stages, the O tile
-  // (kPersistent), the FlashMask values of each K stage, the barriers (Q full, Q empty, the
-  // K ring's, the V ring's).
+  // (kPersistent), the FlashMask values of each K stage, the block slot of each K stage
+  // (kFedWalk), the barriers (Q full, Q empty, the K ring's, the V ring's).
   static constexpr int kKOffset = QTile::kBytes;
   static constexpr int kVOffset = kKOffset + kStages * KvTile::kBytes;
   static constexpr int kOOffset = kPersistent ? kVOffset + kStages * KvTile::kBytes : 0;
   static constexpr int kVectorOffset =
       kVOffset + kStages * KvTile::kBytes + (kPersistent ? QTile::kBytes : 0);
-  static constexpr int kBarrierOffset = kVectorOffset + kStages * kVectorStageBytes;
+  static constexpr int kBlockSlotOffset = kVectorOffset + kStages * kVectorStageBytes;
+  static constexpr int kBarrierOffset = kBlockSlotOffset + (kFedWalk ? kStages * 16 : 0);
   static constexpr int kQEmptyOffset = kBarrierOffset + 8;
   static constexpr int kKRingOffset = kQEmptyOffset + 8;
   static constexpr int kVRingOffset = kKRingOffset + Pipeline<kStages>::kBytes;
@@ -235,30 +240,30 @@ struct ForwardSm90a {
     softmax.reset();
     float correction[1][2];
 
-    // Every warp walks the blocks itself (key_block_walk.cuh).
+    // The blocks: the producer's, from each K stage's slot (kFedWalk), or every warp walks
+    // them itself (key_block_walk.cuh). `block`, `tile`: the block whose S is in flight or
+    // ready and its classification; `more`: whether another block follows (kFedWalk).
     WarpKeyBlockWalk<Mask, kBlockN> walk;
-    walk.begin(block_mask_state(p, parity), p.minmax);
+    if constexpr (!kFedWalk) walk.begin(block_mask_state(p, parity), p.minmax);
+    int block = 0;
+    int tile = 0;
+    bool more = false;
     // Every work's Q is waited for, also when no block follows: the epilogue may write into
     // the Q tile (one CTA per work), and the Q tile's phases stay in step with the producer's.
     mbarrier_wait(base + kBarrierOffset, parity);
-    if (walk.more()) {
-      k_ring.consumer_wait(k_state);
+    if (first_block(base, walk, k_ring, k_state, block, tile, more)) {
       turn_begin(consumer, /*first=*/true);
       wgmma_fence();
       multiply_qk(acc_s.tiles(), base, consumer, base + kKOffset + k_state.index * KvTile::kBytes);
       wgmma_commit();
       turn_end(consumer);
-      // The block whose S is in flight and its classification.
-      int block = 0;
-      int tile = 0;
-      walk_ahead(p, parity, walk, block, tile);
       wgmma_wait<0>();
       fence_accumulators(acc_s.tiles());
       // The loop is rotated so that the score step has one copy (code size is compile time):
       // S of the block is ready at the top; O += P V of the block before is in flight.
       for (bool first = true;; first = false) {
         const u32 vectors = base + kVectorOffset + k_state.index * kVectorStageBytes;
-        if constexpr (kWalkAhead) {
+        if constexpr (kFedWalk) {
           score_block(p, acc_s.tiles(), block, tile, vectors, consumer, parity);
         } else {
           score_block(p, acc_s.tiles(), walk.block,
@@ -270,9 +275,15 @@ struct ForwardSm90a {
         fence_accumulators(acc_o.tiles());
         if (!first) release(v_ring, v_state);
         to_operand_a<Element>(acc_s, p_frag);
-        if constexpr (!kWalkAhead) walk.next(block_mask_state(p, parity), p.minmax);
-        if (!walk.more()) break;
-        k_ring.consumer_wait(k_state);
+        if constexpr (kFedWalk) {
+          if (!more) break;
+          k_ring.consumer_wait(k_state);
+          read_block_slot(base, k_state.index, block, tile, more);
+        } else {
+          walk.next(block_mask_state(p, parity), p.minmax);
+          if (!walk.more()) break;
+          k_ring.consumer_wait(k_state);
+        }
         // S of the next block is issued before O += P V of this one, and the next score step
         // runs while O += P V does; O takes this block's correction meanwhile.
         turn_begin(consumer, false);
@@ -286,7 +297,6 @@ struct ForwardSm90a {
         multiply_pv(acc_o.tiles(), p_frag, base + kVOffset + v_state.index * KvTile::kBytes);
         wgmma_commit();
         turn_end(consumer);
-        walk_ahead(p, parity, walk, block, tile);
         wgmma_wait<1>();
         fence_accumulators(acc_s.tiles());
       }
@@ -314,15 +324,40 @@ struct ForwardSm90a {
         work.block * kBlockM + 64 * consumer, work.head, work.batch);
   }
 
-  /// kWalkAhead: takes the walk's current block and its classification (the block whose S
-  /// was just issued) and moves the walk to the next block, while the product runs.
-  __device__ __forceinline__ static void walk_ahead(const FwdParams& p, u32 parity,
-                                                    WarpKeyBlockWalk<Mask, kBlockN>& walk,
-                                                    int& block, int& tile) {
-    if constexpr (kWalkAhead) {
-      block = walk.block;
-      tile = walk.tile(block_mask_state(p, parity), p.minmax);
-      walk.next(block_mask_state(p, parity), p.minmax);
+  /// The words of a K stage's block slot (kFedWalk), written by the producer before the
+  /// stage's full arrival: the block (-1: the work visits none, nothing was loaded), its
+  /// classification (Mask::classify), and whether another block of the work follows.
+  enum BlockSlotWord { kSlotKeyBlock, kSlotTile, kSlotMore };
+  __device__ __forceinline__ static u32 block_slot_address(u32 base, int stage, int word) {
+    return base + kBlockSlotOffset + 16 * stage + 4 * word;
+  }
+
+  /// kFedWalk: the block, classification and follow-on flag of K stage `stage` (waited for).
+  __device__ __forceinline__ static void read_block_slot(u32 base, int stage, int& block, int& tile,
+                                                         bool& more) {
+    block = load_shared_s32(block_slot_address(base, stage, kSlotKeyBlock));
+    tile = load_shared_s32(block_slot_address(base, stage, kSlotTile));
+    more = load_shared_s32(block_slot_address(base, stage, kSlotMore)) != 0;
+  }
+
+  /// Whether the work visits a block; if so, its first K stage has been waited for (and,
+  /// kFedWalk, `block`, `tile` and `more` read from its slot). kFedWalk: a work without a
+  /// block has one stage without a block, released here.
+  __device__ __forceinline__ static bool first_block(u32 base,
+                                                     const WarpKeyBlockWalk<Mask, kBlockN>& walk,
+                                                     const Pipeline<kStages>& k_ring,
+                                                     PipelineState<kStages>& k_state, int& block,
+                                                     int& tile, bool& more) {
+    if constexpr (kFedWalk) {
+      k_ring.consumer_wait(k_state);
+      read_block_slot(base, k_state.index, block, tile, more);
+      if (block >= 0) return true;
+      release<kKReleasePerWarp>(k_ring, k_state);
+      return false;
+    } else {
+      if (!walk.more()) return false;
+      k_ring.consumer_wait(k_state);
+      return true;
     }
   }
 

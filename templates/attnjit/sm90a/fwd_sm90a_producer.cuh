@@ -10,7 +10,9 @@
 //                       block's keys (cp.async by the warp's lanes, arriving through .noinc);
 //   V ring              V of the block before, so the consumers find K of block j + 1 ahead
 //                       of V of block j, the order in which they use them.
-// The consumers walk the same blocks themselves.
+// Under masks with tables each K stage carries its block, the block's classification and
+// whether another block follows (Kernel::kFedWalk; a work that visits no block gets one stage
+// that says so); under masks by index the consumers walk the same blocks themselves.
 #pragma once
 
 #include "attnjit/common/key_block_walk.cuh"
@@ -144,7 +146,8 @@ struct ForwardProducer {
     }
   }
 
-  /// The K and V copies of the work of parity `parity`, its walk begun.
+  /// The K and V copies of the work of parity `parity`, its walk begun. The walk runs a
+  /// block ahead of the K copies: a stage's slot (kFedWalk) says whether another follows.
   __device__ __forceinline__ static void run_walk(
       const FwdParams& p, const FwdTensorMaps& maps, u32 base, const Pipeline<kStages>& k_ring,
       const Pipeline<kStages>& v_ring, PipelineState<kStages>& k_state,
@@ -152,19 +155,35 @@ struct ForwardProducer {
     const int lane = threadIdx.x % 32;
     int previous = -1;
     for (;;) {
-      const bool more = walk.more();
-      if (more) {
+      const int block = walk.more() ? walk.block : -1;
+      if (block >= 0) {
+        int tile = 0;
+        if constexpr (Kernel::kFedWalk) {
+          tile = walk.tile(Kernel::block_mask_state(p, parity), p.minmax);
+          walk.next(Kernel::block_mask_state(p, parity), p.minmax);
+        }
         k_ring.producer_acquire(k_state);
         if (lane == 0) {
+          if constexpr (Kernel::kFedWalk)
+            write_block_slot(base, k_state.index, block, tile, walk.more());
           k_ring.producer_commit(k_state, Tile::kBytes);
           load_panels(p, maps.k, base + Kernel::kKOffset + k_state.index * Tile::kBytes,
-                      k_ring.full(k_state.index), walk.block, parity);
+                      k_ring.full(k_state.index), block, parity);
         }
         if constexpr (kColumns > 0) {
-          load_vectors(p, Kernel::block_mask_state(p, parity), walk.block,
+          load_vectors(p, Kernel::block_mask_state(p, parity), block,
                        base + Kernel::kVectorOffset + k_state.index * kVectorStageBytes);
           k_ring.producer_commit_cp_async(k_state);
         }
+        k_state.advance();
+      } else if (Kernel::kFedWalk && previous < 0) {
+        // No block: one stage that says so, its arrivals without copies.
+        k_ring.producer_acquire(k_state);
+        if (lane == 0) {
+          write_block_slot(base, k_state.index, -1, 0, false);
+          mbarrier_arrive(k_ring.full(k_state.index));
+        }
+        if constexpr (kColumns > 0) mbarrier_arrive(k_ring.full(k_state.index));
         k_state.advance();
       }
       if (previous >= 0) {
@@ -176,10 +195,21 @@ struct ForwardProducer {
         }
         v_state.advance();
       }
-      if (!more) break;
-      previous = walk.block;
-      walk.next(Kernel::block_mask_state(p, parity), p.minmax);
+      if (block < 0) break;
+      previous = block;
+      if constexpr (!Kernel::kFedWalk) walk.next(Kernel::block_mask_state(p, parity), p.minmax);
     }
+  }
+
+  /// kFedWalk: the slot of K stage `stage` (lane 0, before the stage's full arrival, which
+  /// publishes it).
+  __device__ __forceinline__ static void write_block_slot(u32 base, int stage, int block, int tile,
+                                                          bool more) {
+    store_shared_u32(Kernel::block_slot_address(base, stage, Kernel::kSlotKeyBlock),
+                     static_cast<u32>(block));
+    store_shared_u32(Kernel::block_slot_address(base, stage, Kernel::kSlotTile),
+                     static_cast<u32>(tile));
+    store_shared_u32(Kernel::block_slot_address(base, stage, Kernel::kSlotMore), more ? 1u : 0u);
   }
 
   /// The panels of K or V block `block` of the current work's (kv head, batch), keys past Sk

@@ -78,9 +78,6 @@ struct ForwardSm90a {
   static constexpr int kPvSteps = kBlockN / 16;   // k16 steps of P V
   static constexpr int kColumns = Mask::kColumns;
   static constexpr bool kElementBits = Mask::kElementBits;
-  /// The K stages' empty barrier takes one arrival per consumer warp, or per consumer thread
-  /// where the stages hold FlashMask values (release).
-  static constexpr bool kKReleasePerWarp = kColumns == 0;
   /// Partial blocks take the FlashMask rule element by element (mask_scores' kDirect) with one
   /// or four vectors: on the H100 (B=16 S=8192) the one-vector families took 0.79-0.94x the
   /// time at d64 and d128 and global + sliding window (four) 0.96-0.97x; with two vectors the
@@ -121,6 +118,10 @@ struct ForwardSm90a {
   /// samples waited on its shuffle between S and the softmax). Masks by index keep every
   /// warp's walk, by arithmetic.
   static constexpr bool kFedWalk = WarpKeyBlockWalk<Mask, kBlockN>::kTables;
+  /// The K stages' empty barrier takes one arrival per consumer warp, or per consumer thread
+  /// where the stages hold what every thread reads (FlashMask values, kFedWalk's block slot):
+  /// see release().
+  static constexpr bool kKReleasePerWarp = !kFedWalk;
   /// Whether the output's rescaling is skipped where no row of the warp moved its max (a warp
   /// vote): with lazy steps, and under masks with tables, where exact steps measured 0.97-1.02x
   /// the time with it at d64 (against 1.01-1.04x under masks by index).
@@ -410,10 +411,11 @@ struct ForwardSm90a {
 
   /// Releases a stage and moves on: kPerWarp, lane 0 of each consumer warp after the warp's
   /// reads (__syncwarp), else every consumer thread. The K stages that hold FlashMask values
-  /// take an arrival from every thread: compute-sanitizer's racecheck does not follow the
-  /// __syncwarp ordering and reported the values' reuse as hazards. Per thread measured ~3%
-  /// slower without a mask (docs/benchmarks/2026-11-25-h100-backward-sm90a.md), so the V
-  /// stages and the K stages of other masks keep one arrival per warp.
+  /// or the block slot (kFedWalk) take an arrival from every thread: compute-sanitizer's
+  /// racecheck does not follow the __syncwarp ordering and reported the reuse of the values,
+  /// and of the slot under predicate masks, as hazards. Per thread measured ~3% slower
+  /// without a mask (docs/benchmarks/2026-11-25-h100-backward-sm90a.md), so the V stages and
+  /// the K stages of masks by index keep one arrival per warp.
   template <bool kPerWarp = true>
   __device__ __forceinline__ static void release(const Pipeline<kStages>& ring,
                                                  PipelineState<kStages>& state) {

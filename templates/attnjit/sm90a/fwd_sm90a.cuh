@@ -119,9 +119,9 @@ struct ForwardSm90a {
   /// warp's walk, by arithmetic.
   static constexpr bool kFedWalk = WarpKeyBlockWalk<Mask, kBlockN>::kTables;
   /// The K stages' empty barrier takes one arrival per consumer warp, or per consumer thread
-  /// where the stages hold what every thread reads (FlashMask values, kFedWalk's block slot):
-  /// see release().
-  static constexpr bool kKReleasePerWarp = !kFedWalk;
+  /// where the stages hold FlashMask values, which every thread reads (see release()). The
+  /// block slot is read by lane 0 where the release is per warp (read_block_slot).
+  static constexpr bool kKReleasePerWarp = kColumns == 0;
   /// Whether the output's rescaling is skipped where no row of the warp moved its max (a warp
   /// vote): with lazy steps, and under masks with tables, where exact steps measured 0.97-1.02x
   /// the time with it at d64 (against 1.01-1.04x under masks by index).
@@ -334,11 +334,29 @@ struct ForwardSm90a {
   }
 
   /// kFedWalk: the block, classification and follow-on flag of K stage `stage` (waited for).
+  /// Where the stage is released per warp (kKReleasePerWarp: predicate masks), lane 0 reads
+  /// the slot and the warp takes it by shuffles: the reads then precede the releasing lane's
+  /// arrival in its own order (compute-sanitizer's racecheck does not follow __syncwarp and
+  /// reported the other lanes' reads against the producer's next write). Released per
+  /// thread, the warp's K stages measured 0.7-2.3% slower under predicate masks.
   __device__ __forceinline__ static void read_block_slot(u32 base, int stage, int& block, int& tile,
                                                          bool& more) {
-    block = load_shared_s32(block_slot_address(base, stage, kSlotKeyBlock));
-    tile = load_shared_s32(block_slot_address(base, stage, kSlotTile));
-    more = load_shared_s32(block_slot_address(base, stage, kSlotMore)) != 0;
+    if constexpr (kKReleasePerWarp) {
+      int words[3] = {0, 0, 0};
+      if (threadIdx.x % 32 == 0) {
+#pragma unroll
+        for (int w = 0; w < 3; ++w) words[w] = load_shared_s32(block_slot_address(base, stage, w));
+      }
+#pragma unroll
+      for (int w = 0; w < 3; ++w) words[w] = __shfl_sync(0xffffffffu, words[w], 0);
+      block = words[kSlotKeyBlock];
+      tile = words[kSlotTile];
+      more = words[kSlotMore] != 0;
+    } else {
+      block = load_shared_s32(block_slot_address(base, stage, kSlotKeyBlock));
+      tile = load_shared_s32(block_slot_address(base, stage, kSlotTile));
+      more = load_shared_s32(block_slot_address(base, stage, kSlotMore)) != 0;
+    }
   }
 
   /// Whether the work visits a block; if so, its first K stage has been waited for (and,
@@ -411,11 +429,10 @@ struct ForwardSm90a {
 
   /// Releases a stage and moves on: kPerWarp, lane 0 of each consumer warp after the warp's
   /// reads (__syncwarp), else every consumer thread. The K stages that hold FlashMask values
-  /// or the block slot (kFedWalk) take an arrival from every thread: compute-sanitizer's
-  /// racecheck does not follow the __syncwarp ordering and reported the reuse of the values,
-  /// and of the slot under predicate masks, as hazards. Per thread measured ~3% slower
-  /// without a mask (docs/benchmarks/2026-11-25-h100-backward-sm90a.md), so the V stages and
-  /// the K stages of masks by index keep one arrival per warp.
+  /// take an arrival from every thread: compute-sanitizer's racecheck does not follow the
+  /// __syncwarp ordering and reported the values' reuse as hazards. Per thread measured ~3%
+  /// slower without a mask (docs/benchmarks/2026-11-25-h100-backward-sm90a.md), so the V
+  /// stages and the K stages of other masks keep one arrival per warp.
   template <bool kPerWarp = true>
   __device__ __forceinline__ static void release(const Pipeline<kStages>& ring,
                                                  PipelineState<kStages>& state) {

@@ -132,6 +132,13 @@ int ctas_per_sm(const KernelTiles& tiles) {
   return tiles.block_m == 64 ? 2 : 1;
 }
 
+// Masks whose block skipping reads tables (FlashMask min/max, predicate block tables): the
+// template's Mask::kOrderedCtas, where the producer alone walks the blocks (kFedWalk) and the
+// works can run persistent.
+bool skips_by_tables(const MaskLowering& mask) {
+  return mask.needs_minmax || mask.element_predicate;
+}
+
 // fwd_sm90a.cuh's kSmemBytes without the O tile: alignment slack, Q, the K and V stages, each
 // K stage's FlashMask values and block slot, the barriers (Q full and empty, the rings'); and
 // the O tile's bytes.
@@ -139,8 +146,7 @@ std::pair<int, int> smem_parts(const TileCandidate& c, const AttentionSpec& spec
                                const MaskLowering& mask) {
   const int element = size_of(spec.dtype);
   const int vectors = c.block_n * static_cast<int>(mask.vectors.size()) * 4;
-  // Under masks with tables (fwd_sm90a.cuh's kFedWalk).
-  const int block_slot = mask.needs_minmax || mask.element_predicate ? 16 : 0;
+  const int block_slot = skips_by_tables(mask) ? 16 : 0;
   const int shared = 1024 + c.block_m * spec.head_dim_qk * element +
                      c.kv_stages * (c.block_n * (spec.head_dim_qk + spec.head_dim_v) * element +
                                     vectors + block_slot) +
@@ -162,8 +168,8 @@ std::pair<int, int> smem_parts(const TileCandidate& c, const AttentionSpec& spec
 // consumers under FlashMask measured persistent only (three_consumers_fit).
 bool persistent(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   const auto [shared, o_tile] = smem_parts(c, spec, mask);
-  return (mask.needs_minmax || mask.element_predicate) && c.block_m >= 128 &&
-         spec.head_dim_qk <= 128 && shared + o_tile <= 227 * 1024 - 512;
+  return skips_by_tables(mask) && c.block_m >= 128 && spec.head_dim_qk <= 128 &&
+         shared + o_tile <= 227 * 1024 - 512;
 }
 
 int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {

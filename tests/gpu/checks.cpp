@@ -30,9 +30,9 @@ void check_backward(const Case& c, bool deterministic) {
   const testing::Gradients ref = reference_gradients_of(c, inputs, d_o);
   const DType dtype = c.spec.dtype;
   const testing::Comparison dq =
-      testing::compare_gradient("dq", got.dq, ref.dq, ref.dq_lowp, dtype);
+      testing::compare_gradient("dq", got.dq, ref.dq, ref.dq_lowp, dtype, ref.dq_cancellation);
   const testing::Comparison dk =
-      testing::compare_gradient("dk", got.dk, ref.dk, ref.dk_lowp, dtype);
+      testing::compare_gradient("dk", got.dk, ref.dk, ref.dk_lowp, dtype, ref.dk_cancellation);
   const testing::Comparison dv =
       testing::compare_gradient("dv", got.dv, ref.dv, ref.dv_lowp, dtype);
   INFO(dq.summary);

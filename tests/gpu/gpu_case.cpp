@@ -5,11 +5,14 @@
 #include <fmt/ranges.h>
 
 #include <catch2/catch.hpp>
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <random>
+#include <string_view>
 #include <utility>
 
 #include "attnjit/jit.hpp"
@@ -138,7 +141,42 @@ std::vector<float> random_values(std::size_t count, DType dtype, std::mt19937_64
   return out;
 }
 
+std::uint64_t parse_run_seed() {
+  const char* text = std::getenv("ATTNJIT_TEST_SEED");
+  if (text == nullptr || *text == 0) return 0;
+  const std::string_view value(text);
+  if (value == "random") {
+    std::random_device device;
+    const std::uint64_t drawn = (std::uint64_t{device()} << 32) | device();
+    return drawn == 0 ? 1 : drawn;
+  }
+  std::uint64_t parsed = 0;
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), parsed);
+  if (error != std::errc() || end != value.data() + value.size()) {
+    throw Error(
+        fmt::format("ATTNJIT_TEST_SEED: got '{}'; accepted: an unsigned 64-bit number "
+                    "(0: the cases' fixed seeds) or 'random'",
+                    value));
+  }
+  return parsed;
+}
+
 }  // namespace
+
+std::uint64_t run_seed() {
+  static const std::uint64_t value = parse_run_seed();
+  return value;
+}
+
+std::uint64_t data_seed(std::uint64_t fixed) {
+  const std::uint64_t run = run_seed();
+  if (run == 0) return fixed;
+  // splitmix64 of the pair: neighbouring fixed seeds get unrelated streams.
+  std::uint64_t z = fixed + 0x9e3779b97f4a7c15ull * (run | 1) + run;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
 
 std::string Case::describe() const {
   std::string inputs;
@@ -150,10 +188,10 @@ std::string Case::describe() const {
   }
   return fmt::format(
       "{} | B={} H={} Hkv={} Sq={} Sk={} window=({},{}) mask_heads={} vectors_offset={} "
-      "padded={} seed={} softcap={} alibi_slopes=[{}]{}",
+      "padded={} seed={} run_seed={} softcap={} alibi_slopes=[{}]{}",
       to_string(spec), batch, heads, kv_heads, seqlen_q, seqlen_k, window_left, window_right,
-      intervals ? intervals->heads : 0, intervals_offset, padded_strides, seed, score_mod.softcap,
-      fmt::join(score_mod.alibi_slopes, ", "), inputs);
+      intervals ? intervals->heads : 0, intervals_offset, padded_strides, seed, run_seed(),
+      score_mod.softcap, fmt::join(score_mod.alibi_slopes, ", "), inputs);
 }
 
 namespace {
@@ -181,7 +219,7 @@ DeviceScoreMod upload_score_mod(const Case& c) {
 }  // namespace
 
 Inputs make_inputs(const Case& c) {
-  std::mt19937_64 rng(c.seed);
+  std::mt19937_64 rng(data_seed(c.seed));
   Inputs in;
   const std::size_t dq = c.spec.head_dim_qk, dv = c.spec.head_dim_v;
   in.q = random_values(static_cast<std::size_t>(c.batch) * c.seqlen_q * c.heads * dq, c.spec.dtype,
@@ -286,7 +324,7 @@ testing::Gradients reference_gradients_of(const Case& c, const Inputs& in,
 }
 
 std::vector<float> make_d_o(const Case& c) {
-  std::mt19937_64 rng(c.seed ^ 0x5eedd0ull);
+  std::mt19937_64 rng(data_seed(c.seed) ^ 0x5eedd0ull);
   return random_values(static_cast<std::size_t>(c.batch) * c.seqlen_q * c.heads * c.spec.head_dim_v,
                        c.spec.dtype, rng);
 }
@@ -442,13 +480,15 @@ std::vector<Case> sweep_cases() {
           if (mc.kind != 0) {
             const int mask_heads = rotation % 2 == 0 ? 1 : s.kv_heads;
             if (mc.kind == 2 || s.seqlen_q != s.seqlen_k) {
-              c.intervals = dsl::random_intervals(mc.mask.causal, mc.mask.columns, s.batch,
-                                                  mask_heads, s.seqlen_q, s.seqlen_k, seed);
+              c.intervals =
+                  dsl::random_intervals(mc.mask.causal, mc.mask.columns, s.batch, mask_heads,
+                                        s.seqlen_q, s.seqlen_k, data_seed(seed));
             } else {
               std::vector<dsl::IntervalVectors> samples;
               for (int b = 0; b < s.batch; ++b) {
                 samples.push_back(dsl::broadcast_heads(
-                    dsl::random_documents(mc.mask.causal, s.seqlen_q, 1, 5, seed + b), mask_heads));
+                    dsl::random_documents(mc.mask.causal, s.seqlen_q, 1, 5, data_seed(seed + b)),
+                    mask_heads));
               }
               c.intervals = dsl::stack(samples);
             }
@@ -502,12 +542,13 @@ std::vector<Case> score_mod_cases() {
           }
           if (mc.mask.kind == MaskKind::flashmask) {
             if (s.seqlen_q != s.seqlen_k) {
-              c.intervals =
-                  dsl::random_intervals(true, 1, s.batch, 1, s.seqlen_q, s.seqlen_k, seed);
+              c.intervals = dsl::random_intervals(true, 1, s.batch, 1, s.seqlen_q, s.seqlen_k,
+                                                  data_seed(seed));
             } else {
               std::vector<dsl::IntervalVectors> samples;
               for (int b = 0; b < s.batch; ++b) {
-                samples.push_back(dsl::random_documents(true, s.seqlen_q, 1, 5, seed + b));
+                samples.push_back(
+                    dsl::random_documents(true, s.seqlen_q, 1, 5, data_seed(seed + b)));
               }
               c.intervals = dsl::stack(samples);
             }

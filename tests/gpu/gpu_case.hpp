@@ -16,6 +16,16 @@
 
 namespace attnjit::gpu_test {
 
+/// The run's seed (ATTNJIT_TEST_SEED): 0, the default, keeps every case's fixed seed, so a
+/// run repeats the last one's data; a number, or `random` (a fresh number, printed by the test
+/// runner), mixes into every seed of the cases' inputs and FlashMask vectors, so the run takes
+/// fresh data and masks; the same number repeats it. Throws on any other value.
+std::uint64_t run_seed();
+
+/// The seed that random data fixed at `fixed` take in this run: `fixed` itself when the run
+/// seed is 0, else a mix of the two.
+std::uint64_t data_seed(std::uint64_t fixed);
+
 struct Case {
   AttentionSpec spec;  ///< return_lse is forced on so LSE is always checked
   int batch = 1, heads = 1, kv_heads = 1, seqlen_q = 1, seqlen_k = 1;

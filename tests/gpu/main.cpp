@@ -1,11 +1,13 @@
 // The GPU test runner: exits 77 (CTest: skipped) when there is no CUDA driver or device, so
 // GPU tests never count as passed on machines without one. Otherwise compiles every kernel
 // of the sweeps in parallel first (NVRTC is thread-safe per program; skipped with
-// ATTNJIT_GPU_TESTS_LAZY=1, for runs of a few tests), then runs Catch2.
+// ATTNJIT_GPU_TESTS_LAZY=1, for runs of a few tests), then runs Catch2. ATTNJIT_TEST_SEED
+// (gpu_case.hpp's run_seed) gives the cases fresh random data and masks.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <future>
@@ -55,6 +57,20 @@ void compile_sweep_in_parallel() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The cases' data: their fixed seeds, or fresh ones mixed from ATTNJIT_TEST_SEED.
+  try {
+    const std::uint64_t run_seed = attnjit::gpu_test::run_seed();
+    if (run_seed == 0) {
+      std::printf("GPU test data: the cases' fixed seeds (ATTNJIT_TEST_SEED=random: fresh data)\n");
+    } else {
+      std::printf("GPU test data: run seed %llu (ATTNJIT_TEST_SEED=%llu repeats this run)\n",
+                  static_cast<unsigned long long>(run_seed),
+                  static_cast<unsigned long long>(run_seed));
+    }
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "attnjit GPU tests: %s\n", error.what());
+    return 2;
+  }
   try {
     attnjit::runtime::ensure_context();
   } catch (const std::exception& error) {

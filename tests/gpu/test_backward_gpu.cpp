@@ -79,8 +79,8 @@ TEST_CASE("every backward layout, forced by its tiles, matches the reference", "
         c.padded_strides = seed % 3 == 0;
         c.seed = ++seed;
         if (mask.kind == MaskKind::flashmask) {
-          c.intervals =
-              dsl::random_intervals(false, 2, c.batch, c.kv_heads, c.seqlen_q, c.seqlen_k, seed);
+          c.intervals = dsl::random_intervals(false, 2, c.batch, c.kv_heads, c.seqlen_q, c.seqlen_k,
+                                              gpu_test::data_seed(seed));
         }
         check_backward(c, deterministic);
       }
@@ -101,8 +101,9 @@ TEST_CASE("deterministic backward is bitwise repeatable", "[gpu][backward]") {
     c.seqlen_q = c.seqlen_k = 1000;
     c.seed = 77;
     if (mask.kind == MaskKind::flashmask) {
-      std::vector<dsl::IntervalVectors> samples{dsl::random_documents(true, 1000, 2, 6, 5),
-                                                dsl::random_documents(true, 1000, 2, 6, 6)};
+      std::vector<dsl::IntervalVectors> samples{
+          dsl::random_documents(true, 1000, 2, 6, gpu_test::data_seed(5)),
+          dsl::random_documents(true, 1000, 2, 6, gpu_test::data_seed(6))};
       c.intervals = dsl::stack(samples);
     }
     gpu_test::check_deterministic_repeatable(c);

@@ -84,12 +84,12 @@ TEST_CASE("the sm90a backward over many query blocks per key block", "[gpu][back
         const bool documents = sq == sk && mask.columns == (mask.causal ? 1 : 2);
         if (documents) {
           std::vector<dsl::IntervalVectors> samples{
-              dsl::random_documents(mask.causal, sq, 2, 6, seed),
-              dsl::random_documents(mask.causal, sq, 2, 6, seed + 1)};
+              dsl::random_documents(mask.causal, sq, 2, 6, gpu_test::data_seed(seed)),
+              dsl::random_documents(mask.causal, sq, 2, 6, gpu_test::data_seed(seed + 1))};
           c.intervals = dsl::stack(samples);
         } else {
-          c.intervals =
-              dsl::random_intervals(mask.causal, mask.columns, c.batch, c.kv_heads, sq, sk, seed);
+          c.intervals = dsl::random_intervals(mask.causal, mask.columns, c.batch, c.kv_heads, sq,
+                                              sk, gpu_test::data_seed(seed));
         }
       }
       ++rotation;
@@ -287,7 +287,7 @@ TEST_CASE("the sm90a deterministic backward is bitwise repeatable", "[gpu][backw
       c.seed = 400 + index++;
       if (mask.kind == MaskKind::flashmask) {
         c.intervals = dsl::random_intervals(mask.causal, mask.columns, c.batch, c.kv_heads,
-                                            c.seqlen_q, c.seqlen_k, c.seed);
+                                            c.seqlen_q, c.seqlen_k, gpu_test::data_seed(c.seed));
       }
       c = forced(c);
       gpu_test::check_deterministic_repeatable(c, /*repeats=*/3);

@@ -74,8 +74,8 @@ TEST_CASE("the sm80 forward, forced by its tiles, matches the reference", "[gpu]
       c.seqlen_k = 203;
       c.seed = ++seed;
       if (mask.kind == MaskKind::flashmask) {
-        c.intervals =
-            dsl::random_intervals(false, 4, c.batch, c.kv_heads, c.seqlen_q, c.seqlen_k, seed);
+        c.intervals = dsl::random_intervals(false, 4, c.batch, c.kv_heads, c.seqlen_q, c.seqlen_k,
+                                            gpu_test::data_seed(seed));
       }
       gpu_test::check_forward(c);
     }
@@ -127,8 +127,9 @@ TEST_CASE("forward is deterministic", "[gpu][forward]") {
   c.batch = 2;
   c.heads = c.kv_heads = 4;
   c.seqlen_q = c.seqlen_k = 700;
-  std::vector<dsl::IntervalVectors> samples{dsl::random_documents(true, 700, 2, 6, 11),
-                                            dsl::random_documents(true, 700, 2, 6, 12)};
+  std::vector<dsl::IntervalVectors> samples{
+      dsl::random_documents(true, 700, 2, 6, gpu_test::data_seed(11)),
+      dsl::random_documents(true, 700, 2, 6, gpu_test::data_seed(12))};
   c.intervals = dsl::stack(samples);
   const gpu_test::Inputs inputs = gpu_test::make_inputs(c);
   const gpu_test::Outputs first = gpu_test::run_on_gpu(c, inputs);
@@ -148,7 +149,7 @@ TEST_CASE("the GPU reference kernel agrees with the CPU reference", "[gpu][refer
     c.seqlen_k = 170;
     c.seed = 21;
     if (mask.kind == MaskKind::flashmask) {
-      c.intervals = dsl::random_intervals(false, 4, 1, 2, 150, 170, 21);
+      c.intervals = dsl::random_intervals(false, 4, 1, 2, 150, 170, gpu_test::data_seed(21));
     }
     INFO(c.describe());
     const gpu_test::Inputs inputs = gpu_test::make_inputs(c);
@@ -178,7 +179,8 @@ TEST_CASE("large problems match the GPU reference kernel", "[gpu][forward][large
     c.seqlen_q = c.seqlen_k = l.seqlen;
     c.seed = 31 + l.seqlen;
     if (l.mask.kind == MaskKind::flashmask) {
-      c.intervals = dsl::random_documents(l.mask.causal, l.seqlen, 3, 7, c.seed);
+      c.intervals =
+          dsl::random_documents(l.mask.causal, l.seqlen, 3, 7, gpu_test::data_seed(c.seed));
     }
     INFO(c.describe());
     const gpu_test::Inputs inputs = gpu_test::make_inputs(c);

@@ -284,7 +284,7 @@ TEST_CASE("sm90a forward with FlashMask vectors off a 16-byte boundary",
         c.seqlen_k = seqlen_k;
         c.seed = ++seed;
         c.intervals = dsl::random_intervals(causal, columns, c.batch, c.kv_heads, c.seqlen_q,
-                                            c.seqlen_k, c.seed);
+                                            c.seqlen_k, gpu_test::data_seed(c.seed));
         c.intervals_offset = offset;
         cases.push_back(c);
       }
@@ -334,7 +334,8 @@ TEST_CASE("sm90a forward: large problems match the GPU reference kernel",
     c.seqlen_q = c.seqlen_k = l.seqlen;
     c.seed = 31 + l.seqlen;
     if (l.mask.kind == MaskKind::flashmask) {
-      c.intervals = dsl::random_documents(l.mask.causal, l.seqlen, 3, 7, c.seed);
+      c.intervals =
+          dsl::random_documents(l.mask.causal, l.seqlen, 3, 7, gpu_test::data_seed(c.seed));
     }
     force_sm90a(c);
     compile_and_report({c});
@@ -368,8 +369,9 @@ TEST_CASE("sm90a forward is deterministic", "[gpu][sm90a][forward]") {
   c.batch = 2;
   c.heads = c.kv_heads = 4;
   c.seqlen_q = c.seqlen_k = 700;
-  const std::vector<dsl::IntervalVectors> samples{dsl::random_documents(true, 700, 2, 6, 11),
-                                                  dsl::random_documents(true, 700, 2, 6, 12)};
+  const std::vector<dsl::IntervalVectors> samples{
+      dsl::random_documents(true, 700, 2, 6, gpu_test::data_seed(11)),
+      dsl::random_documents(true, 700, 2, 6, gpu_test::data_seed(12))};
   c.intervals = dsl::stack(samples);
   force_sm90a(c);
   const gpu_test::Inputs inputs = gpu_test::make_inputs(c);
@@ -392,7 +394,7 @@ TEST_CASE("sm90a forward: two small specs (the compute-sanitizer runs)",
   documents.heads = documents.kv_heads = 2;
   documents.seqlen_q = 150;
   documents.seqlen_k = 170;
-  documents.intervals = dsl::random_intervals(false, 4, 1, 2, 150, 170, 72);
+  documents.intervals = dsl::random_intervals(false, 4, 1, 2, 150, 170, gpu_test::data_seed(72));
   documents.padded_strides = true;
   documents.seed = 72;
   for (const Case& c : forced({causal, documents})) gpu_test::check_forward(c);

@@ -346,6 +346,8 @@ TEST_CASE("a fully masked row has zero dq and adds nothing to dk and dv", "[refe
     CHECK(std::all_of(z.dk.begin(), z.dk.end(), [](double x) { return x == 0; }));
     CHECK(std::all_of(z.dv.begin(), z.dv.end(), [](double x) { return x == 0; }));
     CHECK(std::all_of(z.dq.begin(), z.dq.end(), [](double x) { return x == 0; }));
+    CHECK(z.dq_cancellation == 0);
+    CHECK(z.dk_cancellation == 0);
     const auto zeros = compare_gradient("dk", z.dk_lowp, z.dk, z.dk_lowp, DType::bf16);
     INFO(zeros.summary);
     CHECK(zeros.passed);
@@ -413,6 +415,72 @@ TEST_CASE("lowp gradients are close to the exact ones and pass the comparison", 
       CHECK(compare_gradient(name, rounded_exact, *exact, *lowp, dtype).passed);
     }
   }
+}
+
+TEST_CASE("rows that see one key: dQ and dK cancel to zero; a kernel's fp32 rounding passes",
+          "[reference]") {
+  // Row i sees key i only (FlashMask LTS = i + 1, LTE = Sq, UTS = 0, UTE = i): P = 1, so dS =
+  // dP - D = 0 exactly in the reference, while a kernel's fp32 sums for dP and D differ by
+  // their rounding.
+  Problem p = gqa_problem();
+  p.seqlen_q = p.seqlen_k = 5;
+  p.head_dim = 16;
+  p.head_dim_v = 64;
+  IntervalVectors diagonal{false, 4, 1, 1, 5, 5, {}};
+  for (int j = 0; j < 5; ++j) diagonal.data.insert(diagonal.data.end(), {j + 1, 5, 0, j});
+  p.batch = 1;
+  p.mask = {MaskKind::flashmask, -1, 0, &diagonal};
+  const Inputs in = random_inputs(p, 83, false);
+  const Gradients g = run(p, in);
+  CHECK(std::all_of(g.dq.begin(), g.dq.end(), [](double x) { return x == 0; }));
+  CHECK(std::all_of(g.dk.begin(), g.dk.end(), [](double x) { return x == 0; }));
+  double max_dv = 0;
+  for (const double x : g.dv) max_dv = std::max(max_dv, std::abs(x));
+  REQUIRE(max_dv > 0.1);
+  CHECK(g.dq_cancellation > 0);
+  CHECK(g.dk_cancellation > 0);
+  CHECK(g.dq_cancellation < 1e-4 * max_dv);
+  CHECK(g.dk_cancellation < 1e-4 * max_dv);
+
+  // dQ as a kernel forms it in fp32: dP = dO . v_i summed upwards, D = dO . O (O = v_i) summed
+  // downwards, dQ = scale (dP - D) k_i.
+  std::vector<float> dq(g.dq.size());
+  bool nonzero = false;
+  for (int i = 0; i < 5; ++i) {
+    for (int h = 0; h < p.heads; ++h) {
+      const int kvh = h / (p.heads / p.kv_heads);
+      const float* d_o = &in.d_o[(static_cast<std::size_t>(i) * p.heads + h) * p.head_dim_v];
+      const float* v = &in.v[(static_cast<std::size_t>(i) * p.kv_heads + kvh) * p.head_dim_v];
+      const float* k = &in.k[(static_cast<std::size_t>(i) * p.kv_heads + kvh) * p.head_dim];
+      float d_p = 0, d = 0;
+      for (int e = 0; e < p.head_dim_v; ++e) d_p += d_o[e] * v[e];
+      for (int e = p.head_dim_v - 1; e >= 0; --e) d += d_o[e] * v[e];
+      for (int e = 0; e < p.head_dim; ++e) {
+        const float value = p.softmax_scale * (d_p - d) * k[e];
+        dq[(static_cast<std::size_t>(i) * p.heads + h) * p.head_dim + e] = value;
+        nonzero |= value != 0;
+      }
+    }
+  }
+  const auto rounded = compare_gradient("dq", dq, g.dq, g.dq_lowp, DType::bf16, g.dq_cancellation);
+  INFO(rounded.summary);
+  CHECK(rounded.passed);
+  CHECK_THAT(rounded.summary, Contains("got within the cancellation"));
+  // Without the bound the same rounding fails (the sums differ for these inputs).
+  REQUIRE(nonzero);
+  CHECK_FALSE(compare_gradient("dq", dq, g.dq, g.dq_lowp, DType::bf16).passed);
+  // Twice the bound, or the gradients of another mask, fail.
+  std::vector<float> over(g.dq.size(), 0.0f);
+  over[7] = static_cast<float>(2 * g.dq_cancellation);
+  CHECK_FALSE(compare_gradient("dq", over, g.dq, g.dq_lowp, DType::bf16, g.dq_cancellation).passed);
+  Problem causal = p;
+  causal.mask = {MaskKind::causal, -1, 0, nullptr};
+  const Gradients other = run(causal, in);
+  CHECK_FALSE(compare_gradient("dq", other.dq_lowp, g.dq, g.dq_lowp, DType::bf16, g.dq_cancellation)
+                  .passed);
+  CHECK_FALSE(compare_gradient("dk", other.dk_lowp, g.dk, g.dk_lowp, DType::bf16, g.dk_cancellation)
+                  .passed);
+  CHECK_THROWS_AS(compare_gradient("dq", dq, g.dq, g.dq_lowp, DType::bf16, -1.0), Error);
 }
 
 TEST_CASE("compare_gradient fails on a perturbed value, a NaN and a wrong mask", "[reference]") {

@@ -8,7 +8,8 @@
 #   its GPU golden test when lit is installed; 8. tools/bench/compare.py --quick (the twelve
 #   FlashMask families against every peer, checked against FlexAttention); its summary table
 #   is printed last; 9. predicate masks: `attnc run --predicate --check` and
-#   tools/bench/predicate_vs_peers.py.
+#   tools/bench/predicate_vs_peers.py; 10. tools/bench/random_check.py (30 forward problems
+#   drawn at random for the device, checked; the seed is printed).
 # Usage: tools/bench/gpu_session.sh [OUT_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -54,6 +55,11 @@ for predicate in "((q/128+k/128)%2==0)&&(q+k)%3!=0" "q>=k&&doc[q]==doc[k]" "k%7=
     || status=1
   echo "$predicate: $(grep -E '^(time|check|attnc)' "$out/run.txt" | tr -s ' ' | tr '\n' ' ')"
 done
+
+echo "== random_check.py: forward problems drawn at random against the fp32 reference kernel"
+python3 tools/bench/random_check.py --attnc "$attnc" --cases 30 --target none --out "$out/random_check.md" \
+  >"$out/random_check.log" 2>&1 || status=1
+grep -E "^(random_check|failed|\| all)" "$out/random_check.log"
 
 echo "== tile sweep (bf16, B=1, H=16, S=8192; TFLOP/s none / causal)"
 for dim_tiles in "64:auto,128x64x4s,128x128x4s" "96:auto,128x32x4s" "128:auto,128x32x4s,128x128x8q" \

@@ -9,7 +9,8 @@
 #   FlashMask families against every peer, checked against FlexAttention); its summary table
 #   is printed last; 9. predicate masks: `attnc run --predicate --check` and
 #   tools/bench/predicate_vs_peers.py; 10. tools/bench/random_check.py (30 forward problems
-#   drawn at random for the device, checked; the seed is printed).
+#   drawn at random for the device, checked; the seed is printed) and
+#   tools/bench/random_grad_check.py (20 forward+backward problems through the Python binding).
 # Usage: tools/bench/gpu_session.sh [OUT_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -60,6 +61,10 @@ echo "== random_check.py: forward problems drawn at random against the fp32 refe
 python3 tools/bench/random_check.py --attnc "$attnc" --cases 30 --target none --out "$out/random_check.md" \
   >"$out/random_check.log" 2>&1 || status=1
 grep -E "^(random_check|failed|\| all)" "$out/random_check.log"
+echo "== random_grad_check.py: forward and backward of drawn problems through the Python binding"
+PYTHONUNBUFFERED=1 python3 tools/bench/random_grad_check.py --cases 20 \
+  --out "$out/random_grad_check.md" >"$out/random_grad_check.log" 2>&1 || status=1
+grep -E "^(random_grad_check|failed|\| all)" "$out/random_grad_check.log"
 
 echo "== tile sweep (bf16, B=1, H=16, S=8192; TFLOP/s none / causal)"
 for dim_tiles in "64:auto,128x64x4s,128x128x4s" "96:auto,128x32x4s" "128:auto,128x32x4s,128x128x8q" \

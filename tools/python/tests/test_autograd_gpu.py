@@ -94,7 +94,8 @@ def visible_mask(mask, causal, seqlen_q, seqlen_k, window, indices, device):
 
 
 def torch_attention(q, k, v, visible, scale, softcap=None, slopes=None):
-    """softmax(m(q k^T * scale), masked) v with plain torch ops in q's dtype; [B, S, H, D].
+    """(o, lse, P): softmax(m(q k^T * scale), masked) v with plain torch ops in q's dtype,
+    [B, S, H, D], its log-sum-exp [B, H, Sq] and the probabilities P [B, H, Sq, Sk].
     m: s <- softcap * tanh(s / softcap), then s <- s + slopes[h] * (j - (i + Sk - Sq))."""
     heads, kv_heads = q.shape[2], k.shape[2]
     k = k.repeat_interleave(heads // kv_heads, dim=2)
@@ -113,7 +114,7 @@ def torch_attention(q, k, v, visible, scale, softcap=None, slopes=None):
     # Rows without a visible key give 0, as attnjit does (softmax alone gives NaN there).
     probabilities = torch.softmax(scores, dim=-1).masked_fill(~visible, 0.0)
     lse = torch.logsumexp(scores.float(), dim=-1)
-    return torch.einsum("bhqk,bkhd->bqhd", probabilities, v), lse
+    return torch.einsum("bhqk,bkhd->bqhd", probabilities, v), lse, probabilities
 
 
 def with_grads(function, q, k, v, d_o):

@@ -145,21 +145,27 @@ def main(argv=None):
               f"    {command}", flush=True)
         if not passed:
             failures.append(command)
-    lines = [f"Randomized forward checks (`tools/bench/random_check.py --cases {args.cases} "
+    title = (f"Randomized forward checks (`tools/bench/random_check.py --cases {args.cases} "
              f"--seed {args.seed} --target {args.target} --max-seqlen {args.max_seqlen}`), "
-             f"{time.monotonic() - started:.0f} s", "",
-             "| family | cases | passed |", "|---|---:|---:|"]
+             f"{time.monotonic() - started:.0f} s")
+    return report(title, tally, failures, args.out)
+
+
+def report(title, tally, failures, out=None):
+    """Prints the table of cases and passes by family (tally: family -> [cases, passed]) under
+    `title`, also into the file `out`, then each failure; 0 if none failed, else 1."""
+    lines = [title, "", "| family | cases | passed |", "|---|---:|---:|"]
     for family in sorted(tally):
         lines.append(f"| {family} | {tally[family][0]} | {tally[family][1]} |")
     total = sum(counts[0] for counts in tally.values())
     passed = sum(counts[1] for counts in tally.values())
     lines.append(f"| all | {total} | {passed} |")
     table = "\n".join(lines) + "\n"
-    if args.out:
-        Path(args.out).write_text(table)
+    if out:
+        Path(out).write_text(table)
     print(table, end="")
-    for command in failures:
-        print(f"failed: {command}")
+    for failure in failures:
+        print(f"failed: {failure}")
     return 0 if not failures else 1
 
 

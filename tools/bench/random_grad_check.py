@@ -36,6 +36,7 @@ sys.path.insert(0, str(BENCH.parents[1] / "tools" / "python"))
 sys.path.insert(0, str(BENCH.parents[1] / "tools" / "python" / "tests"))
 
 import families  # noqa: E402
+import random_check  # noqa: E402
 
 HEAD_DIMS = (64, 96, 128, 192, 256)
 DTYPES = ("bfloat16", "float16")
@@ -208,7 +209,7 @@ def main(argv=None):
             detail = ", ".join(f"{name} {error:.2e} (limit {limit:.2e}, rel {relative:.1e})"
                                for name, (error, limit, relative) in results.items())
         except Exception as error:  # a failure of the case, reported with its message
-            passed, detail = False, f"{type(error).__name__}: {str(error).splitlines()[0]}"
+            passed, detail = False, f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
         torch.cuda.empty_cache()
         counts = tally.setdefault(case["family"], [0, 0])
         counts[0] += 1
@@ -217,21 +218,10 @@ def main(argv=None):
               flush=True)
         if not passed:
             failures.append(text)
-    lines = [f"Randomized forward and backward checks (`tools/bench/random_grad_check.py "
+    title = (f"Randomized forward and backward checks (`tools/bench/random_grad_check.py "
              f"--cases {args.cases} --seed {args.seed} --max-seqlen {args.max_seqlen}`), "
-             f"{time.monotonic() - started:.0f} s", "", "| family | cases | passed |",
-             "|---|---:|---:|"]
-    for family in sorted(tally):
-        lines.append(f"| {family} | {tally[family][0]} | {tally[family][1]} |")
-    lines.append(f"| all | {sum(c[0] for c in tally.values())} | "
-                 f"{sum(c[1] for c in tally.values())} |")
-    table = "\n".join(lines) + "\n"
-    if args.out:
-        Path(args.out).write_text(table)
-    print(table, end="")
-    for text in failures:
-        print(f"failed: {text}")
-    return 0 if not failures else 1
+             f"{time.monotonic() - started:.0f} s")
+    return random_check.report(title, tally, failures, args.out)
 
 
 if __name__ == "__main__":

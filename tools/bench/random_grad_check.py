@@ -125,7 +125,7 @@ def run_case(torch, case):
     import attnjit
     import measure
     import peers
-    from test_autograd_gpu import torch_attention, with_grads
+    from test_autograd_gpu import random_inputs, torch_attention, with_grads
 
     device = torch.device("cuda")
     dtype = getattr(torch, case["dtype"])
@@ -142,14 +142,8 @@ def run_case(torch, case):
         visible = peers.dense_mask(family, mask_mod, batch, hm, seqlen, device)
 
     generator = torch.Generator().manual_seed(case["data_seed"])
-
-    def randn(*shape):
-        return torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
-
-    q = randn(batch, seqlen, heads, head_dim)
-    k = randn(batch, seqlen, kv_heads, head_dim)
-    v = randn(batch, seqlen, kv_heads, head_dim)
-    d_o = randn(batch, seqlen, heads, head_dim)
+    q, k, v, d_o = random_inputs(generator, device, dtype, batch, seqlen, seqlen, heads, kv_heads,
+                                 head_dim)
     slopes = None
     if case["alibi"]:
         slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)],
@@ -161,17 +155,20 @@ def run_case(torch, case):
         return attnjit.attention(q_, k_, v_, mask=mask, deterministic=case["deterministic"],
                                  softcap=softcap, alibi_slopes=slopes)
 
+    kept = {}
+
     def run_torch(q_, k_, v_):
-        return torch_attention(q_, k_, v_, visible, scale, softcap, slopes)[0]
+        o, _, kept["probabilities"] = torch_attention(q_, k_, v_, visible, scale, softcap, slopes)
+        return o
 
     got = with_grads(run_attnjit, q, k, v, d_o)
     ref = with_grads(run_torch, q.float(), k.float(), v.float(), d_o.float())
-    lowp = with_grads(run_torch, q, k, v, d_o)
-    probabilities = torch_attention(q.float(), k.float(), v.float(), visible, scale, softcap,
-                                    slopes)[2]
+    # The fp32 reference's P (not the low-precision run's, next) bounds the cancellation.
     dq_bound, dk_bound = cancellation_bounds(torch, q.float(), k.float(), v.float(),
-                                             d_o.float(), probabilities, scale)
-    del probabilities
+                                             d_o.float(), kept.pop("probabilities").detach(),
+                                             scale)
+    lowp = with_grads(run_torch, q, k, v, d_o)
+    kept.clear()
     cancellation = {"o": 0.0, "dq": dq_bound, "dk": dk_bound, "dv": 0.0}
     results = {}
     for name, out, r, low in zip(("o", "dq", "dk", "dv"), got, ref, lowp):

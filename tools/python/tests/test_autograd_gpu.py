@@ -117,6 +117,18 @@ def torch_attention(q, k, v, visible, scale, softcap=None, slopes=None):
     return torch.einsum("bhqk,bkhd->bqhd", probabilities, v), lse, probabilities
 
 
+def random_inputs(generator, device, dtype, batch, seqlen_q, seqlen_k, heads, kv_heads,
+                  head_dim):
+    """q, k, v and dO [B, S, H, D] of standard normal values drawn from `generator` (in that
+    order) and rounded to `dtype` on `device`."""
+
+    def randn(*shape):
+        return torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
+
+    return (randn(batch, seqlen_q, heads, head_dim), randn(batch, seqlen_k, kv_heads, head_dim),
+            randn(batch, seqlen_k, kv_heads, head_dim), randn(batch, seqlen_q, heads, head_dim))
+
+
 def with_grads(function, q, k, v, d_o):
     """function(q, k, v)'s output and (dq, dk, dv) from loss = (o * d_o).sum()."""
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
@@ -149,13 +161,8 @@ class AutogradTest(unittest.TestCase):
         dtype = getattr(torch, dtype)
         batch = 2
 
-        def randn(*shape):
-            return torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
-
-        q = randn(batch, seqlen_q, heads, head_dim)
-        k = randn(batch, seqlen_k, kv_heads, head_dim)
-        v = randn(batch, seqlen_k, kv_heads, head_dim)
-        d_o = randn(batch, seqlen_q, heads, head_dim)
+        q, k, v, d_o = random_inputs(generator, device, dtype, batch, seqlen_q, seqlen_k, heads,
+                                     kv_heads, head_dim)
         indices = None
         if mask == "flashmask":
             indices = document_vectors(batch, seqlen_k, causal, generator).to(device)

@@ -37,23 +37,34 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--attnc", default=str(REPO / "build" / "tools" / "attnc"))
     parser.add_argument("--cases", type=int, default=40, help="problems to draw (default 40)")
-    parser.add_argument("--seed", type=int, default=None,
-                        help="the draw's seed (default: a fresh one, printed)")
     parser.add_argument("--target", default="sm_90a",
                         help="the specs' target (default sm_90a; 'none': the device's)")
-    parser.add_argument("--max-seqlen", type=int, default=6000,
-                        help="the longest Sq or Sk drawn (default 6000)")
-    parser.add_argument("--out", default=None, help="also write the summary table here")
+    add_draw_options(parser, 6000, "the longest Sq or Sk drawn (default 6000)")
     args = parser.parse_args(argv)
-    if args.cases < 1:
-        parser.error(f"--cases: got {args.cases}; accepted: 1 or more")
-    if args.max_seqlen < 2:
-        parser.error(f"--max-seqlen: got {args.max_seqlen}; accepted: 2 or more")
+    check_draw_options(parser, args, min_seqlen=2)
     if not os.access(args.attnc, os.X_OK):
         parser.error(f"--attnc: '{args.attnc}' is not an executable attnc (build it, or name one)")
+    return args
+
+
+def add_draw_options(parser, max_seqlen, max_seqlen_help):
+    """--seed, --max-seqlen and --out, as both randomized checks take them (--cases is each
+    script's own, for its default)."""
+    parser.add_argument("--seed", type=int, default=None,
+                        help="the draw's seed (default: a fresh one, printed)")
+    parser.add_argument("--max-seqlen", type=int, default=max_seqlen, help=max_seqlen_help)
+    parser.add_argument("--out", default=None, help="also write the summary table here")
+
+
+def check_draw_options(parser, args, min_seqlen):
+    """Refuses --cases below 1 and --max-seqlen below min_seqlen by name; draws a fresh seed
+    where none was given."""
+    if args.cases < 1:
+        parser.error(f"--cases: got {args.cases}; accepted: 1 or more")
+    if args.max_seqlen < min_seqlen:
+        parser.error(f"--max-seqlen: got {args.max_seqlen}; accepted: {min_seqlen} or more")
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1, 2**31)
-    return args
 
 
 def length(rng, max_seqlen):

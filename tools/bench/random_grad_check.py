@@ -45,19 +45,10 @@ DTYPES = ("bfloat16", "float16")
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=30, help="problems to draw (default 30)")
-    parser.add_argument("--seed", type=int, default=None,
-                        help="the draw's seed (default: a fresh one, printed)")
-    parser.add_argument("--max-seqlen", type=int, default=2048,
-                        help="the longest sequence drawn (default 2048; the fp32 reference "
-                             "holds B x H x S x S scores)")
-    parser.add_argument("--out", default=None, help="also write the summary table here")
+    random_check.add_draw_options(parser, 2048, "the longest sequence drawn (default 2048; the "
+                                  "fp32 reference holds B x H x S x S scores)")
     args = parser.parse_args(argv)
-    if args.cases < 1:
-        parser.error(f"--cases: got {args.cases}; accepted: 1 or more")
-    if args.max_seqlen < 16:
-        parser.error(f"--max-seqlen: got {args.max_seqlen}; accepted: 16 or more")
-    if args.seed is None:
-        args.seed = random.SystemRandom().randrange(1, 2**31)
+    random_check.check_draw_options(parser, args, min_seqlen=16)
     return args
 
 

@@ -1,6 +1,7 @@
-// The mask families of the language: their parameters, their FlashMask layout, their interval
-// vectors (through dsl/builders.hpp) and their definitions as element predicates over
-// generated tensors, used when a family is combined with other masks. A family is defined for
+// The mask families in the language: their parameters, their FlashMask layout, their interval
+// vectors (through their builders) and their definitions as element predicates over generated
+// tensors, used when a family is combined with other masks; all read from the family table
+// (dsl/families.hpp). A family is defined for
 // seqlen_q == seqlen_k == N; list parameters are literal lists (one sample broadcast over the
 // batch) or runtime int32 tensors [B, n] or [1, n] (one sample per row, zero-padded).
 #pragma once
@@ -15,11 +16,11 @@
 
 namespace attnjit::dsl {
 
-/// True iff `name` is one of the twelve families (`full`, `causal`, `sliding_window`, ...).
+/// True iff `name` is a family of the table (`full`, `causal`, `sliding_window`, ...).
 bool is_family_name(std::string_view name);
 
-/// The FlashMask layout of a family (flashmask.md's table); `full` and `causal` have no
-/// vectors (columns 0).
+/// The FlashMask layout of a family (its row's); `full` and `causal` have no vectors
+/// (columns 0).
 struct FamilyLayout {
   bool causal = false;
   int columns = 0;
@@ -31,8 +32,9 @@ FamilyLayout family_layout(std::string_view name);
 void check_family_call(const MaskExpr& call);
 
 /// The family's definition as a predicate (literals for integer parameters, generated tensors
-/// `_doc<instance>`, `_blk<instance>`, ... for list parameters). Visible iff the family's
-/// builder leaves the element visible, for seqlen_q == seqlen_k.
+/// `_doc<instance>`, `_blk<instance>`, ... for list parameters; `_lts<instance>`, ... holding
+/// its vectors for a row without a definition of its own). Visible iff the family's builder
+/// leaves the element visible, for seqlen_q == seqlen_k.
 Predicate family_predicate(const MaskExpr& call, int instance);
 
 /// The data of the generated tensors of family_predicate(call, instance): one row, or one per

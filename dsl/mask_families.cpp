@@ -140,16 +140,6 @@ std::vector<IntervalVectors> checked_samples(const MaskExpr& call,
   return result;
 }
 
-// A family without its own predicate definition is defined over its vectors: the tensors
-// `_lts<i>`, ... hold them and the predicate is FlashMask's rule (flashmask.md).
-std::string vector_predicate(const FamilyRow& family, int instance) {
-  const auto v = [&](std::string_view name) { return fmt::format("_{}{}[k]", name, instance); };
-  if (family.causal && family.columns == 1) return fmt::format("q>=k&&q<{}", v("lts"));
-  if (family.causal) return fmt::format("q>=k&&(q<{}||q>={})", v("lts"), v("lte"));
-  if (family.columns == 2) return fmt::format("q<{}&&q>={}", v("lts"), v("ute"));
-  return fmt::format("(q<{}||q>={})&&(q<{}||q>={})", v("lts"), v("lte"), v("uts"), v("ute"));
-}
-
 // `lts`, `lte`, `uts` or `ute`: vector c of the layout, as a tensor stem.
 std::string_view vector_stem(bool causal, int columns, int c) {
   constexpr std::array<std::string_view, 4> kStems{"lts", "lte", "uts", "ute"};
@@ -163,6 +153,16 @@ std::string_view vector_stem(bool causal, int columns, int c) {
   throw InternalError("vector_stem: a FlashMask vector");
 }
 
+}  // namespace
+
+std::string vector_definition(bool causal, int columns, int instance) {
+  const auto v = [&](std::string_view name) { return fmt::format("_{}{}[k]", name, instance); };
+  if (causal && columns == 1) return fmt::format("q>=k&&q<{}", v("lts"));
+  if (causal) return fmt::format("q>=k&&(q<{}||q>={})", v("lts"), v("lte"));
+  if (columns == 2) return fmt::format("q<{}&&q>={}", v("lts"), v("ute"));
+  return fmt::format("(q<{}||q>={})&&(q<{}||q>={})", v("lts"), v("lte"), v("uts"), v("ute"));
+}
+
 std::vector<SampleTensor> vector_tensors(const IntervalVectors& m) {
   std::vector<SampleTensor> result;
   for (int c = 0; c < m.columns; ++c) {
@@ -173,8 +173,6 @@ std::vector<SampleTensor> vector_tensors(const IntervalVectors& m) {
   }
   return result;
 }
-
-}  // namespace
 
 bool is_family_name(std::string_view name) {
   return find_family(name) != nullptr;
@@ -213,7 +211,7 @@ Predicate family_predicate(const MaskExpr& call, int instance) {
   const FamilyRow& family = family_of(call);
   const std::string text = family.predicate != nullptr
                                ? family.predicate(integers_of(call), instance)
-                               : vector_predicate(family, instance);
+                               : vector_definition(family.causal, family.columns, instance);
   PredicateParseOptions options;
   options.allow_reserved_tensor_names = true;
   return parse_predicate(text, options);

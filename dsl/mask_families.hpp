@@ -7,10 +7,12 @@
 #pragma once
 
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "compiler/ir/predicate.hpp"
+#include "dsl/families.hpp"
 #include "dsl/intervals.hpp"
 #include "dsl/mask_expr.hpp"
 
@@ -36,6 +38,14 @@ void check_family_call(const MaskExpr& call);
 /// its vectors for a row without a definition of its own). Visible iff the family's builder
 /// leaves the element visible, for seqlen_q == seqlen_k.
 Predicate family_predicate(const MaskExpr& call, int instance);
+
+/// The definition of a family over its own vectors, for a row without a predicate of its own:
+/// FlashMask's rule (flashmask.md) for the layout, over `_lts<instance>`, `_lte<instance>`, ...
+/// (the tensors of vector_tensors()). Visible iff not masked, for seqlen_q == seqlen_k.
+std::string vector_definition(bool causal, int columns, int instance);
+
+/// The rows of those tensors for one single-head sample `m`: its vectors, one stem each.
+std::vector<SampleTensor> vector_tensors(const IntervalVectors& m);
 
 /// The data of the generated tensors of family_predicate(call, instance): one row, or one per
 /// batch row when a parameter names a tensor. Throws Error for bad parameters (naming them),

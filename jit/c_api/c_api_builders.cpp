@@ -18,7 +18,7 @@
 #include "dsl/builders.hpp"
 #include "dsl/families.hpp"
 #include "dsl/pairs.hpp"
-#include "runtime/c_api/c_api_support.hpp"
+#include "jit/c_api/c_api_support.hpp"
 
 struct attnjit_intervals {
   attnjit::dsl::IntervalVectors vectors;

@@ -1,5 +1,5 @@
 // The per-thread error message and the tensor descriptor conversion of the C ABI.
-#include "runtime/c_api/c_api_support.hpp"
+#include "jit/c_api/c_api_support.hpp"
 
 #include <fmt/format.h>
 

@@ -16,8 +16,8 @@
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
 #include "compiler/ir/predicate.hpp"
-#include "runtime/c_api/c_api_kernel.hpp"
-#include "runtime/c_api/c_api_support.hpp"
+#include "jit/c_api/c_api_kernel.hpp"
+#include "jit/c_api/c_api_support.hpp"
 #include "runtime/jit/driver.hpp"
 
 namespace {

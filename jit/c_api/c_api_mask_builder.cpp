@@ -5,7 +5,7 @@
 
 #include "attnjit/attnjit.h"
 #include "attnjit/mask_builder.hpp"
-#include "runtime/c_api/c_api_support.hpp"
+#include "jit/c_api/c_api_support.hpp"
 
 namespace {
 

@@ -82,7 +82,8 @@ class Families(unittest.TestCase):
             "random_eviction": ({"evicted_at_row": [12, 5, 9, 12, 4, 12, 12, 8, 12, 12, 11, 12]},
                                 "flashmask(causal=true,columns=1)"),
         }
-        self.assertEqual(sorted(cases), sorted(builders.FAMILIES))
+        # The first rows of the family table, in order (families added to it follow).
+        self.assertEqual(list(builders.FAMILIES)[:len(cases)], list(cases))
         for family, (parameters, text) in cases.items():
             with self.subTest(family=family):
                 mask = attnjit.flashmask(family, seqlen=12, **parameters)

@@ -93,9 +93,10 @@ struct SampleTensor {
   std::vector<std::int32_t> values;
 };
 
-/// One mask family. Adding one: its row and host builder (dsl/builders.cpp, declared in
-/// dsl/builders.hpp), its device builder `build_<name>` (templates/attnjit/masks/
-/// mask_builders.cuh) and its tests; everything else reads this row.
+/// One mask family. Adding one: its host builder (declared in dsl/builders.hpp, defined in
+/// dsl/builders.cpp) and its row appended to family_table() there (messages list the families in
+/// table order), its device builder `build_<name>` (templates/attnjit/masks/mask_builders.cuh)
+/// and its tests (tests/unit/test_builders.cpp); everything else reads this row.
 struct FamilyRow {
   std::string_view name;
   bool causal = false;  ///< FlashMask layout (full: false, causal: true, with no vectors)

@@ -16,8 +16,8 @@ target_include_directories(attnjit_shared INTERFACE
   "$<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>" "$<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>")
 
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/attnjit" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
-install(TARGETS attnjit attnjit_runtime attnjit_dsl attnjit_compiler attnjit_templates
-                attnjit_shared
+install(TARGETS attnjit attnjit_jit attnjit_runtime attnjit_dsl attnjit_compiler
+                attnjit_templates attnjit_shared
         EXPORT attnjitTargets
         ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}"
         LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}"

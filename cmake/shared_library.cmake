@@ -1,10 +1,10 @@
 # libattnjit.so: the C ABI (include/attnjit/attnjit.h) over the static attnjit libraries, for
 # FFI users such as the Python binding (tools/python). Only the attnjit_* functions are
-# exported. The C ABI's files (runtime/c_api/*.cpp) are compiled into this target itself (they
-# are also members of the static attnjit_runtime for C++ users, but the linker never pulls
+# exported. The C ABI's files (jit/c_api/*.cpp) are compiled into this target itself (they
+# are also members of the static attnjit_jit for C++ users, but the linker never pulls
 # those copies: their symbols are already defined here), because --exclude-libs,ALL hides every
 # symbol that comes from an archive.
-file(GLOB ATTNJIT_C_API_SOURCES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/runtime/c_api/*.cpp")
+file(GLOB ATTNJIT_C_API_SOURCES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/jit/c_api/*.cpp")
 add_library(attnjit_shared SHARED ${ATTNJIT_C_API_SOURCES})
 set_target_properties(attnjit_shared PROPERTIES
   OUTPUT_NAME attnjit

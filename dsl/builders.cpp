@@ -1,4 +1,5 @@
-// The standard FlashMask families and the random generators used to fuzz kernels.
+// The standard mask families: the host builder of each, and the family table
+// (dsl/families.hpp) with one row per family next to them.
 #include "dsl/builders.hpp"
 
 #include <algorithm>
@@ -10,6 +11,8 @@
 #include <fmt/format.h>
 
 #include "attnjit/error.hpp"
+#include "dsl/families.hpp"
+#include "dsl/param_checks.hpp"
 
 namespace attnjit::dsl {
 namespace {
@@ -29,20 +32,6 @@ IntervalVectors single_sample(bool causal, int columns, int n, std::int32_t fill
 
 void set(IntervalVectors& m, int col, int c, std::int64_t value) {
   m.data[static_cast<std::size_t>(col) * m.columns + c] = static_cast<std::int32_t>(value);
-}
-
-void check_at_least(std::string_view field, std::int64_t value, std::int64_t minimum) {
-  if (value < minimum) {
-    throw_field_error(field, fmt::to_string(value), fmt::format(">= {}", minimum));
-  }
-}
-
-void check_range(std::string_view field, std::int64_t value, std::int64_t lo, std::int64_t hi,
-                 std::string_view hi_name) {
-  if (value < lo || value > hi) {
-    throw_field_error(field, fmt::to_string(value),
-                      fmt::format("{} <= {} <= {} ({})", lo, field, hi, hi_name));
-  }
 }
 
 /// Checks each length >= 0 and returns their sum.
@@ -73,141 +62,6 @@ std::vector<std::pair<int, int>> segments(std::span<const int> lengths) {
     start += length;
   }
   return result;
-}
-
-/// SplitMix64: tiny, seedable and identical on every platform (unlike std distributions).
-class Rng {
- public:
-  explicit Rng(std::uint64_t seed) : state_(seed) {}
-
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-
-  /// Uniform in [lo, hi] (inclusive; the modulo bias is irrelevant for test data).
-  int uniform(int lo, int hi) {
-    const auto span = static_cast<std::uint64_t>(static_cast<std::int64_t>(hi) - lo + 1);
-    return static_cast<int>(lo + static_cast<std::int64_t>(next() % span));
-  }
-
-  bool chance(int percent) { return uniform(0, 99) < percent; }
-
- private:
-  std::uint64_t state_;
-};
-
-/// The two intervals of one column before projection onto the stored vectors.
-struct Intervals {
-  int lts, lte, uts, ute;
-};
-
-/// A row bound that is often 0, seqlen_q, or on or next to a multiple of 16, 64 or 128.
-int random_row(Rng& rng, int seqlen_q) {
-  int row = 0;
-  switch (rng.uniform(0, 4)) {
-    case 0:
-      row = rng.chance(50) ? 0 : seqlen_q;
-      break;
-    case 1:
-    case 2: {
-      const int tile = rng.chance(50) ? 64 : (rng.chance(50) ? 128 : 16);
-      row = tile * rng.uniform(0, seqlen_q / tile + 1) + rng.uniform(-1, 1);
-      break;
-    }
-    default:
-      row = rng.uniform(0, seqlen_q);
-  }
-  return std::clamp(row, 0, seqlen_q);
-}
-
-std::pair<int, int> random_interval(Rng& rng, int seqlen_q) {
-  const int a = random_row(rng, seqlen_q);
-  const int b = random_row(rng, seqlen_q);
-  return {std::min(a, b), std::max(a, b)};
-}
-
-/// Stores `iv` into column `col` of (b, h), keeping only the vectors the layout has.
-void store(IntervalVectors& m, int b, int h, int col, const Intervals& iv) {
-  const std::size_t base =
-      ((static_cast<std::size_t>(b) * m.heads + h) * m.seqlen_k + col) * m.columns;
-  m.data[base] = iv.lts;
-  if (m.columns == 4) {
-    m.data[base + 1] = iv.lte;
-    m.data[base + 2] = iv.uts;
-    m.data[base + 3] = iv.ute;
-  } else if (m.columns == 2) {
-    m.data[base + 1] = m.causal ? iv.lte : iv.ute;
-  }
-}
-
-/// Intervals of a run of columns [first, last) following one randomly chosen pattern.
-void fill_run(IntervalVectors& m, int b, int h, int first, int last, Rng& rng) {
-  const int sq = m.seqlen_q;
-  const Intervals never{sq, sq, 0, 0};
-  const int pattern = rng.uniform(0, 6);
-  const auto [a, e] = random_interval(rng, sq);
-  const auto [ua, ue] = random_interval(rng, sq);
-  const int lower_width = rng.uniform(0, std::max(1, sq / 2));
-  const int upper_width = rng.uniform(0, std::max(1, sq / 2));
-  for (int col = first; col < last; ++col) {
-    Intervals iv = never;
-    switch (pattern) {
-      case 0:  // never masked
-        break;
-      case 1:  // fully masked by the lower interval
-        iv = {0, sq, 0, 0};
-        break;
-      case 2:  // fully masked by the upper interval where the layout has one
-        iv = m.causal ? Intervals{0, sq, 0, 0} : Intervals{sq, sq, 0, sq};
-        break;
-      case 3:  // one interval pair shared by the whole run
-        iv = {a, e, ua, ue};
-        break;
-      case 4: {  // a band around the diagonal, as in sliding-window masks
-        const int lts = std::clamp(col + lower_width, 0, sq);
-        const int ute = std::clamp(col - upper_width, 0, sq);
-        iv = {lts, std::max(lts, e), std::min(ua, ute), ute};
-        break;
-      }
-      case 5: {  // lower and upper intervals that together cover every row
-        const int split = random_row(rng, sq);
-        iv = {split, sq, 0, split};
-        break;
-      }
-      default: {  // independent random intervals per column
-        const auto [l0, l1] = random_interval(rng, sq);
-        const auto [u0, u1] = random_interval(rng, sq);
-        iv = {l0, l1, u0, u1};
-      }
-    }
-    store(m, b, h, col, iv);
-  }
-}
-
-/// Length of the next run starting at `col`: often up to a 64 or 128 boundary (plus whole
-/// tiles) so that entire key blocks share one pattern, otherwise short or long random runs.
-int run_length(Rng& rng, int col, int seqlen_k) {
-  int length = 1;
-  switch (rng.uniform(0, 4)) {
-    case 0:
-    case 1: {
-      const int tile = rng.chance(50) ? 64 : 128;
-      length = tile - col % tile + tile * rng.uniform(0, 1);
-      break;
-    }
-    case 2:
-      length = rng.uniform(1, 16);
-      break;
-    case 3:
-      length = rng.uniform(1, 64);
-      break;
-    default:
-      length = rng.uniform(1, seqlen_k);
-  }
-  return std::min(length, seqlen_k - col);
 }
 
 }  // namespace
@@ -342,51 +196,284 @@ IntervalVectors random_eviction(std::span<const int> evicted_at_row) {
   return m;
 }
 
-IntervalVectors random_intervals(bool causal, int columns, int batch, int heads, int seqlen_q,
-                                 int seqlen_k, std::uint64_t seed) {
-  IntervalVectors m;
-  m.causal = causal;
-  m.columns = columns;
-  m.batch = batch;
-  m.heads = heads;
-  m.seqlen_q = seqlen_q;
-  m.seqlen_k = seqlen_k;
-  validate_shape(m);
-  m.data.resize(static_cast<std::size_t>(batch) * heads * seqlen_k * columns);
-  Rng rng(seed);
-  for (int b = 0; b < batch; ++b) {
-    for (int h = 0; h < heads; ++h) {
-      for (int col = 0; col < seqlen_k;) {
-        const int length = run_length(rng, col, seqlen_k);
-        fill_run(m, b, h, col, col + length, rng);
-        col += length;
-      }
-    }
-  }
-  return m;
+namespace {
+
+// ---- Row adapters: the device builders' parameters and the language's predicate definitions.
+
+std::vector<int> lengths_of(std::span<const int> offsets) {
+  std::vector<int> lengths;
+  for (std::size_t d = 0; d + 1 < offsets.size(); ++d)
+    lengths.push_back(offsets[d + 1] - offsets[d]);
+  return lengths;
 }
 
-IntervalVectors random_documents(bool causal, int seqlen, int min_docs, int max_docs,
-                                 std::uint64_t seed) {
-  check_at_least("seqlen", seqlen, 1);
-  check_range("min_docs", min_docs, 1, seqlen, "seqlen");
-  check_at_least("max_docs", max_docs, min_docs);
-  Rng rng(seed);
-  const int docs = rng.uniform(min_docs, std::min(max_docs, seqlen));
-  // docs - 1 distinct cut points in [1, seqlen - 1] by a partial Fisher-Yates shuffle.
-  std::vector<int> cuts(static_cast<std::size_t>(seqlen - 1));
-  for (int i = 0; i < seqlen - 1; ++i) cuts[i] = i + 1;
-  for (int i = 0; i < docs - 1; ++i) std::swap(cuts[i], cuts[rng.uniform(i, seqlen - 2)]);
-  cuts.resize(static_cast<std::size_t>(docs - 1));
-  std::sort(cuts.begin(), cuts.end());
-  std::vector<int> lengths;
-  int start = 0;
-  for (const int cut : cuts) {
-    lengths.push_back(cut - start);
-    start = cut;
+std::uint64_t splitmix64(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/// random_eviction on the device: key j of (batch row b, mask head h) stays visible to rows
+/// j <= i < j + 1 + splitmix64(seed + 0x9E3779B97F4A7C15 * (1 + (b * Hm + h) * N + j)) % (N - j).
+std::vector<int> eviction_rows(const DeviceSample& s) {
+  std::vector<int> rows(static_cast<std::size_t>(s.n));
+  const auto row = static_cast<std::uint64_t>(s.batch_row) * s.mask_heads + s.mask_head;
+  for (int j = 0; j < s.n; ++j) {
+    const std::uint64_t index = row * static_cast<std::uint64_t>(s.n) + j;
+    rows[j] = static_cast<int>(j + 1 +
+                               splitmix64(s.seed + 0x9E3779B97F4A7C15ull * (1 + index)) %
+                                   static_cast<std::uint64_t>(s.n - j));
   }
-  lengths.push_back(seqlen - start);
-  return causal ? causal_document(lengths) : document(lengths);
+  return rows;
+}
+
+/// Ids from lengths: the tokens of element d get first_id + d.
+void append_ids(std::vector<std::int32_t>& ids, std::span<const int> lengths, int first_id) {
+  for (std::size_t d = 0; d < lengths.size(); ++d) {
+    ids.insert(ids.end(), static_cast<std::size_t>(lengths[d]),
+               static_cast<std::int32_t>(first_id + d));
+  }
+}
+
+std::vector<std::int32_t> ids_of(std::span<const int> lengths) {
+  std::vector<std::int32_t> ids;
+  append_ids(ids, lengths, 0);
+  return ids;
+}
+
+std::int64_t literal(const SampleArgs& a, int i) {
+  return a.integer(i);
+}
+
+/// share_question from flashmask()'s packed samples: `documents`, one [question, answer, ...]
+/// list per sample packed along the sequence.
+IntervalVectors share_question_documents(int n, const KeywordArgs& args, std::string_view where) {
+  const std::vector<std::vector<int>>& documents = args.front().second.rows;
+  std::vector<IntervalVectors> pieces;
+  std::int64_t total = 0;
+  for (std::size_t d = 0; d < documents.size(); ++d) {
+    const std::vector<int>& document = documents[d];
+    if (document.empty()) {
+      throw Error(
+          fmt::format("documents[{}]: got an empty list{}; accepted: [question, answer, "
+                      "...] lengths",
+                      d, where));
+    }
+    pieces.push_back(share_question(document.front(), std::span(document).subspan(1)));
+    for (const int length : document) total += length;
+  }
+  if (total != n) {
+    throw Error(fmt::format("documents: sum {}{}; accepted: seqlen ({})", total, where, n));
+  }
+  return pack(pieces);
+}
+
+constexpr FamilyParam kDocLengths{"lengths", true, ParamRole::tokens, "doc_lengths"};
+
+}  // namespace
+
+std::span<const FamilyRow> family_table() {
+  static const std::vector<FamilyRow> rows{
+      {
+          .name = "full",
+          .predicate = [](const SampleArgs&, int) -> std::string { return "1"; },
+      },
+      {
+          .name = "causal",
+          .causal = true,
+          .predicate = [](const SampleArgs&, int) -> std::string { return "q>=k"; },
+      },
+      {
+          .name = "sliding_window",
+          .causal = true,
+          .columns = 1,
+          .params = {{"window"}},
+          .build = [](int n, const SampleArgs& a) { return sliding_window(n, a.integer(0)); },
+          .device_params = kWindow,
+          .device_reference = [](const DeviceSample& s) { return sliding_window(s.n, s.window); },
+          .predicate = [](const SampleArgs& a,
+                          int) { return fmt::format("q>=k&&q-k<{}", literal(a, 0)); },
+      },
+      {
+          .name = "causal_document",
+          .causal = true,
+          .columns = 1,
+          .params = {kDocLengths},
+          .build = [](int, const SampleArgs& a) { return causal_document(a.list(0)); },
+          .device_params = kOffsets,
+          .device_reference =
+              [](const DeviceSample& s) { return causal_document(lengths_of(s.offsets)); },
+          .predicate = [](const SampleArgs&,
+                          int i) { return fmt::format("q>=k&&_doc{0}[q]==_doc{0}[k]", i); },
+          .tensors =
+              [](const SampleArgs& a) {
+                return std::vector<SampleTensor>{{"doc", ids_of(a.list(0))}};
+              },
+      },
+      {
+          .name = "document",
+          .columns = 2,
+          .params = {kDocLengths},
+          .build = [](int, const SampleArgs& a) { return document(a.list(0)); },
+          .device_params = kOffsets,
+          .device_reference = [](const DeviceSample& s) { return document(lengths_of(s.offsets)); },
+          .predicate = [](const SampleArgs&,
+                          int i) { return fmt::format("_doc{0}[q]==_doc{0}[k]", i); },
+          .tensors =
+              [](const SampleArgs& a) {
+                return std::vector<SampleTensor>{{"doc", ids_of(a.list(0))}};
+              },
+      },
+      {
+          .name = "share_question",
+          .causal = true,
+          .columns = 1,
+          .params = {{"question", false, ParamRole::tokens}, {"answers", true, ParamRole::tokens}},
+          .build = [](int, const SampleArgs& a) { return share_question(a.integer(0), a.list(1)); },
+          .device_params = kOffsets,
+          .device_reference =
+              [](const DeviceSample& s) {
+                const std::vector<int> lengths = lengths_of(s.offsets);
+                return share_question(lengths.front(), std::span(lengths).subspan(1));
+              },
+          .predicate =
+              [](const SampleArgs& a, int i) {
+                return fmt::format("q>=k&&(k<{0}||_doc{1}[q]==_doc{1}[k])", literal(a, 0), i);
+              },
+          .tensors =
+              [](const SampleArgs& a) {
+                std::vector<std::int32_t> ids(static_cast<std::size_t>(a.integer(0)), 0);
+                append_ids(ids, a.list(1), 1);
+                return std::vector<SampleTensor>{{"doc", std::move(ids)}};
+              },
+          .keywords = {{"documents", 2}},
+          .build_keywords = share_question_documents,
+      },
+      {
+          .name = "global_sliding_window",
+          .columns = 4,
+          .params = {{"global", false, ParamRole::plain, "global_tokens"}, {"left"}, {"right"}},
+          .build =
+              [](int n, const SampleArgs& a) {
+                return global_sliding_window(n, a.integer(0), a.integer(1), a.integer(2));
+              },
+          .device_params = kGlobalTokens | kWindowLeft | kWindowRight,
+          .device_reference =
+              [](const DeviceSample& s) {
+                return global_sliding_window(s.n, s.global_tokens, s.window_left, s.window_right);
+              },
+          .predicate =
+              [](const SampleArgs& a, int) {
+                return fmt::format("k<{0}||q<{0}||q-k<={1}&&k-q<={2}", literal(a, 0), literal(a, 1),
+                                   literal(a, 2));
+              },
+      },
+      {
+          .name = "causal_blockwise",
+          .causal = true,
+          .columns = 2,
+          .params = {{"blocks", true, ParamRole::tokens}, {"test", false, ParamRole::tokens}},
+          .build = [](int,
+                      const SampleArgs& a) { return causal_blockwise(a.list(0), a.integer(1)); },
+          .device_params = kOffsets | kTest,
+          // The demonstration blocks are the segments cut at N - test.
+          .device_reference =
+              [](const DeviceSample& s) {
+                std::vector<int> clipped;
+                for (const int o : s.offsets) clipped.push_back(std::min(o, s.n - s.test));
+                return causal_blockwise(lengths_of(clipped), s.test);
+              },
+          .predicate =
+              [](const SampleArgs&, int i) {
+                return fmt::format("q>=k&&(_blk{0}[q]==_blk{0}[k]||q>=_tst{0}[0])", i);
+              },
+          .tensors =
+              [](const SampleArgs& a) {
+                std::vector<std::int32_t> blocks = ids_of(a.list(0));
+                blocks.insert(blocks.end(), static_cast<std::size_t>(a.integer(1)),
+                              static_cast<std::int32_t>(a.list(0).size()));
+                std::int64_t demo = 0;
+                for (const int length : a.list(0)) demo += length;
+                return std::vector<SampleTensor>{{"blk", std::move(blocks)},
+                                                 {"tst", {static_cast<std::int32_t>(demo)}}};
+              },
+      },
+      {
+          .name = "prefix_lm_causal",
+          .columns = 2,
+          .params = {{"prefix"}},
+          .build = [](int n, const SampleArgs& a) { return prefix_lm_causal(n, a.integer(0)); },
+          .device_params = kPrefix,
+          .device_reference = [](const DeviceSample& s) { return prefix_lm_causal(s.n, s.prefix); },
+          .predicate = [](const SampleArgs& a,
+                          int) { return fmt::format("k<{}||q>=k", literal(a, 0)); },
+      },
+      {
+          .name = "prefix_lm_document",
+          .columns = 2,
+          .params = {kDocLengths, {"prefixes", true, ParamRole::per_item, {}, "document"}},
+          .build = [](int,
+                      const SampleArgs& a) { return prefix_lm_document(a.list(0), a.list(1)); },
+          .device_params = kOffsets | kPrefixes,
+          .device_reference =
+              [](const DeviceSample& s) {
+                return prefix_lm_document(lengths_of(s.offsets), s.prefixes);
+              },
+          .predicate =
+              [](const SampleArgs&, int i) {
+                return fmt::format("_doc{0}[q]==_doc{0}[k]&&(_pre{0}[k]||q>=k)", i);
+              },
+          .tensors =
+              [](const SampleArgs& a) {
+                std::vector<std::int32_t> prefix;
+                for (std::size_t d = 0; d < a.list(0).size(); ++d) {
+                  for (int i = 0; i < a.list(0)[d]; ++i) prefix.push_back(i < a.list(1)[d] ? 1 : 0);
+                }
+                return std::vector<SampleTensor>{{"doc", ids_of(a.list(0))},
+                                                 {"pre", std::move(prefix)}};
+              },
+      },
+      {
+          .name = "qk_sparse",
+          .causal = true,
+          .columns = 2,
+          .params = {{"offset"}, {"length"}},
+          .build = [](int n,
+                      const SampleArgs& a) { return qk_sparse(n, a.integer(0), a.integer(1)); },
+          .device_params = kDroppedStart | kDroppedLength,
+          .device_reference =
+              [](const DeviceSample& s) {
+                return qk_sparse(s.n, s.dropped_start, s.dropped_length);
+              },
+          .predicate =
+              [](const SampleArgs& a, int) {
+                // o + L fits: checked against the sequence length when the data is built; the
+                // literal is clamped so that the text always parses.
+                const std::int64_t end =
+                    std::min<std::int64_t>(literal(a, 0) + literal(a, 1), INT32_MAX);
+                return fmt::format("q>=k&&(k<{0}||k>={1}||q>={1})", literal(a, 0), end);
+              },
+      },
+      {
+          .name = "random_eviction",
+          .causal = true,
+          .columns = 1,
+          .params = {{"evicted_at_row", true, ParamRole::per_token}},
+          .build = [](int, const SampleArgs& a) { return random_eviction(a.list(0)); },
+          .device_params = kSeed,
+          .per_head = true,
+          .device_reference =
+              [](const DeviceSample& s) { return random_eviction(eviction_rows(s)); },
+          .predicate = [](const SampleArgs&, int i) { return fmt::format("q>=k&&q<_ev{}[k]", i); },
+          .tensors =
+              [](const SampleArgs& a) {
+                return std::vector<SampleTensor>{{"ev", {a.list(0).begin(), a.list(0).end()}}};
+              },
+      },
+  };
+  return rows;
 }
 
 }  // namespace attnjit::dsl

@@ -1,9 +1,10 @@
 // Builders for the standard FlashMask families of docs/flashmask.md, on the host, O(N) each.
 // Every builder returns one sample (batch = 1, heads = 1, seqlen_q = seqlen_k = N) with the
-// causal flag and number of columns of the family's row in the table; use stack() and
-// broadcast_heads() to batch them. `full` and `causal` have no builder: they are
-// MaskKind::none and MaskKind::causal and carry no vectors. Bad parameters throw
-// attnjit::Error naming the parameter, its value and what is accepted.
+// causal flag and number of columns of the family's row in the family table (dsl/families.hpp,
+// whose rows sit next to these builders in builders.cpp); use stack() and broadcast_heads() to
+// batch them. `full` and `causal` have no builder: they are MaskKind::none and MaskKind::causal
+// and carry no vectors. Bad parameters throw attnjit::Error naming the parameter, its value and
+// what is accepted.
 //
 // Rows are queries i, columns are keys j; "visible" means not masked.
 #pragma once

@@ -1,5 +1,6 @@
-// The twelve mask families of the language: parameter checks, layouts, interval vectors per
-// sample and predicate definitions over generated tensors.
+// The mask families in the language: parameter checks, layouts, interval vectors per sample
+// and predicate definitions over generated tensors, all read from the family table
+// (dsl/families.hpp).
 #include "dsl/mask_families.hpp"
 
 #include <fmt/format.h>
@@ -10,67 +11,28 @@
 #include <string>
 
 #include "attnjit/error.hpp"
-#include "dsl/builders.hpp"
+#include "dsl/families.hpp"
 
 namespace attnjit::dsl {
 namespace {
 
-struct Param {
-  std::string_view name;
-  bool list = false;  ///< a list `[a,b,...]` or a tensor name, else an integer
-};
-
-struct Family {
-  std::string_view name;
-  std::array<Param, 3> params;
-  int param_count = 0;
-  FamilyLayout layout;
-};
-
-constexpr std::array<Family, 12> kFamilies{{
-    {"full", {}, 0, {false, 0}},
-    {"causal", {}, 0, {true, 0}},
-    {"sliding_window", {{{"window"}}}, 1, {true, 1}},
-    {"causal_document", {{{"lengths", true}}}, 1, {true, 1}},
-    {"document", {{{"lengths", true}}}, 1, {false, 2}},
-    {"share_question", {{{"question"}, {"answers", true}}}, 2, {true, 1}},
-    {"global_sliding_window", {{{"global"}, {"left"}, {"right"}}}, 3, {false, 4}},
-    {"causal_blockwise", {{{"blocks", true}, {"test"}}}, 2, {true, 2}},
-    {"prefix_lm_causal", {{{"prefix"}}}, 1, {false, 2}},
-    {"prefix_lm_document", {{{"lengths", true}, {"prefixes", true}}}, 2, {false, 2}},
-    {"qk_sparse", {{{"offset"}, {"length"}}}, 2, {true, 2}},
-    {"random_eviction", {{{"evicted_at_row", true}}}, 1, {true, 1}},
-}};
-
-const Family* find_family(std::string_view name) {
-  for (const Family& family : kFamilies) {
-    if (family.name == name) return &family;
-  }
-  return nullptr;
-}
-
-const Family& family_of(const MaskExpr& call) {
-  const Family* family = find_family(call.family);
+const FamilyRow& family_of(const MaskExpr& call) {
+  const FamilyRow* family = find_family(call.family);
   internal_check(family != nullptr, "family_of: a family call names a family");
   return *family;
 }
 
-std::string signature(const Family& family) {
+std::string signature(const FamilyRow& family) {
   std::string text = std::string(family.name) + "(";
-  for (int i = 0; i < family.param_count; ++i) {
+  for (std::size_t i = 0; i < family.params.size(); ++i) {
     text += fmt::format("{}{}{}", i ? ", " : "", family.params[i].name,
                         family.params[i].list ? " (a list or a tensor name)" : "");
   }
   return text + ")";
 }
 
-// One sample's parameters: lists[i] holds list parameter i (empty for integers).
-struct Sample {
-  std::vector<std::vector<int>> lists;
-};
-
-const PredicateTensor& find_tensor(const MaskExpr& call, const Param& param, const FamilyArg& arg,
-                                   std::span<const PredicateTensor> tensors) {
+const PredicateTensor& find_tensor(const MaskExpr& call, const FamilyParam& param,
+                                   const FamilyArg& arg, std::span<const PredicateTensor> tensors) {
   for (const PredicateTensor& tensor : tensors) {
     if (tensor.name == arg.tensor) return tensor;
   }
@@ -80,12 +42,22 @@ const PredicateTensor& find_tensor(const MaskExpr& call, const Param& param, con
                   call.family, param.name, arg.tensor));
 }
 
+// The integer parameters of a call (its lists left empty): what its predicate reads.
+SampleArgs integers_of(const MaskExpr& call) {
+  SampleArgs args;
+  for (const FamilyArg& arg : call.args) {
+    args.values.push_back(arg.kind == FamilyArg::Kind::integer ? std::vector<int>{arg.value}
+                                                               : std::vector<int>{});
+  }
+  return args;
+}
+
 // The samples of a call: one when every list is literal, else one per batch row.
-std::vector<Sample> samples(const MaskExpr& call, int batch,
-                            std::span<const PredicateTensor> tensors) {
-  const Family& family = family_of(call);
+std::vector<SampleArgs> samples(const MaskExpr& call, int batch,
+                                std::span<const PredicateTensor> tensors) {
+  const FamilyRow& family = family_of(call);
   int rows = 1;
-  for (int i = 0; i < family.param_count; ++i) {
+  for (std::size_t i = 0; i < family.params.size(); ++i) {
     if (call.args[i].kind != FamilyArg::Kind::tensor) continue;
     const PredicateTensor& tensor = find_tensor(call, family.params[i], call.args[i], tensors);
     if (tensor.rows != 1 && tensor.rows != batch) {
@@ -94,66 +66,46 @@ std::vector<Sample> samples(const MaskExpr& call, int batch,
     }
     rows = std::max(rows, tensor.rows);
   }
-  std::vector<Sample> result(rows);
+  std::vector<SampleArgs> result(rows, integers_of(call));
   for (int r = 0; r < rows; ++r) {
-    result[r].lists.resize(family.param_count);
-    for (int i = 0; i < family.param_count; ++i) {
+    for (std::size_t i = 0; i < family.params.size(); ++i) {
       const FamilyArg& arg = call.args[i];
+      std::vector<int>& values = result[r].values[i];
       if (arg.kind == FamilyArg::Kind::list) {
-        result[r].lists[i].assign(arg.values.begin(), arg.values.end());
+        values.assign(arg.values.begin(), arg.values.end());
       } else if (arg.kind == FamilyArg::Kind::tensor) {
         const PredicateTensor& tensor = find_tensor(call, family.params[i], arg, tensors);
         const auto row = static_cast<std::size_t>(tensor.rows == 1 ? 0 : r) * tensor.length;
-        result[r].lists[i].assign(tensor.values.begin() + row,
-                                  tensor.values.begin() + row + tensor.length);
+        values.assign(tensor.values.begin() + row, tensor.values.begin() + row + tensor.length);
       }
     }
   }
   return result;
 }
 
-std::int64_t sum(const std::vector<int>& values) {
+// Throws unless the tokens a sample's parameters describe number exactly n (the checks of the
+// parameters' roles, in the language's words: `sum(lengths)`, `question + sum(answers)`).
+void check_total(const MaskExpr& call, const FamilyRow& family, const SampleArgs& s, int n) {
+  std::vector<std::string> terms;
   std::int64_t total = 0;
-  for (int v : values) total += v;
-  return total;
-}
-
-// Throws unless the tokens a sample's parameters describe number exactly n.
-void check_total(const MaskExpr& call, std::string_view what, std::int64_t total, int n) {
-  if (total != n) {
+  for (std::size_t i = 0; i < family.params.size(); ++i) {
+    const FamilyParam& p = family.params[i];
+    std::int64_t value = 0;
+    if (p.role == ParamRole::tokens) {
+      for (const int v : s.values[i]) value += v;
+      terms.push_back(p.list ? fmt::format("sum({})", p.name) : std::string(p.name));
+    } else if (p.role == ParamRole::per_token) {
+      value = static_cast<std::int64_t>(s.values[i].size());
+      terms.push_back(fmt::format("the length of {}", p.name));
+    } else {
+      continue;
+    }
+    total += value;
+  }
+  if (!terms.empty() && total != n) {
     throw Error(fmt::format("{}: {}: got {} tokens; accepted: exactly the sequence length {}",
-                            call.family, what, total, n));
+                            call.family, fmt::join(terms, " + "), total, n));
   }
-}
-
-IntervalVectors sample_intervals(const MaskExpr& call, const Sample& s, int n) {
-  const std::string_view name = call.family;
-  const auto integer = [&](int i) { return call.args[i].value; };
-  if (name == "sliding_window") return sliding_window(n, integer(0));
-  if (name == "causal_document" || name == "document") {
-    check_total(call, "sum(lengths)", sum(s.lists[0]), n);
-    return name == "document" ? document(s.lists[0]) : causal_document(s.lists[0]);
-  }
-  if (name == "share_question") {
-    check_total(call, "question + sum(answers)", integer(0) + sum(s.lists[1]), n);
-    return share_question(integer(0), s.lists[1]);
-  }
-  if (name == "global_sliding_window") {
-    return global_sliding_window(n, integer(0), integer(1), integer(2));
-  }
-  if (name == "causal_blockwise") {
-    check_total(call, "sum(blocks) + test", sum(s.lists[0]) + integer(1), n);
-    return causal_blockwise(s.lists[0], integer(1));
-  }
-  if (name == "prefix_lm_causal") return prefix_lm_causal(n, integer(0));
-  if (name == "prefix_lm_document") {
-    check_total(call, "sum(lengths)", sum(s.lists[0]), n);
-    return prefix_lm_document(s.lists[0], s.lists[1]);
-  }
-  if (name == "qk_sparse") return qk_sparse(n, integer(0), integer(1));
-  check_total(call, "the length of evicted_at_row", static_cast<std::int64_t>(s.lists[0].size()),
-              n);
-  return random_eviction(s.lists[0]);
 }
 
 // The sequence length of a family's sample: seqlen_q, equal to seqlen_k.
@@ -168,12 +120,16 @@ int family_length(const MaskExpr& call, int seqlen_q, int seqlen_k) {
 }
 
 // Runs the builder of every sample: checks the parameters (the builders name them).
-std::vector<IntervalVectors> checked_samples(const MaskExpr& call, const std::vector<Sample>& all,
-                                             int n) {
+std::vector<IntervalVectors> checked_samples(const MaskExpr& call,
+                                             const std::vector<SampleArgs>& all, int n) {
+  const FamilyRow& family = family_of(call);
   std::vector<IntervalVectors> result;
   result.reserve(all.size());
   try {
-    for (const Sample& s : all) result.push_back(sample_intervals(call, s, n));
+    for (const SampleArgs& s : all) {
+      check_total(call, family, s, n);
+      result.push_back(family.build(n, s));
+    }
   } catch (const PredicateParseError&) {
     throw;
   } catch (const Error& error) {
@@ -184,35 +140,60 @@ std::vector<IntervalVectors> checked_samples(const MaskExpr& call, const std::ve
   return result;
 }
 
-// Document ids from lengths: token i of document d gets d (first_id + d).
-void append_ids(std::vector<std::int32_t>& ids, const std::vector<int>& lengths, int first_id) {
-  for (std::size_t d = 0; d < lengths.size(); ++d) {
-    ids.insert(ids.end(), static_cast<std::size_t>(lengths[d]),
-               static_cast<std::int32_t>(first_id + d));
+// `lts`, `lte`, `uts` or `ute`: vector c of the layout, as a tensor stem.
+std::string_view vector_stem(bool causal, int columns, int c) {
+  constexpr std::array<std::string_view, 4> kStems{"lts", "lte", "uts", "ute"};
+  const std::string_view name = vector_name(causal, columns, c);
+  for (const std::string_view stem : kStems) {
+    if (std::equal(stem.begin(), stem.end(), name.begin(), name.end(),
+                   [](char a, char b) { return a == (b | 0x20); })) {
+      return stem;
+    }
   }
+  throw InternalError("vector_stem: a FlashMask vector");
 }
 
 }  // namespace
+
+std::string vector_definition(bool causal, int columns, int instance) {
+  const auto v = [&](std::string_view name) { return fmt::format("_{}{}[k]", name, instance); };
+  if (causal && columns == 1) return fmt::format("q>=k&&q<{}", v("lts"));
+  if (causal) return fmt::format("q>=k&&(q<{}||q>={})", v("lts"), v("lte"));
+  if (columns == 2) return fmt::format("q<{}&&q>={}", v("lts"), v("ute"));
+  return fmt::format("(q<{}||q>={})&&(q<{}||q>={})", v("lts"), v("lte"), v("uts"), v("ute"));
+}
+
+std::vector<SampleTensor> vector_tensors(const IntervalVectors& m) {
+  std::vector<SampleTensor> result;
+  for (int c = 0; c < m.columns; ++c) {
+    SampleTensor t;
+    t.stem = vector_stem(m.causal, m.columns, c);
+    for (int col = 0; col < m.seqlen_k; ++col) t.values.push_back(m.at(0, 0, col, c));
+    result.push_back(std::move(t));
+  }
+  return result;
+}
 
 bool is_family_name(std::string_view name) {
   return find_family(name) != nullptr;
 }
 
 FamilyLayout family_layout(std::string_view name) {
-  const Family* family = find_family(name);
+  const FamilyRow* family = find_family(name);
   internal_check(family != nullptr, "family_layout: a known family");
-  return family->layout;
+  return {family->causal, family->columns};
 }
 
 void check_family_call(const MaskExpr& call) {
-  const Family& family = family_of(call);
-  if (static_cast<int>(call.args.size()) != family.param_count) {
+  const FamilyRow& family = family_of(call);
+  const auto count = static_cast<int>(family.params.size());
+  if (static_cast<int>(call.args.size()) != count) {
     throw PredicateParseError(
         call.line, call.column,
-        fmt::format("expected {} parameter{} for {}, got {}", family.param_count,
-                    family.param_count == 1 ? "" : "s", signature(family), call.args.size()));
+        fmt::format("expected {} parameter{} for {}, got {}", count, count == 1 ? "" : "s",
+                    signature(family), call.args.size()));
   }
-  for (int i = 0; i < family.param_count; ++i) {
+  for (int i = 0; i < count; ++i) {
     const FamilyArg& arg = call.args[i];
     const bool list = arg.kind != FamilyArg::Kind::integer;
     if (list != family.params[i].list) {
@@ -227,38 +208,10 @@ void check_family_call(const MaskExpr& call) {
 }
 
 Predicate family_predicate(const MaskExpr& call, int instance) {
-  const std::string_view name = call.family;
-  const auto integer = [&](int i) { return static_cast<std::int64_t>(call.args[i].value); };
-  const std::string doc = fmt::format("_doc{}", instance);
-  std::string text;
-  if (name == "full") {
-    text = "1";
-  } else if (name == "causal") {
-    text = "q>=k";
-  } else if (name == "sliding_window") {
-    text = fmt::format("q>=k&&q-k<{}", integer(0));
-  } else if (name == "causal_document") {
-    text = fmt::format("q>=k&&{0}[q]=={0}[k]", doc);
-  } else if (name == "document") {
-    text = fmt::format("{0}[q]=={0}[k]", doc);
-  } else if (name == "share_question") {
-    text = fmt::format("q>=k&&(k<{0}||{1}[q]=={1}[k])", integer(0), doc);
-  } else if (name == "global_sliding_window") {
-    text = fmt::format("k<{0}||q<{0}||q-k<={1}&&k-q<={2}", integer(0), integer(1), integer(2));
-  } else if (name == "causal_blockwise") {
-    text = fmt::format("q>=k&&(_blk{0}[q]==_blk{0}[k]||q>=_tst{0}[0])", instance);
-  } else if (name == "prefix_lm_causal") {
-    text = fmt::format("k<{}||q>=k", integer(0));
-  } else if (name == "prefix_lm_document") {
-    text = fmt::format("{0}[q]=={0}[k]&&(_pre{1}[k]||q>=k)", doc, instance);
-  } else if (name == "qk_sparse") {
-    // o + L fits: checked against the sequence length when the data is built; the literal
-    // is clamped so that the text always parses.
-    const std::int64_t end = std::min<std::int64_t>(integer(0) + integer(1), INT32_MAX);
-    text = fmt::format("q>=k&&(k<{0}||k>={1}||q>={1})", integer(0), end);
-  } else {
-    text = fmt::format("q>=k&&q<_ev{}[k]", instance);
-  }
+  const FamilyRow& family = family_of(call);
+  const std::string text = family.predicate != nullptr
+                               ? family.predicate(integers_of(call), instance)
+                               : vector_definition(family.causal, family.columns, instance);
   PredicateParseOptions options;
   options.allow_reserved_tensor_names = true;
   return parse_predicate(text, options);
@@ -267,54 +220,33 @@ Predicate family_predicate(const MaskExpr& call, int instance) {
 std::vector<PredicateTensor> family_tensors(const MaskExpr& call, int instance, int batch,
                                             int seqlen_q, int seqlen_k,
                                             std::span<const PredicateTensor> tensors) {
-  const std::string_view name = call.family;
-  if (name == "full" || name == "causal") return {};
+  const FamilyRow& family = family_of(call);
+  if (!family.has_vectors()) return {};
   const int n = family_length(call, seqlen_q, seqlen_k);
-  const std::vector<Sample> all = samples(call, batch, tensors);
-  checked_samples(call, all, n);
-  const int rows = static_cast<int>(all.size());
-  const auto tensor = [&](std::string stem, int length) {
-    PredicateTensor t;
-    t.name = fmt::format("_{}{}", stem, instance);
-    t.rows = rows;
-    t.length = length;
-    t.values.reserve(static_cast<std::size_t>(rows) * length);
-    return t;
-  };
+  const std::vector<SampleArgs> all = samples(call, batch, tensors);
+  const std::vector<IntervalVectors> built = checked_samples(call, all, n);
   std::vector<PredicateTensor> result;
-  if (name == "causal_document" || name == "document" || name == "share_question" ||
-      name == "prefix_lm_document") {
-    PredicateTensor ids = tensor("doc", n);
-    PredicateTensor prefix = tensor("pre", n);
-    for (const Sample& s : all) {
-      if (name == "share_question") {
-        ids.values.insert(ids.values.end(), static_cast<std::size_t>(call.args[0].value), 0);
-        append_ids(ids.values, s.lists[1], 1);
-      } else {
-        append_ids(ids.values, s.lists[0], 0);
-      }
-      for (std::size_t d = 0; name == "prefix_lm_document" && d < s.lists[0].size(); ++d) {
-        for (int i = 0; i < s.lists[0][d]; ++i) prefix.values.push_back(i < s.lists[1][d] ? 1 : 0);
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    const std::vector<SampleTensor> rows =
+        family.predicate != nullptr
+            ? (family.tensors != nullptr ? family.tensors(all[r]) : std::vector<SampleTensor>{})
+            : vector_tensors(built[r]);
+    if (r == 0) {
+      for (const SampleTensor& row : rows) {
+        PredicateTensor t;
+        t.name = fmt::format("_{}{}", row.stem, instance);
+        t.rows = static_cast<int>(all.size());
+        t.length = static_cast<int>(row.values.size());
+        t.values.reserve(all.size() * row.values.size());
+        result.push_back(std::move(t));
       }
     }
-    result.push_back(std::move(ids));
-    if (name == "prefix_lm_document") result.push_back(std::move(prefix));
-  } else if (name == "causal_blockwise") {
-    PredicateTensor blocks = tensor("blk", n);
-    PredicateTensor test = tensor("tst", 1);
-    for (const Sample& s : all) {
-      append_ids(blocks.values, s.lists[0], 0);
-      blocks.values.insert(blocks.values.end(), static_cast<std::size_t>(call.args[1].value),
-                           static_cast<std::int32_t>(s.lists[0].size()));
-      test.values.push_back(static_cast<std::int32_t>(sum(s.lists[0])));
+    internal_check(rows.size() == result.size(), "family_tensors: the same tensors per sample");
+    for (std::size_t t = 0; t < rows.size(); ++t) {
+      internal_check(static_cast<int>(rows[t].values.size()) == result[t].length,
+                     "family_tensors: rows of one length");
+      result[t].values.insert(result[t].values.end(), rows[t].values.begin(), rows[t].values.end());
     }
-    result.push_back(std::move(blocks));
-    result.push_back(std::move(test));
-  } else if (name == "random_eviction") {
-    PredicateTensor evicted = tensor("ev", n);
-    for (const Sample& s : all)
-      evicted.values.insert(evicted.values.end(), s.lists[0].begin(), s.lists[0].end());
-    result.push_back(std::move(evicted));
   }
   return result;
 }

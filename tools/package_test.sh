@@ -14,7 +14,8 @@ export ATTNJIT_CACHE_DIR="$work/cache"
 
 cmake --install "$build" --prefix "$prefix" >/dev/null
 for file in include/attnjit/jit.hpp include/attnjit/attnjit.h lib/libattnjit.so \
-            lib/libattnjit_runtime.a bin/attnc lib/cmake/attnjit/attnjitConfig.cmake \
+            lib/libattnjit_runtime.a lib/libattnjit_jit.a bin/attnc \
+            lib/cmake/attnjit/attnjitConfig.cmake \
             lib/cmake/attnjit/attnjitConfigVersion.cmake lib/pkgconfig/attnjit.pc; do
   [[ -e "$prefix/$file" ]] || { echo "package_test: $file missing from the prefix" >&2; exit 1; }
 done

@@ -343,37 +343,20 @@ std::string emit_kernel(const Lowering& ir, const KernelDesc& kernel) {
 }
 
 ReferenceKernel emit_reference_kernel(const AttentionSpec& spec) {
-  int mask_kind = 0;
-  switch (spec.mask.kind) {
-    case MaskKind::none:
-      mask_kind = 0;
-      break;
-    case MaskKind::causal:
-      mask_kind = 1;
-      break;
-    case MaskKind::sliding_window:
-      mask_kind = 2;
-      break;
-    case MaskKind::flashmask:
-      mask_kind = 3;
-      break;
-    case MaskKind::predicate:
-      mask_kind = 4;
-      break;
-  }
+  const MaskKindInfo& mask = info_of(spec.mask.kind);
   ReferenceKernel out;
   out.name = fmt::format(
       "attnjit_reference_{}_d{}_{}{}", name_of(spec.dtype), spec.head_dim_qk,
-      mask_kind == 3
+      mask.interval_vectors
           ? fmt::format("flashmask{}_c{}", spec.mask.causal ? "_causal" : "", spec.mask.columns)
-          : std::string(name_of(spec.mask.kind)),
+          : std::string(mask.name),
       score_mod_tag(spec));
   out.threads = 128;
   SourceWriter w;
   w.line("// attnjit reference kernel (fp32, unfused) for: {}", to_string(spec));
   w.line("#include \"attnjit/common/reference.cuh\"");
   w.blank();
-  if (mask_kind == 4) {
+  if (mask.predicate) {
     const Predicate predicate = parse_predicate(
         spec.mask.predicate, PredicateParseOptions{.allow_reserved_tensor_names = true});
     const PredicateInfo used = info(predicate);
@@ -389,8 +372,8 @@ ReferenceKernel emit_reference_kernel(const AttentionSpec& spec) {
       fmt::format("attnjit::reference_attention<{}, /*kHeadDim=*/{}, /*kMask=*/{}, "
                   "/*kFlashCausal=*/{}, /*kColumns=*/{}, /*kLse=*/true, /*kSoftcap=*/{}, "
                   "/*kAlibi=*/{}{}>(params);",
-                  element_type(spec.dtype), spec.head_dim_qk, mask_kind, spec.mask.causal,
-                  spec.mask.columns, spec.softcap, spec.alibi, mask_kind == 4 ? ", Visible" : ""));
+                  element_type(spec.dtype), spec.head_dim_qk, mask.reference_mask, spec.mask.causal,
+                  spec.mask.columns, spec.softcap, spec.alibi, mask.predicate ? ", Visible" : ""));
   out.source = w.str();
   return out;
 }

@@ -4,10 +4,8 @@
 // kernel, which target), the input of the shared cache-key derivation.
 #pragma once
 
-#include <optional>
 #include <string>
 
-#include "attnjit/mask_builder.hpp"
 #include "attnjit/spec.hpp"
 
 namespace attnjit {
@@ -15,10 +13,10 @@ namespace attnjit {
 /// Threads per block of every mask kernel.
 inline constexpr int kMaskKernelThreads = 256;
 
-/// Which mask kernel, for which target: a family's builder, or the interval check when
-/// `family` is empty.
+/// Which mask kernel, for which target: the device builder `build_<family>` of a FlashMask
+/// family (by its name in the family table), or the interval check when `family` is empty.
 struct MaskKernelSpec {
-  std::optional<MaskFamily> family;
+  std::string family;
   Arch target = Arch::auto_detect;
 
   bool operator==(const MaskKernelSpec&) const = default;

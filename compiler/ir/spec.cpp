@@ -19,14 +19,6 @@ template <class Enum, std::size_t N>
 using NameTable = std::array<std::pair<Enum, std::string_view>, N>;
 
 constexpr NameTable<DType, 2> kDTypeNames{{{DType::fp16, "fp16"}, {DType::bf16, "bf16"}}};
-constexpr NameTable<MaskKind, 5> kMaskNames{{{MaskKind::none, "none"},
-                                             {MaskKind::causal, "causal"},
-                                             {MaskKind::sliding_window, "sliding_window"},
-                                             {MaskKind::flashmask, "flashmask"},
-                                             {MaskKind::predicate, "predicate"}}};
-constexpr std::string_view kMaskAccepted =
-    "none, causal, sliding_window, flashmask(causal=true|false,columns=1|2|4), "
-    "predicate(EXPR)";
 constexpr NameTable<Direction, 2> kDirectionNames{
     {{Direction::forward, "forward"}, {Direction::backward, "backward"}}};
 constexpr NameTable<Arch, 6> kArchNames{{{Arch::auto_detect, "auto"},
@@ -111,6 +103,14 @@ MaskSpec parse_flashmask_arguments(std::string_view args) {
   return mask;
 }
 
+std::string mask_accepted();
+
+// mask=flashmask(...): the arguments between the parentheses.
+MaskSpec parse_flashmask_mask(std::string_view text, std::size_t open) {
+  if (text.back() != ')') throw_field_error("mask", text, mask_accepted());
+  return parse_flashmask_arguments(text.substr(open + 1, text.size() - open - 2));
+}
+
 // mask=predicate(EXPR), EXPR parsed by validate. Spec words are split at spaces, so a
 // predicate with spaces arrives cut: its parentheses do not balance.
 MaskSpec parse_predicate_mask(std::string_view text, std::size_t open) {
@@ -125,22 +125,79 @@ MaskSpec parse_predicate_mask(std::string_view text, std::size_t open) {
   return mask;
 }
 
+std::string print_flashmask(const MaskSpec& mask) {
+  return fmt::format("flashmask(causal={},columns={})", mask.causal, mask.columns);
+}
+
+std::string print_predicate(const MaskSpec& mask) {
+  return fmt::format("predicate({})", mask.predicate);
+}
+
+// The table of mask kinds, in MaskKind order (ReferenceMask codes of reference.cuh).
+constexpr std::array<MaskKindInfo, 5> kMaskKinds{{
+    {.kind = MaskKind::none, .name = "none", .syntax = "none", .form = "none", .reference_mask = 0},
+    {.kind = MaskKind::causal,
+     .name = "causal",
+     .syntax = "causal",
+     .form = "causal",
+     .reference_mask = 1},
+    {.kind = MaskKind::sliding_window,
+     .name = "sliding_window",
+     .syntax = "sliding_window",
+     .form = "window",
+     .reference_mask = 2},
+    {.kind = MaskKind::flashmask,
+     .name = "flashmask",
+     .syntax = "flashmask(causal=true|false,columns=1|2|4)",
+     .form = "intervals",
+     .reference_mask = 3,
+     .interval_vectors = true,
+     .parse_arguments = parse_flashmask_mask,
+     .print = print_flashmask},
+    {.kind = MaskKind::predicate,
+     .name = "predicate",
+     .syntax = "predicate(EXPR)",
+     .example = "predicate(q>=k)",
+     .form = "predicate",
+     .reference_mask = 4,
+     .predicate = true,
+     .parse_arguments = parse_predicate_mask,
+     .print = print_predicate},
+}};
+
+// Every kind's syntax: what the mask key accepts.
+std::string mask_accepted() {
+  std::string out;
+  for (const MaskKindInfo& info : kMaskKinds) {
+    out += out.empty() ? "" : ", ";
+    out += info.syntax;
+  }
+  return out;
+}
+
 MaskSpec parse_mask(std::string_view text) {
   const std::size_t open = text.find('(');
-  if (open == std::string_view::npos) {
-    const MaskKind kind = parse_enum(kMaskNames, text, "mask");
-    if (kind == MaskKind::flashmask || kind == MaskKind::predicate) {
-      throw Error(fmt::format("mask: got '{}' without arguments; accepted: {}", quoted_input(text),
-                              kind == MaskKind::flashmask
-                                  ? "flashmask(causal=true|false,columns=1|2|4)"
-                                  : "predicate(EXPR), e.g. predicate(q>=k)"));
-    }
-    return MaskSpec{kind, false, 0};
-  }
   const std::string_view name = text.substr(0, open);
-  if (name == "predicate") return parse_predicate_mask(text, open);
-  if (name != "flashmask" || text.back() != ')') throw_field_error("mask", text, kMaskAccepted);
-  return parse_flashmask_arguments(text.substr(open + 1, text.size() - open - 2));
+  const auto info = std::find_if(kMaskKinds.begin(), kMaskKinds.end(),
+                                 [&](const MaskKindInfo& k) { return k.name == name; });
+  if (open == std::string_view::npos) {
+    if (info == kMaskKinds.end()) {
+      std::string names;
+      for (const MaskKindInfo& k : kMaskKinds)
+        names += fmt::format("{}{}", names.empty() ? "" : ", ", k.name);
+      throw_field_error("mask", text, names);
+    }
+    if (info->parse_arguments != nullptr) {
+      throw Error(fmt::format("mask: got '{}' without arguments; accepted: {}{}{}",
+                              quoted_input(text), info->syntax,
+                              info->example.empty() ? "" : ", e.g. ", info->example));
+    }
+    return MaskSpec{info->kind, false, 0};
+  }
+  if (info == kMaskKinds.end() || info->parse_arguments == nullptr) {
+    throw_field_error("mask", text, mask_accepted());
+  }
+  return info->parse_arguments(text, open);
 }
 
 TileShape parse_tiles(std::string_view text) {
@@ -172,7 +229,18 @@ std::string_view name_of(DType dtype) {
   return lookup_name(kDTypeNames, dtype);
 }
 std::string_view name_of(MaskKind kind) {
-  return lookup_name(kMaskNames, kind);
+  return info_of(kind).name;
+}
+
+std::span<const MaskKindInfo> mask_kinds() {
+  return kMaskKinds;
+}
+
+const MaskKindInfo& info_of(MaskKind kind) {
+  for (const MaskKindInfo& info : kMaskKinds) {
+    if (info.kind == kind) return info;
+  }
+  throw InternalError("MaskKind without a row");
 }
 std::string_view name_of(Direction direction) {
   return lookup_name(kDirectionNames, direction);
@@ -190,9 +258,8 @@ int size_of(DType) {
 }
 
 std::string to_string(const MaskSpec& mask) {
-  if (mask.kind == MaskKind::predicate) return fmt::format("predicate({})", mask.predicate);
-  if (mask.kind != MaskKind::flashmask) return std::string(name_of(mask.kind));
-  return fmt::format("flashmask(causal={},columns={})", mask.causal, mask.columns);
+  const MaskKindInfo& info = info_of(mask.kind);
+  return info.print != nullptr ? info.print(mask) : std::string(info.name);
 }
 
 std::string to_string(const TileShape& tiles) {

@@ -52,15 +52,16 @@ Predicate check_predicate(const std::string& text) {
 
 // Checks the mask's arguments; returns its parsed predicate for mask=predicate.
 std::optional<Predicate> check_mask(const MaskSpec& mask) {
-  if (mask.kind != MaskKind::predicate && !mask.predicate.empty()) {
+  const MaskKindInfo& kind = info_of(mask.kind);
+  if (!kind.predicate && !mask.predicate.empty()) {
     throw Error(
         fmt::format("mask: a predicate expression ('{}') applies to mask=predicate "
                     "only; accepted: no expression for mask={}",
                     mask.predicate, name_of(mask.kind)));
   }
   std::optional<Predicate> predicate;
-  if (mask.kind == MaskKind::predicate) predicate = check_predicate(mask.predicate);
-  if (mask.kind != MaskKind::flashmask) {
+  if (kind.predicate) predicate = check_predicate(mask.predicate);
+  if (!kind.interval_vectors) {
     if (mask.causal || mask.columns != 0) {
       throw Error(
           fmt::format("mask: causal/columns are FlashMask arguments and do not apply to mask={}; "

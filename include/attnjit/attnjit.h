@@ -87,8 +87,8 @@ ATTNJIT_API int attnjit_backward(const attnjit_kernel* kernel, const attnjit_ten
                                  int window_right, void* stream);
 
 /** The parameters of attnjit_mask_build, field for field those of attnjit::MaskBuildArgs
- * (include/attnjit/mask_builder.hpp has the table of families and what each reads). A tensor
- * with data NULL and rank 0 is absent; an int of -1 is not given. */
+ * (attnjit_mask_families lists the families and the fields each reads). A tensor with data
+ * NULL and rank 0 is absent; an int of -1 is not given. */
 typedef struct attnjit_mask_build_args {
   const char* family; /**< e.g. "causal_document"; see attnjit_mask_family */
   attnjit_tensor offsets;
@@ -313,12 +313,14 @@ ATTNJIT_API int attnjit_cache_stats(attnjit_cache_counters* out);
 /* ---- FlashMask interval vectors of the standard mask families, built on the host ----
  *
  * The vectors a flashmask spec takes as startend_row_indices, built by the builders of
- * dsl/builders.hpp (README: "Mask semantics"). Each family function builds ONE sample
- * (batch = heads = 1, seqlen_q = seqlen_k = N); attnjit_intervals_pack, _stack and
- * _broadcast_heads combine samples into a batch. "full" and "causal" have no vectors (masks
- * none and causal). Handles are immutable; release each with attnjit_intervals_release. Bad
- * parameters return ATTNJIT_USER_ERROR with a message naming the parameter, its value and what
- * is accepted, and set `*out` to NULL. A NULL array is accepted only with a count of 0. */
+ * dsl/builders.hpp (README: "Mask semantics"): attnjit_intervals_family builds any family of
+ * attnjit_mask_families from its parameters by name, the attnjit_intervals_<family> functions
+ * take typed parameters. Each builds ONE sample (batch = heads = 1, seqlen_q = seqlen_k = N);
+ * attnjit_intervals_pack, _stack and _broadcast_heads combine samples into a batch. "full" and
+ * "causal" have no vectors (masks none and causal). Handles are immutable; release each with
+ * attnjit_intervals_release. Bad parameters return ATTNJIT_USER_ERROR with a message naming the
+ * parameter, its value and what is accepted, and set `*out` to NULL. A NULL array is accepted
+ * only with a count of 0. */
 
 /** Host FlashMask vectors: int32 [batch, heads, seqlen_k, columns], columns fastest. */
 typedef struct attnjit_intervals attnjit_intervals;
@@ -333,6 +335,21 @@ typedef struct attnjit_intervals_shape {
   int seqlen_q;
   int seqlen_k;
 } attnjit_intervals_shape;
+
+/** Writes a NUL-terminated JSON array describing every mask family of the family table, in
+ * order: [{"name", "causal", "columns" (0 for "full" and "causal", which have no vectors),
+ * "parameters": [{"name", "depth"}] (attnjit_intervals_family's parameters; depth 0 an int,
+ * 1 a list of ints, 2 a list of lists of ints), "per_head" (whether its vectors may differ
+ * between mask heads), "device_parameters" (the attnjit_mask_build_args fields
+ * attnjit_mask_build reads for it)}]. Same size protocol as attnjit_kernel_info. */
+ATTNJIT_API int attnjit_mask_families(char* buffer, size_t size);
+
+/** One sample of `seqlen` tokens of any family with vectors, from its parameters as
+ * attnjit_mask_families lists them: `parameters` is a JSON object such as
+ * {"doc_lengths": [4, 3, 3]}. Sums and counts that must equal seqlen are checked first;
+ * `context` (NULL, or a text such as " (sample 1)") follows the value in those messages. */
+ATTNJIT_API int attnjit_intervals_family(const char* family, int seqlen, const char* parameters,
+                                         const char* context, attnjit_intervals** out);
 
 /** Causal sliding window of `window` keys including the diagonal (n >= 1, window >= 1):
  * causal, 1 column, LTS_j = min(j + window, n). */

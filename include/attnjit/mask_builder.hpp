@@ -3,40 +3,12 @@
 // validate_intervals() checks vectors a user supplies. Both run NVRTC-compiled kernels, cached
 // like attention kernels (memory and disk), on the caller's stream.
 //
-// The families and their values are those of the host builders (dsl/builders.hpp): for equal
-// parameters the vectors are equal, element for element. N is the sample length (queries =
+// The families, the fields of MaskBuildArgs each reads and its vectors: the family table
+// (dsl/families.hpp; its rows, with each family's device parameters and its definition on the
+// host, are in dsl/builders.cpp) and the device builders
+// (templates/attnjit/masks/mask_builders.cuh). For equal parameters the vectors equal those of
+// the host builders (dsl/builders.hpp), element for element. N is the sample length (queries =
 // keys); "segment d" of a batch row is [o_d, o_{d+1}) of its offsets row.
-//
-//   family                 causal C  reads                      vectors of key column j
-//   sliding_window         yes    1  window >= 1                LTS = min(j + window, N)
-//   causal_document        yes    1  offsets                    LTS = end of j's segment
-//   document               no     2  offsets                    LTS = end, UTE = start of it
-//   share_question         yes    1  offsets: segment 0 is the  question: LTS = N;
-//                                    question, the others are   answer: LTS = its end
-//                                    the answers
-//   global_sliding_window  no     4  global_tokens, window_left j < global_tokens: N, N, 0, 0;
-//                                    window_right (each >= 0)   else min(j + left + 1, N), N,
-//                                                               global_tokens,
-//                                                               max(j - right, global_tokens)
-//   causal_blockwise       yes    2  offsets, test [B]: the     j < N - test: LTS = min(end,
-//                                    last test[b] tokens form   N - test), LTE = N - test;
-//                                    the test block; the demo   else LTS = LTE = N
-//                                    blocks are the segments
-//                                    cut at N - test
-//   prefix_lm_causal       no     2  prefix [B]                 LTS = N; UTE = j < prefix ? 0 : j
-//   prefix_lm_document     no     2  offsets, prefixes [B, S]   LTS = end; UTE = j < start +
-//                                    (one per segment)          prefixes[d] ? start : j
-//   qk_sparse              yes    2  dropped_start [B],         j in [start, start + length):
-//                                    dropped_length [B]         LTS = j, LTE = start + length;
-//                                                               else LTS = LTE = N
-//   random_eviction        yes    1  seed; Hm mask heads from   LTS = evicted_at_row(b, h, j)
-//                                    the output's shape         (below)
-//
-// random_eviction: key j of (batch row b, mask head h) stays visible to rows j <= i < r with
-// r = j + 1 + splitmix64(seed + 0x9E3779B97F4A7C15 * (1 + (b * Hm + h) * N + j)) % (N - j)
-// (unsigned 64-bit arithmetic; r = N: never evicted), i.e. dsl::random_eviction of those rows.
-// splitmix64(x): x ^= x >> 30; x *= 0xBF58476D1CE4E5B9; x ^= x >> 27; x *= 0x94D049BB133111EB;
-// x ^= x >> 31.
 //
 // Checked on the host, before anything runs (attnjit::Error naming the field, the value and
 // what is accepted): the family's fields are present and no others, dtypes (int32), ranks,
@@ -49,7 +21,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "attnjit/jit.hpp"
 #include "attnjit/spec.hpp"
@@ -57,44 +31,24 @@
 
 namespace attnjit {
 
-/// The FlashMask families with interval vectors (full and causal have none).
-enum class MaskFamily : std::uint8_t {
-  sliding_window,
-  causal_document,
-  document,
-  share_question,
-  global_sliding_window,
-  causal_blockwise,
-  prefix_lm_causal,
-  prefix_lm_document,
-  qk_sparse,
-  random_eviction,
-};
+/// The FlashMask families with a device builder, in table order: sliding_window,
+/// causal_document, document, ... (every family with vectors; full and causal have none).
+std::vector<std::string_view> mask_families();
 
-/// Every MaskFamily, in declaration order.
-inline constexpr MaskFamily kMaskFamilies[] = {
-    MaskFamily::sliding_window,   MaskFamily::causal_document,       MaskFamily::document,
-    MaskFamily::share_question,   MaskFamily::global_sliding_window, MaskFamily::causal_blockwise,
-    MaskFamily::prefix_lm_causal, MaskFamily::prefix_lm_document,    MaskFamily::qk_sparse,
-    MaskFamily::random_eviction,
-};
+/// `text` if it names a family of mask_families(); throws Error listing them otherwise.
+std::string_view parse_mask_family(std::string_view text);
 
-std::string_view name_of(MaskFamily family);
-
-/// The family named `text` (e.g. "causal_document"); throws Error listing the names otherwise.
-MaskFamily parse_mask_family(std::string_view text);
-
-/// The mask structure of the family's vectors: flashmask with its causal flag and columns (the
-/// table above). Allocate startend_row_indices as [B, Hm, N, columns].
-MaskSpec mask_spec_of(MaskFamily family);
+/// The mask structure of the family's vectors: flashmask with its causal flag and columns.
+/// Allocate startend_row_indices as [B, Hm, N, columns]. Throws as parse_mask_family.
+MaskSpec mask_spec_of(std::string_view family);
 
 /// The parameters of build_mask(). Tensors are int32 device tensors, contiguous, absent when
-/// empty(); ints of -1 are "not given". A family reads exactly the fields of its row in the table
-/// above; giving another one is an error.
+/// empty(); ints of -1 are "not given". A family reads exactly the fields its row names; giving
+/// another one is an error.
 struct MaskBuildArgs {
-  MaskFamily family = MaskFamily::causal_document;
-  /// Output: int32 [B, Hm, N, C], contiguous; Hm = 1 except for random_eviction. B, Hm and N
-  /// are taken from its shape.
+  std::string family;  ///< a name of mask_families(), e.g. "causal_document"
+  /// Output: int32 [B, Hm, N, C], contiguous; Hm = 1 except for families whose vectors differ
+  /// between mask heads (random_eviction). B, Hm and N are taken from its shape.
   TensorView startend_row_indices;
   /// [B, S + 1], S >= 1: 0 = o_0 <= o_1 <= ... <= o_S = N in each row (cu_seqlens style); rows
   /// with fewer segments repeat N at the end (empty segments are allowed anywhere).

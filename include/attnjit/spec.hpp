@@ -2,7 +2,9 @@
 // (one printer, one parser, round-tripping) and the names of their enum values.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -11,7 +13,8 @@ namespace attnjit {
 /// Element type of Q, K, V and O.
 enum class DType : std::uint8_t { fp16, bf16 };
 
-/// Structure of the mask. Runtime data (window sizes, interval vectors) is not part of it.
+/// Structure of the mask. Runtime data (window sizes, interval vectors) is not part of it. Each
+/// kind has a row in the table of mask kinds (mask_kinds()).
 enum class MaskKind : std::uint8_t {
   none,            ///< every key visible
   causal,          ///< key j visible to query i iff j <= i + (Sk - Sq) (bottom-right aligned)
@@ -37,6 +40,30 @@ struct MaskSpec {
 
   bool operator==(const MaskSpec&) const = default;
 };
+
+/// A row of the table of mask kinds (compiler/ir/spec.cpp): what the spec text, validate, the
+/// reference kernel and the tools know about a kind. How it is lowered is lower_mask's.
+struct MaskKindInfo {
+  MaskKind kind = MaskKind::none;
+  std::string_view name;  ///< the word in the spec text, e.g. `flashmask`
+  std::string_view
+      syntax;  ///< its spelling there, e.g. `flashmask(causal=true|false,columns=1|2|4)`
+  std::string_view example;  ///< a spelled-out use where `syntax` has a placeholder, else empty
+  /// Where its runtime data comes from: `none`, `causal` (index arithmetic), `window` (the launch's
+  /// window sizes), `intervals` (startend_row_indices) or `predicate` (scalars and tensors).
+  std::string_view form;
+  int reference_mask = 0;         ///< kMask of templates/attnjit/common/reference.cuh
+  bool interval_vectors = false;  ///< takes causal/columns arguments and startend_row_indices
+  bool predicate = false;         ///< takes a predicate expression
+  /// Parses `text` = `name(...)`, `open` the index of its `(`; null for a kind without arguments.
+  MaskSpec (*parse_arguments)(std::string_view text, std::size_t open) = nullptr;
+  /// The spec text of a mask of this kind; null: `name`.
+  std::string (*print)(const MaskSpec& mask) = nullptr;
+};
+
+/// Every mask kind, in MaskKind order.
+std::span<const MaskKindInfo> mask_kinds();
+const MaskKindInfo& info_of(MaskKind kind);
 
 /// An explicit tile shape (tuning and benchmarking); all zero means "chosen by select_tiles".
 /// Text form `BMxBNxW` with an optional suffix: for the forward `q` (Q fragments in registers)

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "attnjit/error.hpp"
+#include "attnjit/jit.hpp"
 
 namespace attnjit::runtime {
 namespace {
@@ -433,3 +434,27 @@ float EventTimer::milliseconds() const {
 }
 
 }  // namespace attnjit::runtime
+
+namespace attnjit::jit {
+
+Arch current_device_arch() {
+  // Per call, not once per process: each device of the process resolves to its own arch
+  // (current_device() caches the query per ordinal).
+  const Arch arch = [] {
+    const runtime::DeviceInfo device = runtime::current_device();
+    const int cc = device.major * 10 + device.minor;
+    if (cc == 80) return Arch::sm_80;
+    if (cc == 86 || cc == 87) return Arch::sm_86;
+    if (cc == 89) return Arch::sm_89;
+    // An sm_90a CUBIN runs on compute capability 9.0 only, which is the device's own: its
+    // wgmma kernels are what Hopper adds over sm_90.
+    if (cc == 90) return Arch::sm_90a;
+    throw DeviceError(fmt::format(
+        "device {} has compute capability {}.{}; this version of attnjit supports sm_80, "
+        "sm_86, sm_89 and sm_90 (pass an explicit target to compile for one of them)",
+        device.name, device.major, device.minor));
+  }();
+  return arch;
+}
+
+}  // namespace attnjit::jit

@@ -94,8 +94,7 @@ void validate_intervals(const TensorView& startend_row_indices, const MaskSpec& 
   if (key_columns == 0) return;
 
   const CUstream stream = static_cast<CUstream>(stream_handle);
-  const runtime::MaskKernel kernel =
-      runtime::compile_mask_kernel({std::nullopt, Arch::auto_detect});
+  const runtime::MaskKernel kernel = runtime::compile_mask_kernel({"", Arch::auto_detect});
   const runtime::FirstErrorSlot first_bad(stream);
   IntervalCheckParams params{};
   params.intervals = static_cast<const int*>(t.data);

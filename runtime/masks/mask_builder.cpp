@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-#include <array>
 #include <climits>
 #include <string>
 #include <utility>
@@ -12,12 +11,12 @@
 
 #include "attnjit/error.hpp"
 #include "attnjit/masks/mask_params.cuh"
+#include "dsl/families.hpp"
 #include "runtime/jit/debug_mode.hpp"
 #include "runtime/masks/mask_kernels.hpp"
 
 namespace attnjit {
 namespace {
-
 
 // The codes of templates/attnjit/masks/mask_builders.cuh (MaskParamError).
 enum ParamError : unsigned {
@@ -29,61 +28,7 @@ enum ParamError : unsigned {
   kSegmentPrefix = 6,
 };
 
-/// The parameters a family reads (bit set).
-enum Field : unsigned {
-  kOffsets = 1u << 0,
-  kPrefix = 1u << 1,
-  kPrefixes = 1u << 2,
-  kTest = 1u << 3,
-  kDropped = 1u << 4,  ///< dropped_start and dropped_length
-  kWindow = 1u << 5,
-  kGlobalWindow = 1u << 6,  ///< global_tokens, window_left, window_right
-  kSeed = 1u << 7,
-};
-
-unsigned fields_of(MaskFamily family) {
-  switch (family) {
-    case MaskFamily::sliding_window:
-      return kWindow;
-    case MaskFamily::causal_document:
-    case MaskFamily::document:
-    case MaskFamily::share_question:
-      return kOffsets;
-    case MaskFamily::global_sliding_window:
-      return kGlobalWindow;
-    case MaskFamily::causal_blockwise:
-      return kOffsets | kTest;
-    case MaskFamily::prefix_lm_causal:
-      return kPrefix;
-    case MaskFamily::prefix_lm_document:
-      return kOffsets | kPrefixes;
-    case MaskFamily::qk_sparse:
-      return kDropped;
-    case MaskFamily::random_eviction:
-      return kSeed;
-  }
-  throw InternalError("unknown MaskFamily");
-}
-
-std::string field_names(unsigned fields) {
-  static constexpr std::array<std::pair<unsigned, std::string_view>, 8> kNames{{
-      {kOffsets, "offsets"},
-      {kPrefix, "prefix"},
-      {kPrefixes, "prefixes"},
-      {kTest, "test"},
-      {kDropped, "dropped_start, dropped_length"},
-      {kWindow, "window"},
-      {kGlobalWindow, "global_tokens, window_left, window_right"},
-      {kSeed, "seed"},
-  }};
-  std::string out;
-  for (const auto& [field, names] : kNames) {
-    if ((fields & field) == 0) continue;
-    if (!out.empty()) out += ", ";
-    out += names;
-  }
-  return out;
-}
+using dsl::FamilyRow;
 
 /// Sizes taken from the tensors: batch, mask heads, sample length, segments per offsets row.
 struct Sizes {
@@ -93,38 +38,39 @@ struct Sizes {
 class ArgsChecker {
  public:
   explicit ArgsChecker(const MaskBuildArgs& args)
-      : args_(args), family_(name_of(args.family)), reads_(fields_of(args.family)) {}
+      : args_(args),
+        row_(dsl::vector_family(args.family)),
+        family_(row_.name),
+        reads_(row_.device_params) {}
 
   Sizes check() {
     check_output();
-    check_tensor("offsets", args_.offsets, kOffsets);
-    if (reads(kOffsets)) check_offsets();
-    check_tensor("prefix", args_.prefix, kPrefix);
-    if (reads(kPrefix)) check_per_sample("prefix", args_.prefix);
-    check_tensor("test", args_.test, kTest);
-    if (reads(kTest)) check_per_sample("test", args_.test);
-    check_tensor("dropped_start", args_.dropped_start, kDropped);
-    check_tensor("dropped_length", args_.dropped_length, kDropped);
-    if (reads(kDropped)) {
-      check_per_sample("dropped_start", args_.dropped_start);
-      check_per_sample("dropped_length", args_.dropped_length);
-    }
-    check_tensor("prefixes", args_.prefixes, kPrefixes);
-    if (reads(kPrefixes)) check_prefixes();
-    check_int("window", args_.window, kWindow, 1, INT_MAX, ">= 1");
-    check_int("global_tokens", args_.global_tokens, kGlobalWindow, 0, sizes_.seqlen,
+    check_tensor("offsets", args_.offsets, dsl::kOffsets);
+    if (reads(dsl::kOffsets)) check_offsets();
+    check_tensor("prefix", args_.prefix, dsl::kPrefix);
+    if (reads(dsl::kPrefix)) check_per_sample("prefix", args_.prefix);
+    check_tensor("test", args_.test, dsl::kTest);
+    if (reads(dsl::kTest)) check_per_sample("test", args_.test);
+    check_tensor("dropped_start", args_.dropped_start, dsl::kDroppedStart);
+    check_tensor("dropped_length", args_.dropped_length, dsl::kDroppedLength);
+    if (reads(dsl::kDroppedStart)) check_per_sample("dropped_start", args_.dropped_start);
+    if (reads(dsl::kDroppedLength)) check_per_sample("dropped_length", args_.dropped_length);
+    check_tensor("prefixes", args_.prefixes, dsl::kPrefixes);
+    if (reads(dsl::kPrefixes)) check_prefixes();
+    check_int("window", args_.window, dsl::kWindow, 1, INT_MAX, ">= 1");
+    check_int("global_tokens", args_.global_tokens, dsl::kGlobalTokens, 0, sizes_.seqlen,
               fmt::format("0 to {} (N)", sizes_.seqlen));
-    check_int("window_left", args_.window_left, kGlobalWindow, 0, INT_MAX, ">= 0");
-    check_int("window_right", args_.window_right, kGlobalWindow, 0, INT_MAX, ">= 0");
-    if (!reads(kSeed) && args_.seed != 0) {
+    check_int("window_left", args_.window_left, dsl::kWindowLeft, 0, INT_MAX, ">= 0");
+    check_int("window_right", args_.window_right, dsl::kWindowRight, 0, INT_MAX, ">= 0");
+    if (!reads(dsl::kSeed) && args_.seed != 0) {
       throw Error(fmt::format("seed: got '{}', but {} reads no seed; accepted: 0 ({} reads {})",
-                              args_.seed, family_, family_, field_names(reads_)));
+                              args_.seed, family_, family_, dsl::device_param_names(reads_)));
     }
     return sizes_;
   }
 
  private:
-  bool reads(unsigned field) const { return (reads_ & field) != 0; }
+  bool reads(unsigned param) const { return (reads_ & param) != 0; }
 
   void check_range(std::string_view field, std::int64_t value, std::int64_t lo, std::int64_t hi,
                    std::string_view what) {
@@ -139,7 +85,7 @@ class ArgsChecker {
     const TensorView& out = args_.startend_row_indices;
     runtime::check_int32_tensor("startend_row_indices", out, 4);
     check_range("startend_row_indices.shape[0] (batch)", out.shape[0], 1, 65535, "batch rows");
-    if (args_.family == MaskFamily::random_eviction) {
+    if (row_.per_head) {
       check_range("startend_row_indices.shape[1] (mask heads)", out.shape[1], 1, 65535,
                   "mask heads");
     } else {
@@ -148,7 +94,7 @@ class ArgsChecker {
     }
     check_range("startend_row_indices.shape[2] (N)", out.shape[2], 1, INT32_MAX / 2,
                 "the sample length");
-    const int columns = mask_spec_of(args_.family).columns;
+    const int columns = row_.columns;
     check_range("startend_row_indices.shape[3] (columns)", out.shape[3], columns, columns,
                 fmt::format("the columns of {}", family_));
     sizes_.batch = static_cast<int>(out.shape[0]);
@@ -157,10 +103,10 @@ class ArgsChecker {
   }
 
   /// A tensor the family does not read must be absent.
-  void check_tensor(std::string_view name, const TensorView& t, unsigned field) {
-    if (!reads(field) && !t.empty()) {
+  void check_tensor(std::string_view name, const TensorView& t, unsigned param) {
+    if (!reads(param) && !t.empty()) {
       throw Error(fmt::format("{}: given, but {} does not read it; accepted: no {} ({} reads {})",
-                              name, family_, name, family_, field_names(reads_)));
+                              name, family_, name, family_, dsl::device_param_names(reads_)));
     }
   }
 
@@ -189,14 +135,14 @@ class ArgsChecker {
                 "one prefix per segment of offsets");
   }
 
-  void check_int(std::string_view name, int value, unsigned field, std::int64_t lo, std::int64_t hi,
+  void check_int(std::string_view name, int value, unsigned param, std::int64_t lo, std::int64_t hi,
                  std::string_view accepted) {
-    if (!reads(field)) {
+    if (!reads(param)) {
       if (value != -1) {
         throw Error(
             fmt::format("{}: got '{}', but {} does not read it; accepted: -1 (not "
                         "given; {} reads {})",
-                        name, value, family_, family_, field_names(reads_)));
+                        name, value, family_, family_, dsl::device_param_names(reads_)));
       }
       return;
     }
@@ -204,20 +150,19 @@ class ArgsChecker {
   }
 
   const MaskBuildArgs& args_;
+  const FamilyRow& row_;
   std::string_view family_;
   unsigned reads_;
   Sizes sizes_;
 };
 
-std::string_view sample_field(MaskFamily family) {
-  switch (family) {
-    case MaskFamily::prefix_lm_causal:
-      return "prefix";
-    case MaskFamily::causal_blockwise:
-      return "test";
-    default:
-      return "dropped_start";
-  }
+/// The one-per-sample field kSampleValue reports: the first of prefix, test and dropped_start
+/// that the family reads.
+std::pair<std::string_view, const TensorView*> sample_field(const MaskBuildArgs& args) {
+  const unsigned reads = dsl::vector_family(args.family).device_params;
+  if ((reads & dsl::kPrefix) != 0) return {"prefix", &args.prefix};
+  if ((reads & dsl::kTest) != 0) return {"test", &args.test};
+  return {"dropped_start", &args.dropped_start};
 }
 
 /// The message of the first bad device parameter the builder reported.
@@ -246,12 +191,9 @@ std::string_view sample_field(MaskFamily family) {
           std::to_string(runtime::read_device_int(args.offsets.data, row + index)),
           fmt::format("{}: every row ends at N, rows with fewer segments repeat it", n));
     case kSampleValue: {
-      const std::string_view field = sample_field(args.family);
-      const TensorView& t = args.family == MaskFamily::prefix_lm_causal   ? args.prefix
-                            : args.family == MaskFamily::causal_blockwise ? args.test
-                                                                          : args.dropped_start;
+      const auto [field, t] = sample_field(args);
       throw_field_error(fmt::format("{}[{}]", field, b),
-                        std::to_string(runtime::read_device_int(t.data, b)),
+                        std::to_string(runtime::read_device_int(t->data, b)),
                         fmt::format("0 to {}", n));
     }
     case kDroppedLength: {
@@ -278,24 +220,21 @@ std::string_view sample_field(MaskFamily family) {
 
 }  // namespace
 
-MaskSpec mask_spec_of(MaskFamily family) {
-  switch (family) {
-    case MaskFamily::sliding_window:
-    case MaskFamily::causal_document:
-    case MaskFamily::share_question:
-    case MaskFamily::random_eviction:
-      return {MaskKind::flashmask, true, 1};
-    case MaskFamily::causal_blockwise:
-    case MaskFamily::qk_sparse:
-      return {MaskKind::flashmask, true, 2};
-    case MaskFamily::document:
-    case MaskFamily::prefix_lm_causal:
-    case MaskFamily::prefix_lm_document:
-      return {MaskKind::flashmask, false, 2};
-    case MaskFamily::global_sliding_window:
-      return {MaskKind::flashmask, false, 4};
+std::vector<std::string_view> mask_families() {
+  std::vector<std::string_view> names;
+  for (const FamilyRow& row : dsl::family_table()) {
+    if (row.has_vectors()) names.push_back(row.name);
   }
-  throw InternalError("unknown MaskFamily");
+  return names;
+}
+
+std::string_view parse_mask_family(std::string_view text) {
+  return dsl::vector_family(text).name;
+}
+
+MaskSpec mask_spec_of(std::string_view family) {
+  const FamilyRow& row = dsl::vector_family(family);
+  return {MaskKind::flashmask, row.causal, row.columns};
 }
 
 void check_mask_build_args(const MaskBuildArgs& args) {
@@ -306,7 +245,8 @@ MaskSpec build_mask(const MaskBuildArgs& args, jit::Stream stream_handle) {
   const Sizes sizes = ArgsChecker(args).check();
   const bool validating = args.validate || runtime::debug_mode();
   const CUstream stream = static_cast<CUstream>(stream_handle);
-  const runtime::MaskKernel kernel = runtime::compile_mask_kernel({args.family, Arch::auto_detect});
+  const runtime::MaskKernel kernel = runtime::compile_mask_kernel(
+      {std::string(parse_mask_family(args.family)), Arch::auto_detect});
 
   MaskBuildParams params{};
   params.intervals = static_cast<int*>(args.startend_row_indices.data);

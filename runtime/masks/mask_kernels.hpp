@@ -9,7 +9,6 @@
 #include <string>
 
 #include "attnjit/jit.hpp"
-#include "attnjit/mask_builder.hpp"
 #include "compiler/codegen/emit_mask_kernel.hpp"
 #include "runtime/jit/kernel_build.hpp"
 #include "runtime/jit/kernel_set.hpp"

@@ -1,8 +1,9 @@
-// The device mask builders against the host builders of dsl/builders.hpp (equal element for
-// element, every family, random parameters with empty and padded segments, lengths that are
-// not tile multiples, batches up to 8), the builders' device parameter checks, and the device
-// interval check against dsl::validate (same first bad element, same message), also through
-// Kernel::forward / Kernel::backward with validate_mask and with ATTNJIT_DEBUG=1.
+// The device mask builders against their rows' host definitions (dsl/families.hpp, over the
+// host builders of dsl/builders.hpp; equal element for element, every family of the table,
+// random parameters with empty and padded segments, lengths that are not tile multiples,
+// batches up to 8), the builders' device parameter checks, and the device interval check against
+// dsl::validate (same first bad element, same message), also through Kernel::forward /
+// Kernel::backward with validate_mask and with ATTNJIT_DEBUG=1.
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
@@ -16,6 +17,7 @@
 #include "attnjit/jit.hpp"
 #include "attnjit/mask_builder.hpp"
 #include "dsl/builders.hpp"
+#include "dsl/families.hpp"
 #include "runtime/jit/driver.hpp"
 #include "support/env_override.hpp"
 
@@ -79,14 +81,6 @@ std::vector<int> random_offsets(std::mt19937_64& rng, int n, int max_segments) {
   return offsets;
 }
 
-std::vector<int> lengths_of(const std::vector<int>& offsets) {
-  std::vector<int> lengths;
-  for (std::size_t d = 0; d + 1 < offsets.size(); ++d) {
-    lengths.push_back(offsets[d + 1] - offsets[d]);
-  }
-  return lengths;
-}
-
 /// Rows of different segment counts padded to one width by repeating n.
 std::vector<int> pad_rows(const std::vector<std::vector<int>>& rows, int n, int& width) {
   width = 0;
@@ -97,26 +91,6 @@ std::vector<int> pad_rows(const std::vector<std::vector<int>>& rows, int n, int&
     flat.insert(flat.end(), static_cast<std::size_t>(width) - row.size(), n);
   }
   return flat;
-}
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-/// The eviction rows of (b, h) as include/attnjit/mask_builder.hpp defines them.
-std::vector<int> eviction_rows(std::uint64_t seed, int heads, int b, int h, int n) {
-  std::vector<int> rows(static_cast<std::size_t>(n));
-  for (int j = 0; j < n; ++j) {
-    const std::uint64_t index = (static_cast<std::uint64_t>(b) * heads + h) * n + j;
-    rows[j] = static_cast<int>(j + 1 +
-                               splitmix64(seed + 0x9E3779B97F4A7C15ull * (1 + index)) %
-                                   static_cast<std::uint64_t>(n - j));
-  }
-  return rows;
 }
 
 /// Samples of [1, heads] stacked into [batch, heads] in order.
@@ -140,121 +114,88 @@ struct FamilyCase {
   std::string describe;
 };
 
-FamilyCase make_case(MaskFamily family, std::mt19937_64& rng, int batch, int n) {
+/// A random case of `family`: random values of every field its device builder reads, and the
+/// vectors its row's host definition gives for them.
+FamilyCase make_case(std::string_view family, std::mt19937_64& rng, int batch, int n) {
+  const dsl::FamilyRow& row = dsl::vector_family(family);
+  const auto reads = [&](unsigned param) { return (row.device_params & param) != 0; };
   FamilyCase c;
   c.args.family = family;
-  c.describe = fmt::format("{} B={} N={}", name_of(family), batch, n);
-  std::vector<dsl::IntervalVectors> samples;
-  int heads = 1;
-  auto offsets_tensor = [&](const std::vector<std::vector<int>>& rows) {
-    int width = 0;
-    const std::vector<int> flat = pad_rows(rows, n, width);
-    c.tensors.push_back(upload(flat, {batch, width}));
-    c.args.offsets = c.tensors.back().view;
-    return width - 1;
-  };
+  c.describe = fmt::format("{} B={} N={}", family, batch, n);
   auto per_sample = [&](const std::vector<int>& values) {
     c.tensors.push_back(upload(values, {batch}));
     return c.tensors.back().view;
   };
   std::vector<std::vector<int>> rows;
   for (int b = 0; b < batch; ++b) rows.push_back(random_offsets(rng, n, uniform(rng, 1, 12)));
-  switch (family) {
-    case MaskFamily::sliding_window: {
-      c.args.window = uniform(rng, 0, 3) == 0 ? 1 : uniform(rng, 1, n + 5);
-      for (int b = 0; b < batch; ++b) samples.push_back(dsl::sliding_window(n, c.args.window));
-      break;
+  int width = 0;
+  const std::vector<int> flat = pad_rows(rows, n, width);
+  std::vector<dsl::DeviceSample> samples(static_cast<std::size_t>(batch));
+  for (int b = 0; b < batch; ++b) {
+    samples[b].n = n;
+    samples[b].batch_row = b;
+    samples[b].offsets.assign(flat.begin() + b * width, flat.begin() + (b + 1) * width);
+  }
+  if (reads(dsl::kOffsets)) {
+    c.tensors.push_back(upload(flat, {batch, width}));
+    c.args.offsets = c.tensors.back().view;
+  }
+  if (reads(dsl::kWindow)) c.args.window = uniform(rng, 0, 3) == 0 ? 1 : uniform(rng, 1, n + 5);
+  if (reads(dsl::kGlobalTokens)) c.args.global_tokens = uniform(rng, 0, n);
+  if (reads(dsl::kWindowLeft)) c.args.window_left = uniform(rng, 0, n);
+  if (reads(dsl::kWindowRight)) c.args.window_right = uniform(rng, 0, n);
+  if (reads(dsl::kTest)) {  // often the last segment, else any length
+    std::vector<int> tests;
+    for (const auto& r : rows) {
+      tests.push_back(uniform(rng, 0, 2) == 0 ? n - r[r.size() - 2] : uniform(rng, 0, n));
+      samples[tests.size() - 1].test = tests.back();
     }
-    case MaskFamily::causal_document:
-    case MaskFamily::document:
-    case MaskFamily::share_question: {
-      offsets_tensor(rows);
-      for (const auto& row : rows) {
-        const std::vector<int> lengths = lengths_of(row);
-        if (family == MaskFamily::causal_document) {
-          samples.push_back(dsl::causal_document(lengths));
-        } else if (family == MaskFamily::document) {
-          samples.push_back(dsl::document(lengths));
-        } else {
-          samples.push_back(dsl::share_question(
-              lengths[0], std::vector<int>(lengths.begin() + 1, lengths.end())));
-        }
+    c.args.test = per_sample(tests);
+  }
+  if (reads(dsl::kPrefix)) {
+    std::vector<int> prefixes;
+    for (dsl::DeviceSample& sample : samples)
+      prefixes.push_back(sample.prefix = uniform(rng, 0, n));
+    c.args.prefix = per_sample(prefixes);
+  }
+  if (reads(dsl::kPrefixes)) {
+    std::vector<int> all;
+    for (dsl::DeviceSample& sample : samples) {
+      for (int d = 0; d + 1 < width; ++d) {
+        sample.prefixes.push_back(uniform(rng, 0, sample.offsets[d + 1] - sample.offsets[d]));
       }
-      break;
+      all.insert(all.end(), sample.prefixes.begin(), sample.prefixes.end());
     }
-    case MaskFamily::global_sliding_window: {
-      c.args.global_tokens = uniform(rng, 0, n);
-      c.args.window_left = uniform(rng, 0, n);
-      c.args.window_right = uniform(rng, 0, n);
-      for (int b = 0; b < batch; ++b) {
-        samples.push_back(dsl::global_sliding_window(n, c.args.global_tokens, c.args.window_left,
-                                                     c.args.window_right));
-      }
-      break;
+    c.tensors.push_back(upload(all, {batch, width - 1}));
+    c.args.prefixes = c.tensors.back().view;
+  }
+  if (reads(dsl::kDroppedStart)) {
+    std::vector<int> starts, lengths;
+    for (dsl::DeviceSample& sample : samples) {
+      starts.push_back(sample.dropped_start = uniform(rng, 0, n));
+      lengths.push_back(sample.dropped_length = uniform(rng, 0, n - sample.dropped_start));
     }
-    case MaskFamily::causal_blockwise: {
-      offsets_tensor(rows);
-      std::vector<int> tests;
-      for (const auto& row : rows) {
-        const int test = uniform(rng, 0, 2) == 0 ? n - row[row.size() - 2] : uniform(rng, 0, n);
-        tests.push_back(test);
-        std::vector<int> clipped;
-        for (const int o : row) clipped.push_back(std::min(o, n - test));
-        samples.push_back(dsl::causal_blockwise(lengths_of(clipped), test));
-      }
-      c.args.test = per_sample(tests);
-      break;
-    }
-    case MaskFamily::prefix_lm_causal: {
-      std::vector<int> prefixes;
-      for (int b = 0; b < batch; ++b) {
-        prefixes.push_back(uniform(rng, 0, n));
-        samples.push_back(dsl::prefix_lm_causal(n, prefixes.back()));
-      }
-      c.args.prefix = per_sample(prefixes);
-      break;
-    }
-    case MaskFamily::prefix_lm_document: {
-      const int segments = offsets_tensor(rows);
-      std::vector<int> flat;
-      for (const auto& row : rows) {
-        std::vector<int> lengths = lengths_of(row);
-        lengths.resize(static_cast<std::size_t>(segments), 0);
-        std::vector<int> prefixes;
-        for (const int length : lengths) prefixes.push_back(uniform(rng, 0, length));
-        flat.insert(flat.end(), prefixes.begin(), prefixes.end());
-        samples.push_back(dsl::prefix_lm_document(lengths, prefixes));
-      }
-      c.tensors.push_back(upload(flat, {batch, segments}));
-      c.args.prefixes = c.tensors.back().view;
-      break;
-    }
-    case MaskFamily::qk_sparse: {
-      std::vector<int> starts, lengths;
-      for (int b = 0; b < batch; ++b) {
-        starts.push_back(uniform(rng, 0, n));
-        lengths.push_back(uniform(rng, 0, n - starts.back()));
-        samples.push_back(dsl::qk_sparse(n, starts.back(), lengths.back()));
-      }
-      c.args.dropped_start = per_sample(starts);
-      c.args.dropped_length = per_sample(lengths);
-      break;
-    }
-    case MaskFamily::random_eviction: {
-      heads = uniform(rng, 1, 3);
-      c.args.seed = rng();
-      for (int b = 0; b < batch; ++b) {
-        for (int h = 0; h < heads; ++h) {
-          samples.push_back(dsl::random_eviction(eviction_rows(c.args.seed, heads, b, h, n)));
-        }
-      }
-      break;
+    c.args.dropped_start = per_sample(starts);
+    if (reads(dsl::kDroppedLength)) c.args.dropped_length = per_sample(lengths);
+  }
+  if (reads(dsl::kSeed)) c.args.seed = rng();
+  const int heads = row.per_head ? uniform(rng, 1, 3) : 1;
+  std::vector<dsl::IntervalVectors> expected;
+  for (dsl::DeviceSample& sample : samples) {
+    sample.window = c.args.window;
+    sample.global_tokens = c.args.global_tokens;
+    sample.window_left = c.args.window_left;
+    sample.window_right = c.args.window_right;
+    sample.seed = c.args.seed;
+    sample.mask_heads = heads;
+    for (int h = 0; h < heads; ++h) {
+      sample.mask_head = h;
+      expected.push_back(row.device_reference(sample));
     }
   }
-  c.expected = stack_heads(samples, batch, heads);
-  const int columns = mask_spec_of(family).columns;
-  c.out = upload(std::vector<int>(static_cast<std::size_t>(batch) * heads * n * columns, -7),
-                 {batch, heads, n, columns});
+  c.expected = stack_heads(expected, batch, heads);
+  c.out = upload(std::vector<int>(static_cast<std::size_t>(batch) * heads * n * row.columns, -7),
+                 {batch, heads, n, row.columns});
   c.args.startend_row_indices = c.out.view;
   return c;
 }
@@ -274,7 +215,7 @@ TEST_CASE("device builders equal the host builders for every family", "[gpu][mas
   std::mt19937_64 rng(20261122);
   const Stream stream;
   const int lengths[] = {1, 2, 5, 63, 64, 65, 127, 129, 200, 255, 1000, 4099};
-  for (const MaskFamily family : kMaskFamilies) {
+  for (const std::string_view family : mask_families()) {
     for (int trial = 0; trial < 24; ++trial) {
       const int n = trial < 12 ? lengths[trial] : uniform(rng, 1, 3000);
       const int batch = uniform(rng, 1, 8);
@@ -298,7 +239,7 @@ TEST_CASE("device builders equal the host builders for every family", "[gpu][mas
 
 TEST_CASE("device builders report the first bad device parameter", "[gpu][mask_builder]") {
   const int n = 300;
-  auto offsets_case = [&](MaskFamily family, std::vector<int> flat, int batch) {
+  auto offsets_case = [&](std::string_view family, std::vector<int> flat, int batch) {
     std::mt19937_64 rng(5);
     FamilyCase c = make_case(family, rng, batch, n);
     c.tensors.push_back(upload(flat, {batch, static_cast<std::int64_t>(flat.size()) / batch}));
@@ -307,31 +248,31 @@ TEST_CASE("device builders report the first bad device parameter", "[gpu][mask_b
     return c;
   };
   SECTION("offsets") {
-    FamilyCase c = offsets_case(MaskFamily::causal_document,
-                                {0, 10, 300, 300, 0, 50, 40, 300, 3, 5, 6, 300}, 3);
+    FamilyCase c =
+        offsets_case("causal_document", {0, 10, 300, 300, 0, 50, 40, 300, 3, 5, 6, 300}, 3);
     CHECK(build_error(c.args) ==
           "offsets[1][2]: got '40'; accepted: >= offsets[1][1] = 50 (0 = "
           "o_0 <= o_1 <= ... <= o_S = N)");
-    c = offsets_case(MaskFamily::document, {0, 10, 300, 300, 0, 5, 6, 299, 3, 5, 6, 300}, 3);
+    c = offsets_case("document", {0, 10, 300, 300, 0, 5, 6, 299, 3, 5, 6, 300}, 3);
     CHECK(build_error(c.args) ==
           "offsets[1][3]: got '299'; accepted: 300 (N): every row ends "
           "at N, rows with fewer segments repeat it");
-    c = offsets_case(MaskFamily::share_question, {0, 10, 300, 300, 0, 5, 6, 300, 3, 5, 6, 300}, 3);
+    c = offsets_case("share_question", {0, 10, 300, 300, 0, 5, 6, 300, 3, 5, 6, 300}, 3);
     CHECK(build_error(c.args) == "offsets[2][0]: got '3'; accepted: 0 (every row starts at 0)");
   }
   SECTION("one value per sample") {
     std::mt19937_64 rng(6);
-    FamilyCase c = make_case(MaskFamily::prefix_lm_causal, rng, 4, n);
+    FamilyCase c = make_case("prefix_lm_causal", rng, 4, n);
     c.tensors.push_back(upload({0, 300, 301, -1}, {4}));
     c.args.prefix = c.tensors.back().view;
     c.args.validate = true;
     CHECK(build_error(c.args) == "prefix[2]: got '301'; accepted: 0 to 300 (N)");
-    c = make_case(MaskFamily::causal_blockwise, rng, 2, n);
+    c = make_case("causal_blockwise", rng, 2, n);
     c.tensors.push_back(upload({-4, 0}, {2}));
     c.args.test = c.tensors.back().view;
     c.args.validate = true;
     CHECK(build_error(c.args) == "test[0]: got '-4'; accepted: 0 to 300 (N)");
-    c = make_case(MaskFamily::qk_sparse, rng, 2, n);
+    c = make_case("qk_sparse", rng, 2, n);
     c.tensors.push_back(upload({10, 250}, {2}));
     c.args.dropped_start = c.tensors.back().view;
     c.tensors.push_back(upload({291, 51}, {2}));
@@ -348,7 +289,7 @@ TEST_CASE("device builders report the first bad device parameter", "[gpu][mask_b
   }
   SECTION("prefixes per segment") {
     std::mt19937_64 rng(7);
-    FamilyCase c = make_case(MaskFamily::prefix_lm_document, rng, 2, n);
+    FamilyCase c = make_case("prefix_lm_document", rng, 2, n);
     c.tensors.push_back(upload({0, 100, 300, 0, 300, 300}, {2, 3}));
     c.args.offsets = c.tensors.back().view;
     c.tensors.push_back(upload({100, 200, 300, 1}, {2, 2}));
@@ -359,7 +300,7 @@ TEST_CASE("device builders report the first bad device parameter", "[gpu][mask_b
           "segment 1: offsets[1][2] - offsets[1][1])");
   }
   SECTION("ATTNJIT_DEBUG=1 checks without validate; unchecked bad data stays in bounds") {
-    FamilyCase c = offsets_case(MaskFamily::causal_document, {0, 500, -3, 300}, 1);
+    FamilyCase c = offsets_case("causal_document", {0, 500, -3, 300}, 1);
     c.args.validate = false;
     {
       const EnvOverride debug("ATTNJIT_DEBUG", "1");

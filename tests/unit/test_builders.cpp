@@ -1,5 +1,7 @@
 // Unit tests of dsl/builders: the ten-token examples of flashmask.md, every family against a
-// brute-force evaluation of its own definition, parameter errors and the random generators.
+// brute-force evaluation of its own definition, parameter errors, the random generators, and
+// every row of the family table (dsl/families.hpp): its language call, flashmask()'s keyword
+// parameters and its device builder's definition build the same vectors.
 #include <algorithm>
 #include <functional>
 #include <random>
@@ -12,6 +14,8 @@
 
 #include "attnjit/error.hpp"
 #include "dsl/builders.hpp"
+#include "dsl/families.hpp"
+#include "dsl/mask_lang.hpp"
 
 namespace dsl = attnjit::dsl;
 using attnjit::Error;
@@ -425,4 +429,177 @@ TEST_CASE("random_documents splits a sample into documents", "[dsl]") {
   CHECK_THROWS_WITH(dsl::random_documents(false, 4, 5, 6, 0), Contains("min_docs: got '5'"));
   CHECK_THROWS_WITH(dsl::random_documents(false, 4, 2, 1, 0), Contains("max_docs: got '1'"));
   CHECK_THROWS_WITH(dsl::random_documents(true, 0, 1, 1, 0), Contains("seqlen: got '0'"));
+}
+
+namespace {
+
+/// One family's sample of N = 10 tokens, given three ways.
+struct FamilyExample {
+  std::string_view family;
+  std::string call;           ///< in the mask language
+  dsl::KeywordArgs keywords;  ///< flashmask()'s parameters
+  dsl::DeviceSample device;   ///< the device builder's parameters
+};
+
+dsl::KeywordValue integer(int v) {
+  return {0, {{v}}};
+}
+dsl::KeywordValue list(std::vector<int> values) {
+  return {1, {std::move(values)}};
+}
+
+dsl::DeviceSample device(std::vector<int> offsets = {}) {
+  dsl::DeviceSample s;
+  s.n = 10;
+  s.offsets = std::move(offsets);
+  return s;
+}
+
+/// An example of every family with vectors (a new family adds its own).
+std::vector<FamilyExample> family_examples() {
+  std::vector<FamilyExample> examples;
+  const std::vector<int> offsets{0, 4, 7, 10};
+  dsl::DeviceSample s = device();
+  s.window = 3;
+  examples.push_back({"sliding_window", "sliding_window(3)", {{"window", integer(3)}}, s});
+  examples.push_back({"causal_document",
+                      "causal_document([4,3,3])",
+                      {{"doc_lengths", list({4, 3, 3})}},
+                      device(offsets)});
+  examples.push_back(
+      {"document", "document([4,3,3])", {{"doc_lengths", list({4, 3, 3})}}, device(offsets)});
+  examples.push_back({"share_question",
+                      "share_question(4,[3,3])",
+                      {{"documents", {2, {{4, 3, 3}}}}},
+                      device(offsets)});
+  s = device();
+  s.global_tokens = 2;
+  s.window_left = 3;
+  s.window_right = 1;
+  examples.push_back({"global_sliding_window",
+                      "global_sliding_window(2,3,1)",
+                      {{"global_tokens", integer(2)}, {"left", integer(3)}, {"right", integer(1)}},
+                      s});
+  s = device(offsets);
+  s.test = 3;
+  examples.push_back({"causal_blockwise",
+                      "causal_blockwise([4,3],3)",
+                      {{"blocks", list({4, 3})}, {"test", integer(3)}},
+                      s});
+  s = device();
+  s.prefix = 4;
+  examples.push_back({"prefix_lm_causal", "prefix_lm_causal(4)", {{"prefix", integer(4)}}, s});
+  s = device(offsets);
+  s.prefixes = {2, 0, 3};
+  examples.push_back({"prefix_lm_document",
+                      "prefix_lm_document([4,3,3],[2,0,3])",
+                      {{"doc_lengths", list({4, 3, 3})}, {"prefixes", list({2, 0, 3})}},
+                      s});
+  s = device();
+  s.dropped_start = 3;
+  s.dropped_length = 4;
+  examples.push_back(
+      {"qk_sparse", "qk_sparse(3,4)", {{"offset", integer(3)}, {"length", integer(4)}}, s});
+  // Key j of batch row 1, mask head 2 of 3 with seed 7 (the device builder's hash).
+  s = device();
+  s.seed = 7;
+  s.batch_row = 1;
+  s.mask_head = 2;
+  s.mask_heads = 3;
+  examples.push_back({"random_eviction",
+                      "random_eviction([7,4,5,5,6,9,9,9,9,10])",
+                      {{"evicted_at_row", list({7, 4, 5, 5, 6, 9, 9, 9, 9, 10})}},
+                      s});
+  return examples;
+}
+
+std::string keyword_error(std::string_view family, int n, const dsl::KeywordArgs& args,
+                          std::string_view where = {}) {
+  try {
+    dsl::build_from_keywords(*dsl::find_family(family), n, args, where);
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("the family table: full and causal first, every family with vectors complete", "[dsl]") {
+  const auto table = dsl::family_table();
+  REQUIRE(table.size() >= 12);
+  CHECK(table[0].name == "full");
+  CHECK(table[1].name == "causal");
+  std::set<std::string_view> names;
+  for (const dsl::FamilyRow& row : table) {
+    INFO(row.name);
+    CHECK(names.insert(row.name).second);
+    CHECK(dsl::find_family(row.name) == &row);
+    CHECK((row.keywords.empty() == (row.build_keywords == nullptr)));
+    CHECK((row.tensors == nullptr || row.predicate != nullptr));
+    if (!row.has_vectors()) {
+      CHECK(row.params.empty());
+      CHECK(row.build == nullptr);
+      CHECK(row.device_params == 0);
+      CHECK(row.predicate != nullptr);
+      continue;
+    }
+    CHECK((row.columns == 1 || row.columns == 2 || (row.columns == 4 && !row.causal)));
+    CHECK((!row.causal || row.columns != 4));
+    CHECK(row.build != nullptr);
+    CHECK(row.device_reference != nullptr);
+    CHECK(row.device_params != 0);
+    CHECK(&dsl::vector_family(row.name) == &row);
+  }
+  CHECK_THROWS_WITH(dsl::vector_family("causal"),
+                    Catch::StartsWith("family: got 'causal'; accepted: sliding_window, "));
+  CHECK(dsl::device_param_names(dsl::kOffsets | dsl::kSeed | dsl::kTest) == "offsets, test, seed");
+}
+
+TEST_CASE("every family's language call, keyword parameters and device definition agree", "[dsl]") {
+  const std::vector<FamilyExample> examples = family_examples();
+  for (const dsl::FamilyRow& row : dsl::family_table()) {
+    if (!row.has_vectors()) continue;
+    INFO(row.name);
+    const auto example = std::find_if(examples.begin(), examples.end(),
+                                      [&](const FamilyExample& e) { return e.family == row.name; });
+    REQUIRE(example != examples.end());
+    const dsl::MaskData data = dsl::build_mask(dsl::compile_mask(example->call), 1, 10, 10, {});
+    REQUIRE(data.intervals.has_value());
+    const IntervalVectors& language = *data.intervals;
+    CHECK(language.mask_spec() == IntervalVectors{row.causal, row.columns}.mask_spec());
+    CHECK(dsl::build_from_keywords(row, 10, example->keywords).data == language.data);
+    const IntervalVectors on_device = row.device_reference(example->device);
+    CHECK(on_device.mask_spec() == language.mask_spec());
+    CHECK(on_device.data == language.data);
+  }
+}
+
+TEST_CASE("flashmask()'s keyword parameters are checked in its words", "[dsl]") {
+  CHECK(keyword_error("document", 6, {{"doc_lengths", list({2, 3})}}) ==
+        "doc_lengths: sum 5; accepted: seqlen (6)");
+  CHECK(keyword_error("causal_document", 6, {{"doc_lengths", list({5})}}, " (sample 1)") ==
+        "doc_lengths: sum 5 (sample 1); accepted: seqlen (6)");
+  CHECK(keyword_error("causal_blockwise", 10, {{"blocks", list({4, 3})}, {"test", integer(2)}}) ==
+        "blocks + test: sum 9; accepted: seqlen (10)");
+  CHECK(keyword_error("random_eviction", 2, {{"evicted_at_row", list({2, 2, 2})}}) ==
+        "evicted_at_row: got 3 values; accepted: seqlen (2)");
+  CHECK(keyword_error("prefix_lm_document", 4,
+                      {{"doc_lengths", list({2, 2})}, {"prefixes", list({1})}}) ==
+        "prefixes: got 1; accepted: one per document (2)");
+  CHECK(keyword_error("share_question", 4, {{"documents", {2, {{}}}}}) ==
+        "documents[0]: got an empty list; accepted: [question, answer, ...] lengths");
+  CHECK(keyword_error("share_question", 5, {{"documents", {2, {{2, 2}}}}}) ==
+        "documents: sum 4; accepted: seqlen (5)");
+  CHECK(keyword_error("sliding_window", 4, {}) ==
+        "sliding_window parameters: missing window; accepted: window");
+  CHECK(keyword_error("document", 4, {{"doc_lengths", list({4})}, {"window", integer(2)}}) ==
+        "document parameters: unknown window; accepted: doc_lengths");
+  CHECK(keyword_error("sliding_window", 4, {{"window", list({1})}}) ==
+        "window: got 'a list of ints'; accepted: an int");
+  // The builders' own checks, in their words.
+  CHECK(
+      keyword_error("global_sliding_window", 4,
+                    {{"global_tokens", integer(9)}, {"left", integer(1)}, {"right", integer(1)}}) ==
+      "global: got '9'; accepted: 0 <= global <= 4 (n)");
 }

@@ -11,7 +11,7 @@
 
 #include "attnjit/error.hpp"
 #include "attnjit/mask_builder.hpp"
-#include "dsl/builders.hpp"
+#include "dsl/families.hpp"
 #include "runtime/jit/debug_mode.hpp"
 #include "runtime/masks/mask_kernels.hpp"
 #include "support/env_override.hpp"
@@ -29,44 +29,26 @@ TensorView ints(std::uintptr_t address, std::initializer_list<std::int64_t> shap
   return contiguous_view(fake(address), ScalarType::int32, shape);
 }
 
-/// Well-formed arguments of `family` for B = 3, N = 100, S = 4, fake pointers; the checks below
-/// break one field each, so none of them reaches the device.
-MaskBuildArgs good_args(MaskFamily family) {
+/// Well-formed arguments of `family` for B = 3, N = 100, S = 4, fake pointers: every field its
+/// row says the device builder reads. The checks below break one field each, so none of them
+/// reaches the device.
+MaskBuildArgs good_args(std::string_view family) {
+  const dsl::FamilyRow& row = dsl::vector_family(family);
+  const auto reads = [&](unsigned param) { return (row.device_params & param) != 0; };
   MaskBuildArgs a;
   a.family = family;
-  const int columns = mask_spec_of(family).columns;
-  a.startend_row_indices =
-      ints(0x10000, {3, family == MaskFamily::random_eviction ? 2 : 1, 100, columns});
-  switch (family) {
-    case MaskFamily::sliding_window:
-      a.window = 8;
-      break;
-    case MaskFamily::global_sliding_window:
-      a.global_tokens = 4;
-      a.window_left = 8;
-      a.window_right = 0;
-      break;
-    case MaskFamily::causal_blockwise:
-      a.offsets = ints(0x20000, {3, 5});
-      a.test = ints(0x30000, {3});
-      break;
-    case MaskFamily::prefix_lm_causal:
-      a.prefix = ints(0x30000, {3});
-      break;
-    case MaskFamily::prefix_lm_document:
-      a.offsets = ints(0x20000, {3, 5});
-      a.prefixes = ints(0x40000, {3, 4});
-      break;
-    case MaskFamily::qk_sparse:
-      a.dropped_start = ints(0x30000, {3});
-      a.dropped_length = ints(0x40000, {3});
-      break;
-    case MaskFamily::random_eviction:
-      a.seed = 11;
-      break;
-    default:
-      a.offsets = ints(0x20000, {3, 5});
-  }
+  a.startend_row_indices = ints(0x10000, {3, row.per_head ? 2 : 1, 100, row.columns});
+  if (reads(dsl::kOffsets)) a.offsets = ints(0x20000, {3, 5});
+  if (reads(dsl::kPrefix)) a.prefix = ints(0x30000, {3});
+  if (reads(dsl::kTest)) a.test = ints(0x30000, {3});
+  if (reads(dsl::kPrefixes)) a.prefixes = ints(0x40000, {3, 4});
+  if (reads(dsl::kDroppedStart)) a.dropped_start = ints(0x30000, {3});
+  if (reads(dsl::kDroppedLength)) a.dropped_length = ints(0x40000, {3});
+  if (reads(dsl::kWindow)) a.window = 8;
+  if (reads(dsl::kGlobalTokens)) a.global_tokens = 4;
+  if (reads(dsl::kWindowLeft)) a.window_left = 8;
+  if (reads(dsl::kWindowRight)) a.window_right = 0;
+  if (reads(dsl::kSeed)) a.seed = 11;
   return a;
 }
 
@@ -96,54 +78,59 @@ std::string validate_error(const TensorView& t, const MaskSpec& mask, int seqlen
 
 TEST_CASE("mask families: names round-trip and the structure is the host builder's",
           "[mask_builder]") {
-  const std::vector<int> lengths{3, 0, 4};
-  const std::vector<int> prefixes{1, 0, 2};
-  const std::vector<int> rows{3, 3, 3, 7, 7, 7, 7};
-  const dsl::IntervalVectors host[] = {
-      dsl::sliding_window(7, 2),
-      dsl::causal_document(lengths),
-      dsl::document(lengths),
-      dsl::share_question(2, lengths),
-      dsl::global_sliding_window(7, 1, 2, 2),
-      dsl::causal_blockwise(lengths, 2),
-      dsl::prefix_lm_causal(7, 3),
-      dsl::prefix_lm_document(lengths, prefixes),
-      dsl::qk_sparse(7, 2, 3),
-      dsl::random_eviction(rows),
-  };
-  for (std::size_t i = 0; i < std::size(kMaskFamilies); ++i) {
-    const MaskFamily family = kMaskFamilies[i];
-    INFO(name_of(family));
-    CHECK(parse_mask_family(name_of(family)) == family);
-    CHECK(mask_spec_of(family) == host[i].mask_spec());
+  dsl::DeviceSample sample;
+  sample.n = 7;
+  sample.offsets = {0, 3, 3, 7};
+  sample.prefixes = {1, 0, 2};
+  sample.prefix = 3;
+  sample.test = 2;
+  sample.dropped_start = 2;
+  sample.dropped_length = 3;
+  sample.window = 2;
+  sample.global_tokens = 1;
+  sample.window_left = sample.window_right = 2;
+  sample.seed = 5;
+  std::vector<std::string_view> with_vectors;
+  for (const dsl::FamilyRow& row : dsl::family_table()) {
+    if (row.has_vectors()) with_vectors.push_back(row.name);
+  }
+  CHECK(mask_families() == with_vectors);
+  CHECK(with_vectors.size() >= 10);
+  for (const std::string_view family : mask_families()) {
+    INFO(family);
+    CHECK(parse_mask_family(family) == family);
+    const dsl::IntervalVectors host = dsl::vector_family(family).device_reference(sample);
+    CHECK(mask_spec_of(family) == host.mask_spec());
+    dsl::validate(host);
   }
   CHECK_THROWS_WITH(parse_mask_family("causal"),
                     Catch::StartsWith("family: got 'causal'; accepted: sliding_window, "
                                       "causal_document, document, share_question") &&
-                        Catch::EndsWith("qk_sparse, random_eviction"));
+                        Catch::Contains("qk_sparse, random_eviction"));
+  CHECK_THROWS_WITH(mask_spec_of("full"), Catch::StartsWith("family: got 'full'; accepted: "));
 }
 
 TEST_CASE("build_mask checks the output tensor on the host", "[mask_builder]") {
-  MaskBuildArgs a = good_args(MaskFamily::causal_document);
+  MaskBuildArgs a = good_args("causal_document");
   a.startend_row_indices.data = nullptr;
   CHECK_THAT(build_error(a), Catch::Contains("startend_row_indices: data is null; accepted: a "
                                              "device pointer"));
-  a = good_args(MaskFamily::causal_document);
+  a = good_args("causal_document");
   a.startend_row_indices.dtype = ScalarType::fp32;
   CHECK_THAT(build_error(a),
              Catch::Contains("startend_row_indices.dtype: got 'fp32'; accepted: int32"));
-  a = good_args(MaskFamily::causal_document);
+  a = good_args("causal_document");
   a.startend_row_indices.rank = 3;
   CHECK_THAT(build_error(a), Catch::Contains("startend_row_indices.rank: got '3'; accepted: 4"));
-  a = good_args(MaskFamily::causal_document);
+  a = good_args("causal_document");
   a.startend_row_indices.data = fake(0x10002);
   CHECK_THAT(build_error(a), Catch::Contains("startend_row_indices.data") &&
                                  Catch::Contains("a 4-byte aligned address"));
-  a = good_args(MaskFamily::causal_document);
+  a = good_args("causal_document");
   a.startend_row_indices.stride[2] = 2;
   CHECK_THAT(build_error(a), Catch::Contains("startend_row_indices.stride[2]: got '2'; accepted: "
                                              "1 (the tensor must be contiguous)"));
-  a = good_args(MaskFamily::causal_document);
+  a = good_args("causal_document");
   a.startend_row_indices = ints(0x10000, {0, 1, 100, 1});
   CHECK_THAT(build_error(a), Catch::Contains("startend_row_indices.shape[0] (batch): got '0'; "
                                              "accepted: 1 to 65535"));
@@ -158,7 +145,7 @@ TEST_CASE("build_mask checks the output tensor on the host", "[mask_builder]") {
   a.startend_row_indices = ints(0x10000, {3, 1, 100, 2});
   CHECK_THAT(build_error(a), Catch::Contains("startend_row_indices.shape[3] (columns): got '2'; "
                                              "accepted: 1 (the columns of causal_document)"));
-  a = good_args(MaskFamily::random_eviction);
+  a = good_args("random_eviction");
   a.startend_row_indices = ints(0x10000, {3, 0, 100, 1});
   CHECK_THAT(build_error(a), Catch::Contains("shape[1] (mask heads): got '0'; accepted: 1 to "
                                              "65535"));
@@ -166,7 +153,7 @@ TEST_CASE("build_mask checks the output tensor on the host", "[mask_builder]") {
 
 TEST_CASE("build_mask checks each family's fields on the host", "[mask_builder]") {
   SECTION("offsets") {
-    MaskBuildArgs a = good_args(MaskFamily::document);
+    MaskBuildArgs a = good_args("document");
     a.offsets = {};
     CHECK_THAT(build_error(a), Catch::Contains("offsets: data is null"));
     a.offsets = ints(0x20000, {3, 5});
@@ -184,61 +171,61 @@ TEST_CASE("build_mask checks each family's fields on the host", "[mask_builder]"
     CHECK_THAT(build_error(a), Catch::Contains("offsets.stride[0]: got '8'; accepted: 5"));
   }
   SECTION("fields the family does not read") {
-    MaskBuildArgs a = good_args(MaskFamily::causal_document);
+    MaskBuildArgs a = good_args("causal_document");
     a.prefix = ints(0x30000, {3});
     CHECK_THAT(build_error(a),
                Catch::Contains("prefix: given, but causal_document does not read it; accepted: "
                                "no prefix (causal_document reads offsets)"));
-    a = good_args(MaskFamily::sliding_window);
+    a = good_args("sliding_window");
     a.offsets = ints(0x20000, {3, 5});
     CHECK_THAT(build_error(a), Catch::Contains("offsets: given, but sliding_window"));
-    a = good_args(MaskFamily::document);
+    a = good_args("document");
     a.window = 5;
     CHECK_THAT(build_error(a), Catch::Contains("window: got '5', but document does not read it"));
-    a = good_args(MaskFamily::prefix_lm_causal);
+    a = good_args("prefix_lm_causal");
     a.window_left = 0;
     CHECK_THAT(build_error(a), Catch::Contains("window_left: got '0', but prefix_lm_causal"));
-    a = good_args(MaskFamily::document);
+    a = good_args("document");
     a.seed = 7;
     CHECK_THAT(build_error(a), Catch::Contains("seed: got '7', but document reads no seed"));
-    a = good_args(MaskFamily::qk_sparse);
+    a = good_args("qk_sparse");
     a.test = ints(0x50000, {3});
     CHECK_THAT(build_error(a), Catch::Contains("(qk_sparse reads dropped_start, dropped_length)"));
   }
   SECTION("window sizes") {
-    MaskBuildArgs a = good_args(MaskFamily::sliding_window);
+    MaskBuildArgs a = good_args("sliding_window");
     a.window = 0;
     CHECK_THAT(build_error(a), Catch::Contains("window: got '0'; accepted: >= 1"));
     a.window = -1;
     CHECK_THAT(build_error(a), Catch::Contains("window: got '-1'; accepted: >= 1"));
-    a = good_args(MaskFamily::global_sliding_window);
+    a = good_args("global_sliding_window");
     a.global_tokens = 101;
     CHECK_THAT(build_error(a), Catch::Contains("global_tokens: got '101'; accepted: 0 to 100"));
-    a = good_args(MaskFamily::global_sliding_window);
+    a = good_args("global_sliding_window");
     a.window_left = -1;
     CHECK_THAT(build_error(a), Catch::Contains("window_left: got '-1'; accepted: >= 0"));
-    a = good_args(MaskFamily::global_sliding_window);
+    a = good_args("global_sliding_window");
     a.window_right = -3;
     CHECK_THAT(build_error(a), Catch::Contains("window_right: got '-3'; accepted: >= 0"));
   }
   SECTION("per-sample tensors") {
-    MaskBuildArgs a = good_args(MaskFamily::causal_blockwise);
+    MaskBuildArgs a = good_args("causal_blockwise");
     a.test = ints(0x30000, {4});
     CHECK_THAT(build_error(a), Catch::Contains("test.shape[0]: got '4'; accepted: 3"));
-    a = good_args(MaskFamily::prefix_lm_causal);
+    a = good_args("prefix_lm_causal");
     a.prefix = ints(0x30000, {3, 1});
     CHECK_THAT(build_error(a), Catch::Contains("prefix.rank: got '2'; accepted: 1"));
-    a = good_args(MaskFamily::qk_sparse);
+    a = good_args("qk_sparse");
     a.dropped_length = {};
     CHECK_THAT(build_error(a), Catch::Contains("dropped_length: data is null"));
-    a = good_args(MaskFamily::qk_sparse);
+    a = good_args("qk_sparse");
     a.dropped_start.stride[0] = 2;
     CHECK_THAT(build_error(a), Catch::Contains("dropped_start.stride[0]: got '2'; accepted: 1"));
-    a = good_args(MaskFamily::prefix_lm_document);
+    a = good_args("prefix_lm_document");
     a.prefixes = ints(0x40000, {3, 5});
     CHECK_THAT(build_error(a), Catch::Contains("prefixes.shape[1]: got '5'; accepted: 4 (one "
                                                "prefix per segment of offsets)"));
-    a = good_args(MaskFamily::prefix_lm_document);
+    a = good_args("prefix_lm_document");
     a.prefixes = {};
     CHECK_THAT(build_error(a), Catch::Contains("prefixes: data is null"));
   }
@@ -301,8 +288,9 @@ TEST_CASE("every mask kernel compiles for sm_80 and sm_90 without spills",
           "[nvrtc][mask_builder]") {
   std::vector<MaskKernelSpec> specs;
   for (Arch arch : {Arch::sm_80, Arch::sm_90}) {
-    specs.push_back({std::nullopt, arch});
-    for (MaskFamily family : kMaskFamilies) specs.push_back({family, arch});
+    specs.push_back({"", arch});
+    for (const std::string_view family : mask_families())
+      specs.push_back({std::string(family), arch});
   }
   std::vector<std::string> keys;
   for (const MaskKernelSpec& spec : specs) {
@@ -315,7 +303,7 @@ TEST_CASE("every mask kernel compiles for sm_80 and sm_90 without spills",
     REQUIRE(info.kernels.size() == 1);
     const jit::KernelReport& report = info.kernels[0];
     CHECK(report.name == emit_mask_kernel(spec).name);
-    CHECK(report.role == (spec.family ? "mask_builder" : "interval_check"));
+    CHECK(report.role == (spec.family.empty() ? "interval_check" : "mask_builder"));
     CHECK(report.threads == kMaskKernelThreads);
     CHECK(report.registers > 0);
     CHECK(report.spill_bytes == 0);
@@ -328,24 +316,23 @@ TEST_CASE("every mask kernel compiles for sm_80 and sm_90 without spills",
 }
 
 TEST_CASE("mask kernels: canonical text, source and the caches", "[cache][mask_builder]") {
-  const MaskKernelSpec builder{MaskFamily::share_question, Arch::sm_90};
+  const MaskKernelSpec builder{"share_question", Arch::sm_90};
   CHECK(to_string(builder) == "mask_kernel=build_share_question target=sm_90");
-  CHECK(to_string(MaskKernelSpec{std::nullopt, Arch::sm_80}) ==
-        "mask_kernel=check_intervals target=sm_80");
+  CHECK(to_string(MaskKernelSpec{"", Arch::sm_80}) == "mask_kernel=check_intervals target=sm_80");
   const MaskKernelSource source = emit_mask_kernel(builder);
   CHECK(source.name == "attnjit_build_share_question");
   CHECK_THAT(source.source, Catch::Contains("#include \"attnjit/masks/mask_builders.cuh\"") &&
                                 Catch::Contains("attnjit_build_share_question(const "
                                                 "attnjit::MaskBuildParams params)") &&
                                 Catch::Contains("attnjit::build_share_question(params);"));
-  CHECK_THAT(emit_mask_kernel({std::nullopt, Arch::sm_90}).source,
+  CHECK_THAT(emit_mask_kernel({"", Arch::sm_90}).source,
              Catch::Contains("attnjit::check_intervals(params);"));
 
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / "attnjit-test-mask-kernels";
   std::filesystem::remove_all(dir);
   const EnvOverride cache_dir("ATTNJIT_CACHE_DIR", dir.c_str());
-  const MaskKernelSpec spec{MaskFamily::qk_sparse, Arch::sm_86};
+  const MaskKernelSpec spec{"qk_sparse", Arch::sm_86};
   runtime::clear_mask_kernel_memory_cache();
   const std::uint64_t builds = runtime::builds();
   CHECK(runtime::compile_mask_kernel(spec).info.cache == jit::CacheLevel::miss);

@@ -11,6 +11,8 @@
 #include <catch2/catch.hpp>
 
 #include "attnjit/error.hpp"
+#include "dsl/builders.hpp"
+#include "dsl/mask_families.hpp"
 #include "dsl/mask_lang.hpp"
 
 namespace dsl = attnjit::dsl;
@@ -291,4 +293,38 @@ TEST_CASE("mask language errors", "[dsl]") {
   // The predicate form accepts what the interval form refuses.
   CHECK_NOTHROW(dsl::build_mask(dsl::compile_mask("predicate(doc[q] == doc[k])"), 1, 3, 3,
                                 std::vector{tensor("doc", {0, 2, 1})}));
+}
+
+TEST_CASE("a family without a definition of its own is defined over its vectors", "[dsl]") {
+  std::mt19937 rng(29);
+  const std::pair<bool, int> layouts[] = {{true, 1}, {true, 2}, {false, 2}, {false, 4}};
+  for (const auto& [causal, columns] : layouts) {
+    for (int trial = 0; trial < 20; ++trial) {
+      const int n = uniform(rng, 1, 70);
+      const dsl::IntervalVectors m =
+          dsl::random_intervals(causal, columns, 1, 1, n, n, static_cast<std::uint64_t>(rng()));
+      std::vector<PredicateTensor> tensors;
+      for (const dsl::SampleTensor& row : dsl::vector_tensors(m)) {
+        tensors.push_back(tensor(fmt::format("_{}3", row.stem), row.values));
+      }
+      const std::string definition = dsl::vector_definition(causal, columns, 3);
+      INFO(definition << " n=" << n);
+      attnjit::PredicateParseOptions options;
+      options.allow_reserved_tensor_names = true;
+      const PredicateEvaluator evaluator(attnjit::parse_predicate(definition, options),
+                                         {tensors, {}});
+      int mismatches = 0;
+      for (int q = 0; q < n; ++q) {
+        for (int k = 0; k < n; ++k)
+          mismatches += evaluator.visible(0, 0, q, k) == dsl::is_masked(m, 0, 0, q, k);
+      }
+      CHECK(mismatches == 0);
+      // The interval form derives it back: its layout is the family's.
+      const std::optional<dsl::DerivedLayout> derived =
+          dsl::derive_layout(attnjit::parse_predicate(definition, options));
+      REQUIRE(derived.has_value());
+      CHECK(derived->causal == causal);
+      CHECK(derived->columns == columns);
+    }
+  }
 }

@@ -160,3 +160,38 @@ TEST_CASE("errors quote at most about 200 bytes of the input", "[ir]") {
   const std::string accents = std::string(159, 'a') + "\xc3\xa9" + std::string(100, 'b');
   CHECK(quoted_input(accents) == std::string(159, 'a') + "... (261 bytes in all)");
 }
+
+TEST_CASE("the table of mask kinds: every kind's row names, spells and prints it", "[ir]") {
+  const auto kinds = mask_kinds();
+  REQUIRE(kinds.size() == 5);
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    const MaskKindInfo& row = kinds[i];
+    INFO(row.name);
+    CHECK(static_cast<std::size_t>(row.kind) == i);
+    CHECK(&info_of(row.kind) == &row);
+    CHECK(name_of(row.kind) == row.name);
+    CHECK(row.syntax.substr(0, row.name.size()) == row.name);
+    CHECK((row.parse_arguments == nullptr) == (row.syntax == row.name));
+  }
+  CHECK(info_of(MaskKind::flashmask).interval_vectors);
+  CHECK(info_of(MaskKind::predicate).predicate);
+  auto message = [](const std::string& mask) {
+    try {
+      parse_spec("dtype=bf16 head_dim=64 mask=" + mask);
+    } catch (const Error& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(message("diag") ==
+        "mask: got 'diag'; accepted: none, causal, sliding_window, flashmask, "
+        "predicate");
+  CHECK(message("none(1)") ==
+        "mask: got 'none(1)'; accepted: none, causal, sliding_window, "
+        "flashmask(causal=true|false,columns=1|2|4), predicate(EXPR)");
+  CHECK(message("predicate") ==
+        "mask: got 'predicate' without arguments; accepted: predicate(EXPR), e.g. predicate(q>=k)");
+  CHECK(message("flashmask") ==
+        "mask: got 'flashmask' without arguments; accepted: "
+        "flashmask(causal=true|false,columns=1|2|4)");
+}

@@ -62,16 +62,7 @@ attnjit::PredicateTensor parse_tensor(const std::string& text) {
 }
 
 std::string_view form_of(const attnjit::MaskSpec& spec) {
-  switch (spec.kind) {
-    case attnjit::MaskKind::flashmask:
-      return "intervals";
-    case attnjit::MaskKind::predicate:
-      return "predicate";
-    case attnjit::MaskKind::causal:
-      return "causal";
-    default:
-      return "none";
-  }
+  return attnjit::info_of(spec.kind).form;
 }
 
 char tile_letter(TileClass c) {

@@ -13,10 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "attnjit/common/params.cuh"
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
 #include "attnjit/mask_builder.hpp"
-#include "attnjit/common/params.cuh"
+#include "dsl/families.hpp"
 #include "dsl/intervals.hpp"
 #include "runtime/jit/driver.hpp"
 #include "runtime/jit/kernel_set.hpp"
@@ -113,13 +114,6 @@ struct DeviceInts {
   attnjit::TensorView view;
 };
 
-bool reads_offsets(attnjit::MaskFamily family) {
-  using attnjit::MaskFamily;
-  return family == MaskFamily::causal_document || family == MaskFamily::document ||
-         family == MaskFamily::share_question || family == MaskFamily::causal_blockwise ||
-         family == MaskFamily::prefix_lm_document;
-}
-
 /// The family's compact parameters, and the segment counts of the rows. The tensors of `args`
 /// view `host` until to_device() uploads them (the checks run on the host views first).
 struct Parameters {
@@ -147,19 +141,20 @@ void to_device(Parameters& p) {
   }
 }
 
-Parameters make_parameters(attnjit::MaskFamily family, const MaskBuildOptions& o,
+/// Random (or given) values of every field the family's device builder reads.
+Parameters make_parameters(const attnjit::dsl::FamilyRow& family, const MaskBuildOptions& o,
                            const std::vector<std::vector<int>>& rows, std::mt19937_64& rng) {
-  using attnjit::MaskFamily;
+  namespace dsl = attnjit::dsl;
   Parameters p;
   attnjit::MaskBuildArgs& a = p.args;
-  a.family = family;
+  a.family = family.name;
   a.validate = o.validate;
   const int n = o.seqlen;
+  const auto reads = [&](unsigned param) { return (family.device_params & param) != 0; };
   auto tensor = [&](const std::vector<int>& values, std::initializer_list<std::int64_t> shape) {
     p.host.push_back(values);
     return attnjit::contiguous_view(p.host.back().data(), attnjit::ScalarType::int32, shape);
   };
-  std::vector<int> per_sample(static_cast<std::size_t>(o.batch));
   int width = 0;
   for (const auto& row : rows) width = std::max(width, static_cast<int>(row.size()));
   p.min_segments = width - 1;
@@ -172,52 +167,52 @@ Parameters make_parameters(attnjit::MaskFamily family, const MaskBuildOptions& o
     flat.insert(flat.end(), row.begin(), row.end());
     flat.insert(flat.end(), width - row.size(), n);
   }
-  if (reads_offsets(family)) a.offsets = tensor(flat, {o.batch, width});
-  switch (family) {
-    case MaskFamily::sliding_window:
-      a.window = o.window;
-      break;
-    case MaskFamily::global_sliding_window:
-      a.global_tokens = std::min(o.global_tokens, n);
-      a.window_left = o.window_left;
-      a.window_right = o.window_right;
-      break;
-    case MaskFamily::causal_blockwise:  // the last document is the test block
-      for (int b = 0; b < o.batch; ++b) per_sample[b] = n - rows[b][rows[b].size() - 2];
-      a.test = tensor(per_sample, {o.batch});
-      break;
-    case MaskFamily::prefix_lm_causal:
-      for (int& prefix : per_sample) prefix = uniform(rng, 0, n);
-      a.prefix = tensor(per_sample, {o.batch});
-      break;
-    case MaskFamily::prefix_lm_document: {
-      std::vector<int> prefixes;
-      for (int b = 0; b < o.batch; ++b) {
-        for (int d = 0; d + 1 < width; ++d) {
-          const int* row = flat.data() + static_cast<std::size_t>(b) * width;
-          prefixes.push_back(uniform(rng, 0, row[d + 1] - row[d]));
-        }
-      }
-      a.prefixes = tensor(prefixes, {o.batch, width - 1});
-      break;
-    }
-    case MaskFamily::qk_sparse: {
-      std::vector<int> lengths(per_sample.size());
-      for (int b = 0; b < o.batch; ++b) {
-        per_sample[b] = uniform(rng, 0, n);
-        lengths[b] = uniform(rng, 0, n - per_sample[b]);
-      }
-      a.dropped_start = tensor(per_sample, {o.batch});
-      a.dropped_length = tensor(lengths, {o.batch});
-      break;
-    }
-    case MaskFamily::random_eviction:
-      a.seed = o.seed;
-      break;
-    default:
-      break;
+  const auto batch = static_cast<std::size_t>(o.batch);
+  if (reads(dsl::kOffsets)) a.offsets = tensor(flat, {o.batch, width});
+  if (reads(dsl::kWindow)) a.window = o.window;
+  if (reads(dsl::kGlobalTokens)) a.global_tokens = std::min(o.global_tokens, n);
+  if (reads(dsl::kWindowLeft)) a.window_left = o.window_left;
+  if (reads(dsl::kWindowRight)) a.window_right = o.window_right;
+  if (reads(dsl::kTest)) {  // the last document is the test block
+    std::vector<int> tests(batch);
+    for (int b = 0; b < o.batch; ++b) tests[b] = n - rows[b][rows[b].size() - 2];
+    a.test = tensor(tests, {o.batch});
   }
+  if (reads(dsl::kPrefix)) {
+    std::vector<int> prefixes(batch);
+    for (int& prefix : prefixes) prefix = uniform(rng, 0, n);
+    a.prefix = tensor(prefixes, {o.batch});
+  }
+  if (reads(dsl::kPrefixes)) {
+    std::vector<int> prefixes;
+    for (int b = 0; b < o.batch; ++b) {
+      for (int d = 0; d + 1 < width; ++d) {
+        const int* row = flat.data() + static_cast<std::size_t>(b) * width;
+        prefixes.push_back(uniform(rng, 0, row[d + 1] - row[d]));
+      }
+    }
+    a.prefixes = tensor(prefixes, {o.batch, width - 1});
+  }
+  if (reads(dsl::kDroppedStart) || reads(dsl::kDroppedLength)) {
+    std::vector<int> starts(batch), lengths(batch);
+    for (int b = 0; b < o.batch; ++b) {
+      starts[b] = uniform(rng, 0, n);
+      lengths[b] = uniform(rng, 0, n - starts[b]);
+    }
+    if (reads(dsl::kDroppedStart)) a.dropped_start = tensor(starts, {o.batch});
+    if (reads(dsl::kDroppedLength)) a.dropped_length = tensor(lengths, {o.batch});
+  }
+  if (reads(dsl::kSeed)) a.seed = o.seed;
   return p;
+}
+
+/// "random_eviction": the families whose vectors differ between mask heads.
+std::string per_head_families() {
+  std::vector<std::string_view> names;
+  for (const attnjit::dsl::FamilyRow& row : attnjit::dsl::family_table()) {
+    if (row.per_head) names.push_back(row.name);
+  }
+  return fmt::format("{} build{}", fmt::join(names, ", "), names.size() == 1 ? "s" : "");
 }
 
 /// The forward kernel over `mask` (bf16, head dim 128) whose plan builds the min/max tables.
@@ -267,12 +262,13 @@ void print_vectors(const DeviceInts& out, const attnjit::MaskSpec& mask) {
 }
 
 void mask_build(const MaskBuildOptions& o) {
-  const attnjit::MaskFamily family = attnjit::parse_mask_family(o.family);
-  const attnjit::MaskSpec mask = attnjit::mask_spec_of(family);
+  const attnjit::dsl::FamilyRow& family = attnjit::dsl::vector_family(o.family);
+  const attnjit::MaskSpec mask = attnjit::mask_spec_of(family.name);
+  const bool reads_offsets = (family.device_params & attnjit::dsl::kOffsets) != 0;
   const auto [min_docs, max_docs] = parse_docs(o.docs);
-  if (o.mask_heads != 1 && family != attnjit::MaskFamily::random_eviction) {
+  if (o.mask_heads != 1 && !family.per_head) {
     attnjit::throw_field_error("--mask-heads", std::to_string(o.mask_heads),
-                               "1 (only random_eviction builds several mask heads)");
+                               fmt::format("1 (only {} several mask heads)", per_head_families()));
   }
   if (o.repeat < 1) attnjit::throw_field_error("--repeat", std::to_string(o.repeat), ">= 1");
   if (o.warmup < 0) attnjit::throw_field_error("--warmup", std::to_string(o.warmup), ">= 0");
@@ -308,7 +304,7 @@ void mask_build(const MaskBuildOptions& o) {
   j["batch"] = o.batch;
   j["mask_heads"] = o.mask_heads;
   j["seqlen"] = o.seqlen;
-  if (reads_offsets(family)) j["segments"] = {p.min_segments, p.max_segments};
+  if (reads_offsets) j["segments"] = {p.min_segments, p.max_segments};
   if (o.time) {
     // Only the plan's min/max kernel, launched as the forward launches it.
     namespace detail = attnjit::jit::detail;
@@ -350,7 +346,7 @@ void mask_build(const MaskBuildOptions& o) {
   }
   fmt::print("device    {}\nmask      {}: {}, B={} Hm={} N={}{}\n", device, o.family, mask_text,
              o.batch, o.mask_heads, o.seqlen,
-             reads_offsets(family)
+             reads_offsets
                  ? fmt::format(", {}..{} segments per row", p.min_segments, p.max_segments)
                  : "");
   if (o.print) print_vectors(out, mask);

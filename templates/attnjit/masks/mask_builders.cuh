@@ -1,7 +1,9 @@
-// Device builders of the FlashMask families (include/attnjit/mask_builder.hpp has the table
-// of parameters and values; dsl/builders.hpp the host builders they equal). One thread per key
-// column j of one batch row b (and mask head h): grid (ceil(N / blockDim.x), B, Hm). Columns
-// find their segment by a binary search over the row's offsets, O(N log S) per row.
+// Device builders of the FlashMask families, build_<family> each (the family table,
+// dsl/families.hpp, names the MaskBuildArgs fields each reads; include/attnjit/mask_builder.hpp
+// describes them; dsl/builders.hpp has the host builders they equal). One thread per key column
+// j of one batch row b (and mask head h): grid (ceil(N / blockDim.x), B, Hm). Columns find
+// their segment by a binary search over the row's offsets, O(N log S) per row. N is the sample
+// length, "segment d" of a row is [o_d, o_{d+1}) of its offsets row.
 //
 // With p.first_error set, the same launch also checks the device parameters and keeps the
 // first violation by atomicMin on (b << 36) | (index << 4) | code, code one of MaskParamError
@@ -104,6 +106,7 @@ __device__ __forceinline__ unsigned long long splitmix64(unsigned long long x) {
 
 }  // namespace mask_build
 
+/// Causal, 1 column, reads window >= 1: LTS = min(j + window, N).
 __device__ __forceinline__ void build_sliding_window(const MaskBuildParams& p) {
   using namespace mask_build;
   const int j = key_column();
@@ -112,6 +115,7 @@ __device__ __forceinline__ void build_sliding_window(const MaskBuildParams& p) {
   column_out<1>(p, blockIdx.y, 0, j)[0] = static_cast<int>(lts < p.seqlen ? lts : p.seqlen);
 }
 
+/// Causal, 1 column, reads offsets: LTS = end of j's segment.
 __device__ __forceinline__ void build_causal_document(const MaskBuildParams& p) {
   using namespace mask_build;
   const int b = blockIdx.y;
@@ -121,6 +125,7 @@ __device__ __forceinline__ void build_causal_document(const MaskBuildParams& p) 
   column_out<1>(p, b, 0, j)[0] = segment_of(o, p.segments, j).end;
 }
 
+/// Non-causal, 2 columns, reads offsets: LTS = end, UTE = start of j's segment.
 __device__ __forceinline__ void build_document(const MaskBuildParams& p) {
   using namespace mask_build;
   const int b = blockIdx.y;
@@ -133,6 +138,8 @@ __device__ __forceinline__ void build_document(const MaskBuildParams& p) {
   out[1] = s.start;
 }
 
+/// Causal, 1 column, reads offsets (segment 0 is the question, the others are the answers):
+/// question columns LTS = N, answer columns LTS = the end of their answer.
 __device__ __forceinline__ void build_share_question(const MaskBuildParams& p) {
   using namespace mask_build;
   const int b = blockIdx.y;
@@ -143,6 +150,9 @@ __device__ __forceinline__ void build_share_question(const MaskBuildParams& p) {
   column_out<1>(p, b, 0, j)[0] = s.index == 0 ? p.seqlen : s.end;
 }
 
+/// Non-causal, 4 columns, reads global_tokens, window_left, window_right (each >= 0):
+/// j < global_tokens: N, N, 0, 0; else min(j + left + 1, N), N, global_tokens,
+/// max(j - right, global_tokens).
 __device__ __forceinline__ void build_global_sliding_window(const MaskBuildParams& p) {
   using namespace mask_build;
   const int j = key_column();
@@ -164,6 +174,9 @@ __device__ __forceinline__ void build_global_sliding_window(const MaskBuildParam
   out[3] = static_cast<int>(ute > p.global_tokens ? ute : p.global_tokens);
 }
 
+/// Causal, 2 columns, reads offsets and test [B]: the last test[b] tokens form the test block,
+/// the demonstration blocks are the segments cut at N - test. j < N - test: LTS = min(end,
+/// N - test), LTE = N - test; else LTS = LTE = N.
 __device__ __forceinline__ void build_causal_blockwise(const MaskBuildParams& p) {
   using namespace mask_build;
   const int b = blockIdx.y;
@@ -182,6 +195,7 @@ __device__ __forceinline__ void build_causal_blockwise(const MaskBuildParams& p)
   out[1] = demo;
 }
 
+/// Non-causal, 2 columns, reads prefix [B]: LTS = N; UTE = j < prefix ? 0 : j.
 __device__ __forceinline__ void build_prefix_lm_causal(const MaskBuildParams& p) {
   using namespace mask_build;
   const int b = blockIdx.y;
@@ -193,6 +207,8 @@ __device__ __forceinline__ void build_prefix_lm_causal(const MaskBuildParams& p)
   out[1] = j < prefix ? 0 : j;
 }
 
+/// Non-causal, 2 columns, reads offsets and prefixes [B, S] (one per segment): LTS = end;
+/// UTE = j < start + prefixes[d] ? start : j.
 __device__ __forceinline__ void build_prefix_lm_document(const MaskBuildParams& p) {
   using namespace mask_build;
   const int b = blockIdx.y;
@@ -214,6 +230,8 @@ __device__ __forceinline__ void build_prefix_lm_document(const MaskBuildParams& 
       static_cast<long long>(j) < static_cast<long long>(s.start) + prefixes[s.index] ? s.start : j;
 }
 
+/// Causal, 2 columns, reads dropped_start [B] and dropped_length [B]: j in [start, start +
+/// length): LTS = j, LTE = start + length; else LTS = LTE = N.
 __device__ __forceinline__ void build_qk_sparse(const MaskBuildParams& p) {
   using namespace mask_build;
   const int b = blockIdx.y;
@@ -229,6 +247,10 @@ __device__ __forceinline__ void build_qk_sparse(const MaskBuildParams& p) {
   out[1] = dropped ? static_cast<int>(end) : p.seqlen;
 }
 
+/// Causal, 1 column, reads seed; Hm mask heads from the output's shape. Key j of (batch row b,
+/// mask head h) stays visible to rows j <= i < r with r = j + 1 + splitmix64(seed +
+/// 0x9E3779B97F4A7C15 * (1 + (b * Hm + h) * N + j)) % (N - j) (unsigned 64-bit arithmetic;
+/// r = N: never evicted), i.e. dsl::random_eviction of those rows.
 __device__ __forceinline__ void build_random_eviction(const MaskBuildParams& p) {
   using namespace mask_build;
   const int j = key_column();

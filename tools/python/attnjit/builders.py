@@ -1,37 +1,33 @@
-"""FlashMask masks of the standard families, built on the host by libattnjit's builders.
+"""FlashMask masks of the mask families, built on the host by libattnjit's builders.
 
     mask = attnjit.flashmask("causal_document", seqlen=8192, batch=16,
                              doc_lengths=[[4096, 4096], [1000, 7192], ...])
     o = attnjit.attention(q, k, v, mask=mask)
 
-Families and their parameters (README "Mask semantics"; N = seqlen):
+FAMILIES maps every family of libattnjit's family table to its parameters (README "Mask
+semantics"; N = seqlen), e.g.
 
     full, causal             none (no vectors)
     sliding_window           window: keys seen by each row, itself included (causal)
     causal_document          doc_lengths: lengths summing to N
-    document                 doc_lengths
     share_question           documents: one list per packed sample, [question, answer, ...]
                              lengths; question keys are seen by the sample's later rows,
                              answer keys only by their own answer (causal)
-    global_sliding_window    global_tokens, left, right
-    causal_blockwise         blocks: demonstration block lengths; test: test block length
-    prefix_lm_causal         prefix
-    prefix_lm_document       doc_lengths, prefixes (one per document)
-    qk_sparse                offset, length: the dropped key segment
     random_eviction          evicted_at_row: N values, key j is seen by rows j <= i < value
 
 A parameter given once applies to every sample; given one level deeper (a list of `batch`
-values, e.g. doc_lengths=[[...], [...]]) it is per sample; evicted_at_row may also be given
-per sample and mask head ([batch][heads][N]). Samples are broadcast to `heads` mask heads
-otherwise. Bad parameters raise AttnjitError naming the parameter, its value and what is
-accepted.
+values, e.g. doc_lengths=[[...], [...]]) it is per sample; the parameters of a family whose
+vectors differ between mask heads (random_eviction) may also be given per sample and mask head
+([batch][heads][N]). Samples are broadcast to `heads` mask heads otherwise. Bad parameters
+raise AttnjitError naming the parameter, its value and what is accepted.
 """
 
 import array
 import ctypes
 import importlib.util
+import json
 
-from . import _ffi
+from . import _families, _ffi
 
 __all__ = ["FAMILIES", "FlashMask", "flashmask"]
 
@@ -50,16 +46,8 @@ def _declare(lib):
     size = ctypes.c_size_t
     c_int = ctypes.c_int
     signatures = {
-        "attnjit_intervals_sliding_window": [c_int, c_int, out],
-        "attnjit_intervals_causal_document": [ints, size, out],
-        "attnjit_intervals_document": [ints, size, out],
-        "attnjit_intervals_share_question": [c_int, ints, size, out],
-        "attnjit_intervals_global_sliding_window": [c_int, c_int, c_int, c_int, out],
-        "attnjit_intervals_causal_blockwise": [ints, size, c_int, out],
-        "attnjit_intervals_prefix_lm_causal": [c_int, c_int, out],
-        "attnjit_intervals_prefix_lm_document": [ints, ints, size, out],
-        "attnjit_intervals_qk_sparse": [c_int, c_int, c_int, out],
-        "attnjit_intervals_random_eviction": [ints, size, out],
+        "attnjit_intervals_family": [ctypes.c_char_p, c_int, ctypes.c_char_p, ctypes.c_char_p,
+                                     out],
         "attnjit_intervals_pack": [ctypes.POINTER(handle), size, out],
         "attnjit_intervals_stack": [ctypes.POINTER(handle), size, c_int, out],
         "attnjit_intervals_broadcast_heads": [handle, c_int, out],
@@ -79,22 +67,11 @@ def _declare(lib):
 
 _lib = _declare(_ffi.lib)
 
-# Parameter -> nesting depth of one sample's value (0: an int, 1: a list of ints, 2: a list of
-# lists of ints), per family, in the order the builder takes them.
-FAMILIES = {
-    "full": {},
-    "causal": {},
-    "sliding_window": {"window": 0},
-    "causal_document": {"doc_lengths": 1},
-    "document": {"doc_lengths": 1},
-    "share_question": {"documents": 2},
-    "global_sliding_window": {"global_tokens": 0, "left": 0, "right": 0},
-    "causal_blockwise": {"blocks": 1, "test": 0},
-    "prefix_lm_causal": {"prefix": 0},
-    "prefix_lm_document": {"doc_lengths": 1, "prefixes": 1},
-    "qk_sparse": {"offset": 0, "length": 0},
-    "random_eviction": {"evicted_at_row": 1},
-}
+# Family -> {parameter: nesting depth of one sample's value (0: an int, 1: a list of ints, 2: a
+# list of lists of ints)}, in table order, the parameters in the order the builder takes them.
+FAMILIES = {family["name"]: {p["name"]: p["depth"] for p in family["parameters"]}
+            for family in _families.TABLE}
+_PER_HEAD = {family["name"] for family in _families.TABLE if family["per_head"]}
 
 
 class _Handle:
@@ -116,10 +93,11 @@ def _build(function, *args):
     return _Handle(out)
 
 
-def _int_array(values):
-    """(int32 array, count) of an int32 array.array from _depth, for an (int32_t*, size_t)
-    pair of the C ABI (the array must outlive the call)."""
-    return (ctypes.c_int32 * len(values)).from_buffer(values), len(values)
+def _plain(value):
+    """A parameter value from _depth as JSON data: ints and (nested) lists of ints."""
+    if isinstance(value, int):
+        return value
+    return [_plain(item) for item in value] if isinstance(value, list) else value.tolist()
 
 
 class FlashMask:
@@ -265,56 +243,12 @@ def _per_sample(name, value, depth, batch, heads, per_head_allowed):
     raise _ffi.AttnjitError(f"{name}: got {kinds[min(given, 3)]}; accepted: {accepted}")
 
 
-def _check_total(name, total, seqlen, where):
-    if total != seqlen:
-        raise _ffi.AttnjitError(f"{name}: sum {total}{where}; accepted: seqlen ({seqlen})")
-
-
 def _sample(family, seqlen, values, where):
-    """The handle of one sample of `family` with its parameter values."""
-    lib = _lib
-    if family == "sliding_window":
-        return _build(lib.attnjit_intervals_sliding_window, seqlen, values["window"])
-    if family in ("causal_document", "document"):
-        _check_total("doc_lengths", sum(values["doc_lengths"]), seqlen, where)
-        function = getattr(lib, f"attnjit_intervals_{family}")
-        return _build(function, *_int_array(values["doc_lengths"]))
-    if family == "share_question":
-        pieces = []
-        for d, document in enumerate(values["documents"]):
-            if not document:
-                raise _ffi.AttnjitError(f"documents[{d}]: got an empty list{where}; accepted: "
-                                        "[question, answer, ...] lengths")
-            pieces.append(_build(lib.attnjit_intervals_share_question, document[0],
-                                 *_int_array(document[1:])))
-        _check_total("documents", sum(sum(document) for document in values["documents"]),
-                     seqlen, where)
-        return _combine(lib.attnjit_intervals_pack, pieces)
-    if family == "global_sliding_window":
-        return _build(lib.attnjit_intervals_global_sliding_window, seqlen,
-                      values["global_tokens"], values["left"], values["right"])
-    if family == "causal_blockwise":
-        _check_total("blocks + test", sum(values["blocks"]) + values["test"], seqlen, where)
-        return _build(lib.attnjit_intervals_causal_blockwise, *_int_array(values["blocks"]),
-                      values["test"])
-    if family == "prefix_lm_causal":
-        return _build(lib.attnjit_intervals_prefix_lm_causal, seqlen, values["prefix"])
-    if family == "prefix_lm_document":
-        lengths, prefixes = values["doc_lengths"], values["prefixes"]
-        _check_total("doc_lengths", sum(lengths), seqlen, where)
-        if len(prefixes) != len(lengths):
-            raise _ffi.AttnjitError(f"prefixes: got {len(prefixes)}{where}; accepted: one per "
-                                    f"document ({len(lengths)})")
-        return _build(lib.attnjit_intervals_prefix_lm_document, _int_array(lengths)[0],
-                      _int_array(prefixes)[0], len(lengths))
-    if family == "qk_sparse":
-        return _build(lib.attnjit_intervals_qk_sparse, seqlen, values["offset"],
-                      values["length"])
-    rows = values["evicted_at_row"]
-    if len(rows) != seqlen:
-        raise _ffi.AttnjitError(f"evicted_at_row: got {len(rows)} values{where}; accepted: "
-                                f"seqlen ({seqlen})")
-    return _build(lib.attnjit_intervals_random_eviction, *_int_array(rows))
+    """The handle of one sample of `family` with its parameter values (libattnjit checks them
+    against seqlen, `where` naming the sample in those messages)."""
+    parameters = json.dumps({name: _plain(value) for name, value in values.items()})
+    return _build(_lib.attnjit_intervals_family, family.encode(), seqlen, parameters.encode(),
+                  where.encode())
 
 
 def _combine(function, handles, *extra):
@@ -352,7 +286,7 @@ def flashmask(family, seqlen, *, batch=1, heads=1, device=None, **parameters):
     values = {}
     for name, depth in expected.items():
         values[name], per_head[name] = _per_sample(name, parameters[name], depth, batch, heads,
-                                                   family == "random_eviction")
+                                                   family in _PER_HEAD)
     if not any(per_head.values()):
         samples = [_sample(family, seqlen, {name: values[name][b][0] for name in expected},
                            f" (sample {b})" if batch > 1 else "") for b in range(batch)]

@@ -4,7 +4,8 @@
     o = attnjit.forward(q, k, v, mask="flashmask", causal=True, startend_row_indices=lts)
     attnjit.validate_intervals(lts, causal=True, seqlen_q=32768)
 
-The families and the parameters each reads are those of include/attnjit/mask_builder.hpp; the
+FAMILIES lists the families with vectors of libattnjit's family table; the parameters each
+reads are its "device_parameters" there (include/attnjit/mask_builder.hpp describes them); the
 vectors equal those of the host builders in dsl/builders.hpp. Parameters are int32 CUDA tensors
 (offsets [B, S+1] in cu_seqlens style, one value per sample [B], prefixes [B, S]) or plain ints
 (window sizes). Argument checks need no PyTorch; building needs it and a CUDA device.
@@ -12,13 +13,11 @@ vectors equal those of the host builders in dsl/builders.hpp. Parameters are int
 
 import ctypes
 
-from . import _ffi
+from . import _families, _ffi
 
 __all__ = ["FAMILIES", "build_mask", "mask_family", "validate_intervals"]
 
-FAMILIES = ("sliding_window", "causal_document", "document", "share_question",
-            "global_sliding_window", "causal_blockwise", "prefix_lm_causal",
-            "prefix_lm_document", "qk_sparse", "random_eviction")
+FAMILIES = tuple(family["name"] for family in _families.TABLE if family["columns"] > 0)
 _TENSOR_FIELDS = ("offsets", "prefix", "prefixes", "test", "dropped_start", "dropped_length")
 _INT_FIELDS = ("window", "global_tokens", "window_left", "window_right")
 

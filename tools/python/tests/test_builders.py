@@ -82,7 +82,8 @@ class Families(unittest.TestCase):
             "random_eviction": ({"evicted_at_row": [12, 5, 9, 12, 4, 12, 12, 8, 12, 12, 11, 12]},
                                 "flashmask(causal=true,columns=1)"),
         }
-        self.assertEqual(sorted(cases), sorted(builders.FAMILIES))
+        # The first rows of the family table, in order (families added to it follow).
+        self.assertEqual(list(builders.FAMILIES)[:len(cases)], list(cases))
         for family, (parameters, text) in cases.items():
             with self.subTest(family=family):
                 mask = attnjit.flashmask(family, seqlen=12, **parameters)
@@ -144,6 +145,49 @@ class Families(unittest.TestCase):
             masks[3].visible_pairs(3)
 
 
+class FamilyTable(unittest.TestCase):
+    """The families come from libattnjit's table (attnjit_mask_families), not from Python."""
+
+    def test_python_lists_the_library_table(self):
+        from attnjit import _families
+
+        names = [family["name"] for family in _families.TABLE]
+        self.assertEqual(list(builders.FAMILIES), names)
+        self.assertEqual(names[:2], ["full", "causal"])
+        with_vectors = [family for family in _families.TABLE if family["columns"] > 0]
+        self.assertEqual(attnjit.FAMILIES, tuple(family["name"] for family in with_vectors))
+        for family in with_vectors:
+            with self.subTest(family=family["name"]):
+                self.assertEqual(attnjit.mask_family(family["name"]),
+                                 (family["causal"], family["columns"]))
+                self.assertTrue(family["device_parameters"])
+        document = next(family for family in _families.TABLE if family["name"] == "document")
+        self.assertEqual(document["parameters"], [{"name": "doc_lengths", "depth": 1}])
+        self.assertEqual(document["device_parameters"], ["offsets"])
+
+    def test_intervals_family_checks_its_arguments(self):
+        out = ctypes.c_void_p(1)
+        cases = [
+            (b"full", 4, b"{}", "family: got 'full'; accepted: sliding_window, "),
+            (b"document", 0, b"{}", "seqlen: got '0'; accepted: >= 1"),
+            (b"document", 4, b"[1]", "parameters: got '[1]'; accepted: a JSON object"),
+            (b"document", 4, b"{", "parameters: got '{'; accepted: a JSON object"),
+            (b"document", 4, b'{"doc_lengths": 1.5}', "doc_lengths: got '1.5'; accepted: an "
+                                                      "int32, a list of them"),
+            (b"document", 4, b'{"doc_lengths": [4], "window": 1}',
+             "document parameters: unknown window; accepted: doc_lengths"),
+        ]
+        for family, seqlen, parameters, message in cases:
+            with self.subTest(message=message):
+                self.assertEqual(builders._lib.attnjit_intervals_family(
+                    family, seqlen, parameters, None, ctypes.byref(out)), _ffi.USER_ERROR)
+                self.assertIsNone(out.value)
+                self.assertIn(message, _ffi.lib.attnjit_last_error().decode())
+        self.assertEqual(builders._lib.attnjit_intervals_family(
+            b"document", 4, b'{"doc_lengths": [2, 2]}', None, ctypes.byref(out)), _ffi.OK)
+        builders._Handle(out)
+
+
 class Errors(unittest.TestCase):
     def test_python_checks_name_the_parameter(self):
         cases = [
@@ -200,6 +244,15 @@ class Errors(unittest.TestCase):
 
     def test_c_abi_rejects_null_and_bad_handles(self):
         lib = builders._lib
+        out_p = ctypes.POINTER(ctypes.c_void_p)
+        # The typed builders of attnjit.h (flashmask() goes through attnjit_intervals_family).
+        typed = {"attnjit_intervals_causal_document": [ctypes.POINTER(ctypes.c_int32),
+                                                       ctypes.c_size_t, out_p],
+                 "attnjit_intervals_sliding_window": [ctypes.c_int, ctypes.c_int, out_p],
+                 "attnjit_intervals_prefix_lm_causal": [ctypes.c_int, ctypes.c_int, out_p]}
+        for name, argtypes in typed.items():
+            getattr(lib, name).argtypes = argtypes
+            getattr(lib, name).restype = ctypes.c_int
         out = ctypes.c_void_p(1)
         self.assertEqual(lib.attnjit_intervals_causal_document(None, 3, ctypes.byref(out)),
                          _ffi.USER_ERROR)

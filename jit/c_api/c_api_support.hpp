@@ -3,8 +3,10 @@
 // attnjit_last_error(), and the conversion of attnjit_tensor descriptors.
 #pragma once
 
+#include <cstddef>
 #include <exception>
 #include <new>
+#include <string>
 #include <string_view>
 
 #include "attnjit/attnjit.h"
@@ -43,6 +45,11 @@ int guarded(Body&& body) noexcept {
     return ATTNJIT_INTERNAL_ERROR;
   }
 }
+
+/// The size protocol of attnjit_kernel_info and the other text outputs: copies `text` and its NUL
+/// into `buffer` and returns 0 when they fit into `size` bytes, otherwise writes nothing and
+/// returns the bytes to allocate (at least 4, above every error code).
+int copy_out(const std::string& text, char* buffer, std::size_t size);
 
 /// Throws Error("<field>: got 'NULL'; accepted: <accepted>") unless `condition`.
 void require(bool condition, std::string_view field, std::string_view accepted);

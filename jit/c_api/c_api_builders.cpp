@@ -1,7 +1,12 @@
-// The C ABI of the host FlashMask builders (include/attnjit/attnjit.h, attnjit_intervals_*):
-// dsl/builders.hpp's families, packing, batching and the visible-pair count behind handles.
+// The C ABI of the mask families (include/attnjit/attnjit.h): the family table as JSON
+// (attnjit_mask_families), the host FlashMask builders (attnjit_intervals_*: any family by its
+// keyword parameters, and dsl/builders.hpp's typed builders), packing, batching and the
+// visible-pair count behind handles.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -11,8 +16,9 @@
 
 #include "attnjit/attnjit.h"
 #include "dsl/builders.hpp"
+#include "dsl/families.hpp"
 #include "dsl/pairs.hpp"
-#include "runtime/c_api/c_api_support.hpp"
+#include "jit/c_api/c_api_support.hpp"
 
 struct attnjit_intervals {
   attnjit::dsl::IntervalVectors vectors;
@@ -21,6 +27,7 @@ struct attnjit_intervals {
 namespace {
 
 namespace dsl = attnjit::dsl;
+using attnjit::c_api::copy_out;
 using attnjit::c_api::guarded;
 using attnjit::c_api::require;
 
@@ -65,9 +72,87 @@ const dsl::IntervalVectors& required(const attnjit_intervals* intervals) {
   return intervals->vectors;
 }
 
+/// The family table as attnjit_mask_families describes it.
+std::string families_json() {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const dsl::FamilyRow& row : dsl::family_table()) {
+    nlohmann::ordered_json parameters = nlohmann::ordered_json::array();
+    for (const dsl::KeywordParam& p : dsl::keyword_params(row)) {
+      parameters.push_back({{"name", p.name}, {"depth", p.depth}});
+    }
+    nlohmann::ordered_json device = nlohmann::ordered_json::array();
+    for (unsigned bit = 1; bit != 0 && bit <= row.device_params; bit <<= 1) {
+      if ((row.device_params & bit) != 0) device.push_back(dsl::device_param_names(bit));
+    }
+    out.push_back({{"name", row.name},
+                   {"causal", row.causal},
+                   {"columns", row.columns},
+                   {"parameters", std::move(parameters)},
+                   {"per_head", row.per_head},
+                   {"device_parameters", std::move(device)}});
+  }
+  return out.dump();
+}
+
+/// One keyword's value from JSON: an int32, a list of them or a list of lists of them.
+dsl::KeywordValue keyword_value(const std::string& name, const nlohmann::json& value) {
+  const auto int32 = [](const nlohmann::json& v) {
+    return v.is_number_integer() && v.get<std::int64_t>() >= INT32_MIN &&
+           v.get<std::int64_t>() <= INT32_MAX;
+  };
+  const auto ints = [&](const nlohmann::json& v) {
+    return v.is_array() && std::all_of(v.begin(), v.end(), int32);
+  };
+  dsl::KeywordValue out;
+  if (int32(value)) {
+    out.rows = {{value.get<int>()}};
+  } else if (ints(value)) {
+    out.depth = 1;
+    out.rows = {value.get<std::vector<int>>()};
+  } else if (value.is_array() && std::all_of(value.begin(), value.end(), ints)) {
+    out.depth = 2;
+    out.rows = value.get<std::vector<std::vector<int>>>();
+  } else {
+    attnjit::throw_field_error(name, value.dump(),
+                               "an int32, a list of them or a list of lists of them");
+  }
+  return out;
+}
+
+/// The keyword parameters of a JSON object.
+dsl::KeywordArgs keyword_args(const char* parameters) {
+  require(parameters != nullptr, "parameters", "a JSON object of the family's parameters");
+  const nlohmann::json object = nlohmann::json::parse(parameters, nullptr, false);
+  if (!object.is_object()) {
+    attnjit::throw_field_error("parameters", parameters,
+                               "a JSON object of the family's parameters, e.g. {\"window\": 8}");
+  }
+  dsl::KeywordArgs args;
+  for (const auto& [name, value] : object.items())
+    args.emplace_back(name, keyword_value(name, value));
+  return args;
+}
+
 }  // namespace
 
 extern "C" {
+
+int attnjit_mask_families(char* buffer, size_t size) {
+  int result = ATTNJIT_OK;
+  const int status = guarded([&] { result = copy_out(families_json(), buffer, size); });
+  return status != ATTNJIT_OK ? status : result;
+}
+
+int attnjit_intervals_family(const char* family, int seqlen, const char* parameters,
+                             const char* context, attnjit_intervals** out) {
+  return build_into(out, [&] {
+    require(family != nullptr, "family", "a family name such as \"causal_document\"");
+    const dsl::FamilyRow& row = dsl::vector_family(family);
+    if (seqlen < 1) attnjit::throw_field_error("seqlen", std::to_string(seqlen), ">= 1");
+    return dsl::build_from_keywords(row, seqlen, keyword_args(parameters),
+                                    context != nullptr ? context : "");
+  });
+}
 
 int attnjit_intervals_sliding_window(int n, int window, attnjit_intervals** out) {
   return build_into(out, [&] { return dsl::sliding_window(n, window); });

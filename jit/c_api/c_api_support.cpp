@@ -1,8 +1,11 @@
 // The per-thread error message and the tensor descriptor conversion of the C ABI.
-#include "runtime/c_api/c_api_support.hpp"
+#include "jit/c_api/c_api_support.hpp"
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <string>
 
 namespace attnjit::c_api {
@@ -25,6 +28,18 @@ void remember(std::string_view prefix, std::string_view what) noexcept {
 
 const char* last_error() noexcept {
   return t_last_error_text;
+}
+
+int copy_out(const std::string& text, char* buffer, std::size_t size) {
+  const std::size_t needed = text.size() + 1;
+  if (buffer == nullptr || size < needed) {
+    if (needed > static_cast<std::size_t>(INT32_MAX)) {
+      throw InternalError("text larger than 2 GiB");
+    }
+    return std::max(static_cast<int>(needed), 4);
+  }
+  std::memcpy(buffer, text.c_str(), needed);
+  return ATTNJIT_OK;
 }
 
 void require(bool condition, std::string_view field, std::string_view accepted) {

@@ -1,5 +1,6 @@
-// jit::compile: resolve the target, derive the cache key from the canonical spec, and get
-// the kernel set from memory, from disk, or by lowering, generating and NVRTC-compiling it.
+// jit::compile, the orchestrator above the engine: resolve the target, derive the cache key
+// from the canonical spec, and get the kernel set from memory, from disk, or by lowering
+// (compiler/), generating and NVRTC-compiling it (runtime/).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -8,7 +9,6 @@
 #include "attnjit/jit.hpp"
 #include "compiler/codegen/emit.hpp"
 #include "compiler/passes/pipeline.hpp"
-#include "runtime/jit/driver.hpp"
 #include "runtime/jit/kernel_build.hpp"
 #include "runtime/jit/kernel_set.hpp"
 #include "runtime/masks/mask_kernels.hpp"
@@ -23,30 +23,6 @@ runtime::MemoryCache<KernelSet>& memory_cache() {
   static runtime::MemoryCache<KernelSet> cache;
   return cache;
 }
-
-}  // namespace
-
-Arch current_device_arch() {
-  // Per call, not once per process: each device of the process resolves to its own arch
-  // (current_device() caches the query per ordinal).
-  const Arch arch = [] {
-    const runtime::DeviceInfo device = runtime::current_device();
-    const int cc = device.major * 10 + device.minor;
-    if (cc == 80) return Arch::sm_80;
-    if (cc == 86 || cc == 87) return Arch::sm_86;
-    if (cc == 89) return Arch::sm_89;
-    // An sm_90a CUBIN runs on compute capability 9.0 only, which is the device's own: its
-    // wgmma kernels are what Hopper adds over sm_90.
-    if (cc == 90) return Arch::sm_90a;
-    throw DeviceError(fmt::format(
-        "device {} has compute capability {}.{}; this version of attnjit supports sm_80, "
-        "sm_86, sm_89 and sm_90 (pass an explicit target to compile for one of them)",
-        device.name, device.major, device.minor));
-  }();
-  return arch;
-}
-
-namespace {
 
 AttentionSpec resolve_target(const AttentionSpec& spec) {
   AttentionSpec resolved = spec;

@@ -16,12 +16,13 @@
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
 #include "compiler/ir/predicate.hpp"
-#include "runtime/c_api/c_api_kernel.hpp"
-#include "runtime/c_api/c_api_support.hpp"
+#include "jit/c_api/c_api_kernel.hpp"
+#include "jit/c_api/c_api_support.hpp"
 #include "runtime/jit/driver.hpp"
 
 namespace {
 
+using attnjit::c_api::copy_out;
 using attnjit::c_api::guarded;
 using attnjit::c_api::optional_view;
 using attnjit::c_api::require;
@@ -33,20 +34,6 @@ using attnjit::c_api::to_view;
 // the driver does not know leaves the current context in place.
 int device_of(const attnjit_tensor* q) {
   return attnjit::runtime::device_of_pointer(q != nullptr ? q->data : nullptr);
-}
-
-// The size protocol of attnjit_kernel_info and attnjit_cache_dir: 0 when `text` fit,
-// otherwise the bytes to allocate (at least 4, above every error code).
-int copy_out(const std::string& text, char* buffer, std::size_t size) {
-  const std::size_t needed = text.size() + 1;
-  if (buffer == nullptr || size < needed) {
-    if (needed > static_cast<std::size_t>(INT32_MAX)) {
-      throw attnjit::InternalError("text larger than 2 GiB");
-    }
-    return std::max(static_cast<int>(needed), 4);
-  }
-  std::memcpy(buffer, text.c_str(), needed);
-  return ATTNJIT_OK;
 }
 
 std::string info_json(const attnjit::jit::CompileInfo& info) {

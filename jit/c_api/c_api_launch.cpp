@@ -13,8 +13,8 @@
 #include "attnjit/attnjit.h"
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
-#include "runtime/c_api/c_api_kernel.hpp"
-#include "runtime/c_api/c_api_support.hpp"
+#include "jit/c_api/c_api_kernel.hpp"
+#include "jit/c_api/c_api_support.hpp"
 #include "runtime/jit/driver.hpp"
 
 /// A bound launch: the kernel, every argument but the data pointers, and the device.

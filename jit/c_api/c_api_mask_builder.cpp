@@ -5,7 +5,7 @@
 
 #include "attnjit/attnjit.h"
 #include "attnjit/mask_builder.hpp"
-#include "runtime/c_api/c_api_support.hpp"
+#include "jit/c_api/c_api_support.hpp"
 
 namespace {
 
@@ -27,7 +27,7 @@ int attnjit_mask_family(const char* family, int* causal, int* columns) {
     require(family != nullptr, "family", "a family name such as \"causal_document\"");
     require(causal != nullptr, "causal", "a pointer to an int to fill");
     require(columns != nullptr, "columns", "a pointer to an int to fill");
-    const attnjit::MaskSpec spec = attnjit::mask_spec_of(attnjit::parse_mask_family(family));
+    const attnjit::MaskSpec spec = attnjit::mask_spec_of(family);
     *causal = spec.causal ? 1 : 0;
     *columns = spec.columns;
   });

@@ -3,9 +3,9 @@
 # The CUDA toolkit (NVRTC and headers) is expected in $CUDA_HOME or /usr/local/cuda.
 set -euo pipefail
 
-# python3-venv/-setuptools/-wheel/-pip: `pip install .` of the Python package (and its CI
+# python3-venv/-pip: `pip install .` of the Python package (and its CI
 # test); pkgconf: the installed attnjit.pc is checked with pkg-config.
-packages=(cmake ninja-build g++ python3 python3-venv python3-setuptools python3-wheel
+packages=(cmake ninja-build g++ python3 python3-venv
           python3-pip pkgconf libfmt-dev catch2 libcli11-dev nlohmann-json3-dev libxxhash-dev
           llvm-14-tools clang-14 libclang-rt-14-dev)
 missing=()

@@ -65,6 +65,9 @@ def version():
     return _ffi.lib.attnjit_version().decode()
 
 
+__version__ = version()
+
+
 def cache_dir():
     """The disk cache directory: $ATTNJIT_CACHE_DIR, else $XDG_CACHE_HOME/attnjit, else
     ~/.cache/attnjit."""

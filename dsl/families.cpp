@@ -45,7 +45,8 @@ const KeywordValue* find_value(const KeywordArgs& args, std::string_view name) {
 void check_keywords(const FamilyRow& row, const std::vector<KeywordParam>& expected,
                     const KeywordArgs& args) {
   std::vector<std::string> unknown;
-  for (const auto& [keyword, value] : args) {
+  for (const auto& arg : args) {
+    const std::string& keyword = arg.first;
     const bool known = std::any_of(expected.begin(), expected.end(),
                                    [&](const KeywordParam& p) { return p.name == keyword; });
     if (!known) unknown.push_back(keyword);

@@ -25,7 +25,8 @@ extern "C" {
 enum {
   ATTNJIT_OK = 0,            /**< success */
   ATTNJIT_USER_ERROR = 1,    /**< bad spec, tensor or argument (the message names the field) */
-  ATTNJIT_DEVICE_ERROR = 2,  /**< no driver or device, a Driver API call or NVRTC failed */
+  ATTNJIT_DEVICE_ERROR = 2,  /**< no driver or device, a Driver API call or NVRTC failed, or
+                                  the disk cache's files cannot be listed or removed */
   ATTNJIT_INTERNAL_ERROR = 3 /**< a bug in attnjit, or out of memory */
 };
 
@@ -198,8 +199,9 @@ ATTNJIT_API int attnjit_kernel_info(const attnjit_kernel* kernel, char* buffer, 
 
 /** Clears the memory cache when `memory` is nonzero and the disk cache when `disk` is
  * nonzero (its complete entries, and the lock and temp files of keys no process is writing;
- * a user error unless the disk cache mode is ATTNJIT_DISK_CACHE_ON). Kernels already handed
- * out stay valid. */
+ * a user error unless the disk cache mode is ATTNJIT_DISK_CACHE_ON). Goes on past files it
+ * cannot remove, then returns ATTNJIT_DEVICE_ERROR naming each. Kernels already handed out
+ * stay valid. */
 ATTNJIT_API int attnjit_cache_clear(int memory, int disk);
 
 /** Disk cache modes (attnjit_set_disk_cache_mode; the ATTNJIT_DISK_CACHE variable's on,

@@ -250,7 +250,7 @@ void run(RunOptions o) {
     }
   }
   if (check && !check->passed)
-    throw attnjit::DeviceError("attnc run --check: the output does not match the reference");
+    throw CheckFailure("attnc run --check: the output does not match the reference");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <stdexcept>
@@ -37,6 +38,14 @@ class CheckFailure : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+/// A check of an integer option's text: a base-10 integer in [lo, hi]; otherwise CLI11 fails
+/// with "<option>: got '<text>'; accepted: an integer from <lo> to <hi>" (exit status 2).
+CLI::Validator integer_in(std::int64_t lo, std::int64_t hi);
+/// As integer_in for an unsigned 64-bit option (a seed).
+CLI::Validator unsigned_64();
+/// A check of a floating-point option's text: a finite number a float can hold.
+CLI::Validator finite_number();
 
 /// Throws EnvironmentFailure("<what>: cannot write '<path>' (<strerror(error)>)").
 [[noreturn]] void throw_write_failure(std::string_view what, const std::filesystem::path& path,

@@ -328,8 +328,8 @@ int attnjit_cache_clear(int memory, int disk) {
     const attnjit::jit::CacheClearReport report = attnjit::jit::clear_disk_cache();
     if (!report.problems.empty()) {
       throw attnjit::DeviceError(
-          fmt::format("disk cache: removed {} entries; {} files could not be removed: {}",
-                      report.removed, report.problems.size(), fmt::join(report.problems, "; ")));
+          fmt::format("disk cache: could not remove {} files ({} entries removed): {}",
+                      report.problems.size(), report.removed, fmt::join(report.problems, "; ")));
     }
   });
 }

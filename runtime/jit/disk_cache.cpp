@@ -283,6 +283,12 @@ std::vector<EntrySummary> DiskCache::list() const {
     if (key.empty()) return;
     std::error_code item_error;
     EntrySummary summary{std::string(key), "<corrupt>", 0, item.last_write_time(item_error), {}};
+    // The size the directory reports, for entries whose header cannot be trusted or read.
+    const auto listed_size = [&] {
+      std::error_code size_error;
+      const auto bytes = item.is_regular_file(size_error) ? item.file_size(size_error) : 0;
+      return size_error ? 0 : bytes;
+    };
     try {
       // Header, metadata size and metadata: the metadata limit bounds what is read.
       const auto prefix = read_checked_prefix(item.path(), 4 + EntryLimits::max_metadata_bytes);
@@ -292,11 +298,10 @@ std::vector<EntrySummary> DiskCache::list() const {
       if (metadata.key == key) summary.spec_text = metadata.spec_text;
     } catch (const CorruptEntry&) {
       // Listed as "<corrupt>"; load() deletes it when it is next needed.
-      std::error_code size_error;
-      const auto bytes = item.is_regular_file(size_error) ? item.file_size(size_error) : 0;
-      summary.bytes = size_error ? 0 : bytes;
+      summary.bytes = listed_size();
     } catch (const CacheFileError& error) {
       summary.spec_text = "<unreadable>";
+      summary.bytes = listed_size();
       summary.problem = error.what();
     }
     summaries.push_back(std::move(summary));

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "attnjit/attnjit.h"
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
 #include "runtime/jit/disk_cache.hpp"
@@ -357,6 +358,8 @@ TEST_CASE("list and clear go on past entries they cannot read or remove", "[cach
     std::string text;
     for (const EntrySummary& entry : disk.list()) {
       text += entry.key + " " + entry.spec_text + " " + entry.problem + "\n";
+      // An unreadable entry still has the size the directory lists.
+      if (entry.spec_text == "<unreadable>" && entry.bytes == 0) return 7;
     }
     const ClearResult cleared = disk.clear();
     text += "removed " + std::to_string(cleared.removed) + "\n";
@@ -378,6 +381,25 @@ TEST_CASE("list and clear go on past entries they cannot read or remove", "[cach
   CHECK(std::count(text.begin(), text.end(), '\n') == 5);
   CHECK_FALSE(fs::exists(fs::symlink_status(cache.dir / (kOtherCacheKey + ".lock"))));
   CHECK(fs::exists(blocked / "inside"));
+}
+
+TEST_CASE("clearing through the API reports what it could not remove", "[cache]") {
+  CacheDir cache;
+  DiskCache(cache.dir).store(sample_entry(kOtherCacheKey));
+  fs::create_directory(cache.entry);
+  write_all(cache.entry / "inside", "x");
+  const jit::CacheClearReport report = jit::clear_disk_cache();
+  CHECK(report.removed == 1);
+  REQUIRE(report.problems.size() == 1);
+  CHECK(report.problems[0] ==
+        "kernel cache: cannot remove '" + cache.entry.string() + "' (Directory not empty)");
+  DiskCache(cache.dir).store(sample_entry(kOtherCacheKey));
+  CHECK(attnjit_cache_clear(0, 1) == ATTNJIT_DEVICE_ERROR);
+  CHECK_THAT(attnjit_last_error(),
+             Catch::StartsWith("disk cache: could not remove 1 files (1 entries removed): "
+                               "kernel cache: cannot remove '" +
+                               cache.entry.string() + "' (Directory not empty)"));
+  CHECK_FALSE(fs::exists(cache.dir / (kOtherCacheKey + ".kernel")));
 }
 
 TEST_CASE("list and clear of a directory that cannot be read fail naming it", "[cache]") {

@@ -28,8 +28,9 @@ void list() {
   for (const auto& entry : listing) {
     if (!entry.problem.empty()) fmt::print(stderr, "attnc: cache list: {}\n", entry.problem);
   }
-  throw EnvironmentFailure(fmt::format("cache list: {} of {} {} in {} could not be read",
-                                       unreadable, listing.size(), entries(listing.size()), dir));
+  throw EnvironmentFailure(
+      fmt::format("cache list: {} of the {} {} in '{}' could not be read (each named above)",
+                  unreadable, listing.size(), entries(listing.size()), dir));
 }
 
 void clear() {
@@ -40,9 +41,10 @@ void clear() {
   for (const std::string& problem : report.problems) {
     fmt::print(stderr, "attnc: cache clear: {}\n", problem);
   }
-  throw EnvironmentFailure(fmt::format("cache clear: {} {} in {} could not be removed",
-                                       report.problems.size(),
-                                       report.problems.size() == 1 ? "file" : "files", dir));
+  throw EnvironmentFailure(
+      fmt::format("cache clear: {} {} in '{}' could not be removed (each "
+                  "named above)",
+                  report.problems.size(), report.problems.size() == 1 ? "file" : "files", dir));
 }
 
 }  // namespace

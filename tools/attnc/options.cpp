@@ -30,7 +30,7 @@ CLI::Validator integer_in(std::int64_t lo, std::int64_t hi) {
         return fmt::format("got '{}'; accepted: an integer from {} to {}", text.substr(0, 64), lo,
                            hi);
       },
-      fmt::format("INT in [{}, {}]", lo, hi));
+      fmt::format("[{}, {}]", lo, hi));
 }
 
 CLI::Validator unsigned_64() {
@@ -40,7 +40,7 @@ CLI::Validator unsigned_64() {
         return fmt::format("got '{}'; accepted: an integer from 0 to {}", text.substr(0, 64),
                            UINT64_MAX);
       },
-      "UINT64");
+      fmt::format("[0, {}]", UINT64_MAX));
 }
 
 CLI::Validator finite_number() {
@@ -54,7 +54,7 @@ CLI::Validator finite_number() {
         }
         return fmt::format("got '{}'; accepted: a finite number (a float)", text.substr(0, 64));
       },
-      "NUMBER");
+      "finite");
 }
 
 }  // namespace attnc

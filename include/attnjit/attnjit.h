@@ -153,7 +153,9 @@ ATTNJIT_API int attnjit_backward_score_mod(const attnjit_kernel* kernel, const a
 
 /** The runtime inputs of a spec with mask=predicate(...): the values of its scalar slots
  * $0, $1, ... (exactly as many as the predicate has) and its int32 device tensors by name
- * (tensor_names[i] names tensors[i]; [length] or [rows, length], rows 1 or B, contiguous). */
+ * (tensor_names[i] names tensors[i]; [length] or [rows, length], rows 1 or B, contiguous).
+ * The counts are checked before the arrays are read: scalar_count 0 to 16, tensor_count 0 to
+ * 8, arrays NULL only with a count of 0, names of at most 256 bytes. */
 typedef struct attnjit_predicate_inputs {
   const int32_t* scalars;
   int scalar_count;
@@ -320,7 +322,8 @@ ATTNJIT_API int attnjit_cache_stats(attnjit_cache_counters* out);
  * _broadcast_heads combine samples into a batch. "full" and "causal" have no vectors (masks
  * none and causal). Handles are immutable; release each with attnjit_intervals_release. Bad
  * parameters return ATTNJIT_USER_ERROR with a message naming the parameter, its value and what
- * is accepted, and set `*out` to NULL. A NULL array is accepted only with a count of 0. */
+ * is accepted, and set `*out` to NULL. A NULL array is accepted only with a count of 0, and
+ * counts above 2147483647 are refused before an array is read. */
 
 /** Host FlashMask vectors: int32 [batch, heads, seqlen_k, columns], columns fastest. */
 typedef struct attnjit_intervals attnjit_intervals;

@@ -3,12 +3,13 @@ once failed a compile, one scenario each, each in a fresh directory.
 
     hostile_cache_campaign.py --attnc build/tools/attnc [--keep DIR]
 
-Scenarios: a full disk (writes beyond a file-size limit fail with EFBIG, SIGXFSZ ignored), no
-cache directory (HOME unset) or one under a regular file, a directory, socket or FIFO at an
-entry's path or the lock's path, a symbolic link as the lock, an entry or the directory with
-mode 000, another user's unreadable entry and lock, a lock held past ATTNJIT_LOCK_TIMEOUT_S, a
-corrupt entry, the readonly mode over an unreadable directory; `attnc cache list` and
-`attnc cache clear` over entries they cannot read or remove; compile output to /dev/full.
+Scenarios: a full disk (writes beyond a file-size limit fail with EFBIG, SIGXFSZ ignored; and
+ENOSPC on a 16 KiB tmpfs where this process may mount one), no cache directory (HOME unset)
+or one under a regular file, a directory, socket or FIFO at an entry's path or the lock's
+path, a symbolic link as the lock, an entry or the directory with mode 000, another user's
+unreadable entry and lock, a lock held past ATTNJIT_LOCK_TIMEOUT_S, a corrupt entry, the
+readonly mode over an unreadable directory; `attnc cache list` and `attnc cache clear` over
+entries they cannot read or remove; compile output to /dev/full.
 
 Checks: no crash (no signal), the expected exit status (0 for every compile: the cache never
 fails one; 4 for an environment failure of list, clear or the output), the expected cache
@@ -150,6 +151,27 @@ class Campaign:
         ok &= self.check("full disk, then room", self.compile(cache), 0, "miss", 0)
         ok &= self.check("full disk, then a hit", self.compile(cache), 0, "disk", 0)
         self.report("full disk (EFBIG on the temp file)", ok)
+
+    def scenario_enospc(self):
+        """A real full disk: a 16 KiB tmpfs (root only, where mounts are allowed)."""
+        cache = self.fresh("enospc")
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", cache],
+                                 capture_output=True, text=True)
+        if mounted.returncode != 0:
+            self.report("full disk (ENOSPC on a small tmpfs)", True,
+                        f"SKIPPED: cannot mount a tmpfs here ({mounted.stderr.strip()})")
+            return
+        try:
+            result = self.compile(cache)
+            ok = self.check("ENOSPC", result, 0, "miss", 1)
+            ok &= "(No space left on device)" in result.stderr
+            leftovers = glob.glob(os.path.join(cache, "*.tmp.*"))
+            if leftovers:
+                self.fail("ENOSPC", f"temp files left: {leftovers}")
+                ok = False
+        finally:
+            subprocess.run(["umount", cache], check=False)
+        self.report("full disk (ENOSPC on a small tmpfs)", ok)
 
     def scenario_no_directory(self):
         result = self.run(["compile", "--arch", "sm_80", "--json", "--spec", SPEC], None)
@@ -293,7 +315,7 @@ class Campaign:
         self.report("compile --json to /dev/full", ok, "exit 4")
 
     def run_all(self):
-        for scenario in (self.scenario_full_disk, self.scenario_no_directory,
+        for scenario in (self.scenario_full_disk, self.scenario_enospc, self.scenario_no_directory,
                          self.scenario_entry_path, self.scenario_lock_path,
                          self.scenario_permissions, self.scenario_lock_held,
                          self.scenario_corrupt, self.scenario_clear, self.scenario_output):

@@ -59,7 +59,7 @@ int fail(int code, std::string_view what) {
   return code;
 }
 
-// Standard output is buffered: a full disk or a closed pipe shows when it is flushed or closed.
+// Standard output is buffered: a full disk may show only when it is flushed or closed.
 int finish_stdout(int status) {
   errno = 0;
   const bool flushed = std::fflush(stdout) == 0 && !std::ferror(stdout);
@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
   } catch (const attnjit::InternalError& error) {
     status = fail(kExitInternal, error.what());
   } catch (const std::system_error& error) {
-    // fmt::print throws this when standard output fails (a full disk, a closed pipe).
+    // fmt::print throws this when standard output fails while it is written (a full disk).
     status = std::ferror(stdout) != 0
                  ? fail(kExitEnvironment, fmt::format("cannot write the output to standard "
                                                       "output ({})",

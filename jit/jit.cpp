@@ -145,19 +145,20 @@ std::vector<CacheListing> list_disk_cache() {
   std::vector<CacheListing> out;
   for (const runtime::EntrySummary& entry :
        runtime::DiskCache(runtime::DiskCache::default_dir()).list()) {
-    out.push_back({entry.key, entry.spec_text, entry.bytes});
+    out.push_back({entry.key, entry.spec_text, entry.bytes, entry.problem});
   }
   return out;
 }
 
-std::size_t clear_disk_cache() {
+CacheClearReport clear_disk_cache() {
   if (const DiskCacheMode mode = disk_cache_mode(); mode != DiskCacheMode::on) {
     throw Error(fmt::format(
         "disk cache mode: got '{}' (ATTNJIT_DISK_CACHE or set_disk_cache_mode), which never "
         "deletes entries; accepted: on to clear the disk cache",
         name_of(mode)));
   }
-  return runtime::DiskCache(runtime::DiskCache::default_dir()).clear();
+  runtime::ClearResult cleared = runtime::DiskCache(runtime::DiskCache::default_dir()).clear();
+  return {cleared.removed, std::move(cleared.problems)};
 }
 
 void clear_memory_cache() {

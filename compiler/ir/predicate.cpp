@@ -323,6 +323,16 @@ Predicate make_binary(PredicateOp op, const Predicate& lhs, const Predicate& rhs
 Predicate lift_literals(const Predicate& predicate, std::vector<std::int32_t>& values) {
   checked_depth(predicate);
   const std::size_t given = values.size();
+  const auto literals = static_cast<std::size_t>(
+      std::count_if(predicate.nodes.begin(), predicate.nodes.end(),
+                    [](const PredicateNode& node) { return node.op == PredicateOp::literal; }));
+  // The limit of the spec (validate): a lifted predicate beyond it would compile nowhere.
+  if (given + literals > static_cast<std::size_t>(kPredicateScalarLimit)) {
+    throw_field_error("mask predicate", fmt::format("{} scalar slots", given + literals),
+                      fmt::format("at most {} scalars ($0 .. ${}); each number in the "
+                                  "expression takes one",
+                                  kPredicateScalarLimit, kPredicateScalarLimit - 1));
+  }
   Predicate out = predicate;
   for (PredicateNode& node : out.nodes) {
     if (node.op == PredicateOp::scalar && static_cast<std::size_t>(node.value) >= given) {
@@ -332,10 +342,6 @@ Predicate lift_literals(const Predicate& predicate, std::vector<std::int32_t>& v
           node.value, given));
     }
     if (node.op != PredicateOp::literal) continue;
-    if (values.size() >= static_cast<std::size_t>(kMaxPredicateSlots)) {
-      throw Error(fmt::format("mask predicate: got more than {} numbers; accepted: at most {}",
-                              kMaxPredicateSlots, kMaxPredicateSlots));
-    }
     values.push_back(node.value);
     node.op = PredicateOp::scalar;
     node.value = static_cast<std::int32_t>(values.size() - 1);

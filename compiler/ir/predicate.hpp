@@ -139,7 +139,8 @@ Predicate make_binary(PredicateOp op, const Predicate& lhs, const Predicate& rhs
 /// Replaces every literal by a new scalar slot, in order of appearance, and appends each
 /// literal's value to `values`; the first new slot is values.size() on entry, so `values`
 /// holds the values of the slots the predicate already has (throws Error if a slot of
-/// `predicate` has no value there). `q-k<256` and `q-k<512` both lift to `q-k<$0`.
+/// `predicate` has no value there, or if the slots would be more than kPredicateScalarLimit).
+/// `q-k<256` and `q-k<512` both lift to `q-k<$0`.
 Predicate lift_literals(const Predicate& predicate, std::vector<std::int32_t>& values);
 
 /// What a predicate reads.

@@ -25,7 +25,8 @@ extern "C" {
 enum {
   ATTNJIT_OK = 0,            /**< success */
   ATTNJIT_USER_ERROR = 1,    /**< bad spec, tensor or argument (the message names the field) */
-  ATTNJIT_DEVICE_ERROR = 2,  /**< no driver or device, a Driver API call or NVRTC failed */
+  ATTNJIT_DEVICE_ERROR = 2,  /**< no driver or device, a Driver API call or NVRTC failed, or
+                                  the disk cache's files cannot be listed or removed */
   ATTNJIT_INTERNAL_ERROR = 3 /**< a bug in attnjit, or out of memory */
 };
 
@@ -152,7 +153,9 @@ ATTNJIT_API int attnjit_backward_score_mod(const attnjit_kernel* kernel, const a
 
 /** The runtime inputs of a spec with mask=predicate(...): the values of its scalar slots
  * $0, $1, ... (exactly as many as the predicate has) and its int32 device tensors by name
- * (tensor_names[i] names tensors[i]; [length] or [rows, length], rows 1 or B, contiguous). */
+ * (tensor_names[i] names tensors[i]; [length] or [rows, length], rows 1 or B, contiguous).
+ * The counts are checked before the arrays are read: scalar_count 0 to 16, tensor_count 0 to
+ * 8, arrays NULL only with a count of 0, names of at most 256 bytes. */
 typedef struct attnjit_predicate_inputs {
   const int32_t* scalars;
   int scalar_count;
@@ -198,8 +201,9 @@ ATTNJIT_API int attnjit_kernel_info(const attnjit_kernel* kernel, char* buffer, 
 
 /** Clears the memory cache when `memory` is nonzero and the disk cache when `disk` is
  * nonzero (its complete entries, and the lock and temp files of keys no process is writing;
- * a user error unless the disk cache mode is ATTNJIT_DISK_CACHE_ON). Kernels already handed
- * out stay valid. */
+ * a user error unless the disk cache mode is ATTNJIT_DISK_CACHE_ON). Goes on past files it
+ * cannot remove, then returns ATTNJIT_DEVICE_ERROR naming each. Kernels already handed out
+ * stay valid. */
 ATTNJIT_API int attnjit_cache_clear(int memory, int disk);
 
 /** Disk cache modes (attnjit_set_disk_cache_mode; the ATTNJIT_DISK_CACHE variable's on,
@@ -313,14 +317,14 @@ ATTNJIT_API int attnjit_cache_stats(attnjit_cache_counters* out);
 /* ---- FlashMask interval vectors of the standard mask families, built on the host ----
  *
  * The vectors a flashmask spec takes as startend_row_indices, built by the builders of
- * dsl/builders.hpp (README: "Mask semantics"): attnjit_intervals_family builds any family of
+ * dsl/builders.hpp (docs/masks.md): attnjit_intervals_family builds any family of
  * attnjit_mask_families from its parameters by name, the attnjit_intervals_<family> functions
  * take typed parameters. Each builds ONE sample (batch = heads = 1, seqlen_q = seqlen_k = N);
  * attnjit_intervals_pack, _stack and _broadcast_heads combine samples into a batch. "full" and
  * "causal" have no vectors (masks none and causal). Handles are immutable; release each with
  * attnjit_intervals_release. Bad parameters return ATTNJIT_USER_ERROR with a message naming the
  * parameter, its value and what is accepted, and set `*out` to NULL. A NULL array is accepted
- * only with a count of 0. */
+ * only with a count of 0, and counts above 2147483647 are refused before an array is read. */
 
 /** Host FlashMask vectors: int32 [batch, heads, seqlen_k, columns], columns fastest. */
 typedef struct attnjit_intervals attnjit_intervals;

@@ -15,8 +15,9 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// The environment failed: no CUDA driver, no device, a Driver API call failed, or NVRTC
-/// rejected generated code. Not the user's input; the CLI exits 1 with this message.
+/// The environment failed: no CUDA driver, no device, a Driver API call failed, NVRTC
+/// rejected generated code, or files (the disk cache's) cannot be used. Not the user's input;
+/// the CLI exits 4 with this message.
 class DeviceError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

@@ -119,17 +119,26 @@ CacheStats cache_stats();
 /// One entry of the disk cache.
 struct CacheListing {
   std::string key;
-  std::string spec_text;
+  std::string spec_text;  ///< "<corrupt>" or "<unreadable>" for an entry that cannot be used
   std::uintmax_t bytes = 0;
+  std::string problem;  ///< for "<unreadable>": its path and why it cannot be read
+};
+
+/// What clear_disk_cache did.
+struct CacheClearReport {
+  std::size_t removed = 0;            ///< entries removed
+  std::vector<std::string> problems;  ///< one message (path and reason) per file left
 };
 
 /// The disk cache directory: $ATTNJIT_CACHE_DIR, else $XDG_CACHE_HOME/attnjit, else
-/// ~/.cache/attnjit.
+/// ~/.cache/attnjit. Throws DeviceError when none of these is set.
 std::string cache_dir();
+/// Every disk entry, sorted by key. Throws DeviceError when the directory cannot be read.
 std::vector<CacheListing> list_disk_cache();
 /// Removes every complete disk entry (and the lock and temp files of keys no process is
-/// writing); returns how many entries there were. Throws Error unless disk_cache_mode() is on.
-std::size_t clear_disk_cache();
+/// writing), going on past files it cannot remove. Throws Error unless disk_cache_mode() is
+/// on, DeviceError when the directory cannot be read.
+CacheClearReport clear_disk_cache();
 
 /// How compiles use the disk cache.
 enum class DiskCacheMode {

@@ -71,29 +71,52 @@ int compile_into(const char* spec_text, attnjit_kernel** out, Compile&& compile)
 
 // Shared with the prepared launches (c_api_launch.cpp).
 namespace attnjit::c_api {
+namespace {
+
+constexpr std::size_t kMaxTensorNameBytes = 256;
+
+}  // namespace
 
 attnjit::PredicateArgs predicate_args(const attnjit_predicate_inputs* inputs) {
   require(inputs != nullptr, "predicate", "the predicate's inputs (attnjit_predicate_inputs)");
-  attnjit::PredicateArgs args;
-  if (inputs->scalar_count < 0 || inputs->tensor_count < 0) {
-    attnjit::throw_field_error("predicate counts",
-                               fmt::format("{}/{}", inputs->scalar_count, inputs->tensor_count),
-                               "scalar_count and tensor_count >= 0");
+  // Every count is checked against its limit before an array is read: a count beyond the
+  // caller's array would read past it.
+  if (inputs->scalar_count < 0 || inputs->scalar_count > attnjit::kPredicateScalarLimit) {
+    attnjit::throw_field_error("predicate.scalar_count", std::to_string(inputs->scalar_count),
+                               fmt::format("0 to {} (the scalar slots a predicate may have)",
+                                           attnjit::kPredicateScalarLimit));
   }
+  if (inputs->tensor_count < 0 || inputs->tensor_count > attnjit::kPredicateTensorLimit) {
+    attnjit::throw_field_error(
+        "predicate.tensor_count", std::to_string(inputs->tensor_count),
+        fmt::format("0 to {} (the tensors a predicate may read)", attnjit::kPredicateTensorLimit));
+  }
+  attnjit::PredicateArgs args;
   if (inputs->scalar_count > 0) {
-    require(inputs->scalars != nullptr, "predicate.scalars", "scalar_count values");
+    require(inputs->scalars != nullptr, "predicate.scalars",
+            fmt::format("an array of scalar_count ({}) values", inputs->scalar_count));
     args.scalars.assign(inputs->scalars, inputs->scalars + inputs->scalar_count);
   }
   if (inputs->tensor_count > 0) {
-    require(inputs->tensor_names != nullptr && inputs->tensors != nullptr,
-            "predicate.tensor_names/tensors", "tensor_count names and tensors");
+    require(inputs->tensor_names != nullptr, "predicate.tensor_names",
+            fmt::format("an array of tensor_count ({}) names", inputs->tensor_count));
+    require(inputs->tensors != nullptr, "predicate.tensors",
+            fmt::format("an array of tensor_count ({}) tensors", inputs->tensor_count));
   }
   for (int i = 0; i < inputs->tensor_count; ++i) {
-    require(inputs->tensor_names[i] != nullptr, fmt::format("predicate.tensor_names[{}]", i),
-            "a tensor name");
-    const std::string name = inputs->tensor_names[i];
+    const std::string field = fmt::format("predicate.tensor_names[{}]", i);
+    const char* name = inputs->tensor_names[i];
+    require(name != nullptr, field, "a tensor name");
+    // A name is an identifier: reading stops after the longest one accepted.
+    const std::size_t length = strnlen(name, kMaxTensorNameBytes + 1);
+    if (length > kMaxTensorNameBytes) {
+      attnjit::throw_field_error(field, std::string_view(name, 32),
+                                 fmt::format("a name of at most {} bytes", kMaxTensorNameBytes));
+    }
     args.tensors.push_back(
-        {name, to_view(fmt::format("predicate tensor '{}'", name), inputs->tensors[i])});
+        {std::string(name, length),
+         to_view(fmt::format("predicate tensor '{}'", std::string_view(name, length)),
+                 inputs->tensors[i])});
   }
   return args;
 }
@@ -288,7 +311,13 @@ int attnjit_kernel_info(const attnjit_kernel* kernel, char* buffer, size_t size)
 int attnjit_cache_clear(int memory, int disk) {
   return guarded([&] {
     if (memory != 0) attnjit::jit::clear_memory_cache();
-    if (disk != 0) attnjit::jit::clear_disk_cache();
+    if (disk == 0) return;
+    const attnjit::jit::CacheClearReport report = attnjit::jit::clear_disk_cache();
+    if (!report.problems.empty()) {
+      throw attnjit::DeviceError(
+          fmt::format("disk cache: could not remove {} files ({} entries removed): {}",
+                      report.problems.size(), report.removed, fmt::join(report.problems, "; ")));
+    }
   });
 }
 

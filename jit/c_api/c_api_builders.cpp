@@ -33,9 +33,20 @@ using attnjit::c_api::require;
 
 static_assert(std::is_same_v<std::int32_t, int>, "the builders take int spans for int32 arrays");
 
+/// Counts beyond a sequence's most tokens are refused before an array is read.
+constexpr std::size_t kMaxCount = INT32_MAX;
+
+void check_count(std::string_view field, std::size_t count) {
+  if (count > kMaxCount) {
+    attnjit::throw_field_error(fmt::format("{} count", field), std::to_string(count),
+                               fmt::format("0 to {}", kMaxCount));
+  }
+}
+
 /// `count` values at `values`; NULL only with a count of 0.
 std::span<const int> values_of(std::string_view field, const std::int32_t* values,
                                std::size_t count) {
+  check_count(field, count);
   require(values != nullptr || count == 0, field,
           fmt::format("an array of {} int32 values (NULL only with a count of 0)", count));
   return {values, count};
@@ -55,6 +66,7 @@ int build_into(attnjit_intervals** out, Build&& build) {
 std::vector<dsl::IntervalVectors> vectors_of(std::string_view field,
                                              const attnjit_intervals* const* handles,
                                              std::size_t count) {
+  check_count(field, count);
   require(handles != nullptr || count == 0, field,
           fmt::format("an array of {} attnjit_intervals handles", count));
   std::vector<dsl::IntervalVectors> result;

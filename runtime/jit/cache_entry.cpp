@@ -224,6 +224,25 @@ std::uint64_t check_entry_header(std::string_view header, std::uint64_t file_siz
   return payload_size;
 }
 
+std::optional<int> cubin_sm_version(std::string_view cubin) {
+  constexpr std::size_t kElf64HeaderBytes = 64;
+  constexpr int kElfClass64 = 2;
+  constexpr std::uint64_t kMachineCuda = 190;
+  // ELFOSABI_CUDA_V2 (CUDA 13's cubins) keeps the SM in bits 8-15 of e_flags; the older
+  // ELFOSABI_CUDA in bits 0-7.
+  constexpr int kOsAbiCudaV2 = 0x41;
+  if (cubin.size() < kElf64HeaderBytes ||
+      cubin.substr(0, 4) !=
+          "\x7f"
+          "ELF" ||
+      cubin[4] != kElfClass64 || read_le(cubin, 18, 2) != kMachineCuda) {
+    return std::nullopt;
+  }
+  const std::uint64_t flags = read_le(cubin, 48, 4);
+  const int os_abi = static_cast<unsigned char>(cubin[7]);
+  return static_cast<int>(os_abi == kOsAbiCudaV2 ? (flags >> 8) & 0xff : flags & 0xff);
+}
+
 CacheEntry decode_entry(std::string_view file, std::string_view key) {
   const std::uint64_t payload_size = check_entry_header(file, file.size());
   const std::string_view payload = file.substr(kEntryHeaderBytes);

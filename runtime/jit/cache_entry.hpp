@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -64,6 +65,10 @@ std::string encode_entry(const CacheEntry& entry);
 /// Throws CorruptEntry for a bad magic or version, or a size that differs from the file's or
 /// exceeds EntryLimits::max_file_bytes.
 std::uint64_t check_entry_header(std::string_view header, std::uint64_t file_size);
+
+/// The SM version a cubin was compiled for (e.g. 80, 90), read from its ELF header; nullopt
+/// when `cubin` is not a 64-bit CUDA ELF file.
+std::optional<int> cubin_sm_version(std::string_view cubin);
 
 /// The entry of a whole file stored under `key`. Throws CorruptEntry for any inconsistency: a
 /// bad header or checksum, unparsable metadata, another key, a field outside EntryLimits, or

@@ -36,13 +36,6 @@ void check_key(std::string_view key) {
   }
 }
 
-[[noreturn]] void throw_cache_error(const fs::path& dir, std::string_view what, int error) {
-  throw Error(fmt::format(
-      "ATTNJIT_CACHE_DIR: cannot use '{}' as the kernel cache ({}: {}); accepted: a directory "
-      "this process can create and write",
-      dir.string(), what, std::strerror(error)));
-}
-
 /// A file descriptor closed on destruction.
 struct Descriptor {
   int fd = -1;
@@ -62,33 +55,32 @@ struct OpenEntry {
 
 /// Opens an entry without following a link and without blocking (a FIFO would block a plain
 /// open until a writer comes); nullopt when there is none. CorruptEntry for a link or anything
-/// but a regular file, Error for another failure.
-std::optional<OpenEntry> open_entry(const fs::path& dir, const fs::path& path) {
+/// but a regular file, CacheFileError for another failure.
+std::optional<OpenEntry> open_entry(const fs::path& path) {
   OpenEntry entry{Descriptor(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW))};
   if (entry.file.fd < 0) {
     if (errno == ENOENT || errno == ENOTDIR) return std::nullopt;
     if (errno == ELOOP) throw CorruptEntry("a symbolic link, not a regular file");
-    throw_cache_error(dir, fmt::format("open {}", path.string()), errno);
+    // A socket cannot be opened at all.
+    if (errno == ENXIO || errno == EOPNOTSUPP) throw CorruptEntry("not a regular file");
+    throw_cache_file_error("open", path, errno);
   }
   struct stat info {};
-  if (::fstat(entry.file.fd, &info) != 0) {
-    throw_cache_error(dir, fmt::format("stat {}", path.string()), errno);
-  }
+  if (::fstat(entry.file.fd, &info) != 0) throw_cache_file_error("stat", path, errno);
   if (!S_ISREG(info.st_mode)) throw CorruptEntry("not a regular file");
   entry.size = static_cast<std::uint64_t>(info.st_size);
   return entry;
 }
 
 /// Appends up to `count` bytes read from `entry` to `out`; fewer only at the end of the file.
-void read_more(const fs::path& dir, const fs::path& path, OpenEntry& entry, std::size_t count,
-               std::string& out) {
+void read_more(const fs::path& path, OpenEntry& entry, std::size_t count, std::string& out) {
   std::size_t done = out.size();
   out.resize(done + count);
   const std::size_t end = out.size();
   while (done < end) {
     const ssize_t got = ::read(entry.file.fd, out.data() + done, end - done);
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) throw_cache_error(dir, fmt::format("read {}", path.string()), errno);
+    if (got < 0) throw_cache_file_error("read", path, errno);
     if (got == 0) break;
     done += static_cast<std::size_t>(got);
   }
@@ -97,15 +89,14 @@ void read_more(const fs::path& dir, const fs::path& path, OpenEntry& entry, std:
 
 /// The header and then (once the header is checked) the next `count` bytes of an entry, at
 /// most the whole file; nullopt when the file does not exist.
-std::optional<std::pair<std::string, std::uint64_t>> read_checked_prefix(const fs::path& dir,
-                                                                         const fs::path& path,
+std::optional<std::pair<std::string, std::uint64_t>> read_checked_prefix(const fs::path& path,
                                                                          std::uint64_t count) {
-  std::optional<OpenEntry> entry = open_entry(dir, path);
+  std::optional<OpenEntry> entry = open_entry(path);
   if (!entry) return std::nullopt;
   std::string bytes;
-  read_more(dir, path, *entry, kEntryHeaderBytes, bytes);
+  read_more(path, *entry, kEntryHeaderBytes, bytes);
   const std::uint64_t payload_size = check_entry_header(bytes, entry->size);
-  read_more(dir, path, *entry, static_cast<std::size_t>(std::min(count, payload_size)), bytes);
+  read_more(path, *entry, static_cast<std::size_t>(std::min(count, payload_size)), bytes);
   if (bytes.size() < kEntryHeaderBytes + std::min(count, payload_size)) {
     throw CorruptEntry("truncated while it was read");
   }
@@ -144,12 +135,29 @@ std::string_view key_of(std::string_view file_name, std::string_view suffix) {
   return is_cache_key(key) ? key : std::string_view();
 }
 
-/// Removes `path`; false when it was already gone. Throws Error for another failure.
-bool remove_file(const fs::path& path) {
+/// Removes the file at `path`, or the empty directory; false when there was none. Throws
+/// CacheFileError for another failure (a directory that is not empty among them).
+bool remove_path(const fs::path& path) {
   if (::unlink(path.c_str()) == 0) return true;
-  if (errno == ENOENT) return false;
-  throw Error(fmt::format("ATTNJIT_CACHE_DIR: cannot remove '{}' ({})", path.string(),
-                          std::strerror(errno)));
+  int error = errno;
+  if (error == EISDIR || error == EPERM) {
+    if (::rmdir(path.c_str()) == 0) return true;
+    // rmdir's errno explains a directory; unlink's anything else (EPERM: a sticky directory).
+    if (errno != ENOTDIR) error = errno;
+  }
+  if (error == ENOENT) return false;
+  throw_cache_file_error("remove", path, error);
+}
+
+/// Iterates the names in `dir` (none when it does not exist). Throws CacheFileError when it
+/// cannot be read.
+template <class Visit>
+void for_each_file(const fs::path& dir, Visit visit) {
+  std::error_code error;
+  fs::directory_iterator item(dir, error);
+  if (error == std::errc::no_such_file_or_directory) return;
+  for (; !error && item != fs::directory_iterator(); item.increment(error)) visit(*item);
+  if (error) throw_cache_file_error("list", dir, error.value());
 }
 
 }  // namespace
@@ -171,13 +179,13 @@ std::filesystem::path DiskCache::default_dir() {
   if (const std::string home = variable("HOME"); !home.empty()) {
     return fs::path(home) / ".cache" / "attnjit";
   }
-  throw Error(
-      "ATTNJIT_CACHE_DIR: not set, and neither are XDG_CACHE_HOME and HOME; accepted: a "
-      "writable directory for the kernel cache");
+  throw CacheFileError(
+      "kernel cache: no directory: ATTNJIT_CACHE_DIR, XDG_CACHE_HOME and HOME are all unset "
+      "(set ATTNJIT_CACHE_DIR to a writable directory)");
 }
 
-bool DiskCache::writable() const {
-  return ::access(dir_.c_str(), W_OK | X_OK) == 0;
+int DiskCache::write_access() const {
+  return ::access(dir_.c_str(), W_OK | X_OK) == 0 ? 0 : errno;
 }
 
 std::filesystem::path DiskCache::entry_path(std::string_view key) const {
@@ -200,18 +208,13 @@ void DiskCache::create_dir() const {
   if (!error && !fs::is_directory(dir_, error) && !error) {
     error = std::make_error_code(std::errc::not_a_directory);
   }
-  if (error) {
-    throw Error(fmt::format(
-        "ATTNJIT_CACHE_DIR: cannot use '{}' as the kernel cache ({}); accepted: a directory "
-        "this process can create and write",
-        dir_.string(), error.message()));
-  }
+  if (error) throw_cache_file_error("create the directory", dir_, error.value());
 }
 
 std::optional<CacheEntry> DiskCache::load(std::string_view key) const {
   const fs::path path = entry_path(key);
   try {
-    auto file = read_checked_prefix(dir_, path, EntryLimits::max_file_bytes);
+    auto file = read_checked_prefix(path, EntryLimits::max_file_bytes);
     if (!file) return std::nullopt;
     return decode_entry(file->first, key);
   } catch (const CorruptEntry& corrupt) {
@@ -220,7 +223,13 @@ std::optional<CacheEntry> DiskCache::load(std::string_view key) const {
     fmt::print(stderr, "attnjit: cache entry {} is corrupt ({}); rebuilding\n", path.string(),
                reason);
     std::fflush(stderr);
-    if (!read_only_) ::unlink(path.c_str());
+    if (!read_only_) {
+      try {
+        remove_path(path);
+      } catch (const CacheFileError&) {
+        // Left in place: store() replaces it where it can, and reports why where it cannot.
+      }
+    }
     return std::nullopt;
   }
 }
@@ -233,7 +242,7 @@ void DiskCache::store(const CacheEntry& entry) const {
   const fs::path temp =
       dir_ / fmt::format("{}{}{}.{:016x}", entry.key, kTempInfix, ::getpid(), random_suffix());
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) throw_cache_error(dir_, fmt::format("create {}", temp.string()), errno);
+  if (fd < 0) throw_cache_file_error("create", temp, errno);
   Failure failure = write_and_sync(fd, bytes);
   if (::close(fd) != 0 && failure.error == 0) failure = {errno, "close"};
   if (failure.error == 0 && ::rename(temp.c_str(), path.c_str()) != 0) {
@@ -241,7 +250,10 @@ void DiskCache::store(const CacheEntry& entry) const {
   }
   if (failure.error != 0) {
     ::unlink(temp.c_str());
-    throw_cache_error(dir_, fmt::format("{} {}", failure.step, temp.string()), failure.error);
+    if (std::string_view(failure.step) == "rename") {
+      throw_cache_file_error("replace", path, failure.error);
+    }
+    throw_cache_file_error(failure.step, temp, failure.error);
   }
   // Makes the rename durable. Best effort: the entry is complete and in place already, and
   // some file systems refuse fsync on directories.
@@ -253,7 +265,7 @@ void DiskCache::store(const CacheEntry& entry) const {
 
 void DiskCache::remove(std::string_view key) const {
   require_writable("remove");
-  remove_file(entry_path(key));
+  remove_path(entry_path(key));
 }
 
 FileLock DiskCache::lock(std::string_view key, std::chrono::milliseconds timeout) const {
@@ -265,39 +277,41 @@ FileLock DiskCache::lock(std::string_view key, std::chrono::milliseconds timeout
 
 std::vector<EntrySummary> DiskCache::list() const {
   std::vector<EntrySummary> summaries;
-  std::error_code error;
-  for (const fs::directory_entry& item : fs::directory_iterator(dir_, error)) {
+  for_each_file(dir_, [&](const fs::directory_entry& item) {
     const std::string file_name = item.path().filename().string();
     const std::string_view key = key_of(file_name, kEntrySuffix);
-    if (key.empty()) continue;
+    if (key.empty()) return;
     std::error_code item_error;
-    EntrySummary summary{std::string(key), "<corrupt>", 0, item.last_write_time(item_error)};
+    EntrySummary summary{std::string(key), "<corrupt>", 0, item.last_write_time(item_error), {}};
+    // The size the directory reports, for entries whose header cannot be trusted or read.
+    const auto listed_size = [&] {
+      std::error_code size_error;
+      const auto bytes = item.is_regular_file(size_error) ? item.file_size(size_error) : 0;
+      return size_error ? 0 : bytes;
+    };
     try {
       // Header, metadata size and metadata: the metadata limit bounds what is read.
-      const auto prefix =
-          read_checked_prefix(dir_, item.path(), 4 + EntryLimits::max_metadata_bytes);
-      if (!prefix) continue;  // removed since the directory was read
+      const auto prefix = read_checked_prefix(item.path(), 4 + EntryLimits::max_metadata_bytes);
+      if (!prefix) return;  // removed since the directory was read
       summary.bytes = prefix->second;
       const CacheEntry metadata = decode_entry_metadata(prefix->first, prefix->second);
       if (metadata.key == key) summary.spec_text = metadata.spec_text;
     } catch (const CorruptEntry&) {
       // Listed as "<corrupt>"; load() deletes it when it is next needed.
-      std::error_code size_error;
-      const auto bytes = item.is_regular_file(size_error) ? item.file_size(size_error) : 0;
-      summary.bytes = size_error ? 0 : bytes;
+      summary.bytes = listed_size();
+    } catch (const CacheFileError& error) {
+      summary.spec_text = "<unreadable>";
+      summary.bytes = listed_size();
+      summary.problem = error.what();
     }
     summaries.push_back(std::move(summary));
-  }
-  if (error && error != std::errc::no_such_file_or_directory) {
-    throw Error(
-        fmt::format("ATTNJIT_CACHE_DIR: cannot list '{}' ({})", dir_.string(), error.message()));
-  }
+  });
   std::sort(summaries.begin(), summaries.end(),
             [](const EntrySummary& a, const EntrySummary& b) { return a.key < b.key; });
   return summaries;
 }
 
-std::size_t DiskCache::clear() const {
+ClearResult DiskCache::clear() const {
   require_writable("clear");
   struct KeyFiles {
     bool entry = false;
@@ -305,8 +319,7 @@ std::size_t DiskCache::clear() const {
     std::vector<fs::path> temps;
   };
   std::map<std::string, KeyFiles> keys;
-  std::error_code error;
-  for (const fs::directory_entry& item : fs::directory_iterator(dir_, error)) {
+  for_each_file(dir_, [&](const fs::directory_entry& item) {
     const std::string file_name = item.path().filename().string();
     const std::string_view name(file_name);
     if (const std::string_view key = key_of(name, kEntrySuffix); !key.empty()) {
@@ -317,25 +330,41 @@ std::size_t DiskCache::clear() const {
                name.substr(32, kTempInfix.size()) == kTempInfix) {
       keys[std::string(name.substr(0, 32))].temps.push_back(item.path());
     }
-  }
-  if (error && error != std::errc::no_such_file_or_directory) {
-    throw Error(
-        fmt::format("ATTNJIT_CACHE_DIR: cannot list '{}' ({})", dir_.string(), error.message()));
-  }
-  std::size_t removed = 0;
-  for (const auto& [key, files] : keys) {
-    // A complete entry is replaced only by rename: removing it never harms a writer, and a
-    // reader that opened it keeps reading the removed file.
-    if (files.entry && remove_file(entry_path(key))) ++removed;
-    if (files.temps.empty() && !files.lock) continue;
-    // Temp files belong to the writer holding the key's lock: touched only when it is free.
-    // The lock file goes last, under its own lock; waiters then lock the next file.
-    if (const std::optional<FileLock> lock = FileLock::try_lock(lock_path(key))) {
-      for (const fs::path& temp : files.temps) remove_file(temp);
-      remove_file(lock_path(key));
+  });
+  ClearResult result;
+  for (const auto& [key, files] : keys)
+    clear_key(key, files.entry, files.temps, files.lock, result);
+  return result;
+}
+
+void DiskCache::clear_key(std::string_view key, bool entry, const std::vector<fs::path>& temps,
+                          bool lock, ClearResult& result) const {
+  const auto attempt = [&](auto&& step) {
+    try {
+      step();
+    } catch (const CacheFileError& error) {
+      result.problems.emplace_back(error.what());
     }
+  };
+  // A complete entry is replaced only by rename: removing it never harms a writer, and a
+  // reader that opened it keeps reading the removed file.
+  if (entry) attempt([&] { result.removed += remove_path(entry_path(key)) ? 1 : 0; });
+  if (temps.empty() && !lock) return;
+  // Temp files belong to the writer holding the key's lock: touched only when it is free.
+  // The lock file goes last, under its own lock; waiters then lock the next file.
+  const fs::path lock_file = lock_path(key);
+  struct stat info {};
+  if (::lstat(lock_file.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    // Not a lock anybody can hold (FileLock refuses it): in the way of every writer.
+    attempt([&] { remove_path(lock_file); });
+    return;
   }
-  return removed;
+  attempt([&] {
+    if (const std::optional<FileLock> held = FileLock::try_lock(lock_file)) {
+      for (const fs::path& temp : temps) remove_path(temp);
+      remove_path(lock_file);
+    }
+  });
 }
 
 }  // namespace attnjit::runtime

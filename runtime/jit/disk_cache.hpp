@@ -18,9 +18,17 @@ namespace attnjit::runtime {
 /// One line of a cache listing.
 struct EntrySummary {
   std::string key;
-  std::string spec_text;  ///< "<corrupt>" when the metadata cannot be read
+  /// "<corrupt>" when the entry is not a valid entry file, "<unreadable>" when it cannot be read
+  std::string spec_text;
   std::uintmax_t bytes = 0;
   std::filesystem::file_time_type modified;
+  std::string problem;  ///< for "<unreadable>": the path and why (CacheFileError's message)
+};
+
+/// What DiskCache::clear did.
+struct ClearResult {
+  std::size_t removed = 0;            ///< entries removed
+  std::vector<std::string> problems;  ///< one message per file it could not remove
 };
 
 /// The cache directory and its entries `<dir>/<key>.kernel`. Keys must be 32 lowercase hex
@@ -33,8 +41,12 @@ struct EntrySummary {
 /// Entries are opened without following symbolic links and without blocking (a FIFO cannot
 /// stall a reader); anything but a regular file, a file larger than EntryLimits allow, and a
 /// file whose header, checksum or metadata is wrong is corrupt: reported on stderr in one
-/// line, deleted (by a read-write cache) and treated as absent. Nothing beyond the header is
-/// read before the header is checked.
+/// line, removed (by a read-write cache, where permissions allow; an empty directory too) and
+/// treated as absent. Nothing beyond the header is read before the header is checked.
+///
+/// A file that cannot be created, read, locked, written or removed (permissions, a full disk,
+/// a directory in the way) is a CacheFileError naming the path and the reason; the compile
+/// path (load_or_build) goes on without the disk cache where it fails.
 class DiskCache {
  public:
   /// A cache that reads and writes `dir`, or with `read_only` only reads it: load() then never
@@ -42,38 +54,49 @@ class DiskCache {
   explicit DiskCache(std::filesystem::path dir, bool read_only = false);
 
   /// $ATTNJIT_CACHE_DIR if set and non-empty, else $XDG_CACHE_HOME/attnjit, else
-  /// $HOME/.cache/attnjit. Throws Error when none of these is set.
+  /// $HOME/.cache/attnjit. Throws CacheFileError when none of these is set.
   static std::filesystem::path default_dir();
 
   const std::filesystem::path& dir() const { return dir_; }
   bool read_only() const { return read_only_; }
 
-  /// Whether this process may create files in the directory (false when it does not exist).
-  bool writable() const;
+  /// 0 when this process may create files in the directory, else the errno that says why
+  /// not (ENOENT when it does not exist).
+  int write_access() const;
 
-  /// The entry stored under `key`, or nullopt when there is none or it was corrupt.
+  /// Creates the directory and its parents if absent. Throws CacheFileError when it cannot.
+  void create_dir() const;
+
+  /// The entry stored under `key`, or nullopt when there is none or it was corrupt. Throws
+  /// CacheFileError when the file cannot be read (e.g. no read permission).
   std::optional<CacheEntry> load(std::string_view key) const;
-  /// Writes `entry` atomically (temp file, fsync, rename), creating the directory. Throws
-  /// Error naming the cache directory when it cannot be written; leaves no temp file. Call
-  /// it under the key's lock.
+  /// Writes `entry` atomically (temp file, fsync, rename), creating the directory; replaces
+  /// whatever file is at the entry's path. Throws CacheFileError naming the file and the step
+  /// that failed; leaves no temp file. Call it under the key's lock.
   void store(const CacheEntry& entry) const;
   /// Deletes the entry of `key` (under the key's lock), e.g. one that no longer matches what
-  /// it was loaded for.
+  /// it was loaded for. Throws CacheFileError when it cannot.
   void remove(std::string_view key) const;
   /// Waits until this process holds the lock of `key` (`<dir>/<key>.lock`), at most
-  /// `timeout` (see FileLock).
+  /// `timeout` (see FileLock), creating the directory. Throws CacheFileError when the
+  /// directory or the lock file cannot be used, or the wait times out.
   FileLock lock(std::string_view key, std::chrono::milliseconds timeout = lock_timeout()) const;
-  /// Every entry, sorted by key; reads only the headers and metadata.
+  /// Every entry, sorted by key; reads only the headers and metadata. An entry that cannot be
+  /// read is listed as "<unreadable>" with its problem. Throws CacheFileError when the
+  /// directory cannot be read.
   std::vector<EntrySummary> list() const;
-  /// Removes every complete entry and returns how many. Keys whose lock is free also lose
-  /// their lock file and any temp file a crashed writer left; a key being written keeps its
-  /// temp and lock files (its writer stores a fresh entry afterwards).
-  std::size_t clear() const;
+  /// Removes every complete entry, going on past files it cannot remove (each one a problem
+  /// of the result). Keys whose lock is free also lose their lock file and any temp file a
+  /// crashed writer left; a key being written keeps its temp and lock files (its writer stores
+  /// a fresh entry afterwards); a lock path that is not a regular file is removed. Throws
+  /// CacheFileError when the directory cannot be read.
+  ClearResult clear() const;
 
  private:
   std::filesystem::path entry_path(std::string_view key) const;
   std::filesystem::path lock_path(std::string_view key) const;
-  void create_dir() const;
+  void clear_key(std::string_view key, bool entry, const std::vector<std::filesystem::path>& temps,
+                 bool lock, ClearResult& result) const;
   void require_writable(std::string_view operation) const;
 
   std::filesystem::path dir_;

@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <fmt/format.h>
+#include <link.h>
 
 #include <atomic>
 #include <charconv>
@@ -57,16 +58,17 @@ std::string error_name(const DriverApi& api, CUresult result) {
 }
 
 template <class Function>
-bool resolve(GetProcAddress get_proc, Function& slot, const char* symbol, std::string& error) {
+bool resolve(GetProcAddress get_proc, Function& slot, const char* symbol, const std::string& file,
+             std::string& error) {
   void* address = nullptr;
   CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
   const CUresult result =
       get_proc(symbol, &address, kRequestedCudaVersion, CU_GET_PROC_ADDRESS_DEFAULT, &status);
   if (result != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS || address == nullptr) {
     error = fmt::format(
-        "CUDA driver too old or broken: libcuda.so.1 has no entry point {} for CUDA 12.0 "
+        "CUDA driver too old or broken: {} has no entry point {} for CUDA 12.0 "
         "(cuGetProcAddress returned {}, status {})",
-        symbol, static_cast<int>(result), static_cast<int>(status));
+        file, symbol, static_cast<int>(result), static_cast<int>(status));
     return false;
   }
   slot = reinterpret_cast<std::remove_reference_t<Function>>(address);
@@ -78,6 +80,38 @@ bool resolve(GetProcAddress get_proc, Function& slot, const char* symbol, std::s
 std::string driver_library() {
   const char* name = std::getenv("ATTNJIT_LIBCUDA");
   return name != nullptr && *name != '\0' ? name : "libcuda.so.1";
+}
+
+// The file the loader opened for `library` (a name may resolve anywhere on the search path).
+std::string loaded_file(void* library, const std::string& name) {
+  link_map* map = nullptr;
+  if (dlinfo(library, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr &&
+      *map->l_name != '\0') {
+    return map->l_name;
+  }
+  return name;
+}
+
+// Why a loaded library without cuGetProcAddress_v2 cannot serve: an old driver, or a file that
+// is no CUDA driver at all.
+std::string not_a_driver(void* library, const std::string& name, const std::string& file) {
+  const bool configured = name != "libcuda.so.1";
+  if (dlsym(library, "cuInit") != nullptr) {
+    return fmt::format(
+        "CUDA driver too old: {} has no cuGetProcAddress_v2 (a driver for CUDA 12.0 or newer "
+        "is required)",
+        file);
+  }
+  if (configured) {
+    return fmt::format(
+        "ATTNJIT_LIBCUDA: got '{}', which loaded {}: not a CUDA driver library (it has no "
+        "cuInit); accepted: the NVIDIA driver's libcuda.so.1, as a path or a library name",
+        name, file);
+  }
+  return fmt::format(
+      "no CUDA driver: libcuda.so.1 loaded {}, which is not a CUDA driver library (it has no "
+      "cuInit)",
+      file);
 }
 
 LoadState load_driver() {
@@ -92,17 +126,16 @@ LoadState load_driver() {
     return state;
   }
   // The library stays loaded for the life of the process: the table points into it.
+  const std::string file = loaded_file(library, name);
   auto get_proc = reinterpret_cast<GetProcAddress>(dlsym(library, "cuGetProcAddress_v2"));
   if (get_proc == nullptr) {
-    state.error =
-        "CUDA driver too old: libcuda.so.1 has no cuGetProcAddress_v2 (a driver for CUDA 12.0 "
-        "or newer is required)";
+    state.error = not_a_driver(library, name, file);
     return state;
   }
   DriverApi& api = state.api;
   // `#name` keeps the Driver API name while `api.name` follows cuda.h's versioning macros.
 #define ATTNJIT_RESOLVE(name) \
-  if (!resolve(get_proc, api.name, #name, state.error)) return state
+  if (!resolve(get_proc, api.name, #name, file, state.error)) return state
   ATTNJIT_RESOLVE(cuGetErrorName);
   ATTNJIT_RESOLVE(cuGetErrorString);
   ATTNJIT_RESOLVE(cuInit);

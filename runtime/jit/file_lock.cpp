@@ -30,11 +30,11 @@ using namespace std::chrono_literals;
 constexpr double kDefaultTimeoutSeconds = 600;
 constexpr double kMaxTimeoutSeconds = 1e7;
 
-[[noreturn]] void throw_lock_error(const fs::path& path, std::string_view what) {
-  throw Error(fmt::format(
-      "ATTNJIT_CACHE_DIR: cannot use '{}' as a kernel cache lock ({}); accepted: a directory "
-      "this process can create and write, holding regular lock files",
-      path.string(), what));
+[[noreturn]] void throw_not_regular(const fs::path& path) {
+  throw CacheFileError(fmt::format(
+      "kernel cache: cannot use '{}' as a lock (it is not a regular file); accepted: a regular "
+      "lock file, or none at that path",
+      path.string()));
 }
 
 /// Whether `fd` is the file now at `path` (a lock on a removed or replaced file locks nothing).
@@ -72,6 +72,11 @@ std::string holder_of(int fd) {
 
 }  // namespace
 
+void throw_cache_file_error(std::string_view action, const fs::path& path, int error) {
+  throw CacheFileError(fmt::format("kernel cache: cannot {} '{}' ({})", action, path.string(),
+                                   std::strerror(error)));
+}
+
 std::chrono::milliseconds lock_timeout() {
   const char* text = std::getenv("ATTNJIT_LOCK_TIMEOUT_S");
   if (text == nullptr || *text == '\0') {
@@ -95,13 +100,16 @@ bool FileLock::attempt(const fs::path& path) {
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
     if (fd_ < 0) {
       const int error = errno;
-      throw_lock_error(path, error == ELOOP ? "it is a symbolic link"
-                                            : fmt::format("open: {}", std::strerror(error)));
+      // A FIFO without a reader (ENXIO), a socket, a directory, a symbolic link (ELOOP).
+      if (error == ELOOP || error == ENXIO || error == EISDIR || error == EOPNOTSUPP) {
+        throw_not_regular(path);
+      }
+      throw_cache_file_error("open the lock file", path, error);
     }
     struct stat info {};
     if (::fstat(fd_, &info) != 0 || !S_ISREG(info.st_mode)) {
       release();
-      throw_lock_error(path, "it is not a regular file");
+      throw_not_regular(path);
     }
   }
   while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -109,7 +117,7 @@ bool FileLock::attempt(const fs::path& path) {
     if (errno == EWOULDBLOCK) return false;
     const int error = errno;
     release();
-    throw_lock_error(path, fmt::format("flock: {}", std::strerror(error)));
+    throw_cache_file_error("lock", path, error);
   }
   if (is_file_at(fd_, path)) return true;
   release();  // removed or replaced while awaited: lock the file now at the path
@@ -125,11 +133,10 @@ FileLock::FileLock(const fs::path& path, std::chrono::milliseconds timeout) {
     if (fd_ >= 0 && waited >= timeout) {
       const std::string holder = holder_of(fd_);
       release();
-      throw DeviceError(fmt::format(
-          "gave up after {:g} s waiting for the kernel cache lock '{}', held by {}; set "
-          "ATTNJIT_LOCK_TIMEOUT_S to wait longer, or ATTNJIT_DISK_CACHE=off to compile without "
-          "the disk cache",
-          timeout.count() / 1000.0, path.string(), holder));
+      throw CacheFileError(
+          fmt::format("kernel cache: gave up after {:g} s waiting for the lock '{}', held by {} "
+                      "(ATTNJIT_LOCK_TIMEOUT_S sets the wait)",
+                      timeout.count() / 1000.0, path.string(), holder));
     }
     if (fd_ >= 0 && !reported && waited >= kLockReportAfter) {
       reported = true;

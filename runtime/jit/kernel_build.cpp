@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <future>
 #include <mutex>
@@ -102,6 +103,70 @@ std::vector<CompiledKernel> compile_sources(const std::vector<KernelSource>& sou
   return kernels;
 }
 
+// Set once the process has warned about the disk cache: one warning per process.
+std::atomic<bool> g_cache_warned{false};
+
+}  // namespace
+
+void warn_cache_failure(std::string_view what, std::string_view consequence, bool read_only) {
+  if (g_cache_warned.exchange(true)) return;
+  fmt::print(stderr, "attnjit: {}; {} (set ATTNJIT_DISK_CACHE={})\n", what, consequence,
+             read_only ? "off to compile without the disk cache"
+                       : "off to compile without the disk cache, or readonly to only read it");
+  std::fflush(stderr);
+}
+
+void reset_cache_warning() {
+  g_cache_warned.store(false);
+}
+
+namespace {
+
+int sm_version(Arch arch) {
+  switch (arch) {
+    case Arch::sm_80:
+      return 80;
+    case Arch::sm_86:
+      return 86;
+    case Arch::sm_89:
+      return 89;
+    case Arch::sm_90:
+    case Arch::sm_90a:
+      return 90;
+    case Arch::auto_detect:
+      break;
+  }
+  throw InternalError("a kernel set built for target=auto");
+}
+
+/// The disk cache of the compiles (`read_only`: mode readonly), or nullopt when it has no
+/// directory. A directory this process cannot write is used read-only.
+std::optional<DiskCache> open_disk_cache(bool read_only) {
+  std::filesystem::path dir;
+  try {
+    dir = DiskCache::default_dir();
+  } catch (const CacheFileError& error) {
+    warn_cache_failure(error.what(), "compiling without it", read_only);
+    return std::nullopt;
+  }
+  if (read_only) return DiskCache(dir, true);
+  const DiskCache disk(dir);
+  try {
+    disk.create_dir();
+  } catch (const CacheFileError& error) {
+    warn_cache_failure(error.what(), "compiling without it", false);
+    return std::nullopt;
+  }
+  if (const int error = disk.write_access(); error != 0) {
+    // Shared, read-only caches (an installed set of kernels) serve what they hold.
+    warn_cache_failure(
+        fmt::format("kernel cache: cannot write '{}' ({})", dir.string(), std::strerror(error)),
+        "using it read-only", false);
+    return DiskCache(dir, true);
+  }
+  return disk;
+}
+
 }  // namespace
 
 std::string cache_key(std::string_view kind, std::string_view canonical_text) {
@@ -116,7 +181,7 @@ std::string cache_key(std::string_view kind, std::string_view canonical_text) {
 }
 
 std::string entry_mismatch(const CacheEntry& entry, std::string_view canonical_text,
-                           const std::vector<KernelSource>& sources) {
+                           const std::vector<KernelSource>& sources, Arch arch) {
   if (entry.spec_text != canonical_text) return "it was built for another spec";
   if (entry.kernels.size() != sources.size()) {
     return fmt::format("it holds {} kernels, the plan has {}", entry.kernels.size(),
@@ -136,6 +201,12 @@ std::string entry_mismatch(const CacheEntry& entry, std::string_view canonical_t
           stored.name, stored.threads, stored.dynamic_smem_bytes, planned.threads,
           planned.dynamic_smem_bytes);
     }
+    const std::optional<int> sm = cubin_sm_version(stored.cubin);
+    if (!sm) return fmt::format("kernel '{}' holds no CUDA ELF cubin", stored.name);
+    if (*sm != sm_version(arch)) {
+      return fmt::format("kernel '{}' holds a cubin for sm_{}, the spec targets {}", stored.name,
+                         *sm, name_of(arch));
+    }
   }
   return {};
 }
@@ -148,33 +219,31 @@ CacheEntry load_or_build(const std::string& key, const std::string& canonical_te
     entry.key = key;
     entry.spec_text = canonical_text;
     entry.kernels = compile_sources(sources, arch);
+    level = jit::CacheLevel::miss;
     return entry;
   };
   const jit::DiskCacheMode mode = use_disk ? jit::disk_cache_mode() : jit::DiskCacheMode::off;
-  if (mode == jit::DiskCacheMode::off) {
-    level = jit::CacheLevel::miss;
-    return build();
-  }
-  const std::filesystem::path dir = DiskCache::default_dir();
-  bool read_only = mode == jit::DiskCacheMode::readonly;
-  std::error_code ignored;
-  if (!read_only && std::filesystem::is_directory(dir, ignored) && !DiskCache(dir).writable()) {
-    // Shared, read-only caches (an installed set of kernels) serve what they hold.
-    static std::once_flag noted;
-    std::call_once(noted, [&] {
-      fmt::print(stderr,
-                 "attnjit: the kernel cache directory {} is not writable; using it read-only "
-                 "(ATTNJIT_DISK_CACHE=readonly does so without this note)\n",
-                 dir.string());
-      std::fflush(stderr);
-    });
-    read_only = true;
-  }
-  const DiskCache disk(dir, read_only);
+  if (mode == jit::DiskCacheMode::off) return build();
+  const std::optional<DiskCache> disk = open_disk_cache(mode == jit::DiskCacheMode::readonly);
+  if (!disk) return build();
+  // Each step that fails on the cache's files (a CacheFileError) is warned about and skipped:
+  // the disk cache may make a compile faster, never make it fail.
   std::optional<FileLock> lock;
-  if (!read_only) lock.emplace(disk.lock(key));
-  if (std::optional<CacheEntry> entry = disk.load(key)) {
-    const std::string mismatch = entry_mismatch(*entry, canonical_text, sources);
+  if (!disk->read_only()) {
+    try {
+      lock.emplace(disk->lock(key));
+    } catch (const CacheFileError& error) {
+      warn_cache_failure(error.what(), "going on without the lock", false);
+    }
+  }
+  std::optional<CacheEntry> entry;
+  try {
+    entry = disk->load(key);
+  } catch (const CacheFileError& error) {
+    warn_cache_failure(error.what(), "compiling the kernels instead", disk->read_only());
+  }
+  if (entry) {
+    const std::string mismatch = entry_mismatch(*entry, canonical_text, sources, arch);
     if (mismatch.empty()) {
       level = jit::CacheLevel::disk;
       ++g_disk_hits;
@@ -182,13 +251,18 @@ CacheEntry load_or_build(const std::string& key, const std::string& canonical_te
     }
     fmt::print(stderr,
                "attnjit: cache entry {}/{}.kernel does not match its plan ({}); rebuilding\n",
-               dir.string(), key, mismatch);
+               disk->dir().string(), key, mismatch);
     std::fflush(stderr);
   }
-  level = jit::CacheLevel::miss;
-  CacheEntry entry = build();
-  if (!read_only) disk.store(entry);
-  return entry;
+  CacheEntry built = build();
+  if (!disk->read_only()) {
+    try {
+      disk->store(built);
+    } catch (const CacheFileError& error) {
+      warn_cache_failure(error.what(), "the kernels are kept in memory only", false);
+    }
+  }
+  return built;
 }
 
 jit::CompileInfo compile_info(const CacheEntry& entry, jit::CacheLevel level, double milliseconds) {

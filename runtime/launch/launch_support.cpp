@@ -99,8 +99,16 @@ void check_row_layout(std::string_view name, const TensorView& t) {
   check_span(name, t);
 }
 
-// q/k/v/o: 16-bit, rank 4, last dim contiguous, 16-byte rows, given head dim.
-void check_activation(std::string_view name, const TensorView& t, ScalarType dtype, int head_dim) {
+// The names of an activation's first three dims in messages, e.g. {"batch", "seqlen_q", "heads"}.
+struct DimNames {
+  std::string_view batch, seqlen, heads;
+};
+
+// q/k/v/o: 16-bit, rank 4, extents in range, last dim contiguous, 16-byte rows, given head
+// dim. The extents come before the strides: a batch of 2^40 is the batch's fault, not the
+// stride's whose span it makes too large.
+void check_activation(std::string_view name, const TensorView& t, ScalarType dtype, int head_dim,
+                      DimNames dims) {
   if (t.data == nullptr)
     throw Error(fmt::format("{}: data is null; accepted: a device pointer", name));
   if (t.dtype != dtype) {
@@ -111,6 +119,9 @@ void check_activation(std::string_view name, const TensorView& t, ScalarType dty
     throw_field_error(fmt::format("{}.rank", name), std::to_string(t.rank),
                       "4 ([batch, seq, heads, head_dim])");
   }
+  check_int_range(fmt::format("{}.shape[0] ({})", name, dims.batch), t.shape[0], kMaxGridYZ);
+  check_int_range(fmt::format("{}.shape[1] ({})", name, dims.seqlen), t.shape[1], INT32_MAX / 2);
+  check_int_range(fmt::format("{}.shape[2] ({})", name, dims.heads), t.shape[2], kMaxGridYZ);
   if (t.shape[3] != head_dim) {
     throw_field_error(fmt::format("{}.shape[3]", name), std::to_string(t.shape[3]),
                       fmt::format("{} (the spec's head dim)", head_dim));
@@ -130,16 +141,11 @@ void check_same(std::string_view field, std::int64_t got, std::int64_t expected,
 template <class Args>
 Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
   const ScalarType dtype = spec.dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
-  check_activation("q", a.q, dtype, spec.head_dim_qk);
-  check_activation("k", a.k, dtype, spec.head_dim_qk);
-  check_activation("v", a.v, dtype, spec.head_dim_v);
-  check_activation("o", a.o, dtype, spec.head_dim_v);
+  check_activation("q", a.q, dtype, spec.head_dim_qk, {"batch", "seqlen_q", "heads"});
+  check_activation("k", a.k, dtype, spec.head_dim_qk, {"batch", "seqlen_k", "kv heads"});
+  check_activation("v", a.v, dtype, spec.head_dim_v, {"batch", "seqlen_k", "kv heads"});
+  check_activation("o", a.o, dtype, spec.head_dim_v, {"batch", "seqlen_q", "heads"});
   Shapes s;
-  check_int_range("q.shape[0] (batch)", a.q.shape[0], kMaxGridYZ);
-  check_int_range("q.shape[1] (seqlen_q)", a.q.shape[1], INT32_MAX / 2);
-  check_int_range("q.shape[2] (heads)", a.q.shape[2], kMaxGridYZ);
-  check_int_range("k.shape[1] (seqlen_k)", a.k.shape[1], INT32_MAX / 2);
-  check_int_range("k.shape[2] (kv heads)", a.k.shape[2], kMaxGridYZ);
   s.batch = static_cast<int>(a.q.shape[0]);
   s.seqlen_q = static_cast<int>(a.q.shape[1]);
   s.heads = static_cast<int>(a.q.shape[2]);

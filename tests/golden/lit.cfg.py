@@ -19,7 +19,8 @@
 #   FileCheck     the configured FileCheck
 #
 # The environment passed to tests has no HOME, XDG_CACHE_HOME or ATTNJIT_CACHE_DIR, so a
-# command that forgets %attnc's cache directory fails instead of using the user's cache.
+# command that forgets %attnc's cache directory compiles without a disk cache, with a warning
+# on stderr that the tests' line counts catch, instead of using the user's cache.
 #
 # Features: `gpu` when `nvidia-smi -L` lists a device, `cuda-driver` when libcuda.so.1 loads.
 

@@ -102,4 +102,26 @@ std::string forge_entry(std::string_view metadata, std::string_view blobs) {
   return file + payload;
 }
 
+std::string cubin_header(int sm, bool new_abi) {
+  std::string header(
+      "\x7f"
+      "ELF",
+      4);
+  header += '\x02';                                    // 64-bit
+  header += '\x01';                                    // little-endian
+  header += '\x01';                                    // ELF version
+  header += static_cast<char>(new_abi ? 0x41 : 0x33);  // OS ABI: CUDA
+  header += static_cast<char>(new_abi ? 8 : 7);        // ABI version
+  header.resize(16, '\0');
+  append_le(header, 2, 2);    // e_type: executable
+  append_le(header, 190, 2);  // e_machine: EM_CUDA
+  append_le(header, 1, 4);    // e_version
+  header.resize(48, '\0');
+  const std::uint64_t flags = new_abi ? 0x6000004 | (std::uint64_t(sm) << 8)
+                                      : 0x500 | (std::uint64_t(sm) << 16) | std::uint64_t(sm);
+  append_le(header, flags, 4);
+  header.resize(64, '\0');
+  return header;
+}
+
 }  // namespace attnjit::testing

@@ -87,4 +87,8 @@ int run_in_child(unsigned seconds, Body body) {
 /// breaks the entry's limits) followed by `blobs`.
 std::string forge_entry(std::string_view metadata, std::string_view blobs);
 
+/// The 64-byte ELF header of a cubin for SM version `sm` (e.g. 80): `new_abi` as CUDA 13 writes
+/// it (ELFOSABI_CUDA_V2, the SM in e_flags bits 8-15), else as CUDA 12 (bits 0-7).
+std::string cubin_header(int sm, bool new_abi = true);
+
 }  // namespace attnjit::testing

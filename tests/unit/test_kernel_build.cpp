@@ -51,31 +51,63 @@ TEST_CASE("entry_mismatch compares an entry with the plan it serves", "[cache]")
   kernel.role = "forward";
   kernel.name = "attnjit_test_kernel";
   kernel.threads = 128;
-  kernel.cubin = "x";
+  kernel.cubin = cubin_header(80);
   entry.kernels = {kernel};
-  CHECK(entry_mismatch(entry, kText, sources).empty());
+  CHECK(entry_mismatch(entry, kText, sources, Arch::sm_80).empty());
 
   CacheEntry other = entry;
   other.spec_text = "dtype=bf16 head_dim=64 mask=causal";
-  CHECK(entry_mismatch(other, kText, sources) == "it was built for another spec");
+  CHECK(entry_mismatch(other, kText, sources, Arch::sm_80) == "it was built for another spec");
   other = entry;
   other.kernels.clear();
-  CHECK(entry_mismatch(other, kText, sources) == "it holds 0 kernels, the plan has 1");
+  CHECK(entry_mismatch(other, kText, sources, Arch::sm_80) == "it holds 0 kernels, the plan has 1");
   other = entry;
   other.kernels.push_back(kernel);
-  CHECK(entry_mismatch(other, kText, sources) == "it holds 2 kernels, the plan has 1");
+  CHECK(entry_mismatch(other, kText, sources, Arch::sm_80) == "it holds 2 kernels, the plan has 1");
   other = entry;
   other.kernels[0].role = "backward";
-  CHECK_THAT(entry_mismatch(other, kText, sources), Catch::Contains("(backward)"));
+  CHECK_THAT(entry_mismatch(other, kText, sources, Arch::sm_80), Catch::Contains("(backward)"));
   other = entry;
   other.kernels[0].name = "attnjit_causal";
-  CHECK_THAT(entry_mismatch(other, kText, sources), Catch::Contains("'attnjit_causal'"));
+  CHECK_THAT(entry_mismatch(other, kText, sources, Arch::sm_80),
+             Catch::Contains("'attnjit_causal'"));
   other = entry;
   other.kernels[0].threads = 256;
-  CHECK_THAT(entry_mismatch(other, kText, sources), Catch::Contains("256 threads"));
+  CHECK_THAT(entry_mismatch(other, kText, sources, Arch::sm_80), Catch::Contains("256 threads"));
   other = entry;
   other.kernels[0].dynamic_smem_bytes = 1024;
-  CHECK_THAT(entry_mismatch(other, kText, sources), Catch::Contains("1024 B"));
+  CHECK_THAT(entry_mismatch(other, kText, sources, Arch::sm_80), Catch::Contains("1024 B"));
+
+  // The cubin's ELF header must name the spec's SM version (either ABI of the ELF flags).
+  CHECK(entry_mismatch(entry, kText, sources, Arch::sm_80).empty());
+  CHECK(entry_mismatch(entry, kText, sources, Arch::sm_86) ==
+        "kernel 'attnjit_test_kernel' holds a cubin for sm_80, the spec targets sm_86");
+  other = entry;
+  other.kernels[0].cubin = cubin_header(90, /*new_abi=*/false);
+  CHECK(entry_mismatch(other, kText, sources, Arch::sm_90a).empty());
+  CHECK_THAT(entry_mismatch(other, kText, sources, Arch::sm_89),
+             Catch::Contains("a cubin for sm_90, the spec targets sm_89"));
+  other.kernels[0].cubin = "x";
+  CHECK(entry_mismatch(other, kText, sources, Arch::sm_80) ==
+        "kernel 'attnjit_test_kernel' holds no CUDA ELF cubin");
+  other.kernels[0].cubin = cubin_header(80).substr(0, 40);
+  CHECK_THAT(entry_mismatch(other, kText, sources, Arch::sm_80), Catch::Contains("no CUDA ELF"));
+}
+
+TEST_CASE("a cubin's SM version comes from its ELF header", "[cache]") {
+  CHECK(cubin_sm_version(cubin_header(86)) == 86);
+  CHECK(cubin_sm_version(cubin_header(86, /*new_abi=*/false)) == 86);
+  std::string not_cuda = cubin_header(80);
+  not_cuda[18] = 62;  // EM_X86_64
+  CHECK_FALSE(cubin_sm_version(not_cuda).has_value());
+  CHECK_FALSE(cubin_sm_version("").has_value());
+  // NVRTC's own cubins, whichever ELF ABI this toolkit writes.
+  jit::CacheLevel level = jit::CacheLevel::memory;
+  for (const Arch arch : {Arch::sm_80, Arch::sm_89, Arch::sm_90a}) {
+    const CacheEntry built =
+        load_or_build(kCacheKey, kText, /*use_disk=*/false, level, tiny_sources(), arch);
+    CHECK(entry_mismatch(built, kText, tiny_sources(), arch).empty());
+  }
 }
 
 TEST_CASE("an entry of another spec under the key is rebuilt, then hit", "[cache]") {
@@ -156,41 +188,49 @@ TEST_CASE("a directory this process cannot write is served read-only", "[cache]"
   fs::permissions(cache, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
                              fs::perms::group_exec | fs::perms::others_read |
                              fs::perms::others_exec);
+  const fs::path warning = dir.path / "stderr.txt";
+  write_all(warning, "");
+  fs::permissions(warning, fs::perms::all);
   // Root writes everywhere: the child drops to an unprivileged user first.
   const int status = run_in_child(120, [&] {
     if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) return 10;
-    if (DiskCache(cache).writable()) return 11;
+    if (DiskCache(cache).write_access() == 0) return 11;
+    reset_cache_warning();
     jit::CacheLevel child_level = jit::CacheLevel::memory;
-    load_or_build_tiny(child_level);
-    if (child_level != jit::CacheLevel::disk) return 12;
-    // A miss is built and not stored.
-    const CacheEntry other =
-        load_or_build(kOtherCacheKey, kText, true, child_level, tiny_sources(), Arch::sm_80);
+    CacheEntry other;
+    capture_stderr(warning, [&] {
+      load_or_build_tiny(child_level);
+      if (child_level != jit::CacheLevel::disk) return;
+      // A miss is built and not stored.
+      other = load_or_build(kOtherCacheKey, kText, true, child_level, tiny_sources(), Arch::sm_80);
+    });
     if (child_level != jit::CacheLevel::miss || other.kernels.size() != 1) return 13;
     return fs::exists(cache / (kCacheKey + ".lock")) ? 14 : 0;
   });
   CHECK(status == 0);
   CHECK_FALSE(fs::exists(cache / (kOtherCacheKey + ".kernel")));
+  CHECK(read_all(warning) == "attnjit: kernel cache: cannot write '" + cache.string() +
+                                 "' (Permission denied); using it read-only (set "
+                                 "ATTNJIT_DISK_CACHE=off to compile without the disk cache, or "
+                                 "readonly to only read it)\n");
 }
 
-TEST_CASE("a set of several kernels keeps the plan's order; a failing kernel is named",
-          "[cache]") {
+TEST_CASE("a set of several kernels keeps the plan's order; a failing kernel is named", "[cache]") {
   // More kernels than the machine has cores, the attention kernels last in the plan: they
   // compile first, but the entry lists the kernels in the plan's order with their own code.
   std::vector<KernelSource> sources;
-  const char* roles[] = {"flashmask_minmax", "cta_order", "backward_preprocess", "forward",
-                         "backward_convert_dq", "backward", "backward_dq"};
+  const char* roles[] = {"flashmask_minmax",    "cta_order", "backward_preprocess", "forward",
+                         "backward_convert_dq", "backward",  "backward_dq"};
   for (int i = 0; i < 7; ++i) {
     const std::string name = "attnjit_test_kernel_" + std::to_string(i);
     sources.push_back({roles[i], name,
-                       "extern \"C\" __global__ void " + name + "(int* out) { *out = " +
-                           std::to_string(100 + i) + "; }\n",
+                       "extern \"C\" __global__ void " + name +
+                           "(int* out) { *out = " + std::to_string(100 + i) + "; }\n",
                        32 * (i + 1), 0});
   }
   jit::CacheLevel level = jit::CacheLevel::memory;
-  const CacheEntry entry =
-      load_or_build(kCacheKey, "test set: seven kernels", /*use_disk=*/false, level, sources,
-                    Arch::sm_80);
+  const CacheEntry entry = load_or_build(kCacheKey, "test set: seven kernels", /*use_disk=*/false,
+                                         level, sources, Arch::sm_80);
   CHECK(level == jit::CacheLevel::miss);
   REQUIRE(entry.kernels.size() == sources.size());
   for (std::size_t i = 0; i < sources.size(); ++i) {

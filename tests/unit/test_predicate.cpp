@@ -233,7 +233,21 @@ TEST_CASE("lifting replaces every literal by a scalar slot in order of appearanc
   values.clear();
   const Predicate none = parse_predicate("q>=k");
   CHECK(lift_literals(none, values) == none);
+
+  // No more slots than a spec takes (validate's limit), counting the slots already there.
+  std::string sixteen = "q < 1";
+  for (int i = 2; i <= 16; ++i) sixteen += " || q < " + std::to_string(i);
+  values.clear();
+  CHECK(info(lift_literals(parse_predicate(sixteen), values)).scalar_count == 16);
+  values.clear();
+  CHECK_THROWS_WITH(lift_literals(parse_predicate(sixteen + " || q < 17"), values),
+                    "mask predicate: got '17 scalar slots'; accepted: at most 16 scalars ($0 .. "
+                    "$15); each number in the expression takes one");
   CHECK(values.empty());
+  values = {5};
+  CHECK_THROWS_WITH(lift_literals(parse_predicate(sixteen + " || q < $0"), values),
+                    Catch::StartsWith("mask predicate: got '17 scalar slots'"));
+  CHECK(values == std::vector<std::int32_t>{5});
 }
 
 TEST_CASE("info lists tensors in order of first appearance and what is read", "[dsl]") {
@@ -293,8 +307,13 @@ TEST_CASE("random trees print, parse back equal and keep their value", "[dsl]") 
     const PredicateBindings bindings = testing::random_bindings(rng, predicate, 3);
     const PredicateEvaluator evaluator(parsed, bindings);
     std::vector<std::int32_t> values = bindings.scalars;
-    const Predicate lifted = lift_literals(parsed, values);
-    REQUIRE(info(lifted).literal_count == 0);
+    // Beyond the spec's scalar slots the lifter refuses; the tree is then checked unlifted.
+    const bool liftable = bindings.scalars.size() + info(parsed).literal_count <=
+                          static_cast<std::size_t>(kPredicateScalarLimit);
+    if (!liftable)
+      CHECK_THROWS_WITH(lift_literals(parsed, values), Catch::Contains("scalar slots"));
+    const Predicate lifted = liftable ? lift_literals(parsed, values) : parsed;
+    REQUIRE((!liftable || info(lifted).literal_count == 0));
     const PredicateEvaluator lifted_evaluator(lifted, PredicateBindings{bindings.tensors, values});
     for (int point = 0; point < 20; ++point) {
       const int b = std::uniform_int_distribution<int>(0, 2)(rng);

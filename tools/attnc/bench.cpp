@@ -220,8 +220,6 @@ void print(const attnjit::jit::Kernel& kernel, const BenchOptions& o, const Resu
 
 void run_bench(BenchOptions o) {
   attnjit::AttentionSpec spec = spec_with_arch(o.spec_text, o.arch);
-  if (o.repeat < 1) attnjit::throw_field_error("--repeat", std::to_string(o.repeat), ">= 1");
-  if (o.warmup < 0) attnjit::throw_field_error("--warmup", std::to_string(o.warmup), ">= 0");
   resolve_problem(o.problem);
   const attnjit::jit::Kernel kernel = attnjit::jit::compile(spec);
   const Result r = bench(kernel, o.problem, o.warmup, o.repeat);
@@ -238,8 +236,9 @@ void add_bench(CLI::App& app) {
       ->required();
   cmd->add_option("--arch", o.arch, "Target (default: the spec's, else the device's)");
   add_problem_options(cmd, o.problem);
-  cmd->add_option("--warmup", o.warmup, "Untimed launches first");
-  cmd->add_option("--repeat", o.repeat, "Timed launches (median, min and max are reported)");
+  cmd->add_option("--warmup", o.warmup, "Untimed launches first")->check(integer_in(0, INT32_MAX));
+  cmd->add_option("--repeat", o.repeat, "Timed launches (median, min and max are reported)")
+      ->check(integer_in(1, INT32_MAX));
   cmd->add_flag("--json", o.json, "Print one JSON object");
   cmd->callback([] { run_bench(o); });
 }

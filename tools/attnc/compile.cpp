@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 #include <string_view>
 
@@ -53,11 +54,9 @@ PtxCounts count_instructions(std::string_view ptx) {
 
 /// Writes every kernel's PTX to `path` and prints each kernel's instruction counts.
 void write_ptx(const attnjit::jit::Kernel& kernel, const std::string& path) {
+  errno = 0;
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    throw attnjit::Error(
-        fmt::format("--ptx-out: got '{}'; accepted: a file path that can be written", path));
-  }
+  if (!out) throw_write_failure("--ptx-out", path, errno);
   const std::vector<std::string> ptx = kernel.ptx();
   const auto& reports = kernel.info().kernels;
   int lines = 0;
@@ -70,9 +69,9 @@ void write_ptx(const attnjit::jit::Kernel& kernel, const std::string& path) {
     fmt::print("ptx      {}: {} mma.sync, {} wgmma, {} ldmatrix, {} cp.async ({} lines)\n", name,
                counts.mma, counts.wgmma, counts.ldmatrix, counts.cp_async, counts.lines);
   }
-  if (!out.flush()) {
-    throw attnjit::Error(fmt::format("--ptx-out: writing '{}' failed", path));
-  }
+  errno = 0;
+  out.close();
+  if (!out) throw_write_failure("--ptx-out", path, errno);
   fmt::print("ptx      {} kernels, {} lines, written to {}\n", ptx.size(), lines, path);
 }
 

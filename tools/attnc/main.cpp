@@ -1,10 +1,12 @@
 // attnc: emit the IR, CUDA and PTX of an attention spec, compile it through the kernel
 // cache, manage the cache, run it on the GPU, time it, build FlashMask vectors on the GPU, and
-// show what a mask expression compiles to. Exit codes: 0 ok, 1 device or compile failure, 2
-// bad input (one line on stderr), 3 internal error.
+// show what a mask expression compiles to. Exit statuses: commands.hpp (ExitStatus).
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <system_error>
 
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
@@ -32,13 +34,43 @@ attnjit::AttentionSpec spec_for_emission(const std::string& spec_text,
   return spec;
 }
 
+void throw_write_failure(std::string_view what, const std::filesystem::path& path, int error) {
+  throw EnvironmentFailure(fmt::format("{}: cannot write '{}' ({})", what, path.string(),
+                                       error != 0 ? std::strerror(error) : "an I/O error"));
+}
+
 }  // namespace attnc
 
 namespace {
 
+using attnc::kExitBadInput;
+using attnc::kExitEnvironment;
+using attnc::kExitFailure;
+using attnc::kExitInternal;
+
+constexpr const char* kExitStatusHelp =
+    "Exit status: 0 success; 1 a result check failed (run --check) or another failure; 2 bad "
+    "input (a spec, option or variable; one line on stderr); 3 an internal error (a bug); 4 "
+    "the environment failed (an output or cache file that cannot be read or written, no CUDA "
+    "driver or device, a CUDA driver or NVRTC failure).";
+
 int fail(int code, std::string_view what) {
   std::fprintf(stderr, "attnc: %.*s\n", static_cast<int>(what.size()), what.data());
   return code;
+}
+
+// Standard output is buffered: a full disk may show only when it is flushed or closed.
+int finish_stdout(int status) {
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0 && !std::ferror(stdout);
+  const int flush_error = errno;
+  errno = 0;
+  const bool closed = std::fclose(stdout) == 0;
+  if (flushed && closed) return status;
+  const int error = !flushed ? flush_error : errno;
+  if (status != 0) return status;  // the first failure is the one reported
+  return fail(kExitEnvironment, fmt::format("cannot write the output to standard output ({})",
+                                            error != 0 ? std::strerror(error) : "an I/O error"));
 }
 
 // One line: the first line of a message (NVRTC logs and dumps follow on later lines for
@@ -51,6 +83,7 @@ std::string first_line(std::string_view text) {
 
 int main(int argc, char** argv) {
   CLI::App app{"attnc: the attnjit compiler driver"};
+  app.footer(kExitStatusHelp);
   app.require_subcommand(1);
   attnc::add_emit(app);
   attnc::add_compile(app);
@@ -59,22 +92,34 @@ int main(int argc, char** argv) {
   attnc::add_bench(app);
   attnc::add_mask_build(app);
   attnc::add_mask(app);
+  int status = 0;
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {
-    return app.exit(help);
+    status = app.exit(help);
   } catch (const CLI::CallForAllHelp& help) {
-    return app.exit(help);
+    status = app.exit(help);
   } catch (const CLI::ParseError& error) {
-    return fail(2, first_line(error.what()));
+    status = fail(kExitBadInput, first_line(error.what()));
   } catch (const attnjit::Error& error) {
-    return fail(2, first_line(error.what()));
+    status = fail(kExitBadInput, first_line(error.what()));
   } catch (const attnjit::DeviceError& error) {
-    return fail(1, error.what());
+    status = fail(kExitEnvironment, error.what());
+  } catch (const attnc::EnvironmentFailure& error) {
+    status = fail(kExitEnvironment, error.what());
+  } catch (const attnc::CheckFailure& error) {
+    status = fail(kExitFailure, error.what());
   } catch (const attnjit::InternalError& error) {
-    return fail(3, error.what());
+    status = fail(kExitInternal, error.what());
+  } catch (const std::system_error& error) {
+    // fmt::print throws this when standard output fails while it is written (a full disk).
+    status = std::ferror(stdout) != 0
+                 ? fail(kExitEnvironment, fmt::format("cannot write the output to standard "
+                                                      "output ({})",
+                                                      error.code().message()))
+                 : fail(kExitEnvironment, error.what());
   } catch (const std::exception& error) {
-    return fail(1, error.what());
+    status = fail(kExitFailure, error.what());
   }
-  return 0;
+  return finish_stdout(status);
 }

@@ -88,17 +88,11 @@ std::int64_t tile_count(int seqlen, int block) {
   return (static_cast<std::int64_t>(seqlen) + block - 1) / block;
 }
 
-/// Throws Error for a problem beyond the limits above, before anything is built. `operators`:
-/// the size of the predicate the predicate form evaluates per element, else 0.
+/// Throws Error for a problem beyond the limits above, before anything is built (the options'
+/// own ranges are checked as they are parsed). `operators`: the size of the predicate the
+/// predicate form evaluates per element, else 0.
 void check_limits(int batch, int seqlen_q, int seqlen_k, int block_m, int block_n,
                   std::int64_t operators) {
-  if (batch < 1 || batch > kMaxBatch) {
-    attnjit::throw_field_error("--batch", fmt::to_string(batch), fmt::format("1 to {}", kMaxBatch));
-  }
-  if (seqlen_q < 1) attnjit::throw_field_error("--seqlen-q", fmt::to_string(seqlen_q), ">= 1");
-  if (seqlen_k < 1) attnjit::throw_field_error("--seqlen-k", fmt::to_string(seqlen_k), ">= 1");
-  if (block_m < 1) attnjit::throw_field_error("--block-m", fmt::to_string(block_m), ">= 1");
-  if (block_n < 1) attnjit::throw_field_error("--block-n", fmt::to_string(block_n), ">= 1");
   // No overflow: batch <= 2^16, each length < 2^31, operators < 2^31.
   const __int128 elements = static_cast<__int128>(batch) * seqlen_q * seqlen_k;
   if (elements > kMaxElements) {
@@ -312,7 +306,16 @@ struct MaskOptions {
 void run_mask(const MaskOptions& o) {
   const attnjit::dsl::MaskProgram program = attnjit::dsl::compile_mask(o.expr);
   std::vector<attnjit::PredicateTensor> tensors;
-  for (const std::string& text : o.tensors) tensors.push_back(parse_tensor(text));
+  for (std::size_t i = 0; i < o.tensors.size(); ++i) {
+    tensors.push_back(parse_tensor(o.tensors[i]));
+    for (std::size_t j = 0; j < i; ++j) {
+      if (tensors[j].name == tensors[i].name) {
+        attnjit::throw_field_error(
+            "--tensor", fmt::format("{}' and '{}", o.tensors[j], o.tensors[i]),
+            fmt::format("one --tensor per name ({} is given twice)", tensors[i].name));
+      }
+    }
+  }
   const int seqlen_k = o.seqlen_k.value_or(o.seqlen_q);
   const bool predicate_form = program.spec.kind == attnjit::MaskKind::predicate;
   check_limits(o.batch, o.seqlen_q, seqlen_k, o.block_m, o.block_n,
@@ -337,15 +340,20 @@ void add_mask(CLI::App& app) {
   cmd->add_option("--expr", o.expr,
                   "Mask expression, e.g. \"q >= k && doc[q] == doc[k]\" or \"document([4,3,3])\"")
       ->required();
-  cmd->add_option("--seqlen-q", o.seqlen_q, "Queries per sample")->required();
-  cmd->add_option("--seqlen-k", o.seqlen_k, "Keys per sample (default: --seqlen-q)");
-  cmd->add_option("--batch", o.batch, "Samples (default 1)");
+  cmd->add_option("--seqlen-q", o.seqlen_q, "Queries per sample")
+      ->required()
+      ->check(integer_in(1, INT32_MAX));
+  cmd->add_option("--seqlen-k", o.seqlen_k, "Keys per sample (default: --seqlen-q)")
+      ->check(integer_in(1, INT32_MAX));
+  cmd->add_option("--batch", o.batch, "Samples (default 1)")->check(integer_in(1, kMaxBatch));
   cmd->add_option("--tensor", o.tensors,
                   "A tensor the mask reads: NAME=v0,v1,... (rows separated by ';'); repeatable");
   cmd->add_option("--format", o.format, "Output: json, text or svg (default json)")
       ->check(CLI::IsMember({"json", "text", "svg"}));
-  cmd->add_option("--block-m", o.block_m, "Tile rows of the block table (default 128)");
-  cmd->add_option("--block-n", o.block_n, "Tile columns of the block table (default 128)");
+  cmd->add_option("--block-m", o.block_m, "Tile rows of the block table (default 128)")
+      ->check(integer_in(1, INT32_MAX));
+  cmd->add_option("--block-n", o.block_n, "Tile columns of the block table (default 128)")
+      ->check(integer_in(1, INT32_MAX));
   cmd->callback([] { run_mask(o); });
 }
 

@@ -270,8 +270,6 @@ void mask_build(const MaskBuildOptions& o) {
     attnjit::throw_field_error("--mask-heads", std::to_string(o.mask_heads),
                                fmt::format("1 (only {} several mask heads)", per_head_families()));
   }
-  if (o.repeat < 1) attnjit::throw_field_error("--repeat", std::to_string(o.repeat), ">= 1");
-  if (o.warmup < 0) attnjit::throw_field_error("--warmup", std::to_string(o.warmup), ">= 0");
   std::mt19937_64 rng(o.seed);
   std::vector<std::vector<int>> rows;
   if (!o.offsets.empty()) {
@@ -367,24 +365,31 @@ void add_mask_build(CLI::App& app) {
   static MaskBuildOptions o;
   cmd->add_option("--family", o.family, "sliding_window, causal_document, document, ...")
       ->required();
-  cmd->add_option("--batch", o.batch, "Batch rows")->check(CLI::Range(1, 65535));
+  cmd->add_option("--batch", o.batch, "Batch rows")->check(integer_in(1, 65535));
   cmd->add_option("--seqlen", o.seqlen, "Tokens per sample (N)")
       ->required()
-      ->check(CLI::Range(1, 1 << 30));
+      ->check(integer_in(1, 1 << 30));
   cmd->add_option("--docs", o.docs, "Random documents per row: MIN:MAX (default 3:7)");
   cmd->add_option("--offsets", o.offsets, "Given offsets rows instead, e.g. 0,4,7,10;0,5,10");
-  cmd->add_option("--window", o.window, "sliding_window: keys per row");
-  cmd->add_option("--global", o.global_tokens, "global_sliding_window: global tokens");
-  cmd->add_option("--left", o.window_left, "global_sliding_window: keys left of the diagonal");
-  cmd->add_option("--right", o.window_right, "global_sliding_window: keys right of the diagonal");
+  cmd->add_option("--window", o.window, "sliding_window: keys per row")
+      ->check(integer_in(INT32_MIN, INT32_MAX));
+  cmd->add_option("--global", o.global_tokens, "global_sliding_window: global tokens")
+      ->check(integer_in(INT32_MIN, INT32_MAX));
+  cmd->add_option("--left", o.window_left, "global_sliding_window: keys left of the diagonal")
+      ->check(integer_in(INT32_MIN, INT32_MAX));
+  cmd->add_option("--right", o.window_right, "global_sliding_window: keys right of the diagonal")
+      ->check(integer_in(INT32_MIN, INT32_MAX));
   cmd->add_option("--mask-heads", o.mask_heads, "random_eviction: mask heads")
-      ->check(CLI::Range(1, 65535));
-  cmd->add_option("--seed", o.seed, "Seed of the random parameters (and of random_eviction)");
+      ->check(integer_in(1, 65535));
+  cmd->add_option("--seed", o.seed, "Seed of the random parameters (and of random_eviction)")
+      ->check(unsigned_64());
   cmd->add_flag("--validate", o.validate, "Check the device parameters too");
   cmd->add_flag("--print", o.print, "Print the vectors");
   cmd->add_flag("--time", o.time, "Time building, the min/max tables and both (CUDA events)");
-  cmd->add_option("--warmup", o.warmup, "Untimed runs first (default 5)");
-  cmd->add_option("--repeat", o.repeat, "Timed runs; the median is reported (default 50)");
+  cmd->add_option("--warmup", o.warmup, "Untimed runs first (default 5)")
+      ->check(integer_in(0, INT32_MAX));
+  cmd->add_option("--repeat", o.repeat, "Timed runs; the median is reported (default 50)")
+      ->check(integer_in(1, INT32_MAX));
   cmd->add_flag("--json", o.json, "Print one JSON object");
   cmd->callback([] { mask_build(o); });
 }

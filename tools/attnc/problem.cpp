@@ -10,6 +10,7 @@
 #include "attnjit/error.hpp"
 #include "dsl/builders.hpp"
 #include "runtime/jit/half.hpp"
+#include "tools/attnc/commands.hpp"
 
 namespace attnc {
 namespace {
@@ -28,24 +29,26 @@ attnjit::ScalarType element_type(attnjit::DType dtype) {
 }  // namespace
 
 void add_problem_options(CLI::App* cmd, ProblemOptions& o) {
-  cmd->add_option("--batch", o.batch, "Batch size")->required()->check(CLI::Range(1, 65535));
-  cmd->add_option("--heads", o.heads, "Query heads")->required()->check(CLI::Range(1, 65535));
+  cmd->add_option("--batch", o.batch, "Batch size")->required()->check(integer_in(1, 65535));
+  cmd->add_option("--heads", o.heads, "Query heads")->required()->check(integer_in(1, 65535));
   cmd->add_option("--kv-heads", o.kv_heads, "Key/value heads (default: --heads)")
-      ->check(CLI::Range(1, 65535));
+      ->check(integer_in(1, 65535));
   cmd->add_option("--mask-heads", o.mask_heads, "FlashMask heads: 1 or the kv heads")
-      ->check(CLI::Range(1, 65535));
+      ->check(integer_in(1, 65535));
   cmd->add_option("--seqlen-q", o.seqlen_q, "Query length")
       ->required()
-      ->check(CLI::Range(1, 1 << 24));
+      ->check(integer_in(1, 1 << 24));
   cmd->add_option("--seqlen-k", o.seqlen_k, "Key length (default: --seqlen-q)")
-      ->check(CLI::Range(1, 1 << 24));
+      ->check(integer_in(1, 1 << 24));
   cmd->add_option("--window-left", o.window_left,
-                  "sliding_window: keys left of the diagonal (-1: unbounded)");
+                  "sliding_window: keys left of the diagonal (-1: unbounded)")
+      ->check(integer_in(-1, INT32_MAX));
   cmd->add_option("--window-right", o.window_right,
-                  "sliding_window: keys right of the diagonal (-1: unbounded)");
+                  "sliding_window: keys right of the diagonal (-1: unbounded)")
+      ->check(integer_in(-1, INT32_MAX));
   cmd->add_option("--mask-data", o.mask_data, "FlashMask vectors: documents (per family) or random")
       ->check(CLI::IsMember({"documents", "random"}));
-  cmd->add_option("--seed", o.seed, "Random seed");
+  cmd->add_option("--seed", o.seed, "Random seed")->check(unsigned_64());
 }
 
 void resolve_problem(ProblemOptions& o) {

@@ -97,8 +97,6 @@ std::vector<float> alibi_slopes(int heads) {
 
 void run(RunOptions o) {
   attnjit::AttentionSpec spec = spec_with_arch(o.spec_text, o.arch);
-  if (o.repeat < 1) attnjit::throw_field_error("--repeat", std::to_string(o.repeat), ">= 1");
-  if (o.warmup < 0) attnjit::throw_field_error("--warmup", std::to_string(o.warmup), ">= 0");
   // Shape errors are the user's, whether or not a device is there to launch on.
   ProblemOptions& p = o.problem;
   resolve_problem(p);
@@ -250,7 +248,7 @@ void run(RunOptions o) {
     }
   }
   if (check && !check->passed)
-    throw attnjit::DeviceError("attnc run --check: the output does not match the reference");
+    throw CheckFailure("attnc run --check: the output does not match the reference");
 }
 
 }  // namespace
@@ -262,7 +260,8 @@ void add_run(CLI::App& app) {
   cmd->add_option("--arch", o.arch, "Target (default: the spec's, else the device's)");
   add_problem_options(cmd, o.problem);
   cmd->add_option("--softcap", o.softcap,
-                  "Soft-cap scores at X (s <- X tanh(s / X)); sets softcap=true in the spec");
+                  "Soft-cap scores at X (s <- X tanh(s / X)); sets softcap=true in the spec")
+      ->check(finite_number());
   cmd->add_flag("--alibi", o.alibi,
                 "ALiBi with the slopes 2^(-8 i / H), i = 1 .. H; sets alibi=true in the spec");
   cmd->add_option("--predicate", o.predicate,
@@ -270,8 +269,9 @@ void add_run(CLI::App& app) {
                   "become runtime scalars");
   cmd->add_option("--tensor", o.tensors,
                   "A tensor of --predicate: NAME=v0,v1,..., NAME=iota or NAME=doc:LEN1,LEN2,...");
-  cmd->add_option("--warmup", o.warmup, "Untimed launches first");
-  cmd->add_option("--repeat", o.repeat, "Timed launches (the median is reported)");
+  cmd->add_option("--warmup", o.warmup, "Untimed launches first")->check(integer_in(0, INT32_MAX));
+  cmd->add_option("--repeat", o.repeat, "Timed launches (the median is reported)")
+      ->check(integer_in(1, INT32_MAX));
   cmd->add_flag("--check", o.check, "Compare with attnjit's fp32 reference kernel");
   cmd->add_flag("--json", o.json, "Print one JSON object");
   cmd->callback([] { run(o); });

@@ -77,9 +77,15 @@ HostPredicate parse_host_predicate(const std::string& expression,
   }
   out.lifted = attnjit::lift_literals(parsed, out.bindings.scalars);
   const attnjit::PredicateInfo used = attnjit::info(out.lifted);
-  for (const std::string& option : tensors) {
-    out.bindings.tensors.push_back(parse_tensor(option, length));
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    out.bindings.tensors.push_back(parse_tensor(tensors[i], length));
     const std::string& name = out.bindings.tensors.back().name;
+    for (std::size_t j = 0; j < i; ++j) {
+      if (out.bindings.tensors[j].name == name) {
+        attnjit::throw_field_error("--tensor", fmt::format("{}' and '{}", tensors[j], tensors[i]),
+                                   fmt::format("one --tensor per name ({} is given twice)", name));
+      }
+    }
     if (std::find(used.tensors.begin(), used.tensors.end(), name) == used.tensors.end()) {
       attnjit::throw_field_error(
           "--tensor", name,

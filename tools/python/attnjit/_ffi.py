@@ -28,7 +28,8 @@ class AttnjitError(ValueError):
 
 
 class DeviceError(RuntimeError):
-    """No CUDA driver or device, a Driver API call failed, or NVRTC rejected generated code."""
+    """No CUDA driver or device, a Driver API call failed, NVRTC rejected generated code, or
+    the disk cache's files cannot be listed or removed."""
 
 
 class InternalError(RuntimeError):
@@ -171,13 +172,19 @@ INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
 
 def text_argument(name, value):
     """The bytes of a str for a char* parameter. AttnjitError for a NUL character, where C
-    would stop reading and see a shorter text."""
+    would stop reading and see a shorter text, and for a character UTF-8 cannot encode (a lone
+    surrogate)."""
     if not isinstance(value, str):
         raise TypeError(f"{name}: expected a str, got {type(value).__name__}")
     if "\0" in value:
         raise AttnjitError(f"{name}: got a NUL character at index {value.index(chr(0))}; "
                            "accepted: text without NUL characters")
-    return value.encode()
+    try:
+        return value.encode()
+    except UnicodeEncodeError as error:
+        raise AttnjitError(
+            f"{name}: got the lone surrogate U+{ord(value[error.start]):04X} at index "
+            f"{error.start}; accepted: text UTF-8 can encode") from None
 
 
 def int_argument(name, value, minimum=INT_MIN, maximum=INT_MAX):

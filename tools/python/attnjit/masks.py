@@ -62,8 +62,16 @@ def mask_family(family):
 
 
 def mask_text(causal, columns):
-    """The spec's mask structure, e.g. "flashmask(causal=true,columns=1)"."""
-    return f"flashmask(causal={str(bool(causal)).lower()},columns={columns})"
+    """The spec's mask structure, e.g. "flashmask(causal=true,columns=1)". AttnjitError (a
+    ValueError) for a layout no spec takes: causal masks have 1 or 2 columns, others 2 or 4."""
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
+    accepted = (1, 2) if causal else (2, 4)
+    if isinstance(columns, bool) or not isinstance(columns, int) or columns not in accepted:
+        raise _ffi.AttnjitError(
+            f"columns: got {columns!r}; accepted: {accepted[0]} or {accepted[1]} for "
+            f"causal={causal} (a causal mask has 1 or 2 columns, a non-causal one 2 or 4)")
+    return f"flashmask(causal={str(causal).lower()},columns={columns})"
 
 
 def build_mask(family, seqlen, *, batch=None, heads=1, offsets=None, prefix=None, prefixes=None,

@@ -1,7 +1,7 @@
 """Arguments that C cannot hold as Python gives them: text with NUL characters (C would stop
-reading at the NUL) and ints outside the C int range (ctypes would wrap them) are refused
-with AttnjitError, before the library sees them; and the disk cache switch. Needs neither
-PyTorch nor a GPU.
+reading at the NUL) or lone surrogates (no UTF-8 form), and ints outside the C int range
+(ctypes would wrap them) are refused with AttnjitError, before the library sees them; mask
+layouts no spec takes; and the disk cache switch. Needs neither PyTorch nor a GPU.
 """
 
 import os
@@ -72,6 +72,43 @@ class IntRangeTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             _ffi.int_argument("x", 1.0)
         self.assertEqual(_ffi.text_argument("x", "é"), "é".encode())
+
+
+class SurrogateTest(unittest.TestCase):
+    """A lone surrogate (what os.fsdecode makes of undecodable bytes) has no UTF-8 form."""
+
+    def test_spec_text(self):
+        with self.assertRaisesRegex(attnjit.AttnjitError,
+                                    r"^spec: got the lone surrogate U\+DC80 at index 28; "
+                                    r"accepted: text UTF-8 can encode$"):
+            attnjit.compile("dtype=bf16 head_dim=64 mask=\udc80")
+
+    def test_other_texts(self):
+        with self.assertRaisesRegex(attnjit.AttnjitError, r"^expression: got the lone surrogate"):
+            attnjit.predicate("q >= k && doc\ud800[q] == 1")
+        with self.assertRaisesRegex(attnjit.AttnjitError, r"^family: got the lone surrogate"):
+            attnjit.mask_family("causal\udfff")
+        self.assertIsInstance(attnjit.AttnjitError("x"), ValueError)
+
+
+class MaskTextTest(unittest.TestCase):
+    def test_layouts_of_a_spec(self):
+        self.assertEqual(masks.mask_text(True, 1), "flashmask(causal=true,columns=1)")
+        self.assertEqual(masks.mask_text(True, 2), "flashmask(causal=true,columns=2)")
+        self.assertEqual(masks.mask_text(False, 2), "flashmask(causal=false,columns=2)")
+        self.assertEqual(masks.mask_text(False, 4), "flashmask(causal=false,columns=4)")
+
+    def test_refused(self):
+        for causal, columns in ((True, 3), (True, 4), (False, 1), (False, 0), (True, -1),
+                                (True, 2.0), (False, True)):
+            with self.subTest(causal=causal, columns=columns):
+                with self.assertRaisesRegex(attnjit.AttnjitError, r"^columns: got .*; accepted: "):
+                    masks.mask_text(causal, columns)
+        with self.assertRaisesRegex(attnjit.AttnjitError,
+                                    r"^columns: got 3; accepted: 1 or 2 for causal=True"):
+            masks.mask_text(True, 3)
+        with self.assertRaisesRegex(TypeError, r"^causal: expected a bool, got int"):
+            masks.mask_text(1, 2)
 
 
 class MessageTest(unittest.TestCase):

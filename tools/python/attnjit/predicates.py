@@ -29,7 +29,7 @@ PredicateMask('document([4,3,3]) | sliding_window(2)',
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 import json
 
@@ -44,7 +44,14 @@ class PredicateMask:
     """A mask given as text: an element predicate (its lifted structure -- the spec's mask --,
     the literals' values and the tensors bound to its names), or a mask of the mask language
     that build() turns into a FlashMask or an element predicate for one problem size. Build one
-    with attnjit.predicate()."""
+    with attnjit.predicate().
+
+    expression: the text; language: whether it is a mask of the language (families, & or |)
+    rather than one element predicate; form: "predicate" for an element predicate, else the
+    language's form of the text ("none", "causal", "intervals" or "predicate"); mask_text: the
+    spec's mask; structure: an element predicate's lifted text (None for the language); scalars:
+    the literals' values; names: the tensors it reads; tensors: name -> the tensor bound to it.
+    """
 
     def __init__(self, expression: str, tensors: Optional[Mapping[str, Any]],
                  _lifted: Optional[tuple] = None):

@@ -12,7 +12,7 @@ marked GPU below use q, k and v such as these:
 >>> v = torch.randn(2, 1024, 2, 128, device="cuda", dtype=torch.bfloat16)  # doctest: +GPU
 >>> o = attnjit.forward(q, k, v, mask="causal")                            # doctest: +GPU
 >>> o = attnjit.attention(q, k, v, mask="causal")  # differentiable        # doctest: +GPU
->>> mask = attnjit.flashmask("document", seqlen=1024, doc_lengths=[512, 512])
+>>> mask = attnjit.flashmask("document", seqlen=1024, batch=2, doc_lengths=[512, 512])
 >>> o = attnjit.attention(q, k, v, mask=mask)  # a FlashMask family        # doctest: +GPU
 >>> o = attnjit.attention(q, k, v, mask=attnjit.predicate("q >= k && q - k < 256"))  # doctest: +GPU
 

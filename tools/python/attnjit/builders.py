@@ -5,7 +5,8 @@
 ...                          doc_lengths=[[4, 4], [1, 7]])   # one list per sample
 >>> mask
 FlashMask('causal_document', seqlen=8, batch=2, heads=1, mask='flashmask(causal=true,columns=1)')
->>> o = attnjit.attention(q, k, v, mask=mask)   # doctest: +GPU
+>>> q8, k8, v8 = (t[:, :8] for t in (q, k, v))  # 8 tokens       # doctest: +GPU
+>>> o = attnjit.attention(q8, k8, v8, mask=mask)                # doctest: +GPU
 
 FAMILIES maps every family of libattnjit's family table to its parameters (README "Mask
 semantics"; N = seqlen), e.g.

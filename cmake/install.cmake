@@ -1,5 +1,8 @@
 # `cmake --install <build> --prefix P` installs what a C++ or C project builds against:
-#   include/attnjit/            the public headers (C++ API and the C ABI attnjit.h)
+#   include/attnjit/            the public headers: the C++ API (jit.hpp, spec.hpp, tensor.hpp,
+#                               masks.hpp: the mask language, mask_builder.hpp, error.hpp) and
+#                               the C ABI attnjit.h; the in-tree dsl/ and compiler/ headers
+#                               behind them are not installed
 #   lib/libattnjit.so           the C ABI (attnjit::shared); lib/libattnjit_*.a, the static
 #                               libraries behind attnjit::attnjit (the C++ API)
 #   bin/attnc                   the command-line driver

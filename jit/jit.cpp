@@ -1,6 +1,7 @@
 // jit::compile, the orchestrator above the engine: resolve the target, derive the cache key
 // from the canonical spec, and get the kernel set from memory, from disk, or by lowering
-// (compiler/), generating and NVRTC-compiling it (runtime/).
+// (compiler/), generating and NVRTC-compiling it (runtime/); the Kernel keeps the values of the
+// spec's predicate literals, which the canonical spec leaves out.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -110,10 +111,17 @@ Kernel compile_set(SetKind kind, const AttentionSpec& spec, bool use_disk_cache)
                                         canonical.target);
     return std::shared_ptr<const KernelSet>(std::move(set));
   });
+  const std::size_t slots = static_cast<std::size_t>(result.value->predicate.scalar_count);
+  if (!spec.mask.scalars.empty() && spec.mask.scalars.size() != slots) {
+    throw_field_error("mask.scalars", fmt::format("{} values", spec.mask.scalars.size()),
+                      fmt::format("none, or one per scalar slot of mask={} ({})",
+                                  to_string(canonical.mask), slots));
+  }
   Kernel kernel;
   kernel.set_ = result.value;
   kernel.info_ = runtime::compile_info(
       result.value->entry, result.built ? level : CacheLevel::memory, elapsed_ms(start));
+  kernel.predicate_scalars_ = spec.mask.scalars;
   return kernel;
 }
 
@@ -125,6 +133,15 @@ Kernel compile(const AttentionSpec& spec, const CompileOptions& options) {
 
 Kernel compile_reference(const AttentionSpec& spec) {
   return detail::compile_set(detail::SetKind::reference, spec, true);
+}
+
+bool device_available() {
+  try {
+    current_device_arch();
+    return true;
+  } catch (const DeviceError&) {
+    return false;
+  }
 }
 
 CacheStats cache_stats() {

@@ -8,8 +8,11 @@ A fenced block is tested when its info string holds the word `docs-test`:
     ```python docs-test          run with python3, the attnjit package taken from the build
     ```cpp docs-test file=F      written to F in one project folder per document; when that
     ```cmake docs-test file=CMakeLists.txt   folder has a CMakeLists.txt, the build tree is
-                                 installed into a scratch prefix and the project is configured
-                                 against it (find_package(attnjit)) and built (not run)
+                                 installed into a scratch prefix, the project is configured
+                                 against it (find_package(attnjit)) and built, and each program
+                                 its add_executable() names is run: it must exit 0 (without a
+                                 GPU, the examples compile their kernels for an explicit target
+                                 and stop before launching)
 
 Blocks run in a scratch folder that mirrors the repository (every top-level entry linked), with
 `build` pointing at the build tree, so commands written as `build/tools/attnc ...` run as
@@ -31,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 MARK = "docs-test"
 TIMEOUT_S = 600
 FENCE = re.compile(r"^(```+|~~~+)(.*)$")
+EXECUTABLE = re.compile(r"^\s*add_executable\(\s*([\w.-]+)", re.M)
 LINK = re.compile(r"(?<!!)\[(?:[^\]\\]|\\.)*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
 
@@ -193,6 +197,12 @@ class Runner:
             code, more = run(["cmake", "--build", str(folder / "build"), "-j", "2"],
                              self.tree, self.env)
             output += more
+        programs = EXECUTABLE.findall((folder / "CMakeLists.txt").read_text(encoding="utf-8"))
+        for program in programs if code == 0 else []:
+            code, more = run([str(folder / "build" / program)], self.tree, self.env)
+            output += f"$ {program}\n{more}"
+            if code != 0:
+                break
         return code, output
 
 
@@ -242,7 +252,8 @@ def main():
                 tested += 1
                 where = ", ".join(b.where for b in files)
                 status = "ok" if code == 0 else f"FAILED (exit {code})"
-                print(f"{status:<6} {where} (project: {', '.join(b.options['file'] for b in files)})")
+                print(f"{status:<6} {where} (project: {', '.join(b.options['file'] for b in files)}"
+                      ", built and run)")
                 if code != 0:
                     failures.append(where)
                     print(output)

@@ -4,7 +4,8 @@
 # no C++ standard: attnjit::attnjit must ask for C++20) configured with find_package(attnjit)
 # against that prefix, built and run, and examples/consumer/main.c built with nothing but
 # `pkg-config --cflags --libs attnjit` and run without LD_LIBRARY_PATH. The programs compile
-# kernels for sm_80 (no GPU needed); each must exit 0 and print the compile's report.
+# kernels for sm_80 (no GPU needed); each must exit 0 and print the compile's report, the C++
+# one also the mask it built with the installed mask language (attnjit/masks.hpp).
 #   tools/package_test.sh <attnjit build tree>
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -15,7 +16,8 @@ prefix="$work/prefix"
 export ATTNJIT_CACHE_DIR="$work/cache"
 
 cmake --install "$build" --prefix "$prefix" >/dev/null
-for file in include/attnjit/jit.hpp include/attnjit/attnjit.h lib/libattnjit.so \
+for file in include/attnjit/jit.hpp include/attnjit/masks.hpp include/attnjit/attnjit.h \
+            lib/libattnjit.so \
             lib/libattnjit_runtime.a lib/libattnjit_jit.a bin/attnc \
             lib/cmake/attnjit/attnjitConfig.cmake \
             lib/cmake/attnjit/attnjitConfigVersion.cmake lib/pkgconfig/attnjit.pc; do
@@ -51,6 +53,8 @@ expect() {
   printf '%s\n' "${output:0:300}"
 }
 expect "^  attnjit_[a-z0-9_]+ \\(forward\\): [0-9]+ registers, 0 spill bytes" \
+  "$work/consumer/attnjit_consumer"
+expect "^mask: predicate\\(_doc0\\[q\\]==_doc0\\[k\\]\\|\\|q>=k&&q-k<\\\$0\\), 1 tensor" \
   "$work/consumer/attnjit_consumer"
 c_report="^attnjit $version: \\{.*\"kernels\":\\["
 expect "$c_report" "$work/consumer/attnjit_c_consumer"

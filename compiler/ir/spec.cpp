@@ -1,4 +1,5 @@
-// Canonical printer and parser of AttentionSpec, and the names of the IR's enum values.
+// Canonical printer and parser of AttentionSpec (a predicate mask's literals lifted into runtime
+// scalars), and the names of the IR's enum values.
 #include "attnjit/spec.hpp"
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "attnjit/error.hpp"
+#include "compiler/ir/predicate.hpp"
 
 namespace attnjit {
 namespace {
@@ -111,8 +113,9 @@ MaskSpec parse_flashmask_mask(std::string_view text, std::size_t open) {
   return parse_flashmask_arguments(text.substr(open + 1, text.size() - open - 2));
 }
 
-// mask=predicate(EXPR), EXPR parsed by validate. Spec words are split at spaces, so a
-// predicate with spaces arrives cut: its parentheses do not balance.
+// mask=predicate(EXPR): EXPR parsed, its literals lifted into scalar slots whose values the
+// MaskSpec keeps. Spec words are split at spaces, so a predicate with spaces arrives cut: its
+// parentheses do not balance.
 MaskSpec parse_predicate_mask(std::string_view text, std::size_t open) {
   if (text.back() != ')' ||
       std::count(text.begin(), text.end(), '(') != std::count(text.begin(), text.end(), ')')) {
@@ -120,8 +123,29 @@ MaskSpec parse_predicate_mask(std::string_view text, std::size_t open) {
                       "predicate(EXPR) with EXPR written without spaces (spec words are "
                       "separated by spaces), e.g. mask=predicate(q>=k&&doc[q]==doc[k])");
   }
+  const std::string_view expression = text.substr(open + 1, text.size() - open - 2);
+  const std::string field = fmt::format("mask=predicate({})", quoted_input(expression));
+  Predicate parsed;
+  try {
+    // Canonical text from a spec may hold the mask language's generated tensors (`_doc0`).
+    parsed = parse_predicate(expression, {.allow_reserved_tensor_names = true});
+  } catch (const PredicateParseError& error) {
+    throw Error(fmt::format("{}: {}", field, error.what()));
+  }
+  const PredicateInfo used = info(parsed);
+  if (used.literal_count > 0 && used.scalar_count > 0) {
+    throw_field_error(field, expression,
+                      "numbers (each becomes a runtime scalar) or $N slots (the launch gives "
+                      "their values), not both");
+  }
   MaskSpec mask{MaskKind::predicate};
-  mask.predicate = std::string(text.substr(open + 1, text.size() - open - 2));
+  const Predicate lifted = used.literal_count > 0 ? lift_literals(parsed, mask.scalars) : parsed;
+  if (mask.scalars.size() > static_cast<std::size_t>(kPredicateScalarLimit)) {
+    throw_field_error(
+        field, fmt::format("{} numbers", mask.scalars.size()),
+        fmt::format("at most {} numbers (each becomes a runtime scalar)", kPredicateScalarLimit));
+  }
+  mask.predicate = to_string(lifted);
   return mask;
 }
 
@@ -129,8 +153,24 @@ std::string print_flashmask(const MaskSpec& mask) {
   return fmt::format("flashmask(causal={},columns={})", mask.causal, mask.columns);
 }
 
+// The lifted text with the values of MaskSpec::scalars back in their slots: the text
+// parse_predicate_mask read. A text that does not parse (a MaskSpec built in code; validate
+// names it) is printed as it is.
 std::string print_predicate(const MaskSpec& mask) {
-  return fmt::format("predicate({})", mask.predicate);
+  if (mask.scalars.empty()) return fmt::format("predicate({})", mask.predicate);
+  Predicate predicate;
+  try {
+    predicate = parse_predicate(mask.predicate, {.allow_reserved_tensor_names = true});
+  } catch (const Error&) {
+    return fmt::format("predicate({})", mask.predicate);
+  }
+  for (PredicateNode& node : predicate.nodes) {
+    if (node.op != PredicateOp::scalar) continue;
+    if (static_cast<std::size_t>(node.value) >= mask.scalars.size()) continue;
+    node.op = PredicateOp::literal;
+    node.value = mask.scalars[static_cast<std::size_t>(node.value)];
+  }
+  return fmt::format("predicate({})", to_string(predicate));
 }
 
 // The table of mask kinds, in MaskKind order (ReferenceMask codes of reference.cuh).

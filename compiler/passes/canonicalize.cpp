@@ -10,8 +10,10 @@ Lowering canonicalize(const Lowering& in) {
   // The backward reads the LSE (it never returns one); the forward is deterministic anyway.
   if (out.spec.direction == Direction::backward) out.spec.return_lse = false;
   if (out.spec.direction == Direction::forward) out.spec.deterministic = false;
-  // Redundant parentheses and spaces do not make another kernel (validate parsed it).
+  // Redundant parentheses and spaces do not make another kernel (validate parsed it), nor do
+  // the values of lifted literals: they are launch arguments.
   if (out.predicate) out.spec.mask.predicate = to_string(*out.predicate);
+  out.spec.mask.scalars.clear();
   return out;
 }
 

@@ -13,8 +13,9 @@ Lowering validate(const Lowering& in);
 
 /// Puts the spec in its one canonical form: head_dim_v = 0 means "same as head_dim_qk";
 /// return_lse is false for the backward (it reads the LSE) and deterministic is false for
-/// the forward (always deterministic); a predicate is in its canonical text. Two specs that
-/// generate the same code print the same.
+/// the forward (always deterministic); a predicate is in its canonical text, without the values
+/// of its lifted literals (MaskSpec::scalars: launch arguments). Two specs that generate the
+/// same code print the same.
 Lowering canonicalize(const Lowering& in);
 
 /// Decides how kernels apply the mask: causal and sliding window by index arithmetic,

@@ -193,11 +193,18 @@ ATTNJIT_API int attnjit_predicate_lift(const char* expression, char* buffer, siz
 /** Writes a NUL-terminated JSON object describing the compile call that produced `kernel`:
  * {"key", "spec", "cache": "memory"|"disk"|"miss", "compile_ms", "kernels": [{"name", "role",
  * "registers", "spill_bytes", "stack_bytes", "static_smem_bytes", "dynamic_smem_bytes",
- * "threads"}]}. Returns 0 when it fit into `size` bytes. When it did not (or `buffer` is
- * NULL), writes nothing and returns the size to allocate: the text's bytes plus the NUL, and
- * never less than 4, so that a size cannot be mistaken for an error code. Returns an error
- * code (1 to 3) on failure. */
+ * "threads"}], "predicate_scalars": the values of the predicate literals the spec text held,
+ * which a launch without scalars of its own passes ([] when none)}. Returns 0 when it fit into
+ * `size` bytes. When it did not (or `buffer` is NULL), writes nothing and returns the size to
+ * allocate: the text's bytes plus the NUL, and never less than 4, so that a size cannot be
+ * mistaken for an error code. Returns an error code (1 to 3) on failure. */
 ATTNJIT_API int attnjit_kernel_info(const attnjit_kernel* kernel, char* buffer, size_t size);
+
+/** Writes the PTX of kernel `index` of `kernel` (0 <= index < the number of "kernels" of
+ * attnjit_kernel_info, in the same order), NUL-terminated. Same size protocol as
+ * attnjit_kernel_info; an index out of range is a user error naming the count. */
+ATTNJIT_API int attnjit_kernel_ptx(const attnjit_kernel* kernel, int index, char* buffer,
+                                   size_t size);
 
 /** Clears the memory cache when `memory` is nonzero and the disk cache when `disk` is
  * nonzero (its complete entries, and the lock and temp files of keys no process is writing;
@@ -433,6 +440,63 @@ ATTNJIT_API int attnjit_intervals_visible_pairs(const attnjit_intervals* interva
 
 /** Releases a handle of the attnjit_intervals_* functions. NULL is ignored. */
 ATTNJIT_API void attnjit_intervals_release(attnjit_intervals* intervals);
+
+/* ---- The mask language, built on the host ----
+ *
+ * One line that combines the mask families (document([4,3,3])), element predicates
+ * (q >= k && doc[q] == doc[k]) and their intersections & and unions | (docs/masks.md; what
+ * `attnc mask` reads), compiled to the spec's mask and built for one problem size into the
+ * data its launches take: FlashMask vectors, or a predicate's scalars and int32 tensors. */
+
+/** An int32 tensor on the host that a mask expression reads by name, [rows, length] row-major:
+ * a predicate's tensor or a family's list parameter (one zero-padded sample per row); rows 1
+ * (every sample) or the batch size. */
+typedef struct attnjit_host_tensor {
+  const char* name;
+  const int32_t* values; /**< rows * length values; NULL only when that is 0 */
+  int rows;
+  int length;
+} attnjit_host_tensor;
+
+/** A mask expression built for one problem size (immutable). */
+typedef struct attnjit_host_mask attnjit_host_mask;
+
+/** Parses and compiles a mask expression without building it: writes the NUL-terminated JSON
+ * object {"form": "none"|"causal"|"intervals"|"predicate" (decided from the text alone),
+ * "mask": the spec's mask (a predicate lifted: its literals are $N slots), "scalars": the
+ * literals' values, "tensors": the names of the tensors the text reads, in order, "element":
+ * whether the text is one element predicate (no family, no & or |)}. Same size protocol as
+ * attnjit_kernel_info; bad text is a user error naming the line and column. */
+ATTNJIT_API int attnjit_mask_parse(const char* expression, char* buffer, size_t size);
+
+/** Compiles `expression` and builds its data for `batch` samples (1 to 65535) of `seqlen_q`
+ * queries and `seqlen_k` keys (>= 1 each, batch times either at most 2^31 - 1) from the
+ * `tensor_count` (0 to 1024) named host tensors at `tensors` (NULL only with 0), as
+ * attnjit::build_host_mask does. Stores a new handle in `*out` (NULL on failure); release it
+ * with attnjit_host_mask_release. */
+ATTNJIT_API int attnjit_host_mask_build(const char* expression, int batch, int seqlen_q,
+                                        int seqlen_k, const attnjit_host_tensor* tensors,
+                                        int tensor_count, attnjit_host_mask** out);
+
+/** Writes the NUL-terminated JSON object {"form", "mask", "scalars" (as attnjit_mask_parse),
+ * "predicate": the lifted predicate text of the predicate form ("" otherwise), "batch",
+ * "seqlen_q", "seqlen_k", "tensors": [{"name", "rows", "length"}] (the predicate form's
+ * tensors, generated ones such as "_doc0" included, in the order attnjit_host_mask_tensor
+ * numbers them)}. Same size protocol as attnjit_kernel_info. */
+ATTNJIT_API int attnjit_host_mask_info(const attnjit_host_mask* mask, char* buffer, size_t size);
+
+/** The FlashMask vectors of a mask of the "intervals" form as a new attnjit_intervals handle
+ * (one mask head); a user error for the other forms. */
+ATTNJIT_API int attnjit_host_mask_intervals(const attnjit_host_mask* mask, attnjit_intervals** out);
+
+/** Stores in `*values` the rows * length values of tensor `index` (0 <= index < the number of
+ * "tensors" of attnjit_host_mask_info) of a predicate-form mask, valid until `mask` is
+ * released. */
+ATTNJIT_API int attnjit_host_mask_tensor(const attnjit_host_mask* mask, int index,
+                                         const int32_t** values);
+
+/** Releases a handle of attnjit_host_mask_build. NULL is ignored. */
+ATTNJIT_API void attnjit_host_mask_release(attnjit_host_mask* mask);
 
 #ifdef __cplusplus
 }

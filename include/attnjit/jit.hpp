@@ -85,16 +85,24 @@ class Kernel {
   /// PTX of each kernel, in plan order.
   std::vector<std::string> ptx() const;
 
+  /// The values of the predicate literals that the compiled spec's text held
+  /// (MaskSpec::scalars, e.g. {256} for `mask=predicate(q-k<256)`): the scalars of a forward()
+  /// or backward() whose args.predicate.scalars is empty. Empty when the spec had none.
+  const std::vector<std::int32_t>& predicate_scalars() const { return predicate_scalars_; }
+
  private:
   friend Kernel detail::compile_set(detail::SetKind, const AttentionSpec&, bool);
   friend const detail::KernelSet& detail::set_of(const Kernel&);
   std::shared_ptr<const detail::KernelSet> set_;
   CompileInfo info_;
+  std::vector<std::int32_t> predicate_scalars_;
 };
 
 /// Lowers, generates, compiles (or finds in the cache) and returns the kernels of `spec`.
 /// A spec whose target is auto_detect is compiled for the current device (and throws
-/// DeviceError when there is none). Throws Error for an invalid spec.
+/// DeviceError when there is none: see device_available). Throws Error for an invalid spec.
+/// Specs that differ only in the values of predicate literals (MaskSpec::scalars) share one
+/// compiled kernel set; each Kernel keeps its own values (Kernel::predicate_scalars).
 Kernel compile(const AttentionSpec& spec, const CompileOptions& options = {});
 
 /// A plain fp32 attention (one CTA per query row, the mask evaluated element by element)
@@ -106,6 +114,12 @@ Kernel compile_reference(const AttentionSpec& spec);
 /// The arch of the current CUDA device (what target=auto resolves to). Throws DeviceError
 /// when there is no driver or device, or the device is not supported.
 Arch current_device_arch();
+
+/// Whether target=auto can compile here and kernels can run: a CUDA driver and a supported
+/// current device (current_device_arch() succeeds). False where it would throw DeviceError;
+/// a bad ATTNJIT_DEVICE value still throws Error. A program that should also work on a machine
+/// without a GPU compiles for an explicit target when this is false, and launches nothing.
+bool device_available();
 
 /// Counters of the kernel caches since the process started.
 struct CacheStats {

@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace attnjit {
 
@@ -37,6 +38,11 @@ struct MaskSpec {
   /// predicate only: the canonical text of the lifted predicate (literals are runtime scalars
   /// `$N`), e.g. `q>=k&&doc[q]==doc[k]` or `q-k<$0`; empty for every other kind.
   std::string predicate;
+  /// predicate only: the values of the literals parse_spec lifted out of the written text
+  /// (`q-k<256` gives `q-k<$0` and {256}), slot $i's at index i; empty when the text had none.
+  /// Launch values, not structure: canonicalize drops them (specs that differ only in them share
+  /// one kernel), and a launch without scalars of its own takes these (jit::Kernel).
+  std::vector<std::int32_t> scalars;
 
   bool operator==(const MaskSpec&) const = default;
 };
@@ -110,17 +116,21 @@ struct AttentionSpec {
 /// Canonical text form, e.g.
 /// `dtype=bf16 head_dim_qk=128 head_dim_v=128 mask=causal softcap=false alibi=false
 /// return_lse=false direction=forward deterministic=false target=auto tiles=auto`.
+/// A predicate's MaskSpec::scalars are printed in place of their slots (`q-k<256`), so
 /// parse_spec(to_string(s)) == s for every spec (a predicate in canonical text, which has no
-/// spaces: canonicalize puts it so).
+/// spaces: parse_spec and canonicalize put it so).
 std::string to_string(const AttentionSpec& spec);
 std::string to_string(const MaskSpec& mask);
 std::string to_string(const TileShape& tiles);
 
 /// Parses `key=value` words separated by spaces (so a predicate mask is written without spaces:
-/// `mask=predicate(q-k<$0)`). Accepted keys: dtype, head_dim (sets both head dims),
+/// `mask=predicate(q>=k&&(q-k)<256)`). Accepted keys: dtype, head_dim (sets both head dims),
 /// head_dim_qk, head_dim_v, mask, softcap, alibi, return_lse, direction, deterministic, target,
-/// tiles. Throws Error naming the key, the value and what is accepted. Does not check value
-/// ranges (validate does: a predicate is parsed there).
+/// tiles. A predicate is parsed and stored as its canonical text with its literals lifted into
+/// runtime scalar slots (MaskSpec::scalars holds their values; at most 16); it is written either
+/// with numbers or with `$N` slots whose values the launch gives, not both. Throws Error naming
+/// the key, the value and what is accepted (for a predicate, the line and column in it). Does
+/// not check value ranges (validate does).
 AttentionSpec parse_spec(std::string_view text);
 
 std::string_view name_of(DType dtype);

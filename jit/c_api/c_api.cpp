@@ -36,7 +36,8 @@ int device_of(const attnjit_tensor* q) {
   return attnjit::runtime::device_of_pointer(q != nullptr ? q->data : nullptr);
 }
 
-std::string info_json(const attnjit::jit::CompileInfo& info) {
+std::string info_json(const attnjit::jit::Kernel& kernel) {
+  const attnjit::jit::CompileInfo& info = kernel.info();
   nlohmann::ordered_json kernels = nlohmann::ordered_json::array();
   for (const attnjit::jit::KernelReport& report : info.kernels) {
     kernels.push_back({{"name", report.name},
@@ -52,7 +53,8 @@ std::string info_json(const attnjit::jit::CompileInfo& info) {
                                          {"spec", info.spec_text},
                                          {"cache", std::string(attnjit::jit::name_of(info.cache))},
                                          {"compile_ms", info.compile_ms},
-                                         {"kernels", std::move(kernels)}};
+                                         {"kernels", std::move(kernels)},
+                                         {"predicate_scalars", kernel.predicate_scalars()}};
   return object.dump();
 }
 
@@ -303,7 +305,22 @@ int attnjit_kernel_info(const attnjit_kernel* kernel, char* buffer, size_t size)
   int result = ATTNJIT_OK;
   const int status = guarded([&] {
     require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
-    result = copy_out(info_json(kernel->kernel.info()), buffer, size);
+    result = copy_out(info_json(kernel->kernel), buffer, size);
+  });
+  return status != ATTNJIT_OK ? status : result;
+}
+
+int attnjit_kernel_ptx(const attnjit_kernel* kernel, int index, char* buffer, size_t size) {
+  int result = ATTNJIT_OK;
+  const int status = guarded([&] {
+    require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
+    const std::vector<std::string> ptx = kernel->kernel.ptx();
+    if (index < 0 || static_cast<std::size_t>(index) >= ptx.size()) {
+      attnjit::throw_field_error("index", std::to_string(index),
+                                 fmt::format("0 to {} (the kernel set has {} kernels)",
+                                             static_cast<int>(ptx.size()) - 1, ptx.size()));
+    }
+    result = copy_out(ptx[static_cast<std::size_t>(index)], buffer, size);
   });
   return status != ATTNJIT_OK ? status : result;
 }

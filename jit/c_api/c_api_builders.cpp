@@ -18,11 +18,8 @@
 #include "dsl/builders.hpp"
 #include "dsl/families.hpp"
 #include "dsl/pairs.hpp"
+#include "jit/c_api/c_api_intervals.hpp"
 #include "jit/c_api/c_api_support.hpp"
-
-struct attnjit_intervals {
-  attnjit::dsl::IntervalVectors vectors;
-};
 
 namespace {
 

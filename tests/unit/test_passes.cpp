@@ -867,9 +867,21 @@ TEST_CASE("a predicate mask is parsed, canonicalized and lowered to a block tabl
   CHECK_THAT(validation_error("dtype=bf16 head_dim=64 mask=predicate(q>=)"),
              Catch::StartsWith("mask=predicate(q>=): mask expression, line 1 column 4: expected "
                                "an operand"));
-  CHECK(validation_error("dtype=bf16 head_dim=64 mask=predicate(q-k<256&&k<4)") ==
-        "mask=predicate(q-k<256&&k<4): got 'q-k<256&&k<4'; accepted: the lifted structure, "
-        "literals replaced by runtime scalars $0, $1, ... (here q-k<$0&&k<$1)");
+  // parse_spec lifts literals; a MaskSpec built in code must hold the lifted text.
+  AttentionSpec literal = parse_spec("dtype=bf16 head_dim=64 mask=predicate(q>=k)");
+  literal.mask.predicate = "q-k<256&&k<4";
+  CHECK_THROWS_WITH(validate(Lowering{literal}),
+                    "mask=predicate(q-k<256&&k<4): got 'q-k<256&&k<4'; accepted: the lifted "
+                    "structure, literals replaced by runtime scalars $0, $1, ... (here "
+                    "q-k<$0&&k<$1)");
+  // The literals' values are launch arguments: canonicalize drops them.
+  const Lowering lifted =
+      canonicalize(validate(ir_of("dtype=bf16 head_dim=64 mask=predicate(q>=k&&(q-k)<256)")));
+  CHECK(lifted.spec.mask.predicate == "q>=k&&q-k<$0");
+  CHECK(lifted.spec.mask.scalars.empty());
+  const Lowering far =
+      canonicalize(validate(ir_of("dtype=bf16 head_dim=64 mask=predicate(q>=k&&q-k<512)")));
+  CHECK(lifted.spec == far.spec);
   AttentionSpec stray = parse_spec("dtype=bf16 head_dim=64 mask=causal");
   stray.mask.predicate = "q>=k";
   CHECK_THROWS_WITH(validate(Lowering{stray}),

@@ -1,6 +1,10 @@
 // The spec's canonical text form: parsing, printing, round trips and parse errors.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "attnjit/error.hpp"
 #include "attnjit/spec.hpp"
 
@@ -136,6 +140,58 @@ TEST_CASE("a predicate mask is spec text without spaces and round-trips", "[ir]"
         "mask: got 'predicate(q)x'; " + spaces);
   CHECK(message("dtype=bf16 head_dim=64 mask=predicate") ==
         "mask: got 'predicate' without arguments; accepted: predicate(EXPR), e.g. predicate(q>=k)");
+}
+
+TEST_CASE("the spec parser lifts a predicate's literals into runtime scalars", "[ir]") {
+  const AttentionSpec spec = parse_spec("dtype=bf16 head_dim=128 mask=predicate(q>=k&&(q-k)<256)");
+  CHECK(spec.mask.kind == MaskKind::predicate);
+  CHECK(spec.mask.predicate == "q>=k&&q-k<$0");
+  CHECK(spec.mask.scalars == std::vector<std::int32_t>{256});
+  // The text prints the values back in place, so it round-trips.
+  CHECK(to_string(spec.mask) == "predicate(q>=k&&q-k<256)");
+  CHECK(parse_spec(to_string(spec)) == spec);
+
+  // Only the values differ: the same lifted structure, other scalars.
+  const AttentionSpec other = parse_spec("dtype=bf16 head_dim=128 mask=predicate(q>=k&&(q-k)<512)");
+  CHECK(other.mask.predicate == spec.mask.predicate);
+  CHECK(other.mask.scalars == std::vector<std::int32_t>{512});
+
+  // Several literals in order of appearance, negative ones included; canonical text.
+  const AttentionSpec many =
+      parse_spec("dtype=fp16 head_dim=64 mask=predicate((k%64)!=-1&&doc[q+2]==doc[k])");
+  CHECK(many.mask.predicate == "k%$0!=$1&&doc[q+$2]==doc[k]");
+  CHECK(many.mask.scalars == std::vector<std::int32_t>{64, -1, 2});
+  CHECK(parse_spec(to_string(many)) == many);
+
+  // Without literals nothing is lifted; $N slots stay for the launch to fill.
+  CHECK(parse_spec("dtype=bf16 head_dim=64 mask=predicate(q-k<$0)").mask.scalars.empty());
+  CHECK(parse_spec("dtype=bf16 head_dim=64 mask=predicate(((q>=k)))").mask.predicate == "q>=k");
+}
+
+TEST_CASE("a predicate in a spec names its errors by line and column", "[ir]") {
+  auto message = [](const std::string& text) {
+    try {
+      parse_spec(text);
+    } catch (const Error& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(message("dtype=bf16 head_dim=64 mask=predicate(q>=k&&(q-k)<)") ==
+        "mask=predicate(q>=k&&(q-k)<): mask expression, line 1 column 13: expected an operand (a "
+        "number, b, h, q, k, $N, name[index], min, max, abs or '('), got end of input");
+  CHECK(message("dtype=bf16 head_dim=64 mask=predicate(q-k<$0+1)") ==
+        "mask=predicate(q-k<$0+1): got 'q-k<$0+1'; accepted: numbers (each becomes a runtime "
+        "scalar) or $N slots (the launch gives their values), not both");
+  // At most as many numbers as the kernels have scalar slots.
+  std::string sixteen = "q>=0";
+  for (int i = 1; i < 16; ++i) sixteen += "&&k!=" + std::to_string(i);
+  CHECK(parse_spec("dtype=bf16 head_dim=64 mask=predicate(" + sixteen + ")").mask.scalars.size() ==
+        16);
+  CHECK_THAT(message("dtype=bf16 head_dim=64 mask=predicate(" + sixteen + "&&k!=16)"),
+             Catch::Contains("16"));
+  CHECK_THROWS_AS(parse_spec("dtype=bf16 head_dim=64 mask=predicate(" + sixteen + "&&k!=16)"),
+                  Error);
 }
 
 TEST_CASE("errors quote at most about 200 bytes of the input", "[ir]") {

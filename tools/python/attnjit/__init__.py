@@ -3,29 +3,44 @@
 A thin ctypes layer over libattnjit.so. Importing it needs no PyTorch (where PyTorch is
 installed it is imported too, and with PyTorch 2.4 or newer the torch.ops.attnjit custom
 operators are defined, which torch.compile traces); running kernels takes torch tensors shaped
-[batch, seq, heads, head_dim] on a CUDA device, any CUDA device of the process.
+[batch, seq, heads, head_dim] on a CUDA device, any CUDA device of the process. The examples
+marked GPU below use q, k and v such as these:
 
-    import attnjit
-    o = attnjit.forward(q, k, v, mask="causal")
-    o, lse = attnjit.forward(q, k, v, mask="flashmask", causal=True,
-                             startend_row_indices=lts, return_lse=True)
-    o = attnjit.attention(q, k, v, mask="causal")  # differentiable: o.backward(d_o)
-    mask = attnjit.flashmask("document", seqlen=8192, doc_lengths=[4096, 4096])
-    o = attnjit.attention(q, k, v, mask=mask)       # a FlashMask family, built on the host
-    o = attnjit.attention(q, k, v, mask="causal", softcap=30.0, alibi_slopes=slopes)
-    attnjit.compile("dtype=bf16 head_dim=128 mask=causal").info()["kernels"]
+>>> import torch                                                          # doctest: +GPU
+>>> q = torch.randn(2, 1024, 8, 128, device="cuda", dtype=torch.bfloat16)  # doctest: +GPU
+>>> k = torch.randn(2, 1024, 2, 128, device="cuda", dtype=torch.bfloat16)  # doctest: +GPU
+>>> v = torch.randn(2, 1024, 2, 128, device="cuda", dtype=torch.bfloat16)  # doctest: +GPU
+>>> o = attnjit.forward(q, k, v, mask="causal")                            # doctest: +GPU
+>>> o = attnjit.attention(q, k, v, mask="causal")  # differentiable        # doctest: +GPU
+>>> mask = attnjit.flashmask("document", seqlen=1024, batch=2, doc_lengths=[512, 512])
+>>> o = attnjit.attention(q, k, v, mask=mask)  # a FlashMask family        # doctest: +GPU
+>>> o = attnjit.attention(q, k, v, mask=attnjit.predicate("q >= k && q - k < 256"))  # doctest: +GPU
+
+Without a GPU the package still builds masks and compiles kernels:
+
+>>> kernel = attnjit.compile("dtype=bf16 head_dim=128 mask=causal target=sm_90a")
+>>> [k["role"] for k in kernel.info()["kernels"]]
+['forward']
 """
+
+from __future__ import annotations
 
 import ctypes
 import importlib.util
 import json
 import math
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 from . import _ffi, _launch
 from ._ffi import AttnjitError, DeviceError, InternalError
 from .builders import FlashMask, flashmask
 from .masks import FAMILIES, build_mask, mask_family, validate_intervals
 from .predicates import PredicateMask, predicate
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+Mask = Union[str, FlashMask, PredicateMask]
 
 __all__ = [
     "AttnjitError",
@@ -34,6 +49,7 @@ __all__ = [
     "FlashMask",
     "InternalError",
     "Kernel",
+    "PredicateMask",
     "attention",
     "build_mask",
     "cache_dir",
@@ -60,21 +76,25 @@ _DTYPE_CODES = {
 }
 
 
-def version():
-    """The library's version string."""
+def version() -> str:
+    """The library's version string (also attnjit.__version__).
+
+    >>> attnjit.version() == attnjit.__version__
+    True
+    """
     return _ffi.lib.attnjit_version().decode()
 
 
 __version__ = version()
 
 
-def cache_dir():
+def cache_dir() -> str:
     """The disk cache directory: $ATTNJIT_CACHE_DIR, else $XDG_CACHE_HOME/attnjit, else
     ~/.cache/attnjit."""
     return _ffi.read_text(_ffi.lib.attnjit_cache_dir)
 
 
-def clear_cache(memory=True, disk=False):
+def clear_cache(memory: bool = True, disk: bool = False) -> None:
     """Forgets the kernels held in memory (by this module and the library) and/or on disk.
     Kernel objects already handed out stay valid."""
     if memory:
@@ -85,7 +105,7 @@ def clear_cache(memory=True, disk=False):
 _DISK_CACHE_MODES = ("on", "readonly", "off")  # the order of ATTNJIT_DISK_CACHE_ON ... _OFF
 
 
-def set_disk_cache(mode):
+def set_disk_cache(mode: str) -> None:
     """How this process's compiles use the disk cache, over $ATTNJIT_DISK_CACHE: "on" (read
     and write), "readonly" (load existing entries, never write) or "off"."""
     if mode not in _DISK_CACHE_MODES:
@@ -93,7 +113,7 @@ def set_disk_cache(mode):
     _ffi.check(_ffi.lib.attnjit_set_disk_cache_mode(_DISK_CACHE_MODES.index(mode)))
 
 
-def disk_cache():
+def disk_cache() -> str:
     """The disk cache mode compiles use now: "on", "readonly" or "off"."""
     mode = ctypes.c_int()
     _ffi.check(_ffi.lib.attnjit_disk_cache_mode(ctypes.byref(mode)))
@@ -101,21 +121,33 @@ def disk_cache():
 
 
 class Kernel:
-    """A compiled attention (a library handle); attnjit.compile returns one."""
+    """A compiled attention (a library handle); attnjit.compile returns one.
 
-    def __init__(self, handle):
+    >>> kernel = attnjit.compile("dtype=fp16 head_dim=64 mask=predicate(q>=k&&q-k<64) "
+    ...                          "target=sm_80")
+    >>> kernel
+    Kernel('dtype=fp16 ... mask=predicate(q>=k&&q-k<$0) ... target=sm_80 tiles=auto',
+           kernels=['attnjit_predicate_blocks_...', 'attnjit_cta_order_...',
+                    'attnjit_fwd_fp16_d64_predicate'])
+    >>> kernel.info()["predicate_scalars"]
+    [64]
+    >>> kernel.ptx()[2].count(".entry attnjit_fwd_fp16_d64_predicate")
+    1
+    """
+
+    def __init__(self, handle: ctypes.c_void_p):
         self._handle = handle
         self._info = None
         self._release = _ffi.lib.attnjit_release
 
     @classmethod
-    def compile(cls, spec):
+    def compile(cls, spec: str) -> Kernel:
         """Compiles `spec` through the library's memory and disk caches only (attnjit.compile
         also keeps one Kernel per spec text)."""
         return cls._build(_ffi.lib.attnjit_compile, spec)
 
     @classmethod
-    def compile_reference(cls, spec):
+    def compile_reference(cls, spec: str) -> Kernel:
         """The slow fp32 reference attention of `spec`; its run() always needs `lse`."""
         return cls._build(_ffi.lib.attnjit_compile_reference, spec)
 
@@ -133,33 +165,51 @@ class Kernel:
         if handle:
             self._release(handle)
 
-    def info(self):
+    def __repr__(self) -> str:
+        names = [kernel["name"] for kernel in self.info()["kernels"]]
+        return f"Kernel({self.spec!r}, kernels={names})"
+
+    def info(self) -> Dict[str, Any]:
         """What the compile call did: key, spec, cache ("memory", "disk" or "miss"),
-        compile_ms, and per kernel name, role, registers, spill/stack/smem bytes, threads."""
+        compile_ms, per kernel name, role, registers, spill/stack/smem bytes, threads, and
+        predicate_scalars (the values of the spec text's predicate literals, which run() passes
+        as the scalars)."""
         if self._info is None:
             text = _ffi.read_text(_ffi.lib.attnjit_kernel_info, self._handle)
             self._info = json.loads(text)
         return self._info
 
     @property
-    def spec(self):
-        """The canonical spec text, with the target resolved."""
+    def spec(self) -> str:
+        """The canonical spec text, with the target resolved (a predicate's literals lifted)."""
         return self.info()["spec"]
 
-    def run(self, q, k, v, o, *, lse=None, startend_row_indices=None, scale=None,
-            window=(-1, 0), softcap=None, alibi_slopes=None):
+    def ptx(self) -> List[str]:
+        """The PTX of each kernel, in the order of info()["kernels"]."""
+        return [_ffi.read_text(_ffi.lib.attnjit_kernel_ptx, self._handle, index)
+                for index in range(len(self.info()["kernels"]))]
+
+    def run(self, q: Tensor, k: Tensor, v: Tensor, o: Tensor, *, lse: Optional[Tensor] = None,
+            startend_row_indices: Optional[Tensor] = None, scale: Optional[float] = None,
+            window: Tuple[int, int] = (-1, 0), softcap: Optional[float] = None,
+            alibi_slopes: Optional[Tensor] = None) -> None:
         """Enqueues the kernels on torch's current stream of q's device, writing `o` (and
         `lse`). softcap (the cap, for a spec with softcap=true) and alibi_slopes (fp32 [H], for
-        a spec with alibi=true) are the score modifiers' runtime arguments. The library checks
-        every tensor against the spec; attnjit.forward is the convenient form that builds the
-        spec and allocates the outputs."""
+        a spec with alibi=true) are the score modifiers' runtime arguments. A spec with
+        mask=predicate(...) runs with the values of its literals and reads no tensors. The
+        library checks every tensor against the spec; attnjit.forward is the convenient form
+        that builds the spec and allocates the outputs."""
         tensors = (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse),
                    ("startend_row_indices", startend_row_indices))
         self._launch(_ffi.lib.attnjit_forward_score_mod, tensors, scale, window, softcap,
                      alibi_slopes)
 
-    def run_backward(self, q, k, v, o, d_o, lse, d_q, d_k, d_v, *, startend_row_indices=None,
-                     scale=None, window=(-1, 0), softcap=None, alibi_slopes=None):
+    def run_backward(self, q: Tensor, k: Tensor, v: Tensor, o: Tensor, d_o: Tensor,
+                     lse: Tensor, d_q: Tensor, d_k: Tensor, d_v: Tensor, *,
+                     startend_row_indices: Optional[Tensor] = None,
+                     scale: Optional[float] = None, window: Tuple[int, int] = (-1, 0),
+                     softcap: Optional[float] = None,
+                     alibi_slopes: Optional[Tensor] = None) -> None:
         """Enqueues the backward kernels (a spec with direction=backward) on torch's current
         stream of q's device, writing d_q, d_k and d_v from the forward's inputs, its output o,
         the gradient d_o and the lse it returned; the mask arguments, scale, softcap and
@@ -190,9 +240,14 @@ class Kernel:
 _compiled = {}
 
 
-def compile(spec):
+def compile(spec: str) -> Kernel:
     """The Kernel of a spec text such as "dtype=bf16 head_dim=128 mask=causal"; compiled
-    once per process and spec text."""
+    once per process and spec text. Without target= in the spec it compiles for the current
+    GPU (DeviceError without one).
+
+    >>> attnjit.compile("dtype=bf16 head_dim=64 mask=causal target=sm_80").spec
+    'dtype=bf16 head_dim_qk=64 head_dim_v=64 mask=causal ... target=sm_80 tiles=auto'
+    """
     kernel = _compiled.get(spec)
     if kernel is None:
         kernel = Kernel.compile(spec)
@@ -200,29 +255,49 @@ def compile(spec):
     return kernel
 
 
-def compile_reference(spec):
+def compile_reference(spec: str) -> Kernel:
     """The slow fp32 reference attention of `spec`, for checking results."""
     return Kernel.compile_reference(spec)
 
 
-def forward(q, k, v, *, spec=None, mask="none", causal=False, startend_row_indices=None,
-            scale=None, window=(-1, 0), return_lse=False, softcap=None, alibi_slopes=None):
+def forward(q: Tensor, k: Tensor, v: Tensor, *, spec: Optional[str] = None, mask: Mask = "none",
+            causal: bool = False, startend_row_indices: Optional[Tensor] = None,
+            scale: Optional[float] = None, window: Tuple[int, int] = (-1, 0),
+            return_lse: bool = False, softcap: Optional[float] = None,
+            alibi_slopes: Optional[Tensor] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Attention forward, softmax(q k^T * scale + mask) v, on torch tensors [B, S, H, D].
 
     q [B, Sq, H, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv]: bf16 or fp16, on one CUDA device,
     last dimension contiguous; H a multiple of Hkv. mask: "none", "causal" (bottom-right
     aligned), "sliding_window" (window=(left, right), -1 unbounded) or "flashmask" (causal=
-    and the int32 startend_row_indices [B, Hm, Sk, C]). causal=True with mask="none" means
-    mask="causal". scale defaults to 1/sqrt(D). Score modifiers, applied to s = scale * q.k
-    before the mask (soft-capping first): softcap=cap gives s <- cap * tanh(s / cap);
-    alibi_slopes (fp32 [H] on q's device) gives s <- s + slope[h] * (j - (i + Sk - Sq)); each
-    adds its flag to the spec (a spec given as `spec` must carry them). `spec` replaces the
-    spec built from these arguments (e.g. to force tiles=...): mask, causal and return_lse
-    then stay at their defaults and the outputs follow the spec's return_lse. Returns
-    o [B, Sq, H, Dv], and also lse fp32 [B, H, Sq] when return_lse. Runs on torch's current
-    stream, asynchronously.
-    mask may also be a FlashMask from attnjit.flashmask(), which holds causal= and the vectors.
+    and the int32 startend_row_indices [B, Hm, Sk, C]); or a mask object: an attnjit.flashmask()
+    (it holds causal= and the vectors) or an attnjit.predicate() (alone: no causal,
+    startend_row_indices or window). causal=True with mask="none" means mask="causal". scale
+    defaults to 1/sqrt(D). Score modifiers, applied to s = scale * q.k before the mask
+    (soft-capping first): softcap=cap gives s <- cap * tanh(s / cap); alibi_slopes (fp32 [H] on
+    q's device) gives s <- s + slope[h] * (j - (i + Sk - Sq)); each adds its flag to the spec
+    (a spec given as `spec` must carry them). `spec` replaces the spec built from these
+    arguments (e.g. to force tiles=...): mask, causal and return_lse then stay at their
+    defaults and the outputs follow the spec's return_lse (a spec with mask=predicate(...)
+    runs with its literals and reads no tensors). Returns o [B, Sq, H, Dv], and also lse fp32
+    [B, H, Sq] when return_lse. Runs on torch's current stream, asynchronously; records no
+    autograd graph (attnjit.attention does).
+
+    >>> o = attnjit.forward(q, k, v, mask="sliding_window", window=(255, 0))  # doctest: +GPU
+    >>> o, lse = attnjit.forward(q, k, v, mask=attnjit.predicate("q >= k && q - k < 256"),
+    ...                          return_lse=True)                            # doctest: +GPU
     """
+    mask = _mask_object(mask, q, k)
+    if isinstance(mask, PredicateMask):
+        if spec is not None:
+            raise ValueError("spec: given together with a predicate mask; accepted: either a "
+                             "spec or a mask (a spec's mask=predicate(...) reads no tensors)")
+        _check_predicate_alone(causal, startend_row_indices, window)
+        if not isinstance(return_lse, bool):
+            raise TypeError(f"return_lse: expected a bool, got {type(return_lse).__name__}")
+        o, lse = _predicate_call(q, k, v, mask, alibi_slopes, _check_scale(scale),
+                                 _check_softcap(softcap), deterministic=False, graph=False)
+        return (o, lse) if return_lse else o
     if isinstance(mask, FlashMask):
         mask, causal, startend_row_indices = mask.attention_arguments(q, causal,
                                                                       startend_row_indices)
@@ -254,9 +329,11 @@ def forward(q, k, v, *, spec=None, mask="none", causal=False, startend_row_indic
     return (o, lse) if with_lse else o
 
 
-def attention(q, k, v, *, mask="none", causal=False, startend_row_indices=None, scale=None,
-              window=(-1, 0), return_lse=False, deterministic=False, softcap=None,
-              alibi_slopes=None):
+def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Mask = "none", causal: bool = False,
+              startend_row_indices: Optional[Tensor] = None, scale: Optional[float] = None,
+              window: Tuple[int, int] = (-1, 0), return_lse: bool = False,
+              deterministic: bool = False, softcap: Optional[float] = None,
+              alibi_slopes: Optional[Tensor] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Differentiable attention: the arguments and results of attnjit.forward (without spec=),
     with a backward pass that runs attnjit's backward kernels (the torch.ops.attnjit.attention
     operator and its autograd formula: torch.compile traces it without a graph break).
@@ -267,49 +344,79 @@ def attention(q, k, v, *, mask="none", causal=False, startend_row_indices=None, 
     reduction). q, k and v receive d_q, d_k and d_v (with GQA, a KV head's gradient sums over
     its query heads); the mask vectors and alibi_slopes get none. A d_o whose layout the
     kernels do not take (e.g. the expanded gradient of o.sum()) is copied to a contiguous
-    tensor first. Runs on torch's current stream, asynchronously. softcap and alibi_slopes as
-    in attnjit.forward. mask may also be an attnjit.predicate(...) (then without causal,
-    startend_row_indices and window).
+    tensor first. Runs on torch's current stream, asynchronously. mask, softcap and
+    alibi_slopes as in attnjit.forward.
+
+    >>> q, k, v = (t.detach().requires_grad_() for t in (q, k, v))    # doctest: +GPU
+    >>> o = attnjit.attention(q, k, v, mask="causal", deterministic=True)  # doctest: +GPU
+    >>> o.sum().backward()                                              # doctest: +GPU
+    >>> q.grad.shape == q.shape                                       # doctest: +GPU
+    True
     """
-    predicate_mask = mask if isinstance(mask, PredicateMask) else None
-    if predicate_mask is not None:
-        if causal is not False or startend_row_indices is not None or tuple(window) != (-1, 0):
-            raise ValueError("mask: a predicate with causal/startend_row_indices/window; "
-                             "accepted: a predicate alone (it says the whole mask)")
-        mask = "none"
+    mask = _mask_object(mask, q, k)
+    for name, value in (("return_lse", return_lse), ("deterministic", deterministic)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+    if isinstance(mask, PredicateMask):
+        _check_predicate_alone(causal, startend_row_indices, window)
+        o, lse = _predicate_call(q, k, v, mask, alibi_slopes, _check_scale(scale),
+                                 _check_softcap(softcap), deterministic, graph=True)
+        return (o, lse) if return_lse else o
     if isinstance(mask, FlashMask):
         mask, causal, startend_row_indices = mask.attention_arguments(q, causal,
                                                                       startend_row_indices)
     _check_mask_arguments(mask, causal, startend_row_indices)
-    for name, value in (("return_lse", return_lse), ("deterministic", deterministic)):
-        if not isinstance(value, bool):
-            raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
     scale_value = _check_scale(scale)
     window_left, window_right = _check_window(window)
     cap = _check_softcap(softcap)
     operators = _through_operators(q)
-    if operators or predicate_mask is not None:
+    if operators:
         _check_tensors(q, k, v, startend_row_indices, alibi_slopes)
     else:
         _torch_of(q, "q")  # the tensor checks run in the launch, once per call signature
-    if predicate_mask is not None:
-        names = predicate_mask.names
-        tensors = [predicate_mask.tensors[name] for name in names]
-        _check_predicate_tensors(q, names, tensors)
-        arguments = (q, k, v, tensors, predicate_mask.scalars, predicate_mask.structure)
-        trailing = (alibi_slopes, scale_value, cap, deterministic)
-        if operators:
-            o, lse = _ops.attention_predicate(*arguments, " ".join(names), *trailing)
-        else:
-            o, lse = _functions()[1].apply(*arguments, names, *trailing)
+    arguments = (q, k, v, startend_row_indices, alibi_slopes, mask, causal, scale_value,
+                 window_left, window_right, cap, deterministic)
+    if operators:
+        o, lse = _ops.attention(*arguments)
     else:
-        arguments = (q, k, v, startend_row_indices, alibi_slopes, mask, causal, scale_value,
-                     window_left, window_right, cap, deterministic)
-        if operators:
-            o, lse = _ops.attention(*arguments)
-        else:
-            o, lse = _functions()[0].apply(*arguments)
+        o, lse = _functions()[0].apply(*arguments)
     return (o, lse) if return_lse else o
+
+
+def _mask_object(mask, q, k):
+    """`mask`, or for a mask of the mask language (attnjit.predicate with families, & or |)
+    the FlashMask or element predicate it builds for q's and k's sizes on q's device."""
+    if isinstance(mask, PredicateMask) and mask.language:
+        _torch_of(q, "q")
+        _torch_of(k, "k")
+        return mask.build(q.shape[0], q.shape[1], k.shape[1], q.device)
+    return mask
+
+
+def _check_predicate_alone(causal, indices, window):
+    if causal is not False or indices is not None or tuple(window) != (-1, 0):
+        raise ValueError("mask: a predicate with causal/startend_row_indices/window; "
+                         "accepted: a predicate alone (it says the whole mask)")
+
+
+def _predicate_call(q, k, v, mask, slopes, scale, softcap, deterministic, graph):
+    """(o, lse) of an element predicate mask: through the operators when traced, else launched
+    directly, with the autograd formula when `graph` (attnjit.attention) and without it
+    (attnjit.forward)."""
+    _check_tensors(q, k, v, None, slopes)
+    names = mask.names
+    tensors = [mask.tensors[name] for name in names]
+    _check_predicate_tensors(q, names, tensors)
+    arguments = (q, k, v, tensors, mask.scalars, mask.structure)
+    trailing = (slopes, scale, softcap, deterministic)
+    if _through_operators(q):
+        if graph:
+            return _ops.attention_predicate(*arguments, " ".join(names), *trailing)
+        with _torch.no_grad():
+            return _ops.attention_predicate(*arguments, " ".join(names), *trailing)
+    if graph:
+        return _functions()[1].apply(*arguments, names, *trailing)
+    return _launch.predicate_forward(_torch, *arguments, names, slopes, scale, softcap)
 
 
 def _through_operators(q):
@@ -391,9 +498,13 @@ def _define_functions(torch):
     return Attention, PredicateAttention
 
 
-def cache_stats():
+def cache_stats() -> Dict[str, int]:
     """The library's kernel-cache counters since the process started: memory_hits, disk_hits,
-    compiles (kernel sets built with NVRTC) and memory_entries."""
+    compiles (kernel sets built with NVRTC) and memory_entries.
+
+    >>> sorted(attnjit.cache_stats())
+    ['compiles', 'disk_hits', 'memory_entries', 'memory_hits']
+    """
     return _launch.cache_counters()
 
 
@@ -404,8 +515,9 @@ def _is_kernel_layout(tensor):
 
 
 def _check_mask_arguments(mask, causal, indices):
-    if mask not in MASKS:
-        raise ValueError(f"mask: got {mask!r}; accepted: {', '.join(MASKS)}")
+    if not isinstance(mask, str) or mask not in MASKS:
+        raise ValueError(f"mask: got {mask!r}; accepted: {', '.join(MASKS)}, or a mask object of "
+                         "attnjit.flashmask() or attnjit.predicate()")
     if not isinstance(causal, bool):
         raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
     if causal and mask == "sliding_window":

@@ -74,6 +74,16 @@ class PredicateInputs(ctypes.Structure):
     ]
 
 
+class HostTensor(ctypes.Structure):
+    """attnjit_host_tensor: a named int32 host tensor [rows, length] a mask expression reads."""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("values", ctypes.POINTER(ctypes.c_int32)),
+        ("rows", ctypes.c_int),
+        ("length", ctypes.c_int),
+    ]
+
+
 def candidate_paths():
     """Where the library is looked for, in order."""
     configured = os.environ.get("ATTNJIT_LIBRARY")
@@ -141,6 +151,22 @@ def _declare(lib):
         "attnjit_launch_release": (None, [ctypes.c_void_p]),
         "attnjit_cache_stats": (ctypes.c_int, [ctypes.POINTER(CacheCounters)]),
         "attnjit_kernel_info": (ctypes.c_int, [kernel_p, ctypes.c_char_p, ctypes.c_size_t]),
+        "attnjit_kernel_ptx": (ctypes.c_int, [kernel_p, ctypes.c_int, ctypes.c_char_p,
+                                              ctypes.c_size_t]),
+        "attnjit_mask_parse": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p,
+                                              ctypes.c_size_t]),
+        "attnjit_host_mask_build": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int, ctypes.c_int,
+                                                   ctypes.c_int, ctypes.POINTER(HostTensor),
+                                                   ctypes.c_int,
+                                                   ctypes.POINTER(ctypes.c_void_p)]),
+        "attnjit_host_mask_info": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p,
+                                                  ctypes.c_size_t]),
+        "attnjit_host_mask_intervals": (ctypes.c_int, [ctypes.c_void_p,
+                                                       ctypes.POINTER(ctypes.c_void_p)]),
+        "attnjit_host_mask_tensor": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int,
+                                                    ctypes.POINTER(
+                                                        ctypes.POINTER(ctypes.c_int32))]),
+        "attnjit_host_mask_release": (None, [ctypes.c_void_p]),
         "attnjit_cache_clear": (ctypes.c_int, [ctypes.c_int, ctypes.c_int]),
         "attnjit_cache_dir": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]),
         "attnjit_set_disk_cache_mode": (ctypes.c_int, [ctypes.c_int]),

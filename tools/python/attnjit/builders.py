@@ -1,8 +1,12 @@
 """FlashMask masks of the mask families, built on the host by libattnjit's builders.
 
-    mask = attnjit.flashmask("causal_document", seqlen=8192, batch=16,
-                             doc_lengths=[[4096, 4096], [1000, 7192], ...])
-    o = attnjit.attention(q, k, v, mask=mask)
+>>> import attnjit
+>>> mask = attnjit.flashmask("causal_document", seqlen=8, batch=2,
+...                          doc_lengths=[[4, 4], [1, 7]])   # one list per sample
+>>> mask
+FlashMask('causal_document', seqlen=8, batch=2, heads=1, mask='flashmask(causal=true,columns=1)')
+>>> q8, k8, v8 = (t[:, :8] for t in (q, k, v))  # 8 tokens       # doctest: +GPU
+>>> o = attnjit.attention(q8, k8, v8, mask=mask)                # doctest: +GPU
 
 FAMILIES maps every family of libattnjit's family table to its parameters (README "Mask
 semantics"; N = seqlen), e.g.
@@ -20,14 +24,27 @@ values, e.g. doc_lengths=[[...], [...]]) it is per sample; the parameters of a f
 vectors differ between mask heads (random_eviction) may also be given per sample and mask head
 ([batch][heads][N]). Samples are broadcast to `heads` mask heads otherwise. Bad parameters
 raise AttnjitError naming the parameter, its value and what is accepted.
+
+In place of a family name, flashmask() also takes a mask of the mask language that FlashMask
+vectors can hold (docs/masks.md: a family call, an intersection, a predicate of the interval
+form), with the host values of the tensors it names:
+
+>>> mask = attnjit.flashmask("causal_document(len)", seqlen=6, batch=2,
+...                          tensors={"len": [[2, 4], [6, 0]]})   # lengths per sample
+>>> mask.mask_text, mask.visible_pairs(heads=1)
+('flashmask(causal=true,columns=1)', 34)
 """
+
+from __future__ import annotations
 
 import array
 import ctypes
 import importlib.util
 import json
+import re
+from typing import Any, Optional
 
-from . import _families, _ffi
+from . import _families, _ffi, _language
 
 __all__ = ["FAMILIES", "FlashMask", "flashmask"]
 
@@ -111,7 +128,8 @@ class FlashMask:
     lists; None for "none" and "causal".
     """
 
-    def __init__(self, family, seqlen, batch, heads, handle=None, device=None):
+    def __init__(self, family: str, seqlen: int, batch: int, heads: int,
+                 handle: Optional[_Handle] = None, device: Any = None):
         self.family = family
         self.seqlen = seqlen
         self.batch = batch
@@ -131,14 +149,18 @@ class FlashMask:
         self.columns = shape.columns
         self.startend_row_indices = self._values(shape, device)
 
+    def __repr__(self) -> str:
+        return (f"FlashMask({self.family!r}, seqlen={self.seqlen}, batch={self.batch}, "
+                f"heads={self.heads}, mask={self.mask_text!r})")
+
     @property
-    def mask_text(self):
+    def mask_text(self) -> str:
         """The spec's mask value, e.g. "flashmask(causal=true,columns=1)"."""
         if self.kind != "flashmask":
             return self.kind
         return f"flashmask(causal={str(self.causal).lower()},columns={self.columns})"
 
-    def visible_pairs(self, heads):
+    def visible_pairs(self, heads: int) -> int:
         """Visible (query, key) pairs summed over the batch and `heads` query heads (a multiple
         of the mask heads): the forward pass does 4 * head_dim * visible_pairs FLOPs."""
         _check_int("heads", heads, 1)
@@ -262,16 +284,30 @@ def _check_int(name, value, minimum):
                                 f"{INT32_MAX}")
 
 
-def flashmask(family, seqlen, *, batch=1, heads=1, device=None, **parameters):
+def flashmask(family: str, seqlen: int, *, batch: int = 1, heads: int = 1, device: Any = None,
+              **parameters: Any) -> FlashMask:
     """A FlashMask of `family` for `batch` samples of `seqlen` tokens and `heads` mask heads
     (1, or the number of KV heads); see the module's documentation for the families and
     their parameters. `device` places the vectors' tensor (default: the CPU).
+
+    `family` may also be a mask of the mask language of the interval form (or none or causal),
+    with `tensors=` giving the host values of the tensors it names and no other parameter.
+
+    >>> attnjit.flashmask("document", seqlen=10, doc_lengths=[4, 3, 3]).visible_pairs(heads=1)
+    34
+    >>> attnjit.flashmask("document([4,3,3]) & sliding_window(2)", seqlen=10).mask_text
+    'flashmask(causal=true,columns=1)'
     """
-    if family not in FAMILIES:
-        raise _ffi.AttnjitError(f"family: got {family!r}; accepted: {', '.join(FAMILIES)}")
+    if not isinstance(family, str):
+        raise TypeError(f"family: expected a str, got {type(family).__name__}")
     _check_int("seqlen", seqlen, 1)
     _check_int("batch", batch, 1)
     _check_int("heads", heads, 1)
+    if family not in FAMILIES and not re.fullmatch(r"[A-Za-z_]\w*", family):
+        return _from_expression(family, seqlen, batch, heads, device, parameters)
+    if family not in FAMILIES:
+        raise _ffi.AttnjitError(f"family: got {family!r}; accepted: {', '.join(FAMILIES)}, or "
+                                "a mask expression such as 'document([4,3,3])'")
     expected = FAMILIES[family]
     unknown = sorted(set(parameters) - set(expected))
     missing = [name for name in expected if name not in parameters]
@@ -298,3 +334,33 @@ def flashmask(family, seqlen, *, batch=1, heads=1, device=None, **parameters):
                        f" (sample {b}, head {h})") for b in range(batch) for h in range(heads)]
     return FlashMask(family, seqlen, batch, heads,
                      _combine(_lib.attnjit_intervals_stack, samples, heads), device)
+
+
+def _from_expression(expression, seqlen, batch, heads, device, parameters):
+    """flashmask() of a mask-language expression: its vectors, built on the host."""
+    tensors = parameters.pop("tensors", None) or {}
+    if parameters:
+        raise _ffi.AttnjitError(f"parameters: got {', '.join(sorted(parameters))} with the mask "
+                                f"expression {expression!r}; accepted: tensors= only (the "
+                                "expression holds the family parameters)")
+    if not isinstance(tensors, dict):
+        raise TypeError(f"tensors: expected a dict of name -> host values, got "
+                        f"{type(tensors).__name__}")
+    parsed = _language.parse(expression)
+    names = parsed["tensors"]
+    if sorted(tensors) != sorted(names):
+        raise ValueError(f"tensors: got {sorted(tensors)}; accepted: exactly the tensors the "
+                         f"expression reads, {names}")
+    if parsed["form"] == "predicate":
+        raise _ffi.AttnjitError(f"family: got {expression!r}, which needs the predicate form "
+                                f"({parsed['mask']}); accepted: a family or an expression "
+                                "FlashMask vectors hold (attnjit.predicate takes any mask)")
+    if parsed["form"] != "intervals":
+        mask = FlashMask(parsed["mask"], seqlen, batch, heads)
+        mask.family = expression
+        return mask
+    host = _language.build(expression, batch, seqlen, seqlen, tensors)
+    handle = _Handle(host.intervals())
+    if heads > 1:
+        handle = _build(_lib.attnjit_intervals_broadcast_heads, handle.value, heads)
+    return FlashMask(expression, seqlen, batch, heads, handle, device)

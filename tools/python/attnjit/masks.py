@@ -1,8 +1,13 @@
 """FlashMask vectors built and checked on the GPU (attnjit.build_mask, attnjit.validate_intervals).
 
-    text, lts = attnjit.build_mask("causal_document", 32768, offsets=cu_seqlens)  # [B, S+1]
-    o = attnjit.forward(q, k, v, mask="flashmask", causal=True, startend_row_indices=lts)
-    attnjit.validate_intervals(lts, causal=True, seqlen_q=32768)
+>>> cu_seqlens = torch.tensor([[0, 512, 1024], [0, 1024, 1024]], dtype=torch.int32,
+...                           device="cuda")  # [B, S+1]                    # doctest: +GPU
+>>> text, lts = attnjit.build_mask("causal_document", 1024, offsets=cu_seqlens)  # doctest: +GPU
+>>> text                                                                     # doctest: +GPU
+'flashmask(causal=true,columns=1)'
+>>> o = attnjit.forward(q, k, v, mask="flashmask", causal=True,
+...                     startend_row_indices=lts)                           # doctest: +GPU
+>>> attnjit.validate_intervals(lts, causal=True, seqlen_q=1024)             # doctest: +GPU
 
 FAMILIES lists the families with vectors of libattnjit's family table; the parameters each
 reads are its "device_parameters" there (include/attnjit/mask_builder.hpp describes them); the
@@ -11,9 +16,15 @@ vectors equal those of the host builders in dsl/builders.hpp. Parameters are int
 (window sizes). Argument checks need no PyTorch; building needs it and a CUDA device.
 """
 
+from __future__ import annotations
+
 import ctypes
+from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 from . import _families, _ffi
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 __all__ = ["FAMILIES", "build_mask", "mask_family", "validate_intervals"]
 
@@ -50,8 +61,12 @@ def _declare(lib):
 _declare(_ffi.lib)
 
 
-def mask_family(family):
-    """(causal, columns) of a family's vectors, e.g. (True, 1) for "causal_document"."""
+def mask_family(family: str) -> Tuple[bool, int]:
+    """(causal, columns) of a family's vectors.
+
+    >>> attnjit.mask_family("causal_document")
+    (True, 1)
+    """
     if not isinstance(family, str):
         raise TypeError(f"family: expected a str, got {type(family).__name__}")
     causal, columns = ctypes.c_int(), ctypes.c_int()
@@ -61,7 +76,7 @@ def mask_family(family):
     return bool(causal.value), columns.value
 
 
-def mask_text(causal, columns):
+def mask_text(causal: bool, columns: int) -> str:
     """The spec's mask structure, e.g. "flashmask(causal=true,columns=1)". AttnjitError (a
     ValueError) for a layout no spec takes: causal masks have 1 or 2 columns, others 2 or 4."""
     if not isinstance(causal, bool):
@@ -74,10 +89,14 @@ def mask_text(causal, columns):
     return f"flashmask(causal={str(causal).lower()},columns={columns})"
 
 
-def build_mask(family, seqlen, *, batch=None, heads=1, offsets=None, prefix=None, prefixes=None,
-               test=None, dropped_start=None, dropped_length=None, window=None,
-               global_tokens=None, window_left=None, window_right=None, seed=None,
-               validate=False, device=None):
+def build_mask(family: str, seqlen: int, *, batch: Optional[int] = None, heads: int = 1,
+               offsets: Optional[Tensor] = None, prefix: Optional[Tensor] = None,
+               prefixes: Optional[Tensor] = None, test: Optional[Tensor] = None,
+               dropped_start: Optional[Tensor] = None, dropped_length: Optional[Tensor] = None,
+               window: Optional[int] = None, global_tokens: Optional[int] = None,
+               window_left: Optional[int] = None, window_right: Optional[int] = None,
+               seed: Optional[int] = None, validate: bool = False,
+               device: Any = None) -> Tuple[str, Tensor]:
     """Builds the vectors of `family` for `batch` samples of `seqlen` tokens on the GPU.
 
     Returns (mask text for the spec, startend_row_indices int32 [B, heads, seqlen, C]), C and
@@ -86,6 +105,11 @@ def build_mask(family, seqlen, *, batch=None, heads=1, offsets=None, prefix=None
     result is on the parameters' device (else `device`, else the current CUDA device) and is
     written on torch's current stream of that device, asynchronously unless `validate` (which
     also checks the device parameters and waits; ATTNJIT_DEBUG=1 does the same).
+
+    >>> text, lts = attnjit.build_mask("sliding_window", 1024, batch=2,
+    ...                                window=128)                      # doctest: +GPU
+    >>> tuple(lts.shape)                                                 # doctest: +GPU
+    (2, 1, 1024, 1)
     """
     causal, columns = mask_family(family)
     tensors = {"offsets": offsets, "prefix": prefix, "prefixes": prefixes, "test": test,
@@ -137,7 +161,7 @@ def build_mask(family, seqlen, *, batch=None, heads=1, offsets=None, prefix=None
     return mask_text(causal, columns), out
 
 
-def validate_intervals(startend_row_indices, *, causal, seqlen_q):
+def validate_intervals(startend_row_indices: Tensor, *, causal: bool, seqlen_q: int) -> None:
     """Checks FlashMask vectors int32 [B, Hm, Sk, C] on their device (torch's current stream;
     waits for it): values in [0, seqlen_q], LTS <= LTE and UTS <= UTE where present. Raises
     AttnjitError naming the first bad (batch, head, column, vector), its value and the accepted

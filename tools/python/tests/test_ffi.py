@@ -67,7 +67,9 @@ class LibraryTest(TemporaryCacheTest):
         attnjit.clear_cache(memory=True, disk=True)
         first = attnjit.compile(SPEC)
         info = first.info()
-        self.assertCountEqual(info, ["key", "spec", "cache", "compile_ms", "kernels"])
+        self.assertCountEqual(info, ["key", "spec", "cache", "compile_ms", "kernels",
+                                     "predicate_scalars"])
+        self.assertEqual(info["predicate_scalars"], [])
         self.assertEqual(info["cache"], "miss")
         self.assertRegex(info["key"], r"^[0-9a-f]{32}$")
         self.assertIn("target=sm_90", info["spec"].split())

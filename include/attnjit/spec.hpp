@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace attnjit {
 
@@ -117,11 +118,22 @@ std::string to_string(const MaskSpec& mask);
 std::string to_string(const TileShape& tiles);
 
 /// Parses `key=value` words separated by spaces (so a predicate mask is written without spaces:
-/// `mask=predicate(q-k<$0)`). Accepted keys: dtype, head_dim (sets both head dims),
-/// head_dim_qk, head_dim_v, mask, softcap, alibi, return_lse, direction, deterministic, target,
-/// tiles. Throws Error naming the key, the value and what is accepted. Does not check value
-/// ranges (validate does: a predicate is parsed there).
+/// `mask=predicate(q-k<$0)`). Accepted keys: those of spec_keys(). `dtype` also takes the
+/// aliases `float16`, `half` (fp16) and `bfloat16` (bf16), which parse to the same spec (the
+/// canonical text, and so the cache key, names fp16 or bf16). Throws Error naming the key, the
+/// value and what is accepted. Does not check value ranges (validate does: a predicate is
+/// parsed there).
 AttentionSpec parse_spec(std::string_view text);
+
+/// A key of the spec text and what it accepts, from the table parse_spec reads.
+struct SpecKey {
+  std::string_view name;  ///< e.g. `dtype`
+  std::string accepted;   ///< its values and default, e.g. `false (default), true`
+};
+
+/// Every key parse_spec accepts, in the order of the canonical text (`head_dim` before
+/// `head_dim_qk` and `head_dim_v`).
+std::vector<SpecKey> spec_keys();
 
 std::string_view name_of(DType dtype);
 std::string_view name_of(MaskKind kind);

@@ -7,8 +7,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "dsl/mask_families.hpp"
 
@@ -23,6 +26,53 @@ bool is_identifier_start(char c) {
 }
 bool is_digit(char c) {
   return c >= '0' && c <= '9';
+}
+
+// The functions of the predicate language (compiler/ir/predicate_parse.cpp) and its variables.
+constexpr std::array<std::string_view, 3> kFunctions{"min", "max", "abs"};
+constexpr std::array<std::string_view, 4> kVariables{"b", "h", "q", "k"};
+
+// Edits (insertions, deletions, substitutions, swaps of neighbours) that turn `a` into `b`.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min(
+          {d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// "unknown function 'documnet'; did you mean 'document'? accepted: ...": every name a call
+// may take, the families from the family table.
+std::string unknown_function(std::string_view name) {
+  std::vector<std::string_view> names(kFunctions.begin(), kFunctions.end());
+  names.push_back("predicate");
+  std::string families;
+  for (const FamilyRow& row : family_table()) {
+    names.push_back(row.name);
+    families += fmt::format("{}{}", families.empty() ? "" : ", ", row.name);
+  }
+  const std::size_t limit = name.size() <= 4 ? 1 : 2;
+  std::string_view closest;
+  std::size_t best = limit + 1;
+  for (std::string_view candidate : names) {
+    const std::size_t distance = edit_distance(name, candidate);
+    if (distance < best) {
+      best = distance;
+      closest = candidate;
+    }
+  }
+  return fmt::format(
+      "unknown function '{}'; {}accepted: min, max, abs, predicate, and the mask families {}",
+      name.size() <= 32 ? name : name.substr(0, 32),
+      closest.empty() ? "" : fmt::format("did you mean '{}'? ", closest), families);
 }
 
 class MaskParser {
@@ -65,6 +115,35 @@ class MaskParser {
   [[noreturn]] void fail(std::size_t offset, const std::string& message) const {
     const Position p = position(offset);
     throw PredicateParseError(p.line, p.column, message);
+  }
+
+  std::size_t offset_of(int line, int column) const {
+    std::size_t offset = 0;
+    for (int l = 1; l < line && offset < text_.size(); ++offset) {
+      if (text_[offset] == '\n') ++l;
+    }
+    return std::min(offset + static_cast<std::size_t>(column - 1), text_.size());
+  }
+
+  // The name at `offset` when a call follows it (`name (`), else nullopt.
+  std::optional<std::string_view> called_name(std::size_t offset, std::size_t end) const {
+    if (offset >= end || !is_identifier_start(text_[offset])) return std::nullopt;
+    if (offset > 0 && (is_identifier_start(text_[offset - 1]) || is_digit(text_[offset - 1]))) {
+      return std::nullopt;
+    }
+    std::size_t name_end = offset;
+    while (name_end < end && (is_identifier_start(text_[name_end]) || is_digit(text_[name_end]))) {
+      ++name_end;
+    }
+    const std::size_t open = skip_spaces(name_end, end);
+    if (open == end || text_[open] != '(') return std::nullopt;
+    return text_.substr(offset, name_end - offset);
+  }
+
+  static bool is_known_call(std::string_view name) {
+    return std::find(kFunctions.begin(), kFunctions.end(), name) != kFunctions.end() ||
+           std::find(kVariables.begin(), kVariables.end(), name) != kVariables.end() ||
+           name == "predicate" || is_family_name(name);
   }
 
   std::size_t skip_spaces(std::size_t from, std::size_t end) const {
@@ -314,6 +393,17 @@ class MaskParser {
       const std::string rest(message.substr(colon == std::string_view::npos ? 0 : colon + 2));
       const int line = at.line + error.line() - 1;
       const int column = error.line() == 1 ? at.column + error.column() - 1 : error.column();
+      const std::optional<std::string_view> name = called_name(offset_of(line, column), end);
+      if (name && !is_known_call(*name)) {
+        throw PredicateParseError(line, column, unknown_function(*name));
+      }
+      if (name && is_family_name(*name)) {
+        throw PredicateParseError(
+            line, column,
+            fmt::format("{} (the mask family {} combines with & and |; && and || join "
+                        "predicates)",
+                        rest, *name));
+      }
       throw PredicateParseError(line, column, rest);
     }
     return node;

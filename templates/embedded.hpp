@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <span>
+#include <string>
 #include <string_view>
 
 namespace attnjit::templates {
@@ -18,6 +19,15 @@ std::span<const EmbeddedFile> all();
 
 /// Hex digest over all names and contents; part of every cache key.
 std::string_view hash();
+
+/// The embedded header with this include name, or null.
+const EmbeddedFile* find(std::string_view name);
+
+/// `source` as one text: every `#include "NAME"` line naming an embedded header replaced by
+/// that header's text, recursively, each header once, where it is first included (what its
+/// `#pragma once` makes a compiler read; the pragma lines are dropped). Other includes
+/// (toolkit headers such as cuda_bf16.h) stay as they are.
+std::string expand_includes(std::string_view source);
 
 namespace detail {
 extern const EmbeddedFile kFiles[];

@@ -21,6 +21,10 @@ template <class Enum, std::size_t N>
 using NameTable = std::array<std::pair<Enum, std::string_view>, N>;
 
 constexpr NameTable<DType, 2> kDTypeNames{{{DType::fp16, "fp16"}, {DType::bf16, "bf16"}}};
+// Other spellings of a dtype (PyTorch's and NumPy's): parsed to the same DType, never printed,
+// so the canonical text and the cache key are those of the canonical name.
+constexpr NameTable<DType, 3> kDTypeAliases{
+    {{DType::fp16, "float16"}, {DType::fp16, "half"}, {DType::bf16, "bfloat16"}}};
 constexpr NameTable<Direction, 2> kDirectionNames{
     {{Direction::forward, "forward"}, {Direction::backward, "backward"}}};
 constexpr NameTable<Arch, 6> kArchNames{{{Arch::auto_detect, "auto"},
@@ -240,10 +244,11 @@ MaskSpec parse_mask(std::string_view text) {
   return info->parse_arguments(text, open);
 }
 
+constexpr std::string_view kTilesAccepted =
+    "auto or BMxBNxW with an optional q/s/w (forward) or g/w/t (backward) suffix, e.g. "
+    "128x64x4";
+
 TileShape parse_tiles(std::string_view text) {
-  constexpr std::string_view kAccepted =
-      "auto or BMxBNxW with an optional q/s/w (forward) or g/w/t (backward) suffix, e.g. "
-      "128x64x4";
   if (text == "auto") return {};
   TileShape tiles;
   std::string_view rest = text;
@@ -255,12 +260,99 @@ TileShape parse_tiles(std::string_view text) {
   int* fields[3] = {&tiles.block_m, &tiles.block_n, &tiles.warps};
   for (int i = 0; i < 3; ++i) {
     const std::size_t x = rest.find('x');
-    if ((i < 2) == (x == std::string_view::npos)) throw_field_error("tiles", text, kAccepted);
-    *fields[i] = parse_int(rest.substr(0, x), "tiles", kAccepted);
-    if (*fields[i] <= 0) throw_field_error("tiles", text, kAccepted);
+    if ((i < 2) == (x == std::string_view::npos)) throw_field_error("tiles", text, kTilesAccepted);
+    *fields[i] = parse_int(rest.substr(0, x), "tiles", kTilesAccepted);
+    if (*fields[i] <= 0) throw_field_error("tiles", text, kTilesAccepted);
     rest = i < 2 ? rest.substr(x + 1) : std::string_view{};
   }
   return tiles;
+}
+
+constexpr std::string_view kHeadDims = "32, 64, 96, 128, 192, 256";
+
+// What parse_spec has read so far: the head dims are resolved once every word is read.
+struct SpecDraft {
+  AttentionSpec spec;
+  std::optional<int> head_dim, head_dim_qk, head_dim_v;
+  bool seen_dtype = false;
+};
+
+DType parse_dtype(std::string_view text) {
+  for (const auto& [dtype, alias] : kDTypeAliases) {
+    if (alias == text) return dtype;
+  }
+  return parse_enum(kDTypeNames, text, "dtype");
+}
+
+std::string dtype_accepted() {
+  return fmt::format("{} (required; also {})", accepted_names(kDTypeNames),
+                     accepted_names(kDTypeAliases));
+}
+
+std::string bool_accepted() {
+  return "false (default), true";
+}
+
+// One key of the spec text: its name, what it accepts (for help texts) and how its value is
+// read. parse_spec and spec_keys() read this table only.
+struct KeyRow {
+  std::string_view name;
+  std::string (*accepted)();
+  void (*parse)(std::string_view value, SpecDraft& draft);
+};
+
+constexpr std::array<KeyRow, 12> kKeyRows{{
+    {"dtype", dtype_accepted,
+     [](std::string_view value, SpecDraft& d) {
+       d.spec.dtype = parse_dtype(value);
+       d.seen_dtype = true;
+     }},
+    {"head_dim", [] { return fmt::format("{} (sets head_dim_qk and head_dim_v)", kHeadDims); },
+     [](std::string_view value, SpecDraft& d) {
+       d.head_dim = parse_int(value, "head_dim", kHeadDims);
+     }},
+    {"head_dim_qk",
+     [] { return fmt::format("{} (with head_dim_v, instead of head_dim)", kHeadDims); },
+     [](std::string_view value, SpecDraft& d) {
+       d.head_dim_qk = parse_int(value, "head_dim_qk", kHeadDims);
+     }},
+    {"head_dim_v",
+     [] { return fmt::format("{} (with head_dim_qk, instead of head_dim)", kHeadDims); },
+     [](std::string_view value, SpecDraft& d) {
+       d.head_dim_v = parse_int(value, "head_dim_v", kHeadDims);
+     }},
+    {"mask", [] { return fmt::format("{} (default none)", mask_accepted()); },
+     [](std::string_view value, SpecDraft& d) { d.spec.mask = parse_mask(value); }},
+    {"softcap", bool_accepted,
+     [](std::string_view value, SpecDraft& d) { d.spec.softcap = parse_bool(value, "softcap"); }},
+    {"alibi", bool_accepted,
+     [](std::string_view value, SpecDraft& d) { d.spec.alibi = parse_bool(value, "alibi"); }},
+    {"return_lse", bool_accepted,
+     [](std::string_view value, SpecDraft& d) {
+       d.spec.return_lse = parse_bool(value, "return_lse");
+     }},
+    {"direction", [] { return std::string("forward (default), backward"); },
+     [](std::string_view value, SpecDraft& d) {
+       d.spec.direction = parse_enum(kDirectionNames, value, "direction");
+     }},
+    {"deterministic", bool_accepted,
+     [](std::string_view value, SpecDraft& d) {
+       d.spec.deterministic = parse_bool(value, "deterministic");
+     }},
+    {"target",
+     [] { return fmt::format("{} (default auto: the current GPU)", accepted_names(kArchNames)); },
+     [](std::string_view value, SpecDraft& d) { d.spec.target = parse_arch(value, "target"); }},
+    {"tiles", [] { return fmt::format("{} (default auto)", kTilesAccepted); },
+     [](std::string_view value, SpecDraft& d) { d.spec.tiles = parse_tiles(value); }},
+}};
+
+std::string key_names() {
+  std::string out;
+  for (const KeyRow& row : kKeyRows) {
+    out += out.empty() ? "" : ", ";
+    out += row.name;
+  }
+  return out;
 }
 
 }  // namespace
@@ -317,14 +409,14 @@ std::string to_string(const AttentionSpec& spec) {
       name_of(spec.target), to_string(spec.tiles));
 }
 
+std::vector<SpecKey> spec_keys() {
+  std::vector<SpecKey> keys;
+  for (const KeyRow& row : kKeyRows) keys.push_back({row.name, row.accepted()});
+  return keys;
+}
+
 AttentionSpec parse_spec(std::string_view text) {
-  constexpr std::string_view kKeys =
-      "dtype, head_dim, head_dim_qk, head_dim_v, mask, softcap, alibi, return_lse, direction, "
-      "deterministic, target, tiles";
-  constexpr std::string_view kHeadDims = "32, 64, 96, 128, 192, 256";
-  AttentionSpec spec;
-  std::optional<int> head_dim, head_dim_qk, head_dim_v;
-  bool seen_dtype = false;
+  SpecDraft draft;
   std::vector<std::string_view> seen;
   std::size_t pos = 0;
   while (pos < text.size()) {
@@ -337,7 +429,7 @@ AttentionSpec parse_spec(std::string_view text) {
     pos = end;
     const std::size_t eq = word.find('=');
     if (eq == std::string_view::npos || eq == 0) {
-      throw_field_error("spec", word, fmt::format("key=value words with keys {}", kKeys));
+      throw_field_error("spec", word, fmt::format("key=value words with keys {}", key_names()));
     }
     const std::string_view key = word.substr(0, eq);
     const std::string_view value = word.substr(eq + 1);
@@ -348,36 +440,17 @@ AttentionSpec parse_spec(std::string_view text) {
       }
     }
     seen.push_back(key);
-    if (key == "dtype") {
-      spec.dtype = parse_enum(kDTypeNames, value, "dtype");
-      seen_dtype = true;
-    } else if (key == "head_dim") {
-      head_dim = parse_int(value, "head_dim", kHeadDims);
-    } else if (key == "head_dim_qk") {
-      head_dim_qk = parse_int(value, "head_dim_qk", kHeadDims);
-    } else if (key == "head_dim_v") {
-      head_dim_v = parse_int(value, "head_dim_v", kHeadDims);
-    } else if (key == "mask") {
-      spec.mask = parse_mask(value);
-    } else if (key == "softcap") {
-      spec.softcap = parse_bool(value, "softcap");
-    } else if (key == "alibi") {
-      spec.alibi = parse_bool(value, "alibi");
-    } else if (key == "return_lse") {
-      spec.return_lse = parse_bool(value, "return_lse");
-    } else if (key == "direction") {
-      spec.direction = parse_enum(kDirectionNames, value, "direction");
-    } else if (key == "deterministic") {
-      spec.deterministic = parse_bool(value, "deterministic");
-    } else if (key == "target") {
-      spec.target = parse_arch(value, "target");
-    } else if (key == "tiles") {
-      spec.tiles = parse_tiles(value);
-    } else {
-      throw_field_error("spec key", key, kKeys);
-    }
+    const auto row = std::find_if(kKeyRows.begin(), kKeyRows.end(),
+                                  [&](const KeyRow& r) { return r.name == key; });
+    if (row == kKeyRows.end()) throw_field_error("spec key", key, key_names());
+    row->parse(value, draft);
   }
-  if (!seen_dtype) throw Error("dtype: missing; accepted: fp16, bf16");
+  if (!draft.seen_dtype) {
+    throw Error(fmt::format("dtype: missing; accepted: {}", accepted_names(kDTypeNames)));
+  }
+  const std::optional<int>& head_dim = draft.head_dim;
+  const std::optional<int>& head_dim_qk = draft.head_dim_qk;
+  const std::optional<int>& head_dim_v = draft.head_dim_v;
   if (head_dim && (head_dim_qk || head_dim_v)) {
     throw Error(
         "head_dim: given together with head_dim_qk/head_dim_v; give one or the other; accepted: "
@@ -391,6 +464,7 @@ AttentionSpec parse_spec(std::string_view text) {
         "head_dim_{}: missing (both head_dim_qk and head_dim_v are needed); accepted: {}",
         head_dim_qk ? "v" : "qk", kHeadDims));
   }
+  AttentionSpec spec = draft.spec;
   spec.head_dim_qk = head_dim ? *head_dim : *head_dim_qk;
   spec.head_dim_v = head_dim ? *head_dim : *head_dim_v;
   return spec;

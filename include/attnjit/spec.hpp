@@ -124,14 +124,24 @@ std::string to_string(const MaskSpec& mask);
 std::string to_string(const TileShape& tiles);
 
 /// Parses `key=value` words separated by spaces (so a predicate mask is written without spaces:
-/// `mask=predicate(q>=k&&(q-k)<256)`). Accepted keys: dtype, head_dim (sets both head dims),
-/// head_dim_qk, head_dim_v, mask, softcap, alibi, return_lse, direction, deterministic, target,
-/// tiles. A predicate is parsed and stored as its canonical text with its literals lifted into
-/// runtime scalar slots (MaskSpec::scalars holds their values; at most 16); it is written either
-/// with numbers or with `$N` slots whose values the launch gives, not both. Throws Error naming
-/// the key, the value and what is accepted (for a predicate, the line and column in it). Does
-/// not check value ranges (validate does).
+/// `mask=predicate(q>=k&&(q-k)<256)`). Accepted keys: those of spec_keys(). `dtype` also takes
+/// the aliases `float16`, `half` (fp16) and `bfloat16` (bf16), which parse to the same spec (the
+/// canonical text, and so the cache key, names fp16 or bf16). A predicate is parsed and stored as
+/// its canonical text with its literals lifted into runtime scalar slots (MaskSpec::scalars holds
+/// their values; at most 16); it is written either with numbers or with `$N` slots whose values
+/// the launch gives, not both. Throws Error naming the key, the value and what is accepted (for a
+/// predicate, the line and column in it). Does not check value ranges (validate does).
 AttentionSpec parse_spec(std::string_view text);
+
+/// A key of the spec text and what it accepts, from the table parse_spec reads.
+struct SpecKey {
+  std::string_view name;  ///< e.g. `dtype`
+  std::string accepted;   ///< its values and default, e.g. `false (default), true`
+};
+
+/// Every key parse_spec accepts, in the order of the canonical text (`head_dim` before
+/// `head_dim_qk` and `head_dim_v`).
+std::vector<SpecKey> spec_keys();
 
 std::string_view name_of(DType dtype);
 std::string_view name_of(MaskKind kind);

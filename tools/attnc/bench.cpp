@@ -232,7 +232,8 @@ void add_bench(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "bench", "Time a forward or backward spec on the GPU over rotating random inputs");
   static BenchOptions o;
-  cmd->add_option("--spec", o.spec_text, "Attention spec (direction=forward or backward)")
+  cmd->add_option("--spec", o.spec_text,
+                  "Attention spec, direction=forward or backward (SPEC below)")
       ->required();
   cmd->add_option("--arch", o.arch, "Target (default: the spec's, else the device's)");
   add_problem_options(cmd, o.problem);
@@ -240,6 +241,7 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--repeat", o.repeat, "Timed launches (median, min and max are reported)")
       ->check(integer_in(1, INT32_MAX));
   cmd->add_flag("--json", o.json, "Print one JSON object");
+  cmd->footer(spec_help());
   cmd->callback([] { run_bench(o); });
 }
 

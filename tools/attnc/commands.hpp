@@ -58,13 +58,28 @@ void add_run(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_mask_build(CLI::App& app);
 void add_mask(CLI::App& app);
+void add_version(CLI::App& app);
+
+/// The help of the subcommands that take --spec: the syntax, examples, and every key with
+/// what it accepts (attnjit::spec_keys()).
+std::string spec_help();
+/// The help of --arch for the subcommands that compile without a GPU.
+std::string arch_help();
+/// What `attnc --version` prints: the attnjit, NVRTC and CUDA driver versions, one per line
+/// (without a driver, why not), without a final newline.
+std::string version_report();
 
 /// The spec of --spec with --arch applied (absent: keep the spec's target).
 attnjit::AttentionSpec spec_with_arch(const std::string& spec_text,
                                       const std::optional<std::string>& arch);
 
-/// As spec_with_arch, and a target still `auto` becomes the current device's arch, or sm_90
-/// when there is no device (emission and compilation need no GPU).
+/// The target of emission and compilation without a device: the newest kernel family's (sm90a,
+/// the Hopper kernels), not sm_90's, which runs the sm80 family.
+constexpr attnjit::Arch kNoDeviceArch = attnjit::Arch::sm_90a;
+
+/// As spec_with_arch, and a target still `auto` becomes the current device's arch, or
+/// kNoDeviceArch when there is no device (emission and compilation need no GPU); one line on
+/// stderr says which and why.
 attnjit::AttentionSpec spec_for_emission(const std::string& spec_text,
                                          const std::optional<std::string>& arch);
 

@@ -140,14 +140,15 @@ void add_compile(CLI::App& app) {
   static std::string spec_text, ptx_out;
   static std::optional<std::string> arch;
   static bool json = false, print_after_all = false;
-  cmd->add_option("--spec", spec_text, "Attention spec")->required();
-  cmd->add_option("--arch", arch, "Target: sm_80, sm_86, sm_89, sm_90, sm_90a");
+  cmd->add_option("--spec", spec_text, "Attention spec (SPEC below)")->required();
+  cmd->add_option("--arch", arch, arch_help());
   cmd->add_flag("--json", json, "Print one JSON object");
   cmd->add_flag("--print-after-all", print_after_all,
                 "Print the IR after every pass, with its time, to stderr");
   cmd->add_option("--ptx-out", ptx_out,
                   "Write every kernel's PTX to this file and print its count of mma.sync, "
                   "wgmma, ldmatrix and cp.async instructions (text output only)");
+  cmd->footer(spec_help());
   cmd->callback([] { compile(spec_text, arch, json, print_after_all, ptx_out); });
 }
 

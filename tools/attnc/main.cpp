@@ -24,12 +24,20 @@ attnjit::AttentionSpec spec_with_arch(const std::string& spec_text,
 attnjit::AttentionSpec spec_for_emission(const std::string& spec_text,
                                          const std::optional<std::string>& arch) {
   attnjit::AttentionSpec spec = spec_with_arch(spec_text, arch);
-  if (spec.target == attnjit::Arch::auto_detect) {
-    try {
-      spec.target = attnjit::jit::current_device_arch();
-    } catch (const attnjit::DeviceError&) {
-      spec.target = attnjit::Arch::sm_90;
-    }
+  if (spec.target != attnjit::Arch::auto_detect) return spec;
+  try {
+    spec.target = attnjit::jit::current_device_arch();
+    fmt::print(stderr, "attnc: compiling for {}, the current GPU's target (--arch to choose)\n",
+               attnjit::name_of(spec.target));
+  } catch (const attnjit::DeviceError& error) {
+    spec.target = kNoDeviceArch;
+    // The reason's head: "no CUDA driver", "no CUDA device", "device X has compute capability
+    // 7.5", ...
+    const std::string_view reason = error.what();
+    fmt::print(stderr,
+               "attnc: no supported GPU ({}): compiling for {}, the newest target (--arch to "
+               "choose)\n",
+               reason.substr(0, reason.find_first_of(":;\n")), attnjit::name_of(spec.target));
   }
   return spec;
 }
@@ -92,6 +100,7 @@ int main(int argc, char** argv) {
   attnc::add_bench(app);
   attnc::add_mask_build(app);
   attnc::add_mask(app);
+  attnc::add_version(app);
   int status = 0;
   try {
     app.parse(argc, argv);
@@ -99,6 +108,8 @@ int main(int argc, char** argv) {
     status = app.exit(help);
   } catch (const CLI::CallForAllHelp& help) {
     status = app.exit(help);
+  } catch (const CLI::CallForVersion& version) {
+    status = app.exit(version);
   } catch (const CLI::ParseError& error) {
     status = fail(kExitBadInput, first_line(error.what()));
   } catch (const attnjit::Error& error) {

@@ -256,7 +256,7 @@ void run(RunOptions o) {
 void add_run(CLI::App& app) {
   auto* cmd = app.add_subcommand("run", "Run a spec on the GPU with random inputs and time it");
   static RunOptions o;
-  cmd->add_option("--spec", o.spec_text, "Attention spec")->required();
+  cmd->add_option("--spec", o.spec_text, "Attention spec (SPEC below)")->required();
   cmd->add_option("--arch", o.arch, "Target (default: the spec's, else the device's)");
   add_problem_options(cmd, o.problem);
   cmd->add_option("--softcap", o.softcap,
@@ -274,6 +274,7 @@ void add_run(CLI::App& app) {
       ->check(integer_in(1, INT32_MAX));
   cmd->add_flag("--check", o.check, "Compare with attnjit's fp32 reference kernel");
   cmd->add_flag("--json", o.json, "Print one JSON object");
+  cmd->footer(spec_help());
   cmd->callback([] { run(o); });
 }
 

@@ -44,7 +44,6 @@ std::span<const KernelRow> kernel_rows() {
       registry::forward_warpgroup_sm90a(),
       registry::forward_sm80(),
       registry::backward_tma_sm90a(),
-      registry::backward_warpgroup_sm90a(),
       registry::backward_warp_grid_sm80(),
       registry::backward_key_slabs_sm80(),
       registry::backward_dq_sm80(),

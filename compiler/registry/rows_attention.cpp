@@ -1,9 +1,7 @@
-// The attention rows of the registry: the sm80 forward, the three layouts of the backward
+// The attention rows of the registry: the sm80 forward, the two layouts of the sm80 backward
 // main kernel and the deterministic dQ kernel, with their tile candidates (measured on an
 // H100 and kept spill-free by the NVRTC sweep; docs/benchmarks/), shared-memory formulas
 // and the checks of explicit `tiles=` shapes.
-#include <fmt/format.h>
-
 #include <array>
 
 #include "attnjit/error.hpp"
@@ -101,14 +99,6 @@ constexpr std::array<ConfigField, 6> kKeySlabConfig{ConfigField::head_dim,  Conf
                                                     ConfigField::block_n,   ConfigField::warps,
                                                     ConfigField::dim_warps, ConfigField::atomic_dq};
 
-// The warpgroup layout (bwd_wgmma_sm90.cuh): 64 keys per warpgroup, every product on wgmma
-// with its shared operands read by the tensor cores; it compiles with both modifiers at 255
-// registers without spilling.
-constexpr std::array<TileCandidate, 2> kWarpgroupCandidates{{
-    {64, 64, 128, 8},
-    {128, 64, 128, 8},
-}};
-
 // The warp grid (bwd_grid_sm80.cuh) keeps 32 keys x 64 columns of dK and dV per warp at
 // d128; ALiBi's slope and distances spilled there on sm_90 (NVRTC sweep), soft-capping did
 // not.
@@ -152,15 +142,6 @@ int columns(const MaskLowering& mask) {
   return static_cast<int>(mask.vectors.size());
 }
 
-// 1024-byte aligned tiles: alignment slack, K and V, two stages (Q, dO, then LSE and D padded
-// to 1 KB), dS^T and the vector values.
-int warpgroup_smem(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
-  const int d = spec.head_dim_qk;
-  const int kv = 2 * c.block_n * d * 2;
-  const int stage = 2 * c.block_m * d * 2 + (2 * c.block_m * 4 + 1023) / 1024 * 1024;
-  return 1024 + kv + 2 * stage + c.block_n * c.block_m * 2 + c.block_n * columns(mask) * 4;
-}
-
 // K, V, two stages of (Q, dO, LSE, D), the staged 16-bit tiles (grid: P^T and dS^T; key
 // slabs: dS^T for the atomic dQ product only) and the vector values.
 int sm80_backward_smem(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask,
@@ -183,21 +164,6 @@ void check_backward_warps(const TileShape& shape) {
   if (shape.warps > 16) {
     throw_field_error("tiles warps", to_string(shape), "at most 16 warps (512 threads)");
   }
-}
-
-// One shape per head dim: 64 queries per iteration, 128 keys per CTA, two warpgroups.
-TileCandidate warpgroup_explicit(const TileShape& shape, const AttentionSpec& spec,
-                                 const MaskLowering&) {
-  check_backward_warps(shape);
-  if (spec.head_dim_qk != 64 && spec.head_dim_qk != 128) {
-    throw_field_error("tiles",
-                      fmt::format("{} with head_dim={}", to_string(shape), spec.head_dim_qk),
-                      "the w suffix with head_dim 64 or 128");
-  }
-  if (shape.block_m != 64 || shape.warps != 8 || shape.block_n != 128) {
-    throw_field_error("tiles", to_string(shape), "64x128x8w for the warpgroup layout");
-  }
-  return {spec.head_dim_qk, 64, 128, 8};
 }
 
 // Three grids of 32-row warp tiles (block_n / 32 key warps; block_m / 32 dQ row warps) divide
@@ -346,21 +312,6 @@ KernelRow forward_sm80() {
   row.explicit_tiles = forward_explicit;
   row.launch = query_block_launch;
   row.buffers = forward_buffers;
-  return row;
-}
-
-KernelRow backward_warpgroup_sm90a() {
-  KernelRow row =
-      backward_row("backward.warpgroup.sm90a", KernelFamily::sm90a, "attnjit/sm90a/bwd_wgmma_sm90.cuh",
-                   "BackwardWgmmaSm90", "backward_wgmma_sm90");
-  row.support.targets = {Arch::sm_90a};
-  // Its dQ product is atomic; its S^T fragments do not follow the stored element bits.
-  row.support.deterministic = false;
-  row.support.predicate_masks = false;
-  row.tiles_suffixes = "w";
-  row.candidates = kWarpgroupCandidates;
-  row.smem_bytes = warpgroup_smem;
-  row.explicit_tiles = warpgroup_explicit;
   return row;
 }
 

@@ -4,16 +4,9 @@
 // from shared memory, dK and dV stored by TMA; its parameters are BwdParams and the TMA maps of
 // q, d_o, k, v, the dQ accumulator, d_k and d_v. Head dims 64, 96 and 128, every mask; head
 // dims 192 and 256 (bwd_sm90a_wide.cuh: block_n = 64, the consumers split the head dim), every
-// mask. It precedes the warpgroup layout (backward.warpgroup.sm90a) in the registry, so the
-// automatic choice at those head dims in both modes: on an H100 (bf16, B=1, H=16, S=8192,
-// 2026-11-25) it ran 5-21% faster than that layout for every mask measured with dQ by
-// red.global (d128 none 3.50 against 3.87 ms, causal 1.91 against 2.10, causal documents 1.22
-// against 1.39), and the TMA reductions took another 8-25% off (d128 none 3.01 ms, causal
-// 1.65, d64 none 2.20 against 2.80); `tiles=64x128x12t` forces it, `tiles=64x128x8w` the
-// warpgroup layout. At d128 without a mask or soft-capping its query blocks have 80 rows
-// (`80x128x12t`, dQ^T = K^T dS^T): the backward alone 0.94x the time of 64 rows, forward+backward
-// 1.02-1.04x cuDNN at B=1 H=16 S=8192 (0.92x before; H100, 2026-11-27,
-// docs/benchmarks/2026-11-27-h100-backward-80-row-blocks.md).
+// mask. The automatic choice on sm_90a at those head dims, in both modes; `tiles=64x128x12t`
+// forces it. At d128 without a mask or soft-capping its query blocks have 80 rows
+// (`80x128x12t`, dQ^T = K^T dS^T), which takes less time than 64 rows there.
 #include <fmt/format.h>
 
 #include <array>

@@ -64,7 +64,7 @@ TEST_CASE("an attention TU binds its registry row's template and Config", "[emit
   for (const char* text :
        {"dtype=bf16 head_dim=128 mask=causal target=sm_90",
         "dtype=bf16 head_dim=64 mask=causal direction=backward target=sm_90a",
-        "dtype=bf16 head_dim=64 mask=causal direction=backward tiles=64x128x8w target=sm_90a",
+        "dtype=bf16 head_dim=192 mask=causal direction=backward target=sm_90a",
         "dtype=bf16 head_dim=64 mask=causal direction=backward target=sm_90",
         "dtype=bf16 head_dim=96 mask=causal direction=backward deterministic=true target=sm_80"}) {
     const Lowering ir = lower(parse_spec(text));

@@ -334,55 +334,6 @@ TEST_CASE("the backward plan", "[pass]") {
   }
 }
 
-TEST_CASE("the warpgroup backward layout: forced by a w shape on sm_90a, d64 and d128", "[pass]") {
-  const auto lowered = [](const char* rest) {
-    return lower(parse_spec(fmt::format("dtype=bf16 head_dim=128 direction=backward {}", rest)));
-  };
-  const auto row = [&](const char* rest) {
-    return lowered(rest).tiles_of(KernelRole::backward).row;
-  };
-  const Lowering ir = lowered("mask=causal tiles=64x128x8w target=sm_90a");
-  const KernelTiles& t = ir.tiles_of(KernelRole::backward);
-  CHECK(t.row == "backward.warpgroup.sm90a");
-  CHECK(ir.plan->kernels[1].template_header == "attnjit/sm90a/bwd_wgmma_sm90.cuh");
-  // The one kernel on wgmma; the plan's other kernels stay in the sm80 family.
-  for (const KernelDesc& kernel : ir.plan->kernels) {
-    INFO(kernel.name);
-    CHECK(kernel.family ==
-          (kernel.role == KernelRole::backward ? KernelFamily::sm90a : KernelFamily::sm80));
-  }
-  // Alignment slack, K and V, two stages (Q, dO, then LSE and D padded to 1 KB), dS^T.
-  CHECK(t.smem_bytes == 1024 + 2 * t.block_n * 128 * 2 + 2 * (2 * t.block_m * 128 * 2 + 1024) +
-                            t.block_n * t.block_m * 2);
-  CHECK(ir.plan->kernels[1].dynamic_smem_bytes == t.smem_bytes);
-  // With score modifiers and FlashMask vectors too (no spills in the NVRTC sweep).
-  for (const char* rest : {"mask=causal softcap=true alibi=true tiles=64x128x8w target=sm_90a",
-                           "mask=flashmask(causal=false,columns=4) tiles=64x128x8w "
-                           "target=sm_90a"}) {
-    INFO(rest);
-    CHECK(row(rest) == "backward.warpgroup.sm90a");
-  }
-  // The w suffix asks for it, where it exists (the automatic choice is backward.tma.sm90a).
-  CHECK_THROWS_WITH(lowered("tiles=64x128x8w target=sm_90"),
-                    Catch::Contains("the w suffix with target=sm_90a"));
-  CHECK_THROWS_WITH(lowered("tiles=64x64x4w target=sm_90a"),
-                    Catch::Contains("64x128x8w for the warpgroup layout"));
-  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=96 direction=backward tiles=64x128x8w "
-                                     "target=sm_90a")),
-                    "tiles: got '64x128x8w with head_dim=96'; accepted: the w suffix with "
-                    "head_dim 64 or 128");
-  CHECK(lower(parse_spec("dtype=bf16 head_dim=64 direction=backward tiles=64x128x8w "
-                         "target=sm_90a"))
-            .tiles_of(KernelRole::backward)
-            .row == "backward.warpgroup.sm90a");
-  CHECK_THROWS_WITH(lowered("deterministic=true tiles=64x128x8w target=sm_90a"),
-                    Catch::Contains("without the w suffix with deterministic=true"));
-  CHECK_THROWS_WITH(lowered("mask=predicate(q>=k) tiles=64x128x8w target=sm_90a"),
-                    Catch::Contains("without the w suffix for mask=predicate"));
-  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x64x4w target=sm_90a")),
-                    Catch::Contains("128xBNx12w with BN a multiple of 16 up to 256"));
-}
-
 TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a t shape",
           "[pass]") {
   const auto lowered = [](int d, const char* rest) {
@@ -408,25 +359,26 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
     CHECK(main.dynamic_smem_bytes == t.smem_bytes);
     CHECK_THAT(to_string(ir), Catch::Contains("row=backward.tma.sm90a") &&
                                   Catch::Contains("params=attention_tma"));
-    // The same grid and buffers as the warpgroup layout (one CTA per 128 keys of a head pair),
-    // but for GQA's dK and dV: zeroed sums per K/V head instead of per-query-head partials.
-    const Lowering warpgroup = lowered(d, "mask=causal tiles=64x128x8w target=sm_90a");
-    const KernelDesc& old_main = *warpgroup.plan->find(KernelRole::backward);
-    CHECK(old_main.row == "backward.warpgroup.sm90a");
-    CHECK(main.phases.front().grid == old_main.phases.front().grid);
-    REQUIRE(ir.plan->scratch.size() == warpgroup.plan->scratch.size());
+    // The same grid and buffers as the key-slab layout of 128 keys (one CTA per 128 keys of a
+    // head pair), but for GQA's dK and dV: zeroed sums per K/V head instead of per-query-head
+    // partials.
+    const Lowering slabs = lowered(d, "mask=causal tiles=64x128x8 target=sm_90a");
+    const KernelDesc& slab_main = *slabs.plan->find(KernelRole::backward);
+    CHECK(slab_main.row == "backward.slabs.sm80");
+    CHECK(main.phases.front().grid == slab_main.phases.front().grid);
+    REQUIRE(ir.plan->scratch.size() == slabs.plan->scratch.size());
     for (std::size_t i = 0; i < ir.plan->scratch.size(); ++i) {
       const ScratchBuffer& tma = ir.plan->scratch[i];
-      const ScratchBuffer& wg = warpgroup.plan->scratch[i];
+      const ScratchBuffer& slab = slabs.plan->scratch[i];
       INFO(tma.name);
-      CHECK(tma.name == wg.name);
+      CHECK(tma.name == slab.name);
       if (tma.name == "dk_partial" || tma.name == "dv_partial") {
         CHECK(tma.zeroed);
-        CHECK_FALSE(wg.zeroed);
+        CHECK_FALSE(slab.zeroed);
         CHECK(tma.bytes.to_string() == fmt::format("gqa*B*Hkv*Sk*{}*4", d));
-        CHECK(wg.bytes.to_string() == fmt::format("gqa*B*H*Sk*{}*4", d));
+        CHECK(slab.bytes.to_string() == fmt::format("gqa*B*H*Sk*{}*4", d));
       } else {
-        CHECK(tma == wg);
+        CHECK(tma == slab);
       }
     }
     // The automatic choice on sm_90a, for every mask it takes, with the score modifiers too
@@ -550,8 +502,10 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
   CHECK_THROWS_WITH(lowered(32, "tiles=64x128x12t target=sm_90a"),
                     "tiles: got '64x128x12t with head_dim=32'; accepted: the t suffix with "
                     "head_dim 64, 96, 128, 192 or 256");
-  CHECK_THROWS_WITH(lowered(128, "deterministic=true tiles=64x128x8w target=sm_90a"),
-                    Catch::Contains("without the w suffix with deterministic=true"));
+  // The w suffix names a forward layout only.
+  CHECK_THROWS_WITH(lowered(128, "tiles=64x128x8w target=sm_90a"),
+                    "tiles: got '64x128x8w'; accepted: BMxBNxW with an optional t/g suffix for "
+                    "the backward");
   CHECK(lowered(128, "mask=predicate(q>=k) tiles=64x128x12t target=sm_90a")
             .tiles_of(KernelRole::backward)
             .row == "backward.tma.sm90a");
@@ -822,7 +776,7 @@ TEST_CASE("explicit backward tiles are checked", "[pass]") {
       Catch::Contains("key slabs (block_n/16) divide the warps"));
   CHECK_THROWS_WITH(
       lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x128x8q target=sm_90")),
-      Catch::Contains("with an optional t/w/g suffix for the backward"));
+      Catch::Contains("with an optional t/g suffix for the backward"));
   // The g suffix picks the warp-grid layout, whose grids must divide the warps.
   const Lowering grid =
       lower(parse_spec("dtype=bf16 head_dim=64 direction=backward tiles=64x64x4g target=sm_90"));

@@ -1,5 +1,5 @@
 // Pieces shared by the layouts of the backward main kernel (bwd_sm80.cuh: a key slab per
-// warp; bwd_grid_sm80.cuh: 2-D warp grids; bwd_wgmma_sm90.cuh: warpgroups): the masking of
+// warp; bwd_grid_sm80.cuh: 2-D warp grids; bwd_sm90a.cuh: warpgroups): the masking of
 // S^T by key rows, P from a score, the dK/dV stores and the dQ reductions. The walk over the
 // query blocks is QueryBlockWalk (block_walk.cuh).
 #pragma once

@@ -9,7 +9,7 @@
 //              V once by TMA and streams Q, dO, LSE2 and D of the query blocks that can see
 //              the keys through a ring of kStages stages (bwd_sm90a_producer.cuh);
 //   consumers  warpgroups 1 and 2 take the registers and 64 keys each, and per query block
-//              of kBlockM rows compute (as bwd_wgmma_sm90.cuh, whose products these are):
+//              of kBlockM rows compute (bwd_wgmma_products.cuh):
 //                S^T  = K_c Q^T, dP^T = V_c dO^T   wgmma SS, K-major from shared memory
 //                P^T  = 2^(S^T c - LSE2)           registers, the A operand of dV
 //                dS^T = P^T (dP^T - D)             registers (A of dK) and shared memory
@@ -30,7 +30,7 @@
 // warpgroup, named barriers both ways), which walks the query blocks as the producer does,
 // issues each block's reductions and frees the buffer once they have read it: the consumers
 // wait only for their buffer. dK is scaled by softmax_scale at the end; dQ in
-// backward_convert_dq. Masks and score modifiers as in bwd_wgmma_sm90.cuh;
+// backward_convert_dq. Masks and score modifiers as in bwd_grid_sm80.cuh;
 // a predicate's partial tiles are masked by one bit per element of S^T (the block table's
 // stored bits with key rows, else the element rule), read while S^T and dP^T are computed.
 //

@@ -1,6 +1,6 @@
-// The wgmma products of the sm90a backward kernels (bwd_wgmma_sm90.cuh, bwd_sm90a.cuh), shared
-// by both: kGroups warpgroups of 64 keys each over a key block of kBlockN = 64 kGroups keys and
-// query blocks of kBlockM rows, from swizzled shared tiles (smem_tile.cuh):
+// The wgmma products of the sm90a backward's consumers of 64 keys (bwd_sm90a.cuh): kGroups
+// warpgroups of 64 keys each over a key block of kBlockN = 64 kGroups keys and query blocks of
+// kBlockM rows, from swizzled shared tiles (smem_tile.cuh):
 //   S^T = K_w Q^T, dP^T = V_w dO^T   m64 x kBlockM, both operands K-major
 //   dV += P^T dO, dK += dS^T Q       m64 x kHeadDim, A from registers, dO and Q MN-major
 //   dQ_i = dS K                      m64 x kDqCols: where the head dim gives each warpgroup a

@@ -31,7 +31,8 @@ bool on_sm90a() {
   return false;
 }
 
-// The case forced onto the row: 64 keys per CTA at head dims 192 and 256 (bwd_sm90a_wide.cuh).
+// The case forced onto the row: 64 keys per CTA at head dims 192 and 256 (the consumers split
+// the head dim).
 Case forced(Case c) {
   c.spec.tiles = {64, c.spec.head_dim_qk > 128 ? 64 : 128, 12, 't'};
   c.expect_row = kRow;

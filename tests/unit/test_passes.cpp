@@ -444,9 +444,9 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
     CHECK((lowered(d, "target=sm_90a").tiles_of(KernelRole::backward).row ==
            "backward.tma.sm90a") == (d != 32));
   }
-  // Head dim 256: the wide layout (bwd_sm90a_wide.cuh), 64 keys per CTA; alignment slack, K
-  // and V, two stages, one P^T and one dS^T tile (dQ goes through the stages), the FlashMask
-  // values, the K/V barrier and the ring's barriers; predicates too.
+  // Head dim 256: the consumers split the head dim (bwd_sm90a.cuh), 64 keys per CTA; alignment
+  // slack, K and V, two stages, one P^T and one dS^T tile (dQ goes through the stages), the
+  // FlashMask values, the K/V barrier and the ring's barriers; predicates too.
   for (const char* rest : {"mask=causal target=sm_90a", "mask=causal tiles=64x64x12t target=sm_90a",
                            "mask=none deterministic=true target=sm_90a"}) {
     INFO(rest);

@@ -14,7 +14,7 @@ constexpr std::array<Arch, 5> kAllArchs{Arch::sm_80, Arch::sm_86, Arch::sm_89, A
                                         Arch::sm_90a};
 
 // ---------------------------------------------------------------------------------------------
-// Forward, sm80 (fwd_sm80.cuh).
+// Forward, sm80 (sm80/forward.cuh).
 
 constexpr int kForwardStages = 2;
 
@@ -99,7 +99,7 @@ constexpr std::array<ConfigField, 6> kKeySlabConfig{ConfigField::head_dim,  Conf
                                                     ConfigField::block_n,   ConfigField::warps,
                                                     ConfigField::dim_warps, ConfigField::atomic_dq};
 
-// The warp grid (bwd_grid_sm80.cuh) keeps 32 keys x 64 columns of dK and dV per warp at
+// The warp grid (sm80/backward_grid.cuh) keeps 32 keys x 64 columns of dK and dV per warp at
 // d128; ALiBi's slope and distances spilled there on sm_90 (NVRTC sweep), soft-capping did
 // not.
 constexpr TileCandidate grid_candidate(int d, int block_m, int block_n, int warps, int dim_warps) {
@@ -112,8 +112,8 @@ constexpr std::array<TileCandidate, 2> kGridCandidates{{
     grid_candidate(128, 64, 128, 8, 2),
 }};
 
-// Key slabs (bwd_sm80.cuh): warps that hold more than 64 dK/dV columns next to 64 queries
-// have no room for the modifiers (the NVRTC sweep over every mask showed spills from d96 to
+// Key slabs (sm80/backward_slabs.cuh): warps that hold more than 64 dK/dV columns next to 64
+// queries have no room for the modifiers (the NVRTC sweep over every mask showed spills from d96 to
 // d256 with softcap, and at d256 with ALiBi alone in fp16).
 constexpr TileCandidate slab_candidate(int d, int block_m, int block_n, int warps, int dim_warps) {
   const bool room = d / dim_warps <= 64 || block_m <= 32;
@@ -232,7 +232,7 @@ KernelRow backward_row(std::string_view id, KernelFamily family, std::string_vie
 }
 
 // ---------------------------------------------------------------------------------------------
-// Deterministic dQ kernel (bwd_dq_sm80.cuh): one-slab warps (block_m = 16 * warps) over key
+// Deterministic dQ kernel (sm80/backward_dq.cuh): one-slab warps (block_m = 16 * warps) over key
 // blocks; head dims up to 128 take the first two shapes.
 constexpr TileCandidate dq_candidate(int d, int warps, int block_n) {
   return {d, 16 * warps, block_n, warps};
@@ -300,7 +300,7 @@ KernelRow forward_sm80() {
   KernelRow row;
   row.id = "forward.sm80";
   row.role = KernelRole::forward;
-  row.header = "attnjit/sm80/fwd_sm80.cuh";
+  row.header = "attnjit/sm80/forward.cuh";
   row.kernel_struct = "ForwardSm80";
   row.body = "forward_sm80";
   row.params = ParamBlock::attention;
@@ -315,9 +315,9 @@ KernelRow forward_sm80() {
   return row;
 }
 
-KernelRow backward_warp_grid_sm80() {
+KernelRow backward_grid_sm80() {
   KernelRow row =
-      backward_row("backward.grid.sm80", KernelFamily::sm80, "attnjit/sm80/bwd_grid_sm80.cuh",
+      backward_row("backward_grid.sm80", KernelFamily::sm80, "attnjit/sm80/backward_grid.cuh",
                    "BackwardGridSm80", "backward_grid_sm80");
   // Its gain is in the dQ product; without it (deterministic mode) key slabs were faster on
   // an H100 (d128, 8K: none 6.19 against 6.44 ms, causal 3.14 against 3.31), so it is taken
@@ -331,9 +331,10 @@ KernelRow backward_warp_grid_sm80() {
   return row;
 }
 
-KernelRow backward_key_slabs_sm80() {
-  KernelRow row = backward_row("backward.slabs.sm80", KernelFamily::sm80, "attnjit/sm80/bwd_sm80.cuh",
-                               "BackwardSm80", "backward_sm80");
+KernelRow backward_slabs_sm80() {
+  KernelRow row =
+      backward_row("backward_slabs.sm80", KernelFamily::sm80, "attnjit/sm80/backward_slabs.cuh",
+                   "BackwardSlabsSm80", "backward_slabs_sm80");
   row.tiles_suffixes = "-";
   row.candidates = kKeySlabCandidates;
   row.config = kKeySlabConfig;
@@ -343,8 +344,9 @@ KernelRow backward_key_slabs_sm80() {
 }
 
 KernelRow backward_dq_sm80() {
-  KernelRow row = backward_row("backward_dq.sm80", KernelFamily::sm80, "attnjit/sm80/bwd_dq_sm80.cuh",
-                               "BackwardDqSm80", "backward_dq_sm80");
+  KernelRow row =
+      backward_row("backward_dq.sm80", KernelFamily::sm80, "attnjit/sm80/backward_dq.cuh",
+                   "BackwardDqSm80", "backward_dq_sm80");
   row.role = KernelRole::backward_dq;
   row.support.atomic = false;
   row.candidates = kDqCandidates;

@@ -1,4 +1,4 @@
-// The backward main kernel of the sm90a family (bwd_sm90a.cuh): a TMA producer warpgroup and
+// The backward main kernel of the sm90a family (sm90a/backward.cuh): a TMA producer warpgroup and
 // two wgmma consumer warpgroups, Q, dO, LSE and D streamed through a ring of two stages, dQ
 // added to its fp32 accumulator by TMA reductions from shared memory, dK and dV stored by TMA;
 // its parameters are BwdParams and the TMA maps of q, d_o, k, v, the dQ accumulator, d_k and
@@ -23,7 +23,7 @@ constexpr TileCandidate warpgroups(int d, int block_m) {
   return {d, block_m, 128, 12, 1, kStages};
 }
 
-// Head dims 192 and 256: 64 keys per CTA, the consumers split the head dim (bwd_sm90a.cuh's
+// Head dims 192 and 256: 64 keys per CTA, the consumers split the head dim (sm90a/backward.cuh's
 // kSplitHeadDim).
 constexpr TileCandidate wide(int d) {
   return {d, 64, 64, 12, 1, kStages};
@@ -34,7 +34,7 @@ constexpr bool is_wide(int d) {
 }
 
 // Query blocks of 80 rows at d128 without a mask (fits): dQ^T = K^T dS^T
-// (bwd_sm90a_products.cuh).
+// (backward_products.cuh).
 constexpr std::array<TileCandidate, 6> kCandidates{{
     warpgroups(64, 64),
     warpgroups(96, 64),
@@ -56,7 +56,7 @@ constexpr std::array<ConfigField, 6> kConfig{
 // stages) need a producer warpgroup of 40 registers (ptxas spilled below that under
 // FlashMask), which leaves the consumers 232 instead of 240: enough at head dim 128 under
 // FlashMask too since a partial block's rule compares compile-time query offsets with bounds
-// per key (bwd_common.cuh's mask_scores_by_key_bounds; a query index per element spilled 4-12
+// per key (backward_common.cuh's mask_scores_by_key_bounds; a query index per element spilled 4-12
 // bytes under the causal masks of one or two vectors). 80-row blocks need the consumers' 240
 // registers: their producer warpgroup keeps 24, without a mask (the writers' walk is trivial) and
 // with warp 3 loading the row statistics (the producer warp spilled with them).
@@ -64,7 +64,7 @@ int producer_registers(const KernelTiles& tiles, const AttentionSpec&, const Mas
   return tiles.block_m == 80 ? 24 : 40;
 }
 
-// bwd_sm90a.cuh's kSmemBytes: alignment slack, K and V, the stages (Q, dO and their LSE, D and
+// sm90a/backward.cuh's kSmemBytes: alignment slack, K and V, the stages (Q, dO and their LSE, D and
 // block index), two [key][query] tiles (dS^T of alternate blocks, or P^T and dS^T), the fp32
 // dQ buffers, the key block's FlashMask values padded to 8 bytes, the K/V barrier and the
 // ring's barriers.
@@ -129,7 +129,7 @@ TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
 
 // backward_buffers, and in the deterministic mode the turn counters of the ordered dQ
 // reductions: per (batch, head, query block) one per consumer when the consumers split dQ's
-// columns (d >= 128), else one that both take turns on (bwd_sm90a.cuh).
+// columns (d >= 128), else one that both take turns on (sm90a/backward.cuh).
 std::vector<BufferNeed> buffers(const KernelDesc& kernel, const Lowering& ir) {
   std::vector<BufferNeed> needs = backward_buffers(kernel, ir);
   if (orders_dq_reductions(ir)) {
@@ -143,12 +143,12 @@ std::vector<BufferNeed> buffers(const KernelDesc& kernel, const Lowering& ir) {
 
 }  // namespace
 
-KernelRow backward_tma_sm90a() {
+KernelRow backward_sm90a() {
   KernelRow row;
-  row.id = "backward.tma.sm90a";
+  row.id = "backward.sm90a";
   row.role = KernelRole::backward;
   row.family = KernelFamily::sm90a;
-  row.header = "attnjit/sm90a/bwd_sm90a.cuh";
+  row.header = "attnjit/sm90a/backward.cuh";
   row.kernel_struct = "BackwardSm90a";
   row.body = "backward_sm90a";
   row.params = ParamBlock::attention_tma;

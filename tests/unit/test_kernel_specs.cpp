@@ -286,12 +286,12 @@ TEST_CASE("sm_90a warpgroup forward kernels compile without spills or serialized
       }
     }
   }
-  check_warp_specialized(specs, KernelRole::forward, "forward.warpgroup.sm90a");
+  check_warp_specialized(specs, KernelRole::forward, "forward.sm90a");
 }
 
 TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmma",
           "[nvrtc][specs][sm90a]") {
-  // backward.tma.sm90a, forced by tiles=64x128x12t: every mask it takes (predicates with and
+  // backward.sm90a, forced by tiles=64x128x12t: every mask it takes (predicates with and
   // without scalars and head indices), both dtypes, head dims 64, 96 and 128, without and with
   // each score-modifier combination; its 80-row layout (tiles=80x128x12t: d128 without a mask
   // or soft-capping) with and without ALiBi, both modes; at head dims 192 and 256 by
@@ -337,5 +337,5 @@ TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmm
       }
     }
   }
-  check_warp_specialized(specs, KernelRole::backward, "backward.tma.sm90a");
+  check_warp_specialized(specs, KernelRole::backward, "backward.sm90a");
 }

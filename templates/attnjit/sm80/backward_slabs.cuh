@@ -2,7 +2,7 @@
 //
 // K_j and V_j stay in shared memory; each warp owns 16 keys (and, for wide heads, a share
 // of the head dim) and accumulates its rows of dK_j and dV_j in registers. The CTA walks the
-// query blocks that can see its keys (QueryBlockWalk, bwd_common.cuh), streaming Q_i, dO_i,
+// query blocks that can see its keys (QueryBlockWalk, backward_common.cuh), streaming Q_i, dO_i,
 // LSE_i and D_i through two cp.async stages. Per query block, with
 // the transposed products so that P^T and dS^T land in the A-operand layout:
 //   S^T  = K Q^T                 P^T = 2^(S^T * scale * log2e - LSE_i * log2e)
@@ -19,10 +19,9 @@
 // ScoreMod.
 #pragma once
 
-#include "attnjit/common/bwd_common.cuh"
+#include "attnjit/common/backward_common.cuh"
 #include "attnjit/common/fragment.cuh"
 #include "attnjit/common/kv_block.cuh"
-#include "attnjit/masks/mask.cuh"
 #include "attnjit/common/mask_apply.cuh"
 #include "attnjit/common/params.cuh"
 #include "attnjit/common/primitives.cuh"
@@ -30,11 +29,12 @@
 #include "attnjit/common/score_mod.cuh"
 #include "attnjit/common/smem_tile.cuh"
 #include "attnjit/common/warp_mma.cuh"
+#include "attnjit/masks/mask.cuh"
 
 namespace attnjit {
 
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
-struct BackwardSm80 {
+struct BackwardSlabsSm80 {
   typedef typename Config::Element Element;
   static constexpr int kHeadDim = Config::kHeadDim;
   static constexpr int kBlockM = Config::kBlockM;  // queries per iteration
@@ -277,9 +277,9 @@ struct BackwardSm80 {
 
 /// The body of a generated backward (dK, dV and, with kAtomicDq, dQ) kernel.
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
-__device__ __forceinline__ void backward_sm80(const BwdParams& params) {
+__device__ __forceinline__ void backward_slabs_sm80(const BwdParams& params) {
   extern __shared__ __align__(128) unsigned char smem[];
-  BackwardSm80<Config, Mask, Score> kernel;
+  BackwardSlabsSm80<Config, Mask, Score> kernel;
   kernel.run(params, smem);
 }
 

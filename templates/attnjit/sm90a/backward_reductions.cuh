@@ -1,11 +1,11 @@
-// Pieces of the sm90a backward's dQ and gradient reductions (bwd_sm90a.cuh): the fp32 boxes
+// Pieces of the sm90a backward's dQ and gradient reductions (sm90a/backward.cuh): the fp32 boxes
 // the TMA reductions read, and the deterministic mode's turns.
 #pragma once
 
-#include "attnjit/masks/mask.cuh"
 #include "attnjit/common/params.cuh"
 #include "attnjit/common/primitives.cuh"
 #include "attnjit/common/schedule.cuh"
+#include "attnjit/masks/mask.cuh"
 
 namespace attnjit {
 

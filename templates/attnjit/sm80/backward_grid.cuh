@@ -1,8 +1,8 @@
 // The backward mainloop of the sm80 family with 2-D warp grids (mma.sync): one CTA per key
 // block, P^T and dS^T passed between the products through shared memory.
 //
-// In the key-slab layout (bwd_sm80.cuh) every warp owns 16 keys for all five products and
-// reads the whole Q and dO block four times per query block; at head dim 128 that makes the
+// In the key-slab layout (sm80/backward_slabs.cuh) every warp owns 16 keys for all five products
+// and reads the whole Q and dO block four times per query block; at head dim 128 that makes the
 // shared-memory reads, not the tensor cores, the limit. Here each product has its own warp
 // grid over the CTA's tile, every warp computing 32 x 32 (or 32 x 64) pieces whose operands
 // it reads once per k step for two m16 tiles:
@@ -14,24 +14,24 @@
 //                                 fp32 atomics (kAtomicDq), or the deterministic dQ kernel
 // Two barriers per query block: after P^T and dS^T are written, and (the next block's
 // stage()) after they were read. The CTA walks the query blocks that can see its keys
-// (QueryBlockWalk, bwd_common.cuh), streaming Q_i, dO_i, LSE_i and D_i through two cp.async
+// (QueryBlockWalk, backward_common.cuh), streaming Q_i, dO_i, LSE_i and D_i through two cp.async
 // stages. dK is scaled by
-// softmax_scale at the end; dQ in backward_convert_dq. Score modifiers as in bwd_sm80.cuh.
-// Masks with element bits (predicates) take the key-slab layout.
+// softmax_scale at the end; dQ in backward_convert_dq. Score modifiers as in
+// sm80/backward_slabs.cuh. Masks with element bits (predicates) take the key-slab layout.
 //
 // Config: Element, kHeadDim, kBlockM, kBlockN, kWarps, kAtomicDq. Score: a ScoreMod.
 #pragma once
 
-#include "attnjit/common/bwd_common.cuh"
+#include "attnjit/common/backward_common.cuh"
 #include "attnjit/common/fragment.cuh"
 #include "attnjit/common/kv_block.cuh"
-#include "attnjit/masks/mask.cuh"
 #include "attnjit/common/params.cuh"
 #include "attnjit/common/primitives.cuh"
 #include "attnjit/common/schedule.cuh"
 #include "attnjit/common/score_mod.cuh"
 #include "attnjit/common/smem_tile.cuh"
 #include "attnjit/common/warp_mma.cuh"
+#include "attnjit/masks/mask.cuh"
 
 namespace attnjit {
 
@@ -150,8 +150,8 @@ struct BackwardGridSm80 {
     }
 
     // P^T = 2^(S^T c - LSE2): 0 where masked and in rows that see no key (LSE2 = +inf).
-    // Score modifiers apply after the mask (bwd_sm80.cuh). P^T goes to its tile at once and
-    // dS^T reads it back from there (each thread its own pairs: no barrier), so that no
+    // Score modifiers apply after the mask (sm80/backward_slabs.cuh). P^T goes to its tile at once
+    // and dS^T reads it back from there (each thread its own pairs: no barrier), so that no
     // register holds it across dP^T = V dO^T; with soft-capping the dS^T tile keeps the
     // 16-bit P^T (1 - tanh^2) until dS^T overwrites it.
     const Score score = Score::template make<Mask::kOrderedCtas>(p);
@@ -167,7 +167,7 @@ struct BackwardGridSm80 {
           }
         });
 
-    // dP^T = V dO^T, then dS^T = P^T (dP^T - D) with the rounded P^T (bwd_sm80.cuh).
+    // dP^T = V dO^T, then dS^T = P^T (dP^T - D) with the rounded P^T (sm80/backward_slabs.cuh).
     WarpAccumulator<2, kSTiles> acc_dp;
     warp_rows_times_rows<Element, KvTile, QTile, kDSteps>(acc_dp, smem_v, kv_a_lane, key_row0,
                                                           smem_do, q_b_lane, query0);

@@ -1,4 +1,4 @@
-// The wgmma products of a consumer warpgroup of the sm90a backward (bwd_sm90a.cuh), from its
+// The wgmma products of a consumer warpgroup of the sm90a backward (sm90a/backward.cuh), from its
 // swizzled shared tiles (smem_tile.cuh). A consumer owns 64 keys of S^T and dP^T (its own 64 of
 // 128 when the consumers split the keys, all 64 when they split the head dim) and kQueries of
 // the block's queries (all, or its half):
@@ -31,7 +31,7 @@ __device__ __forceinline__ void stmatrix_x4_trans(u32 address, const u32 (&r)[4]
       "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]));
 }
 
-/// The products of Kernel's consumers (bwd_sm90a.cuh gives the tiles and the split).
+/// The products of Kernel's consumers (sm90a/backward.cuh gives the tiles and the split).
 template <class Kernel>
 struct BackwardProducts {
   typedef typename Kernel::Element Element;

@@ -1,4 +1,4 @@
-// The producer of the sm90a backward (bwd_sm90a.cuh): one warp loads the CTA's key block
+// The producer of the sm90a backward (sm90a/backward.cuh): one warp loads the CTA's key block
 // once and streams the query blocks that can see it through the consumers' ring:
 //   K, V         by TMA onto the key block's barrier, with the block's FlashMask values
 //                (cp.async by the warp's lanes, arriving through .noinc);
@@ -9,16 +9,16 @@
 // Skipped query blocks (mask.cuh: index ranges, FlashMask min/max tables) are never loaded.
 #pragma once
 
-#include "attnjit/masks/mask.cuh"
 #include "attnjit/common/params.cuh"
-#include "attnjit/sm90a/pipeline.cuh"
 #include "attnjit/common/primitives.cuh"
 #include "attnjit/common/schedule.cuh"
+#include "attnjit/masks/mask.cuh"
+#include "attnjit/sm90a/pipeline.cuh"
 #include "attnjit/sm90a/tma.cuh"
 
 namespace attnjit {
 
-/// The producer warp of Kernel (bwd_sm90a.cuh), which gives the mask policy, the tiles and
+/// The producer warp of Kernel (sm90a/backward.cuh), which gives the mask policy, the tiles and
 /// the shared-memory layout (byte offsets from the 1024-byte aligned base).
 template <class Kernel>
 struct BackwardProducer {

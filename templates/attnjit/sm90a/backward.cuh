@@ -3,15 +3,15 @@
 //
 // One CTA of three warpgroups owns a key block of one (head, batch) and walks the query blocks
 // that can see it, kBlockM = 64 rows each (80 at head dim 128 without a mask or soft-capping:
-// dQ^T = K^T dS^T from a [query][key] dS tile, bwd_sm90a_products.cuh, the row statistics
+// dQ^T = K^T dS^T from a [query][key] dS tile, backward_products.cuh, the row statistics
 // loaded by warp 3 of the producer warpgroup, which keeps 24 registers for the consumers' 240):
 //   producer   warpgroup 0 gives its registers away (setmaxnreg); one warp of it loads K and
 //              V once by TMA and streams Q, dO, LSE2 and D of the query blocks that can see
-//              the keys through a ring of kStages stages (bwd_sm90a_producer.cuh);
+//              the keys through a ring of kStages stages (backward_producer.cuh);
 //   consumers  warpgroups 1 and 2 take the registers and split the block's work, and per query
-//              block compute (bwd_sm90a_products.cuh):
+//              block compute (backward_products.cuh):
 //                S^T  = K Q^T, dP^T = V dO^T       wgmma SS, K-major from shared memory
-//                P^T  = 2^(S^T c - LSE2)           registers (TransposedPairs, bwd_common.cuh)
+//                P^T  = 2^(S^T c - LSE2)           registers (TransposedPairs, backward_common.cuh)
 //                dS^T = P^T (dP^T - D)             registers and shared memory
 //                dV  += P^T dO, dK += dS^T Q       fp32 accumulators in registers
 //                dQ  += dS K                       wgmma SS after the consumers' barrier, added
@@ -40,7 +40,7 @@
 // Each consumer hands dQ to a writer warp of its own (warps 1 and 2 of the producer warpgroup,
 // named barriers), which walks the query blocks as the producer does and issues each block's
 // reductions: the consumers never wait for them. dK is scaled by softmax_scale at the end; dQ
-// in backward_convert_dq. Masks and score modifiers as in bwd_grid_sm80.cuh; a predicate's
+// in backward_convert_dq. Masks and score modifiers as in sm80/backward_grid.cuh; a predicate's
 // partial tiles are masked by one bit per element of S^T (the block table's stored bits with key
 // rows, else the element rule), read while S^T and dP^T are computed.
 //
@@ -61,7 +61,7 @@
 // takes (BwdParams, BwdTensorMaps), 384 threads, __launch_bounds__(384, 1).
 #pragma once
 
-#include "attnjit/common/bwd_common.cuh"
+#include "attnjit/common/backward_common.cuh"
 #include "attnjit/common/fragment.cuh"
 #include "attnjit/common/params.cuh"
 #include "attnjit/common/primitives.cuh"
@@ -69,10 +69,10 @@
 #include "attnjit/common/score_mod.cuh"
 #include "attnjit/common/smem_tile.cuh"
 #include "attnjit/masks/mask.cuh"
+#include "attnjit/sm90a/backward_producer.cuh"
+#include "attnjit/sm90a/backward_products.cuh"
+#include "attnjit/sm90a/backward_reductions.cuh"
 #include "attnjit/sm90a/barrier.cuh"
-#include "attnjit/sm90a/bwd_sm90a_dq.cuh"
-#include "attnjit/sm90a/bwd_sm90a_producer.cuh"
-#include "attnjit/sm90a/bwd_sm90a_products.cuh"
 #include "attnjit/sm90a/mbarrier.cuh"
 #include "attnjit/sm90a/pipeline.cuh"
 #include "attnjit/sm90a/tma.cuh"
@@ -174,7 +174,7 @@ struct BackwardSm90a {
   // padded so that the next stage's tiles stay 1024-byte aligned; 80-row stages would not fit
   // with that padding: their statistics have an area of their own after the dQ buffers.
   static constexpr bool kStatsInStage = !kDqTransposed;
-  /// Whether warp 3 of the producer warpgroup loads the statistics (bwd_sm90a_producer.cuh).
+  /// Whether warp 3 of the producer warpgroup loads the statistics (backward_producer.cuh).
   static constexpr bool kStatisticsWarp = kDqTransposed;
   static constexpr int kInfoOffset = 2 * kBlockM * 4;  // in a stage's statistics
   static constexpr int kStatsAlign = kStatsInStage ? 1024 : 16;
@@ -297,7 +297,7 @@ struct BackwardSm90a {
       store_cta_heads<Mask>(p, work_of(p));
       // K/V: the TMA thread, plus the lanes' cp.async of the FlashMask values. Ring stages:
       // the TMA thread and the lanes' cp.async of LSE2 and D; empty: one arrival per consumer
-      // thread (after its last access to the stage; as in the forward, fwd_sm90a.cuh's
+      // thread (after its last access to the stage; as in the forward, sm90a/forward.cuh's
       // release) and, with dQ in the stage, one per writer warp (after its reductions have
       // read it).
       mbarrier_init(base + kKvBarrierOffset, 1 + (kColumns > 0 ? 32 : 0));

@@ -1,18 +1,18 @@
-// Pieces shared by the layouts of the backward main kernel (bwd_sm80.cuh: a key slab per
-// warp; bwd_grid_sm80.cuh: 2-D warp grids; bwd_sm90a.cuh: warpgroups): the masking of
+// Pieces shared by the layouts of the backward main kernel (sm80/backward_slabs.cuh: a key slab per
+// warp; sm80/backward_grid.cuh: 2-D warp grids; sm90a/backward.cuh: warpgroups): the masking of
 // S^T by key rows, P from a score, the dK/dV stores and the dQ reductions. The walk over the
 // query blocks is QueryBlockWalk (block_walk.cuh).
 #pragma once
 
 #include "attnjit/common/block_walk.cuh"
 #include "attnjit/common/fragment.cuh"
-#include "attnjit/masks/mask.cuh"
 #include "attnjit/common/mask_apply.cuh"
 #include "attnjit/common/params.cuh"
 #include "attnjit/common/primitives.cuh"
 #include "attnjit/common/schedule.cuh"
 #include "attnjit/common/smem_tile.cuh"
 #include "attnjit/common/warp_mma.cuh"
+#include "attnjit/masks/mask.cuh"
 #include "attnjit/sm90a/wgmma.cuh"
 
 namespace attnjit {

@@ -1,4 +1,4 @@
-// The producer of the sm90a forward (fwd_sm90a.cuh): one warp walks the key blocks the
+// The producer of the sm90a forward (sm90a/forward.cuh): one warp walks the key blocks the
 // query block of each work visits (WarpKeyBlockWalk: last block first, skipped blocks never
 // loaded) and feeds the two rings of the consumers with TMA copies:
 //   Q                   once per work, onto its own barrier; a persistent CTA's next Q once
@@ -16,15 +16,15 @@
 #pragma once
 
 #include "attnjit/common/key_block_walk.cuh"
-#include "attnjit/masks/mask.cuh"
 #include "attnjit/common/params.cuh"
-#include "attnjit/sm90a/pipeline.cuh"
 #include "attnjit/common/schedule.cuh"
+#include "attnjit/masks/mask.cuh"
+#include "attnjit/sm90a/pipeline.cuh"
 #include "attnjit/sm90a/tma.cuh"
 
 namespace attnjit {
 
-/// The producer warp of Kernel (fwd_sm90a.cuh), which gives the mask policy, the tiles and
+/// The producer warp of Kernel (sm90a/forward.cuh), which gives the mask policy, the tiles and
 /// the shared-memory layout: byte offsets from the 1024-byte aligned base of the Q tile
 /// (0), the K and V stages, the FlashMask values of the K stages, and the barriers (Q's, the
 /// K ring's, the V ring's).

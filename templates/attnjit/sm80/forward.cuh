@@ -21,7 +21,6 @@
 
 #include "attnjit/common/block_walk.cuh"
 #include "attnjit/common/fragment.cuh"
-#include "attnjit/masks/mask.cuh"
 #include "attnjit/common/mask_apply.cuh"
 #include "attnjit/common/params.cuh"
 #include "attnjit/common/primitives.cuh"
@@ -30,6 +29,7 @@
 #include "attnjit/common/smem_tile.cuh"
 #include "attnjit/common/softmax.cuh"
 #include "attnjit/common/warp_mma.cuh"
+#include "attnjit/masks/mask.cuh"
 
 namespace attnjit {
 

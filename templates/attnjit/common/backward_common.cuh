@@ -13,7 +13,6 @@
 #include "attnjit/common/smem_tile.cuh"
 #include "attnjit/common/warp_mma.cuh"
 #include "attnjit/masks/mask.cuh"
-#include "attnjit/sm90a/wgmma.cuh"
 
 namespace attnjit {
 

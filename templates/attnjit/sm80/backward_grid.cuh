@@ -23,27 +23,16 @@
 #pragma once
 
 #include "attnjit/common/backward_common.cuh"
-#include "attnjit/common/fragment.cuh"
-#include "attnjit/common/kv_block.cuh"
-#include "attnjit/common/params.cuh"
-#include "attnjit/common/primitives.cuh"
-#include "attnjit/common/schedule.cuh"
-#include "attnjit/common/score_mod.cuh"
-#include "attnjit/common/smem_tile.cuh"
-#include "attnjit/common/warp_mma.cuh"
-#include "attnjit/masks/mask.cuh"
+#include "attnjit/sm80/vocabulary.cuh"
 
 namespace attnjit {
 
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
-struct BackwardGridSm80 {
-  typedef typename Config::Element Element;
-  static constexpr int kHeadDim = Config::kHeadDim;
-  static constexpr int kBlockM = Config::kBlockM;  // queries per iteration
-  static constexpr int kBlockN = Config::kBlockN;  // keys of the CTA
-  static constexpr int kWarps = Config::kWarps;
+struct BackwardGridSm80 : Config {
+  // kBlockM queries per iteration, kBlockN keys of the CTA.
+  using typename Config::Element, Config::kHeadDim, Config::kBlockM, Config::kBlockN,
+      Config::kWarps, Config::kAtomicDq;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr bool kAtomicDq = Config::kAtomicDq;
   // S^T and dP^T: 32 keys x kWarpQueries per warp.
   static constexpr int kKeyWarps = kBlockN / 32;
   static constexpr int kQueryWarps = kWarps / kKeyWarps;
@@ -81,10 +70,9 @@ struct BackwardGridSm80 {
   WarpAccumulator<2, kDTiles> acc_dv;
 
   __device__ __forceinline__ void run(const BwdParams& p, unsigned char* smem) {
-    start_cta<true>(cta_order_of<Mask::kOrderedCtas>(p));
-    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
+    const CtaWork work = begin_cta<true, Mask>(p);
     const int n_block = work.block;
-    if (work.head >= p.heads) return;  // the missing half of the last pair (schedule.cuh)
+    if (work.head >= p.heads) return;
     const int thread = threadIdx.x;
 
     MaskState ms = make_mask_state<kBlockN, Mask>(p, work.head, work.batch);
@@ -222,9 +210,7 @@ struct BackwardGridSm80 {
 /// The body of a generated backward (dK, dV and, with kAtomicDq, dQ) kernel of the grid layout.
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
 __device__ __forceinline__ void backward_grid_sm80(const BwdParams& params) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  BackwardGridSm80<Config, Mask, Score> kernel;
-  kernel.run(params, smem);
+  run_kernel<BackwardGridSm80<Config, Mask, Score>, 128>(params);
 }
 
 }  // namespace attnjit

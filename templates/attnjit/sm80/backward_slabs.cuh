@@ -20,30 +20,17 @@
 #pragma once
 
 #include "attnjit/common/backward_common.cuh"
-#include "attnjit/common/fragment.cuh"
-#include "attnjit/common/kv_block.cuh"
-#include "attnjit/common/mask_apply.cuh"
-#include "attnjit/common/params.cuh"
-#include "attnjit/common/primitives.cuh"
-#include "attnjit/common/schedule.cuh"
-#include "attnjit/common/score_mod.cuh"
-#include "attnjit/common/smem_tile.cuh"
-#include "attnjit/common/warp_mma.cuh"
-#include "attnjit/masks/mask.cuh"
+#include "attnjit/sm80/vocabulary.cuh"
 
 namespace attnjit {
 
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
-struct BackwardSlabsSm80 {
-  typedef typename Config::Element Element;
-  static constexpr int kHeadDim = Config::kHeadDim;
-  static constexpr int kBlockM = Config::kBlockM;  // queries per iteration
-  static constexpr int kBlockN = Config::kBlockN;  // keys of the CTA
-  static constexpr int kWarps = Config::kWarps;
+struct BackwardSlabsSm80 : Config {
+  // kBlockM queries per iteration, kBlockN keys of the CTA, kDimWarps warps per key slab.
+  using typename Config::Element, Config::kHeadDim, Config::kBlockM, Config::kBlockN,
+      Config::kWarps, Config::kDimWarps, Config::kAtomicDq;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kDimWarps = Config::kDimWarps;
   static constexpr int kKeyWarps = kWarps / kDimWarps;
-  static constexpr bool kAtomicDq = Config::kAtomicDq;
   static constexpr int kDimPerWarp = kHeadDim / kDimWarps;  // dK/dV columns of a warp
   static constexpr int kQTiles = kBlockM / 8;               // n8 tiles of S^T (queries)
   static constexpr int kQSteps = kBlockM / 16;              // k16 steps over queries
@@ -80,17 +67,14 @@ struct BackwardSlabsSm80 {
   WarpAccumulator<1, kDTiles> acc_dv;
 
   __device__ __forceinline__ void run(const BwdParams& p, unsigned char* smem) {
-    // The CTA order (schedule.cuh) when the mask has one; otherwise low key blocks see the most
-    // queries under causal.
-    start_cta<true>(cta_order_of<Mask::kOrderedCtas>(p));
-    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
+    // In the mask's CTA order where it has one; otherwise low key blocks (the most queries
+    // under causal) first.
+    const CtaWork work = begin_cta<true, Mask>(p);
     const int n_block = work.block;
-    const int head = work.head;
-    const int batch = work.batch;
-    if (head >= p.heads) return;  // the missing half of the last pair (schedule.cuh)
+    if (work.head >= p.heads) return;
     const int thread = threadIdx.x;
 
-    MaskState ms = make_mask_state<kBlockN, Mask>(p, head, batch);
+    MaskState ms = make_mask_state<kBlockN, Mask>(p, work.head, work.batch);
 
     const int key0 = n_block * kBlockN;
     const u32 smem_k = smem_address(smem);
@@ -278,9 +262,7 @@ struct BackwardSlabsSm80 {
 /// The body of a generated backward (dK, dV and, with kAtomicDq, dQ) kernel.
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
 __device__ __forceinline__ void backward_slabs_sm80(const BwdParams& params) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  BackwardSlabsSm80<Config, Mask, Score> kernel;
-  kernel.run(params, smem);
+  run_kernel<BackwardSlabsSm80<Config, Mask, Score>, 128>(params);
 }
 
 }  // namespace attnjit

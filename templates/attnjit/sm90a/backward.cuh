@@ -809,9 +809,7 @@ struct BackwardSm90a {
 /// The body of a generated sm90a backward (dK, dV, dQ by TMA reductions) kernel.
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
 __device__ __forceinline__ void backward_sm90a(const BwdParams& params, const BwdTensorMaps& maps) {
-  extern __shared__ __align__(1024) unsigned char smem[];
-  BackwardSm90a<Config, Mask, Score> kernel;
-  kernel.run(params, maps, smem);
+  run_kernel<BackwardSm90a<Config, Mask, Score>, 1024>(params, maps);
 }
 
 }  // namespace attnjit

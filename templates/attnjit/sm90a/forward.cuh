@@ -495,9 +495,7 @@ struct ForwardSm90a {
 /// The body of a generated sm90a forward kernel.
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
 __device__ __forceinline__ void forward_sm90a(const FwdParams& params, const FwdTensorMaps& maps) {
-  extern __shared__ __align__(1024) unsigned char smem[];
-  ForwardSm90a<Config, Mask, Score> kernel;
-  kernel.run(params, maps, smem);
+  run_kernel<ForwardSm90a<Config, Mask, Score>, 1024>(params, maps);
 }
 
 }  // namespace attnjit

@@ -62,21 +62,10 @@
 #pragma once
 
 #include "attnjit/common/backward_common.cuh"
-#include "attnjit/common/fragment.cuh"
-#include "attnjit/common/params.cuh"
-#include "attnjit/common/primitives.cuh"
-#include "attnjit/common/schedule.cuh"
-#include "attnjit/common/score_mod.cuh"
-#include "attnjit/common/smem_tile.cuh"
-#include "attnjit/masks/mask.cuh"
 #include "attnjit/sm90a/backward_producer.cuh"
 #include "attnjit/sm90a/backward_products.cuh"
 #include "attnjit/sm90a/backward_reductions.cuh"
-#include "attnjit/sm90a/barrier.cuh"
-#include "attnjit/sm90a/mbarrier.cuh"
-#include "attnjit/sm90a/pipeline.cuh"
-#include "attnjit/sm90a/tma.cuh"
-#include "attnjit/sm90a/wgmma.cuh"
+#include "attnjit/sm90a/vocabulary.cuh"
 
 namespace attnjit {
 

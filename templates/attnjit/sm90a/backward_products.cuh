@@ -15,10 +15,7 @@
 //                                rows, A = K MN-major, B = dS from a [query][key] tile
 #pragma once
 
-#include "attnjit/common/fragment.cuh"
-#include "attnjit/common/primitives.cuh"
-#include "attnjit/common/smem_tile.cuh"
-#include "attnjit/sm90a/wgmma.cuh"
+#include "attnjit/sm90a/vocabulary.cuh"
 
 namespace attnjit {
 

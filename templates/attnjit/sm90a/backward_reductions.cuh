@@ -2,10 +2,7 @@
 // the TMA reductions read, and the deterministic mode's turns.
 #pragma once
 
-#include "attnjit/common/params.cuh"
-#include "attnjit/common/primitives.cuh"
-#include "attnjit/common/schedule.cuh"
-#include "attnjit/masks/mask.cuh"
+#include "attnjit/sm90a/vocabulary.cuh"
 
 namespace attnjit {
 

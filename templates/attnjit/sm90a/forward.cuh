@@ -39,22 +39,12 @@
 // per SM (two of one consumer).
 #pragma once
 
-#include "attnjit/common/fragment.cuh"
 #include "attnjit/common/key_block_walk.cuh"
-#include "attnjit/common/params.cuh"
-#include "attnjit/common/primitives.cuh"
-#include "attnjit/common/schedule.cuh"
-#include "attnjit/common/score_mod.cuh"
-#include "attnjit/common/smem_tile.cuh"
 #include "attnjit/common/softmax.cuh"
-#include "attnjit/masks/mask.cuh"
-#include "attnjit/sm90a/barrier.cuh"
 #include "attnjit/sm90a/forward_epilogue.cuh"
 #include "attnjit/sm90a/forward_producer.cuh"
 #include "attnjit/sm90a/forward_scores.cuh"
-#include "attnjit/sm90a/mbarrier.cuh"
-#include "attnjit/sm90a/pipeline.cuh"
-#include "attnjit/sm90a/wgmma.cuh"
+#include "attnjit/sm90a/vocabulary.cuh"
 
 namespace attnjit {
 

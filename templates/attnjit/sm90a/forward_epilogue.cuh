@@ -6,13 +6,8 @@
 // TMA, which drops the rows past Sq.
 #pragma once
 
-#include "attnjit/common/fragment.cuh"
-#include "attnjit/common/params.cuh"
-#include "attnjit/common/primitives.cuh"
 #include "attnjit/common/softmax.cuh"
-#include "attnjit/sm90a/barrier.cuh"
-#include "attnjit/sm90a/tma.cuh"
-#include "attnjit/sm90a/wgmma.cuh"
+#include "attnjit/sm90a/vocabulary.cuh"
 
 namespace attnjit {
 

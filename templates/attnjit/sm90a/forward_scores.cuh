@@ -4,9 +4,7 @@
 // `row0 + 8 (e / 2)` of the thread and key `8 nt + 2 t + e % 2` of the block, t = lane % 4.
 #pragma once
 
-#include "attnjit/common/primitives.cuh"
-#include "attnjit/common/score_mod.cuh"
-#include "attnjit/masks/mask.cuh"
+#include "attnjit/sm90a/vocabulary.cuh"
 
 namespace attnjit {
 

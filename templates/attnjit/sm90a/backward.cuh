@@ -38,11 +38,12 @@
 //              64-byte swizzle), and the writer releases the stage once its reductions have read
 //              them: the ring's empty barriers take the consumers' arrivals and the writers'.
 // Each consumer hands dQ to a writer warp of its own (warps 1 and 2 of the producer warpgroup,
-// named barriers), which walks the query blocks as the producer does and issues each block's
-// reductions: the consumers never wait for them. dK is scaled by softmax_scale at the end; dQ
-// in backward_convert_dq. Masks and score modifiers as in sm80/backward_grid.cuh; a predicate's
-// partial tiles are masked by one bit per element of S^T (the block table's stored bits with key
-// rows, else the element rule), read while S^T and dP^T are computed.
+// named barriers: backward_writer.cuh), which walks the query blocks as the producer does and
+// issues each block's reductions: the consumers never wait for them. dK is scaled by
+// softmax_scale at the end (backward_epilogue.cuh); dQ in backward_convert_dq. Masks and score
+// modifiers as in sm80/backward_grid.cuh; a predicate's partial tiles are masked by one bit per
+// element of S^T (the block table's stored bits with key rows, else the element rule), read while
+// S^T and dP^T are computed.
 //
 // Deterministic mode (kAtomicDq false): the reductions into each query block's dQ take turns,
 // highest key block first, so that every run adds the same values in the same order. A turn
@@ -62,9 +63,11 @@
 #pragma once
 
 #include "attnjit/common/backward_common.cuh"
+#include "attnjit/sm90a/backward_epilogue.cuh"
 #include "attnjit/sm90a/backward_producer.cuh"
 #include "attnjit/sm90a/backward_products.cuh"
 #include "attnjit/sm90a/backward_reductions.cuh"
+#include "attnjit/sm90a/backward_writer.cuh"
 #include "attnjit/sm90a/vocabulary.cuh"
 
 namespace attnjit {
@@ -141,6 +144,8 @@ struct BackwardSm90a {
   /// A consumer's P^T or dS^T packed in pairs of queries, as the A operand of dV or dK.
   typedef OperandA<1, kSTiles / 2> Pairs;
   typedef BackwardProducts<BackwardSm90a> Products;
+  typedef BackwardDqWriter<BackwardSm90a> DqWriter;
+  typedef BackwardEpilogue<BackwardSm90a> Epilogue;
   typedef Pipeline<kStages> Ring;
   typedef PipelineState<kStages> RingState;
 
@@ -300,7 +305,7 @@ struct BackwardSm90a {
       if (threadIdx.x < 32) {
         BackwardProducer<BackwardSm90a>::run(p, maps, base);
       } else if (threadIdx.x < 32 * (1 + kConsumers)) {
-        write_dq(p, maps, base, threadIdx.x / 32 - 1);
+        DqWriter::run(p, maps, base, threadIdx.x / 32 - 1);
       } else if constexpr (kStatisticsWarp) {
         BackwardProducer<BackwardSm90a>::run_statistics(p, base);
       }
@@ -331,7 +336,7 @@ struct BackwardSm90a {
       const int block = load_shared_s32(info);
       if (block < 0) {
         if constexpr (!kDqInStage) {
-          if (it > 0) hand_dq(base, acc_dq);
+          if (it > 0) DqWriter::hand(base, acc_dq);
         }
         break;
       }
@@ -351,12 +356,13 @@ struct BackwardSm90a {
     }
     const CtaWork work = work_of(p);
     if (p.dk_partial == nullptr) {
-      store_gradients(p, maps, base, work);
+      Epilogue::store(p, maps, base, work, acc_dk, acc_dv);
       return;
     }
     if constexpr (!kOrderedDq) {
       // dQ in the stage: the end's stage, which carries no data.
-      add_gradients(p, maps, base, kDqInStage ? stage_address(base, state.index) : 0u, work);
+      Epilogue::add(p, maps, base, kDqInStage ? stage_address(base, state.index) : 0u, work, acc_dk,
+                    acc_dv);
       return;
     }
     // GQA, deterministic mode: fp32 dK and dV of this query head, which backward_reduce_dkdv
@@ -407,7 +413,7 @@ struct BackwardSm90a {
         // to read (else it injects a wait for S^T before the stores).
         wgmma_wait<1>();
         fence_accumulators(acc_dq.tiles());
-        hand_dq(base, acc_dq);
+        DqWriter::hand(base, acc_dq);
       }
       wgmma_fence();
     }
@@ -543,19 +549,6 @@ struct BackwardSm90a {
     }
   }
 
-  /// dQ buffers: the consumer's part of the dQ buffer, once the writer's reductions of the
-  /// last tile have read it, takes acc_dq; the tile goes to the writer (its reductions drop the
-  /// rows past Sq).
-  __device__ __forceinline__ static void hand_dq(u32 base,
-                                                 const WarpgroupAccumulator<kDqAccCols>& acc_dq) {
-    const int consumer = consumer_index();
-    const u32 buffer = base + kDqOffset + (kDqByColumns ? 0 : consumer) * kDqBufferBytes;
-    named_barrier_sync(kDqFreeBarrier + consumer, kWriterThreads);
-    store_dq(buffer, Products::dq_panel(consumer) * KvTile::kPanelCols, acc_dq.v[0]);
-    fence_async_shared();
-    named_barrier_arrive(dq_barrier(consumer, 0), kWriterThreads);
-  }
-
   /// A predicate's hidden elements of the thread's S^T fragment (key rows `key_row`, + 8 of the
   /// block, the consumer's query columns q0 + 2 t (+ 1) + 8 nt of query block `block`) in
   /// partial tile `tile` (the block table's entry): its stored bits (predicate_blocks.cuh, rows
@@ -585,213 +578,6 @@ struct BackwardSm90a {
     const MaskState ms = query_block_mask_state(p, block);
     return Mask::template evaluate_bits<kSTiles, true>(p, ms, key_row, 2 * t, cta_key0(p),
                                                        ms.row_begin + consumer_query0(consumer));
-  }
-
-  /// dK (scaled by softmax_scale) and dV of the consumer, written into its rows (its keys) or
-  /// panels (its columns) of the K and V tiles and stored by TMA, which drops the keys past Sk
-  /// (issue_gradient_copies). Storing the fragments from registers took 15% of the warps'
-  /// samples with a 1024-key sliding window (ncu: 4-byte stores stalled on the store queue).
-  __device__ __forceinline__ void store_gradients(const BwdParams& p, const BwdTensorMaps& maps,
-                                                  u32 base, const CtaWork& work) {
-    const int consumer = consumer_index();
-    const int lane = read_tid_x() % 32;
-    const int row = consumer_key0(consumer) + 16 * ((read_tid_x() / 32) % 4) + lane / 4;
-    const int col = consumer_col0(consumer) + 2 * (lane % 4);
-    // Split keys: no product reads K or V once both consumers have met (dQ = dS K reads every
-    // key of K). Split head dim: the other consumer reads only its own panels of K from its
-    // last block's barrier on.
-    if constexpr (!kSplitHeadDim) named_barrier_sync(kDsBarrier, 128 * kConsumers);
-#pragma unroll
-    for (int dt = 0; dt < kCols / 8; ++dt) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int offset = KvTile::element_offset(row + 8 * r, 8 * dt + col);
-        store_shared_u32(base + kKOffset + offset,
-                         pack2<Element>(acc_dk.v[0][dt][2 * r] * p.softmax_scale,
-                                        acc_dk.v[0][dt][2 * r + 1] * p.softmax_scale));
-        store_shared_u32(base + kVOffset + offset,
-                         pack2<Element>(acc_dv.v[0][dt][2 * r], acc_dv.v[0][dt][2 * r + 1]));
-      }
-    }
-    issue_gradient_copies(work, consumer, [&](int key0, int kv_head) {
-      const int panel0 = consumer_panel0(consumer);
-#pragma unroll
-      for (int panel = panel0; panel < panel0 + kColPanels; ++panel) {
-        const u32 rows =
-            panel * KvTile::kPanelBytes + consumer_key0(consumer) * KvTile::kPanelCols * 2;
-        tma_store(maps.d_k, base + kKOffset + rows, panel * KvTile::kPanelCols, key0, kv_head,
-                  work.batch);
-        tma_store(maps.d_v, base + kVOffset + rows, panel * KvTile::kPanelCols, key0, kv_head,
-                  work.batch);
-      }
-    });
-  }
-
-  /// GQA, atomic mode: dK (scaled by softmax_scale) and dV of the consumer added into the fp32
-  /// sums of the K/V head (dk_partial / dv_partial, zeroed; backward_reduce_dkdv converts them)
-  /// by TMA reductions from fp32 boxes of 32 columns: dK's in the K tile (consumer 0) or the V
-  /// tile (consumer 1), free once both consumers have met; dV's in ring stage `consumer` (dQ
-  /// buffers: the consumers have passed the last stage; the tile ends before the stage's block
-  /// index), or in the end's stage `end_stage`, both consumers' (dQ in the stage: the others
-  /// may still hold dQ boxes).
-  static constexpr int kSumTileBytes = kCols / 32 * kSumBoxBytes;
-  static_assert(kSumTileBytes == KvTile::kBytes, "a consumer's fp32 dK fills a K or V tile");
-  static_assert(kDqInStage ? kConsumers * kSumTileBytes <= 2 * QTile::kBytes
-                           : kSumTileBytes <= kStageBytes && kConsumers <= kStages,
-                "the fp32 dV tiles fit the stages");
-
-  __device__ __forceinline__ void add_gradients(const BwdParams& p, const BwdTensorMaps& maps,
-                                                u32 base, u32 end_stage, const CtaWork& work) {
-    const int consumer = consumer_index();
-    const u32 dk_tile = base + kKOffset + consumer * kSumTileBytes;
-    const u32 dv_tile =
-        kDqInStage ? end_stage + consumer * kSumTileBytes : stage_address(base, consumer);
-    named_barrier_sync(kDsBarrier, 128 * kConsumers);
-    store_fp32_tile<kCols>(dk_tile, 0, acc_dk.tiles(), p.softmax_scale);
-    store_fp32_tile<kCols>(dv_tile, 0, acc_dv.tiles(), 1.f);
-    issue_gradient_copies(work, consumer, [&](int key0, int kv_head) {
-#pragma unroll
-      for (int box = 0; box < kCols / 32; ++box) {
-        const int col = consumer_col0(consumer) + 32 * box;
-        tma_reduce_add(maps.dk_sum, dk_tile + box * kSumBoxBytes, col, key0, kv_head, work.batch);
-        tma_reduce_add(maps.dv_sum, dv_tile + box * kSumBoxBytes, col, key0, kv_head, work.batch);
-      }
-    });
-  }
-
-  /// After a consumer has staged its dK and dV in shared memory: the async-proxy fence and the
-  /// consumer's barrier (all of its stores are in), then its one thread issues copies(first
-  /// key, K/V head) and waits for them (the writer warps wait for their dQ reductions),
-  /// shared memory staying until the copies have read it.
-  template <class Copies>
-  __device__ __forceinline__ static void issue_gradient_copies(const CtaWork& work, int consumer,
-                                                               Copies copies) {
-    fence_async_shared();
-    named_barrier_sync(kOwnBarrier + consumer, 128);
-    if (warpgroup_thread() != 0) return;
-    copies(work.block * kBlockN + consumer_key0(consumer), cta_kv_head());
-    tma_store_commit();
-    tma_store_wait<0>();
-  }
-
-  /// dQ buffers: adds `panel`'s boxes of the dQ tile in `buffer` to query block `block`'s dQ by
-  /// TMA reductions (one thread).
-  __device__ __forceinline__ static void add_dq_tile(const BwdParams& p, const BwdTensorMaps& maps,
-                                                     u32 buffer, int panel, int block) {
-    const CtaWork work = work_of(p);
-#pragma unroll
-    for (int box = panel * 2; box < panel * 2 + kDqCols / 32; ++box) {
-      tma_reduce_add(maps.dq_accum, buffer + box * kDqBoxBytes, box * 32, block * kBlockM,
-                     work.head, work.batch);
-    }
-    tma_store_commit();
-  }
-
-  /// The writer warp of `consumer`. It walks the query blocks the producer streams; per block,
-  /// once the consumer has written the dQ tile, its first lane issues the reductions (in the
-  /// deterministic mode once the block's turn has come). dQ buffers: the buffer goes back once
-  /// they have read it (but after the last block). dQ in the stage: the stage goes back to the
-  /// producer once they have read it. In the deterministic mode the turn passes on once they are
-  /// complete; in the atomic mode nothing waits for them but the writer's exit.
-  __device__ static void write_dq(const BwdParams& p, const BwdTensorMaps& maps, u32 base,
-                                  int consumer) {
-    const u32 buffer = base + kDqOffset + (kDqByColumns ? 0 : consumer) * kDqBufferBytes;
-    const bool leader = threadIdx.x % 32 == 0;
-    const Ring ring{base + kRingOffset};
-    RingState state;
-    const int n_block = work_of(p).block;
-    MaskState ms = key_mask_state(p);
-    int block, end;
-    Mask::template query_block_range<kBlockM, kBlockN>(ms, n_block, block, end);
-    block = Mask::template first_active_query_block<kBlockM, kBlockN>(ms, p.minmax, n_block, block,
-                                                                      end);
-    // dQ buffers: the buffer starts free.
-    if constexpr (!kDqInStage) {
-      if (block < end) named_barrier_arrive(kDqFreeBarrier + consumer, kWriterThreads);
-    }
-    while (block < end) {
-      ms.row_begin = block * kBlockM;
-      ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
-      const int turn =
-          kOrderedDq ? later_key_visitors<Mask, kBlockM, kBlockN>(p, ms, block, n_block) : 0;
-      const int next = Mask::template first_active_query_block<kBlockM, kBlockN>(
-          ms, p.minmax, n_block, block + 1, end);
-      int* counter = kOrderedDq ? dq_turn_counter<kBlockM, kDqLanes>(p, work_of(p), block,
-                                                                     kDqByColumns ? consumer : 0)
-                                : nullptr;
-      named_barrier_sync(dq_barrier(consumer, state.index), kWriterThreads);
-      if (leader) {
-        if constexpr (kOrderedDq) {
-          wait_turn(counter, turn * kDqTurns + (kDqByColumns ? 0 : consumer));
-        }
-        if constexpr (kDqInStage) {
-          const u32 stage = stage_address(base, state.index);
-          const CtaWork work = work_of(p);
-#pragma unroll
-          for (int box = 0; box < kDqBoxes; ++box) {
-            tma_reduce_add(maps.dq_accum, dq_box(stage, consumer, box),
-                           consumer_col0(consumer) + kDqBoxCols * box, block * kBlockM, work.head,
-                           work.batch);
-          }
-          tma_store_commit();
-          tma_store_wait_read<0>();
-          ring.consumer_release(state);
-          if constexpr (kOrderedDq) {
-            tma_store_wait<0>();
-            pass_turn(counter);
-          }
-        } else {
-          add_dq_tile(p, maps, buffer, Products::dq_panel(consumer), block);
-          tma_store_wait_read<0>();
-        }
-      }
-      __syncwarp();
-      if constexpr (!kDqInStage) {
-        if (next < end) named_barrier_arrive(kDqFreeBarrier + consumer, kWriterThreads);
-        if (kOrderedDq && leader) {
-          tma_store_wait<0>();
-          pass_turn(counter);
-        }
-        __syncwarp();
-      } else {
-        state.advance();
-      }
-      block = next;
-    }
-    // The reductions are complete before the kernel ends (backward_convert_dq reads them).
-    if (leader) tma_store_wait<0>();
-  }
-
-  /// dQ buffers: stores the warp's dQ rows 16 w + g (+ 8) of the accumulator, columns
-  /// col0 + 8 dt + 2 t, into the dQ buffer at `buffer` (store_fp32_tile's layout).
-  /// kDqTransposed: the accumulator is dQ^T, its rows columns col0 + 16 w + g (+ 8) of dQ, its
-  /// columns queries 8 nt + 2 t (+ 1), stored one float at a time into the same layout (boxes
-  /// of kBlockM rows of 32 columns, 128-byte rows, 16-byte chunk (c % 32 / 4) ^ (row % 8)): for
-  /// each element the warp's 32 stores cover 8 chunks of 4 rows, one per bank. Row
-  /// 8 nt + 2 t + c has the swizzle of row 2 t + c: four addresses, the tiles 1 KB apart.
-  __device__ __forceinline__ static void store_dq(u32 buffer, int col0,
-                                                  const float (&acc)[kDqAccCols / 8][4]) {
-    if constexpr (kDqTransposed) {
-      const u32 lane = static_cast<u32>(read_tid_x()) % 32;
-      const u32 t = lane % 4;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const u32 warp = (static_cast<u32>(read_tid_x()) / 32) % 4;
-        const u32 col = col0 + 16 * warp + lane / 4 + 8 * r;
-        const u32 box = buffer + (col / 32) * kDqBoxBytes + (col % 4) * 4;
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const u32 row = 2 * t + c;
-          const u32 at = box + row * 128 + (((col % 32) / 4) ^ row) * 16;
-#pragma unroll
-          for (int nt = 0; nt < kDqAccCols / 8; ++nt) {
-            store_shared_f32(at + nt * 1024, acc[nt][2 * r + c]);
-          }
-        }
-      }
-    } else {
-      store_fp32_tile<kDqCols>(buffer, col0, acc, 1.f);
-    }
   }
 };
 

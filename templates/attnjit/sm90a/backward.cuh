@@ -72,6 +72,7 @@
 
 namespace attnjit {
 
+/// The sm90a backward main kernel of Config's head dim and tiles (the layout above).
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
 struct BackwardSm90a {
   typedef typename Config::Element Element;

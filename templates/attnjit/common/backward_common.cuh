@@ -91,7 +91,8 @@ __device__ __forceinline__ float backward_probability(const BwdParams& p, const 
 
 /// The element pairs of a warp's fragment of S^T or dP^T (rows keys, columns queries; kSlabs
 /// m16 tiles by kTiles n8 tiles, fragment.cuh's layout) and the two walks every backward main
-/// kernel makes over them, P^T from the scores, then dS^T with the row dots. Pair (mt, nt, r)
+/// kernel makes over them, P^T from the scores, then dS^T with the row dots (the sm80 layouts
+/// write them out, which keeps their machine code). Pair (mt, nt, r)
 /// holds elements 2 r and 2 r + 1 of tile (mt, nt): key row 16 mt + g + 8 r of the fragment,
 /// queries query0 + 8 nt + 2 t and + 1 of the block.
 template <int kSlabs, int kTiles>

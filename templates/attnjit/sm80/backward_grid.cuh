@@ -141,33 +141,58 @@ struct BackwardGridSm80 : Config {
     // Score modifiers apply after the mask (sm80/backward_slabs.cuh). P^T goes to its tile at once
     // and dS^T reads it back from there (each thread its own pairs: no barrier), so that no
     // register holds it across dP^T = V dO^T; with soft-capping the dS^T tile keeps the
-    // 16-bit P^T (1 - tanh^2) until dS^T overwrites it.
+    // 16-bit P^T (1 - tanh^2) until dS^T overwrites it. The walks are TransposedPairs'
+    // (backward_common.cuh), written out: through the shared function this kernel's machine
+    // code would change.
     const Score score = Score::template make<Mask::kOrderedCtas>(p);
     const int distance0 = key0 + key_row0 + g - (ms.row_begin + query0 + 2 * t + ms.diagonal);
-    TransposedPairs<2, kSTiles>::probabilities(
-        p, score, ms, acc_s.v, lse_log2, query0, t, distance0,
-        [=](int mt, int nt, int r, const float(&value)[2], const float(&grad)[2]) {
-          const int at =
-              PTile::element_offset(key_row0 + 16 * mt + g + 8 * r, query0 + nt * 8 + 2 * t);
-          store_shared_u32(smem_pt + at, pack2<Element>(value[0], value[1]));
-          if (Score::kSoftcap) {
-            store_shared_u32(smem_dst + at, pack2<Element>(value[0] * grad[0], value[1] * grad[1]));
+#pragma unroll
+    for (int nt = 0; nt < kSTiles; ++nt) {
+      float lse[2];
+      load_lse_pair<Score>(lse_log2, query0 + nt * 8 + 2 * t, ms, lse);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float value[2], grad[2];
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            value[c] =
+                backward_probability(p, score, acc_s.v[mt][nt][2 * r + c],
+                                     distance0 + 16 * mt + 8 * r - 8 * nt - c, lse[c], grad[c]);
           }
-        });
+          const int offset =
+              PTile::element_offset(key_row0 + 16 * mt + g + 8 * r, query0 + nt * 8 + 2 * t);
+          store_shared_u32(smem_pt + offset, pack2<Element>(value[0], value[1]));
+          if (Score::kSoftcap) {
+            store_shared_u32(smem_dst + offset,
+                             pack2<Element>(value[0] * grad[0], value[1] * grad[1]));
+          }
+        }
+      }
+    }
 
     // dP^T = V dO^T, then dS^T = P^T (dP^T - D) with the rounded P^T (sm80/backward_slabs.cuh).
     WarpAccumulator<2, kSTiles> acc_dp;
     warp_rows_times_rows<Element, KvTile, QTile, kDSteps>(acc_dp, smem_v, kv_a_lane, key_row0,
                                                           smem_do, q_b_lane, query0);
-    TransposedPairs<2, kSTiles>::row_dots(
-        row_dot, query0, t, [=, &acc_dp](int mt, int nt, int r, const float(&d)[2]) {
-          const int at =
+#pragma unroll
+    for (int nt = 0; nt < kSTiles; ++nt) {
+      float d[2];
+      load_shared_v2_f32(row_dot + (query0 + nt * 8 + 2 * t) * 4, d[0], d[1]);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int offset =
               PTile::element_offset(key_row0 + 16 * mt + g + 8 * r, query0 + nt * 8 + 2 * t);
-          const u32 pair = load_shared_u32((Score::kSoftcap ? smem_dst : smem_pt) + at);
+          const u32 pair = load_shared_u32((Score::kSoftcap ? smem_dst : smem_pt) + offset);
           const float ds0 = unpack_lo<Element>(pair) * (acc_dp.v[mt][nt][2 * r] - d[0]);
           const float ds1 = unpack_hi<Element>(pair) * (acc_dp.v[mt][nt][2 * r + 1] - d[1]);
-          store_shared_u32(smem_dst + at, pack2<Element>(ds0, ds1));
-        });
+          store_shared_u32(smem_dst + offset, pack2<Element>(ds0, ds1));
+        }
+      }
+    }
   }
 
   /// dV += P^T dO and dK += dS^T Q for the warp's 32 keys and kWarpDims columns.

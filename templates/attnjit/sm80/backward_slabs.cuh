@@ -185,19 +185,30 @@ struct BackwardSlabsSm80 : Config {
     // P^T = 2^(S^T c - LSE2): 0 where masked and in rows that see no key (LSE2 = +inf).
     // Score modifiers apply here, after the mask, so that soft-capping's 1 - tanh^2 goes
     // straight into the 16-bit P^T (1 - tanh^2) that dS^T uses, held in no fp32 register.
-    // Element (nt, 2 r + c) is key row g + 8 r, query column nt * 8 + 2 t + c.
+    // Element (nt, 2 r + c) is key row g + 8 r, query column nt * 8 + 2 t + c. The walks are
+    // TransposedPairs' (backward_common.cuh), written out: through the shared function this
+    // kernel's machine code would change.
     const Score score = Score::template make<Mask::kOrderedCtas>(p);
     const int distance0 = key0 + key_row0 + g - (ms.row_begin + 2 * t + ms.diagonal);
     u32 p_grad_packed[kQTiles][2];  // used by soft-capping only
-    TransposedPairs<1, kQTiles>::probabilities(
-        p, score, ms, acc_s.v, lse_log2, 0, t, distance0,
-        [&](int, int nt, int r, const float(&value)[2], const float(&grad)[2]) {
-          acc_s.v[0][nt][2 * r] = value[0];
-          acc_s.v[0][nt][2 * r + 1] = value[1];
-          if (Score::kSoftcap) {
-            p_grad_packed[nt][r] = pack2<Element>(value[0] * grad[0], value[1] * grad[1]);
-          }
-        });
+#pragma unroll
+    for (int nt = 0; nt < kQTiles; ++nt) {
+      float lse[2];
+      load_lse_pair<Score>(lse_log2, nt * 8 + 2 * t, ms, lse);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float grad[2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          acc_s.v[0][nt][2 * r + c] = backward_probability(
+              p, score, acc_s.v[0][nt][2 * r + c], distance0 + 8 * r - nt * 8 - c, lse[c], grad[c]);
+        }
+        if (Score::kSoftcap) {
+          p_grad_packed[nt][r] =
+              pack2<Element>(acc_s.v[0][nt][2 * r] * grad[0], acc_s.v[0][nt][2 * r + 1] * grad[1]);
+        }
+      }
+    }
 
     // dV += P^T dO. From here on P lives only in its 16-bit form (the registers go to dP^T);
     // dS uses that rounded P, as a plain 16-bit implementation would (with soft-capping, the
@@ -210,14 +221,18 @@ struct BackwardSlabsSm80 : Config {
     WarpAccumulator<1, kQTiles> acc_ds;
     warp_rows_times_rows<Element, KvTile, QTile, kDSteps>(acc_ds, smem_v, kv_a_lane, key_row0,
                                                           smem_do, q_b_lane, 0);
-    TransposedPairs<1, kQTiles>::row_dots(
-        row_dot, 0, t, [&](int, int nt, int r, const float(&d)[2]) {
-          const u32 pair = Score::kSoftcap ? p_grad_packed[nt][r]
-                                           : p_packed.v[0][nt / 2][operand_register(nt, r)];
-          acc_ds.v[0][nt][2 * r] = unpack_lo<Element>(pair) * (acc_ds.v[0][nt][2 * r] - d[0]);
-          acc_ds.v[0][nt][2 * r + 1] =
-              unpack_hi<Element>(pair) * (acc_ds.v[0][nt][2 * r + 1] - d[1]);
-        });
+#pragma unroll
+    for (int nt = 0; nt < kQTiles; ++nt) {
+      float d[2];
+      load_shared_v2_f32(row_dot + (nt * 8 + 2 * t) * 4, d[0], d[1]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const u32 pair = Score::kSoftcap ? p_grad_packed[nt][e / 2]
+                                         : p_packed.v[0][nt / 2][operand_register(nt, e / 2)];
+        const float p_value = e % 2 ? unpack_hi<Element>(pair) : unpack_lo<Element>(pair);
+        acc_ds.v[0][nt][e] = p_value * (acc_ds.v[0][nt][e] - d[e % 2]);
+      }
+    }
 
     // dK += dS^T Q.
     OperandA<1, kQSteps> ds_packed;

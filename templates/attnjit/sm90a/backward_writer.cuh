@@ -79,18 +79,22 @@ struct BackwardDqWriter {
       const int next =
           Kernel::MaskType::template first_active_query_block<Kernel::kBlockM, Kernel::kBlockN>(
               ms, p.minmax, n_block, block + 1, end);
-      int* counter = Kernel::kOrderedDq
+      // dQ buffers: the turn counter is formed by every lane before the barrier; dQ in the
+      // stage: by the leader after it, with the work its reductions address (each keeps its
+      // layout's machine code).
+      int* counter = Kernel::kOrderedDq && !Kernel::kDqInStage
                          ? dq_turn_counter<Kernel::kBlockM, Kernel::kDqLanes>(
                                p, Kernel::work_of(p), block, Kernel::kDqByColumns ? consumer : 0)
                          : nullptr;
       named_barrier_sync(Kernel::dq_barrier(consumer, state.index), Kernel::kWriterThreads);
       if (leader) {
-        if constexpr (Kernel::kOrderedDq) {
-          wait_turn(counter, turn * Kernel::kDqTurns + (Kernel::kDqByColumns ? 0 : consumer));
-        }
         if constexpr (Kernel::kDqInStage) {
-          const u32 stage = Kernel::stage_address(base, state.index);
           const CtaWork work = Kernel::work_of(p);
+          int* turns = Kernel::kOrderedDq ? dq_turn_counter<Kernel::kBlockM, Kernel::kDqLanes>(
+                                                p, work, block, consumer)
+                                          : nullptr;
+          if constexpr (Kernel::kOrderedDq) wait_turn(turns, turn);
+          const u32 stage = Kernel::stage_address(base, state.index);
 #pragma unroll
           for (int box = 0; box < Kernel::kDqBoxes; ++box) {
             tma_reduce_add(maps.dq_accum, Kernel::dq_box(stage, consumer, box),
@@ -102,9 +106,12 @@ struct BackwardDqWriter {
           ring.consumer_release(state);
           if constexpr (Kernel::kOrderedDq) {
             tma_store_wait<0>();
-            pass_turn(counter);
+            pass_turn(turns);
           }
         } else {
+          if constexpr (Kernel::kOrderedDq) {
+            wait_turn(counter, turn * Kernel::kDqTurns + (Kernel::kDqByColumns ? 0 : consumer));
+          }
           add_tile(p, maps, buffer, Kernel::Products::dq_panel(consumer), block);
           tma_store_wait_read<0>();
         }

@@ -8,7 +8,7 @@
 
 namespace attnjit::templates {
 
-/// One embedded header: its include name (e.g. "attnjit/sm80/fwd_sm80.cuh") and its text.
+/// One embedded header: its include name (e.g. "attnjit/sm80/forward.cuh") and its text.
 struct EmbeddedFile {
   std::string_view name;
   std::string_view source;

@@ -299,7 +299,7 @@ std::string emit_cta_order(const Lowering& ir, const KernelDesc& kernel) {
   return w.str();
 }
 
-// The backward's per-row kernels (bwd_rows.cuh): element type and head dim, for the
+// The backward's per-row kernels (row_kernels.cuh): element type and head dim, for the
 // preprocess whether it zeroes the dQ accumulator (dq_accumulated), for the GQA reduction
 // whether the main kernel summed dK and dV per K/V head (dkdv_summed).
 std::string emit_rows(const Lowering& ir, const KernelDesc& kernel) {

@@ -76,7 +76,7 @@ struct TargetInfo {
 /// The tile shape of one attention kernel (decided by select_tiles from its registry row).
 struct KernelTiles {
   KernelRole role = KernelRole::forward;
-  std::string row;  ///< the registry row it instantiates, e.g. "backward.grid.sm80"
+  std::string row;  ///< the registry row it instantiates, e.g. "backward_grid.sm80"
   int block_m = 0;  ///< query rows per CTA (forward, dQ) or per iteration (backward main)
   int block_n = 0;  ///< keys per iteration (forward, dQ) or per CTA (backward main); also the
                     ///< key-block size of its min/max tables

@@ -245,7 +245,7 @@ MaskSpec parse_mask(std::string_view text) {
 }
 
 constexpr std::string_view kTilesAccepted =
-    "auto or BMxBNxW with an optional q/s/w (forward) or g/w/t (backward) suffix, e.g. "
+    "auto or BMxBNxW with an optional q/s/w (forward) or g/t (backward) suffix, e.g. "
     "128x64x4";
 
 TileShape parse_tiles(std::string_view text) {

@@ -90,10 +90,10 @@ enum class ConfigField {
 
 /// One kernel kind in one family.
 struct KernelRow {
-  std::string_view id;  ///< e.g. "backward.grid.sm80"
+  std::string_view id;  ///< e.g. "backward_grid.sm80"
   KernelRole role = KernelRole::forward;
   KernelFamily family = KernelFamily::sm80;
-  std::string_view header;         ///< the templates/ header, e.g. "attnjit/sm80/fwd_sm80.cuh"
+  std::string_view header;         ///< the templates/ header, e.g. "attnjit/sm80/forward.cuh"
   std::string_view kernel_struct;  ///< attention rows: the struct whose kSmemBytes the plan checks
   std::string_view body;           ///< the device function the entry point calls
   ParamBlock params = ParamBlock::attention;

@@ -10,12 +10,11 @@
 namespace attnjit::registry {
 
 // Attention rows (rows_attention.cpp, rows_forward_sm90a.cpp, rows_backward_sm90a.cpp).
-KernelRow forward_warpgroup_sm90a();
+KernelRow forward_sm90a();
 KernelRow forward_sm80();
-KernelRow backward_warpgroup_sm90a();
-KernelRow backward_tma_sm90a();
-KernelRow backward_warp_grid_sm80();
-KernelRow backward_key_slabs_sm80();
+KernelRow backward_sm90a();
+KernelRow backward_grid_sm80();
+KernelRow backward_slabs_sm80();
 KernelRow backward_dq_sm80();
 
 // Utility rows (rows_utility.cpp).

@@ -1,9 +1,7 @@
-// The attention rows of the registry: the sm80 forward, the three layouts of the backward
+// The attention rows of the registry: the sm80 forward, the two layouts of the sm80 backward
 // main kernel and the deterministic dQ kernel, with their tile candidates (measured on an
 // H100 and kept spill-free by the NVRTC sweep; docs/benchmarks/), shared-memory formulas
 // and the checks of explicit `tiles=` shapes.
-#include <fmt/format.h>
-
 #include <array>
 
 #include "attnjit/error.hpp"
@@ -16,7 +14,7 @@ constexpr std::array<Arch, 5> kAllArchs{Arch::sm_80, Arch::sm_86, Arch::sm_89, A
                                         Arch::sm_90a};
 
 // ---------------------------------------------------------------------------------------------
-// Forward, sm80 (fwd_sm80.cuh).
+// Forward, sm80 (sm80/forward.cuh).
 
 constexpr int kForwardStages = 2;
 
@@ -101,15 +99,7 @@ constexpr std::array<ConfigField, 6> kKeySlabConfig{ConfigField::head_dim,  Conf
                                                     ConfigField::block_n,   ConfigField::warps,
                                                     ConfigField::dim_warps, ConfigField::atomic_dq};
 
-// The warpgroup layout (bwd_wgmma_sm90.cuh): 64 keys per warpgroup, every product on wgmma
-// with its shared operands read by the tensor cores; it compiles with both modifiers at 255
-// registers without spilling.
-constexpr std::array<TileCandidate, 2> kWarpgroupCandidates{{
-    {64, 64, 128, 8},
-    {128, 64, 128, 8},
-}};
-
-// The warp grid (bwd_grid_sm80.cuh) keeps 32 keys x 64 columns of dK and dV per warp at
+// The warp grid (sm80/backward_grid.cuh) keeps 32 keys x 64 columns of dK and dV per warp at
 // d128; ALiBi's slope and distances spilled there on sm_90 (NVRTC sweep), soft-capping did
 // not.
 constexpr TileCandidate grid_candidate(int d, int block_m, int block_n, int warps, int dim_warps) {
@@ -122,8 +112,8 @@ constexpr std::array<TileCandidate, 2> kGridCandidates{{
     grid_candidate(128, 64, 128, 8, 2),
 }};
 
-// Key slabs (bwd_sm80.cuh): warps that hold more than 64 dK/dV columns next to 64 queries
-// have no room for the modifiers (the NVRTC sweep over every mask showed spills from d96 to
+// Key slabs (sm80/backward_slabs.cuh): warps that hold more than 64 dK/dV columns next to 64
+// queries have no room for the modifiers (the NVRTC sweep over every mask showed spills from d96 to
 // d256 with softcap, and at d256 with ALiBi alone in fp16).
 constexpr TileCandidate slab_candidate(int d, int block_m, int block_n, int warps, int dim_warps) {
   const bool room = d / dim_warps <= 64 || block_m <= 32;
@@ -152,15 +142,6 @@ int columns(const MaskLowering& mask) {
   return static_cast<int>(mask.vectors.size());
 }
 
-// 1024-byte aligned tiles: alignment slack, K and V, two stages (Q, dO, then LSE and D padded
-// to 1 KB), dS^T and the vector values.
-int warpgroup_smem(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
-  const int d = spec.head_dim_qk;
-  const int kv = 2 * c.block_n * d * 2;
-  const int stage = 2 * c.block_m * d * 2 + (2 * c.block_m * 4 + 1023) / 1024 * 1024;
-  return 1024 + kv + 2 * stage + c.block_n * c.block_m * 2 + c.block_n * columns(mask) * 4;
-}
-
 // K, V, two stages of (Q, dO, LSE, D), the staged 16-bit tiles (grid: P^T and dS^T; key
 // slabs: dS^T for the atomic dQ product only) and the vector values.
 int sm80_backward_smem(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask,
@@ -183,21 +164,6 @@ void check_backward_warps(const TileShape& shape) {
   if (shape.warps > 16) {
     throw_field_error("tiles warps", to_string(shape), "at most 16 warps (512 threads)");
   }
-}
-
-// One shape per head dim: 64 queries per iteration, 128 keys per CTA, two warpgroups.
-TileCandidate warpgroup_explicit(const TileShape& shape, const AttentionSpec& spec,
-                                 const MaskLowering&) {
-  check_backward_warps(shape);
-  if (spec.head_dim_qk != 64 && spec.head_dim_qk != 128) {
-    throw_field_error("tiles",
-                      fmt::format("{} with head_dim={}", to_string(shape), spec.head_dim_qk),
-                      "the w suffix with head_dim 64 or 128");
-  }
-  if (shape.block_m != 64 || shape.warps != 8 || shape.block_n != 128) {
-    throw_field_error("tiles", to_string(shape), "64x128x8w for the warpgroup layout");
-  }
-  return {spec.head_dim_qk, 64, 128, 8};
 }
 
 // Three grids of 32-row warp tiles (block_n / 32 key warps; block_m / 32 dQ row warps) divide
@@ -266,7 +232,7 @@ KernelRow backward_row(std::string_view id, KernelFamily family, std::string_vie
 }
 
 // ---------------------------------------------------------------------------------------------
-// Deterministic dQ kernel (bwd_dq_sm80.cuh): one-slab warps (block_m = 16 * warps) over key
+// Deterministic dQ kernel (sm80/backward_dq.cuh): one-slab warps (block_m = 16 * warps) over key
 // blocks; head dims up to 128 take the first two shapes.
 constexpr TileCandidate dq_candidate(int d, int warps, int block_n) {
   return {d, 16 * warps, block_n, warps};
@@ -334,7 +300,7 @@ KernelRow forward_sm80() {
   KernelRow row;
   row.id = "forward.sm80";
   row.role = KernelRole::forward;
-  row.header = "attnjit/sm80/fwd_sm80.cuh";
+  row.header = "attnjit/sm80/forward.cuh";
   row.kernel_struct = "ForwardSm80";
   row.body = "forward_sm80";
   row.params = ParamBlock::attention;
@@ -349,24 +315,9 @@ KernelRow forward_sm80() {
   return row;
 }
 
-KernelRow backward_warpgroup_sm90a() {
+KernelRow backward_grid_sm80() {
   KernelRow row =
-      backward_row("backward.warpgroup.sm90a", KernelFamily::sm90a, "attnjit/sm90a/bwd_wgmma_sm90.cuh",
-                   "BackwardWgmmaSm90", "backward_wgmma_sm90");
-  row.support.targets = {Arch::sm_90a};
-  // Its dQ product is atomic; its S^T fragments do not follow the stored element bits.
-  row.support.deterministic = false;
-  row.support.predicate_masks = false;
-  row.tiles_suffixes = "w";
-  row.candidates = kWarpgroupCandidates;
-  row.smem_bytes = warpgroup_smem;
-  row.explicit_tiles = warpgroup_explicit;
-  return row;
-}
-
-KernelRow backward_warp_grid_sm80() {
-  KernelRow row =
-      backward_row("backward.grid.sm80", KernelFamily::sm80, "attnjit/sm80/bwd_grid_sm80.cuh",
+      backward_row("backward_grid.sm80", KernelFamily::sm80, "attnjit/sm80/backward_grid.cuh",
                    "BackwardGridSm80", "backward_grid_sm80");
   // Its gain is in the dQ product; without it (deterministic mode) key slabs were faster on
   // an H100 (d128, 8K: none 6.19 against 6.44 ms, causal 3.14 against 3.31), so it is taken
@@ -380,9 +331,10 @@ KernelRow backward_warp_grid_sm80() {
   return row;
 }
 
-KernelRow backward_key_slabs_sm80() {
-  KernelRow row = backward_row("backward.slabs.sm80", KernelFamily::sm80, "attnjit/sm80/bwd_sm80.cuh",
-                               "BackwardSm80", "backward_sm80");
+KernelRow backward_slabs_sm80() {
+  KernelRow row =
+      backward_row("backward_slabs.sm80", KernelFamily::sm80, "attnjit/sm80/backward_slabs.cuh",
+                   "BackwardSlabsSm80", "backward_slabs_sm80");
   row.tiles_suffixes = "-";
   row.candidates = kKeySlabCandidates;
   row.config = kKeySlabConfig;
@@ -392,8 +344,9 @@ KernelRow backward_key_slabs_sm80() {
 }
 
 KernelRow backward_dq_sm80() {
-  KernelRow row = backward_row("backward_dq.sm80", KernelFamily::sm80, "attnjit/sm80/bwd_dq_sm80.cuh",
-                               "BackwardDqSm80", "backward_dq_sm80");
+  KernelRow row =
+      backward_row("backward_dq.sm80", KernelFamily::sm80, "attnjit/sm80/backward_dq.cuh",
+                   "BackwardDqSm80", "backward_dq_sm80");
   row.role = KernelRole::backward_dq;
   row.support.atomic = false;
   row.candidates = kDqCandidates;

@@ -1,19 +1,12 @@
-// The backward main kernel of the sm90a family (bwd_sm90a.cuh): a TMA producer warpgroup and
-// two wgmma consumer warpgroups of 64 keys (block_n = 128, 12 warps), Q, dO, LSE and D
-// streamed through a ring of two stages, dQ added to its fp32 accumulator by TMA reductions
-// from shared memory, dK and dV stored by TMA; its parameters are BwdParams and the TMA maps of
-// q, d_o, k, v, the dQ accumulator, d_k and d_v. Head dims 64, 96 and 128, every mask; head
-// dims 192 and 256 (bwd_sm90a_wide.cuh: block_n = 64, the consumers split the head dim), every
-// mask. It precedes the warpgroup layout (backward.warpgroup.sm90a) in the registry, so the
-// automatic choice at those head dims in both modes: on an H100 (bf16, B=1, H=16, S=8192,
-// 2026-11-25) it ran 5-21% faster than that layout for every mask measured with dQ by
-// red.global (d128 none 3.50 against 3.87 ms, causal 1.91 against 2.10, causal documents 1.22
-// against 1.39), and the TMA reductions took another 8-25% off (d128 none 3.01 ms, causal
-// 1.65, d64 none 2.20 against 2.80); `tiles=64x128x12t` forces it, `tiles=64x128x8w` the
-// warpgroup layout. At d128 without a mask or soft-capping its query blocks have 80 rows
-// (`80x128x12t`, dQ^T = K^T dS^T): the backward alone 0.94x the time of 64 rows, forward+backward
-// 1.02-1.04x cuDNN at B=1 H=16 S=8192 (0.92x before; H100, 2026-11-27,
-// docs/benchmarks/2026-11-27-h100-backward-80-row-blocks.md).
+// The backward main kernel of the sm90a family (sm90a/backward.cuh): a TMA producer warpgroup and
+// two wgmma consumer warpgroups, Q, dO, LSE and D streamed through a ring of two stages, dQ
+// added to its fp32 accumulator by TMA reductions from shared memory, dK and dV stored by TMA;
+// its parameters are BwdParams and the TMA maps of q, d_o, k, v, the dQ accumulator, d_k and
+// d_v. Head dims 64, 96 and 128: block_n = 128, the consumers split the keys; head dims 192 and
+// 256: block_n = 64, the consumers split the head dim; every mask. The automatic choice on
+// sm_90a at those head dims, in both modes; `tiles=64x128x12t` / `64x64x12t` forces it. At d128
+// without a mask or soft-capping its query blocks have 80 rows (`80x128x12t`, dQ^T = K^T dS^T),
+// which takes less time than 64 rows there.
 #include <fmt/format.h>
 
 #include <array>
@@ -30,8 +23,8 @@ constexpr TileCandidate warpgroups(int d, int block_m) {
   return {d, block_m, 128, 12, 1, kStages};
 }
 
-// Head dims 192 and 256 (bwd_sm90a_wide.cuh): 64 keys per CTA, the consumers split the head
-// dim.
+// Head dims 192 and 256: 64 keys per CTA, the consumers split the head dim (sm90a/backward.cuh's
+// kSplitHeadDim).
 constexpr TileCandidate wide(int d) {
   return {d, 64, 64, 12, 1, kStages};
 }
@@ -40,7 +33,8 @@ constexpr bool is_wide(int d) {
   return d > 128;
 }
 
-// Query blocks of 80 rows at d128 without a mask (fits): dQ^T = K^T dS^T (bwd_wgmma_products.cuh).
+// Query blocks of 80 rows at d128 without a mask (fits): dQ^T = K^T dS^T
+// (backward_products.cuh).
 constexpr std::array<TileCandidate, 6> kCandidates{{
     warpgroups(64, 64),
     warpgroups(96, 64),
@@ -62,7 +56,7 @@ constexpr std::array<ConfigField, 6> kConfig{
 // stages) need a producer warpgroup of 40 registers (ptxas spilled below that under
 // FlashMask), which leaves the consumers 232 instead of 240: enough at head dim 128 under
 // FlashMask too since a partial block's rule compares compile-time query offsets with bounds
-// per key (bwd_common.cuh's mask_scores_by_key_bounds; a query index per element spilled 4-12
+// per key (backward_common.cuh's mask_scores_by_key_bounds; a query index per element spilled 4-12
 // bytes under the causal masks of one or two vectors). 80-row blocks need the consumers' 240
 // registers: their producer warpgroup keeps 24, without a mask (the writers' walk is trivial) and
 // with warp 3 loading the row statistics (the producer warp spilled with them).
@@ -70,31 +64,27 @@ int producer_registers(const KernelTiles& tiles, const AttentionSpec&, const Mas
   return tiles.block_m == 80 ? 24 : 40;
 }
 
-// bwd_sm90a.cuh's kSmemBytes: alignment slack, K and V, the stages (Q, dO and their LSE, D
-// and block index), two dS^T buffers, the fp32 dQ buffers (one when each consumer owns 64 of
-// dQ's columns, else one per consumer), the key block's FlashMask values padded to 8 bytes,
-// the K/V barrier and the ring's barriers. bwd_sm90a_wide.cuh's: stages that end with their
-// LSE, D and block index padded to 1 KB, one P^T and one dS^T tile and no dQ buffer (dQ goes
-// through the stages).
+// sm90a/backward.cuh's kSmemBytes: alignment slack, K and V, the stages (Q, dO and their LSE, D and
+// block index), two [key][query] tiles (dS^T of alternate blocks, or P^T and dS^T), the fp32
+// dQ buffers, the key block's FlashMask values padded to 8 bytes, the K/V barrier and the
+// ring's barriers.
 int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   const int d = spec.head_dim_qk;
   const int element = size_of(spec.dtype);
   const int kv = 2 * c.block_n * d * element;
   const int tiles = 2 * c.block_m * d * element;
   const int vectors = (c.block_n * static_cast<int>(mask.vectors.size()) * 4 + 7) / 8 * 8;
-  if (is_wide(d)) {
-    const int stage = tiles + (2 * c.block_m * 4 + 8 + 1023) / 1024 * 1024;
-    return 1024 + kv + c.kv_stages * stage + 2 * c.block_n * c.block_m * element + vectors + 8 +
-           2 * c.kv_stages * 8;
-  }
   // 64-row stages keep their statistics after the tiles, padded to 1 KB; 80-row ones in an
   // area of their own (16-byte aligned), with no alignment slack.
   const bool stats_in_stage = c.block_m % 64 == 0;
   const int align = stats_in_stage ? 1024 : 16;
   const int stats = (2 * c.block_m * 4 + 8 + align - 1) / align * align;
-  const int dq = (d / 2 >= 64 ? 1 : 2) * c.block_m * d * 4;
+  // dQ buffers: none where the consumers split the head dim (dQ goes through the stages), one
+  // where each consumer owns 64 or more of dQ's columns, else one per consumer.
+  const int dq_buffers = is_wide(d) ? 0 : d / 2 >= 64 ? 1 : 2;
   return (stats_in_stage ? 1024 : 0) + kv + c.kv_stages * (tiles + stats) +
-         2 * c.block_n * c.block_m * element + dq + vectors + 8 + 2 * c.kv_stages * 8;
+         2 * c.block_n * c.block_m * element + dq_buffers * c.block_m * d * 4 + vectors + 8 +
+         2 * c.kv_stages * 8;
 }
 
 // 80-row query blocks (d128): without a mask and soft-capping only. Those kernels need the
@@ -139,7 +129,7 @@ TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
 
 // backward_buffers, and in the deterministic mode the turn counters of the ordered dQ
 // reductions: per (batch, head, query block) one per consumer when the consumers split dQ's
-// columns (d >= 128), else one that both take turns on (bwd_sm90a.cuh).
+// columns (d >= 128), else one that both take turns on (sm90a/backward.cuh).
 std::vector<BufferNeed> buffers(const KernelDesc& kernel, const Lowering& ir) {
   std::vector<BufferNeed> needs = backward_buffers(kernel, ir);
   if (orders_dq_reductions(ir)) {
@@ -153,12 +143,12 @@ std::vector<BufferNeed> buffers(const KernelDesc& kernel, const Lowering& ir) {
 
 }  // namespace
 
-KernelRow backward_tma_sm90a() {
+KernelRow backward_sm90a() {
   KernelRow row;
-  row.id = "backward.tma.sm90a";
+  row.id = "backward.sm90a";
   row.role = KernelRole::backward;
   row.family = KernelFamily::sm90a;
-  row.header = "attnjit/sm90a/bwd_sm90a.cuh";
+  row.header = "attnjit/sm90a/backward.cuh";
   row.kernel_struct = "BackwardSm90a";
   row.body = "backward_sm90a";
   row.params = ParamBlock::attention_tma;

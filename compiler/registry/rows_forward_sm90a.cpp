@@ -1,4 +1,4 @@
-// The forward of the sm90a family (fwd_sm90a.cuh): a TMA producer warpgroup and wgmma consumer
+// The forward of the sm90a family (sm90a/forward.cuh): a TMA producer warpgroup and wgmma consumer
 // warpgroups of 64 query rows (two: block_m = 128, 12 warps; at d64 three or one, below), K and V
 // rings of two stages; its parameters are FwdParams and the TMA maps of q, k, v and o. On an H100
 // it runs d128 at 667 TFLOP/s without a mask and 639 causal, against 360 and 286 for the sm80
@@ -139,7 +139,7 @@ bool skips_by_tables(const MaskLowering& mask) {
   return mask.needs_minmax || mask.element_predicate;
 }
 
-// fwd_sm90a.cuh's kSmemBytes without the O tile: alignment slack, Q, the K and V stages, each
+// sm90a/forward.cuh's kSmemBytes without the O tile: alignment slack, Q, the K and V stages, each
 // K stage's FlashMask values and block slot, the barriers (Q full and empty, the rings'); and
 // the O tile's bytes.
 std::pair<int, int> smem_parts(const TileCandidate& c, const AttentionSpec& spec,
@@ -154,7 +154,7 @@ std::pair<int, int> smem_parts(const TileCandidate& c, const AttentionSpec& spec
   return {shared, c.block_m * spec.head_dim_v * element};
 }
 
-// kPersistent: one CTA per SM takes works one after another (fwd_sm90a.cuh), so that a
+// kPersistent: one CTA per SM takes works one after another (sm90a/forward.cuh), so that a
 // work's first loads run under the previous work's last products and its O store under the
 // next work. For masks with a CTA order (FlashMask, predicate tables: works sorted heaviest
 // first, which the CTAs draw in that order from a counter), two or three consumers (one keeps
@@ -258,12 +258,12 @@ TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
 
 }  // namespace
 
-KernelRow forward_warpgroup_sm90a() {
+KernelRow forward_sm90a() {
   KernelRow row;
-  row.id = "forward.warpgroup.sm90a";
+  row.id = "forward.sm90a";
   row.role = KernelRole::forward;
   row.family = KernelFamily::sm90a;
-  row.header = "attnjit/sm90a/fwd_sm90a.cuh";
+  row.header = "attnjit/sm90a/forward.cuh";
   row.kernel_struct = "ForwardSm90a";
   row.body = "forward_sm90a";
   row.params = ParamBlock::attention_tma;

@@ -6,7 +6,7 @@
 namespace attnjit::registry {
 namespace {
 
-constexpr int kRowKernelThreads = 128;  // bwd_rows.cuh: one warp per row, four rows per block
+constexpr int kRowKernelThreads = 128;  // row_kernels.cuh: one warp per row, four rows per block
 
 KernelRow utility(std::string_view id, KernelRole role, std::string_view header,
                   std::string_view body, ParamBlock params, int threads) {
@@ -162,27 +162,27 @@ KernelRow cta_order() {
 }
 
 KernelRow backward_preprocess() {
-  KernelRow row =
-      utility("backward_preprocess", KernelRole::backward_preprocess, "attnjit/common/bwd_rows.cuh",
-              "backward_preprocess", ParamBlock::attention, kRowKernelThreads);
+  KernelRow row = utility("backward_preprocess", KernelRole::backward_preprocess,
+                          "attnjit/common/backward_preprocess.cuh", "backward_preprocess",
+                          ParamBlock::attention, kRowKernelThreads);
   row.launch = query_rows_launch;
   row.buffers = preprocess_buffers;
   return row;
 }
 
 KernelRow backward_convert_dq() {
-  KernelRow row =
-      utility("backward_convert_dq", KernelRole::backward_convert_dq, "attnjit/common/bwd_rows.cuh",
-              "backward_convert_dq", ParamBlock::attention, kRowKernelThreads);
+  KernelRow row = utility("backward_convert_dq", KernelRole::backward_convert_dq,
+                          "attnjit/common/backward_convert_dq.cuh", "backward_convert_dq",
+                          ParamBlock::attention, kRowKernelThreads);
   row.launch = query_rows_launch;
   row.buffers = convert_dq_buffers;
   return row;
 }
 
 KernelRow backward_reduce_dkdv() {
-  KernelRow row =
-      utility("backward_reduce_dkdv", KernelRole::backward_reduce_dkdv, "attnjit/common/bwd_rows.cuh",
-              "backward_reduce_dkdv", ParamBlock::attention, kRowKernelThreads);
+  KernelRow row = utility("backward_reduce_dkdv", KernelRole::backward_reduce_dkdv,
+                          "attnjit/common/backward_reduce_dkdv.cuh", "backward_reduce_dkdv",
+                          ParamBlock::attention, kRowKernelThreads);
   row.launch = reduce_launch;
   row.buffers = reduce_buffers;
   return row;

@@ -73,14 +73,15 @@ const MaskKindInfo& info_of(MaskKind kind);
 
 /// An explicit tile shape (tuning and benchmarking); all zero means "chosen by select_tiles".
 /// Text form `BMxBNxW` with an optional suffix: for the forward `q` (Q fragments in registers)
-/// or `s` (Q re-read from shared memory), e.g. `tiles=128x64x8s`; for the backward `g` (the
-/// main kernel's 2-D warp-grid layout instead of key slabs), e.g. `tiles=64x128x8g`, or `w`
-/// (warpgroup MMAs, sm_90a), e.g. `tiles=64x128x8w`.
+/// or `s` (Q re-read from shared memory), e.g. `tiles=128x64x8s`, or `w` (the sm90a forward),
+/// e.g. `tiles=128x128x12w`; for the backward `g` (the main kernel's 2-D warp-grid layout
+/// instead of key slabs), e.g. `tiles=64x128x8g`, or `t` (the sm90a backward), e.g.
+/// `tiles=64x128x12t`.
 struct TileShape {
   int block_m = 0;
   int block_n = 0;
   int warps = 0;
-  char variant = 0;  ///< 'q', 's', 'g', 'w' or 0 (the rule of select_tiles)
+  char variant = 0;  ///< 'q', 's', 'w', 'g', 't' or 0 (the rule of select_tiles)
 
   bool is_auto() const { return block_m == 0 && block_n == 0 && warps == 0 && variant == 0; }
   bool operator==(const TileShape&) const = default;

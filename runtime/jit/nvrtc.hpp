@@ -27,7 +27,7 @@ struct PtxasReport {
 };
 
 /// A header handed to NVRTC as a string; the source includes it by `name`, e.g.
-/// `#include "attnjit/sm80/fwd_sm80.cuh"`.
+/// `#include "attnjit/sm80/forward.cuh"`.
 struct NvrtcHeader {
   std::string_view name;
   std::string_view source;

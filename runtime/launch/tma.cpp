@@ -134,15 +134,15 @@ int panel_columns(int dim) {
   return dim % 64 == 0 ? 64 : 32;
 }
 
-// The sm90a backward's panels: above head dim 128 (bwd_sm90a_wide.cuh) each consumer's half
-// of the head dim in whole panels (64 columns, or 32 when the half is not a multiple of 64:
-// three at 192); else SmemTile's.
+// The sm90a backward's panels: above head dim 128 (sm90a/backward.cuh's kSplitHeadDim) each
+// consumer's half of the head dim in whole panels (64 columns, or 32 when the half is not a
+// multiple of 64: three at 192); else SmemTile's.
 int backward_panel_columns(int dim) {
   return dim > 128 ? panel_columns(dim / 2) : panel_columns(dim);
 }
 
 // The sm90a backward's fp32 dQ boxes: 32 columns (128-byte rows); above head dim 128 one Q
-// panel's bytes (bwd_sm90a_wide.cuh's kDqBoxCols), so 16 at 32-column panels.
+// panel's bytes (sm90a/backward.cuh's kDqBoxCols), so 16 at 32-column panels.
 int backward_dq_box_columns(int dim) {
   return dim > 128 ? backward_panel_columns(dim) / 2 : 32;
 }
@@ -195,8 +195,8 @@ BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim
                       p.do_row_stride, p.do_head_stride),
       block_m, panel);
   // The fp32 accumulator [B, H, Sq, D] (contiguous), viewed as [B, Sq, H, D]: 128-byte
-  // swizzled boxes of 32 columns, the consumers' dQ buffers (bwd_sm90a.cuh), added by TMA
-  // reductions; at d192 (bwd_sm90a_wide.cuh's 32-column panels) 64-byte swizzled boxes of 16
+  // swizzled boxes of 32 columns, the consumers' dQ buffers (sm90a/backward.cuh), added by TMA
+  // reductions; at d192 (sm90a/backward.cuh's 32-column panels) 64-byte swizzled boxes of 16
   // columns, one per panel.
   internal_check(p.dq_accum != nullptr || p.seqlen_q == 0 || p.batch == 0 || p.heads == 0,
                  "the dQ accumulator is bound before its map");

@@ -43,7 +43,7 @@ struct Case {
   /// iff spec.softcap, slopes given iff spec.alibi).
   testing::ScoreModRef score_mod;
   /// The kernel-registry row the case must run (its forward kernel, or the backward main kernel
-  /// in run_backward_on_gpu), e.g. "backward.warpgroup.sm90a"; empty: select_tiles' choice.
+  /// in run_backward_on_gpu), e.g. "backward.sm90a"; empty: select_tiles' choice.
   std::string expect_row;
 
   std::string describe() const;

@@ -27,7 +27,7 @@ TEST_CASE("backward matches the reference gradients over the sweep", "[gpu][back
 TEST_CASE("every backward layout, forced by its tiles, matches the reference", "[gpu][backward]") {
   // The sweep runs the shapes select_tiles picks for the device: on an H100 (sm_90a) the TMA
   // backward at d64 and d128, key slabs elsewhere. Explicit shapes force each row of
-  // the registry: the sm90a layouts (sm_90a devices), key slabs and the grid at those head
+  // the registry: the TMA backward (sm_90a devices), key slabs and the grid at those head
   // dims, and the grid at other shapes (16-query warp tiles at d256, 2 x 2 grids with 4
   // warps); every case checks that its row ran.
   struct Layout {
@@ -36,21 +36,19 @@ TEST_CASE("every backward layout, forced by its tiles, matches the reference", "
     const char* row;
   };
   std::vector<Layout> layouts{
-      {128, {64, 128, 8, 0}, "backward.slabs.sm80"},   // key slabs, the whole head dim per warp
-      {64, {64, 128, 8, 0}, "backward.slabs.sm80"},    // key slabs at d64
-      {128, {64, 128, 8, 'g'}, "backward.grid.sm80"},  // 4 key warps x 2 query/head-dim warps
-      {64, {64, 128, 8, 'g'}, "backward.grid.sm80"},   // the same at d64
-      {64, {64, 64, 4, 'g'}, "backward.grid.sm80"},    // 2 key warps x 2 query/head-dim warps
-      {256, {64, 64, 8, 'g'}, "backward.grid.sm80"},   // 2 x 4: 16 queries, 64 head-dim columns
-      {128, {32, 64, 4, 'g'}, "backward.grid.sm80"},   // dQ by one row of warps
+      {128, {64, 128, 8, 0}, "backward_slabs.sm80"},   // key slabs, the whole head dim per warp
+      {64, {64, 128, 8, 0}, "backward_slabs.sm80"},    // key slabs at d64
+      {128, {64, 128, 8, 'g'}, "backward_grid.sm80"},  // 4 key warps x 2 query/head-dim warps
+      {64, {64, 128, 8, 'g'}, "backward_grid.sm80"},   // the same at d64
+      {64, {64, 64, 4, 'g'}, "backward_grid.sm80"},    // 2 key warps x 2 query/head-dim warps
+      {256, {64, 64, 8, 'g'}, "backward_grid.sm80"},   // 2 x 4: 16 queries, 64 head-dim columns
+      {128, {32, 64, 4, 'g'}, "backward_grid.sm80"},   // dQ by one row of warps
   };
   if (jit::current_device_arch() == Arch::sm_90a) {
-    layouts.push_back({64, {64, 128, 8, 'w'}, "backward.warpgroup.sm90a"});
-    layouts.push_back({128, {64, 128, 8, 'w'}, "backward.warpgroup.sm90a"});
-    layouts.push_back({64, {64, 128, 12, 't'}, "backward.tma.sm90a"});
-    layouts.push_back({128, {64, 128, 12, 't'}, "backward.tma.sm90a"});
+    layouts.push_back({64, {64, 128, 12, 't'}, "backward.sm90a"});
+    layouts.push_back({128, {64, 128, 12, 't'}, "backward.sm90a"});
   } else {
-    WARN("not an sm_90a device: backward.warpgroup.sm90a and backward.tma.sm90a are not run");
+    WARN("not an sm_90a device: backward.sm90a is not run");
   }
   const MaskSpec masks[] = {{MaskKind::causal, false, 0},
                             {MaskKind::sliding_window, false, 0},
@@ -59,8 +57,6 @@ TEST_CASE("every backward layout, forced by its tiles, matches the reference", "
   for (const Layout& layout : layouts) {
     for (const MaskSpec& mask : masks) {
       for (bool deterministic : {false, true}) {
-        // The warpgroup layout has no deterministic mode (its dQ product is atomic).
-        if (deterministic && layout.tiles.variant == 'w') continue;
         Case c;
         c.spec.dtype = seed % 2 == 0 ? DType::bf16 : DType::fp16;
         c.spec.head_dim_qk = c.spec.head_dim_v = layout.head_dim;

@@ -1,4 +1,4 @@
-// The sm90a backward (backward.tma.sm90a: TMA producer, mbarrier ring, two wgmma consumers),
+// The sm90a backward (backward.sm90a: TMA producer, mbarrier ring, two wgmma consumers),
 // forced by tiles=64x128x12t (64x64x12t at head dims 192 and 256), against the CPU float64
 // reference gradients, in the atomic and the deterministic mode (dQ reductions taking turns):
 // the sweep's cases at head dims 64 to 256 (every mask kind, both dtypes, GQA/MQA, mask
@@ -23,15 +23,16 @@ using gpu_test::check_backward;
 
 namespace {
 
-constexpr const char* kRow = "backward.tma.sm90a";
+constexpr const char* kRow = "backward.sm90a";
 
 bool on_sm90a() {
   if (jit::current_device_arch() == Arch::sm_90a) return true;
-  WARN("not an sm_90a device: backward.tma.sm90a is not run");
+  WARN("not an sm_90a device: backward.sm90a is not run");
   return false;
 }
 
-// The case forced onto the row: 64 keys per CTA at head dims 192 and 256 (bwd_sm90a_wide.cuh).
+// The case forced onto the row: 64 keys per CTA at head dims 192 and 256 (the consumers split
+// the head dim).
 Case forced(Case c) {
   c.spec.tiles = {64, c.spec.head_dim_qk > 128 ? 64 : 128, 12, 't'};
   c.expect_row = kRow;

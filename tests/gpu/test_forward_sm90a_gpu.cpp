@@ -1,4 +1,4 @@
-// The sm90a forward (templates/attnjit/sm90a/fwd_sm90a.cuh), forced by an explicit
+// The sm90a forward (templates/attnjit/sm90a/forward.cuh), forced by an explicit
 // tiles=BMxBNxWw (the registry's shape for the spec) on target sm_90a, against the CPU
 // float64 reference: the forward sweep (every mask kind, head dims 64/96/128/192/256, both
 // dtypes, GQA/MQA, mask heads, ragged lengths, Sq != Sk, padded strides), three consumer

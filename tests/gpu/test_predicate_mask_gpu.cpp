@@ -128,10 +128,10 @@ TEST_CASE("predicate masks: backward matches the reference gradients", "[gpu][pr
 TEST_CASE("predicate masks: the sm90a backward, forced, matches the reference gradients",
           "[gpu][predicate][sm90a]") {
   if (jit::current_device_arch() != Arch::sm_90a) {
-    WARN("not an sm_90a device: backward.tma.sm90a is not run");
+    WARN("not an sm_90a device: backward.sm90a is not run");
     return;
   }
-  // backward.tma.sm90a by its tiles (the automatic choice there too), both modes, the stored
+  // backward.sm90a by its tiles (the automatic choice there too), both modes, the stored
   // bits and, with no slots left, the predicate evaluated per element.
   for (const char* budget : {static_cast<const char*>(nullptr), "0"}) {
     const testing::EnvOverride bits("ATTNJIT_PREDICATE_BITS_MIB", budget);
@@ -139,7 +139,7 @@ TEST_CASE("predicate masks: the sm90a backward, forced, matches the reference gr
     for (Case c : sweep()) {
       if (budget != nullptr && index++ % 3 != 0) continue;
       c.spec.tiles = {64, 128, 12, 't'};
-      c.expect_row = "backward.tma.sm90a";
+      c.expect_row = "backward.sm90a";
       for (bool deterministic : {false, true}) check_backward(c, deterministic);
     }
   }
@@ -150,7 +150,7 @@ TEST_CASE(
     "gradients",
     "[gpu][predicate][sm90a][wide]") {
   if (jit::current_device_arch() != Arch::sm_90a) {
-    WARN("not an sm_90a device: backward.tma.sm90a is not run");
+    WARN("not an sm_90a device: backward.sm90a is not run");
     return;
   }
   // The sweep's d128 cases at head dims 256 and 192, alternating (the wide layout: 64 keys per
@@ -163,7 +163,7 @@ TEST_CASE(
       if (c.spec.head_dim_qk != 128 || (budget != nullptr && index++ % 2 != 0)) continue;
       c.spec.head_dim_qk = c.spec.head_dim_v = c.seed % 2 == 0 ? 256 : 192;
       c.spec.tiles = {64, 64, 12, 't'};
-      c.expect_row = "backward.tma.sm90a";
+      c.expect_row = "backward.sm90a";
       for (bool deterministic : {false, true}) check_backward(c, deterministic);
     }
   }

@@ -14,7 +14,7 @@
 namespace attnjit::testing {
 
 /// The registry row of the sm90a forward.
-inline constexpr const char* kSm90aForwardRow = "forward.warpgroup.sm90a";
+inline constexpr const char* kSm90aForwardRow = "forward.sm90a";
 
 /// The spec forced onto the sm90a forward (target sm_90a, the automatic tiles made explicit).
 inline AttentionSpec sm90a_forward_spec(AttentionSpec spec) {

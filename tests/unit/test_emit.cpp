@@ -25,7 +25,7 @@ std::string forward_source(const char* text) { return main_source(text, KernelRo
 TEST_CASE("the forward TU binds constants and the mask policy", "[emit]") {
   const std::string src =
       forward_source("dtype=fp16 head_dim=96 mask=causal return_lse=true target=sm_80");
-  CHECK_THAT(src, Catch::Contains("#include \"attnjit/sm80/fwd_sm80.cuh\""));
+  CHECK_THAT(src, Catch::Contains("#include \"attnjit/sm80/forward.cuh\""));
   CHECK_THAT(src, Catch::Contains("typedef attnjit::fp16 Element;"));
   CHECK_THAT(src, Catch::Contains("static constexpr int kHeadDimQK = 96;"));
   CHECK_THAT(src, Catch::Contains("static constexpr bool kReturnLse = true;"));
@@ -64,7 +64,7 @@ TEST_CASE("an attention TU binds its registry row's template and Config", "[emit
   for (const char* text :
        {"dtype=bf16 head_dim=128 mask=causal target=sm_90",
         "dtype=bf16 head_dim=64 mask=causal direction=backward target=sm_90a",
-        "dtype=bf16 head_dim=64 mask=causal direction=backward tiles=64x128x8w target=sm_90a",
+        "dtype=bf16 head_dim=192 mask=causal direction=backward target=sm_90a",
         "dtype=bf16 head_dim=64 mask=causal direction=backward target=sm_90",
         "dtype=bf16 head_dim=96 mask=causal direction=backward deterministic=true target=sm_80"}) {
     const Lowering ir = lower(parse_spec(text));
@@ -96,7 +96,7 @@ TEST_CASE("sm90a kernels define only the wgmma shapes they use; sm80 kernels non
   const std::string defines = "#define ATTNJIT_WGMMA_SOME_SHAPES\n";
   CHECK_THAT(forward, Catch::Contains(defines + "#define ATTNJIT_WGMMA_N64\n#define "
                                                 "ATTNJIT_WGMMA_N128\n#include "
-                                                "\"attnjit/sm90a/fwd_sm90a.cuh\""));
+                                                "\"attnjit/sm90a/forward.cuh\""));
   // The wide backward at d192: a consumer's 32 queries, 96 columns of the head dim.
   const std::string wide = main_source(
       "dtype=bf16 head_dim=192 mask=causal direction=backward target=sm_90a", KernelRole::backward);

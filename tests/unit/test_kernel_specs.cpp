@@ -230,51 +230,6 @@ TEST_CASE("reference kernels compile with the score modifiers", "[nvrtc][specs]"
   }
 }
 
-TEST_CASE("sm_90a warpgroup backward kernels keep their warpgroup MMAs unserialized",
-          "[nvrtc][specs]") {
-  // ptxas reports when it serializes wgmma or injects waits before one (runtime/jit/nvrtc.hpp);
-  // either takes away the overlap the kernel is built on, and neither shows in spill bytes.
-  // backward.warpgroup.sm90a, forced by its w shape (the automatic choice is the TMA backward).
-  std::vector<runtime::NvrtcHeader> headers;
-  for (const auto& file : templates::all()) headers.push_back({file.name, file.source});
-  std::vector<std::string> specs;
-  for (const char* dtype : {"bf16", "fp16"}) {
-    for (int d : {64, 128}) {
-      for (const char* mask :
-           {"none", "causal", "sliding_window", "flashmask(causal=true,columns=2)",
-            "flashmask(causal=false,columns=4)"}) {
-        for (const char* modifiers : {"", " softcap=true", " softcap=true alibi=true"}) {
-          specs.push_back(
-              fmt::format("dtype={} head_dim={} mask={}{} direction=backward "
-                          "tiles=64x128x8w target=sm_90a",
-                          dtype, d, mask, modifiers));
-        }
-      }
-    }
-  }
-  // One NVRTC program per hardware thread at a time.
-  const std::size_t workers = std::max(1u, std::thread::hardware_concurrency());
-  for (std::size_t first = 0; first < specs.size(); first += workers) {
-    std::vector<std::future<runtime::NvrtcOutput>> outputs;
-    for (std::size_t i = first; i < std::min(specs.size(), first + workers); ++i) {
-      const Lowering ir = lower(parse_spec(specs[i]));
-      const KernelDesc& main = *ir.plan->find(KernelRole::backward);
-      REQUIRE(main.template_header == "attnjit/sm90a/bwd_wgmma_sm90.cuh");
-      outputs.push_back(std::async(
-          std::launch::async, [&headers, source = emit_kernel(ir, main), name = main.name] {
-            return runtime::nvrtc_compile(source, name + ".cu", headers, "sm_90a", {}, name);
-          }));
-    }
-    for (std::size_t j = 0; j < outputs.size(); ++j) {
-      INFO(specs[first + j]);
-      const runtime::NvrtcOutput output = outputs[j].get();
-      INFO(output.log);
-      CHECK(output.report.registers > 0);
-      CHECK(output.report.wgmma_serializations == 0);
-    }
-  }
-}
-
 namespace {
 
 /// Compiles the `role` kernel of each spec for sm_90a (as many at once as there are cores):
@@ -331,12 +286,12 @@ TEST_CASE("sm_90a warpgroup forward kernels compile without spills or serialized
       }
     }
   }
-  check_warp_specialized(specs, KernelRole::forward, "forward.warpgroup.sm90a");
+  check_warp_specialized(specs, KernelRole::forward, "forward.sm90a");
 }
 
 TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmma",
           "[nvrtc][specs][sm90a]") {
-  // backward.tma.sm90a, forced by tiles=64x128x12t: every mask it takes (predicates with and
+  // backward.sm90a, forced by tiles=64x128x12t: every mask it takes (predicates with and
   // without scalars and head indices), both dtypes, head dims 64, 96 and 128, without and with
   // each score-modifier combination; its 80-row layout (tiles=80x128x12t: d128 without a mask
   // or soft-capping) with and without ALiBi, both modes; at head dims 192 and 256 by
@@ -382,5 +337,5 @@ TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmm
       }
     }
   }
-  check_warp_specialized(specs, KernelRole::backward, "backward.tma.sm90a");
+  check_warp_specialized(specs, KernelRole::backward, "backward.sm90a");
 }

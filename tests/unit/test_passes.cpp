@@ -267,8 +267,8 @@ TEST_CASE("the backward plan", "[pass]") {
   CHECK(atomic.plan->kernels[1].name == "attnjit_bwd_bf16_d128_causal");
   const KernelTiles& t = atomic.tiles_of(R::backward);
   // d128 on sm_90: the warp-grid layout, its template from its registry row.
-  CHECK(t.row == "backward.grid.sm80");
-  CHECK(atomic.plan->kernels[1].template_header == "attnjit/sm80/bwd_grid_sm80.cuh");
+  CHECK(t.row == "backward_grid.sm80");
+  CHECK(atomic.plan->kernels[1].template_header == "attnjit/sm80/backward_grid.cuh");
   CHECK(atomic.plan->kernels[1].dynamic_smem_bytes == t.smem_bytes);
   CHECK(atomic.tiles.size() == 1);
   // Its P^T and dS^T tiles next to K, V and two (Q, dO, LSE, D) stages.
@@ -278,9 +278,9 @@ TEST_CASE("the backward plan", "[pass]") {
   // Predicates, whose stored element bits follow the key-slab fragments, take key slabs.
   const Lowering predicate = lower(
       parse_spec("dtype=bf16 head_dim=128 mask=predicate(q>=k) direction=backward target=sm_90"));
-  CHECK(predicate.tiles_of(R::backward).row == "backward.slabs.sm80");
+  CHECK(predicate.tiles_of(R::backward).row == "backward_slabs.sm80");
   CHECK(std::ranges::any_of(predicate.plan->kernels, [](const KernelDesc& k) {
-    return k.template_header == "attnjit/sm80/bwd_sm80.cuh";
+    return k.template_header == "attnjit/sm80/backward_slabs.cuh";
   }));
 
   const Lowering det = lower(
@@ -306,7 +306,7 @@ TEST_CASE("the backward plan", "[pass]") {
   CHECK(dq.block_m == 16 * dq.warps);
   CHECK(dq.row == "backward_dq.sm80");
   // Without the dQ product in the main kernel, key slabs.
-  CHECK(main.row == "backward.slabs.sm80");
+  CHECK(main.row == "backward_slabs.sm80");
   // The deterministic mode has no dQ accumulator; both attention kernels read the row
   // statistics the preprocess writes.
   CHECK(std::ranges::none_of(det.plan->scratch,
@@ -334,55 +334,6 @@ TEST_CASE("the backward plan", "[pass]") {
   }
 }
 
-TEST_CASE("the warpgroup backward layout: forced by a w shape on sm_90a, d64 and d128", "[pass]") {
-  const auto lowered = [](const char* rest) {
-    return lower(parse_spec(fmt::format("dtype=bf16 head_dim=128 direction=backward {}", rest)));
-  };
-  const auto row = [&](const char* rest) {
-    return lowered(rest).tiles_of(KernelRole::backward).row;
-  };
-  const Lowering ir = lowered("mask=causal tiles=64x128x8w target=sm_90a");
-  const KernelTiles& t = ir.tiles_of(KernelRole::backward);
-  CHECK(t.row == "backward.warpgroup.sm90a");
-  CHECK(ir.plan->kernels[1].template_header == "attnjit/sm90a/bwd_wgmma_sm90.cuh");
-  // The one kernel on wgmma; the plan's other kernels stay in the sm80 family.
-  for (const KernelDesc& kernel : ir.plan->kernels) {
-    INFO(kernel.name);
-    CHECK(kernel.family ==
-          (kernel.role == KernelRole::backward ? KernelFamily::sm90a : KernelFamily::sm80));
-  }
-  // Alignment slack, K and V, two stages (Q, dO, then LSE and D padded to 1 KB), dS^T.
-  CHECK(t.smem_bytes == 1024 + 2 * t.block_n * 128 * 2 + 2 * (2 * t.block_m * 128 * 2 + 1024) +
-                            t.block_n * t.block_m * 2);
-  CHECK(ir.plan->kernels[1].dynamic_smem_bytes == t.smem_bytes);
-  // With score modifiers and FlashMask vectors too (no spills in the NVRTC sweep).
-  for (const char* rest : {"mask=causal softcap=true alibi=true tiles=64x128x8w target=sm_90a",
-                           "mask=flashmask(causal=false,columns=4) tiles=64x128x8w "
-                           "target=sm_90a"}) {
-    INFO(rest);
-    CHECK(row(rest) == "backward.warpgroup.sm90a");
-  }
-  // The w suffix asks for it, where it exists (the automatic choice is backward.tma.sm90a).
-  CHECK_THROWS_WITH(lowered("tiles=64x128x8w target=sm_90"),
-                    Catch::Contains("the w suffix with target=sm_90a"));
-  CHECK_THROWS_WITH(lowered("tiles=64x64x4w target=sm_90a"),
-                    Catch::Contains("64x128x8w for the warpgroup layout"));
-  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=96 direction=backward tiles=64x128x8w "
-                                     "target=sm_90a")),
-                    "tiles: got '64x128x8w with head_dim=96'; accepted: the w suffix with "
-                    "head_dim 64 or 128");
-  CHECK(lower(parse_spec("dtype=bf16 head_dim=64 direction=backward tiles=64x128x8w "
-                         "target=sm_90a"))
-            .tiles_of(KernelRole::backward)
-            .row == "backward.warpgroup.sm90a");
-  CHECK_THROWS_WITH(lowered("deterministic=true tiles=64x128x8w target=sm_90a"),
-                    Catch::Contains("without the w suffix with deterministic=true"));
-  CHECK_THROWS_WITH(lowered("mask=predicate(q>=k) tiles=64x128x8w target=sm_90a"),
-                    Catch::Contains("without the w suffix for mask=predicate"));
-  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x64x4w target=sm_90a")),
-                    Catch::Contains("128xBNx12w with BN a multiple of 16 up to 256"));
-}
-
 TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a t shape",
           "[pass]") {
   const auto lowered = [](int d, const char* rest) {
@@ -392,7 +343,7 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
     INFO(d);
     const Lowering ir = lowered(d, "mask=causal tiles=64x128x12t target=sm_90a");
     const KernelTiles& t = ir.tiles_of(KernelRole::backward);
-    CHECK(t.row == "backward.tma.sm90a");
+    CHECK(t.row == "backward.sm90a");
     CHECK(t.threads() == 384);
     CHECK(t.kv_stages == 2);
     // Alignment slack, K and V, two stages (Q, dO, then LSE, D and the block index padded to
@@ -402,31 +353,32 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
     CHECK(t.smem_bytes == 1024 + 2 * 128 * d * 2 + 2 * (2 * 64 * d * 2 + 1024) + 2 * 128 * 64 * 2 +
                               (d == 128 ? 1 : 2) * 64 * d * 4 + 8 + 32);
     const KernelDesc& main = *ir.plan->find(KernelRole::backward);
-    CHECK(main.template_header == "attnjit/sm90a/bwd_sm90a.cuh");
+    CHECK(main.template_header == "attnjit/sm90a/backward.cuh");
     CHECK(main.family == KernelFamily::sm90a);
     CHECK(main.params == ParamBlock::attention_tma);
     CHECK(main.dynamic_smem_bytes == t.smem_bytes);
-    CHECK_THAT(to_string(ir), Catch::Contains("row=backward.tma.sm90a") &&
-                                  Catch::Contains("params=attention_tma"));
-    // The same grid and buffers as the warpgroup layout (one CTA per 128 keys of a head pair),
-    // but for GQA's dK and dV: zeroed sums per K/V head instead of per-query-head partials.
-    const Lowering warpgroup = lowered(d, "mask=causal tiles=64x128x8w target=sm_90a");
-    const KernelDesc& old_main = *warpgroup.plan->find(KernelRole::backward);
-    CHECK(old_main.row == "backward.warpgroup.sm90a");
-    CHECK(main.phases.front().grid == old_main.phases.front().grid);
-    REQUIRE(ir.plan->scratch.size() == warpgroup.plan->scratch.size());
+    CHECK_THAT(to_string(ir),
+               Catch::Contains("row=backward.sm90a") && Catch::Contains("params=attention_tma"));
+    // The same grid and buffers as the key-slab layout of 128 keys (one CTA per 128 keys of a
+    // head pair), but for GQA's dK and dV: zeroed sums per K/V head instead of per-query-head
+    // partials.
+    const Lowering slabs = lowered(d, "mask=causal tiles=64x128x8 target=sm_90a");
+    const KernelDesc& slab_main = *slabs.plan->find(KernelRole::backward);
+    CHECK(slab_main.row == "backward_slabs.sm80");
+    CHECK(main.phases.front().grid == slab_main.phases.front().grid);
+    REQUIRE(ir.plan->scratch.size() == slabs.plan->scratch.size());
     for (std::size_t i = 0; i < ir.plan->scratch.size(); ++i) {
       const ScratchBuffer& tma = ir.plan->scratch[i];
-      const ScratchBuffer& wg = warpgroup.plan->scratch[i];
+      const ScratchBuffer& slab = slabs.plan->scratch[i];
       INFO(tma.name);
-      CHECK(tma.name == wg.name);
+      CHECK(tma.name == slab.name);
       if (tma.name == "dk_partial" || tma.name == "dv_partial") {
         CHECK(tma.zeroed);
-        CHECK_FALSE(wg.zeroed);
+        CHECK_FALSE(slab.zeroed);
         CHECK(tma.bytes.to_string() == fmt::format("gqa*B*Hkv*Sk*{}*4", d));
-        CHECK(wg.bytes.to_string() == fmt::format("gqa*B*H*Sk*{}*4", d));
+        CHECK(slab.bytes.to_string() == fmt::format("gqa*B*H*Sk*{}*4", d));
       } else {
-        CHECK(tma == wg);
+        CHECK(tma == slab);
       }
     }
     // The automatic choice on sm_90a, for every mask it takes, with the score modifiers too
@@ -438,7 +390,7 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
       INFO(rest);
       const KernelTiles automatic =
           lowered(d, fmt::format("{} target=sm_90a", rest).c_str()).tiles_of(KernelRole::backward);
-      CHECK(automatic.row == "backward.tma.sm90a");
+      CHECK(automatic.row == "backward.sm90a");
       // 80-row query blocks at d128 without a mask (and without soft-capping).
       CHECK(automatic.block_m == (d == 128 && std::string_view(rest) == "mask=none" ? 80 : 64));
       CHECK(automatic.warps == 12);
@@ -455,7 +407,7 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
     INFO(rest);
     const Lowering ir = lowered(128, fmt::format("{} target=sm_90a", rest).c_str());
     const KernelTiles& t = ir.tiles_of(KernelRole::backward);
-    CHECK(t.row == "backward.tma.sm90a");
+    CHECK(t.row == "backward.sm90a");
     CHECK(t.block_m == 80);
     CHECK(t.block_n == 128);
     CHECK(t.smem_bytes == 2 * 128 * 128 * 2 + 2 * 2 * 80 * 128 * 2 + 2 * 80 * 128 * 2 +
@@ -483,24 +435,24 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
   const auto row = [&](const char* rest) {
     return lowered(128, rest).tiles_of(KernelRole::backward).row;
   };
-  CHECK(row("mask=causal target=sm_90") == "backward.grid.sm80");
-  CHECK(row("mask=causal deterministic=true target=sm_90a") == "backward.tma.sm90a");
-  CHECK(row("mask=predicate(q>=k) target=sm_90a") == "backward.tma.sm90a");
-  CHECK(row("mask=predicate(q>=k) deterministic=true target=sm_90a") == "backward.tma.sm90a");
+  CHECK(row("mask=causal target=sm_90") == "backward_grid.sm80");
+  CHECK(row("mask=causal deterministic=true target=sm_90a") == "backward.sm90a");
+  CHECK(row("mask=predicate(q>=k) target=sm_90a") == "backward.sm90a");
+  CHECK(row("mask=predicate(q>=k) deterministic=true target=sm_90a") == "backward.sm90a");
   for (int d : {32, 64, 96, 128, 192, 256}) {
     INFO(d);
-    CHECK((lowered(d, "target=sm_90a").tiles_of(KernelRole::backward).row ==
-           "backward.tma.sm90a") == (d != 32));
+    CHECK((lowered(d, "target=sm_90a").tiles_of(KernelRole::backward).row == "backward.sm90a") ==
+          (d != 32));
   }
-  // Head dim 256: the wide layout (bwd_sm90a_wide.cuh), 64 keys per CTA; alignment slack, K
-  // and V, two stages, one P^T and one dS^T tile (dQ goes through the stages), the FlashMask
-  // values, the K/V barrier and the ring's barriers; predicates too.
+  // Head dim 256: the consumers split the head dim (sm90a/backward.cuh), 64 keys per CTA; alignment
+  // slack, K and V, two stages, one P^T and one dS^T tile (dQ goes through the stages), the
+  // FlashMask values, the K/V barrier and the ring's barriers; predicates too.
   for (const char* rest : {"mask=causal target=sm_90a", "mask=causal tiles=64x64x12t target=sm_90a",
                            "mask=none deterministic=true target=sm_90a"}) {
     INFO(rest);
     const Lowering ir = lowered(256, rest);
     const KernelTiles& t = ir.tiles_of(KernelRole::backward);
-    CHECK(t.row == "backward.tma.sm90a");
+    CHECK(t.row == "backward.sm90a");
     CHECK(t.block_m == 64);
     CHECK(t.block_n == 64);
     CHECK(t.threads() == 384);
@@ -512,7 +464,7 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
   // Head dim 192: the same layout with 32-column panels (halves of three panels).
   {
     const KernelTiles t = lowered(192, "mask=causal target=sm_90a").tiles_of(KernelRole::backward);
-    CHECK(t.row == "backward.tma.sm90a");
+    CHECK(t.row == "backward.sm90a");
     CHECK(t.block_n == 64);
     CHECK(t.smem_bytes == 1024 + 2 * 64 * 192 * 2 + 2 * (2 * 64 * 192 * 2 + 1024) +
                               2 * 64 * 64 * 2 + 8 + 32);
@@ -526,7 +478,7 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
         "mask=predicate(q>=k) deterministic=true tiles=64x64x12t target=sm_90a"}) {
     INFO(rest);
     const KernelTiles t = lowered(256, rest).tiles_of(KernelRole::backward);
-    CHECK(t.row == "backward.tma.sm90a");
+    CHECK(t.row == "backward.sm90a");
     CHECK(t.block_n == 64);
   }
   CHECK_THROWS_WITH(lowered(256, "tiles=64x128x12t target=sm_90a"),
@@ -539,7 +491,7 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
                                2 * 128 * 64 * 2 + 2 * 64 * 64 * 4 + 128 * 16 + 8 + 32);
   CHECK(lowered(128, "mask=causal softcap=true alibi=true tiles=64x128x12t target=sm_90a")
             .tiles_of(KernelRole::backward)
-            .row == "backward.tma.sm90a");
+            .row == "backward.sm90a");
   CHECK_THROWS_WITH(lowered(128, "tiles=64x128x12t target=sm_90"),
                     Catch::Contains("the t suffix with target=sm_90a"));
   CHECK_THROWS_WITH(lowered(128, "tiles=64x128x8t target=sm_90a"),
@@ -550,11 +502,13 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
   CHECK_THROWS_WITH(lowered(32, "tiles=64x128x12t target=sm_90a"),
                     "tiles: got '64x128x12t with head_dim=32'; accepted: the t suffix with "
                     "head_dim 64, 96, 128, 192 or 256");
-  CHECK_THROWS_WITH(lowered(128, "deterministic=true tiles=64x128x8w target=sm_90a"),
-                    Catch::Contains("without the w suffix with deterministic=true"));
+  // The w suffix names a forward layout only.
+  CHECK_THROWS_WITH(lowered(128, "tiles=64x128x8w target=sm_90a"),
+                    "tiles: got '64x128x8w'; accepted: BMxBNxW with an optional t/g suffix for "
+                    "the backward");
   CHECK(lowered(128, "mask=predicate(q>=k) tiles=64x128x12t target=sm_90a")
             .tiles_of(KernelRole::backward)
-            .row == "backward.tma.sm90a");
+            .row == "backward.sm90a");
   CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=64x128x12t target=sm_90a")),
                     Catch::Contains("BMxBNxW with an optional w/q/s suffix for the forward"));
 }
@@ -627,18 +581,18 @@ TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") 
   const Lowering ir =
       lower(parse_spec("dtype=bf16 head_dim=128 mask=causal tiles=128x128x12w target=sm_90a"));
   const KernelTiles& t = ir.tiles_of(KernelRole::forward);
-  CHECK(t.row == "forward.warpgroup.sm90a");
+  CHECK(t.row == "forward.sm90a");
   CHECK(t.threads() == 384);
   CHECK(t.kv_stages == 2);
   // Alignment slack, Q, two K and V stages, the barriers (Q full and empty, the rings').
   CHECK(t.smem_bytes == 1024 + 32768 + 2 * 65536 + 16 + 64);
   const KernelDesc& forward = *ir.plan->find(KernelRole::forward);
-  CHECK(forward.template_header == "attnjit/sm90a/fwd_sm90a.cuh");
+  CHECK(forward.template_header == "attnjit/sm90a/forward.cuh");
   CHECK(forward.family == KernelFamily::sm90a);
   CHECK(forward.params == ParamBlock::attention_tma);
   CHECK(forward.name == "attnjit_fwd_bf16_d128_causal");
-  CHECK_THAT(to_string(ir), Catch::Contains("row=forward.warpgroup.sm90a") &&
-                                Catch::Contains("params=attention_tma"));
+  CHECK_THAT(to_string(ir),
+             Catch::Contains("row=forward.sm90a") && Catch::Contains("params=attention_tma"));
   // FlashMask vectors and the block's slot (16 bytes) ride with the K stages; an O tile of its
   // own (persistent under masks with a CTA order).
   CHECK(forward_tiles("dtype=fp16 head_dim=64 mask=flashmask(causal=false,columns=4) "
@@ -651,7 +605,7 @@ TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") 
   for (int d : {32, 64, 96, 128, 192, 256}) {
     INFO(d);
     CHECK((forward_tiles(fmt::format("dtype=bf16 head_dim={} target=sm_90a", d).c_str()).row ==
-           "forward.warpgroup.sm90a") == (d != 32));
+           "forward.sm90a") == (d != 32));
     CHECK(forward_tiles(fmt::format("dtype=bf16 head_dim={} target=sm_90", d).c_str()).row ==
           "forward.sm80");
   }
@@ -744,7 +698,7 @@ TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") 
                     "tiles: got '128x128x12w with head_dim=32'; accepted: the w suffix with "
                     "head_dim 64, 96, 128, 192 or 256");
   CHECK(forward_tiles("dtype=bf16 head_dim=96 tiles=128x128x12w target=sm_90a").row ==
-        "forward.warpgroup.sm90a");
+        "forward.sm90a");
   CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x120x12w target=sm_90a")),
                     Catch::Contains("a multiple of 16 up to 256"));
   CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 mask=predicate(q>=k) "
@@ -784,11 +738,11 @@ TEST_CASE("backward specs with score modifiers take a shape with room for them",
   // take key slabs (with room for ALiBi) instead.
   for (int d : {64, 128}) {
     INFO(d);
-    CHECK(tiles(d, "").row == "backward.grid.sm80");
+    CHECK(tiles(d, "").row == "backward_grid.sm80");
     CHECK(tiles(d, "softcap=true") == tiles(d, ""));
     for (const char* modifiers : {"alibi=true", "softcap=true alibi=true"}) {
       INFO(modifiers);
-      CHECK(tiles(d, modifiers).row == "backward.slabs.sm80");
+      CHECK(tiles(d, modifiers).row == "backward_slabs.sm80");
     }
   }
   for (const char* modifiers : {"softcap=true", "alibi=true", "softcap=true alibi=true"}) {
@@ -822,23 +776,23 @@ TEST_CASE("explicit backward tiles are checked", "[pass]") {
       Catch::Contains("key slabs (block_n/16) divide the warps"));
   CHECK_THROWS_WITH(
       lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x128x8q target=sm_90")),
-      Catch::Contains("with an optional t/w/g suffix for the backward"));
+      Catch::Contains("with an optional t/g suffix for the backward"));
   // The g suffix picks the warp-grid layout, whose grids must divide the warps.
   const Lowering grid =
       lower(parse_spec("dtype=bf16 head_dim=64 direction=backward tiles=64x64x4g target=sm_90"));
   const KernelTiles& grid_tiles = grid.tiles_of(KernelRole::backward);
-  CHECK(grid_tiles.row == "backward.grid.sm80");
+  CHECK(grid_tiles.row == "backward_grid.sm80");
   CHECK(grid_tiles.block_n == 64);
   CHECK(grid_tiles.dim_warps == 2);
   // Also in deterministic mode, whose automatic choice is key slabs.
   CHECK(lower(parse_spec("dtype=bf16 head_dim=128 direction=backward deterministic=true "
                          "tiles=64x128x8g target=sm_90"))
             .tiles_of(KernelRole::backward)
-            .row == "backward.grid.sm80");
+            .row == "backward_grid.sm80");
   CHECK(lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x128x8 "
                          "target=sm_90"))
             .tiles_of(KernelRole::backward)
-            .row == "backward.slabs.sm80");
+            .row == "backward_slabs.sm80");
   CHECK_THROWS_WITH(
       lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x48x8g target=sm_90")),
       Catch::Contains("block_n and block_m multiples of 32"));

@@ -201,6 +201,45 @@ TEST_CASE("the registry: one row per utility role, attention rows with their pie
   CHECK(std::adjacent_find(ids.begin(), ids.end()) == ids.end());
 }
 
+TEST_CASE("row ids, template files, structs and bodies are named alike", "[pass]") {
+  // An attention row `KERNEL.FAMILY` lives in templates/attnjit/FAMILY/KERNEL.cuh as the struct
+  // KernelFamily (each word capitalized) and the body KERNEL_FAMILY; a utility row (every
+  // family's plans) in a header named after it, as the body of its own name.
+  const auto pascal = [](std::string_view snake) {
+    std::string out;
+    bool upper = true;
+    for (char c : snake) {
+      if (c == '_') {
+        upper = true;
+        continue;
+      }
+      out += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+      upper = false;
+    }
+    return out;
+  };
+  for (const KernelRow& row : kernel_rows()) {
+    INFO(row.id);
+    const std::string_view id = row.id;
+    if (row.candidates.empty()) {
+      CHECK(id.find('.') == std::string_view::npos);
+      CHECK(row.body == id);
+      CHECK(row.header.ends_with(fmt::format("/{}.cuh", id)));
+      continue;
+    }
+    const std::size_t dot = id.find('.');
+    REQUIRE(dot != std::string_view::npos);
+    const std::string_view kernel = id.substr(0, dot);
+    const std::string_view family = id.substr(dot + 1);
+    CHECK(family == name_of(row.family));
+    CHECK(row.header == fmt::format("attnjit/{}/{}.cuh", family, kernel));
+    CHECK(row.body == fmt::format("{}_{}", kernel, family));
+    CHECK(row.kernel_struct == pascal(row.body));
+  }
+  CHECK(kernel_row("backward.sm90a").kernel_struct == "BackwardSm90a");
+  CHECK(kernel_row("backward_slabs.sm80").header == "attnjit/sm80/backward_slabs.cuh");
+}
+
 TEST_CASE("every automatic choice is the first fitting candidate of the preferred family",
           "[pass]") {
   for (const char* target : {"sm_80", "sm_86", "sm_90", "sm_90a"}) {
@@ -340,7 +379,7 @@ TEST_CASE("the sm90a forward under tables is persistent: min(works, SMs) CTAs", 
   const Lowering ir = lower(
       parse_spec("dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1) target=sm_90a"));
   const KernelDesc& forward = *ir.plan->find(KernelRole::forward);
-  REQUIRE(forward.row == "forward.warpgroup.sm90a");
+  REQUIRE(forward.row == "forward.sm90a");
   REQUIRE(forward.phases.size() == 1);
   CHECK(forward.phases[0].grid.to_string() == "(min(2*ceil(Sq/128)*ceil(H/2)*B, SMs), 1, 1)");
   // Not persistent (d256; masks without a CTA order): a CTA per work, on the paired-head grid.

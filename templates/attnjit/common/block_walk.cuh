@@ -12,12 +12,11 @@
 #pragma once
 
 #include "attnjit/common/kv_block.cuh"
-#include "attnjit/masks/mask.cuh"
 #include "attnjit/common/params.cuh"
 #include "attnjit/common/primitives.cuh"
 #include "attnjit/common/schedule.cuh"
 #include "attnjit/common/smem_tile.cuh"
-#include "attnjit/sm90a/wgmma.cuh"
+#include "attnjit/masks/mask.cuh"
 
 namespace attnjit {
 
@@ -143,10 +142,8 @@ __device__ __forceinline__ void load_backward_query_block(const BwdParams& p, in
 
 /// The walk of a backward main kernel's CTA (one key block) over the query blocks that can see
 /// its keys, with Q_i, dO_i, LSE_i and D_i streamed through two cp.async stages of
-/// kStageBytes. kTensorReads: the tensor cores read the stages through matrix descriptors
-/// (wgmma), which needs a proxy fence after the copies.
-template <class Mask, int kBlockM, int kBlockN, int kHeadDim, int kThreads, int kStageBytes,
-          bool kTensorReads = false>
+/// kStageBytes.
+template <class Mask, int kBlockM, int kBlockN, int kHeadDim, int kThreads, int kStageBytes>
 struct QueryBlockWalk {
   int block;  ///< this iteration's query block; the walk is over when it reaches `end`
   int end;
@@ -174,7 +171,6 @@ struct QueryBlockWalk {
   __device__ __forceinline__ u32 stage(const BwdParams& p, const MaskState& ms, int n_block,
                                        u32 smem_stages, int it) {
     cp_async_wait<0>();
-    if constexpr (kTensorReads) fence_async_shared();
     __syncthreads();
     if (load < end) {
       const CtaWork now = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));

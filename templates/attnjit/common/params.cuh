@@ -63,7 +63,7 @@ struct alignas(64) TensorMap {
   unsigned long long words[16];
 };
 
-/// The tensor maps of the sm90a forward kernel (fwd_sm90a.cuh), its second parameter. Each
+/// The tensor maps of the sm90a forward kernel (sm90a/forward.cuh), its second parameter. Each
 /// views a [B, S, H, D] tensor as 4-D (D, S, H, B) with the tensor's strides and a box of one
 /// 64-column panel (128-byte swizzle) of the rows one copy moves: q kBlockM rows, k and v
 /// kBlockN rows, o the 64 rows of one consumer warpgroup.
@@ -71,7 +71,7 @@ struct FwdTensorMaps {
   TensorMap q, k, v, o;
 };
 
-/// The tensor maps of the sm90a backward kernel (bwd_sm90a.cuh), its second parameter, as
+/// The tensor maps of the sm90a backward kernel (sm90a/backward.cuh), its second parameter, as
 /// FwdTensorMaps' views: q and d_o boxes of the kernel's kBlockM rows, k and v of kBlockN,
 /// d_k and d_v the 64 keys of one consumer warpgroup.
 struct BwdTensorMaps {

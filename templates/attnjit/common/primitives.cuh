@@ -113,14 +113,8 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 address) {
                : "r"(address));
 }
 
-/// Loads from shared memory by 32-bit shared address (no 64-bit generic pointer needed).
-__device__ __forceinline__ float load_shared_f32(u32 address) {
-  float out;
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(out) : "r"(address));
-  return out;
-}
-
-/// Two consecutive floats (8-byte aligned address).
+/// Two consecutive floats from shared memory by 32-bit shared address (8-byte aligned; no
+/// 64-bit generic pointer needed).
 __device__ __forceinline__ void load_shared_v2_f32(u32 address, float& x, float& y) {
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(x), "=f"(y) : "r"(address));
 }
@@ -183,23 +177,11 @@ __device__ __forceinline__ long long opaque(long long value) {
   return value;
 }
 
-/// Thread and block indices read from their special registers at the point of use (volatile,
-/// so not hoisted): inside long loops this keeps them out of the register budget.
+/// The thread index read from its special register at the point of use (volatile, so not
+/// hoisted): inside long loops this keeps it out of the register budget.
 __device__ __forceinline__ int read_tid_x() {
   int out;
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(out));
-  return out;
-}
-
-__device__ __forceinline__ int read_ctaid_y() {
-  int out;
-  asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(out));
-  return out;
-}
-
-__device__ __forceinline__ int read_ctaid_z() {
-  int out;
-  asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(out));
   return out;
 }
 

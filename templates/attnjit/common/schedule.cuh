@@ -128,4 +128,22 @@ __device__ __forceinline__ CtaWork cta_work(const int* order) {
   return ordered_cta_work;
 }
 
+/// The start of an attention kernel's CTA under mask policy Mask: start_cta in the mask's CTA
+/// order (or the index order), then the CTA's work. A work whose head is `heads` is the missing
+/// half of the last head pair: its CTA returns at once.
+template <bool kLowBlocksHeavy, class Mask, class Params>
+__device__ __forceinline__ CtaWork begin_cta(const Params& p) {
+  start_cta<kLowBlocksHeavy>(cta_order_of<Mask::kOrderedCtas>(p));
+  return cta_work<kLowBlocksHeavy>(cta_order_of<Mask::kOrderedCtas>(p));
+}
+
+/// The body of a generated attention kernel: Kernel's mainloop run(args..., smem) on the
+/// dynamic shared memory, whose base is kAlign-byte aligned.
+template <class Kernel, int kAlign, class... Args>
+__device__ __forceinline__ void run_kernel(const Args&... args) {
+  extern __shared__ __align__(kAlign) unsigned char smem[];
+  Kernel kernel;
+  kernel.run(args..., smem);
+}
+
 }  // namespace attnjit

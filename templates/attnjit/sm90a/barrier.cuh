@@ -4,7 +4,7 @@
 // Named barriers 1 .. 15 (0 is __syncthreads) take a thread count, a multiple of 32: a
 // barrier completes when that many threads have arrived, each by bar.sync (arrive and wait)
 // or bar.arrive (arrive only). Two warpgroups can so hand a turn to each other: one waits on
-// barrier A with 256 threads while the other arrives on A with its 128 (fwd_sm90a.cuh).
+// barrier A with 256 threads while the other arrives on A with its 128 (sm90a/forward.cuh).
 #pragma once
 
 #include "attnjit/common/primitives.cuh"

@@ -38,6 +38,18 @@ __device__ __forceinline__ void tma_load(u32 dst, const TensorMap& map, u32 bar,
       : "memory");
 }
 
+/// Loads every panel of a Tile (smem_tile.cuh) at `dst`: rows [row0, row0 + Tile's rows) of
+/// one (head, batch) of `map`, completing on `bar`; rows past the tensor read as zeros.
+template <class Tile>
+__device__ __forceinline__ void tma_load_tile(u32 dst, const TensorMap& map, u32 bar, int row0,
+                                              int head, int batch) {
+#pragma unroll
+  for (int panel = 0; panel < Tile::kBytes / Tile::kPanelBytes; ++panel) {
+    tma_load(dst + panel * Tile::kPanelBytes, map, bar, panel * Tile::kPanelCols, row0, head,
+             batch);
+  }
+}
+
 /// Stores shared memory `src` as the box of a 4-D map at (c0, c1, c2, c3).
 __device__ __forceinline__ void tma_store(const TensorMap& map, u32 src, int c0, int c1, int c2,
                                           int c3) {

@@ -22,7 +22,7 @@ extern "C" __global__ void minmax() {}
 
 // ===== kernel @attnjit_fwd_bf16_d128_causal (forward) =====
 // spec: dtype=bf16
-#include "attnjit/sm90a/fwd_sm90a.cuh"
+#include "attnjit/sm90a/forward.cuh"
 extern "C" __global__ void forward() {}
 """
 

@@ -1,12 +1,8 @@
-// Pieces of the sm90a backward kernels' dQ and gradient reductions that both layouts share
-// (bwd_sm90a.cuh: two consumers of 64 keys; bwd_sm90a_wide.cuh: two consumers of half the head
-// dim): the fp32 boxes the TMA reductions read, and the deterministic mode's turns.
+// Pieces of the sm90a backward's dQ and gradient reductions (sm90a/backward.cuh): the fp32 boxes
+// the TMA reductions read, and the deterministic mode's turns.
 #pragma once
 
-#include "attnjit/masks/mask.cuh"
-#include "attnjit/common/params.cuh"
-#include "attnjit/common/primitives.cuh"
-#include "attnjit/common/schedule.cuh"
+#include "attnjit/sm90a/vocabulary.cuh"
 
 namespace attnjit {
 

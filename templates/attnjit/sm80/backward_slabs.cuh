@@ -2,7 +2,7 @@
 //
 // K_j and V_j stay in shared memory; each warp owns 16 keys (and, for wide heads, a share
 // of the head dim) and accumulates its rows of dK_j and dV_j in registers. The CTA walks the
-// query blocks that can see its keys (QueryBlockWalk, bwd_common.cuh), streaming Q_i, dO_i,
+// query blocks that can see its keys (QueryBlockWalk, backward_common.cuh), streaming Q_i, dO_i,
 // LSE_i and D_i through two cp.async stages. Per query block, with
 // the transposed products so that P^T and dS^T land in the A-operand layout:
 //   S^T  = K Q^T                 P^T = 2^(S^T * scale * log2e - LSE_i * log2e)
@@ -19,31 +19,18 @@
 // ScoreMod.
 #pragma once
 
-#include "attnjit/common/bwd_common.cuh"
-#include "attnjit/common/fragment.cuh"
-#include "attnjit/common/kv_block.cuh"
-#include "attnjit/masks/mask.cuh"
-#include "attnjit/common/mask_apply.cuh"
-#include "attnjit/common/params.cuh"
-#include "attnjit/common/primitives.cuh"
-#include "attnjit/common/schedule.cuh"
-#include "attnjit/common/score_mod.cuh"
-#include "attnjit/common/smem_tile.cuh"
-#include "attnjit/common/warp_mma.cuh"
+#include "attnjit/common/backward_common.cuh"
+#include "attnjit/sm80/vocabulary.cuh"
 
 namespace attnjit {
 
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
-struct BackwardSm80 {
-  typedef typename Config::Element Element;
-  static constexpr int kHeadDim = Config::kHeadDim;
-  static constexpr int kBlockM = Config::kBlockM;  // queries per iteration
-  static constexpr int kBlockN = Config::kBlockN;  // keys of the CTA
-  static constexpr int kWarps = Config::kWarps;
+struct BackwardSlabsSm80 : Config {
+  // kBlockM queries per iteration, kBlockN keys of the CTA, kDimWarps warps per key slab.
+  using typename Config::Element, Config::kHeadDim, Config::kBlockM, Config::kBlockN,
+      Config::kWarps, Config::kDimWarps, Config::kAtomicDq;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kDimWarps = Config::kDimWarps;
   static constexpr int kKeyWarps = kWarps / kDimWarps;
-  static constexpr bool kAtomicDq = Config::kAtomicDq;
   static constexpr int kDimPerWarp = kHeadDim / kDimWarps;  // dK/dV columns of a warp
   static constexpr int kQTiles = kBlockM / 8;               // n8 tiles of S^T (queries)
   static constexpr int kQSteps = kBlockM / 16;              // k16 steps over queries
@@ -80,17 +67,14 @@ struct BackwardSm80 {
   WarpAccumulator<1, kDTiles> acc_dv;
 
   __device__ __forceinline__ void run(const BwdParams& p, unsigned char* smem) {
-    // The CTA order (schedule.cuh) when the mask has one; otherwise low key blocks see the most
-    // queries under causal.
-    start_cta<true>(cta_order_of<Mask::kOrderedCtas>(p));
-    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
+    // In the mask's CTA order where it has one; otherwise low key blocks (the most queries
+    // under causal) first.
+    const CtaWork work = begin_cta<true, Mask>(p);
     const int n_block = work.block;
-    const int head = work.head;
-    const int batch = work.batch;
-    if (head >= p.heads) return;  // the missing half of the last pair (schedule.cuh)
+    if (work.head >= p.heads) return;
     const int thread = threadIdx.x;
 
-    MaskState ms = make_mask_state<kBlockN, Mask>(p, head, batch);
+    MaskState ms = make_mask_state<kBlockN, Mask>(p, work.head, work.batch);
 
     const int key0 = n_block * kBlockN;
     const u32 smem_k = smem_address(smem);
@@ -201,7 +185,9 @@ struct BackwardSm80 {
     // P^T = 2^(S^T c - LSE2): 0 where masked and in rows that see no key (LSE2 = +inf).
     // Score modifiers apply here, after the mask, so that soft-capping's 1 - tanh^2 goes
     // straight into the 16-bit P^T (1 - tanh^2) that dS^T uses, held in no fp32 register.
-    // Element (nt, 2 r + c) is key row g + 8 r, query column nt * 8 + 2 t + c.
+    // Element (nt, 2 r + c) is key row g + 8 r, query column nt * 8 + 2 t + c. The walks are
+    // TransposedPairs' (backward_common.cuh), written out: through the shared function this
+    // kernel's machine code would change.
     const Score score = Score::template make<Mask::kOrderedCtas>(p);
     const int distance0 = key0 + key_row0 + g - (ms.row_begin + 2 * t + ms.diagonal);
     u32 p_grad_packed[kQTiles][2];  // used by soft-capping only
@@ -290,10 +276,8 @@ struct BackwardSm80 {
 
 /// The body of a generated backward (dK, dV and, with kAtomicDq, dQ) kernel.
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
-__device__ __forceinline__ void backward_sm80(const BwdParams& params) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  BackwardSm80<Config, Mask, Score> kernel;
-  kernel.run(params, smem);
+__device__ __forceinline__ void backward_slabs_sm80(const BwdParams& params) {
+  run_kernel<BackwardSlabsSm80<Config, Mask, Score>, 128>(params);
 }
 
 }  // namespace attnjit

@@ -1,4 +1,4 @@
-// The producer of the sm90a forward (fwd_sm90a.cuh): one warp walks the key blocks the
+// The producer of the sm90a forward (sm90a/forward.cuh): one warp walks the key blocks the
 // query block of each work visits (WarpKeyBlockWalk: last block first, skipped blocks never
 // loaded) and feeds the two rings of the consumers with TMA copies:
 //   Q                   once per work, onto its own barrier; a persistent CTA's next Q once
@@ -16,15 +16,11 @@
 #pragma once
 
 #include "attnjit/common/key_block_walk.cuh"
-#include "attnjit/masks/mask.cuh"
-#include "attnjit/common/params.cuh"
-#include "attnjit/sm90a/pipeline.cuh"
-#include "attnjit/common/schedule.cuh"
-#include "attnjit/sm90a/tma.cuh"
+#include "attnjit/sm90a/vocabulary.cuh"
 
 namespace attnjit {
 
-/// The producer warp of Kernel (fwd_sm90a.cuh), which gives the mask policy, the tiles and
+/// The producer warp of Kernel (sm90a/forward.cuh), which gives the mask policy, the tiles and
 /// the shared-memory layout: byte offsets from the 1024-byte aligned base of the Q tile
 /// (0), the K and V stages, the FlashMask values of the K stages, and the barriers (Q's, the
 /// K ring's, the V ring's).
@@ -139,11 +135,7 @@ struct ForwardProducer {
                                                 u32 base, const CtaWork& work) {
     const u32 q_full = base + Kernel::kBarrierOffset;
     mbarrier_arrive_expect_tx(q_full, QTile::kBytes);
-#pragma unroll
-    for (int panel = 0; panel < kHeadDim / QTile::kPanelCols; ++panel) {
-      tma_load(base + panel * QTile::kPanelBytes, maps.q, q_full, panel * QTile::kPanelCols,
-               work.block * kBlockM, work.head, work.batch);
-    }
+    tma_load_tile<QTile>(base, maps.q, q_full, work.block * kBlockM, work.head, work.batch);
   }
 
   /// The K and V copies of the work of parity `parity`, its walk begun. The walk runs a
@@ -218,11 +210,8 @@ struct ForwardProducer {
                                                      u32 dst, u32 bar, int block, u32 parity) {
     const CtaWork work = Kernel::current_work(p, parity);
     const int kv_head = Kernel::current_kv_head(parity);
-#pragma unroll
-    for (int panel = 0; panel < kHeadDim / Tile::kPanelCols; ++panel) {
-      tma_load(dst + panel * Tile::kPanelBytes, map, bar, panel * Tile::kPanelCols, block * kBlockN,
-               kv_head, static_cast<int>(opaque(u32(work.batch))));
-    }
+    tma_load_tile<Tile>(dst, map, bar, block * kBlockN, kv_head,
+                        static_cast<int>(opaque(u32(work.batch))));
   }
 
   /// cp.async of the block's FlashMask values by the warp's lanes (zeros past Sk): 16 bytes a

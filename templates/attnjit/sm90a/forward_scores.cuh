@@ -1,12 +1,10 @@
-// The scores of the sm90a forward (fwd_sm90a.cuh) on one warpgroup's m64 x kBlockN
+// The scores of the sm90a forward (sm90a/forward.cuh) on one warpgroup's m64 x kBlockN
 // accumulator of S = Q K^T, before the online softmax (softmax.cuh): score modifiers and the
 // mask of a partial key block. Element (nt, e) of the fragment (wgmma.cuh) is row
 // `row0 + 8 (e / 2)` of the thread and key `8 nt + 2 t + e % 2` of the block, t = lane % 4.
 #pragma once
 
-#include "attnjit/common/primitives.cuh"
-#include "attnjit/common/score_mod.cuh"
-#include "attnjit/masks/mask.cuh"
+#include "attnjit/sm90a/vocabulary.cuh"
 
 namespace attnjit {
 

@@ -1,19 +1,18 @@
-// Pieces shared by the layouts of the backward main kernel (bwd_sm80.cuh: a key slab per
-// warp; bwd_grid_sm80.cuh: 2-D warp grids; bwd_wgmma_sm90.cuh: warpgroups): the masking of
+// Pieces shared by the layouts of the backward main kernel (sm80/backward_slabs.cuh: a key slab per
+// warp; sm80/backward_grid.cuh: 2-D warp grids; sm90a/backward.cuh: warpgroups): the masking of
 // S^T by key rows, P from a score, the dK/dV stores and the dQ reductions. The walk over the
 // query blocks is QueryBlockWalk (block_walk.cuh).
 #pragma once
 
 #include "attnjit/common/block_walk.cuh"
 #include "attnjit/common/fragment.cuh"
-#include "attnjit/masks/mask.cuh"
 #include "attnjit/common/mask_apply.cuh"
 #include "attnjit/common/params.cuh"
 #include "attnjit/common/primitives.cuh"
 #include "attnjit/common/schedule.cuh"
 #include "attnjit/common/smem_tile.cuh"
 #include "attnjit/common/warp_mma.cuh"
-#include "attnjit/sm90a/wgmma.cuh"
+#include "attnjit/masks/mask.cuh"
 
 namespace attnjit {
 
@@ -89,6 +88,63 @@ __device__ __forceinline__ float backward_probability(const BwdParams& p, const 
   if (Score::kActive) s = score.apply_after_mask(s, distance, grad);
   return exp2_approx(fmaf(s, Score::exponent_scale(p), -lse));
 }
+
+/// The element pairs of a warp's fragment of S^T or dP^T (rows keys, columns queries; kSlabs
+/// m16 tiles by kTiles n8 tiles, fragment.cuh's layout) and the two walks every backward main
+/// kernel makes over them, P^T from the scores, then dS^T with the row dots (the sm80 layouts
+/// write them out, which keeps their machine code). Pair (mt, nt, r)
+/// holds elements 2 r and 2 r + 1 of tile (mt, nt): key row 16 mt + g + 8 r of the fragment,
+/// queries query0 + 8 nt + 2 t and + 1 of the block.
+template <int kSlabs, int kTiles>
+struct TransposedPairs {
+  /// P^T = 2^(S^T c - LSE2) of each pair of `scores` (backward_probability; distance0: key -
+  /// query - diagonal of the fragment's first element, for ALiBi) handed to
+  /// pair(mt, nt, r, value, grad), grad the score modifier's derivatives; the LSE2 of each
+  /// tile's queries read once from the stage's row at `lse_log2` (load_lse_pair).
+  template <class Score, class Pair>
+  __device__ __forceinline__ static void probabilities(const BwdParams& p, const Score& score,
+                                                       const MaskState& ms,
+                                                       const float (&scores)[kSlabs][kTiles][4],
+                                                       u32 lse_log2, int query0, int t,
+                                                       int distance0, Pair pair) {
+#pragma unroll
+    for (int nt = 0; nt < kTiles; ++nt) {
+      float lse[2];
+      load_lse_pair<Score>(lse_log2, query0 + nt * 8 + 2 * t, ms, lse);
+#pragma unroll
+      for (int mt = 0; mt < kSlabs; ++mt) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float value[2];
+          float grad[2];
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            value[c] =
+                backward_probability(p, score, scores[mt][nt][2 * r + c],
+                                     distance0 + 16 * mt + 8 * r - 8 * nt - c, lse[c], grad[c]);
+          }
+          pair(mt, nt, r, value, grad);
+        }
+      }
+    }
+  }
+
+  /// Each pair with the D of its queries (the stage's row dots at `row_dot`, read once per
+  /// tile): pair(mt, nt, r, d) forms dS^T = P^T (dP^T - D).
+  template <class Pair>
+  __device__ __forceinline__ static void row_dots(u32 row_dot, int query0, int t, Pair pair) {
+#pragma unroll
+    for (int nt = 0; nt < kTiles; ++nt) {
+      float d[2];
+      load_shared_v2_f32(row_dot + (query0 + nt * 8 + 2 * t) * 4, d[0], d[1]);
+#pragma unroll
+      for (int mt = 0; mt < kSlabs; ++mt) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) pair(mt, nt, r, d);
+      }
+    }
+  }
+};
 
 /// dK (scaled by softmax_scale) and dV of one m16 accumulator tile of a warp: keys
 /// key_row0 + g and key_row0 + g + 8, columns col0 + 8 dt + 2 t. Straight to d_k / d_v for

@@ -1,4 +1,4 @@
-// The producer of the sm90a backward (bwd_sm90a.cuh): one warp loads the CTA's key block
+// The producer of the sm90a backward (sm90a/backward.cuh): one warp loads the CTA's key block
 // once and streams the query blocks that can see it through the consumers' ring:
 //   K, V         by TMA onto the key block's barrier, with the block's FlashMask values
 //                (cp.async by the warp's lanes, arriving through .noinc);
@@ -9,16 +9,11 @@
 // Skipped query blocks (mask.cuh: index ranges, FlashMask min/max tables) are never loaded.
 #pragma once
 
-#include "attnjit/masks/mask.cuh"
-#include "attnjit/common/params.cuh"
-#include "attnjit/sm90a/pipeline.cuh"
-#include "attnjit/common/primitives.cuh"
-#include "attnjit/common/schedule.cuh"
-#include "attnjit/sm90a/tma.cuh"
+#include "attnjit/sm90a/vocabulary.cuh"
 
 namespace attnjit {
 
-/// The producer warp of Kernel (bwd_sm90a.cuh), which gives the mask policy, the tiles and
+/// The producer warp of Kernel (sm90a/backward.cuh), which gives the mask policy, the tiles and
 /// the shared-memory layout (byte offsets from the 1024-byte aligned base).
 template <class Kernel>
 struct BackwardProducer {
@@ -28,7 +23,6 @@ struct BackwardProducer {
   typedef typename Kernel::Ring Ring;
   static constexpr int kBlockM = Kernel::kBlockM;
   static constexpr int kBlockN = Kernel::kBlockN;
-  static constexpr int kHeadDim = Kernel::kHeadDim;
   static constexpr int kColumns = Mask::kColumns;
   /// The row statistics are loaded by a warp of their own (run_statistics) instead of the
   /// producer's lanes: with 80-row blocks the producer warpgroup has 24 registers (the
@@ -49,10 +43,10 @@ struct BackwardProducer {
       const u32 kv_full = base + Kernel::kKvBarrierOffset;
       mbarrier_arrive_expect_tx(kv_full, 2 * KvTile::kBytes);
       const int kv_head = cta_kv_head();
-      load_panels<KvTile>(base + Kernel::kKOffset, maps.k, kv_full, n_block * kBlockN, kv_head,
-                          work.batch);
-      load_panels<KvTile>(base + Kernel::kVOffset, maps.v, kv_full, n_block * kBlockN, kv_head,
-                          work.batch);
+      tma_load_tile<KvTile>(base + Kernel::kKOffset, maps.k, kv_full, n_block * kBlockN, kv_head,
+                            work.batch);
+      tma_load_tile<KvTile>(base + Kernel::kVOffset, maps.v, kv_full, n_block * kBlockN, kv_head,
+                            work.batch);
     }
     if constexpr (kColumns > 0) {
       load_vectors(p, Kernel::key_mask_state(p), n_block, base + Kernel::kVectorOffset);
@@ -90,9 +84,9 @@ struct BackwardProducer {
         ring.producer_commit(state, 2 * QTile::kBytes);
         const CtaWork now =
             cta_work<Kernel::kLowBlocksFirst>(cta_order_of<Kernel::kOrderedCtas>(p));
-        load_panels<QTile>(stage, maps.q, full, ms.row_begin, now.head, now.batch);
-        load_panels<QTile>(stage + QTile::kBytes, maps.d_o, full, ms.row_begin, now.head,
-                           now.batch);
+        tma_load_tile<QTile>(stage, maps.q, full, ms.row_begin, now.head, now.batch);
+        tma_load_tile<QTile>(stage + QTile::kBytes, maps.d_o, full, ms.row_begin, now.head,
+                             now.batch);
       }
       if constexpr (!kStatisticsWarp) {
         load_row_statistics(p, block, Kernel::stats_address(base, stage, state.index));
@@ -156,18 +150,6 @@ struct BackwardProducer {
                                                                         block + 1, end);
     }
     cp_async_wait<0>();
-  }
-
-  /// The panels of a Tile of rows [row0, row0 + Tile rows) of one (head, batch) of `map`;
-  /// rows past the tensor's length read as zeros.
-  template <class Tile>
-  __device__ __forceinline__ static void load_panels(u32 dst, const TensorMap& map, u32 bar,
-                                                     int row0, int head, int batch) {
-#pragma unroll
-    for (int panel = 0; panel < kHeadDim / Tile::kPanelCols; ++panel) {
-      tma_load(dst + panel * Tile::kPanelBytes, map, bar, panel * Tile::kPanelCols, row0, head,
-               batch);
-    }
   }
 
   /// cp.async of LSE2 then D of query block `block` (kBlockM floats each, zeros past Sq) by

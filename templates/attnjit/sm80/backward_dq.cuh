@@ -9,26 +9,14 @@
 // Config: Element, kHeadDim, kBlockM (16 * kWarps), kBlockN, kWarps. Score: a ScoreMod.
 #pragma once
 
-#include "attnjit/common/block_walk.cuh"
-#include "attnjit/common/fragment.cuh"
-#include "attnjit/masks/mask.cuh"
-#include "attnjit/common/mask_apply.cuh"
-#include "attnjit/common/params.cuh"
-#include "attnjit/common/primitives.cuh"
-#include "attnjit/common/schedule.cuh"
-#include "attnjit/common/score_mod.cuh"
-#include "attnjit/common/smem_tile.cuh"
-#include "attnjit/common/warp_mma.cuh"
+#include "attnjit/sm80/vocabulary.cuh"
 
 namespace attnjit {
 
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
-struct BackwardDqSm80 {
-  typedef typename Config::Element Element;
-  static constexpr int kHeadDim = Config::kHeadDim;
-  static constexpr int kBlockM = Config::kBlockM;
-  static constexpr int kBlockN = Config::kBlockN;
-  static constexpr int kWarps = Config::kWarps;
+struct BackwardDqSm80 : Config {
+  using typename Config::Element, Config::kHeadDim, Config::kBlockM, Config::kBlockN,
+      Config::kWarps;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kNTiles = kBlockN / 8;
   static constexpr int kKSteps = kHeadDim / 16;
@@ -52,20 +40,17 @@ struct BackwardDqSm80 {
   float row_dot[2];
 
   __device__ __forceinline__ void run(const BwdParams& p, unsigned char* smem) {
-    // The CTA order (schedule.cuh) when the mask has one; otherwise heaviest causal rows start
-    // first.
-    start_cta<false>(cta_order_of<Mask::kOrderedCtas>(p));
-    const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
-    const int m_block = work.block;
+    // In the mask's CTA order where it has one; otherwise heaviest causal rows start first.
+    const CtaWork work = begin_cta<false, Mask>(p);
     const int head = work.head;
     const int batch = work.batch;
-    if (head >= p.heads) return;  // the missing half of the last pair (schedule.cuh)
+    if (head >= p.heads) return;
     const int thread = threadIdx.x;
     const int warp = thread / 32;
     const int lane = thread % 32;
 
     MaskState ms = make_mask_state<kBlockN, Mask>(p, head, batch);
-    ms.row_begin = m_block * kBlockM;
+    ms.row_begin = work.block * kBlockM;
     ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
 
     const u32 smem_q = smem_address(smem);
@@ -216,9 +201,7 @@ struct BackwardDqSm80 {
 /// The body of a generated deterministic dQ kernel.
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
 __device__ __forceinline__ void backward_dq_sm80(const BwdParams& params) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  BackwardDqSm80<Config, Mask, Score> kernel;
-  kernel.run(params, smem);
+  run_kernel<BackwardDqSm80<Config, Mask, Score>, 128>(params);
 }
 
 }  // namespace attnjit

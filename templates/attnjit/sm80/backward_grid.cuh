@@ -1,8 +1,8 @@
 // The backward mainloop of the sm80 family with 2-D warp grids (mma.sync): one CTA per key
 // block, P^T and dS^T passed between the products through shared memory.
 //
-// In the key-slab layout (bwd_sm80.cuh) every warp owns 16 keys for all five products and
-// reads the whole Q and dO block four times per query block; at head dim 128 that makes the
+// In the key-slab layout (sm80/backward_slabs.cuh) every warp owns 16 keys for all five products
+// and reads the whole Q and dO block four times per query block; at head dim 128 that makes the
 // shared-memory reads, not the tensor cores, the limit. Here each product has its own warp
 // grid over the CTA's tile, every warp computing 32 x 32 (or 32 x 64) pieces whose operands
 // it reads once per k step for two m16 tiles:
@@ -14,36 +14,25 @@
 //                                 fp32 atomics (kAtomicDq), or the deterministic dQ kernel
 // Two barriers per query block: after P^T and dS^T are written, and (the next block's
 // stage()) after they were read. The CTA walks the query blocks that can see its keys
-// (QueryBlockWalk, bwd_common.cuh), streaming Q_i, dO_i, LSE_i and D_i through two cp.async
+// (QueryBlockWalk, backward_common.cuh), streaming Q_i, dO_i, LSE_i and D_i through two cp.async
 // stages. dK is scaled by
-// softmax_scale at the end; dQ in backward_convert_dq. Score modifiers as in bwd_sm80.cuh.
-// Masks with element bits (predicates) take the key-slab layout.
+// softmax_scale at the end; dQ in backward_convert_dq. Score modifiers as in
+// sm80/backward_slabs.cuh. Masks with element bits (predicates) take the key-slab layout.
 //
 // Config: Element, kHeadDim, kBlockM, kBlockN, kWarps, kAtomicDq. Score: a ScoreMod.
 #pragma once
 
-#include "attnjit/common/bwd_common.cuh"
-#include "attnjit/common/fragment.cuh"
-#include "attnjit/common/kv_block.cuh"
-#include "attnjit/masks/mask.cuh"
-#include "attnjit/common/params.cuh"
-#include "attnjit/common/primitives.cuh"
-#include "attnjit/common/schedule.cuh"
-#include "attnjit/common/score_mod.cuh"
-#include "attnjit/common/smem_tile.cuh"
-#include "attnjit/common/warp_mma.cuh"
+#include "attnjit/common/backward_common.cuh"
+#include "attnjit/sm80/vocabulary.cuh"
 
 namespace attnjit {
 
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
-struct BackwardGridSm80 {
-  typedef typename Config::Element Element;
-  static constexpr int kHeadDim = Config::kHeadDim;
-  static constexpr int kBlockM = Config::kBlockM;  // queries per iteration
-  static constexpr int kBlockN = Config::kBlockN;  // keys of the CTA
-  static constexpr int kWarps = Config::kWarps;
+struct BackwardGridSm80 : Config {
+  // kBlockM queries per iteration, kBlockN keys of the CTA.
+  using typename Config::Element, Config::kHeadDim, Config::kBlockM, Config::kBlockN,
+      Config::kWarps, Config::kAtomicDq;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr bool kAtomicDq = Config::kAtomicDq;
   // S^T and dP^T: 32 keys x kWarpQueries per warp.
   static constexpr int kKeyWarps = kBlockN / 32;
   static constexpr int kQueryWarps = kWarps / kKeyWarps;
@@ -81,10 +70,9 @@ struct BackwardGridSm80 {
   WarpAccumulator<2, kDTiles> acc_dv;
 
   __device__ __forceinline__ void run(const BwdParams& p, unsigned char* smem) {
-    start_cta<true>(cta_order_of<Mask::kOrderedCtas>(p));
-    const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
+    const CtaWork work = begin_cta<true, Mask>(p);
     const int n_block = work.block;
-    if (work.head >= p.heads) return;  // the missing half of the last pair (schedule.cuh)
+    if (work.head >= p.heads) return;
     const int thread = threadIdx.x;
 
     MaskState ms = make_mask_state<kBlockN, Mask>(p, work.head, work.batch);
@@ -150,10 +138,12 @@ struct BackwardGridSm80 {
     }
 
     // P^T = 2^(S^T c - LSE2): 0 where masked and in rows that see no key (LSE2 = +inf).
-    // Score modifiers apply after the mask (bwd_sm80.cuh). P^T goes to its tile at once and
-    // dS^T reads it back from there (each thread its own pairs: no barrier), so that no
+    // Score modifiers apply after the mask (sm80/backward_slabs.cuh). P^T goes to its tile at once
+    // and dS^T reads it back from there (each thread its own pairs: no barrier), so that no
     // register holds it across dP^T = V dO^T; with soft-capping the dS^T tile keeps the
-    // 16-bit P^T (1 - tanh^2) until dS^T overwrites it.
+    // 16-bit P^T (1 - tanh^2) until dS^T overwrites it. The walks are TransposedPairs'
+    // (backward_common.cuh), written out: through the shared function this kernel's machine
+    // code would change.
     const Score score = Score::template make<Mask::kOrderedCtas>(p);
     const int distance0 = key0 + key_row0 + g - (ms.row_begin + query0 + 2 * t + ms.diagonal);
 #pragma unroll
@@ -182,7 +172,7 @@ struct BackwardGridSm80 {
       }
     }
 
-    // dP^T = V dO^T, then dS^T = P^T (dP^T - D) with the rounded P^T (bwd_sm80.cuh).
+    // dP^T = V dO^T, then dS^T = P^T (dP^T - D) with the rounded P^T (sm80/backward_slabs.cuh).
     WarpAccumulator<2, kSTiles> acc_dp;
     warp_rows_times_rows<Element, KvTile, QTile, kDSteps>(acc_dp, smem_v, kv_a_lane, key_row0,
                                                           smem_do, q_b_lane, query0);
@@ -245,9 +235,7 @@ struct BackwardGridSm80 {
 /// The body of a generated backward (dK, dV and, with kAtomicDq, dQ) kernel of the grid layout.
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
 __device__ __forceinline__ void backward_grid_sm80(const BwdParams& params) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  BackwardGridSm80<Config, Mask, Score> kernel;
-  kernel.run(params, smem);
+  run_kernel<BackwardGridSm80<Config, Mask, Score>, 128>(params);
 }
 
 }  // namespace attnjit

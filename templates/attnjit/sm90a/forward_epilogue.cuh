@@ -1,4 +1,4 @@
-// The epilogue of a consumer warpgroup of the sm90a forward (fwd_sm90a.cuh): O divided by the
+// The epilogue of a consumer warpgroup of the sm90a forward (sm90a/forward.cuh): O divided by the
 // row sums (0 for rows with nothing visible), the LSE (-inf there), and O written through
 // shared memory: the warpgroup's 64 rows of the Q tile (its own rows: no other warpgroup reads
 // them), or of an O tile of the kernel's own (kOwnTile: a persistent kernel, whose next work's
@@ -6,13 +6,8 @@
 // TMA, which drops the rows past Sq.
 #pragma once
 
-#include "attnjit/sm90a/barrier.cuh"
-#include "attnjit/common/fragment.cuh"
-#include "attnjit/common/params.cuh"
-#include "attnjit/common/primitives.cuh"
 #include "attnjit/common/softmax.cuh"
-#include "attnjit/sm90a/tma.cuh"
-#include "attnjit/sm90a/wgmma.cuh"
+#include "attnjit/sm90a/vocabulary.cuh"
 
 namespace attnjit {
 

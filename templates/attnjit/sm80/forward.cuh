@@ -19,29 +19,16 @@
 // kWarps, kStages, kQInRegisters, kReturnLse. Score: a ScoreMod (score_mod.cuh).
 #pragma once
 
-#include "attnjit/common/block_walk.cuh"
-#include "attnjit/common/fragment.cuh"
-#include "attnjit/masks/mask.cuh"
-#include "attnjit/common/mask_apply.cuh"
-#include "attnjit/common/params.cuh"
-#include "attnjit/common/primitives.cuh"
-#include "attnjit/common/schedule.cuh"
-#include "attnjit/common/score_mod.cuh"
-#include "attnjit/common/smem_tile.cuh"
 #include "attnjit/common/softmax.cuh"
-#include "attnjit/common/warp_mma.cuh"
+#include "attnjit/sm80/vocabulary.cuh"
 
 namespace attnjit {
 
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
-struct ForwardSm80 {
-  typedef typename Config::Element Element;
+struct ForwardSm80 : Config {
+  using typename Config::Element, Config::kBlockM, Config::kBlockN, Config::kWarps, Config::kStages;
   static constexpr int kHeadDim = Config::kHeadDimQK;
-  static constexpr int kBlockM = Config::kBlockM;
-  static constexpr int kBlockN = Config::kBlockN;
-  static constexpr int kWarps = Config::kWarps;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kStages = Config::kStages;
   static constexpr int kSlabs = kBlockM / (16 * kWarps);  // 16-row slabs per warp
   static constexpr int kWarpRows = 16 * kSlabs;
   static constexpr int kNTiles = kBlockN / 8;    // n8 tiles of S
@@ -71,20 +58,17 @@ struct ForwardSm80 {
   OperandA<kQInRegisters ? kSlabs : 1, kQInRegisters ? kKSteps : 1> q_frag;
 
   __device__ __forceinline__ void run(const FwdParams& p, unsigned char* smem) {
-    // The CTA order (schedule.cuh) when the mask has one; otherwise heaviest causal rows start
-    // first.
-    start_cta<false>(cta_order_of<Mask::kOrderedCtas>(p));
-    const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
-    const int m_block = work.block;
+    // In the mask's CTA order where it has one; otherwise heaviest causal rows start first.
+    const CtaWork work = begin_cta<false, Mask>(p);
     const int head = work.head;
     const int batch = work.batch;
-    if (head >= p.heads) return;  // the missing half of the last pair (schedule.cuh)
+    if (head >= p.heads) return;
     const int thread = threadIdx.x;
     const int warp = thread / 32;
     const int lane = thread % 32;
 
     MaskState ms = make_mask_state<kBlockN, Mask>(p, head, batch);
-    ms.row_begin = m_block * kBlockM;
+    ms.row_begin = work.block * kBlockM;
     ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
 
     const u16* q_base = static_cast<const u16*>(p.q) + batch * p.q_batch_stride +
@@ -294,9 +278,7 @@ struct ForwardSm80 {
 /// The body of a generated forward kernel.
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
 __device__ __forceinline__ void forward_sm80(const FwdParams& params) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  ForwardSm80<Config, Mask, Score> kernel;
-  kernel.run(params, smem);
+  run_kernel<ForwardSm80<Config, Mask, Score>, 128>(params);
 }
 
 }  // namespace attnjit

@@ -7,11 +7,11 @@
 // warpgroup's products; or one (64 rows, two CTAs per SM), where query blocks visit few key
 // blocks and one CTA's start and epilogue should run beside another's products:
 //   producer   warpgroup 0 gives its registers away (setmaxnreg) and one warp of it feeds Q
-//              once and rings of K and V stages by TMA (fwd_sm90a_producer.cuh);
+//              once and rings of K and V stages by TMA (forward_producer.cuh);
 //   consumers  warpgroups 1 .. kConsumers take the registers and 64 query rows each:
 //                S = Q K^T      wgmma SS, Q and K straight from the swizzled stages
 //                scores         score modifiers; the mask on partial blocks only
-//                               (fwd_sm90a_scores.cuh)
+//                               (forward_scores.cuh)
 //                softmax        online, on the accumulator fragment (softmax.cuh)
 //                O += P V       wgmma RS, P packed from the softmax's registers
 // Within a warpgroup, S of block j + 1 is issued with O += P V of block j, and the softmax
@@ -22,12 +22,12 @@
 // with tables the producer's walk feeds the consumers through the K stages (kFedWalk). From
 // head dim 128 the softmax's steps are lazy (a row keeps its max until it rises by more than
 // 2^8) and O is rescaled only where a row of the warp moved its max (kLazyRescale,
-// kSkipRescale). The epilogue writes O through shared memory and TMA (fwd_sm90a_epilogue.cuh).
+// kSkipRescale). The epilogue writes O through shared memory and TMA (forward_epilogue.cuh).
 //
 // kPersistent (the registry's rule: masks with a CTA order, two or three consumers, head dims
 // up to 128): a grid of min(works, SMs) CTAs, each taking works (query blocks) of the CTA order,
 // which sorts them heaviest first: launch index blockIdx.x, then those its producer draws from
-// a counter (fwd_sm90a_producer.cuh's draw_work). The producer decodes each work, publishes it
+// a counter (forward_producer.cuh's draw_work). The producer decodes each work, publishes it
 // in a shared slot (two, by the works' parity) and loads the next work's Q and first K block
 // while the consumers end the current one (the Q tile's empty barrier), the rings running on
 // from work to work; O goes out through a tile of its own, its store running under the next
@@ -39,22 +39,12 @@
 // per SM (two of one consumer).
 #pragma once
 
-#include "attnjit/sm90a/barrier.cuh"
-#include "attnjit/common/fragment.cuh"
-#include "attnjit/sm90a/fwd_sm90a_epilogue.cuh"
-#include "attnjit/sm90a/fwd_sm90a_producer.cuh"
-#include "attnjit/sm90a/fwd_sm90a_scores.cuh"
 #include "attnjit/common/key_block_walk.cuh"
-#include "attnjit/masks/mask.cuh"
-#include "attnjit/sm90a/mbarrier.cuh"
-#include "attnjit/common/params.cuh"
-#include "attnjit/sm90a/pipeline.cuh"
-#include "attnjit/common/primitives.cuh"
-#include "attnjit/common/schedule.cuh"
-#include "attnjit/common/score_mod.cuh"
-#include "attnjit/common/smem_tile.cuh"
 #include "attnjit/common/softmax.cuh"
-#include "attnjit/sm90a/wgmma.cuh"
+#include "attnjit/sm90a/forward_epilogue.cuh"
+#include "attnjit/sm90a/forward_producer.cuh"
+#include "attnjit/sm90a/forward_scores.cuh"
+#include "attnjit/sm90a/vocabulary.cuh"
 
 namespace attnjit {
 
@@ -321,8 +311,8 @@ struct ForwardSm90a {
     }
     const CtaWork work = current_work(p, parity);
     forward_epilogue<Element, QTile, Config::kReturnLse, kEpilogueBarrier, Score, kPersistent>(
-        p, maps.o, acc_o, softmax, base + kOOffset, consumer,
-        work.block * kBlockM + 64 * consumer, work.head, work.batch);
+        p, maps.o, acc_o, softmax, base + kOOffset, consumer, work.block * kBlockM + 64 * consumer,
+        work.head, work.batch);
   }
 
   /// The words of a K stage's block slot (kFedWalk), written by the producer before the
@@ -463,8 +453,8 @@ struct ForwardSm90a {
   /// Score modifiers and, on a partial block, the mask (from the stage's FlashMask values,
   /// the predicate's stored bits or its expression).
   __device__ __forceinline__ static void score_block(const FwdParams& p, float (&s)[kSTiles][4],
-                                                     int block, int tile, u32 vectors,
-                                                     int consumer, u32 parity) {
+                                                     int block, int tile, u32 vectors, int consumer,
+                                                     u32 parity) {
     const int lane = threadIdx.x % 32;
     const int g = lane / 4;
     const int t = lane % 4;
@@ -495,9 +485,7 @@ struct ForwardSm90a {
 /// The body of a generated sm90a forward kernel.
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
 __device__ __forceinline__ void forward_sm90a(const FwdParams& params, const FwdTensorMaps& maps) {
-  extern __shared__ __align__(1024) unsigned char smem[];
-  ForwardSm90a<Config, Mask, Score> kernel;
-  kernel.run(params, maps, smem);
+  run_kernel<ForwardSm90a<Config, Mask, Score>, 1024>(params, maps);
 }
 
 }  // namespace attnjit

@@ -3,9 +3,6 @@
 // of the sweeps in parallel first (NVRTC is thread-safe per program; skipped with
 // ATTNJIT_GPU_TESTS_LAZY=1, for runs of a few tests), then runs Catch2. ATTNJIT_TEST_SEED
 // (gpu_case.hpp's run_seed) gives the cases fresh random data and masks.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -19,6 +16,7 @@
 #include "attnjit/jit.hpp"
 #include "gpu/gpu_case.hpp"
 #include "runtime/jit/driver.hpp"
+#include "support/catch_session.hpp"
 
 namespace {
 
@@ -80,7 +78,7 @@ int main(int argc, char** argv) {
   // ATTNJIT_GPU_TESTS_LAZY=1: each case compiles its kernels when it runs (for a few cases).
   const char* lazy = std::getenv("ATTNJIT_GPU_TESTS_LAZY");
   if (lazy == nullptr || std::string_view(lazy) != "1") compile_sweep_in_parallel();
-  const int failed = Catch::Session().run(argc, argv);
+  const int failed = attnjit::testing::run_catch_session(argc, argv);
   // Which attention kernels the cases ran, by kernel-registry row (family and layout).
   std::printf("attention kernels run, by registry row (cases):\n");
   for (const auto& [row, cases] : attnjit::gpu_test::rows_run()) {

@@ -26,7 +26,23 @@ if [[ "$mode" == "demo" ]]; then targets=(--target attnc); fi
 cmake --build build -j "$(nproc)" "${targets[@]}"
 
 if [[ "$mode" == "test" ]]; then
-  exec ctest --test-dir build --output-on-failure -j 2
+  # Every core busy (the long entries start first: tests/CMakeLists.txt gives them a COST);
+  # then the ten slowest entries, from the run's JUnit report (a summary: ctest's status is
+  # the script's).
+  status=0
+  ctest --test-dir build --output-on-failure -j "$(nproc)" --output-junit ctest-junit.xml ||
+    status=$?
+  python3 - build/ctest-junit.xml <<'PY' || true
+import sys
+import xml.etree.ElementTree as ElementTree
+
+cases = ElementTree.parse(sys.argv[1]).getroot().iter("testcase")
+times = sorted(((float(c.get("time", 0)), c.get("name")) for c in cases), reverse=True)
+print("Slowest tests:")
+for seconds, name in times[:10]:
+    print(f"  {seconds:8.1f} s  {name}")
+PY
+  exit $status
 fi
 
 spec="dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1)"

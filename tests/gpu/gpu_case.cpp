@@ -80,9 +80,22 @@ float from_bits(DType dtype, std::uint16_t bits) {
                               : testing::fp16_bits_to_float(bits);
 }
 
+// Whether the tensor's elements fill its buffer in order (no padding, not empty).
+bool contiguous(const DeviceTensor& t) {
+  const auto& sh = t.view.shape;
+  const auto& st = t.view.stride;
+  return st[3] == 1 && st[2] == sh[3] && st[1] == sh[2] * sh[3] && st[0] == sh[1] * st[1] &&
+         static_cast<std::size_t>(sh[0] * st[0]) * 2 == t.buffer.bytes();
+}
+
 // Scatters contiguous [B, S, H, D] values into the tensor's strided layout (padding poisoned).
 void upload(DeviceTensor& t, DType dtype, const std::vector<float>& values) {
   std::vector<std::uint16_t> host(t.buffer.bytes() / 2, 0xffff);
+  if (contiguous(t)) {
+    for (std::size_t i = 0; i < values.size(); ++i) host[i] = to_bits(dtype, values[i]);
+    t.buffer.upload(host.data(), host.size() * 2);
+    return;
+  }
   const auto& sh = t.view.shape;
   const auto& st = t.view.stride;
   std::size_t i = 0;
@@ -97,6 +110,12 @@ void upload(DeviceTensor& t, DType dtype, const std::vector<float>& values) {
 std::vector<float> download(const DeviceTensor& t, DType dtype, bool& padding_intact) {
   std::vector<std::uint16_t> host(t.buffer.bytes() / 2);
   t.buffer.download(host.data(), host.size() * 2);
+  if (contiguous(t)) {
+    padding_intact = true;
+    std::vector<float> values(host.size());
+    for (std::size_t i = 0; i < host.size(); ++i) values[i] = from_bits(dtype, host[i]);
+    return values;
+  }
   std::vector<bool> inside(host.size(), false);
   std::vector<float> values;
   const auto& sh = t.view.shape;
@@ -231,6 +250,34 @@ Inputs make_inputs(const Case& c) {
   return in;
 }
 
+AttentionSpec forward_spec(const Case& c) {
+  AttentionSpec spec = c.spec;
+  spec.return_lse = true;
+  return spec;
+}
+
+std::vector<AttentionSpec> backward_specs(const Case& c, bool deterministic) {
+  AttentionSpec forward = forward_spec(c);
+  // The case's tiles, if any, are the backward's; the forward takes its own.
+  forward.tiles = {};
+  AttentionSpec backward = c.spec;
+  backward.return_lse = false;
+  backward.direction = Direction::backward;
+  backward.deterministic = deterministic;
+  return {forward, backward};
+}
+
+std::vector<AttentionSpec> backward_specs(const std::vector<Case>& cases,
+                                          std::initializer_list<bool> modes) {
+  std::vector<AttentionSpec> specs;
+  for (const Case& c : cases) {
+    for (bool deterministic : modes) {
+      for (AttentionSpec& spec : backward_specs(c, deterministic)) specs.push_back(std::move(spec));
+    }
+  }
+  return specs;
+}
+
 Outputs run_on_gpu(const Case& c, const Inputs& in, bool reference_kernel) {
   const DType dtype = c.spec.dtype;
   const int dq = c.spec.head_dim_qk, dv = c.spec.head_dim_v;
@@ -270,8 +317,7 @@ Outputs run_on_gpu(const Case& c, const Inputs& in, bool reference_kernel) {
   }
   const DevicePredicate predicate = upload_predicate(c);
   args.predicate = predicate.args;
-  AttentionSpec spec = c.spec;
-  spec.return_lse = true;
+  const AttentionSpec spec = forward_spec(c);
   const jit::Kernel kernel = reference_kernel ? jit::compile_reference(spec) : jit::compile(spec);
   if (!reference_kernel) note_rows(kernel, KernelRole::forward, c.expect_row);
   kernel.forward(args, nullptr);
@@ -375,14 +421,10 @@ BackwardOutputs run_backward_on_gpu(const Case& c, const Inputs& in, const std::
   fwd.alibi_slopes = score_mod.slopes_view;
   const DevicePredicate predicate = upload_predicate(c);
   fwd.predicate = predicate.args;
-  AttentionSpec spec = c.spec;
-  spec.return_lse = true;
-  // The case's tiles, if any, are the backward's; the forward takes its own.
-  spec.tiles = {};
-  const jit::Kernel forward = jit::compile(spec);
+  const std::vector<AttentionSpec> specs = backward_specs(c, deterministic);
+  const jit::Kernel forward = jit::compile(specs[0]);
   note_rows(forward, KernelRole::forward, "");
   forward.forward(fwd, nullptr);
-  spec.tiles = c.spec.tiles;
 
   BackwardArgs bwd;
   bwd.q = q.view;
@@ -400,10 +442,7 @@ BackwardOutputs run_backward_on_gpu(const Case& c, const Inputs& in, const std::
   bwd.softcap = score_mod.softcap;
   bwd.alibi_slopes = score_mod.slopes_view;
   bwd.predicate = predicate.args;
-  spec.return_lse = false;
-  spec.direction = Direction::backward;
-  spec.deterministic = deterministic;
-  const jit::Kernel backward = jit::compile(spec);
+  const jit::Kernel backward = jit::compile(specs[1]);
   note_rows(backward, KernelRole::backward, c.expect_row);
   backward.backward(bwd, nullptr);
   runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
@@ -559,6 +598,54 @@ std::vector<Case> score_mod_cases() {
     }
   }
   return cases;
+}
+
+namespace {
+
+bool parse_exhaustive() {
+  const char* text = std::getenv("ATTNJIT_GPU_EXHAUSTIVE");
+  if (text == nullptr || *text == 0 || std::string_view(text) == "0") return false;
+  if (std::string_view(text) == "1") return true;
+  throw Error(
+      fmt::format("ATTNJIT_GPU_EXHAUSTIVE: got '{}'; accepted: 1 (every case of the "
+                  "sweeps) or 0 (a pairwise sample of each, the default)",
+                  text));
+}
+
+}  // namespace
+
+bool exhaustive() {
+  static const bool value = parse_exhaustive();
+  return value;
+}
+
+testing::Features features(const Case& c) {
+  testing::Features out{
+      fmt::format("dtype={}", name_of(c.spec.dtype)),
+      fmt::format("head_dim={}/{}", c.spec.head_dim_qk, c.spec.head_dim_v),
+      fmt::format("mask={} window=({},{})", to_string(c.spec.mask), c.window_left, c.window_right),
+      fmt::format("softcap={} alibi={}", c.spec.softcap, c.spec.alibi),
+      fmt::format("target={} tiles={}", name_of(c.spec.target), to_string(c.spec.tiles)),
+      fmt::format("shape={}x{}x{}/{}x{}", c.batch, c.seqlen_q, c.heads, c.kv_heads, c.seqlen_k),
+      fmt::format("padded={}", c.padded_strides)};
+  return out;
+}
+
+std::vector<std::size_t> sample(const std::vector<testing::Features>& items) {
+  if (exhaustive()) {
+    std::vector<std::size_t> all(items.size());
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+    return all;
+  }
+  return testing::pairwise_sample(items, run_seed());
+}
+
+std::vector<Case> sampled(const std::vector<Case>& cases) {
+  std::vector<testing::Features> items;
+  for (const Case& c : cases) items.push_back(features(c));
+  std::vector<Case> out;
+  for (std::size_t i : sample(items)) out.push_back(cases[i]);
+  return out;
 }
 
 std::vector<std::pair<std::string, int>> rows_run() {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "attnjit/spec.hpp"
 #include "compiler/ir/predicate.hpp"
 #include "dsl/intervals.hpp"
+#include "support/pairwise_sample.hpp"
 #include "support/reference.hpp"
 #include "support/reference_backward.hpp"
 
@@ -63,6 +65,17 @@ struct Inputs {
 
 Inputs make_inputs(const Case& c);
 
+/// The spec run_on_gpu compiles for the case (LSE on).
+AttentionSpec forward_spec(const Case& c);
+
+/// The specs run_backward_on_gpu compiles for the case: its forward's (without the case's
+/// tiles, which are the backward's) and its backward's in the given mode.
+std::vector<AttentionSpec> backward_specs(const Case& c, bool deterministic);
+
+/// backward_specs of every case in each of `modes` (deterministic or not).
+std::vector<AttentionSpec> backward_specs(const std::vector<Case>& cases,
+                                          std::initializer_list<bool> modes);
+
 /// Runs the case's compiled kernel (or, with `reference_kernel`, attnjit's fp32 reference
 /// kernel) on the GPU.
 Outputs run_on_gpu(const Case& c, const Inputs& inputs, bool reference_kernel = false);
@@ -99,6 +112,22 @@ std::vector<float> alibi_slopes(int heads);
 /// and a FlashMask document mask x bf16/fp16 x head dims 64/128, with GQA, lengths that are
 /// not tile multiples and Sq != Sk rotating, some with negative slopes.
 std::vector<Case> score_mod_cases();
+
+/// Whether the run takes every case of the sweeps (ATTNJIT_GPU_EXHAUSTIVE=1) or, by default
+/// (unset or 0), a pairwise sample of each (sample()). Throws on any other value.
+bool exhaustive();
+
+/// What a sample of a sweep keeps covered, pair by pair: the case's dtype, head dims, mask
+/// (with its window), score modifiers, target, tiles, shape and padding.
+testing::Features features(const Case& c);
+
+/// The indices of the items a run takes from a sweep, given each item's features: all of them
+/// with ATTNJIT_GPU_EXHAUSTIVE=1, else testing::pairwise_sample with the run seed (so that
+/// ATTNJIT_TEST_SEED repeats a run's samples along with its data).
+std::vector<std::size_t> sample(const std::vector<testing::Features>& items);
+
+/// The cases a run takes from a sweep: sample() by their features.
+std::vector<Case> sampled(const std::vector<Case>& cases);
 
 /// Every registry row whose attention kernels ran so far, with how many cases ran it, in row
 /// order (main.cpp prints it after the tests, so the log says which kernels were tested).

@@ -1,63 +1,19 @@
 // The GPU test runner: exits 77 (CTest: skipped) when there is no CUDA driver or device, so
-// GPU tests never count as passed on machines without one. Otherwise compiles every kernel
-// of the sweeps in parallel first (NVRTC is thread-safe per program; skipped with
-// ATTNJIT_GPU_TESTS_LAZY=1, for runs of a few tests), then runs Catch2. ATTNJIT_TEST_SEED
-// (gpu_case.hpp's run_seed) gives the cases fresh random data and masks.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
-#include <algorithm>
+// GPU tests never count as passed on machines without one. Otherwise runs Catch2; the tests
+// compile their kernels ahead on every core (gpu/compile_ahead.hpp). ATTNJIT_TEST_SEED
+// (gpu_case.hpp's run_seed) gives the cases fresh random data and masks and the sweeps another
+// sample; ATTNJIT_GPU_EXHAUSTIVE=1 runs every case of the sweeps (gpu_case.hpp's sample).
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <future>
-#include <string_view>
-#include <thread>
-#include <utility>
-#include <vector>
+#include <exception>
 
-#include "attnjit/jit.hpp"
 #include "gpu/gpu_case.hpp"
 #include "runtime/jit/driver.hpp"
-
-namespace {
-
-void compile_sweep_in_parallel() {
-  std::vector<attnjit::AttentionSpec> specs;
-  auto add = [&](const attnjit::AttentionSpec& spec) {
-    if (std::find(specs.begin(), specs.end(), spec) == specs.end()) specs.push_back(spec);
-  };
-  std::vector<attnjit::gpu_test::Case> cases = attnjit::gpu_test::sweep_cases();
-  for (attnjit::gpu_test::Case& c : attnjit::gpu_test::score_mod_cases()) {
-    cases.push_back(std::move(c));
-  }
-  for (const attnjit::gpu_test::Case& c : cases) {
-    attnjit::AttentionSpec spec = c.spec;
-    spec.return_lse = true;
-    add(spec);
-    spec.return_lse = false;
-    spec.direction = attnjit::Direction::backward;
-    for (bool deterministic : {false, true}) {
-      spec.deterministic = deterministic;
-      add(spec);
-    }
-  }
-  const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::future<void>> running;
-  for (const attnjit::AttentionSpec& spec : specs) {
-    if (running.size() >= workers) {
-      running.front().get();
-      running.erase(running.begin());
-    }
-    running.push_back(std::async(std::launch::async, [spec] { attnjit::jit::compile(spec); }));
-  }
-  for (auto& job : running) job.get();
-}
-
-}  // namespace
+#include "support/catch_session.hpp"
 
 int main(int argc, char** argv) {
-  // The cases' data: their fixed seeds, or fresh ones mixed from ATTNJIT_TEST_SEED.
+  // The cases' data: their fixed seeds, or fresh ones mixed from ATTNJIT_TEST_SEED; the sweeps:
+  // a sample drawn with the same seed, or every case.
   try {
     const std::uint64_t run_seed = attnjit::gpu_test::run_seed();
     if (run_seed == 0) {
@@ -66,6 +22,14 @@ int main(int argc, char** argv) {
       std::printf("GPU test data: run seed %llu (ATTNJIT_TEST_SEED=%llu repeats this run)\n",
                   static_cast<unsigned long long>(run_seed),
                   static_cast<unsigned long long>(run_seed));
+    }
+    if (attnjit::gpu_test::exhaustive()) {
+      std::printf("GPU test sweeps: every case (ATTNJIT_GPU_EXHAUSTIVE=1)\n");
+    } else {
+      std::printf(
+          "GPU test sweeps: a pairwise sample of each, drawn with seed %llu (every mask, dtype, "
+          "head dim, shape, ... with each other; ATTNJIT_GPU_EXHAUSTIVE=1 runs every case)\n",
+          static_cast<unsigned long long>(run_seed));
     }
   } catch (const std::exception& error) {
     std::fprintf(stderr, "attnjit GPU tests: %s\n", error.what());
@@ -77,10 +41,7 @@ int main(int argc, char** argv) {
     std::printf("attnjit GPU tests skipped: %s\n", error.what());
     return 77;
   }
-  // ATTNJIT_GPU_TESTS_LAZY=1: each case compiles its kernels when it runs (for a few cases).
-  const char* lazy = std::getenv("ATTNJIT_GPU_TESTS_LAZY");
-  if (lazy == nullptr || std::string_view(lazy) != "1") compile_sweep_in_parallel();
-  const int failed = Catch::Session().run(argc, argv);
+  const int failed = attnjit::testing::run_catch_session(argc, argv);
   // Which attention kernels the cases ran, by kernel-registry row (family and layout).
   std::printf("attention kernels run, by registry row (cases):\n");
   for (const auto& [row, cases] : attnjit::gpu_test::rows_run()) {

@@ -1,11 +1,13 @@
 // Backward kernels against the CPU float64 reference gradients (FlashAttention's criterion):
 // every dtype, head dim and mask kind, GQA/MQA, mask heads, lengths that are not tile
-// multiples, Sq != Sk, padded strides, atomic and deterministic mode; bitwise repeatability
+// multiples, Sq != Sk, padded strides, atomic and deterministic mode (the sweep sampled
+// pairwise unless ATTNJIT_GPU_EXHAUSTIVE=1); bitwise repeatability
 // of the deterministic mode; zero gradients (never NaN) for rows that see no key.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "attnjit/jit.hpp"
 #include "dsl/builders.hpp"
@@ -13,15 +15,24 @@
 #include "gpu/gpu_case.hpp"
 
 using namespace attnjit;
+using gpu_test::BackwardRun;
 using gpu_test::Case;
 using gpu_test::check_backward;
 
 TEST_CASE("backward matches the reference gradients over the sweep", "[gpu][backward]") {
-  int index = 0;
-  for (const Case& c : gpu_test::sweep_cases()) {
-    // Each (dtype, head dim, mask) appears twice in the sweep: once per mode.
-    check_backward(c, /*deterministic=*/index++ % 2 == 1);
+  // Each (dtype, head dim, mask) appears twice in the sweep: once per mode (a feature of the
+  // sample too).
+  const std::vector<Case> cases = gpu_test::sweep_cases();
+  std::vector<testing::Features> items;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    items.push_back(gpu_test::features(cases[i]));
+    items.back().push_back(i % 2 == 1 ? "deterministic" : "atomic");
   }
+  std::vector<BackwardRun> runs;
+  for (std::size_t i : gpu_test::sample(items)) {
+    runs.push_back(BackwardRun::in_mode(cases[i], /*deterministic=*/i % 2 == 1));
+  }
+  gpu_test::check_backwards(runs);
 }
 
 TEST_CASE("every backward layout, forced by its tiles, matches the reference", "[gpu][backward]") {
@@ -54,6 +65,7 @@ TEST_CASE("every backward layout, forced by its tiles, matches the reference", "
                             {MaskKind::sliding_window, false, 0},
                             {MaskKind::flashmask, false, 2}};
   std::uint64_t seed = 500;
+  std::vector<BackwardRun> runs;
   for (const Layout& layout : layouts) {
     for (const MaskSpec& mask : masks) {
       for (bool deterministic : {false, true}) {
@@ -78,10 +90,11 @@ TEST_CASE("every backward layout, forced by its tiles, matches the reference", "
           c.intervals = dsl::random_intervals(false, 2, c.batch, c.kv_heads, c.seqlen_q, c.seqlen_k,
                                               gpu_test::data_seed(seed));
         }
-        check_backward(c, deterministic);
+        runs.push_back(BackwardRun::in_mode(c, deterministic));
       }
     }
   }
+  gpu_test::check_backwards(runs);
 }
 
 TEST_CASE("deterministic backward is bitwise repeatable", "[gpu][backward]") {

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "attnjit/jit.hpp"
 #include "dsl/builders.hpp"
@@ -18,6 +19,7 @@
 #include "gpu/gpu_case.hpp"
 
 using namespace attnjit;
+using gpu_test::BackwardRun;
 using gpu_test::Case;
 using gpu_test::check_backward;
 
@@ -44,11 +46,13 @@ Case forced(Case c) {
 TEST_CASE("the sm90a backward matches the reference gradients over the sweep",
           "[gpu][backward][sm90a]") {
   if (!on_sm90a()) return;
+  std::vector<Case> cases;
   for (const Case& c : gpu_test::sweep_cases()) {
-    const int d = c.spec.head_dim_qk;
-    if (d == 32) continue;
-    for (bool deterministic : {false, true}) check_backward(forced(c), deterministic);
+    if (c.spec.head_dim_qk != 32) cases.push_back(forced(c));
   }
+  std::vector<BackwardRun> runs;
+  for (const Case& c : gpu_test::sampled(cases)) runs.push_back({c});
+  gpu_test::check_backwards(runs);
 }
 
 TEST_CASE("the sm90a backward over many query blocks per key block", "[gpu][backward][sm90a]") {
@@ -62,6 +66,7 @@ TEST_CASE("the sm90a backward over many query blocks per key block", "[gpu][back
   const std::pair<int, int> lengths[] = {{1000, 1000}, {1000, 700}, {700, 1000}};
   std::uint64_t seed = 9100;
   int rotation = 0;
+  std::vector<BackwardRun> runs;
   for (int d : {64, 128, 192, 256}) {
     for (const MaskSpec& mask : masks) {
       const auto [sq, sk] = lengths[rotation % 3];
@@ -94,9 +99,10 @@ TEST_CASE("the sm90a backward over many query blocks per key block", "[gpu][back
         }
       }
       ++rotation;
-      for (bool deterministic : {false, true}) check_backward(forced(c), deterministic);
+      runs.push_back({forced(c)});
     }
   }
+  gpu_test::check_backwards(runs);
 }
 
 TEST_CASE("the sm90a backward with 80-row query blocks matches the reference gradients",
@@ -112,15 +118,14 @@ TEST_CASE("the sm90a backward with 80-row query blocks matches the reference gra
     c.expect_row = kRow;
     return c;
   };
-  int cases = 0;
+  std::vector<BackwardRun> runs;
   for (const Case& c : gpu_test::sweep_cases()) {
     if (c.spec.head_dim_qk != 128 || c.spec.mask.kind != MaskKind::none || c.spec.softcap) {
       continue;
     }
-    for (bool deterministic : {false, true}) check_backward(eighty(c), deterministic);
-    ++cases;
+    runs.push_back({eighty(c)});
   }
-  REQUIRE(cases > 0);
+  REQUIRE(!runs.empty());
   const std::pair<int, int> lengths[] = {{1000, 1000}, {1001, 700}, {79, 1000},
                                          {161, 81},    {2000, 333}, {81, 2049}};
   std::uint64_t seed = 9300;
@@ -137,7 +142,7 @@ TEST_CASE("the sm90a backward with 80-row query blocks matches the reference gra
     c.padded_strides = seed % 3 == 1;
     c.seed = ++seed;
     if (c.spec.alibi) c.score_mod.alibi_slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
-    for (bool deterministic : {false, true}) check_backward(eighty(c), deterministic);
+    runs.push_back({eighty(c)});
   }
   // Without tiles= the backward at head dim 128 without a mask takes this layout.
   Case automatic;
@@ -148,7 +153,8 @@ TEST_CASE("the sm90a backward with 80-row query blocks matches the reference gra
   automatic.seqlen_q = automatic.seqlen_k = 555;
   automatic.seed = 9400;
   automatic.expect_row = kRow;
-  for (bool deterministic : {false, true}) check_backward(automatic, deterministic);
+  runs.push_back({automatic});
+  gpu_test::check_backwards(runs);
 }
 
 TEST_CASE("the sm90a deterministic backward with 80-row query blocks is bitwise repeatable",
@@ -174,16 +180,18 @@ TEST_CASE("the sm90a backward with score modifiers matches the reference gradien
           "[gpu][backward][sm90a][score_mod]") {
   if (!on_sm90a()) return;
   int index = 0;
+  std::vector<BackwardRun> runs;
   for (const Case& c : gpu_test::score_mod_cases()) {
     const bool deterministic = index++ % 2 == 1;
-    check_backward(forced(c), deterministic);
+    runs.push_back(BackwardRun::in_mode(forced(c), deterministic));
     // Every third case again at head dim 256, the next at 192 (the wide layout).
     if (index % 3 != 0) {
       Case wide = c;
       wide.spec.head_dim_qk = wide.spec.head_dim_v = index % 3 == 1 ? 256 : 192;
-      check_backward(forced(wide), deterministic);
+      runs.push_back(BackwardRun::in_mode(forced(wide), deterministic));
     }
   }
+  gpu_test::check_backwards(runs);
 }
 
 TEST_CASE("the sm90a backward gives zero gradients to rows that see no key",
@@ -274,6 +282,7 @@ TEST_CASE("the sm90a deterministic backward is bitwise repeatable", "[gpu][backw
                             {MaskKind::flashmask, true, 1},
                             {MaskKind::flashmask, false, 2}};
   int index = 0;
+  std::vector<Case> cases;
   for (int d : {64, 128, 192, 256}) {
     for (const MaskSpec& mask : masks) {
       Case c;
@@ -290,14 +299,11 @@ TEST_CASE("the sm90a deterministic backward is bitwise repeatable", "[gpu][backw
         c.intervals = dsl::random_intervals(mask.causal, mask.columns, c.batch, c.kv_heads,
                                             c.seqlen_q, c.seqlen_k, gpu_test::data_seed(c.seed));
       }
-      c = forced(c);
-      gpu_test::check_deterministic_repeatable(c, /*repeats=*/3);
-      // The atomic mode on the same inputs, for the log: what the turns take away.
-      const int differing = gpu_test::atomic_dq_variations(c, /*repeats=*/3);
-      WARN(c.describe() << ": atomic dQ differed from its first run in " << differing
-                        << " of 3 runs");
+      cases.push_back(forced(c));
     }
   }
+  // The atomic mode on the same inputs, for the log: what the turns take away.
+  gpu_test::check_deterministic_repeatable(cases, /*repeats=*/3, /*atomic_repeats=*/3);
 }
 
 TEST_CASE("the deterministic sm90a backward at head dims 192 and 256 on long packed documents",
@@ -311,6 +317,7 @@ TEST_CASE("the deterministic sm90a backward at head dims 192 and 256 on long pac
   // turns that into a trap); the barriers are per ring stage now. The run must complete and
   // repeat bitwise.
   const int lengths[] = {3374, 868, 1406, 2393, 151};
+  std::vector<Case> cases;
   for (int d : {192, 256}) {
     for (bool causal : {false, true}) {
       Case c;
@@ -322,7 +329,8 @@ TEST_CASE("the deterministic sm90a backward at head dims 192 and 256 on long pac
       c.seqlen_q = c.seqlen_k = 8192;
       c.seed = 450 + causal + 2 * (d == 192);
       c.intervals = causal ? dsl::causal_document(lengths) : dsl::document(lengths);
-      gpu_test::check_deterministic_repeatable(forced(c), /*repeats=*/1);
+      cases.push_back(forced(c));
     }
   }
+  gpu_test::check_deterministic_repeatable(cases, /*repeats=*/1);
 }

@@ -1,11 +1,13 @@
 // Forward kernels against the CPU float64 reference: every dtype, head dim and mask kind,
-// GQA/MQA, mask heads, lengths that are not tile multiples, Sq != Sk, padded strides; plus
-// fully masked rows, determinism, and large problems against the GPU reference kernel.
+// GQA/MQA, mask heads, lengths that are not tile multiples, Sq != Sk, padded strides (the
+// sweeps sampled pairwise unless ATTNJIT_GPU_EXHAUSTIVE=1); plus fully masked rows,
+// determinism, and large problems against the GPU reference kernel.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "attnjit/jit.hpp"
 #include "dsl/builders.hpp"
@@ -29,7 +31,7 @@ Case base_case(MaskSpec mask, int head_dim = 128, DType dtype = DType::bf16) {
 }  // namespace
 
 TEST_CASE("forward matches the reference over the sweep", "[gpu][forward]") {
-  for (const Case& c : gpu_test::sweep_cases()) gpu_test::check_forward(c);
+  gpu_test::check_forwards(gpu_test::sampled(gpu_test::sweep_cases()));
 }
 
 TEST_CASE("the sm80 forward matches the reference over the sweep", "[gpu][forward]") {
@@ -41,11 +43,12 @@ TEST_CASE("the sm80 forward matches the reference over the sweep", "[gpu][forwar
     WARN("not a compute capability 9.0 device: the sweep above ran the sm80 forward already");
     return;
   }
-  for (Case c : gpu_test::sweep_cases()) {
+  std::vector<Case> cases = gpu_test::sampled(gpu_test::sweep_cases());
+  for (Case& c : cases) {
     c.spec.target = Arch::sm_90;
     c.expect_row = "forward.sm80";
-    gpu_test::check_forward(c);
   }
+  gpu_test::check_forwards(cases);
 }
 
 TEST_CASE("the sm80 forward, forced by its tiles, matches the reference", "[gpu][forward]") {
@@ -61,6 +64,7 @@ TEST_CASE("the sm80 forward, forced by its tiles, matches the reference", "[gpu]
                            {128, {128, 64, 8, 'q'}},
                            {256, {64, 32, 4, 0}}};
   std::uint64_t seed = 900;
+  std::vector<Case> cases;
   for (const Forced& forced : shapes) {
     for (MaskSpec mask :
          {MaskSpec{MaskKind::causal, false, 0}, MaskSpec{MaskKind::flashmask, false, 4}}) {
@@ -77,9 +81,10 @@ TEST_CASE("the sm80 forward, forced by its tiles, matches the reference", "[gpu]
         c.intervals = dsl::random_intervals(false, 4, c.batch, c.kv_heads, c.seqlen_q, c.seqlen_k,
                                             gpu_test::data_seed(seed));
       }
-      gpu_test::check_forward(c);
+      cases.push_back(c);
     }
   }
+  gpu_test::check_forwards(cases);
 }
 
 TEST_CASE("rows with no visible key give O = 0 and LSE = -inf", "[gpu][forward]") {

@@ -1,11 +1,11 @@
 // The sm90a forward (templates/attnjit/sm90a/forward.cuh), forced by an explicit
 // tiles=BMxBNxWw (the registry's shape for the spec) on target sm_90a, against the CPU
 // float64 reference: the forward sweep (every mask kind, head dims 64/96/128/192/256, both
-// dtypes, GQA/MQA, mask heads, ragged lengths, Sq != Sk, padded strides), three consumer
-// warpgroups and one on every mask, rows that see no key, odd head counts, score modifiers,
-// predicate masks, large problems against the GPU reference kernel, and determinism. Each
-// kernel's name and threads are printed the first time it runs, so the log shows the family
-// ran.
+// dtypes, GQA/MQA, mask heads, ragged lengths, Sq != Sk, padded strides; sampled pairwise
+// unless ATTNJIT_GPU_EXHAUSTIVE=1), three consumer warpgroups and one on every mask, rows that
+// see no key, odd head counts, score modifiers, predicate masks, large problems against the
+// GPU reference kernel, and determinism. Each kernel's name and threads are printed the first
+// time it runs, so the log shows the family ran.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -113,7 +113,9 @@ Case predicate_case(const std::string& text, std::vector<PredicateTensor> tensor
 
 TEST_CASE("sm90a forward matches the reference over the sweep", "[gpu][sm90a][forward]") {
   if (!gpu_test::sm90_device_or_skip("sm90a forward sweep")) return;
-  for (const Case& c : forced(gpu_test::sweep_cases())) gpu_test::check_forward(c);
+  for (const Case& c : forced(gpu_test::sampled(gpu_test::sweep_cases()))) {
+    gpu_test::check_forward(c);
+  }
 }
 
 TEST_CASE("sm90a forward: CTAs that take many works each match the reference",
@@ -133,6 +135,7 @@ TEST_CASE("sm90a forward: CTAs that take many works each match the reference",
     if (tables && c.batch * c.heads * ((c.seqlen_q + 127) / 128) >= 4) cases.push_back(c);
   }
   REQUIRE(cases.size() >= 10);
+  cases = gpu_test::sampled(cases);
   for (int ctas : {1, 3}) {
     INFO("CTAs: " << ctas);
     jit::detail::set_sm_count_limit(ctas);
@@ -197,7 +200,7 @@ TEST_CASE("sm90a forward with three consumer warpgroups matches the reference",
   // tiles=192xBNx16w (head dims 64 and 96) on every mask kind, the score modifiers and
   // predicates, not only on the masks the registry gives it (no mask, causal).
   std::vector<Case> cases;
-  for (const Case& c : gpu_test::sweep_cases()) {
+  for (const Case& c : gpu_test::sampled(gpu_test::sweep_cases())) {
     if (c.spec.head_dim_qk == 64 || c.spec.head_dim_qk == 96) cases.push_back(c);
   }
   for (const Case& c : gpu_test::score_mod_cases()) {
@@ -230,7 +233,7 @@ TEST_CASE("sm90a forward with one consumer warpgroup (two CTAs per SM) matches t
   // tiles=64xBNx8w on every mask kind at head dims 64 to 128, score modifiers and predicates,
   // not only on the masks the registry gives it (sliding windows by index at d64).
   std::vector<Case> cases;
-  for (const Case& c : gpu_test::sweep_cases()) {
+  for (const Case& c : gpu_test::sampled(gpu_test::sweep_cases())) {
     if (c.spec.head_dim_qk >= 64 && c.spec.head_dim_qk <= 128) cases.push_back(c);
   }
   for (const Case& c : gpu_test::score_mod_cases()) cases.push_back(c);

@@ -18,6 +18,7 @@
 #include "support/env_override.hpp"
 
 using namespace attnjit;
+using gpu_test::BackwardRun;
 using gpu_test::Case;
 using gpu_test::check_backward;
 using gpu_test::check_forward;
@@ -117,12 +118,16 @@ std::vector<Case> sweep() {
 }  // namespace
 
 TEST_CASE("predicate masks: forward matches the reference", "[gpu][predicate]") {
-  for (const Case& c : sweep()) check_forward(c);
+  gpu_test::check_forwards(sweep());
 }
 
 TEST_CASE("predicate masks: backward matches the reference gradients", "[gpu][predicate]") {
   int index = 0;
-  for (const Case& c : sweep()) check_backward(c, /*deterministic=*/index++ % 2 == 1);
+  std::vector<BackwardRun> runs;
+  for (const Case& c : sweep()) {
+    runs.push_back(BackwardRun::in_mode(c, /*deterministic=*/index++ % 2 == 1));
+  }
+  gpu_test::check_backwards(runs);
 }
 
 TEST_CASE("predicate masks: the sm90a backward, forced, matches the reference gradients",
@@ -136,12 +141,14 @@ TEST_CASE("predicate masks: the sm90a backward, forced, matches the reference gr
   for (const char* budget : {static_cast<const char*>(nullptr), "0"}) {
     const testing::EnvOverride bits("ATTNJIT_PREDICATE_BITS_MIB", budget);
     int index = 0;
+    std::vector<BackwardRun> runs;
     for (Case c : sweep()) {
       if (budget != nullptr && index++ % 3 != 0) continue;
       c.spec.tiles = {64, 128, 12, 't'};
       c.expect_row = "backward.sm90a";
-      for (bool deterministic : {false, true}) check_backward(c, deterministic);
+      runs.push_back({c});
     }
+    gpu_test::check_backwards(runs);
   }
 }
 
@@ -159,13 +166,15 @@ TEST_CASE(
   for (const char* budget : {static_cast<const char*>(nullptr), "0"}) {
     const testing::EnvOverride bits("ATTNJIT_PREDICATE_BITS_MIB", budget);
     int index = 0;
+    std::vector<BackwardRun> runs;
     for (Case c : sweep()) {
       if (c.spec.head_dim_qk != 128 || (budget != nullptr && index++ % 2 != 0)) continue;
       c.spec.head_dim_qk = c.spec.head_dim_v = c.seed % 2 == 0 ? 256 : 192;
       c.spec.tiles = {64, 64, 12, 't'};
       c.expect_row = "backward.sm90a";
-      for (bool deterministic : {false, true}) check_backward(c, deterministic);
+      runs.push_back({c});
     }
+    gpu_test::check_backwards(runs);
   }
 }
 
@@ -251,10 +260,14 @@ TEST_CASE("predicate masks: partial tiles without bit slots evaluate the predica
   {
     const testing::EnvOverride budget("ATTNJIT_PREDICATE_BITS_MIB", "0");
     const std::vector<Case> cases = sweep();
+    std::vector<Case> forwards;
+    std::vector<BackwardRun> runs;
     for (std::size_t i = 0; i < cases.size(); i += 3) {
-      check_forward(cases[i]);
-      check_backward(cases[i], /*deterministic=*/i % 2 == 1);
+      forwards.push_back(cases[i]);
+      runs.push_back(BackwardRun::in_mode(cases[i], /*deterministic=*/i % 2 == 1));
     }
+    gpu_test::check_forwards(forwards);
+    gpu_test::check_backwards(runs);
   }
   // 1 MiB is 1024 slots of 128 x 64 bits (2048 of the dQ kernel's 64 x 64); a checkerboard
   // that depends on b and h has 16 table rows of about 81 (162) partial tiles at 1100, so

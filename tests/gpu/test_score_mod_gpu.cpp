@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "attnjit/jit.hpp"
 #include "gpu/checks.hpp"
@@ -14,18 +15,16 @@
 
 using namespace attnjit;
 using gpu_test::Case;
-using gpu_test::check_backward;
 using gpu_test::check_forward;
 
 TEST_CASE("forward with score modifiers matches the reference", "[gpu][score_mod]") {
-  for (const Case& c : gpu_test::score_mod_cases()) check_forward(c);
+  gpu_test::check_forwards(gpu_test::score_mod_cases());
 }
 
 TEST_CASE("backward with score modifiers matches the reference gradients", "[gpu][score_mod]") {
-  for (const Case& c : gpu_test::score_mod_cases()) {
-    check_backward(c, /*deterministic=*/false);
-    check_backward(c, /*deterministic=*/true);
-  }
+  std::vector<gpu_test::BackwardRun> runs;
+  for (const Case& c : gpu_test::score_mod_cases()) runs.push_back({c});
+  gpu_test::check_backwards(runs);
 }
 
 TEST_CASE("deterministic backward with score modifiers is bitwise repeatable", "[gpu][score_mod]") {

@@ -1,2 +1,6 @@
-#define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+// The unit test runner.
+#include "support/catch_session.hpp"
+
+int main(int argc, char** argv) {
+  return attnjit::testing::run_catch_session(argc, argv);
+}

@@ -1,14 +1,20 @@
 // NVRTC compiles every supported (direction x dtype x head dim x mask kind) spec for sm_80
 // and sm_90, the sm_90a backward kernels (wgmma), and a sample of the score-modifier specs,
-// with no spills and no stack; the reference kernels compile too. Needs no GPU.
+// with no spills and no stack; the reference kernels compile too. Needs no GPU. A kernel whose
+// source several specs share is compiled once, and every core compiles.
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
-#include <filesystem>
+#include <algorithm>
+#include <atomic>
 #include <future>
+#include <map>
+#include <memory>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "attnjit/jit.hpp"
 #include "compiler/codegen/emit.hpp"
@@ -147,57 +153,156 @@ std::vector<AttentionSpec> predicate_specs() {
   return specs;
 }
 
-// Compiles every spec (no disk cache, one job per hardware thread) and checks each kernel's
-// resources: registers, no spills, no stack.
-void check_compiles_without_spills(const std::vector<AttentionSpec>& specs) {
-  std::vector<jit::CompileInfo> infos(specs.size());
-  const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::future<void>> running;
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    if (running.size() >= workers) {
-      running.front().get();
-      running.erase(running.begin());
-    }
-    running.push_back(std::async(std::launch::async, [&, i] {
-      jit::CompileOptions options;
-      options.no_disk_cache = true;
-      infos[i] = jit::compile(specs[i], options).info();
-    }));
-  }
-  for (auto& job : running) job.get();
+/// One NVRTC program of a sweep: a kernel's generated source for an architecture.
+struct Program {
+  std::string source;
+  std::string name;  ///< the entry, whose ptxas report is read
+  std::string arch;
+};
 
+/// What a check reads of a compiled program.
+struct Compiled {
+  runtime::PtxasReport report;
+  std::string log;
+};
+
+/// The program's code: its source without the comment lines, which name the spec it was
+/// generated for (programs of several specs then compare equal where only those differ).
+std::string code_of(const Program& p) {
+  std::string code = p.arch + '\n' + p.name + '\n';
+  std::size_t begin = 0;
+  while (begin < p.source.size()) {
+    std::size_t end = p.source.find('\n', begin);
+    if (end == std::string::npos) end = p.source.size();
+    const std::string_view line(p.source.data() + begin, end - begin);
+    const std::size_t first = line.find_first_not_of(" \t");
+    if (first == std::string_view::npos || line.substr(first, 2) != "//") {
+      code.append(line);
+      code += '\n';
+    }
+    begin = end + 1;
+  }
+  return code;
+}
+
+/// Every program compiled in this process, by its code: the test cases of this file share
+/// kernels too (the TMA backward's forced tiles are the sm_90a sweep's automatic ones), so
+/// ctest runs them in one process (tests/CMakeLists.txt).
+std::map<std::string, std::shared_ptr<const Compiled>>& compiled_programs() {
+  static std::map<std::string, std::shared_ptr<const Compiled>> programs;
+  return programs;
+}
+
+/// Compiles each distinct program once (the sweeps' specs share the mask tables, CTA orders and
+/// memory passes), the longest sources first, one per core at a time, with the options
+/// jit::compile gives NVRTC; the result of each program in order. An NVRTC error is rethrown
+/// once every compile has ended. Called by one thread at a time.
+std::vector<std::shared_ptr<const Compiled>> compile_distinct(
+    const std::vector<Program>& programs) {
+  std::map<std::string, std::shared_ptr<const Compiled>>& compiled = compiled_programs();
+  std::vector<std::string> codes;
+  std::map<std::string, const Program*> missing;
+  for (const Program& program : programs) {
+    codes.push_back(code_of(program));
+    if (!compiled.contains(codes.back())) missing.try_emplace(codes.back(), &program);
+  }
+  std::vector<std::pair<std::string, const Program*>> order(missing.begin(), missing.end());
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return a.second->source.size() > b.second->source.size();
+  });
+
+  std::vector<runtime::NvrtcHeader> headers;
+  for (const auto& file : templates::all()) headers.push_back({file.name, file.source});
+  const std::vector<std::string> options{"-default-device"};
+  std::vector<std::shared_ptr<const Compiled>> outputs(order.size());
+  std::atomic<std::size_t> next{0};
+  const auto work = [&] {
+    for (std::size_t k = next++; k < order.size(); k = next++) {
+      const Program& p = *order[k].second;
+      runtime::NvrtcOutput output =
+          runtime::nvrtc_compile(p.source, p.name + ".cu", headers, p.arch, options, p.name);
+      outputs[k] = std::make_shared<const Compiled>(Compiled{output.report, std::move(output.log)});
+    }
+  };
+  std::vector<std::future<void>> workers;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  for (unsigned w = 0; w < cores; ++w) workers.push_back(std::async(std::launch::async, work));
+  for (std::future<void>& worker : workers) worker.wait();
+  for (std::future<void>& worker : workers) worker.get();
+
+  for (std::size_t k = 0; k < order.size(); ++k) compiled.emplace(order[k].first, outputs[k]);
+  std::vector<std::shared_ptr<const Compiled>> out;
+  for (const std::string& code : codes) out.push_back(compiled.at(code));
+  return out;
+}
+
+/// The specs of `specs` for `arch`.
+std::vector<AttentionSpec> for_target(const std::vector<AttentionSpec>& specs, Arch arch) {
+  std::vector<AttentionSpec> out;
+  for (const AttentionSpec& spec : specs) {
+    if (spec.target == arch) out.push_back(spec);
+  }
+  return out;
+}
+
+// Compiles every kernel of every spec's plan (compile_distinct) and checks each plan's kernel
+// count and each kernel's resources: registers, no spills, no stack.
+void check_compiles_without_spills(const std::vector<AttentionSpec>& specs) {
+  std::vector<Lowering> plans;
+  std::vector<Program> programs;
+  for (const AttentionSpec& spec : specs) {
+    plans.push_back(lower(spec));
+    for (const KernelDesc& kernel : plans.back().plan->kernels) {
+      programs.push_back(
+          {emit_kernel(plans.back(), kernel), kernel.name, std::string(name_of(spec.target))});
+    }
+  }
+  const std::vector<std::shared_ptr<const Compiled>> compiled = compile_distinct(programs);
+
+  std::size_t program = 0;
   for (std::size_t i = 0; i < specs.size(); ++i) {
     INFO(to_string(specs[i]));
-    const jit::CompileInfo& info = infos[i];
+    const std::vector<KernelDesc>& kernels = plans[i].plan->kernels;
     const bool tables =
         specs[i].mask.kind == MaskKind::flashmask || specs[i].mask.kind == MaskKind::predicate;
     if (specs[i].direction == Direction::forward) {
       // min/max or block table and the CTA order, then the forward kernel.
-      CHECK(info.kernels.size() == (tables ? 3u : 1u));
+      CHECK(kernels.size() == (tables ? 3u : 1u));
     } else {
       // min/max or block table(s) and CTA order(s) (none for a backward that orders its dQ
       // reductions), preprocess, main, dQ (deterministic) or dQ conversion, GQA reduction.
-      const bool ordered = orders_dq_reductions(lower(specs[i]));
-      CHECK(info.kernels.size() >= (tables ? (ordered ? 5u : 6u) : 4u));
+      const bool ordered = orders_dq_reductions(plans[i]);
+      CHECK(kernels.size() >= (tables ? (ordered ? 5u : 6u) : 4u));
     }
-    for (const jit::KernelReport& kernel : info.kernels) {
-      INFO(kernel.name << ": " << kernel.registers << " registers, " << kernel.spill_bytes
-                       << " spill bytes, " << kernel.stack_bytes << " stack bytes");
-      CHECK(kernel.registers > 0);
-      CHECK(kernel.registers <= 255);
-      CHECK(kernel.spill_bytes == 0);
-      CHECK(kernel.stack_bytes == 0);
+    for (const KernelDesc& kernel : kernels) {
+      const runtime::PtxasReport& report = compiled[program++]->report;
+      INFO(kernel.name << ": " << report.registers << " registers, " << report.spill_bytes()
+                       << " spill bytes, " << report.stack_bytes << " stack bytes");
+      CHECK(report.registers > 0);
+      CHECK(report.registers <= 255);
+      CHECK(report.spill_bytes() == 0);
+      CHECK(report.stack_bytes == 0);
     }
   }
 }
 
 }  // namespace
 
-TEST_CASE(
-    "every supported spec, forward and backward, compiles for sm_80 and sm_90(a) without "
-    "spills",
-    "[nvrtc][specs]") {
-  check_compiles_without_spills(every_supported_spec());
+// The sweep by target (each a ctest entry of its own; sources repeat within a target only).
+TEST_CASE("every supported spec, forward and backward, compiles for sm_80 without spills",
+          "[nvrtc][specs]") {
+  check_compiles_without_spills(for_target(every_supported_spec(), Arch::sm_80));
+}
+
+TEST_CASE("every supported spec, forward and backward, compiles for sm_90 without spills",
+          "[nvrtc][specs]") {
+  check_compiles_without_spills(for_target(every_supported_spec(), Arch::sm_90));
+}
+
+TEST_CASE("every supported sm_90a backward spec compiles without spills", "[nvrtc][specs]") {
+  const std::vector<AttentionSpec> specs = for_target(every_supported_spec(), Arch::sm_90a);
+  REQUIRE(!specs.empty());
+  check_compiles_without_spills(specs);
 }
 
 TEST_CASE("predicate specs, forward and backward, compile for sm_90 and sm_90a without spills",
@@ -232,36 +337,29 @@ TEST_CASE("reference kernels compile with the score modifiers", "[nvrtc][specs]"
 
 namespace {
 
-/// Compiles the `role` kernel of each spec for sm_90a (as many at once as there are cores):
-/// it must come from `row`, with no spills and no stack, setmaxnreg honoured (no C7508) and no
-/// wgmma serialized (any "serialized" or "injected" info of ptxas, C7510-C7521).
+/// Compiles the `role` kernel of each spec for sm_90a (compile_distinct): it must come from
+/// `row`, with no spills and no stack, setmaxnreg honoured (no C7508) and no wgmma serialized
+/// (any "serialized" or "injected" info of ptxas, C7510-C7521).
 void check_warp_specialized(const std::vector<std::string>& specs, KernelRole role,
                             std::string_view row) {
-  std::vector<runtime::NvrtcHeader> headers;
-  for (const auto& file : templates::all()) headers.push_back({file.name, file.source});
-  const std::size_t workers = std::max(1u, std::thread::hardware_concurrency());
-  for (std::size_t first = 0; first < specs.size(); first += workers) {
-    std::vector<std::future<runtime::NvrtcOutput>> outputs;
-    for (std::size_t i = first; i < std::min(specs.size(), first + workers); ++i) {
-      const Lowering ir = lower(parse_spec(specs[i]));
-      const KernelDesc& kernel = *ir.plan->find(role);
-      REQUIRE(kernel.row == row);
-      outputs.push_back(std::async(
-          std::launch::async, [&headers, source = emit_kernel(ir, kernel), name = kernel.name] {
-            const std::vector<std::string> options{"-default-device"};
-            return runtime::nvrtc_compile(source, name + ".cu", headers, "sm_90a", options, name);
-          }));
-    }
-    for (std::size_t j = 0; j < outputs.size(); ++j) {
-      INFO(specs[first + j]);
-      const runtime::NvrtcOutput output = outputs[j].get();
-      INFO(output.log);
-      CHECK(output.report.registers > 0);
-      CHECK(output.report.spill_bytes() == 0);
-      CHECK(output.report.stack_bytes == 0);
-      CHECK(output.report.wgmma_serializations == 0);
-      CHECK(output.log.find("C7508") == std::string::npos);
-    }
+  std::vector<Program> programs;
+  for (const std::string& spec : specs) {
+    INFO(spec);
+    const Lowering ir = lower(parse_spec(spec));
+    const KernelDesc& kernel = *ir.plan->find(role);
+    REQUIRE(kernel.row == row);
+    programs.push_back({emit_kernel(ir, kernel), kernel.name, "sm_90a"});
+  }
+  const std::vector<std::shared_ptr<const Compiled>> compiled = compile_distinct(programs);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    INFO(specs[i]);
+    const Compiled& output = *compiled[i];
+    INFO(output.log);
+    CHECK(output.report.registers > 0);
+    CHECK(output.report.spill_bytes() == 0);
+    CHECK(output.report.stack_bytes == 0);
+    CHECK(output.report.wgmma_serializations == 0);
+    CHECK(output.log.find("C7508") == std::string::npos);
   }
 }
 

@@ -1,4 +1,4 @@
-// Builders for the standard FlashMask families of docs/flashmask.md, on the host, O(N) each.
+// Builders for the standard FlashMask families of docs/masks.md, on the host, O(N) each.
 // Every builder returns one sample (batch = 1, heads = 1, seqlen_q = seqlen_k = N) with the
 // causal flag and number of columns of the family's row in the family table (dsl/families.hpp,
 // whose rows sit next to these builders in builders.cpp); use stack() and broadcast_heads() to

@@ -1,6 +1,6 @@
 // FlashMask interval vectors on the host: the int32 tensor `startend_row_indices`
 // [batch, heads, seqlen_k, columns], its element rule, validation, batching, packing and a dense
-// rendering for tests and the CLI. The column roles follow docs/flashmask.md:
+// rendering for tests and the CLI. The column roles follow docs/masks.md:
 //
 //   causal  C=1: LTS            masked rows of column j: causal ∪ [LTS, Sq)
 //   causal  C=2: LTS, LTE       masked rows of column j: causal ∪ [LTS, LTE)
@@ -39,7 +39,7 @@ struct IntervalVectors {
   MaskSpec mask_spec() const { return MaskSpec{MaskKind::flashmask, causal, columns}; }
 };
 
-/// The name of vector `c` of each key column under the column table of flashmask.md: LTS for
+/// The name of vector `c` of each key column under the column table of docs/masks.md: LTS for
 /// one column; LTS, LTE (causal) or LTS, UTE (non-causal) for two; LTS, LTE, UTS, UTE for four.
 std::string_view vector_name(bool causal, int columns, int c);
 

@@ -40,7 +40,7 @@ void check_family_call(const MaskExpr& call);
 Predicate family_predicate(const MaskExpr& call, int instance);
 
 /// The definition of a family over its own vectors, for a row without a predicate of its own:
-/// FlashMask's rule (flashmask.md) for the layout, over `_lts<instance>`, `_lte<instance>`, ...
+/// FlashMask's rule (docs/masks.md) for the layout, over `_lts<instance>`, `_lte<instance>`, ...
 /// (the tensors of vector_tensors()). Visible iff not masked, for seqlen_q == seqlen_k.
 std::string vector_definition(bool causal, int columns, int instance);
 

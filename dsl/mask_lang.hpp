@@ -7,7 +7,7 @@
 //   intervals   flashmask(causal, columns)    IntervalVectors, one mask head, per batch row
 //   predicate   predicate(<lifted text>)      scalars ($0, $1, ...) and int32 tensors
 //
-// A family alone takes its builder's vectors (flashmask.md's layout); a predicate or a
+// A family alone takes its builder's vectors (docs/masks.md's layout); a predicate or a
 // combination takes the interval form when dsl/interval_derivation.hpp proves it fits, else
 // the predicate form; `predicate(EXPR)` forces the predicate form. Families inside a
 // combination are lowered to their predicate definitions over generated tensors (`_doc0`, ...).

@@ -7,7 +7,7 @@
 namespace attnjit {
 namespace {
 
-// Column roles of startend_row_indices (flashmask.md): causal C=1: LTS; causal C=2: LTS,
+// Column roles of startend_row_indices (docs/masks.md): causal C=1: LTS; causal C=2: LTS,
 // LTE; non-causal C=2: LTS, UTE; non-causal C=4: LTS, LTE, UTS, UTE.
 std::vector<IntervalVector> flashmask_vectors(const MaskSpec& mask) {
   using V = IntervalVector;

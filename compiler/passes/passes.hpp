@@ -20,8 +20,8 @@ Lowering canonicalize(const Lowering& in);
 
 /// Decides how kernels apply the mask: causal and sliding window by index arithmetic,
 /// FlashMask by reading the interval vectors (which ones, in which column) and, because
-/// whole tiles can then be skipped, whether the per-key-block min/max tables are built.
-/// Throws Error for mask=predicate: this build has no kernels for element predicates.
+/// whole tiles can then be skipped, whether the per-key-block min/max tables are built;
+/// predicates by the generated element predicate, with per-block tables of visible tiles.
 Lowering lower_mask(const Lowering& in);
 
 /// Picks the kernel family and the shared-memory limit for the spec's target. The target

@@ -81,7 +81,7 @@ MaskSpec build_mask(const MaskBuildArgs& args, jit::Stream stream = nullptr);
 
 /// Checks FlashMask vectors on the device: int32 [B, Hm, Sk, C], contiguous, C = mask.columns
 /// (checked on the host), every value in [0, seqlen_q], LTS <= LTE and UTS <= UTE where the
-/// layout has those vectors (flashmask.md). Throws Error naming the first bad element in
+/// layout has those vectors (docs/masks.md). Throws Error naming the first bad element in
 /// (batch, head, column, vector) order (an end LTE/UTE below its start counts as bad), its value
 /// and the accepted range; dsl::validate reports the same element in the same words. Waits for
 /// `stream`.

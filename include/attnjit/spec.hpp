@@ -20,7 +20,7 @@ enum class MaskKind : std::uint8_t {
   none,            ///< every key visible
   causal,          ///< key j visible to query i iff j <= i + (Sk - Sq) (bottom-right aligned)
   sliding_window,  ///< i + off - window_left <= j <= i + off + window_right (runtime sizes)
-  flashmask,       ///< FlashMask column intervals LTS/LTE/UTS/UTE (flashmask.md)
+  flashmask,       ///< FlashMask column intervals LTS/LTE/UTS/UTE (docs/masks.md)
   predicate,       ///< an element predicate over (b, h, q, k) (compiler/ir/predicate.hpp)
 };
 

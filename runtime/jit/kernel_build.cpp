@@ -51,8 +51,8 @@ std::vector<NvrtcHeader> template_headers() {
   return headers;
 }
 
-// The attention kernels (forward, backward, dQ) take most of a set's compile time: 0.4-0.6 s
-// each on the 2-core machine against a tenth of that for a mask or memory-pass kernel.
+// The attention kernels (forward, backward, dQ) take most of a set's compile time, ten times
+// that of a mask or memory-pass kernel.
 bool is_attention_kernel(const KernelSource& source) {
   return source.role == "forward" || source.role == "backward" || source.role == "backward_dq";
 }

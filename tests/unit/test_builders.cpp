@@ -1,4 +1,4 @@
-// Unit tests of dsl/builders: the ten-token examples of flashmask.md, every family against a
+// Unit tests of dsl/builders: the ten-token examples of docs/masks.md, every family against a
 // brute-force evaluation of its own definition, parameter errors, the random generators, and
 // every row of the family table (dsl/families.hpp): its language call, flashmask()'s keyword
 // parameters and its device builder's definition build the same vectors.
@@ -95,7 +95,7 @@ constexpr int kTrials = 150;
 
 }  // namespace
 
-TEST_CASE("the ten-token examples of flashmask.md", "[dsl]") {
+TEST_CASE("the ten-token examples of docs/masks.md", "[dsl]") {
   SECTION("document") {
     const std::vector<int> docs = {4, 3, 3};
     const IntervalVectors m = dsl::document(docs);

@@ -112,7 +112,7 @@ TEST_CASE("bindings are checked against what the predicate reads", "[dsl]") {
 }
 
 TEST_CASE("a causal document mask evaluated by brute force", "[dsl]") {
-  // flashmask.md's ten-token example: documents of 4, 3 and 3 tokens.
+  // docs/masks.md's ten-token example: documents of 4, 3 and 3 tokens.
   const std::vector<std::int32_t> doc{0, 0, 0, 0, 1, 1, 1, 2, 2, 2};
   const PredicateEvaluator ten(parse_predicate("q >= k && doc[q] == doc[k]"),
                                {{{"doc", 1, 10, doc}}, {}});

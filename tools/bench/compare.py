@@ -3,7 +3,7 @@
 protocol, side by side in one process on one GPU.
 
 For each sequence length (8K x batch 16 and 32K x batch 4: 128K tokens), head dim (64, 128,
-256; hidden 4096, so 4096 / d heads), mask family (the twelve of flashmask.md, synthetic and
+256; hidden 4096, so 4096 / d heads), mask family (the twelve of docs/masks.md, synthetic and
 seeded: 3-7 documents per 8K sample, 10-14 per 32K) and mode (forward, forward+backward), bf16:
 1. attnjit's FlashMask vectors from attnjit.flashmask (the host builders; timed with the
    upload, and with attnjit.build_mask when the package has it), FlexAttention's block mask

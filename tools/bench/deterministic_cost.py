@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The cost of attnjit's deterministic backward against its atomic mode, per FlashMask family.
 
-For each head dim and each of the twelve families of flashmask.md (bf16, compare.py's masks:
+For each head dim and each of the twelve families of docs/masks.md (bf16, compare.py's masks:
 same parameters and seed, S x batch with 4096 / D heads), one process on one GPU:
 1. forward+backward (o.backward(dO)) in the atomic mode and with deterministic=True, timed with
    CUDA events (warm-up, median of --runs, rotating among 3 input sets);
@@ -37,7 +37,7 @@ def parse_args(argv=None):
     parser.add_argument("--head-dims", default="128",
                         help="comma-separated head dims (hidden 4096: 4096 / D heads)")
     parser.add_argument("--families", default=",".join(families.FAMILIES),
-                        help="comma-separated families of flashmask.md")
+                        help="comma-separated families of docs/masks.md")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3,

@@ -1,4 +1,4 @@
-"""The twelve mask families of the benchmark protocol (docs: flashmask.md, "Benchmark protocol").
+"""The twelve mask families of the benchmark protocol (docs/masks.md, docs/performance.md).
 
 For each family: seeded synthetic parameters (documents per sample, windows, prefixes ...),
 the family's rule as a FlexAttention mask_mod over small per-token tables derived from those
@@ -214,7 +214,7 @@ def mask_mod(family, params, t):
 
 def vector_visible(causal, columns, values, q, k):
     """Whether query q sees key k under FlashMask vectors `values` (the C values of column k;
-    seqlen_q == seqlen_k): the column table of flashmask.md, evaluated directly."""
+    seqlen_q == seqlen_k): the column table of docs/masks.md, evaluated directly."""
     if causal and k > q:
         return False
     if causal:

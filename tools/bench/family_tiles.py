@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """attnjit's forward alone on the FlashMask families, with forced tile shapes side by side.
 
-For tuning the registry's automatic shapes: each family of flashmask.md (compare.py's masks:
+For tuning the registry's automatic shapes: each family of docs/masks.md (compare.py's masks:
 same parameters and seed, S x batch with 4096 / D heads, bf16, no LSE) is timed with the
 automatic choice and with each shape of --tiles forced through the spec's `tiles=` key, in one
 process on one GPU (CUDA events, warm-up, median of --runs, rotating among 3 input sets).
@@ -39,7 +39,7 @@ def parse_args(argv=None):
     parser.add_argument("--seqlen", type=int, default=8192)
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--families", default=",".join(families.FAMILIES + (CONTROL,)),
-                        help=f"comma-separated families of flashmask.md, or {CONTROL}")
+                        help=f"comma-separated families of docs/masks.md, or {CONTROL}")
     parser.add_argument("--tiles", default="",
                         help="comma-separated shapes forced besides the automatic choice, "
                              "e.g. 128x128x12w,64x128x8w")

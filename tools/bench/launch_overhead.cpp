@@ -2,7 +2,7 @@
 // package calls) and jit::Kernel::forward, at B=1, S=128, H=1, d=64, bf16, mask none -- a
 // launch-bound size. Each round enqueues 200 launches on one stream, timing only the enqueue,
 // then waits; prints the median per-launch microseconds. tools/bench/host_overhead.py
-// measures the Python and ctypes parts in one process with torch; see docs/benchmarks/.
+// measures the Python and ctypes parts in one process with torch (docs/performance.md).
 #include <cuda.h>
 #include <fmt/format.h>
 

@@ -1,6 +1,6 @@
 // A plain fp32 attention forward used to check the fused kernels on large problems:
 // one CTA per (query row, head, batch), every score kept in shared memory, the mask
-// evaluated element by element straight from flashmask.md or from the generated predicate
+// evaluated element by element straight from docs/masks.md or from the generated predicate
 // (no tiles, no skipping, no block table), the score modifiers straight from their definition
 // (tanhf, nothing shared with score_mod.cuh). Slow on purpose; correct by inspection.
 //

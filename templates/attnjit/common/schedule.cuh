@@ -2,11 +2,10 @@
 //
 // The hardware starts CTAs in linear order, x fastest. With a grid (blocks, heads, batch)
 // all blocks of one (batch, head) would run back to back, and under causal masks the
-// heaviest blocks of the last heads would start last and set the kernel's tail (about 10%
-// of a causal 8K pass on 132 SMs). So the attention kernels are launched on
-// (2 * blocks, ceil(heads / 2), batch): x = 2 * step + member walks the blocks of a pair of
-// heads heaviest first, alternating between the two heads. The last CTAs to start are then
-// light ones, and the CTAs running at once still share the operands of about two heads in
+// heaviest blocks of the last heads would start last and set the kernel's tail. So the
+// attention kernels are launched on (2 * blocks, ceil(heads / 2), batch): x = 2 * step +
+// member walks the blocks of a pair of heads heaviest first, alternating between the two
+// heads. The last CTAs to start are then light ones, and the CTAs running at once still share the operands of about two heads in
 // L2, as in the literal order. Decoding takes a few integer operations on the block indices,
 // which the compiler may redo at each use rather than hold in registers across a loop.
 //

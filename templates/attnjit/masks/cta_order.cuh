@@ -4,8 +4,7 @@
 // groups of group_pairs head pairs of one batch (consecutive natural indices), the groups in
 // natural order: the CTAs running at once then share the operands of a few heads in L2.
 // Sorted over the whole grid, CTAs of equal cost from every head and batch ran together and
-// each fetched its operands from DRAM (under documents masks the forward read DRAM at 80% of
-// its peak on the H100 and ran at half the speed of the index-ordered causal kernel).
+// each fetched its operands from DRAM, and the kernel became bound by DRAM bandwidth.
 //
 // Two launches of one kernel (CtaOrderParams::phase):
 //   phase 0  one warp per CTA of the attention grid (natural index, schedule.cuh) walks the

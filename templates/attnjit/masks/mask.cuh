@@ -5,7 +5,7 @@
 //   kCausal  key j visible to query i only if j <= i + (Sk - Sq)   (bottom-right aligned)
 //   kWindow  i + off - window_left <= j <= i + off + window_right  (runtime sizes, < 0: none)
 //   kLts..kUte  column of each FlashMask vector in startend_row_indices, -1 if absent.
-// FlashMask (flashmask.md): column j masks rows [LTS, LTE) and [UTS, UTE); an absent LTE
+// FlashMask (docs/masks.md): column j masks rows [LTS, LTE) and [UTS, UTE); an absent LTE
 // reads as Sq and an absent UTS as 0.
 //
 // PredicatePolicy (same interface) serves mask=predicate: a block table built before the

@@ -15,8 +15,8 @@ struct BackwardEpilogue {
 
   /// dK (scaled by softmax_scale) and dV of the consumer, written into its rows (its keys) or
   /// panels (its columns) of the K and V tiles and stored by TMA, which drops the keys past Sk
-  /// (issue_copies). Storing the fragments from registers took 15% of the warps'
-  /// samples with a 1024-key sliding window (ncu: 4-byte stores stalled on the store queue).
+  /// (issue_copies): stored from registers, the fragments' 4-byte stores stall the warps on
+  /// the store queue.
   __device__ __forceinline__ static void store(const BwdParams& p, const BwdTensorMaps& maps,
                                                u32 base, const CtaWork& work,
                                                const Accumulator& acc_dk,

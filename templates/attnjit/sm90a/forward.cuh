@@ -69,10 +69,8 @@ struct ForwardSm90a {
   static constexpr int kColumns = Mask::kColumns;
   static constexpr bool kElementBits = Mask::kElementBits;
   /// Partial blocks take the FlashMask rule element by element (mask_scores' kDirect) with one
-  /// or four vectors: on the H100 (B=16 S=8192) the one-vector families took 0.79-0.94x the
-  /// time at d64 and d128 and global + sliding window (four) 0.96-0.97x; with two vectors the
-  /// causal ones took 1.05-1.10x (and d128 spilled), the others 0.96-1.04x
-  /// (docs/benchmarks/2026-11-26-h100-forward-persistent.md).
+  /// or four vectors, where it is faster than the per-block bounds; with two vectors the causal
+  /// families were slower by it (and d128 spilled).
   static constexpr bool kDirectMask = kColumns == 1 || kColumns == 4;
   /// Named barriers: the consumers' turns (1 .. kConsumers) and their epilogues (after).
   static constexpr int kTurnBarrier = 1;
@@ -94,8 +92,7 @@ struct ForwardSm90a {
 
   static constexpr bool kPersistent = Config::kPersistent;
   /// Lazy rescaling (softmax.cuh) from head dim 128, where the output rows a step rescales
-  /// are 64 or more per thread: 0.96-0.98x the time on eight of ten families at d128 (B=16
-  /// H=32 S=8192); at d64 it measured 1.01-1.05x slower.
+  /// are 64 or more per thread (enough for the skipped work to pay; at d64 it does not).
   static constexpr bool kLazyRescale = kHeadDim >= 128;
   /// Under masks with tables (FlashMask, predicates) the producer's walk is the only one: it
   /// writes each K stage's block, its classification and whether another block follows into
@@ -104,17 +101,16 @@ struct ForwardSm90a {
   /// before its S is issued. The walk (table reads, a window's classification, the bit scans
   /// and shuffles) is then compiled once, not in the producer and again at each of a
   /// consumer's uses, and its latency is off the consumers' path (walked by every consumer
-  /// warp, it had to run a block ahead, under the products: ncu, d64 documents, 8% of the
-  /// samples waited on its shuffle between S and the softmax). Masks by index keep every
-  /// warp's walk, by arithmetic.
+  /// warp, it had to run a block ahead, under the products, and its shuffle stalled the
+  /// consumers between S and the softmax). Masks by index keep every warp's walk, by arithmetic.
   static constexpr bool kFedWalk = WarpKeyBlockWalk<Mask, kBlockN>::kTables;
   /// The K stages' empty barrier takes one arrival per consumer warp, or per consumer thread
   /// where the stages hold FlashMask values, which every thread reads (see release()). The
   /// block slot is read by lane 0 where the release is per warp (read_block_slot).
   static constexpr bool kKReleasePerWarp = kColumns == 0;
   /// Whether the output's rescaling is skipped where no row of the warp moved its max (a warp
-  /// vote): with lazy steps, and under masks with tables, where exact steps measured 0.97-1.02x
-  /// the time with it at d64 (against 1.01-1.04x under masks by index).
+  /// vote): with lazy steps, and under masks with tables, where the vote pays for itself (under
+  /// masks by index it does not).
   static constexpr bool kSkipRescale = kLazyRescale || kFedWalk;
   static_assert(!kPersistent || (Mask::kOrderedCtas && kConsumers >= 2),
                 "persistent: works sorted by a CTA order, two or three consumers");
@@ -327,8 +323,8 @@ struct ForwardSm90a {
   /// Where the stage is released per warp (kKReleasePerWarp: predicate masks), lane 0 reads
   /// the slot and the warp takes it by shuffles: the reads then precede the releasing lane's
   /// arrival in its own order (compute-sanitizer's racecheck does not follow __syncwarp and
-  /// reported the other lanes' reads against the producer's next write). Released per
-  /// thread, the warp's K stages measured 0.7-2.3% slower under predicate masks.
+  /// reported the other lanes' reads against the producer's next write); one arrival per warp
+  /// is cheaper than one per thread.
   __device__ __forceinline__ static void read_block_slot(u32 base, int stage, int& block, int& tile,
                                                          bool& more) {
     if constexpr (kKReleasePerWarp) {
@@ -420,9 +416,8 @@ struct ForwardSm90a {
   /// Releases a stage and moves on: kPerWarp, lane 0 of each consumer warp after the warp's
   /// reads (__syncwarp), else every consumer thread. The K stages that hold FlashMask values
   /// take an arrival from every thread: compute-sanitizer's racecheck does not follow the
-  /// __syncwarp ordering and reported the values' reuse as hazards. Per thread measured ~3%
-  /// slower without a mask (docs/benchmarks/2026-11-25-h100-backward-sm90a.md), so the V
-  /// stages and the K stages of other masks keep one arrival per warp.
+  /// __syncwarp ordering and reported the values' reuse as hazards. Arrivals per thread cost
+  /// time, so the V stages and the K stages of other masks keep one arrival per warp.
   template <bool kPerWarp = true>
   __device__ __forceinline__ static void release(const Pipeline<kStages>& ring,
                                                  PipelineState<kStages>& state) {

@@ -115,8 +115,8 @@ struct ForwardProducer {
   /// The launch index of the CTA's next work (every lane gets lane 0's draw): the works after
   /// each CTA's first go out in order, to whichever producer draws first, as the hardware
   /// hands out CTAs, so that the works running at once stay neighbours in the CTA order and
-  /// share their operands in L2 (cta_order.cuh; dealt out in a fixed pattern, the CTAs drifted
-  /// apart and the L2 hit rate fell from 89% to 68%).
+  /// share their operands in L2 (cta_order.cuh; dealt out in a fixed pattern, the CTAs drift
+  /// apart and miss in L2).
   __device__ __forceinline__ static unsigned draw_work(const FwdParams& p) {
     unsigned next = 0;
     if (threadIdx.x % 32 == 0) next = atomicAdd(p.work_counter, 1u) + gridDim.x;

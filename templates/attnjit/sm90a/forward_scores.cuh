@@ -68,8 +68,8 @@ __device__ __forceinline__ void hide_keys_from(float (&s)[kTiles][4], int limit,
 /// into bits first, 32 elements per word, so that no more than a column's values are live next
 /// to the accumulators, and the bits are applied after (two more operations per element).
 /// Keys past Sk, in the last block only, are hidden by a pass of their own: the rule of the
-/// other blocks saves a compare per element (measured on global + sliding window at d64, where
-/// a third of the blocks are partial). Causal and window masks by index (Mask::kIndexRange)
+/// other blocks saves a compare per element (which counts where many blocks are partial, as
+/// under global + sliding window). Causal and window masks by index (Mask::kIndexRange)
 /// instead hide each row's keys outside its visible range, which ends at Sk.
 template <class Mask, bool kDirect, int kTiles, class Params>
 __device__ __forceinline__ void mask_scores(const Params& p, const MaskState& ms,

@@ -8,8 +8,8 @@ FlashMask('causal_document', seqlen=8, batch=2, heads=1, mask='flashmask(causal=
 >>> q8, k8, v8 = (t[:, :8] for t in (q, k, v))  # 8 tokens       # doctest: +GPU
 >>> o = attnjit.attention(q8, k8, v8, mask=mask)                # doctest: +GPU
 
-FAMILIES maps every family of libattnjit's family table to its parameters (README "Mask
-semantics"; N = seqlen), e.g.
+FAMILIES maps every family of libattnjit's family table to its parameters (docs/masks.md,
+"The twelve families"; N = seqlen), e.g.
 
     full, causal             none (no vectors)
     sliding_window           window: keys seen by each row, itself included (causal)

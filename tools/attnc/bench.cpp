@@ -1,6 +1,7 @@
 // attnc bench: times a forward or backward spec on the GPU with CUDA events, rotating among
 // random input sets, and prints the median (min, max) time and TFLOP/s counting visible
-// (query, key) pairs: forward 4 * B * H * D * pairs, backward 2.5x that.
+// (query, key) pairs: forward 4 * B * H * D * pairs, backward 2.5x that. A predicate mask is
+// the spec's (mask=predicate(EXPR)), its tensors given by --tensor as for attnc run.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -15,6 +16,7 @@
 #include "runtime/jit/driver.hpp"
 #include "tools/attnc/commands.hpp"
 #include "tools/attnc/problem.hpp"
+#include "tools/attnc/run_predicate.hpp"
 
 namespace attnc {
 namespace {
@@ -29,6 +31,7 @@ struct BenchOptions {
   std::string spec_text;
   std::optional<std::string> arch;
   ProblemOptions problem;
+  std::vector<std::string> tensors;
   int warmup = 5, repeat = 20;
   bool json = false;
 };
@@ -111,7 +114,8 @@ struct Result {
   double flops = 0;
 };
 
-Result bench(const attnjit::jit::Kernel& kernel, const ProblemOptions& p, int warmup, int repeat) {
+Result bench(const attnjit::jit::Kernel& kernel, const ProblemOptions& p,
+             const std::optional<HostPredicate>& predicate, int warmup, int repeat) {
   const attnjit::AttentionSpec& s = kernel.spec();
   const Sizes n = sizes_of(s, p);
   std::optional<attnjit::dsl::IntervalVectors> vectors;
@@ -124,11 +128,17 @@ Result bench(const attnjit::jit::Kernel& kernel, const ProblemOptions& p, int wa
     vector_buffer = upload_vectors(*vectors);
     shared.startend_row_indices = vectors_view(vector_buffer, *vectors);
   }
+  std::optional<DevicePredicate> device_predicate;
+  if (predicate) {
+    device_predicate = upload(*predicate);
+    shared.predicate = device_predicate->args;
+  }
 
   Result r;
-  r.pairs =
-      attnjit::dsl::visible_pairs(s.mask, p.batch, p.heads, p.seqlen_q, p.seqlen_k, p.window_left,
-                                  p.window_right, vectors ? &*vectors : nullptr);
+  r.pairs = predicate ? visible_pairs(*predicate, p.batch, p.heads, p.seqlen_q, p.seqlen_k)
+                      : attnjit::dsl::visible_pairs(s.mask, p.batch, p.heads, p.seqlen_q,
+                                                    p.seqlen_k, p.window_left, p.window_right,
+                                                    vectors ? &*vectors : nullptr);
   r.flops = 4.0 * s.head_dim_qk * static_cast<double>(r.pairs);
   if (s.direction == attnjit::Direction::forward) {
     DeviceBuffer out(n.o * 2), lse(s.return_lse ? n.lse * 4 : 0);
@@ -166,6 +176,7 @@ Result bench(const attnjit::jit::Kernel& kernel, const ProblemOptions& p, int wa
     b.args.startend_row_indices = f.startend_row_indices;
     b.args.window_left = f.window_left;
     b.args.window_right = f.window_right;
+    b.args.predicate = f.predicate;
     b.args.d_o = activation_view(b.d_o, s.dtype, p.batch, p.seqlen_q, p.heads, s.head_dim_v);
     b.args.d_q = activation_view(d_q, s.dtype, p.batch, p.seqlen_q, p.heads, s.head_dim_qk);
     b.args.d_k = activation_view(d_k, s.dtype, p.batch, p.seqlen_k, p.kv_heads, s.head_dim_qk);
@@ -221,8 +232,18 @@ void print(const attnjit::jit::Kernel& kernel, const BenchOptions& o, const Resu
 void run_bench(BenchOptions o) {
   attnjit::AttentionSpec spec = spec_with_arch(o.spec_text, o.arch);
   resolve_problem(o.problem);
+  std::optional<HostPredicate> predicate;
+  if (spec.mask.kind == attnjit::MaskKind::predicate) {
+    // The spec's text of the mask has the literals' values back in place: predicate(EXPR).
+    const std::string mask = attnjit::to_string(spec.mask);
+    predicate = parse_host_predicate(mask.substr(10, mask.size() - 11), o.tensors,
+                                     std::max(o.problem.seqlen_q, o.problem.seqlen_k));
+  } else if (!o.tensors.empty()) {
+    throw attnjit::Error(
+        "--tensor: given without a predicate mask; accepted: --tensor with mask=predicate(EXPR)");
+  }
   const attnjit::jit::Kernel kernel = attnjit::jit::compile(spec);
-  const Result r = bench(kernel, o.problem, o.warmup, o.repeat);
+  const Result r = bench(kernel, o.problem, predicate, o.warmup, o.repeat);
   print(kernel, o, r);
 }
 
@@ -237,6 +258,9 @@ void add_bench(CLI::App& app) {
       ->required();
   cmd->add_option("--arch", o.arch, "Target (default: the spec's, else the device's)");
   add_problem_options(cmd, o.problem);
+  cmd->add_option("--tensor", o.tensors,
+                  "A tensor of the spec's predicate mask: NAME=v0,v1,..., NAME=iota or "
+                  "NAME=doc:LEN1,LEN2,...");
   cmd->add_option("--warmup", o.warmup, "Untimed launches first")->check(integer_in(0, INT32_MAX));
   cmd->add_option("--repeat", o.repeat, "Timed launches (median, min and max are reported)")
       ->check(integer_in(1, INT32_MAX));

@@ -129,36 +129,40 @@ namespace {
 
 using attnjit::c_api::predicate_args;
 
-// The tensors every forward entry point takes; absent startend_row_indices (NULL) is empty.
-attnjit::ForwardArgs forward_tensors(const attnjit_tensor* q, const attnjit_tensor* k,
-                                     const attnjit_tensor* v, const attnjit_tensor* o,
-                                     const attnjit_tensor* lse,
-                                     const attnjit_tensor* startend_row_indices) {
-  attnjit::ForwardArgs args;
+// The tensors that forward and backward entry points share; absent startend_row_indices (NULL)
+// is empty.
+template <class Args>
+Args attention_tensors(const attnjit_tensor* q, const attnjit_tensor* k, const attnjit_tensor* v,
+                       const attnjit_tensor* o, const attnjit_tensor* startend_row_indices) {
+  Args args;
   args.q = required_view("q", q);
   args.k = required_view("k", k);
   args.v = required_view("v", v);
   args.o = required_view("o", o);
-  args.lse = optional_view("lse", lse);
   args.startend_row_indices = optional_view("startend_row_indices", startend_row_indices);
   return args;
 }
 
-// The tensors every backward entry point takes, likewise.
+// The tensors every forward entry point takes (the LSE is an optional output).
+attnjit::ForwardArgs forward_tensors(const attnjit_tensor* q, const attnjit_tensor* k,
+                                     const attnjit_tensor* v, const attnjit_tensor* o,
+                                     const attnjit_tensor* lse,
+                                     const attnjit_tensor* startend_row_indices) {
+  auto args = attention_tensors<attnjit::ForwardArgs>(q, k, v, o, startend_row_indices);
+  args.lse = optional_view("lse", lse);
+  return args;
+}
+
+// The tensors every backward entry point takes (the LSE is an input).
 attnjit::BackwardArgs backward_tensors(const attnjit_tensor* q, const attnjit_tensor* k,
                                        const attnjit_tensor* v, const attnjit_tensor* o,
                                        const attnjit_tensor* d_o, const attnjit_tensor* lse,
                                        const attnjit_tensor* startend_row_indices,
                                        const attnjit_tensor* d_q, const attnjit_tensor* d_k,
                                        const attnjit_tensor* d_v) {
-  attnjit::BackwardArgs args;
-  args.q = required_view("q", q);
-  args.k = required_view("k", k);
-  args.v = required_view("v", v);
-  args.o = required_view("o", o);
+  auto args = attention_tensors<attnjit::BackwardArgs>(q, k, v, o, startend_row_indices);
   args.d_o = required_view("d_o", d_o);
   args.lse = required_view("lse", lse);
-  args.startend_row_indices = optional_view("startend_row_indices", startend_row_indices);
   args.d_q = required_view("d_q", d_q);
   args.d_k = required_view("d_k", d_k);
   args.d_v = required_view("d_v", d_v);

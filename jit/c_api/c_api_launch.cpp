@@ -61,8 +61,11 @@ void check_device(int device) {
   }
 }
 
-/// Copies a run's pointers into `view` when its slot is present; an absent slot takes none.
-void bind(attnjit::TensorView& view, bool present, void* data, int slot) {
+/// Copies a run's pointer of `slot` into `view` when the slot is present; an absent slot takes
+/// none.
+void bind(attnjit::TensorView& view, const bool* present_slots, void* const* data_slots, int slot) {
+  const bool present = present_slots[slot];
+  void* const data = data_slots[slot];
   if (present) {
     std::int64_t elements = 1;
     for (int d = 0; d < view.rank; ++d) elements *= view.shape[d];
@@ -77,11 +80,42 @@ void bind(attnjit::TensorView& view, bool present, void* data, int slot) {
   }
 }
 
+/// The tensors and scalars that forward and backward launches share (the LSE is the
+/// backward's input, the forward's optional output).
 template <class Args>
-void bind_predicate(Args& args, void* const* data, int count) {
-  for (int i = 0; i < count; ++i) {
+void bind_shared(Args& args, const attnjit_tensor* tensors, bool lse_required, float softmax_scale,
+                 int window_left, int window_right, float softcap,
+                 attnjit::PredicateArgs predicate) {
+  args.q = slot_view(tensors, ATTNJIT_SLOT_Q, true);
+  args.k = slot_view(tensors, ATTNJIT_SLOT_K, true);
+  args.v = slot_view(tensors, ATTNJIT_SLOT_V, true);
+  args.o = slot_view(tensors, ATTNJIT_SLOT_O, true);
+  args.lse = slot_view(tensors, ATTNJIT_SLOT_LSE, lse_required);
+  args.startend_row_indices = slot_view(tensors, ATTNJIT_SLOT_STARTEND_ROW_INDICES, false);
+  args.alibi_slopes = slot_view(tensors, ATTNJIT_SLOT_ALIBI_SLOPES, false);
+  args.softmax_scale = softmax_scale;
+  args.window_left = window_left;
+  args.window_right = window_right;
+  args.softcap = softcap;
+  args.predicate = std::move(predicate);
+}
+
+/// A run's pointers of the slots that forward and backward launches share, of the predicate's
+/// tensors (after the slots) and its workspace.
+template <class Args>
+void bind_run(Args& args, const bool* present, void* const* data, int predicate_tensors,
+              void* workspace, std::size_t workspace_bytes) {
+  for (const auto& [view, slot] :
+       {std::pair{&args.q, ATTNJIT_SLOT_Q}, {&args.k, ATTNJIT_SLOT_K}, {&args.v, ATTNJIT_SLOT_V},
+        {&args.o, ATTNJIT_SLOT_O}, {&args.lse, ATTNJIT_SLOT_LSE},
+        {&args.startend_row_indices, ATTNJIT_SLOT_STARTEND_ROW_INDICES},
+        {&args.alibi_slopes, ATTNJIT_SLOT_ALIBI_SLOPES}}) {
+    bind(*view, present, data, slot);
+  }
+  for (int i = 0; i < predicate_tensors; ++i) {
     args.predicate.tensors[static_cast<std::size_t>(i)].tensor.data = data[ATTNJIT_SLOT_COUNT + i];
   }
+  args.workspace = {workspace, workspace_bytes};
 }
 
 }  // namespace
@@ -132,22 +166,12 @@ int attnjit_launch_prepare(const attnjit_kernel* kernel, const attnjit_tensor* t
     }
     if (launch->backward) {
       attnjit::BackwardArgs& args = launch->backward_args;
-      args.q = slot_view(tensors, ATTNJIT_SLOT_Q, true);
-      args.k = slot_view(tensors, ATTNJIT_SLOT_K, true);
-      args.v = slot_view(tensors, ATTNJIT_SLOT_V, true);
-      args.o = slot_view(tensors, ATTNJIT_SLOT_O, true);
+      bind_shared(args, tensors, /*lse_required=*/true, softmax_scale, window_left, window_right,
+                  softcap, std::move(predicate_args));
       args.d_o = slot_view(tensors, ATTNJIT_SLOT_D_O, true);
-      args.lse = slot_view(tensors, ATTNJIT_SLOT_LSE, true);
-      args.startend_row_indices = slot_view(tensors, ATTNJIT_SLOT_STARTEND_ROW_INDICES, false);
-      args.alibi_slopes = slot_view(tensors, ATTNJIT_SLOT_ALIBI_SLOPES, false);
       args.d_q = slot_view(tensors, ATTNJIT_SLOT_D_Q, true);
       args.d_k = slot_view(tensors, ATTNJIT_SLOT_D_K, true);
       args.d_v = slot_view(tensors, ATTNJIT_SLOT_D_V, true);
-      args.softmax_scale = softmax_scale;
-      args.window_left = window_left;
-      args.window_right = window_right;
-      args.softcap = softcap;
-      args.predicate = std::move(predicate_args);
     } else {
       for (int slot : {ATTNJIT_SLOT_D_O, ATTNJIT_SLOT_D_Q, ATTNJIT_SLOT_D_K, ATTNJIT_SLOT_D_V}) {
         if (launch->present[slot]) {
@@ -155,19 +179,8 @@ int attnjit_launch_prepare(const attnjit_kernel* kernel, const attnjit_tensor* t
                                      "a tensor", "rank 0 (absent) for a forward kernel");
         }
       }
-      attnjit::ForwardArgs& args = launch->forward;
-      args.q = slot_view(tensors, ATTNJIT_SLOT_Q, true);
-      args.k = slot_view(tensors, ATTNJIT_SLOT_K, true);
-      args.v = slot_view(tensors, ATTNJIT_SLOT_V, true);
-      args.o = slot_view(tensors, ATTNJIT_SLOT_O, true);
-      args.lse = slot_view(tensors, ATTNJIT_SLOT_LSE, false);
-      args.startend_row_indices = slot_view(tensors, ATTNJIT_SLOT_STARTEND_ROW_INDICES, false);
-      args.alibi_slopes = slot_view(tensors, ATTNJIT_SLOT_ALIBI_SLOPES, false);
-      args.softmax_scale = softmax_scale;
-      args.window_left = window_left;
-      args.window_right = window_right;
-      args.softcap = softcap;
-      args.predicate = std::move(predicate_args);
+      bind_shared(launch->forward, tensors, /*lse_required=*/false, softmax_scale, window_left,
+                  window_right, softcap, std::move(predicate_args));
     }
     launch->workspace_bytes = launch->backward
                                   ? launch->kernel.workspace_size(launch->backward_args)
@@ -200,44 +213,25 @@ int attnjit_launch_run_workspace(const attnjit_launch* launch, void* const* data
                                  fmt::format("{} ({} slots and {} predicate tensors)", expected,
                                              int{ATTNJIT_SLOT_COUNT}, launch->predicate_tensors));
     }
-    const auto& present = launch->present;
+    const bool* present = launch->present.data();
     if (launch->backward) {
       attnjit::BackwardArgs args = launch->backward_args;
-      bind(args.q, present[ATTNJIT_SLOT_Q], data[ATTNJIT_SLOT_Q], ATTNJIT_SLOT_Q);
-      bind(args.k, present[ATTNJIT_SLOT_K], data[ATTNJIT_SLOT_K], ATTNJIT_SLOT_K);
-      bind(args.v, present[ATTNJIT_SLOT_V], data[ATTNJIT_SLOT_V], ATTNJIT_SLOT_V);
-      bind(args.o, present[ATTNJIT_SLOT_O], data[ATTNJIT_SLOT_O], ATTNJIT_SLOT_O);
-      bind(args.lse, present[ATTNJIT_SLOT_LSE], data[ATTNJIT_SLOT_LSE], ATTNJIT_SLOT_LSE);
-      bind(args.startend_row_indices, present[ATTNJIT_SLOT_STARTEND_ROW_INDICES],
-           data[ATTNJIT_SLOT_STARTEND_ROW_INDICES], ATTNJIT_SLOT_STARTEND_ROW_INDICES);
-      bind(args.alibi_slopes, present[ATTNJIT_SLOT_ALIBI_SLOPES], data[ATTNJIT_SLOT_ALIBI_SLOPES],
-           ATTNJIT_SLOT_ALIBI_SLOPES);
-      bind(args.d_o, present[ATTNJIT_SLOT_D_O], data[ATTNJIT_SLOT_D_O], ATTNJIT_SLOT_D_O);
-      bind(args.d_q, present[ATTNJIT_SLOT_D_Q], data[ATTNJIT_SLOT_D_Q], ATTNJIT_SLOT_D_Q);
-      bind(args.d_k, present[ATTNJIT_SLOT_D_K], data[ATTNJIT_SLOT_D_K], ATTNJIT_SLOT_D_K);
-      bind(args.d_v, present[ATTNJIT_SLOT_D_V], data[ATTNJIT_SLOT_D_V], ATTNJIT_SLOT_D_V);
-      bind_predicate(args, data, launch->predicate_tensors);
-      args.workspace = {workspace, workspace_bytes};
+      bind_run(args, present, data, launch->predicate_tensors, workspace, workspace_bytes);
+      bind(args.d_o, present, data, ATTNJIT_SLOT_D_O);
+      bind(args.d_q, present, data, ATTNJIT_SLOT_D_Q);
+      bind(args.d_k, present, data, ATTNJIT_SLOT_D_K);
+      bind(args.d_v, present, data, ATTNJIT_SLOT_D_V);
       // The device after the arguments: a bad pointer is the caller's error on any machine.
       const attnjit::runtime::DeviceScope scope(launch->device);
       launch->kernel.backward(args, stream);
     } else {
       attnjit::ForwardArgs args = launch->forward;
-      bind(args.q, present[ATTNJIT_SLOT_Q], data[ATTNJIT_SLOT_Q], ATTNJIT_SLOT_Q);
-      bind(args.k, present[ATTNJIT_SLOT_K], data[ATTNJIT_SLOT_K], ATTNJIT_SLOT_K);
-      bind(args.v, present[ATTNJIT_SLOT_V], data[ATTNJIT_SLOT_V], ATTNJIT_SLOT_V);
-      bind(args.o, present[ATTNJIT_SLOT_O], data[ATTNJIT_SLOT_O], ATTNJIT_SLOT_O);
-      bind(args.lse, present[ATTNJIT_SLOT_LSE], data[ATTNJIT_SLOT_LSE], ATTNJIT_SLOT_LSE);
-      bind(args.startend_row_indices, present[ATTNJIT_SLOT_STARTEND_ROW_INDICES],
-           data[ATTNJIT_SLOT_STARTEND_ROW_INDICES], ATTNJIT_SLOT_STARTEND_ROW_INDICES);
-      bind(args.alibi_slopes, present[ATTNJIT_SLOT_ALIBI_SLOPES], data[ATTNJIT_SLOT_ALIBI_SLOPES],
-           ATTNJIT_SLOT_ALIBI_SLOPES);
+      bind_run(args, present, data, launch->predicate_tensors, workspace, workspace_bytes);
+      // The backward's slots are absent (prepare refused them): their pointers must be NULL.
       for (int slot : {ATTNJIT_SLOT_D_O, ATTNJIT_SLOT_D_Q, ATTNJIT_SLOT_D_K, ATTNJIT_SLOT_D_V}) {
         attnjit::TensorView unused;
-        bind(unused, false, data[slot], slot);
+        bind(unused, present, data, slot);
       }
-      bind_predicate(args, data, launch->predicate_tensors);
-      args.workspace = {workspace, workspace_bytes};
       const attnjit::runtime::DeviceScope scope(launch->device);
       launch->kernel.forward(args, stream);
     }

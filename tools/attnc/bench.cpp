@@ -12,7 +12,6 @@
 
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
-#include "dsl/pairs.hpp"
 #include "runtime/jit/driver.hpp"
 #include "tools/attnc/commands.hpp"
 #include "tools/attnc/problem.hpp"
@@ -118,27 +117,11 @@ Result bench(const attnjit::jit::Kernel& kernel, const ProblemOptions& p,
              const std::optional<HostPredicate>& predicate, int warmup, int repeat) {
   const attnjit::AttentionSpec& s = kernel.spec();
   const Sizes n = sizes_of(s, p);
-  std::optional<attnjit::dsl::IntervalVectors> vectors;
-  DeviceBuffer vector_buffer;
   attnjit::ForwardArgs shared;
-  shared.window_left = p.window_left;
-  shared.window_right = p.window_right;
-  if (s.mask.kind == attnjit::MaskKind::flashmask) {
-    vectors = make_vectors(s.mask, p);
-    vector_buffer = upload_vectors(*vectors);
-    shared.startend_row_indices = vectors_view(vector_buffer, *vectors);
-  }
-  std::optional<DevicePredicate> device_predicate;
-  if (predicate) {
-    device_predicate = upload(*predicate);
-    shared.predicate = device_predicate->args;
-  }
+  const DeviceMask mask = bind_mask(s, p, predicate, shared);
 
   Result r;
-  r.pairs = predicate ? visible_pairs(*predicate, p.batch, p.heads, p.seqlen_q, p.seqlen_k)
-                      : attnjit::dsl::visible_pairs(s.mask, p.batch, p.heads, p.seqlen_q,
-                                                    p.seqlen_k, p.window_left, p.window_right,
-                                                    vectors ? &*vectors : nullptr);
+  r.pairs = mask.pairs;
   r.flops = 4.0 * s.head_dim_qk * static_cast<double>(r.pairs);
   if (s.direction == attnjit::Direction::forward) {
     DeviceBuffer out(n.o * 2), lse(s.return_lse ? n.lse * 4 : 0);

@@ -13,7 +13,6 @@
 
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
-#include "dsl/pairs.hpp"
 #include "runtime/jit/driver.hpp"
 #include "runtime/jit/half.hpp"
 #include "tools/attnc/commands.hpp"
@@ -156,8 +155,6 @@ void run(RunOptions o) {
     args.lse = attnjit::contiguous_view(lse.data(), attnjit::ScalarType::fp32,
                                         {p.batch, p.heads, p.seqlen_q});
   }
-  args.window_left = p.window_left;
-  args.window_right = p.window_right;
   if (o.softcap) args.softcap = *o.softcap;
   DeviceBuffer slope_buffer;
   if (s.alibi) {
@@ -167,18 +164,7 @@ void run(RunOptions o) {
     args.alibi_slopes =
         attnjit::contiguous_view(slope_buffer.data(), attnjit::ScalarType::fp32, {p.heads});
   }
-  std::optional<attnjit::dsl::IntervalVectors> vectors;
-  DeviceBuffer vector_buffer;
-  if (s.mask.kind == attnjit::MaskKind::flashmask) {
-    vectors = make_vectors(s.mask, p);
-    vector_buffer = upload_vectors(*vectors);
-    args.startend_row_indices = vectors_view(vector_buffer, *vectors);
-  }
-  std::optional<DevicePredicate> device_predicate;
-  if (predicate) {
-    device_predicate = upload(*predicate);
-    args.predicate = device_predicate->args;
-  }
+  const DeviceMask mask = bind_mask(s, p, predicate, args);
 
   for (int i = 0; i < o.warmup; ++i) kernel.forward(args, nullptr);
   std::vector<float> times;
@@ -191,11 +177,7 @@ void run(RunOptions o) {
   }
   std::sort(times.begin(), times.end());
   const double ms = times[times.size() / 2];
-  const std::int64_t pairs =
-      predicate ? visible_pairs(*predicate, p.batch, p.heads, p.seqlen_q, p.seqlen_k)
-                : attnjit::dsl::visible_pairs(s.mask, p.batch, p.heads, p.seqlen_q, p.seqlen_k,
-                                              p.window_left, p.window_right,
-                                              vectors ? &*vectors : nullptr);
+  const std::int64_t pairs = mask.pairs;
   const double tflops = 4.0 * s.head_dim_qk * static_cast<double>(pairs) / (ms * 1e-3) / 1e12;
   const double density = pair_density(p, pairs);
 

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "attnjit/error.hpp"
+#include "dsl/pairs.hpp"
 
 namespace attnc {
 namespace {
@@ -137,6 +138,27 @@ std::int64_t visible_pairs(const HostPredicate& predicate, int batch, int heads,
   std::int64_t total = 0;
   for (auto& part : parts) total += part.get();
   return total * (batch / batches) * (heads / head_rows);
+}
+
+DeviceMask bind_mask(const attnjit::AttentionSpec& s, const ProblemOptions& p,
+                     const std::optional<HostPredicate>& predicate, attnjit::ForwardArgs& args) {
+  DeviceMask mask;
+  args.window_left = p.window_left;
+  args.window_right = p.window_right;
+  if (s.mask.kind == attnjit::MaskKind::flashmask) {
+    mask.vectors = make_vectors(s.mask, p);
+    mask.vector_buffer = upload_vectors(*mask.vectors);
+    args.startend_row_indices = vectors_view(mask.vector_buffer, *mask.vectors);
+  }
+  if (predicate) {
+    mask.predicate = upload(*predicate);
+    args.predicate = mask.predicate->args;
+  }
+  mask.pairs = predicate ? visible_pairs(*predicate, p.batch, p.heads, p.seqlen_q, p.seqlen_k)
+                         : attnjit::dsl::visible_pairs(
+                               s.mask, p.batch, p.heads, p.seqlen_q, p.seqlen_k, p.window_left,
+                               p.window_right, mask.vectors ? &*mask.vectors : nullptr);
+  return mask;
 }
 
 }  // namespace attnc

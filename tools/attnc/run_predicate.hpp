@@ -1,6 +1,6 @@
-// attnc run's predicate masks: `--predicate EXPR` (parsed, literals lifted into the spec's
-// runtime scalars), `--tensor NAME=...` for the tensors it reads, the device copies of those
-// tensors, and the count of visible pairs on the host.
+// attnc run's and bench's masks: a predicate (`--predicate EXPR` or the spec's, literals lifted
+// into runtime scalars) with `--tensor NAME=...` for the tensors it reads; the device copies of
+// a problem's mask inputs and the count of visible pairs on the host.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +12,9 @@
 #include "attnjit/spec.hpp"
 #include "attnjit/tensor.hpp"
 #include "compiler/ir/predicate.hpp"
+#include "dsl/intervals.hpp"
 #include "runtime/jit/driver.hpp"
+#include "tools/attnc/problem.hpp"
 
 namespace attnc {
 
@@ -44,5 +46,19 @@ DevicePredicate upload(const HostPredicate& predicate);
 /// a tensor / h).
 std::int64_t visible_pairs(const HostPredicate& predicate, int batch, int heads, int seqlen_q,
                            int seqlen_k);
+
+/// A problem's mask inputs on the device (make_vectors' FlashMask vectors, the predicate's
+/// tensors) and the visible (b, h, q, k) quadruples they leave.
+struct DeviceMask {
+  std::optional<attnjit::dsl::IntervalVectors> vectors;  ///< mask=flashmask only
+  attnjit::runtime::DeviceBuffer vector_buffer;
+  std::optional<DevicePredicate> predicate;
+  std::int64_t pairs = 0;
+};
+
+/// The mask inputs of kernel spec `s` on problem `p` (`predicate` for mask=predicate), bound
+/// with the window into `args`.
+DeviceMask bind_mask(const attnjit::AttentionSpec& s, const ProblemOptions& p,
+                     const std::optional<HostPredicate>& predicate, attnjit::ForwardArgs& args);
 
 }  // namespace attnc

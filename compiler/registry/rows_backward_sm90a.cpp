@@ -12,6 +12,7 @@
 #include <array>
 
 #include "attnjit/error.hpp"
+#include "compiler/codegen/emit_wgmma.hpp"
 #include "compiler/registry/rows.hpp"
 
 namespace attnjit::registry {
@@ -44,9 +45,9 @@ constexpr std::array<TileCandidate, 6> kCandidates{{
     wide(256),
 }};
 
-constexpr std::array<ConfigField, 6> kConfig{
-    ConfigField::head_dim,  ConfigField::block_m,   ConfigField::block_n,
-    ConfigField::kv_stages, ConfigField::atomic_dq, ConfigField::register_split};
+constexpr std::array<ConfigField, 6> kConfig{ConfigField::head_dim,  ConfigField::block_m,
+                                             ConfigField::block_n,   ConfigField::kv_stages,
+                                             ConfigField::atomic_dq, ConfigField::register_split};
 
 // Writer warps of the producer warpgroup issue the dQ reductions: the consumers hand each dQ
 // tile over instead of waiting, before their dS^T barrier, until the last tile's reductions
@@ -152,6 +153,7 @@ KernelRow backward_sm90a() {
   row.kernel_struct = "BackwardSm90a";
   row.body = "backward_sm90a";
   row.params = ParamBlock::attention_tma;
+  row.tensor_maps_type = "BwdTensorMaps";
   // One CTA of 384 threads per SM, whose warpgroups then trade registers (setmaxnreg).
   row.min_blocks_per_sm = 1;
   row.support.targets = {Arch::sm_90a};
@@ -165,6 +167,7 @@ KernelRow backward_sm90a() {
   row.smem_bytes = smem_bytes;
   row.fits = fits;
   row.explicit_tiles = explicit_tiles;
+  row.header_defines = codegen::wgmma_shape_defines;
   row.producer_registers = producer_registers;
   row.launch = key_block_launch;
   row.buffers = buffers;

@@ -18,7 +18,9 @@ std::string main_source(const char* text, KernelRole role) {
   return emit_kernel(ir, *ir.plan->find(role));
 }
 
-std::string forward_source(const char* text) { return main_source(text, KernelRole::forward); }
+std::string forward_source(const char* text) {
+  return main_source(text, KernelRole::forward);
+}
 
 }  // namespace
 
@@ -89,8 +91,7 @@ TEST_CASE("an attention TU binds its registry row's template and Config", "[emit
   }
 }
 
-TEST_CASE("sm90a kernels define only the wgmma shapes they use; sm80 kernels none",
-          "[emit]") {
+TEST_CASE("sm90a kernels define only the wgmma shapes they use; sm80 kernels none", "[emit]") {
   const std::string forward =
       main_source("dtype=bf16 head_dim=128 mask=causal target=sm_90a", KernelRole::forward);
   const std::string defines = "#define ATTNJIT_WGMMA_SOME_SHAPES\n";
@@ -106,6 +107,18 @@ TEST_CASE("sm90a kernels define only the wgmma shapes they use; sm80 kernels non
   CHECK_THAT(wide, !Catch::Contains("#define ATTNJIT_WGMMA_N128\n"));
   CHECK_THAT(main_source("dtype=bf16 head_dim=128 mask=causal target=sm_90", KernelRole::forward),
              !Catch::Contains("ATTNJIT_WGMMA"));
+}
+
+TEST_CASE("a TMA kernel's entry takes its row's tensor maps; other kernels their block only",
+          "[emit]") {
+  const std::string entry = "const __grid_constant__ attnjit::";
+  CHECK_THAT(main_source("dtype=bf16 head_dim=128 mask=causal target=sm_90a", KernelRole::forward),
+             Catch::Contains(entry + "FwdParams params, " + entry + "FwdTensorMaps maps)"));
+  CHECK_THAT(main_source("dtype=bf16 head_dim=192 mask=none direction=backward target=sm_90a",
+                         KernelRole::backward),
+             Catch::Contains(entry + "BwdParams params, " + entry + "BwdTensorMaps maps)"));
+  CHECK_THAT(main_source("dtype=bf16 head_dim=128 mask=causal target=sm_90", KernelRole::forward),
+             !Catch::Contains("TensorMaps"));
 }
 
 TEST_CASE("the sm90a forward's products are one asm statement each; other kernels keep steps",

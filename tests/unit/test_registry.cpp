@@ -189,6 +189,7 @@ TEST_CASE("the registry: one row per utility role, attention rows with their pie
     CHECK(row.smem_bytes != nullptr);
     CHECK((row.explicit_tiles != nullptr) == !row.tiles_suffixes.empty());
     CHECK(!row.config.empty());
+    CHECK((row.params == ParamBlock::attention_tma) == !row.tensor_maps_type.empty());
     const bool splits =
         std::ranges::find(row.config, ConfigField::register_split) != row.config.end();
     CHECK(splits == (row.producer_registers != nullptr));

@@ -85,10 +85,37 @@ std::vector<std::string> config_lines(const KernelRow& row, const KernelTiles& t
   return lines;
 }
 
+// The member of a TMA kernel's template that names the box of `tensor`'s map (tma.cuh's TmaBox).
+std::string_view box_member(MapTensor tensor) {
+  switch (tensor) {
+    case MapTensor::q:
+      return "kQBox";
+    case MapTensor::k:
+      return "kKBox";
+    case MapTensor::v:
+      return "kVBox";
+    case MapTensor::o:
+      return "kOBox";
+    case MapTensor::d_o:
+      return "kDoBox";
+    case MapTensor::dq_accum:
+      return "kDqAccumBox";
+    case MapTensor::d_k:
+      return "kDkBox";
+    case MapTensor::d_v:
+      return "kDvBox";
+    case MapTensor::dk_sum:
+      return "kDkSumBox";
+    case MapTensor::dv_sum:
+      return "kDvSumBox";
+  }
+  throw InternalError("unknown MapTensor");
+}
+
 // An attention kernel's translation unit: the header with the row's defines, the row's prelude,
-// `struct Config`, the mask policy, the score modifiers, a check that the template's shared
-// memory is the planned kernel.dynamic_smem_bytes, and the entry calling the row's mainloop
-// (with the row's tensor maps where it copies by TMA).
+// `struct Config`, the mask policy, the score modifiers, checks that the template's shared
+// memory is the planned kernel.dynamic_smem_bytes and its TMA boxes the planned ones, and the
+// entry calling the row's mainloop (with the row's tensor maps where it copies by TMA).
 std::string emit_attention(const Lowering& ir, const KernelDesc& kernel) {
   const KernelRow& row = kernel_row(kernel.row);
   const KernelTiles& tiles = ir.tiles_of(kernel.role);
@@ -111,6 +138,12 @@ std::string emit_attention(const Lowering& ir, const KernelDesc& kernel) {
   w.line("static_assert(attnjit::{}<Config, Mask>::kSmemBytes == {},", row.kernel_struct,
          kernel.dynamic_smem_bytes);
   w.line("              \"the plan and the template disagree on shared memory\");");
+  for (const TensorMapBox& box : kernel.tensor_maps) {
+    w.line("static_assert(attnjit::{}<Config, Mask>::{} == attnjit::TmaBox{{{}, {}, {}}},",
+           row.kernel_struct, box_member(box.tensor), box.rows, box.cols, box.swizzle_bytes);
+    w.line("              \"the plan and the template disagree on the {} box\");",
+           name_of(box.tensor));
+  }
   w.blank();
   w.line("}}  // namespace");
   w.blank();

@@ -137,6 +137,9 @@ struct KernelRow {
 
   /// The kernel's phases and computed arguments, for a planned `kernel` of this row.
   RowLaunch (*launch)(const KernelDesc& kernel, const Lowering& ir) = nullptr;
+  /// ParamBlock::attention_tma rows: the boxes of the TMA maps the kernel copies through, as
+  /// its template lays them out (the launch encodes them; the generated source asserts them).
+  std::vector<TensorMapBox> (*tensor_maps)(const KernelDesc& kernel, const Lowering& ir) = nullptr;
   /// The scratch buffers the kernel binds.
   std::vector<BufferNeed> (*buffers)(const KernelDesc& kernel, const Lowering& ir) = nullptr;
 

@@ -227,6 +227,20 @@ std::vector<BufferNeed> buffers(const KernelDesc& kernel, const Lowering& ir) {
   return needs;
 }
 
+// sm90a/forward.cuh's TMA boxes: one panel of its tiles (SmemTile's: 64 columns where the head
+// dim allows, else 32; the panel's row bytes its swizzle), of the query block for Q, of the key
+// block for K and V, and of a consumer's 64 rows for O.
+std::vector<TensorMapBox> tensor_maps(const KernelDesc& kernel, const Lowering& ir) {
+  const auto panel = [&](MapTensor tensor, int rows, int head_dim) {
+    const int cols = head_dim % 64 == 0 ? 64 : 32;
+    return TensorMapBox{tensor, rows, cols, cols * size_of(ir.spec.dtype)};
+  };
+  return {panel(MapTensor::q, kernel.block_m, ir.spec.head_dim_qk),
+          panel(MapTensor::k, kernel.block_n, ir.spec.head_dim_qk),
+          panel(MapTensor::v, kernel.block_n, ir.spec.head_dim_v),
+          panel(MapTensor::o, 64, ir.spec.head_dim_v)};
+}
+
 // The products as one asm statement each, but not with three consumers (d64's 192-row blocks,
 // 160 registers each): there they spilled 8-16 bytes with soft-capping and ALiBi, and the
 // kernels compile fast enough without them.
@@ -289,6 +303,7 @@ KernelRow forward_sm90a() {
   row.prelude = prelude;
   row.persistent = persistent_tiles;
   row.launch = work_launch;
+  row.tensor_maps = tensor_maps;
   row.buffers = buffers;
   return row;
 }

@@ -18,6 +18,8 @@ class SourceWriter {
     buffer_.push_back('\n');
   }
   void blank() { buffer_.push_back('\n'); }
+  /// Appends `source` (whole lines, already indented) as it is.
+  void text(std::string_view source) { buffer_.append(source); }
   void indent() { ++depth_; }
   void dedent() { --depth_; }
   std::string str() const { return fmt::to_string(buffer_); }

@@ -47,6 +47,36 @@ std::string_view name_of(ParamBlock block) {
   throw InternalError("unknown ParamBlock");
 }
 
+std::string_view name_of(MapTensor tensor) {
+  switch (tensor) {
+    case MapTensor::q:
+      return "q";
+    case MapTensor::k:
+      return "k";
+    case MapTensor::v:
+      return "v";
+    case MapTensor::o:
+      return "o";
+    case MapTensor::d_o:
+      return "d_o";
+    case MapTensor::dq_accum:
+      return "dq_accum";
+    case MapTensor::d_k:
+      return "d_k";
+    case MapTensor::d_v:
+      return "d_v";
+    case MapTensor::dk_sum:
+      return "dk_sum";
+    case MapTensor::dv_sum:
+      return "dv_sum";
+  }
+  throw InternalError("unknown MapTensor");
+}
+
+std::string to_string(const TensorMapBox& box) {
+  return fmt::format("{}={}x{}/{}B", name_of(box.tensor), box.rows, box.cols, box.swizzle_bytes);
+}
+
 std::string_view name_of(ParamField field) {
   switch (field) {
     case ParamField::minmax:
@@ -175,6 +205,13 @@ std::string kernel_text(const KernelDesc& kernel, const KernelPlan& plan) {
   if (kernel.key_rows) out += " key_rows";
   if (kernel.role == KernelRole::cta_order)
     out += fmt::format(" orders={}", name_of(kernel.orders));
+  if (!kernel.tensor_maps.empty()) {
+    std::string maps;
+    for (const TensorMapBox& box : kernel.tensor_maps) {
+      maps += fmt::format("{}{}", maps.empty() ? "" : " ", to_string(box));
+    }
+    out += fmt::format(" tensor_maps=[{}]", maps);
+  }
   if (kernel.phases.size() == 1 && kernel.phases.front().threads == kernel.threads &&
       kernel.phases.front().scalars.empty()) {
     out += fmt::format(" grid={}", kernel.phases.front().grid.to_string());

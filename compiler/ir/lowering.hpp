@@ -96,7 +96,7 @@ std::string to_string(const KernelTiles& tiles);
 
 /// The parameter block a kernel takes by value (templates/attnjit/common/params.cuh).
 enum class ParamBlock {
-  attention,         ///< FwdParams in a forward plan, BwdParams in a backward plan
+  attention,  ///< FwdParams in a forward plan, BwdParams in a backward plan
   /// FwdParams and FwdTensorMaps (the TMA maps of q, k, v and o, encoded at launch for the
   /// kernel's tiles), both `const __grid_constant__`
   attention_tma,
@@ -105,6 +105,28 @@ enum class ParamBlock {
   cta_order,         ///< CtaOrderParams<the attention block of the plan>
 };
 std::string_view name_of(ParamBlock block);
+
+/// A tensor an attention kernel copies by TMA: a map of FwdTensorMaps or BwdTensorMaps
+/// (templates/attnjit/common/params.cuh), 4-D (D, S, H, B) over the activations [B, S, H, D]
+/// and the fp32 buffers [B, H, S, D] alike (dq_accum; dk_sum and dv_sum: GQA's dK and dV sums
+/// in dk_partial and dv_partial).
+enum class MapTensor { q, k, v, o, d_o, dq_accum, d_k, d_v, dk_sum, dv_sum };
+std::string_view name_of(MapTensor tensor);
+
+/// The box one TMA copy of a tensor map moves, as the kernel's template lays it out in shared
+/// memory: `rows` rows (sequence positions) x `cols` columns (of the head dim) of one (head,
+/// batch), in a swizzle pattern of `swizzle_bytes` (128, 64, 32, or 0 for none).
+struct TensorMapBox {
+  MapTensor tensor = MapTensor::q;
+  int rows = 0;
+  int cols = 0;
+  int swizzle_bytes = 0;
+
+  bool operator==(const TensorMapBox&) const = default;
+};
+
+/// `q=128x64/128B`: the tensor, rows x columns, the swizzle.
+std::string to_string(const TensorMapBox& box);
 
 /// A pointer field of a parameter block that the plan points at a scratch buffer.
 enum class ParamField {
@@ -196,6 +218,9 @@ struct KernelDesc {
   bool key_rows = false;
   /// cta_order: the attention kernel whose CTAs it orders (block_m x block_n: that kernel's tiles)
   KernelRole orders = KernelRole::forward;
+  /// ParamBlock::attention_tma: the TMA maps the launch encodes, one box each (the row's
+  /// template checks them: the generated source asserts the same boxes)
+  std::vector<TensorMapBox> tensor_maps;
   std::vector<LaunchPhase> phases;     ///< launched in this order
   std::vector<BufferBinding> buffers;  ///< pointer fields set to scratch buffers
   std::vector<ScalarBinding> scalars;  ///< int fields computed for every phase

@@ -38,8 +38,8 @@ std::string attention_name(const Lowering& in, KernelRole role) {
   throw InternalError("attention_name: not an attention kernel");
 }
 
-// Builds the kernel of `row` from its fields set so far: the row's template, the launch and
-// the buffers (appended to the plan's scratch, shared by name).
+// Builds the kernel of `row` from its fields set so far: the row's template, the launch, the
+// TMA maps and the buffers (appended to the plan's scratch, shared by name).
 void add_kernel(KernelPlan& plan, const Lowering& in, const KernelRow& row, KernelDesc kernel) {
   kernel.row = std::string(row.id);
   kernel.template_header = std::string(row.header);
@@ -49,6 +49,7 @@ void add_kernel(KernelPlan& plan, const Lowering& in, const KernelRow& row, Kern
   RowLaunch launch = row.launch(kernel, in);
   kernel.phases = std::move(launch.phases);
   kernel.scalars = std::move(launch.scalars);
+  if (row.tensor_maps) kernel.tensor_maps = row.tensor_maps(kernel, in);
   for (const BufferNeed& need : row.buffers(kernel, in)) {
     auto same_name = [&](const ScratchBuffer& b) { return b.name == need.buffer.name; };
     auto found = std::ranges::find_if(plan.scratch, same_name);

@@ -41,9 +41,9 @@ struct TileCandidate {
 
 /// What a row's kernel supports besides its candidates' head dims.
 struct RowSupport {
-  std::vector<Arch> targets;       ///< the archs it compiles for
-  bool predicate_masks = true;     ///< mask=predicate (element bits follow its fragments)
-  bool deterministic = true;       ///< deterministic=true (no atomic dQ product, or ordered_dq)
+  std::vector<Arch> targets;    ///< the archs it compiles for
+  bool predicate_masks = true;  ///< mask=predicate (element bits follow its fragments)
+  bool deterministic = true;    ///< deterministic=true (no atomic dQ product, or ordered_dq)
   /// deterministic=true by ordering its own dQ reductions between its CTAs (no dQ kernel;
   /// its CTAs start in an index order, never in a CTA order)
   bool ordered_dq = false;
@@ -117,17 +117,29 @@ struct KernelRow {
   /// Rows with ConfigField::register_split (warp-specialized: 65536 registers over the
   /// threads of the CTAs an SM holds): the registers the producer warpgroup keeps after
   /// setmaxnreg for these tiles; the consumer warpgroups share the rest.
-  int (*producer_registers)(const KernelTiles&, const AttentionSpec&, const MaskLowering&) =
-      nullptr;
+  int (*producer_registers)(const KernelTiles&, const AttentionSpec&,
+                            const MaskLowering&) = nullptr;
   /// Rows with ConfigField::persistent: whether the kernel with these tiles takes several works
   /// per CTA (its launch then gives RowLaunch::works).
   bool (*persistent)(const KernelTiles&, const AttentionSpec&, const MaskLowering&) = nullptr;
+  /// `#define`s the kernel's source sets before the template's #include (the sm90a rows: the
+  /// wgmma shapes it instantiates); null: none.
+  std::vector<std::string> (*header_defines)(const KernelTiles&, const AttentionSpec&) = nullptr;
+  /// Source the kernel's translation unit holds between the #include and its Config (the sm90a
+  /// forward: its products as one asm statement each); null: none.
+  std::string (*prelude)(const KernelTiles&, const AttentionSpec&) = nullptr;
+  /// ParamBlock::attention_tma rows: the struct of TMA maps the entry takes after its
+  /// parameter block, e.g. "FwdTensorMaps" (templates/attnjit/common/params.cuh).
+  std::string_view tensor_maps_type;
   /// Checks an explicit `tiles=` shape for this row; throws the `tiles` Error otherwise.
   TileCandidate (*explicit_tiles)(const TileShape&, const AttentionSpec&,
                                   const MaskLowering&) = nullptr;
 
   /// The kernel's phases and computed arguments, for a planned `kernel` of this row.
   RowLaunch (*launch)(const KernelDesc& kernel, const Lowering& ir) = nullptr;
+  /// ParamBlock::attention_tma rows: the boxes of the TMA maps the kernel copies through, as
+  /// its template lays them out (the launch encodes them; the generated source asserts them).
+  std::vector<TensorMapBox> (*tensor_maps)(const KernelDesc& kernel, const Lowering& ir) = nullptr;
   /// The scratch buffers the kernel binds.
   std::vector<BufferNeed> (*buffers)(const KernelDesc& kernel, const Lowering& ir) = nullptr;
 

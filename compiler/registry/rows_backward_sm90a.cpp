@@ -12,6 +12,7 @@
 #include <array>
 
 #include "attnjit/error.hpp"
+#include "compiler/codegen/emit_wgmma.hpp"
 #include "compiler/registry/rows.hpp"
 
 namespace attnjit::registry {
@@ -44,9 +45,9 @@ constexpr std::array<TileCandidate, 6> kCandidates{{
     wide(256),
 }};
 
-constexpr std::array<ConfigField, 6> kConfig{
-    ConfigField::head_dim,  ConfigField::block_m,   ConfigField::block_n,
-    ConfigField::kv_stages, ConfigField::atomic_dq, ConfigField::register_split};
+constexpr std::array<ConfigField, 6> kConfig{ConfigField::head_dim,  ConfigField::block_m,
+                                             ConfigField::block_n,   ConfigField::kv_stages,
+                                             ConfigField::atomic_dq, ConfigField::register_split};
 
 // Writer warps of the producer warpgroup issue the dQ reductions: the consumers hand each dQ
 // tile over instead of waiting, before their dS^T barrier, until the last tile's reductions
@@ -127,6 +128,35 @@ TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
   return warpgroups(spec.head_dim_qk, shape.block_m);
 }
 
+// sm90a/backward.cuh's TMA boxes. Q, dO, K and V: one panel of their tiles (kPanelCols: 64
+// columns of the consumer's kCols, all of the head dim or its half where the consumers split
+// it, else 32; the panel's row bytes its swizzle) of the query block or of the key block; dK and
+// dV: a panel of a consumer's 64 keys. The fp32 boxes: the dQ accumulator's 128-byte rows of the
+// query block (32 columns), or where the consumers split the head dim one Q panel's bytes
+// (kDqBoxCols: 16 columns at 32-column panels); in the atomic mode GQA's dK and dV sums, 32
+// columns of a consumer's 64 keys (backward_epilogue.cuh).
+std::vector<TensorMapBox> tensor_maps(const KernelDesc& kernel, const Lowering& ir) {
+  const int d = ir.spec.head_dim_qk;
+  const int element = size_of(ir.spec.dtype);
+  const int cols = is_wide(d) ? d / 2 : d;
+  const int panel = cols % 64 == 0 ? 64 : 32;
+  const int dq_cols = is_wide(d) ? panel / 2 : 32;
+  std::vector<TensorMapBox> maps{
+      {MapTensor::q, kernel.block_m, panel, panel * element},
+      {MapTensor::k, kernel.block_n, panel, panel * element},
+      {MapTensor::v, kernel.block_n, panel, panel * element},
+      {MapTensor::d_o, kernel.block_m, panel, panel * element},
+      {MapTensor::dq_accum, kernel.block_m, dq_cols, dq_cols * 4},
+      {MapTensor::d_k, 64, panel, panel * element},
+      {MapTensor::d_v, 64, panel, panel * element},
+  };
+  if (dkdv_summed(ir)) {
+    maps.push_back({MapTensor::dk_sum, 64, 32, 128});
+    maps.push_back({MapTensor::dv_sum, 64, 32, 128});
+  }
+  return maps;
+}
+
 // backward_buffers, and in the deterministic mode the turn counters of the ordered dQ
 // reductions: per (batch, head, query block) one per consumer when the consumers split dQ's
 // columns (d >= 128), else one that both take turns on (sm90a/backward.cuh).
@@ -152,6 +182,7 @@ KernelRow backward_sm90a() {
   row.kernel_struct = "BackwardSm90a";
   row.body = "backward_sm90a";
   row.params = ParamBlock::attention_tma;
+  row.tensor_maps_type = "BwdTensorMaps";
   // One CTA of 384 threads per SM, whose warpgroups then trade registers (setmaxnreg).
   row.min_blocks_per_sm = 1;
   row.support.targets = {Arch::sm_90a};
@@ -165,8 +196,10 @@ KernelRow backward_sm90a() {
   row.smem_bytes = smem_bytes;
   row.fits = fits;
   row.explicit_tiles = explicit_tiles;
+  row.header_defines = codegen::wgmma_shape_defines;
   row.producer_registers = producer_registers;
   row.launch = key_block_launch;
+  row.tensor_maps = tensor_maps;
   row.buffers = buffers;
   return row;
 }

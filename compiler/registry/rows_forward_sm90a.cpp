@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "attnjit/error.hpp"
+#include "compiler/codegen/emit_wgmma.hpp"
 #include "compiler/registry/rows.hpp"
 
 namespace attnjit::registry {
@@ -193,8 +194,7 @@ bool persistent_tiles(const KernelTiles& tiles, const AttentionSpec& spec,
 int producer_registers(const KernelTiles& tiles, const AttentionSpec& spec,
                        const MaskLowering& mask) {
   const std::size_t vectors = mask.vectors.size();
-  if (persistent_tiles(tiles, spec, mask) &&
-      (tiles.block_m == 192 || spec.head_dim_qk == 128)) {
+  if (persistent_tiles(tiles, spec, mask) && (tiles.block_m == 192 || spec.head_dim_qk == 128)) {
     return 24;
   }
   return mask.element_predicate || vectors > 1 ? 48 : vectors == 1 ? 40 : 24;
@@ -225,6 +225,27 @@ std::vector<BufferNeed> buffers(const KernelDesc& kernel, const Lowering& ir) {
     needs.push_back({ParamField::work_counter, {"work_counter", 4, /*zeroed=*/true}});
   }
   return needs;
+}
+
+// sm90a/forward.cuh's TMA boxes: one panel of its tiles (SmemTile's: 64 columns where the head
+// dim allows, else 32; the panel's row bytes its swizzle), of the query block for Q, of the key
+// block for K and V, and of a consumer's 64 rows for O.
+std::vector<TensorMapBox> tensor_maps(const KernelDesc& kernel, const Lowering& ir) {
+  const auto panel = [&](MapTensor tensor, int rows, int head_dim) {
+    const int cols = head_dim % 64 == 0 ? 64 : 32;
+    return TensorMapBox{tensor, rows, cols, cols * size_of(ir.spec.dtype)};
+  };
+  return {panel(MapTensor::q, kernel.block_m, ir.spec.head_dim_qk),
+          panel(MapTensor::k, kernel.block_n, ir.spec.head_dim_qk),
+          panel(MapTensor::v, kernel.block_n, ir.spec.head_dim_v),
+          panel(MapTensor::o, 64, ir.spec.head_dim_v)};
+}
+
+// The products as one asm statement each, but not with three consumers (d64's 192-row blocks,
+// 160 registers each): there they spilled 8-16 bytes with soft-capping and ALiBi, and the
+// kernels compile fast enough without them.
+std::string prelude(const KernelTiles& tiles, const AttentionSpec& spec) {
+  return tiles.block_m / 64 < 3 ? codegen::wgmma_forward_products(tiles, spec) : std::string();
 }
 
 // `tiles=128xBNx12w`: two consumer warpgroups of 64 rows and a producer warpgroup,
@@ -267,6 +288,7 @@ KernelRow forward_sm90a() {
   row.kernel_struct = "ForwardSm90a";
   row.body = "forward_sm90a";
   row.params = ParamBlock::attention_tma;
+  row.tensor_maps_type = "FwdTensorMaps";
   // One CTA per SM (two of one consumer), whose warpgroups then trade registers (setmaxnreg).
   row.ctas_per_sm = ctas_per_sm;
   row.support.targets = {Arch::sm_90a};
@@ -277,8 +299,11 @@ KernelRow forward_sm90a() {
   row.fits = fits_registers;
   row.producer_registers = producer_registers;
   row.explicit_tiles = explicit_tiles;
+  row.header_defines = codegen::wgmma_shape_defines;
+  row.prelude = prelude;
   row.persistent = persistent_tiles;
   row.launch = work_launch;
+  row.tensor_maps = tensor_maps;
   row.buffers = buffers;
   return row;
 }

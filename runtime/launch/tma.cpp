@@ -1,10 +1,11 @@
-// Encoding TMA tensor maps on the host.
+// Encoding TMA tensor maps on the host: the boxes the plan gives, over the tensors of a launch.
 #include "runtime/launch/tma.hpp"
 
 #include <cuda.h>
 #include <fmt/format.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "attnjit/error.hpp"
 #include "runtime/jit/driver.hpp"
@@ -78,7 +79,8 @@ TensorMap encode_tensor_map(const char* what, const void* base, ScalarType eleme
   return out;
 }
 
-TensorMap activation_tensor_map(const char* what, const TensorView& t, int rows, int panel_cols) {
+TensorMap activation_tensor_map(const char* what, const TensorView& t, int rows, int cols,
+                                int swizzle_bytes) {
   internal_check(t.rank == 4 && t.stride[3] == 1, "activations are [B, S, H, D], D contiguous");
   const std::uint64_t element = t.dtype == ScalarType::fp32 ? 4 : 2;
   TensorMapShape shape;
@@ -90,12 +92,17 @@ TensorMap activation_tensor_map(const char* what, const TensorView& t, int rows,
   shape.stride_bytes[0] = static_cast<std::uint64_t>(t.stride[1]) * element;
   shape.stride_bytes[1] = static_cast<std::uint64_t>(t.stride[2]) * element;
   shape.stride_bytes[2] = static_cast<std::uint64_t>(t.stride[0]) * element;
-  shape.box[0] = static_cast<std::uint32_t>(panel_cols);
+  shape.box[0] = static_cast<std::uint32_t>(cols);
   shape.box[1] = static_cast<std::uint32_t>(rows);
   shape.box[2] = 1;
   shape.box[3] = 1;
-  shape.swizzle_bytes = panel_cols * static_cast<int>(element);
+  shape.swizzle_bytes = swizzle_bytes;
   return encode_tensor_map(what, t.data, t.dtype, shape);
+}
+
+TensorMap activation_tensor_map(const char* what, const TensorView& t, int rows, int panel_cols) {
+  const int element = t.dtype == ScalarType::fp32 ? 4 : 2;
+  return activation_tensor_map(what, t, rows, panel_cols, panel_cols * element);
 }
 
 }  // namespace attnjit::runtime
@@ -129,104 +136,89 @@ TensorView fp32_head_major_view(float* data, int batch, int seqlen, int heads, i
   return t;
 }
 
-// The panel of SmemTile: 64 columns where the head dim allows, else 32.
-int panel_columns(int dim) {
-  return dim % 64 == 0 ? 64 : 32;
-}
-
-// The sm90a backward's panels: above head dim 128 (sm90a/backward.cuh's kSplitHeadDim) each
-// consumer's half of the head dim in whole panels (64 columns, or 32 when the half is not a
-// multiple of 64: three at 192); else SmemTile's.
-int backward_panel_columns(int dim) {
-  return dim > 128 ? panel_columns(dim / 2) : panel_columns(dim);
-}
-
-// The sm90a backward's fp32 dQ boxes: 32 columns (128-byte rows); above head dim 128 one Q
-// panel's bytes (sm90a/backward.cuh's kDqBoxCols), so 16 at 32-column panels.
-int backward_dq_box_columns(int dim) {
-  return dim > 128 ? backward_panel_columns(dim) / 2 : 32;
-}
-
-// The maps of q (boxes of q_rows rows), k and v (kv_rows rows), which every TMA attention
-// kernel loads.
+// Encodes the map of `box` over its tensor in `p` (a forward or a backward parameter block)
+// into its field of `maps`; the tensor's last dimension is head_dim_qk for q, k, d_k and the dQ
+// and dK buffers, head_dim_v for the others. GQA's dK and dV sums only where bound (under GQA:
+// the kernel reads their maps only then).
 template <class Maps, class Params>
-void map_qkv(Maps& maps, const Params& p, DType dtype, int head_dim_qk, int head_dim_v, int q_rows,
-             int kv_rows, int panel_qk, int panel_v) {
-  maps.q = runtime::activation_tensor_map(
-      "q",
-      activation_view(dtype, p.q, p.batch, p.seqlen_q, p.heads, head_dim_qk, p.q_batch_stride,
-                      p.q_row_stride, p.q_head_stride),
-      q_rows, panel_qk);
-  maps.k = runtime::activation_tensor_map(
-      "k",
-      activation_view(dtype, p.k, p.batch, p.seqlen_k, p.kv_heads, head_dim_qk, p.k_batch_stride,
-                      p.k_row_stride, p.k_head_stride),
-      kv_rows, panel_qk);
-  maps.v = runtime::activation_tensor_map(
-      "v",
-      activation_view(dtype, p.v, p.batch, p.seqlen_k, p.kv_heads, head_dim_v, p.v_batch_stride,
-                      p.v_row_stride, p.v_head_stride),
-      kv_rows, panel_v);
+void encode_map(Maps& maps, const Params& p, DType dtype, int head_dim_qk, int head_dim_v,
+                const TensorMapBox& box) {
+  // name_of's views are of string literals, so data() is a C string.
+  const auto encode = [&](TensorMap& map, const TensorView& view) {
+    map = runtime::activation_tensor_map(name_of(box.tensor).data(), view, box.rows, box.cols,
+                                         box.swizzle_bytes);
+  };
+  switch (box.tensor) {
+    case MapTensor::q:
+      return encode(maps.q, activation_view(dtype, p.q, p.batch, p.seqlen_q, p.heads, head_dim_qk,
+                                            p.q_batch_stride, p.q_row_stride, p.q_head_stride));
+    case MapTensor::k:
+      return encode(maps.k,
+                    activation_view(dtype, p.k, p.batch, p.seqlen_k, p.kv_heads, head_dim_qk,
+                                    p.k_batch_stride, p.k_row_stride, p.k_head_stride));
+    case MapTensor::v:
+      return encode(maps.v, activation_view(dtype, p.v, p.batch, p.seqlen_k, p.kv_heads, head_dim_v,
+                                            p.v_batch_stride, p.v_row_stride, p.v_head_stride));
+    default:
+      break;
+  }
+  if constexpr (std::is_same_v<Params, FwdParams>) {
+    if (box.tensor == MapTensor::o) {
+      return encode(maps.o, activation_view(dtype, p.o, p.batch, p.seqlen_q, p.heads, head_dim_v,
+                                            p.o_batch_stride, p.o_row_stride, p.o_head_stride));
+    }
+  } else {
+    switch (box.tensor) {
+      case MapTensor::d_o:
+        return encode(maps.d_o,
+                      activation_view(dtype, p.d_o, p.batch, p.seqlen_q, p.heads, head_dim_v,
+                                      p.do_batch_stride, p.do_row_stride, p.do_head_stride));
+      case MapTensor::dq_accum:
+        internal_check(p.dq_accum != nullptr || p.seqlen_q == 0 || p.batch == 0 || p.heads == 0,
+                       "the dQ accumulator is bound before its map");
+        return encode(maps.dq_accum,
+                      fp32_head_major_view(p.dq_accum, p.batch, p.seqlen_q, p.heads, head_dim_qk));
+      case MapTensor::d_k:
+        return encode(maps.d_k,
+                      activation_view(dtype, p.d_k, p.batch, p.seqlen_k, p.kv_heads, head_dim_qk,
+                                      p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride));
+      case MapTensor::d_v:
+        return encode(maps.d_v,
+                      activation_view(dtype, p.d_v, p.batch, p.seqlen_k, p.kv_heads, head_dim_v,
+                                      p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride));
+      case MapTensor::dk_sum:
+        if (p.dk_partial == nullptr) return;
+        return encode(maps.dk_sum, fp32_head_major_view(p.dk_partial, p.batch, p.seqlen_k,
+                                                        p.kv_heads, head_dim_qk));
+      case MapTensor::dv_sum:
+        if (p.dv_partial == nullptr) return;
+        return encode(maps.dv_sum, fp32_head_major_view(p.dv_partial, p.batch, p.seqlen_k,
+                                                        p.kv_heads, head_dim_v));
+      default:
+        break;
+    }
+  }
+  throw InternalError(fmt::format("no {} map in this kernel's tensor maps", name_of(box.tensor)));
+}
+
+template <class Maps, class Params>
+Maps encode_maps(const Params& p, DType dtype, int head_dim_qk, int head_dim_v,
+                 std::span<const TensorMapBox> boxes) {
+  Maps maps{};
+  for (const TensorMapBox& box : boxes) encode_map(maps, p, dtype, head_dim_qk, head_dim_v, box);
+  return maps;
 }
 
 }  // namespace
 
 FwdTensorMaps forward_tensor_maps(const FwdParams& p, DType dtype, int head_dim_qk, int head_dim_v,
-                                  int block_m, int block_n) {
-  FwdTensorMaps maps;
-  map_qkv(maps, p, dtype, head_dim_qk, head_dim_v, block_m, block_n, panel_columns(head_dim_qk),
-          panel_columns(head_dim_v));
-  maps.o = runtime::activation_tensor_map(
-      "o",
-      activation_view(dtype, p.o, p.batch, p.seqlen_q, p.heads, head_dim_v, p.o_batch_stride,
-                      p.o_row_stride, p.o_head_stride),
-      64, panel_columns(head_dim_v));
-  return maps;
+                                  std::span<const TensorMapBox> boxes) {
+  return encode_maps<FwdTensorMaps>(p, dtype, head_dim_qk, head_dim_v, boxes);
 }
 
-BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim, int block_m,
-                                   int block_n) {
-  BwdTensorMaps maps;
-  const int panel = backward_panel_columns(head_dim);
-  map_qkv(maps, p, dtype, head_dim, head_dim, block_m, block_n, panel, panel);
-  maps.d_o = runtime::activation_tensor_map(
-      "d_o",
-      activation_view(dtype, p.d_o, p.batch, p.seqlen_q, p.heads, head_dim, p.do_batch_stride,
-                      p.do_row_stride, p.do_head_stride),
-      block_m, panel);
-  // The fp32 accumulator [B, H, Sq, D] (contiguous), viewed as [B, Sq, H, D]: 128-byte
-  // swizzled boxes of 32 columns, the consumers' dQ buffers (sm90a/backward.cuh), added by TMA
-  // reductions; at d192 (sm90a/backward.cuh's 32-column panels) 64-byte swizzled boxes of 16
-  // columns, one per panel.
-  internal_check(p.dq_accum != nullptr || p.seqlen_q == 0 || p.batch == 0 || p.heads == 0,
-                 "the dQ accumulator is bound before its map");
-  maps.dq_accum = runtime::activation_tensor_map(
-      "dq_accum", fp32_head_major_view(p.dq_accum, p.batch, p.seqlen_q, p.heads, head_dim), block_m,
-      backward_dq_box_columns(head_dim));
-  // dK and dV leave through shared memory by TMA stores of each consumer warpgroup's 64 keys
-  // (under GQA the kernel adds fp32 sums, or writes per-query-head partials, instead).
-  maps.d_k = runtime::activation_tensor_map(
-      "d_k",
-      activation_view(dtype, p.d_k, p.batch, p.seqlen_k, p.kv_heads, head_dim, p.dk_batch_stride,
-                      p.dk_row_stride, p.dk_head_stride),
-      64, panel);
-  maps.d_v = runtime::activation_tensor_map(
-      "d_v",
-      activation_view(dtype, p.d_v, p.batch, p.seqlen_k, p.kv_heads, head_dim, p.dv_batch_stride,
-                      p.dv_row_stride, p.dv_head_stride),
-      64, panel);
-  // Under GQA the fp32 dK and dV buffers [B, Hkv, Sk, D] (the sums of the atomic mode; the
-  // deterministic mode's per-query-head partials are larger and never go through these maps),
-  // viewed as [B, Sk, Hkv, D] with boxes of 32 columns x 64 keys.
-  if (p.dk_partial != nullptr) {
-    maps.dk_sum = runtime::activation_tensor_map(
-        "dk_sum", fp32_head_major_view(p.dk_partial, p.batch, p.seqlen_k, p.kv_heads, head_dim), 64,
-        32);
-    maps.dv_sum = runtime::activation_tensor_map(
-        "dv_sum", fp32_head_major_view(p.dv_partial, p.batch, p.seqlen_k, p.kv_heads, head_dim), 64,
-        32);
-  }
-  return maps;
+BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim,
+                                   std::span<const TensorMapBox> boxes) {
+  return encode_maps<BwdTensorMaps>(p, dtype, head_dim, head_dim, boxes);
 }
 
 }  // namespace attnjit::jit::detail

@@ -1,12 +1,14 @@
 // TMA tensor maps encoded on the host (cuTensorMapEncodeTiled through the dlopen'ed driver)
-// for the kernels that copy with TMA (templates/attnjit/sm90a/tma.cuh), and the maps of the sm90a
-// forward and backward kernels.
+// for the kernels that copy with TMA (templates/attnjit/sm90a/tma.cuh): the boxes a kernel's
+// plan gives, over the tensors of a launch.
 #pragma once
 
 #include <cstdint>
+#include <span>
 
-#include "attnjit/jit.hpp"
 #include "attnjit/common/params.cuh"
+#include "attnjit/jit.hpp"
+#include "compiler/ir/lowering.hpp"
 
 namespace attnjit::runtime {
 
@@ -27,27 +29,29 @@ TensorMap encode_tensor_map(const char* what, const void* base, ScalarType eleme
                             const TensorMapShape& shape);
 
 /// The map of a [B, S, H, D] activation (strides in elements, last one 1) as 4-D (D, S, H, B)
-/// with a box of `panel_cols` columns x `rows` rows of one (head, batch), swizzled by the
-/// box's row bytes: for 16-bit elements one panel of the SmemTile layout (smem_tile.cuh;
-/// 128-byte swizzle for 64 columns, 64-byte for 32); fp32 boxes of 32 columns (128 bytes).
+/// with a box of `cols` columns x `rows` rows of one (head, batch), in the shared-memory
+/// pattern of `swizzle_bytes`.
+TensorMap activation_tensor_map(const char* what, const TensorView& t, int rows, int cols,
+                                int swizzle_bytes);
+
+/// The same, swizzled by the box's row bytes: for 16-bit elements one panel of the SmemTile
+/// layout (smem_tile.cuh; 128-byte swizzle for 64 columns, 64-byte for 32).
 TensorMap activation_tensor_map(const char* what, const TensorView& t, int rows, int panel_cols);
 
 }  // namespace attnjit::runtime
 
 namespace attnjit::jit::detail {
 
-/// The tensor maps of the sm90a forward kernel (FwdTensorMaps: q boxes of block_m rows, k and
-/// v of block_n, o of the 64 rows of a consumer warpgroup) for the tensors of `p`, whose last
-/// dimensions are head_dim_qk (q, k) and head_dim_v (v, o).
+/// The TMA maps of a forward kernel (FwdTensorMaps), one per box of its plan
+/// (KernelDesc::tensor_maps), over the tensors of `p`, whose last dimensions are head_dim_qk
+/// (q, k) and head_dim_v (v, o).
 FwdTensorMaps forward_tensor_maps(const FwdParams& p, DType dtype, int head_dim_qk, int head_dim_v,
-                                  int block_m, int block_n);
+                                  std::span<const TensorMapBox> boxes);
 
-/// The tensor maps of the sm90a backward kernel (BwdTensorMaps: q and d_o boxes of block_m
-/// rows, k and v of block_n, the fp32 dQ accumulator boxes of 32 columns x block_m rows, d_k
-/// and d_v of 64 rows, under GQA the fp32 dK and dV sums boxes of 32 columns x 64 rows) for the
-/// tensors of `p`, whose last dimension is head_dim; p.dq_accum (and under GQA dk_partial and
-/// dv_partial) are bound.
-BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim, int block_m,
-                                   int block_n);
+/// The TMA maps of a backward kernel (BwdTensorMaps), one per box of its plan, over the tensors
+/// of `p`, whose last dimension is head_dim; p.dq_accum is bound where a box names it, and GQA's
+/// dK and dV sums (dk_partial, dv_partial) are encoded only where bound.
+BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim,
+                                   std::span<const TensorMapBox> boxes);
 
 }  // namespace attnjit::jit::detail

@@ -8,6 +8,8 @@
 #include "compiler/codegen/emit.hpp"
 #include "compiler/passes/pipeline.hpp"
 #include "compiler/registry/kernel_registry.hpp"
+#include "runtime/jit/nvrtc.hpp"
+#include "support/vocabulary_kernels.hpp"
 
 using namespace attnjit;
 
@@ -18,7 +20,9 @@ std::string main_source(const char* text, KernelRole role) {
   return emit_kernel(ir, *ir.plan->find(role));
 }
 
-std::string forward_source(const char* text) { return main_source(text, KernelRole::forward); }
+std::string forward_source(const char* text) {
+  return main_source(text, KernelRole::forward);
+}
 
 }  // namespace
 
@@ -89,8 +93,7 @@ TEST_CASE("an attention TU binds its registry row's template and Config", "[emit
   }
 }
 
-TEST_CASE("sm90a kernels define only the wgmma shapes they use; sm80 kernels none",
-          "[emit]") {
+TEST_CASE("sm90a kernels define only the wgmma shapes they use; sm80 kernels none", "[emit]") {
   const std::string forward =
       main_source("dtype=bf16 head_dim=128 mask=causal target=sm_90a", KernelRole::forward);
   const std::string defines = "#define ATTNJIT_WGMMA_SOME_SHAPES\n";
@@ -106,6 +109,40 @@ TEST_CASE("sm90a kernels define only the wgmma shapes they use; sm80 kernels non
   CHECK_THAT(wide, !Catch::Contains("#define ATTNJIT_WGMMA_N128\n"));
   CHECK_THAT(main_source("dtype=bf16 head_dim=128 mask=causal target=sm_90", KernelRole::forward),
              !Catch::Contains("ATTNJIT_WGMMA"));
+}
+
+TEST_CASE("a TMA kernel's entry takes its row's tensor maps; other kernels their block only",
+          "[emit]") {
+  const std::string entry = "const __grid_constant__ attnjit::";
+  CHECK_THAT(main_source("dtype=bf16 head_dim=128 mask=causal target=sm_90a", KernelRole::forward),
+             Catch::Contains(entry + "FwdParams params, " + entry + "FwdTensorMaps maps)"));
+  CHECK_THAT(main_source("dtype=bf16 head_dim=192 mask=none direction=backward target=sm_90a",
+                         KernelRole::backward),
+             Catch::Contains(entry + "BwdParams params, " + entry + "BwdTensorMaps maps)"));
+  CHECK_THAT(main_source("dtype=bf16 head_dim=128 mask=causal target=sm_90", KernelRole::forward),
+             !Catch::Contains("TensorMaps"));
+}
+
+TEST_CASE("a TMA kernel asserts its plan's boxes against its template's", "[emit][nvrtc]") {
+  const Lowering ir =
+      lower(parse_spec("dtype=bf16 head_dim=192 mask=causal direction=backward target=sm_90a"));
+  const KernelDesc& kernel = *ir.plan->find(KernelRole::backward);
+  std::string source = emit_kernel(ir, kernel);
+  // Each planned box, e.g. the dQ accumulator's 16 fp32 columns (64-byte rows) at d192.
+  for (const TensorMapBox& box : kernel.tensor_maps) {
+    CHECK_THAT(source, Catch::Contains(fmt::format(
+                           "TmaBox{{{}, {}, {}}},\n              \"the plan "
+                           "and the template disagree on the {} box\"",
+                           box.rows, box.cols, box.swizzle_bytes, name_of(box.tensor))));
+  }
+  const std::string planned = "kDqAccumBox == attnjit::TmaBox{64, 16, 64}";
+  const std::size_t at = source.find(planned);
+  REQUIRE(at != std::string::npos);
+  // A plan that disagrees with the template fails the kernel's compile.
+  source.replace(at, planned.size(), "kDqAccumBox == attnjit::TmaBox{64, 32, 128}");
+  const std::vector<runtime::NvrtcHeader> headers = testing::template_headers();
+  CHECK_THROWS_WITH(runtime::nvrtc_compile(source, kernel.name, headers, "sm_90a", {}, kernel.name),
+                    Catch::Contains("the plan and the template disagree on the dq_accum box"));
 }
 
 TEST_CASE("the sm90a forward's products are one asm statement each; other kernels keep steps",

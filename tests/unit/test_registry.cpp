@@ -189,6 +189,8 @@ TEST_CASE("the registry: one row per utility role, attention rows with their pie
     CHECK(row.smem_bytes != nullptr);
     CHECK((row.explicit_tiles != nullptr) == !row.tiles_suffixes.empty());
     CHECK(!row.config.empty());
+    CHECK((row.params == ParamBlock::attention_tma) == !row.tensor_maps_type.empty());
+    CHECK((row.params == ParamBlock::attention_tma) == (row.tensor_maps != nullptr));
     const bool splits =
         std::ranges::find(row.config, ConfigField::register_split) != row.config.end();
     CHECK(splits == (row.producer_registers != nullptr));
@@ -238,6 +240,66 @@ TEST_CASE("row ids, template files, structs and bodies are named alike", "[pass]
   }
   CHECK(kernel_row("backward.sm90a").kernel_struct == "BackwardSm90a");
   CHECK(kernel_row("backward_slabs.sm80").header == "attnjit/sm80/backward_slabs.cuh");
+}
+
+TEST_CASE("the sm90a kernels' TMA boxes: panels of their tiles, fp32 boxes of 128-byte rows",
+          "[pass]") {
+  // Per head dim: the forward's panel columns, the backward's (a consumer's half of the head
+  // dim above 128) and its dQ accumulator's box columns (one Q panel's bytes above 128).
+  struct Expected {
+    int head_dim, forward_panel, backward_panel, dq_cols;
+  };
+  const auto box = [](MapTensor tensor, int rows, int cols, int element) {
+    return TensorMapBox{tensor, rows, cols, cols * element};
+  };
+  for (const Expected e :
+       {Expected{64, 64, 64, 32}, Expected{96, 32, 32, 32}, Expected{128, 64, 64, 32},
+        Expected{192, 64, 32, 16}, Expected{256, 64, 64, 32}}) {
+    for (const char* mask : {"none", "causal", "flashmask(causal=true,columns=2)"}) {
+      const std::string spec =
+          fmt::format("dtype=bf16 head_dim={} mask={} target=sm_90a", e.head_dim, mask);
+      INFO(spec);
+      const Lowering forward = lower(parse_spec(spec));
+      const KernelDesc& f = *forward.plan->find(KernelRole::forward);
+      REQUIRE(f.params == ParamBlock::attention_tma);
+      const int p = e.forward_panel;
+      CHECK(f.tensor_maps == std::vector<TensorMapBox>{box(MapTensor::q, f.block_m, p, 2),
+                                                       box(MapTensor::k, f.block_n, p, 2),
+                                                       box(MapTensor::v, f.block_n, p, 2),
+                                                       box(MapTensor::o, 64, p, 2)});
+      for (const char* mode : {"", " deterministic=true"}) {
+        const Lowering backward =
+            lower(parse_spec(fmt::format("{} direction=backward{}", spec, mode)));
+        const KernelDesc& b = *backward.plan->find(KernelRole::backward);
+        REQUIRE(b.params == ParamBlock::attention_tma);
+        const int panel = e.backward_panel;
+        std::vector<TensorMapBox> expected{box(MapTensor::q, b.block_m, panel, 2),
+                                           box(MapTensor::k, b.block_n, panel, 2),
+                                           box(MapTensor::v, b.block_n, panel, 2),
+                                           box(MapTensor::d_o, b.block_m, panel, 2),
+                                           box(MapTensor::dq_accum, b.block_m, e.dq_cols, 4),
+                                           box(MapTensor::d_k, 64, panel, 2),
+                                           box(MapTensor::d_v, 64, panel, 2)};
+        // GQA's fp32 dK and dV sums: the atomic mode only (the deterministic mode writes
+        // per-query-head partials without TMA).
+        if (*mode == '\0') {
+          expected.push_back(box(MapTensor::dk_sum, 64, 32, 4));
+          expected.push_back(box(MapTensor::dv_sum, 64, 32, 4));
+        }
+        CHECK(b.tensor_maps == expected);
+      }
+    }
+  }
+  // 80-row query blocks (d128 without a mask): q, d_o and the dQ accumulator boxes of 80 rows.
+  const Lowering eighty =
+      lower(parse_spec("dtype=fp16 head_dim=128 mask=none direction=backward target=sm_90a"));
+  const KernelDesc& b = *eighty.plan->find(KernelRole::backward);
+  REQUIRE(b.block_m == 80);
+  CHECK(b.tensor_maps.front() == box(MapTensor::q, 80, 64, 2));
+  CHECK(b.tensor_maps[4] == box(MapTensor::dq_accum, 80, 32, 4));
+  // Kernels that copy without TMA carry no maps.
+  const Lowering sm80 = lower(parse_spec("dtype=bf16 head_dim=128 mask=causal target=sm_90"));
+  for (const KernelDesc& kernel : sm80.plan->kernels) CHECK(kernel.tensor_maps.empty());
 }
 
 TEST_CASE("every automatic choice is the first fitting candidate of the preferred family",

@@ -163,6 +163,18 @@ struct BackwardSm90a {
   static_assert(!kDqInStage ||
                     (QTile::kPanelBytes == 64 * kDqBoxCols * 4 && kDqBoxes == 2 * kColPanels),
                 "a consumer's dQ boxes fill its Q and dO panels");
+  /// The TMA boxes: a panel of the Q and dO tiles, of the K and V tiles and of a consumer's 64
+  /// keys of dK and dV; the dQ accumulator's fp32 boxes of the query block (kDqBoxBytes: 128-byte
+  /// rows; in the stage kDqBoxCols); GQA's fp32 dK and dV sums (kSumBoxBytes).
+  static constexpr TmaBox kQBox = panel_box(kBlockM, kPanelCols);
+  static constexpr TmaBox kDoBox = panel_box(kBlockM, kPanelCols);
+  static constexpr TmaBox kKBox = panel_box(kBlockN, kPanelCols);
+  static constexpr TmaBox kVBox = panel_box(kBlockN, kPanelCols);
+  static constexpr TmaBox kDqAccumBox = fp32_box(kBlockM, kDqInStage ? kDqBoxCols : 32);
+  static constexpr TmaBox kDkBox = panel_box(64, kPanelCols);
+  static constexpr TmaBox kDvBox = panel_box(64, kPanelCols);
+  static constexpr TmaBox kDkSumBox = fp32_box(64, 32);
+  static constexpr TmaBox kDvSumBox = fp32_box(64, 32);
 
   // A stage: Q, dO and the row statistics, LSE2 and D (kBlockM floats each), then the block's
   // index and classification. With 64-row blocks the statistics follow the tiles in the stage,

@@ -88,6 +88,12 @@ struct ForwardSm90a {
   typedef SmemTile<kBlockM, kHeadDim> QTile;
   typedef SmemTile<kBlockN, kHeadDim> KvTile;
   typedef ForwardProducer<ForwardSm90a> Producer;
+  /// The TMA boxes: a panel of the Q tile, of the K and V tiles, and of a consumer's 64 rows of
+  /// O (in QTile's layout).
+  static constexpr TmaBox kQBox = panel_box(kBlockM, QTile::kPanelCols);
+  static constexpr TmaBox kKBox = panel_box(kBlockN, KvTile::kPanelCols);
+  static constexpr TmaBox kVBox = panel_box(kBlockN, KvTile::kPanelCols);
+  static constexpr TmaBox kOBox = panel_box(64, QTile::kPanelCols);
   static constexpr int kVectorStageBytes = kBlockN * kColumns * 4;
 
   static constexpr bool kPersistent = Config::kPersistent;

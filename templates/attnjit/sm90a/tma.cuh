@@ -1,5 +1,6 @@
 // Tensor memory accelerator (TMA, sm_90) copies between global memory and shared memory,
-// described by a tensor map (params.cuh's TensorMap, encoded on the host by runtime/launch/tma.cpp).
+// described by a tensor map (params.cuh's TensorMap, encoded on the host by
+// runtime/launch/tma.cpp).
 //
 // A load moves one box of the map's tensor, at the given element coordinates (innermost
 // first), into shared memory and completes its bytes on an mbarrier (mbarrier.cuh); parts of
@@ -16,6 +17,30 @@
 #include "attnjit/sm90a/mbarrier.cuh"
 
 namespace attnjit {
+
+/// The box one copy of a tensor map moves: rows x columns of one (head, batch), in a
+/// shared-memory swizzle of swizzle_bytes. A kernel names the box of each map it copies
+/// through; the generated source asserts that they are its plan's (KernelDesc::tensor_maps),
+/// which the host encodes.
+struct TmaBox {
+  int rows;
+  int cols;
+  int swizzle_bytes;
+};
+
+__host__ __device__ constexpr bool operator==(const TmaBox& a, const TmaBox& b) {
+  return a.rows == b.rows && a.cols == b.cols && a.swizzle_bytes == b.swizzle_bytes;
+}
+
+/// A box of one panel of 16-bit elements (SmemTile's), swizzled by its row bytes.
+__host__ __device__ constexpr TmaBox panel_box(int rows, int panel_cols) {
+  return TmaBox{rows, panel_cols, panel_cols * 2};
+}
+
+/// A box of fp32 columns, swizzled by its row bytes.
+__host__ __device__ constexpr TmaBox fp32_box(int rows, int cols) {
+  return TmaBox{rows, cols, cols * 4};
+}
 
 /// The generic address of a tensor map (a __grid_constant__ kernel parameter).
 __device__ __forceinline__ unsigned long long tensor_map_address(const TensorMap& map) {

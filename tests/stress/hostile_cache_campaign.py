@@ -139,15 +139,21 @@ class Campaign:
         entry = entries[0]
         return path, entry, entry[: -len(".kernel")] + ".lock"
 
-    def scenario_full_disk(self):
-        cache = self.fresh("full-disk")
-        result = self.compile(cache, limit_bytes=4096)
-        ok = self.check("full disk", result, 0, "miss", 1)
-        ok &= "(File too large)" in result.stderr
+    def unstored(self, scenario, result, reason, cache):
+        """A compile that could not store its entry: a miss with one warning giving `reason`,
+        and no temp file left in `cache`."""
+        ok = self.check(scenario, result, 0, "miss", 1)
+        ok &= reason in result.stderr
         leftovers = glob.glob(os.path.join(cache, "*.tmp.*"))
         if leftovers:
-            self.fail("full disk", f"temp files left: {leftovers}")
+            self.fail(scenario, f"temp files left: {leftovers}")
             ok = False
+        return ok
+
+    def scenario_full_disk(self):
+        cache = self.fresh("full-disk")
+        ok = self.unstored("full disk", self.compile(cache, limit_bytes=4096),
+                           "(File too large)", cache)
         ok &= self.check("full disk, then room", self.compile(cache), 0, "miss", 0)
         ok &= self.check("full disk, then a hit", self.compile(cache), 0, "disk", 0)
         self.report("full disk (EFBIG on the temp file)", ok)
@@ -162,13 +168,7 @@ class Campaign:
                         f"SKIPPED: cannot mount a tmpfs here ({mounted.stderr.strip()})")
             return
         try:
-            result = self.compile(cache)
-            ok = self.check("ENOSPC", result, 0, "miss", 1)
-            ok &= "(No space left on device)" in result.stderr
-            leftovers = glob.glob(os.path.join(cache, "*.tmp.*"))
-            if leftovers:
-                self.fail("ENOSPC", f"temp files left: {leftovers}")
-                ok = False
+            ok = self.unstored("ENOSPC", self.compile(cache), "(No space left on device)", cache)
         finally:
             subprocess.run(["umount", cache], check=False)
         self.report("full disk (ENOSPC on a small tmpfs)", ok)

@@ -36,7 +36,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import attnjit  # noqa: E402
-from timing import median_ms, problem_parser  # noqa: E402
+from timing import median_ms, problem_parser, publish  # noqa: E402
 
 MAX_RELATIVE_ERROR = 2e-2
 INPUT_SETS = 3
@@ -132,6 +132,36 @@ def relative_errors(got, reference):
             for a, r in zip(got, reference)]
 
 
+def training_inputs(shape):
+    """INPUT_SETS random bf16 (q, k, v) sets of `shape` that require grad, and one random dO."""
+    inputs = [tuple(torch.randn(shape, dtype=torch.bfloat16, device="cuda").requires_grad_()
+                    for _ in range(3)) for _ in range(INPUT_SETS)]
+    return inputs, torch.randn(shape, dtype=torch.bfloat16, device="cuda")
+
+
+def check_and_time(attention, inputs, d_o, reference, args):
+    """(relative errors of o, dq, dk, dv against `reference` on the first input set, median
+    forward ms, median forward+backward ms)."""
+    errors = relative_errors(outputs_and_grads(attention, *inputs[0], d_o), reference)
+    forward_ms = median_ms(attention, inputs, args.warmup, args.runs)
+    total_ms = median_ms(forward_backward(attention, d_o), inputs, args.warmup, args.runs)
+    return errors, forward_ms, total_ms
+
+
+def failed_check(error):
+    """The check column of an implementation that raised `error`."""
+    first_line = (str(error).splitlines() or [""])[0][:160].replace("|", "/")
+    return f"failed: {type(error).__name__}: {first_line}"
+
+
+def timed(forward_ms, total_ms, forward_flops):
+    """The times and TFLOP/s of a row, forward and forward+backward."""
+    return dict(forward_ms=forward_ms, total_ms=total_ms,
+                forward_tflops=forward_flops / (forward_ms * 1e-3) / 1e12,
+                total_tflops=(1 + BACKWARD_FLOPS_FACTOR) * forward_flops /
+                (total_ms * 1e-3) / 1e12)
+
+
 def in_bhsd(function):
     """A peer taking [B, H, S, D] as an attention on attnjit's [B, S, H, D] views."""
     def attention(q, k, v):
@@ -200,14 +230,10 @@ def bench_mask(mask, args, inputs, d_o, generator, rows, failures):
         print(f"  {mask}: {name}", file=sys.stderr, flush=True)
         try:
             with backend(kind):
-                errors = relative_errors(outputs_and_grads(attention, *inputs[0], d_o),
-                                         reference)
-                forward_ms = median_ms(attention, inputs, args.warmup, args.runs)
-                total_ms = median_ms(forward_backward(attention, d_o), inputs, args.warmup,
-                                     args.runs)
+                errors, forward_ms, total_ms = check_and_time(attention, inputs, d_o, reference,
+                                                              args)
         except Exception as error:  # one implementation failing must not hide the others
-            first_line = (str(error).splitlines() or [""])[0][:160].replace("|", "/")
-            check = f"failed: {type(error).__name__}: {first_line}"
+            check = failed_check(error)
             if name.startswith("attnjit"):
                 failures.append(f"{mask} {name}: {check}")
             rows.append(dict(mask=mask, name=name, density=density, check=check))
@@ -218,11 +244,8 @@ def bench_mask(mask, args, inputs, d_o, generator, rows, failures):
             failures.append(f"{mask} {name}: relative errors o/dq/dk/dv {errors} vs "
                             f"{reference_name} (limit {MAX_RELATIVE_ERROR})")
             check = f"WRONG: {check}"
-        rows.append(dict(mask=mask, name=name, density=density, forward_ms=forward_ms,
-                         total_ms=total_ms, check=check,
-                         forward_tflops=forward_flops / (forward_ms * 1e-3) / 1e12,
-                         total_tflops=(1 + BACKWARD_FLOPS_FACTOR) * forward_flops /
-                         (total_ms * 1e-3) / 1e12))
+        rows.append(dict(mask=mask, name=name, density=density, check=check,
+                         **timed(forward_ms, total_ms, forward_flops)))
 
 
 def speedup_over(timed, ours, names):
@@ -287,9 +310,7 @@ def main():
     torch.manual_seed(args.seed)
     generator = torch.Generator().manual_seed(args.seed)
     shape = (args.batch, args.seqlen, args.heads, args.head_dim)
-    inputs = [tuple(torch.randn(shape, dtype=torch.bfloat16, device="cuda").requires_grad_()
-                    for _ in range(3)) for _ in range(INPUT_SETS)]
-    d_o = torch.randn(shape, dtype=torch.bfloat16, device="cuda")
+    inputs, d_o = training_inputs(shape)
 
     rows, failures = [], []
     for mask in MASKS:
@@ -297,11 +318,7 @@ def main():
         bench_mask(mask, args, inputs, d_o, generator, rows, failures)
 
     text = report(args, rows, failures, time.perf_counter() - started)
-    if args.out:
-        Path(args.out).write_text(text)
-    print(text, end="")
-    if failures:
-        sys.exit(1)
+    publish(text, args.out, failures)
 
 
 if __name__ == "__main__":

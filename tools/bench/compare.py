@@ -428,12 +428,7 @@ def main(argv=None):
             pass
     torch.manual_seed(args.seed)
     result = Run(args).run()
-    text = report.render(result)
-    if args.out:
-        Path(args.out).write_text(text)
-        report.save(result, Path(args.out).with_suffix(".json"))
-    print(text, end="")
-    return 1 if result["failures"] else 0
+    return report.publish(result, args.out)
 
 
 if __name__ == "__main__":

@@ -13,11 +13,8 @@ markdown report last (and writes it to --out).
 """
 
 import datetime
-import os
 import shlex
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,7 +25,8 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import attnjit  # noqa: E402
-from timing import median_ms, problem_parser  # noqa: E402
+from measure import empty_cache_dir  # noqa: E402
+from timing import median_ms, problem_parser, publish  # noqa: E402
 
 MAX_RELATIVE_ERROR = 2e-2
 INPUT_SETS = 3
@@ -52,10 +50,8 @@ def attnjit_spec(mask, head_dim, tiles):
 def first_call_latencies(spec, inputs, out):
     """(cache level, compile() ms, compile() + first forward ms) for a cold compile into a fresh
     cache directory, a disk hit and a memory hit."""
-    saved = os.environ.get("ATTNJIT_CACHE_DIR")
-    os.environ["ATTNJIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="attnjit-bench-")
     rows = []
-    try:
+    with empty_cache_dir():
         for clear_memory in (True, True, False):
             if clear_memory:
                 attnjit.clear_cache(memory=True)
@@ -67,12 +63,6 @@ def first_call_latencies(spec, inputs, out):
             torch.cuda.synchronize()
             done = time.perf_counter()
             rows.append((kernel.info()["cache"], (compiled - start) * 1e3, (done - start) * 1e3))
-    finally:
-        shutil.rmtree(os.environ["ATTNJIT_CACHE_DIR"], ignore_errors=True)
-        if saved is None:
-            del os.environ["ATTNJIT_CACHE_DIR"]
-        else:
-            os.environ["ATTNJIT_CACHE_DIR"] = saved
     if [row[0] for row in rows] != ["miss", "disk", "memory"]:
         raise SystemExit(f"first-call latency: unexpected cache levels {[r[0] for r in rows]}")
     return rows
@@ -189,11 +179,7 @@ def main():
         bench_mask(args, mask, inputs, rows, failures)
 
     text = report(args, rows, latencies, failures)
-    if args.out:
-        Path(args.out).write_text(text)
-    print(text, end="")
-    if failures:
-        sys.exit(1)
+    publish(text, args.out, failures)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """compare.py's measurements on the GPU: results and their relative errors, CUDA-event times
 of a forward or a forward+backward step, the peak memory of one step, and first-call latency."""
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -77,39 +78,49 @@ def step_peak_mib(implementation, inputs, d_o):
     return peak / 2**20
 
 
-def attnjit_latency(mask, head_dim, implementation, inputs, d_o):
-    """Rows of attnjit's first-call latency: a cold compile into an empty cache directory, a
-    disk hit after clearing the memory cache, a memory hit; each with and without the first
-    forward+backward step."""
-    specs = [families.attnjit_spec(mask.mask_text, head_dim, direction)
-             for direction in ("forward", "backward")]
+@contextlib.contextmanager
+def empty_cache_dir():
+    """ATTNJIT_CACHE_DIR set to a new empty directory inside the block; the directory removed
+    and the variable restored after it."""
     saved = os.environ.get("ATTNJIT_CACHE_DIR")
     os.environ["ATTNJIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="attnjit-bench-")
-    rows = []
     try:
-        for expected, clear in (("miss", True), ("disk", True), ("memory", False)):
-            if clear:
-                attnjit.clear_cache(memory=True)
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            levels = [attnjit.compile(spec).info()["cache"] for spec in specs]
-            compiled = time.perf_counter()
-            step(implementation, d_o, True)(*inputs)
-            torch.cuda.synchronize()
-            done = time.perf_counter()
-            note = "" if levels == [expected] * 2 else f"cache levels {levels}"
-            what = {"miss": "cold compile (empty cache directory)",
-                    "disk": "disk hit (memory cache cleared)", "memory": "memory hit"}[expected]
-            rows.append(dict(impl="attnjit", what=f"{what}: compile forward + backward",
-                             ms=(compiled - start) * 1e3, note=note))
-            rows.append(dict(impl="attnjit", what=f"{what}: compile + first fwd+bwd step",
-                             ms=(done - start) * 1e3, note=note))
+        yield
     finally:
         shutil.rmtree(os.environ["ATTNJIT_CACHE_DIR"], ignore_errors=True)
         if saved is None:
             del os.environ["ATTNJIT_CACHE_DIR"]
         else:
             os.environ["ATTNJIT_CACHE_DIR"] = saved
+
+
+def attnjit_latency(mask, head_dim, implementation, inputs, d_o):
+    """Rows of attnjit's first-call latency: a cold compile into an empty cache directory, a
+    disk hit after clearing the memory cache, a memory hit; each with and without the first
+    forward+backward step."""
+    specs = [families.attnjit_spec(mask.mask_text, head_dim, direction)
+             for direction in ("forward", "backward")]
+    rows = []
+    try:
+        with empty_cache_dir():
+            for expected, clear in (("miss", True), ("disk", True), ("memory", False)):
+                if clear:
+                    attnjit.clear_cache(memory=True)
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                levels = [attnjit.compile(spec).info()["cache"] for spec in specs]
+                compiled = time.perf_counter()
+                step(implementation, d_o, True)(*inputs)
+                torch.cuda.synchronize()
+                done = time.perf_counter()
+                note = "" if levels == [expected] * 2 else f"cache levels {levels}"
+                what = {"miss": "cold compile (empty cache directory)",
+                        "disk": "disk hit (memory cache cleared)", "memory": "memory hit"}[expected]
+                rows.append(dict(impl="attnjit", what=f"{what}: compile forward + backward",
+                                 ms=(compiled - start) * 1e3, note=note))
+                rows.append(dict(impl="attnjit", what=f"{what}: compile + first fwd+bwd step",
+                                 ms=(done - start) * 1e3, note=note))
+    finally:
         attnjit.clear_cache(memory=True)
     return rows
 

@@ -21,13 +21,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.out is not None and Path(args.out).suffix == ".json":
         parser.error(f"--out: got {args.out!r}; accepted: a report file not ending in .json")
-    merged = report.merge([report.load(path) for path in args.results])
-    text = report.render(merged)
-    if args.out:
-        Path(args.out).write_text(text)
-        report.save(merged, Path(args.out).with_suffix(".json"))
-    print(text, end="")
-    return 1 if merged["failures"] else 0
+    return report.publish(report.merge([report.load(path) for path in args.results]), args.out)
 
 
 if __name__ == "__main__":

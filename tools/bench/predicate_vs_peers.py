@@ -30,8 +30,9 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import attnjit  # noqa: E402
 from bwd_vs_sdpa import (BACKWARD_FLOPS_FACTOR, INPUT_SETS, MAX_RELATIVE_ERROR,  # noqa: E402
-                          forward_backward, in_bhsd, outputs_and_grads, relative_errors)
-from timing import median_ms, problem_parser  # noqa: E402
+                          check_and_time, failed_check, in_bhsd, outputs_and_grads, timed,
+                          training_inputs)
+from timing import problem_parser, publish  # noqa: E402
 
 EXPRESSION = "((q / 128 + k / 128) % 2 == 0) && (q + k) % 3 != 0"
 compiled_flex = torch.compile(flex_attention)
@@ -75,9 +76,7 @@ def main():
     torch.manual_seed(args.seed)
     b, s, h, d = args.batch, args.seqlen, args.heads, args.head_dim
     shape = (b, s, h, d)
-    inputs = [tuple(torch.randn(shape, dtype=torch.bfloat16, device="cuda").requires_grad_()
-                    for _ in range(3)) for _ in range(INPUT_SETS)]
-    d_o = torch.randn(shape, dtype=torch.bfloat16, device="cuda")
+    inputs, d_o = training_inputs(shape)
     visible = dense_visible(s, "cuda")
     pairs = b * int(visible.sum().item())
     forward_flops = 4 * h * d * pairs
@@ -88,13 +87,9 @@ def main():
     for name, attention in impls:
         print(f"  {name}", file=sys.stderr, flush=True)
         try:
-            errors = relative_errors(outputs_and_grads(attention, *inputs[0], d_o), reference)
-            forward_ms = median_ms(attention, inputs, args.warmup, args.runs)
-            total_ms = median_ms(forward_backward(attention, d_o), inputs, args.warmup,
-                                 args.runs)
+            errors, forward_ms, total_ms = check_and_time(attention, inputs, d_o, reference, args)
         except Exception as error:  # one implementation failing must not hide the others
-            first_line = (str(error).splitlines() or [""])[0][:160].replace("|", "/")
-            check = f"failed: {type(error).__name__}: {first_line}"
+            check = failed_check(error)
             if name.startswith("attnjit"):
                 failures.append(f"{name}: {check}")
             rows.append(dict(name=name, check=check))
@@ -105,10 +100,7 @@ def main():
             failures.append(f"{name}: relative errors o/dq/dk/dv {errors} (limit "
                             f"{MAX_RELATIVE_ERROR})")
             check = f"WRONG: {check}"
-        rows.append(dict(name=name, forward_ms=forward_ms, total_ms=total_ms, check=check,
-                         forward_tflops=forward_flops / (forward_ms * 1e-3) / 1e12,
-                         total_tflops=(1 + BACKWARD_FLOPS_FACTOR) * forward_flops /
-                         (total_ms * 1e-3) / 1e12))
+        rows.append(dict(name=name, check=check, **timed(forward_ms, total_ms, forward_flops)))
 
     command = "python3 " + " ".join(shlex.quote(arg) for arg in sys.argv)
     ours = next((row for row in rows if row["name"] == "attnjit" and "total_ms" in row), None)
@@ -141,11 +133,7 @@ def main():
     if failures:
         lines += ["", "**FAILED correctness checks:**"] + [f"- {failure}" for failure in failures]
     text = "\n".join(lines) + "\n"
-    if args.out:
-        Path(args.out).write_text(text)
-    print(text, end="")
-    if failures:
-        sys.exit(1)
+    publish(text, args.out, failures)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,12 @@ A result set is a JSON-able dict:
     checks    one row per (seqlen, head_dim, family, mode): reference, errors, status
     latency   first-call latency rows; metadata, memory: per (seqlen, head_dim, family)
     failures  messages that make compare.py exit 1
-merge() joins the result sets of several shards; render() and summary() format any of them.
+merge() joins the result sets of several shards; render() and summary() format any of them;
+publish() prints the report and writes it with its raw results.
 """
 
 import json
+from pathlib import Path
 
 from families import FAMILIES, TITLES
 
@@ -166,36 +168,40 @@ def _latency_lines(result):
     return lines
 
 
-def _metadata_lines(result):
-    if not result["metadata"]:
+def _family_section(rows, heading, cells):
+    """`heading` (a title, text and a table's header) and a table row per entry of `rows`,
+    sorted by size and family: S, D, family, implementation, cells(row) and the note; nothing
+    when there are no rows."""
+    if not rows:
         return []
-    lines = ["", "## Mask metadata time", "",
-             "attnjit host: attnjit.flashmask (the host builders) and the upload to the GPU; "
-             "device: attnjit.build_mask; attnjit's min/max tables are made inside each "
-             "attention call and counted in its time. FlexAttention: its block mask. Median of "
-             "3 calls after the first.", "",
-             "| S | D | family | implementation | how | first call ms | ms (median) | note |",
-             "|---:|---:|---|---|---|---:|---:|---|"]
-    for row in sorted(result["metadata"], key=lambda r: (_config_key(r), _family_order(r))):
-        lines.append(f"| {row['seqlen']} | {row['head_dim']} | "
-                     f"{TITLES.get(row['family'], row['family'])} | {row['impl']} | "
-                     f"{row['how']} | {_cell(row['first_ms'], 2)} | {_cell(row['ms'], 2)} | "
-                     f"{row.get('note', '')} |")
+    lines = list(heading)
+    for row in sorted(rows, key=lambda r: (_config_key(r), _family_order(r))):
+        lines.append(" | ".join([f"| {row['seqlen']}", str(row["head_dim"]),
+                                 TITLES.get(row["family"], row["family"]), row["impl"],
+                                 *cells(row), row.get("note", "")]) + " |")
     return lines
+
+
+def _metadata_lines(result):
+    return _family_section(
+        result["metadata"],
+        ["", "## Mask metadata time", "",
+         "attnjit host: attnjit.flashmask (the host builders) and the upload to the GPU; "
+         "device: attnjit.build_mask; attnjit's min/max tables are made inside each "
+         "attention call and counted in its time. FlexAttention: its block mask. Median of "
+         "3 calls after the first.", "",
+         "| S | D | family | implementation | how | first call ms | ms (median) | note |",
+         "|---:|---:|---|---|---|---:|---:|---|"],
+        lambda row: [row["how"], _cell(row["first_ms"], 2), _cell(row["ms"], 2)])
 
 
 def _memory_lines(result):
-    if not result["memory"]:
-        return []
-    lines = ["", "## Peak GPU memory of one forward+backward step", "",
-             "| S | D | family | implementation | step peak MiB | mask data MiB | note |",
-             "|---:|---:|---|---|---:|---:|---|"]
-    for row in sorted(result["memory"], key=lambda r: (_config_key(r), _family_order(r))):
-        lines.append(f"| {row['seqlen']} | {row['head_dim']} | "
-                     f"{TITLES.get(row['family'], row['family'])} | {row['impl']} | "
-                     f"{_cell(row['step_mib'], 0)} | {_cell(row['mask_mib'], 1)} | "
-                     f"{row.get('note', '')} |")
-    return lines
+    return _family_section(
+        result["memory"],
+        ["", "## Peak GPU memory of one forward+backward step", "",
+         "| S | D | family | implementation | step peak MiB | mask data MiB | note |",
+         "|---:|---:|---|---|---:|---:|---|"],
+        lambda row: [_cell(row["step_mib"], 0), _cell(row["mask_mib"], 1)])
 
 
 def render(result):
@@ -214,3 +220,14 @@ def render(result):
         lines += ["", "**FAILED:**"] + [f"- {failure}" for failure in result["failures"]]
     lines += ["", "## Summary (speedup = peer ms / attnjit ms)", "", summary(result)]
     return "\n".join(lines)
+
+
+def publish(result, out):
+    """Prints render(result) and, with `out`, writes it there and the raw results next to it
+    (FILE.json); returns the exit status: 1 when the result has failures."""
+    text = render(result)
+    if out:
+        Path(out).write_text(text)
+        save(result, Path(out).with_suffix(".json"))
+    print(text, end="")
+    return 1 if result["failures"] else 0

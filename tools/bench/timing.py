@@ -1,7 +1,10 @@
-"""CUDA-event timing and the problem options shared by the benchmark scripts."""
+"""CUDA-event timing, the problem options and the report output shared by the benchmark
+scripts."""
 
 import argparse
 import statistics
+import sys
+from pathlib import Path
 
 import torch
 
@@ -39,3 +42,13 @@ def problem_parser(description, warmup):
 def median_ms(run, inputs, warmup, runs):
     """Median of times_ms(run, inputs, warmup, runs)."""
     return statistics.median(times_ms(run, inputs, warmup, runs))
+
+
+def publish(text, out, failures):
+    """Prints the markdown report `text` last (and writes it to `out` when given); exits 1
+    when there are `failures`."""
+    if out:
+        Path(out).write_text(text)
+    print(text, end="")
+    if failures:
+        sys.exit(1)

@@ -23,14 +23,12 @@ import compare  # noqa: E402
 import families  # noqa: E402
 import merge_results  # noqa: E402
 import report  # noqa: E402
+from support import refusal  # noqa: E402
 
 
 def parse_error(argv):
     """The message argparse prints for bad arguments."""
-    stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr), unittest.TestCase().assertRaises(SystemExit):
-        compare.parse_args(argv)
-    return stderr.getvalue()
+    return refusal(compare.parse_args, argv)
 
 
 def nested(mask):

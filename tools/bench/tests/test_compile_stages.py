@@ -4,8 +4,6 @@ products and their removal; with NVRTC present, a small kernel compiled to PTX t
 Run: python3 -m unittest discover -s tools/bench/tests
 """
 
-import contextlib
-import io
 import sys
 import tempfile
 import unittest
@@ -15,6 +13,7 @@ BENCH = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(BENCH))
 
 import compile_stages  # noqa: E402
+from support import refusal  # noqa: E402
 
 EMITTED = """// ===== kernel @attnjit_flashmask_minmax_c1_bn128 (flashmask_minmax) =====
 #include "attnjit/masks/flashmask_minmax.cuh"
@@ -40,9 +39,7 @@ wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%f5}, {%r1, %r2, %r3, %r4
 
 class ArgumentTest(unittest.TestCase):
     def parse_error(self, argv):
-        with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit):
-            compile_stages.parse_args(argv)
-        return err.getvalue()
+        return refusal(compile_stages.parse_args, argv)
 
     def test_defaults(self):
         args = compile_stages.parse_args(["--spec", "dtype=bf16 head_dim=64 mask=none",

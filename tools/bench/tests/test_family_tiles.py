@@ -4,8 +4,6 @@ protocol's problem sizes, the index masks' pair counts and the report.
 Run: python3 -m unittest discover -s tools/bench/tests
 """
 
-import contextlib
-import io
 import sys
 import unittest
 from pathlib import Path
@@ -14,13 +12,11 @@ BENCH = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(BENCH))
 
 import family_tiles  # noqa: E402
+from support import refusal  # noqa: E402
 
 
 def refused(argv):
-    stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr), unittest.TestCase().assertRaises(SystemExit):
-        family_tiles.parse_args(argv)
-    return stderr.getvalue()
+    return refusal(family_tiles.parse_args, argv)
 
 
 class ArgumentTest(unittest.TestCase):

@@ -6,7 +6,6 @@ Run: python3 -m unittest discover -s tools/bench/tests
 
 import contextlib
 import io
-import os
 import struct
 import subprocess
 import sys
@@ -18,6 +17,7 @@ BENCH = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(BENCH))
 
 import kernel_identity  # noqa: E402
+from support import refusal  # noqa: E402
 
 TWO_MODULES = """//
 // header comment
@@ -66,10 +66,7 @@ def elf_with_sections(sections):
 
 class ArgumentTest(unittest.TestCase):
     def refused(self, argv):
-        stderr = io.StringIO()
-        with contextlib.redirect_stderr(stderr), self.assertRaises(SystemExit):
-            kernel_identity.parse_args(argv)
-        return stderr.getvalue()
+        return refusal(kernel_identity.parse_args, argv)
 
     def test_virtual_architecture_is_refused(self):
         message = self.refused(["--a", sys.executable, "--b", sys.executable, "--spec", "x",

@@ -6,6 +6,7 @@ Run: python3 -m unittest discover -s tools/bench/tests
 
 import contextlib
 import io
+import json
 import os
 import random
 import stat
@@ -21,10 +22,18 @@ ATTNC = REPO / "build" / "tools" / "attnc"
 sys.path.insert(0, str(BENCH))
 
 import random_check  # noqa: E402
+from support import refusal  # noqa: E402
 
 
 def option(arguments, name):
     return arguments[arguments.index(name) + 1]
+
+
+def check_body(passed, max_abs_err, rel_l2_err, lse_max_err):
+    """A stand-in attnc body printing run --check's JSON verdict, exiting 1 when not passed."""
+    check = dict(passed=passed, max_abs_err=max_abs_err, rel_l2_err=rel_l2_err,
+                 lse_max_err=lse_max_err, nonfinite=0)
+    return f"echo '{json.dumps(dict(check=check))}'" + ("" if passed else "; exit 1")
 
 
 def fake_attnc(directory, body):
@@ -37,10 +46,7 @@ def fake_attnc(directory, body):
 
 class ArgumentTest(unittest.TestCase):
     def refused(self, argv):
-        stderr = io.StringIO()
-        with contextlib.redirect_stderr(stderr), self.assertRaises(SystemExit):
-            random_check.parse_args(argv)
-        return stderr.getvalue()
+        return refusal(random_check.parse_args, argv)
 
     def test_bad_values_name_the_option(self):
         with tempfile.TemporaryDirectory() as scratch:
@@ -110,17 +116,13 @@ class VerdictTest(unittest.TestCase):
             return status, stdout.getvalue(), out.read_text()
 
     def test_all_passing(self):
-        status, printed, table = self.run_main(
-            "echo '{\"check\": {\"passed\": true, \"max_abs_err\": 1e-3, \"rel_l2_err\": 2e-3, "
-            "\"lse_max_err\": 1e-6, \"nonfinite\": 0}}'")
+        status, printed, table = self.run_main(check_body(True, 1e-3, 2e-3, 1e-6))
         self.assertEqual(status, 0)
         self.assertIn("| all | 3 | 3 |", table)
         self.assertIn("--seed 4", printed)
 
     def test_a_failed_check_fails_the_run(self):
-        status, printed, table = self.run_main(
-            "echo '{\"check\": {\"passed\": false, \"max_abs_err\": 0.5, \"rel_l2_err\": 0.1, "
-            "\"lse_max_err\": 1, \"nonfinite\": 0}}'; exit 1")
+        status, printed, table = self.run_main(check_body(False, 0.5, 0.1, 1))
         self.assertEqual(status, 1)
         self.assertIn("| all | 3 | 0 |", table)
         self.assertEqual(printed.count("failed: "), 3)

@@ -4,8 +4,6 @@ draw (repeatable by seed, in range, every family and head dim), the mask heads a
 Run: python3 -m unittest discover -s tools/bench/tests
 """
 
-import contextlib
-import io
 import math
 import random
 import sys
@@ -17,14 +15,12 @@ sys.path.insert(0, str(BENCH))
 
 import families  # noqa: E402
 import random_grad_check  # noqa: E402
+from support import refusal  # noqa: E402
 
 
 class ArgumentTest(unittest.TestCase):
     def refused(self, argv):
-        stderr = io.StringIO()
-        with contextlib.redirect_stderr(stderr), self.assertRaises(SystemExit):
-            random_grad_check.parse_args(argv)
-        return stderr.getvalue()
+        return refusal(random_grad_check.parse_args, argv)
 
     def test_bad_values_name_the_option(self):
         self.assertIn("--cases: got 0", self.refused(["--cases", "0"]))

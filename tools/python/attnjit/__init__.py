@@ -531,28 +531,26 @@ def _check_mask_arguments(mask, causal, indices):
                          "(it belongs to mask='flashmask')")
 
 
+def _optional_positive(name, value, none_means):
+    """`value` for the library as a float, 0.0 for None (which means `none_means`)."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name}: expected a float or None, got {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name}: got {value}; accepted: a finite number > 0, or None for "
+                         f"{none_means}")
+    return float(value)
+
+
 def _check_scale(scale):
     """The softmax scale for the library: 0.0 (its 1/sqrt(D) default) for None."""
-    if scale is None:
-        return 0.0
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"scale: expected a float or None, got {type(scale).__name__}")
-    if not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"scale: got {scale}; accepted: a finite number > 0, or None for "
-                         "1/sqrt(head_dim)")
-    return float(scale)
+    return _optional_positive("scale", scale, "1/sqrt(head_dim)")
 
 
 def _check_softcap(softcap):
     """The cap for the library: 0.0 (no soft-capping) for None."""
-    if softcap is None:
-        return 0.0
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
-        raise TypeError(f"softcap: expected a float or None, got {type(softcap).__name__}")
-    if not math.isfinite(softcap) or softcap <= 0:
-        raise ValueError(f"softcap: got {softcap}; accepted: a finite number > 0, or None for "
-                         "no soft-capping")
-    return float(softcap)
+    return _optional_positive("softcap", softcap, "no soft-capping")
 
 
 def _check_window(window):

@@ -11,7 +11,6 @@ where torch_lowp is the same torch computation in bf16/fp16.
 Run: python3 -m unittest discover -s tools/python/tests (ATTNJIT_LIBRARY may name the library).
 """
 
-import importlib.util
 import itertools
 import math
 import sys
@@ -22,11 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import attnjit  # noqa: E402
 
-torch = None
-if importlib.util.find_spec("torch") is not None:
-    import torch  # noqa: E402
-
-HAS_CUDA = torch is not None and torch.cuda.is_available()
+from torch_cuda import HAS_CUDA, torch  # noqa: E402
 DTYPES = ("bfloat16", "float16")
 HEAD_DIMS = (64, 128)
 # (name, mask, causal): the families the test covers; document masks carry FlashMask vectors.

@@ -7,7 +7,6 @@ Skipped unless PyTorch and a CUDA device are available.
 Run: python3 -m unittest discover -s tools/python/tests (ATTNJIT_LIBRARY may name the library).
 """
 
-import importlib.util
 import sys
 import unittest
 from pathlib import Path
@@ -16,11 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import attnjit  # noqa: E402
 
-torch = None
-if importlib.util.find_spec("torch") is not None:
-    import torch  # noqa: E402
-
-HAS_CUDA = torch is not None and torch.cuda.is_available()
+from torch_cuda import HAS_CUDA, torch  # noqa: E402
 
 
 def ints(values):

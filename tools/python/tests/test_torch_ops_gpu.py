@@ -13,7 +13,6 @@ Skipped unless PyTorch 2.4+ (torch.library.custom_op) and a CUDA device are avai
 Run: python3 tools/python/tests/run_tests.py --gpu (ATTNJIT_LIBRARY may name the library).
 """
 
-import importlib.util
 import sys
 import unittest
 from pathlib import Path
@@ -22,11 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import attnjit  # noqa: E402
 
-torch = None
-if importlib.util.find_spec("torch") is not None:
-    import torch  # noqa: E402
+from torch_cuda import HAS_CUDA, torch  # noqa: E402
 
-HAS_OPS = torch is not None and torch.cuda.is_available() and attnjit._ops is not None
+HAS_OPS = HAS_CUDA and attnjit._ops is not None
 BATCH, HEADS, KV_HEADS, HEAD_DIM = 2, 4, 2, 64
 
 

@@ -22,6 +22,28 @@
 #include "support/half_round.hpp"
 
 namespace attnjit::gpu_test {
+
+Case predicate_case(const std::string& text, std::vector<PredicateTensor> tensors, DType dtype,
+                    int head_dim, int batch, int heads, int kv_heads, int seqlen_q, int seqlen_k,
+                    std::uint64_t seed) {
+  Case c;
+  std::vector<std::int32_t> scalars;
+  c.spec.dtype = dtype;
+  c.spec.head_dim_qk = c.spec.head_dim_v = head_dim;
+  c.spec.mask.kind = MaskKind::predicate;
+  c.spec.mask.predicate = to_string(lift_literals(parse_predicate(text), scalars));
+  c.spec.return_lse = true;
+  c.batch = batch;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.seqlen_q = seqlen_q;
+  c.seqlen_k = seqlen_k;
+  c.seed = seed;
+  c.predicate.scalars = scalars;
+  c.predicate.tensors = std::move(tensors);
+  return c;
+}
+
 namespace {
 
 std::mutex rows_mutex;

@@ -51,6 +51,12 @@ struct Case {
   std::string describe() const;
 };
 
+/// A predicate mask case with LSE: the literals of `text` lifted into scalar slots (the spec
+/// holds the lifted structure, the literals become the scalar values), as the user API does.
+Case predicate_case(const std::string& text, std::vector<PredicateTensor> tensors, DType dtype,
+                    int head_dim, int batch, int heads, int kv_heads, int seqlen_q, int seqlen_k,
+                    std::uint64_t seed);
+
 /// What the GPU produced, converted to float.
 struct Outputs {
   std::vector<float> out;      ///< [B, Sq, H, Dv]

@@ -29,6 +29,7 @@
 
 using namespace attnjit;
 using gpu_test::Case;
+using gpu_test::predicate_case;
 
 namespace {
 
@@ -88,24 +89,6 @@ Case base_case(MaskSpec mask, int head_dim = 128, DType dtype = DType::bf16) {
   c.spec.head_dim_qk = c.spec.head_dim_v = head_dim;
   c.spec.mask = mask;
   c.spec.return_lse = true;
-  return c;
-}
-
-/// A predicate mask case: the literals lifted into scalar slots, as the user API does.
-Case predicate_case(const std::string& text, std::vector<PredicateTensor> tensors, DType dtype,
-                    int head_dim, int batch, int heads, int kv_heads, int seqlen_q, int seqlen_k,
-                    std::uint64_t seed) {
-  Case c = base_case({MaskKind::predicate, false, 0}, head_dim, dtype);
-  std::vector<std::int32_t> scalars;
-  c.spec.mask.predicate = to_string(lift_literals(parse_predicate(text), scalars));
-  c.batch = batch;
-  c.heads = heads;
-  c.kv_heads = kv_heads;
-  c.seqlen_q = seqlen_q;
-  c.seqlen_k = seqlen_k;
-  c.seed = seed;
-  c.predicate.scalars = scalars;
-  c.predicate.tensors = std::move(tensors);
   return c;
 }
 

@@ -20,6 +20,7 @@
 #include "dsl/families.hpp"
 #include "runtime/jit/driver.hpp"
 #include "support/env_override.hpp"
+#include "support/error_text.hpp"
 
 using namespace attnjit;
 using testing::EnvOverride;
@@ -201,12 +202,7 @@ FamilyCase make_case(std::string_view family, std::mt19937_64& rng, int batch, i
 }
 
 std::string build_error(const MaskBuildArgs& args) {
-  try {
-    build_mask(args);
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "no error";
+  return testing::error_text([&] { build_mask(args); });
 }
 
 }  // namespace
@@ -318,23 +314,14 @@ namespace {
 
 /// dsl::validate's message for `m`, or "valid".
 std::string host_message(const dsl::IntervalVectors& m) {
-  try {
-    dsl::validate(m);
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "valid";
+  return testing::error_text([&] { dsl::validate(m); }, "valid");
 }
 
 /// validate_intervals's message for `m` checked on the device, or "valid".
 std::string device_message(const dsl::IntervalVectors& m, CUstream stream) {
   const DeviceInts t = upload(m.data, {m.batch, m.heads, m.seqlen_k, m.columns});
-  try {
-    validate_intervals(t.view, m.mask_spec(), m.seqlen_q, stream);
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "valid";
+  return testing::error_text([&] { validate_intervals(t.view, m.mask_spec(), m.seqlen_q, stream); },
+                             "valid");
 }
 
 /// Plants one violation at a random element: 0 a negative value, 1 a value above seqlen_q,

@@ -35,23 +35,8 @@ struct PredicateSource {
 /// lifted literals become the scalar values.
 Case predicate_case(const PredicateSource& source, DType dtype, int head_dim, int batch, int heads,
                     int kv_heads, int seqlen_q, int seqlen_k, std::uint64_t seed) {
-  Case c;
-  std::vector<std::int32_t> scalars;
-  const Predicate lifted = lift_literals(parse_predicate(source.text), scalars);
-  c.spec.dtype = dtype;
-  c.spec.head_dim_qk = c.spec.head_dim_v = head_dim;
-  c.spec.mask.kind = MaskKind::predicate;
-  c.spec.mask.predicate = to_string(lifted);
-  c.spec.return_lse = true;
-  c.batch = batch;
-  c.heads = heads;
-  c.kv_heads = kv_heads;
-  c.seqlen_q = seqlen_q;
-  c.seqlen_k = seqlen_k;
-  c.seed = seed;
-  c.predicate.scalars = scalars;
-  c.predicate.tensors = source.tensors;
-  return c;
+  return gpu_test::predicate_case(source.text, source.tensors, dtype, head_dim, batch, heads,
+                                  kv_heads, seqlen_q, seqlen_k, seed);
 }
 
 /// Document ids of `length` positions in documents of `size` tokens, one row per batch

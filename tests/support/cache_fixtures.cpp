@@ -28,6 +28,11 @@ TempDir::~TempDir() {
   fs::remove_all(path, ignored);
 }
 
+std::vector<runtime::KernelSource> tiny_sources() {
+  return {{"forward", "attnjit_test_kernel",
+           "extern \"C\" __global__ void attnjit_test_kernel(int* out) { *out = 1; }\n", 128, 0}};
+}
+
 CacheEntry sample_entry(const std::string& key) {
   CacheEntry entry;
   entry.key = key;

@@ -11,8 +11,10 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "runtime/jit/cache_entry.hpp"
+#include "runtime/jit/kernel_build.hpp"
 
 namespace attnjit::testing {
 
@@ -27,6 +29,12 @@ struct TempDir {
 
 inline const std::string kCacheKey = "0123456789abcdef0123456789abcdef";
 inline const std::string kOtherCacheKey = "fedcba9876543210fedcba9876543210";
+
+/// The plan text of tiny_sources().
+inline const std::string kText = "test set: one kernel";
+
+/// A set of one tiny forward kernel (it writes 1 to *out), quick for NVRTC.
+std::vector<runtime::KernelSource> tiny_sources();
 
 /// Two kernels (a min/max kernel and a forward kernel) with binary blobs, stored under `key`.
 runtime::CacheEntry sample_entry(const std::string& key = kCacheKey);

@@ -139,6 +139,37 @@ void for_each_head(const Problem& p, const std::function<void(int b, int h)>& ta
   work();
 }
 
+VisibleKeys visible_keys(const Problem& p, int b, int h, int i, std::span<std::uint8_t> visible) {
+  VisibleKeys keys{p.seqlen_k, -1};
+  for (int j = 0; j < p.seqlen_k; ++j) {
+    visible[j] = key_visible(p, b, h, i, j);
+    if (visible[j]) {
+      keys.first = std::min(keys.first, j);
+      keys.last = j;
+    }
+  }
+  return keys;
+}
+
+RowExp exponentiate_row(std::span<const std::uint8_t> visible, VisibleKeys keys,
+                        std::span<double> s, std::span<float> s_low) {
+  RowExp row{kNegInf, 0, 0};
+  float max_low = -std::numeric_limits<float>::infinity();
+  for (int j = keys.first; j <= keys.last; ++j) {
+    if (!visible[j]) continue;
+    row.max = std::max(row.max, s[j]);
+    max_low = std::max(max_low, s_low[j]);
+  }
+  for (int j = keys.first; j <= keys.last; ++j) {
+    if (!visible[j]) continue;
+    s[j] = std::exp(s[j] - row.max);
+    s_low[j] = std::exp(s_low[j] - max_low);
+    row.sum += s[j];
+    row.sum_low += s_low[j];
+  }
+  return row;
+}
+
 namespace {
 
 /// Computes rows of one (batch, query head) pair into `ref`. Scores are accumulated as
@@ -168,14 +199,8 @@ void attend_head(const Problem& p, std::span<const float> q, std::span<const flo
     const std::size_t out_base = ((static_cast<std::size_t>(b) * sq + i) * p.heads + h) * d_v;
     const std::size_t lse_index = (static_cast<std::size_t>(b) * p.heads + h) * sq + i;
     // Scores are computed for keys [first, last], the span of visible keys only.
-    int first = sk, last = -1;
-    for (int j = 0; j < sk; ++j) {
-      visible[j] = key_visible(p, b, h, i, j);
-      if (visible[j]) {
-        first = std::min(first, j);
-        last = j;
-      }
-    }
+    const VisibleKeys keys = visible_keys(p, b, h, i, visible);
+    const int first = keys.first, last = keys.last;
     if (last < 0) {
       ref.lse[lse_index] = kNegInf;
       continue;  // out and out_lowp stay 0
@@ -192,25 +217,13 @@ void attend_head(const Problem& p, std::span<const float> q, std::span<const flo
       for (int j = first; j <= last; ++j) s[j] += qd * kt_row[j];
       for (int j = first; j <= last; ++j) s_low[j] += qd_low * kt_low_row[j];
     }
-    double max_score = kNegInf;
-    float max_low = -std::numeric_limits<float>::infinity();
     for (int j = first; j <= last; ++j) {
       if (!visible[j]) continue;
       // The low-precision path applies the modifiers in fp32, as a fused kernel would.
       s[j] = modified_score(p, h, i, j, s[j] * p.softmax_scale);
       s_low[j] = static_cast<float>(modified_score(p, h, i, j, s_low[j] * p.softmax_scale));
-      max_score = std::max(max_score, s[j]);
-      max_low = std::max(max_low, s_low[j]);
     }
-    double sum = 0;
-    float sum_low = 0;
-    for (int j = first; j <= last; ++j) {
-      if (!visible[j]) continue;
-      s[j] = std::exp(s[j] - max_score);
-      s_low[j] = std::exp(s_low[j] - max_low);
-      sum += s[j];
-      sum_low += s_low[j];
-    }
+    const auto [max_score, sum, sum_low] = exponentiate_row(visible, keys, s, s_low);
     ref.lse[lse_index] = max_score + std::log(sum);
     std::fill(acc.begin(), acc.end(), 0.0);
     std::fill(acc_low.begin(), acc_low.end(), 0.0f);

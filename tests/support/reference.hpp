@@ -93,6 +93,25 @@ bool key_visible(const Problem& p, int b, int h, int i, int j);
 double modified_score(const Problem& p, int h, int i, int j, double s,
                       double* derivative = nullptr);
 
+/// The keys query `i` of (batch `b`, query head `h`) sees: visible[j] for every key j, and the
+/// span [first, last] of the visible ones (first = Sk, last = -1 when there are none).
+struct VisibleKeys {
+  int first = 0;
+  int last = -1;
+};
+VisibleKeys visible_keys(const Problem& p, int b, int h, int i, std::span<std::uint8_t> visible);
+
+/// One row's softmax numerators in float64 and in fp32: over the visible keys of [first, last],
+/// s[j] <- exp(s[j] - max s) and s_low[j] <- exp(s_low[j] - max s_low) (masked keys untouched).
+/// Returns the float64 maximum and both sums.
+struct RowExp {
+  double max = 0;
+  double sum = 0;
+  float sum_low = 0;
+};
+RowExp exponentiate_row(std::span<const std::uint8_t> visible, VisibleKeys keys,
+                        std::span<double> s, std::span<float> s_low);
+
 /// Calls task(b, h) once for every (batch, query head) pair of `p`, spread over all hardware
 /// threads; returns when all calls have returned. Calls for different pairs run concurrently.
 void for_each_head(const Problem& p, const std::function<void(int b, int h)>& task);

@@ -97,14 +97,8 @@ void backward_head(const Inputs& in, int b, int h, Gradients& out, PerHeadGradie
   std::vector<double> prob(sk), ds(sk), dq(d_qk), grad_mod(sk);
   std::vector<float> prob_low(sk), ds_low(sk), dq_low(d_qk), grad_mod_low(sk);
   for (int i = 0; i < sq; ++i) {
-    int first = sk, last = -1;
-    for (int j = 0; j < sk; ++j) {
-      visible[j] = key_visible(p, b, h, i, j);
-      if (visible[j]) {
-        first = std::min(first, j);
-        last = j;
-      }
-    }
+    const VisibleKeys keys = visible_keys(p, b, h, i, visible);
+    const int first = keys.first, last = keys.last;
     if (last < 0) continue;  // dq stays 0 and the row adds nothing to dK, dV
     const auto q_row = in.q.subspan(row_offset(b, i, sq, h, p.heads, d_qk), d_qk);
     const auto do_row = in.d_o.subspan(row_offset(b, i, sq, h, p.heads, d_v), d_v);
@@ -127,8 +121,6 @@ void backward_head(const Inputs& in, int b, int h, Gradients& out, PerHeadGradie
       for (int j = first; j <= last; ++j) magnitude[j] += std::abs(do_row[d] * vt_row[j]);
       for (int j = first; j <= last; ++j) ds_low[j] += do_row[d] * vt_low_row[j];
     }
-    double max_score = -std::numeric_limits<double>::infinity();
-    float max_low = -std::numeric_limits<float>::infinity();
     for (int j = first; j <= last; ++j) {
       if (!visible[j]) continue;
       // The low-precision path rounds S and applies the modifiers to it in fp32.
@@ -137,18 +129,10 @@ void backward_head(const Inputs& in, int b, int h, Gradients& out, PerHeadGradie
       prob_low[j] = static_cast<float>(
           modified_score(p, h, i, j, to_dtype(prob_low[j] * scale_low), &grad_low));
       grad_mod_low[j] = static_cast<float>(grad_low);
-      max_score = std::max(max_score, prob[j]);
-      max_low = std::max(max_low, prob_low[j]);
     }
-    double sum = 0;
-    float sum_low = 0;
-    for (int j = first; j <= last; ++j) {
-      if (!visible[j]) continue;
-      prob[j] = std::exp(prob[j] - max_score);
-      prob_low[j] = std::exp(prob_low[j] - max_low);
-      sum += prob[j];
-      sum_low += prob_low[j];
-    }
+    const RowExp row = exponentiate_row(visible, keys, prob, prob_low);
+    const double sum = row.sum;
+    const float sum_low = row.sum_low;
     double row_dot = 0;
     float row_dot_low = 0;
     for (int j = first; j <= last; ++j) {

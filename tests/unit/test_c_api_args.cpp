@@ -58,6 +58,17 @@ struct Tensors {
   attnjit_tensor d_q = activation(0x60000, 2, 100, 4, 64);
   attnjit_tensor d_k = activation(0x70000, 2, 120, 2, 64);
   attnjit_tensor d_v = activation(0x80000, 2, 120, 2, 64);
+
+  /// The slots of a forward launch: q, k, v, o and lse, the others empty.
+  std::array<attnjit_tensor, ATTNJIT_SLOT_COUNT> forward_slots() const {
+    std::array<attnjit_tensor, ATTNJIT_SLOT_COUNT> slots{};
+    slots[ATTNJIT_SLOT_Q] = q;
+    slots[ATTNJIT_SLOT_K] = k;
+    slots[ATTNJIT_SLOT_V] = v;
+    slots[ATTNJIT_SLOT_O] = o;
+    slots[ATTNJIT_SLOT_LSE] = lse;
+    return slots;
+  }
 };
 
 /// The kernels, compiled without the disk cache.
@@ -223,12 +234,7 @@ attnjit_tensor doc_tensor() {
 TEST_CASE("the C ABI checks a predicate's counts before reading its arrays", "[runtime][args]") {
   const Kernels kernels;
   const Tensors t;
-  std::array<attnjit_tensor, ATTNJIT_SLOT_COUNT> slots{};
-  slots[ATTNJIT_SLOT_Q] = t.q;
-  slots[ATTNJIT_SLOT_K] = t.k;
-  slots[ATTNJIT_SLOT_V] = t.v;
-  slots[ATTNJIT_SLOT_O] = t.o;
-  slots[ATTNJIT_SLOT_LSE] = t.lse;
+  std::array<attnjit_tensor, ATTNJIT_SLOT_COUNT> slots = t.forward_slots();
   // Every entry point that takes attnjit_predicate_inputs, each checked alike.
   const std::vector<std::function<int(const attnjit_predicate_inputs*)>> entry_points = {
       [&](const attnjit_predicate_inputs* p) {
@@ -289,12 +295,7 @@ TEST_CASE("the C ABI checks a predicate's counts before reading its arrays", "[r
 TEST_CASE("the C ABI checks the counts of prepared launches", "[runtime][args]") {
   const Kernels kernels;
   const Tensors t;
-  std::array<attnjit_tensor, ATTNJIT_SLOT_COUNT> slots{};
-  slots[ATTNJIT_SLOT_Q] = t.q;
-  slots[ATTNJIT_SLOT_K] = t.k;
-  slots[ATTNJIT_SLOT_V] = t.v;
-  slots[ATTNJIT_SLOT_O] = t.o;
-  slots[ATTNJIT_SLOT_LSE] = t.lse;
+  std::array<attnjit_tensor, ATTNJIT_SLOT_COUNT> slots = t.forward_slots();
   attnjit_launch* launch = nullptr;
   for (const int count : {INT32_MAX, ATTNJIT_SLOT_COUNT + 1, 0, -1, INT32_MIN}) {
     CHECK(user_error(attnjit_launch_prepare(kernels.forward, slots.data(), count, nullptr, 0.f, -1,

@@ -34,13 +34,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kText = "test set: one kernel";
 constexpr uid_t kNobody = 65534;
-
-std::vector<KernelSource> tiny_sources() {
-  return {{"forward", "attnjit_test_kernel",
-           "extern \"C\" __global__ void attnjit_test_kernel(int* out) { *out = 1; }\n", 128, 0}};
-}
 
 /// What one load_or_build of the tiny set did.
 struct Outcome {
@@ -85,15 +79,25 @@ bool can_drop_privileges() {
   return ::geteuid() == 0;
 }
 
+/// In a child: becomes user nobody when this process is root; false when that fails.
+bool drop_to_nobody() {
+  return !can_drop_privileges() || (::setgid(kNobody) == 0 && ::setuid(kNobody) == 0);
+}
+
+/// Makes `path` an empty file that a child running as nobody can write.
+void make_shared_file(const fs::path& path) {
+  write_all(path, "");
+  ::chmod(path.c_str(), 0666);
+}
+
 /// Runs compile_tiny in a child, as user nobody when this process is root; the outcome's
 /// level and output come back through the exit status and `capture`. `setup` runs in the
 /// child first, with the privileges of this process.
 Outcome compile_in_child(const fs::path& capture, const std::function<void()>& setup = {}) {
-  write_all(capture, "");
-  ::chmod(capture.c_str(), 0666);
+  make_shared_file(capture);
   const int status = run_in_child(120, [&] {
     if (setup) setup();
-    if (can_drop_privileges() && (::setgid(kNobody) != 0 || ::setuid(kNobody) != 0)) return 98;
+    if (!drop_to_nobody()) return 98;
     const Outcome out = compile_tiny(capture);
     return out.compiled ? 10 + static_cast<int>(out.level) : 1;
   });
@@ -351,10 +355,9 @@ TEST_CASE("list and clear go on past entries they cannot read or remove", "[cach
   REQUIRE(::chmod(cache.entry.c_str(), 0) == 0);
 
   const fs::path report = cache.tmp.path / "report.txt";
-  write_all(report, "");
-  ::chmod(report.c_str(), 0666);
+  make_shared_file(report);
   const int status = run_in_child(60, [&] {
-    if (can_drop_privileges() && (::setgid(kNobody) != 0 || ::setuid(kNobody) != 0)) return 98;
+    if (!drop_to_nobody()) return 98;
     std::string text;
     for (const EntrySummary& entry : disk.list()) {
       text += entry.key + " " + entry.spec_text + " " + entry.problem + "\n";
@@ -408,10 +411,9 @@ TEST_CASE("list and clear of a directory that cannot be read fail naming it", "[
   give_to_nobody(cache.dir);
   REQUIRE(::chmod(cache.dir.c_str(), 0) == 0);
   const fs::path report = cache.tmp.path / "report.txt";
-  write_all(report, "");
-  ::chmod(report.c_str(), 0666);
+  make_shared_file(report);
   const int status = run_in_child(60, [&] {
-    if (can_drop_privileges() && (::setgid(kNobody) != 0 || ::setuid(kNobody) != 0)) return 98;
+    if (!drop_to_nobody()) return 98;
     std::string text;
     for (const auto& step : {std::function<void()>([&] { DiskCache(cache.dir).list(); }),
                              std::function<void()>([&] { DiskCache(cache.dir).clear(); })}) {

@@ -130,19 +130,29 @@ TEST_CASE("metadata beyond the entry limits is corrupt", "[cache]") {
 
   expect_rejected(R"({"key":")" + kKey + R"(","spec_text":"s","kernels":[]})", "1 to 64 kernels");
   expect_rejected(R"({"key":")" + kKey + R"(","spec_text":"s","kernels":{}})", "1 to 64 kernels");
-  expect_rejected(metadata_with("threads", "-5"), "threads -5 outside [1, 1024]");
-  expect_rejected(metadata_with("threads", "0"), "threads 0 outside [1, 1024]");
-  expect_rejected(metadata_with("threads", "1025"), "threads 1025 outside [1, 1024]");
-  expect_rejected(metadata_with("dynamic_smem_bytes", "2147483647"), "dynamic_smem_bytes");
-  expect_rejected(metadata_with("dynamic_smem_bytes", "-1"), "dynamic_smem_bytes");
-  expect_rejected(metadata_with("static_smem_bytes", "65536"), "static_smem_bytes");
-  expect_rejected(metadata_with("registers", "256"), "registers");
-  expect_rejected(metadata_with("threads", "4294967424"), "'threads' is not an integer");
-  expect_rejected(metadata_with("threads", "128.5"), "'threads' is not an integer");
-  expect_rejected(metadata_with("threads", "\"128\""), "'threads' is not an integer");
-  expect_rejected(metadata_with("cubin_size", "18446744073709551615"), "'cubin_size'");
-  expect_rejected(metadata_with("name", "\"../../x\""), "kernel name");
-  expect_rejected(metadata_with("role", "\"\""), "role");
+  // One kernel field of the forged metadata set to a value out of bounds, and the reason given.
+  struct BadField {
+    const char* field;
+    const char* value;
+    const char* reason;
+  };
+  for (const BadField& bad : {
+           BadField{"threads", "-5", "threads -5 outside [1, 1024]"},
+           BadField{"threads", "0", "threads 0 outside [1, 1024]"},
+           BadField{"threads", "1025", "threads 1025 outside [1, 1024]"},
+           BadField{"dynamic_smem_bytes", "2147483647", "dynamic_smem_bytes"},
+           BadField{"dynamic_smem_bytes", "-1", "dynamic_smem_bytes"},
+           BadField{"static_smem_bytes", "65536", "static_smem_bytes"},
+           BadField{"registers", "256", "registers"},
+           BadField{"threads", "4294967424", "'threads' is not an integer"},
+           BadField{"threads", "128.5", "'threads' is not an integer"},
+           BadField{"threads", "\"128\"", "'threads' is not an integer"},
+           BadField{"cubin_size", "18446744073709551615", "'cubin_size'"},
+           BadField{"name", "\"../../x\"", "kernel name"},
+           BadField{"role", "\"\"", "role"},
+       }) {
+    expect_rejected(metadata_with(bad.field, bad.value), bad.reason);
+  }
   expect_rejected("[1,2,3]", "not a JSON object");
   expect_rejected("{", "unparsable metadata");
   std::string long_key = metadata_with("threads", "128");

@@ -14,6 +14,7 @@
 #include "runtime/jit/driver.hpp"
 #include "runtime/launch/predicate_launch.hpp"
 #include "support/env_override.hpp"
+#include "support/error_text.hpp"
 
 using namespace attnjit;
 
@@ -39,14 +40,7 @@ ForwardArgs good_args(int d = 64, int heads = 4, int kv_heads = 2) {
 }
 
 std::string error_of(const jit::Kernel& kernel, const ForwardArgs& args) {
-  try {
-    kernel.forward(args);
-  } catch (const Error& error) {
-    return error.what();
-  } catch (const DeviceError& error) {
-    return std::string("device: ") + error.what();
-  }
-  return "no error";
+  return testing::error_text([&] { kernel.forward(args); });
 }
 
 }  // namespace
@@ -311,14 +305,7 @@ TEST_CASE("forward and backward check the score modifiers' arguments", "[runtime
   b.d_v = contiguous_view(fake(0xb0000), ScalarType::bf16, {2, 120, 2, 64});
   b.lse = contiguous_view(fake(0x50000), ScalarType::fp32, {2, 4, 100});
   const auto backward_error = [&](const BackwardArgs& args) {
-    try {
-      grad.backward(args);
-    } catch (const Error& error) {
-      return std::string(error.what());
-    } catch (const DeviceError& error) {
-      return std::string("device: ") + error.what();
-    }
-    return std::string("no error");
+    return testing::error_text([&] { grad.backward(args); });
   };
   CHECK_THAT(backward_error(b), Catch::Contains("softcap: got '0'; accepted: a finite value > 0"));
   b.softcap = 50.f;

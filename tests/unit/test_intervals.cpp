@@ -7,6 +7,7 @@
 
 #include "attnjit/error.hpp"
 #include "dsl/intervals.hpp"
+#include "support/error_text.hpp"
 
 using attnjit::Error;
 using attnjit::MaskKind;
@@ -39,12 +40,7 @@ std::string masked_rows(const IntervalVectors& m, int col, int b = 0, int h = 0)
 }
 
 std::string validation_message(const IntervalVectors& m) {
-  try {
-    attnjit::dsl::validate(m);
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "no error";
+  return attnjit::testing::error_text([&] { attnjit::dsl::validate(m); });
 }
 
 }  // namespace
@@ -216,12 +212,7 @@ TEST_CASE("stack rejects mismatched samples", "[dsl]") {
   const IntervalVectors first = make(true, 1, 3, 3, {3, 3, 3});
   const auto message = [&](IntervalVectors second) {
     const std::vector<IntervalVectors> samples = {first, std::move(second)};
-    try {
-      attnjit::dsl::stack(samples);
-    } catch (const Error& error) {
-      return std::string(error.what());
-    }
-    return std::string("no error");
+    return attnjit::testing::error_text([&] { attnjit::dsl::stack(samples); });
   };
   IntervalVectors two = first;
   two.batch = 2;

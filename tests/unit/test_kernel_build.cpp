@@ -23,13 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kText = "test set: one kernel";
-
-std::vector<KernelSource> tiny_sources() {
-  return {{"forward", "attnjit_test_kernel",
-           "extern \"C\" __global__ void attnjit_test_kernel(int* out) { *out = 1; }\n", 128, 0}};
-}
-
 /// load_or_build of the tiny set under kCacheKey for sm_80; `level` says where it came from.
 CacheEntry load_or_build_tiny(jit::CacheLevel& level) {
   return load_or_build(kCacheKey, kText, /*use_disk=*/true, level, tiny_sources(), Arch::sm_80);

@@ -133,17 +133,12 @@ std::vector<AttentionSpec> predicate_specs() {
       spec.head_dim_qk = spec.head_dim_v = d;
       spec.mask.kind = MaskKind::predicate;
       spec.mask.predicate = predicate;
-      spec.return_lse = true;
       spec.target = Arch::sm_90;
-      specs.push_back(spec);
-      spec.return_lse = false;
-      spec.direction = Direction::backward;
-      for (bool deterministic : {false, true}) {
-        spec.deterministic = deterministic;
-        specs.push_back(spec);
-        // sm_90a: the TMA backward at head dims 64 and 128.
-        if (d <= 128) {
-          AttentionSpec sm90a = spec;
+      add_directions(spec, specs);
+      // sm_90a: the TMA backward (the two backward specs just added) at head dims 64 and 128.
+      if (d <= 128) {
+        const std::vector<AttentionSpec> backward(specs.end() - 2, specs.end());
+        for (AttentionSpec sm90a : backward) {
           sm90a.target = Arch::sm_90a;
           specs.push_back(sm90a);
         }

@@ -10,6 +10,7 @@
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
 #include "runtime/jit/driver.hpp"
+#include "support/error_text.hpp"
 
 using namespace attnjit;
 
@@ -36,14 +37,7 @@ ForwardArgs args_with_doc() {
 }
 
 std::string error_of(const jit::Kernel& kernel, const ForwardArgs& args) {
-  try {
-    kernel.forward(args);
-  } catch (const Error& error) {
-    return error.what();
-  } catch (const DeviceError& error) {
-    return std::string("device: ") + error.what();
-  }
-  return "no error";
+  return testing::error_text([&] { kernel.forward(args); });
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "runtime/jit/debug_mode.hpp"
 #include "runtime/masks/mask_kernels.hpp"
 #include "support/env_override.hpp"
+#include "support/error_text.hpp"
 
 using namespace attnjit;
 using testing::EnvOverride;
@@ -53,25 +54,13 @@ MaskBuildArgs good_args(std::string_view family) {
 }
 
 std::string build_error(const MaskBuildArgs& args) {
-  try {
-    build_mask(args);
-  } catch (const Error& error) {
-    return error.what();
-  } catch (const DeviceError& error) {
-    return std::string("passed the host checks: ") + error.what();
-  }
-  return "passed the host checks";
+  return testing::error_text([&] { build_mask(args); }, "passed the host checks",
+                             "passed the host checks: ");
 }
 
 std::string validate_error(const TensorView& t, const MaskSpec& mask, int seqlen_q) {
-  try {
-    validate_intervals(t, mask, seqlen_q);
-  } catch (const Error& error) {
-    return error.what();
-  } catch (const DeviceError& error) {
-    return std::string("passed the host checks: ") + error.what();
-  }
-  return "no error";
+  return testing::error_text([&] { validate_intervals(t, mask, seqlen_q); }, "no error",
+                             "passed the host checks: ");
 }
 
 }  // namespace

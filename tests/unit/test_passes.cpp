@@ -8,6 +8,7 @@
 #include "compiler/passes/passes.hpp"
 #include "compiler/passes/pipeline.hpp"
 #include "compiler/registry/kernel_registry.hpp"
+#include "support/error_text.hpp"
 
 using namespace attnjit;
 
@@ -18,12 +19,7 @@ Lowering ir_of(const char* text) {
 }
 
 std::string validation_error(const char* text) {
-  try {
-    validate(ir_of(text));
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "no error";
+  return testing::error_text([&] { validate(ir_of(text)); });
 }
 
 }  // namespace

@@ -11,25 +11,23 @@
 #include "dsl/builders.hpp"
 #include "support/half_round.hpp"
 #include "support/reference.hpp"
+#include "support/reference_problems.hpp"
 
 using attnjit::DType;
 using attnjit::Error;
 using attnjit::MaskKind;
+using attnjit::testing::k_size;
 using attnjit::testing::Problem;
+using attnjit::testing::q_size;
+using attnjit::testing::random_values;
 using attnjit::testing::Reference;
 using attnjit::testing::reference_forward;
+using attnjit::testing::v_size;
 using Catch::Matchers::Contains;
 
 namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-
-std::vector<float> random_values(std::mt19937& rng, std::size_t count, DType dtype) {
-  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  std::vector<float> values(count);
-  for (float& v : values) v = attnjit::testing::round_to(dtype, value(rng));
-  return values;
-}
 
 struct Inputs {
   std::vector<float> q, k, v;
@@ -37,11 +35,10 @@ struct Inputs {
 
 Inputs random_inputs(const Problem& p, std::uint32_t seed) {
   std::mt19937 rng(seed);
-  const auto b = static_cast<std::size_t>(p.batch);
   Inputs in;
-  in.q = random_values(rng, b * p.seqlen_q * p.heads * p.head_dim, p.dtype);
-  in.k = random_values(rng, b * p.seqlen_k * p.kv_heads * p.head_dim, p.dtype);
-  in.v = random_values(rng, b * p.seqlen_k * p.kv_heads * p.head_dim_v, p.dtype);
+  in.q = random_values(rng, q_size(p), p.dtype);
+  in.k = random_values(rng, k_size(p), p.dtype);
+  in.v = random_values(rng, v_size(p), p.dtype);
   return in;
 }
 
@@ -52,8 +49,8 @@ Reference run(const Problem& p, const Inputs& in) {
 /// A problem with zero queries (so every visible key gets the same score) and v[j][d] = j + d.
 Inputs uniform_score_inputs(const Problem& p) {
   Inputs in;
-  in.q.assign(static_cast<std::size_t>(p.batch) * p.seqlen_q * p.heads * p.head_dim, 0.0f);
-  in.k.assign(static_cast<std::size_t>(p.batch) * p.seqlen_k * p.kv_heads * p.head_dim, 1.0f);
+  in.q.assign(q_size(p), 0.0f);
+  in.k.assign(k_size(p), 1.0f);
   for (int b = 0; b < p.batch; ++b) {
     for (int j = 0; j < p.seqlen_k; ++j) {
       for (int g = 0; g < p.kv_heads; ++g) {
@@ -298,17 +295,7 @@ TEST_CASE("flashmask masks agree with the equivalent built-in masks", "[referenc
 
 TEST_CASE("out_lowp is close to out and passes the comparison", "[reference]") {
   for (const DType dtype : {DType::bf16, DType::fp16}) {
-    Problem p;
-    p.batch = 2;
-    p.seqlen_q = 37;
-    p.seqlen_k = 53;
-    p.heads = 4;
-    p.kv_heads = 2;
-    p.head_dim = 64;
-    p.head_dim_v = 32;
-    p.softmax_scale = 0.125f;
-    p.dtype = dtype;
-    p.mask.kind = MaskKind::causal;
+    const Problem p = attnjit::testing::lowp_problem(dtype);
     const Reference ref = run(p, random_inputs(p, 7));
     const auto c = attnjit::testing::compare_output(ref.out_lowp, ref, dtype);
     INFO(c.summary);

@@ -19,6 +19,7 @@
 #include "support/half_round.hpp"
 #include "support/reference.hpp"
 #include "support/reference_backward.hpp"
+#include "support/reference_problems.hpp"
 
 using attnjit::DType;
 using attnjit::Error;
@@ -26,8 +27,12 @@ using attnjit::MaskKind;
 using attnjit::dsl::IntervalVectors;
 using attnjit::testing::compare_gradient;
 using attnjit::testing::Gradients;
+using attnjit::testing::k_size;
+using attnjit::testing::o_size;
 using attnjit::testing::Problem;
+using attnjit::testing::q_size;
 using attnjit::testing::reference_backward;
+using attnjit::testing::v_size;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -36,31 +41,15 @@ struct Inputs {
   std::vector<float> q, k, v, d_o;
 };
 
-std::size_t q_size(const Problem& p) {
-  return static_cast<std::size_t>(p.batch) * p.seqlen_q * p.heads * p.head_dim;
-}
-std::size_t k_size(const Problem& p) {
-  return static_cast<std::size_t>(p.batch) * p.seqlen_k * p.kv_heads * p.head_dim;
-}
-std::size_t v_size(const Problem& p) {
-  return static_cast<std::size_t>(p.batch) * p.seqlen_k * p.kv_heads * p.head_dim_v;
-}
-std::size_t o_size(const Problem& p) {
-  return static_cast<std::size_t>(p.batch) * p.seqlen_q * p.heads * p.head_dim_v;
-}
-
 /// Random inputs in [-1, 1]: multiples of 1/8 (exact in every dtype and after small
 /// perturbations in float) when `eighths`, otherwise uniform values rounded to p.dtype.
 Inputs random_inputs(const Problem& p, std::uint32_t seed, bool eighths) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> eighth(-8, 8);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   const auto fill = [&](std::size_t count) {
+    if (!eighths) return attnjit::testing::random_values(rng, count, p.dtype);
     std::vector<float> values(count);
-    for (float& x : values) {
-      x = eighths ? static_cast<float>(eighth(rng)) / 8
-                  : attnjit::testing::round_to(p.dtype, uniform(rng));
-    }
+    for (float& x : values) x = static_cast<float>(eighth(rng)) / 8;
     return values;
   };
   Inputs in;
@@ -104,6 +93,19 @@ void check_against_differences(const Problem& p, Inputs in, std::vector<float> I
   }
 }
 
+/// 5 x 7, 2 query heads on 1 KV head, D = 4, Dv = 3: small enough to difference every input.
+Problem difference_problem() {
+  Problem p;
+  p.seqlen_q = 5;
+  p.seqlen_k = 7;
+  p.heads = 2;
+  p.kv_heads = 1;
+  p.head_dim = 4;
+  p.head_dim_v = 3;
+  p.softmax_scale = 0.5f;
+  return p;
+}
+
 double rel_l2(const std::vector<float>& got, const std::vector<double>& ref) {
   double diff_sq = 0, ref_sq = 0;
   for (std::size_t n = 0; n < ref.size(); ++n) {
@@ -122,6 +124,15 @@ bool all_finite(const Gradients& g) {
   };
   return finite_double(g.dq) && finite_double(g.dk) && finite_double(g.dv) &&
          finite_float(g.dq_lowp) && finite_float(g.dk_lowp) && finite_float(g.dv_lowp);
+}
+
+/// Checks the gradients of `p` on `in` (all finite) against central differences of the loss.
+void check_gradients_against_differences(const Problem& p, const Inputs& in) {
+  const Gradients g = run(p, in);
+  CHECK(all_finite(g));
+  check_against_differences(p, in, &Inputs::q, g.dq, "dq");
+  check_against_differences(p, in, &Inputs::k, g.dk, "dk");
+  check_against_differences(p, in, &Inputs::v, g.dv, "dv");
 }
 
 /// 2 batches, 9 x 11, 4 query heads on 2 KV heads, D = 8, Dv = 6.
@@ -177,14 +188,7 @@ void check_group_sums(const Problem& p, int dim, const std::vector<double>& gqa,
 }  // namespace
 
 TEST_CASE("gradients match central differences of the forward for every mask", "[reference]") {
-  Problem p;
-  p.seqlen_q = 5;
-  p.seqlen_k = 7;
-  p.heads = 2;
-  p.kv_heads = 1;
-  p.head_dim = 4;
-  p.head_dim_v = 3;
-  p.softmax_scale = 0.5f;
+  Problem p = difference_problem();
   const Inputs in = random_inputs(p, 21, true);
   // Every FlashMask arity: causal with 1 or 2 columns, non-causal with 2 or 4. The generator
   // lays out runs of key columns for kernel tiles, so at 5 x 7 most seeds mask all or nothing;
@@ -213,23 +217,12 @@ TEST_CASE("gradients match central differences of the forward for every mask", "
   for (const auto& [name, mask] : masks) {
     INFO(name);
     p.mask = mask;
-    const Gradients g = run(p, in);
-    CHECK(all_finite(g));
-    check_against_differences(p, in, &Inputs::q, g.dq, "dq");
-    check_against_differences(p, in, &Inputs::k, g.dk, "dk");
-    check_against_differences(p, in, &Inputs::v, g.dv, "dv");
+    check_gradients_against_differences(p, in);
   }
 }
 
 TEST_CASE("gradients through soft-capping and ALiBi match central differences", "[reference]") {
-  Problem p;
-  p.seqlen_q = 5;
-  p.seqlen_k = 7;
-  p.heads = 2;
-  p.kv_heads = 1;
-  p.head_dim = 4;
-  p.head_dim_v = 3;
-  p.softmax_scale = 0.5f;
+  Problem p = difference_problem();
   const Inputs in = random_inputs(p, 23, true);
   const IntervalVectors vectors =
       attnjit::dsl::random_intervals(true, 2, 1, 1, p.seqlen_q, p.seqlen_k, 17);
@@ -245,11 +238,7 @@ TEST_CASE("gradients through soft-capping and ALiBi match central differences", 
       INFO(modifier << ", " << name);
       p.score_mod = score_mod;
       p.mask = mask;
-      const Gradients g = run(p, in);
-      CHECK(all_finite(g));
-      check_against_differences(p, in, &Inputs::q, g.dq, "dq");
-      check_against_differences(p, in, &Inputs::k, g.dk, "dk");
-      check_against_differences(p, in, &Inputs::v, g.dv, "dv");
+      check_gradients_against_differences(p, in);
     }
   }
   // The differences above come from reference_forward, whose modified scores the forward
@@ -383,17 +372,7 @@ TEST_CASE("GQA gradients are MHA gradients summed over each group", "[reference]
 TEST_CASE("lowp gradients are close to the exact ones and pass the comparison", "[reference]") {
   for (const DType dtype : {DType::bf16, DType::fp16}) {
     INFO(attnjit::name_of(dtype));
-    Problem p;
-    p.batch = 2;
-    p.seqlen_q = 37;
-    p.seqlen_k = 53;
-    p.heads = 4;
-    p.kv_heads = 2;
-    p.head_dim = 64;
-    p.head_dim_v = 32;
-    p.softmax_scale = 0.125f;
-    p.dtype = dtype;
-    p.mask.kind = MaskKind::causal;
+    const Problem p = attnjit::testing::lowp_problem(dtype);
     const Gradients g = run(p, random_inputs(p, 51, false));
     const double max_rel_l2 = dtype == DType::bf16 ? 3e-2 : 5e-3;
     CHECK(rel_l2(g.dq_lowp, g.dq) < max_rel_l2);

@@ -7,8 +7,18 @@
 
 #include "attnjit/error.hpp"
 #include "attnjit/spec.hpp"
+#include "support/error_text.hpp"
 
 using namespace attnjit;
+
+namespace {
+
+/// The message parse_spec gives for `text`, or "no error".
+std::string message(const std::string& text) {
+  return testing::error_text([&] { parse_spec(text); });
+}
+
+}  // namespace
 
 TEST_CASE("the issue's spec strings parse exactly as written", "[ir]") {
   const AttentionSpec a = parse_spec("dtype=bf16 head_dim=128 mask=causal");
@@ -69,14 +79,6 @@ TEST_CASE("score modifiers are spec flags, off by default", "[ir]") {
 }
 
 TEST_CASE("parse errors name the field, the value and what is accepted", "[ir]") {
-  auto message = [](const char* text) {
-    try {
-      parse_spec(text);
-    } catch (const Error& error) {
-      return std::string(error.what());
-    }
-    return std::string("no error");
-  };
   CHECK_THAT(message("dtype=fp32 head_dim=128"),
              Catch::Contains("dtype: got 'fp32'; accepted: fp16, bf16"));
   CHECK_THAT(message("dtype=bf16 head_dim=abc"), Catch::Contains("head_dim: got 'abc'"));
@@ -121,14 +123,6 @@ TEST_CASE("a predicate mask is spec text without spaces and round-trips", "[ir]"
   CHECK(nested.mask.predicate == "min(q,k)<$0");
   CHECK(parse_spec(to_string(nested)) == nested);
 
-  auto message = [](const char* text) {
-    try {
-      parse_spec(text);
-    } catch (const Error& error) {
-      return std::string(error.what());
-    }
-    return std::string("no error");
-  };
   const std::string spaces =
       "accepted: predicate(EXPR) with EXPR written without spaces (spec words are separated by "
       "spaces), e.g. mask=predicate(q>=k&&doc[q]==doc[k])";
@@ -169,14 +163,6 @@ TEST_CASE("the spec parser lifts a predicate's literals into runtime scalars", "
 }
 
 TEST_CASE("a predicate in a spec names its errors by line and column", "[ir]") {
-  auto message = [](const std::string& text) {
-    try {
-      parse_spec(text);
-    } catch (const Error& error) {
-      return std::string(error.what());
-    }
-    return std::string("no error");
-  };
   CHECK(message("dtype=bf16 head_dim=64 mask=predicate(q>=k&&(q-k)<)") ==
         "mask=predicate(q>=k&&(q-k)<): mask expression, line 1 column 13: expected an operand (a "
         "number, b, h, q, k, $N, name[index], min, max, abs or '('), got end of input");
@@ -231,23 +217,16 @@ TEST_CASE("the table of mask kinds: every kind's row names, spells and prints it
   }
   CHECK(info_of(MaskKind::flashmask).interval_vectors);
   CHECK(info_of(MaskKind::predicate).predicate);
-  auto message = [](const std::string& mask) {
-    try {
-      parse_spec("dtype=bf16 head_dim=64 mask=" + mask);
-    } catch (const Error& error) {
-      return std::string(error.what());
-    }
-    return std::string("no error");
-  };
-  CHECK(message("diag") ==
+  const std::string spec = "dtype=bf16 head_dim=64 mask=";
+  CHECK(message(spec + "diag") ==
         "mask: got 'diag'; accepted: none, causal, sliding_window, flashmask, "
         "predicate");
-  CHECK(message("none(1)") ==
+  CHECK(message(spec + "none(1)") ==
         "mask: got 'none(1)'; accepted: none, causal, sliding_window, "
         "flashmask(causal=true|false,columns=1|2|4), predicate(EXPR)");
-  CHECK(message("predicate") ==
+  CHECK(message(spec + "predicate") ==
         "mask: got 'predicate' without arguments; accepted: predicate(EXPR), e.g. predicate(q>=k)");
-  CHECK(message("flashmask") ==
+  CHECK(message(spec + "flashmask") ==
         "mask: got 'flashmask' without arguments; accepted: "
         "flashmask(causal=true|false,columns=1|2|4)");
 }

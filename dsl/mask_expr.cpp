@@ -212,27 +212,32 @@ class MaskParser {
 
   MaskExpr parse_union(std::size_t begin, std::size_t end, int depth) const {
     enter(begin, depth);
-    std::vector<MaskExpr> parts;
-    std::size_t from = begin;
-    for (std::size_t point : split_points(begin, end, '|')) {
-      parts.push_back(parse_intersection(from, point, end, depth));
-      from = point + 1;
-    }
-    parts.push_back(parse_intersection(from, end, end, depth));
-    return combine(MaskExpr::Kind::unite, std::move(parts));
+    return parse_joined(
+        begin, end, '|', MaskExpr::Kind::unite,
+        [&](std::size_t from, std::size_t to) { return parse_intersection(from, to, end, depth); });
   }
 
   // [begin, end) is one operand of `|`; `limit` is where the enclosing expression ends.
   MaskExpr parse_intersection(std::size_t begin, std::size_t end, std::size_t limit,
                               int depth) const {
+    return parse_joined(
+        begin, end, '&', MaskExpr::Kind::intersect,
+        [&](std::size_t from, std::size_t to) { return parse_operand(from, to, limit, depth); });
+  }
+
+  // The operands of [begin, end) split at the top-level `op`s, each parsed by
+  // parse_part(from, to), joined into one `kind` node.
+  template <class ParsePart>
+  MaskExpr parse_joined(std::size_t begin, std::size_t end, char op, MaskExpr::Kind kind,
+                        const ParsePart& parse_part) const {
     std::vector<MaskExpr> parts;
     std::size_t from = begin;
-    for (std::size_t point : split_points(begin, end, '&')) {
-      parts.push_back(parse_operand(from, point, limit, depth));
+    for (std::size_t point : split_points(begin, end, op)) {
+      parts.push_back(parse_part(from, point));
       from = point + 1;
     }
-    parts.push_back(parse_operand(from, end, limit, depth));
-    return combine(MaskExpr::Kind::intersect, std::move(parts));
+    parts.push_back(parse_part(from, end));
+    return combine(kind, std::move(parts));
   }
 
   MaskExpr parse_operand(std::size_t begin, std::size_t end, std::size_t limit, int depth) const {

@@ -49,11 +49,8 @@ Shapes checked_shapes(const detail::KernelSet& set, const BackwardArgs& args) {
 }  // namespace
 
 void Kernel::backward(const BackwardArgs& args, Stream stream_handle) const {
-  if (args.predicate.scalars.empty() && !predicate_scalars_.empty()) {
-    BackwardArgs with_scalars = args;  // the literals of the spec's text
-    with_scalars.predicate.scalars = predicate_scalars_;
-    backward(with_scalars, stream_handle);
-    return;
+  if (const auto with_scalars = detail::with_spec_scalars(args, predicate_scalars_)) {
+    return backward(*with_scalars, stream_handle);
   }
   const detail::KernelSet& set = *set_;
   const Shapes s = checked_shapes(set, args);

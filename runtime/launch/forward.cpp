@@ -107,11 +107,8 @@ void launch_reference(const detail::KernelSet& set, FwdParams& params, CUstream 
 }  // namespace
 
 void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
-  if (args.predicate.scalars.empty() && !predicate_scalars_.empty()) {
-    ForwardArgs with_scalars = args;  // the literals of the spec's text
-    with_scalars.predicate.scalars = predicate_scalars_;
-    forward(with_scalars, stream_handle);
-    return;
+  if (const auto with_scalars = detail::with_spec_scalars(args, predicate_scalars_)) {
+    return forward(*with_scalars, stream_handle);
   }
   const detail::KernelSet& set = *set_;
   const Shapes shapes = checked_shapes(set, args);

@@ -7,7 +7,9 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string_view>
+#include <vector>
 
 #include "attnjit/spec.hpp"
 #include "attnjit/tensor.hpp"
@@ -103,6 +105,16 @@ void fill_common_params(Params& p, const AttentionSpec& spec, const Args& a, con
   p.softcap_exp2 = a.softcap > 0.f ? 2.f * p.scale_log2 / a.softcap : 0.f;
   p.softcap_log2 = a.softcap * 1.4426950408889634f;
   p.alibi_slopes = static_cast<const float*>(a.alibi_slopes.data);
+}
+
+/// `args` with the spec's predicate literals as its scalars (Kernel::predicate_scalars), when
+/// the launch gives none and the spec has some; nothing otherwise (launch `args` as they are).
+template <class Args>
+std::optional<Args> with_spec_scalars(const Args& args, const std::vector<std::int32_t>& scalars) {
+  if (!args.predicate.scalars.empty() || scalars.empty()) return std::nullopt;
+  Args with_scalars = args;
+  with_scalars.predicate.scalars = scalars;
+  return with_scalars;
 }
 
 }  // namespace attnjit::jit::detail

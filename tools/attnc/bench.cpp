@@ -179,16 +179,8 @@ void print(const attnjit::jit::Kernel& kernel, const BenchOptions& o, const Resu
   const double tflops = r.flops / (r.timing.median_ms * 1e-3) / 1e12;
   const double density = pair_density(p, r.pairs);
   if (o.json) {
-    nlohmann::ordered_json j;
-    j["spec"] = info.spec_text;
-    j["device"] = device.name;
+    nlohmann::ordered_json j = problem_json(device.name, info, p);
     j["direction"] = attnjit::name_of(s.direction);
-    j["batch"] = p.batch;
-    j["heads"] = p.heads;
-    j["kv_heads"] = p.kv_heads;
-    j["mask_heads"] = p.mask_heads;
-    j["seqlen_q"] = p.seqlen_q;
-    j["seqlen_k"] = p.seqlen_k;
     j["visible_pairs"] = r.pairs;
     j["density"] = density;
     j["flops"] = r.flops;

@@ -139,6 +139,14 @@ double pair_density(const ProblemOptions& o, std::int64_t pairs) {
          (static_cast<double>(o.batch) * o.heads * o.seqlen_q * o.seqlen_k);
 }
 
+nlohmann::ordered_json problem_json(const std::string& device,
+                                    const attnjit::jit::CompileInfo& info,
+                                    const ProblemOptions& o) {
+  return {{"spec", info.spec_text}, {"device", device},           {"batch", o.batch},
+          {"heads", o.heads},       {"kv_heads", o.kv_heads},     {"mask_heads", o.mask_heads},
+          {"seqlen_q", o.seqlen_q}, {"seqlen_k", o.seqlen_k}};
+}
+
 void print_problem_header(const std::string& device, const attnjit::jit::CompileInfo& info,
                           const ProblemOptions& o, double density) {
   fmt::print(

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -31,6 +32,12 @@ double pair_density(const ProblemOptions& o, std::int64_t pairs);
 /// with its density, and each kernel's registers, spill bytes and shared memory.
 void print_problem_header(const std::string& device, const attnjit::jit::CompileInfo& info,
                           const ProblemOptions& o, double density);
+
+/// The JSON fields `attnc run` and `attnc bench` open with: the spec, the device and the
+/// problem's sizes.
+nlohmann::ordered_json problem_json(const std::string& device,
+                                    const attnjit::jit::CompileInfo& info,
+                                    const ProblemOptions& o);
 
 /// Registers --batch, --heads, --kv-heads, --mask-heads, --seqlen-q, --seqlen-k,
 /// --window-left, --window-right, --mask-data and --seed on `cmd`, writing into `o` (which

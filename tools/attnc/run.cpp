@@ -198,14 +198,7 @@ void run(RunOptions o) {
   const auto& info = kernel.info();
   const auto device = attnjit::runtime::current_device();
   if (o.json) {
-    nlohmann::json j;
-    j["spec"] = info.spec_text;
-    j["device"] = device.name;
-    j["batch"] = p.batch;
-    j["heads"] = p.heads;
-    j["kv_heads"] = p.kv_heads;
-    j["seqlen_q"] = p.seqlen_q;
-    j["seqlen_k"] = p.seqlen_k;
+    nlohmann::ordered_json j = problem_json(device.name, info, p);
     j["ms"] = ms;
     j["tflops"] = tflops;
     j["density"] = density;

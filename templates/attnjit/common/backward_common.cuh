@@ -241,16 +241,19 @@ __device__ __forceinline__ void add_dq_tile(const BwdParams& p, int seqlen_q, in
 #endif
 }
 
-/// dQ_i += dS K for one warp's kMTiles m16 tiles of queries (from query0 of the block) and
-/// kDqTiles n8 tiles of columns (from 16-byte chunk chunk0), read from the [key][query] dS^T
-/// tile (DsTile) and the K tile (KvTile) over kKeySteps k16 steps, added to the fp32
-/// accumulator with add_dq_tile. The key-slab and the grid layout differ only in their warps'
-/// query0 / chunk0 and tile counts.
+/// dQ_i += dS K for one warp's kMTiles m16 tiles of queries and kDqTiles n8 tiles of columns,
+/// read from the [key][query] dS^T tile (DsTile) and the K tile (KvTile) over kKeySteps k16
+/// steps, added to the fp32 accumulator with add_dq_tile. The warps split the query block as
+/// kRowWarps row slabs (16 kMTiles queries) by column groups of kCols. The key-slab and the
+/// grid layout differ only in that split and the tile counts.
 template <class Element, int kHeadDim, class DsTile, class KvTile, int kMTiles, int kDqTiles,
-          int kKeySteps>
+          int kKeySteps, int kRowWarps, int kCols, bool kOrderedCtas>
 __device__ __forceinline__ void accumulate_dq_tiles(const BwdParams& p, const MaskState& ms,
-                                                    const CtaWork& work, u32 smem_ds, u32 smem_k,
-                                                    int query0, int chunk0) {
+                                                    u32 smem_ds, u32 smem_k) {
+  const int warp = read_tid_x() / 32;
+  const CtaWork work = cta_work<true>(cta_order_of<kOrderedCtas>(p));
+  const int query0 = (warp % kRowWarps) * (16 * kMTiles);
+  const int chunk0 = (warp / kRowWarps) * kCols / 8;
   const int lane = read_tid_x() % 32;
   const u32 ds_lane = opaque(DsTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
   const u32 k_lane = opaque(KvTile::lane_offset(lane % 16, lane / 16));

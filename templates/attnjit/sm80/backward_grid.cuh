@@ -101,7 +101,11 @@ struct BackwardGridSm80 : Config {
       // P^T and dS^T complete; the barrier at the next stage() frees them again.
       __syncthreads();
       accumulate_dkdv(smem_stage, smem_pt, smem_dst);
-      if (kAtomicDq) accumulate_dq(p, ms, smem_dst, smem_k);
+      if (kAtomicDq) {
+        // dQ_i += dS K: 32 queries x kDqWarpDims columns per warp.
+        accumulate_dq_tiles<Element, kHeadDim, PTile, KvTile, 2, kDqTiles, kKeySteps, kDqRowWarps,
+                            kDqWarpDims, Mask::kOrderedCtas>(p, ms, smem_dst, smem_k);
+      }
       walk.advance(p, ms, n_block);
     }
     cp_async_wait<0>();
@@ -207,16 +211,6 @@ struct BackwardGridSm80 : Config {
         acc_dv, smem_pt, p_a_lane, key_row0, smem_stage + QTile::kBytes, q_bt_lane, chunk0);
     warp_tile_times_tile<Element, false, PTile, QTile, kQSteps>(
         acc_dk, smem_dst, p_a_lane, key_row0, smem_stage, q_bt_lane, chunk0);
-  }
-
-  /// dQ_i += dS K for the warp's 32 queries and kDqWarpDims columns, added to the fp32
-  /// accumulator with atomics.
-  __device__ __forceinline__ static void accumulate_dq(const BwdParams& p, const MaskState& ms,
-                                                       u32 smem_dst, u32 smem_k) {
-    const int warp = read_tid_x() / 32;
-    accumulate_dq_tiles<Element, kHeadDim, PTile, KvTile, 2, kDqTiles, kKeySteps>(
-        p, ms, cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p)), smem_dst, smem_k,
-        (warp % kDqRowWarps) * 32, (warp / kDqRowWarps) * kDqWarpDims / 8);
   }
 
   /// dK (scaled) and dV of the warp's keys and columns (store_dkdv_tile).

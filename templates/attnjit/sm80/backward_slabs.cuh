@@ -251,18 +251,10 @@ struct BackwardSlabsSm80 : Config {
         }
       }
       __syncthreads();
-      accumulate_dq(p, ms, smem_ds, smem_k);
+      // dQ_i += dS K, the warps as 16-row slabs by column groups.
+      accumulate_dq_tiles<Element, kHeadDim, DsTile, KvTile, 1, kDqTiles, kKeySteps, kDqRowWarps,
+                          kDqCols, Mask::kOrderedCtas>(p, ms, smem_ds, smem_k);
     }
-  }
-
-  /// dQ_i += dS K for the query block, split over the warps as 16-row slabs x column
-  /// groups, added to the fp32 accumulator with atomics (red.global.add).
-  __device__ __forceinline__ static void accumulate_dq(const BwdParams& p, const MaskState& ms,
-                                                       u32 smem_ds, u32 smem_k) {
-    const int warp = read_tid_x() / 32;
-    accumulate_dq_tiles<Element, kHeadDim, DsTile, KvTile, 1, kDqTiles, kKeySteps>(
-        p, ms, cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p)), smem_ds, smem_k,
-        (warp % kDqRowWarps) * 16, (warp / kDqRowWarps) * kDqCols / 8);
   }
 
   /// dK (scaled) and dV of the warp's keys and columns (store_dkdv_tile).

@@ -23,15 +23,12 @@
 
 namespace attnjit::gpu_test {
 
-Case predicate_case(const std::string& text, std::vector<PredicateTensor> tensors, DType dtype,
-                    int head_dim, int batch, int heads, int kv_heads, int seqlen_q, int seqlen_k,
-                    std::uint64_t seed) {
+Case make_case(MaskSpec mask, DType dtype, int head_dim, int batch, int heads, int kv_heads,
+               int seqlen_q, int seqlen_k, std::uint64_t seed) {
   Case c;
-  std::vector<std::int32_t> scalars;
   c.spec.dtype = dtype;
   c.spec.head_dim_qk = c.spec.head_dim_v = head_dim;
-  c.spec.mask.kind = MaskKind::predicate;
-  c.spec.mask.predicate = to_string(lift_literals(parse_predicate(text), scalars));
+  c.spec.mask = std::move(mask);
   c.spec.return_lse = true;
   c.batch = batch;
   c.heads = heads;
@@ -39,6 +36,27 @@ Case predicate_case(const std::string& text, std::vector<PredicateTensor> tensor
   c.seqlen_q = seqlen_q;
   c.seqlen_k = seqlen_k;
   c.seed = seed;
+  return c;
+}
+
+dsl::IntervalVectors four_column_intervals(
+    int seqlen, const std::function<std::array<std::int32_t, 4>(int)>& per_key) {
+  dsl::IntervalVectors m{false, 4, 1, 1, seqlen, seqlen, {}};
+  for (int j = 0; j < seqlen; ++j) {
+    const std::array<std::int32_t, 4> column = per_key(j);
+    m.data.insert(m.data.end(), column.begin(), column.end());
+  }
+  return m;
+}
+
+Case predicate_case(const std::string& text, std::vector<PredicateTensor> tensors, DType dtype,
+                    int head_dim, int batch, int heads, int kv_heads, int seqlen_q, int seqlen_k,
+                    std::uint64_t seed) {
+  std::vector<std::int32_t> scalars;
+  MaskSpec mask{MaskKind::predicate};
+  mask.predicate = to_string(lift_literals(parse_predicate(text), scalars));
+  Case c =
+      make_case(std::move(mask), dtype, head_dim, batch, heads, kv_heads, seqlen_q, seqlen_k, seed);
   c.predicate.scalars = scalars;
   c.predicate.tensors = std::move(tensors);
   return c;
@@ -496,19 +514,10 @@ struct MaskCase {
 
 /// The case of one sweep point (returning LSE), before its vectors and modifiers.
 Case sweep_case(DType dtype, int head_dim, const MaskCase& mc, const Shape& s, std::uint64_t seed) {
-  Case c;
-  c.spec.dtype = dtype;
-  c.spec.head_dim_qk = c.spec.head_dim_v = head_dim;
-  c.spec.mask = mc.mask;
-  c.spec.return_lse = true;
-  c.batch = s.batch;
-  c.heads = s.heads;
-  c.kv_heads = s.kv_heads;
-  c.seqlen_q = s.seqlen_q;
-  c.seqlen_k = s.seqlen_k;
+  Case c = make_case(mc.mask, dtype, head_dim, s.batch, s.heads, s.kv_heads, s.seqlen_q, s.seqlen_k,
+                     seed);
   c.window_left = mc.window_left;
   c.window_right = mc.window_right;
-  c.seed = seed;
   return c;
 }
 
@@ -635,6 +644,21 @@ bool parse_exhaustive() {
 }
 
 }  // namespace
+
+std::vector<Case> large_cases() {
+  std::vector<Case> cases;
+  for (const auto& [mask, seqlen] : {std::pair{MaskSpec{MaskKind::none, false, 0}, 2000},
+                                     std::pair{MaskSpec{MaskKind::causal, false, 0}, 3001},
+                                     std::pair{MaskSpec{MaskKind::flashmask, true, 1}, 4099},
+                                     std::pair{MaskSpec{MaskKind::flashmask, false, 2}, 2500}}) {
+    Case c = make_case(mask, DType::bf16, 128, 1, 4, 1, seqlen, seqlen, 31 + seqlen);
+    if (mask.kind == MaskKind::flashmask) {
+      c.intervals = dsl::random_documents(mask.causal, seqlen, 3, 7, data_seed(c.seed));
+    }
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
 
 bool exhaustive() {
   static const bool value = parse_exhaustive();

@@ -49,6 +49,24 @@ dsl::IntervalVectors four_column_intervals(
   return m;
 }
 
+BackwardArgs backward_args_of(const ForwardArgs& fwd) {
+  BackwardArgs bwd;
+  bwd.q = fwd.q;
+  bwd.k = fwd.k;
+  bwd.v = fwd.v;
+  bwd.o = fwd.o;
+  bwd.lse = fwd.lse;
+  bwd.startend_row_indices = fwd.startend_row_indices;
+  bwd.softmax_scale = fwd.softmax_scale;
+  bwd.window_left = fwd.window_left;
+  bwd.window_right = fwd.window_right;
+  bwd.validate_mask = fwd.validate_mask;
+  bwd.softcap = fwd.softcap;
+  bwd.alibi_slopes = fwd.alibi_slopes;
+  bwd.predicate = fwd.predicate;
+  return bwd;
+}
+
 Case predicate_case(const std::string& text, std::vector<PredicateTensor> tensors, DType dtype,
                     int head_dim, int batch, int heads, int kv_heads, int seqlen_q, int seqlen_k,
                     std::uint64_t seed) {
@@ -466,22 +484,11 @@ BackwardOutputs run_backward_on_gpu(const Case& c, const Inputs& in, const std::
   note_rows(forward, KernelRole::forward, "");
   forward.forward(fwd, nullptr);
 
-  BackwardArgs bwd;
-  bwd.q = q.view;
-  bwd.k = k.view;
-  bwd.v = v.view;
-  bwd.o = o.view;
+  BackwardArgs bwd = backward_args_of(fwd);
   bwd.d_o = grad_o.view;
-  bwd.lse = lse_view;
-  bwd.startend_row_indices = vector_view;
   bwd.d_q = grad_q.view;
   bwd.d_k = grad_k.view;
   bwd.d_v = grad_v.view;
-  bwd.window_left = c.window_left;
-  bwd.window_right = c.window_right;
-  bwd.softcap = score_mod.softcap;
-  bwd.alibi_slopes = score_mod.slopes_view;
-  bwd.predicate = predicate.args;
   const jit::Kernel backward = jit::compile(specs[1]);
   note_rows(backward, KernelRole::backward, c.expect_row);
   backward.backward(bwd, nullptr);

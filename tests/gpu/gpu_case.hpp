@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attnjit/spec.hpp"
+#include "attnjit/tensor.hpp"
 #include "compiler/ir/predicate.hpp"
 #include "dsl/intervals.hpp"
 #include "support/pairwise_sample.hpp"
@@ -63,6 +64,11 @@ Case make_case(MaskSpec mask, DType dtype, int head_dim, int batch, int heads, i
 /// queries and keys: key column j holds `per_key(j)`, its (LTS, LTE, UTS, UTE).
 dsl::IntervalVectors four_column_intervals(
     int seqlen, const std::function<std::array<std::int32_t, 4>(int)>& per_key);
+
+/// The backward arguments a forward launch's `fwd` fixes: q, k, v, o and lse, the mask
+/// arguments, the softmax scale, the score modifiers' arguments and validate_mask; the caller
+/// binds d_o, d_q, d_k and d_v.
+BackwardArgs backward_args_of(const ForwardArgs& fwd);
 
 /// A predicate mask case with LSE: the literals of `text` lifted into scalar slots (the spec
 /// holds the lifted structure, the literals become the scalar values), as the user API does.

@@ -25,17 +25,16 @@ namespace attnjit::gpu_test {
 
 Case make_case(MaskSpec mask, DType dtype, int head_dim, int batch, int heads, int kv_heads,
                int seqlen_q, int seqlen_k, std::uint64_t seed) {
-  Case c;
+  Case c{.batch = batch,
+         .heads = heads,
+         .kv_heads = kv_heads,
+         .seqlen_q = seqlen_q,
+         .seqlen_k = seqlen_k,
+         .seed = seed};
   c.spec.dtype = dtype;
   c.spec.head_dim_qk = c.spec.head_dim_v = head_dim;
   c.spec.mask = std::move(mask);
   c.spec.return_lse = true;
-  c.batch = batch;
-  c.heads = heads;
-  c.kv_heads = kv_heads;
-  c.seqlen_q = seqlen_q;
-  c.seqlen_k = seqlen_k;
-  c.seed = seed;
   return c;
 }
 

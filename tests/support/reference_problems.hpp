@@ -39,16 +39,14 @@ inline std::vector<float> random_values(std::mt19937& rng, std::size_t count, DT
 /// `softmax_scale`; unmasked and without score modifiers until the caller sets them.
 inline Problem make_problem(int batch, int seqlen_q, int seqlen_k, int heads, int kv_heads,
                             int head_dim, int head_dim_v, float softmax_scale) {
-  Problem p;
-  p.batch = batch;
-  p.seqlen_q = seqlen_q;
-  p.seqlen_k = seqlen_k;
-  p.heads = heads;
-  p.kv_heads = kv_heads;
-  p.head_dim = head_dim;
-  p.head_dim_v = head_dim_v;
-  p.softmax_scale = softmax_scale;
-  return p;
+  return {.batch = batch,
+          .seqlen_q = seqlen_q,
+          .seqlen_k = seqlen_k,
+          .heads = heads,
+          .kv_heads = kv_heads,
+          .head_dim = head_dim,
+          .head_dim_v = head_dim_v,
+          .softmax_scale = softmax_scale};
 }
 
 /// 2 batches, 37 queries on 53 keys, 4 query heads on 2 KV heads, D = 64, Dv = 32, scale

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <future>
@@ -129,6 +130,32 @@ int atomic_variations(const Case& c, const BackwardData& data, int repeats) {
 
 void check_forward(const Case& c, bool reference_kernel) {
   check_outputs(c, forward_data(c), reference_kernel);
+}
+
+void check_against_reference_kernel(const Case& c) {
+  INFO(c.describe());
+  const Inputs inputs = make_inputs(c);
+  const Outputs fused = run_on_gpu(c, inputs);
+  const Outputs reference = run_on_gpu(c, inputs, /*reference_kernel=*/true);
+  double max_err = 0, max_ref = 0, sq_err = 0, sq_ref = 0, lse_err = 0;
+  for (std::size_t i = 0; i < fused.out.size(); ++i) {
+    REQUIRE(std::isfinite(fused.out[i]));
+    const double d = static_cast<double>(fused.out[i]) - reference.out[i];
+    max_err = std::max(max_err, std::abs(d));
+    max_ref = std::max(max_ref, std::abs(static_cast<double>(reference.out[i])));
+    sq_err += d * d;
+    sq_ref += static_cast<double>(reference.out[i]) * reference.out[i];
+  }
+  for (std::size_t i = 0; i < fused.lse.size(); ++i) {
+    lse_err = std::max(lse_err, std::abs(static_cast<double>(fused.lse[i]) - reference.lse[i]));
+  }
+  INFO("max abs err " << max_err << " (max |ref| " << max_ref << "), rel l2 "
+                      << std::sqrt(sq_err / sq_ref) << ", lse max err " << lse_err);
+  // Both outputs are rounded to bf16 (2^-8 relative); P is rounded before P V in the fused
+  // kernel only.
+  CHECK(std::sqrt(sq_err / sq_ref) < 1e-2);
+  CHECK(max_err < 2e-2 * std::max(1.0, max_ref));
+  CHECK(lse_err < 1e-3 * std::log(static_cast<double>(c.seqlen_k)) + 1e-3);
 }
 
 void check_backward(const Case& c, bool deterministic) {

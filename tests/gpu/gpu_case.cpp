@@ -23,22 +23,57 @@
 
 namespace attnjit::gpu_test {
 
+Case make_case(MaskSpec mask, DType dtype, int head_dim, int batch, int heads, int kv_heads,
+               int seqlen_q, int seqlen_k, std::uint64_t seed) {
+  Case c{.batch = batch,
+         .heads = heads,
+         .kv_heads = kv_heads,
+         .seqlen_q = seqlen_q,
+         .seqlen_k = seqlen_k,
+         .seed = seed};
+  c.spec.dtype = dtype;
+  c.spec.head_dim_qk = c.spec.head_dim_v = head_dim;
+  c.spec.mask = std::move(mask);
+  c.spec.return_lse = true;
+  return c;
+}
+
+dsl::IntervalVectors four_column_intervals(
+    int seqlen, const std::function<std::array<std::int32_t, 4>(int)>& per_key) {
+  dsl::IntervalVectors m{false, 4, 1, 1, seqlen, seqlen, {}};
+  for (int j = 0; j < seqlen; ++j) {
+    const std::array<std::int32_t, 4> column = per_key(j);
+    m.data.insert(m.data.end(), column.begin(), column.end());
+  }
+  return m;
+}
+
+BackwardArgs backward_args_of(const ForwardArgs& fwd) {
+  BackwardArgs bwd;
+  bwd.q = fwd.q;
+  bwd.k = fwd.k;
+  bwd.v = fwd.v;
+  bwd.o = fwd.o;
+  bwd.lse = fwd.lse;
+  bwd.startend_row_indices = fwd.startend_row_indices;
+  bwd.softmax_scale = fwd.softmax_scale;
+  bwd.window_left = fwd.window_left;
+  bwd.window_right = fwd.window_right;
+  bwd.validate_mask = fwd.validate_mask;
+  bwd.softcap = fwd.softcap;
+  bwd.alibi_slopes = fwd.alibi_slopes;
+  bwd.predicate = fwd.predicate;
+  return bwd;
+}
+
 Case predicate_case(const std::string& text, std::vector<PredicateTensor> tensors, DType dtype,
                     int head_dim, int batch, int heads, int kv_heads, int seqlen_q, int seqlen_k,
                     std::uint64_t seed) {
-  Case c;
   std::vector<std::int32_t> scalars;
-  c.spec.dtype = dtype;
-  c.spec.head_dim_qk = c.spec.head_dim_v = head_dim;
-  c.spec.mask.kind = MaskKind::predicate;
-  c.spec.mask.predicate = to_string(lift_literals(parse_predicate(text), scalars));
-  c.spec.return_lse = true;
-  c.batch = batch;
-  c.heads = heads;
-  c.kv_heads = kv_heads;
-  c.seqlen_q = seqlen_q;
-  c.seqlen_k = seqlen_k;
-  c.seed = seed;
+  MaskSpec mask{MaskKind::predicate};
+  mask.predicate = to_string(lift_literals(parse_predicate(text), scalars));
+  Case c =
+      make_case(std::move(mask), dtype, head_dim, batch, heads, kv_heads, seqlen_q, seqlen_k, seed);
   c.predicate.scalars = scalars;
   c.predicate.tensors = std::move(tensors);
   return c;
@@ -448,22 +483,11 @@ BackwardOutputs run_backward_on_gpu(const Case& c, const Inputs& in, const std::
   note_rows(forward, KernelRole::forward, "");
   forward.forward(fwd, nullptr);
 
-  BackwardArgs bwd;
-  bwd.q = q.view;
-  bwd.k = k.view;
-  bwd.v = v.view;
-  bwd.o = o.view;
+  BackwardArgs bwd = backward_args_of(fwd);
   bwd.d_o = grad_o.view;
-  bwd.lse = lse_view;
-  bwd.startend_row_indices = vector_view;
   bwd.d_q = grad_q.view;
   bwd.d_k = grad_k.view;
   bwd.d_v = grad_v.view;
-  bwd.window_left = c.window_left;
-  bwd.window_right = c.window_right;
-  bwd.softcap = score_mod.softcap;
-  bwd.alibi_slopes = score_mod.slopes_view;
-  bwd.predicate = predicate.args;
   const jit::Kernel backward = jit::compile(specs[1]);
   note_rows(backward, KernelRole::backward, c.expect_row);
   backward.backward(bwd, nullptr);
@@ -496,19 +520,10 @@ struct MaskCase {
 
 /// The case of one sweep point (returning LSE), before its vectors and modifiers.
 Case sweep_case(DType dtype, int head_dim, const MaskCase& mc, const Shape& s, std::uint64_t seed) {
-  Case c;
-  c.spec.dtype = dtype;
-  c.spec.head_dim_qk = c.spec.head_dim_v = head_dim;
-  c.spec.mask = mc.mask;
-  c.spec.return_lse = true;
-  c.batch = s.batch;
-  c.heads = s.heads;
-  c.kv_heads = s.kv_heads;
-  c.seqlen_q = s.seqlen_q;
-  c.seqlen_k = s.seqlen_k;
+  Case c = make_case(mc.mask, dtype, head_dim, s.batch, s.heads, s.kv_heads, s.seqlen_q, s.seqlen_k,
+                     seed);
   c.window_left = mc.window_left;
   c.window_right = mc.window_right;
-  c.seed = seed;
   return c;
 }
 
@@ -635,6 +650,21 @@ bool parse_exhaustive() {
 }
 
 }  // namespace
+
+std::vector<Case> large_cases() {
+  std::vector<Case> cases;
+  for (const auto& [mask, seqlen] : {std::pair{MaskSpec{MaskKind::none, false, 0}, 2000},
+                                     std::pair{MaskSpec{MaskKind::causal, false, 0}, 3001},
+                                     std::pair{MaskSpec{MaskKind::flashmask, true, 1}, 4099},
+                                     std::pair{MaskSpec{MaskKind::flashmask, false, 2}, 2500}}) {
+    Case c = make_case(mask, DType::bf16, 128, 1, 4, 1, seqlen, seqlen, 31 + seqlen);
+    if (mask.kind == MaskKind::flashmask) {
+      c.intervals = dsl::random_documents(mask.causal, seqlen, 3, 7, data_seed(c.seed));
+    }
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
 
 bool exhaustive() {
   static const bool value = parse_exhaustive();

@@ -3,13 +3,16 @@
 // FlashAttention criterion on O and LSE.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "attnjit/spec.hpp"
+#include "attnjit/tensor.hpp"
 #include "compiler/ir/predicate.hpp"
 #include "dsl/intervals.hpp"
 #include "support/pairwise_sample.hpp"
@@ -50,6 +53,22 @@ struct Case {
 
   std::string describe() const;
 };
+
+/// A case of `mask` with LSE in `dtype` at head dim `head_dim` (q/k and v): `batch` batches,
+/// `heads` query heads on `kv_heads` KV heads, `seqlen_q` queries on `seqlen_k` keys, inputs
+/// drawn from `seed`.
+Case make_case(MaskSpec mask, DType dtype, int head_dim, int batch, int heads, int kv_heads,
+               int seqlen_q, int seqlen_k, std::uint64_t seed);
+
+/// Non-causal FlashMask vectors with 4 columns, one batch and one mask head over `seqlen`
+/// queries and keys: key column j holds `per_key(j)`, its (LTS, LTE, UTS, UTE).
+dsl::IntervalVectors four_column_intervals(
+    int seqlen, const std::function<std::array<std::int32_t, 4>(int)>& per_key);
+
+/// The backward arguments a forward launch's `fwd` fixes: q, k, v, o and lse, the mask
+/// arguments, the softmax scale, the score modifiers' arguments and validate_mask; the caller
+/// binds d_o, d_q, d_k and d_v.
+BackwardArgs backward_args_of(const ForwardArgs& fwd);
 
 /// A predicate mask case with LSE: the literals of `text` lifted into scalar slots (the spec
 /// holds the lifted structure, the literals become the scalar values), as the user API does.
@@ -118,6 +137,11 @@ std::vector<float> alibi_slopes(int heads);
 /// and a FlashMask document mask x bf16/fp16 x head dims 64/128, with GQA, lengths that are
 /// not tile multiples and Sq != Sk rotating, some with negative slopes.
 std::vector<Case> score_mod_cases();
+
+/// The large problems the forwards are checked on against the GPU reference kernel: bf16 at
+/// d128, 4 query heads on 1 KV head, 2000 to 4099 queries on as many keys, without a mask,
+/// causal and under FlashMask documents (causal with one column, non-causal with two).
+std::vector<Case> large_cases();
 
 /// Whether the run takes every case of the sweeps (ATTNJIT_GPU_EXHAUSTIVE=1) or, by default
 /// (unset or 0), a pairwise sample of each (sample()). Throws on any other value.

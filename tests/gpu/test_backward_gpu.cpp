@@ -18,6 +18,7 @@ using namespace attnjit;
 using gpu_test::BackwardRun;
 using gpu_test::Case;
 using gpu_test::check_backward;
+using gpu_test::make_case;
 
 TEST_CASE("backward matches the reference gradients over the sweep", "[gpu][backward]") {
   // Each (dtype, head dim, mask) appears twice in the sweep: once per mode (a feature of the
@@ -69,23 +70,16 @@ TEST_CASE("every backward layout, forced by its tiles, matches the reference", "
   for (const Layout& layout : layouts) {
     for (const MaskSpec& mask : masks) {
       for (bool deterministic : {false, true}) {
-        Case c;
-        c.spec.dtype = seed % 2 == 0 ? DType::bf16 : DType::fp16;
-        c.spec.head_dim_qk = c.spec.head_dim_v = layout.head_dim;
-        c.spec.mask = mask;
+        Case c = make_case(mask, seed % 2 == 0 ? DType::bf16 : DType::fp16, layout.head_dim, 2, 4,
+                           2, 211, 181, seed + 1);
         c.spec.tiles = layout.tiles;
         c.expect_row = layout.row;
-        c.batch = 2;
-        c.heads = 4;
-        c.kv_heads = 2;
-        c.seqlen_q = 211;
-        c.seqlen_k = 181;
         if (mask.kind == MaskKind::sliding_window) {
           c.window_left = 40;
           c.window_right = 9;
         }
         c.padded_strides = seed % 3 == 0;
-        c.seed = ++seed;
+        ++seed;
         if (mask.kind == MaskKind::flashmask) {
           c.intervals = dsl::random_intervals(false, 2, c.batch, c.kv_heads, c.seqlen_q, c.seqlen_k,
                                               gpu_test::data_seed(seed));
@@ -100,15 +94,7 @@ TEST_CASE("every backward layout, forced by its tiles, matches the reference", "
 TEST_CASE("deterministic backward is bitwise repeatable", "[gpu][backward]") {
   for (MaskSpec mask :
        {MaskSpec{MaskKind::causal, false, 0}, MaskSpec{MaskKind::flashmask, true, 1}}) {
-    Case c;
-    c.spec.dtype = DType::bf16;
-    c.spec.head_dim_qk = c.spec.head_dim_v = 128;
-    c.spec.mask = mask;
-    c.batch = 2;
-    c.heads = 4;
-    c.kv_heads = 2;
-    c.seqlen_q = c.seqlen_k = 1000;
-    c.seed = 77;
+    Case c = make_case(mask, DType::bf16, 128, 2, 4, 2, 1000, 1000, 77);
     if (mask.kind == MaskKind::flashmask) {
       std::vector<dsl::IntervalVectors> samples{
           dsl::random_documents(true, 1000, 2, 6, gpu_test::data_seed(5)),
@@ -122,15 +108,8 @@ TEST_CASE("deterministic backward is bitwise repeatable", "[gpu][backward]") {
 TEST_CASE("rows that see no key get zero gradients, never NaN", "[gpu][backward]") {
   for (bool deterministic : {false, true}) {
     SECTION(deterministic ? "deterministic" : "atomic") {
-      Case c;
-      c.spec.dtype = DType::fp16;
-      c.spec.head_dim_qk = c.spec.head_dim_v = 64;
-      c.spec.mask = {MaskKind::causal, false, 0};
-      c.batch = 1;
-      c.heads = c.kv_heads = 2;
-      c.seqlen_q = 300;  // rows 0 .. 229 see no key (bottom-right causal, Sk = 70)
-      c.seqlen_k = 70;
-      c.seed = 91;
+      // Rows 0 .. 229 see no key (bottom-right causal, Sq = 300, Sk = 70).
+      const Case c = make_case({MaskKind::causal, false, 0}, DType::fp16, 64, 1, 2, 2, 300, 70, 91);
       const gpu_test::Inputs inputs = gpu_test::make_inputs(c);
       const std::vector<float> d_o = gpu_test::make_d_o(c);
       const gpu_test::BackwardOutputs got =
@@ -154,16 +133,9 @@ TEST_CASE("backward with odd head counts: the last head pair has one member", "[
   // CTA without a head, which must write nothing.
   for (const auto& [heads, kv_heads] : {std::pair{1, 1}, std::pair{3, 3}, std::pair{3, 1}}) {
     for (bool deterministic : {false, true}) {
-      Case c;
-      c.spec.dtype = DType::bf16;
-      c.spec.head_dim_qk = c.spec.head_dim_v = 64;
-      c.spec.mask = {MaskKind::causal, false, 0};
-      c.batch = 2;
-      c.heads = heads;
-      c.kv_heads = kv_heads;
-      c.seqlen_q = c.seqlen_k = 333;
+      Case c = make_case({MaskKind::causal, false, 0}, DType::bf16, 64, 2, heads, kv_heads, 333,
+                         333, 17 + heads);
       c.padded_strides = true;
-      c.seed = 17 + heads;
       check_backward(c, deterministic);
     }
   }

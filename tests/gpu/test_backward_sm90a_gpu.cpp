@@ -22,6 +22,7 @@ using namespace attnjit;
 using gpu_test::BackwardRun;
 using gpu_test::Case;
 using gpu_test::check_backward;
+using gpu_test::make_case;
 
 namespace {
 
@@ -70,17 +71,9 @@ TEST_CASE("the sm90a backward over many query blocks per key block", "[gpu][back
   for (int d : {64, 128, 192, 256}) {
     for (const MaskSpec& mask : masks) {
       const auto [sq, sk] = lengths[rotation % 3];
-      Case c;
-      c.spec.dtype = rotation % 2 == 0 ? DType::bf16 : DType::fp16;
-      c.spec.head_dim_qk = c.spec.head_dim_v = d;
-      c.spec.mask = mask;
-      c.batch = 2;
-      c.heads = 4;
-      c.kv_heads = rotation % 2 == 0 ? 2 : 4;
-      c.seqlen_q = sq;
-      c.seqlen_k = sk;
+      Case c = make_case(mask, rotation % 2 == 0 ? DType::bf16 : DType::fp16, d, 2, 4,
+                         rotation % 2 == 0 ? 2 : 4, sq, sk, ++seed);
       c.padded_strides = rotation % 3 == 1;
-      c.seed = ++seed;
       if (mask.kind == MaskKind::sliding_window) {
         c.window_left = 150;
         c.window_right = 30;
@@ -160,17 +153,9 @@ TEST_CASE("the sm90a backward with 80-row query blocks matches the reference gra
 TEST_CASE("the sm90a deterministic backward with 80-row query blocks is bitwise repeatable",
           "[gpu][backward][sm90a][bm80]") {
   if (!on_sm90a()) return;
-  Case c;
-  c.spec.dtype = DType::bf16;
-  c.spec.head_dim_qk = c.spec.head_dim_v = 128;
+  Case c = make_case({}, DType::bf16, 128, 2, 4, 2, 1900, 2000, 9500);
   c.spec.tiles = {80, 128, 12, 't'};
   c.expect_row = kRow;
-  c.batch = 2;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.seqlen_q = 1900;
-  c.seqlen_k = 2000;
-  c.seed = 9500;
   gpu_test::check_deterministic_repeatable(c, /*repeats=*/3);
   const int differing = gpu_test::atomic_dq_variations(c, /*repeats=*/3);
   WARN(c.describe() << ": atomic dQ differed from its first run in " << differing << " of 3 runs");
@@ -257,17 +242,11 @@ TEST_CASE("the sm90a backward with odd head counts", "[gpu][backward][sm90a]") {
   if (!on_sm90a()) return;
   int index = 0;
   for (const auto& [heads, kv_heads] : {std::pair{1, 1}, std::pair{3, 3}, std::pair{3, 1}}) {
-    Case c;
-    c.spec.dtype = DType::bf16;
-    c.spec.head_dim_qk = c.spec.head_dim_v = index == 1 ? 256 : index == 2 ? 192 : 128;
+    const int head_dim = index == 1 ? 256 : index == 2 ? 192 : 128;
     ++index;
-    c.spec.mask = {MaskKind::causal, false, 0};
-    c.batch = 2;
-    c.heads = heads;
-    c.kv_heads = kv_heads;
-    c.seqlen_q = c.seqlen_k = 333;
+    Case c = make_case({MaskKind::causal, false, 0}, DType::bf16, head_dim, 2, heads, kv_heads, 333,
+                       333, 170 + heads);
     c.padded_strides = true;
-    c.seed = 170 + heads;
     for (bool deterministic : {false, true}) check_backward(forced(c), deterministic);
   }
 }
@@ -285,16 +264,9 @@ TEST_CASE("the sm90a deterministic backward is bitwise repeatable", "[gpu][backw
   std::vector<Case> cases;
   for (int d : {64, 128, 192, 256}) {
     for (const MaskSpec& mask : masks) {
-      Case c;
-      c.spec.dtype = index % 2 == 0 ? DType::bf16 : DType::fp16;
-      c.spec.head_dim_qk = c.spec.head_dim_v = d;
-      c.spec.mask = mask;
-      c.batch = 2;
-      c.heads = 4;
-      c.kv_heads = 2;
-      c.seqlen_q = 1900;
-      c.seqlen_k = 2000;
-      c.seed = 400 + index++;
+      Case c = make_case(mask, index % 2 == 0 ? DType::bf16 : DType::fp16, d, 2, 4, 2, 1900, 2000,
+                         400 + index);
+      ++index;
       if (mask.kind == MaskKind::flashmask) {
         c.intervals = dsl::random_intervals(mask.causal, mask.columns, c.batch, c.kv_heads,
                                             c.seqlen_q, c.seqlen_k, gpu_test::data_seed(c.seed));
@@ -320,14 +292,8 @@ TEST_CASE("the deterministic sm90a backward at head dims 192 and 256 on long pac
   std::vector<Case> cases;
   for (int d : {192, 256}) {
     for (bool causal : {false, true}) {
-      Case c;
-      c.spec.dtype = DType::bf16;
-      c.spec.head_dim_qk = c.spec.head_dim_v = d;
-      c.spec.mask = {MaskKind::flashmask, causal, causal ? 1 : 2};
-      c.batch = 1;
-      c.heads = c.kv_heads = 16;
-      c.seqlen_q = c.seqlen_k = 8192;
-      c.seed = 450 + causal + 2 * (d == 192);
+      Case c = make_case({MaskKind::flashmask, causal, causal ? 1 : 2}, DType::bf16, d, 1, 16, 16,
+                         8192, 8192, 450 + causal + 2 * (d == 192));
       c.intervals = causal ? dsl::causal_document(lengths) : dsl::document(lengths);
       cases.push_back(forced(c));
     }

@@ -4,6 +4,7 @@
 // determinism, and large problems against the GPU reference kernel.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -16,19 +17,7 @@
 
 using namespace attnjit;
 using gpu_test::Case;
-
-namespace {
-
-Case base_case(MaskSpec mask, int head_dim = 128, DType dtype = DType::bf16) {
-  Case c;
-  c.spec.dtype = dtype;
-  c.spec.head_dim_qk = c.spec.head_dim_v = head_dim;
-  c.spec.mask = mask;
-  c.spec.return_lse = true;
-  return c;
-}
-
-}  // namespace
+using gpu_test::make_case;
 
 TEST_CASE("forward matches the reference over the sweep", "[gpu][forward]") {
   gpu_test::check_forwards(gpu_test::sampled(gpu_test::sweep_cases()));
@@ -68,15 +57,10 @@ TEST_CASE("the sm80 forward, forced by its tiles, matches the reference", "[gpu]
   for (const Forced& forced : shapes) {
     for (MaskSpec mask :
          {MaskSpec{MaskKind::causal, false, 0}, MaskSpec{MaskKind::flashmask, false, 4}}) {
-      Case c = base_case(mask, forced.head_dim, seed % 2 ? DType::fp16 : DType::bf16);
+      const DType dtype = seed % 2 ? DType::fp16 : DType::bf16;
+      Case c = make_case(mask, dtype, forced.head_dim, 2, 4, 2, 177, 203, ++seed);
       c.spec.tiles = forced.tiles;
       c.expect_row = "forward.sm80";
-      c.batch = 2;
-      c.heads = 4;
-      c.kv_heads = 2;
-      c.seqlen_q = 177;
-      c.seqlen_k = 203;
-      c.seed = ++seed;
       if (mask.kind == MaskKind::flashmask) {
         c.intervals = dsl::random_intervals(false, 4, c.batch, c.kv_heads, c.seqlen_q, c.seqlen_k,
                                             gpu_test::data_seed(seed));
@@ -89,49 +73,27 @@ TEST_CASE("the sm80 forward, forced by its tiles, matches the reference", "[gpu]
 
 TEST_CASE("rows with no visible key give O = 0 and LSE = -inf", "[gpu][forward]") {
   SECTION("causal with Sq > Sk: the first Sq - Sk rows see nothing") {
-    Case c = base_case({MaskKind::causal, false, 0});
-    c.batch = 1;
-    c.heads = c.kv_heads = 2;
-    c.seqlen_q = 200;
-    c.seqlen_k = 70;
-    c.seed = 7;
-    gpu_test::check_forward(c);
+    gpu_test::check_forward(
+        make_case({MaskKind::causal, false, 0}, DType::bf16, 128, 1, 2, 2, 200, 70, 7));
   }
   SECTION("flashmask masking every key for a band of rows") {
-    Case c = base_case({MaskKind::flashmask, false, 4});
-    c.batch = 1;
-    c.heads = c.kv_heads = 2;
-    c.seqlen_q = c.seqlen_k = 190;
-    dsl::IntervalVectors m;
-    m.causal = false;
-    m.columns = 4;
-    m.batch = 1;
-    m.heads = 1;
-    m.seqlen_q = m.seqlen_k = 190;
-    for (int j = 0; j < 190; ++j) {
-      // Rows [40, 150) masked in every column; rows >= 180 masked for odd columns.
-      m.data.insert(m.data.end(), {40, 150, j % 2 ? 180 : 0, j % 2 ? 190 : 0});
-    }
-    c.intervals = m;
-    c.seed = 8;
+    Case c = make_case({MaskKind::flashmask, false, 4}, DType::bf16, 128, 1, 2, 2, 190, 190, 8);
+    // Rows [40, 150) masked in every column; rows >= 180 masked for odd columns.
+    c.intervals = gpu_test::four_column_intervals(190, [](int j) {
+      return std::array{40, 150, j % 2 ? 180 : 0, j % 2 ? 190 : 0};
+    });
     gpu_test::check_forward(c);
   }
   SECTION("sliding window whose diagonal leaves the keys") {
-    Case c = base_case({MaskKind::sliding_window, false, 0});
-    c.seqlen_q = 300;
-    c.seqlen_k = 64;
+    Case c = make_case({MaskKind::sliding_window, false, 0}, DType::bf16, 128, 1, 1, 1, 300, 64, 9);
     c.window_left = 3;
     c.window_right = 0;  // row i sees keys [i - 239, i - 236]: rows below 236 see nothing
-    c.seed = 9;
     gpu_test::check_forward(c);
   }
 }
 
 TEST_CASE("forward is deterministic", "[gpu][forward]") {
-  Case c = base_case({MaskKind::flashmask, true, 1});
-  c.batch = 2;
-  c.heads = c.kv_heads = 4;
-  c.seqlen_q = c.seqlen_k = 700;
+  Case c = make_case({MaskKind::flashmask, true, 1}, DType::bf16, 128, 2, 4, 4, 700, 700, 1);
   std::vector<dsl::IntervalVectors> samples{
       dsl::random_documents(true, 700, 2, 6, gpu_test::data_seed(11)),
       dsl::random_documents(true, 700, 2, 6, gpu_test::data_seed(12))};
@@ -146,13 +108,7 @@ TEST_CASE("forward is deterministic", "[gpu][forward]") {
 TEST_CASE("the GPU reference kernel agrees with the CPU reference", "[gpu][reference]") {
   for (MaskSpec mask :
        {MaskSpec{MaskKind::causal, false, 0}, MaskSpec{MaskKind::flashmask, false, 4}}) {
-    Case c = base_case(mask, 64);
-    c.batch = 1;
-    c.heads = 4;
-    c.kv_heads = 2;
-    c.seqlen_q = 150;
-    c.seqlen_k = 170;
-    c.seed = 21;
+    Case c = make_case(mask, DType::bf16, 64, 1, 4, 2, 150, 170, 21);
     if (mask.kind == MaskKind::flashmask) {
       c.intervals = dsl::random_intervals(false, 4, 1, 2, 150, 170, gpu_test::data_seed(21));
     }
@@ -169,66 +125,16 @@ TEST_CASE("the GPU reference kernel agrees with the CPU reference", "[gpu][refer
 }
 
 TEST_CASE("large problems match the GPU reference kernel", "[gpu][forward][large]") {
-  struct Large {
-    MaskSpec mask;
-    int seqlen;
-  };
-  for (const Large& l :
-       {Large{{MaskKind::none, false, 0}, 2000}, Large{{MaskKind::causal, false, 0}, 3001},
-        Large{{MaskKind::flashmask, true, 1}, 4099},
-        Large{{MaskKind::flashmask, false, 2}, 2500}}) {
-    Case c = base_case(l.mask, 128);
-    c.batch = 1;
-    c.heads = 4;
-    c.kv_heads = 1;
-    c.seqlen_q = c.seqlen_k = l.seqlen;
-    c.seed = 31 + l.seqlen;
-    if (l.mask.kind == MaskKind::flashmask) {
-      c.intervals =
-          dsl::random_documents(l.mask.causal, l.seqlen, 3, 7, gpu_test::data_seed(c.seed));
-    }
-    INFO(c.describe());
-    const gpu_test::Inputs inputs = gpu_test::make_inputs(c);
-    const gpu_test::Outputs fused = gpu_test::run_on_gpu(c, inputs);
-    const gpu_test::Outputs reference = gpu_test::run_on_gpu(c, inputs, /*reference_kernel=*/true);
-    double max_err = 0, max_ref = 0, sq_err = 0, sq_ref = 0;
-    for (std::size_t i = 0; i < fused.out.size(); ++i) {
-      const double d = static_cast<double>(fused.out[i]) - reference.out[i];
-      REQUIRE(std::isfinite(fused.out[i]));
-      max_err = std::max(max_err, std::abs(d));
-      max_ref = std::max(max_ref, std::abs(static_cast<double>(reference.out[i])));
-      sq_err += d * d;
-      sq_ref += static_cast<double>(reference.out[i]) * reference.out[i];
-    }
-    double lse_err = 0;
-    for (std::size_t i = 0; i < fused.lse.size(); ++i) {
-      lse_err = std::max(lse_err, std::abs(static_cast<double>(fused.lse[i]) - reference.lse[i]));
-    }
-    INFO("max abs err " << max_err << " (max |ref| " << max_ref << "), rel l2 "
-                        << std::sqrt(sq_err / sq_ref) << ", lse max err " << lse_err);
-    // Both outputs are rounded to bf16 (2^-8 relative); P is rounded before P V in the
-    // fused kernel only.
-    CHECK(std::sqrt(sq_err / sq_ref) < 1e-2);
-    CHECK(max_err < 2e-2 * std::max(1.0, max_ref));
-    CHECK(lse_err < 1e-3 * std::log(static_cast<double>(l.seqlen)) + 1e-3);
-  }
+  for (const Case& c : gpu_test::large_cases()) gpu_test::check_against_reference_kernel(c);
 }
 
 TEST_CASE("forward with odd head counts: the last head pair has one member", "[gpu][forward]") {
   // The kernel takes heads in pairs (templates/attnjit/common/schedule.cuh); an odd count leaves a
   // CTA without a head, which must write nothing (padded_strides poisons and checks o).
   for (const auto& [heads, kv_heads] : {std::pair{1, 1}, std::pair{3, 3}, std::pair{5, 1}}) {
-    Case c;
-    c.spec.dtype = DType::fp16;
-    c.spec.head_dim_qk = c.spec.head_dim_v = 128;
-    c.spec.mask = {MaskKind::causal, false, 0};
-    c.batch = 3;
-    c.heads = heads;
-    c.kv_heads = kv_heads;
-    c.seqlen_q = 259;
-    c.seqlen_k = 301;
+    Case c = make_case({MaskKind::causal, false, 0}, DType::fp16, 128, 3, heads, kv_heads, 259, 301,
+                       29 + heads);
     c.padded_strides = true;
-    c.seed = 29 + heads;
     gpu_test::check_forward(c);
   }
 }

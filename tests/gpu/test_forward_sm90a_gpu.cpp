@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -29,6 +30,7 @@
 
 using namespace attnjit;
 using gpu_test::Case;
+using gpu_test::make_case;
 using gpu_test::predicate_case;
 
 namespace {
@@ -83,15 +85,6 @@ std::vector<Case> forced(std::vector<Case> cases) {
   return out;
 }
 
-Case base_case(MaskSpec mask, int head_dim = 128, DType dtype = DType::bf16) {
-  Case c;
-  c.spec.dtype = dtype;
-  c.spec.head_dim_qk = c.spec.head_dim_v = head_dim;
-  c.spec.mask = mask;
-  c.spec.return_lse = true;
-  return c;
-}
-
 }  // namespace
 
 TEST_CASE("sm90a forward matches the reference over the sweep", "[gpu][sm90a][forward]") {
@@ -131,45 +124,26 @@ TEST_CASE("sm90a forward: rows with no visible key give O = 0 and LSE = -inf",
   if (!gpu_test::sm90_device_or_skip("sm90a forward masked rows")) return;
   std::vector<Case> cases;
   // Causal with Sq > Sk: the first Sq - Sk rows see nothing.
-  Case causal = base_case({MaskKind::causal, false, 0});
-  causal.heads = causal.kv_heads = 2;
-  causal.seqlen_q = 200;
-  causal.seqlen_k = 70;
-  causal.seed = 7;
-  cases.push_back(causal);
+  cases.push_back(make_case({MaskKind::causal, false, 0}, DType::bf16, 128, 1, 2, 2, 200, 70, 7));
   // FlashMask masking every key for rows [40, 150), and rows >= 180 for odd columns.
-  Case band = base_case({MaskKind::flashmask, false, 4}, 64, DType::fp16);
-  band.heads = band.kv_heads = 2;
-  band.seqlen_q = band.seqlen_k = 190;
-  dsl::IntervalVectors m;
-  m.causal = false;
-  m.columns = 4;
-  m.batch = 1;
-  m.heads = 1;
-  m.seqlen_q = m.seqlen_k = 190;
-  for (int j = 0; j < 190; ++j)
-    m.data.insert(m.data.end(), {40, 150, j % 2 ? 180 : 0, j % 2 ? 190 : 0});
-  band.intervals = m;
-  band.seed = 8;
+  Case band = make_case({MaskKind::flashmask, false, 4}, DType::fp16, 64, 1, 2, 2, 190, 190, 8);
+  band.intervals = gpu_test::four_column_intervals(190, [](int j) {
+    return std::array{40, 150, j % 2 ? 180 : 0, j % 2 ? 190 : 0};
+  });
   cases.push_back(band);
   // FlashMask masking every key for rows [100, 190) at d128: the query block of rows 128 and up
   // visits no key block (the producer's stage without a block, with the vectors' arrivals).
-  Case empty_block = base_case({MaskKind::flashmask, false, 4}, 128, DType::bf16);
-  empty_block.heads = 3;
-  empty_block.kv_heads = 1;
-  empty_block.seqlen_q = empty_block.seqlen_k = 190;
-  m.data.clear();
-  for (int j = 0; j < 190; ++j) m.data.insert(m.data.end(), {100, 190, 0, 0});
-  empty_block.intervals = m;
-  empty_block.seed = 10;
+  Case empty_block =
+      make_case({MaskKind::flashmask, false, 4}, DType::bf16, 128, 1, 3, 1, 190, 190, 10);
+  empty_block.intervals = gpu_test::four_column_intervals(190, [](int) {
+    return std::array{100, 190, 0, 0};
+  });
   cases.push_back(empty_block);
   // A sliding window whose diagonal leaves the keys: rows below 236 see nothing.
-  Case window = base_case({MaskKind::sliding_window, false, 0}, 256);
-  window.seqlen_q = 300;
-  window.seqlen_k = 64;
+  Case window =
+      make_case({MaskKind::sliding_window, false, 0}, DType::bf16, 256, 1, 1, 1, 300, 64, 9);
   window.window_left = 3;
   window.window_right = 0;
-  window.seed = 9;
   cases.push_back(window);
   // A predicate hiding every third row and all of batch 1 past row 40.
   cases.push_back(predicate_case("q % 3 != 1 && (b == 0 || q < 40) && k <= q", {}, DType::bf16, 128,
@@ -194,12 +168,7 @@ TEST_CASE("sm90a forward with three consumer warpgroups matches the reference",
   cases.push_back(predicate_case("q % 3 != 1 && (b == 0 || q < 40) && k <= q", {}, DType::bf16, 64,
                                  2, 2, 2, 450, 450, 531));
   // Rows past 192 with nothing visible (causal, Sq > Sk), two CTAs per head.
-  Case causal = base_case({MaskKind::causal, false, 0}, 64);
-  causal.heads = causal.kv_heads = 2;
-  causal.seqlen_q = 400;
-  causal.seqlen_k = 150;
-  causal.seed = 532;
-  cases.push_back(causal);
+  cases.push_back(make_case({MaskKind::causal, false, 0}, DType::bf16, 64, 1, 2, 2, 400, 150, 532));
   for (Case& c : cases) {
     c.spec.target = Arch::sm_90a;
     const int block_n = c.spec.head_dim_qk == 96 ? 96 : c.spec.softcap || c.spec.alibi ? 112 : 128;
@@ -237,38 +206,27 @@ TEST_CASE("sm90a forward with odd head counts and padded strides", "[gpu][sm90a]
   if (!gpu_test::sm90_device_or_skip("sm90a forward odd heads")) return;
   std::vector<Case> cases;
   for (const auto& [heads, kv_heads] : {std::pair{1, 1}, std::pair{3, 3}, std::pair{5, 1}}) {
-    Case c = base_case({MaskKind::causal, false, 0}, 128, DType::fp16);
-    c.batch = 3;
-    c.heads = heads;
-    c.kv_heads = kv_heads;
-    c.seqlen_q = 259;
-    c.seqlen_k = 301;
+    Case c = make_case({MaskKind::causal, false, 0}, DType::fp16, 128, 3, heads, kv_heads, 259, 301,
+                       29 + heads);
     c.padded_strides = true;
-    c.seed = 29 + heads;
     cases.push_back(c);
   }
   for (const Case& c : forced(cases)) gpu_test::check_forward(c);
 }
 
-TEST_CASE("sm90a forward with FlashMask vectors off a 16-byte boundary",
-          "[gpu][sm90a][forward]") {
+TEST_CASE("sm90a forward with FlashMask vectors off a 16-byte boundary", "[gpu][sm90a][forward]") {
   if (!gpu_test::sm90_device_or_skip("sm90a forward misaligned vectors")) return;
   // The producer copies a block's values 16 bytes at a time where they start 16-byte aligned,
   // else 4 bytes at a time: the same masks with the tensor at offsets 0, 1 and 3 ints, one,
   // two and four columns, Sk odd and even, random intervals.
   std::vector<Case> cases;
   int seed = 900;
-  for (const auto& [columns, causal] : {std::pair{1, true}, std::pair{2, true},
-                                        std::pair{2, false}, std::pair{4, false}}) {
+  for (const auto& [columns, causal] :
+       {std::pair{1, true}, std::pair{2, true}, std::pair{2, false}, std::pair{4, false}}) {
     for (const int offset : {0, 1, 3}) {
       for (const int seqlen_k : {333, 512}) {
-        Case c = base_case({MaskKind::flashmask, causal, columns}, columns == 4 ? 64 : 128);
-        c.batch = 2;
-        c.heads = 4;
-        c.kv_heads = 2;
-        c.seqlen_q = 301;
-        c.seqlen_k = seqlen_k;
-        c.seed = ++seed;
+        Case c = make_case({MaskKind::flashmask, causal, columns}, DType::bf16,
+                           columns == 4 ? 64 : 128, 2, 4, 2, 301, seqlen_k, ++seed);
         c.intervals = dsl::random_intervals(causal, columns, c.batch, c.kv_heads, c.seqlen_q,
                                             c.seqlen_k, gpu_test::data_seed(c.seed));
         c.intervals_offset = offset;
@@ -306,55 +264,12 @@ TEST_CASE("sm90a forward with predicate masks matches the reference", "[gpu][sm9
 TEST_CASE("sm90a forward: large problems match the GPU reference kernel",
           "[gpu][sm90a][forward][large]") {
   if (!gpu_test::sm90_device_or_skip("sm90a forward large")) return;
-  struct Large {
-    MaskSpec mask;
-    int seqlen;
-  };
-  for (const Large& l :
-       {Large{{MaskKind::none, false, 0}, 2000}, Large{{MaskKind::causal, false, 0}, 3001},
-        Large{{MaskKind::flashmask, true, 1}, 4099},
-        Large{{MaskKind::flashmask, false, 2}, 2500}}) {
-    Case c = base_case(l.mask, 128);
-    c.heads = 4;
-    c.kv_heads = 1;
-    c.seqlen_q = c.seqlen_k = l.seqlen;
-    c.seed = 31 + l.seqlen;
-    if (l.mask.kind == MaskKind::flashmask) {
-      c.intervals =
-          dsl::random_documents(l.mask.causal, l.seqlen, 3, 7, gpu_test::data_seed(c.seed));
-    }
-    force_sm90a(c);
-    compile_and_report({c});
-    INFO(c.describe());
-    const gpu_test::Inputs inputs = gpu_test::make_inputs(c);
-    const gpu_test::Outputs fused = gpu_test::run_on_gpu(c, inputs);
-    const gpu_test::Outputs reference = gpu_test::run_on_gpu(c, inputs, /*reference_kernel=*/true);
-    double max_err = 0, max_ref = 0, sq_err = 0, sq_ref = 0, lse_err = 0;
-    for (std::size_t i = 0; i < fused.out.size(); ++i) {
-      REQUIRE(std::isfinite(fused.out[i]));
-      const double d = static_cast<double>(fused.out[i]) - reference.out[i];
-      max_err = std::max(max_err, std::abs(d));
-      max_ref = std::max(max_ref, std::abs(static_cast<double>(reference.out[i])));
-      sq_err += d * d;
-      sq_ref += static_cast<double>(reference.out[i]) * reference.out[i];
-    }
-    for (std::size_t i = 0; i < fused.lse.size(); ++i) {
-      lse_err = std::max(lse_err, std::abs(static_cast<double>(fused.lse[i]) - reference.lse[i]));
-    }
-    INFO("max abs err " << max_err << " (max |ref| " << max_ref << "), rel l2 "
-                        << std::sqrt(sq_err / sq_ref) << ", lse max err " << lse_err);
-    CHECK(std::sqrt(sq_err / sq_ref) < 1e-2);
-    CHECK(max_err < 2e-2 * std::max(1.0, max_ref));
-    CHECK(lse_err < 1e-3 * std::log(static_cast<double>(l.seqlen)) + 1e-3);
-  }
+  for (const Case& c : forced(gpu_test::large_cases())) gpu_test::check_against_reference_kernel(c);
 }
 
 TEST_CASE("sm90a forward is deterministic", "[gpu][sm90a][forward]") {
   if (!gpu_test::sm90_device_or_skip("sm90a forward determinism")) return;
-  Case c = base_case({MaskKind::flashmask, true, 1});
-  c.batch = 2;
-  c.heads = c.kv_heads = 4;
-  c.seqlen_q = c.seqlen_k = 700;
+  Case c = make_case({MaskKind::flashmask, true, 1}, DType::bf16, 128, 2, 4, 4, 700, 700, 1);
   const std::vector<dsl::IntervalVectors> samples{
       dsl::random_documents(true, 700, 2, 6, gpu_test::data_seed(11)),
       dsl::random_documents(true, 700, 2, 6, gpu_test::data_seed(12))};
@@ -370,18 +285,11 @@ TEST_CASE("sm90a forward is deterministic", "[gpu][sm90a][forward]") {
 TEST_CASE("sm90a forward: two small specs (the compute-sanitizer runs)",
           "[gpu][sm90a][forward][sanitizer]") {
   if (!gpu_test::sm90_device_or_skip("sm90a forward small specs")) return;
-  Case causal = base_case({MaskKind::causal, false, 0}, 128);
-  causal.heads = 2;
-  causal.kv_heads = 1;
-  causal.seqlen_q = 200;
-  causal.seqlen_k = 260;
-  causal.seed = 71;
-  Case documents = base_case({MaskKind::flashmask, false, 4}, 64, DType::fp16);
-  documents.heads = documents.kv_heads = 2;
-  documents.seqlen_q = 150;
-  documents.seqlen_k = 170;
+  const Case causal =
+      make_case({MaskKind::causal, false, 0}, DType::bf16, 128, 1, 2, 1, 200, 260, 71);
+  Case documents =
+      make_case({MaskKind::flashmask, false, 4}, DType::fp16, 64, 1, 2, 2, 150, 170, 72);
   documents.intervals = dsl::random_intervals(false, 4, 1, 2, 150, 170, gpu_test::data_seed(72));
   documents.padded_strides = true;
-  documents.seed = 72;
   for (const Case& c : forced({causal, documents})) gpu_test::check_forward(c);
 }

@@ -18,6 +18,7 @@
 #include "attnjit/mask_builder.hpp"
 #include "dsl/builders.hpp"
 #include "dsl/families.hpp"
+#include "gpu/gpu_case.hpp"
 #include "runtime/jit/driver.hpp"
 #include "support/env_override.hpp"
 #include "support/error_text.hpp"
@@ -428,12 +429,7 @@ TEST_CASE("forward and backward check the vectors with validate_mask and ATTNJIT
     CHECK_THROWS_WITH(forward.forward(f), message);
   }
 
-  BackwardArgs b;
-  b.q = f.q;
-  b.k = f.k;
-  b.v = f.v;
-  b.o = f.o;
-  b.lse = f.lse;
+  BackwardArgs b = gpu_test::backward_args_of(f);
   b.d_o = activation();
   b.d_q = activation();
   b.d_k = activation();

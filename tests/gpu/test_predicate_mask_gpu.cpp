@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,21 @@ std::vector<Case> sweep() {
   return cases;
 }
 
+/// On an sm_90a device (else a warning), check_backwards of `runs_of(no_bits)`: with the
+/// predicate's stored bits at their default budget, then with none
+/// (ATTNJIT_PREDICATE_BITS_MIB=0: the predicate evaluated per element).
+void check_sm90a_with_and_without_bits(
+    const std::function<std::vector<BackwardRun>(bool no_bits)>& runs_of) {
+  if (jit::current_device_arch() != Arch::sm_90a) {
+    WARN("not an sm_90a device: backward.sm90a is not run");
+    return;
+  }
+  for (const char* budget : {static_cast<const char*>(nullptr), "0"}) {
+    const testing::EnvOverride bits("ATTNJIT_PREDICATE_BITS_MIB", budget);
+    gpu_test::check_backwards(runs_of(budget != nullptr));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("predicate masks: forward matches the reference", "[gpu][predicate]") {
@@ -117,50 +133,40 @@ TEST_CASE("predicate masks: backward matches the reference gradients", "[gpu][pr
 
 TEST_CASE("predicate masks: the sm90a backward, forced, matches the reference gradients",
           "[gpu][predicate][sm90a]") {
-  if (jit::current_device_arch() != Arch::sm_90a) {
-    WARN("not an sm_90a device: backward.sm90a is not run");
-    return;
-  }
   // backward.sm90a by its tiles (the automatic choice there too), both modes, the stored
   // bits and, with no slots left, the predicate evaluated per element.
-  for (const char* budget : {static_cast<const char*>(nullptr), "0"}) {
-    const testing::EnvOverride bits("ATTNJIT_PREDICATE_BITS_MIB", budget);
+  check_sm90a_with_and_without_bits([](bool no_bits) {
     int index = 0;
     std::vector<BackwardRun> runs;
     for (Case c : sweep()) {
-      if (budget != nullptr && index++ % 3 != 0) continue;
+      if (no_bits && index++ % 3 != 0) continue;
       c.spec.tiles = {64, 128, 12, 't'};
       c.expect_row = "backward.sm90a";
       runs.push_back({c});
     }
-    gpu_test::check_backwards(runs);
-  }
+    return runs;
+  });
 }
 
 TEST_CASE(
     "predicate masks: the sm90a backward at head dims 192 and 256 matches the reference "
     "gradients",
     "[gpu][predicate][sm90a][wide]") {
-  if (jit::current_device_arch() != Arch::sm_90a) {
-    WARN("not an sm_90a device: backward.sm90a is not run");
-    return;
-  }
   // The sweep's d128 cases at head dims 256 and 192, alternating (the wide layout: 64 keys per
   // CTA, each consumer reading its word of a key row's stored bits), both modes, the stored
   // bits and, for every other case, the predicate evaluated per element.
-  for (const char* budget : {static_cast<const char*>(nullptr), "0"}) {
-    const testing::EnvOverride bits("ATTNJIT_PREDICATE_BITS_MIB", budget);
+  check_sm90a_with_and_without_bits([](bool no_bits) {
     int index = 0;
     std::vector<BackwardRun> runs;
     for (Case c : sweep()) {
-      if (c.spec.head_dim_qk != 128 || (budget != nullptr && index++ % 2 != 0)) continue;
+      if (c.spec.head_dim_qk != 128 || (no_bits && index++ % 2 != 0)) continue;
       c.spec.head_dim_qk = c.spec.head_dim_v = c.seed % 2 == 0 ? 256 : 192;
       c.spec.tiles = {64, 64, 12, 't'};
       c.expect_row = "backward.sm90a";
       runs.push_back({c});
     }
-    gpu_test::check_backwards(runs);
-  }
+    return runs;
+  });
 }
 
 TEST_CASE("predicate masks: rows that see no key give O = 0, LSE = -inf, zero dQ",

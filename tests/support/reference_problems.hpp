@@ -34,18 +34,25 @@ inline std::vector<float> random_values(std::mt19937& rng, std::size_t count, DT
   return values;
 }
 
+/// A bf16 problem of `batch` x `seqlen_q` queries on `seqlen_k` keys, `heads` query heads on
+/// `kv_heads` KV heads, head dims `head_dim` (q, k) and `head_dim_v` (v, O) and softmax scale
+/// `softmax_scale`; unmasked and without score modifiers until the caller sets them.
+inline Problem make_problem(int batch, int seqlen_q, int seqlen_k, int heads, int kv_heads,
+                            int head_dim, int head_dim_v, float softmax_scale) {
+  return {.batch = batch,
+          .seqlen_q = seqlen_q,
+          .seqlen_k = seqlen_k,
+          .heads = heads,
+          .kv_heads = kv_heads,
+          .head_dim = head_dim,
+          .head_dim_v = head_dim_v,
+          .softmax_scale = softmax_scale};
+}
+
 /// 2 batches, 37 queries on 53 keys, 4 query heads on 2 KV heads, D = 64, Dv = 32, scale
 /// 0.125, causal, in `dtype`: where the low-precision baselines are checked against float64.
 inline Problem lowp_problem(DType dtype) {
-  Problem p;
-  p.batch = 2;
-  p.seqlen_q = 37;
-  p.seqlen_k = 53;
-  p.heads = 4;
-  p.kv_heads = 2;
-  p.head_dim = 64;
-  p.head_dim_v = 32;
-  p.softmax_scale = 0.125f;
+  Problem p = make_problem(2, 37, 53, 4, 2, 64, 32, 0.125f);
   p.dtype = dtype;
   p.mask.kind = MaskKind::causal;
   return p;

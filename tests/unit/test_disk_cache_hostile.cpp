@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "attnjit/error.hpp"
 #include "runtime/jit/disk_cache.hpp"
@@ -130,29 +131,22 @@ TEST_CASE("metadata beyond the entry limits is corrupt", "[cache]") {
 
   expect_rejected(R"({"key":")" + kKey + R"(","spec_text":"s","kernels":[]})", "1 to 64 kernels");
   expect_rejected(R"({"key":")" + kKey + R"(","spec_text":"s","kernels":{}})", "1 to 64 kernels");
-  // One kernel field of the forged metadata set to a value out of bounds, and the reason given.
-  struct BadField {
-    const char* field;
-    const char* value;
-    const char* reason;
-  };
-  for (const BadField& bad : {
-           BadField{"threads", "-5", "threads -5 outside [1, 1024]"},
-           BadField{"threads", "0", "threads 0 outside [1, 1024]"},
-           BadField{"threads", "1025", "threads 1025 outside [1, 1024]"},
-           BadField{"dynamic_smem_bytes", "2147483647", "dynamic_smem_bytes"},
-           BadField{"dynamic_smem_bytes", "-1", "dynamic_smem_bytes"},
-           BadField{"static_smem_bytes", "65536", "static_smem_bytes"},
-           BadField{"registers", "256", "registers"},
-           BadField{"threads", "4294967424", "'threads' is not an integer"},
-           BadField{"threads", "128.5", "'threads' is not an integer"},
-           BadField{"threads", "\"128\"", "'threads' is not an integer"},
-           BadField{"cubin_size", "18446744073709551615", "'cubin_size'"},
-           BadField{"name", "\"../../x\"", "kernel name"},
-           BadField{"role", "\"\"", "role"},
-       }) {
-    expect_rejected(metadata_with(bad.field, bad.value), bad.reason);
+  // One kernel field of the forged metadata set to a value out of bounds, and the reason given:
+  // threads outside its range, threads not an integer, a size named by its field, and the rest.
+  for (const std::string value : {"-5", "0", "1025"}) {
+    expect_rejected(metadata_with("threads", value), "threads " + value + " outside [1, 1024]");
   }
+  for (const char* value : {"4294967424", "128.5", "\"128\""}) {
+    expect_rejected(metadata_with("threads", value), "'threads' is not an integer");
+  }
+  for (const auto& [field, value] :
+       {std::pair{"dynamic_smem_bytes", "2147483647"}, std::pair{"dynamic_smem_bytes", "-1"},
+        std::pair{"static_smem_bytes", "65536"}, std::pair{"registers", "256"}}) {
+    expect_rejected(metadata_with(field, value), field);
+  }
+  expect_rejected(metadata_with("cubin_size", "18446744073709551615"), "'cubin_size'");
+  expect_rejected(metadata_with("name", "\"../../x\""), "kernel name");
+  expect_rejected(metadata_with("role", "\"\""), "role");
   expect_rejected("[1,2,3]", "not a JSON object");
   expect_rejected("{", "unparsable metadata");
   std::string long_key = metadata_with("threads", "128");

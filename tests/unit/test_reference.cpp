@@ -16,13 +16,7 @@
 using attnjit::DType;
 using attnjit::Error;
 using attnjit::MaskKind;
-using attnjit::testing::k_size;
-using attnjit::testing::Problem;
-using attnjit::testing::q_size;
-using attnjit::testing::random_values;
-using attnjit::testing::Reference;
-using attnjit::testing::reference_forward;
-using attnjit::testing::v_size;
+using namespace attnjit::testing;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -67,12 +61,7 @@ void check_close(const std::vector<double>& got, const std::vector<double>& expe
 }
 
 Problem small_problem(int seqlen_q, int seqlen_k) {
-  Problem p;
-  p.seqlen_q = seqlen_q;
-  p.seqlen_k = seqlen_k;
-  p.head_dim = 4;
-  p.head_dim_v = 3;
-  return p;
+  return make_problem(1, seqlen_q, seqlen_k, 1, 1, 4, 3, 1.0f);
 }
 
 }  // namespace
@@ -220,13 +209,13 @@ TEST_CASE("soft-capping bounds the scores and ALiBi adds the aligned distance", 
     p.score_mod = {2.0f, {0.25f, -1.0f}};
     double derivative = 0;
     // Head 1, row 0, key 3: distance 3 - (0 + 1) = 2.
-    CHECK(attnjit::testing::modified_score(p, 1, 0, 3, 3.0, &derivative) ==
+    CHECK(modified_score(p, 1, 0, 3, 3.0, &derivative) ==
           Approx(2 * std::tanh(1.5) - 2.0).epsilon(1e-15));
     CHECK(derivative == Approx(1 - std::tanh(1.5) * std::tanh(1.5)).epsilon(1e-15));
-    CHECK(attnjit::testing::modified_score(p, 0, 2, 0, -1.0) ==
+    CHECK(modified_score(p, 0, 2, 0, -1.0) ==
           Approx(2 * std::tanh(-0.5) + 0.25 * -3).epsilon(1e-15));
     p.score_mod.softcap = 0;
-    CHECK(attnjit::testing::modified_score(p, 0, 2, 0, -1.0, &derivative) == -1.75);
+    CHECK(modified_score(p, 0, 2, 0, -1.0, &derivative) == -1.75);
     CHECK(derivative == 1);
   }
   SECTION("bad modifiers are rejected") {
@@ -271,14 +260,7 @@ TEST_CASE("GQA maps query heads to KV heads and mask heads", "[reference]") {
 }
 
 TEST_CASE("flashmask masks agree with the equivalent built-in masks", "[reference]") {
-  Problem p;
-  p.batch = 2;
-  p.seqlen_q = 45;
-  p.seqlen_k = 45;
-  p.heads = 2;
-  p.head_dim = 16;
-  p.head_dim_v = 8;
-  p.softmax_scale = 0.25f;
+  Problem p = make_problem(2, 45, 45, 2, 1, 16, 8, 0.25f);
   const Inputs in = random_inputs(p, 5);
   // A causal sliding window of 7 keys is window_left = 6, window_right = 0.
   const attnjit::dsl::IntervalVectors one = attnjit::dsl::sliding_window(45, 7);
@@ -295,9 +277,9 @@ TEST_CASE("flashmask masks agree with the equivalent built-in masks", "[referenc
 
 TEST_CASE("out_lowp is close to out and passes the comparison", "[reference]") {
   for (const DType dtype : {DType::bf16, DType::fp16}) {
-    const Problem p = attnjit::testing::lowp_problem(dtype);
+    const Problem p = lowp_problem(dtype);
     const Reference ref = run(p, random_inputs(p, 7));
-    const auto c = attnjit::testing::compare_output(ref.out_lowp, ref, dtype);
+    const auto c = compare_output(ref.out_lowp, ref, dtype);
     INFO(c.summary);
     CHECK(c.passed);
     CHECK(c.baseline_max_abs_err > 0);
@@ -306,37 +288,31 @@ TEST_CASE("out_lowp is close to out and passes the comparison", "[reference]") {
     CHECK(c.count == static_cast<std::int64_t>(ref.out.size()));
     CHECK_THAT(c.summary, Contains("passed") && Contains("rel_l2_err="));
     const std::vector<float> exact(ref.out.begin(), ref.out.end());
-    CHECK(attnjit::testing::compare_output(exact, ref, dtype).passed);
+    CHECK(compare_output(exact, ref, dtype).passed);
   }
 }
 
 TEST_CASE("compare_output fails on a perturbed output, a NaN and a wrong mask", "[reference]") {
-  Problem p;
-  p.seqlen_q = 30;
-  p.seqlen_k = 30;
-  p.heads = 2;
-  p.head_dim = 32;
-  p.head_dim_v = 32;
-  p.softmax_scale = 0.2f;
+  Problem p = make_problem(1, 30, 30, 2, 1, 32, 32, 0.2f);
   p.mask.kind = MaskKind::causal;
   const Inputs in = random_inputs(p, 9);
   const Reference ref = run(p, in);
   std::vector<float> got = ref.out_lowp;
   got[100] += 0.05f;
-  const auto perturbed = attnjit::testing::compare_output(got, ref, DType::bf16);
+  const auto perturbed = compare_output(got, ref, DType::bf16);
   CHECK_FALSE(perturbed.passed);
   CHECK(perturbed.max_abs_err > 0.04);
   CHECK_THAT(perturbed.summary, Contains("FAILED"));
   got = ref.out_lowp;
   got[7] = std::numeric_limits<float>::quiet_NaN();
-  const auto nan = attnjit::testing::compare_output(got, ref, DType::bf16);
+  const auto nan = compare_output(got, ref, DType::bf16);
   CHECK_FALSE(nan.passed);
   CHECK(nan.nonfinite == 1);
   CHECK_THAT(nan.summary, Contains("nonfinite=1 of 1920"));
   p.mask.kind = MaskKind::none;
   const Reference unmasked = run(p, in);
-  CHECK_FALSE(attnjit::testing::compare_output(unmasked.out_lowp, ref, DType::bf16).passed);
-  CHECK_THROWS_AS(attnjit::testing::compare_output(std::vector<float>(5), ref, DType::bf16), Error);
+  CHECK_FALSE(compare_output(unmasked.out_lowp, ref, DType::bf16).passed);
+  CHECK_THROWS_AS(compare_output(std::vector<float>(5), ref, DType::bf16), Error);
 }
 
 TEST_CASE("compare_lse matches -inf exactly and finite values within tolerance", "[reference]") {
@@ -345,25 +321,25 @@ TEST_CASE("compare_lse matches -inf exactly and finite values within tolerance",
   const Reference ref = run(p, random_inputs(p, 3));
   REQUIRE(ref.lse[0] == kNegInf);
   const std::vector<float> exact(ref.lse.begin(), ref.lse.end());
-  const auto same = attnjit::testing::compare_lse(exact, ref);
+  const auto same = compare_lse(exact, ref);
   INFO(same.summary);
   CHECK(same.passed);
   std::vector<float> got = exact;
   got[0] = 0.0f;
-  CHECK_FALSE(attnjit::testing::compare_lse(got, ref).passed);
+  CHECK_FALSE(compare_lse(got, ref).passed);
   got = exact;
   got[3] = -std::numeric_limits<float>::infinity();
-  const auto missing = attnjit::testing::compare_lse(got, ref);
+  const auto missing = compare_lse(got, ref);
   CHECK_FALSE(missing.passed);
   CHECK(missing.nonfinite == 1);
   got = exact;
   got[2] += 5e-3f;
-  const auto off = attnjit::testing::compare_lse(got, ref);
+  const auto off = compare_lse(got, ref);
   CHECK_FALSE(off.passed);
   CHECK_THAT(off.summary, Contains("1 over"));
   got = exact;
   got[2] += 5e-4f;
-  CHECK(attnjit::testing::compare_lse(got, ref).passed);
+  CHECK(compare_lse(got, ref).passed);
 }
 
 TEST_CASE("reference_forward rejects inconsistent problems", "[reference]") {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -25,14 +26,7 @@ using attnjit::DType;
 using attnjit::Error;
 using attnjit::MaskKind;
 using attnjit::dsl::IntervalVectors;
-using attnjit::testing::compare_gradient;
-using attnjit::testing::Gradients;
-using attnjit::testing::k_size;
-using attnjit::testing::o_size;
-using attnjit::testing::Problem;
-using attnjit::testing::q_size;
-using attnjit::testing::reference_backward;
-using attnjit::testing::v_size;
+using namespace attnjit::testing;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -47,7 +41,7 @@ Inputs random_inputs(const Problem& p, std::uint32_t seed, bool eighths) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> eighth(-8, 8);
   const auto fill = [&](std::size_t count) {
-    if (!eighths) return attnjit::testing::random_values(rng, count, p.dtype);
+    if (!eighths) return random_values(rng, count, p.dtype);
     std::vector<float> values(count);
     for (float& x : values) x = static_cast<float>(eighth(rng)) / 8;
     return values;
@@ -66,7 +60,7 @@ Gradients run(const Problem& p, const Inputs& in) {
 
 /// L = sum(O * dO) in float64, the loss whose gradients reference_backward computes.
 double loss(const Problem& p, const Inputs& in) {
-  const auto ref = attnjit::testing::reference_forward(p, in.q, in.k, in.v);
+  const auto ref = reference_forward(p, in.q, in.k, in.v);
   double sum = 0;
   for (std::size_t n = 0; n < ref.out.size(); ++n) sum += ref.out[n] * in.d_o[n];
   return sum;
@@ -95,15 +89,7 @@ void check_against_differences(const Problem& p, Inputs in, std::vector<float> I
 
 /// 5 x 7, 2 query heads on 1 KV head, D = 4, Dv = 3: small enough to difference every input.
 Problem difference_problem() {
-  Problem p;
-  p.seqlen_q = 5;
-  p.seqlen_k = 7;
-  p.heads = 2;
-  p.kv_heads = 1;
-  p.head_dim = 4;
-  p.head_dim_v = 3;
-  p.softmax_scale = 0.5f;
-  return p;
+  return make_problem(1, 5, 7, 2, 1, 4, 3, 0.5f);
 }
 
 double rel_l2(const std::vector<float>& got, const std::vector<double>& ref) {
@@ -135,18 +121,26 @@ void check_gradients_against_differences(const Problem& p, const Inputs& in) {
   check_against_differences(p, in, &Inputs::v, g.dv, "dv");
 }
 
+/// For dq, dk and dv of `g`: the low-precision baseline compared with itself passes with a
+/// nonzero baseline error; `more(name, exact, lowp, comparison)`, if given, checks the rest.
+void check_baselines_pass(
+    const Gradients& g, DType dtype,
+    const std::function<void(const char*, const std::vector<double>&, const std::vector<float>&,
+                             const Comparison&)>& more = {}) {
+  for (const auto& [name, exact, lowp] :
+       {std::tuple{"dq", &g.dq, &g.dq_lowp}, std::tuple{"dk", &g.dk, &g.dk_lowp},
+        std::tuple{"dv", &g.dv, &g.dv_lowp}}) {
+    const Comparison c = compare_gradient(name, *lowp, *exact, *lowp, dtype);
+    INFO(c.summary);
+    CHECK(c.passed);
+    CHECK(c.baseline_max_abs_err > 0);
+    if (more) more(name, *exact, *lowp, c);
+  }
+}
+
 /// 2 batches, 9 x 11, 4 query heads on 2 KV heads, D = 8, Dv = 6.
 Problem gqa_problem() {
-  Problem p;
-  p.batch = 2;
-  p.seqlen_q = 9;
-  p.seqlen_k = 11;
-  p.heads = 4;
-  p.kv_heads = 2;
-  p.head_dim = 8;
-  p.head_dim_v = 6;
-  p.softmax_scale = 0.35f;
-  return p;
+  return make_problem(2, 9, 11, 4, 2, 8, 6, 0.35f);
 }
 
 /// `x` [B, Sk, Hkv, dim] with every KV head repeated for the query heads of its group.
@@ -179,7 +173,7 @@ void check_group_sums(const Problem& p, int dim, const std::vector<double>& gqa,
         }
         const std::size_t n = (row * p.kv_heads + g) * dim + d;
         CHECK(gqa[n] == Approx(sum).margin(1e-12));
-        CHECK(gqa_low[n] == attnjit::testing::round_to(p.dtype, sum_low));
+        CHECK(gqa_low[n] == round_to(p.dtype, sum_low));
       }
     }
   }
@@ -206,7 +200,7 @@ TEST_CASE("gradients match central differences of the forward for every mask", "
     REQUIRE(masked > (causal ? causal_only : 0));
     REQUIRE(masked < p.seqlen_q * p.seqlen_k);
   }
-  const std::vector<std::pair<std::string, attnjit::testing::MaskRef>> masks = {
+  const std::vector<std::pair<std::string, MaskRef>> masks = {
       {"none", {MaskKind::none, -1, 0, nullptr}},
       {"causal, Sq < Sk", {MaskKind::causal, -1, 0, nullptr}},
       {"sliding window 2 left, 1 right", {MaskKind::sliding_window, 2, 1, nullptr}},
@@ -227,9 +221,9 @@ TEST_CASE("gradients through soft-capping and ALiBi match central differences", 
   const IntervalVectors vectors =
       attnjit::dsl::random_intervals(true, 2, 1, 1, p.seqlen_q, p.seqlen_k, 17);
   // |s| <= 2 here: a cap of 0.75 saturates the larger scores (1 - tanh^2 down to 0.03).
-  const std::vector<std::pair<std::string, attnjit::testing::ScoreModRef>> modifiers = {
+  const std::vector<std::pair<std::string, ScoreModRef>> modifiers = {
       {"softcap", {0.75f, {}}}, {"alibi", {0, {0.5f, -0.25f}}}, {"both", {1.5f, {0.3f, 0.7f}}}};
-  const std::vector<std::pair<std::string, attnjit::testing::MaskRef>> masks = {
+  const std::vector<std::pair<std::string, MaskRef>> masks = {
       {"none", {MaskKind::none, -1, 0, nullptr}},
       {"causal, Sq < Sk", {MaskKind::causal, -1, 0, nullptr}},
       {"flashmask causal C=2", {MaskKind::flashmask, -1, 0, &vectors}}};
@@ -253,37 +247,17 @@ TEST_CASE("gradients through soft-capping and ALiBi match central differences", 
 TEST_CASE("lowp gradients with score modifiers pass the comparison", "[reference]") {
   for (const DType dtype : {DType::bf16, DType::fp16}) {
     INFO(attnjit::name_of(dtype));
-    Problem p;
-    p.seqlen_q = 37;
-    p.seqlen_k = 53;
-    p.heads = 2;
-    p.kv_heads = 1;
-    p.head_dim = 64;
-    p.head_dim_v = 64;
-    p.softmax_scale = 0.5f;  // |s| up to ~8: the cap of 3 saturates some scores
+    // Scale 0.5: |s| up to ~8, so the cap of 3 saturates some scores.
+    Problem p = make_problem(1, 37, 53, 2, 1, 64, 64, 0.5f);
     p.dtype = dtype;
     p.mask.kind = MaskKind::causal;
     p.score_mod = {3.0f, {0.5f, 0.125f}};
-    const Gradients g = run(p, random_inputs(p, 53, false));
-    for (const auto& [name, exact, lowp] :
-         {std::tuple{"dq", &g.dq, &g.dq_lowp}, std::tuple{"dk", &g.dk, &g.dk_lowp},
-          std::tuple{"dv", &g.dv, &g.dv_lowp}}) {
-      const auto c = compare_gradient(name, *lowp, *exact, *lowp, dtype);
-      INFO(c.summary);
-      CHECK(c.passed);
-      CHECK(c.baseline_max_abs_err > 0);
-    }
+    check_baselines_pass(run(p, random_inputs(p, 53, false)), dtype);
   }
 }
 
 TEST_CASE("a fully masked row has zero dq and adds nothing to dk and dv", "[reference]") {
-  Problem p;
-  p.seqlen_q = 4;
-  p.seqlen_k = 6;
-  p.heads = 2;
-  p.head_dim = 8;
-  p.head_dim_v = 5;
-  p.softmax_scale = 0.3f;
+  Problem p = make_problem(1, 4, 6, 2, 1, 8, 5, 0.3f);
   // Non-causal, 2 columns (LTS, UTE): UTE = 1 hides row 0 from every key; key 3 is also hidden
   // from row 3 and key 5 from rows 2 and 3.
   const IntervalVectors row0{false, 2, 1, 1, 4, 6, {4, 1, 4, 1, 4, 1, 3, 1, 4, 1, 2, 1}};
@@ -372,27 +346,25 @@ TEST_CASE("GQA gradients are MHA gradients summed over each group", "[reference]
 TEST_CASE("lowp gradients are close to the exact ones and pass the comparison", "[reference]") {
   for (const DType dtype : {DType::bf16, DType::fp16}) {
     INFO(attnjit::name_of(dtype));
-    const Problem p = attnjit::testing::lowp_problem(dtype);
+    const Problem p = lowp_problem(dtype);
     const Gradients g = run(p, random_inputs(p, 51, false));
     const double max_rel_l2 = dtype == DType::bf16 ? 3e-2 : 5e-3;
     CHECK(rel_l2(g.dq_lowp, g.dq) < max_rel_l2);
     CHECK(rel_l2(g.dk_lowp, g.dk) < max_rel_l2);
     CHECK(rel_l2(g.dv_lowp, g.dv) < max_rel_l2);
-    for (const auto& [name, exact, lowp] :
-         {std::tuple{"dq", &g.dq, &g.dq_lowp}, std::tuple{"dk", &g.dk, &g.dk_lowp},
-          std::tuple{"dv", &g.dv, &g.dv_lowp}}) {
-      const auto c = compare_gradient(name, *lowp, *exact, *lowp, dtype);
-      INFO(c.summary);
-      CHECK(c.passed);
-      CHECK(c.baseline_max_abs_err > 0);
-      CHECK(c.max_abs_err == c.baseline_max_abs_err);
-      CHECK(c.count == static_cast<std::int64_t>(exact->size()));
-      CHECK_THAT(c.summary, Contains(std::string(name) + " " +
-                                     std::string(attnjit::name_of(dtype)) + " passed") &&
-                                Contains("rel_l2_err=") && Contains("atol"));
-      const std::vector<float> rounded_exact(exact->begin(), exact->end());
-      CHECK(compare_gradient(name, rounded_exact, *exact, *lowp, dtype).passed);
-    }
+    check_baselines_pass(g, dtype,
+                         [&](const char* name, const std::vector<double>& exact,
+                             const std::vector<float>& lowp, const Comparison& c) {
+                           INFO(c.summary);
+                           CHECK(c.max_abs_err == c.baseline_max_abs_err);
+                           CHECK(c.count == static_cast<std::int64_t>(exact.size()));
+                           CHECK_THAT(c.summary,
+                                      Contains(std::string(name) + " " +
+                                               std::string(attnjit::name_of(dtype)) + " passed") &&
+                                          Contains("rel_l2_err=") && Contains("atol"));
+                           const std::vector<float> rounded_exact(exact.begin(), exact.end());
+                           CHECK(compare_gradient(name, rounded_exact, exact, lowp, dtype).passed);
+                         });
   }
 }
 

@@ -3,8 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <climits>
+#include <functional>
 
 namespace attnjit::testing {
 namespace {
@@ -12,12 +14,31 @@ namespace {
 constexpr std::array<std::int32_t, 15> kEdges{
     INT_MIN, INT_MIN + 1, -65536, -7, -3, -2, -1, 0, 1, 2, 3, 7, 65536, INT_MAX - 1, INT_MAX};
 
-constexpr std::array<PredicateOp, 15> kBinary{
-    PredicateOp::mul,        PredicateOp::div,       PredicateOp::mod,
-    PredicateOp::add,        PredicateOp::sub,       PredicateOp::less,
-    PredicateOp::less_equal, PredicateOp::greater,   PredicateOp::greater_equal,
-    PredicateOp::equal,      PredicateOp::not_equal, PredicateOp::logical_and,
-    PredicateOp::logical_or, PredicateOp::min,       PredicateOp::max};
+/// A binary operator and its definition on exact integers, before the result wraps to int32.
+struct BinaryOperator {
+  PredicateOp op;
+  std::function<std::int64_t(std::int64_t, std::int64_t)> define;
+};
+
+// The standard function objects define each operator independently of the evaluator's switch;
+// / and % by 0 give 0.
+const std::array<BinaryOperator, 15> kBinary{{
+    {PredicateOp::mul, std::multiplies<std::int64_t>{}},
+    {PredicateOp::div, [](std::int64_t x, std::int64_t y) { return y == 0 ? 0 : x / y; }},
+    {PredicateOp::mod, [](std::int64_t x, std::int64_t y) { return y == 0 ? 0 : x % y; }},
+    {PredicateOp::add, std::plus<std::int64_t>{}},
+    {PredicateOp::sub, std::minus<std::int64_t>{}},
+    {PredicateOp::less, std::less<std::int64_t>{}},
+    {PredicateOp::less_equal, std::less_equal<std::int64_t>{}},
+    {PredicateOp::greater, std::greater<std::int64_t>{}},
+    {PredicateOp::greater_equal, std::greater_equal<std::int64_t>{}},
+    {PredicateOp::equal, std::equal_to<std::int64_t>{}},
+    {PredicateOp::not_equal, std::not_equal_to<std::int64_t>{}},
+    {PredicateOp::logical_and, std::logical_and<std::int64_t>{}},
+    {PredicateOp::logical_or, std::logical_or<std::int64_t>{}},
+    {PredicateOp::min, [](std::int64_t x, std::int64_t y) { return std::min(x, y); }},
+    {PredicateOp::max, [](std::int64_t x, std::int64_t y) { return std::max(x, y); }},
+}};
 
 int pick(std::mt19937& rng, int count) {
   return std::uniform_int_distribution<int>(0, count - 1)(rng);
@@ -72,38 +93,13 @@ std::int32_t evaluate(const Predicate& p, int at, const PredicateBindings& bindi
       return wrap(-x);
     case PredicateOp::logical_not:
       return x == 0;
-    case PredicateOp::mul:
-      return wrap(x * y);
-    case PredicateOp::div:
-      return y == 0 ? 0 : wrap(x / y);
-    case PredicateOp::mod:
-      return y == 0 ? 0 : wrap(x % y);
-    case PredicateOp::add:
-      return wrap(x + y);
-    case PredicateOp::sub:
-      return wrap(x - y);
-    case PredicateOp::less:
-      return x < y;
-    case PredicateOp::less_equal:
-      return x <= y;
-    case PredicateOp::greater:
-      return x > y;
-    case PredicateOp::greater_equal:
-      return x >= y;
-    case PredicateOp::equal:
-      return x == y;
-    case PredicateOp::not_equal:
-      return x != y;
-    case PredicateOp::logical_and:
-      return x != 0 && y != 0;
-    case PredicateOp::logical_or:
-      return x != 0 || y != 0;
-    case PredicateOp::min:
-      return wrap(std::min(x, y));
-    case PredicateOp::max:
-      return wrap(std::max(x, y));
     case PredicateOp::abs:
       return wrap(x < 0 ? -x : x);
+    default:
+      break;
+  }
+  for (const BinaryOperator& binary : kBinary) {
+    if (binary.op == node.op) return wrap(binary.define(x, y));
   }
   throw Error("reference_value: unknown operator");
 }
@@ -126,7 +122,7 @@ Predicate random_predicate(std::mt19937& rng, int max_depth) {
       return make_unary(kUnary[pick(rng, 3)], random_predicate(rng, max_depth - 1));
     }
     default: {
-      const PredicateOp op = kBinary[pick(rng, static_cast<int>(kBinary.size()))];
+      const PredicateOp op = kBinary[pick(rng, static_cast<int>(kBinary.size()))].op;
       const Predicate lhs = random_predicate(rng, max_depth - 1);
       return make_binary(op, lhs, random_predicate(rng, max_depth - 1));
     }

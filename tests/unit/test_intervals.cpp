@@ -1,5 +1,6 @@
 // Unit tests of dsl/intervals: the column roles and element rule, validation messages,
 // stacking, head broadcast and the dense rendering.
+#include <array>
 #include <string>
 #include <vector>
 
@@ -19,15 +20,7 @@ namespace {
 /// One sample, one head, with `data` given column by column.
 IntervalVectors make(bool causal, int columns, int seqlen_q, int seqlen_k,
                      std::vector<std::int32_t> data) {
-  IntervalVectors m;
-  m.causal = causal;
-  m.columns = columns;
-  m.batch = 1;
-  m.heads = 1;
-  m.seqlen_q = seqlen_q;
-  m.seqlen_k = seqlen_k;
-  m.data = std::move(data);
-  return m;
+  return IntervalVectors{causal, columns, 1, 1, seqlen_q, seqlen_k, std::move(data)};
 }
 
 /// The rows masked in column `col`, as a string of 0/1 from row 0 down.
@@ -143,57 +136,57 @@ TEST_CASE("validate names the first bad element, its value and what is accepted"
   IntervalVectors m = make(false, 4, 100, 40, {});
   m.heads = 2;
   for (int n = 0; n < 2 * 40; ++n) m.data.insert(m.data.end(), {100, 100, 0, 0});
-  const auto element = [&](int h, int col, int c) -> std::int32_t& {
-    return m.data[(static_cast<std::size_t>(h) * 40 + col) * 4 + c];
+  struct BadElements {
+    std::string name;
+    std::vector<std::array<int, 4>> elements;  ///< head, column, vector, value
+    std::string message;
   };
-  SECTION("LTE below LTS") {
-    element(1, 37, 0) = 15;
-    element(1, 37, 1) = 12;
-    element(1, 39, 1) = 0;  // a later bad element is not the one reported
-    CHECK(validation_message(m) ==
-          "startend_row_indices[batch=0, head=1, column=37] LTE=12 is below LTS=15; "
-          "accepted: LTS <= LTE <= 100 (seqlen_q)");
+  const std::string message_start = "startend_row_indices[batch=0, head=";
+  const BadElements cases[] = {
+      // A later bad element is not the one reported.
+      {"LTE below LTS",
+       {{1, 37, 0, 15}, {1, 37, 1, 12}, {1, 39, 1, 0}},
+       message_start +
+           "1, column=37] LTE=12 is below LTS=15; accepted: LTS <= LTE <= 100 (seqlen_q)"},
+      {"UTE below UTS",
+       {{0, 3, 2, 9}, {0, 3, 3, 5}},
+       message_start + "0, column=3] UTE=5 is below UTS=9; accepted: UTS <= UTE <= 100 (seqlen_q)"},
+      {"negative value",
+       {{1, 0, 2, -1}},
+       message_start +
+           "1, column=0] UTS=-1 is outside [0, 100]; accepted: 0 <= UTS <= 100 (seqlen_q)"},
+      {"an end below its start comes before a bad value of a later vector",
+       {{0, 5, 0, 15}, {0, 5, 1, 12}, {0, 5, 2, -3}},
+       message_start +
+           "0, column=5] LTE=12 is below LTS=15; accepted: LTS <= LTE <= 100 (seqlen_q)"},
+      {"an end above seqlen_q comes before a bad value of a later vector",
+       {{0, 5, 0, 15}, {0, 5, 1, 101}, {0, 5, 2, -3}},
+       message_start +
+           "0, column=5] LTE=101 is outside [0, 100]; accepted: 0 <= LTE <= 100 (seqlen_q)"},
+      {"value above seqlen_q",
+       {{0, 12, 0, 101}},
+       message_start +
+           "0, column=12] LTS=101 is outside [0, 100]; accepted: 0 <= LTS <= 100 (seqlen_q)"},
+  };
+  for (const BadElements& bad : cases) {
+    INFO(bad.name);
+    IntervalVectors changed = m;
+    for (const auto& [h, col, c, value] : bad.elements) {
+      changed.data[(static_cast<std::size_t>(h) * 40 + col) * 4 + c] = value;
+    }
+    CHECK(validation_message(changed) == bad.message);
   }
-  SECTION("UTE below UTS") {
-    element(0, 3, 2) = 9;
-    element(0, 3, 3) = 5;
-    CHECK(validation_message(m) ==
-          "startend_row_indices[batch=0, head=0, column=3] UTE=5 is below UTS=9; "
-          "accepted: UTS <= UTE <= 100 (seqlen_q)");
-  }
-  SECTION("negative value") {
-    element(1, 0, 2) = -1;
-    CHECK(validation_message(m) ==
-          "startend_row_indices[batch=0, head=1, column=0] UTS=-1 is outside [0, 100]; "
-          "accepted: 0 <= UTS <= 100 (seqlen_q)");
-  }
-  SECTION("an end below its start comes before a bad value of a later vector") {
-    element(0, 5, 0) = 15;
-    element(0, 5, 1) = 12;
-    element(0, 5, 2) = -3;
-    CHECK_THAT(validation_message(m),
-               Contains("[batch=0, head=0, column=5] LTE=12 is below LTS=15"));
-    element(0, 5, 1) = 101;
-    CHECK_THAT(validation_message(m),
-               Contains("[batch=0, head=0, column=5] LTE=101 is outside [0, 100]"));
-  }
-  SECTION("value above seqlen_q") {
-    element(0, 12, 0) = 101;
-    CHECK_THAT(validation_message(m),
-               Contains("[batch=0, head=0, column=12] LTS=101 is outside [0, 100]"));
-  }
-  SECTION("the roles of 2-column layouts are named by the layout") {
-    IntervalVectors causal = make(true, 2, 10, 2, {4, 4, 6, 5});
-    CHECK_THAT(validation_message(causal),
-               Contains("[batch=0, head=0, column=1] LTE=5 is below LTS=6"));
-    IntervalVectors bidirectional = make(false, 2, 10, 2, {4, 4, 6, 11});
-    CHECK_THAT(validation_message(bidirectional),
-               Contains("[batch=0, head=0, column=1] UTE=11 is outside [0, 10]"));
-    IntervalVectors second_batch = make(true, 1, 10, 2, {10, 10, 3, -4});
-    second_batch.batch = 2;
-    CHECK_THAT(validation_message(second_batch),
-               Contains("[batch=1, head=0, column=1] LTS=-4 is outside [0, 10]"));
-  }
+  // The roles of 2-column layouts are named by the layout.
+  IntervalVectors causal = make(true, 2, 10, 2, {4, 4, 6, 5});
+  CHECK_THAT(validation_message(causal),
+             Contains("[batch=0, head=0, column=1] LTE=5 is below LTS=6"));
+  IntervalVectors bidirectional = make(false, 2, 10, 2, {4, 4, 6, 11});
+  CHECK_THAT(validation_message(bidirectional),
+             Contains("[batch=0, head=0, column=1] UTE=11 is outside [0, 10]"));
+  IntervalVectors second_batch = make(true, 1, 10, 2, {10, 10, 3, -4});
+  second_batch.batch = 2;
+  CHECK_THAT(validation_message(second_batch),
+             Contains("[batch=1, head=0, column=1] LTS=-4 is outside [0, 10]"));
 }
 
 TEST_CASE("stack concatenates single samples into a batch", "[dsl]") {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attnjit/error.hpp"
@@ -67,18 +68,18 @@ std::string validate_error(const TensorView& t, const MaskSpec& mask, int seqlen
 
 TEST_CASE("mask families: names round-trip and the structure is the host builder's",
           "[mask_builder]") {
-  dsl::DeviceSample sample;
-  sample.n = 7;
-  sample.offsets = {0, 3, 3, 7};
-  sample.prefixes = {1, 0, 2};
-  sample.prefix = 3;
-  sample.test = 2;
-  sample.dropped_start = 2;
-  sample.dropped_length = 3;
-  sample.window = 2;
-  sample.global_tokens = 1;
-  sample.window_left = sample.window_right = 2;
-  sample.seed = 5;
+  const dsl::DeviceSample sample{.n = 7,
+                                 .offsets = {0, 3, 3, 7},
+                                 .prefixes = {1, 0, 2},
+                                 .prefix = 3,
+                                 .test = 2,
+                                 .dropped_start = 2,
+                                 .dropped_length = 3,
+                                 .window = 2,
+                                 .global_tokens = 1,
+                                 .window_left = 2,
+                                 .window_right = 2,
+                                 .seed = 5};
   std::vector<std::string_view> with_vectors;
   for (const dsl::FamilyRow& row : dsl::family_table()) {
     if (row.has_vectors()) with_vectors.push_back(row.name);
@@ -119,25 +120,27 @@ TEST_CASE("build_mask checks the output tensor on the host", "[mask_builder]") {
   a.startend_row_indices.stride[2] = 2;
   CHECK_THAT(build_error(a), Catch::Contains("startend_row_indices.stride[2]: got '2'; accepted: "
                                              "1 (the tensor must be contiguous)"));
-  a = good_args("causal_document");
-  a.startend_row_indices = ints(0x10000, {0, 1, 100, 1});
-  CHECK_THAT(build_error(a), Catch::Contains("startend_row_indices.shape[0] (batch): got '0'; "
-                                             "accepted: 1 to 65535"));
-  a.startend_row_indices = ints(0x10000, {70000, 1, 100, 1});
-  CHECK_THAT(build_error(a), Catch::Contains("shape[0] (batch): got '70000'"));
-  a.startend_row_indices = ints(0x10000, {3, 2, 100, 1});
-  CHECK_THAT(build_error(a), Catch::Contains("startend_row_indices.shape[1] (mask heads): got "
-                                             "'2'; accepted: 1 (causal_document builds one"));
-  a.startend_row_indices = ints(0x10000, {3, 1, 0, 1});
-  CHECK_THAT(build_error(a), Catch::Contains("startend_row_indices.shape[2] (N): got '0'; "
-                                             "accepted: 1 to"));
-  a.startend_row_indices = ints(0x10000, {3, 1, 100, 2});
-  CHECK_THAT(build_error(a), Catch::Contains("startend_row_indices.shape[3] (columns): got '2'; "
-                                             "accepted: 1 (the columns of causal_document)"));
-  a = good_args("random_eviction");
-  a.startend_row_indices = ints(0x10000, {3, 0, 100, 1});
-  CHECK_THAT(build_error(a), Catch::Contains("shape[1] (mask heads): got '0'; accepted: 1 to "
-                                             "65535"));
+  // One bad dimension each.
+  const std::tuple<std::string_view, TensorView, std::string> bad_shapes[] = {
+      {"causal_document", ints(0x10000, {0, 1, 100, 1}),
+       "startend_row_indices.shape[0] (batch): got '0'; accepted: 1 to 65535"},
+      {"causal_document", ints(0x10000, {70000, 1, 100, 1}), "shape[0] (batch): got '70000'"},
+      {"causal_document", ints(0x10000, {3, 2, 100, 1}),
+       "startend_row_indices.shape[1] (mask heads): got '2'; accepted: 1 (causal_document builds "
+       "one"},
+      {"causal_document", ints(0x10000, {3, 1, 0, 1}),
+       "startend_row_indices.shape[2] (N): got '0'; accepted: 1 to"},
+      {"causal_document", ints(0x10000, {3, 1, 100, 2}),
+       "startend_row_indices.shape[3] (columns): got '2'; accepted: 1 (the columns of "
+       "causal_document)"},
+      {"random_eviction", ints(0x10000, {3, 0, 100, 1}),
+       "shape[1] (mask heads): got '0'; accepted: 1 to 65535"},
+  };
+  for (const auto& [family, output, message] : bad_shapes) {
+    a = good_args(family);
+    a.startend_row_indices = output;
+    CHECK_THAT(build_error(a), Catch::Contains(message));
+  }
 }
 
 TEST_CASE("build_mask checks each family's fields on the host", "[mask_builder]") {

@@ -106,32 +106,33 @@ TEST_CASE("parse errors give the line, the column and what was expected", "[dsl]
   };
   const std::string operand =
       "expected an operand (a number, b, h, q, k, $N, name[index], min, max, abs or '('), got ";
+  const std::string operator_or_end = "expected an operator or end of input, got ";
+  const std::string close = "expected ')' to close ";
   const Bad cases[] = {
       {"", 1, 1, operand + "end of input"},
       {"   ", 1, 4, operand + "end of input"},
       {"q >=", 1, 5, operand + "end of input"},
       {"q >= * k", 1, 6, operand + "'*'"},
-      {"(q >= k", 1, 8, "expected ')' to close '(' at column 1, got end of input"},
-      {"(q\n>= k", 2, 5, "expected ')' to close '(' at line 1 column 1, got end of input"},
+      {"(q >= k", 1, 8, close + "'(' at column 1, got end of input"},
+      {"(q\n>= k", 2, 5, close + "'(' at line 1 column 1, got end of input"},
       {"q >=\n  (k +", 2, 7, operand + "end of input"},
-      {"q >= k)", 1, 7, "expected an operator or end of input, got ')'"},
-      {"b h", 1, 3, "expected an operator or end of input, got 'h'"},
-      {"q = k", 1, 3, "expected an operator or end of input, got '=' (did you mean '=='?)"},
+      {"q >= k)", 1, 7, operator_or_end + "')'"},
+      {"b h", 1, 3, operator_or_end + "'h'"},
+      {"q = k", 1, 3, operator_or_end + "'=' (did you mean '=='?)"},
       {"q & k", 1, 3, "got '&' (did you mean '&&'?)"},
       {"q | k", 1, 3, "got '|' (did you mean '||'?)"},
-      {"q >= k @", 1, 8, "expected an operator or end of input, got '@'"},
+      {"q >= k @", 1, 8, operator_or_end + "'@'"},
       {"q\x01", 1, 2, "got '\\x01'"},
       {"min(q k)", 1, 7, "expected ',' between the two arguments of 'min', got 'k'"},
-      {"max(q, k", 1, 9, "expected ')' to close 'max(' at column 1, got end of input"},
-      {"abs(q, k)", 1, 6, "expected ')' to close 'abs(' at column 1, got ','"},
+      {"max(q, k", 1, 9, close + "'max(' at column 1, got end of input"},
+      {"abs(q, k)", 1, 6, close + "'abs(' at column 1, got ','"},
       {"min", 1, 4, "expected '(' after 'min', got end of input"},
       {"foo(q)", 1, 1, "expected a function min, max or abs, got 'foo'"},
       {"doc", 1, 4,
        "expected '[' after tensor 'doc' (a tensor is read as doc[index]), got end of input"},
       {"doc + 1", 1, 5, "expected '[' after tensor 'doc'"},
       {"doc[q][k]", 1, 7,
-       "expected an operator or end of input, got '[' (a tensor is indexed once, and only a "
-       "tensor is indexed)"},
+       operator_or_end + "'[' (a tensor is indexed once, and only a tensor is indexed)"},
       {"q[0]", 1, 2, "got '['"},
       {"doc[q", 1, 6, "expected ']' to close '[' at column 4, got end of input"},
       {"_doc[q]", 1, 1,

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <utility>
+#include <vector>
 
 #include "attnjit/error.hpp"
 #include "compiler/passes/passes.hpp"
@@ -26,16 +28,20 @@ std::string validation_error(const char* text) {
 
 TEST_CASE("validate rejects what attnjit cannot compile", "[pass]") {
   CHECK_NOTHROW(validate(ir_of("dtype=bf16 head_dim=128 mask=causal")));
-  CHECK_THAT(validation_error("dtype=bf16 head_dim=100"),
-             Catch::Contains("head_dim: got '100'; accepted: 32, 64, 96, 128, 192, 256"));
-  CHECK_THAT(validation_error("dtype=bf16 head_dim_qk=128 head_dim_v=64"),
-             Catch::Contains("head_dim_v: got '64'; accepted: equal to head_dim_qk (128)"));
-  CHECK_THAT(validation_error("dtype=bf16 head_dim=128 mask=flashmask(causal=false,columns=3)"),
-             Catch::Contains("flashmask columns: got '3'; accepted: 1, 2, 4"));
-  CHECK_THAT(validation_error("dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=4)"),
-             Catch::Contains("4 columns need causal=false"));
-  CHECK_THAT(validation_error("dtype=bf16 head_dim=128 mask=flashmask(causal=false,columns=1)"),
-             Catch::Contains("1 column needs causal=true"));
+  const std::pair<const char*, const char*> refused[] = {
+      {"dtype=bf16 head_dim=100", "head_dim: got '100'; accepted: 32, 64, 96, 128, 192, 256"},
+      {"dtype=bf16 head_dim_qk=128 head_dim_v=64",
+       "head_dim_v: got '64'; accepted: equal to head_dim_qk (128)"},
+      {"dtype=bf16 head_dim=128 mask=flashmask(causal=false,columns=3)",
+       "flashmask columns: got '3'; accepted: 1, 2, 4"},
+      {"dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=4)",
+       "4 columns need causal=false"},
+      {"dtype=bf16 head_dim=128 mask=flashmask(causal=false,columns=1)",
+       "1 column needs causal=true"},
+  };
+  for (const auto& [text, expected] : refused) {
+    CHECK_THAT(validation_error(text), Catch::Contains(expected));
+  }
   Lowering bad = ir_of("dtype=bf16 head_dim=128 mask=causal");
   bad.spec.mask.columns = 2;
   CHECK_THROWS_WITH(validate(bad), Catch::Contains("do not apply to mask=causal"));
@@ -99,26 +105,28 @@ TEST_CASE("select_target picks one family per attention kernel, in launch order"
   };
   using R = KernelRole;
   using F = KernelFamily;
-  CHECK(families("dtype=bf16 head_dim=64 target=sm_90a") ==
-        std::vector<FamilyChoice>{{R::forward, F::sm90a}});
-  CHECK(families("dtype=bf16 head_dim=32 target=sm_90a") ==
-        std::vector<FamilyChoice>{{R::forward, F::sm80}});
-  CHECK(families("dtype=bf16 head_dim=64 direction=backward target=sm_90a") ==
-        std::vector<FamilyChoice>{{R::backward, F::sm90a}});
-  CHECK(families("dtype=bf16 head_dim=64 direction=backward target=sm_90") ==
-        std::vector<FamilyChoice>{{R::backward, F::sm80}});
-  // The deterministic mode: the TMA backward orders its own dQ reductions (no dQ kernel);
-  // where it does not apply, the sm80 main and dQ kernels.
-  CHECK(families("dtype=bf16 head_dim=64 direction=backward deterministic=true target=sm_90a") ==
-        std::vector<FamilyChoice>{{R::backward, F::sm90a}});
-  CHECK(families("dtype=bf16 head_dim=96 direction=backward deterministic=true target=sm_90a") ==
-        std::vector<FamilyChoice>{{R::backward, F::sm90a}});
-  CHECK(families("dtype=bf16 head_dim=192 direction=backward deterministic=true target=sm_90a") ==
-        std::vector<FamilyChoice>{{R::backward, F::sm90a}});
-  CHECK(families("dtype=bf16 head_dim=32 direction=backward deterministic=true target=sm_90a") ==
-        std::vector<FamilyChoice>{{R::backward, F::sm80}, {R::backward_dq, F::sm80}});
-  CHECK(families("dtype=bf16 head_dim=64 direction=backward deterministic=true target=sm_90") ==
-        std::vector<FamilyChoice>{{R::backward, F::sm80}, {R::backward_dq, F::sm80}});
+  const std::pair<const char*, std::vector<FamilyChoice>> expected[] = {
+      {"dtype=bf16 head_dim=64 target=sm_90a", {{R::forward, F::sm90a}}},
+      {"dtype=bf16 head_dim=32 target=sm_90a", {{R::forward, F::sm80}}},
+      {"dtype=bf16 head_dim=64 direction=backward target=sm_90a", {{R::backward, F::sm90a}}},
+      {"dtype=bf16 head_dim=64 direction=backward target=sm_90", {{R::backward, F::sm80}}},
+      // The deterministic mode: the TMA backward orders its own dQ reductions (no dQ kernel);
+      // where it does not apply, the sm80 main and dQ kernels.
+      {"dtype=bf16 head_dim=64 direction=backward deterministic=true target=sm_90a",
+       {{R::backward, F::sm90a}}},
+      {"dtype=bf16 head_dim=96 direction=backward deterministic=true target=sm_90a",
+       {{R::backward, F::sm90a}}},
+      {"dtype=bf16 head_dim=192 direction=backward deterministic=true target=sm_90a",
+       {{R::backward, F::sm90a}}},
+      {"dtype=bf16 head_dim=32 direction=backward deterministic=true target=sm_90a",
+       {{R::backward, F::sm80}, {R::backward_dq, F::sm80}}},
+      {"dtype=bf16 head_dim=64 direction=backward deterministic=true target=sm_90",
+       {{R::backward, F::sm80}, {R::backward_dq, F::sm80}}},
+  };
+  for (const auto& [text, choices] : expected) {
+    INFO(text);
+    CHECK(families(text) == choices);
+  }
   CHECK(families("dtype=bf16 head_dim=64 direction=backward deterministic=true tiles=64x128x8 "
                  "target=sm_90a") ==
         std::vector<FamilyChoice>{{R::backward, F::sm80}, {R::backward_dq, F::sm80}});

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attnjit/error.hpp"
@@ -79,36 +80,33 @@ TEST_CASE("score modifiers are spec flags, off by default", "[ir]") {
 }
 
 TEST_CASE("parse errors name the field, the value and what is accepted", "[ir]") {
-  CHECK_THAT(message("dtype=fp32 head_dim=128"),
-             Catch::Contains("dtype: got 'fp32'; accepted: fp16, bf16"));
-  CHECK_THAT(message("dtype=bf16 head_dim=abc"), Catch::Contains("head_dim: got 'abc'"));
-  CHECK_THAT(message("dtype=bf16 head_dim=128 colour=red"),
-             Catch::Contains("spec key: got 'colour'; accepted: dtype,"));
-  CHECK_THAT(message("dtype=bf16 head_dim=128 mask=flashmask(causal=true"),
-             Catch::Contains("mask: got 'flashmask(causal=true'"));
-  CHECK_THAT(message("dtype=bf16 head_dim=128 mask=flashmask"),
-             Catch::Contains("without arguments"));
-  CHECK_THAT(message("dtype=bf16 head_dim=128 mask=flashmask(causal=yes,columns=1)"),
-             Catch::Contains("flashmask causal: got 'yes'; accepted: true, false"));
-  CHECK_THAT(message("dtype=bf16 head_dim=128 mask=flashmask(columns=1)"),
-             Catch::Contains("needs both arguments"));
-  CHECK_THAT(message("dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1,)"),
-             Catch::Contains("argument: got ''"));
-  CHECK_THAT(message("dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1,x=2)"),
-             Catch::Contains("argument: got 'x=2'"));
-  CHECK_THAT(message("dtype=bf16 head_dim=128 dtype=fp16"), Catch::Contains("given twice"));
-  CHECK_THAT(message("head_dim=128"), Catch::Contains("dtype: missing"));
-  CHECK_THAT(message("dtype=bf16"), Catch::Contains("head_dim: missing"));
-  CHECK_THAT(message("dtype=bf16 head_dim=64 head_dim_qk=64"),
-             Catch::Contains("give one or the other"));
-  CHECK_THAT(message("dtype=bf16 head_dim_qk=64"), Catch::Contains("head_dim_v: missing"));
-  CHECK_THAT(message("dtype=bf16 head_dim=64 target=sm_75"),
-             Catch::Contains("target: got 'sm_75'; accepted: auto, sm_80"));
+  // Each spec text and the part of its message that names the field, the value and the
+  // accepted values.
+  const std::pair<const char*, const char*> bad_specs[] = {
+      {"dtype=fp32 head_dim=128", "dtype: got 'fp32'; accepted: fp16, bf16"},
+      {"dtype=bf16 head_dim=abc", "head_dim: got 'abc'"},
+      {"dtype=bf16 head_dim=128 colour=red", "spec key: got 'colour'; accepted: dtype,"},
+      {"dtype=bf16 head_dim=128 mask=flashmask(causal=true", "mask: got 'flashmask(causal=true'"},
+      {"dtype=bf16 head_dim=128 mask=flashmask", "without arguments"},
+      {"dtype=bf16 head_dim=128 mask=flashmask(causal=yes,columns=1)",
+       "flashmask causal: got 'yes'; accepted: true, false"},
+      {"dtype=bf16 head_dim=128 mask=flashmask(columns=1)", "needs both arguments"},
+      {"dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1,)", "argument: got ''"},
+      {"dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1,x=2)", "argument: got 'x=2'"},
+      {"dtype=bf16 head_dim=128 dtype=fp16", "given twice"},
+      {"head_dim=128", "dtype: missing"},
+      {"dtype=bf16", "head_dim: missing"},
+      {"dtype=bf16 head_dim=64 head_dim_qk=64", "give one or the other"},
+      {"dtype=bf16 head_dim_qk=64", "head_dim_v: missing"},
+      {"dtype=bf16 head_dim=64 target=sm_75", "target: got 'sm_75'; accepted: auto, sm_80"},
+      {"dtype=bf16 head_dim=64 return_lse=1", "return_lse: got '1'; accepted: true, false"},
+      {"dtype=bf16 head_dim=64 junk", "key=value words"},
+  };
+  for (const auto& [text, expected] : bad_specs) {
+    CHECK_THAT(message(text), Catch::Contains(expected));
+  }
   CHECK_THAT(message("dtype=bf16 head_dim=64 tiles=128x64"),
              Catch::Contains("tiles: got '128x64'"));
-  CHECK_THAT(message("dtype=bf16 head_dim=64 return_lse=1"),
-             Catch::Contains("return_lse: got '1'; accepted: true, false"));
-  CHECK_THAT(message("dtype=bf16 head_dim=64 junk"), Catch::Contains("key=value words"));
 }
 
 TEST_CASE("a predicate mask is spec text without spaces and round-trips", "[ir]") {

@@ -58,14 +58,9 @@ TEST_CASE("mma.sync fragments: A, B and C coordinates and P reuse", "[gpu][vocab
                                 d_b2 = gpu_test::upload(b2.bits);
     runtime::DeviceBuffer d_c = gpu_test::poisoned_floats(32 * 32);
     runtime::DeviceBuffer d_o = gpu_test::poisoned_floats(32 * 16);
-    void* pa = d_a.data();
-    void* pb = d_b.data();
-    void* pb2 = d_b2.data();
-    void* pc = d_c.data();
-    void* po = d_o.data();
-    void* args[] = {&pa, &pb, &pb2, &pc, &po};
-    gpu_test::launch_one_block(
-        module.function(dtype == DType::bf16 ? "fragment_bf16" : "fragment_fp16", 0), 32, args);
+    gpu_test::launch_on_buffers(
+        module.function(dtype == DType::bf16 ? "fragment_bf16" : "fragment_fp16", 0), 32,
+        {&d_a, &d_b, &d_b2, &d_c, &d_o});
     const std::vector<float> c = gpu_test::download_floats(d_c, 32 * 32);
     const std::vector<float> o = gpu_test::download_floats(d_o, 32 * 16);
     check_product(
@@ -96,14 +91,9 @@ TEST_CASE("wgmma m64 accumulators: coordinates and P reuse as the register A ope
                                 d_v = gpu_test::upload(v.bits);
     runtime::DeviceBuffer d_s = gpu_test::poisoned_floats(64 * n);
     runtime::DeviceBuffer d_o = gpu_test::poisoned_floats(64 * 64);
-    void* pq = d_q.data();
-    void* pk = d_k.data();
-    void* pv = d_v.data();
-    void* ps = d_s.data();
-    void* po = d_o.data();
-    void* args[] = {&pq, &pk, &pv, &ps, &po};
     const int smem = 1024 + 64 * 64 * 2 + 2 * n * 64 * 2;
-    gpu_test::launch_one_block(module.function(entry, smem), 128, args, smem);
+    gpu_test::launch_on_buffers(module.function(entry, smem), 128, {&d_q, &d_k, &d_v, &d_s, &d_o},
+                                smem);
     const std::vector<float> s = gpu_test::download_floats(d_s, 64 * n);
     const std::vector<float> o = gpu_test::download_floats(d_o, 64 * 64);
     // S = Q K^T.

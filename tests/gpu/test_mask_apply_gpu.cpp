@@ -1,7 +1,7 @@
-// Mask application on fragments (templates/attnjit/common/mask_apply.cuh) on the device: column-wise
-// masking over mma slabs and row-wise masking over a wgmma fragment hide exactly the elements
-// the rule hides, at the coordinates passed in, reading each column's (row's) state once per
-// thread that holds it; bit masks hide their elements; read_tile returns the table entry and
+// Mask application on fragments (templates/attnjit/common/mask_apply.cuh) on the device:
+// column-wise masking over mma slabs and row-wise masking over a wgmma fragment hide exactly the
+// elements the rule hides, at the coordinates passed in, reading each column's (row's) state once
+// per thread that holds it; bit masks hide their elements; read_tile returns the table entry and
 // the stored bits of the thread's fragment rows (zeros without a slot, untouched words for
 // tiles that are not partial).
 #include <catch2/catch.hpp>
@@ -48,14 +48,35 @@ Masked run_rule_kernel(CUfunction function, int threads, const std::vector<float
   runtime::DeviceBuffer d_out = gpu_test::poisoned_floats(in.size());
   runtime::DeviceBuffer d_calls(values.size() * sizeof(int));
   d_calls.fill_bytes(0);
-  void* pi = d_in.data();
-  void* pv = d_values.data();
-  void* po = d_out.data();
-  void* pc = d_calls.data();
-  void* args[] = {&pi, &pv, &po, &pc};
-  gpu_test::launch_one_block(function, threads, args);
+  gpu_test::launch_on_buffers(function, threads, {&d_in, &d_values, &d_out, &d_calls});
   return {gpu_test::download_floats(d_out, static_cast<std::size_t>(rows) * cols),
           download_ints(d_calls, values.size())};
+}
+
+/// Runs the rule kernel `name` (`threads` threads) over a `rows` x 32 tile whose rows start at
+/// `row0` and columns at `col0`, with one random state per column (`by_column`) or per row;
+/// checks that it hides exactly what the rule hides, and something. Returns the state reads.
+std::vector<int> check_rule_kernel(const runtime::LoadedModule& module, const char* name,
+                                   int threads, int rows, bool by_column, int row0, int col0,
+                                   std::mt19937& rng) {
+  constexpr int cols = 32;
+  const std::vector<float> in = random_floats(static_cast<std::size_t>(rows) * cols, rng);
+  std::vector<int> values(by_column ? cols : rows);
+  std::uniform_int_distribution<int> pick(0, 1000);
+  for (int& v : values) v = pick(rng);
+  const Masked got = run_rule_kernel(module.function(name, 0), threads, in, values, rows, cols);
+  int bad = 0, hidden = 0;
+  for (int i = 0; i < rows; ++i) {
+    for (int j = 0; j < cols; ++j) {
+      const bool hide = hidden_by_rule(values[by_column ? j : i], row0 + i, col0 + j);
+      hidden += hide;
+      const float want = hide ? -kInf : in[i * cols + j];
+      if (got.out[i * cols + j] != want) ++bad;
+    }
+  }
+  CHECK(bad == 0);
+  CHECK(hidden > 0);
+  return got.calls;
 }
 
 }  // namespace
@@ -64,48 +85,19 @@ TEST_CASE("mask_by_columns and mask_by_rows hide what the rule hides, one state 
           "[gpu][vocabulary][mask]") {
   const runtime::LoadedModule module = gpu_test::load_vocabulary_program("mask_test.cu");
   std::mt19937 rng(21);
-  std::uniform_int_distribution<int> pick(0, 1000);
 
   SECTION("columns: mma slabs, rows from 100, columns from 200") {
-    const std::vector<float> in = random_floats(32 * 32, rng);
-    std::vector<int> values(32);
-    for (int& v : values) v = pick(rng);
-    const Masked got =
-        run_rule_kernel(module.function("mask_columns_test", 0), 32, in, values, 32, 32);
-    int bad = 0, hidden = 0;
-    for (int i = 0; i < 32; ++i) {
-      for (int j = 0; j < 32; ++j) {
-        const bool hide = hidden_by_rule(values[j], 100 + i, 200 + j);
-        hidden += hide;
-        const float want = hide ? -kInf : in[i * 32 + j];
-        if (got.out[i * 32 + j] != want) ++bad;
-      }
-    }
-    CHECK(bad == 0);
-    CHECK(hidden > 0);
+    const std::vector<int> calls =
+        check_rule_kernel(module, "mask_columns_test", 32, 32, /*by_column=*/true, 100, 200, rng);
     // Each column is held by the 8 lanes of one t; each reads its state once.
-    for (int j = 0; j < 32; ++j) CHECK(got.calls[j] == 8);
+    for (int j = 0; j < 32; ++j) CHECK(calls[j] == 8);
   }
 
   SECTION("rows: the m64 wgmma fragment, rows from 50, columns from 300") {
-    const std::vector<float> in = random_floats(64 * 32, rng);
-    std::vector<int> values(64);
-    for (int& v : values) v = pick(rng);
-    const Masked got =
-        run_rule_kernel(module.function("mask_rows_test", 0), 128, in, values, 64, 32);
-    int bad = 0, hidden = 0;
-    for (int i = 0; i < 64; ++i) {
-      for (int j = 0; j < 32; ++j) {
-        const bool hide = hidden_by_rule(values[i], 50 + i, 300 + j);
-        hidden += hide;
-        const float want = hide ? -kInf : in[i * 32 + j];
-        if (got.out[i * 32 + j] != want) ++bad;
-      }
-    }
-    CHECK(bad == 0);
-    CHECK(hidden > 0);
+    const std::vector<int> calls =
+        check_rule_kernel(module, "mask_rows_test", 128, 64, /*by_column=*/false, 50, 300, rng);
     // Each row is held by the 4 lanes of one quad; each reads its state once.
-    for (int i = 0; i < 64; ++i) CHECK(got.calls[i] == 4);
+    for (int i = 0; i < 64; ++i) CHECK(calls[i] == 4);
   }
 }
 
@@ -120,11 +112,7 @@ TEST_CASE("mask_by_bits hides element 4 nt + e of each slab's bits", "[gpu][voca
   bits[6] = ~0ull;
   const runtime::DeviceBuffer d_in = gpu_test::upload(in), d_bits = gpu_test::upload(bits);
   runtime::DeviceBuffer d_out = gpu_test::poisoned_floats(in.size());
-  void* pi = d_in.data();
-  void* pb = d_bits.data();
-  void* po = d_out.data();
-  void* args[] = {&pi, &pb, &po};
-  gpu_test::launch_one_block(module.function("mask_bits_test", 0), 32, args);
+  gpu_test::launch_on_buffers(module.function("mask_bits_test", 0), 32, {&d_in, &d_bits, &d_out});
   const std::vector<float> out = gpu_test::download_floats(d_out, in.size());
   int bad = 0;
   for (int lane = 0; lane < 32; ++lane) {

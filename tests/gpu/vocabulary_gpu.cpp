@@ -58,4 +58,14 @@ void launch_one_block(CUfunction function, int threads, void** args, int dynamic
   runtime::launch(function, config, nullptr, args);
 }
 
+void launch_on_buffers(CUfunction function, int threads,
+                       std::initializer_list<const runtime::DeviceBuffer*> buffers,
+                       int dynamic_smem_bytes) {
+  std::vector<void*> pointers;
+  for (const runtime::DeviceBuffer* buffer : buffers) pointers.push_back(buffer->data());
+  std::vector<void*> args;
+  for (void*& pointer : pointers) args.push_back(&pointer);
+  launch_one_block(function, threads, args.data(), dynamic_smem_bytes);
+}
+
 }  // namespace attnjit::gpu_test

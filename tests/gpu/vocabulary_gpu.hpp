@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <random>
 #include <string_view>
 #include <vector>
@@ -43,5 +44,10 @@ std::vector<float> download_floats(const runtime::DeviceBuffer& buffer, std::siz
 
 /// The launch of a one-block test kernel of `threads` threads with arguments `args`.
 void launch_one_block(CUfunction function, int threads, void** args, int dynamic_smem_bytes = 0);
+
+/// launch_one_block() of a kernel whose parameters are the device pointers of `buffers`, in order.
+void launch_on_buffers(CUfunction function, int threads,
+                       std::initializer_list<const runtime::DeviceBuffer*> buffers,
+                       int dynamic_smem_bytes = 0);
 
 }  // namespace attnjit::gpu_test

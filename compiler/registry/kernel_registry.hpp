@@ -41,9 +41,9 @@ struct TileCandidate {
 
 /// What a row's kernel supports besides its candidates' head dims.
 struct RowSupport {
-  std::vector<Arch> targets;       ///< the archs it compiles for
-  bool predicate_masks = true;     ///< mask=predicate (element bits follow its fragments)
-  bool deterministic = true;       ///< deterministic=true (no atomic dQ product, or ordered_dq)
+  std::vector<Arch> targets;    ///< the archs it compiles for
+  bool predicate_masks = true;  ///< mask=predicate (element bits follow its fragments)
+  bool deterministic = true;    ///< deterministic=true (no atomic dQ product, or ordered_dq)
   /// deterministic=true by ordering its own dQ reductions between its CTAs (no dQ kernel;
   /// its CTAs start in an index order, never in a CTA order)
   bool ordered_dq = false;
@@ -105,8 +105,8 @@ struct KernelRow {
   RowSupport support;
 
   // Attention rows only.
-  /// The `tiles=BMxBNxW<suffix>` suffixes that force this row; '-' stands for no suffix.
-  std::string_view tiles_suffixes;
+  /// The layouts of `tiles=BMxBNxW[:LAYOUT]` that force this row (automatic: a bare shape).
+  std::span<const TileLayout> tiles_layouts;
   std::span<const TileCandidate> candidates;
   std::span<const ConfigField> config;
   /// Dynamic shared memory of a candidate for the spec (the template's kSmemBytes).
@@ -117,8 +117,8 @@ struct KernelRow {
   /// Rows with ConfigField::register_split (warp-specialized: 65536 registers over the
   /// threads of the CTAs an SM holds): the registers the producer warpgroup keeps after
   /// setmaxnreg for these tiles; the consumer warpgroups share the rest.
-  int (*producer_registers)(const KernelTiles&, const AttentionSpec&, const MaskLowering&) =
-      nullptr;
+  int (*producer_registers)(const KernelTiles&, const AttentionSpec&,
+                            const MaskLowering&) = nullptr;
   /// Rows with ConfigField::persistent: whether the kernel with these tiles takes several works
   /// per CTA (its launch then gives RowLaunch::works).
   bool (*persistent)(const KernelTiles&, const AttentionSpec&, const MaskLowering&) = nullptr;
@@ -186,8 +186,9 @@ bool dkdv_summed(const Lowering& ir);
 /// mask makes a block's work depend on data, unless the kernel orders its dQ reductions.
 bool runs_in_cta_order(const Lowering& ir, KernelRole role);
 
-/// The row of attention kernel `role` that the spec's explicit `tiles=` suffix forces, checked
-/// against the spec's mask, mode and `arch`; throws the `tiles` Error naming what is accepted.
+/// The row of attention kernel `role` that the layout of the spec's explicit `tiles=` forces,
+/// checked against the role's direction, the spec's mask, mode and `arch`; throws the `tiles`
+/// Error naming what is accepted.
 const KernelRow& explicit_row(KernelRole role, const AttentionSpec& spec, const MaskLowering& mask,
                               Arch arch);
 

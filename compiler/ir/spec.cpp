@@ -244,26 +244,68 @@ MaskSpec parse_mask(std::string_view text) {
   return info->parse_arguments(text, open);
 }
 
-constexpr std::string_view kTilesAccepted =
-    "auto or BMxBNxW with an optional q/s/w (forward) or g/t (backward) suffix, e.g. "
-    "128x64x4";
+// The word after `tiles=BMxBNxW:` and the directions that take it; TileLayout order.
+constexpr std::array<TileLayoutInfo, 6> kTileLayouts{{
+    {TileLayout::automatic, "", true, true},
+    {TileLayout::q_registers, "q_registers", true, false},
+    {TileLayout::q_shared, "q_shared", true, false},
+    {TileLayout::slabs, "slabs", false, true},
+    {TileLayout::grid, "grid", false, true},
+    {TileLayout::warpgroups, "warpgroups", true, true},
+}};
+
+// The one-letter suffixes that named layouts replaced: refused with the new spelling.
+constexpr std::array<std::pair<char, TileLayout>, 5> kRetiredTileSuffixes{{
+    {'q', TileLayout::q_registers},
+    {'s', TileLayout::q_shared},
+    {'w', TileLayout::warpgroups},
+    {'g', TileLayout::grid},
+    {'t', TileLayout::warpgroups},
+}};
+
+std::string tiles_accepted() {
+  return fmt::format(
+      "auto or BMxBNxW[:LAYOUT], LAYOUT one of {} (forward) or {} (backward), e.g. "
+      "128x64x4:q_shared",
+      tile_layouts_of(Direction::forward), tile_layouts_of(Direction::backward));
+}
+
+TileLayout parse_tile_layout(std::string_view text, std::string_view name) {
+  for (const TileLayoutInfo& info : kTileLayouts) {
+    if (!info.name.empty() && info.name == name) return info.layout;
+  }
+  throw_field_error("tiles", text, tiles_accepted());
+}
 
 TileShape parse_tiles(std::string_view text) {
   if (text == "auto") return {};
   TileShape tiles;
   std::string_view rest = text;
-  if (!rest.empty() && (rest.back() == 'q' || rest.back() == 's' || rest.back() == 'g' ||
-                        rest.back() == 'w' || rest.back() == 't')) {
-    tiles.variant = rest.back();
-    rest.remove_suffix(1);
+  std::optional<TileLayout> retired;
+  if (const std::size_t colon = text.find(':'); colon != std::string_view::npos) {
+    tiles.layout = parse_tile_layout(text, text.substr(colon + 1));
+    rest = text.substr(0, colon);
+  } else {
+    for (const auto& [letter, layout] : kRetiredTileSuffixes) {
+      if (!rest.empty() && rest.back() == letter) retired = layout;
+    }
+    if (retired) rest.remove_suffix(1);
   }
+  const std::string_view shape = rest;
   int* fields[3] = {&tiles.block_m, &tiles.block_n, &tiles.warps};
   for (int i = 0; i < 3; ++i) {
     const std::size_t x = rest.find('x');
-    if ((i < 2) == (x == std::string_view::npos)) throw_field_error("tiles", text, kTilesAccepted);
-    *fields[i] = parse_int(rest.substr(0, x), "tiles", kTilesAccepted);
-    if (*fields[i] <= 0) throw_field_error("tiles", text, kTilesAccepted);
+    if ((i < 2) == (x == std::string_view::npos)) {
+      throw_field_error("tiles", text, tiles_accepted());
+    }
+    *fields[i] = parse_int(rest.substr(0, x), "tiles", tiles_accepted());
+    if (*fields[i] <= 0) throw_field_error("tiles", text, tiles_accepted());
     rest = i < 2 ? rest.substr(x + 1) : std::string_view{};
+  }
+  if (retired) {
+    throw Error(
+        fmt::format("tiles: got '{}'; the one-letter suffixes are gone: write {}:{} (accepted: {})",
+                    quoted_input(text), shape, name_of(*retired), tiles_accepted()));
   }
   return tiles;
 }
@@ -342,7 +384,7 @@ constexpr std::array<KeyRow, 12> kKeyRows{{
     {"target",
      [] { return fmt::format("{} (default auto: the current GPU)", accepted_names(kArchNames)); },
      [](std::string_view value, SpecDraft& d) { d.spec.target = parse_arch(value, "target"); }},
-    {"tiles", [] { return fmt::format("{} (default auto)", kTilesAccepted); },
+    {"tiles", [] { return fmt::format("{} (default auto)", tiles_accepted()); },
      [](std::string_view value, SpecDraft& d) { d.spec.tiles = parse_tiles(value); }},
 }};
 
@@ -381,6 +423,35 @@ std::string_view name_of(Arch arch) {
   return lookup_name(kArchNames, arch);
 }
 
+std::span<const TileLayoutInfo> tile_layouts() {
+  return kTileLayouts;
+}
+
+const TileLayoutInfo& info_of(TileLayout layout) {
+  for (const TileLayoutInfo& info : kTileLayouts) {
+    if (info.layout == layout) return info;
+  }
+  throw InternalError("TileLayout without a row");
+}
+
+std::string_view name_of(TileLayout layout) {
+  return info_of(layout).name;
+}
+
+bool takes(Direction direction, TileLayout layout) {
+  const TileLayoutInfo& info = info_of(layout);
+  return direction == Direction::forward ? info.forward : info.backward;
+}
+
+std::string tile_layouts_of(Direction direction) {
+  std::string out;
+  for (const TileLayoutInfo& info : kTileLayouts) {
+    if (info.name.empty() || !takes(direction, info.layout)) continue;
+    out += fmt::format("{}{}", out.empty() ? "" : ", ", info.name);
+  }
+  return out;
+}
+
 Arch parse_arch(std::string_view text, std::string_view field) {
   return parse_enum(kArchNames, text, field);
 }
@@ -396,8 +467,9 @@ std::string to_string(const MaskSpec& mask) {
 
 std::string to_string(const TileShape& tiles) {
   if (tiles.is_auto()) return "auto";
-  return fmt::format("{}x{}x{}{}", tiles.block_m, tiles.block_n, tiles.warps,
-                     tiles.variant ? std::string(1, tiles.variant) : std::string());
+  const std::string shape = fmt::format("{}x{}x{}", tiles.block_m, tiles.block_n, tiles.warps);
+  if (tiles.layout == TileLayout::automatic) return shape;
+  return fmt::format("{}:{}", shape, name_of(tiles.layout));
 }
 
 std::string to_string(const AttentionSpec& spec) {

@@ -23,7 +23,7 @@ KernelTiles make_tiles(KernelRole role, const KernelRow& row, const TileCandidat
   return tiles;
 }
 
-// The spec's `tiles=` shape on the row its suffix forces, checked by the row and against the
+// The spec's `tiles=` shape on the row its layout forces, checked by the row and against the
 // target's shared memory.
 KernelTiles explicit_tiles(KernelRole role, const Lowering& in) {
   const TargetInfo& target = *in.target;

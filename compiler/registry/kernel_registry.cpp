@@ -123,8 +123,16 @@ bool dkdv_summed(const Lowering& ir) {
 
 namespace {
 
-std::string suffix_text(char suffix) {
-  return suffix == '-' ? "no suffix" : fmt::format("the {} suffix", suffix);
+// How messages name shapes of `layout`, e.g. `BMxBNxW:grid`.
+std::string shape_form(TileLayout layout) {
+  return layout == TileLayout::automatic ? "BMxBNxW" : fmt::format("BMxBNxW:{}", name_of(layout));
+}
+
+// What messages accept instead of `layout` where its row does not take the spec.
+std::string other_layout(TileLayout layout) {
+  return layout == TileLayout::automatic
+             ? "BMxBNxW:LAYOUT"
+             : fmt::format("BMxBNxW with a layout other than {}", name_of(layout));
 }
 
 }  // namespace
@@ -132,22 +140,22 @@ std::string suffix_text(char suffix) {
 const KernelRow& explicit_row(KernelRole role, const AttentionSpec& spec, const MaskLowering& mask,
                               Arch arch) {
   const std::string value = to_string(spec.tiles);
-  const char suffix = spec.tiles.variant == 0 ? '-' : spec.tiles.variant;
-  std::string accepted;
+  const TileLayout layout = spec.tiles.layout;
+  const Direction direction =
+      role == KernelRole::forward ? Direction::forward : Direction::backward;
+  if (!takes(direction, layout)) {
+    throw_field_error(
+        "tiles", fmt::format("{} with direction={}", value, name_of(direction)),
+        fmt::format("BMxBNxW[:LAYOUT], LAYOUT one of {}", tile_layouts_of(direction)));
+  }
   const KernelRow* found = nullptr;
   for (const KernelRow& row : kernel_rows()) {
-    if (row.role != role) continue;
-    for (char s : row.tiles_suffixes) {
-      if (s != '-') accepted += fmt::format("{}{}", accepted.empty() ? "" : "/", s);
+    if (row.role == role &&
+        std::ranges::find(row.tiles_layouts, layout) != row.tiles_layouts.end()) {
+      found = &row;
     }
-    if (row.tiles_suffixes.find(suffix) != std::string_view::npos) found = &row;
   }
-  const std::string_view direction = role == KernelRole::forward ? "forward" : "backward";
-  if (found == nullptr) {
-    throw_field_error(
-        "tiles", value,
-        fmt::format("BMxBNxW with an optional {} suffix for the {}", accepted, direction));
-  }
+  internal_check(found != nullptr, "every tile layout a direction takes forces a row");
   const KernelRow& row = *found;
   if (!row.compiles_for(arch)) {
     std::string targets;
@@ -155,22 +163,19 @@ const KernelRow& explicit_row(KernelRole role, const AttentionSpec& spec, const 
       targets += fmt::format("{}{}", targets.empty() ? "" : " or ", name_of(target));
     }
     throw_field_error("tiles", value,
-                      fmt::format("{} with target={} ({} family)", suffix_text(suffix), targets,
+                      fmt::format("{} with target={} ({} family)", shape_form(layout), targets,
                                   name_of(row.family)));
   }
   if (mask.element_predicate && !row.support.predicate_masks) {
-    throw_field_error("tiles", value,
-                      fmt::format("BMxBNxW without {} for mask=predicate", suffix_text(suffix)));
+    throw_field_error("tiles", value, fmt::format("{} for mask=predicate", other_layout(layout)));
   }
   if (spec.deterministic && !row.support.deterministic) {
-    throw_field_error(
-        "tiles", value,
-        fmt::format("BMxBNxW without {} with deterministic=true", suffix_text(suffix)));
+    throw_field_error("tiles", value,
+                      fmt::format("{} with deterministic=true", other_layout(layout)));
   }
   if (!spec.deterministic && !row.support.atomic) {
-    throw_field_error(
-        "tiles", value,
-        fmt::format("BMxBNxW without {} with deterministic=false", suffix_text(suffix)));
+    throw_field_error("tiles", value,
+                      fmt::format("{} with deterministic=false", other_layout(layout)));
   }
   return row;
 }

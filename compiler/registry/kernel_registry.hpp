@@ -105,8 +105,8 @@ struct KernelRow {
   RowSupport support;
 
   // Attention rows only.
-  /// The `tiles=BMxBNxW<suffix>` suffixes that force this row; '-' stands for no suffix.
-  std::string_view tiles_suffixes;
+  /// The layouts of `tiles=BMxBNxW[:LAYOUT]` that force this row (automatic: a bare shape).
+  std::span<const TileLayout> tiles_layouts;
   std::span<const TileCandidate> candidates;
   std::span<const ConfigField> config;
   /// Dynamic shared memory of a candidate for the spec (the template's kSmemBytes).
@@ -198,8 +198,9 @@ bool dkdv_summed(const Lowering& ir);
 /// mask makes a block's work depend on data, unless the kernel orders its dQ reductions.
 bool runs_in_cta_order(const Lowering& ir, KernelRole role);
 
-/// The row of attention kernel `role` that the spec's explicit `tiles=` suffix forces, checked
-/// against the spec's mask, mode and `arch`; throws the `tiles` Error naming what is accepted.
+/// The row of attention kernel `role` that the layout of the spec's explicit `tiles=` forces,
+/// checked against the role's direction, the spec's mask, mode and `arch`; throws the `tiles`
+/// Error naming what is accepted.
 const KernelRow& explicit_row(KernelRole role, const AttentionSpec& spec, const MaskLowering& mask,
                               Arch arch);
 

@@ -21,10 +21,11 @@ constexpr int kForwardStages = 2;
 // Score modifiers add registers to the softmax step. Measured with the NVRTC sweep (sm_80 and
 // sm_90, every mask): two-slab warps keep them without spilling while their accumulators,
 // head_dim (O) + block_n (S) per thread, stay within 160; d128's 128 x 48 shape does not.
-constexpr TileCandidate forward_candidate(int d, int block_m, int block_n, int warps, char variant,
+constexpr TileCandidate forward_candidate(int d, int block_m, int block_n, int warps, TileLayout q,
                                           MaskCost up_to) {
   const bool room = block_m / warps == 16 || d + block_n <= 160;
-  return {d, block_m, block_n, warps, 1, kForwardStages, variant == 'q', up_to, room, room};
+  const bool q_in_registers = q == TileLayout::q_registers;
+  return {d, block_m, block_n, warps, 1, kForwardStages, q_in_registers, up_to, room, room};
 }
 
 // Preferred first; the first that fits the target's shared memory and the mask wins. Each
@@ -35,25 +36,28 @@ constexpr TileCandidate forward_candidate(int d, int block_m, int block_n, int w
 // mask needs more registers. d192/d256 use one-slab warps. The later shapes fit sm_80 with
 // FlashMask staging and the ~99 KB of sm_86/sm_89.
 constexpr std::array<TileCandidate, 18> kForwardCandidates{{
-    forward_candidate(32, 128, 128, 4, 's', MaskCost::index),
-    forward_candidate(32, 128, 64, 4, 's', MaskCost::predicate),
-    forward_candidate(64, 128, 96, 4, 's', MaskCost::index),
-    forward_candidate(64, 128, 64, 4, 's', MaskCost::predicate),
-    forward_candidate(64, 64, 64, 4, 'q', MaskCost::window),
-    forward_candidate(96, 128, 64, 4, 's', MaskCost::two_intervals),
-    forward_candidate(96, 128, 32, 4, 's', MaskCost::window),
-    forward_candidate(96, 64, 64, 4, 'q', MaskCost::predicate),
-    forward_candidate(128, 128, 48, 4, 's', MaskCost::vectors),
-    forward_candidate(128, 128, 32, 4, 's', MaskCost::window),
-    forward_candidate(128, 128, 64, 8, 'q', MaskCost::predicate),
-    forward_candidate(192, 128, 64, 8, 's', MaskCost::predicate),
-    forward_candidate(192, 128, 32, 8, 's', MaskCost::predicate),
-    forward_candidate(192, 64, 32, 4, 's', MaskCost::predicate),
-    forward_candidate(256, 128, 64, 8, 's', MaskCost::predicate),
-    forward_candidate(256, 128, 32, 8, 's', MaskCost::predicate),
-    forward_candidate(256, 64, 32, 4, 's', MaskCost::predicate),
-    forward_candidate(256, 32, 32, 2, 's', MaskCost::predicate),
+    forward_candidate(32, 128, 128, 4, TileLayout::q_shared, MaskCost::index),
+    forward_candidate(32, 128, 64, 4, TileLayout::q_shared, MaskCost::predicate),
+    forward_candidate(64, 128, 96, 4, TileLayout::q_shared, MaskCost::index),
+    forward_candidate(64, 128, 64, 4, TileLayout::q_shared, MaskCost::predicate),
+    forward_candidate(64, 64, 64, 4, TileLayout::q_registers, MaskCost::window),
+    forward_candidate(96, 128, 64, 4, TileLayout::q_shared, MaskCost::two_intervals),
+    forward_candidate(96, 128, 32, 4, TileLayout::q_shared, MaskCost::window),
+    forward_candidate(96, 64, 64, 4, TileLayout::q_registers, MaskCost::predicate),
+    forward_candidate(128, 128, 48, 4, TileLayout::q_shared, MaskCost::vectors),
+    forward_candidate(128, 128, 32, 4, TileLayout::q_shared, MaskCost::window),
+    forward_candidate(128, 128, 64, 8, TileLayout::q_registers, MaskCost::predicate),
+    forward_candidate(192, 128, 64, 8, TileLayout::q_shared, MaskCost::predicate),
+    forward_candidate(192, 128, 32, 8, TileLayout::q_shared, MaskCost::predicate),
+    forward_candidate(192, 64, 32, 4, TileLayout::q_shared, MaskCost::predicate),
+    forward_candidate(256, 128, 64, 8, TileLayout::q_shared, MaskCost::predicate),
+    forward_candidate(256, 128, 32, 8, TileLayout::q_shared, MaskCost::predicate),
+    forward_candidate(256, 64, 32, 4, TileLayout::q_shared, MaskCost::predicate),
+    forward_candidate(256, 32, 32, 2, TileLayout::q_shared, MaskCost::predicate),
 }};
+
+constexpr std::array<TileLayout, 3> kForwardLayouts{TileLayout::automatic, TileLayout::q_registers,
+                                                    TileLayout::q_shared};
 
 constexpr std::array<ConfigField, 7> kForwardConfig{
     ConfigField::head_dims_qk_v, ConfigField::block_m,   ConfigField::block_n,
@@ -69,7 +73,7 @@ int forward_smem(const TileCandidate& c, const AttentionSpec& spec, const MaskLo
   return q_tile + c.kv_stages * (kv_tile + vector_tile);
 }
 
-// Whole 16-row slabs per warp (one or two), MMA-sized key blocks. Without a suffix, one-slab
+// Whole 16-row slabs per warp (one or two), MMA-sized key blocks. Without a layout, one-slab
 // warps keep Q in registers (two-slab warps could not hold it next to their accumulators).
 TileCandidate forward_explicit(const TileShape& shape, const AttentionSpec& spec,
                                const MaskLowering&) {
@@ -85,7 +89,8 @@ TileCandidate forward_explicit(const TileShape& shape, const AttentionSpec& spec
     throw_field_error("tiles block_n", value, "a multiple of 16 from 16 to 128");
   }
   TileCandidate c{spec.head_dim_qk, shape.block_m, shape.block_n, shape.warps, 1, kForwardStages};
-  c.q_in_registers = shape.variant == 'q' || (shape.variant == 0 && rows_per_warp == 16);
+  c.q_in_registers = shape.layout == TileLayout::q_registers ||
+                     (shape.layout == TileLayout::automatic && rows_per_warp == 16);
   return c;
 }
 
@@ -107,6 +112,7 @@ constexpr TileCandidate grid_candidate(int d, int block_m, int block_n, int warp
   c.alibi = false;
   return c;
 }
+constexpr std::array<TileLayout, 1> kGridLayouts{TileLayout::grid};
 constexpr std::array<TileCandidate, 2> kGridCandidates{{
     grid_candidate(64, 64, 128, 8, 2),
     grid_candidate(128, 64, 128, 8, 2),
@@ -119,6 +125,8 @@ constexpr TileCandidate slab_candidate(int d, int block_m, int block_n, int warp
   const bool room = d / dim_warps <= 64 || block_m <= 32;
   return {d, block_m, block_n, warps, dim_warps, 0, false, MaskCost::predicate, room, room};
 }
+// A bare shape too: the backward's default layout (canonicalize spells it `slabs`).
+constexpr std::array<TileLayout, 2> kKeySlabLayouts{TileLayout::automatic, TileLayout::slabs};
 constexpr std::array<TileCandidate, 16> kKeySlabCandidates{{
     slab_candidate(32, 64, 128, 8, 1),
     slab_candidate(32, 64, 64, 4, 1),
@@ -305,7 +313,7 @@ KernelRow forward_sm80() {
   row.body = "forward_sm80";
   row.params = ParamBlock::attention;
   row.support.targets.assign(kAllArchs.begin(), kAllArchs.end());
-  row.tiles_suffixes = "-qs";
+  row.tiles_layouts = kForwardLayouts;
   row.candidates = kForwardCandidates;
   row.config = kForwardConfig;
   row.smem_bytes = forward_smem;
@@ -324,7 +332,7 @@ KernelRow backward_grid_sm80() {
   // there only when asked for.
   row.support.auto_deterministic = false;
   row.support.predicate_masks = false;
-  row.tiles_suffixes = "g";
+  row.tiles_layouts = kGridLayouts;
   row.candidates = kGridCandidates;
   row.smem_bytes = grid_smem;
   row.explicit_tiles = grid_explicit;
@@ -335,7 +343,7 @@ KernelRow backward_slabs_sm80() {
   KernelRow row =
       backward_row("backward_slabs.sm80", KernelFamily::sm80, "attnjit/sm80/backward_slabs.cuh",
                    "BackwardSlabsSm80", "backward_slabs_sm80");
-  row.tiles_suffixes = "-";
+  row.tiles_layouts = kKeySlabLayouts;
   row.candidates = kKeySlabCandidates;
   row.config = kKeySlabConfig;
   row.smem_bytes = key_slab_smem;

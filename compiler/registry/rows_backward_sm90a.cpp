@@ -4,9 +4,9 @@
 // its parameters are BwdParams and the TMA maps of q, d_o, k, v, the dQ accumulator, d_k and
 // d_v. Head dims 64, 96 and 128: block_n = 128, the consumers split the keys; head dims 192 and
 // 256: block_n = 64, the consumers split the head dim; every mask. The automatic choice on
-// sm_90a at those head dims, in both modes; `tiles=64x128x12t` / `64x64x12t` forces it. At d128
-// without a mask or soft-capping its query blocks have 80 rows (`80x128x12t`, dQ^T = K^T dS^T),
-// which takes less time than 64 rows there.
+// sm_90a at those head dims, in both modes; `tiles=64x128x12:warpgroups` / `64x64x12:warpgroups`
+// forces it. At d128 without a mask or soft-capping its query blocks have 80 rows
+// (`80x128x12:warpgroups`, dQ^T = K^T dS^T), which takes less time than 64 rows there.
 #include <fmt/format.h>
 
 #include <array>
@@ -48,6 +48,8 @@ constexpr std::array<TileCandidate, 6> kCandidates{{
 constexpr std::array<ConfigField, 6> kConfig{ConfigField::head_dim,  ConfigField::block_m,
                                              ConfigField::block_n,   ConfigField::kv_stages,
                                              ConfigField::atomic_dq, ConfigField::register_split};
+
+constexpr std::array<TileLayout, 1> kLayouts{TileLayout::warpgroups};
 
 // Writer warps of the producer warpgroup issue the dQ reductions: the consumers hand each dQ
 // tile over instead of waiting, before their dS^T barrier, until the last tile's reductions
@@ -101,29 +103,30 @@ bool fits(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering&
   return c.block_m != 80 || eighty_rows_fit(spec, mask);
 }
 
-// `tiles=64x128x12t`: 64 queries per stage, two consumer warpgroups of 64 keys and a producer
-// warpgroup; head dims 64, 96 and 128 (`80x128x12t`: 80 queries, where eighty_rows_fit).
-// `tiles=64x64x12t`: head dims 192 and 256, the consumers split the head dim over 64 keys.
+// `tiles=64x128x12:warpgroups`: 64 queries per stage, two consumer warpgroups of 64 keys and a
+// producer warpgroup; head dims 64, 96 and 128 (`80x128x12:warpgroups`: 80 queries, where
+// eighty_rows_fit). `tiles=64x64x12:warpgroups`: head dims 192 and 256, the consumers split the
+// head dim over 64 keys.
 TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
                              const MaskLowering& mask) {
   const std::string value = to_string(shape);
   if (is_wide(spec.head_dim_qk)) {
     if (shape.block_m != 64 || shape.block_n != 64 || shape.warps != 12) {
-      throw_field_error(
-          "tiles", value,
-          fmt::format("64x64x12t for the sm90a backward at head_dim={}", spec.head_dim_qk));
+      throw_field_error("tiles", value,
+                        fmt::format("64x64x12:warpgroups for the sm90a backward at head_dim={}",
+                                    spec.head_dim_qk));
     }
     return wide(spec.head_dim_qk);
   }
   if (spec.head_dim_qk != 64 && spec.head_dim_qk != 96 && spec.head_dim_qk != 128) {
     throw_field_error("tiles", fmt::format("{} with head_dim={}", value, spec.head_dim_qk),
-                      "the t suffix with head_dim 64, 96, 128, 192 or 256");
+                      "BMxBNxW:warpgroups with head_dim 64, 96, 128, 192 or 256");
   }
   const bool eighty = shape.block_m == 80 && eighty_rows_fit(spec, mask);
   if ((shape.block_m != 64 && !eighty) || shape.block_n != 128 || shape.warps != 12) {
     throw_field_error("tiles", value,
-                      "64x128x12t for the sm90a backward, or 80x128x12t at head_dim=128 with "
-                      "mask=none and no softcap");
+                      "64x128x12:warpgroups for the sm90a backward, or 80x128x12:warpgroups at "
+                      "head_dim=128 with mask=none and no softcap");
   }
   return warpgroups(spec.head_dim_qk, shape.block_m);
 }
@@ -190,7 +193,7 @@ KernelRow backward_sm90a() {
   // by the block tables with key rows (their stored bits match S^T's fragments).
   row.support.ordered_dq = true;
   row.support.sums_dkdv = true;
-  row.tiles_suffixes = "t";
+  row.tiles_layouts = kLayouts;
   row.candidates = kCandidates;
   row.config = kConfig;
   row.smem_bytes = smem_bytes;

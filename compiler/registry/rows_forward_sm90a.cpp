@@ -110,8 +110,8 @@ bool three_consumers_fit(const TileCandidate& c, const AttentionSpec& spec,
 // 0.97x, the FlashMask sliding window 0.98x) and more on three (global + sliding window 1.10x,
 // share question and random eviction 1.05x;
 // docs/benchmarks/2026-11-26-h100-forward-cta-heads.md). At d128 two CTAs fit only with 64- or
-// 80-key blocks, which measured 1.15-1.26x slower. `tiles=64xBNx8w` forces it (head dims up to
-// 128).
+// 80-key blocks, which measured 1.15-1.26x slower. `tiles=64xBNx8:warpgroups` forces it (head
+// dims up to 128).
 bool one_consumer_fits(const TileCandidate& c, const AttentionSpec& spec,
                        const MaskLowering& mask) {
   return spec.head_dim_qk == 64 && mask.window_by_index && c.block_n <= 128;
@@ -123,6 +123,7 @@ bool fits_registers(const TileCandidate& c, const AttentionSpec& spec, const Mas
   return c.block_n <= widest_block_n(spec, mask);
 }
 
+constexpr std::array<TileLayout, 1> kLayouts{TileLayout::warpgroups};
 constexpr std::array<ConfigField, 8> kConfig{ConfigField::head_dims_qk_v, ConfigField::block_m,
                                              ConfigField::block_n,        ConfigField::kv_stages,
                                              ConfigField::return_lse,     ConfigField::ping_pong,
@@ -248,16 +249,16 @@ std::string prelude(const KernelTiles& tiles, const AttentionSpec& spec) {
   return tiles.block_m / 64 < 3 ? codegen::wgmma_forward_products(tiles, spec) : std::string();
 }
 
-// `tiles=128xBNx12w`: two consumer warpgroups of 64 rows and a producer warpgroup,
-// `192xBNx16w`: three (head dims up to 96), or `64xBNx8w`: one (two CTAs per SM); key blocks
-// of whole k16 steps, at most 256 (128 for a predicate, whose fragment bits fit 64 bits; 128
-// with three consumers or one).
+// `tiles=128xBNx12:warpgroups`: two consumer warpgroups of 64 rows and a producer warpgroup,
+// `192xBNx16:warpgroups`: three (head dims up to 96), or `64xBNx8:warpgroups`: one (two CTAs
+// per SM); key blocks of whole k16 steps, at most 256 (128 for a predicate, whose fragment bits
+// fit 64 bits; 128 with three consumers or one).
 TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
                              const MaskLowering& mask) {
   const std::string value = to_string(shape);
   if (spec.head_dim_qk == 32) {
     throw_field_error("tiles", fmt::format("{} with head_dim=32", value),
-                      "the w suffix with head_dim 64, 96, 128, 192 or 256");
+                      "BMxBNxW:warpgroups with head_dim 64, 96, 128, 192 or 256");
   }
   const bool three = spec.head_dim_qk <= kMaxThreeConsumerHeadDim;
   const int max_block_n = mask.element_predicate ? 128 : 256;
@@ -267,11 +268,14 @@ TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
   const bool one_fit = one && shape.block_m == 64 && shape.warps == 8 && shape.block_n <= 128;
   if (!(two_fit || three_fit || one_fit) || shape.block_n % 16 != 0 || shape.block_n < 16) {
     // The shapes of one and three consumers (head dims up to 128 and 96) take BN up to 128.
-    const std::string narrow = three ? "192xBNx16w or 64xBNx8w" : one ? "64xBNx8w" : "";
+    const std::string narrow = three ? "192xBNx16:warpgroups or 64xBNx8:warpgroups"
+                               : one ? "64xBNx8:warpgroups"
+                                     : "";
     throw_field_error(
         "tiles", value,
         fmt::format(
-            "128xBNx12w with BN a multiple of 16 up to {}{} for the warpgroup forward", max_block_n,
+            "128xBNx12:warpgroups with BN a multiple of 16 up to {}{} for the warpgroup forward",
+            max_block_n,
             narrow.empty() ? "" : fmt::format(", {} with BN a multiple of 16 up to 128", narrow)));
   }
   return warpgroups(spec.head_dim_qk, shape.block_n, shape.block_m / 64);
@@ -292,7 +296,7 @@ KernelRow forward_sm90a() {
   // One CTA per SM (two of one consumer), whose warpgroups then trade registers (setmaxnreg).
   row.ctas_per_sm = ctas_per_sm;
   row.support.targets = {Arch::sm_90a};
-  row.tiles_suffixes = "w";
+  row.tiles_layouts = kLayouts;
   row.candidates = kCandidates;
   row.config = kConfig;
   row.smem_bytes = smem_bytes;

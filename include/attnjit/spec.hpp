@@ -71,19 +71,49 @@ struct MaskKindInfo {
 std::span<const MaskKindInfo> mask_kinds();
 const MaskKindInfo& info_of(MaskKind kind);
 
+/// The kernel layout an explicit tile shape asks for; each forces one kernel row.
+enum class TileLayout : std::uint8_t {
+  /// A bare `BMxBNxW`: forward.sm80 with the planner's Q placement in the forward, key slabs
+  /// in the backward (canonicalize spells it `slabs` there).
+  automatic,
+  q_registers,  ///< forward.sm80, Q fragments kept in registers
+  q_shared,     ///< forward.sm80, Q re-read from shared memory
+  slabs,        ///< backward_slabs.sm80 (key slabs)
+  grid,         ///< backward_grid.sm80 (a 2-D warp grid)
+  warpgroups,   ///< forward.sm90a or backward.sm90a (wgmma warpgroups)
+};
+
+/// A row of the table of tile layouts (compiler/ir/spec.cpp), which the spec text, its help and
+/// the registry's checks and messages read.
+struct TileLayoutInfo {
+  TileLayout layout = TileLayout::automatic;
+  std::string_view name;  ///< the word after the colon, e.g. `q_shared`; empty for automatic
+  bool forward = false;   ///< the forward takes it
+  bool backward = false;  ///< the backward takes it
+};
+
+/// Every tile layout, in TileLayout order.
+std::span<const TileLayoutInfo> tile_layouts();
+const TileLayoutInfo& info_of(TileLayout layout);
+
+/// Whether `direction` takes `layout`.
+bool takes(Direction direction, TileLayout layout);
+
+/// The layouts `direction` takes, for messages: e.g. `q_registers, q_shared, warpgroups`.
+std::string tile_layouts_of(Direction direction);
+
 /// An explicit tile shape (tuning and benchmarking); all zero means "chosen by select_tiles".
-/// Text form `BMxBNxW` with an optional suffix: for the forward `q` (Q fragments in registers)
-/// or `s` (Q re-read from shared memory), e.g. `tiles=128x64x8s`, or `w` (the sm90a forward),
-/// e.g. `tiles=128x128x12w`; for the backward `g` (the main kernel's 2-D warp-grid layout
-/// instead of key slabs), e.g. `tiles=64x128x8g`, or `t` (the sm90a backward), e.g.
-/// `tiles=64x128x12t`.
+/// Text form `BMxBNxW` with an optional `:LAYOUT`, e.g. `tiles=128x64x8:q_shared`,
+/// `tiles=128x128x12:warpgroups`, `tiles=64x128x8:grid`.
 struct TileShape {
   int block_m = 0;
   int block_n = 0;
   int warps = 0;
-  char variant = 0;  ///< 'q', 's', 'w', 'g', 't' or 0 (the rule of select_tiles)
+  TileLayout layout = TileLayout::automatic;
 
-  bool is_auto() const { return block_m == 0 && block_n == 0 && warps == 0 && variant == 0; }
+  bool is_auto() const {
+    return block_m == 0 && block_n == 0 && warps == 0 && layout == TileLayout::automatic;
+  }
   bool operator==(const TileShape&) const = default;
 };
 
@@ -148,6 +178,7 @@ std::string_view name_of(DType dtype);
 std::string_view name_of(MaskKind kind);
 std::string_view name_of(Direction direction);
 std::string_view name_of(Arch arch);
+std::string_view name_of(TileLayout layout);
 
 /// Parses an arch name (`auto`, `sm_80`, `sm_86`, `sm_89`, `sm_90`, `sm_90a`); throws Error
 /// naming `field` otherwise.

@@ -47,18 +47,20 @@ TEST_CASE("every backward layout, forced by its tiles, matches the reference", "
     TileShape tiles;
     const char* row;
   };
+  constexpr TileLayout kSlabs = TileLayout::slabs;
+  constexpr TileLayout kGrid = TileLayout::grid;
   std::vector<Layout> layouts{
-      {128, {64, 128, 8, 0}, "backward_slabs.sm80"},   // key slabs, the whole head dim per warp
-      {64, {64, 128, 8, 0}, "backward_slabs.sm80"},    // key slabs at d64
-      {128, {64, 128, 8, 'g'}, "backward_grid.sm80"},  // 4 key warps x 2 query/head-dim warps
-      {64, {64, 128, 8, 'g'}, "backward_grid.sm80"},   // the same at d64
-      {64, {64, 64, 4, 'g'}, "backward_grid.sm80"},    // 2 key warps x 2 query/head-dim warps
-      {256, {64, 64, 8, 'g'}, "backward_grid.sm80"},   // 2 x 4: 16 queries, 64 head-dim columns
-      {128, {32, 64, 4, 'g'}, "backward_grid.sm80"},   // dQ by one row of warps
+      {128, {64, 128, 8}, "backward_slabs.sm80"},         // a bare shape: key slabs, whole head dim
+      {64, {64, 128, 8, kSlabs}, "backward_slabs.sm80"},  // key slabs at d64
+      {128, {64, 128, 8, kGrid}, "backward_grid.sm80"},   // 4 key warps x 2 query/head-dim warps
+      {64, {64, 128, 8, kGrid}, "backward_grid.sm80"},    // the same at d64
+      {64, {64, 64, 4, kGrid}, "backward_grid.sm80"},     // 2 key warps x 2 query/head-dim warps
+      {256, {64, 64, 8, kGrid}, "backward_grid.sm80"},    // 2 x 4: 16 queries, 64 head-dim columns
+      {128, {32, 64, 4, kGrid}, "backward_grid.sm80"},    // dQ by one row of warps
   };
   if (jit::current_device_arch() == Arch::sm_90a) {
-    layouts.push_back({64, {64, 128, 12, 't'}, "backward.sm90a"});
-    layouts.push_back({128, {64, 128, 12, 't'}, "backward.sm90a"});
+    layouts.push_back({64, {64, 128, 12, TileLayout::warpgroups}, "backward.sm90a"});
+    layouts.push_back({128, {64, 128, 12, TileLayout::warpgroups}, "backward.sm90a"});
   } else {
     WARN("not an sm_90a device: backward.sm90a is not run");
   }

@@ -1,7 +1,7 @@
 // The sm90a backward (backward.sm90a: TMA producer, mbarrier ring, two wgmma consumers),
-// forced by tiles=64x128x12t (64x64x12t at head dims 192 and 256), against the CPU float64
-// reference gradients, in the atomic and the deterministic mode (dQ reductions taking turns):
-// the sweep's cases at head dims 64 to 256 (every mask kind, both dtypes, GQA/MQA, mask
+// forced by tiles=64x128x12:warpgroups (64x64x12:warpgroups at head dims 192 and 256), against the
+// CPU float64 reference gradients, in the atomic and the deterministic mode (dQ reductions taking
+// turns): the sweep's cases at head dims 64 to 256 (every mask kind, both dtypes, GQA/MQA, mask
 // heads, lengths that are not tile multiples, Sq != Sk, padded strides), longer sequences whose
 // key blocks visit many query blocks (the ring wraps), the score modifiers, rows that see no
 // key, odd head counts; and bitwise repeatability of the deterministic mode where the atomic
@@ -37,7 +37,7 @@ bool on_sm90a() {
 // The case forced onto the row: 64 keys per CTA at head dims 192 and 256 (the consumers split
 // the head dim).
 Case forced(Case c) {
-  c.spec.tiles = {64, c.spec.head_dim_qk > 128 ? 64 : 128, 12, 't'};
+  c.spec.tiles = {64, c.spec.head_dim_qk > 128 ? 64 : 128, 12, TileLayout::warpgroups};
   c.expect_row = kRow;
   return c;
 }
@@ -101,13 +101,13 @@ TEST_CASE("the sm90a backward over many query blocks per key block", "[gpu][back
 TEST_CASE("the sm90a backward with 80-row query blocks matches the reference gradients",
           "[gpu][backward][sm90a][bm80]") {
   if (!on_sm90a()) return;
-  // tiles=80x128x12t (head dim 128 without a mask or soft-capping: dQ^T = K^T dS^T, the dS
-  // tile written by transposing stmatrix, the row statistics loaded by a warp of their own):
-  // the sweep's cases of that kind, both modes; then lengths that 80 does not divide (and
-  // shorter than one block), GQA and MQA, padded strides, ALiBi, many query blocks per key
-  // block (the ring wraps).
+  // tiles=80x128x12:warpgroups (head dim 128 without a mask or soft-capping: dQ^T = K^T dS^T, the
+  // dS tile written by transposing stmatrix, the row statistics loaded by a warp of their own): the
+  // sweep's cases of that kind, both modes; then lengths that 80 does not divide (and shorter than
+  // one block), GQA and MQA, padded strides, ALiBi, many query blocks per key block (the ring
+  // wraps).
   const auto eighty = [](Case c) {
-    c.spec.tiles = {80, 128, 12, 't'};
+    c.spec.tiles = {80, 128, 12, TileLayout::warpgroups};
     c.expect_row = kRow;
     return c;
   };
@@ -154,7 +154,7 @@ TEST_CASE("the sm90a deterministic backward with 80-row query blocks is bitwise 
           "[gpu][backward][sm90a][bm80]") {
   if (!on_sm90a()) return;
   Case c = make_case({}, DType::bf16, 128, 2, 4, 2, 1900, 2000, 9500);
-  c.spec.tiles = {80, 128, 12, 't'};
+  c.spec.tiles = {80, 128, 12, TileLayout::warpgroups};
   c.expect_row = kRow;
   gpu_test::check_deterministic_repeatable(c, /*repeats=*/3);
   const int differing = gpu_test::atomic_dq_variations(c, /*repeats=*/3);

@@ -41,17 +41,18 @@ TEST_CASE("the sm80 forward matches the reference over the sweep", "[gpu][forwar
 }
 
 TEST_CASE("the sm80 forward, forced by its tiles, matches the reference", "[gpu][forward]") {
-  // Explicit shapes of the forward.sm80 row: Q in registers (q), Q re-read from shared
-  // memory (s), one- and two-slab warps; each case checks that the row ran.
+  // Explicit shapes of the forward.sm80 row: Q in registers (q_registers), Q re-read from
+  // shared memory (q_shared), a bare shape, one- and two-slab warps; each case checks that the
+  // row ran.
   struct Forced {
     int head_dim;
     TileShape tiles;
   };
-  const Forced shapes[] = {{64, {64, 64, 4, 'q'}},
-                           {64, {128, 64, 4, 's'}},
-                           {128, {128, 32, 4, 's'}},
-                           {128, {128, 64, 8, 'q'}},
-                           {256, {64, 32, 4, 0}}};
+  const Forced shapes[] = {{64, {64, 64, 4, TileLayout::q_registers}},
+                           {64, {128, 64, 4, TileLayout::q_shared}},
+                           {128, {128, 32, 4, TileLayout::q_shared}},
+                           {128, {128, 64, 8, TileLayout::q_registers}},
+                           {256, {64, 32, 4}}};
   std::uint64_t seed = 900;
   std::vector<Case> cases;
   for (const Forced& forced : shapes) {

@@ -1,5 +1,5 @@
 // The sm90a forward (templates/attnjit/sm90a/forward.cuh), forced by an explicit
-// tiles=BMxBNxWw (the registry's shape for the spec) on target sm_90a, against the CPU
+// tiles=BMxBNxW:warpgroups (the registry's shape for the spec) on target sm_90a, against the CPU
 // float64 reference: the forward sweep (every mask kind, head dims 64/96/128/192/256, both
 // dtypes, GQA/MQA, mask heads, ragged lengths, Sq != Sk, padded strides; sampled pairwise
 // unless ATTNJIT_GPU_EXHAUSTIVE=1), three consumer warpgroups and one on every mask, rows that
@@ -154,7 +154,7 @@ TEST_CASE("sm90a forward: rows with no visible key give O = 0 and LSE = -inf",
 TEST_CASE("sm90a forward with three consumer warpgroups matches the reference",
           "[gpu][sm90a][forward]") {
   if (!gpu_test::sm90_device_or_skip("sm90a forward three consumers")) return;
-  // tiles=192xBNx16w (head dims 64 and 96) on every mask kind, the score modifiers and
+  // tiles=192xBNx16:warpgroups (head dims 64 and 96) on every mask kind, the score modifiers and
   // predicates, not only on the masks the registry gives it (no mask, causal).
   std::vector<Case> cases;
   for (const Case& c : gpu_test::sampled(gpu_test::sweep_cases())) {
@@ -172,7 +172,7 @@ TEST_CASE("sm90a forward with three consumer warpgroups matches the reference",
   for (Case& c : cases) {
     c.spec.target = Arch::sm_90a;
     const int block_n = c.spec.head_dim_qk == 96 ? 96 : c.spec.softcap || c.spec.alibi ? 112 : 128;
-    c.spec.tiles = {192, block_n, 16, 'w'};
+    c.spec.tiles = {192, block_n, 16, TileLayout::warpgroups};
     c.expect_row = testing::kSm90aForwardRow;
   }
   compile_and_report(cases);
@@ -182,8 +182,8 @@ TEST_CASE("sm90a forward with three consumer warpgroups matches the reference",
 TEST_CASE("sm90a forward with one consumer warpgroup (two CTAs per SM) matches the reference",
           "[gpu][sm90a][forward]") {
   if (!gpu_test::sm90_device_or_skip("sm90a forward one consumer")) return;
-  // tiles=64xBNx8w on every mask kind at head dims 64 to 128, score modifiers and predicates,
-  // not only on the masks the registry gives it (sliding windows by index at d64).
+  // tiles=64xBNx8:warpgroups on every mask kind at head dims 64 to 128, score modifiers and
+  // predicates, not only on the masks the registry gives it (sliding windows by index at d64).
   std::vector<Case> cases;
   for (const Case& c : gpu_test::sampled(gpu_test::sweep_cases())) {
     if (c.spec.head_dim_qk >= 64 && c.spec.head_dim_qk <= 128) cases.push_back(c);
@@ -195,7 +195,7 @@ TEST_CASE("sm90a forward with one consumer warpgroup (two CTAs per SM) matches t
                                  2, 2, 2, 450, 450, 533));
   for (Case& c : cases) {
     c.spec.target = Arch::sm_90a;
-    c.spec.tiles = {64, c.spec.head_dim_qk <= 96 ? 128 : 64, 8, 'w'};
+    c.spec.tiles = {64, c.spec.head_dim_qk <= 96 ? 128 : 64, 8, TileLayout::warpgroups};
     c.expect_row = testing::kSm90aForwardRow;
   }
   compile_and_report(cases);

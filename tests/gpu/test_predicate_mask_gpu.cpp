@@ -140,7 +140,7 @@ TEST_CASE("predicate masks: the sm90a backward, forced, matches the reference gr
     std::vector<BackwardRun> runs;
     for (Case c : sweep()) {
       if (no_bits && index++ % 3 != 0) continue;
-      c.spec.tiles = {64, 128, 12, 't'};
+      c.spec.tiles = {64, 128, 12, TileLayout::warpgroups};
       c.expect_row = "backward.sm90a";
       runs.push_back({c});
     }
@@ -161,7 +161,7 @@ TEST_CASE(
     for (Case c : sweep()) {
       if (c.spec.head_dim_qk != 128 || (no_bits && index++ % 2 != 0)) continue;
       c.spec.head_dim_qk = c.spec.head_dim_v = c.seed % 2 == 0 ? 256 : 192;
-      c.spec.tiles = {64, 64, 12, 't'};
+      c.spec.tiles = {64, 64, 12, TileLayout::warpgroups};
       c.expect_row = "backward.sm90a";
       runs.push_back({c});
     }

@@ -1,4 +1,4 @@
-// The sm90a forward forced by an explicit `tiles=BMxBNxWw` with the shape the registry's
+// The sm90a forward forced by an explicit `tiles=BMxBNxW:warpgroups` with the shape the registry's
 // automatic choice gives the spec on sm_90a (compiler/registry/rows_forward_sm90a.cpp: the
 // widest key block whose warpgroups compile without spilling for the spec's mask and score
 // modifiers; three consumer warpgroups at d64 without tables or windows), so the tests take
@@ -22,7 +22,7 @@ inline AttentionSpec sm90a_forward_spec(AttentionSpec spec) {
   spec.tiles = {};
   const KernelTiles tiles = lower(spec).tiles_of(KernelRole::forward);
   internal_check(tiles.row == kSm90aForwardRow, "the sm90a forward takes the spec's head dim");
-  spec.tiles = {tiles.block_m, tiles.block_n, tiles.warps, 'w'};
+  spec.tiles = {tiles.block_m, tiles.block_n, tiles.warps, TileLayout::warpgroups};
   return spec;
 }
 

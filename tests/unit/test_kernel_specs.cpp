@@ -384,11 +384,11 @@ TEST_CASE("sm_90a warpgroup forward kernels compile without spills or serialized
 
 TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmma",
           "[nvrtc][specs][sm90a]") {
-  // backward.sm90a, forced by tiles=64x128x12t: every mask it takes (predicates with and
+  // backward.sm90a, forced by tiles=64x128x12:warpgroups: every mask it takes (predicates with and
   // without scalars and head indices), both dtypes, head dims 64, 96 and 128, without and with
-  // each score-modifier combination; its 80-row layout (tiles=80x128x12t: d128 without a mask
-  // or soft-capping) with and without ALiBi, both modes; at head dims 192 and 256 by
-  // tiles=64x64x12t (both modes); setmaxnreg honoured (no C7508), no wgmma serialized.
+  // each score-modifier combination; its 80-row layout (tiles=80x128x12:warpgroups: d128 without a
+  // mask or soft-capping) with and without ALiBi, both modes; at head dims 192 and 256 by
+  // tiles=64x64x12:warpgroups (both modes); setmaxnreg honoured (no C7508), no wgmma serialized.
   constexpr const char* kTmaBackwardMasks[] = {"none",
                                                "causal",
                                                "sliding_window",
@@ -404,28 +404,31 @@ TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmm
       for (const char* mask : kTmaBackwardMasks) {
         for (const char* modifiers :
              {"", " softcap=true", " alibi=true", " softcap=true alibi=true"}) {
-          specs.push_back(fmt::format(
-              "dtype={} head_dim={} mask={}{} direction=backward tiles=64x128x12t target=sm_90a",
-              dtype, d, mask, modifiers));
+          specs.push_back(
+              fmt::format("dtype={} head_dim={} mask={}{} direction=backward "
+                          "tiles=64x128x12:warpgroups target=sm_90a",
+                          dtype, d, mask, modifiers));
         }
       }
     }
     for (const char* modifiers :
          {"", " alibi=true", " deterministic=true", " deterministic=true alibi=true"}) {
-      specs.push_back(fmt::format(
-          "dtype={} head_dim=128 mask=none{} direction=backward tiles=80x128x12t target=sm_90a",
-          dtype, modifiers));
+      specs.push_back(
+          fmt::format("dtype={} head_dim=128 mask=none{} direction=backward "
+                      "tiles=80x128x12:warpgroups target=sm_90a",
+                      dtype, modifiers));
     }
-    // Head dims 192 and 256 (the wide layout, tiles=64x64x12t): every mask, each
+    // Head dims 192 and 256 (the wide layout, tiles=64x64x12:warpgroups): every mask, each
     // score-modifier combination, and the deterministic mode without and with both.
     for (int d : {192, 256}) {
       for (const char* mask : kTmaBackwardMasks) {
         for (const char* modifiers :
-             {"", " softcap=true", " alibi=true", " softcap=true alibi=true",
-              " deterministic=true", " deterministic=true softcap=true alibi=true"}) {
-          specs.push_back(fmt::format(
-              "dtype={} head_dim={} mask={}{} direction=backward tiles=64x64x12t target=sm_90a",
-              dtype, d, mask, modifiers));
+             {"", " softcap=true", " alibi=true", " softcap=true alibi=true", " deterministic=true",
+              " deterministic=true softcap=true alibi=true"}) {
+          specs.push_back(
+              fmt::format("dtype={} head_dim={} mask={}{} direction=backward "
+                          "tiles=64x64x12:warpgroups target=sm_90a",
+                          dtype, d, mask, modifiers));
         }
       }
     }

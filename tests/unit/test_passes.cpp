@@ -130,8 +130,8 @@ TEST_CASE("select_target picks one family per attention kernel, in launch order"
   CHECK(families("dtype=bf16 head_dim=64 direction=backward deterministic=true tiles=64x128x8 "
                  "target=sm_90a") ==
         std::vector<FamilyChoice>{{R::backward, F::sm80}, {R::backward_dq, F::sm80}});
-  // `tiles=` forces the family of the row its suffix names.
-  CHECK(families("dtype=bf16 head_dim=64 direction=backward tiles=64x128x8g target=sm_90a") ==
+  // `tiles=` forces the family of the row its layout names.
+  CHECK(families("dtype=bf16 head_dim=64 direction=backward tiles=64x128x8:grid target=sm_90a") ==
         std::vector<FamilyChoice>{{R::backward, F::sm80}});
 }
 
@@ -167,7 +167,8 @@ TEST_CASE("select_tiles fits every head dim into every target", "[pass]") {
 }
 
 TEST_CASE("select_tiles honours and checks an explicit shape", "[pass]") {
-  const Lowering ir = lower(parse_spec("dtype=bf16 head_dim=128 target=sm_90 tiles=128x32x4s"));
+  const Lowering ir =
+      lower(parse_spec("dtype=bf16 head_dim=128 target=sm_90 tiles=128x32x4:q_shared"));
   const KernelTiles& t = ir.tiles_of(KernelRole::forward);
   CHECK(t.row == "forward.sm80");
   CHECK(t.block_m == 128);
@@ -338,14 +339,14 @@ TEST_CASE("the backward plan", "[pass]") {
   }
 }
 
-TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a t shape",
+TEST_CASE("the sm90a backward: chosen on sm_90a at d64 to d256, forced by a warpgroups shape",
           "[pass]") {
   const auto lowered = [](int d, const char* rest) {
     return lower(parse_spec(fmt::format("dtype=bf16 head_dim={} direction=backward {}", d, rest)));
   };
   for (int d : {64, 128}) {
     INFO(d);
-    const Lowering ir = lowered(d, "mask=causal tiles=64x128x12t target=sm_90a");
+    const Lowering ir = lowered(d, "mask=causal tiles=64x128x12:warpgroups target=sm_90a");
     const KernelTiles& t = ir.tiles_of(KernelRole::backward);
     CHECK(t.row == "backward.sm90a");
     CHECK(t.threads() == 384);
@@ -404,10 +405,10 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
   // aligned), K and V, two stages of Q and dO, two [query][key] dS tiles, one fp32 dQ buffer
   // of 80 rows, the stages' LSE, D and block index (16-byte aligned), the K/V barrier and the
   // ring's barriers; the producer warpgroup keeps 24 registers (the consumers take 240). Both
-  // modes and ALiBi take it; soft-capping and every mask keep 64 rows, and `tiles=80x128x12t`
-  // is refused for them.
+  // modes and ALiBi take it; soft-capping and every mask keep 64 rows, and
+  // `tiles=80x128x12:warpgroups` is refused for them.
   for (const char* rest : {"mask=none", "mask=none deterministic=true", "mask=none alibi=true",
-                           "mask=none tiles=80x128x12t"}) {
+                           "mask=none tiles=80x128x12:warpgroups"}) {
     INFO(rest);
     const Lowering ir = lowered(128, fmt::format("{} target=sm_90a", rest).c_str());
     const KernelTiles& t = ir.tiles_of(KernelRole::backward);
@@ -422,18 +423,20 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
   CHECK(
       lowered(128, "mask=none softcap=true target=sm_90a").tiles_of(KernelRole::backward).block_m ==
       64);
-  CHECK(lowered(128, "mask=none tiles=64x128x12t target=sm_90a")
+  CHECK(lowered(128, "mask=none tiles=64x128x12:warpgroups target=sm_90a")
             .tiles_of(KernelRole::backward)
             .block_m == 64);
   for (const char* rest : {"mask=causal", "mask=none softcap=true", "mask=sliding_window",
                            "mask=flashmask(causal=true,columns=1)", "mask=predicate(q>=k)"}) {
     INFO(rest);
-    CHECK_THROWS_WITH(lowered(128, fmt::format("{} tiles=80x128x12t target=sm_90a", rest).c_str()),
-                      "tiles: got '80x128x12t'; accepted: 64x128x12t for the sm90a backward, or "
-                      "80x128x12t at head_dim=128 with mask=none and no softcap");
+    CHECK_THROWS_WITH(
+        lowered(128, fmt::format("{} tiles=80x128x12:warpgroups target=sm_90a", rest).c_str()),
+        "tiles: got '80x128x12:warpgroups'; accepted: 64x128x12:warpgroups for the sm90a backward, "
+        "or "
+        "80x128x12:warpgroups at head_dim=128 with mask=none and no softcap");
   }
-  CHECK_THROWS_WITH(lowered(64, "tiles=80x128x12t target=sm_90a"),
-                    Catch::Contains("80x128x12t at head_dim=128 with mask=none"));
+  CHECK_THROWS_WITH(lowered(64, "tiles=80x128x12:warpgroups target=sm_90a"),
+                    Catch::Contains("80x128x12:warpgroups at head_dim=128 with mask=none"));
   // Plain sm_90 (no wgmma) and head dims other than 64, 96 and 128 keep the sm80 layouts; the
   // deterministic mode and predicates (their key-row element bits) take it.
   const auto row = [&](const char* rest) {
@@ -451,8 +454,9 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
   // Head dim 256: the consumers split the head dim (sm90a/backward.cuh), 64 keys per CTA; alignment
   // slack, K and V, two stages, one P^T and one dS^T tile (dQ goes through the stages), the
   // FlashMask values, the K/V barrier and the ring's barriers; predicates too.
-  for (const char* rest : {"mask=causal target=sm_90a", "mask=causal tiles=64x64x12t target=sm_90a",
-                           "mask=none deterministic=true target=sm_90a"}) {
+  for (const char* rest :
+       {"mask=causal target=sm_90a", "mask=causal tiles=64x64x12:warpgroups target=sm_90a",
+        "mask=none deterministic=true target=sm_90a"}) {
     INFO(rest);
     const Lowering ir = lowered(256, rest);
     const KernelTiles& t = ir.tiles_of(KernelRole::backward);
@@ -470,8 +474,8 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
     const KernelTiles t = lowered(192, "mask=causal target=sm_90a").tiles_of(KernelRole::backward);
     CHECK(t.row == "backward.sm90a");
     CHECK(t.block_n == 64);
-    CHECK(t.smem_bytes == 1024 + 2 * 64 * 192 * 2 + 2 * (2 * 64 * 192 * 2 + 1024) +
-                              2 * 64 * 64 * 2 + 8 + 32);
+    CHECK(t.smem_bytes ==
+          1024 + 2 * 64 * 192 * 2 + 2 * (2 * 64 * 192 * 2 + 1024) + 2 * 64 * 64 * 2 + 8 + 32);
   }
   CHECK(lowered(256, "mask=flashmask(causal=false,columns=4) target=sm_90a")
             .tiles_of(KernelRole::backward)
@@ -479,42 +483,47 @@ TEST_CASE("the sm90a TMA backward: chosen on sm_90a at d64 to d256, forced by a 
                                2 * 64 * 64 * 2 + 64 * 16 + 8 + 32);
   for (const char* rest :
        {"mask=predicate(q>=k) target=sm_90a",
-        "mask=predicate(q>=k) deterministic=true tiles=64x64x12t target=sm_90a"}) {
+        "mask=predicate(q>=k) deterministic=true tiles=64x64x12:warpgroups target=sm_90a"}) {
     INFO(rest);
     const KernelTiles t = lowered(256, rest).tiles_of(KernelRole::backward);
     CHECK(t.row == "backward.sm90a");
     CHECK(t.block_n == 64);
   }
-  CHECK_THROWS_WITH(lowered(256, "tiles=64x128x12t target=sm_90a"),
-                    "tiles: got '64x128x12t'; accepted: 64x64x12t for the sm90a backward at "
-                    "head_dim=256");
+  CHECK_THROWS_WITH(
+      lowered(256, "tiles=64x128x12:warpgroups target=sm_90a"),
+      "tiles: got '64x128x12:warpgroups'; accepted: 64x64x12:warpgroups for the sm90a backward at "
+      "head_dim=256");
   // FlashMask values of the key block ride after the dQ buffers.
-  CHECK(lowered(64, "mask=flashmask(causal=false,columns=4) tiles=64x128x12t target=sm_90a")
-            .tiles_of(KernelRole::backward)
-            .smem_bytes == 1024 + 2 * 128 * 64 * 2 + 2 * (2 * 64 * 64 * 2 + 1024) +
-                               2 * 128 * 64 * 2 + 2 * 64 * 64 * 4 + 128 * 16 + 8 + 32);
-  CHECK(lowered(128, "mask=causal softcap=true alibi=true tiles=64x128x12t target=sm_90a")
-            .tiles_of(KernelRole::backward)
-            .row == "backward.sm90a");
-  CHECK_THROWS_WITH(lowered(128, "tiles=64x128x12t target=sm_90"),
-                    Catch::Contains("the t suffix with target=sm_90a"));
-  CHECK_THROWS_WITH(lowered(128, "tiles=64x128x8t target=sm_90a"),
-                    Catch::Contains("64x128x12t for the sm90a backward"));
-  CHECK_THROWS_WITH(lowered(192, "tiles=64x128x12t target=sm_90a"),
-                    "tiles: got '64x128x12t'; accepted: 64x64x12t for the sm90a backward at "
-                    "head_dim=192");
-  CHECK_THROWS_WITH(lowered(32, "tiles=64x128x12t target=sm_90a"),
-                    "tiles: got '64x128x12t with head_dim=32'; accepted: the t suffix with "
-                    "head_dim 64, 96, 128, 192 or 256");
-  // The w suffix names a forward layout only.
-  CHECK_THROWS_WITH(lowered(128, "tiles=64x128x8w target=sm_90a"),
-                    "tiles: got '64x128x8w'; accepted: BMxBNxW with an optional t/g suffix for "
-                    "the backward");
-  CHECK(lowered(128, "mask=predicate(q>=k) tiles=64x128x12t target=sm_90a")
+  CHECK(
+      lowered(64, "mask=flashmask(causal=false,columns=4) tiles=64x128x12:warpgroups target=sm_90a")
+          .tiles_of(KernelRole::backward)
+          .smem_bytes == 1024 + 2 * 128 * 64 * 2 + 2 * (2 * 64 * 64 * 2 + 1024) + 2 * 128 * 64 * 2 +
+                             2 * 64 * 64 * 4 + 128 * 16 + 8 + 32);
+  CHECK(lowered(128, "mask=causal softcap=true alibi=true tiles=64x128x12:warpgroups target=sm_90a")
             .tiles_of(KernelRole::backward)
             .row == "backward.sm90a");
-  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=64x128x12t target=sm_90a")),
-                    Catch::Contains("BMxBNxW with an optional w/q/s suffix for the forward"));
+  CHECK_THROWS_WITH(lowered(128, "tiles=64x128x12:warpgroups target=sm_90"),
+                    Catch::Contains("BMxBNxW:warpgroups with target=sm_90a"));
+  CHECK_THROWS_WITH(lowered(128, "tiles=64x128x8:warpgroups target=sm_90a"),
+                    Catch::Contains("64x128x12:warpgroups for the sm90a backward"));
+  CHECK_THROWS_WITH(
+      lowered(192, "tiles=64x128x12:warpgroups target=sm_90a"),
+      "tiles: got '64x128x12:warpgroups'; accepted: 64x64x12:warpgroups for the sm90a backward at "
+      "head_dim=192");
+  CHECK_THROWS_WITH(lowered(32, "tiles=64x128x12:warpgroups target=sm_90a"),
+                    "tiles: got '64x128x12:warpgroups with head_dim=32'; accepted: "
+                    "BMxBNxW:warpgroups with head_dim 64, 96, 128, 192 or 256");
+  // The Q placements are forward layouts only.
+  CHECK_THROWS_WITH(lowered(128, "tiles=64x128x8:q_shared target=sm_90a"),
+                    "tiles: got '64x128x8:q_shared with direction=backward'; accepted: "
+                    "BMxBNxW[:LAYOUT], LAYOUT one of slabs, grid, warpgroups");
+  CHECK(lowered(128, "mask=predicate(q>=k) tiles=64x128x12:warpgroups target=sm_90a")
+            .tiles_of(KernelRole::backward)
+            .row == "backward.sm90a");
+  CHECK_THROWS_WITH(
+      lower(parse_spec("dtype=bf16 head_dim=128 tiles=64x128x12:slabs target=sm_90a")),
+      "tiles: got '64x128x12:slabs with direction=forward'; accepted: "
+      "BMxBNxW[:LAYOUT], LAYOUT one of q_registers, q_shared, warpgroups");
 }
 
 TEST_CASE("the sm90a TMA backward's deterministic mode orders its dQ reductions", "[pass]") {
@@ -578,12 +587,12 @@ TEST_CASE("the sm90a TMA backward's deterministic mode orders its dQ reductions"
   }
 }
 
-TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") {
+TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a warpgroups shape", "[pass]") {
   const auto forward_tiles = [](const char* text) {
     return lower(parse_spec(text)).tiles_of(KernelRole::forward);
   };
-  const Lowering ir =
-      lower(parse_spec("dtype=bf16 head_dim=128 mask=causal tiles=128x128x12w target=sm_90a"));
+  const Lowering ir = lower(
+      parse_spec("dtype=bf16 head_dim=128 mask=causal tiles=128x128x12:warpgroups target=sm_90a"));
   const KernelTiles& t = ir.tiles_of(KernelRole::forward);
   CHECK(t.row == "forward.sm90a");
   CHECK(t.threads() == 384);
@@ -600,10 +609,10 @@ TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") 
   // FlashMask vectors and the block's slot (16 bytes) ride with the K stages; an O tile of its
   // own (persistent under masks with a CTA order).
   CHECK(forward_tiles("dtype=fp16 head_dim=64 mask=flashmask(causal=false,columns=4) "
-                      "tiles=128x176x12w target=sm_90a")
+                      "tiles=128x176x12:warpgroups target=sm_90a")
             .smem_bytes == 1024 + 16384 + 2 * (2 * 176 * 64 * 2 + 176 * 16 + 16) + 16384 + 16 + 64);
   // Not persistent: O goes out through the Q tile (d256, and masks without tables).
-  CHECK(forward_tiles("dtype=bf16 head_dim=256 mask=none tiles=128x80x12w target=sm_90a")
+  CHECK(forward_tiles("dtype=bf16 head_dim=256 mask=none tiles=128x80x12:warpgroups target=sm_90a")
             .smem_bytes == 1024 + 65536 + 2 * (2 * 80 * 256 * 2) + 16 + 64);
   // The automatic choice on sm_90a from head dim 64 up; d32 and other targets keep sm80.
   for (int d : {32, 64, 96, 128, 192, 256}) {
@@ -614,8 +623,9 @@ TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") 
           "forward.sm80");
   }
   // The consumer warpgroups per head dim and mask: three (192 rows, 512 threads) at d64 for the
-  // masks by index without a window and FlashMask with two vectors (no score modifiers); one (64 rows, 256 threads, two CTAs per SM) at d64 for
-  // sliding windows by index, and where forced; two (128 rows, 384 threads) elsewhere.
+  // masks by index without a window and FlashMask with two vectors (no score modifiers); one (64
+  // rows, 256 threads, two CTAs per SM) at d64 for sliding windows by index, and where forced; two
+  // (128 rows, 384 threads) elsewhere.
   struct Consumers {
     const char* spec;
     int block_m, threads, ctas_per_sm;
@@ -630,9 +640,9 @@ TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") 
            Consumers{"head_dim=64 mask=flashmask(causal=true,columns=2) softcap=true", 128, 384, 1},
            Consumers{"head_dim=64 mask=flashmask(causal=false,columns=4) softcap=true alibi=true",
                      128, 384, 1},
-           Consumers{"head_dim=64 mask=flashmask(causal=true,columns=1) tiles=64x128x8w", 64, 256,
-                     2},
-           Consumers{"head_dim=128 mask=sliding_window tiles=64x128x8w", 64, 256, 2},
+           Consumers{"head_dim=64 mask=flashmask(causal=true,columns=1) tiles=64x128x8:warpgroups",
+                     64, 256, 2},
+           Consumers{"head_dim=128 mask=sliding_window tiles=64x128x8:warpgroups", 64, 256, 2},
            Consumers{"head_dim=64 mask=predicate(k<=q)", 128, 384, 1},
            Consumers{"head_dim=96", 128, 384, 1},
            Consumers{"head_dim=128 mask=causal", 128, 384, 1},
@@ -648,12 +658,12 @@ TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") 
   }
   // d128: 128-key blocks under every mask and modifier (the persistent producer keeps 24
   // registers; the NVRTC sweep checks the spills).
-  for (const char* rest : {"mask=flashmask(causal=false,columns=2)",
-                           "mask=flashmask(causal=false,columns=4) softcap=true",
-                           "mask=flashmask(causal=true,columns=1) softcap=true alibi=true",
-                           "mask=flashmask(causal=true,columns=2)",
-                           "mask=flashmask(causal=false,columns=4) softcap=true alibi=true",
-                           "mask=predicate(k<=q)"}) {
+  for (const char* rest :
+       {"mask=flashmask(causal=false,columns=2)",
+        "mask=flashmask(causal=false,columns=4) softcap=true",
+        "mask=flashmask(causal=true,columns=1) softcap=true alibi=true",
+        "mask=flashmask(causal=true,columns=2)",
+        "mask=flashmask(causal=false,columns=4) softcap=true alibi=true", "mask=predicate(k<=q)"}) {
     INFO(rest);
     CHECK(forward_tiles(fmt::format("dtype=bf16 head_dim=128 {} target=sm_90a", rest).c_str())
               .block_n == 128);
@@ -661,31 +671,42 @@ TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") 
   // Three consumers narrow the key block to 112 under score modifiers.
   for (const char* mask : {"none", "causal"}) {
     INFO(mask);
-    CHECK(
-        forward_tiles(fmt::format("dtype=fp16 head_dim=64 mask={} softcap=true target=sm_90a", mask)
-                          .c_str()) == forward_tiles(fmt::format("dtype=fp16 head_dim=64 mask={} "
-                                                                 "softcap=true tiles=192x112x16w "
-                                                                 "target=sm_90a",
-                                                                 mask)
-                                                         .c_str()));
+    CHECK(forward_tiles(
+              fmt::format("dtype=fp16 head_dim=64 mask={} softcap=true target=sm_90a", mask)
+                  .c_str()) == forward_tiles(fmt::format("dtype=fp16 head_dim=64 mask={} "
+                                                         "softcap=true tiles=192x112x16:warpgroups "
+                                                         "target=sm_90a",
+                                                         mask)
+                                                 .c_str()));
   }
-  CHECK(forward_tiles("dtype=bf16 head_dim=128 tiles=64x64x8w target=sm_90a").block_m == 64);
-  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=256 tiles=64x64x8w target=sm_90a")),
-                    "tiles: got '64x64x8w'; accepted: 128xBNx12w with BN a multiple of 16 up to "
-                    "256 for the warpgroup forward");
-  CHECK(forward_tiles("dtype=bf16 head_dim=96 tiles=192x96x16w target=sm_90a").block_m == 192);
-  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=64 tiles=192x144x16w target=sm_90a")),
-                    Catch::Contains(", 192xBNx16w or 64xBNx8w with BN a multiple of 16 up to 128"));
-  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=64 tiles=64x100x8w target=sm_90a")),
-                    "tiles: got '64x100x8w'; accepted: 128xBNx12w with BN a multiple of 16 up to "
-                    "256, 192xBNx16w or 64xBNx8w with BN a multiple of 16 up to 128 for the "
-                    "warpgroup forward");
-  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=192x128x16w target=sm_90a")),
-                    "tiles: got '192x128x16w'; accepted: 128xBNx12w with BN a multiple of 16 up "
-                    "to 256, 64xBNx8w with BN a multiple of 16 up to 128 for the warpgroup "
-                    "forward");
-  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=64 tiles=64x144x8w target=sm_90a")),
-                    Catch::Contains("64xBNx8w with BN a multiple of 16 up to 128"));
+  CHECK(forward_tiles("dtype=bf16 head_dim=128 tiles=64x64x8:warpgroups target=sm_90a").block_m ==
+        64);
+  CHECK_THROWS_WITH(
+      lower(parse_spec("dtype=bf16 head_dim=256 tiles=64x64x8:warpgroups target=sm_90a")),
+      "tiles: got '64x64x8:warpgroups'; accepted: 128xBNx12:warpgroups with BN a multiple of 16 up "
+      "to "
+      "256 for the warpgroup forward");
+  CHECK(forward_tiles("dtype=bf16 head_dim=96 tiles=192x96x16:warpgroups target=sm_90a").block_m ==
+        192);
+  CHECK_THROWS_WITH(
+      lower(parse_spec("dtype=bf16 head_dim=64 tiles=192x144x16:warpgroups target=sm_90a")),
+      Catch::Contains(
+          ", 192xBNx16:warpgroups or 64xBNx8:warpgroups with BN a multiple of 16 up to 128"));
+  CHECK_THROWS_WITH(
+      lower(parse_spec("dtype=bf16 head_dim=64 tiles=64x100x8:warpgroups target=sm_90a")),
+      "tiles: got '64x100x8:warpgroups'; accepted: 128xBNx12:warpgroups with BN a multiple of 16 "
+      "up to "
+      "256, 192xBNx16:warpgroups or 64xBNx8:warpgroups with BN a multiple of 16 up to 128 for the "
+      "warpgroup forward");
+  CHECK_THROWS_WITH(
+      lower(parse_spec("dtype=bf16 head_dim=128 tiles=192x128x16:warpgroups target=sm_90a")),
+      "tiles: got '192x128x16:warpgroups'; accepted: 128xBNx12:warpgroups with BN a multiple of 16 "
+      "up "
+      "to 256, 64xBNx8:warpgroups with BN a multiple of 16 up to 128 for the warpgroup "
+      "forward");
+  CHECK_THROWS_WITH(
+      lower(parse_spec("dtype=bf16 head_dim=64 tiles=64x144x8:warpgroups target=sm_90a")),
+      Catch::Contains("64xBNx8:warpgroups with BN a multiple of 16 up to 128"));
   // Its key block narrows with the tables the walk reads and with the score modifiers.
   CHECK(forward_tiles("dtype=bf16 head_dim=256 target=sm_90a").block_n >
         forward_tiles("dtype=bf16 head_dim=256 mask=flashmask(causal=true,columns=1) "
@@ -693,23 +714,27 @@ TEST_CASE("the sm90a forward: chosen on sm_90a, forced by a w shape", "[pass]") 
             .block_n);
   CHECK(forward_tiles("dtype=bf16 head_dim=192 target=sm_90a").block_n >
         forward_tiles("dtype=bf16 head_dim=192 softcap=true target=sm_90a").block_n);
-  // The q and s suffixes still force the sm80 forward there.
-  CHECK(forward_tiles("dtype=bf16 head_dim=128 tiles=128x64x8q target=sm_90a").row ==
+  // The Q placement layouts still force the sm80 forward there.
+  CHECK(forward_tiles("dtype=bf16 head_dim=128 tiles=128x64x8:q_registers target=sm_90a").row ==
         "forward.sm80");
-  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x128x12w target=sm_90")),
-                    Catch::Contains("the w suffix with target=sm_90a"));
-  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=32 tiles=128x128x12w target=sm_90a")),
-                    "tiles: got '128x128x12w with head_dim=32'; accepted: the w suffix with "
-                    "head_dim 64, 96, 128, 192 or 256");
-  CHECK(forward_tiles("dtype=bf16 head_dim=96 tiles=128x128x12w target=sm_90a").row ==
+  CHECK_THROWS_WITH(
+      lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x128x12:warpgroups target=sm_90")),
+      Catch::Contains("BMxBNxW:warpgroups with target=sm_90a"));
+  CHECK_THROWS_WITH(
+      lower(parse_spec("dtype=bf16 head_dim=32 tiles=128x128x12:warpgroups target=sm_90a")),
+      "tiles: got '128x128x12:warpgroups with head_dim=32'; accepted: "
+      "BMxBNxW:warpgroups with head_dim 64, 96, 128, 192 or 256");
+  CHECK(forward_tiles("dtype=bf16 head_dim=96 tiles=128x128x12:warpgroups target=sm_90a").row ==
         "forward.sm90a");
-  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x120x12w target=sm_90a")),
-                    Catch::Contains("a multiple of 16 up to 256"));
+  CHECK_THROWS_WITH(
+      lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x120x12:warpgroups target=sm_90a")),
+      Catch::Contains("a multiple of 16 up to 256"));
   CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 mask=predicate(q>=k) "
-                                     "tiles=128x144x12w target=sm_90a")),
+                                     "tiles=128x144x12:warpgroups target=sm_90a")),
                     Catch::Contains("a multiple of 16 up to 128"));
-  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=256 tiles=128x256x12w target=sm_90a")),
-                    Catch::Contains("fits sm_90a's 232448 bytes"));
+  CHECK_THROWS_WITH(
+      lower(parse_spec("dtype=bf16 head_dim=256 tiles=128x256x12:warpgroups target=sm_90a")),
+      Catch::Contains("fits sm_90a's 232448 bytes"));
 }
 
 TEST_CASE("forward specs with score modifiers take a shape with room for them", "[pass]") {
@@ -779,36 +804,45 @@ TEST_CASE("explicit backward tiles are checked", "[pass]") {
       lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x48x8 target=sm_90")),
       Catch::Contains("key slabs (block_n/16) divide the warps"));
   CHECK_THROWS_WITH(
-      lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x128x8q target=sm_90")),
-      Catch::Contains("with an optional t/g suffix for the backward"));
-  // The g suffix picks the warp-grid layout, whose grids must divide the warps.
-  const Lowering grid =
-      lower(parse_spec("dtype=bf16 head_dim=64 direction=backward tiles=64x64x4g target=sm_90"));
+      lower(parse_spec(
+          "dtype=bf16 head_dim=128 direction=backward tiles=64x128x8:q_registers target=sm_90")),
+      Catch::Contains("with direction=backward'; accepted: BMxBNxW[:LAYOUT], LAYOUT one of "
+                      "slabs, grid, warpgroups"));
+  // The grid layout is the 2-D warp grid, whose grids must divide the warps.
+  const Lowering grid = lower(
+      parse_spec("dtype=bf16 head_dim=64 direction=backward tiles=64x64x4:grid target=sm_90"));
   const KernelTiles& grid_tiles = grid.tiles_of(KernelRole::backward);
   CHECK(grid_tiles.row == "backward_grid.sm80");
   CHECK(grid_tiles.block_n == 64);
   CHECK(grid_tiles.dim_warps == 2);
   // Also in deterministic mode, whose automatic choice is key slabs.
   CHECK(lower(parse_spec("dtype=bf16 head_dim=128 direction=backward deterministic=true "
-                         "tiles=64x128x8g target=sm_90"))
+                         "tiles=64x128x8:grid target=sm_90"))
             .tiles_of(KernelRole::backward)
             .row == "backward_grid.sm80");
-  CHECK(lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x128x8 "
+  // A bare backward shape is the key-slab layout, which the canonical spec names.
+  const Lowering bare =
+      lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x128x8 target=sm_90"));
+  CHECK(bare.tiles_of(KernelRole::backward).row == "backward_slabs.sm80");
+  CHECK(to_string(bare.spec.tiles) == "64x128x8:slabs");
+  CHECK(lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x128x8:slabs "
                          "target=sm_90"))
-            .tiles_of(KernelRole::backward)
-            .row == "backward_slabs.sm80");
+            .spec == bare.spec);
   CHECK_THROWS_WITH(
-      lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x48x8g target=sm_90")),
+      lower(
+          parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x48x8:grid target=sm_90")),
       Catch::Contains("block_n and block_m multiples of 32"));
   CHECK_THROWS_WITH(
-      lower(parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x32x8g target=sm_90")),
+      lower(
+          parse_spec("dtype=bf16 head_dim=128 direction=backward tiles=64x32x8:grid target=sm_90")),
       Catch::Contains("the other warps splitting the queries and the head dim"));
   CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 mask=predicate(q>=k) "
-                                     "direction=backward tiles=64x128x8g target=sm_90")),
-                    Catch::Contains("without the g suffix for mask=predicate"));
-  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x64x4g target=sm_90")),
-                    Catch::Contains("BMxBNxW with an optional w/q/s suffix for the forward"));
-  for (const char* tiles : {"32x1024x32g", "64x512x32"}) {
+                                     "direction=backward tiles=64x128x8:grid target=sm_90")),
+                    Catch::Contains("BMxBNxW with a layout other than grid for mask=predicate"));
+  CHECK_THROWS_WITH(lower(parse_spec("dtype=bf16 head_dim=128 tiles=128x64x4:grid target=sm_90")),
+                    "tiles: got '128x64x4:grid with direction=forward'; accepted: "
+                    "BMxBNxW[:LAYOUT], LAYOUT one of q_registers, q_shared, warpgroups");
+  for (const char* tiles : {"32x1024x32:grid", "64x512x32"}) {
     INFO(tiles);
     CHECK_THROWS_WITH(
         lower(parse_spec(

@@ -187,7 +187,7 @@ TEST_CASE("the registry: one row per utility role, attention rows with their pie
     if (row.candidates.empty()) continue;
     CHECK(!row.kernel_struct.empty());
     CHECK(row.smem_bytes != nullptr);
-    CHECK((row.explicit_tiles != nullptr) == !row.tiles_suffixes.empty());
+    CHECK((row.explicit_tiles != nullptr) == !row.tiles_layouts.empty());
     CHECK(!row.config.empty());
     CHECK((row.params == ParamBlock::attention_tma) == !row.tensor_maps_type.empty());
     CHECK((row.params == ParamBlock::attention_tma) == (row.tensor_maps != nullptr));
@@ -201,6 +201,42 @@ TEST_CASE("the registry: one row per utility role, attention rows with their pie
   }
   std::sort(ids.begin(), ids.end());
   CHECK(std::adjacent_find(ids.begin(), ids.end()) == ids.end());
+}
+
+TEST_CASE("every tile layout a direction takes forces exactly one row of its role", "[pass]") {
+  for (const Direction direction : {Direction::forward, Direction::backward}) {
+    const KernelRole role =
+        direction == Direction::forward ? KernelRole::forward : KernelRole::backward;
+    for (const TileLayoutInfo& info : tile_layouts()) {
+      INFO(name_of(direction) << " " << info.name);
+      int rows = 0;
+      for (const KernelRow& row : kernel_rows()) {
+        if (row.role == role &&
+            std::ranges::find(row.tiles_layouts, info.layout) != row.tiles_layouts.end()) {
+          ++rows;
+        }
+      }
+      CHECK(rows == (takes(direction, info.layout) ? 1 : 0));
+    }
+  }
+  // The row each layout forces.
+  const auto row_of = [](const char* spec) {
+    const Lowering ir = lower(parse_spec(spec));
+    return ir
+        .tiles_of(ir.spec.direction == Direction::forward ? KernelRole::forward
+                                                          : KernelRole::backward)
+        .row;
+  };
+  CHECK(row_of("dtype=bf16 head_dim=64 tiles=64x64x4:q_registers target=sm_90a") == "forward.sm80");
+  CHECK(row_of("dtype=bf16 head_dim=64 tiles=128x64x4:q_shared target=sm_90a") == "forward.sm80");
+  CHECK(row_of("dtype=bf16 head_dim=64 tiles=128x128x12:warpgroups target=sm_90a") ==
+        "forward.sm90a");
+  CHECK(row_of("dtype=bf16 head_dim=64 direction=backward tiles=64x128x8:slabs target=sm_90a") ==
+        "backward_slabs.sm80");
+  CHECK(row_of("dtype=bf16 head_dim=64 direction=backward tiles=64x128x8:grid target=sm_90a") ==
+        "backward_grid.sm80");
+  CHECK(row_of("dtype=bf16 head_dim=64 direction=backward tiles=64x128x12:warpgroups "
+               "target=sm_90a") == "backward.sm90a");
 }
 
 TEST_CASE("row ids, template files, structs and bodies are named alike", "[pass]") {

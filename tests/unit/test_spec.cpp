@@ -1,4 +1,5 @@
 // The spec's canonical text form: parsing, printing, round trips and parse errors.
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -44,7 +45,8 @@ TEST_CASE("print and parse round trip", "[ir]") {
       "dtype=bf16 head_dim=128 mask=causal",
       "dtype=fp16 head_dim_qk=64 head_dim_v=64 mask=flashmask(causal=false,columns=2) "
       "return_lse=true target=sm_90a",
-      "dtype=bf16 head_dim=96 mask=sliding_window direction=forward target=sm_86 tiles=64x64x4q",
+      "dtype=bf16 head_dim=96 mask=sliding_window direction=forward target=sm_86 "
+      "tiles=64x64x4:q_registers",
       "dtype=bf16 head_dim=32 tiles=128x128x4",
       "dtype=bf16 head_dim=64 mask=causal softcap=true",
       "dtype=fp16 head_dim=128 alibi=true softcap=true direction=backward deterministic=true",
@@ -59,6 +61,53 @@ TEST_CASE("print and parse round trip", "[ir]") {
   CHECK(to_string(parse_spec("mask=causal head_dim=64 dtype=fp16")) ==
         "dtype=fp16 head_dim_qk=64 head_dim_v=64 mask=causal softcap=false alibi=false "
         "return_lse=false direction=forward deterministic=false target=auto tiles=auto");
+}
+
+TEST_CASE("tiles take a named layout after a colon; one-letter suffixes are refused", "[ir]") {
+  const auto tiles = [](const std::string& value) {
+    return parse_spec("dtype=bf16 head_dim=64 tiles=" + value).tiles;
+  };
+  CHECK(tiles("auto").is_auto());
+  CHECK(tiles("128x64x4") == TileShape{128, 64, 4, TileLayout::automatic});
+  for (const TileLayoutInfo& info : tile_layouts()) {
+    if (info.name.empty()) continue;
+    INFO(info.name);
+    const std::string value = fmt::format("64x128x12:{}", info.name);
+    CHECK(tiles(value) == TileShape{64, 128, 12, info.layout});
+    CHECK(to_string(tiles(value)) == value);
+  }
+  CHECK(to_string(TileShape{128, 64, 4, TileLayout::automatic}) == "128x64x4");
+  CHECK(to_string(TileShape{}) == "auto");
+
+  auto message = [](const std::string& value) {
+    try {
+      parse_spec("dtype=bf16 head_dim=64 tiles=" + value);
+    } catch (const Error& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  const std::string accepted =
+      "auto or BMxBNxW[:LAYOUT], LAYOUT one of q_registers, q_shared, warpgroups (forward) or "
+      "slabs, grid, warpgroups (backward), e.g. 128x64x4:q_shared";
+  CHECK(message("64x128x12t") ==
+        "tiles: got '64x128x12t'; the one-letter suffixes are gone: write 64x128x12:warpgroups "
+        "(accepted: " +
+            accepted + ")");
+  const std::pair<const char*, const char*> retired[] = {{"128x64x4q", "128x64x4:q_registers"},
+                                                         {"128x64x8s", "128x64x8:q_shared"},
+                                                         {"128x128x12w", "128x128x12:warpgroups"},
+                                                         {"64x128x8g", "64x128x8:grid"}};
+  for (const auto& [old_value, new_value] : retired) {
+    CHECK_THAT(
+        message(old_value),
+        Catch::StartsWith(fmt::format(
+            "tiles: got '{}'; the one-letter suffixes are gone: write {} ", old_value, new_value)));
+  }
+  CHECK(message("64x64x4:qshared") == "tiles: got '64x64x4:qshared'; accepted: " + accepted);
+  CHECK(message("64x64x4:") == "tiles: got '64x64x4:'; accepted: " + accepted);
+  CHECK(message(":grid") == "tiles: got ':grid'; accepted: " + accepted);
+  CHECK(message("64x64x4x") == "tiles: got '64x64x4x'; accepted: " + accepted);
 }
 
 TEST_CASE("score modifiers are spec flags, off by default", "[ir]") {

@@ -14,9 +14,9 @@ common="${AB_SHAPE:---batch 1 --heads 16 --seqlen-q 8192} --warmup 5 --repeat 30
 default_cases() {
   local d="dtype=bf16 head_dim=128"
   # The sm80 forward (its automatic shape before the registry) in both builds.
-  echo "fwd none sm80|$d mask=none|$d mask=none tiles=128x48x4s|"
-  echo "fwd causal sm80|$d mask=causal|$d mask=causal tiles=128x48x4s|"
-  echo "fwd causal document sm80|$d mask=flashmask(causal=true,columns=1)|$d mask=flashmask(causal=true,columns=1) tiles=128x48x4s|--mask-data documents"
+  echo "fwd none sm80|$d mask=none|$d mask=none tiles=128x48x4:q_shared|"
+  echo "fwd causal sm80|$d mask=causal|$d mask=causal tiles=128x48x4:q_shared|"
+  echo "fwd causal document sm80|$d mask=flashmask(causal=true,columns=1)|$d mask=flashmask(causal=true,columns=1) tiles=128x48x4:q_shared|--mask-data documents"
   echo "bwd none|$d mask=none direction=backward|$d mask=none direction=backward|"
   echo "bwd causal|$d mask=causal direction=backward|$d mask=causal direction=backward|"
   echo "bwd causal document|$d mask=flashmask(causal=true,columns=1) direction=backward|$d mask=flashmask(causal=true,columns=1) direction=backward|--mask-data documents"

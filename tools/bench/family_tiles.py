@@ -13,7 +13,8 @@ o.backward(dO), inputs that require grad, FLOPs 3.5x the forward's; the automati
 `tiles=` forces the forward alone), for comparing builds on the backward.
 Prints the markdown report, the table last; --out writes it.
 
-    python3 tools/bench/family_tiles.py --head-dim 64 --tiles 128x128x12w,64x128x8w
+    python3 tools/bench/family_tiles.py --head-dim 64 \
+        --tiles 128x128x12:warpgroups,64x128x8:warpgroups
     python3 tools/bench/family_tiles.py --head-dim 128 --mode fwd+bwd --families document
 """
 
@@ -42,7 +43,7 @@ def parse_args(argv=None):
                         help=f"comma-separated families of docs/masks.md, or {CONTROL}")
     parser.add_argument("--tiles", default="",
                         help="comma-separated shapes forced besides the automatic choice, "
-                             "e.g. 128x128x12w,64x128x8w")
+                             "e.g. 128x128x12:warpgroups,64x128x8:warpgroups")
     parser.add_argument("--mode", default="fwd", choices=("fwd", "fwd+bwd"),
                         help="the forward alone (default) or a training step's forward and "
                              "backward (automatic tiles only)")

@@ -9,7 +9,7 @@ first-call latency from a cold compile, a disk-cache hit and a memory-cache hit.
 markdown report last (and writes it to --out).
 
     python3 tools/bench/fwd_vs_sdpa.py --batch 1 --heads 16 --seqlen 8192 --head-dim 128 \
-        --tiles 128x64x8,128x128x8q --out results.md
+        --tiles 128x64x8,128x128x8:q_registers --out results.md
 """
 
 import datetime
@@ -35,7 +35,7 @@ compiled_flex = torch.compile(flex_attention)
 
 def parse_args():
     parser = problem_parser(__doc__.split("\n\n")[0], warmup=10)
-    parser.add_argument("--tiles", default="", help="comma-separated BMxBNxW[q|s] shapes")
+    parser.add_argument("--tiles", default="", help="comma-separated BMxBNxW[:LAYOUT] shapes")
     args = parser.parse_args()
     if args.runs < 30:
         parser.error("--runs: at least 30")

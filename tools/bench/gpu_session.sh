@@ -67,8 +67,9 @@ PYTHONUNBUFFERED=1 python3 tools/bench/random_grad_check.py --cases 20 \
 grep -E "^(random_grad_check|failed|\| all)" "$out/random_grad_check.log"
 
 echo "== tile sweep (bf16, B=1, H=16, S=8192; TFLOP/s none / causal)"
-for dim_tiles in "64:auto,128x64x4s,128x128x4s" "96:auto,128x32x4s" "128:auto,128x32x4s,128x128x8q" \
-                 "192:auto,128x32x8s" "256:auto,128x32x8s"; do
+for dim_tiles in "64:auto,128x64x4:q_shared,128x128x4:q_shared" "96:auto,128x32x4:q_shared" \
+                 "128:auto,128x32x4:q_shared,128x128x8:q_registers" \
+                 "192:auto,128x32x8:q_shared" "256:auto,128x32x8:q_shared"; do
   dim=${dim_tiles%%:*}
   for tiles in $(echo "${dim_tiles#*:}" | tr ',' ' '); do
     line="d$dim $tiles:"
@@ -83,7 +84,8 @@ done
 
 echo "== attnjit vs SDPA / FlexAttention (one process)"
 PYTHONUNBUFFERED=1 python3 tools/bench/fwd_vs_sdpa.py --batch 1 --heads 16 --seqlen 8192 \
-  --head-dim 128 --tiles 128x32x4s,128x128x8q,128x64x4s --out "$out/fwd_vs_sdpa.md" || status=1
+  --head-dim 128 --tiles 128x32x4:q_shared,128x128x8:q_registers,128x64x4:q_shared \
+  --out "$out/fwd_vs_sdpa.md" || status=1
 
 echo "== forward + backward vs SDPA / FlexAttention (one process)"
 PYTHONUNBUFFERED=1 python3 tools/bench/bwd_vs_sdpa.py --out "$out/bwd_vs_sdpa.md" || status=1

@@ -29,9 +29,10 @@ class ArgumentTest(unittest.TestCase):
 
     def test_lists_and_sizes(self):
         args = family_tiles.parse_args(["--head-dim", "64", "--seqlen", "32768", "--families",
-                                        "causal,document", "--tiles", "128x128x12w,64x128x8w"])
+                                        "causal,document", "--tiles",
+                                        "128x128x12:warpgroups,64x128x8:warpgroups"])
         self.assertEqual(args.families, ["causal", "document"])
-        self.assertEqual(args.tiles, ["128x128x12w", "64x128x8w"])
+        self.assertEqual(args.tiles, ["128x128x12:warpgroups", "64x128x8:warpgroups"])
         self.assertEqual(family_tiles.problem(args), (4, 64))
 
     def test_bad_values_are_refused(self):
@@ -42,8 +43,8 @@ class ArgumentTest(unittest.TestCase):
         self.assertIn("--head-dim: got 100; accepted: a divisor of 4096",
                       refused(["--head-dim", "100"]))
         self.assertIn("accepted: >= 1 / >= 0", refused(["--runs", "0"]))
-        self.assertIn("--tiles: got 128x96x12w with --mode fwd+bwd; accepted: none",
-                      refused(["--mode", "fwd+bwd", "--tiles", "128x96x12w"]))
+        self.assertIn("--tiles: got 128x96x12:warpgroups with --mode fwd+bwd; accepted: none",
+                      refused(["--mode", "fwd+bwd", "--tiles", "128x96x12:warpgroups"]))
         self.assertIn("invalid choice: 'bwd'", refused(["--mode", "bwd"]))
 
 
@@ -58,14 +59,14 @@ class MaskTest(unittest.TestCase):
 
 class ReportTest(unittest.TestCase):
     def test_rows_against_the_automatic_choice(self):
-        args = family_tiles.parse_args(["--tiles", "128x112x12w"])
+        args = family_tiles.parse_args(["--tiles", "128x112x12:warpgroups"])
         rows = [dict(family="document", tiles="auto", visible=0.331, ms=12.0, tflops=500.0),
-                dict(family="document", tiles="128x112x12w", visible=0.331, ms=13.2,
+                dict(family="document", tiles="128x112x12:warpgroups", visible=0.331, ms=13.2,
                      tflops=454.5)]
         text = family_tiles.report(args, "GPU", rows)
         self.assertIn("## attnjit forward by tile shape: GPU", text)
         self.assertIn("| document (33.1%) | auto | 12.000 | 500 | 1.000 |", text)
-        self.assertIn("| document (33.1%) | 128x112x12w | 13.200 | 454 | 1.100 |", text)
+        self.assertIn("| document (33.1%) | 128x112x12:warpgroups | 13.200 | 454 | 1.100 |", text)
         self.assertIn("S=8192, B=16, H=32, D=128", text)
 
     def test_forward_backward_report(self):

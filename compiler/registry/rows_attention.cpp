@@ -1,7 +1,7 @@
 // The attention rows of the registry: the sm80 forward, the two layouts of the sm80 backward
-// main kernel and the deterministic dQ kernel, with their tile candidates (measured on an
-// H100 and kept spill-free by the NVRTC sweep; docs/benchmarks/), shared-memory formulas
-// and the checks of explicit `tiles=` shapes.
+// main kernel and the deterministic dQ kernel, with their tile candidates (the fastest measured
+// shapes, kept spill-free by the NVRTC sweep), shared-memory formulas and the checks of
+// explicit `tiles=` shapes.
 #include <array>
 
 #include "attnjit/error.hpp"
@@ -30,11 +30,10 @@ constexpr TileCandidate forward_candidate(int d, int block_m, int block_n, int w
 
 // Preferred first; the first that fits the target's shared memory and the mask wins. Each
 // warp owns 16-row slabs of the CTA's rows. Two-slab warps (32 rows) read every K/V
-// fragment once for two MMAs, which an H100 rewards (d64: 318 TFLOP/s against 226 for
-// one-slab warps; d96: 327 against 239), so they are used wherever their accumulators fit
-// in 255 registers without spilling: the key block shrinks as the head dim grows and as the
-// mask needs more registers. d192/d256 use one-slab warps. The later shapes fit sm_80 with
-// FlashMask staging and the ~99 KB of sm_86/sm_89.
+// fragment once for two MMAs, which is much faster than one-slab warps, so they are used
+// wherever their accumulators fit in 255 registers without spilling: the key block shrinks as
+// the head dim grows and as the mask needs more registers. d192/d256 use one-slab warps. The
+// later shapes fit sm_80 with FlashMask staging and the ~99 KB of sm_86/sm_89.
 constexpr std::array<TileCandidate, 18> kForwardCandidates{{
     forward_candidate(32, 128, 128, 4, TileLayout::q_shared, MaskCost::index),
     forward_candidate(32, 128, 64, 4, TileLayout::q_shared, MaskCost::predicate),
@@ -327,9 +326,8 @@ KernelRow backward_grid_sm80() {
   KernelRow row =
       backward_row("backward_grid.sm80", KernelFamily::sm80, "attnjit/sm80/backward_grid.cuh",
                    "BackwardGridSm80", "backward_grid_sm80");
-  // Its gain is in the dQ product; without it (deterministic mode) key slabs were faster on
-  // an H100 (d128, 8K: none 6.19 against 6.44 ms, causal 3.14 against 3.31), so it is taken
-  // there only when asked for.
+  // Its gain is in the dQ product; without it (deterministic mode) key slabs are faster, so
+  // it is taken there only when asked for.
   row.support.auto_deterministic = false;
   row.support.predicate_masks = false;
   row.tiles_layouts = kGridLayouts;

@@ -53,11 +53,10 @@ constexpr std::array<TileLayout, 1> kLayouts{TileLayout::warpgroups};
 
 // Writer warps of the producer warpgroup issue the dQ reductions: the consumers hand each dQ
 // tile over instead of waiting, before their dS^T barrier, until the last tile's reductions
-// have read the buffer (H100, fwd+bwd at 8K d128: 1-2% faster; the backward alone under the
-// causal FlashMask masks at d128, 32K: 0.97-0.99x the time). The writers (the producer's walk,
-// the reductions, in the deterministic mode the dQ turns; the wide layout's also release its
-// stages) need a producer warpgroup of 40 registers (ptxas spilled below that under
-// FlashMask), which leaves the consumers 232 instead of 240: enough at head dim 128 under
+// have read the buffer, which is faster than the consumers issuing them. The writers (the
+// producer's walk, the reductions, in the deterministic mode the dQ turns; the wide layout's
+// also release its stages) need a producer warpgroup of 40 registers (ptxas spilled below that
+// under FlashMask), which leaves the consumers 232 instead of 240: enough at head dim 128 under
 // FlashMask too since a partial block's rule compares compile-time query offsets with bounds
 // per key (backward_common.cuh's mask_scores_by_key_bounds; a query index per element spilled 4-12
 // bytes under the causal masks of one or two vectors). 80-row blocks need the consumers' 240

@@ -1,8 +1,7 @@
 // The forward of the sm90a family (sm90a/forward.cuh): a TMA producer warpgroup and wgmma consumer
 // warpgroups of 64 query rows (two: block_m = 128, 12 warps; at d64 three or one, below), K and V
-// rings of two stages; its parameters are FwdParams and the TMA maps of q, k, v and o. On an H100
-// it runs d128 at 667 TFLOP/s without a mask and 639 causal, against 360 and 286 for the sm80
-// forward (docs/benchmarks/2026-11-24-h100-forward-sm90a.md).
+// rings of two stages; its parameters are FwdParams and the TMA maps of q, k, v and o. It is
+// the automatic forward on sm_90a from head dim 64 (docs/performance.md has its speed).
 #include <fmt/format.h>
 
 #include <array>
@@ -70,8 +69,7 @@ int widest_block_n(const AttentionSpec& spec, const MaskLowering& mask) {
       // Up to d128, 128 keys under every mask: at d128 since the persistent producer keeps 24
       // registers (producer_registers; at 228 registers a consumer spilled 48 bytes with the
       // causal flag and two vectors, with predicates, and with four vectors and both
-      // modifiers). Against 112 (B=16 H=32 S=8192) no family moved beyond the spread of
-      // identical kernels (causal blockwise 7.7-8.6 ms from process to process).
+      // modifiers); 112 keys were no faster under any family.
       return 128;
   }
 }
@@ -79,18 +77,12 @@ int widest_block_n(const AttentionSpec& spec, const MaskLowering& mask) {
 // Three consumers (d64, 160 registers each) where query blocks visit long rows of key blocks:
 // the softmax's exponentials take as long as a warpgroup's products there, and two
 // warpgroups' softmaxes hide behind the third's products.
-//   - Masks by index without a window (B=16 H=64 S=8192, time against two consumers: 0.90x
-//     no mask, 0.93x causal; docs/benchmarks/2026-11-25-h100-forward-three-consumers.md).
-//   - FlashMask with two vectors (LTS with LTE or UTE), persistent (192x128 against 128x128,
-//     same session: documents 0.93x, prefix-LM causal 0.91x, prefix-LM documents 0.94x,
-//     QK-sparse 0.95x, causal blockwise 1.03x;
-//     docs/benchmarks/2026-11-26-h100-forward-three-consumers-flashmask.md).
+//   - masks by index without a window;
+//   - FlashMask with two vectors (LTS with LTE or UTE), persistent.
 // Not for windows by index, one vector (causal) or four vectors: their query blocks visit few
-// key blocks, many of them partial with 192 rows (sliding window by index 1.20x; FlashMask
-// sliding window 1.11x, causal documents 1.02x, global + sliding window 1.09x; random eviction
-// 0.95x and share question 0.98x, the other one-vector families, follow the rule), nor for
+// key blocks, many of them partial with 192 rows, where two consumers are faster; nor for
 // predicates (not measured). Score modifiers narrow the key block to 112 (no spills) without
-// tables; with two vectors they spilled there (44 bytes, causal, softcap).
+// tables; with two vectors they spilled there.
 bool three_consumers_fit(const TileCandidate& c, const AttentionSpec& spec,
                          const MaskLowering& mask) {
   const bool modifiers = spec.softcap || spec.alibi;
@@ -101,17 +93,10 @@ bool three_consumers_fit(const TileCandidate& c, const AttentionSpec& spec,
 
 // One consumer (64 rows, two CTAs per SM: the consumer keeps 232 registers) for sliding
 // windows by index at d64: their query blocks visit few key blocks, and a CTA's start and
-// epilogue then run beside the other CTA's products (B=16 H=64 S=8192, a 511-key window: 0.96x
-// the time of two consumers; docs/benchmarks/2026-11-25-h100-forward-three-consumers.md). It
-// was the choice for FlashMask at d64 too while the producer divided for the CTA's heads at
-// every block; with the heads in shared memory two consumers take less time on seven of the
-// ten FlashMask families measured at d64 (against one: causal documents 0.87x, causal
-// blockwise, documents and prefix-LM documents 0.93-0.94x, QK-sparse 0.95x, prefix-LM causal
-// 0.97x, the FlashMask sliding window 0.98x) and more on three (global + sliding window 1.10x,
-// share question and random eviction 1.05x;
-// docs/benchmarks/2026-11-26-h100-forward-cta-heads.md). At d128 two CTAs fit only with 64- or
-// 80-key blocks, which measured 1.15-1.26x slower. `tiles=64xBNx8:warpgroups` forces it (head
-// dims up to 128).
+// epilogue then run beside the other CTA's products. Under FlashMask two consumers are faster
+// on most families (the CTA's heads are in shared memory). At d128 two CTAs fit only with 64-
+// or 80-key blocks, which are slower. `tiles=64xBNx8:warpgroups` forces it (head dims up to
+// 128).
 bool one_consumer_fits(const TileCandidate& c, const AttentionSpec& spec,
                        const MaskLowering& mask) {
   return spec.head_dim_qk == 64 && mask.window_by_index && c.block_n <= 128;
@@ -162,12 +147,10 @@ std::pair<int, int> smem_parts(const TileCandidate& c, const AttentionSpec& spec
 // first, which the CTAs draw in that order from a counter), two or three consumers (one keeps
 // two CTAs per SM), head dims up to 128 (beyond, the consumers have no registers for the loop)
 // and where shared memory holds an O
-// tile of its own (227 KB less 512 bytes of static shared variables). On the H100 (B=16 S=8192,
-// the FlashMask families) it took 0.80-1.00x the time at d64 and d128 (sliding window 0.84x,
-// share question and global + sliding window 0.91x; docs/benchmarks/2026-11-26-h100-forward-
-// persistent.md). Masks by index keep one CTA per work: their index order is not sorted by
-// weight, and no work was short enough to gain (2026-11-25-h100-forward-persistent.md). Three
-// consumers under FlashMask measured persistent only (three_consumers_fit).
+// tile of its own (227 KB less 512 bytes of static shared variables): there it is never slower
+// and often faster. Masks by index keep one CTA per work: their index order is not sorted by
+// weight, and no work is short enough to gain. Three consumers under FlashMask are persistent
+// only (three_consumers_fit).
 bool persistent(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   const auto [shared, o_tile] = smem_parts(c, spec, mask);
   return skips_by_tables(mask) && c.block_m >= 128 && spec.head_dim_qk <= 128 &&
@@ -191,7 +174,7 @@ bool persistent_tiles(const KernelTiles& tiles, const AttentionSpec& spec,
 // it keeps them there and gives the rest to the consumers where they need them, three
 // consumers (160 registers each instead of 152: 192x128 spilled 80 bytes) and two at d128
 // (240 instead of 228: 128-key blocks under every mask). Two consumers at d64 keep 40 / 48:
-// with 24, global + sliding window took 1.03x the time (twice; B=16 H=64 S=8192).
+// with 24 the producer's walk of four vectors slows the kernel.
 int producer_registers(const KernelTiles& tiles, const AttentionSpec& spec,
                        const MaskLowering& mask) {
   const std::size_t vectors = mask.vectors.size();

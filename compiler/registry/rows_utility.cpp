@@ -8,16 +8,20 @@ namespace {
 
 constexpr int kRowKernelThreads = 128;  // row_kernels.cuh: one warp per row, four rows per block
 
+// A utility row: its device function is named like the row, and it runs on every target.
 KernelRow utility(std::string_view id, KernelRole role, std::string_view header,
-                  std::string_view body, ParamBlock params, int threads) {
+                  ParamBlock params, int threads, decltype(KernelRow::launch) launch,
+                  decltype(KernelRow::buffers) buffers) {
   KernelRow row;
   row.id = id;
   row.role = role;
   row.header = header;
-  row.body = body;
+  row.body = id;
   row.params = params;
   row.threads = threads;
   row.support.targets = {Arch::sm_80, Arch::sm_86, Arch::sm_89, Arch::sm_90, Arch::sm_90a};
+  row.launch = launch;
+  row.buffers = buffers;
   return row;
 }
 
@@ -136,56 +140,38 @@ std::vector<BufferNeed> reduce_buffers(const KernelDesc&, const Lowering& ir) {
 }  // namespace
 
 KernelRow flashmask_minmax() {
-  KernelRow row =
-      utility("flashmask_minmax", KernelRole::flashmask_minmax, "attnjit/masks/flashmask_minmax.cuh",
-              "flashmask_minmax", ParamBlock::minmax, 4 * 32);
-  row.launch = minmax_launch;
-  row.buffers = minmax_buffers;
-  return row;
+  return utility("flashmask_minmax", KernelRole::flashmask_minmax,
+                 "attnjit/masks/flashmask_minmax.cuh", ParamBlock::minmax, 4 * 32, minmax_launch,
+                 minmax_buffers);
 }
 
 KernelRow predicate_blocks() {
-  KernelRow row =
-      utility("predicate_blocks", KernelRole::predicate_blocks, "attnjit/masks/predicate_blocks.cuh",
-              "predicate_blocks", ParamBlock::predicate_blocks, 256);
-  row.launch = predicate_blocks_launch;
-  row.buffers = predicate_blocks_buffers;
-  return row;
+  return utility("predicate_blocks", KernelRole::predicate_blocks,
+                 "attnjit/masks/predicate_blocks.cuh", ParamBlock::predicate_blocks, 256,
+                 predicate_blocks_launch, predicate_blocks_buffers);
 }
 
 KernelRow cta_order() {
-  KernelRow row = utility("cta_order", KernelRole::cta_order, "attnjit/masks/cta_order.cuh", "cta_order",
-                          ParamBlock::cta_order, 1024);
-  row.launch = cta_order_launch;
-  row.buffers = cta_order_buffers;
-  return row;
+  return utility("cta_order", KernelRole::cta_order, "attnjit/masks/cta_order.cuh",
+                 ParamBlock::cta_order, 1024, cta_order_launch, cta_order_buffers);
 }
 
 KernelRow backward_preprocess() {
-  KernelRow row = utility("backward_preprocess", KernelRole::backward_preprocess,
-                          "attnjit/common/backward_preprocess.cuh", "backward_preprocess",
-                          ParamBlock::attention, kRowKernelThreads);
-  row.launch = query_rows_launch;
-  row.buffers = preprocess_buffers;
-  return row;
+  return utility("backward_preprocess", KernelRole::backward_preprocess,
+                 "attnjit/common/backward_preprocess.cuh", ParamBlock::attention,
+                 kRowKernelThreads, query_rows_launch, preprocess_buffers);
 }
 
 KernelRow backward_convert_dq() {
-  KernelRow row = utility("backward_convert_dq", KernelRole::backward_convert_dq,
-                          "attnjit/common/backward_convert_dq.cuh", "backward_convert_dq",
-                          ParamBlock::attention, kRowKernelThreads);
-  row.launch = query_rows_launch;
-  row.buffers = convert_dq_buffers;
-  return row;
+  return utility("backward_convert_dq", KernelRole::backward_convert_dq,
+                 "attnjit/common/backward_convert_dq.cuh", ParamBlock::attention,
+                 kRowKernelThreads, query_rows_launch, convert_dq_buffers);
 }
 
 KernelRow backward_reduce_dkdv() {
-  KernelRow row = utility("backward_reduce_dkdv", KernelRole::backward_reduce_dkdv,
-                          "attnjit/common/backward_reduce_dkdv.cuh", "backward_reduce_dkdv",
-                          ParamBlock::attention, kRowKernelThreads);
-  row.launch = reduce_launch;
-  row.buffers = reduce_buffers;
-  return row;
+  return utility("backward_reduce_dkdv", KernelRole::backward_reduce_dkdv,
+                 "attnjit/common/backward_reduce_dkdv.cuh", ParamBlock::attention,
+                 kRowKernelThreads, reduce_launch, reduce_buffers);
 }
 
 }  // namespace attnjit::registry

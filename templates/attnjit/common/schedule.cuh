@@ -5,8 +5,8 @@
 // heaviest blocks of the last heads would start last and set the kernel's tail. So the
 // attention kernels are launched on (2 * blocks, ceil(heads / 2), batch): x = 2 * step +
 // member walks the blocks of a pair of heads heaviest first, alternating between the two
-// heads. The last CTAs to start are then light ones, and the CTAs running at once still share the operands of about two heads in
-// L2, as in the literal order. Decoding takes a few integer operations on the block indices,
+// heads. The last CTAs to start are then light ones, and the CTAs running at once still share
+// the operands of about two heads in L2, as in the literal order. Decoding takes a few integer operations on the block indices,
 // which the compiler may redo at each use rather than hold in registers across a loop.
 //
 // Under FlashMask and predicate masks the work of a block depends on the mask data, not on

@@ -9,7 +9,7 @@
 
 namespace attnjit::registry {
 
-// Attention rows (rows_attention.cpp, rows_forward_sm90a.cpp, rows_backward_sm90a.cpp).
+// Attention rows (rows_sm80.cpp, rows_forward_sm90a.cpp, rows_backward_sm90a.cpp).
 KernelRow forward_sm90a();
 KernelRow forward_sm80();
 KernelRow backward_sm90a();

@@ -1,4 +1,4 @@
-// The attention rows of the registry: the sm80 forward, the two layouts of the sm80 backward
+// The rows of the sm80 family: the sm80 forward, the two layouts of the sm80 backward
 // main kernel and the deterministic dQ kernel, with their tile candidates (the fastest measured
 // shapes, kept spill-free by the NVRTC sweep), shared-memory formulas and the checks of
 // explicit `tiles=` shapes.

@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Packed documents (varlen): attnjit against PyTorch's varlen_attn and FlexAttention.
+
+--total tokens (default 65536) of documents whose lengths are drawn from an exponential
+distribution of mean M (each of --means), packed in one row, causal inside each document
+(every document has as many queries as keys). In one process, bf16, forward and
+forward+backward:
+  attnjit packed     the row as one [1, T, H, D] sample with the causal-document FlashMask
+                     vectors, flashmask(causal=true,columns=1): LTS = the end of the key's
+                     document;
+  attnjit 2-column   the same row with the vectors a varlen call needs when a sequence has
+                     fewer queries than keys, flashmask(causal=false,columns=2): LTS = the end
+                     of the key's document, UTE = the first query row that sees the key (here
+                     the key's own row);
+  varlen_attn        torch.nn.attention.varlen.varlen_attn on [T, H, D] with cu_seqlens
+                     (window_size=(-1, 0): causal);
+  FlexAttention      compiled flex_attention with a document-causal mask_mod; its BlockMask
+                     is made once per length draw, timed apart (median of later calls).
+Each implementation is checked against attnjit packed on the first input set: relative errors
+of o, dq, dk, dv must be <= 2e-2, else the row is marked WRONG and the script exits 1 after the
+report. Times: CUDA events, median of --runs over 3 rotating input sets, o.backward(dO) with a
+fixed random dO. FLOPs count visible (query, key) pairs: forward 4·H·D·pairs, backward 2.5x.
+
+    python3 tools/bench/varlen_vs_peers.py --means 1024,4096,8192 --out varlen.md
+"""
+
+import argparse
+import datetime
+import random
+import shlex
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(BENCH.parent / "python"))
+
+HEAD_DIMS = (32, 64, 96, 128, 192, 256)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--total", type=int, default=65536, help="tokens per row")
+    parser.add_argument("--means", default="1024,4096,8192",
+                        help="comma-separated mean document lengths, one comparison each")
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--kv-heads", type=int, default=None, help="default: --heads")
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0, help="seeds the lengths and the inputs")
+    parser.add_argument("--out", help="also write the markdown report here")
+    args = parser.parse_args(argv)
+    if args.kv_heads is None:
+        args.kv_heads = args.heads
+    try:
+        args.means = [int(mean) for mean in args.means.split(",")]
+    except ValueError:
+        parser.error(f"--means: got '{args.means}'; accepted: comma-separated integers")
+    for option, value, low in (("--total", args.total, 1), ("--heads", args.heads, 1),
+                               ("--kv-heads", args.kv_heads, 1), ("--runs", args.runs, 1),
+                               ("--warmup", args.warmup, 0)):
+        if value < low:
+            parser.error(f"{option}: got {value}; accepted: an integer >= {low}")
+    if args.heads % args.kv_heads != 0:
+        parser.error(f"--kv-heads: got {args.kv_heads}; accepted: a divisor of --heads "
+                     f"({args.heads})")
+    if args.head_dim not in HEAD_DIMS:
+        parser.error(f"--head-dim: got {args.head_dim}; accepted: "
+                     f"{', '.join(map(str, HEAD_DIMS))}")
+    for mean in args.means:
+        if not 1 <= mean <= args.total:
+            parser.error(f"--means: got {mean}; accepted: 1 to --total ({args.total})")
+    return args
+
+
+def draw_lengths(rng, mean, total):
+    """Document lengths >= 1 drawn from an exponential distribution of mean `mean`, the last
+    one cut so that they sum to `total`."""
+    lengths, used = [], 0
+    while used < total:
+        length = min(max(1, round(rng.expovariate(1.0 / mean))), total - used)
+        lengths.append(length)
+        used += length
+    return lengths
+
+
+def offsets(lengths):
+    """cu_seqlens: 0, then the running sums of `lengths`."""
+    out = [0]
+    for length in lengths:
+        out.append(out[-1] + length)
+    return out
+
+
+def visible_pairs(lengths):
+    """The (query, key) pairs a causal mask inside each document leaves visible."""
+    return sum(n * (n + 1) // 2 for n in lengths)
+
+
+def main():
+    args = parse_args()
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    import attnjit
+    from bwd_vs_sdpa import (BACKWARD_FLOPS_FACTOR, INPUT_SETS, MAX_RELATIVE_ERROR,
+                             check_and_time, failed_check, in_bhsd, outputs_and_grads, timed)
+    from peers import timed as host_timed
+    from timing import publish
+
+    started = time.perf_counter()
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    device = "cuda"
+    compiled_flex = torch.compile(flex_attention)
+    compiled_block_mask = torch.compile(create_block_mask)
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        varlen_attn = None
+
+    total, heads, kv_heads, dim = args.total, args.heads, args.kv_heads, args.head_dim
+    inputs = [tuple(torch.randn((1, total, h, dim), dtype=torch.bfloat16, device=device)
+                    .requires_grad_() for h in (heads, kv_heads, kv_heads))
+              for _ in range(INPUT_SETS)]
+    d_o = torch.randn((1, total, heads, dim), dtype=torch.bfloat16, device=device)
+
+    rows, failures = [], []
+    for mean in args.means:
+        lengths = draw_lengths(rng, mean, total)
+        cuts = offsets(lengths)
+        print(f"mean {mean}: {len(lengths)} documents ...", file=sys.stderr, flush=True)
+        ends = torch.empty(total, dtype=torch.int32)
+        for start, end in zip(cuts[:-1], cuts[1:]):
+            ends[start:end] = end
+        rows_of_keys = torch.arange(total, dtype=torch.int32)
+        one_column = ends.view(1, 1, total, 1).to(device)
+        two_columns = torch.stack([ends, rows_of_keys], dim=-1).view(1, 1, total, 2).to(device)
+        document = torch.repeat_interleave(torch.arange(len(lengths), dtype=torch.int32),
+                                           torch.tensor(lengths)).to(device)
+        cu_seqlens = torch.tensor(cuts, dtype=torch.int32, device=device)
+        longest = max(lengths)
+
+        def document_causal(b, h, q, k):
+            return (document[q] == document[k]) & (q >= k)
+
+        _, block_mask_ms, block_mask = host_timed(
+            lambda: compiled_block_mask(document_causal, None, None, total, total,
+                                        device=device), 3)
+
+        implementations = [
+            ("attnjit packed", lambda q, k, v: attnjit.attention(
+                q, k, v, mask="flashmask", causal=True, startend_row_indices=one_column)),
+            ("attnjit 2-column", lambda q, k, v: attnjit.attention(
+                q, k, v, mask="flashmask", causal=False, startend_row_indices=two_columns)),
+            ("FlexAttention", in_bhsd(lambda q, k, v: compiled_flex(
+                q, k, v, block_mask=block_mask, enable_gqa=kv_heads != heads))),
+        ]
+        if varlen_attn is not None:
+            implementations.insert(2, ("varlen_attn", lambda q, k, v: varlen_attn(
+                q[0], k[0], v[0], cu_seqlens, cu_seqlens, longest, longest,
+                window_size=(-1, 0)).unsqueeze(0)))
+
+        forward_flops = 4 * heads * dim * visible_pairs(lengths)
+        reference = outputs_and_grads(implementations[0][1], *inputs[0], d_o)
+        for name, attention in implementations:
+            row = dict(mean=mean, documents=len(lengths), name=name)
+            try:
+                errors, forward_ms, total_ms = check_and_time(attention, inputs, d_o, reference,
+                                                              args)
+            except Exception as error:  # a peer that cannot run this problem: reported
+                row["check"] = failed_check(error)
+                rows.append(row)
+                continue
+            wrong = max(errors) > MAX_RELATIVE_ERROR
+            row["check"] = ("WRONG " if wrong else "") + "rel " + " / ".join(
+                f"{e:.1e}" for e in errors)
+            if wrong:
+                failures.append(f"mean {mean}, {name}: {row['check']}")
+            row.update(timed(forward_ms, total_ms, forward_flops))
+            if name == "FlexAttention":
+                row["extra"] = f"BlockMask {block_mask_ms:.1f} ms"
+            rows.append(row)
+
+    command = "python3 " + " ".join(shlex.quote(arg) for arg in sys.argv)
+    lines = [
+        f"## Packed documents: attnjit vs varlen_attn and FlexAttention, "
+        f"{torch.cuda.get_device_name()}", "",
+        f"torch {torch.__version__}, attnjit {attnjit.version()}, "
+        f"{datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}; `{command}` "
+        f"({time.perf_counter() - started:.0f} s, compiles included)", "",
+        f"bf16, {total} tokens in one row, H={heads} Hkv={kv_heads} D={dim}, causal inside "
+        f"each document; lengths drawn with seed {args.seed}; median of {args.runs} runs over "
+        f"{INPUT_SETS} input sets; FLOPs: forward 4·H·D·pairs, backward "
+        f"{BACKWARD_FLOPS_FACTOR}x; ratios: attnjit packed's time over the row's; check: "
+        "o / dq / dk / dv against attnjit packed", "",
+        "| mean doc (docs) | implementation | fwd TFLOP/s | fwd+bwd TFLOP/s | attnjit packed "
+        "fwd / fwd+bwd speedup | check |", "|---|---|---:|---:|---:|---|"]
+    ours = {row["mean"]: row for row in rows if row["name"] == "attnjit packed"}
+    for row in rows:
+        label = f"{row['mean']} ({row['documents']})"
+        if "total_ms" not in row:
+            lines.append(f"| {label} | {row['name']} | - | - | - | {row['check']} |")
+            continue
+        base = ours.get(row["mean"])
+        speedup = (f"{row['forward_ms'] / base['forward_ms']:.2f}x / "
+                   f"{row['total_ms'] / base['total_ms']:.2f}x") if base and "total_ms" in base \
+            else "-"
+        extra = f" ({row['extra']})" if "extra" in row else ""
+        lines.append(f"| {label} | {row['name']}{extra} | {row['forward_tflops']:.0f} | "
+                     f"{row['total_tflops']:.0f} | {speedup} | {row['check']} |")
+    if failures:
+        lines += ["", "**FAILED correctness checks:**"] + [f"- {failure}" for failure in failures]
+    publish("\n".join(lines) + "\n", args.out, failures)
+
+
+if __name__ == "__main__":
+    main()

@@ -99,6 +99,23 @@ def visible_pairs(lengths):
     return sum(n * (n + 1) // 2 for n in lengths)
 
 
+def table_line(row, base):
+    """One implementation's line of the report; `base` is attnjit packed's row of the same
+    lengths."""
+    extra = f" ({row['extra']})" if "extra" in row else ""
+    cells = [f"{row['mean']} ({row['documents']})", row["name"] + extra]
+    if "total_ms" not in row:
+        cells += ["-", "-", "-"]
+    else:
+        cells += [f"{row['forward_tflops']:.0f}", f"{row['total_tflops']:.0f}"]
+        if base is None or "total_ms" not in base:
+            cells.append("-")
+        else:
+            cells.append(f"{row['forward_ms'] / base['forward_ms']:.2f}x / "
+                         f"{row['total_ms'] / base['total_ms']:.2f}x")
+    return "| " + " | ".join(cells + [row["check"]]) + " |"
+
+
 def main():
     args = parse_args()
     import torch
@@ -199,18 +216,7 @@ def main():
         "| mean doc (docs) | implementation | fwd TFLOP/s | fwd+bwd TFLOP/s | attnjit packed "
         "fwd / fwd+bwd speedup | check |", "|---|---|---:|---:|---:|---|"]
     ours = {row["mean"]: row for row in rows if row["name"] == "attnjit packed"}
-    for row in rows:
-        label = f"{row['mean']} ({row['documents']})"
-        if "total_ms" not in row:
-            lines.append(f"| {label} | {row['name']} | - | - | - | {row['check']} |")
-            continue
-        base = ours.get(row["mean"])
-        speedup = (f"{row['forward_ms'] / base['forward_ms']:.2f}x / "
-                   f"{row['total_ms'] / base['total_ms']:.2f}x") if base and "total_ms" in base \
-            else "-"
-        extra = f" ({row['extra']})" if "extra" in row else ""
-        lines.append(f"| {label} | {row['name']}{extra} | {row['forward_tflops']:.0f} | "
-                     f"{row['total_tflops']:.0f} | {speedup} | {row['check']} |")
+    lines += [table_line(row, ours.get(row["mean"])) for row in rows]
     if failures:
         lines += ["", "**FAILED correctness checks:**"] + [f"- {failure}" for failure in failures]
     publish("\n".join(lines) + "\n", args.out, failures)

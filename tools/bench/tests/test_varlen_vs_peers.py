@@ -1,39 +1,37 @@
-"""Tests of varlen_vs_peers.py's parts that need neither PyTorch nor a GPU: argument checks,
-the document lengths (repeatable by seed, summing to the row) and the pair count.
-
-Run: python3 -m unittest discover -s tools/bench/tests
-"""
+"""varlen_vs_peers.py without PyTorch or a GPU: its argument checks, the document lengths it
+draws (repeatable by seed, filling the row) and its pair count. Part of ctest bench_scripts."""
 
 import random
 import sys
 import unittest
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import varlen_vs_peers  # noqa: E402
 from support import refusal  # noqa: E402
 
 
-class ArgumentTest(unittest.TestCase):
-    def refused(self, argv):
-        return refusal(varlen_vs_peers.parse_args, argv)
+def refused(argv):
+    """The message varlen_vs_peers refuses `argv` with."""
+    return refusal(varlen_vs_peers.parse_args, argv)
 
+
+class ArgumentTest(unittest.TestCase):
     def test_defaults(self):
         args = varlen_vs_peers.parse_args([])
         self.assertEqual((args.total, args.means, args.heads, args.kv_heads, args.head_dim),
                          (65536, [1024, 4096, 8192], 16, 16, 128))
 
     def test_bad_values_name_the_option_and_what_is_accepted(self):
-        self.assertIn("--means: got 'a,b'; accepted: comma-separated integers",
-                      self.refused(["--means", "a,b"]))
-        self.assertIn("--means: got 70000; accepted: 1 to --total (65536)",
-                      self.refused(["--means", "70000"]))
-        self.assertIn("--kv-heads: got 3; accepted: a divisor of --heads (16)",
-                      self.refused(["--kv-heads", "3"]))
-        self.assertIn("--head-dim: got 80", self.refused(["--head-dim", "80"]))
-        self.assertIn("--runs: got 0; accepted: an integer >= 1", self.refused(["--runs", "0"]))
+        for argv, message in (
+                (["--means", "a,b"], "--means: got 'a,b'; accepted: comma-separated integers"),
+                (["--means", "70000"], "--means: got 70000; accepted: 1 to --total (65536)"),
+                (["--kv-heads", "3"], "--kv-heads: got 3; accepted: a divisor of --heads (16)"),
+                (["--head-dim", "80"], "--head-dim: got 80; accepted: 32, 64, 96, 128"),
+                (["--runs", "0"], "--runs: got 0; accepted: an integer >= 1")):
+            with self.subTest(argv=argv):
+                self.assertIn(message, refused(argv))
 
 
 class LengthTest(unittest.TestCase):

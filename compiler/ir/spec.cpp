@@ -42,6 +42,15 @@ std::string_view lookup_name(const NameTable<Enum, N>& table, Enum value) {
   throw InternalError("enum value without a name");
 }
 
+// The row of `table` whose `Key` member is `value` (every enum value has one).
+template <auto Key, class Row, std::size_t N, class Value>
+const Row& row_of(const std::array<Row, N>& table, Value value) {
+  for (const Row& row : table) {
+    if (row.*Key == value) return row;
+  }
+  throw InternalError("enum value without a row");
+}
+
 template <class Enum, std::size_t N>
 std::string accepted_names(const NameTable<Enum, N>& table) {
   std::string out;
@@ -411,10 +420,7 @@ std::span<const MaskKindInfo> mask_kinds() {
 }
 
 const MaskKindInfo& info_of(MaskKind kind) {
-  for (const MaskKindInfo& info : kMaskKinds) {
-    if (info.kind == kind) return info;
-  }
-  throw InternalError("MaskKind without a row");
+  return row_of<&MaskKindInfo::kind>(kMaskKinds, kind);
 }
 std::string_view name_of(Direction direction) {
   return lookup_name(kDirectionNames, direction);
@@ -428,10 +434,7 @@ std::span<const TileLayoutInfo> tile_layouts() {
 }
 
 const TileLayoutInfo& info_of(TileLayout layout) {
-  for (const TileLayoutInfo& info : kTileLayouts) {
-    if (info.layout == layout) return info;
-  }
-  throw InternalError("TileLayout without a row");
+  return row_of<&TileLayoutInfo::layout>(kTileLayouts, layout);
 }
 
 std::string_view name_of(TileLayout layout) {

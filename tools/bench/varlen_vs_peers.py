@@ -94,11 +94,6 @@ def offsets(lengths):
     return out
 
 
-def visible_pairs(lengths):
-    """The (query, key) pairs a causal mask inside each document leaves visible."""
-    return sum(n * (n + 1) // 2 for n in lengths)
-
-
 def table_line(row, base):
     """One implementation's line of the report; `base` is attnjit packed's row of the same
     lengths."""
@@ -149,12 +144,11 @@ def main():
         lengths = draw_lengths(rng, mean, total)
         cuts = offsets(lengths)
         print(f"mean {mean}: {len(lengths)} documents ...", file=sys.stderr, flush=True)
-        ends = torch.empty(total, dtype=torch.int32)
-        for start, end in zip(cuts[:-1], cuts[1:]):
-            ends[start:end] = end
-        rows_of_keys = torch.arange(total, dtype=torch.int32)
-        one_column = ends.view(1, 1, total, 1).to(device)
-        two_columns = torch.stack([ends, rows_of_keys], dim=-1).view(1, 1, total, 2).to(device)
+        packed = attnjit.flashmask("causal_document", seqlen=total, doc_lengths=lengths,
+                                   device=device)
+        one_column = packed.startend_row_indices
+        rows_of_keys = torch.arange(total, dtype=torch.int32, device=device).view(1, 1, total, 1)
+        two_columns = torch.cat([one_column, rows_of_keys], dim=-1).contiguous()
         document = torch.repeat_interleave(torch.arange(len(lengths), dtype=torch.int32),
                                            torch.tensor(lengths)).to(device)
         cu_seqlens = torch.tensor(cuts, dtype=torch.int32, device=device)
@@ -180,7 +174,7 @@ def main():
                 q[0], k[0], v[0], cu_seqlens, cu_seqlens, longest, longest,
                 window_size=(-1, 0)).unsqueeze(0)))
 
-        forward_flops = 4 * heads * dim * visible_pairs(lengths)
+        forward_flops = 4 * dim * packed.visible_pairs(heads=heads)
         reference = outputs_and_grads(implementations[0][1], *inputs[0], d_o)
         for name, attention in implementations:
             row = dict(mean=mean, documents=len(lengths), name=name)

@@ -79,6 +79,11 @@ Kernel compile_set(SetKind kind, const AttentionSpec& spec, bool use_disk_cache)
   const auto start = std::chrono::steady_clock::now();
   // Validate first: a bad spec is the user's error even where no device could resolve it.
   const AttentionSpec canonical = resolve_target(canonical_spec(spec));
+  if (kind == SetKind::reference && canonical.varlen) {
+    throw_field_error("varlen", "true",
+                      "false: the reference kernel takes padded batches (check a packed batch "
+                      "sequence by sequence)");
+  }
   const std::string spec_text = to_string(canonical);
   const std::string key =
       runtime::cache_key(kind == SetKind::attention ? "attention" : "reference", spec_text);

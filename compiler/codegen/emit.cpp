@@ -158,6 +158,31 @@ std::string emit_attention(const Lowering& ir, const KernelDesc& kernel) {
   return w.str();
 }
 
+// The VarlenMask enumerator (varlen_intervals.cuh) of a mask kind a varlen spec takes.
+std::string_view varlen_mask_name(MaskKind kind) {
+  switch (kind) {
+    case MaskKind::none:
+      return "None";
+    case MaskKind::causal:
+      return "Causal";
+    case MaskKind::sliding_window:
+      return "Window";
+    default:
+      break;
+  }
+  throw InternalError("varlen: validate takes none, causal and sliding_window only");
+}
+
+// The packed batch's vectors from cu_seqlens, for the spec's mask kind (varlen_intervals.cuh).
+std::string emit_varlen_intervals(const Lowering& ir, const KernelDesc& kernel) {
+  SourceWriter w;
+  emit_header(w, ir, kernel);
+  emit_entry(w, kernel, params_type(ir, kernel),
+             fmt::format("attnjit::varlen_intervals<attnjit::kVarlen{}>(params);",
+                         varlen_mask_name(ir.spec.mask.kind)));
+  return w.str();
+}
+
 std::string emit_minmax(const Lowering& ir, const KernelDesc& kernel) {
   SourceWriter w;
   emit_header(w, ir, kernel);
@@ -231,6 +256,8 @@ std::string emit_kernel(const Lowering& ir, const KernelDesc& kernel) {
     case KernelRole::backward:
     case KernelRole::backward_dq:
       return emit_attention(ir, kernel);
+    case KernelRole::varlen_intervals:
+      return emit_varlen_intervals(ir, kernel);
     case KernelRole::flashmask_minmax:
       return emit_minmax(ir, kernel);
     case KernelRole::predicate_blocks:

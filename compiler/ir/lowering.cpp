@@ -115,6 +115,8 @@ std::string_view name_of(ParamField field) {
       return "cost";
     case ParamField::order_out:
       return "order";
+    case ParamField::varlen_intervals:
+      return "intervals";
   }
   throw InternalError("unknown ParamField");
 }
@@ -151,6 +153,8 @@ std::string_view name_of(ParamScalar scalar) {
 
 std::string_view name_of(KernelRole role) {
   switch (role) {
+    case KernelRole::varlen_intervals:
+      return "varlen_intervals";
     case KernelRole::flashmask_minmax:
       return "flashmask_minmax";
     case KernelRole::predicate_blocks:
@@ -266,10 +270,10 @@ std::string to_string(const Lowering& lowering) {
       predicate = fmt::format(" predicate={} table_rows=[{}{}]", lowering.spec.mask.predicate,
                               mask.table_per_batch ? "b" : "1", mask.table_per_head ? ",h" : ",1");
     }
-    out +=
-        fmt::format("  mask_lowering {{causal={} window={} vectors=[{}] minmax={}{}}}\n",
-                    mask.causal_by_index ? "index" : "none",
-                    mask.window_by_index ? "index" : "none", vectors, mask.needs_minmax, predicate);
+    out += fmt::format("  mask_lowering {{causal={} window={} vectors=[{}]{} minmax={}{}}}\n",
+                       mask.causal_by_index ? "index" : "none",
+                       mask.window_by_index ? "index" : "none", vectors,
+                       mask.varlen ? " from=cu_seqlens" : "", mask.needs_minmax, predicate);
   }
   if (lowering.target) {
     const TargetInfo& target = *lowering.target;

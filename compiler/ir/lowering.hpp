@@ -29,6 +29,10 @@ struct MaskLowering {
   bool element_predicate = false;
   bool table_per_batch = false;  ///< the predicate reads b or a tensor: one table row per batch
   bool table_per_head = false;   ///< the predicate reads h: one table row per query head
+  /// varlen=true: the vectors (LTS, UTE over the packed keys) are not the user's but built from
+  /// cu_seqlens by the plan's varlen_intervals kernel into a scratch buffer, which every kernel
+  /// reading vectors takes in place of startend_row_indices.
+  bool varlen = false;
 
   bool operator==(const MaskLowering&) const = default;
 };
@@ -40,6 +44,7 @@ std::string_view name_of(KernelFamily family);
 
 /// What a kernel computes inside the plan.
 enum class KernelRole {
+  varlen_intervals,      ///< varlen: the FlashMask vectors of the packed batch from cu_seqlens
   flashmask_minmax,      ///< min/max of the interval vectors per key block
   predicate_blocks,      ///< block table of a predicate mask for one tile shape
   cta_order,             ///< the CTAs of an attention kernel sorted by their tiles, heaviest first
@@ -148,6 +153,9 @@ enum class ParamField {
   order_table,        ///< CtaOrderParams::table: the table the ordered kernel reads
   order_cost,         ///< CtaOrderParams::cost
   order_out,          ///< CtaOrderParams::order
+  /// varlen: the vectors varlen_intervals writes (AttentionParams::intervals and
+  /// VarlenInputs::intervals, MinMaxParams::intervals, CtaOrderParams' attention.intervals)
+  varlen_intervals,
 };
 std::string_view name_of(ParamField field);
 

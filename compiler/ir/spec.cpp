@@ -352,7 +352,7 @@ struct KeyRow {
   void (*parse)(std::string_view value, SpecDraft& draft);
 };
 
-constexpr std::array<KeyRow, 12> kKeyRows{{
+constexpr std::array<KeyRow, 13> kKeyRows{{
     {"dtype", dtype_accepted,
      [](std::string_view value, SpecDraft& d) {
        d.spec.dtype = parse_dtype(value);
@@ -395,6 +395,13 @@ constexpr std::array<KeyRow, 12> kKeyRows{{
      [](std::string_view value, SpecDraft& d) { d.spec.target = parse_arch(value, "target"); }},
     {"tiles", [] { return fmt::format("{} (default auto)", tiles_accepted()); },
      [](std::string_view value, SpecDraft& d) { d.spec.tiles = parse_tiles(value); }},
+    {"varlen",
+     [] {
+       return std::string(
+           "false (default), true (packed [total, heads, dim] tensors with cu_seqlens; printed "
+           "only when true)");
+     },
+     [](std::string_view value, SpecDraft& d) { d.spec.varlen = parse_bool(value, "varlen"); }},
 }};
 
 std::string key_names() {
@@ -478,10 +485,10 @@ std::string to_string(const TileShape& tiles) {
 std::string to_string(const AttentionSpec& spec) {
   return fmt::format(
       "dtype={} head_dim_qk={} head_dim_v={} mask={} softcap={} alibi={} return_lse={} "
-      "direction={} deterministic={} target={} tiles={}",
+      "direction={} deterministic={} target={} tiles={}{}",
       name_of(spec.dtype), spec.head_dim_qk, spec.head_dim_v, to_string(spec.mask), spec.softcap,
       spec.alibi, spec.return_lse, name_of(spec.direction), spec.deterministic,
-      name_of(spec.target), to_string(spec.tiles));
+      name_of(spec.target), to_string(spec.tiles), spec.varlen ? " varlen=true" : "");
 }
 
 std::vector<SpecKey> spec_keys() {

@@ -23,6 +23,16 @@ std::vector<IntervalVector> flashmask_vectors(const MaskSpec& mask) {
 Lowering lower_mask(const Lowering& in) {
   Lowering out = in;
   MaskLowering mask;
+  if (in.spec.varlen) {
+    // A packed batch is one row of keys whose FlashMask vectors (built on the device from
+    // cu_seqlens, varlen_intervals.cuh) hide the other sequences and apply the mask in each
+    // sequence's local positions: every row of key j lies in [UTE, LTS).
+    mask.vectors = {IntervalVector::lts, IntervalVector::ute};
+    mask.needs_minmax = true;
+    mask.varlen = true;
+    out.mask = mask;
+    return out;
+  }
   switch (in.spec.mask.kind) {
     case MaskKind::none:
       break;

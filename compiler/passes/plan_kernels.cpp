@@ -9,7 +9,9 @@
 namespace attnjit {
 namespace {
 
-std::string mask_tag(const MaskSpec& mask) {
+std::string mask_tag(const AttentionSpec& spec) {
+  const MaskSpec& mask = spec.mask;
+  if (spec.varlen) return fmt::format("varlen_{}", name_of(mask.kind));
   if (mask.kind != MaskKind::flashmask) return std::string(name_of(mask.kind));
   return fmt::format("flashmask{}_c{}", mask.causal ? "_causal" : "", mask.columns);
 }
@@ -22,7 +24,7 @@ std::string type_tag(const AttentionSpec& spec) {
 
 std::string attention_name(const Lowering& in, KernelRole role) {
   const AttentionSpec& spec = in.spec;
-  const std::string mask = mask_tag(spec.mask) + score_mod_tag(spec);
+  const std::string mask = mask_tag(spec) + score_mod_tag(spec);
   switch (role) {
     case KernelRole::forward:
       return fmt::format("attnjit_fwd_{}_{}{}", type_tag(spec), mask,
@@ -83,7 +85,7 @@ void add_mask_kernels(KernelPlan& plan, const Lowering& in) {
     minmax.block_n = tiles.block_n;
     add_utility(
         plan, in, KernelRole::flashmask_minmax,
-        fmt::format("attnjit_flashmask_minmax_c{}_bn{}", in.spec.mask.columns, tiles.block_n),
+        fmt::format("attnjit_flashmask_minmax_c{}_bn{}", mask.vectors.size(), tiles.block_n),
         minmax);
   }
   for (const KernelTiles& tiles : in.tiles) {
@@ -107,8 +109,31 @@ void add_mask_kernels(KernelPlan& plan, const Lowering& in) {
     order.block_n = tiles.block_n;
     add_utility(plan, in, KernelRole::cta_order,
                 fmt::format("attnjit_cta_order_{}_{}_bm{}_bn{}", name_of(tiles.role),
-                            mask_tag(in.spec.mask), tiles.block_m, tiles.block_n),
+                            mask_tag(in.spec), tiles.block_m, tiles.block_n),
                 order);
+  }
+}
+
+// Under varlen every kernel that reads the FlashMask vectors reads those varlen_intervals
+// wrote (in the buffer its row declared).
+void bind_varlen_intervals(KernelPlan& plan) {
+  const auto& writer = std::ranges::find_if(
+      plan.kernels, [](const KernelDesc& k) { return k.role == KernelRole::varlen_intervals; });
+  internal_check(writer != plan.kernels.end() && writer->buffers.size() == 1,
+                 "a varlen plan starts with varlen_intervals and its buffer");
+  const BufferBinding binding = writer->buffers.front();
+  for (KernelDesc& kernel : plan.kernels) {
+    switch (kernel.role) {
+      case KernelRole::flashmask_minmax:
+      case KernelRole::cta_order:
+      case KernelRole::forward:
+      case KernelRole::backward:
+      case KernelRole::backward_dq:
+        kernel.buffers.push_back(binding);
+        break;
+      default:
+        break;
+    }
   }
 }
 
@@ -150,12 +175,17 @@ Lowering plan_kernels(const Lowering& in) {
   internal_check(in.mask && in.target && !in.tiles.empty(), "plan_kernels runs after select_tiles");
   Lowering out = in;
   KernelPlan plan;
+  if (in.mask->varlen) {
+    add_utility(plan, in, KernelRole::varlen_intervals,
+                fmt::format("attnjit_varlen_intervals_{}", name_of(in.spec.mask.kind)));
+  }
   add_mask_kernels(plan, in);
   if (in.spec.direction == Direction::backward) {
     add_backward(plan, in);
   } else {
     add_attention(plan, in, KernelRole::forward);
   }
+  if (in.mask->varlen) bind_varlen_intervals(plan);
   if (in.predicate) {
     const PredicateInfo used = info(*in.predicate);
     plan.predicate.scalar_count = used.scalar_count;

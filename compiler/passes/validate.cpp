@@ -87,6 +87,21 @@ std::optional<Predicate> check_mask(const MaskSpec& mask) {
   return std::nullopt;
 }
 
+// A packed batch takes the masks whose per-sequence vectors varlen_intervals.cuh builds.
+void check_varlen(const AttentionSpec& spec) {
+  const MaskKind kind = spec.mask.kind;
+  if (kind != MaskKind::none && kind != MaskKind::causal && kind != MaskKind::sliding_window) {
+    throw_field_error("mask", to_string(spec.mask),
+                      "none, causal or sliding_window with varlen=true in this version (FlashMask "
+                      "vectors and predicates of packed batches are not supported yet)");
+  }
+  if (spec.alibi) {
+    throw_field_error("alibi", "true",
+                      "false with varlen=true in this version (ALiBi's distances are not yet "
+                      "taken per sequence)");
+  }
+}
+
 }  // namespace
 
 Lowering validate(const Lowering& in) {
@@ -103,6 +118,7 @@ Lowering validate(const Lowering& in) {
   }
   Lowering out = in;
   out.predicate = check_mask(spec.mask);
+  if (spec.varlen) check_varlen(spec);
   return out;
 }
 

@@ -18,6 +18,7 @@ KernelRow backward_slabs_sm80();
 KernelRow backward_dq_sm80();
 
 // Utility rows (rows_utility.cpp).
+KernelRow varlen_intervals();
 KernelRow flashmask_minmax();
 KernelRow predicate_blocks();
 KernelRow cta_order();

@@ -9,8 +9,8 @@ namespace {
 constexpr int kRowKernelThreads = 128;  // row_kernels.cuh: one warp per row, four rows per block
 
 // A utility row: its device function is named like the row, and it runs on every target.
-KernelRow utility(std::string_view id, KernelRole role, std::string_view header,
-                  ParamBlock params, int threads, decltype(KernelRow::launch) launch,
+KernelRow utility(std::string_view id, KernelRole role, std::string_view header, ParamBlock params,
+                  int threads, decltype(KernelRow::launch) launch,
                   decltype(KernelRow::buffers) buffers) {
   KernelRow row;
   row.id = id;
@@ -23,6 +23,18 @@ KernelRow utility(std::string_view id, KernelRole role, std::string_view header,
   row.launch = launch;
   row.buffers = buffers;
   return row;
+}
+
+// One thread per packed key, and at least one block: its threads also check the sequence
+// boundaries under ATTNJIT_DEBUG (B + 1 entries, read in a grid-stride loop).
+RowLaunch varlen_intervals_launch(const KernelDesc& kernel, const Lowering&) {
+  return single_phase(kernel, {ceil_div(LaunchExpr(Extent::seqlen_k) + 1, kernel.threads), 1, 1});
+}
+
+// The vectors (LTS, UTE) of every packed key: int32 [total_k, 2].
+std::vector<BufferNeed> varlen_intervals_buffers(const KernelDesc&, const Lowering&) {
+  return {{ParamField::varlen_intervals,
+           {"varlen_intervals", LaunchExpr(Extent::seqlen_k) * (2 * 4), false}}};
 }
 
 // One warp per key block of every (batch, mask head).
@@ -139,6 +151,12 @@ std::vector<BufferNeed> reduce_buffers(const KernelDesc&, const Lowering& ir) {
 
 }  // namespace
 
+KernelRow varlen_intervals() {
+  return utility("varlen_intervals", KernelRole::varlen_intervals,
+                 "attnjit/masks/varlen_intervals.cuh", ParamBlock::attention, 256,
+                 varlen_intervals_launch, varlen_intervals_buffers);
+}
+
 KernelRow flashmask_minmax() {
   return utility("flashmask_minmax", KernelRole::flashmask_minmax,
                  "attnjit/masks/flashmask_minmax.cuh", ParamBlock::minmax, 4 * 32, minmax_launch,
@@ -158,14 +176,14 @@ KernelRow cta_order() {
 
 KernelRow backward_preprocess() {
   return utility("backward_preprocess", KernelRole::backward_preprocess,
-                 "attnjit/common/backward_preprocess.cuh", ParamBlock::attention,
-                 kRowKernelThreads, query_rows_launch, preprocess_buffers);
+                 "attnjit/common/backward_preprocess.cuh", ParamBlock::attention, kRowKernelThreads,
+                 query_rows_launch, preprocess_buffers);
 }
 
 KernelRow backward_convert_dq() {
   return utility("backward_convert_dq", KernelRole::backward_convert_dq,
-                 "attnjit/common/backward_convert_dq.cuh", ParamBlock::attention,
-                 kRowKernelThreads, query_rows_launch, convert_dq_buffers);
+                 "attnjit/common/backward_convert_dq.cuh", ParamBlock::attention, kRowKernelThreads,
+                 query_rows_launch, convert_dq_buffers);
 }
 
 KernelRow backward_reduce_dkdv() {

@@ -140,13 +140,19 @@ struct AttentionSpec {
   TileShape tiles;
   bool softcap = false;  ///< logit soft-capping, s <- cap * tanh(s / cap)
   bool alibi = false;    ///< ALiBi, s <- s + slope[h] * (j - (i + Sk - Sq))
+  /// Packed batches: q [total_q, H, D], k and v [total_k, Hkv, D], o [total_q, H, Dv], lse
+  /// [H, total_q], with the sequence boundaries cu_seqlens_q/k as launch arguments (VarlenArgs),
+  /// so a new batch composition never recompiles. The mask applies within each sequence, in
+  /// its local positions (causal bottom-right per sequence); keys of other sequences are hidden.
+  bool varlen = false;
 
   bool operator==(const AttentionSpec&) const = default;
 };
 
 /// Canonical text form, e.g.
 /// `dtype=bf16 head_dim_qk=128 head_dim_v=128 mask=causal softcap=false alibi=false
-/// return_lse=false direction=forward deterministic=false target=auto tiles=auto`.
+/// return_lse=false direction=forward deterministic=false target=auto tiles=auto`, with
+/// ` varlen=true` at the end for a packed batch (absent when false).
 /// A predicate's MaskSpec::scalars are printed in place of their slots (`q-k<256`), so
 /// parse_spec(to_string(s)) == s for every spec (a predicate in canonical text, which has no
 /// spaces: parse_spec and canonicalize put it so).

@@ -53,6 +53,26 @@ struct Workspace {
   std::size_t bytes = 0;
 };
 
+/// The sequence boundaries of a packed batch, for a spec with varlen=true (FlashAttention's
+/// varlen arguments). The tensors are int32 device tensors, contiguous: cu_seqlens_q and
+/// cu_seqlens_k [B + 1], 0 = cu[0] <= cu[1] <= ... <= cu[B] = total (q's, resp. k's, packed
+/// rows), sequence s holding rows [cu[s], cu[s + 1]) (empty sequences allowed); seqused_k [B]
+/// (optional): the keys of each sequence actually used, from its start (0 to its length).
+/// max_seqlen_q/k bound the sequences' lengths. The host checks shapes and types only; the
+/// values are checked on the device with validate_mask or ATTNJIT_DEBUG=1 (the launch then
+/// waits for its stream). New values never recompile and never synchronize the host.
+struct VarlenArgs {
+  TensorView cu_seqlens_q, cu_seqlens_k;
+  TensorView seqused_k;
+  int max_seqlen_q = -1;  ///< required with varlen=true: >= the longest query sequence
+  int max_seqlen_k = -1;  ///< required with varlen=true: >= the longest key sequence
+
+  bool empty() const {
+    return cu_seqlens_q.empty() && cu_seqlens_k.empty() && seqused_k.empty() &&
+           max_seqlen_q == -1 && max_seqlen_k == -1;
+  }
+};
+
 /// Everything a forward launch needs besides the compiled kernel.
 ///
 /// Layouts: q [B, Sq, H, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv], o [B, Sq, H, Dv] with
@@ -78,6 +98,9 @@ struct ForwardArgs {
   TensorView alibi_slopes;  ///< alibi=true: fp32 [H]; otherwise empty
   PredicateArgs predicate;  ///< mask=predicate only
   Workspace workspace;      ///< scratch memory; empty: stream-ordered allocation
+  /// varlen=true only: the packed batch's boundaries. q [total_q, H, D], k [total_k, Hkv, D],
+  /// v [total_k, Hkv, Dv], o [total_q, H, Dv], lse [H, total_q] (strides as above).
+  VarlenArgs varlen;
 };
 
 /// Everything a backward launch needs besides the compiled kernel (a spec with
@@ -101,6 +124,7 @@ struct BackwardArgs {
   TensorView alibi_slopes;  ///< alibi=true: fp32 [H]; otherwise empty
   PredicateArgs predicate;  ///< mask=predicate only: those of the forward pass
   Workspace workspace;      ///< scratch memory; empty: stream-ordered allocation
+  VarlenArgs varlen;        ///< varlen=true only: those of the forward pass
 };
 
 }  // namespace attnjit

@@ -3,14 +3,16 @@
 // deterministic dQ kernel or dQ conversion, and the GQA reduction of dK/dV.
 #include <fmt/format.h>
 
+#include "attnjit/common/params.cuh"
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
-#include "attnjit/common/params.cuh"
-#include "runtime/masks/interval_check.hpp"
+#include "runtime/jit/debug_mode.hpp"
 #include "runtime/jit/kernel_set.hpp"
 #include "runtime/launch/launch_support.hpp"
 #include "runtime/launch/plan_launch.hpp"
 #include "runtime/launch/predicate_launch.hpp"
+#include "runtime/launch/varlen.hpp"
+#include "runtime/masks/interval_check.hpp"
 
 namespace attnjit::jit {
 namespace {
@@ -29,6 +31,7 @@ BwdParams make_params(const detail::KernelSet& set, const BackwardArgs& a, const
   detail::set_strides(a.d_k, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
   detail::set_strides(a.d_v, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
   p.predicate = detail::predicate_inputs(set.spec, set.predicate, a.predicate, s.batch);
+  detail::fill_varlen(p.varlen, a.varlen);
   return p;
 }
 
@@ -53,13 +56,18 @@ void Kernel::backward(const BackwardArgs& args, Stream stream_handle) const {
     return backward(*with_scalars, stream_handle);
   }
   const detail::KernelSet& set = *set_;
-  const Shapes s = checked_shapes(set, args);
-  const BwdParams params = make_params(set, args, s);
+  const std::optional<BackwardArgs> packed = detail::packed_as_batch(set.spec, args);
+  const BackwardArgs& a = packed ? *packed : args;
+  const Shapes s = checked_shapes(set, a);
+  BwdParams params = make_params(set, a, s);
   if (s.batch == 0 || s.heads == 0 || (s.seqlen_q == 0 && s.seqlen_k == 0)) return;
   const CUstream stream = static_cast<CUstream>(stream_handle);
-  detail::validate_intervals_on_request(args.validate_mask, set.spec.mask,
-                                        args.startend_row_indices, s.seqlen_q, stream);
-  detail::launch_plan(set, params, s, args.workspace, stream);
+  detail::validate_intervals_on_request(a.validate_mask, set.spec.mask, a.startend_row_indices,
+                                        s.seqlen_q, stream);
+  const detail::VarlenCheck check(packed && (a.validate_mask || runtime::debug_mode()), stream);
+  params.varlen.first_error = check.device();
+  detail::launch_plan(set, params, s, a.workspace, stream);
+  check.finish(a.varlen, s.seqlen_q, s.seqlen_k);
 }
 
 std::size_t Kernel::workspace_size(const BackwardArgs& args) const {

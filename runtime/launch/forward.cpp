@@ -4,15 +4,17 @@
 
 #include <cstdint>
 
+#include "attnjit/common/params.cuh"
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
-#include "attnjit/common/params.cuh"
+#include "runtime/jit/debug_mode.hpp"
 #include "runtime/jit/driver.hpp"
-#include "runtime/masks/interval_check.hpp"
 #include "runtime/jit/kernel_set.hpp"
 #include "runtime/launch/launch_support.hpp"
 #include "runtime/launch/plan_launch.hpp"
 #include "runtime/launch/predicate_launch.hpp"
+#include "runtime/launch/varlen.hpp"
+#include "runtime/masks/interval_check.hpp"
 
 namespace attnjit {
 
@@ -58,6 +60,7 @@ FwdParams make_params(const detail::KernelSet& set, const ForwardArgs& a, const 
   FwdParams p{};
   detail::fill_common_params(p, set.spec, a, s);
   p.predicate = detail::predicate_inputs(set.spec, set.predicate, a.predicate, s.batch);
+  detail::fill_varlen(p.varlen, a.varlen);
   return p;
 }
 
@@ -111,17 +114,22 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
     return forward(*with_scalars, stream_handle);
   }
   const detail::KernelSet& set = *set_;
-  const Shapes shapes = checked_shapes(set, args);
-  FwdParams params = make_params(set, args, shapes);
+  const std::optional<ForwardArgs> packed = detail::packed_as_batch(set.spec, args);
+  const ForwardArgs& a = packed ? *packed : args;
+  const Shapes shapes = checked_shapes(set, a);
+  FwdParams params = make_params(set, a, shapes);
   if (shapes.batch == 0 || shapes.seqlen_q == 0 || shapes.heads == 0) return;
   CUstream stream = static_cast<CUstream>(stream_handle);
-  detail::validate_intervals_on_request(args.validate_mask, set.spec.mask,
-                                        args.startend_row_indices, shapes.seqlen_q, stream);
+  detail::validate_intervals_on_request(a.validate_mask, set.spec.mask, a.startend_row_indices,
+                                        shapes.seqlen_q, stream);
   if (!set.plan) {
     launch_reference(set, params, stream);
     return;
   }
-  detail::launch_plan(set, params, shapes, args.workspace, stream);
+  const detail::VarlenCheck check(packed && (a.validate_mask || runtime::debug_mode()), stream);
+  params.varlen.first_error = check.device();
+  detail::launch_plan(set, params, shapes, a.workspace, stream);
+  check.finish(a.varlen, shapes.seqlen_q, shapes.seqlen_k);
 }
 
 std::size_t Kernel::workspace_size(const ForwardArgs& args) const {

@@ -79,8 +79,8 @@ void check_no_overlap(std::string_view name, const TensorView& t) {
   }
 }
 
-// What the kernels' 16-byte copies need: a contiguous last dim, other strides multiples of
-// 8 elements, a 16-byte aligned start; and a span the offset arithmetic covers.
+}  // namespace
+
 void check_row_layout(std::string_view name, const TensorView& t) {
   if (t.stride[t.rank - 1] != 1) {
     throw_field_error(fmt::format("{}.stride[{}]", name, t.rank - 1),
@@ -98,6 +98,8 @@ void check_row_layout(std::string_view name, const TensorView& t) {
   }
   check_span(name, t);
 }
+
+namespace {
 
 // The names of an activation's first three dims in messages, e.g. {"batch", "seqlen_q", "heads"}.
 struct DimNames {
@@ -336,14 +338,23 @@ int extent(std::string_view tensor, const TensorView& t, int dim) {
 
 template <class Args>
 Shapes launch_shapes(const Args& a) {
+  const bool packed = a.q.rank == 3 && a.k.rank == 3;  // varlen: one batch row
   for (const auto& [name, view] : {std::pair<std::string_view, const TensorView&>{"q", a.q},
                                    std::pair<std::string_view, const TensorView&>{"k", a.k}}) {
-    if (view.rank != 4) {
+    if (view.rank != 4 && !packed) {
       throw_field_error(fmt::format("{}.rank", name), std::to_string(view.rank),
-                        "4 ([batch, seq, heads, dim])");
+                        "4 ([batch, seq, heads, dim]), or 3 ([total, heads, dim]) for varlen");
     }
   }
   Shapes s;
+  if (packed) {
+    s.batch = 1;
+    s.seqlen_q = extent("q", a.q, 0);
+    s.heads = extent("q", a.q, 1);
+    s.seqlen_k = extent("k", a.k, 0);
+    s.kv_heads = extent("k", a.k, 1);
+    return s;
+  }
   s.batch = extent("q", a.q, 0);
   s.seqlen_q = extent("q", a.q, 1);
   s.heads = extent("q", a.q, 2);

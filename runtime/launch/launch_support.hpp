@@ -33,6 +33,11 @@ Shapes check_args(const AttentionSpec& spec, const Args& args, bool lse_required
 template <class Args>
 void check_score_mod_args(const AttentionSpec& spec, const Args& args, int heads);
 
+/// What the kernels' 16-byte copies need of an activation of any rank: a contiguous last dim,
+/// other strides non-negative multiples of 8 elements, a 16-byte aligned start, a span the
+/// offset arithmetic covers. Throws Error naming `name`'s field.
+void check_row_layout(std::string_view name, const TensorView& t);
+
 /// Checks that `t` has the dtype and shape of `like` and a valid layout (contiguous last
 /// dim, 16-byte rows, 16-byte aligned data); the message names `name` and `like_name`.
 void check_same_layout(std::string_view name, const TensorView& t, std::string_view like_name,

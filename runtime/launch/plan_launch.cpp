@@ -57,6 +57,10 @@ void bind_attention(Params& p, ParamField field, void* pointer) {
     case ParamField::cta_order:
       p.cta_order = static_cast<const int*>(pointer);
       return;
+    case ParamField::varlen_intervals:
+      p.intervals = static_cast<const int*>(pointer);
+      p.varlen.intervals = static_cast<int*>(pointer);
+      return;
     default:
       break;
   }
@@ -107,7 +111,11 @@ void no_scalars(Params&, ParamScalar field, int) {
 }
 
 void bind_minmax(MinMaxParams& p, ParamField field, void* pointer) {
-  internal_check(field == ParamField::table_out, "a min/max kernel binds its table only");
+  if (field == ParamField::varlen_intervals) {
+    p.intervals = static_cast<const int*>(pointer);
+    return;
+  }
+  internal_check(field == ParamField::table_out, "a min/max kernel binds its table or vectors");
   p.minmax = static_cast<int*>(pointer);
 }
 
@@ -165,6 +173,9 @@ void bind_order(CtaOrderParams<Params>& p, ParamField field, void* pointer) {
       return;
     case ParamField::order_out:
       p.order = static_cast<int*>(pointer);
+      return;
+    case ParamField::varlen_intervals:
+      bind_attention(p.attention, field, pointer);
       return;
     default:
       throw InternalError(fmt::format("plan binds {} in a CTA order", name_of(field)));

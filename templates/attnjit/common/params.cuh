@@ -18,6 +18,20 @@ struct PredicateInputs {
   int scalars[kMaxPredicateScalars];
 };
 
+/// The sequence boundaries of a packed batch (varlen=true), which varlen_intervals.cuh turns
+/// into the FlashMask vectors of the packed keys; zero and null otherwise.
+struct VarlenInputs {
+  const int* cu_seqlens_q;  ///< [sequences + 1]: sequence s has queries [cu_q[s], cu_q[s + 1])
+  const int* cu_seqlens_k;  ///< [sequences + 1]: its keys [cu_k[s], cu_k[s + 1])
+  const int* seqused_k;     ///< [sequences]: keys of s actually used, or null (all)
+  int* intervals;           ///< out: (LTS, UTE) per packed key, [total_k, 2]
+  /// The first bad boundary as (entry << 4) | code (varlen_intervals.cuh), reduced by
+  /// atomicMin; null: not checked.
+  unsigned long long* first_error;
+  int sequences;
+  int max_seqlen_q, max_seqlen_k;
+};
+
 /// The arguments every attention kernel takes (FwdParams and BwdParams derive from it, so the
 /// host fills them by the same names and the mask, score and schedule hooks read them alike).
 /// Strides are in elements; the last dim is contiguous.
@@ -53,6 +67,7 @@ struct AttentionParams {
   /// index of the CTA launched i-th; null for the index order of schedule.cuh. The backward
   /// host sets the main kernel's before its launch and the dQ kernel's before that one.
   const int* cta_order;
+  VarlenInputs varlen;
 };
 
 /// A TMA tensor map: the 128 opaque bytes of the driver's CUtensorMap (64-byte aligned),

@@ -1,0 +1,245 @@
+// Packed batches on the padded launch (runtime/launch/varlen.hpp).
+#include "runtime/launch/varlen.hpp"
+
+#include <fmt/format.h>
+
+#include <climits>
+#include <string>
+#include <type_traits>
+
+#include "attnjit/error.hpp"
+#include "runtime/launch/launch_support.hpp"
+
+namespace attnjit::jit::detail {
+namespace {
+
+constexpr std::int64_t kMaxHeads = 65535;
+
+// The codes of templates/attnjit/masks/varlen_intervals.cuh (VarlenError).
+enum VarlenError : unsigned {
+  kCuQStart = 1,
+  kCuQDecrease = 2,
+  kCuQEnd = 3,
+  kCuKStart = 4,
+  kCuKDecrease = 5,
+  kCuKEnd = 6,
+  kMaxSeqlenQ = 7,
+  kMaxSeqlenK = 8,
+  kSequsedK = 9,
+};
+
+// A packed activation: rank 3 [total, heads, head_dim] of the spec's dtype and head dim, with
+// the layout the kernels copy.
+void check_packed(std::string_view name, const TensorView& t, ScalarType dtype, int head_dim,
+                  std::string_view total) {
+  if (t.data == nullptr) {
+    throw Error(fmt::format("{}: data is null; accepted: a device pointer", name));
+  }
+  if (t.dtype != dtype) {
+    throw_field_error(fmt::format("{}.dtype", name), name_of(t.dtype),
+                      fmt::format("{} (the spec's dtype)", name_of(dtype)));
+  }
+  if (t.rank != 3) {
+    throw_field_error(fmt::format("{}.rank", name), std::to_string(t.rank),
+                      fmt::format("3 ([{}, heads, head_dim]: the spec has varlen=true)", total));
+  }
+  if (t.shape[0] < 0 || t.shape[0] > INT32_MAX / 2) {
+    throw_field_error(fmt::format("{}.shape[0] ({})", name, total), std::to_string(t.shape[0]),
+                      fmt::format("0 to {}", INT32_MAX / 2));
+  }
+  if (t.shape[1] < 0 || t.shape[1] > kMaxHeads) {
+    throw_field_error(fmt::format("{}.shape[1] (heads)", name), std::to_string(t.shape[1]),
+                      fmt::format("0 to {}", kMaxHeads));
+  }
+  if (t.shape[2] != head_dim) {
+    throw_field_error(fmt::format("{}.shape[2]", name), std::to_string(t.shape[2]),
+                      fmt::format("{} (the spec's head dim)", head_dim));
+  }
+  check_row_layout(name, t);
+}
+
+void check_same(std::string_view field, std::int64_t got, std::int64_t expected,
+                std::string_view what) {
+  if (got != expected) {
+    throw_field_error(field, std::to_string(got), fmt::format("{} ({})", expected, what));
+  }
+}
+
+// An int32 boundary tensor: rank 1, contiguous, 4-byte aligned, of `entries` entries.
+void check_boundaries(std::string_view name, const TensorView& t, std::int64_t entries,
+                      std::string_view what) {
+  if (t.data == nullptr) {
+    throw Error(
+        fmt::format("{}: missing; accepted: an int32 device tensor [{}] (the spec has "
+                    "varlen=true)",
+                    name, what));
+  }
+  runtime::check_int32_tensor(name, t, 1);
+  if (entries >= 0) check_same(fmt::format("{}.shape[0]", name), t.shape[0], entries, what);
+}
+
+// [1, total, H, D] (lse: [1, H, total]): a leading batch dim of extent 1.
+TensorView as_batch_row(const TensorView& t) {
+  if (t.empty()) return t;
+  TensorView view = t;
+  view.rank = t.rank + 1;
+  view.shape[0] = 1;
+  view.stride[0] = t.shape[0] * t.stride[0];
+  for (int d = 0; d < t.rank; ++d) {
+    view.shape[d + 1] = t.shape[d];
+    view.stride[d + 1] = t.stride[d];
+  }
+  return view;
+}
+
+void check_varlen_args(const VarlenArgs& v, int total_q, int total_k) {
+  check_boundaries("cu_seqlens_q", v.cu_seqlens_q, -1, "B + 1, B >= 1 sequences");
+  const std::int64_t sequences = v.cu_seqlens_q.shape[0] - 1;
+  if (sequences < 1 || sequences > INT32_MAX - 1) {
+    throw_field_error("cu_seqlens_q.shape[0]", std::to_string(v.cu_seqlens_q.shape[0]),
+                      "B + 1 entries for B >= 1 sequences");
+  }
+  check_boundaries("cu_seqlens_k", v.cu_seqlens_k, sequences + 1,
+                   "B + 1: as many entries as cu_seqlens_q");
+  if (!v.seqused_k.empty()) {
+    check_boundaries("seqused_k", v.seqused_k, sequences, "B: one per sequence");
+  }
+  if (v.max_seqlen_q < 0 || v.max_seqlen_q > total_q) {
+    throw_field_error(
+        "max_seqlen_q", std::to_string(v.max_seqlen_q),
+        fmt::format("0 to {} (total_q): the longest query sequence or more", total_q));
+  }
+  if (v.max_seqlen_k < 0 || v.max_seqlen_k > total_k) {
+    throw_field_error("max_seqlen_k", std::to_string(v.max_seqlen_k),
+                      fmt::format("0 to {} (total_k): the longest key sequence or more", total_k));
+  }
+}
+
+}  // namespace
+
+template <class Args>
+std::optional<Args> packed_as_batch(const AttentionSpec& spec, const Args& args) {
+  if (!spec.varlen) {
+    if (!args.varlen.empty()) {
+      throw Error(
+          "cu_seqlens_q/cu_seqlens_k/seqused_k/max_seqlen: given, but the spec has "
+          "varlen=false; accepted: none of them (compile with varlen=true for packed batches)");
+    }
+    return std::nullopt;
+  }
+  const ScalarType dtype = spec.dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
+  check_packed("q", args.q, dtype, spec.head_dim_qk, "total_q");
+  check_packed("k", args.k, dtype, spec.head_dim_qk, "total_k");
+  check_packed("v", args.v, dtype, spec.head_dim_v, "total_k");
+  check_packed("o", args.o, dtype, spec.head_dim_v, "total_q");
+  check_same("v.shape[0] (total_k)", args.v.shape[0], args.k.shape[0], "total_k of k");
+  check_same("v.shape[1] (kv heads)", args.v.shape[1], args.k.shape[1], "kv heads of k");
+  check_same("o.shape[0] (total_q)", args.o.shape[0], args.q.shape[0], "total_q of q");
+  check_same("o.shape[1] (heads)", args.o.shape[1], args.q.shape[1], "heads of q");
+  const std::int64_t heads = args.q.shape[1];
+  const std::int64_t kv_heads = args.k.shape[1];
+  if (kv_heads < 1 || heads % kv_heads != 0) {
+    throw_field_error("k.shape[1] (kv heads)", std::to_string(kv_heads),
+                      fmt::format("a divisor of the {} query heads (GQA/MQA)", heads));
+  }
+  const TensorView& lse = args.lse;
+  if (!lse.empty()) {
+    if (lse.dtype != ScalarType::fp32) throw_field_error("lse.dtype", name_of(lse.dtype), "fp32");
+    if (lse.rank != 2) {
+      throw_field_error("lse.rank", std::to_string(lse.rank),
+                        "2 ([heads, total_q]: the spec has varlen=true)");
+    }
+    check_same("lse.shape[0] (heads)", lse.shape[0], heads, "heads of q");
+    check_same("lse.shape[1] (total_q)", lse.shape[1], args.q.shape[0], "total_q of q");
+    if (lse.stride[1] != 1) throw_field_error("lse.stride[1]", std::to_string(lse.stride[1]), "1");
+  }
+  if (!args.startend_row_indices.empty()) {
+    throw Error(
+        "startend_row_indices: given, but a packed batch's mask comes from cu_seqlens; "
+        "accepted: no startend_row_indices with varlen=true");
+  }
+  check_varlen_args(args.varlen, static_cast<int>(args.q.shape[0]),
+                    static_cast<int>(args.k.shape[0]));
+  Args out = args;
+  out.q = as_batch_row(args.q);
+  out.k = as_batch_row(args.k);
+  out.v = as_batch_row(args.v);
+  out.o = as_batch_row(args.o);
+  out.lse = as_batch_row(args.lse);
+  if constexpr (std::is_same_v<Args, BackwardArgs>) {
+    check_same_layout("d_o", args.d_o, "o", args.o);
+    check_same_layout("d_q", args.d_q, "q", args.q);
+    check_same_layout("d_k", args.d_k, "k", args.k);
+    check_same_layout("d_v", args.d_v, "v", args.v);
+    out.d_o = as_batch_row(args.d_o);
+    out.d_q = as_batch_row(args.d_q);
+    out.d_k = as_batch_row(args.d_k);
+    out.d_v = as_batch_row(args.d_v);
+  }
+  return out;
+}
+
+template std::optional<ForwardArgs> packed_as_batch(const AttentionSpec&, const ForwardArgs&);
+template std::optional<BackwardArgs> packed_as_batch(const AttentionSpec&, const BackwardArgs&);
+
+void fill_varlen(VarlenInputs& p, const VarlenArgs& args) {
+  p = VarlenInputs{};
+  if (args.cu_seqlens_q.empty()) return;
+  p.cu_seqlens_q = static_cast<const int*>(args.cu_seqlens_q.data);
+  p.cu_seqlens_k = static_cast<const int*>(args.cu_seqlens_k.data);
+  p.seqused_k = static_cast<const int*>(args.seqused_k.data);
+  p.sequences = static_cast<int>(args.cu_seqlens_q.shape[0] - 1);
+  p.max_seqlen_q = args.max_seqlen_q;
+  p.max_seqlen_k = args.max_seqlen_k;
+}
+
+VarlenCheck::VarlenCheck(bool requested, CUstream stream) {
+  if (requested) slot_.emplace(stream);
+}
+
+void VarlenCheck::finish(const VarlenArgs& args, int total_q, int total_k) const {
+  if (!slot_) return;
+  const auto found = slot_->wait_and_read();
+  if (!found) return;
+  const long long entry = static_cast<long long>(*found >> 4);
+  const unsigned code = static_cast<unsigned>(*found & 15);
+  const bool query = code <= kCuQEnd || code == kMaxSeqlenQ;
+  const char* name = query ? "cu_seqlens_q" : "cu_seqlens_k";
+  const void* cu = query ? args.cu_seqlens_q.data : args.cu_seqlens_k.data;
+  const auto at = [&](long long index) { return runtime::read_device_int(cu, index); };
+  const std::string field = fmt::format("{}[{}]", name, entry);
+  switch (code) {
+    case kCuQStart:
+    case kCuKStart:
+      throw_field_error(field, std::to_string(at(entry)), "0 (the first sequence starts at 0)");
+    case kCuQDecrease:
+    case kCuKDecrease:
+      throw_field_error(field, std::to_string(at(entry)),
+                        fmt::format(">= {}[{}] = {} (boundaries never decrease)", name, entry - 1,
+                                    at(entry - 1)));
+    case kCuQEnd:
+    case kCuKEnd:
+      throw_field_error(
+          field, std::to_string(at(entry)),
+          fmt::format("{} ({}: the packed rows of {}; the last boundary is the total)",
+                      query ? total_q : total_k, query ? "total_q" : "total_k", query ? "q" : "k"));
+    case kMaxSeqlenQ:
+    case kMaxSeqlenK: {
+      const long long length = static_cast<long long>(at(entry)) - at(entry - 1);
+      throw_field_error(query ? "max_seqlen_q" : "max_seqlen_k",
+                        std::to_string(query ? args.max_seqlen_q : args.max_seqlen_k),
+                        fmt::format("at least {}, the length of sequence {} ({}[{}] - {}[{}])",
+                                    length, entry - 1, name, entry, name, entry - 1));
+    }
+    case kSequsedK: {
+      const long long keys = static_cast<long long>(at(entry + 1)) - at(entry);
+      throw_field_error(fmt::format("seqused_k[{}]", entry),
+                        std::to_string(runtime::read_device_int(args.seqused_k.data, entry)),
+                        fmt::format("0 to {} (the keys of sequence {})", keys, entry));
+    }
+    default:
+      throw InternalError(fmt::format("varlen check: unknown error code {}", code));
+  }
+}
+
+}  // namespace attnjit::jit::detail

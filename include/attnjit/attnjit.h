@@ -253,7 +253,11 @@ ATTNJIT_API const char* attnjit_version(void);
 ATTNJIT_API int attnjit_compile_for_device(const char* spec_text, int device, attnjit_kernel** out);
 
 /** The tensor slots of a prepared launch, in order: a forward launch uses q, k, v, o, lse,
- * startend_row_indices and alibi_slopes; a backward launch all of them. */
+ * startend_row_indices and alibi_slopes; a backward launch these and d_o, d_q, d_k, d_v; a
+ * packed batch's launch (attnjit_launch_prepare_varlen) also cu_seqlens_q, cu_seqlens_k and
+ * seqused_k. The packed batches' slots come last, so ATTNJIT_SLOT_COUNT_PADDED, the count
+ * before them, stays valid: a caller written for padded batches may pass that many slots to
+ * attnjit_launch_prepare and then that many pointers (plus the predicate's) to each run. */
 enum {
   ATTNJIT_SLOT_Q = 0,
   ATTNJIT_SLOT_K = 1,
@@ -266,7 +270,11 @@ enum {
   ATTNJIT_SLOT_D_Q = 8,
   ATTNJIT_SLOT_D_K = 9,
   ATTNJIT_SLOT_D_V = 10,
-  ATTNJIT_SLOT_COUNT = 11
+  ATTNJIT_SLOT_COUNT_PADDED = 11,
+  ATTNJIT_SLOT_CU_SEQLENS_Q = 11,
+  ATTNJIT_SLOT_CU_SEQLENS_K = 12,
+  ATTNJIT_SLOT_SEQUSED_K = 13,
+  ATTNJIT_SLOT_COUNT = 14
 };
 
 /** A forward or backward call with everything but the data pointers and the stream bound:
@@ -274,22 +282,45 @@ enum {
  * share between threads). */
 typedef struct attnjit_launch attnjit_launch;
 
-/** Binds a launch of `kernel` (its direction says forward or backward): `tensors` holds
- * `tensor_count` (= ATTNJIT_SLOT_COUNT) descriptors in slot order, whose data pointers are
- * ignored; a descriptor of rank 0 is an absent tensor (lse, startend_row_indices, alibi_slopes
- * where the spec has none). `predicate` (NULL unless the mask is a predicate) binds the
- * scalars and the tensor names and shapes; its tensors' pointers come with each run too. The
- * scalar arguments are those of attnjit_forward_score_mod. `device` is the ordinal every run
- * uses (-1: the context current at the run). Shapes, strides and alignment are checked at each
- * run, with the messages of attnjit_forward. Release with attnjit_launch_release. */
+/** Binds a launch of `kernel` (its direction says forward or backward) on padded batches:
+ * `tensors` holds `tensor_count` (ATTNJIT_SLOT_COUNT, or ATTNJIT_SLOT_COUNT_PADDED)
+ * descriptors in slot order, whose data pointers are ignored; a descriptor of rank 0 is an
+ * absent tensor (lse, startend_row_indices, alibi_slopes where the spec has none; the packed
+ * batches' slots always). `predicate` (NULL unless the mask is a predicate) binds the scalars
+ * and the tensor names and shapes; its tensors' pointers come with each run too. The scalar
+ * arguments are those of attnjit_forward_score_mod. `device` is the ordinal every run uses
+ * (-1: the context current at the run). A kernel of a spec with varlen=true is refused (it is
+ * prepared with attnjit_launch_prepare_varlen). Shapes, strides and alignment are checked at
+ * each run, with the messages of attnjit_forward. Release with attnjit_launch_release. */
 ATTNJIT_API int attnjit_launch_prepare(const attnjit_kernel* kernel, const attnjit_tensor* tensors,
                                        int tensor_count, const attnjit_predicate_inputs* predicate,
                                        float softmax_scale, int window_left, int window_right,
                                        float softcap, int device, attnjit_launch** out);
 
+/** attnjit_launch_prepare for a kernel of a spec with varlen=true (a packed batch,
+ * FlashAttention's varlen arguments), and only for one: `tensor_count` is ATTNJIT_SLOT_COUNT;
+ * q [total_q, H, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv], o [total_q, H, Dv], lse fp32
+ * [H, total_q], the gradients shaped like their tensors; cu_seqlens_q and cu_seqlens_k int32
+ * [B + 1] (required; 0 = cu[0] <= ... <= cu[B] = total_q, resp. total_k: sequence s holds
+ * rows [cu[s], cu[s + 1]), empty sequences allowed); seqused_k int32 [B] (optional: the keys
+ * of each sequence used, from its start); all three contiguous, in device memory.
+ * `max_seqlen_q` and `max_seqlen_k` (0 to total_q, resp. total_k) bound the sequences'
+ * lengths. Masks are per sequence, in its local positions: causal is bottom-right aligned,
+ * the sliding window is window_left/window_right around row i + Sk_s - Sq_s. Each run checks
+ * the shapes and types; the boundaries' values only on the device, when the environment has
+ * ATTNJIT_DEBUG=1 (the run then waits for its stream). New boundary values never recompile
+ * and never synchronize the host: a run can be captured in a CUDA graph and replayed with new
+ * contents of the same tensors. */
+ATTNJIT_API int attnjit_launch_prepare_varlen(const attnjit_kernel* kernel,
+                                              const attnjit_tensor* tensors, int tensor_count,
+                                              const attnjit_predicate_inputs* predicate,
+                                              float softmax_scale, int window_left,
+                                              int window_right, float softcap, int max_seqlen_q,
+                                              int max_seqlen_k, int device, attnjit_launch** out);
+
 /** Enqueues a prepared launch on `stream` and returns without waiting. `data` holds
- * `data_count` device pointers: one per slot (NULL for an absent tensor), then one per tensor of
- * the predicate, in its order. */
+ * `data_count` device pointers: one per slot of the prepare call's tensor_count (NULL for an
+ * absent tensor), then one per tensor of the predicate, in its order. */
 ATTNJIT_API int attnjit_launch_run(const attnjit_launch* launch, void* const* data, int data_count,
                                    void* stream);
 

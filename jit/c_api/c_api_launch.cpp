@@ -24,6 +24,7 @@ struct attnjit_launch {
   attnjit::ForwardArgs forward;
   attnjit::BackwardArgs backward_args;
   std::array<bool, ATTNJIT_SLOT_COUNT> present{};
+  int slot_count = ATTNJIT_SLOT_COUNT;  ///< as prepared: ATTNJIT_SLOT_COUNT or _PADDED
   int predicate_tensors = 0;
   int device = -1;
   std::size_t workspace_bytes = 0;  ///< what a run takes at the prepared shapes
@@ -36,12 +37,19 @@ using attnjit::c_api::require;
 using attnjit::c_api::to_view;
 
 constexpr std::array<std::string_view, ATTNJIT_SLOT_COUNT> kSlotNames = {
-    "q", "k", "v", "o", "lse", "startend_row_indices", "alibi_slopes", "d_o", "d_q", "d_k", "d_v"};
+    "q",   "k",   "v",   "o",   "lse",          "startend_row_indices", "alibi_slopes",
+    "d_o", "d_q", "d_k", "d_v", "cu_seqlens_q", "cu_seqlens_k",         "seqused_k"};
+constexpr std::array kVarlenSlots = {ATTNJIT_SLOT_CU_SEQLENS_Q, ATTNJIT_SLOT_CU_SEQLENS_K,
+                                     ATTNJIT_SLOT_SEQUSED_K};
+constexpr std::array kGradientSlots = {ATTNJIT_SLOT_D_O, ATTNJIT_SLOT_D_Q, ATTNJIT_SLOT_D_K,
+                                       ATTNJIT_SLOT_D_V};
 
-/// The TensorView of a slot: empty for rank 0 (absent), and an Error naming the slot when a
-/// required one is absent.
-attnjit::TensorView slot_view(const attnjit_tensor* tensors, int slot, bool required) {
-  const attnjit_tensor& tensor = tensors[slot];
+/// The TensorView of a slot: empty for rank 0 (absent) and for a slot past `count` (a launch
+/// prepared with ATTNJIT_SLOT_COUNT_PADDED slots), and an Error naming the slot when a required
+/// one is absent.
+attnjit::TensorView slot_view(const attnjit_tensor* tensors, int count, int slot, bool required) {
+  const attnjit_tensor absent{};
+  const attnjit_tensor& tensor = slot < count ? tensors[slot] : absent;
   if (tensor.rank == 0) {
     if (required) {
       attnjit::throw_field_error(fmt::format("tensors[{}] ({})", slot, kSlotNames[slot]),
@@ -62,7 +70,7 @@ void check_device(int device) {
 }
 
 /// Copies a run's pointer of `slot` into `view` when the slot is present; an absent slot takes
-/// none.
+/// none. `slot` must be below the count the launch was prepared with.
 void bind(attnjit::TensorView& view, const bool* present_slots, void* const* data_slots, int slot) {
   const bool present = present_slots[slot];
   void* const data = data_slots[slot];
@@ -82,40 +90,145 @@ void bind(attnjit::TensorView& view, const bool* present_slots, void* const* dat
 
 /// The tensors and scalars that forward and backward launches share (the LSE is the
 /// backward's input, the forward's optional output).
+/// The scalar arguments of a prepared launch; max_seqlen_q < 0 for a padded batch.
+struct Scalars {
+  float softmax_scale = 0.0f;
+  int window_left = -1;
+  int window_right = 0;
+  float softcap = 0.0f;
+  int max_seqlen_q = -1;
+  int max_seqlen_k = -1;
+};
+
+/// The tensors and scalars that forward and backward launches share (the LSE is the
+/// backward's input, the forward's optional output); the varlen slots and lengths only for a
+/// packed batch (`varlen`).
 template <class Args>
-void bind_shared(Args& args, const attnjit_tensor* tensors, bool lse_required, float softmax_scale,
-                 int window_left, int window_right, float softcap,
-                 attnjit::PredicateArgs predicate) {
-  args.q = slot_view(tensors, ATTNJIT_SLOT_Q, true);
-  args.k = slot_view(tensors, ATTNJIT_SLOT_K, true);
-  args.v = slot_view(tensors, ATTNJIT_SLOT_V, true);
-  args.o = slot_view(tensors, ATTNJIT_SLOT_O, true);
-  args.lse = slot_view(tensors, ATTNJIT_SLOT_LSE, lse_required);
-  args.startend_row_indices = slot_view(tensors, ATTNJIT_SLOT_STARTEND_ROW_INDICES, false);
-  args.alibi_slopes = slot_view(tensors, ATTNJIT_SLOT_ALIBI_SLOPES, false);
-  args.softmax_scale = softmax_scale;
-  args.window_left = window_left;
-  args.window_right = window_right;
-  args.softcap = softcap;
+void bind_shared(Args& args, const attnjit_tensor* tensors, int count, bool lse_required,
+                 bool varlen, const Scalars& scalars, attnjit::PredicateArgs predicate) {
+  args.q = slot_view(tensors, count, ATTNJIT_SLOT_Q, true);
+  args.k = slot_view(tensors, count, ATTNJIT_SLOT_K, true);
+  args.v = slot_view(tensors, count, ATTNJIT_SLOT_V, true);
+  args.o = slot_view(tensors, count, ATTNJIT_SLOT_O, true);
+  args.lse = slot_view(tensors, count, ATTNJIT_SLOT_LSE, lse_required);
+  args.startend_row_indices = slot_view(tensors, count, ATTNJIT_SLOT_STARTEND_ROW_INDICES, false);
+  args.alibi_slopes = slot_view(tensors, count, ATTNJIT_SLOT_ALIBI_SLOPES, false);
+  args.softmax_scale = scalars.softmax_scale;
+  args.window_left = scalars.window_left;
+  args.window_right = scalars.window_right;
+  args.softcap = scalars.softcap;
   args.predicate = std::move(predicate);
+  if (varlen) {
+    args.varlen.cu_seqlens_q = slot_view(tensors, count, ATTNJIT_SLOT_CU_SEQLENS_Q, true);
+    args.varlen.cu_seqlens_k = slot_view(tensors, count, ATTNJIT_SLOT_CU_SEQLENS_K, true);
+    args.varlen.seqused_k = slot_view(tensors, count, ATTNJIT_SLOT_SEQUSED_K, false);
+    args.varlen.max_seqlen_q = scalars.max_seqlen_q;
+    args.varlen.max_seqlen_k = scalars.max_seqlen_k;
+  }
 }
 
 /// A run's pointers of the slots that forward and backward launches share, of the predicate's
 /// tensors (after the slots) and its workspace.
 template <class Args>
-void bind_run(Args& args, const bool* present, void* const* data, int predicate_tensors,
-              void* workspace, std::size_t workspace_bytes) {
-  for (const auto& [view, slot] :
-       {std::pair{&args.q, ATTNJIT_SLOT_Q}, {&args.k, ATTNJIT_SLOT_K}, {&args.v, ATTNJIT_SLOT_V},
-        {&args.o, ATTNJIT_SLOT_O}, {&args.lse, ATTNJIT_SLOT_LSE},
-        {&args.startend_row_indices, ATTNJIT_SLOT_STARTEND_ROW_INDICES},
-        {&args.alibi_slopes, ATTNJIT_SLOT_ALIBI_SLOPES}}) {
+void bind_run(Args& args, const attnjit_launch& launch, void* const* data, void* workspace,
+              std::size_t workspace_bytes) {
+  const bool* present = launch.present.data();
+  for (const auto& [view, slot] : {std::pair{&args.q, ATTNJIT_SLOT_Q},
+                                   {&args.k, ATTNJIT_SLOT_K},
+                                   {&args.v, ATTNJIT_SLOT_V},
+                                   {&args.o, ATTNJIT_SLOT_O},
+                                   {&args.lse, ATTNJIT_SLOT_LSE},
+                                   {&args.startend_row_indices, ATTNJIT_SLOT_STARTEND_ROW_INDICES},
+                                   {&args.alibi_slopes, ATTNJIT_SLOT_ALIBI_SLOPES}}) {
     bind(*view, present, data, slot);
   }
-  for (int i = 0; i < predicate_tensors; ++i) {
-    args.predicate.tensors[static_cast<std::size_t>(i)].tensor.data = data[ATTNJIT_SLOT_COUNT + i];
+  if (launch.slot_count == ATTNJIT_SLOT_COUNT) {
+    bind(args.varlen.cu_seqlens_q, present, data, ATTNJIT_SLOT_CU_SEQLENS_Q);
+    bind(args.varlen.cu_seqlens_k, present, data, ATTNJIT_SLOT_CU_SEQLENS_K);
+    bind(args.varlen.seqused_k, present, data, ATTNJIT_SLOT_SEQUSED_K);
+  }
+  for (int i = 0; i < launch.predicate_tensors; ++i) {
+    args.predicate.tensors[static_cast<std::size_t>(i)].tensor.data = data[launch.slot_count + i];
   }
   args.workspace = {workspace, workspace_bytes};
+}
+
+/// attnjit_launch_prepare and attnjit_launch_prepare_varlen (`varlen`): the checks of the
+/// counts and of which slots a kernel takes, then the bound arguments and the workspace size.
+void prepare(const attnjit_kernel* kernel, const attnjit_tensor* tensors, int tensor_count,
+             const attnjit_predicate_inputs* predicate, const Scalars& scalars, int device,
+             bool varlen, attnjit_launch** out) {
+  require(out != nullptr, "out", "a pointer to an attnjit_launch* to fill");
+  require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
+  require(tensors != nullptr, "tensors", "ATTNJIT_SLOT_COUNT tensor descriptors");
+  if (varlen && tensor_count != ATTNJIT_SLOT_COUNT) {
+    attnjit::throw_field_error("tensor_count", std::to_string(tensor_count),
+                               fmt::format("{} (ATTNJIT_SLOT_COUNT: a packed batch's launch "
+                                           "takes the cu_seqlens slots)",
+                                           int{ATTNJIT_SLOT_COUNT}));
+  }
+  if (tensor_count != ATTNJIT_SLOT_COUNT && tensor_count != ATTNJIT_SLOT_COUNT_PADDED) {
+    attnjit::throw_field_error(
+        "tensor_count", std::to_string(tensor_count),
+        fmt::format("{} (ATTNJIT_SLOT_COUNT), or {} (ATTNJIT_SLOT_COUNT_PADDED: the slots "
+                    "before the packed batches' ones)",
+                    int{ATTNJIT_SLOT_COUNT}, int{ATTNJIT_SLOT_COUNT_PADDED}));
+  }
+  check_device(device);
+  const attnjit::AttentionSpec& spec = kernel->kernel.spec();
+  if (spec.varlen != varlen) {
+    attnjit::throw_field_error(
+        "kernel", fmt::format("a spec with varlen={}", spec.varlen),
+        varlen ? "a spec with varlen=true (a padded batch's launch is prepared with "
+                 "attnjit_launch_prepare)"
+               : "a spec with varlen=false (a packed batch's launch is prepared with "
+                 "attnjit_launch_prepare_varlen, which takes max_seqlen_q and max_seqlen_k)");
+  }
+  auto launch = std::make_unique<attnjit_launch>();
+  launch->kernel = kernel->kernel;
+  launch->backward = spec.direction == attnjit::Direction::backward;
+  launch->device = device;
+  launch->slot_count = tensor_count;
+  for (int slot = 0; slot < tensor_count; ++slot) {
+    launch->present[slot] = tensors[slot].rank != 0;
+  }
+  if (!varlen) {
+    for (int slot : kVarlenSlots) {
+      if (launch->present[slot]) {
+        attnjit::throw_field_error(
+            fmt::format("tensors[{}] ({})", slot, kSlotNames[slot]), "a tensor",
+            "rank 0 (absent) with attnjit_launch_prepare (a packed batch's launch is prepared "
+            "with attnjit_launch_prepare_varlen)");
+      }
+    }
+  }
+  attnjit::PredicateArgs predicate_args;
+  if (predicate != nullptr) {
+    predicate_args = attnjit::c_api::predicate_args(predicate);
+    for (attnjit::PredicateTensorArg& tensor : predicate_args.tensors) tensor.tensor.data = nullptr;
+    launch->predicate_tensors = static_cast<int>(predicate_args.tensors.size());
+  }
+  if (launch->backward) {
+    attnjit::BackwardArgs& args = launch->backward_args;
+    bind_shared(args, tensors, tensor_count, /*lse_required=*/true, varlen, scalars,
+                std::move(predicate_args));
+    args.d_o = slot_view(tensors, tensor_count, ATTNJIT_SLOT_D_O, true);
+    args.d_q = slot_view(tensors, tensor_count, ATTNJIT_SLOT_D_Q, true);
+    args.d_k = slot_view(tensors, tensor_count, ATTNJIT_SLOT_D_K, true);
+    args.d_v = slot_view(tensors, tensor_count, ATTNJIT_SLOT_D_V, true);
+  } else {
+    for (int slot : kGradientSlots) {
+      if (launch->present[slot]) {
+        attnjit::throw_field_error(fmt::format("tensors[{}] ({})", slot, kSlotNames[slot]),
+                                   "a tensor", "rank 0 (absent) for a forward kernel");
+      }
+    }
+    bind_shared(launch->forward, tensors, tensor_count, /*lse_required=*/false, varlen, scalars,
+                std::move(predicate_args));
+  }
+  launch->workspace_bytes = launch->backward ? launch->kernel.workspace_size(launch->backward_args)
+                                             : launch->kernel.workspace_size(launch->forward);
+  *out = launch.release();
 }
 
 }  // namespace
@@ -142,50 +255,21 @@ int attnjit_launch_prepare(const attnjit_kernel* kernel, const attnjit_tensor* t
                            int device, attnjit_launch** out) {
   if (out != nullptr) *out = nullptr;
   return guarded([&] {
-    require(out != nullptr, "out", "a pointer to an attnjit_launch* to fill");
-    require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
-    require(tensors != nullptr, "tensors", "ATTNJIT_SLOT_COUNT tensor descriptors");
-    if (tensor_count != ATTNJIT_SLOT_COUNT) {
-      attnjit::throw_field_error("tensor_count", std::to_string(tensor_count),
-                                 fmt::format("{} (ATTNJIT_SLOT_COUNT)", int{ATTNJIT_SLOT_COUNT}));
-    }
-    check_device(device);
-    auto launch = std::make_unique<attnjit_launch>();
-    launch->kernel = kernel->kernel;
-    launch->backward = kernel->kernel.spec().direction == attnjit::Direction::backward;
-    launch->device = device;
-    for (int slot = 0; slot < ATTNJIT_SLOT_COUNT; ++slot) {
-      launch->present[slot] = tensors[slot].rank != 0;
-    }
-    attnjit::PredicateArgs predicate_args;
-    if (predicate != nullptr) {
-      predicate_args = attnjit::c_api::predicate_args(predicate);
-      for (attnjit::PredicateTensorArg& tensor : predicate_args.tensors)
-        tensor.tensor.data = nullptr;
-      launch->predicate_tensors = static_cast<int>(predicate_args.tensors.size());
-    }
-    if (launch->backward) {
-      attnjit::BackwardArgs& args = launch->backward_args;
-      bind_shared(args, tensors, /*lse_required=*/true, softmax_scale, window_left, window_right,
-                  softcap, std::move(predicate_args));
-      args.d_o = slot_view(tensors, ATTNJIT_SLOT_D_O, true);
-      args.d_q = slot_view(tensors, ATTNJIT_SLOT_D_Q, true);
-      args.d_k = slot_view(tensors, ATTNJIT_SLOT_D_K, true);
-      args.d_v = slot_view(tensors, ATTNJIT_SLOT_D_V, true);
-    } else {
-      for (int slot : {ATTNJIT_SLOT_D_O, ATTNJIT_SLOT_D_Q, ATTNJIT_SLOT_D_K, ATTNJIT_SLOT_D_V}) {
-        if (launch->present[slot]) {
-          attnjit::throw_field_error(fmt::format("tensors[{}] ({})", slot, kSlotNames[slot]),
-                                     "a tensor", "rank 0 (absent) for a forward kernel");
-        }
-      }
-      bind_shared(launch->forward, tensors, /*lse_required=*/false, softmax_scale, window_left,
-                  window_right, softcap, std::move(predicate_args));
-    }
-    launch->workspace_bytes = launch->backward
-                                  ? launch->kernel.workspace_size(launch->backward_args)
-                                  : launch->kernel.workspace_size(launch->forward);
-    *out = launch.release();
+    const Scalars scalars{softmax_scale, window_left, window_right, softcap};
+    prepare(kernel, tensors, tensor_count, predicate, scalars, device, /*varlen=*/false, out);
+  });
+}
+
+int attnjit_launch_prepare_varlen(const attnjit_kernel* kernel, const attnjit_tensor* tensors,
+                                  int tensor_count, const attnjit_predicate_inputs* predicate,
+                                  float softmax_scale, int window_left, int window_right,
+                                  float softcap, int max_seqlen_q, int max_seqlen_k, int device,
+                                  attnjit_launch** out) {
+  if (out != nullptr) *out = nullptr;
+  return guarded([&] {
+    const Scalars scalars{softmax_scale, window_left,  window_right,
+                          softcap,       max_seqlen_q, max_seqlen_k};
+    prepare(kernel, tensors, tensor_count, predicate, scalars, device, /*varlen=*/true, out);
   });
 }
 
@@ -207,16 +291,16 @@ int attnjit_launch_run_workspace(const attnjit_launch* launch, void* const* data
   return guarded([&] {
     require(launch != nullptr, "launch", "a handle from attnjit_launch_prepare");
     require(data != nullptr, "data", "one device pointer per slot and predicate tensor");
-    const int expected = ATTNJIT_SLOT_COUNT + launch->predicate_tensors;
+    const int expected = launch->slot_count + launch->predicate_tensors;
     if (data_count != expected) {
       attnjit::throw_field_error("data_count", std::to_string(data_count),
                                  fmt::format("{} ({} slots and {} predicate tensors)", expected,
-                                             int{ATTNJIT_SLOT_COUNT}, launch->predicate_tensors));
+                                             launch->slot_count, launch->predicate_tensors));
     }
     const bool* present = launch->present.data();
     if (launch->backward) {
       attnjit::BackwardArgs args = launch->backward_args;
-      bind_run(args, present, data, launch->predicate_tensors, workspace, workspace_bytes);
+      bind_run(args, *launch, data, workspace, workspace_bytes);
       bind(args.d_o, present, data, ATTNJIT_SLOT_D_O);
       bind(args.d_q, present, data, ATTNJIT_SLOT_D_Q);
       bind(args.d_k, present, data, ATTNJIT_SLOT_D_K);
@@ -226,9 +310,9 @@ int attnjit_launch_run_workspace(const attnjit_launch* launch, void* const* data
       launch->kernel.backward(args, stream);
     } else {
       attnjit::ForwardArgs args = launch->forward;
-      bind_run(args, present, data, launch->predicate_tensors, workspace, workspace_bytes);
+      bind_run(args, *launch, data, workspace, workspace_bytes);
       // The backward's slots are absent (prepare refused them): their pointers must be NULL.
-      for (int slot : {ATTNJIT_SLOT_D_O, ATTNJIT_SLOT_D_Q, ATTNJIT_SLOT_D_K, ATTNJIT_SLOT_D_V}) {
+      for (int slot : kGradientSlots) {
         attnjit::TensorView unused;
         bind(unused, present, data, slot);
       }

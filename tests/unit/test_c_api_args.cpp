@@ -300,7 +300,9 @@ TEST_CASE("the C ABI checks the counts of prepared launches", "[runtime][args]")
   for (const int count : {INT32_MAX, ATTNJIT_SLOT_COUNT + 1, 0, -1, INT32_MIN}) {
     CHECK(user_error(attnjit_launch_prepare(kernels.forward, slots.data(), count, nullptr, 0.f, -1,
                                             0, 0.f, -1, &launch)) ==
-          "tensor_count: got '" + std::to_string(count) + "'; accepted: 11 (ATTNJIT_SLOT_COUNT)");
+          "tensor_count: got '" + std::to_string(count) +
+              "'; accepted: 14 (ATTNJIT_SLOT_COUNT), or 11 (ATTNJIT_SLOT_COUNT_PADDED: the slots "
+              "before the packed batches' ones)");
     CHECK(launch == nullptr);
   }
   CHECK_THAT(user_error(attnjit_launch_prepare(kernels.forward, nullptr, ATTNJIT_SLOT_COUNT,
@@ -320,7 +322,7 @@ TEST_CASE("the C ABI checks the counts of prepared launches", "[runtime][args]")
   for (const int count : {INT32_MAX, ATTNJIT_SLOT_COUNT + 1, ATTNJIT_SLOT_COUNT - 1, -1}) {
     CHECK(user_error(attnjit_launch_run(launch, data.data(), count, nullptr)) ==
           "data_count: got '" + std::to_string(count) +
-              "'; accepted: 11 (11 slots and 0 predicate tensors)");
+              "'; accepted: 14 (14 slots and 0 predicate tensors)");
     CHECK(user_error(
               attnjit_launch_run_workspace(launch, data.data(), count, nullptr, SIZE_MAX, nullptr))
               .starts_with("data_count: got"));

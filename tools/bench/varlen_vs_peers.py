@@ -12,6 +12,9 @@ forward+backward:
                      fewer queries than keys, flashmask(causal=false,columns=2): LTS = the end
                      of the key's document, UTE = the first query row that sees the key (here
                      the key's own row);
+  attnjit varlen     attnjit.attention_varlen on [T, H, D] with cu_seqlens and causal=True
+                     (the interface users call: its kernels build those two columns from
+                     cu_seqlens on the device at each call, which the time includes);
   varlen_attn        torch.nn.attention.varlen.varlen_attn on [T, H, D] with cu_seqlens
                      (window_size=(-1, 0): causal);
   FlexAttention      compiled flex_attention with a document-causal mask_mod; its BlockMask
@@ -166,11 +169,14 @@ def main():
                 q, k, v, mask="flashmask", causal=True, startend_row_indices=one_column)),
             ("attnjit 2-column", lambda q, k, v: attnjit.attention(
                 q, k, v, mask="flashmask", causal=False, startend_row_indices=two_columns)),
+            ("attnjit varlen", lambda q, k, v: attnjit.attention_varlen(
+                q[0], k[0], v[0], cu_seqlens, cu_seqlens, longest, longest,
+                causal=True).unsqueeze(0)),
             ("FlexAttention", in_bhsd(lambda q, k, v: compiled_flex(
                 q, k, v, block_mask=block_mask, enable_gqa=kv_heads != heads))),
         ]
         if varlen_attn is not None:
-            implementations.insert(2, ("varlen_attn", lambda q, k, v: varlen_attn(
+            implementations.insert(3, ("varlen_attn", lambda q, k, v: varlen_attn(
                 q[0], k[0], v[0], cu_seqlens, cu_seqlens, longest, longest,
                 window_size=(-1, 0)).unsqueeze(0)))
 

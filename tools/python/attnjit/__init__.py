@@ -16,6 +16,9 @@ marked GPU below use q, k and v such as these:
 >>> o = attnjit.attention(q, k, v, mask=mask)  # a FlashMask family        # doctest: +GPU
 >>> o = attnjit.attention(q, k, v, mask=attnjit.predicate("q >= k && q - k < 256"))  # doctest: +GPU
 
+Packed batches (FlashAttention's varlen form) take [total, heads, head_dim] tensors and the
+sequences' boundaries: attnjit.attention_varlen.
+
 Without a GPU the package still builds masks and compiles kernels:
 
 >>> kernel = attnjit.compile("dtype=bf16 head_dim=128 mask=causal target=sm_90a")
@@ -51,6 +54,7 @@ __all__ = [
     "Kernel",
     "PredicateMask",
     "attention",
+    "attention_varlen",
     "build_mask",
     "cache_dir",
     "cache_stats",
@@ -383,6 +387,109 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Mask = "none", causal: b
     return (o, lse) if return_lse else o
 
 
+def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
+                     cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int, *,
+                     dropout_p: float = 0.0, softmax_scale: Optional[float] = None,
+                     causal: bool = False, window_size: Tuple[int, int] = (-1, -1),
+                     softcap: Optional[float] = 0.0, alibi_slopes: Optional[Tensor] = None,
+                     deterministic: bool = False, seqused_k: Optional[Tensor] = None,
+                     return_lse: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """Differentiable attention on a packed batch, with the arguments of FlashAttention's
+    flash_attn_varlen_func: B sequences of different lengths packed one after another.
+
+    q [total_q, H, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv]: bf16 or fp16, on one CUDA
+    device, last dimension contiguous; H a multiple of Hkv. cu_seqlens_q and cu_seqlens_k:
+    int32 [B + 1] on q's device, 0 = cu[0] <= cu[1] <= ... <= cu[B] = total_q (resp.
+    total_k); sequence s has the queries cu_seqlens_q[s]:cu_seqlens_q[s + 1] and the keys
+    cu_seqlens_k[s]:cu_seqlens_k[s + 1] (Sq_s and Sk_s of them; may differ, may be 0).
+    seqused_k (optional, int32 [B]): only the first seqused_k[s] keys of sequence s are used.
+    max_seqlen_q and max_seqlen_k: Python ints >= the longest query (resp. key) sequence, at
+    most total_q (total_k). The masks act per sequence, in its local positions: causal=True is
+    bottom-right aligned (query i sees key j iff j <= i + Sk_s - Sq_s); window_size=(left,
+    right) keeps the keys with i + Sk_s - Sq_s - left <= j <= i + Sk_s - Sq_s + right (-1:
+    unbounded; causal=True with a window sets right to 0). softmax_scale defaults to
+    1/sqrt(D); softcap > 0 gives s <- softcap * tanh(s / softcap) (0.0 or None: none).
+    dropout_p must be 0 and alibi_slopes None (not supported with packed batches).
+
+    Returns o [total_q, H, Dv], and also lse fp32 [H, total_q] when return_lse (not
+    differentiable). A query row that sees no key (Sk_s = 0, seqused_k[s] = 0, or a window
+    past its keys) gives o = 0 and lse = -inf, as in attnjit.attention, and a zero gradient.
+    q, k and v receive d_q, d_k and d_v (with GQA a KV head's gradient sums over its query
+    heads); deterministic=True makes them bitwise repeatable. The host never reads the
+    boundaries (their values are checked on the device with ATTNJIT_DEBUG=1): calls are
+    CUDA-graph and torch.compile safe, and new boundaries of the same shapes never recompile,
+    so a captured graph can be replayed with new cu_seqlens contents as long as max_seqlen_q
+    and max_seqlen_k still bound them.
+
+    >>> bf16 = dict(device="cuda", dtype=torch.bfloat16)                 # doctest: +GPU
+    >>> q = torch.randn(300, 8, 128, **bf16, requires_grad=True)         # doctest: +GPU
+    >>> k, v = torch.randn(2, 340, 2, 128, **bf16)                       # doctest: +GPU
+    >>> cu_q = torch.tensor([0, 100, 300], dtype=torch.int32, device="cuda")  # doctest: +GPU
+    >>> cu_k = torch.tensor([0, 140, 340], dtype=torch.int32, device="cuda")  # doctest: +GPU
+    >>> o = attnjit.attention_varlen(q, k, v, cu_q, cu_k, 200, 200, causal=True)  # doctest: +GPU
+    >>> o.shape                                                          # doctest: +GPU
+    torch.Size([300, 8, 128])
+    >>> o.sum().backward()                                               # doctest: +GPU
+    """
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or dropout_p != 0:
+        raise ValueError(f"dropout_p: got {dropout_p!r}; accepted: 0.0 (attnjit has no "
+                         "attention dropout)")
+    if alibi_slopes is not None:
+        raise ValueError("alibi_slopes: given; accepted: None (ALiBi is not supported with "
+                         "packed batches)")
+    for name, value in (("causal", causal), ("deterministic", deterministic),
+                        ("return_lse", return_lse)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+    mask, window_left, window_right = _varlen_mask(causal, window_size)
+    scale = _optional_positive("softmax_scale", softmax_scale, "1/sqrt(head_dim)")
+    cap = 0.0 if softcap is None or (type(softcap) in (int, float) and softcap == 0) \
+        else _check_softcap(softcap)
+    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        _check_max_seqlen(name, value)
+    arguments = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
+                 mask, scale, window_left, window_right, cap, deterministic)
+    _torch_of(q, "q")
+    if _through_operators(q):
+        _check_varlen_tensors(*arguments[:8])
+        o, lse = _ops.attention_varlen(*arguments)
+    else:
+        # The tensor checks run in the launch, once per call signature.
+        o, lse = _functions()[2].apply(*arguments)
+    return (o, lse) if return_lse else o
+
+
+def _varlen_mask(causal, window_size):
+    """(mask, window_left, window_right) of attention_varlen's causal and window_size, as
+    FlashAttention reads them: causal sets the window's right side to 0; no window is "none",
+    (-1, 0) is "causal", any other window "sliding_window"."""
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2 or not all(
+            isinstance(w, int) and not isinstance(w, bool) for w in window_size):
+        raise TypeError(f"window_size: expected a pair of ints (left, right), got "
+                        f"{window_size!r}")
+    if min(window_size) < -1:
+        raise ValueError(f"window_size: got {tuple(window_size)}; accepted: sizes >= 0, or -1 "
+                         "for unbounded")
+    left = _ffi.int_argument("window_size[0]", window_size[0])
+    right = 0 if causal else _ffi.int_argument("window_size[1]", window_size[1])
+    if left == -1 and right == -1:
+        return "none", -1, 0
+    if left == -1 and right == 0:
+        return "causal", -1, 0
+    return "sliding_window", left, right
+
+
+def _check_max_seqlen(name, value):
+    """max_seqlen_q/k: a Python int from 0 to INT_MAX (a SymInt while torch.compile traces);
+    never a tensor, whose value the host would have to wait for."""
+    symbolic = _torch is not None and isinstance(value, _torch.SymInt)
+    if not symbolic and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TypeError(f"{name}: expected a Python int, got {type(value).__name__} (a tensor "
+                        "would make the host wait for its value)")
+    if not symbolic:
+        _ffi.int_argument(name, value, 0)
+
+
 def _mask_object(mask, q, k):
     """`mask`, or for a mask of the mask language (attnjit.predicate with families, & or |)
     the FlashMask or element predicate it builds for q's and k's sizes on q's device."""
@@ -445,8 +552,8 @@ _functions_defined = None
 
 
 def _functions():
-    """(Attention, PredicateAttention): the torch.autograd.Functions of eager calls, defined on
-    first use so that importing attnjit needs no PyTorch."""
+    """(Attention, PredicateAttention, VarlenAttention): the torch.autograd.Functions of eager
+    calls, defined on first use so that importing attnjit needs no PyTorch."""
     global _functions_defined
     if _functions_defined is None:
         _functions_defined = _define_functions(_torch)
@@ -495,7 +602,26 @@ def _define_functions(torch):
                                                        *ctx.arguments, slopes, *ctx.trailing)
             return (d_q, d_k, d_v) + (None,) * 8
 
-    return Attention, PredicateAttention
+    class VarlenAttention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, *arguments):
+            # arguments: max_seqlen_q/k, mask, scale, window_left/right, softcap, deterministic
+            o, lse = _launch.varlen_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                            seqused_k, *arguments[:-1], _check_varlen_tensors)
+            ctx.save_for_backward(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k)
+            ctx.arguments = arguments
+            ctx.mark_non_differentiable(lse)
+            return o, lse
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, d_o, _d_lse):
+            q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k = ctx.saved_tensors
+            d_q, d_k, d_v = _launch.varlen_backward(torch, d_o, q, k, v, o, lse, cu_seqlens_q,
+                                                    cu_seqlens_k, seqused_k, *ctx.arguments)
+            return (d_q, d_k, d_v) + (None,) * 11
+
+    return Attention, PredicateAttention, VarlenAttention
 
 
 def cache_stats() -> Dict[str, int]:
@@ -645,6 +771,65 @@ def _check_tensors(q, k, v, indices=None, slopes=None):
         _check_alibi_slopes(torch, slopes, q)
 
 
+def _check_varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None,
+                          max_seqlen_q=0, max_seqlen_k=0):
+    """attention_varlen's checks that need no device and read no tensor's values: types,
+    devices, dtypes, ranks and shapes of the packed tensors and the boundaries, and
+    max_seqlen_q/k against the totals. The launches and the operators' fake implementations
+    run them."""
+    torch = _torch_of(q, "q")
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        _torch_of(tensor, name)
+        _check_on_device(name, tensor, q)
+        if tensor.dtype != torch.float16 and tensor.dtype != torch.bfloat16:
+            raise TypeError(f"{name}: dtype {tensor.dtype}; accepted: torch.bfloat16, "
+                            "torch.float16")
+        if tensor.dtype != q.dtype:
+            raise TypeError(f"{name}: dtype {tensor.dtype} but q is {q.dtype}; accepted: one "
+                            "dtype for q, k and v")
+        if tensor.dim() != 3:
+            raise AttnjitError(f"{name}: rank {tensor.dim()} (shape {tuple(tensor.shape)}); "
+                               "accepted: 3, [total, heads, head_dim] (a packed batch)")
+        if tensor.stride(-1) != 1:
+            raise AttnjitError(f"{name}: last dimension has stride {tensor.stride(-1)}; "
+                               "accepted: 1 (contiguous head_dim)")
+    if tuple(k.shape[:2]) != tuple(v.shape[:2]):
+        raise AttnjitError(f"v: shape {tuple(v.shape)} differs from k {tuple(k.shape)} in "
+                           "[total_k, heads]")
+    if k.shape[2] != q.shape[2]:
+        raise AttnjitError(f"k: shape {tuple(k.shape)} differs from q {tuple(q.shape)} in "
+                           "head_dim")
+    if k.shape[1] == 0 or q.shape[1] % k.shape[1] != 0:
+        raise AttnjitError(f"k: {k.shape[1]} heads; accepted: a divisor of q's {q.shape[1]} "
+                           "heads (GQA/MQA)")
+    for name, tensor in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
+                         ("seqused_k", seqused_k)):
+        if tensor is None and name == "seqused_k":
+            continue
+        _torch_of(tensor, name)
+        if tensor.dtype != torch.int32:
+            raise TypeError(f"{name}: dtype {tensor.dtype}; accepted: torch.int32")
+        _check_on_device(name, tensor, q)
+        if tensor.dim() != 1 or not tensor.is_contiguous():
+            raise AttnjitError(f"{name}: shape {tuple(tensor.shape)}, strides "
+                               f"{tensor.stride()}; accepted: a contiguous 1-D tensor")
+    sequences = cu_seqlens_q.shape[0] - 1
+    if sequences < 1:
+        raise AttnjitError(f"cu_seqlens_q: shape {tuple(cu_seqlens_q.shape)}; accepted: [B + 1] "
+                           "for B >= 1 sequences")
+    if cu_seqlens_k.shape[0] != sequences + 1:
+        raise AttnjitError(f"cu_seqlens_k: shape {tuple(cu_seqlens_k.shape)}; accepted: "
+                           f"[{sequences + 1}], as many entries as cu_seqlens_q")
+    if seqused_k is not None and seqused_k.shape[0] != sequences:
+        raise AttnjitError(f"seqused_k: shape {tuple(seqused_k.shape)}; accepted: "
+                           f"[{sequences}], one per sequence")
+    for name, value, total, tensor in (("max_seqlen_q", max_seqlen_q, q.shape[0], "q"),
+                                       ("max_seqlen_k", max_seqlen_k, k.shape[0], "k")):
+        if isinstance(value, int) and isinstance(total, int) and not 0 <= value <= total:
+            raise AttnjitError(f"{name}: got {value}; accepted: 0 to {total} (the rows of "
+                               f"{tensor}): the longest sequence or more")
+
+
 def _check_startend(torch, indices, q, k):
     _torch_of(indices, "startend_row_indices")
     shape = tuple(indices.shape)
@@ -701,7 +886,8 @@ def _load_torch():
     import torch
 
     from . import _ops as ops
-    return torch, ops.register(torch, _check_tensors, _check_predicate_tensors)
+    return torch, ops.register(torch, _check_tensors, _check_predicate_tensors,
+                               _check_varlen_tensors)
 
 
 _torch, _ops = _load_torch()

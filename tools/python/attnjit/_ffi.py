@@ -48,8 +48,9 @@ class Tensor(ctypes.Structure):
     ]
 
 
-SLOT_COUNT = 11  # ATTNJIT_SLOT_COUNT: q, k, v, o, lse, startend_row_indices, alibi_slopes,
-                 # d_o, d_q, d_k, d_v
+SLOT_COUNT = 14  # ATTNJIT_SLOT_COUNT: q, k, v, o, lse, startend_row_indices, alibi_slopes,
+                 # d_o, d_q, d_k, d_v, cu_seqlens_q, cu_seqlens_k, seqused_k
+SLOT_COUNT_PADDED = 11  # ATTNJIT_SLOT_COUNT_PADDED: the slots before the packed batches' ones
 
 
 class CacheCounters(ctypes.Structure):
@@ -141,6 +142,12 @@ def _declare(lib):
                                                   ctypes.c_float, ctypes.c_int, ctypes.c_int,
                                                   ctypes.c_float, ctypes.c_int,
                                                   ctypes.POINTER(ctypes.c_void_p)]),
+        "attnjit_launch_prepare_varlen": (ctypes.c_int, [kernel_p, tensor_p, ctypes.c_int,
+                                                         ctypes.POINTER(PredicateInputs),
+                                                         ctypes.c_float, ctypes.c_int,
+                                                         ctypes.c_int, ctypes.c_float,
+                                                         ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                                         ctypes.POINTER(ctypes.c_void_p)]),
         "attnjit_launch_run": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
                                               ctypes.c_void_p]),
         "attnjit_launch_workspace_size": (ctypes.c_int, [ctypes.c_void_p,

@@ -1,8 +1,10 @@
-"""The launches under attnjit.forward, attnjit.attention and the torch custom ops (_ops.py).
+"""The launches under attnjit.forward, attnjit.attention, attnjit.attention_varlen and the torch
+custom ops (_ops.py).
 
 Each function here takes real CUDA tensors, allocates the outputs with torch on the inputs'
 device, and enqueues attnjit's kernels on torch's current stream of that device through a
-prepared launch of the C ABI (attnjit_launch_prepare / attnjit_launch_run). What follows from
+prepared launch of the C ABI (attnjit_launch_prepare or, for packed batches,
+attnjit_launch_prepare_varlen / attnjit_launch_run). What follows from
 (spec arguments, dtype, device) -- the spec text, the compiled kernel -- and from (kernel,
 shapes, strides, scalars) -- the prepared launch -- is cached, so a repeated call does: the
 device checks, two dictionary look-ups, the output allocations, and one ctypes call with the
@@ -21,9 +23,8 @@ import ctypes
 from . import _ffi
 from ._ffi import AttnjitError
 
-Q, K, V, O, LSE, INDICES, SLOPES, D_O, D_Q, D_K, D_V = range(_ffi.SLOT_COUNT)
 _SLOT_NAMES = ("q", "k", "v", "o", "lse", "startend_row_indices", "alibi_slopes", "d_o", "d_q",
-               "d_k", "d_v")
+               "d_k", "d_v", "cu_seqlens_q", "cu_seqlens_k", "seqused_k")
 _SPEC_DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
 _CODES = {"float16": _ffi.FP16, "bfloat16": _ffi.BF16, "float32": _ffi.FP32,
           "int32": _ffi.INT32}
@@ -92,11 +93,11 @@ def kernel(spec, index):
 
 
 def spec_text(dtype, head_dim_qk, head_dim_v, mask, causal, columns, return_lse, softcap,
-              alibi, backward=False, deterministic=False):
+              alibi, backward=False, deterministic=False, varlen=False):
     """The spec of one call (cached): dtype a torch dtype, mask one of attnjit.MASKS or a
-    predicate's lifted structure as predicate(...)."""
+    predicate's lifted structure as predicate(...); varlen for a packed batch."""
     key = (dtype, head_dim_qk, head_dim_v, mask, causal, columns, return_lse, softcap, alibi,
-           backward, deterministic)
+           backward, deterministic, varlen)
     text = _specs.get(key)
     if text is None:
         name = str(dtype).removeprefix("torch.")
@@ -109,6 +110,8 @@ def spec_text(dtype, head_dim_qk, head_dim_v, mask, causal, columns, return_lse,
                 f"softcap={str(softcap).lower()} alibi={str(alibi).lower()}")
         if backward:
             text += f" direction=backward deterministic={str(deterministic).lower()}"
+        if varlen:
+            text += " varlen=true"
         if len(_specs) >= _CACHE_LIMIT:
             _specs.clear()
         _specs[key] = text
@@ -150,8 +153,10 @@ def _descriptor(name, tensor):
                        (ctypes.c_int64 * 4)(*tensor.stride(), *padding))
 
 
-def _prepare(compiled, slots, predicate, scalars, index):
-    """A new _Launch binding `slots` (11 tensors or None) and the scalar arguments."""
+def _prepare(compiled, slots, predicate, scalars, index, max_seqlens=None):
+    """A new _Launch binding `slots` (the tensors of the first slots, None where absent; the
+    rest absent) and the scalar arguments; `max_seqlens` (max_seqlen_q, max_seqlen_k) for a
+    packed batch's kernel (attnjit_launch_prepare_varlen)."""
     descriptors = (_ffi.Tensor * _ffi.SLOT_COUNT)(
         *[_descriptor(name, tensor) for name, tensor in zip(_SLOT_NAMES, slots)])
     inputs = None
@@ -171,10 +176,15 @@ def _prepare(compiled, slots, predicate, scalars, index):
         keep = (values_array, names_array, tensor_array)
     scale, window_left, window_right, softcap = scalars
     handle = ctypes.c_void_p()
-    _ffi.check(_ffi.lib.attnjit_launch_prepare(
-        compiled._handle, descriptors, _ffi.SLOT_COUNT,
-        None if inputs is None else ctypes.byref(inputs), scale, window_left, window_right,
-        softcap, index, ctypes.byref(handle)))
+    common = (compiled._handle, descriptors, _ffi.SLOT_COUNT,
+              None if inputs is None else ctypes.byref(inputs), scale, window_left,
+              window_right, softcap)
+    if max_seqlens is None:
+        code = _ffi.lib.attnjit_launch_prepare(*common, index, ctypes.byref(handle))
+    else:
+        code = _ffi.lib.attnjit_launch_prepare_varlen(*common, *max_seqlens, index,
+                                                      ctypes.byref(handle))
+    _ffi.check(code)
     del keep
     return _Launch(handle)
 
@@ -185,10 +195,11 @@ def _layout(tensor):
 
 def run(torch, compiled, slots, scalars, index, predicate=None):
     """Enqueues `compiled` on torch's current stream of device `index` with the tensors of the
-    11 slots (None: absent) and scalars (scale, window_left, window_right, softcap);
-    `predicate` is (structure, names, scalar values, tensors) for a predicate mask."""
+    first slots (None: absent; the rest absent) and scalars (scale, window_left, window_right,
+    softcap); `predicate` is (structure, names, scalar values, tensors) for a predicate mask."""
     key = (compiled._handle.value, index, scalars, tuple(map(_layout, slots)))
     pointers = [0 if t is None else t.data_ptr() for t in slots]
+    pointers += [0] * (_ffi.SLOT_COUNT - len(slots))
     if predicate is not None:
         key += (predicate[0], tuple(predicate[2]), tuple(map(_layout, predicate[3])))
         pointers += [t.data_ptr() for t in predicate[3]]
@@ -344,6 +355,77 @@ def attention_backward(torch, d_o, q, k, v, o, lse, indices, slopes, mask, causa
                            None if slopes is None else slopes.data_ptr(), d_o.data_ptr(),
                            d_q.data_ptr(), d_k.data_ptr(), d_v.data_ptr()))
     return d_q, d_k, d_v
+
+
+def varlen_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                   max_seqlen_k, mask, scale, window_left, window_right, softcap, check=None):
+    """The forward of attnjit.attention_varlen: (o [total_q, H, Dv], lse [H, total_q]).
+    `mask` is "none", "causal" or "sliding_window"; scale 0.0 is 1/sqrt(D), softcap 0.0 none.
+    `check(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k)` runs
+    the first time a call signature is seen, as in forward(). Reads no tensor's values."""
+    boundaries = (cu_seqlens_q, cu_seqlens_k, seqused_k)
+    try:
+        key = ("varlen", mask, scale, window_left, window_right, softcap, max_seqlen_q,
+               max_seqlen_k) + tuple(map(_signature, (q, k, v) + boundaries))
+    except (AttributeError, TypeError):
+        if check is not None:
+            check(q, k, v, *boundaries, max_seqlen_q, max_seqlen_k)
+        raise
+    call = _calls.get(key)
+    if call is None:
+        if check is not None:
+            check(q, k, v, *boundaries, max_seqlen_q, max_seqlen_k)
+        index = device_index((("q", q), ("k", k), ("v", v)) + tuple(zip(_SLOT_NAMES[11:],
+                                                                          boundaries)))
+        spec = spec_text(q.dtype, q.shape[2], v.shape[2], mask, False, 0, True, softcap > 0,
+                         False, varlen=True)
+        compiled, _ = kernel(spec, index)
+        total_q, heads = q.shape[0], q.shape[1]
+        o_shape, lse_shape = (total_q, heads, v.shape[2]), (heads, total_q)
+        o = q.new_empty(o_shape)
+        lse = q.new_empty(lse_shape, dtype=torch.float32)
+        launch = _prepare(compiled, (q, k, v, o, lse) + (None,) * 6 + boundaries, None,
+                          (scale, window_left, window_right, softcap), index,
+                          (max_seqlen_q, max_seqlen_k))
+        call = _Call(launch, index, o_shape, lse_shape)
+        _remember(key, call)
+    o = q.new_empty(call.o_shape)
+    lse = q.new_empty(call.lse_shape, dtype=torch.float32)
+    _enqueue(torch, call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
+             + (None,) * 6 + _pointers(boundaries))
+    return o, lse
+
+
+def varlen_backward(torch, d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                    max_seqlen_q, max_seqlen_k, mask, scale, window_left, window_right, softcap,
+                    deterministic):
+    """(d_q, d_k, d_v) of attnjit.attention_varlen."""
+    d_o = _kernel_layout(d_o)
+    boundaries = (cu_seqlens_q, cu_seqlens_k, seqused_k)
+    key = ("varlen backward", mask, deterministic, scale, window_left, window_right, softcap,
+           max_seqlen_q, max_seqlen_k) + tuple(map(_signature, (d_o, q, k, v, o, lse)
+                                                   + boundaries))
+    call = _calls.get(key)
+    if call is None:
+        index = device_index((("d_o", d_o), ("q", q), ("k", k), ("v", v), ("o", o),
+                              ("lse", lse)) + tuple(zip(_SLOT_NAMES[11:], boundaries)))
+        spec = spec_text(q.dtype, q.shape[2], v.shape[2], mask, False, 0, False, softcap > 0,
+                         False, True, deterministic, varlen=True)
+        compiled, _ = kernel(spec, index)
+        launch = _prepare(compiled, (q, k, v, o, lse, None, None, d_o) + _gradients(torch, q, k, v)
+                          + boundaries, None, (scale, window_left, window_right, softcap), index,
+                          (max_seqlen_q, max_seqlen_k))
+        call = _Call(launch, index, None, None)
+        _remember(key, call)
+    d_q, d_k, d_v = _gradients(torch, q, k, v)
+    _enqueue(torch, call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                           lse.data_ptr(), None, None, d_o.data_ptr(), d_q.data_ptr(),
+                           d_k.data_ptr(), d_v.data_ptr()) + _pointers(boundaries))
+    return d_q, d_k, d_v
+
+
+def _pointers(tensors):
+    return tuple(None if t is None else t.data_ptr() for t in tensors)
 
 
 def _gradients(torch, q, k, v):

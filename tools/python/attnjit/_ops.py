@@ -7,6 +7,10 @@
     torch.ops.attnjit.attention_predicate     the same with a predicate mask: the predicate's
     torch.ops.attnjit.attention_predicate_backward   tensors, scalars, structure and names (a
                                               str, space-separated: the schema has no str[])
+    torch.ops.attnjit.attention_varlen        attnjit.attention_varlen's forward on a packed
+    torch.ops.attnjit.attention_varlen_backward   batch: (o [total_q, H, Dv], lse [H, total_q]);
+                                              max_seqlen_q/k are ints of the call, never read
+                                              from a tensor
 
 Each has a fake implementation giving every output's shape, dtype and strides (after the same
 argument checks as the eager call, so a shape mismatch seen while tracing is the same
@@ -34,11 +38,12 @@ def _no_grad(argument, tensor_type):
     return None
 
 
-def register(torch, check_tensors, check_predicate_tensors):
+def register(torch, check_tensors, check_predicate_tensors, check_varlen_tensors):
     """Defines the operators and returns torch.ops.attnjit, or None when this PyTorch has no
-    torch.library.custom_op. `check_tensors(q, k, v, indices, slopes)` and
-    `check_predicate_tensors(q, names, tensors)` are attnjit's argument checks, which the fake
-    implementations run."""
+    torch.library.custom_op. `check_tensors(q, k, v, indices, slopes)`,
+    `check_predicate_tensors(q, names, tensors)` and `check_varlen_tensors(q, k, v,
+    cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k)` are attnjit's argument
+    checks, which the fake implementations run."""
     library = torch.library
     if not (hasattr(library, "custom_op") and hasattr(library, "register_fake")):
         return None
@@ -169,4 +174,57 @@ def register(torch, check_tensors, check_predicate_tensors):
         return (d_q, d_k, d_v) + ctx.no_grads
 
     attention_predicate.register_autograd(predicate_grad, setup_context=setup_predicate)
+
+    @library.custom_op("attnjit::attention_varlen", mutates_args=())
+    def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
+                         cu_seqlens_k: Tensor, seqused_k: Optional[Tensor], max_seqlen_q: int,
+                         max_seqlen_k: int, mask: str, scale: float, window_left: int,
+                         window_right: int, softcap: float,
+                         deterministic: bool) -> Tuple[Tensor, Tensor]:
+        return _launch.varlen_forward(torch, _layout(q), _layout(k), _layout(v), cu_seqlens_q,
+                                      cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, mask,
+                                      scale, window_left, window_right, softcap,
+                                      check_varlen_tensors)
+
+    @attention_varlen.register_fake
+    def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, mask,
+          scale, window_left, window_right, softcap, deterministic):
+        check_varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                             max_seqlen_k)
+        total_q, heads = q.shape[0], q.shape[1]
+        return (q.new_empty((total_q, heads, v.shape[2])),
+                q.new_empty((heads, total_q), dtype=f32))
+
+    @library.custom_op("attnjit::attention_varlen_backward", mutates_args=())
+    def attention_varlen_backward(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor,
+                                  lse: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                                  seqused_k: Optional[Tensor], max_seqlen_q: int,
+                                  max_seqlen_k: int, mask: str, scale: float, window_left: int,
+                                  window_right: int, softcap: float,
+                                  deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+        return _launch.varlen_backward(torch, d_o, _layout(q), _layout(k), _layout(v),
+                                       _layout(o), lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                                       max_seqlen_q, max_seqlen_k, mask, scale, window_left,
+                                       window_right, softcap, deterministic)
+
+    @attention_varlen_backward.register_fake
+    def _(d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+          max_seqlen_k, mask, scale, window_left, window_right, softcap, deterministic):
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    def setup_varlen(ctx, inputs, output):
+        q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k = inputs[:6]
+        o, lse = output
+        ctx.save_for_backward(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k)
+        # max_seqlen_q/k, mask, scale, window_left/right, softcap, deterministic
+        ctx.arguments = inputs[6:]
+        ctx.mark_non_differentiable(lse)
+
+    def varlen_grad(ctx, d_o, _d_lse):
+        q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k = ctx.saved_tensors
+        d_q, d_k, d_v = torch.ops.attnjit.attention_varlen_backward(
+            d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, *ctx.arguments)
+        return (d_q, d_k, d_v) + (None,) * 11
+
+    attention_varlen.register_autograd(varlen_grad, setup_context=setup_varlen)
     return torch.ops.attnjit

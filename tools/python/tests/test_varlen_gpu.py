@@ -1,0 +1,416 @@
+"""attnjit.attention_varlen on a CUDA device, against a float64 reference computed sequence by
+sequence from slices of the packed tensors.
+
+Skipped unless PyTorch and a CUDA device are available. Each case packs ragged sequences (random
+lengths that are not tile multiples, an empty query sequence, a length-1 one, a sequence with no
+keys, Sq != Sk per sequence) and compares o, lse, dq, dk and dv (loss = (o * dO).sum()) with the
+reference: per sequence s, scores of its local queries i and keys j (the first seqused_k[s] of
+them, Sk_s of them after it) masked in local positions, off = Sk_s - Sq_s: causal keeps
+j <= i + off, a window (left, right) keeps i + off - left <= j <= i + off + right. The criterion
+is FlashAttention's, as test_autograd_gpu.py uses it: max|attnjit - ref| <= 2 * max|lowp - ref|
++ 1e-3 * max|ref|, lowp the same computation in bf16/fp16. Rows that see no key must give
+o = 0, lse = -inf (as the padded path does) and no gradient.
+
+The data are fresh on every run; the seed is printed, and ATTNJIT_TEST_SEED=<number> repeats a
+run. Also: deterministic=True gradients are bitwise repeatable, torch.compile(fullgraph=True)
+of a function calling attention_varlen equals eager, and a CUDA graph captured once replays
+correctly with new cu_seqlens values of the same shapes.
+
+Run: ATTNJIT_LIBRARY=build/libattnjit.so python3 -m unittest discover -s tools/python/tests \
+         -p test_varlen_gpu.py -v
+"""
+
+import itertools
+import math
+import os
+import random
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import attnjit  # noqa: E402
+from cache_dir import TemporaryCacheTest  # noqa: E402
+from torch_cuda import HAS_CUDA, torch  # noqa: E402
+
+HAS_OPS = HAS_CUDA and attnjit._ops is not None
+DTYPES = ("bfloat16", "float16")
+HEAD_DIMS = (64, 128)
+# (name, causal, window_size) in FlashAttention's terms.
+MASKS = (("none", False, (-1, -1)), ("causal", True, (-1, -1)),
+         ("window", False, (48, 17)), ("causal window", True, (70, -1)))
+HEADS, KV_HEADS = 8, 2
+
+
+def run_seed():
+    """ATTNJIT_TEST_SEED as a number, else (unset or 'random') a fresh one."""
+    text = os.environ.get("ATTNJIT_TEST_SEED", "")
+    if text and text != "random":
+        if not text.isdigit():
+            raise ValueError(f"ATTNJIT_TEST_SEED: got {text!r}; accepted: an unsigned number or "
+                             "'random'")
+        return int(text)
+    return random.SystemRandom().randrange(1, 2**63)
+
+
+SEED = run_seed()
+
+
+def not_a_tile_multiple(length):
+    return length + 1 if length % 16 == 0 and length > 0 else length
+
+
+def draw_lengths(rng):
+    """(query lengths, key lengths) of 7 sequences: an empty query sequence, a length-1 one, a
+    sequence without keys, and four ragged ones (Sq and Sk drawn apart)."""
+    ragged = [not_a_tile_multiple(rng.randint(2, 300)) for _ in range(8)]
+    seq_q = [ragged[0], 0, 1, rng.randint(1, 90), ragged[1], ragged[2], ragged[3]]
+    seq_k = [ragged[4], rng.randint(1, 50), ragged[5], 0, ragged[6], ragged[7],
+             not_a_tile_multiple(rng.randint(2, 40))]
+    return seq_q, seq_k
+
+
+def offsets(lengths):
+    out = [0]
+    for length in lengths:
+        out.append(out[-1] + length)
+    return out
+
+
+def packed_attention(q, k, v, cu_q, cu_k, used, causal, window, scale, softcap=None):
+    """(o [total_q, H, Dv], lse [H, total_q]) of a packed batch in q's dtype, one sequence at a
+    time from host lists cu_q, cu_k and used (keys used per sequence); differentiable. Rows
+    without a visible key give o = 0 and lse = -inf (no NaN, in values or gradients)."""
+    heads, kv_heads = q.shape[1], k.shape[1]
+    outputs, lses = [], []
+    for s in range(len(cu_q) - 1):
+        qs = q[cu_q[s]:cu_q[s + 1]]
+        ks = k[cu_k[s]:cu_k[s] + used[s]].repeat_interleave(heads // kv_heads, dim=1)
+        vs = v[cu_k[s]:cu_k[s] + used[s]].repeat_interleave(heads // kv_heads, dim=1)
+        seqlen_q, seqlen_k = qs.shape[0], ks.shape[0]
+        scores = torch.einsum("qhd,khd->hqk", qs, ks) * scale
+        if softcap is not None:
+            scores = softcap * torch.tanh(scores / softcap)
+        rows = torch.arange(seqlen_q, device=q.device)[:, None]
+        cols = torch.arange(seqlen_k, device=q.device)[None, :]
+        diagonal = rows + seqlen_k - seqlen_q
+        left, right = window
+        if causal:
+            right = 0
+        visible = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=q.device)
+        if left >= 0:
+            visible &= cols >= diagonal - left
+        if right >= 0:
+            visible &= cols <= diagonal + right
+        scores = scores.masked_fill(~visible, float("-inf"))
+        if seqlen_k == 0:
+            peak = torch.zeros(heads, seqlen_q, 1, dtype=scores.dtype, device=q.device)
+        else:
+            peak = scores.detach().amax(dim=-1, keepdim=True)
+        peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
+        weights = torch.exp(scores - peak)
+        total = weights.sum(dim=-1, keepdim=True)
+        probabilities = weights / torch.where(total > 0, total, torch.ones_like(total))
+        outputs.append(torch.einsum("hqk,khd->qhd", probabilities, vs))
+        # The LSE in at least fp32, as the kernels keep it.
+        wide = torch.promote_types(scores.dtype, torch.float32)
+        lses.append((torch.log(total.to(wide)) + peak.to(wide))[..., 0])
+    return torch.cat(outputs), torch.cat(lses, dim=1)
+
+
+class Problem:
+    """One packed batch: lengths, boundaries on the host and the device, inputs and dO."""
+
+    def __init__(self, rng, dtype, head_dim, with_seqused, heads=HEADS, kv_heads=KV_HEADS):
+        self.seq_q, self.seq_k = draw_lengths(rng)
+        self.cu_q, self.cu_k = offsets(self.seq_q), offsets(self.seq_k)
+        self.used = list(self.seq_k)
+        if with_seqused:
+            self.used = [rng.randint(0, n) for n in self.seq_k]
+            self.used[0] = 0  # a sequence with queries whose keys are all unused
+        device = torch.device("cuda")
+        self.cu_seqlens_q = torch.tensor(self.cu_q, dtype=torch.int32, device=device)
+        self.cu_seqlens_k = torch.tensor(self.cu_k, dtype=torch.int32, device=device)
+        self.seqused_k = (torch.tensor(self.used, dtype=torch.int32, device=device)
+                          if with_seqused else None)
+        generator = torch.Generator().manual_seed(rng.randrange(2**63))
+        dtype = getattr(torch, dtype)
+
+        def randn(*shape):
+            return torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
+
+        total_q, total_k = self.cu_q[-1], self.cu_k[-1]
+        self.q, self.d_o = randn(total_q, heads, head_dim), randn(total_q, heads, head_dim)
+        self.k, self.v = randn(total_k, kv_heads, head_dim), randn(total_k, kv_heads, head_dim)
+        self.max_seqlen_q, self.max_seqlen_k = max(self.seq_q), max(self.seq_k)
+
+    def attnjit(self, causal, window, softcap=None, deterministic=False):
+        """(o, lse, dq, dk, dv) of attention_varlen."""
+        leaves = [t.detach().clone().requires_grad_() for t in (self.q, self.k, self.v)]
+        o, lse = attnjit.attention_varlen(
+            *leaves, self.cu_seqlens_q, self.cu_seqlens_k, self.max_seqlen_q, self.max_seqlen_k,
+            causal=causal, window_size=window, softcap=softcap, seqused_k=self.seqused_k,
+            deterministic=deterministic, return_lse=True)
+        o.backward(self.d_o)
+        return (o.detach(), lse) + tuple(t.grad for t in leaves)
+
+    def reference(self, dtype, causal, window, softcap=None):
+        """(o, lse, dq, dk, dv) of packed_attention on the inputs cast to `dtype`."""
+        leaves = [t.detach().to(dtype).requires_grad_() for t in (self.q, self.k, self.v)]
+        scale = 1 / math.sqrt(self.q.shape[-1])
+        o, lse = packed_attention(*leaves, self.cu_q, self.cu_k, self.used, causal, window, scale,
+                                  softcap)
+        o.backward(self.d_o.to(dtype))
+        return (o.detach(), lse.detach()) + tuple(t.grad for t in leaves)
+
+    def blind_rows(self, causal, window):
+        """Bool [total_q]: the query rows that see no key."""
+        blind = torch.zeros(self.cu_q[-1], dtype=torch.bool)
+        left, right = window
+        if causal:
+            right = 0
+        for s in range(len(self.seq_q)):
+            keys = self.used[s]
+            for i in range(self.seq_q[s]):
+                diagonal = i + keys - self.seq_q[s]
+                low = 0 if left < 0 else max(0, diagonal - left)
+                high = keys - 1 if right < 0 else min(keys - 1, diagonal + right)
+                blind[self.cu_q[s] + i] = low > high
+        return blind.to(self.q.device)
+
+
+def setUpModule():
+    if HAS_CUDA:
+        print(f"\ntest_varlen_gpu: seed {SEED} (ATTNJIT_TEST_SEED={SEED} repeats this run)",
+              flush=True)
+
+
+@unittest.skipUnless(HAS_CUDA, "needs PyTorch and a CUDA device")
+class VarlenTest(TemporaryCacheTest):
+    def rng(self, *tags):
+        return random.Random(f"{SEED}:{self.id()}:{tags}")
+
+    def assert_close(self, name, out, ref, lowp):
+        ref = ref.double()
+        error = (out.double() - ref).abs().max().item() if ref.numel() else 0.0
+        lowp_error = (lowp.double() - ref).abs().max().item() if ref.numel() else 0.0
+        limit = 2 * lowp_error + 1e-3 * (ref.abs().max().item() if ref.numel() else 0.0)
+        self.assertFalse(math.isnan(error), f"{name}: NaN (seed {SEED})")
+        self.assertLessEqual(error, limit, f"{name}: max error {error:.3e}, low precision "
+                             f"{lowp_error:.3e}, limit {limit:.3e} (seed {SEED})")
+
+    def check(self, problem, dtype, causal, window, softcap=None):
+        got = problem.attnjit(causal, window, softcap)
+        ref = problem.reference(torch.float64, causal, window, softcap)
+        lowp = problem.reference(getattr(torch, dtype), causal, window, softcap)
+        o, lse, *grads = got
+        self.assertEqual(o.dtype, getattr(torch, dtype))
+        self.assertEqual(tuple(o.shape), tuple(problem.q.shape))
+        self.assertEqual(lse.dtype, torch.float32)
+        self.assertEqual(tuple(lse.shape), (problem.q.shape[1], problem.q.shape[0]))
+        self.assertFalse(lse.requires_grad)
+        for name, out, r, low in zip(("o", "dq", "dk", "dv"), [o] + grads,
+                                     ref[:1] + ref[2:], lowp[:1] + lowp[2:]):
+            self.assertEqual(tuple(out.shape), tuple(r.shape), name)
+            self.assert_close(name, out, r, low)
+        # Rows that see no key: o = 0 and lse = -inf exactly, and dq = 0.
+        blind = problem.blind_rows(causal, window)
+        self.assertTrue(bool(blind.any()), "the problem has rows that see no key")
+        self.assertTrue(torch.equal(torch.isinf(ref[1]), blind[None].expand_as(ref[1])))
+        self.assertTrue(bool((o[blind] == 0).all()), f"o of rows that see no key (seed {SEED})")
+        self.assertTrue(bool((lse[:, blind] == float("-inf")).all()),
+                        f"lse of rows that see no key (seed {SEED})")
+        self.assertTrue(bool((grads[0][blind] == 0).all()), "dq of rows that see no key")
+        seen = ~blind
+        self.assert_close("lse", lse[:, seen], ref[1][:, seen], lowp[1][:, seen])
+        return got
+
+    def test_masks_dtypes_head_dims(self):
+        for dtype, head_dim, (name, causal, window), with_seqused in itertools.product(
+                DTYPES, HEAD_DIMS, MASKS, (False, True)):
+            with self.subTest(dtype=dtype, head_dim=head_dim, mask=name, seqused_k=with_seqused):
+                problem = Problem(self.rng(dtype, head_dim, name, with_seqused), dtype,
+                                  head_dim, with_seqused)
+                self.check(problem, dtype, causal, window)
+
+    def test_softcap_and_heads(self):
+        # Soft-capping (FlashAttention's softcap=0.0 is none) with MQA and equal heads.
+        for dtype, (heads, kv_heads), softcap in itertools.product(
+                DTYPES, ((8, 1), (4, 4)), (None, 1.5)):
+            with self.subTest(dtype=dtype, heads=heads, kv_heads=kv_heads, softcap=softcap):
+                problem = Problem(self.rng(dtype, heads, kv_heads, softcap), dtype, 128, True,
+                                  heads, kv_heads)
+                self.check(problem, dtype, True, (-1, -1), softcap)
+
+    def test_max_seqlen_above_the_longest(self):
+        problem = Problem(self.rng(), "bfloat16", 64, False)
+        expected = problem.attnjit(True, (-1, -1), deterministic=True)
+        problem.max_seqlen_q, problem.max_seqlen_k = problem.q.shape[0], problem.k.shape[0]
+        for name, a, b in zip(("o", "lse", "dq", "dk", "dv"),
+                              problem.attnjit(True, (-1, -1), deterministic=True), expected):
+            self.assertTrue(torch.equal(a, b), name)
+
+    def test_deterministic_gradients_are_bitwise_repeatable(self):
+        for dtype, (name, causal, window) in itertools.product(DTYPES, MASKS[:3]):
+            with self.subTest(dtype=dtype, mask=name):
+                problem = Problem(self.rng(dtype, name), dtype, 128, True)
+                first = problem.attnjit(causal, window, deterministic=True)
+                second = problem.attnjit(causal, window, deterministic=True)
+                for label, a, b in zip(("o", "lse", "dq", "dk", "dv"), first, second):
+                    self.assertTrue(torch.equal(a, b), f"{label} differs between two runs")
+
+    def test_gradients_of_some_inputs_and_expanded_d_o(self):
+        problem = Problem(self.rng(), "bfloat16", 64, False)
+        q = problem.q.detach().clone().requires_grad_()
+        o = attnjit.attention_varlen(q, problem.k, problem.v, problem.cu_seqlens_q,
+                                     problem.cu_seqlens_k, problem.max_seqlen_q,
+                                     problem.max_seqlen_k, causal=True)
+        self.assertEqual(tuple(o.shape), tuple(problem.q.shape))
+        o.sum().backward()  # an expanded (stride 0) dO
+        leaves = [t.detach().double().requires_grad_() for t in (problem.q, problem.k, problem.v)]
+        out, _ = packed_attention(*leaves, problem.cu_q, problem.cu_k, problem.used, True,
+                                  (-1, -1), 1 / 8)
+        out.sum().backward()
+        lowp = [t.detach().clone().requires_grad_() for t in (problem.q, problem.k, problem.v)]
+        packed_attention(*lowp, problem.cu_q, problem.cu_k, problem.used, True, (-1, -1),
+                         1 / 8)[0].sum().backward()
+        self.assert_close("dq", q.grad, leaves[0].grad, lowp[0].grad)
+        self.assertIsNone(problem.k.grad)
+
+    def test_bad_tensors_name_the_argument(self):
+        problem = Problem(self.rng(), "bfloat16", 64, True)
+        arguments = dict(q=problem.q, k=problem.k, v=problem.v,
+                         cu_seqlens_q=problem.cu_seqlens_q, cu_seqlens_k=problem.cu_seqlens_k,
+                         max_seqlen_q=problem.max_seqlen_q, max_seqlen_k=problem.max_seqlen_k)
+        for change, error, message in (
+                (dict(q=problem.q[None]), attnjit.AttnjitError, "q: rank 4"),
+                (dict(cu_seqlens_q=problem.cu_seqlens_q.long()), TypeError,
+                 "cu_seqlens_q: dtype torch.int64; accepted: torch.int32"),
+                (dict(cu_seqlens_k=problem.cu_seqlens_k[:-1]), attnjit.AttnjitError,
+                 "cu_seqlens_k: shape"),
+                (dict(cu_seqlens_q=problem.cu_seqlens_q.cpu()), attnjit.AttnjitError,
+                 "cu_seqlens_q: on device cpu"),
+                (dict(seqused_k=problem.seqused_k[:-1]), attnjit.AttnjitError,
+                 "seqused_k: shape"),
+                (dict(max_seqlen_q=problem.q.shape[0] + 1), attnjit.AttnjitError,
+                 "max_seqlen_q: got"),
+                (dict(max_seqlen_k=torch.tensor(3)), TypeError,
+                 "max_seqlen_k: expected a Python int")):
+            with self.subTest(change=sorted(change)):
+                with self.assertRaisesRegex(error, message):
+                    attnjit.attention_varlen(**{**arguments, **change})
+
+
+@unittest.skipUnless(HAS_OPS, "needs PyTorch 2.4+ (torch.library.custom_op) and a CUDA device")
+class VarlenGraphTest(TemporaryCacheTest):
+    """torch.compile and CUDA graphs: the boundaries are device data, max_seqlen Python ints."""
+
+    def setUp(self):
+        torch._dynamo.reset()
+
+    def test_compile_fullgraph_equals_eager(self):
+        problem = Problem(random.Random(f"{SEED}:compile"), "bfloat16", 128, True)
+
+        def f(q, k, v, cu_q, cu_k, used):
+            o, lse = attnjit.attention_varlen(q, k, v, cu_q, cu_k, problem.max_seqlen_q,
+                                              problem.max_seqlen_k, causal=True,
+                                              seqused_k=used, deterministic=True,
+                                              return_lse=True)
+            return o * 2, lse
+
+        def run(function):
+            leaves = [t.detach().clone().requires_grad_() for t in (problem.q, problem.k,
+                                                                      problem.v)]
+            o, lse = function(*leaves, problem.cu_seqlens_q, problem.cu_seqlens_k,
+                              problem.seqused_k)
+            o.backward(problem.d_o)
+            return [o.detach(), lse] + [t.grad for t in leaves]
+
+        eager = run(f)
+        compiled = run(torch.compile(f, fullgraph=True))
+        for name, a, b in zip(("o", "lse", "dq", "dk", "dv"), compiled, eager):
+            self.assertTrue(torch.equal(a, b), f"{name}: compiled differs from eager")
+        explanation = torch._dynamo.explain(f)(problem.q, problem.k, problem.v,
+                                               problem.cu_seqlens_q, problem.cu_seqlens_k,
+                                               problem.seqused_k)
+        self.assertEqual(explanation.graph_break_count, 0, explanation.break_reasons)
+
+    def capture(self, step):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs = step()
+        return graph, outputs
+
+    def test_graph_replays_new_boundaries(self):
+        for through_operators in (False, True):
+            with self.subTest(through_operators=through_operators):
+                attnjit._EAGER_DIRECT = not through_operators
+                try:
+                    self.check_graph_replay(through_operators)
+                finally:
+                    attnjit._EAGER_DIRECT = True
+
+    def check_graph_replay(self, tag):
+        rng = random.Random(f"{SEED}:graph:{tag}")
+        problem = Problem(rng, "bfloat16", 64, True)
+        total_q, total_k = problem.cu_q[-1], problem.cu_k[-1]
+        max_q, max_k = total_q, total_k  # bounds any later split of the same totals
+        q, k, v = (t.detach().clone().requires_grad_() for t in (problem.q, problem.k,
+                                                                  problem.v))
+        cu_q, cu_k = problem.cu_seqlens_q.clone(), problem.cu_seqlens_k.clone()
+        used = problem.seqused_k.clone()
+        d_o = problem.d_o
+
+        def step():
+            o, lse = attnjit.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=True,
+                                              seqused_k=used, deterministic=True,
+                                              return_lse=True)
+            return (o, lse) + torch.autograd.grad(o, (q, k, v), d_o)
+
+        graph, outputs = self.capture(step)
+        # New boundaries of the same shapes and totals: other lengths, a new seqused_k.
+        for _ in range(2):
+            cuts_q = sorted(rng.randint(0, total_q) for _ in range(len(problem.seq_q) - 1))
+            cuts_k = sorted(rng.randint(0, total_k) for _ in range(len(problem.seq_k) - 1))
+            new_q, new_k = [0] + cuts_q + [total_q], [0] + cuts_k + [total_k]
+            new_used = [rng.randint(0, new_k[s + 1] - new_k[s]) for s in range(len(cuts_k) + 1)]
+            cu_q.copy_(torch.tensor(new_q, dtype=torch.int32))
+            cu_k.copy_(torch.tensor(new_k, dtype=torch.int32))
+            used.copy_(torch.tensor(new_used, dtype=torch.int32))
+            graph.replay()
+            torch.cuda.synchronize()
+            expected = step()
+            for name, got, want in zip(("o", "lse", "dq", "dk", "dv"), outputs, expected):
+                self.assertTrue(torch.equal(got, want), f"{name} differs after replay")
+            # And the replayed output is right, not only repeatable.
+            problem.cu_q, problem.cu_k, problem.used = new_q, new_k, new_used
+            ref = problem.reference(torch.float64, True, (-1, -1))
+            lowp = problem.reference(torch.bfloat16, True, (-1, -1))
+            self.assert_close("o after replay", outputs[0], ref[0], lowp[0])
+
+    assert_close = VarlenTest.assert_close
+
+    def test_no_host_synchronisation(self):
+        problem = Problem(random.Random(f"{SEED}:sync"), "float16", 64, True)
+        problem.attnjit(True, (64, -1))  # compile, load
+        q = problem.q.detach().clone().requires_grad_()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            o = attnjit.attention_varlen(q, problem.k, problem.v, problem.cu_seqlens_q,
+                                         problem.cu_seqlens_k, problem.max_seqlen_q,
+                                         problem.max_seqlen_k, causal=True, window_size=(64, -1),
+                                         seqused_k=problem.seqused_k)
+            o.backward(problem.d_o)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -75,7 +75,8 @@ BackwardArgs good_backward() {
 
 }  // namespace
 
-TEST_CASE("varlen=true prints last and parses back; varlen=false is not printed", "[varlen][ir]") {
+TEST_CASE("varlen=true prints last and parses back and varlen=false is not printed",
+          "[varlen][ir]") {
   const AttentionSpec packed = parse_spec("dtype=bf16 head_dim=64 mask=causal varlen=true");
   CHECK(packed.varlen);
   const std::string text = to_string(packed);
@@ -128,7 +129,7 @@ TEST_CASE("the reference kernel refuses a packed batch", "[varlen][runtime]") {
         "packed batch sequence by sequence)");
 }
 
-TEST_CASE("a varlen plan: varlen_intervals first, its vectors bound by every reading kernel",
+TEST_CASE("a varlen plan starts with varlen_intervals whose vectors every reading kernel binds",
           "[varlen][pass]") {
   for (const char* text :
        {"dtype=bf16 head_dim=128 mask=causal target=sm_90a varlen=true",
@@ -346,7 +347,7 @@ TEST_CASE("varlen forward names the bad sequence boundaries", "[varlen][runtime]
   }
 }
 
-TEST_CASE("a padded kernel refuses packed arguments, and the reverse", "[varlen][runtime][args]") {
+TEST_CASE("a padded kernel refuses packed arguments and the reverse", "[varlen][runtime][args]") {
   const jit::Kernel padded =
       compiled("dtype=bf16 head_dim=64 mask=causal return_lse=true target=sm_80");
   ForwardArgs a;
@@ -427,8 +428,7 @@ TEST_CASE("varlen backward checks the gradients like their tensors", "[varlen][r
   CHECK_THAT(error_of(b), Catch::StartsWith("startend_row_indices: given, but a packed batch's"));
 }
 
-TEST_CASE("varlen workspace: the vectors of every packed key, the tables over one batch row",
-          "[varlen][runtime][args]") {
+TEST_CASE("varlen workspace holds the vectors of every packed key", "[varlen][runtime][args]") {
   const jit::Kernel forward = compiled(kForward);
   const ForwardArgs a = good_forward();
   const std::size_t bytes = forward.workspace_size(a);

@@ -63,6 +63,7 @@ BackwardArgs backward_args_of(const ForwardArgs& fwd) {
   bwd.softcap = fwd.softcap;
   bwd.alibi_slopes = fwd.alibi_slopes;
   bwd.predicate = fwd.predicate;
+  bwd.varlen = fwd.varlen;
   return bwd;
 }
 
@@ -84,8 +85,8 @@ namespace {
 std::mutex rows_mutex;
 std::map<std::string, int> rows_tally;
 
-// Tallies the rows of `kernel`'s attention kernels; the kernel of `role` must be of
-// `expect_row` when one is given.
+}  // namespace
+
 void note_rows(const jit::Kernel& kernel, KernelRole role, const std::string& expect_row) {
   const KernelPlan& plan = *jit::detail::set_of(kernel).plan;
   const KernelDesc* main = plan.find(role);
@@ -102,6 +103,8 @@ void note_rows(const jit::Kernel& kernel, KernelRole role, const std::string& ex
     }
   }
 }
+
+namespace {
 
 constexpr std::uint8_t kPoison = 0xff;  // 0xffff is NaN in both bf16 and fp16
 

@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "attnjit/jit.hpp"
 #include "attnjit/spec.hpp"
 #include "attnjit/tensor.hpp"
+#include "compiler/ir/lowering.hpp"
 #include "compiler/ir/predicate.hpp"
 #include "dsl/intervals.hpp"
 #include "support/pairwise_sample.hpp"
@@ -66,7 +68,8 @@ dsl::IntervalVectors four_column_intervals(
     int seqlen, const std::function<std::array<std::int32_t, 4>(int)>& per_key);
 
 /// The backward arguments a forward launch's `fwd` fixes: q, k, v, o and lse, the mask
-/// arguments, the softmax scale, the score modifiers' arguments and validate_mask; the caller
+/// arguments, the softmax scale, the score modifiers' arguments, validate_mask and a packed
+/// batch's boundaries (varlen); the caller
 /// binds d_o, d_q, d_k and d_v.
 BackwardArgs backward_args_of(const ForwardArgs& fwd);
 
@@ -158,6 +161,10 @@ std::vector<std::size_t> sample(const std::vector<testing::Features>& items);
 
 /// The cases a run takes from a sweep: sample() by their features.
 std::vector<Case> sampled(const std::vector<Case>& cases);
+
+/// Tallies the registry rows of `kernel`'s attention kernels for rows_run(); the kernel of
+/// `role` must be of `expect_row` when one is given (a failed REQUIRE otherwise).
+void note_rows(const jit::Kernel& kernel, KernelRole role, const std::string& expect_row);
 
 /// Every registry row whose attention kernels ran so far, with how many cases ran it, in row
 /// order (main.cpp prints it after the tests, so the log says which kernels were tested).

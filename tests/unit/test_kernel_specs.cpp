@@ -1,7 +1,8 @@
 // NVRTC compiles every supported (direction x dtype x head dim x mask kind) spec for sm_80
 // and sm_90, the sm_90a backward kernels (wgmma), and a sample of the score-modifier specs,
-// with no spills and no stack; the reference kernels compile too. Needs no GPU. A kernel whose
-// source several specs share is compiled once, and every core compiles.
+// with no spills and no stack, and packed batches (varlen=true) on both families; the reference
+// kernels compile too. Needs no GPU. A kernel whose source several specs share is compiled
+// once, and every core compiles.
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
@@ -148,6 +149,40 @@ std::vector<AttentionSpec> predicate_specs() {
   return specs;
 }
 
+// Packed batches (varlen=true): both families (sm_80, and sm_90a's warpgroup forward and TMA
+// backward), forward with LSE and backward in both modes, every mask a packed batch takes, two
+// head dims and both dtypes: a few specs, as each adds its own attention kernels.
+std::vector<AttentionSpec> varlen_specs() {
+  std::vector<AttentionSpec> specs;
+  const auto add = [&](Arch arch, DType dtype, int d, MaskKind mask, bool backward) {
+    AttentionSpec spec;
+    spec.dtype = dtype;
+    spec.head_dim_qk = spec.head_dim_v = d;
+    spec.mask.kind = mask;
+    spec.target = arch;
+    spec.varlen = true;
+    if (!backward) {
+      spec.return_lse = true;
+      specs.push_back(spec);
+      return;
+    }
+    spec.direction = Direction::backward;
+    for (bool deterministic : {false, true}) {
+      spec.deterministic = deterministic;
+      specs.push_back(spec);
+    }
+  };
+  for (const auto& [arch, d] : {std::pair{Arch::sm_80, 64}, std::pair{Arch::sm_90a, 128}}) {
+    for (MaskKind mask : {MaskKind::none, MaskKind::causal, MaskKind::sliding_window}) {
+      add(arch, DType::bf16, d, mask, false);
+    }
+    add(arch, DType::bf16, d, MaskKind::causal, true);
+    add(arch, DType::fp16, d == 64 ? 128 : 64, MaskKind::sliding_window, false);
+    add(arch, DType::fp16, d == 64 ? 128 : 64, MaskKind::sliding_window, true);
+  }
+  return specs;
+}
+
 /// One NVRTC program of a sweep: a kernel's generated source for an architecture.
 struct Program {
   std::string source;
@@ -258,11 +293,11 @@ void check_compiles_without_spills(const std::vector<AttentionSpec>& specs) {
   for (std::size_t i = 0; i < specs.size(); ++i) {
     INFO(to_string(specs[i]));
     const std::vector<KernelDesc>& kernels = plans[i].plan->kernels;
-    const bool tables =
-        specs[i].mask.kind == MaskKind::flashmask || specs[i].mask.kind == MaskKind::predicate;
+    const bool tables = specs[i].mask.kind == MaskKind::flashmask ||
+                        specs[i].mask.kind == MaskKind::predicate || specs[i].varlen;
     if (specs[i].direction == Direction::forward) {
-      // min/max or block table and the CTA order, then the forward kernel.
-      CHECK(kernels.size() == (tables ? 3u : 1u));
+      // varlen_intervals, min/max or block table and the CTA order, then the forward kernel.
+      CHECK(kernels.size() == (tables ? 3u : 1u) + (specs[i].varlen ? 1u : 0u));
     } else {
       // min/max or block table(s) and CTA order(s) (none for a backward that orders its dQ
       // reductions), preprocess, main, dQ (deterministic) or dQ conversion, GQA reduction.
@@ -303,6 +338,21 @@ TEST_CASE("every supported sm_90a backward spec compiles without spills", "[nvrt
 TEST_CASE("predicate specs, forward and backward, compile for sm_90 and sm_90a without spills",
           "[nvrtc][specs][predicate]") {
   check_compiles_without_spills(predicate_specs());
+}
+
+TEST_CASE("varlen specs, forward and backward, compile for sm_80 and sm_90a without spills",
+          "[nvrtc][specs][varlen]") {
+  const std::vector<AttentionSpec> specs = varlen_specs();
+  for (const AttentionSpec& spec : specs) {
+    if (spec.target != Arch::sm_90a) continue;
+    INFO(to_string(spec));
+    const Lowering ir = lower(spec);
+    const KernelRole role =
+        spec.direction == Direction::forward ? KernelRole::forward : KernelRole::backward;
+    CHECK(ir.plan->find(role)->row ==
+          (spec.direction == Direction::forward ? "forward.sm90a" : "backward.sm90a"));
+  }
+  check_compiles_without_spills(specs);
 }
 
 TEST_CASE("reference kernels compile for every mask kind", "[nvrtc][specs]") {

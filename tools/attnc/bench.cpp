@@ -1,6 +1,7 @@
 // attnc bench: times a forward or backward spec on the GPU with CUDA events, rotating among
 // random input sets, and prints the median (min, max) time and TFLOP/s counting visible
-// (query, key) pairs: forward 4 * B * H * D * pairs, backward 2.5x that. A predicate mask is
+// (query, key) pairs: forward 4 * B * H * D * pairs, backward 2.5x that (a packed batch,
+// varlen=true: the pairs within its sequences). A predicate mask is
 // the spec's (mask=predicate(EXPR)), its tensors given by --tensor as for attnc run.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -84,9 +85,9 @@ ForwardSet make_forward_set(const attnjit::AttentionSpec& s, const ProblemOption
   const std::uint64_t seed = p.seed + 16 * static_cast<std::uint64_t>(set);
   ForwardSet f{random_tensor(n.q, s.dtype, seed), random_tensor(n.k, s.dtype, seed + 1),
                random_tensor(n.v, s.dtype, seed + 2), shared};
-  f.args.q = activation_view(f.q, s.dtype, p.batch, p.seqlen_q, p.heads, s.head_dim_qk);
-  f.args.k = activation_view(f.k, s.dtype, p.batch, p.seqlen_k, p.kv_heads, s.head_dim_qk);
-  f.args.v = activation_view(f.v, s.dtype, p.batch, p.seqlen_k, p.kv_heads, s.head_dim_v);
+  f.args.q = activation_view(f.q, s.dtype, p, Rows::query, p.heads, s.head_dim_qk);
+  f.args.k = activation_view(f.k, s.dtype, p, Rows::key, p.kv_heads, s.head_dim_qk);
+  f.args.v = activation_view(f.v, s.dtype, p, Rows::key, p.kv_heads, s.head_dim_v);
   return f;
 }
 
@@ -125,11 +126,8 @@ Result bench(const attnjit::jit::Kernel& kernel, const ProblemOptions& p,
   r.flops = 4.0 * s.head_dim_qk * static_cast<double>(r.pairs);
   if (s.direction == attnjit::Direction::forward) {
     DeviceBuffer out(n.o * 2), lse(s.return_lse ? n.lse * 4 : 0);
-    shared.o = activation_view(out, s.dtype, p.batch, p.seqlen_q, p.heads, s.head_dim_v);
-    if (s.return_lse) {
-      shared.lse = attnjit::contiguous_view(lse.data(), attnjit::ScalarType::fp32,
-                                            {p.batch, p.heads, p.seqlen_q});
-    }
+    shared.o = activation_view(out, s.dtype, p, Rows::query, p.heads, s.head_dim_v);
+    if (s.return_lse) shared.lse = lse_view(lse, p);
     std::vector<ForwardSet> sets;
     for (int i = 0; i < kInputSets; ++i) sets.push_back(make_forward_set(s, p, i, shared));
     r.timing = time_launches(warmup, repeat, [&](int i) { kernel.forward(sets[i].args); });
@@ -147,9 +145,8 @@ Result bench(const attnjit::jit::Kernel& kernel, const ProblemOptions& p,
                   random_tensor(n.o, s.dtype, p.seed + 16 * i + 3),
                   {}};
     attnjit::ForwardArgs& f = b.forward.args;
-    f.o = activation_view(b.o, s.dtype, p.batch, p.seqlen_q, p.heads, s.head_dim_v);
-    f.lse = attnjit::contiguous_view(b.lse.data(), attnjit::ScalarType::fp32,
-                                     {p.batch, p.heads, p.seqlen_q});
+    f.o = activation_view(b.o, s.dtype, p, Rows::query, p.heads, s.head_dim_v);
+    f.lse = lse_view(b.lse, p);
     forward.forward(f);
     b.args.q = f.q;
     b.args.k = f.k;
@@ -160,10 +157,11 @@ Result bench(const attnjit::jit::Kernel& kernel, const ProblemOptions& p,
     b.args.window_left = f.window_left;
     b.args.window_right = f.window_right;
     b.args.predicate = f.predicate;
-    b.args.d_o = activation_view(b.d_o, s.dtype, p.batch, p.seqlen_q, p.heads, s.head_dim_v);
-    b.args.d_q = activation_view(d_q, s.dtype, p.batch, p.seqlen_q, p.heads, s.head_dim_qk);
-    b.args.d_k = activation_view(d_k, s.dtype, p.batch, p.seqlen_k, p.kv_heads, s.head_dim_qk);
-    b.args.d_v = activation_view(d_v, s.dtype, p.batch, p.seqlen_k, p.kv_heads, s.head_dim_v);
+    b.args.varlen = f.varlen;
+    b.args.d_o = activation_view(b.d_o, s.dtype, p, Rows::query, p.heads, s.head_dim_v);
+    b.args.d_q = activation_view(d_q, s.dtype, p, Rows::query, p.heads, s.head_dim_qk);
+    b.args.d_k = activation_view(d_k, s.dtype, p, Rows::key, p.kv_heads, s.head_dim_qk);
+    b.args.d_v = activation_view(d_v, s.dtype, p, Rows::key, p.kv_heads, s.head_dim_v);
     sets.push_back(std::move(b));
   }
   r.timing = time_launches(warmup, repeat, [&](int i) { kernel.backward(sets[i].args); });
@@ -206,7 +204,7 @@ void print(const attnjit::jit::Kernel& kernel, const BenchOptions& o, const Resu
 
 void run_bench(BenchOptions o) {
   attnjit::AttentionSpec spec = spec_with_arch(o.spec_text, o.arch);
-  resolve_problem(o.problem);
+  resolve_problem(o.problem, spec.varlen);
   std::optional<HostPredicate> predicate;
   if (spec.mask.kind == attnjit::MaskKind::predicate) {
     // The spec's text of the mask has the literals' values back in place: predicate(EXPR).

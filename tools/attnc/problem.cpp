@@ -4,7 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
+#include <climits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "attnjit/error.hpp"
@@ -26,20 +29,113 @@ attnjit::ScalarType element_type(attnjit::DType dtype) {
   return dtype == attnjit::DType::bf16 ? attnjit::ScalarType::bf16 : attnjit::ScalarType::fp16;
 }
 
+constexpr int kMaxLength = 1 << 24;
+constexpr std::int64_t kMaxTotal = INT32_MAX / 2;  // the packed rows the launch takes
+
+// A comma-separated list of lengths, each 0 to kMaxLength.
+std::vector<int> parse_lengths(std::string_view option, const std::string& text) {
+  const std::string accepted = fmt::format(
+      "comma-separated integers from 0 to {}, one per sequence (e.g. 1000,0,1,4096)", kMaxLength);
+  std::vector<int> lengths;
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t end = std::min(text.find(',', begin), text.size());
+    int value = 0;
+    const auto [last, error] = std::from_chars(text.data() + begin, text.data() + end, value);
+    if (begin == end || error != std::errc() || last != text.data() + end || value < 0 ||
+        value > kMaxLength) {
+      attnjit::throw_field_error(option, text.substr(0, 64), accepted);
+    }
+    lengths.push_back(value);
+    if (end == text.size()) break;
+    begin = end + 1;
+  }
+  if (lengths.size() > 65535) {
+    attnjit::throw_field_error(option, text.substr(0, 64),
+                               fmt::format("at most 65535 sequences, got {}", lengths.size()));
+  }
+  return lengths;
+}
+
+std::int64_t total_of(std::string_view option, const std::string& text,
+                      const std::vector<int>& lengths) {
+  std::int64_t total = 0;
+  for (const int length : lengths) total += length;
+  if (total < 1 || total > kMaxTotal) {
+    attnjit::throw_field_error(
+        option, text.substr(0, 64),
+        fmt::format("lengths whose sum (here {}) is 1 to {}", total, kMaxTotal));
+  }
+  return total;
+}
+
+// The packed batch of a varlen=true spec: --seqlens, --seqlens-k and --seqused-k read, batch 1
+// and the totals as the lengths of its one row.
+void resolve_packed(ProblemOptions& o) {
+  for (const auto& [option, given] : {std::pair<const char*, int>{"--batch", o.batch},
+                                      {"--seqlen-q", o.seqlen_q},
+                                      {"--seqlen-k", o.seqlen_k}}) {
+    if (given != 0) {
+      attnjit::throw_field_error(
+          option, std::to_string(given),
+          "nothing with varlen=true in the spec (--seqlens, --seqlens-k give the sequences)");
+    }
+  }
+  if (o.seqlens.empty()) {
+    throw attnjit::Error(
+        "--seqlens: missing, but the spec has varlen=true; accepted: the packed sequences' query "
+        "lengths, comma-separated (e.g. --seqlens 1000,0,1,4096)");
+  }
+  o.lengths_q = parse_lengths("--seqlens", o.seqlens);
+  o.lengths_k = o.seqlens_k.empty() ? o.lengths_q : parse_lengths("--seqlens-k", o.seqlens_k);
+  if (o.lengths_k.size() != o.lengths_q.size()) {
+    attnjit::throw_field_error(
+        "--seqlens-k", o.seqlens_k.substr(0, 64),
+        fmt::format("{} lengths, one per sequence of --seqlens", o.lengths_q.size()));
+  }
+  if (!o.seqused_k.empty()) {
+    o.used_k = parse_lengths("--seqused-k", o.seqused_k);
+    if (o.used_k.size() != o.lengths_q.size()) {
+      attnjit::throw_field_error(
+          "--seqused-k", o.seqused_k.substr(0, 64),
+          fmt::format("{} lengths, one per sequence of --seqlens", o.lengths_q.size()));
+    }
+    for (std::size_t s = 0; s < o.used_k.size(); ++s) {
+      if (o.used_k[s] > o.lengths_k[s]) {
+        attnjit::throw_field_error(
+            "--seqused-k", o.seqused_k.substr(0, 64),
+            fmt::format("at most each sequence's keys; sequence {} has {} keys, not {}", s,
+                        o.lengths_k[s], o.used_k[s]));
+      }
+    }
+  }
+  o.batch = 1;
+  o.seqlen_q = static_cast<int>(total_of("--seqlens", o.seqlens, o.lengths_q));
+  o.seqlen_k =
+      static_cast<int>(total_of(o.seqlens_k.empty() ? "--seqlens" : "--seqlens-k",
+                                o.seqlens_k.empty() ? o.seqlens : o.seqlens_k, o.lengths_k));
+}
+
 }  // namespace
 
 void add_problem_options(CLI::App* cmd, ProblemOptions& o) {
-  cmd->add_option("--batch", o.batch, "Batch size")->required()->check(integer_in(1, 65535));
+  cmd->add_option("--batch", o.batch, "Batch size (not with varlen=true)")
+      ->check(integer_in(1, 65535));
   cmd->add_option("--heads", o.heads, "Query heads")->required()->check(integer_in(1, 65535));
   cmd->add_option("--kv-heads", o.kv_heads, "Key/value heads (default: --heads)")
       ->check(integer_in(1, 65535));
   cmd->add_option("--mask-heads", o.mask_heads, "FlashMask heads: 1 or the kv heads")
       ->check(integer_in(1, 65535));
-  cmd->add_option("--seqlen-q", o.seqlen_q, "Query length")
-      ->required()
-      ->check(integer_in(1, 1 << 24));
+  cmd->add_option("--seqlen-q", o.seqlen_q, "Query length (not with varlen=true)")
+      ->check(integer_in(1, kMaxLength));
   cmd->add_option("--seqlen-k", o.seqlen_k, "Key length (default: --seqlen-q)")
-      ->check(integer_in(1, 1 << 24));
+      ->check(integer_in(1, kMaxLength));
+  cmd->add_option("--seqlens", o.seqlens,
+                  "varlen=true: the packed sequences' query lengths, e.g. 1000,0,1,4096");
+  cmd->add_option("--seqlens-k", o.seqlens_k,
+                  "varlen=true: their key lengths, as many (default: --seqlens)");
+  cmd->add_option("--seqused-k", o.seqused_k,
+                  "varlen=true: the keys each sequence uses, from its start (default: all)");
   cmd->add_option("--window-left", o.window_left,
                   "sliding_window: keys left of the diagonal (-1: unbounded)")
       ->check(integer_in(-1, INT32_MAX));
@@ -51,7 +147,33 @@ void add_problem_options(CLI::App* cmd, ProblemOptions& o) {
   cmd->add_option("--seed", o.seed, "Random seed")->check(unsigned_64());
 }
 
-void resolve_problem(ProblemOptions& o) {
+void resolve_problem(ProblemOptions& o, bool varlen) {
+  if (varlen) {
+    resolve_packed(o);
+  } else {
+    for (const auto& [option, text] :
+         {std::pair<const char*, const std::string&>{"--seqlens", o.seqlens},
+          {"--seqlens-k", o.seqlens_k},
+          {"--seqused-k", o.seqused_k}}) {
+      if (!text.empty()) {
+        throw attnjit::Error(fmt::format(
+            "{}: given, but the spec has varlen=false; accepted: {} with varlen=true in the spec "
+            "(a packed batch), else --batch and --seqlen-q",
+            option, option));
+      }
+    }
+    if (o.batch == 0) {
+      throw attnjit::Error(
+          "--batch: missing; accepted: the batch size, 1 to 65535 (or --seqlens with varlen=true "
+          "in the spec)");
+    }
+    if (o.seqlen_q == 0) {
+      throw attnjit::Error(
+          fmt::format("--seqlen-q: missing; accepted: the query length, 1 to {} (or --seqlens with "
+                      "varlen=true in the spec)",
+                      kMaxLength));
+    }
+  }
   if (o.kv_heads == 0) o.kv_heads = o.heads;
   if (o.seqlen_k == 0) o.seqlen_k = o.seqlen_q;
   if (o.heads % o.kv_heads != 0) {
@@ -116,9 +238,21 @@ attnjit::dsl::IntervalVectors make_vectors(const attnjit::MaskSpec& mask, const 
   return dsl::stack(samples);
 }
 
-attnjit::TensorView activation_view(const DeviceBuffer& buffer, attnjit::DType dtype, int batch,
-                                    int seq, int heads, int dim) {
-  return attnjit::contiguous_view(buffer.data(), element_type(dtype), {batch, seq, heads, dim});
+attnjit::TensorView activation_view(const DeviceBuffer& buffer, attnjit::DType dtype,
+                                    const ProblemOptions& o, Rows rows, int heads, int dim) {
+  const int seq = rows == Rows::query ? o.seqlen_q : o.seqlen_k;
+  if (o.packed())
+    return attnjit::contiguous_view(buffer.data(), element_type(dtype), {seq, heads, dim});
+  return attnjit::contiguous_view(buffer.data(), element_type(dtype), {o.batch, seq, heads, dim});
+}
+
+attnjit::TensorView lse_view(const DeviceBuffer& buffer, const ProblemOptions& o) {
+  if (o.packed()) {
+    return attnjit::contiguous_view(buffer.data(), attnjit::ScalarType::fp32,
+                                    {o.heads, o.seqlen_q});
+  }
+  return attnjit::contiguous_view(buffer.data(), attnjit::ScalarType::fp32,
+                                  {o.batch, o.heads, o.seqlen_q});
 }
 
 DeviceBuffer upload_vectors(const attnjit::dsl::IntervalVectors& vectors) {
@@ -135,24 +269,47 @@ attnjit::TensorView vectors_view(const DeviceBuffer& buffer,
 }
 
 double pair_density(const ProblemOptions& o, std::int64_t pairs) {
-  return static_cast<double>(pairs) /
-         (static_cast<double>(o.batch) * o.heads * o.seqlen_q * o.seqlen_k);
+  double elements = static_cast<double>(o.batch) * o.seqlen_q * o.seqlen_k;
+  if (o.packed()) {
+    elements = 0;
+    for (std::size_t s = 0; s < o.lengths_q.size(); ++s) {
+      elements += static_cast<double>(o.lengths_q[s]) * o.lengths_k[s];
+    }
+  }
+  return elements > 0 ? static_cast<double>(pairs) / (elements * o.heads) : 0.0;
 }
 
 nlohmann::ordered_json problem_json(const std::string& device,
                                     const attnjit::jit::CompileInfo& info,
                                     const ProblemOptions& o) {
-  return {{"spec", info.spec_text}, {"device", device},           {"batch", o.batch},
-          {"heads", o.heads},       {"kv_heads", o.kv_heads},     {"mask_heads", o.mask_heads},
+  if (o.packed()) {
+    nlohmann::ordered_json j = {
+        {"spec", info.spec_text}, {"device", device},         {"batch", o.lengths_q.size()},
+        {"heads", o.heads},       {"kv_heads", o.kv_heads},   {"total_q", o.seqlen_q},
+        {"total_k", o.seqlen_k},  {"seqlens_q", o.lengths_q}, {"seqlens_k", o.lengths_k}};
+    if (!o.used_k.empty()) j["seqused_k"] = o.used_k;
+    return j;
+  }
+  return {{"spec", info.spec_text}, {"device", device},       {"batch", o.batch},
+          {"heads", o.heads},       {"kv_heads", o.kv_heads}, {"mask_heads", o.mask_heads},
           {"seqlen_q", o.seqlen_q}, {"seqlen_k", o.seqlen_k}};
 }
 
 void print_problem_header(const std::string& device, const attnjit::jit::CompileInfo& info,
                           const ProblemOptions& o, double density) {
-  fmt::print(
-      "device   {}\nspec     {}\nproblem  B={} H={} Hkv={} Sq={} Sk={}, {:.1f}% of pairs "
-      "visible\n",
-      device, info.spec_text, o.batch, o.heads, o.kv_heads, o.seqlen_q, o.seqlen_k, 100 * density);
+  fmt::print("device   {}\nspec     {}\n", device, info.spec_text);
+  if (o.packed()) {
+    fmt::print(
+        "problem  B={} packed, H={} Hkv={} total_q={} total_k={} (max Sq={} Sk={}){}, {:.1f}% of "
+        "pairs within the sequences visible\n",
+        o.lengths_q.size(), o.heads, o.kv_heads, o.seqlen_q, o.seqlen_k,
+        *std::max_element(o.lengths_q.begin(), o.lengths_q.end()),
+        *std::max_element(o.lengths_k.begin(), o.lengths_k.end()),
+        o.used_k.empty() ? "" : ", seqused_k", 100 * density);
+  } else {
+    fmt::print("problem  B={} H={} Hkv={} Sq={} Sk={}, {:.1f}% of pairs visible\n", o.batch,
+               o.heads, o.kv_heads, o.seqlen_q, o.seqlen_k, 100 * density);
+  }
   for (const auto& k : info.kernels) {
     fmt::print("kernel   {}: {} registers, {} spill bytes, {} B smem\n", k.name, k.registers,
                k.spill_bytes, k.static_smem_bytes + k.dynamic_smem_bytes);

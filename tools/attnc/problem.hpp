@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "attnjit/jit.hpp"
 #include "attnjit/spec.hpp"
@@ -17,15 +18,24 @@
 
 namespace attnc {
 
-/// Shape, window and mask-data options of a generated problem.
+/// Shape, window and mask-data options of a generated problem. A spec with varlen=true takes a
+/// packed batch (--seqlens, --seqlens-k, --seqused-k) instead of --batch, --seqlen-q and
+/// --seqlen-k: resolve_problem fills lengths_q, lengths_k (and used_k) from them and makes the
+/// problem one batch row of the totals, batch = 1, seqlen_q = total_q, seqlen_k = total_k.
 struct ProblemOptions {
-  int batch = 1, heads = 1, kv_heads = 0, mask_heads = 1, seqlen_q = 0, seqlen_k = 0;
+  int batch = 0, heads = 1, kv_heads = 0, mask_heads = 1, seqlen_q = 0, seqlen_k = 0;
   int window_left = -1, window_right = 0;
   std::string mask_data = "documents";
   std::uint64_t seed = 1;
+  std::string seqlens, seqlens_k, seqused_k;  ///< the packed batch's options, as given
+  std::vector<int> lengths_q, lengths_k;      ///< each sequence's queries and keys
+  std::vector<int> used_k;                    ///< --seqused-k: each sequence's used keys
+
+  bool packed() const { return !lengths_q.empty(); }
 };
 
-/// The share of (batch, head, query, key) elements that `pairs` visible pairs are.
+/// The share of (batch, head, query, key) elements that `pairs` visible pairs are; for a packed
+/// batch, of the (head, query, key) elements within its sequences.
 double pair_density(const ProblemOptions& o, std::int64_t pairs);
 
 /// Prints the lines `attnc run` and `attnc bench` open with: the device, the spec, the problem
@@ -36,18 +46,18 @@ void print_problem_header(const std::string& device, const attnjit::jit::Compile
 /// The JSON fields `attnc run` and `attnc bench` open with: the spec, the device and the
 /// problem's sizes.
 nlohmann::ordered_json problem_json(const std::string& device,
-                                    const attnjit::jit::CompileInfo& info,
-                                    const ProblemOptions& o);
+                                    const attnjit::jit::CompileInfo& info, const ProblemOptions& o);
 
-/// Registers --batch, --heads, --kv-heads, --mask-heads, --seqlen-q, --seqlen-k,
-/// --window-left, --window-right, --mask-data and --seed on `cmd`, writing into `o` (which
-/// must outlive the parse).
+/// Registers --batch, --heads, --kv-heads, --mask-heads, --seqlen-q, --seqlen-k, --seqlens,
+/// --seqlens-k, --seqused-k, --window-left, --window-right, --mask-data and --seed on `cmd`,
+/// writing into `o` (which must outlive the parse).
 void add_problem_options(CLI::App* cmd, ProblemOptions& o);
 
-/// Fills the defaults (kv_heads = heads, seqlen_k = seqlen_q) and throws attnjit::Error for
-/// head counts that do not fit together (kv_heads not dividing heads, mask_heads neither 1
-/// nor kv_heads). Needs no device.
-void resolve_problem(ProblemOptions& o);
+/// Fills the defaults (kv_heads = heads, seqlen_k = seqlen_q), reads the packed batch's options
+/// for a spec with `varlen` (resolve_packed) and throws attnjit::Error for options missing or
+/// given against the spec's varlen flag and for head counts that do not fit together (kv_heads
+/// not dividing heads, mask_heads neither 1 nor kv_heads). Needs no device.
+void resolve_problem(ProblemOptions& o, bool varlen);
 
 /// `count` normally distributed values of `dtype` (fp16 or bf16) in a new device buffer,
 /// deterministic for `seed`. Values are drawn once into a small pool and copied from random
@@ -61,9 +71,18 @@ attnjit::runtime::DeviceBuffer random_tensor(std::size_t count, attnjit::DType d
 /// global + sliding window (4 columns); with --mask-data random, arbitrary valid intervals.
 attnjit::dsl::IntervalVectors make_vectors(const attnjit::MaskSpec& mask, const ProblemOptions& o);
 
-/// A contiguous [batch, seq, heads, dim] view of `buffer` holding `dtype` elements.
+/// Whose rows an activation holds: the queries' (q, o, d_o, d_q) or the keys' (k, v, d_k, d_v).
+enum class Rows { query, key };
+
+/// A contiguous view of `buffer` holding `dtype` elements: [batch, seq, heads, dim], or
+/// [total, heads, dim] for a packed batch (seq and total those of `rows`).
 attnjit::TensorView activation_view(const attnjit::runtime::DeviceBuffer& buffer,
-                                    attnjit::DType dtype, int batch, int seq, int heads, int dim);
+                                    attnjit::DType dtype, const ProblemOptions& o, Rows rows,
+                                    int heads, int dim);
+
+/// A contiguous fp32 view of `buffer` for the LSE: [batch, heads, seqlen_q], or [heads, total_q]
+/// for a packed batch.
+attnjit::TensorView lse_view(const attnjit::runtime::DeviceBuffer& buffer, const ProblemOptions& o);
 
 /// The vectors uploaded to a new device buffer.
 attnjit::runtime::DeviceBuffer upload_vectors(const attnjit::dsl::IntervalVectors& vectors);

@@ -1,5 +1,6 @@
 // attnc run: random inputs on the GPU, the forward timed with CUDA events, TFLOP/s counting
-// visible (query, key) pairs, and with --check the error against attnjit's fp32 reference.
+// visible (query, key) pairs, and with --check the error against attnjit's fp32 reference
+// (for a packed batch, varlen=true, computed sequence by sequence: tools/attnc/varlen.hpp).
 // --softcap X and --alibi turn the score modifiers on (the spec gets softcap=true /
 // alibi=true); the ALiBi slopes are the standard geometric ones, 2^(-8 i / H) for head i-1.
 // Predicate masks come from --predicate and --tensor (run_predicate.hpp).
@@ -18,6 +19,7 @@
 #include "tools/attnc/commands.hpp"
 #include "tools/attnc/problem.hpp"
 #include "tools/attnc/run_predicate.hpp"
+#include "tools/attnc/varlen.hpp"
 
 namespace attnc {
 namespace {
@@ -98,7 +100,7 @@ void run(RunOptions o) {
   attnjit::AttentionSpec spec = spec_with_arch(o.spec_text, o.arch);
   // Shape errors are the user's, whether or not a device is there to launch on.
   ProblemOptions& p = o.problem;
-  resolve_problem(p);
+  resolve_problem(p, spec.varlen);
   if (o.softcap && !(*o.softcap > 0.f && std::isfinite(*o.softcap))) {
     attnjit::throw_field_error("--softcap", fmt::format("{}", *o.softcap), "a finite value > 0");
   }
@@ -147,14 +149,11 @@ void run(RunOptions o) {
   lse.fill_bytes(0xff);
 
   attnjit::ForwardArgs args;
-  args.q = activation_view(q, s.dtype, p.batch, p.seqlen_q, p.heads, s.head_dim_qk);
-  args.k = activation_view(k, s.dtype, p.batch, p.seqlen_k, p.kv_heads, s.head_dim_qk);
-  args.v = activation_view(v, s.dtype, p.batch, p.seqlen_k, p.kv_heads, s.head_dim_v);
-  args.o = activation_view(out, s.dtype, p.batch, p.seqlen_q, p.heads, s.head_dim_v);
-  if (lse_wanted) {
-    args.lse = attnjit::contiguous_view(lse.data(), attnjit::ScalarType::fp32,
-                                        {p.batch, p.heads, p.seqlen_q});
-  }
+  args.q = activation_view(q, s.dtype, p, Rows::query, p.heads, s.head_dim_qk);
+  args.k = activation_view(k, s.dtype, p, Rows::key, p.kv_heads, s.head_dim_qk);
+  args.v = activation_view(v, s.dtype, p, Rows::key, p.kv_heads, s.head_dim_v);
+  args.o = activation_view(out, s.dtype, p, Rows::query, p.heads, s.head_dim_v);
+  if (lse_wanted) args.lse = lse_view(lse, p);
   if (o.softcap) args.softcap = *o.softcap;
   DeviceBuffer slope_buffer;
   if (s.alibi) {
@@ -186,12 +185,15 @@ void run(RunOptions o) {
     DeviceBuffer ref(o_count * 2), ref_lse(lse_count * 4);
     ref.fill_bytes(0xff);
     ref_lse.fill_bytes(0xff);
-    attnjit::ForwardArgs ref_args = args;
-    ref_args.o.data = ref.data();
-    ref_args.lse = attnjit::contiguous_view(ref_lse.data(), attnjit::ScalarType::fp32,
-                                            {p.batch, p.heads, p.seqlen_q});
-    attnjit::jit::compile_reference(s).forward(ref_args, nullptr);
-    attnjit::runtime::check(attnjit::runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+    if (p.packed()) {
+      reference_by_sequence(s, args, p, ref, ref_lse);
+    } else {
+      attnjit::ForwardArgs ref_args = args;
+      ref_args.o.data = ref.data();
+      ref_args.lse = lse_view(ref_lse, p);
+      attnjit::jit::compile_reference(s).forward(ref_args, nullptr);
+      attnjit::runtime::check(attnjit::runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+    }
     check = compare(out, ref, lse, ref_lse, s.dtype);
   }
 
@@ -247,7 +249,8 @@ void add_run(CLI::App& app) {
   cmd->add_option("--warmup", o.warmup, "Untimed launches first")->check(integer_in(0, INT32_MAX));
   cmd->add_option("--repeat", o.repeat, "Timed launches (the median is reported)")
       ->check(integer_in(1, INT32_MAX));
-  cmd->add_flag("--check", o.check, "Compare with attnjit's fp32 reference kernel");
+  cmd->add_flag("--check", o.check,
+                "Compare with attnjit's fp32 reference kernel (varlen: sequence by sequence)");
   cmd->add_flag("--json", o.json, "Print one JSON object");
   cmd->footer(spec_help());
   cmd->callback([] { run(o); });

@@ -154,6 +154,12 @@ DeviceMask bind_mask(const attnjit::AttentionSpec& s, const ProblemOptions& p,
     mask.predicate = upload(*predicate);
     args.predicate = mask.predicate->args;
   }
+  if (s.varlen) {
+    mask.varlen = upload_varlen(p);
+    args.varlen = mask.varlen->args;
+    mask.pairs = packed_visible_pairs(s.mask, p);
+    return mask;
+  }
   mask.pairs = predicate ? visible_pairs(*predicate, p.batch, p.heads, p.seqlen_q, p.seqlen_k)
                          : attnjit::dsl::visible_pairs(
                                s.mask, p.batch, p.heads, p.seqlen_q, p.seqlen_k, p.window_left,

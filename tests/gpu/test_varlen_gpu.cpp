@@ -1,0 +1,602 @@
+// Packed batches (varlen=true) against the CPU float64 reference computed sequence by sequence
+// on the packed tensors' slices: forward (O, LSE) and backward (dQ, dK, dV, atomic and
+// deterministic) on ragged lengths that are not tile multiples, with an empty sequence, one of
+// length 1, Sq != Sk per sequence, seqused_k, GQA, none/causal/sliding_window, bf16 and fp16,
+// each kernel family forced by its tiles; the device check of the boundaries (validate_mask)
+// and two small specs for compute-sanitizer ([sanitizer]).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attnjit/error.hpp"
+#include "attnjit/jit.hpp"
+#include "gpu/checks.hpp"
+#include "gpu/compile_ahead.hpp"
+#include "gpu/gpu_case.hpp"
+#include "runtime/jit/driver.hpp"
+#include "support/error_text.hpp"
+#include "support/half_round.hpp"
+#include "support/reference.hpp"
+#include "support/reference_backward.hpp"
+#include "support/sm90a_tiles.hpp"
+
+using namespace attnjit;
+
+namespace {
+
+// A packed batch: its sequences' lengths, heads, mask window and the kernels it forces.
+struct Packed {
+  DType dtype = DType::bf16;
+  int head_dim = 64;
+  MaskKind mask = MaskKind::none;
+  std::vector<int> seqlens_q, seqlens_k;
+  std::vector<int> seqused_k;  ///< empty: every key of each sequence
+  int heads = 4, kv_heads = 2;
+  int window_left = -1, window_right = 0;
+  std::uint64_t seed = 1;
+  TileShape forward_tiles, backward_tiles;  ///< empty: select_tiles' choice
+  std::string forward_row, backward_row;    ///< the rows they must run; empty: any
+
+  int sequences() const { return static_cast<int>(seqlens_q.size()); }
+  int used(int s) const { return seqused_k.empty() ? seqlens_k[s] : seqused_k[s]; }
+  std::vector<int> cu(const std::vector<int>& lengths) const {
+    std::vector<int> out{0};
+    for (const int n : lengths) out.push_back(out.back() + n);
+    return out;
+  }
+  int total_q() const { return cu(seqlens_q).back(); }
+  int total_k() const { return cu(seqlens_k).back(); }
+
+  AttentionSpec forward_spec() const {
+    AttentionSpec spec;
+    spec.dtype = dtype;
+    spec.head_dim_qk = spec.head_dim_v = head_dim;
+    spec.mask.kind = mask;
+    spec.return_lse = true;
+    spec.varlen = true;
+    spec.tiles = forward_tiles;
+    return spec;
+  }
+  // The backward's forward takes the automatic tiles; the forced ones are the backward's.
+  std::vector<AttentionSpec> backward_specs(bool deterministic) const {
+    AttentionSpec forward = forward_spec();
+    forward.tiles = {};
+    AttentionSpec backward = forward_spec();
+    backward.return_lse = false;
+    backward.direction = Direction::backward;
+    backward.deterministic = deterministic;
+    backward.tiles = backward_tiles;
+    return {forward, backward};
+  }
+  std::string describe() const {
+    return fmt::format(
+        "{} d{} mask={} H={} Hkv={} seqlens_q=[{}] seqlens_k=[{}] seqused_k=[{}] window=({}, {}) "
+        "tiles fwd={} bwd={} seed={}",
+        name_of(dtype), head_dim, name_of(mask), heads, kv_heads, fmt::join(seqlens_q, ","),
+        fmt::join(seqlens_k, ","), fmt::join(seqused_k, ","), window_left, window_right,
+        to_string(forward_tiles), to_string(backward_tiles), gpu_test::data_seed(seed));
+  }
+};
+
+// Host values of q [total_q, H, D], k and v [total_k, Hkv, D] and dO [total_q, H, D], already
+// representable in the dtype.
+struct HostData {
+  std::vector<float> q, k, v, d_o;
+};
+
+std::vector<float> random_values(std::size_t count, DType dtype, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> out(count);
+  for (float& x : out) x = testing::round_to(dtype, normal(rng));
+  return out;
+}
+
+HostData make_data(const Packed& c) {
+  std::mt19937_64 rng(gpu_test::data_seed(c.seed));
+  const auto d = static_cast<std::size_t>(c.head_dim);
+  HostData h;
+  h.q = random_values(c.total_q() * c.heads * d, c.dtype, rng);
+  h.k = random_values(c.total_k() * c.kv_heads * d, c.dtype, rng);
+  h.v = random_values(c.total_k() * c.kv_heads * d, c.dtype, rng);
+  h.d_o = random_values(c.total_q() * c.heads * d, c.dtype, rng);
+  return h;
+}
+
+constexpr std::uint8_t kPoison = 0xff;  // NaN in bf16, fp16 and fp32
+
+// A contiguous [rows, heads, dim] device tensor, poisoned, then `values` uploaded when given.
+struct DevicePacked {
+  runtime::DeviceBuffer buffer;
+  TensorView view;
+};
+
+DevicePacked device_tensor(DType dtype, int rows, int heads, int dim,
+                           const std::vector<float>* values = nullptr) {
+  const std::size_t count = static_cast<std::size_t>(rows) * heads * dim;
+  DevicePacked t{runtime::DeviceBuffer(std::max<std::size_t>(count, 1) * 2), {}};
+  t.buffer.fill_bytes(kPoison);
+  t.view =
+      contiguous_view(t.buffer.data(), dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16,
+                      {rows, heads, dim});
+  if (values != nullptr) {
+    std::vector<std::uint16_t> bits(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      bits[i] = dtype == DType::bf16 ? testing::float_to_bf16_bits((*values)[i])
+                                     : testing::float_to_fp16_bits((*values)[i]);
+    }
+    t.buffer.upload(bits.data(), count * 2);
+  }
+  return t;
+}
+
+std::vector<float> download(const DevicePacked& t, DType dtype) {
+  const std::size_t count =
+      static_cast<std::size_t>(t.view.shape[0]) * t.view.shape[1] * t.view.shape[2];
+  std::vector<std::uint16_t> bits(count);
+  t.buffer.download(bits.data(), count * 2);
+  std::vector<float> out(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    out[i] = dtype == DType::bf16 ? testing::bf16_bits_to_float(bits[i])
+                                  : testing::fp16_bits_to_float(bits[i]);
+  }
+  return out;
+}
+
+runtime::DeviceBuffer upload_ints(const std::vector<int>& values) {
+  runtime::DeviceBuffer buffer(std::max<std::size_t>(values.size(), 1) * 4);
+  buffer.upload(values.data(), values.size() * 4);
+  return buffer;
+}
+
+// The boundaries on the device and the VarlenArgs that name them.
+struct DeviceBoundaries {
+  runtime::DeviceBuffer cu_q, cu_k, used;
+  VarlenArgs args;
+};
+
+DeviceBoundaries upload_boundaries(const std::vector<int>& cu_q, const std::vector<int>& cu_k,
+                                   const std::vector<int>& used, int max_q, int max_k) {
+  DeviceBoundaries b{upload_ints(cu_q), upload_ints(cu_k), {}, {}};
+  b.args.cu_seqlens_q =
+      contiguous_view(b.cu_q.data(), ScalarType::int32, {static_cast<std::int64_t>(cu_q.size())});
+  b.args.cu_seqlens_k =
+      contiguous_view(b.cu_k.data(), ScalarType::int32, {static_cast<std::int64_t>(cu_k.size())});
+  if (!used.empty()) {
+    b.used = upload_ints(used);
+    b.args.seqused_k =
+        contiguous_view(b.used.data(), ScalarType::int32, {static_cast<std::int64_t>(used.size())});
+  }
+  b.args.max_seqlen_q = max_q;
+  b.args.max_seqlen_k = max_k;
+  return b;
+}
+
+DeviceBoundaries upload_boundaries(const Packed& c) {
+  return upload_boundaries(c.cu(c.seqlens_q), c.cu(c.seqlens_k), c.seqused_k,
+                           *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end()),
+                           *std::max_element(c.seqlens_k.begin(), c.seqlens_k.end()));
+}
+
+// The packed problem's tensors on the device, with q, k, v and dO uploaded.
+struct DeviceProblem {
+  DevicePacked q, k, v, o, d_o, d_q, d_k, d_v;
+  runtime::DeviceBuffer lse;
+  DeviceBoundaries boundaries;
+};
+
+DeviceProblem upload(const Packed& c, const HostData& h) {
+  const int tq = c.total_q(), tk = c.total_k(), d = c.head_dim;
+  DeviceProblem p{device_tensor(c.dtype, tq, c.heads, d, &h.q),
+                  device_tensor(c.dtype, tk, c.kv_heads, d, &h.k),
+                  device_tensor(c.dtype, tk, c.kv_heads, d, &h.v),
+                  device_tensor(c.dtype, tq, c.heads, d),
+                  device_tensor(c.dtype, tq, c.heads, d, &h.d_o),
+                  device_tensor(c.dtype, tq, c.heads, d),
+                  device_tensor(c.dtype, tk, c.kv_heads, d),
+                  device_tensor(c.dtype, tk, c.kv_heads, d),
+                  runtime::DeviceBuffer(std::max<std::size_t>(tq * c.heads, 1) * 4),
+                  upload_boundaries(c)};
+  p.lse.fill_bytes(kPoison);
+  return p;
+}
+
+ForwardArgs forward_args(const Packed& c, const DeviceProblem& p) {
+  ForwardArgs a;
+  a.q = p.q.view;
+  a.k = p.k.view;
+  a.v = p.v.view;
+  a.o = p.o.view;
+  a.lse = contiguous_view(p.lse.data(), ScalarType::fp32, {c.heads, c.total_q()});
+  a.window_left = c.window_left;
+  a.window_right = c.window_right;
+  a.varlen = p.boundaries.args;
+  return a;
+}
+
+// Sequence s alone as a padded reference problem: its queries on its used keys.
+testing::Problem sequence_problem(const Packed& c, int s) {
+  testing::Problem p;
+  p.seqlen_q = c.seqlens_q[s];
+  p.seqlen_k = c.used(s);
+  p.heads = c.heads;
+  p.kv_heads = c.kv_heads;
+  p.head_dim = p.head_dim_v = c.head_dim;
+  p.softmax_scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
+  p.dtype = c.dtype;
+  p.mask.kind = c.mask;
+  p.mask.window_left = c.window_left;
+  p.mask.window_right = c.window_right;
+  return p;
+}
+
+// Rows [first, first + rows) of a packed [total, heads, dim] array.
+template <class T>
+std::vector<T> rows_of(const std::vector<T>& packed, int first, int rows, int width) {
+  return {packed.begin() + static_cast<std::ptrdiff_t>(first) * width,
+          packed.begin() + static_cast<std::ptrdiff_t>(first + rows) * width};
+}
+
+template <class T, class U>
+void put_rows(std::vector<T>& packed, int first, int width, const std::vector<U>& rows) {
+  std::copy(rows.begin(), rows.end(), packed.begin() + static_cast<std::ptrdiff_t>(first) * width);
+}
+
+// The float64 reference of the packed forward: each sequence's O and LSE, in the packed
+// layouts (O [total_q, H, D], LSE [H, total_q]); a sequence without used keys gives O = 0 and
+// LSE = -inf.
+testing::Reference reference_forward(const Packed& c, const HostData& h) {
+  const int tq = c.total_q(), qw = c.heads * c.head_dim, kw = c.kv_heads * c.head_dim;
+  testing::Reference ref;
+  ref.out.assign(static_cast<std::size_t>(tq) * qw, 0.0);
+  ref.out_lowp.assign(ref.out.size(), 0.f);
+  ref.lse.assign(static_cast<std::size_t>(tq) * c.heads, -std::numeric_limits<double>::infinity());
+  const std::vector<int> cu_q = c.cu(c.seqlens_q), cu_k = c.cu(c.seqlens_k);
+  for (int s = 0; s < c.sequences(); ++s) {
+    const int rows = c.seqlens_q[s];
+    if (rows == 0 || c.used(s) == 0) continue;
+    const testing::Reference one = testing::reference_forward(
+        sequence_problem(c, s), rows_of(h.q, cu_q[s], rows, qw),
+        rows_of(h.k, cu_k[s], c.used(s), kw), rows_of(h.v, cu_k[s], c.used(s), kw));
+    put_rows(ref.out, cu_q[s], qw, one.out);
+    put_rows(ref.out_lowp, cu_q[s], qw, one.out_lowp);
+    for (int head = 0; head < c.heads; ++head) {
+      std::copy_n(one.lse.begin() + static_cast<std::ptrdiff_t>(head) * rows, rows,
+                  ref.lse.begin() + static_cast<std::ptrdiff_t>(head) * tq + cu_q[s]);
+    }
+  }
+  return ref;
+}
+
+// The float64 reference gradients of the packed backward, sequence by sequence; keys past
+// seqused_k and the queries of sequences without used keys get zero gradients.
+testing::Gradients reference_backward(const Packed& c, const HostData& h) {
+  const int qw = c.heads * c.head_dim, kw = c.kv_heads * c.head_dim;
+  testing::Gradients g;
+  g.dq.assign(h.q.size(), 0.0);
+  g.dk.assign(h.k.size(), 0.0);
+  g.dv.assign(h.v.size(), 0.0);
+  g.dq_lowp.assign(h.q.size(), 0.f);
+  g.dk_lowp.assign(h.k.size(), 0.f);
+  g.dv_lowp.assign(h.v.size(), 0.f);
+  const std::vector<int> cu_q = c.cu(c.seqlens_q), cu_k = c.cu(c.seqlens_k);
+  for (int s = 0; s < c.sequences(); ++s) {
+    const int rows = c.seqlens_q[s], keys = c.used(s);
+    if (rows == 0 || keys == 0) continue;
+    const testing::Gradients one = testing::reference_backward(
+        sequence_problem(c, s), rows_of(h.q, cu_q[s], rows, qw), rows_of(h.k, cu_k[s], keys, kw),
+        rows_of(h.v, cu_k[s], keys, kw), rows_of(h.d_o, cu_q[s], rows, qw));
+    put_rows(g.dq, cu_q[s], qw, one.dq);
+    put_rows(g.dk, cu_k[s], kw, one.dk);
+    put_rows(g.dv, cu_k[s], kw, one.dv);
+    put_rows(g.dq_lowp, cu_q[s], qw, one.dq_lowp);
+    put_rows(g.dk_lowp, cu_k[s], kw, one.dk_lowp);
+    put_rows(g.dv_lowp, cu_k[s], kw, one.dv_lowp);
+    g.dq_cancellation = std::max(g.dq_cancellation, one.dq_cancellation);
+    g.dk_cancellation = std::max(g.dk_cancellation, one.dk_cancellation);
+  }
+  return g;
+}
+
+void check_comparison(const testing::Comparison& comparison) {
+  INFO(comparison.summary);
+  CHECK(comparison.passed);
+}
+
+void check_forward(const Packed& c) {
+  INFO(c.describe());
+  const HostData h = make_data(c);
+  DeviceProblem p = upload(c, h);
+  const jit::Kernel kernel = jit::compile(c.forward_spec());
+  gpu_test::note_rows(kernel, KernelRole::forward, c.forward_row);
+  kernel.forward(forward_args(c, p), nullptr);
+  runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+  const std::vector<float> out = download(p.o, c.dtype);
+  std::vector<float> lse(static_cast<std::size_t>(c.total_q()) * c.heads);
+  p.lse.download(lse.data(), lse.size() * 4);
+
+  const testing::Reference ref = reference_forward(c, h);
+  check_comparison(testing::compare_output(out, ref, c.dtype));
+  check_comparison(testing::compare_lse(lse, ref));
+}
+
+void check_backward(const Packed& c, bool deterministic) {
+  INFO(c.describe() << (deterministic ? " deterministic" : " atomic"));
+  const HostData h = make_data(c);
+  DeviceProblem p = upload(c, h);
+  const std::vector<AttentionSpec> specs = c.backward_specs(deterministic);
+  const jit::Kernel forward = jit::compile(specs[0]);
+  const jit::Kernel backward = jit::compile(specs[1]);
+  gpu_test::note_rows(forward, KernelRole::forward, "");
+  gpu_test::note_rows(backward, KernelRole::backward, c.backward_row);
+  const ForwardArgs f = forward_args(c, p);
+  forward.forward(f, nullptr);
+  BackwardArgs b = gpu_test::backward_args_of(f);
+  b.d_o = p.d_o.view;
+  b.d_q = p.d_q.view;
+  b.d_k = p.d_k.view;
+  b.d_v = p.d_v.view;
+  backward.backward(b, nullptr);
+  runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+
+  const testing::Gradients ref = reference_backward(c, h);
+  check_comparison(testing::compare_gradient("dq", download(p.d_q, c.dtype), ref.dq, ref.dq_lowp,
+                                             c.dtype, ref.dq_cancellation));
+  check_comparison(testing::compare_gradient("dk", download(p.d_k, c.dtype), ref.dk, ref.dk_lowp,
+                                             c.dtype, ref.dk_cancellation));
+  check_comparison(
+      testing::compare_gradient("dv", download(p.d_v, c.dtype), ref.dv, ref.dv_lowp, c.dtype));
+}
+
+// The kernel families the device runs: sm80 everywhere, sm90a on an sm_90a device.
+std::vector<std::string> families() {
+  if (jit::current_device_arch() == Arch::sm_90a) return {"sm80", "sm90a"};
+  WARN("not an sm_90a device: the sm90a family is not run on packed batches");
+  return {"sm80"};
+}
+
+// Forces the case's forward and backward onto `family` by explicit tiles.
+void force(Packed& c, const std::string& family) {
+  if (family == "sm90a") {
+    AttentionSpec spec = c.forward_spec();
+    spec.tiles = {};
+    c.forward_tiles = testing::sm90a_forward_spec(spec).tiles;
+    c.backward_tiles = {64, 128, 12, TileLayout::warpgroups};
+    c.forward_row = testing::kSm90aForwardRow;
+    c.backward_row = "backward.sm90a";
+    return;
+  }
+  const bool d64 = c.head_dim == 64;
+  c.forward_tiles = d64 ? TileShape{64, 64, 4, TileLayout::q_registers}
+                        : TileShape{128, 64, 8, TileLayout::q_registers};
+  c.backward_tiles = {64, 128, 8, d64 ? TileLayout::slabs : TileLayout::grid};
+  c.forward_row = "forward.sm80";
+  c.backward_row = d64 ? "backward_slabs.sm80" : "backward_grid.sm80";
+}
+
+// Ragged batches forced onto `family`: lengths that are not tile multiples, an empty sequence
+// and one of length 1, keys of their own (Sq != Sk per sequence), seqused_k, GQA and MQA; each
+// mask with each shape once, head dims 64 and 128 and both dtypes rotating.
+std::vector<Packed> ragged_cases(const std::string& family) {
+  struct Shape {
+    std::vector<int> q, k, used;
+    int heads, kv_heads;
+  };
+  const Shape shapes[] = {
+      {{130, 0, 1, 257, 64}, {130, 0, 1, 257, 64}, {}, 4, 2},
+      {{77, 1, 0, 300}, {190, 1, 33, 211}, {}, 4, 4},
+      {{200, 45, 1, 0, 129}, {150, 45, 70, 9, 129}, {150, 30, 0, 9, 100}, 6, 1},
+  };
+  std::vector<Packed> cases;
+  int i = 0;
+  for (const MaskKind mask : {MaskKind::none, MaskKind::causal, MaskKind::sliding_window}) {
+    for (const Shape& shape : shapes) {
+      Packed c;
+      c.dtype = i % 4 < 2 ? DType::bf16 : DType::fp16;
+      c.head_dim = i % 2 == 0 ? 64 : 128;
+      c.mask = mask;
+      c.seqlens_q = shape.q;
+      c.seqlens_k = shape.k;
+      c.seqused_k = shape.used;
+      c.heads = shape.heads;
+      c.kv_heads = shape.kv_heads;
+      if (mask == MaskKind::sliding_window) {
+        c.window_left = i == 7 ? -1 : 37;
+        c.window_right = i == 8 ? -1 : 5;
+      }
+      c.seed = 4400 + i++;
+      force(c, family);
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("varlen forward matches the reference sequence by sequence, every family",
+          "[gpu][varlen][forward]") {
+  for (const std::string& family : families()) {
+    const std::vector<Packed> cases = ragged_cases(family);
+    std::vector<AttentionSpec> specs;
+    for (const Packed& c : cases) specs.push_back(c.forward_spec());
+    const gpu_test::CompileAhead ahead(specs);
+    for (const Packed& c : cases) check_forward(c);
+  }
+}
+
+TEST_CASE("varlen backward matches the reference gradients, atomic and deterministic",
+          "[gpu][varlen][backward]") {
+  for (const std::string& family : families()) {
+    const std::vector<Packed> cases = ragged_cases(family);
+    std::vector<AttentionSpec> specs;
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      for (const AttentionSpec& spec : cases[i].backward_specs(i % 2 == 1)) specs.push_back(spec);
+    }
+    const gpu_test::CompileAhead ahead(specs);
+    for (std::size_t i = 0; i < cases.size(); ++i) check_backward(cases[i], i % 2 == 1);
+  }
+}
+
+TEST_CASE("varlen deterministic backward is bitwise repeatable", "[gpu][varlen][backward]") {
+  Packed c;
+  c.dtype = DType::bf16;
+  c.mask = MaskKind::causal;
+  c.seqlens_q = {300, 1, 0, 171};
+  c.seqlens_k = {280, 17, 5, 171};
+  c.heads = 4;
+  c.kv_heads = 1;
+  c.seed = 4500;
+  const HostData h = make_data(c);
+  const std::vector<AttentionSpec> specs = c.backward_specs(true);
+  const jit::Kernel forward = jit::compile(specs[0]);
+  const jit::Kernel backward = jit::compile(specs[1]);
+  std::vector<std::vector<float>> runs;
+  for (int run = 0; run < 2; ++run) {
+    DeviceProblem p = upload(c, h);
+    const ForwardArgs f = forward_args(c, p);
+    forward.forward(f, nullptr);
+    BackwardArgs b = gpu_test::backward_args_of(f);
+    b.d_o = p.d_o.view;
+    b.d_q = p.d_q.view;
+    b.d_k = p.d_k.view;
+    b.d_v = p.d_v.view;
+    backward.backward(b, nullptr);
+    runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+    std::vector<float> all = download(p.d_q, c.dtype);
+    for (const DevicePacked* t : {&p.d_k, &p.d_v}) {
+      const std::vector<float> part = download(*t, c.dtype);
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    runs.push_back(std::move(all));
+  }
+  CHECK(gpu_test::same_bits(runs[0], runs[1]));
+}
+
+TEST_CASE("varlen: two small specs (the compute-sanitizer runs)",
+          "[gpu][varlen][forward][backward][sanitizer]") {
+  Packed causal;
+  causal.dtype = DType::bf16;
+  causal.head_dim = 128;
+  causal.mask = MaskKind::causal;
+  causal.seqlens_q = {70, 0, 1, 90};
+  causal.seqlens_k = {100, 3, 1, 60};
+  causal.seqused_k = {90, 3, 0, 60};
+  causal.heads = 2;
+  causal.kv_heads = 1;
+  causal.seed = 4600;
+  check_forward(causal);
+  Packed window = causal;
+  window.dtype = DType::fp16;
+  window.head_dim = 64;
+  window.mask = MaskKind::sliding_window;
+  window.window_left = 20;
+  window.window_right = 3;
+  window.seed = 4601;
+  check_backward(window, true);
+}
+
+TEST_CASE("validate_mask reports bad sequence boundaries", "[gpu][varlen]") {
+  // 10 packed queries and 12 keys, 2 heads; each case breaks one rule.
+  Packed c;
+  c.mask = MaskKind::causal;
+  c.seqlens_q = {4, 6};
+  c.seqlens_k = {5, 7};
+  c.heads = c.kv_heads = 2;
+  const HostData h = make_data(c);
+  DeviceProblem p = upload(c, h);
+  const jit::Kernel kernel = jit::compile(c.forward_spec());
+  struct Bad {
+    std::vector<int> cu_q, cu_k, used;
+    int max_q, max_k;
+    std::string message;
+  };
+  const Bad cases[] = {
+      {{1, 4, 10},
+       {0, 5, 12},
+       {},
+       6,
+       7,
+       "cu_seqlens_q[0]: got '1'; accepted: 0 (the first sequence starts at 0)"},
+      {{0, 6, 4, 10},
+       {0, 5, 5, 12},
+       {},
+       10,
+       12,
+       "cu_seqlens_q[2]: got '4'; accepted: >= cu_seqlens_q[1] = 6 (boundaries never decrease)"},
+      {{0, 4, 10},
+       {0, 5, 11},
+       {},
+       6,
+       7,
+       "cu_seqlens_k[2]: got '11'; accepted: 12 (total_k: the packed rows of k; the last "
+       "boundary is the total)"},
+      {{0, 4, 9},
+       {0, 5, 12},
+       {},
+       6,
+       7,
+       "cu_seqlens_q[2]: got '9'; accepted: 10 (total_q: the packed rows of q; the last "
+       "boundary is the total)"},
+      {{0, 3, 10},
+       {0, 5, 12},
+       {},
+       5,
+       7,
+       "max_seqlen_q: got '5'; accepted: at least 7, the length of sequence 1 (cu_seqlens_q[2] "
+       "- cu_seqlens_q[1])"},
+      {{0, 4, 10},
+       {0, 2, 12},
+       {},
+       6,
+       7,
+       "max_seqlen_k: got '7'; accepted: at least 10, the length of sequence 1 (cu_seqlens_k[2] "
+       "- cu_seqlens_k[1])"},
+      {{0, 4, 10},
+       {0, 5, 12},
+       {5, 8},
+       6,
+       7,
+       "seqused_k[1]: got '8'; accepted: 0 to 7 (the keys of sequence 1)"},
+      {{0, 4, 10},
+       {0, 5, 12},
+       {-1, 7},
+       6,
+       7,
+       "seqused_k[0]: got '-1'; accepted: 0 to 5 (the keys of sequence 0)"},
+  };
+  for (const Bad& bad : cases) {
+    INFO(fmt::format("cu_seqlens_q=[{}] cu_seqlens_k=[{}] seqused_k=[{}]", fmt::join(bad.cu_q, ","),
+                     fmt::join(bad.cu_k, ","), fmt::join(bad.used, ",")));
+    const DeviceBoundaries boundaries =
+        upload_boundaries(bad.cu_q, bad.cu_k, bad.used, bad.max_q, bad.max_k);
+    ForwardArgs a = forward_args(c, p);
+    a.varlen = boundaries.args;
+    a.validate_mask = true;
+    CHECK(testing::error_text([&] { kernel.forward(a, nullptr); }) == bad.message);
+  }
+  // Good boundaries pass the check, and so does the backward with the same.
+  ForwardArgs a = forward_args(c, p);
+  a.validate_mask = true;
+  CHECK(testing::error_text([&] { kernel.forward(a, nullptr); }) == "no error");
+  const std::vector<AttentionSpec> specs = c.backward_specs(false);
+  const jit::Kernel backward = jit::compile(specs[1]);
+  BackwardArgs b = gpu_test::backward_args_of(a);
+  b.d_o = p.d_o.view;
+  b.d_q = p.d_q.view;
+  b.d_k = p.d_k.view;
+  b.d_v = p.d_v.view;
+  CHECK(testing::error_text([&] { backward.backward(b, nullptr); }) == "no error");
+  const DeviceBoundaries decreasing = upload_boundaries({0, 4, 10}, {0, 6, 5}, {}, 6, 7);
+  b.varlen = decreasing.args;
+  CHECK(testing::error_text([&] { backward.backward(b, nullptr); }) ==
+        "cu_seqlens_k[2]: got '5'; accepted: >= cu_seqlens_k[1] = 6 (boundaries never decrease)");
+}

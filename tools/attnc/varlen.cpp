@@ -1,0 +1,104 @@
+// Packed batches for attnc run and bench (tools/attnc/varlen.hpp).
+#include "tools/attnc/varlen.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "attnjit/jit.hpp"
+#include "dsl/pairs.hpp"
+
+namespace attnc {
+namespace {
+
+using attnjit::runtime::DeviceBuffer;
+
+std::vector<int> boundaries(const std::vector<int>& lengths) {
+  std::vector<int> cu{0};
+  for (const int length : lengths) cu.push_back(cu.back() + length);
+  return cu;
+}
+
+DeviceBuffer upload_ints(const std::vector<int>& values) {
+  DeviceBuffer buffer(values.size() * 4);
+  buffer.upload(values.data(), values.size() * 4);
+  return buffer;
+}
+
+int used_keys(const ProblemOptions& p, std::size_t s) {
+  return p.used_k.empty() ? p.lengths_k[s] : p.used_k[s];
+}
+
+// A contiguous view of `rows` rows of a packed activation, from row `first`, as one batch row.
+attnjit::TensorView sequence_rows(const attnjit::TensorView& packed, int first, int rows) {
+  void* data =
+      static_cast<char*>(packed.data) + static_cast<std::int64_t>(first) * packed.stride[0] * 2;
+  return attnjit::contiguous_view(data, packed.dtype, {1, rows, packed.shape[1], packed.shape[2]});
+}
+
+}  // namespace
+
+DeviceVarlen upload_varlen(const ProblemOptions& p) {
+  DeviceVarlen v;
+  v.cu_seqlens_q = upload_ints(boundaries(p.lengths_q));
+  v.cu_seqlens_k = upload_ints(boundaries(p.lengths_k));
+  const auto sequences = static_cast<std::int64_t>(p.lengths_q.size());
+  v.args.cu_seqlens_q =
+      attnjit::contiguous_view(v.cu_seqlens_q.data(), attnjit::ScalarType::int32, {sequences + 1});
+  v.args.cu_seqlens_k =
+      attnjit::contiguous_view(v.cu_seqlens_k.data(), attnjit::ScalarType::int32, {sequences + 1});
+  if (!p.used_k.empty()) {
+    v.seqused_k = upload_ints(p.used_k);
+    v.args.seqused_k =
+        attnjit::contiguous_view(v.seqused_k.data(), attnjit::ScalarType::int32, {sequences});
+  }
+  v.args.max_seqlen_q = *std::max_element(p.lengths_q.begin(), p.lengths_q.end());
+  v.args.max_seqlen_k = *std::max_element(p.lengths_k.begin(), p.lengths_k.end());
+  return v;
+}
+
+std::int64_t packed_visible_pairs(const attnjit::MaskSpec& mask, const ProblemOptions& p) {
+  std::int64_t pairs = 0;
+  for (std::size_t s = 0; s < p.lengths_q.size(); ++s) {
+    const int keys = used_keys(p, s);
+    if (p.lengths_q[s] == 0 || keys == 0) continue;
+    pairs += attnjit::dsl::visible_pairs(mask, 1, p.heads, p.lengths_q[s], keys, p.window_left,
+                                         p.window_right, nullptr);
+  }
+  return pairs;
+}
+
+void reference_by_sequence(const attnjit::AttentionSpec& spec, const attnjit::ForwardArgs& args,
+                           const ProblemOptions& p, const DeviceBuffer& ref_o,
+                           const DeviceBuffer& ref_lse) {
+  attnjit::AttentionSpec padded = spec;
+  padded.varlen = false;
+  padded.return_lse = true;
+  const attnjit::jit::Kernel reference = attnjit::jit::compile_reference(padded);
+  const attnjit::TensorView out = attnjit::contiguous_view(
+      ref_o.data(), args.o.dtype, {args.o.shape[0], args.o.shape[1], args.o.shape[2]});
+  int first_q = 0, first_k = 0;
+  for (std::size_t s = 0; s < p.lengths_q.size(); ++s) {
+    const int queries = p.lengths_q[s];
+    if (queries > 0) {
+      attnjit::ForwardArgs a;
+      a.q = sequence_rows(args.q, first_q, queries);
+      a.k = sequence_rows(args.k, first_k, used_keys(p, s));
+      a.v = sequence_rows(args.v, first_k, used_keys(p, s));
+      a.o = sequence_rows(out, first_q, queries);
+      // [1, H, Sq] of the packed [H, total_q]: each head's row keeps the packed stride.
+      a.lse = attnjit::contiguous_view(static_cast<float*>(ref_lse.data()) + first_q,
+                                       attnjit::ScalarType::fp32, {1, p.heads, queries});
+      a.lse.stride = {static_cast<std::int64_t>(p.heads) * p.seqlen_q, p.seqlen_q, 1, 0};
+      a.softmax_scale = args.softmax_scale;
+      a.window_left = args.window_left;
+      a.window_right = args.window_right;
+      a.softcap = args.softcap;
+      reference.forward(a, nullptr);
+    }
+    first_q += queries;
+    first_k += p.lengths_k[s];
+  }
+  attnjit::runtime::check(attnjit::runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+}
+
+}  // namespace attnc

@@ -1,0 +1,34 @@
+// attnc run's and bench's packed batches (a spec with varlen=true): the sequence boundaries on
+// the device, the visible pairs counted sequence by sequence, and run --check's reference
+// computed sequence by sequence (the reference kernel takes padded batches only).
+#pragma once
+
+#include <cstdint>
+
+#include "attnjit/spec.hpp"
+#include "attnjit/tensor.hpp"
+#include "runtime/jit/driver.hpp"
+#include "tools/attnc/problem.hpp"
+
+namespace attnc {
+
+/// A packed batch's cu_seqlens_q/k (and seqused_k) on the device and the VarlenArgs naming
+/// them, with max_seqlen_q/k the longest sequences.
+struct DeviceVarlen {
+  attnjit::runtime::DeviceBuffer cu_seqlens_q, cu_seqlens_k, seqused_k;
+  attnjit::VarlenArgs args;
+};
+DeviceVarlen upload_varlen(const ProblemOptions& p);
+
+/// (head, query, key) triples visible within the packed batch's sequences: for each, the mask's
+/// pairs over its queries and its used keys (bottom-right aligned, as the kernels take them).
+std::int64_t packed_visible_pairs(const attnjit::MaskSpec& mask, const ProblemOptions& p);
+
+/// Writes into `ref_o` and `ref_lse` (the packed layouts of args.o and args.lse) what attnjit's
+/// fp32 reference kernel of `spec` (without varlen) gives for each sequence alone: its queries
+/// on its used keys, the slices of args.q, args.k and args.v. Returns when the kernels are done.
+void reference_by_sequence(const attnjit::AttentionSpec& spec, const attnjit::ForwardArgs& args,
+                           const ProblemOptions& p, const attnjit::runtime::DeviceBuffer& ref_o,
+                           const attnjit::runtime::DeviceBuffer& ref_lse);
+
+}  // namespace attnc

@@ -79,8 +79,8 @@ Kernel compile_set(SetKind kind, const AttentionSpec& spec, bool use_disk_cache)
   const auto start = std::chrono::steady_clock::now();
   // Validate first: a bad spec is the user's error even where no device could resolve it.
   const AttentionSpec canonical = resolve_target(canonical_spec(spec));
-  if (kind == SetKind::reference && canonical.varlen) {
-    throw_field_error("varlen", "true",
+  if (kind == SetKind::reference && canonical.varlen != VarlenMode::off) {
+    throw_field_error("varlen", name_of(canonical.varlen),
                       "false: the reference kernel takes padded batches (check a packed batch "
                       "sequence by sequence)");
   }

@@ -178,8 +178,8 @@ std::string emit_varlen_intervals(const Lowering& ir, const KernelDesc& kernel) 
   SourceWriter w;
   emit_header(w, ir, kernel);
   emit_entry(w, kernel, params_type(ir, kernel),
-             fmt::format("attnjit::varlen_intervals<attnjit::kVarlen{}>(params);",
-                         varlen_mask_name(ir.spec.mask.kind)));
+             fmt::format("attnjit::varlen_intervals<attnjit::kVarlen{}, /*kColumns=*/{}>(params);",
+                         varlen_mask_name(ir.spec.mask.kind), ir.mask->vectors.size()));
   return w.str();
 }
 

@@ -27,6 +27,9 @@ constexpr NameTable<DType, 3> kDTypeAliases{
     {{DType::fp16, "float16"}, {DType::fp16, "half"}, {DType::bf16, "bfloat16"}}};
 constexpr NameTable<Direction, 2> kDirectionNames{
     {{Direction::forward, "forward"}, {Direction::backward, "backward"}}};
+constexpr NameTable<VarlenMode, 3> kVarlenNames{{{VarlenMode::off, "false"},
+                                                {VarlenMode::separate, "true"},
+                                                {VarlenMode::shared, "shared"}}};
 constexpr NameTable<Arch, 6> kArchNames{{{Arch::auto_detect, "auto"},
                                          {Arch::sm_80, "sm_80"},
                                          {Arch::sm_86, "sm_86"},
@@ -398,10 +401,12 @@ constexpr std::array<KeyRow, 13> kKeyRows{{
     {"varlen",
      [] {
        return std::string(
-           "false (default), true (packed [total, heads, dim] tensors with cu_seqlens; printed "
-           "only when true)");
+           "false (default), true (packed [total, heads, dim] tensors with cu_seqlens_q/k), "
+           "shared (the same, cu_seqlens_k is cu_seqlens_q); printed only when not false");
      },
-     [](std::string_view value, SpecDraft& d) { d.spec.varlen = parse_bool(value, "varlen"); }},
+     [](std::string_view value, SpecDraft& d) {
+       d.spec.varlen = parse_enum(kVarlenNames, value, "varlen");
+     }},
 }};
 
 std::string key_names() {
@@ -431,6 +436,9 @@ const MaskKindInfo& info_of(MaskKind kind) {
 }
 std::string_view name_of(Direction direction) {
   return lookup_name(kDirectionNames, direction);
+}
+std::string_view name_of(VarlenMode mode) {
+  return lookup_name(kVarlenNames, mode);
 }
 std::string_view name_of(Arch arch) {
   return lookup_name(kArchNames, arch);
@@ -488,7 +496,8 @@ std::string to_string(const AttentionSpec& spec) {
       "direction={} deterministic={} target={} tiles={}{}",
       name_of(spec.dtype), spec.head_dim_qk, spec.head_dim_v, to_string(spec.mask), spec.softcap,
       spec.alibi, spec.return_lse, name_of(spec.direction), spec.deterministic,
-      name_of(spec.target), to_string(spec.tiles), spec.varlen ? " varlen=true" : "");
+      name_of(spec.target), to_string(spec.tiles),
+      spec.varlen == VarlenMode::off ? "" : fmt::format(" varlen={}", name_of(spec.varlen)));
 }
 
 std::vector<SpecKey> spec_keys() {

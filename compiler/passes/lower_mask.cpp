@@ -23,13 +23,20 @@ std::vector<IntervalVector> flashmask_vectors(const MaskSpec& mask) {
 Lowering lower_mask(const Lowering& in) {
   Lowering out = in;
   MaskLowering mask;
-  if (in.spec.varlen) {
+  if (in.spec.varlen != VarlenMode::off) {
     // A packed batch is one row of keys whose FlashMask vectors (built on the device from
     // cu_seqlens, varlen_intervals.cuh) hide the other sequences and apply the mask in each
-    // sequence's local positions: every row of key j lies in [UTE, LTS).
-    mask.vectors = {IntervalVector::lts, IntervalVector::ute};
+    // sequence's local positions: every row of key j lies in [UTE, LTS). Under shared
+    // boundaries every sequence's causal diagonal is the packed row's (total_q = total_k), so
+    // causal runs by index with LTS alone, as causal documents do.
     mask.needs_minmax = true;
     mask.varlen = true;
+    if (in.spec.varlen == VarlenMode::shared && in.spec.mask.kind == MaskKind::causal) {
+      mask.causal_by_index = true;
+      mask.vectors = {IntervalVector::lts};
+    } else {
+      mask.vectors = {IntervalVector::lts, IntervalVector::ute};
+    }
     out.mask = mask;
     return out;
   }

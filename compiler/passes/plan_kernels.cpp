@@ -11,7 +11,8 @@ namespace {
 
 std::string mask_tag(const AttentionSpec& spec) {
   const MaskSpec& mask = spec.mask;
-  if (spec.varlen) return fmt::format("varlen_{}", name_of(mask.kind));
+  if (spec.varlen == VarlenMode::separate) return fmt::format("varlen_{}", name_of(mask.kind));
+  if (spec.varlen == VarlenMode::shared) return fmt::format("varlen_shared_{}", name_of(mask.kind));
   if (mask.kind != MaskKind::flashmask) return std::string(name_of(mask.kind));
   return fmt::format("flashmask{}_c{}", mask.causal ? "_causal" : "", mask.columns);
 }
@@ -177,7 +178,8 @@ Lowering plan_kernels(const Lowering& in) {
   KernelPlan plan;
   if (in.mask->varlen) {
     add_utility(plan, in, KernelRole::varlen_intervals,
-                fmt::format("attnjit_varlen_intervals_{}", name_of(in.spec.mask.kind)));
+                fmt::format("attnjit_varlen_intervals_{}_c{}", name_of(in.spec.mask.kind),
+                            in.mask->vectors.size()));
   }
   add_mask_kernels(plan, in);
   if (in.spec.direction == Direction::backward) {

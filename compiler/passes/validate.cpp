@@ -118,7 +118,7 @@ Lowering validate(const Lowering& in) {
   }
   Lowering out = in;
   out.predicate = check_mask(spec.mask);
-  if (spec.varlen) check_varlen(spec);
+  if (spec.varlen != VarlenMode::off) check_varlen(spec);
   return out;
 }
 

@@ -31,10 +31,11 @@ RowLaunch varlen_intervals_launch(const KernelDesc& kernel, const Lowering&) {
   return single_phase(kernel, {ceil_div(LaunchExpr(Extent::seqlen_k) + 1, kernel.threads), 1, 1});
 }
 
-// The vectors (LTS, UTE) of every packed key: int32 [total_k, 2].
-std::vector<BufferNeed> varlen_intervals_buffers(const KernelDesc&, const Lowering&) {
+// The vectors (LTS, UTE; or LTS alone) of every packed key: int32 [total_k, C].
+std::vector<BufferNeed> varlen_intervals_buffers(const KernelDesc&, const Lowering& ir) {
+  const int columns = static_cast<int>(ir.mask->vectors.size());
   return {{ParamField::varlen_intervals,
-           {"varlen_intervals", LaunchExpr(Extent::seqlen_k) * (2 * 4), false}}};
+           {"varlen_intervals", LaunchExpr(Extent::seqlen_k) * (columns * 4), false}}};
 }
 
 // One warp per key block of every (batch, mask head).

@@ -27,6 +27,12 @@ enum class MaskKind : std::uint8_t {
 /// Which pass over the attention the kernels compute.
 enum class Direction : std::uint8_t { forward, backward };
 
+/// How a spec's batch is laid out: padded [B, S, H, D] tensors, or a packed batch
+/// ([total, H, D] tensors and cu_seqlens boundaries at launch, FlashAttention's varlen) whose
+/// keys have boundaries of their own (`separate`) or share the queries' (`shared`: self-attention
+/// over one packed batch, cu_seqlens_k is cu_seqlens_q, which lets causal masks run by index).
+enum class VarlenMode : std::uint8_t { off, separate, shared };
+
 /// Target architecture. `auto_detect` resolves to the current device when compiling.
 enum class Arch : std::uint8_t { auto_detect, sm_80, sm_86, sm_89, sm_90, sm_90a };
 
@@ -140,11 +146,12 @@ struct AttentionSpec {
   TileShape tiles;
   bool softcap = false;  ///< logit soft-capping, s <- cap * tanh(s / cap)
   bool alibi = false;    ///< ALiBi, s <- s + slope[h] * (j - (i + Sk - Sq))
-  /// Packed batches: q [total_q, H, D], k and v [total_k, Hkv, D], o [total_q, H, Dv], lse
-  /// [H, total_q], with the sequence boundaries cu_seqlens_q/k as launch arguments (VarlenArgs),
-  /// so a new batch composition never recompiles. The mask applies within each sequence, in
-  /// its local positions (causal bottom-right per sequence); keys of other sequences are hidden.
-  bool varlen = false;
+  /// Packed batches (spec text `varlen=true` for separate, `varlen=shared`): q [total_q, H, D],
+  /// k and v [total_k, Hkv, D], o [total_q, H, Dv], lse [H, total_q], with the sequence
+  /// boundaries cu_seqlens_q/k as launch arguments (VarlenArgs), so a new batch composition
+  /// never recompiles. The mask applies within each sequence, in its local positions (causal
+  /// bottom-right per sequence); keys of other sequences are hidden.
+  VarlenMode varlen = VarlenMode::off;
 
   bool operator==(const AttentionSpec&) const = default;
 };
@@ -152,7 +159,7 @@ struct AttentionSpec {
 /// Canonical text form, e.g.
 /// `dtype=bf16 head_dim_qk=128 head_dim_v=128 mask=causal softcap=false alibi=false
 /// return_lse=false direction=forward deterministic=false target=auto tiles=auto`, with
-/// ` varlen=true` at the end for a packed batch (absent when false).
+/// ` varlen=true` or ` varlen=shared` at the end for a packed batch (absent when false).
 /// A predicate's MaskSpec::scalars are printed in place of their slots (`q-k<256`), so
 /// parse_spec(to_string(s)) == s for every spec (a predicate in canonical text, which has no
 /// spaces: parse_spec and canonicalize put it so).
@@ -184,6 +191,7 @@ std::string_view name_of(DType dtype);
 std::string_view name_of(MaskKind kind);
 std::string_view name_of(Direction direction);
 std::string_view name_of(Arch arch);
+std::string_view name_of(VarlenMode mode);  ///< its spec text: false, true, shared
 std::string_view name_of(TileLayout layout);
 
 /// Parses an arch name (`auto`, `sm_80`, `sm_86`, `sm_89`, `sm_90`, `sm_90a`); throws Error

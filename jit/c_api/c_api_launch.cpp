@@ -176,10 +176,10 @@ void prepare(const attnjit_kernel* kernel, const attnjit_tensor* tensors, int te
   }
   check_device(device);
   const attnjit::AttentionSpec& spec = kernel->kernel.spec();
-  if (spec.varlen != varlen) {
+  if ((spec.varlen != attnjit::VarlenMode::off) != varlen) {
     attnjit::throw_field_error(
-        "kernel", fmt::format("a spec with varlen={}", spec.varlen),
-        varlen ? "a spec with varlen=true (a padded batch's launch is prepared with "
+        "kernel", fmt::format("a spec with varlen={}", attnjit::name_of(spec.varlen)),
+        varlen ? "a spec with varlen=true or shared (a padded batch's launch is prepared with "
                  "attnjit_launch_prepare)"
                : "a spec with varlen=false (a packed batch's launch is prepared with "
                  "attnjit_launch_prepare_varlen, which takes max_seqlen_q and max_seqlen_k)");

@@ -115,15 +115,38 @@ void check_varlen_args(const VarlenArgs& v, int total_q, int total_k) {
   }
 }
 
+// varlen=shared: the keys take the queries' boundaries (cu_seqlens_k absent or cu_seqlens_q
+// itself, no seqused_k, as many keys as queries); max_seqlen_k defaults to max_seqlen_q.
+VarlenArgs shared_boundaries(const VarlenArgs& v, std::int64_t total_q, std::int64_t total_k) {
+  if (!v.cu_seqlens_k.empty() && v.cu_seqlens_k.data != v.cu_seqlens_q.data) {
+    throw Error(
+        "cu_seqlens_k: a tensor other than cu_seqlens_q, but the spec has varlen=shared; "
+        "accepted: cu_seqlens_q itself or none (compile with varlen=true for keys with "
+        "boundaries of their own)");
+  }
+  if (!v.seqused_k.empty()) {
+    throw Error(
+        "seqused_k: given, but the spec has varlen=shared (every sequence uses all its keys); "
+        "accepted: none (compile with varlen=true to give seqused_k)");
+  }
+  check_same("k.shape[0] (total_k)", total_k, total_q,
+             "total_q of q: the spec has varlen=shared, keys and queries share the boundaries");
+  VarlenArgs shared = v;
+  shared.cu_seqlens_k = v.cu_seqlens_q;
+  if (shared.max_seqlen_k == -1) shared.max_seqlen_k = v.max_seqlen_q;
+  return shared;
+}
+
 }  // namespace
 
 template <class Args>
 std::optional<Args> packed_as_batch(const AttentionSpec& spec, const Args& args) {
-  if (!spec.varlen) {
+  if (spec.varlen == VarlenMode::off) {
     if (!args.varlen.empty()) {
       throw Error(
           "cu_seqlens_q/cu_seqlens_k/seqused_k/max_seqlen: given, but the spec has "
-          "varlen=false; accepted: none of them (compile with varlen=true for packed batches)");
+          "varlen=false; accepted: none of them (compile with varlen=true or varlen=shared for "
+          "packed batches)");
     }
     return std::nullopt;
   }
@@ -158,9 +181,12 @@ std::optional<Args> packed_as_batch(const AttentionSpec& spec, const Args& args)
         "startend_row_indices: given, but a packed batch's mask comes from cu_seqlens; "
         "accepted: no startend_row_indices with varlen=true");
   }
-  check_varlen_args(args.varlen, static_cast<int>(args.q.shape[0]),
-                    static_cast<int>(args.k.shape[0]));
   Args out = args;
+  if (spec.varlen == VarlenMode::shared) {
+    out.varlen = shared_boundaries(args.varlen, args.q.shape[0], args.k.shape[0]);
+  }
+  check_varlen_args(out.varlen, static_cast<int>(args.q.shape[0]),
+                    static_cast<int>(args.k.shape[0]));
   out.q = as_batch_row(args.q);
   out.k = as_batch_row(args.k);
   out.v = as_batch_row(args.v);

@@ -62,7 +62,7 @@ struct Packed {
     spec.head_dim_qk = spec.head_dim_v = head_dim;
     spec.mask.kind = mask;
     spec.return_lse = true;
-    spec.varlen = true;
+    spec.varlen = VarlenMode::separate;
     spec.tiles = forward_tiles;
     return spec;
   }

@@ -154,7 +154,7 @@ TEST_CASE("the C ABI prepares a packed batch only through attnjit_launch_prepare
                                           nullptr, 0.f, -1, 0, 0.f, -1, &launch))
             .starts_with("kernel: got 'a spec with varlen=true'"));
   CHECK(prepare_error(kernels.padded, slots.data(), ATTNJIT_SLOT_COUNT) ==
-        "kernel: got 'a spec with varlen=false'; accepted: a spec with varlen=true (a padded "
+        "kernel: got 'a spec with varlen=false'; accepted: a spec with varlen=true or shared (a padded "
         "batch's launch is prepared with attnjit_launch_prepare)");
 
   // A padded kernel's launch takes no boundaries, whichever slot count it is prepared with.

@@ -149,18 +149,19 @@ std::vector<AttentionSpec> predicate_specs() {
   return specs;
 }
 
-// Packed batches (varlen=true): both families (sm_80, and sm_90a's warpgroup forward and TMA
+// Packed batches (varlen=true, and shared for causal): both families (sm_80, and sm_90a's warpgroup forward and TMA
 // backward), forward with LSE and backward in both modes, every mask a packed batch takes, two
 // head dims and both dtypes: a few specs, as each adds its own attention kernels.
 std::vector<AttentionSpec> varlen_specs() {
   std::vector<AttentionSpec> specs;
-  const auto add = [&](Arch arch, DType dtype, int d, MaskKind mask, bool backward) {
+  const auto add = [&](Arch arch, DType dtype, int d, MaskKind mask, bool backward,
+                       VarlenMode mode = VarlenMode::separate) {
     AttentionSpec spec;
     spec.dtype = dtype;
     spec.head_dim_qk = spec.head_dim_v = d;
     spec.mask.kind = mask;
     spec.target = arch;
-    spec.varlen = true;
+    spec.varlen = mode;
     if (!backward) {
       spec.return_lse = true;
       specs.push_back(spec);
@@ -179,6 +180,9 @@ std::vector<AttentionSpec> varlen_specs() {
     add(arch, DType::bf16, d, MaskKind::causal, true);
     add(arch, DType::fp16, d == 64 ? 128 : 64, MaskKind::sliding_window, false);
     add(arch, DType::fp16, d == 64 ? 128 : 64, MaskKind::sliding_window, true);
+    // Shared boundaries: causal by index with LTS alone.
+    add(arch, DType::bf16, d, MaskKind::causal, false, VarlenMode::shared);
+    add(arch, DType::bf16, d, MaskKind::causal, true, VarlenMode::shared);
   }
   return specs;
 }
@@ -294,10 +298,10 @@ void check_compiles_without_spills(const std::vector<AttentionSpec>& specs) {
     INFO(to_string(specs[i]));
     const std::vector<KernelDesc>& kernels = plans[i].plan->kernels;
     const bool tables = specs[i].mask.kind == MaskKind::flashmask ||
-                        specs[i].mask.kind == MaskKind::predicate || specs[i].varlen;
+                        specs[i].mask.kind == MaskKind::predicate || specs[i].varlen != VarlenMode::off;
     if (specs[i].direction == Direction::forward) {
       // varlen_intervals, min/max or block table and the CTA order, then the forward kernel.
-      CHECK(kernels.size() == (tables ? 3u : 1u) + (specs[i].varlen ? 1u : 0u));
+      CHECK(kernels.size() == (tables ? 3u : 1u) + (specs[i].varlen != VarlenMode::off ? 1u : 0u));
     } else {
       // min/max or block table(s) and CTA order(s) (none for a backward that orders its dQ
       // reductions), preprocess, main, dQ (deterministic) or dQ conversion, GQA reduction.

@@ -78,7 +78,7 @@ BackwardArgs good_backward() {
 TEST_CASE("varlen=true prints last and parses back and varlen=false is not printed",
           "[varlen][ir]") {
   const AttentionSpec packed = parse_spec("dtype=bf16 head_dim=64 mask=causal varlen=true");
-  CHECK(packed.varlen);
+  CHECK(packed.varlen == VarlenMode::separate);
   const std::string text = to_string(packed);
   CHECK(text ==
         "dtype=bf16 head_dim_qk=64 head_dim_v=64 mask=causal softcap=false alibi=false "
@@ -87,14 +87,62 @@ TEST_CASE("varlen=true prints last and parses back and varlen=false is not print
   CHECK(parse_spec(text) == packed);
 
   const AttentionSpec padded = parse_spec("dtype=bf16 head_dim=64 mask=causal varlen=false");
-  CHECK_FALSE(padded.varlen);
+  CHECK(padded.varlen == VarlenMode::off);
   CHECK(to_string(padded).find("varlen") == std::string::npos);
   CHECK(parse_spec(to_string(padded)) == padded);
   CHECK(padded == parse_spec("dtype=bf16 head_dim=64 mask=causal"));
   CHECK(to_string(padded) != text);
 
   CHECK(testing::error_text([] { parse_spec("dtype=bf16 head_dim=64 varlen=yes"); }) ==
-        "varlen: got 'yes'; accepted: true, false");
+        "varlen: got 'yes'; accepted: false, true, shared");
+
+  const AttentionSpec shared = parse_spec("dtype=bf16 head_dim=64 mask=causal varlen=shared");
+  CHECK(shared.varlen == VarlenMode::shared);
+  CHECK(to_string(shared).ends_with(" tiles=auto varlen=shared"));
+  CHECK(parse_spec(to_string(shared)) == shared);
+}
+
+TEST_CASE("varlen=shared runs causal by index with LTS alone, other masks as varlen=true",
+          "[varlen][pass]") {
+  const Lowering causal =
+      lower(parse_spec("dtype=bf16 head_dim=128 mask=causal target=sm_90a varlen=shared"));
+  CHECK(causal.mask->causal_by_index);
+  CHECK(causal.mask->vectors == std::vector<IntervalVector>{IntervalVector::lts});
+  const KernelDesc& writer = causal.plan->kernels.front();
+  CHECK(writer.name == "attnjit_varlen_intervals_causal_c1");
+  CHECK(causal.plan->scratch[writer.buffers.front().buffer].bytes.to_string() == "Sk*4");
+  CHECK(causal.plan->find(KernelRole::forward)->name == "attnjit_fwd_bf16_d128_varlen_shared_causal");
+  const Lowering none =
+      lower(parse_spec("dtype=bf16 head_dim=128 mask=none target=sm_90a varlen=shared"));
+  CHECK_FALSE(none.mask->causal_by_index);
+  CHECK(none.mask->vectors ==
+        std::vector<IntervalVector>{IntervalVector::lts, IntervalVector::ute});
+}
+
+TEST_CASE("varlen=shared takes the queries' boundaries for the keys", "[varlen][runtime][args]") {
+  const jit::Kernel kernel =
+      compiled("dtype=bf16 head_dim=64 mask=causal return_lse=true target=sm_80 varlen=shared");
+  ForwardArgs a = good_forward();
+  a.k = contiguous_view(fake(0x20000), ScalarType::bf16, {a.q.shape[0], 2, 64});
+  a.v = contiguous_view(fake(0x30000), ScalarType::bf16, {a.q.shape[0], 2, 64});
+  a.varlen.seqused_k = {};
+  ForwardArgs other = a;
+  CHECK(testing::error_text([&] { kernel.forward(other); }) ==
+        "cu_seqlens_k: a tensor other than cu_seqlens_q, but the spec has varlen=shared; "
+        "accepted: cu_seqlens_q itself or none (compile with varlen=true for keys with "
+        "boundaries of their own)");
+  ForwardArgs used = a;
+  used.varlen.cu_seqlens_k = used.varlen.cu_seqlens_q;
+  used.varlen.seqused_k = contiguous_view(fake(0x72000), ScalarType::int32,
+                                          {used.varlen.cu_seqlens_q.shape[0] - 1});
+  CHECK(testing::error_text([&] { kernel.forward(used); }).starts_with(
+      "seqused_k: given, but the spec has varlen=shared"));
+  ForwardArgs totals = a;
+  totals.varlen.cu_seqlens_k = {};
+  totals.k.shape[0] -= 1;
+  totals.v.shape[0] -= 1;
+  CHECK(testing::error_text([&] { kernel.forward(totals); }).starts_with(
+      "k.shape[0] (total_k): got '"));
 }
 
 TEST_CASE("validate refuses the masks and modifiers a packed batch does not take",
@@ -152,7 +200,8 @@ TEST_CASE("a varlen plan starts with varlen_intervals whose vectors every readin
     REQUIRE(kernels.size() >= 4);
     const KernelDesc& writer = kernels.front();
     CHECK(writer.role == KernelRole::varlen_intervals);
-    CHECK(writer.name == "attnjit_varlen_intervals_" + std::string(name_of(spec.mask.kind)));
+    CHECK(writer.name ==
+          "attnjit_varlen_intervals_" + std::string(name_of(spec.mask.kind)) + "_c2");
     REQUIRE(writer.buffers.size() == 1);
     const BufferBinding intervals = writer.buffers.front();
     CHECK(intervals.field == ParamField::varlen_intervals);
@@ -358,7 +407,7 @@ TEST_CASE("a padded kernel refuses packed arguments and the reverse", "[varlen][
   a.lse = contiguous_view(fake(0x50000), ScalarType::fp32, {2, 4, 50});
   const std::string given =
       "cu_seqlens_q/cu_seqlens_k/seqused_k/max_seqlen: given, but the spec has varlen=false; "
-      "accepted: none of them (compile with varlen=true for packed batches)";
+      "accepted: none of them (compile with varlen=true or varlen=shared for packed batches)";
   for (int field = 0; field < 4; ++field) {
     ForwardArgs b = a;
     if (field == 0) b.varlen.cu_seqlens_q = good_varlen().cu_seqlens_q;

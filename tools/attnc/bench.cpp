@@ -204,7 +204,7 @@ void print(const attnjit::jit::Kernel& kernel, const BenchOptions& o, const Resu
 
 void run_bench(BenchOptions o) {
   attnjit::AttentionSpec spec = spec_with_arch(o.spec_text, o.arch);
-  resolve_problem(o.problem, spec.varlen);
+  resolve_problem(o.problem, spec.varlen != attnjit::VarlenMode::off);
   std::optional<HostPredicate> predicate;
   if (spec.mask.kind == attnjit::MaskKind::predicate) {
     // The spec's text of the mask has the literals' values back in place: predicate(EXPR).

@@ -100,7 +100,7 @@ void run(RunOptions o) {
   attnjit::AttentionSpec spec = spec_with_arch(o.spec_text, o.arch);
   // Shape errors are the user's, whether or not a device is there to launch on.
   ProblemOptions& p = o.problem;
-  resolve_problem(p, spec.varlen);
+  resolve_problem(p, spec.varlen != attnjit::VarlenMode::off);
   if (o.softcap && !(*o.softcap > 0.f && std::isfinite(*o.softcap))) {
     attnjit::throw_field_error("--softcap", fmt::format("{}", *o.softcap), "a finite value > 0");
   }

@@ -154,8 +154,8 @@ DeviceMask bind_mask(const attnjit::AttentionSpec& s, const ProblemOptions& p,
     mask.predicate = upload(*predicate);
     args.predicate = mask.predicate->args;
   }
-  if (s.varlen) {
-    mask.varlen = upload_varlen(p);
+  if (s.varlen != attnjit::VarlenMode::off) {
+    mask.varlen = upload_varlen(p, s.varlen);
     args.varlen = mask.varlen->args;
     mask.pairs = packed_visible_pairs(s.mask, p);
     return mask;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
 #include "dsl/pairs.hpp"
 
@@ -37,15 +38,23 @@ attnjit::TensorView sequence_rows(const attnjit::TensorView& packed, int first, 
 
 }  // namespace
 
-DeviceVarlen upload_varlen(const ProblemOptions& p) {
+DeviceVarlen upload_varlen(const ProblemOptions& p, attnjit::VarlenMode mode) {
   DeviceVarlen v;
+  const bool shared = mode == attnjit::VarlenMode::shared;
+  if (shared && (p.lengths_k != p.lengths_q || !p.used_k.empty())) {
+    throw attnjit::Error(
+        "--seqlens-k/--seqused-k: given, but the spec has varlen=shared (the keys share the "
+        "queries' boundaries); accepted: neither (or varlen=true in the spec)");
+  }
   v.cu_seqlens_q = upload_ints(boundaries(p.lengths_q));
-  v.cu_seqlens_k = upload_ints(boundaries(p.lengths_k));
+  if (!shared) v.cu_seqlens_k = upload_ints(boundaries(p.lengths_k));
   const auto sequences = static_cast<std::int64_t>(p.lengths_q.size());
   v.args.cu_seqlens_q =
       attnjit::contiguous_view(v.cu_seqlens_q.data(), attnjit::ScalarType::int32, {sequences + 1});
   v.args.cu_seqlens_k =
-      attnjit::contiguous_view(v.cu_seqlens_k.data(), attnjit::ScalarType::int32, {sequences + 1});
+      shared ? v.args.cu_seqlens_q
+             : attnjit::contiguous_view(v.cu_seqlens_k.data(), attnjit::ScalarType::int32,
+                                        {sequences + 1});
   if (!p.used_k.empty()) {
     v.seqused_k = upload_ints(p.used_k);
     v.args.seqused_k =
@@ -71,7 +80,7 @@ void reference_by_sequence(const attnjit::AttentionSpec& spec, const attnjit::Fo
                            const ProblemOptions& p, const DeviceBuffer& ref_o,
                            const DeviceBuffer& ref_lse) {
   attnjit::AttentionSpec padded = spec;
-  padded.varlen = false;
+  padded.varlen = attnjit::VarlenMode::off;
   padded.return_lse = true;
   const attnjit::jit::Kernel reference = attnjit::jit::compile_reference(padded);
   const attnjit::TensorView out = attnjit::contiguous_view(

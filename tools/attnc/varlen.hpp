@@ -13,12 +13,13 @@
 namespace attnc {
 
 /// A packed batch's cu_seqlens_q/k (and seqused_k) on the device and the VarlenArgs naming
-/// them, with max_seqlen_q/k the longest sequences.
+/// them, with max_seqlen_q/k the longest sequences. Under varlen=shared cu_seqlens_k is
+/// cu_seqlens_q (Error when --seqlens-k or --seqused-k differ from the queries').
 struct DeviceVarlen {
   attnjit::runtime::DeviceBuffer cu_seqlens_q, cu_seqlens_k, seqused_k;
   attnjit::VarlenArgs args;
 };
-DeviceVarlen upload_varlen(const ProblemOptions& p);
+DeviceVarlen upload_varlen(const ProblemOptions& p, attnjit::VarlenMode mode);
 
 /// (head, query, key) triples visible within the packed batch's sequences: for each, the mask's
 /// pairs over its queries and its used keys (bottom-right aligned, as the kernels take them).

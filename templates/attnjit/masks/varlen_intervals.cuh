@@ -10,7 +10,10 @@
 // Everything else, and keys past seqused_k or past the last sequence, is hidden (LTS = UTE).
 // The attention kernels take these (LTS, UTE) as a non-causal two-column FlashMask over one
 // batch row, so every kernel family, the min/max tables and the CTA orders serve packed
-// batches as they are. One thread per packed key: O(total_k log B).
+// batches as they are. Under shared boundaries (cu_k is cu_q) a causal mask is the packed
+// row's own causal diagonal, which the kernels apply by index: LTS alone (kColumns = 1) then
+// hides the later sequences, as causal-document vectors do. One thread per packed key:
+// O(total_k log B).
 //
 // With p.varlen.first_error set the launch also checks the boundaries and keeps the first
 // violation by atomicMin on (entry << 4) | code, code one of VarlenError.
@@ -92,18 +95,20 @@ __device__ __forceinline__ long long clamp(long long x, long long lo, long long 
 
 /// Writes (LTS, UTE) of every packed key into p.varlen.intervals. Whatever the boundaries hold,
 /// every value stays in [0, total_q], so bad data gives a meaningless mask, never a bad access.
-template <int kMask, class Params>
+template <int kMask, int kColumns, class Params>
 __device__ __forceinline__ void varlen_intervals(const Params& p) {
+  static_assert(kColumns == 2 || (kColumns == 1 && kMask == kVarlenCausal),
+                "LTS alone serves causal masks by index");
   const VarlenInputs& v = p.varlen;
   const int total_q = p.seqlen_q;
   if (v.first_error != nullptr) varlen::check(v, total_q, p.seqlen_k);
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= p.seqlen_k) return;
-  int* out = v.intervals + 2 * static_cast<long long>(j);
+  int* out = v.intervals + kColumns * static_cast<long long>(j);
   const int s = varlen::sequence_of(v.cu_seqlens_k, v.sequences, j);
   if (s < 0) {
     out[0] = 0;
-    out[1] = 0;
+    if (kColumns == 2) out[1] = 0;
     return;
   }
   const long long q_begin = varlen::clamp(v.cu_seqlens_q[s], 0, total_q);
@@ -124,8 +129,8 @@ __device__ __forceinline__ void varlen_intervals(const Params& p) {
   first = varlen::clamp(first, 0, queries);
   last = varlen::clamp(last, 0, queries);
   if (first >= last) first = last = 0;
-  out[0] = static_cast<int>(q_begin + last);   // LTS: rows from here on are hidden
-  out[1] = static_cast<int>(q_begin + first);  // UTE: rows before here are hidden
+  out[0] = static_cast<int>(q_begin + last);                   // LTS: rows from here on are hidden
+  if (kColumns == 2) out[1] = static_cast<int>(q_begin + first);  // UTE: rows before are hidden
 }
 
 }  // namespace attnjit

@@ -95,7 +95,8 @@ def kernel(spec, index):
 def spec_text(dtype, head_dim_qk, head_dim_v, mask, causal, columns, return_lse, softcap,
               alibi, backward=False, deterministic=False, varlen=False):
     """The spec of one call (cached): dtype a torch dtype, mask one of attnjit.MASKS or a
-    predicate's lifted structure as predicate(...); varlen for a packed batch."""
+    predicate's lifted structure as predicate(...); varlen for a packed batch: "true", or
+    "shared" when the keys take the queries' boundaries."""
     key = (dtype, head_dim_qk, head_dim_v, mask, causal, columns, return_lse, softcap, alibi,
            backward, deterministic, varlen)
     text = _specs.get(key)
@@ -111,7 +112,7 @@ def spec_text(dtype, head_dim_qk, head_dim_v, mask, causal, columns, return_lse,
         if backward:
             text += f" direction=backward deterministic={str(deterministic).lower()}"
         if varlen:
-            text += " varlen=true"
+            text += f" varlen={varlen}"
         if len(_specs) >= _CACHE_LIMIT:
             _specs.clear()
         _specs[key] = text
@@ -365,7 +366,8 @@ def varlen_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_se
     the first time a call signature is seen, as in forward(). Reads no tensor's values."""
     boundaries = (cu_seqlens_q, cu_seqlens_k, seqused_k)
     try:
-        key = ("varlen", mask, scale, window_left, window_right, softcap, max_seqlen_q,
+        layout = _varlen_layout(cu_seqlens_q, cu_seqlens_k, seqused_k)
+        key = ("varlen", layout, mask, scale, window_left, window_right, softcap, max_seqlen_q,
                max_seqlen_k) + tuple(map(_signature, (q, k, v) + boundaries))
     except (AttributeError, TypeError):
         if check is not None:
@@ -378,7 +380,7 @@ def varlen_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_se
         index = device_index((("q", q), ("k", k), ("v", v)) + tuple(zip(_SLOT_NAMES[11:],
                                                                           boundaries)))
         spec = spec_text(q.dtype, q.shape[2], v.shape[2], mask, False, 0, True, softcap > 0,
-                         False, varlen=True)
+                         False, varlen=layout)
         compiled, _ = kernel(spec, index)
         total_q, heads = q.shape[0], q.shape[1]
         o_shape, lse_shape = (total_q, heads, v.shape[2]), (heads, total_q)
@@ -402,7 +404,8 @@ def varlen_backward(torch, d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seq
     """(d_q, d_k, d_v) of attnjit.attention_varlen."""
     d_o = _kernel_layout(d_o)
     boundaries = (cu_seqlens_q, cu_seqlens_k, seqused_k)
-    key = ("varlen backward", mask, deterministic, scale, window_left, window_right, softcap,
+    layout = _varlen_layout(cu_seqlens_q, cu_seqlens_k, seqused_k)
+    key = ("varlen backward", layout, mask, deterministic, scale, window_left, window_right, softcap,
            max_seqlen_q, max_seqlen_k) + tuple(map(_signature, (d_o, q, k, v, o, lse)
                                                    + boundaries))
     call = _calls.get(key)
@@ -410,7 +413,7 @@ def varlen_backward(torch, d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seq
         index = device_index((("d_o", d_o), ("q", q), ("k", k), ("v", v), ("o", o),
                               ("lse", lse)) + tuple(zip(_SLOT_NAMES[11:], boundaries)))
         spec = spec_text(q.dtype, q.shape[2], v.shape[2], mask, False, 0, False, softcap > 0,
-                         False, True, deterministic, varlen=True)
+                         False, True, deterministic, varlen=layout)
         compiled, _ = kernel(spec, index)
         launch = _prepare(compiled, (q, k, v, o, lse, None, None, d_o) + _gradients(torch, q, k, v)
                           + boundaries, None, (scale, window_left, window_right, softcap), index,
@@ -422,6 +425,16 @@ def varlen_backward(torch, d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seq
                            lse.data_ptr(), None, None, d_o.data_ptr(), d_q.data_ptr(),
                            d_k.data_ptr(), d_v.data_ptr()) + _pointers(boundaries))
     return d_q, d_k, d_v
+
+
+def _varlen_layout(cu_seqlens_q, cu_seqlens_k, seqused_k):
+    """The spec's varlen value of a call: "shared" when the keys take the queries' boundaries
+    (one tensor for both, no seqused_k: self-attention, whose causal mask then runs by index),
+    else "true"."""
+    same = cu_seqlens_k is cu_seqlens_q or (
+        cu_seqlens_k.data_ptr() == cu_seqlens_q.data_ptr()
+        and cu_seqlens_k.shape == cu_seqlens_q.shape and cu_seqlens_k.stride() == cu_seqlens_q.stride())
+    return "shared" if same and seqused_k is None else "true"
 
 
 def _pointers(tensors):

@@ -88,7 +88,7 @@ class ArgumentTest(unittest.TestCase):
 class SpecTest(TemporaryCacheTest):
     def spec(self, mask, softcap=False, backward=False, deterministic=False):
         return _launch.spec_text("torch.bfloat16", 128, 128, mask, False, 0, not backward,
-                                 softcap, False, backward, deterministic, varlen=True)
+                                 softcap, False, backward, deterministic, varlen="true")
 
     def test_the_spec_texts_compile_without_a_device(self):
         for mask in ("none", "causal", "sliding_window"):
@@ -106,6 +106,12 @@ class SpecTest(TemporaryCacheTest):
         # The padded calls' specs stay without varlen.
         self.assertNotIn("varlen", _launch.spec_text("torch.bfloat16", 128, 128, "causal",
                                                      False, 0, True, False, False))
+
+    def test_shared_boundaries_compile_their_own_spec(self):
+        text = _launch.spec_text("torch.bfloat16", 128, 128, "causal", False, 0, True, False,
+                                 False, varlen="shared")
+        self.assertTrue(text.endswith(" varlen=shared"))
+        self.assertIn("varlen=shared", attnjit.compile(text + " target=sm_80").spec.split())
 
     def test_alibi_is_refused_with_varlen(self):
         with self.assertRaisesRegex(attnjit.AttnjitError, "varlen"):

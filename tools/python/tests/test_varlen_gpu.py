@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import attnjit  # noqa: E402
+from attnjit import _launch  # noqa: E402
 from cache_dir import TemporaryCacheTest  # noqa: E402
 from torch_cuda import HAS_CUDA, torch  # noqa: E402
 
@@ -122,8 +123,12 @@ def packed_attention(q, k, v, cu_q, cu_k, used, causal, window, scale, softcap=N
 class Problem:
     """One packed batch: lengths, boundaries on the host and the device, inputs and dO."""
 
-    def __init__(self, rng, dtype, head_dim, with_seqused, heads=HEADS, kv_heads=KV_HEADS):
+    def __init__(self, rng, dtype, head_dim, with_seqused, heads=HEADS, kv_heads=KV_HEADS,
+                 shared=False):
         self.seq_q, self.seq_k = draw_lengths(rng)
+        self.shared = shared
+        if shared:  # self-attention: the keys take the queries' boundaries (one tensor)
+            self.seq_k = list(self.seq_q)
         self.cu_q, self.cu_k = offsets(self.seq_q), offsets(self.seq_k)
         self.used = list(self.seq_k)
         if with_seqused:
@@ -131,7 +136,8 @@ class Problem:
             self.used[0] = 0  # a sequence with queries whose keys are all unused
         device = torch.device("cuda")
         self.cu_seqlens_q = torch.tensor(self.cu_q, dtype=torch.int32, device=device)
-        self.cu_seqlens_k = torch.tensor(self.cu_k, dtype=torch.int32, device=device)
+        self.cu_seqlens_k = (self.cu_seqlens_q if shared else
+                             torch.tensor(self.cu_k, dtype=torch.int32, device=device))
         self.seqused_k = (torch.tensor(self.used, dtype=torch.int32, device=device)
                           if with_seqused else None)
         generator = torch.Generator().manual_seed(rng.randrange(2**63))
@@ -216,7 +222,8 @@ class VarlenTest(TemporaryCacheTest):
             self.assert_close(name, out, r, low)
         # Rows that see no key: o = 0 and lse = -inf exactly, and dq = 0.
         blind = problem.blind_rows(causal, window)
-        self.assertTrue(bool(blind.any()), "the problem has rows that see no key")
+        if not problem.shared:
+            self.assertTrue(bool(blind.any()), "the problem has rows that see no key")
         self.assertTrue(torch.equal(torch.isinf(ref[1]), blind[None].expand_as(ref[1])))
         self.assertTrue(bool((o[blind] == 0).all()), f"o of rows that see no key (seed {SEED})")
         self.assertTrue(bool((lse[:, blind] == float("-inf")).all()),
@@ -233,6 +240,16 @@ class VarlenTest(TemporaryCacheTest):
                 problem = Problem(self.rng(dtype, head_dim, name, with_seqused), dtype,
                                   head_dim, with_seqused)
                 self.check(problem, dtype, causal, window)
+
+    def test_shared_boundaries(self):
+        # One tensor for cu_seqlens_q and cu_seqlens_k (self-attention) compiles varlen=shared,
+        # whose causal mask runs by index.
+        for dtype, (name, causal, window) in itertools.product(DTYPES, MASKS):
+            with self.subTest(dtype=dtype, mask=name):
+                problem = Problem(self.rng(dtype, name, "shared"), dtype, 128, False,
+                                  shared=True)
+                self.check(problem, dtype, causal, window)
+        self.assertTrue(any("varlen=shared" in text for text in _launch._specs.values()))
 
     def test_softcap_and_heads(self):
         # Soft-capping (FlashAttention's softcap=0.0 is none) with MQA and equal heads.

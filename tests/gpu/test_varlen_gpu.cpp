@@ -40,6 +40,8 @@ struct Packed {
   MaskKind mask = MaskKind::none;
   std::vector<int> seqlens_q, seqlens_k;
   std::vector<int> seqused_k;  ///< empty: every key of each sequence
+  /// shared: cu_seqlens_k is cu_seqlens_q (seqlens_k equal, no seqused_k)
+  VarlenMode mode = VarlenMode::separate;
   int heads = 4, kv_heads = 2;
   int window_left = -1, window_right = 0;
   std::uint64_t seed = 1;
@@ -62,7 +64,7 @@ struct Packed {
     spec.head_dim_qk = spec.head_dim_v = head_dim;
     spec.mask.kind = mask;
     spec.return_lse = true;
-    spec.varlen = VarlenMode::separate;
+    spec.varlen = mode;
     spec.tiles = forward_tiles;
     return spec;
   }
@@ -79,9 +81,9 @@ struct Packed {
   }
   std::string describe() const {
     return fmt::format(
-        "{} d{} mask={} H={} Hkv={} seqlens_q=[{}] seqlens_k=[{}] seqused_k=[{}] window=({}, {}) "
-        "tiles fwd={} bwd={} seed={}",
-        name_of(dtype), head_dim, name_of(mask), heads, kv_heads, fmt::join(seqlens_q, ","),
+        "{} d{} mask={} varlen={} H={} Hkv={} seqlens_q=[{}] seqlens_k=[{}] seqused_k=[{}] "
+        "window=({}, {}) tiles fwd={} bwd={} seed={}",
+        name_of(dtype), head_dim, name_of(mask), name_of(mode), heads, kv_heads, fmt::join(seqlens_q, ","),
         fmt::join(seqlens_k, ","), fmt::join(seqused_k, ","), window_left, window_right,
         to_string(forward_tiles), to_string(backward_tiles), gpu_test::data_seed(seed));
   }
@@ -181,9 +183,12 @@ DeviceBoundaries upload_boundaries(const std::vector<int>& cu_q, const std::vect
 }
 
 DeviceBoundaries upload_boundaries(const Packed& c) {
-  return upload_boundaries(c.cu(c.seqlens_q), c.cu(c.seqlens_k), c.seqused_k,
-                           *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end()),
-                           *std::max_element(c.seqlens_k.begin(), c.seqlens_k.end()));
+  DeviceBoundaries b =
+      upload_boundaries(c.cu(c.seqlens_q), c.cu(c.seqlens_k), c.seqused_k,
+                        *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end()),
+                        *std::max_element(c.seqlens_k.begin(), c.seqlens_k.end()));
+  if (c.mode == VarlenMode::shared) b.args.cu_seqlens_k = b.args.cu_seqlens_q;
+  return b;
 }
 
 // The packed problem's tensors on the device, with q, k, v and dO uploaded.
@@ -406,6 +411,7 @@ std::vector<Packed> ragged_cases(const std::string& family) {
       c.seqlens_q = shape.q;
       c.seqlens_k = shape.k;
       c.seqused_k = shape.used;
+      if (shape.q == shape.k && shape.used.empty()) c.mode = VarlenMode::shared;
       c.heads = shape.heads;
       c.kv_heads = shape.kv_heads;
       if (mask == MaskKind::sliding_window) {

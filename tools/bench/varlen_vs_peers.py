@@ -12,9 +12,12 @@ forward+backward:
                      fewer queries than keys, flashmask(causal=false,columns=2): LTS = the end
                      of the key's document, UTE = the first query row that sees the key (here
                      the key's own row);
-  attnjit varlen     attnjit.attention_varlen on [T, H, D] with cu_seqlens and causal=True
-                     (the interface users call: its kernels build those two columns from
-                     cu_seqlens on the device at each call, which the time includes);
+  attnjit varlen     attnjit.attention_varlen on [T, H, D] with one cu_seqlens tensor for queries
+                     and keys and causal=True (the interface users call; varlen=shared: its
+                     kernels build the one-column vectors from cu_seqlens on the device at each
+                     call, which the time includes, and the diagonal runs by index);
+  attnjit varlen (separate)  the same with a copy of cu_seqlens for the keys (varlen=true: the
+                     two columns a call whose sequences may have Sq != Sk needs);
   varlen_attn        torch.nn.attention.varlen.varlen_attn on [T, H, D] with cu_seqlens
                      (window_size=(-1, 0): causal);
   FlexAttention      compiled flex_attention with a document-causal mask_mod; its BlockMask
@@ -155,6 +158,7 @@ def main():
         document = torch.repeat_interleave(torch.arange(len(lengths), dtype=torch.int32),
                                            torch.tensor(lengths)).to(device)
         cu_seqlens = torch.tensor(cuts, dtype=torch.int32, device=device)
+        cu_seqlens_k = cu_seqlens.clone()
         longest = max(lengths)
 
         def document_causal(b, h, q, k):
@@ -171,6 +175,9 @@ def main():
                 q, k, v, mask="flashmask", causal=False, startend_row_indices=two_columns)),
             ("attnjit varlen", lambda q, k, v: attnjit.attention_varlen(
                 q[0], k[0], v[0], cu_seqlens, cu_seqlens, longest, longest,
+                causal=True).unsqueeze(0)),
+            ("attnjit varlen (separate)", lambda q, k, v: attnjit.attention_varlen(
+                q[0], k[0], v[0], cu_seqlens, cu_seqlens_k, longest, longest,
                 causal=True).unsqueeze(0)),
             ("FlexAttention", in_bhsd(lambda q, k, v: compiled_flex(
                 q, k, v, block_mask=block_mask, enable_gqa=kv_heads != heads))),

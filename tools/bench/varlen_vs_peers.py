@@ -174,17 +174,19 @@ def main():
             ("attnjit 2-column", lambda q, k, v: attnjit.attention(
                 q, k, v, mask="flashmask", causal=False, startend_row_indices=two_columns)),
             ("attnjit varlen", lambda q, k, v: attnjit.attention_varlen(
-                q[0], k[0], v[0], cu_seqlens, cu_seqlens, longest, longest,
+                q.squeeze(0), k.squeeze(0), v.squeeze(0), cu_seqlens, cu_seqlens, longest, longest,
                 causal=True).unsqueeze(0)),
             ("attnjit varlen (separate)", lambda q, k, v: attnjit.attention_varlen(
-                q[0], k[0], v[0], cu_seqlens, cu_seqlens_k, longest, longest,
+                q.squeeze(0), k.squeeze(0), v.squeeze(0), cu_seqlens, cu_seqlens_k, longest, longest,
                 causal=True).unsqueeze(0)),
             ("FlexAttention", in_bhsd(lambda q, k, v: compiled_flex(
                 q, k, v, block_mask=block_mask, enable_gqa=kv_heads != heads))),
         ]
+        # The packed [T, H, D] calls take squeeze(0) views of the [1, T, H, D] leaves, whose
+        # gradients pass back as views (an index q[0] would add a zero fill and a copy per input).
         if varlen_attn is not None:
             implementations.insert(3, ("varlen_attn", lambda q, k, v: varlen_attn(
-                q[0], k[0], v[0], cu_seqlens, cu_seqlens, longest, longest,
+                q.squeeze(0), k.squeeze(0), v.squeeze(0), cu_seqlens, cu_seqlens, longest, longest,
                 window_size=(-1, 0)).unsqueeze(0)))
 
         forward_flops = 4 * dim * packed.visible_pairs(heads=heads)

@@ -95,10 +95,13 @@ void check_varlen(const AttentionSpec& spec) {
                       "none, causal or sliding_window with varlen=true in this version (FlashMask "
                       "vectors and predicates of packed batches are not supported yet)");
   }
-  if (spec.alibi) {
+  // Under shared boundaries the packed row's distances j - i are every sequence's own
+  // (its diagonal is the row's), so ALiBi's biases are exact; with keys of their own they
+  // would differ by a constant per sequence, which the LSE would keep.
+  if (spec.alibi && spec.varlen != VarlenMode::shared) {
     throw_field_error("alibi", "true",
-                      "false with varlen=true in this version (ALiBi's distances are not yet "
-                      "taken per sequence)");
+                      "false with varlen=true in this version (ALiBi in a packed batch takes "
+                      "varlen=shared: the keys on the queries' boundaries)");
   }
 }
 

@@ -42,6 +42,7 @@ struct Packed {
   std::vector<int> seqused_k;  ///< empty: every key of each sequence
   /// shared: cu_seqlens_k is cu_seqlens_q (seqlens_k equal, no seqused_k)
   VarlenMode mode = VarlenMode::separate;
+  std::vector<float> alibi_slopes;  ///< [heads]: ALiBi (varlen=shared only); empty: none
   int heads = 4, kv_heads = 2;
   int window_left = -1, window_right = 0;
   std::uint64_t seed = 1;
@@ -65,6 +66,7 @@ struct Packed {
     spec.mask.kind = mask;
     spec.return_lse = true;
     spec.varlen = mode;
+    spec.alibi = !alibi_slopes.empty();
     spec.tiles = forward_tiles;
     return spec;
   }
@@ -81,9 +83,9 @@ struct Packed {
   }
   std::string describe() const {
     return fmt::format(
-        "{} d{} mask={} varlen={} H={} Hkv={} seqlens_q=[{}] seqlens_k=[{}] seqused_k=[{}] "
-        "window=({}, {}) tiles fwd={} bwd={} seed={}",
-        name_of(dtype), head_dim, name_of(mask), name_of(mode), heads, kv_heads, fmt::join(seqlens_q, ","),
+        "{} d{} mask={} varlen={} alibi={} H={} Hkv={} seqlens_q=[{}] seqlens_k=[{}] "
+        "seqused_k=[{}] window=({}, {}) tiles fwd={} bwd={} seed={}",
+        name_of(dtype), head_dim, name_of(mask), name_of(mode), !alibi_slopes.empty(), heads, kv_heads, fmt::join(seqlens_q, ","),
         fmt::join(seqlens_k, ","), fmt::join(seqused_k, ","), window_left, window_right,
         to_string(forward_tiles), to_string(backward_tiles), gpu_test::data_seed(seed));
   }
@@ -196,6 +198,7 @@ struct DeviceProblem {
   DevicePacked q, k, v, o, d_o, d_q, d_k, d_v;
   runtime::DeviceBuffer lse;
   DeviceBoundaries boundaries;
+  runtime::DeviceBuffer alibi_slopes;  ///< [heads] fp32 when the case has ALiBi
 };
 
 DeviceProblem upload(const Packed& c, const HostData& h) {
@@ -211,6 +214,10 @@ DeviceProblem upload(const Packed& c, const HostData& h) {
                   runtime::DeviceBuffer(std::max<std::size_t>(tq * c.heads, 1) * 4),
                   upload_boundaries(c)};
   p.lse.fill_bytes(kPoison);
+  if (!c.alibi_slopes.empty()) {
+    p.alibi_slopes = runtime::DeviceBuffer(c.alibi_slopes.size() * 4);
+    p.alibi_slopes.upload(c.alibi_slopes.data(), c.alibi_slopes.size() * 4);
+  }
   return p;
 }
 
@@ -224,6 +231,9 @@ ForwardArgs forward_args(const Packed& c, const DeviceProblem& p) {
   a.window_left = c.window_left;
   a.window_right = c.window_right;
   a.varlen = p.boundaries.args;
+  if (!c.alibi_slopes.empty()) {
+    a.alibi_slopes = contiguous_view(p.alibi_slopes.data(), ScalarType::fp32, {c.heads});
+  }
   return a;
 }
 
@@ -240,6 +250,7 @@ testing::Problem sequence_problem(const Packed& c, int s) {
   p.mask.kind = c.mask;
   p.mask.window_left = c.window_left;
   p.mask.window_right = c.window_right;
+  p.score_mod.alibi_slopes = c.alibi_slopes;
   return p;
 }
 
@@ -411,7 +422,13 @@ std::vector<Packed> ragged_cases(const std::string& family) {
       c.seqlens_q = shape.q;
       c.seqlens_k = shape.k;
       c.seqused_k = shape.used;
-      if (shape.q == shape.k && shape.used.empty()) c.mode = VarlenMode::shared;
+      if (shape.q == shape.k && shape.used.empty()) {
+        // Shared boundaries; ALiBi, whose distances are then the packed row's, with causal.
+        c.mode = VarlenMode::shared;
+        if (mask == MaskKind::causal) {
+          for (int h = 0; h < shape.heads; ++h) c.alibi_slopes.push_back(0.5f / (h + 1));
+        }
+      }
       c.heads = shape.heads;
       c.kv_heads = shape.kv_heads;
       if (mask == MaskKind::sliding_window) {

@@ -161,8 +161,10 @@ TEST_CASE("validate refuses the masks and modifiers a packed batch does not take
   CHECK(error_of("dtype=bf16 head_dim=64 mask=predicate(q>=k) target=sm_80 varlen=true") ==
         "mask: got 'predicate(q>=k)'; " + masks);
   CHECK(error_of("dtype=bf16 head_dim=64 mask=causal alibi=true target=sm_80 varlen=true") ==
-        "alibi: got 'true'; accepted: false with varlen=true in this version (ALiBi's distances "
-        "are not yet taken per sequence)");
+        "alibi: got 'true'; accepted: false with varlen=true in this version (ALiBi in a packed "
+        "batch takes varlen=shared: the keys on the queries' boundaries)");
+  CHECK(error_of("dtype=bf16 head_dim=64 mask=causal alibi=true target=sm_80 varlen=shared") ==
+        "no error");
   // Soft-capping, every dtype and both directions are accepted.
   CHECK(error_of("dtype=fp16 head_dim=128 mask=sliding_window softcap=true direction=backward "
                  "deterministic=true target=sm_90a varlen=true") == "no error");

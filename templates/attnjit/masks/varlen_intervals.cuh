@@ -20,6 +20,7 @@
 #pragma once
 
 #include "attnjit/common/params.cuh"
+#include "attnjit/masks/mask_builders.cuh"
 
 namespace attnjit {
 
@@ -70,21 +71,10 @@ __device__ __forceinline__ void check(const VarlenInputs& v, int total_q, int to
   }
 }
 
-/// The sequence of packed key j: the first u in [1, B] with cu_k[u] > j gives s = u - 1; -1
-/// when j lies past cu_k[B].
+/// The sequence of packed key j (a segment of the boundaries, mask_builders.cuh); -1 when j
+/// lies past cu_k[B].
 __device__ __forceinline__ int sequence_of(const int* cu, int sequences, int j) {
-  if (cu[sequences] <= j) return -1;
-  int lo = 1;
-  int hi = sequences;
-  while (lo < hi) {
-    const int mid = lo + (hi - lo) / 2;
-    if (cu[mid] > j) {
-      hi = mid;
-    } else {
-      lo = mid + 1;
-    }
-  }
-  return lo - 1;
+  return cu[sequences] <= j ? -1 : mask_build::segment_of(cu, sequences, j).index;
 }
 
 __device__ __forceinline__ long long clamp(long long x, long long lo, long long hi) {

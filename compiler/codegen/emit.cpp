@@ -227,12 +227,16 @@ std::string emit_cta_order(const Lowering& ir, const KernelDesc& kernel) {
   return w.str();
 }
 
-// The backward's per-row kernels (row_kernels.cuh): element type and head dim, for the
-// preprocess whether it zeroes the dQ accumulator (dq_accumulated), for the GQA reduction
-// whether the main kernel summed dK and dV per K/V head (dkdv_summed).
+// The backward's per-row kernels (row_kernels.cuh): element type and head dims (the dQ
+// conversion's head_dim_qk only), for the preprocess whether it zeroes the dQ accumulator
+// (dq_accumulated), for the GQA reduction whether the main kernel summed dK and dV per K/V head
+// (dkdv_summed).
 std::string emit_rows(const Lowering& ir, const KernelDesc& kernel) {
   const KernelRow& row = kernel_row(kernel.row);
   std::string arguments = fmt::format("{}, {}", element_type(ir.spec.dtype), ir.spec.head_dim_qk);
+  if (kernel.role != KernelRole::backward_convert_dq) {
+    arguments += fmt::format(", {}", ir.spec.head_dim_v);
+  }
   if (kernel.role == KernelRole::backward_preprocess) {
     arguments += fmt::format(", /*kZeroDqAccum=*/{}", dq_accumulated(ir));
   }
@@ -276,7 +280,8 @@ ReferenceKernel emit_reference_kernel(const AttentionSpec& spec) {
   const MaskKindInfo& mask = info_of(spec.mask.kind);
   ReferenceKernel out;
   out.name = fmt::format(
-      "attnjit_reference_{}_d{}_{}{}", name_of(spec.dtype), spec.head_dim_qk,
+      "attnjit_reference_{}_d{}{}_{}{}", name_of(spec.dtype), spec.head_dim_qk,
+      spec.head_dim_v != spec.head_dim_qk ? fmt::format("v{}", spec.head_dim_v) : "",
       mask.interval_vectors
           ? fmt::format("flashmask{}_c{}", spec.mask.causal ? "_causal" : "", spec.mask.columns)
           : std::string(mask.name),
@@ -297,13 +302,13 @@ ReferenceKernel emit_reference_kernel(const AttentionSpec& spec) {
   KernelDesc entry;
   entry.name = out.name;
   entry.threads = out.threads;
-  emit_entry(
-      w, entry, "attnjit::FwdParams",
-      fmt::format("attnjit::reference_attention<{}, /*kHeadDim=*/{}, /*kMask=*/{}, "
-                  "/*kFlashCausal=*/{}, /*kColumns=*/{}, /*kLse=*/true, /*kSoftcap=*/{}, "
-                  "/*kAlibi=*/{}{}>(params);",
-                  element_type(spec.dtype), spec.head_dim_qk, mask.reference_mask, spec.mask.causal,
-                  spec.mask.columns, spec.softcap, spec.alibi, mask.predicate ? ", Visible" : ""));
+  emit_entry(w, entry, "attnjit::FwdParams",
+             fmt::format("attnjit::reference_attention<{}, /*kHeadDimQK=*/{}, /*kHeadDimV=*/{}, "
+                         "/*kMask=*/{}, /*kFlashCausal=*/{}, /*kColumns=*/{}, /*kLse=*/true, "
+                         "/*kSoftcap=*/{}, /*kAlibi=*/{}{}>(params);",
+                         element_type(spec.dtype), spec.head_dim_qk, spec.head_dim_v,
+                         mask.reference_mask, spec.mask.causal, spec.mask.columns, spec.softcap,
+                         spec.alibi, mask.predicate ? ", Visible" : ""));
   out.source = w.str();
   return out;
 }

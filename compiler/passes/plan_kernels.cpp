@@ -17,9 +17,12 @@ std::string mask_tag(const AttentionSpec& spec) {
   return fmt::format("flashmask{}_c{}", mask.causal ? "_causal" : "", mask.columns);
 }
 
-// The part of the kernel names the spec decides: dtype and head dim, and for attention
-// kernels the mask and the score modifiers.
+// The part of the kernel names the spec decides: dtype and head dims (d192v128 where they
+// differ), and for attention kernels the mask and the score modifiers.
 std::string type_tag(const AttentionSpec& spec) {
+  if (spec.head_dim_v != spec.head_dim_qk) {
+    return fmt::format("{}_d{}v{}", name_of(spec.dtype), spec.head_dim_qk, spec.head_dim_v);
+  }
   return fmt::format("{}_d{}", name_of(spec.dtype), spec.head_dim_qk);
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <optional>
+#include <utility>
 
 #include "attnjit/error.hpp"
 #include "compiler/ir/predicate.hpp"
@@ -14,10 +15,27 @@ namespace {
 
 constexpr std::array<int, 6> kHeadDims{32, 64, 96, 128, 192, 256};
 
+// (head_dim_qk, head_dim_v) pairs of unequal head dims the sm80 family's kernels take.
+constexpr std::array<std::pair<int, int>, 4> kUnequalHeadDims{
+    {{64, 128}, {128, 64}, {192, 128}, {256, 128}}};
+
 void check_head_dim(std::string_view field, int value) {
   if (std::find(kHeadDims.begin(), kHeadDims.end(), value) == kHeadDims.end()) {
     throw_field_error(field, std::to_string(value), "32, 64, 96, 128, 192, 256");
   }
+}
+
+void check_head_dim_pair(int head_dim_qk, int head_dim_v) {
+  if (std::ranges::find(kUnequalHeadDims, std::pair{head_dim_qk, head_dim_v}) !=
+      kUnequalHeadDims.end()) {
+    return;
+  }
+  std::string pairs;
+  for (const auto& [qk, v] : kUnequalHeadDims) {
+    pairs += fmt::format("{}({}, {})", pairs.empty() ? "" : ", ", qk, v);
+  }
+  throw_field_error("(head_dim_qk, head_dim_v)", fmt::format("({}, {})", head_dim_qk, head_dim_v),
+                    fmt::format("equal head dims, or one of {}", pairs));
 }
 
 // The spec holds the lifted structure: literals are runtime scalars, so one kernel serves
@@ -114,10 +132,7 @@ Lowering validate(const Lowering& in) {
                  spec.head_dim_qk);
   if (spec.head_dim_v != 0) {
     check_head_dim("head_dim_v", spec.head_dim_v);
-    if (spec.head_dim_v != spec.head_dim_qk) {
-      throw_field_error("head_dim_v", std::to_string(spec.head_dim_v),
-                        fmt::format("equal to head_dim_qk ({}) in this version", spec.head_dim_qk));
-    }
+    if (spec.head_dim_v != spec.head_dim_qk) check_head_dim_pair(spec.head_dim_qk, spec.head_dim_v);
   }
   Lowering out = in;
   out.predicate = check_mask(spec.mask);

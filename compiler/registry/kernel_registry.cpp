@@ -24,12 +24,13 @@ bool KernelRow::compiles_for(Arch arch) const {
 bool KernelRow::supports(const AttentionSpec& spec, const MaskLowering& mask, Arch arch,
                          bool automatic) const {
   if (!compiles_for(arch)) return false;
+  if (spec.head_dim_v != spec.head_dim_qk && !support.unequal_head_dims) return false;
   if (mask.element_predicate && !support.predicate_masks) return false;
   if (spec.deterministic && (!support.deterministic || (automatic && !support.auto_deterministic)))
     return false;
   if (!spec.deterministic && !support.atomic) return false;
   return !automatic || std::ranges::any_of(candidates, [&](const TileCandidate& c) {
-    return c.head_dim == spec.head_dim_qk;
+    return c.has_head_dims(spec);
   });
 }
 
@@ -41,13 +42,13 @@ std::span<const KernelRow> kernel_rows() {
   // Attention rows of one role: the more specialised family first, then the sm80 layouts in
   // their order of preference.
   static const std::vector<KernelRow> rows{
-      registry::forward_sm90a(),       registry::forward_sm80(),
-      registry::backward_sm90a(),      registry::backward_grid_sm80(),
-      registry::backward_slabs_sm80(), registry::backward_dq_sm80(),
-      registry::varlen_intervals(),    registry::flashmask_minmax(),
-      registry::predicate_blocks(),
-      registry::cta_order(),           registry::backward_preprocess(),
-      registry::backward_convert_dq(), registry::backward_reduce_dkdv(),
+      registry::forward_sm90a(),        registry::forward_sm80(),
+      registry::backward_sm90a(),       registry::backward_grid_sm80(),
+      registry::backward_slabs_sm80(),  registry::backward_dq_sm80(),
+      registry::varlen_intervals(),     registry::flashmask_minmax(),
+      registry::predicate_blocks(),     registry::cta_order(),
+      registry::backward_preprocess(),  registry::backward_convert_dq(),
+      registry::backward_reduce_dkdv(),
   };
   return rows;
 }
@@ -84,7 +85,7 @@ bool candidate_fits(const KernelRow& row, const TileCandidate& c, const Attentio
 std::optional<TileCandidate> first_candidate(const KernelRow& row, const AttentionSpec& spec,
                                              const MaskLowering& mask, int smem_limit) {
   for (const TileCandidate& c : row.candidates) {
-    if (c.head_dim != spec.head_dim_qk || !candidate_fits(row, c, spec, mask)) continue;
+    if (!c.has_head_dims(spec) || !candidate_fits(row, c, spec, mask)) continue;
     if (row.smem_bytes(c, spec, mask) > smem_limit) continue;
     return c;
   }
@@ -167,6 +168,13 @@ const KernelRow& explicit_row(KernelRole role, const AttentionSpec& spec, const 
                       fmt::format("{} with target={} ({} family)", shape_form(layout), targets,
                                   name_of(row.family)));
   }
+  if (spec.head_dim_v != spec.head_dim_qk && !row.support.unequal_head_dims) {
+    throw_field_error(
+        "tiles", value,
+        fmt::format("{} for head_dim_qk={} head_dim_v={} (the {} family takes "
+                    "equal head dims only)",
+                    other_layout(layout), spec.head_dim_qk, spec.head_dim_v, name_of(row.family)));
+  }
   if (mask.element_predicate && !row.support.predicate_masks) {
     throw_field_error("tiles", value, fmt::format("{} for mask=predicate", other_layout(layout)));
   }
@@ -207,13 +215,14 @@ BufferNeed float_rows(ParamField field, std::string name, const LaunchExpr& colu
   return {field, {std::move(name), rows * columns * 4}};
 }
 
-BufferNeed float_keys(ParamField field, std::string name, const Lowering& ir) {
+// `columns` fp32 per key: head_dim_qk for dK, head_dim_v for dV.
+BufferNeed float_keys(ParamField field, std::string name, int columns, const Lowering& ir) {
   // Only under GQA (zero bytes, a null pointer, otherwise): per query head, or the zeroed sums
   // per K/V head of a main kernel that adds into them (dkdv_summed).
   const bool summed = dkdv_summed(ir);
   const LaunchExpr keys = LaunchExpr(Extent::gqa) * Extent::batch *
                           (summed ? Extent::kv_heads : Extent::heads) * Extent::seqlen_k;
-  return {field, {std::move(name), keys * ir.spec.head_dim_qk * 4, /*zeroed=*/summed}};
+  return {field, {std::move(name), keys * columns * 4, /*zeroed=*/summed}};
 }
 
 }  // namespace
@@ -308,11 +317,11 @@ BufferNeed dq_accum(const Lowering& ir) {
 }
 
 BufferNeed dk_partial(const Lowering& ir) {
-  return float_keys(ParamField::dk_partial, "dk_partial", ir);
+  return float_keys(ParamField::dk_partial, "dk_partial", ir.spec.head_dim_qk, ir);
 }
 
 BufferNeed dv_partial(const Lowering& ir) {
-  return float_keys(ParamField::dv_partial, "dv_partial", ir);
+  return float_keys(ParamField::dv_partial, "dv_partial", ir.spec.head_dim_v, ir);
 }
 
 }  // namespace registry

@@ -27,7 +27,7 @@ MaskCost mask_cost(const MaskLowering& mask);
 
 /// One tile shape an attention row can take; a row lists them in its order of preference.
 struct TileCandidate {
-  int head_dim = 0;
+  int head_dim = 0;  ///< head_dim_qk
   int block_m = 0;
   int block_n = 0;
   int warps = 0;
@@ -37,6 +37,13 @@ struct TileCandidate {
   MaskCost up_to = MaskCost::predicate;  ///< the costliest mask it compiles for without spilling
   bool softcap = true;                   ///< room for soft-capping's registers
   bool alibi = true;                     ///< room for ALiBi's
+  int head_dim_v = 0;                    ///< 0: head_dim (equal head dims)
+
+  /// Whether it is a shape of the spec's head dims (head_dim_qk, head_dim_v).
+  constexpr bool has_head_dims(const AttentionSpec& spec) const {
+    return head_dim == spec.head_dim_qk &&
+           (head_dim_v != 0 ? head_dim_v : head_dim) == spec.head_dim_v;
+  }
 };
 
 /// What a row's kernel supports besides its candidates' head dims.
@@ -53,6 +60,9 @@ struct RowSupport {
   /// sums per K/V head (zeroed scratch) instead of writing per-query-head partials, and
   /// backward_reduce_dkdv only converts them
   bool sums_dkdv = false;
+  /// head_dim_v != head_dim_qk: the pairs its candidates list (any valid pair with `tiles=`);
+  /// the sm90a rows take equal head dims only
+  bool unequal_head_dims = false;
 };
 
 /// A scratch buffer a kernel binds to one of its parameter block's pointer fields. Kernels
@@ -144,9 +154,9 @@ struct KernelRow {
   std::vector<BufferNeed> (*buffers)(const KernelDesc& kernel, const Lowering& ir) = nullptr;
 
   bool compiles_for(Arch arch) const;
-  /// The spec's dtype, mask, direction mode and score modifiers are ones this row supports
-  /// on `arch`, and some candidate has its head dim (`automatic`: as select_tiles would pick
-  /// it without `tiles=`).
+  /// The spec's head dims, dtype, mask, direction mode and score modifiers are ones this row
+  /// supports on `arch`, and some candidate has its head dims (`automatic`: as select_tiles
+  /// would pick it without `tiles=`).
   bool supports(const AttentionSpec& spec, const MaskLowering& mask, Arch arch,
                 bool automatic) const;
 };
@@ -169,7 +179,7 @@ std::vector<const KernelRow*> kernel_rows(KernelRole role, KernelFamily family);
 bool candidate_fits(const KernelRow& row, const TileCandidate& c, const AttentionSpec& spec,
                     const MaskLowering& mask);
 
-/// The first candidate of `row` that select_tiles takes without `tiles=`: the spec's head dim,
+/// The first candidate of `row` that select_tiles takes without `tiles=`: the spec's head dims,
 /// room for its mask and score modifiers (candidate_fits), shared memory within
 /// `smem_limit`; nullopt if none.
 std::optional<TileCandidate> first_candidate(const KernelRow& row, const AttentionSpec& spec,
@@ -190,8 +200,8 @@ bool orders_dq_reductions(const Lowering& ir);
 bool dq_accumulated(const Lowering& ir);
 
 /// Whether the backward main kernel of `ir` sums dK and dV per K/V head under GQA
-/// (RowSupport::sums_dkdv in the atomic mode): dk_partial/dv_partial are then [B, Hkv, Sk, D]
-/// zeroed sums, else [B, H, Sk, D] per-query-head partials.
+/// (RowSupport::sums_dkdv in the atomic mode): dk_partial/dv_partial are then zeroed sums
+/// [B, Hkv, Sk, Dqk] / [B, Hkv, Sk, Dv], else per-query-head partials [B, H, Sk, Dqk/Dv].
 bool dkdv_summed(const Lowering& ir);
 
 /// Whether the CTAs of attention kernel `role` start in a CTA order (cta_order.cuh): where the

@@ -368,7 +368,7 @@ using namespace attnjit;
 
 typedef MaskPolicy<false, false, 0, 1, -1, -1> Mask;
 constexpr int kBlockN = 32, kHeadDim = 32, kThreads = 128, kStages = 3;
-typedef KeyBlockWalk<Mask, kBlockN, kHeadDim, kThreads, kStages> Walk;
+typedef KeyBlockWalk<Mask, kBlockN, kHeadDim, kHeadDim, kThreads, kStages> Walk;
 
 extern "C" __global__ void key_walk_test(const FwdParams p, int* blocks, u16* kv_seen,
                                          int* vectors_seen) {
@@ -391,7 +391,7 @@ extern "C" __global__ void key_walk_test(const FwdParams p, int* blocks, u16* kv
     for (int i = threadIdx.x; i < 2 * kBlockN * kHeadDim; i += kThreads) {
       const int tile = i / (kBlockN * kHeadDim), row = i / kHeadDim % kBlockN, col = i % kHeadDim;
       kv_seen[it * 2 * kBlockN * kHeadDim + i] = *reinterpret_cast<const u16*>(
-          kv + tile * Walk::KvTile::kBytes + Walk::KvTile::element_offset(row, col));
+          kv + tile * Walk::KTile::kBytes + Walk::KTile::element_offset(row, col));
     }
     for (int i = threadIdx.x; i < kBlockN * Mask::kColumns; i += kThreads) {
       vectors_seen[it * kBlockN * Mask::kColumns + i] =

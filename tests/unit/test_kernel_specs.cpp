@@ -1,8 +1,8 @@
 // NVRTC compiles every supported (direction x dtype x head dim x mask kind) spec for sm_80
 // and sm_90, the sm_90a backward kernels (wgmma), and a sample of the score-modifier specs,
-// with no spills and no stack, and packed batches (varlen=true) on both families; the reference
-// kernels compile too. Needs no GPU. A kernel whose source several specs share is compiled
-// once, and every core compiles.
+// with no spills and no stack, packed batches (varlen=true) on both families, and unequal head
+// dims (the sm80 family on sm_80 and sm_90a); the reference kernels compile too. Needs no GPU. A
+// kernel whose source several specs share is compiled once, and every core compiles.
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
@@ -271,6 +271,44 @@ std::vector<std::shared_ptr<const Compiled>> compile_distinct(
 }
 
 /// The specs of `specs` for `arch`.
+// Every pair of unequal head dims: every mask kind (a predicate included) on sm_80 and on
+// sm_90a (where the sm80 family runs them), forward with LSE and backward in both modes, the
+// dtypes alternating; and both score modifiers on two masks.
+std::vector<AttentionSpec> unequal_head_dim_specs() {
+  const MaskSpec masks[] = {{MaskKind::none, false, 0},
+                            {MaskKind::causal, false, 0},
+                            {MaskKind::sliding_window, false, 0},
+                            {MaskKind::flashmask, true, 1},
+                            {MaskKind::flashmask, true, 2},
+                            {MaskKind::flashmask, false, 2},
+                            {MaskKind::flashmask, false, 4},
+                            {MaskKind::predicate, false, 0, "q>=k&&doc[q]==doc[k]"}};
+  std::vector<AttentionSpec> specs;
+  int rotation = 0;
+  for (const auto& [d_qk, d_v] :
+       {std::pair{192, 128}, std::pair{128, 64}, std::pair{64, 128}, std::pair{256, 128}}) {
+    for (Arch arch : {Arch::sm_80, Arch::sm_90a}) {
+      for (const MaskSpec& mask : masks) {
+        AttentionSpec spec;
+        spec.dtype = rotation++ % 2 == 0 ? DType::bf16 : DType::fp16;
+        spec.head_dim_qk = d_qk;
+        spec.head_dim_v = d_v;
+        spec.mask = mask;
+        spec.target = arch;
+        add_directions(spec, specs);
+        if (mask.kind == MaskKind::causal ||
+            (mask.kind == MaskKind::flashmask && mask.columns == 4)) {
+          spec.direction = Direction::forward;
+          spec.deterministic = false;
+          spec.softcap = spec.alibi = true;
+          add_directions(spec, specs);
+        }
+      }
+    }
+  }
+  return specs;
+}
+
 std::vector<AttentionSpec> for_target(const std::vector<AttentionSpec>& specs, Arch arch) {
   std::vector<AttentionSpec> out;
   for (const AttentionSpec& spec : specs) {
@@ -359,6 +397,18 @@ TEST_CASE("varlen specs, forward and backward, compile for sm_80 and sm_90a with
   check_compiles_without_spills(specs);
 }
 
+TEST_CASE("unequal head dims, forward and backward, compile for sm_80 and sm_90a without spills",
+          "[nvrtc][specs][head_dims]") {
+  const std::vector<AttentionSpec> specs = unequal_head_dim_specs();
+  for (const AttentionSpec& spec : specs) {
+    INFO(to_string(spec));
+    const Lowering ir = lower(spec);
+    for (const KernelTiles& tiles : ir.tiles)
+      CHECK(kernel_row(tiles.row).family == KernelFamily::sm80);
+  }
+  check_compiles_without_spills(specs);
+}
+
 TEST_CASE("reference kernels compile for every mask kind", "[nvrtc][specs]") {
   for (const char* mask : {"none", "causal", "sliding_window", "flashmask(causal=true,columns=1)",
                            "flashmask(causal=true,columns=2)", "flashmask(causal=false,columns=2)",
@@ -382,6 +432,14 @@ TEST_CASE("reference kernels compile with the score modifiers", "[nvrtc][specs]"
     CHECK(kernel.info().kernels[0].spill_bytes == 0);
     CHECK_THAT(kernel.ptx()[0], Catch::Contains(".entry attnjit_reference_bf16_d128_causal_"));
   }
+}
+
+TEST_CASE("reference kernels compile with unequal head dims", "[nvrtc][specs][head_dims]") {
+  const jit::Kernel kernel = jit::compile_reference(
+      parse_spec("dtype=bf16 head_dim_qk=192 head_dim_v=128 target=sm_90a mask=causal"));
+  REQUIRE(kernel.info().kernels.size() == 1);
+  CHECK(kernel.info().kernels[0].spill_bytes == 0);
+  CHECK_THAT(kernel.ptx()[0], Catch::Contains(".entry attnjit_reference_bf16_d192v128_causal"));
 }
 
 namespace {

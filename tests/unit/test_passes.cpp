@@ -30,8 +30,9 @@ TEST_CASE("validate rejects what attnjit cannot compile", "[pass]") {
   CHECK_NOTHROW(validate(ir_of("dtype=bf16 head_dim=128 mask=causal")));
   const std::pair<const char*, const char*> refused[] = {
       {"dtype=bf16 head_dim=100", "head_dim: got '100'; accepted: 32, 64, 96, 128, 192, 256"},
-      {"dtype=bf16 head_dim_qk=128 head_dim_v=64",
-       "head_dim_v: got '64'; accepted: equal to head_dim_qk (128)"},
+      {"dtype=bf16 head_dim_qk=96 head_dim_v=64",
+       "(head_dim_qk, head_dim_v): got '(96, 64)'; accepted: equal head dims, or one of (64, "
+       "128), (128, 64), (192, 128), (256, 128)"},
       {"dtype=bf16 head_dim=128 mask=flashmask(causal=false,columns=3)",
        "flashmask columns: got '3'; accepted: 1, 2, 4"},
       {"dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=4)",

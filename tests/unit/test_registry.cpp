@@ -17,11 +17,15 @@ using namespace attnjit;
 
 namespace {
 
-// Every spec shape the sweep covers, for one target.
+// Every spec shape the sweep covers, for one target: every head dim and every pair of unequal
+// head dims.
 std::vector<std::string> sweep_specs(const char* target) {
   std::vector<std::string> out;
   for (const char* dtype : {"bf16", "fp16"}) {
-    for (int d : {32, 64, 96, 128, 192, 256}) {
+    for (const char* dims :
+         {"head_dim=32", "head_dim=64", "head_dim=96", "head_dim=128", "head_dim=192",
+          "head_dim=256", "head_dim_qk=64 head_dim_v=128", "head_dim_qk=128 head_dim_v=64",
+          "head_dim_qk=192 head_dim_v=128", "head_dim_qk=256 head_dim_v=128"}) {
       for (const char* mask :
            {"none", "causal", "sliding_window", "flashmask(causal=true,columns=1)",
             "flashmask(causal=true,columns=2)", "flashmask(causal=false,columns=2)",
@@ -29,7 +33,7 @@ std::vector<std::string> sweep_specs(const char* target) {
         for (const char* modifiers : {"", " softcap=true", " alibi=true"}) {
           for (const char* direction : {"direction=forward", "direction=backward",
                                         "direction=backward deterministic=true"}) {
-            out.push_back(fmt::format("dtype={} head_dim={} mask={}{} {} target={}", dtype, d, mask,
+            out.push_back(fmt::format("dtype={} {} mask={}{} {} target={}", dtype, dims, mask,
                                       modifiers, direction, target));
           }
         }
@@ -47,13 +51,17 @@ std::pair<const KernelRow*, const TileCandidate*> expected_choice(const Lowering
   for (const KernelRow& row : kernel_rows()) {
     if (row.role != role || row.family != family) continue;
     if (!row.compiles_for(ir.spec.target)) continue;
+    if (ir.spec.head_dim_v != ir.spec.head_dim_qk && !row.support.unequal_head_dims) continue;
     if (ir.mask->element_predicate && !row.support.predicate_masks) continue;
     if (ir.spec.deterministic && !(row.support.deterministic && row.support.auto_deterministic)) {
       continue;
     }
     if (!ir.spec.deterministic && !row.support.atomic) continue;
     for (const TileCandidate& c : row.candidates) {
-      if (c.head_dim != ir.spec.head_dim_qk) continue;
+      if (c.head_dim != ir.spec.head_dim_qk ||
+          (c.head_dim_v == 0 ? c.head_dim : c.head_dim_v) != ir.spec.head_dim_v) {
+        continue;
+      }
       if (row.fits != nullptr
               ? !row.fits(c, ir.spec, *ir.mask)
               : c.up_to < cost || (ir.spec.softcap && !c.softcap) || (ir.spec.alibi && !c.alibi)) {

@@ -123,7 +123,7 @@ Result bench(const attnjit::jit::Kernel& kernel, const ProblemOptions& p,
 
   Result r;
   r.pairs = mask.pairs;
-  r.flops = 4.0 * s.head_dim_qk * static_cast<double>(r.pairs);
+  r.flops = forward_flops(s, r.pairs);
   if (s.direction == attnjit::Direction::forward) {
     DeviceBuffer out(n.o * 2), lse(s.return_lse ? n.lse * 4 : 0);
     shared.o = activation_view(out, s.dtype, p, Rows::query, p.heads, s.head_dim_v);
@@ -198,7 +198,7 @@ void print(const attnjit::jit::Kernel& kernel, const BenchOptions& o, const Resu
       "time     {:.4f} ms median, {:.4f} min, {:.4f} max ({} runs after {} warm-up, {} "
       "rotating input sets)\n",
       r.timing.median_ms, r.timing.min_ms, r.timing.max_ms, o.repeat, o.warmup, kInputSets);
-  fmt::print("rate     {:.1f} TFLOP/s ({}4*B*H*D*visible pairs)\n", tflops,
+  fmt::print("rate     {:.1f} TFLOP/s ({}2*B*H*(Dqk+Dv)*visible pairs)\n", tflops,
              backward ? "2.5 x " : "");
 }
 

@@ -268,6 +268,10 @@ attnjit::TensorView vectors_view(const DeviceBuffer& buffer,
       {vectors.batch, vectors.heads, vectors.seqlen_k, vectors.columns});
 }
 
+double forward_flops(const attnjit::AttentionSpec& spec, std::int64_t pairs) {
+  return 2.0 * (spec.head_dim_qk + spec.head_dim_v) * static_cast<double>(pairs);
+}
+
 double pair_density(const ProblemOptions& o, std::int64_t pairs) {
   double elements = static_cast<double>(o.batch) * o.seqlen_q * o.seqlen_k;
   if (o.packed()) {

@@ -38,6 +38,10 @@ struct ProblemOptions {
 /// batch, of the (head, query, key) elements within its sequences.
 double pair_density(const ProblemOptions& o, std::int64_t pairs);
 
+/// The FLOPs of a forward over `pairs` visible (query, key) pairs (of every batch and head):
+/// 2 x (head_dim_qk + head_dim_v) per pair, Q K^T and P V.
+double forward_flops(const attnjit::AttentionSpec& spec, std::int64_t pairs);
+
 /// Prints the lines `attnc run` and `attnc bench` open with: the device, the spec, the problem
 /// with its density, and each kernel's registers, spill bytes and shared memory.
 void print_problem_header(const std::string& device, const attnjit::jit::CompileInfo& info,

@@ -177,7 +177,7 @@ void run(RunOptions o) {
   std::sort(times.begin(), times.end());
   const double ms = times[times.size() / 2];
   const std::int64_t pairs = mask.pairs;
-  const double tflops = 4.0 * s.head_dim_qk * static_cast<double>(pairs) / (ms * 1e-3) / 1e12;
+  const double tflops = forward_flops(s, pairs) / (ms * 1e-3) / 1e12;
   const double density = pair_density(p, pairs);
 
   std::optional<Check> check;

@@ -147,13 +147,14 @@ struct TransposedPairs {
 };
 
 /// dK (scaled by softmax_scale) and dV of one m16 accumulator tile of a warp: keys
-/// key_row0 + g and key_row0 + g + 8, columns col0 + 8 dt + 2 t. Straight to d_k / d_v for
-/// MHA, to the fp32 per-query-head partials for GQA (summed by backward_reduce_dkdv).
-template <class Element, int kHeadDim, int kDTiles>
+/// key_row0 + g and key_row0 + g + 8, dK columns dk_col0 + 8 dt + 2 t of kHeadDimQK and dV
+/// columns dv_col0 + 8 dt + 2 t of kHeadDimV. Straight to d_k / d_v for MHA, to the fp32
+/// per-query-head partials for GQA (summed by backward_reduce_dkdv).
+template <class Element, int kHeadDimQK, int kHeadDimV, int kDkTiles, int kDvTiles>
 __device__ __forceinline__ void store_dkdv_tile(const BwdParams& p, int head, int batch,
-                                                int key_row0, int col0,
-                                                const float (&acc_dk)[kDTiles][4],
-                                                const float (&acc_dv)[kDTiles][4]) {
+                                                int key_row0, int dk_col0, int dv_col0,
+                                                const float (&acc_dk)[kDkTiles][4],
+                                                const float (&acc_dv)[kDvTiles][4]) {
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t = lane % 4;
@@ -163,15 +164,18 @@ __device__ __forceinline__ void store_dkdv_tile(const BwdParams& p, int head, in
     const int key = key_row0 + g + 8 * r;
     if (key >= p.seqlen_k) continue;
     if (p.dk_partial != 0) {
-      const long long row =
-          ((static_cast<long long>(batch) * p.heads + head) * p.seqlen_k + key) * kHeadDim;
+      const long long row = (static_cast<long long>(batch) * p.heads + head) * p.seqlen_k + key;
 #pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt) {
-        const int col = col0 + dt * 8 + 2 * t;
-        p.dk_partial[row + col] = acc_dk[dt][2 * r] * p.softmax_scale;
-        p.dk_partial[row + col + 1] = acc_dk[dt][2 * r + 1] * p.softmax_scale;
-        p.dv_partial[row + col] = acc_dv[dt][2 * r];
-        p.dv_partial[row + col + 1] = acc_dv[dt][2 * r + 1];
+      for (int dt = 0; dt < kDkTiles; ++dt) {
+        float* dk = p.dk_partial + row * kHeadDimQK + dk_col0 + dt * 8 + 2 * t;
+        dk[0] = acc_dk[dt][2 * r] * p.softmax_scale;
+        dk[1] = acc_dk[dt][2 * r + 1] * p.softmax_scale;
+      }
+#pragma unroll
+      for (int dt = 0; dt < kDvTiles; ++dt) {
+        float* dv = p.dv_partial + row * kHeadDimV + dv_col0 + dt * 8 + 2 * t;
+        dv[0] = acc_dv[dt][2 * r];
+        dv[1] = acc_dv[dt][2 * r + 1];
       }
     } else {
       u16* d_k = static_cast<u16*>(p.d_k) + batch * p.dk_batch_stride + key * p.dk_row_stride +
@@ -179,11 +183,13 @@ __device__ __forceinline__ void store_dkdv_tile(const BwdParams& p, int head, in
       u16* d_v = static_cast<u16*>(p.d_v) + batch * p.dv_batch_stride + key * p.dv_row_stride +
                  kv_head * p.dv_head_stride;
 #pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt) {
-        const int col = col0 + dt * 8 + 2 * t;
-        *reinterpret_cast<u32*>(d_k + col) = pack2<Element>(
+      for (int dt = 0; dt < kDkTiles; ++dt) {
+        *reinterpret_cast<u32*>(d_k + dk_col0 + dt * 8 + 2 * t) = pack2<Element>(
             acc_dk[dt][2 * r] * p.softmax_scale, acc_dk[dt][2 * r + 1] * p.softmax_scale);
-        *reinterpret_cast<u32*>(d_v + col) =
+      }
+#pragma unroll
+      for (int dt = 0; dt < kDvTiles; ++dt) {
+        *reinterpret_cast<u32*>(d_v + dv_col0 + dt * 8 + 2 * t) =
             pack2<Element>(acc_dv[dt][2 * r], acc_dv[dt][2 * r + 1]);
       }
     }
@@ -242,11 +248,12 @@ __device__ __forceinline__ void add_dq_tile(const BwdParams& p, int seqlen_q, in
 }
 
 /// dQ_i += dS K for one warp's kMTiles m16 tiles of queries and kDqTiles n8 tiles of columns,
-/// read from the [key][query] dS^T tile (DsTile) and the K tile (KvTile) over kKeySteps k16
+/// read from the [key][query] dS^T tile (DsTile) and the K tile (KTile, kHeadDim = head_dim_qk
+/// columns) over kKeySteps k16
 /// steps, added to the fp32 accumulator with add_dq_tile. The warps split the query block as
 /// kRowWarps row slabs (16 kMTiles queries) by column groups of kCols. The key-slab and the
 /// grid layout differ only in that split and the tile counts.
-template <class Element, int kHeadDim, class DsTile, class KvTile, int kMTiles, int kDqTiles,
+template <class Element, int kHeadDim, class DsTile, class KTile, int kMTiles, int kDqTiles,
           int kKeySteps, int kRowWarps, int kCols, bool kOrderedCtas>
 __device__ __forceinline__ void accumulate_dq_tiles(const BwdParams& p, const MaskState& ms,
                                                     u32 smem_ds, u32 smem_k) {
@@ -256,12 +263,12 @@ __device__ __forceinline__ void accumulate_dq_tiles(const BwdParams& p, const Ma
   const int chunk0 = (warp / kRowWarps) * kCols / 8;
   const int lane = read_tid_x() % 32;
   const u32 ds_lane = opaque(DsTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
-  const u32 k_lane = opaque(KvTile::lane_offset(lane % 16, lane / 16));
+  const u32 k_lane = opaque(KTile::lane_offset(lane % 16, lane / 16));
   WarpAccumulator<kMTiles, kDqTiles> acc;
   acc.fill(0.f);
   // dS (query x key) from the [key][query] tile: the transposed load gives A's layout.
-  warp_tile_times_tile<Element, true, DsTile, KvTile, kKeySteps>(acc, smem_ds, ds_lane, query0 / 8,
-                                                                 smem_k, k_lane, chunk0);
+  warp_tile_times_tile<Element, true, DsTile, KTile, kKeySteps>(acc, smem_ds, ds_lane, query0 / 8,
+                                                                smem_k, k_lane, chunk0);
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
     add_dq_tile<kHeadDim>(p, ms.seqlen_q, work.head, work.batch, ms.row_begin + query0 + 16 * mt,

@@ -1,6 +1,6 @@
 // The backward's preprocess, one warp per query row (row_kernels.cuh): D = rowsum(dO * O) in
-// fp32, LSE in log2 units (+inf where a row sees no key, so its P is 0), and the fp32 dQ
-// accumulator zeroed.
+// fp32 over head_dim_v, LSE in log2 units (+inf where a row sees no key, so its P is 0), and the
+// fp32 dQ accumulator zeroed.
 #pragma once
 
 #include "attnjit/common/params.cuh"
@@ -9,8 +9,9 @@
 
 namespace attnjit {
 
-/// The body of a generated preprocess kernel; kZeroDqAccum: the dQ accumulator is zeroed.
-template <class Element, int kHeadDim, bool kZeroDqAccum>
+/// The body of a generated preprocess kernel; kZeroDqAccum: the dQ accumulator (kHeadDimQK
+/// columns) is zeroed.
+template <class Element, int kHeadDimQK, int kHeadDimV, bool kZeroDqAccum>
 __device__ __forceinline__ void backward_preprocess(const BwdParams& p) {
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -23,7 +24,7 @@ __device__ __forceinline__ void backward_preprocess(const BwdParams& p) {
                    row * p.do_row_stride + head * p.do_head_stride;
   float dot = 0.f;
 #pragma unroll
-  for (int d = 2 * lane; d < kHeadDim; d += 64) {
+  for (int d = 2 * lane; d < kHeadDimV; d += 64) {
     dot += to_float<Element>(o[d]) * to_float<Element>(d_o[d]) +
            to_float<Element>(o[d + 1]) * to_float<Element>(d_o[d + 1]);
   }
@@ -35,9 +36,9 @@ __device__ __forceinline__ void backward_preprocess(const BwdParams& p) {
     p.lse_log2[bhr] = lse == negative_infinity() ? -negative_infinity() : lse * 1.4426950408889634f;
   }
   if (kZeroDqAccum) {
-    float* accum = p.dq_accum + bhr * kHeadDim;
+    float* accum = p.dq_accum + bhr * kHeadDimQK;
 #pragma unroll
-    for (int d = lane; d < kHeadDim; d += 32) accum[d] = 0.f;
+    for (int d = lane; d < kHeadDimQK; d += 32) accum[d] = 0.f;
   }
 }
 

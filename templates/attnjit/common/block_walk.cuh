@@ -21,15 +21,17 @@
 namespace attnjit {
 
 /// The walk of a CTA that owns a query block (MaskState rows set) over the key blocks its rows
-/// can see, from the last to the first. Shared memory: kStages stages of K then V (kStageBytes
-/// each) from smem_kv on, kStages stages of the blocks' FlashMask values (kVectorBytes each)
-/// from smem_vectors on. `table` names the kernel parameter that holds the mask's tables for
-/// key blocks of kBlockN as a member pointer (&FwdParams::minmax, &BwdParams::minmax_dq): it
-/// is read where a block is classified, so that no register holds it across the loop.
-template <class Mask, int kBlockN, int kHeadDim, int kThreads, int kStages>
+/// can see, from the last to the first. Shared memory: kStages stages of K (kHeadDimQK columns)
+/// then V (kHeadDimV columns), kStageBytes each, from smem_kv on, kStages stages of the blocks'
+/// FlashMask values (kVectorBytes each) from smem_vectors on. `table` names the kernel parameter
+/// that holds the mask's tables for key blocks of kBlockN as a member pointer (&FwdParams::minmax,
+/// &BwdParams::minmax_dq): it is read where a block is classified, so that no register holds it
+/// across the loop.
+template <class Mask, int kBlockN, int kHeadDimQK, int kHeadDimV, int kThreads, int kStages>
 struct KeyBlockWalk {
-  typedef SmemTile<kBlockN, kHeadDim> KvTile;
-  static constexpr int kStageBytes = 2 * KvTile::kBytes;  // K then V
+  typedef SmemTile<kBlockN, kHeadDimQK> KTile;
+  typedef SmemTile<kBlockN, kHeadDimV> VTile;
+  static constexpr int kStageBytes = KTile::kBytes + VTile::kBytes;  // K then V
   static constexpr int kVectorBytes = kBlockN * Mask::kColumns * 4;
   /// The K/V stages and the FlashMask value stages.
   static constexpr int kSmemBytes = kStages * (kStageBytes + kVectorBytes);
@@ -108,42 +110,45 @@ struct KeyBlockWalk {
   __device__ __forceinline__ static void copy(const Params& p, const MaskState& ms, int n,
                                               u32 smem_kv, u32 smem_vectors, int stage,
                                               int thread) {
-    load_key_value_block<kBlockN, kHeadDim, kThreads, Mask::kColumns, Mask::kOrderedCtas>(
-        p, ms, n, kv_stage(smem_kv, stage), vector_stage(smem_vectors, stage), thread);
+    load_key_value_block<kBlockN, kHeadDimQK, kHeadDimV, kThreads, Mask::kColumns,
+                         Mask::kOrderedCtas>(p, ms, n, kv_stage(smem_kv, stage),
+                                             vector_stage(smem_vectors, stage), thread);
   }
 };
 
-/// cp.async of query block m into one stage: Q, dO (zero-filled past Sq), then LSE2 and D
-/// (kBlockM floats each, zero past Sq).
-template <int kBlockM, int kHeadDim, int kThreads>
+/// cp.async of query block m into one stage: Q (kHeadDimQK columns), dO (kHeadDimV columns;
+/// both zero-filled past Sq), then LSE2 and D (kBlockM floats each, zero past Sq).
+template <int kBlockM, int kHeadDimQK, int kHeadDimV, int kThreads>
 __device__ __forceinline__ void load_backward_query_block(const BwdParams& p, int m, u32 smem_stage,
                                                           int head, int batch, int thread) {
-  typedef SmemTile<kBlockM, kHeadDim> QTile;
+  typedef SmemTile<kBlockM, kHeadDimQK> QTile;
+  typedef SmemTile<kBlockM, kHeadDimV> DoTile;
   const int row0 = m * kBlockM;
   const int valid = min(kBlockM, p.seqlen_q - row0);
-  load_tile_async<kBlockM, kHeadDim, kThreads>(smem_stage,
-                                               static_cast<const u16*>(p.q) +
-                                                   batch * p.q_batch_stride +
-                                                   head * p.q_head_stride + row0 * p.q_row_stride,
-                                               p.q_row_stride, valid, thread);
-  load_tile_async<kBlockM, kHeadDim, kThreads>(smem_stage + QTile::kBytes,
-                                               static_cast<const u16*>(p.d_o) +
-                                                   batch * p.do_batch_stride +
-                                                   head * p.do_head_stride + row0 * p.do_row_stride,
-                                               p.do_row_stride, valid, thread);
+  load_tile_async<kBlockM, kHeadDimQK, kThreads>(smem_stage,
+                                                 static_cast<const u16*>(p.q) +
+                                                     batch * p.q_batch_stride +
+                                                     head * p.q_head_stride + row0 * p.q_row_stride,
+                                                 p.q_row_stride, valid, thread);
+  load_tile_async<kBlockM, kHeadDimV, kThreads>(
+      smem_stage + QTile::kBytes,
+      static_cast<const u16*>(p.d_o) + batch * p.do_batch_stride + head * p.do_head_stride +
+          row0 * p.do_row_stride,
+      p.do_row_stride, valid, thread);
   const long long bh_row = (static_cast<long long>(batch) * p.heads + head) * p.seqlen_q + row0;
   for (int i = thread; i < 2 * kBlockM; i += kThreads) {
     const int r = i % kBlockM;
     const float* src = (i < kBlockM ? p.lse_log2 : p.row_dot) + bh_row + r;
-    cp_async_4(smem_stage + 2 * QTile::kBytes + i * 4, r < valid ? src : p.row_dot,
+    cp_async_4(smem_stage + QTile::kBytes + DoTile::kBytes + i * 4, r < valid ? src : p.row_dot,
                r < valid ? 4 : 0);
   }
 }
 
 /// The walk of a backward main kernel's CTA (one key block) over the query blocks that can see
 /// its keys, with Q_i, dO_i, LSE_i and D_i streamed through two cp.async stages of
-/// kStageBytes.
-template <class Mask, int kBlockM, int kBlockN, int kHeadDim, int kThreads, int kStageBytes>
+/// kStageBytes (load_backward_query_block).
+template <class Mask, int kBlockM, int kBlockN, int kHeadDimQK, int kHeadDimV, int kThreads,
+          int kStageBytes>
 struct QueryBlockWalk {
   int block;  ///< this iteration's query block; the walk is over when it reaches `end`
   int end;
@@ -156,8 +161,8 @@ struct QueryBlockWalk {
     load = next_active(p, ms, n_block, first);
     block = load;
     if (load < end) {
-      load_backward_query_block<kBlockM, kHeadDim, kThreads>(p, load, smem_stages, work.head,
-                                                             work.batch, threadIdx.x);
+      load_backward_query_block<kBlockM, kHeadDimQK, kHeadDimV, kThreads>(
+          p, load, smem_stages, work.head, work.batch, threadIdx.x);
       load = next_active(p, ms, n_block, load + 1);
     }
     cp_async_commit();
@@ -174,7 +179,7 @@ struct QueryBlockWalk {
     __syncthreads();
     if (load < end) {
       const CtaWork now = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
-      load_backward_query_block<kBlockM, kHeadDim, kThreads>(
+      load_backward_query_block<kBlockM, kHeadDimQK, kHeadDimV, kThreads>(
           p, load, smem_stages + ((it + 1) % 2) * kStageBytes, now.head, now.batch, read_tid_x());
       load = next_active(p, ms, n_block, load + 1);
     }

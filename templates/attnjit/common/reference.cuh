@@ -4,12 +4,12 @@
 // (no tiles, no skipping, no block table), the score modifiers straight from their definition
 // (tanhf, nothing shared with score_mod.cuh). Slow on purpose; correct by inspection.
 //
-// Dynamic shared memory: (kHeadDim + Sk) floats and 4 of slack (the launch's).
+// Dynamic shared memory: (kHeadDimQK + Sk) floats and 4 of slack (the launch's).
 #pragma once
 
 #include "attnjit/common/params.cuh"
-#include "attnjit/masks/predicate.cuh"
 #include "attnjit/common/primitives.cuh"
+#include "attnjit/masks/predicate.cuh"
 
 namespace attnjit {
 
@@ -80,13 +80,14 @@ __device__ __forceinline__ float reference_score_mod(const FwdParams& p, float s
   return score;
 }
 
-template <class Element, int kHeadDim, int kMask, bool kFlashCausal, int kColumns, bool kLse,
-          bool kSoftcap, bool kAlibi, class Visible = NoPredicate>
+/// Q and K have kHeadDimQK columns, V and O kHeadDimV.
+template <class Element, int kHeadDimQK, int kHeadDimV, int kMask, bool kFlashCausal, int kColumns,
+          bool kLse, bool kSoftcap, bool kAlibi, class Visible = NoPredicate>
 __device__ __forceinline__ void reference_attention(const FwdParams& p) {
   extern __shared__ float ref_smem[];
   __shared__ float scratch[32];
   float* q_row = ref_smem;
-  float* scores = ref_smem + kHeadDim;
+  float* scores = ref_smem + kHeadDimQK;
   const int row = blockIdx.x;
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
@@ -104,7 +105,7 @@ __device__ __forceinline__ void reference_attention(const FwdParams& p) {
       static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
   const u16* v =
       static_cast<const u16*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
-  for (int d = threadIdx.x; d < kHeadDim; d += blockDim.x) q_row[d] = to_float<Element>(q[d]);
+  for (int d = threadIdx.x; d < kHeadDimQK; d += blockDim.x) q_row[d] = to_float<Element>(q[d]);
   __syncthreads();
 
   float local_max = negative_infinity();
@@ -114,7 +115,7 @@ __device__ __forceinline__ void reference_attention(const FwdParams& p) {
                                                                   row, j)) {
       const u16* key = k + j * p.k_row_stride;
       float dot = 0.f;
-      for (int d = 0; d < kHeadDim; ++d) dot += q_row[d] * to_float<Element>(key[d]);
+      for (int d = 0; d < kHeadDimQK; ++d) dot += q_row[d] * to_float<Element>(key[d]);
       score = reference_score_mod<kSoftcap, kAlibi>(p, dot * p.softmax_scale, head, row, j);
     }
     scores[j] = score;
@@ -132,7 +133,7 @@ __device__ __forceinline__ void reference_attention(const FwdParams& p) {
 
   u16* o = static_cast<u16*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride +
            row * p.o_row_stride;
-  for (int d = threadIdx.x; d < kHeadDim; d += blockDim.x) {
+  for (int d = threadIdx.x; d < kHeadDimV; d += blockDim.x) {
     float acc = 0.f;
     for (int j = 0; j < p.seqlen_k; ++j) {
       if (scores[j] != 0.f) acc += scores[j] * to_float<Element>(v[j * p.v_row_stride + d]);

@@ -6,7 +6,10 @@
 // Score modifiers (score_mod.cuh) as in the main kernel: P from the modified scores, and with
 // soft-capping dS = P (1 - tanh^2) (dP - D).
 //
-// Config: Element, kHeadDim, kBlockM (16 * kWarps), kBlockN, kWarps. Score: a ScoreMod.
+// Q, K and dQ have kHeadDimQK columns, V and dO kHeadDimV.
+//
+// Config: Element, kHeadDimQK, kHeadDimV, kBlockM (16 * kWarps), kBlockN, kWarps. Score: a
+// ScoreMod.
 #pragma once
 
 #include "attnjit/sm80/vocabulary.cuh"
@@ -15,12 +18,13 @@ namespace attnjit {
 
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
 struct BackwardDqSm80 : Config {
-  using typename Config::Element, Config::kHeadDim, Config::kBlockM, Config::kBlockN,
-      Config::kWarps;
+  using typename Config::Element, Config::kHeadDimQK, Config::kHeadDimV, Config::kBlockM,
+      Config::kBlockN, Config::kWarps;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kNTiles = kBlockN / 8;
-  static constexpr int kKSteps = kHeadDim / 16;
-  static constexpr int kDTiles = kHeadDim / 8;
+  static constexpr int kQkSteps = kHeadDimQK / 16;  // k16 steps of S = Q K^T
+  static constexpr int kVSteps = kHeadDimV / 16;    // k16 steps of dP = dO V^T
+  static constexpr int kDTiles = kHeadDimQK / 8;    // n8 tiles of dQ
   static constexpr int kKeySteps = kBlockN / 16;
   static constexpr int kColumns = Mask::kColumns;
   static constexpr bool kElementBits = Mask::kElementBits;
@@ -29,11 +33,16 @@ struct BackwardDqSm80 : Config {
 
   static_assert(kBlockM == 16 * kWarps, "each warp owns 16 query rows");
 
-  typedef SmemTile<kBlockM, kHeadDim> QTile;  // Q and dO
-  typedef KeyBlockWalk<Mask, kBlockN, kHeadDim, kThreads, 2> Walk;
-  typedef typename Walk::KvTile KvTile;
+  typedef SmemTile<kBlockM, kHeadDimQK> QTile;
+  typedef SmemTile<kBlockM, kHeadDimV> DoTile;
+  typedef KeyBlockWalk<Mask, kBlockN, kHeadDimQK, kHeadDimV, kThreads, 2> Walk;
+  typedef typename Walk::KTile KTile;
+  typedef typename Walk::VTile VTile;
+  // One lane offset serves Q and dO, and one K and V.
+  static_assert(KTile::kPanelCols == VTile::kPanelCols && QTile::kPanelCols == DoTile::kPanelCols,
+                "K and V, Q and dO: tiles of one panel width");
   /// Q, dO, then two stages of (K, V), then two stages of FlashMask values.
-  static constexpr int kSmemBytes = 2 * QTile::kBytes + Walk::kSmemBytes;
+  static constexpr int kSmemBytes = QTile::kBytes + DoTile::kBytes + Walk::kSmemBytes;
 
   WarpAccumulator<1, kDTiles> acc_dq;
   float lse_log2[2];  // rows g and g + 8 of the warp
@@ -55,15 +64,15 @@ struct BackwardDqSm80 : Config {
 
     const u32 smem_q = smem_address(smem);
     const u32 smem_do = smem_q + QTile::kBytes;
-    const u32 smem_kv = smem_do + QTile::kBytes;
+    const u32 smem_kv = smem_do + DoTile::kBytes;
     const u32 smem_vectors = smem_kv + 2 * Walk::kStageBytes;
     const int valid_rows = ms.row_end - ms.row_begin;
-    load_tile_async<kBlockM, kHeadDim, kThreads>(
+    load_tile_async<kBlockM, kHeadDimQK, kThreads>(
         smem_q,
         static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
             ms.row_begin * p.q_row_stride,
         p.q_row_stride, valid_rows, thread);
-    load_tile_async<kBlockM, kHeadDim, kThreads>(
+    load_tile_async<kBlockM, kHeadDimV, kThreads>(
         smem_do,
         static_cast<const u16*>(p.d_o) + batch * p.do_batch_stride + head * p.do_head_stride +
             ms.row_begin * p.do_row_stride,
@@ -129,10 +138,10 @@ struct BackwardDqSm80 : Config {
                                                 int tile, const Words (&words)[1], int warp,
                                                 int lane) {
     const int kind = tile_kind(tile);
-    const u32 smem_v = smem_k + KvTile::kBytes;
+    const u32 smem_v = smem_k + KTile::kBytes;
     const u32 a_lane = opaque(QTile::lane_offset(lane % 16, lane / 16));
-    const u32 b_lane = opaque(KvTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
-    const u32 bt_lane = opaque(KvTile::lane_offset(lane % 16, lane / 16));
+    const u32 b_lane = opaque(KTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
+    const u32 bt_lane = opaque(KTile::lane_offset(lane % 16, lane / 16));
     const int row0 = warp * 16;
     const int g = lane / 4;
     const int t = lane % 4;
@@ -149,7 +158,7 @@ struct BackwardDqSm80 : Config {
       }
     }
     WarpAccumulator<1, kNTiles> acc_s;
-    warp_rows_times_rows<Element, QTile, KvTile, kKSteps>(acc_s, smem_q, a_lane, row0, smem_k,
+    warp_rows_times_rows<Element, QTile, KTile, kQkSteps>(acc_s, smem_q, a_lane, row0, smem_k,
                                                           b_lane, 0);
     if constexpr (kElementBits) {
       if (kind == kTilePartial) mask_by_bits(acc_s, 0, hidden);
@@ -182,7 +191,7 @@ struct BackwardDqSm80 : Config {
       }
     }
     WarpAccumulator<1, kNTiles> acc_ds;
-    warp_rows_times_rows<Element, QTile, KvTile, kKSteps>(acc_ds, smem_do, a_lane, row0, smem_v,
+    warp_rows_times_rows<Element, DoTile, VTile, kVSteps>(acc_ds, smem_do, a_lane, row0, smem_v,
                                                           b_lane, 0);
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) {
@@ -194,7 +203,7 @@ struct BackwardDqSm80 : Config {
     OperandA<1, kKeySteps> ds;
     to_operand_a<Element>(acc_ds, ds);
     // dQ += dS K: K read transposed (k = key, n = head dim).
-    warp_regs_times_tile<Element, KvTile, kKeySteps>(acc_dq, ds, smem_k, bt_lane, 0);
+    warp_regs_times_tile<Element, KTile, kKeySteps>(acc_dq, ds, smem_k, bt_lane, 0);
   }
 };
 

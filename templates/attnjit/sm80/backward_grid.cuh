@@ -9,7 +9,8 @@
 //   S^T  = K Q^T, dP^T = V dO^T   kKeyWarps x kQueryWarps, 32 keys x kWarpQueries
 //   P^T  = 2^(S^T c - LSE2)       written to shared memory, 16-bit
 //   dS^T = P^T (dP^T - D)         written to shared memory, 16-bit
-//   dV += P^T dO, dK += dS^T Q    kKeyWarps x kDimWarps, 32 keys x kWarpDims (registers)
+//   dV += P^T dO, dK += dS^T Q    kKeyWarps x kDimWarps, 32 keys x kWarpDimsV / kWarpDimsQK
+//                                 (registers)
 //   dQ_i += dS K                  kDqRowWarps x kDqColWarps, 32 queries x kDqWarpDims,
 //                                 fp32 atomics (kAtomicDq), or the deterministic dQ kernel
 // Two barriers per query block: after P^T and dS^T are written, and (the next block's
@@ -19,7 +20,10 @@
 // softmax_scale at the end; dQ in backward_convert_dq. Score modifiers as in
 // sm80/backward_slabs.cuh. Masks with element bits (predicates) take the key-slab layout.
 //
-// Config: Element, kHeadDim, kBlockM, kBlockN, kWarps, kAtomicDq. Score: a ScoreMod.
+// Q, K and dK have kHeadDimQK columns, V, dO and dV kHeadDimV.
+//
+// Config: Element, kHeadDimQK, kHeadDimV, kBlockM, kBlockN, kWarps, kAtomicDq. Score: a
+// ScoreMod.
 #pragma once
 
 #include "attnjit/common/backward_common.cuh"
@@ -30,44 +34,54 @@ namespace attnjit {
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
 struct BackwardGridSm80 : Config {
   // kBlockM queries per iteration, kBlockN keys of the CTA.
-  using typename Config::Element, Config::kHeadDim, Config::kBlockM, Config::kBlockN,
-      Config::kWarps, Config::kAtomicDq;
+  using typename Config::Element, Config::kHeadDimQK, Config::kHeadDimV, Config::kBlockM,
+      Config::kBlockN, Config::kWarps, Config::kAtomicDq;
   static constexpr int kThreads = kWarps * 32;
   // S^T and dP^T: 32 keys x kWarpQueries per warp.
   static constexpr int kKeyWarps = kBlockN / 32;
   static constexpr int kQueryWarps = kWarps / kKeyWarps;
   static constexpr int kWarpQueries = kBlockM / kQueryWarps;
   static constexpr int kSTiles = kWarpQueries / 8;
-  // dK and dV: 32 keys x kWarpDims per warp.
+  // dK and dV: 32 keys x kWarpDimsQK (dK) and kWarpDimsV (dV) per warp.
   static constexpr int kDimWarps = kWarps / kKeyWarps;
-  static constexpr int kWarpDims = kHeadDim / kDimWarps;
-  static constexpr int kDTiles = kWarpDims / 8;
+  static constexpr int kWarpDimsQK = kHeadDimQK / kDimWarps;
+  static constexpr int kWarpDimsV = kHeadDimV / kDimWarps;
+  static constexpr int kDkTiles = kWarpDimsQK / 8;
+  static constexpr int kDvTiles = kWarpDimsV / 8;
   // dQ: 32 queries x kDqWarpDims per warp.
   static constexpr int kDqRowWarps = kBlockM / 32;
   static constexpr int kDqColWarps = kWarps / kDqRowWarps;
-  static constexpr int kDqWarpDims = kHeadDim / kDqColWarps;
+  static constexpr int kDqWarpDims = kHeadDimQK / kDqColWarps;
   static constexpr int kDqTiles = kDqWarpDims / 8;
-  static constexpr int kDSteps = kHeadDim / 16;   // k16 steps over the head dim
-  static constexpr int kQSteps = kBlockM / 16;    // over the queries
-  static constexpr int kKeySteps = kBlockN / 16;  // over the keys
+  static constexpr int kQkSteps = kHeadDimQK / 16;  // k16 steps of S^T = K Q^T
+  static constexpr int kVSteps = kHeadDimV / 16;    // k16 steps of dP^T = V dO^T
+  static constexpr int kQSteps = kBlockM / 16;      // over the queries
+  static constexpr int kKeySteps = kBlockN / 16;    // over the keys
   static constexpr int kColumns = Mask::kColumns;
 
   static_assert(!Mask::kElementBits, "masks with element bits take the key-slab layout");
   static_assert(kBlockN % 32 == 0 && kBlockM % 32 == 0, "32-row warp tiles");
   static_assert(kWarps % kKeyWarps == 0 && kWarps % kDqRowWarps == 0, "warp grids");
-  static_assert(kWarpQueries % 16 == 0 && kWarpDims % 16 == 0 && kDqWarpDims % 16 == 0,
+  static_assert(kWarpQueries % 16 == 0 && kWarpDimsQK % 16 == 0 && kWarpDimsV % 16 == 0 &&
+                    kDqWarpDims % 16 == 0,
                 "n16 pairs of tiles");
 
-  typedef SmemTile<kBlockN, kHeadDim> KvTile;
-  typedef SmemTile<kBlockM, kHeadDim> QTile;                               // Q and dO
-  typedef SmemTile<kBlockN, kBlockM> PTile;                                // P^T, dS^T
-  static constexpr int kStageBytes = 2 * QTile::kBytes + 2 * kBlockM * 4;  // Q, dO, LSE2, D
+  typedef SmemTile<kBlockN, kHeadDimQK> KTile;
+  typedef SmemTile<kBlockN, kHeadDimV> VTile;
+  typedef SmemTile<kBlockM, kHeadDimQK> QTile;
+  typedef SmemTile<kBlockM, kHeadDimV> DoTile;
+  typedef SmemTile<kBlockN, kBlockM> PTile;  // P^T, dS^T
+  // One lane offset serves K and V, and one Q and dO.
+  static_assert(KTile::kPanelCols == VTile::kPanelCols && QTile::kPanelCols == DoTile::kPanelCols,
+                "K and V, Q and dO: tiles of one panel width");
+  static constexpr int kStageBytes =
+      QTile::kBytes + DoTile::kBytes + 2 * kBlockM * 4;  // Q, dO, LSE2, D
   /// K, V, two stages of (Q, dO, LSE2, D), P^T, dS^T, the key block's FlashMask values.
   static constexpr int kSmemBytes =
-      2 * KvTile::kBytes + 2 * kStageBytes + 2 * PTile::kBytes + kBlockN * kColumns * 4;
+      KTile::kBytes + VTile::kBytes + 2 * kStageBytes + 2 * PTile::kBytes + kBlockN * kColumns * 4;
 
-  WarpAccumulator<2, kDTiles> acc_dk;
-  WarpAccumulator<2, kDTiles> acc_dv;
+  WarpAccumulator<2, kDkTiles> acc_dk;
+  WarpAccumulator<2, kDvTiles> acc_dv;
 
   __device__ __forceinline__ void run(const BwdParams& p, unsigned char* smem) {
     const CtaWork work = begin_cta<true, Mask>(p);
@@ -79,14 +93,14 @@ struct BackwardGridSm80 : Config {
 
     const int key0 = n_block * kBlockN;
     const u32 smem_k = smem_address(smem);
-    const u32 smem_v = smem_k + KvTile::kBytes;
-    const u32 smem_stages = smem_v + KvTile::kBytes;
+    const u32 smem_v = smem_k + KTile::kBytes;
+    const u32 smem_stages = smem_v + VTile::kBytes;
     const u32 smem_pt = smem_stages + 2 * kStageBytes;
     const u32 smem_dst = smem_pt + PTile::kBytes;
     const u32 smem_vectors = smem_dst + PTile::kBytes;
-    load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns, Mask::kOrderedCtas>(
+    load_key_value_block<kBlockN, kHeadDimQK, kHeadDimV, kThreads, kColumns, Mask::kOrderedCtas>(
         p, ms, n_block, smem_k, smem_vectors, thread);
-    QueryBlockWalk<Mask, kBlockM, kBlockN, kHeadDim, kThreads, kStageBytes> walk;
+    QueryBlockWalk<Mask, kBlockM, kBlockN, kHeadDimQK, kHeadDimV, kThreads, kStageBytes> walk;
     walk.begin(p, ms, n_block, smem_stages, work);
 
     acc_dk.fill(0.f);
@@ -103,7 +117,7 @@ struct BackwardGridSm80 : Config {
       accumulate_dkdv(smem_stage, smem_pt, smem_dst);
       if (kAtomicDq) {
         // dQ_i += dS K: 32 queries x kDqWarpDims columns per warp.
-        accumulate_dq_tiles<Element, kHeadDim, PTile, KvTile, 2, kDqTiles, kKeySteps, kDqRowWarps,
+        accumulate_dq_tiles<Element, kHeadDimQK, PTile, KTile, 2, kDqTiles, kKeySteps, kDqRowWarps,
                             kDqWarpDims, Mask::kOrderedCtas>(p, ms, smem_dst, smem_k);
       }
       walk.advance(p, ms, n_block);
@@ -123,18 +137,18 @@ struct BackwardGridSm80 : Config {
     const int lane = read_tid_x() % 32;
     const u32 smem_q = smem_stage;
     const u32 smem_do = smem_stage + QTile::kBytes;
-    const u32 lse_log2 = smem_stage + 2 * QTile::kBytes;  // kBlockM floats, then D
+    const u32 lse_log2 = smem_do + DoTile::kBytes;  // kBlockM floats, then D
     const u32 row_dot = lse_log2 + kBlockM * 4;
     const int key_row0 = (warp % kKeyWarps) * 32;
     const int query0 = (warp / kKeyWarps) * kWarpQueries;
     const int g = lane / 4;
     const int t = lane % 4;
-    const u32 kv_a_lane = opaque(KvTile::lane_offset(lane % 16, lane / 16));
+    const u32 kv_a_lane = opaque(KTile::lane_offset(lane % 16, lane / 16));
     const u32 q_b_lane = opaque(QTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
 
     // S^T = K Q^T.
     WarpAccumulator<2, kSTiles> acc_s;
-    warp_rows_times_rows<Element, KvTile, QTile, kDSteps>(acc_s, smem_k, kv_a_lane, key_row0,
+    warp_rows_times_rows<Element, KTile, QTile, kQkSteps>(acc_s, smem_k, kv_a_lane, key_row0,
                                                           smem_q, q_b_lane, query0);
 
     if (tile_kind(tile) == kTilePartial) {
@@ -178,7 +192,7 @@ struct BackwardGridSm80 : Config {
 
     // dP^T = V dO^T, then dS^T = P^T (dP^T - D) with the rounded P^T (sm80/backward_slabs.cuh).
     WarpAccumulator<2, kSTiles> acc_dp;
-    warp_rows_times_rows<Element, KvTile, QTile, kDSteps>(acc_dp, smem_v, kv_a_lane, key_row0,
+    warp_rows_times_rows<Element, VTile, DoTile, kVSteps>(acc_dp, smem_v, kv_a_lane, key_row0,
                                                           smem_do, q_b_lane, query0);
 #pragma unroll
     for (int nt = 0; nt < kSTiles; ++nt) {
@@ -199,18 +213,20 @@ struct BackwardGridSm80 : Config {
     }
   }
 
-  /// dV += P^T dO and dK += dS^T Q for the warp's 32 keys and kWarpDims columns.
+  /// dV += P^T dO and dK += dS^T Q for the warp's 32 keys and kWarpDimsV / kWarpDimsQK
+  /// columns.
   __device__ __forceinline__ void accumulate_dkdv(u32 smem_stage, u32 smem_pt, u32 smem_dst) {
     const int warp = read_tid_x() / 32;
     const int lane = read_tid_x() % 32;
     const int key_row0 = (warp % kKeyWarps) * 32;
-    const int chunk0 = (warp / kKeyWarps) * kWarpDims / 8;
+    const int dim_warp = warp / kKeyWarps;
     const u32 p_a_lane = opaque(PTile::lane_offset(lane % 16, lane / 16));
     const u32 q_bt_lane = opaque(QTile::lane_offset(lane % 16, lane / 16));
+    warp_tile_times_tile<Element, false, PTile, DoTile, kQSteps>(
+        acc_dv, smem_pt, p_a_lane, key_row0, smem_stage + QTile::kBytes, q_bt_lane,
+        dim_warp * kWarpDimsV / 8);
     warp_tile_times_tile<Element, false, PTile, QTile, kQSteps>(
-        acc_dv, smem_pt, p_a_lane, key_row0, smem_stage + QTile::kBytes, q_bt_lane, chunk0);
-    warp_tile_times_tile<Element, false, PTile, QTile, kQSteps>(
-        acc_dk, smem_dst, p_a_lane, key_row0, smem_stage, q_bt_lane, chunk0);
+        acc_dk, smem_dst, p_a_lane, key_row0, smem_stage, q_bt_lane, dim_warp * kWarpDimsQK / 8);
   }
 
   /// dK (scaled) and dV of the warp's keys and columns (store_dkdv_tile).
@@ -219,9 +235,10 @@ struct BackwardGridSm80 : Config {
     const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
-      store_dkdv_tile<Element, kHeadDim>(
+      store_dkdv_tile<Element, kHeadDimQK, kHeadDimV>(
           p, work.head, work.batch, key0 + (warp % kKeyWarps) * 32 + 16 * mt,
-          (warp / kKeyWarps) * kWarpDims, acc_dk.v[mt], acc_dv.v[mt]);
+          (warp / kKeyWarps) * kWarpDimsQK, (warp / kKeyWarps) * kWarpDimsV, acc_dk.v[mt],
+          acc_dv.v[mt]);
     }
   }
 };

@@ -1,7 +1,8 @@
 // The backward mainloop of the sm80 family (FA2 structure, mma.sync): one CTA per key block.
 //
 // K_j and V_j stay in shared memory; each warp owns 16 keys (and, for wide heads, a share
-// of the head dim) and accumulates its rows of dK_j and dV_j in registers. The CTA walks the
+// of the head dims) and accumulates its rows of dK_j and dV_j in registers. Q, K and dK have
+// kHeadDimQK columns, V, dO and dV kHeadDimV. The CTA walks the
 // query blocks that can see its keys (QueryBlockWalk, backward_common.cuh), streaming Q_i, dO_i,
 // LSE_i and D_i through two cp.async stages. Per query block, with
 // the transposed products so that P^T and dS^T land in the A-operand layout:
@@ -15,8 +16,8 @@
 // masked elements stay -inf); soft-capping multiplies dS^T by 1 - tanh^2, recomputed from S^T
 // and carried as the 16-bit product P^T (1 - tanh^2) until dS^T is formed.
 //
-// Config: Element, kHeadDim, kBlockM, kBlockN, kWarps, kDimWarps, kAtomicDq. Score: a
-// ScoreMod.
+// Config: Element, kHeadDimQK, kHeadDimV, kBlockM, kBlockN, kWarps, kDimWarps, kAtomicDq.
+// Score: a ScoreMod.
 #pragma once
 
 #include "attnjit/common/backward_common.cuh"
@@ -27,44 +28,54 @@ namespace attnjit {
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
 struct BackwardSlabsSm80 : Config {
   // kBlockM queries per iteration, kBlockN keys of the CTA, kDimWarps warps per key slab.
-  using typename Config::Element, Config::kHeadDim, Config::kBlockM, Config::kBlockN,
-      Config::kWarps, Config::kDimWarps, Config::kAtomicDq;
+  using typename Config::Element, Config::kHeadDimQK, Config::kHeadDimV, Config::kBlockM,
+      Config::kBlockN, Config::kWarps, Config::kDimWarps, Config::kAtomicDq;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kKeyWarps = kWarps / kDimWarps;
-  static constexpr int kDimPerWarp = kHeadDim / kDimWarps;  // dK/dV columns of a warp
-  static constexpr int kQTiles = kBlockM / 8;               // n8 tiles of S^T (queries)
-  static constexpr int kQSteps = kBlockM / 16;              // k16 steps over queries
-  static constexpr int kDSteps = kHeadDim / 16;             // k16 steps over the head dim
-  static constexpr int kDTiles = kDimPerWarp / 8;           // n8 tiles of a warp's dK/dV
-  static constexpr int kKeySteps = kBlockN / 16;            // k16 steps of dQ = dS K
-  static constexpr int kDqRowWarps = kBlockM / 16;          // dQ: 16-row slabs
-  static constexpr int kDqColWarps = kWarps / kDqRowWarps;  // dQ: column groups
-  static constexpr int kDqCols = kHeadDim / kDqColWarps;
+  static constexpr int kDkPerWarp = kHeadDimQK / kDimWarps;  // dK columns of a warp
+  static constexpr int kDvPerWarp = kHeadDimV / kDimWarps;   // dV columns of a warp
+  static constexpr int kQTiles = kBlockM / 8;                // n8 tiles of S^T (queries)
+  static constexpr int kQSteps = kBlockM / 16;               // k16 steps over queries
+  static constexpr int kQkSteps = kHeadDimQK / 16;           // k16 steps of S^T = K Q^T
+  static constexpr int kVSteps = kHeadDimV / 16;             // k16 steps of dP^T = V dO^T
+  static constexpr int kDkTiles = kDkPerWarp / 8;            // n8 tiles of a warp's dK
+  static constexpr int kDvTiles = kDvPerWarp / 8;            // n8 tiles of a warp's dV
+  static constexpr int kKeySteps = kBlockN / 16;             // k16 steps of dQ = dS K
+  static constexpr int kDqRowWarps = kBlockM / 16;           // dQ: 16-row slabs
+  static constexpr int kDqColWarps = kWarps / kDqRowWarps;   // dQ: column groups
+  static constexpr int kDqCols = kHeadDimQK / kDqColWarps;
   static constexpr int kDqTiles = kDqCols / 8;
   static constexpr int kColumns = Mask::kColumns;
   static constexpr bool kElementBits = Mask::kElementBits;
   /// A predicate's stored bits of a thread's two keys of S^T (FragmentWords), read one block
-  /// ahead up to head dim 128; d256 has no registers to carry them across the loop (the NVRTC
-  /// sweep spilled), so from 192 on they are read when the block is computed.
+  /// ahead up to head dims 128 + 128; d256 has no registers to carry them across the loop (the
+  /// NVRTC sweep spilled), so from 192 on they are read when the block is computed.
   typedef FragmentWords<(kQTiles + 3) / 4> Words;
-  static constexpr bool kPrefetchBits = kHeadDim <= 128;
+  static constexpr bool kPrefetchBits = kHeadDimQK + kHeadDimV <= 256;
 
   static_assert(kBlockN == 16 * kKeyWarps, "each key warp owns 16 keys");
   static_assert(kWarps % kDimWarps == 0 && kWarps % kDqRowWarps == 0, "warp layout");
-  static_assert(kDimPerWarp % 16 == 0 && kDqCols % 16 == 0, "n16 pairs of tiles");
+  static_assert(kDkPerWarp % 16 == 0 && kDvPerWarp % 16 == 0 && kDqCols % 16 == 0,
+                "n16 pairs of tiles");
   static_assert(kBlockM % 32 == 0, "query block is a whole number of 32-column panels");
 
-  typedef SmemTile<kBlockN, kHeadDim> KvTile;
-  typedef SmemTile<kBlockM, kHeadDim> QTile;                               // Q and dO
-  typedef SmemTile<kBlockN, kBlockM> DsTile;                               // dS^T: [key][query]
-  static constexpr int kStageBytes = 2 * QTile::kBytes + 2 * kBlockM * 4;  // Q, dO, LSE2, D
+  typedef SmemTile<kBlockN, kHeadDimQK> KTile;
+  typedef SmemTile<kBlockN, kHeadDimV> VTile;
+  typedef SmemTile<kBlockM, kHeadDimQK> QTile;
+  typedef SmemTile<kBlockM, kHeadDimV> DoTile;
+  typedef SmemTile<kBlockN, kBlockM> DsTile;  // dS^T: [key][query]
+  // One lane offset serves K and V, and one Q and dO.
+  static_assert(KTile::kPanelCols == VTile::kPanelCols && QTile::kPanelCols == DoTile::kPanelCols,
+                "K and V, Q and dO: tiles of one panel width");
+  static constexpr int kStageBytes =
+      QTile::kBytes + DoTile::kBytes + 2 * kBlockM * 4;  // Q, dO, LSE2, D
   static constexpr int kDsBytes = kAtomicDq ? DsTile::kBytes : 0;
   /// K, V, two stages of (Q, dO, LSE2, D), dS^T, the key block's FlashMask values.
   static constexpr int kSmemBytes =
-      2 * KvTile::kBytes + 2 * kStageBytes + kDsBytes + kBlockN * kColumns * 4;
+      KTile::kBytes + VTile::kBytes + 2 * kStageBytes + kDsBytes + kBlockN * kColumns * 4;
 
-  WarpAccumulator<1, kDTiles> acc_dk;
-  WarpAccumulator<1, kDTiles> acc_dv;
+  WarpAccumulator<1, kDkTiles> acc_dk;
+  WarpAccumulator<1, kDvTiles> acc_dv;
 
   __device__ __forceinline__ void run(const BwdParams& p, unsigned char* smem) {
     // In the mask's CTA order where it has one; otherwise low key blocks (the most queries
@@ -78,14 +89,14 @@ struct BackwardSlabsSm80 : Config {
 
     const int key0 = n_block * kBlockN;
     const u32 smem_k = smem_address(smem);
-    const u32 smem_v = smem_k + KvTile::kBytes;
-    const u32 smem_stages = smem_v + KvTile::kBytes;
+    const u32 smem_v = smem_k + KTile::kBytes;
+    const u32 smem_stages = smem_v + VTile::kBytes;
     const u32 smem_ds = smem_stages + 2 * kStageBytes;
     const u32 smem_vectors = smem_stages + 2 * kStageBytes + kDsBytes;
-    load_key_value_block<kBlockN, kHeadDim, kThreads, kColumns, Mask::kOrderedCtas>(
+    load_key_value_block<kBlockN, kHeadDimQK, kHeadDimV, kThreads, kColumns, Mask::kOrderedCtas>(
         p, ms, n_block, smem_k, smem_vectors, thread);
 
-    QueryBlockWalk<Mask, kBlockM, kBlockN, kHeadDim, kThreads, kStageBytes> walk;
+    QueryBlockWalk<Mask, kBlockM, kBlockN, kHeadDimQK, kHeadDimV, kThreads, kStageBytes> walk;
     walk.begin(p, ms, n_block, smem_stages, work);
 
     acc_dk.fill(0.f);
@@ -139,17 +150,18 @@ struct BackwardSlabsSm80 : Config {
     const int lane = read_tid_x() % 32;
     const u32 smem_q = smem_stage;
     const u32 smem_do = smem_stage + QTile::kBytes;
-    const u32 lse_log2 = smem_stage + 2 * QTile::kBytes;  // kBlockM floats, then D
+    const u32 lse_log2 = smem_do + DoTile::kBytes;  // kBlockM floats, then D
     const u32 row_dot = lse_log2 + kBlockM * 4;
     const int key_warp = warp % kKeyWarps;
     const int dim_warp = warp / kKeyWarps;
     const int key_row0 = key_warp * 16;
-    const int dim_chunk0 = dim_warp * kDimPerWarp / 8;
+    const int dk_chunk0 = dim_warp * kDkPerWarp / 8;
+    const int dv_chunk0 = dim_warp * kDvPerWarp / 8;
     const int g = lane / 4;
     const int t = lane % 4;
     // Per-lane address parts (SmemTile::matrix_address): A rows, B rows (non-transposed),
     // B rows transposed.
-    const u32 kv_a_lane = opaque(KvTile::lane_offset(lane % 16, lane / 16));
+    const u32 kv_a_lane = opaque(KTile::lane_offset(lane % 16, lane / 16));
     const u32 q_b_lane = opaque(QTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
     const u32 q_bt_lane = opaque(QTile::lane_offset(lane % 16, lane / 16));
 
@@ -172,7 +184,7 @@ struct BackwardSlabsSm80 : Config {
 
     // S^T = K Q^T for the warp's 16 keys.
     WarpAccumulator<1, kQTiles> acc_s;
-    warp_rows_times_rows<Element, KvTile, QTile, kDSteps>(acc_s, smem_k, kv_a_lane, key_row0,
+    warp_rows_times_rows<Element, KTile, QTile, kQkSteps>(acc_s, smem_k, kv_a_lane, key_row0,
                                                           smem_q, q_b_lane, 0);
 
     if constexpr (kElementBits) {
@@ -215,11 +227,11 @@ struct BackwardSlabsSm80 : Config {
     // rounded P^T (1 - tanh^2)).
     OperandA<1, kQSteps> p_packed;
     to_operand_a<Element>(acc_s, p_packed);
-    warp_regs_times_tile<Element, QTile, kQSteps>(acc_dv, p_packed, smem_do, q_bt_lane, dim_chunk0);
+    warp_regs_times_tile<Element, DoTile, kQSteps>(acc_dv, p_packed, smem_do, q_bt_lane, dv_chunk0);
 
     // dP^T = V dO^T, then dS^T = P^T (dP^T - D).
     WarpAccumulator<1, kQTiles> acc_ds;
-    warp_rows_times_rows<Element, KvTile, QTile, kDSteps>(acc_ds, smem_v, kv_a_lane, key_row0,
+    warp_rows_times_rows<Element, VTile, DoTile, kVSteps>(acc_ds, smem_v, kv_a_lane, key_row0,
                                                           smem_do, q_b_lane, 0);
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt) {
@@ -237,7 +249,7 @@ struct BackwardSlabsSm80 : Config {
     // dK += dS^T Q.
     OperandA<1, kQSteps> ds_packed;
     to_operand_a<Element>(acc_ds, ds_packed);
-    warp_regs_times_tile<Element, QTile, kQSteps>(acc_dk, ds_packed, smem_q, q_bt_lane, dim_chunk0);
+    warp_regs_times_tile<Element, QTile, kQSteps>(acc_dk, ds_packed, smem_q, q_bt_lane, dk_chunk0);
 
     if (kAtomicDq) {
       if (dim_warp == 0) {
@@ -252,7 +264,7 @@ struct BackwardSlabsSm80 : Config {
       }
       __syncthreads();
       // dQ_i += dS K, the warps as 16-row slabs by column groups.
-      accumulate_dq_tiles<Element, kHeadDim, DsTile, KvTile, 1, kDqTiles, kKeySteps, kDqRowWarps,
+      accumulate_dq_tiles<Element, kHeadDimQK, DsTile, KTile, 1, kDqTiles, kKeySteps, kDqRowWarps,
                           kDqCols, Mask::kOrderedCtas>(p, ms, smem_ds, smem_k);
     }
   }
@@ -261,8 +273,10 @@ struct BackwardSlabsSm80 : Config {
   __device__ __forceinline__ void epilogue(const BwdParams& p, int key0) {
     const int warp = threadIdx.x / 32;
     const CtaWork work = cta_work<true>(cta_order_of<Mask::kOrderedCtas>(p));
-    store_dkdv_tile<Element, kHeadDim>(p, work.head, work.batch, key0 + (warp % kKeyWarps) * 16,
-                                       (warp / kKeyWarps) * kDimPerWarp, acc_dk.v[0], acc_dv.v[0]);
+    const int dim_warp = warp / kKeyWarps;
+    store_dkdv_tile<Element, kHeadDimQK, kHeadDimV>(
+        p, work.head, work.batch, key0 + (warp % kKeyWarps) * 16, dim_warp * kDkPerWarp,
+        dim_warp * kDvPerWarp, acc_dk.v[0], acc_dv.v[0]);
   }
 };
 

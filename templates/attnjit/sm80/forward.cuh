@@ -4,7 +4,8 @@
 // (softmax.cuh).
 //
 // One CTA owns kBlockM query rows of one (head, batch); each warp owns kBlockM / kWarps rows
-// as 16-row slabs (split-Q: no cross-warp reduction). The CTA walks its key blocks from the
+// as 16-row slabs (split-Q: no cross-warp reduction). Q and K have kHeadDimQK columns, V and O
+// kHeadDimV. The CTA walks its key blocks from the
 // last to the first; K, V (and FlashMask vector values) of the next blocks stream into shared
 // memory with cp.async while the current one is computed. Per block:
 //   S = Q K^T                    warp_rows_times_rows (Q from registers: warp_regs_times_rows)
@@ -27,30 +28,34 @@ namespace attnjit {
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
 struct ForwardSm80 : Config {
   using typename Config::Element, Config::kBlockM, Config::kBlockN, Config::kWarps, Config::kStages;
-  static constexpr int kHeadDim = Config::kHeadDimQK;
+  static constexpr int kHeadDimQK = Config::kHeadDimQK;
+  static constexpr int kHeadDimV = Config::kHeadDimV;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kSlabs = kBlockM / (16 * kWarps);  // 16-row slabs per warp
   static constexpr int kWarpRows = 16 * kSlabs;
-  static constexpr int kNTiles = kBlockN / 8;    // n8 tiles of S
-  static constexpr int kKSteps = kHeadDim / 16;  // k16 steps of Q K^T
-  static constexpr int kDTiles = kHeadDim / 8;   // n8 tiles of O
-  static constexpr int kPvSteps = kBlockN / 16;  // k16 steps of P V
+  static constexpr int kNTiles = kBlockN / 8;      // n8 tiles of S
+  static constexpr int kKSteps = kHeadDimQK / 16;  // k16 steps of Q K^T
+  static constexpr int kDTiles = kHeadDimV / 8;    // n8 tiles of O
+  static constexpr int kPvSteps = kBlockN / 16;    // k16 steps of P V
   static constexpr int kColumns = Mask::kColumns;
   static constexpr bool kQInRegisters = Config::kQInRegisters;
   static constexpr bool kElementBits = Mask::kElementBits;
   /// A predicate's stored bits of a thread's fragment rows, per slab (FragmentWords).
   typedef FragmentWords<(kNTiles + 3) / 4> Words;
 
-  static_assert(Config::kHeadDimQK == Config::kHeadDimV, "head_dim_v must equal head_dim_qk");
   static_assert(kBlockM % (16 * kWarps) == 0, "each warp owns whole 16-row slabs");
-  static_assert(kBlockN % 16 == 0 && kHeadDim % 16 == 0, "tiles are multiples of 16");
+  static_assert(kBlockN % 16 == 0 && kHeadDimQK % 16 == 0 && kHeadDimV % 16 == 0,
+                "tiles are multiples of 16");
 
-  typedef SmemTile<kBlockM, kHeadDim> QTile;
-  typedef KeyBlockWalk<Mask, kBlockN, kHeadDim, kThreads, kStages> Walk;
-  typedef typename Walk::KvTile KvTile;
+  typedef SmemTile<kBlockM, kHeadDimQK> QTile;
+  typedef SmemTile<kBlockM, kHeadDimV> OTile;  // the epilogue's staging of O
+  typedef KeyBlockWalk<Mask, kBlockN, kHeadDimQK, kHeadDimV, kThreads, kStages> Walk;
+  typedef typename Walk::KTile KTile;
+  typedef typename Walk::VTile VTile;
 
   /// Dynamic shared memory: Q, then kStages x (K, V), then kStages x FlashMask values.
   static constexpr int kSmemBytes = QTile::kBytes + Walk::kSmemBytes;
+  static_assert(OTile::kBytes <= kSmemBytes, "the epilogue stages O in the freed shared memory");
 
   // Per-thread state: O, the softmax's running max and sum, and Q when it stays in registers.
   WarpAccumulator<kSlabs, kDTiles> acc_o;
@@ -82,8 +87,8 @@ struct ForwardSm80 : Config {
     walk.find_range(ms);
 
     // Prologue: Q and the first kStages-1 key blocks.
-    load_tile_async<kBlockM, kHeadDim, kThreads>(smem_q, q_base, p.q_row_stride,
-                                                 ms.row_end - ms.row_begin, thread);
+    load_tile_async<kBlockM, kHeadDimQK, kThreads>(smem_q, q_base, p.q_row_stride,
+                                                   ms.row_end - ms.row_begin, thread);
     walk.prefetch(p, ms, &FwdParams::minmax, smem_kv, smem_vectors, thread);
 
     acc_o.fill(0.f);
@@ -146,11 +151,11 @@ struct ForwardSm80 : Config {
                                                 const Words (&words)[kElementBits ? kSlabs : 1],
                                                 int warp_row, int lane) {
     const int kind = tile_kind(tile);
-    const u32 smem_v = smem_k + KvTile::kBytes;
+    const u32 smem_v = smem_k + KTile::kBytes;
     // Per-lane parts of the ldmatrix addresses (see SmemTile::matrix_address).
     const u32 q_lane = opaque(QTile::lane_offset(lane % 16, lane / 16));
-    const u32 k_lane = opaque(KvTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
-    const u32 v_lane = opaque(KvTile::lane_offset(lane % 16, lane / 16));
+    const u32 k_lane = opaque(KTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2));
+    const u32 v_lane = opaque(VTile::lane_offset(lane % 16, lane / 16));
     const int g = lane / 4;
     const int t = lane % 4;
     // A predicate's partial tile is masked by one bit per element of the thread's fragment:
@@ -171,10 +176,10 @@ struct ForwardSm80 : Config {
 
     WarpAccumulator<kSlabs, kNTiles> acc_s;
     if constexpr (kQInRegisters) {
-      warp_regs_times_rows<Element, KvTile, kKSteps>(acc_s, q_frag, smem_k, k_lane, 0);
+      warp_regs_times_rows<Element, KTile, kKSteps>(acc_s, q_frag, smem_k, k_lane, 0);
     } else {
-      warp_rows_times_rows<Element, QTile, KvTile, kKSteps>(acc_s, smem_q, q_lane, warp_row, smem_k,
-                                                            k_lane, 0);
+      warp_rows_times_rows<Element, QTile, KTile, kKSteps>(acc_s, smem_q, q_lane, warp_row, smem_k,
+                                                           k_lane, 0);
     }
 
     if (Score::kActive) {
@@ -219,12 +224,13 @@ struct ForwardSm80 : Config {
     // P as the A operand of P V (no shared memory). Packing now frees the fp32 scores.
     OperandA<kSlabs, kPvSteps> p_operand;
     to_operand_a<Element>(acc_s, p_operand);
-    warp_regs_times_tile<Element, KvTile, kPvSteps>(acc_o, p_operand, smem_v, v_lane, 0);
+    warp_regs_times_tile<Element, VTile, kPvSteps>(acc_o, p_operand, smem_v, v_lane, 0);
   }
 
   /// O = acc / rowsum (0 for rows with nothing visible), LSE, and 16-byte stores of O
-  /// staged through the warp's own rows of the Q tile. The (head, batch) is decoded again
-  /// from the block indices rather than held in registers across the key loop.
+  /// staged through the warp's own rows of an O tile over the freed shared memory. The (head,
+  /// batch) is decoded again from the block indices rather than held in registers across the key
+  /// loop.
   __device__ __forceinline__ void epilogue(const FwdParams& p, const MaskState& ms,
                                            unsigned char* smem, int warp_row, int lane) {
     const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
@@ -253,7 +259,7 @@ struct ForwardSm80 : Config {
         for (int r = 0; r < 2; ++r) {
           const int row = warp_row + s * 16 + r * 8 + g;
           const int col = dt * 8 + 2 * t;
-          *reinterpret_cast<u32*>(smem + QTile::element_offset(row, col)) =
+          *reinterpret_cast<u32*>(smem + OTile::element_offset(row, col)) =
               pack2<Element>(acc_o.v[s][dt][2 * r], acc_o.v[s][dt][2 * r + 1]);
         }
       }
@@ -261,14 +267,14 @@ struct ForwardSm80 : Config {
     __syncwarp();
 
     u16* o_base = static_cast<u16*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
-    constexpr int kChunks = QTile::kChunks;
+    constexpr int kChunks = OTile::kChunks;
 #pragma unroll
     for (int i = lane; i < kWarpRows * kChunks; i += 32) {
       const int row = warp_row + i / kChunks;
       const int chunk = i % kChunks;
       const int global_row = ms.row_begin + row;
       if (global_row < ms.seqlen_q) {
-        const uint4 value = *reinterpret_cast<const uint4*>(smem + QTile::offset(row, chunk));
+        const uint4 value = *reinterpret_cast<const uint4*>(smem + OTile::offset(row, chunk));
         *reinterpret_cast<uint4*>(o_base + global_row * p.o_row_stride + chunk * 8) = value;
       }
     }

@@ -381,11 +381,12 @@ struct BackwardSm90a {
     // GQA, deterministic mode: fp32 dK and dV of this query head, which backward_reduce_dkdv
     // sums per K/V head in order (the writer warps wait for their dQ reductions).
     // (The consumer's index is read where the split needs it.)
-    store_dkdv_tile<Element, kHeadDim>(
-        p, work.head, work.batch,
-        work.block * kBlockN + (kSplitHeadDim ? 0 : 64 * consumer_index()) +
-            16 * ((read_tid_x() / 32) % 4),
-        kSplitHeadDim ? kCols * consumer_index() : 0, acc_dk.tiles(), acc_dv.tiles());
+    const int col0 = kSplitHeadDim ? kCols * consumer_index() : 0;
+    store_dkdv_tile<Element, kHeadDim, kHeadDim>(p, work.head, work.batch,
+                                                 work.block * kBlockN +
+                                                     (kSplitHeadDim ? 0 : 64 * consumer_index()) +
+                                                     16 * ((read_tid_x() / 32) % 4),
+                                                 col0, col0, acc_dk.tiles(), acc_dv.tiles());
   }
 
   /// One query block: the five products of the consumer. Element (nt, e) of its m64 x kQueries

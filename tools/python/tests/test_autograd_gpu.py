@@ -113,15 +113,17 @@ def torch_attention(q, k, v, visible, scale, softcap=None, slopes=None):
 
 
 def random_inputs(generator, device, dtype, batch, seqlen_q, seqlen_k, heads, kv_heads,
-                  head_dim):
-    """q, k, v and dO [B, S, H, D] of standard normal values drawn from `generator` (in that
-    order) and rounded to `dtype` on `device`."""
+                  head_dim, head_dim_v=None):
+    """q, k [B, S, H, D], v and dO [B, S, H, Dv] (Dv = D unless head_dim_v is given) of standard
+    normal values drawn from `generator` (in that order) and rounded to `dtype` on `device`."""
+    head_dim_v = head_dim if head_dim_v is None else head_dim_v
 
     def randn(*shape):
         return torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
 
     return (randn(batch, seqlen_q, heads, head_dim), randn(batch, seqlen_k, kv_heads, head_dim),
-            randn(batch, seqlen_k, kv_heads, head_dim), randn(batch, seqlen_q, heads, head_dim))
+            randn(batch, seqlen_k, kv_heads, head_dim_v),
+            randn(batch, seqlen_q, heads, head_dim_v))
 
 
 def with_grads(function, q, k, v, d_o):
@@ -149,7 +151,8 @@ class AutogradTest(unittest.TestCase):
                              f"{lowp_error:.3e}, limit {limit:.3e}")
 
     def check(self, dtype, head_dim, mask_name, seqlen_q, seqlen_k, heads, kv_heads,
-              window=(-1, 0), deterministic=False, seed=0, softcap=None, slopes=None):
+              window=(-1, 0), deterministic=False, seed=0, softcap=None, slopes=None,
+              head_dim_v=None):
         _, mask, causal = dict((m[0], m) for m in MASKS)[mask_name]
         generator = torch.Generator().manual_seed(seed)
         device = torch.device("cuda")
@@ -157,7 +160,7 @@ class AutogradTest(unittest.TestCase):
         batch = 2
 
         q, k, v, d_o = random_inputs(generator, device, dtype, batch, seqlen_q, seqlen_k, heads,
-                                     kv_heads, head_dim)
+                                     kv_heads, head_dim, head_dim_v)
         indices = None
         if mask == "flashmask":
             indices = document_vectors(batch, seqlen_k, causal, generator).to(device)
@@ -234,6 +237,17 @@ class AutogradTest(unittest.TestCase):
                 self.check(dtype, head_dim, mask_name, seqlen_q, seqlen_k, 4, 2,
                            deterministic=deterministic, seed=index, softcap=softcap,
                            slopes=alibi)
+
+    def test_unequal_head_dims(self):
+        # MLA prefill's head_dim_qk 192 with head_dim_v 128 (v and o narrower than q and k):
+        # the default scale stays 1/sqrt(head_dim_qk), dv and o take v's width.
+        for index, (dtype, mask_name, deterministic) in enumerate(itertools.product(
+                DTYPES, ("causal", "causal_document"), (False, True))):
+            with self.subTest(dtype=dtype, mask=mask_name, deterministic=deterministic):
+                got = self.check(dtype, 192, mask_name, 333, 333, 4, 2,
+                                 deterministic=deterministic, seed=index, head_dim_v=128)
+                self.assertEqual(got[0].shape[-1], 128)
+                self.assertEqual(got[3].shape[-1], 128)
 
     def test_deterministic_gradients_are_bitwise_identical(self):
         for mask_name, dtype in itertools.product(("none", "causal_document"), DTYPES):

@@ -1,0 +1,192 @@
+// Unequal head dims (head_dim_qk != head_dim_v, e.g. MLA's 192 / 128): which pairs validate
+// takes, the sm80 family chosen for them on every target, kernel names, shared memory and
+// scratch buffers by the right dim, and what the generated sources bind.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "attnjit/error.hpp"
+#include "compiler/codegen/emit.hpp"
+#include "compiler/passes/passes.hpp"
+#include "compiler/passes/pipeline.hpp"
+#include "compiler/registry/kernel_registry.hpp"
+#include "runtime/launch/plan_launch.hpp"
+#include "support/error_text.hpp"
+
+using namespace attnjit;
+
+namespace {
+
+constexpr const char* kPairs[] = {"head_dim_qk=64 head_dim_v=128", "head_dim_qk=128 head_dim_v=64",
+                                  "head_dim_qk=192 head_dim_v=128",
+                                  "head_dim_qk=256 head_dim_v=128"};
+
+Lowering lowered(const std::string& text) {
+  return lower(parse_spec(text));
+}
+
+std::string source_of(const Lowering& ir, KernelRole role) {
+  return emit_kernel(ir, *ir.plan->find(role));
+}
+
+std::int64_t buffer_bytes(const Lowering& ir, const std::string& name,
+                          const LaunchExtents& extents) {
+  const auto found = std::ranges::find_if(ir.plan->scratch,
+                                          [&](const ScratchBuffer& b) { return b.name == name; });
+  REQUIRE(found != ir.plan->scratch.end());
+  return found->bytes.evaluate(extents);
+}
+
+}  // namespace
+
+TEST_CASE("validate takes the listed pairs of unequal head dims and names the others", "[pass]") {
+  for (const char* dims : kPairs) {
+    const std::string text = fmt::format("dtype=bf16 {} mask=causal", dims);
+    INFO(text);
+    CHECK(testing::error_text([&] { validate(Lowering{parse_spec(text)}); }) == "no error");
+  }
+  for (const char* dims : {"head_dim_qk=128 head_dim_v=192", "head_dim_qk=64 head_dim_v=32",
+                           "head_dim_qk=128 head_dim_v=256"}) {
+    const std::string text = fmt::format("dtype=bf16 {}", dims);
+    INFO(text);
+    CHECK_THAT(testing::error_text([&] { validate(Lowering{parse_spec(text)}); }),
+               Catch::StartsWith("(head_dim_qk, head_dim_v): got '(") &&
+                   Catch::EndsWith("accepted: equal head dims, or one of (64, 128), (128, 64), "
+                                   "(192, 128), (256, 128)"));
+  }
+  // A dim outside the head dims is named as such first.
+  CHECK_THAT(testing::error_text([] {
+               validate(Lowering{parse_spec("dtype=bf16 head_dim_qk=192 head_dim_v=100")});
+             }),
+             Catch::StartsWith("head_dim_v: got '100'"));
+}
+
+TEST_CASE("unequal head dims take the sm80 family on every target, sm_90a included", "[pass]") {
+  for (const char* dims : kPairs) {
+    for (const char* target : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}) {
+      for (const char* mode :
+           {"direction=forward", "direction=backward", "direction=backward deterministic=true"}) {
+        for (const char* mask :
+             {"causal", "flashmask(causal=false,columns=4)", "predicate(q>=k)"}) {
+          const std::string text =
+              fmt::format("dtype=bf16 {} mask={} {} target={}", dims, mask, mode, target);
+          INFO(text);
+          const Lowering ir = lowered(text);
+          for (const FamilyChoice& choice : ir.target->families) {
+            CHECK(choice.family == KernelFamily::sm80);
+          }
+          for (const KernelTiles& tiles : ir.tiles) {
+            CHECK(tiles.smem_bytes <= ir.target->max_dynamic_smem_bytes);
+          }
+        }
+      }
+    }
+  }
+  // The sm90a rows take equal head dims only: forcing one of their shapes says so.
+  for (const char* mode : {"", " direction=backward"}) {
+    const std::string text = fmt::format(
+        "dtype=bf16 head_dim_qk=192 head_dim_v=128 target=sm_90a tiles=128x128x8:warpgroups{}",
+        mode);
+    INFO(text);
+    CHECK_THAT(testing::error_text([&] { lowered(text); }),
+               Catch::Contains("tiles: got '128x128x8:warpgroups'") &&
+                   Catch::Contains("for head_dim_qk=192 head_dim_v=128 (the sm90a family takes "
+                                   "equal head dims only)"));
+  }
+  // Explicit sm80 shapes are checked against both dims: 8 warps over one key slab split
+  // head_dim_qk 128 into 16 columns each, but not head_dim_v 64.
+  CHECK_THAT(testing::error_text([] {
+               lowered(
+                   "dtype=bf16 head_dim_qk=128 head_dim_v=64 direction=backward target=sm_90 "
+                   "tiles=64x16x8:slabs");
+             }),
+             Catch::Contains("splitting the head dims in multiples of 16"));
+  CHECK(lowered("dtype=bf16 head_dim_qk=128 head_dim_v=64 direction=backward target=sm_90 "
+                "tiles=64x32x8:slabs")
+            .tiles_of(KernelRole::backward)
+            .dim_warps == 4);
+}
+
+TEST_CASE("a (192, 128) plan: kernel names, shared memory and buffers by the right dim", "[pass]") {
+  const Lowering forward = lowered(
+      "dtype=bf16 head_dim_qk=192 head_dim_v=128 mask=causal "
+      "target=sm_90a");
+  const KernelDesc& fwd = *forward.plan->find(KernelRole::forward);
+  CHECK(fwd.name == "attnjit_fwd_bf16_d192v128_causal");
+  CHECK(fwd.row == "forward.sm80");
+  const KernelTiles& ft = forward.tiles_of(KernelRole::forward);
+  CHECK(ft.block_m == 128);
+  CHECK(ft.block_n == 48);
+  CHECK(ft.warps == 4);
+  // Q (192 columns), then two stages of K (192) and V (128).
+  CHECK(ft.smem_bytes == 128 * 192 * 2 + 2 * 48 * (192 + 128) * 2);
+
+  const Lowering backward = lowered(
+      "dtype=bf16 head_dim_qk=192 head_dim_v=128 mask=causal "
+      "direction=backward target=sm_90a");
+  std::vector<std::string> names;
+  for (const KernelDesc& k : backward.plan->kernels) names.push_back(k.name);
+  CHECK(names == std::vector<std::string>{"attnjit_bwd_preprocess_bf16_d192v128_zero_dq",
+                                          "attnjit_bwd_bf16_d192v128_causal",
+                                          "attnjit_bwd_convert_dq_bf16_d192v128",
+                                          "attnjit_bwd_reduce_dkdv_bf16_d192v128"});
+  const KernelTiles& bt = backward.tiles_of(KernelRole::backward);
+  CHECK(bt.row == "backward_slabs.sm80");
+  CHECK(bt.dim_warps == 2);
+  // K and V, two stages of Q, dO, LSE and D, and the dS^T tile of the atomic dQ product.
+  CHECK(bt.smem_bytes == bt.block_n * (192 + 128) * 2 +
+                             2 * (bt.block_m * (192 + 128) * 2 + 2 * bt.block_m * 4) +
+                             bt.block_n * bt.block_m * 2);
+  // dQ by head_dim_qk, GQA's dK partials by head_dim_qk and dV partials by head_dim_v.
+  const LaunchExtents extents = jit::detail::launch_extents({2, 300, 500, 8, 2, 1});
+  CHECK(buffer_bytes(backward, "dq_accum", extents) == 2 * 8 * 300 * 192 * 4);
+  CHECK(buffer_bytes(backward, "dk_partial", extents) == 2 * 8 * 500 * 192 * 4);
+  CHECK(buffer_bytes(backward, "dv_partial", extents) == 2 * 8 * 500 * 128 * 4);
+
+  const Lowering det = lowered(
+      "dtype=fp16 head_dim_qk=192 head_dim_v=128 mask=causal "
+      "direction=backward deterministic=true target=sm_90a");
+  const KernelDesc& dq = *det.plan->find(KernelRole::backward_dq);
+  CHECK(dq.name == "attnjit_bwd_dq_fp16_d192v128_causal");
+  CHECK(dq.row == "backward_dq.sm80");
+  const KernelTiles& dt = det.tiles_of(KernelRole::backward_dq);
+  // Q and dO, then two stages of K and V.
+  CHECK(dt.smem_bytes == dt.block_m * (192 + 128) * 2 + 2 * dt.block_n * (192 + 128) * 2);
+  CHECK(det.tiles_of(KernelRole::backward).row == "backward_slabs.sm80");
+}
+
+TEST_CASE("the kernels of unequal head dims bind both dims", "[emit]") {
+  const Lowering forward = lowered("dtype=bf16 head_dim_qk=192 head_dim_v=128 target=sm_90a");
+  const std::string fwd = source_of(forward, KernelRole::forward);
+  CHECK_THAT(fwd, Catch::Contains("static constexpr int kHeadDimQK = 192;"));
+  CHECK_THAT(fwd, Catch::Contains("static constexpr int kHeadDimV = 128;"));
+
+  const Lowering backward = lowered(
+      "dtype=bf16 head_dim_qk=128 head_dim_v=64 mask=causal direction=backward target=sm_90");
+  for (KernelRole role : {KernelRole::backward}) {
+    const std::string src = source_of(backward, role);
+    CHECK_THAT(src, Catch::Contains("static constexpr int kHeadDimQK = 128;"));
+    CHECK_THAT(src, Catch::Contains("static constexpr int kHeadDimV = 64;"));
+  }
+  CHECK_THAT(source_of(backward, KernelRole::backward_preprocess),
+             Catch::Contains("attnjit::backward_preprocess<attnjit::bf16, 128, 64, "
+                             "/*kZeroDqAccum=*/true>(params);"));
+  CHECK_THAT(source_of(backward, KernelRole::backward_convert_dq),
+             Catch::Contains("attnjit::backward_convert_dq<attnjit::bf16, 128>(params);"));
+  CHECK_THAT(source_of(backward, KernelRole::backward_reduce_dkdv),
+             Catch::Contains("attnjit::backward_reduce_dkdv<attnjit::bf16, 128, 64>(params);"));
+
+  const Lowering det = lowered(
+      "dtype=bf16 head_dim_qk=64 head_dim_v=128 direction=backward "
+      "deterministic=true target=sm_80");
+  const std::string dq = source_of(det, KernelRole::backward_dq);
+  CHECK_THAT(dq, Catch::Contains("static constexpr int kHeadDimQK = 64;"));
+  CHECK_THAT(dq, Catch::Contains("static constexpr int kHeadDimV = 128;"));
+
+  const ReferenceKernel reference =
+      emit_reference_kernel(parse_spec("dtype=bf16 head_dim_qk=192 head_dim_v=128 mask=causal"));
+  CHECK(reference.name == "attnjit_reference_bf16_d192v128_causal");
+  CHECK_THAT(reference.source, Catch::Contains("/*kHeadDimQK=*/192, /*kHeadDimV=*/128,"));
+}

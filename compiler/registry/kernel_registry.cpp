@@ -45,8 +45,8 @@ std::span<const KernelRow> kernel_rows() {
       registry::backward_sm90a(),      registry::backward_grid_sm80(),
       registry::backward_slabs_sm80(), registry::backward_dq_sm80(),
       registry::varlen_intervals(),    registry::flashmask_minmax(),
-      registry::predicate_blocks(),
-      registry::cta_order(),           registry::backward_preprocess(),
+      registry::predicate_blocks(),    registry::cta_order(),
+      registry::backward_preprocess(), registry::backward_sinks(),
       registry::backward_convert_dq(), registry::backward_reduce_dkdv(),
   };
   return rows;

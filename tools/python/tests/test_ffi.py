@@ -350,7 +350,8 @@ class LibraryTest(TemporaryCacheTest):
             return code, handle
 
         slots = (_ffi.Tensor * _ffi.SLOT_COUNT)(ok, ok, ok, ok)
-        self.assert_user_error(prepare(slots, count=4)[0], "tensor_count: got '4'; accepted: 16 (ATTNJIT_SLOT_COUNT), 14")
+        self.assert_user_error(prepare(slots, count=4)[0],
+                               "tensor_count: got '4'; accepted: 16 (ATTNJIT_SLOT_COUNT), 14")
         self.assert_user_error(prepare(slots, device=-2)[0], "device: got '-2'")
         missing_v = (_ffi.Tensor * _ffi.SLOT_COUNT)(ok, ok, _ffi.Tensor(), ok)
         self.assert_user_error(prepare(missing_v)[0], "tensors[2] (v): got 'rank 0 (absent)'")

@@ -134,7 +134,7 @@ std::string emit_attention(const Lowering& ir, const KernelDesc& kernel) {
   w.blank();
   emit_mask_policy(w, ir, kernel);
   w.blank();
-  emit_score_mod(w, ir.spec);
+  emit_score_mod(w, ir.spec, kernel.role);
   w.line("static_assert(attnjit::{}<Config, Mask>::kSmemBytes == {},", row.kernel_struct,
          kernel.dynamic_smem_bytes);
   w.line("              \"the plan and the template disagree on shared memory\");");
@@ -151,8 +151,8 @@ std::string emit_attention(const Lowering& ir, const KernelDesc& kernel) {
   const bool maps = kernel.params == ParamBlock::attention_tma;
   emit_entry(
       w, kernel, params_type(ir, kernel),
-      fmt::format("attnjit::{}<Config, Mask{}>({});", row.body, score_mod_argument(ir.spec),
-                  maps ? "params, maps" : "params"),
+      fmt::format("attnjit::{}<Config, Mask{}>({});", row.body,
+                  score_mod_argument(ir.spec, kernel.role), maps ? "params, maps" : "params"),
       min_blocks_per_sm(row, tiles),
       maps ? fmt::format("const __grid_constant__ attnjit::{} maps", row.tensor_maps_type) : "");
   return w.str();
@@ -250,6 +250,15 @@ std::string emit_rows(const Lowering& ir, const KernelDesc& kernel) {
   return w.str();
 }
 
+// The sinks' gradient: one block of the row's threads per query head (backward_sinks.cuh).
+std::string emit_sinks(const Lowering& ir, const KernelDesc& kernel) {
+  SourceWriter w;
+  emit_header(w, ir, kernel);
+  emit_entry(w, kernel, params_type(ir, kernel),
+             fmt::format("attnjit::backward_sinks</*kThreads=*/{}>(params);", kernel.threads));
+  return w.str();
+}
+
 }  // namespace
 
 std::string emit_kernel(const Lowering& ir, const KernelDesc& kernel) {
@@ -272,6 +281,8 @@ std::string emit_kernel(const Lowering& ir, const KernelDesc& kernel) {
     case KernelRole::backward_convert_dq:
     case KernelRole::backward_reduce_dkdv:
       return emit_rows(ir, kernel);
+    case KernelRole::backward_sinks:
+      return emit_sinks(ir, kernel);
   }
   throw InternalError("emit_kernel: unknown role");
 }
@@ -280,12 +291,12 @@ ReferenceKernel emit_reference_kernel(const AttentionSpec& spec) {
   const MaskKindInfo& mask = info_of(spec.mask.kind);
   ReferenceKernel out;
   out.name = fmt::format(
-      "attnjit_reference_{}_d{}{}_{}{}", name_of(spec.dtype), spec.head_dim_qk,
+      "attnjit_reference_{}_d{}{}_{}{}{}", name_of(spec.dtype), spec.head_dim_qk,
       spec.head_dim_v != spec.head_dim_qk ? fmt::format("v{}", spec.head_dim_v) : "",
       mask.interval_vectors
           ? fmt::format("flashmask{}_c{}", spec.mask.causal ? "_causal" : "", spec.mask.columns)
           : std::string(mask.name),
-      score_mod_tag(spec));
+      score_mod_tag(spec), spec.sinks ? "_sinks" : "");
   out.threads = 128;
   SourceWriter w;
   w.line("// attnjit reference kernel (fp32, unfused) for: {}", to_string(spec));
@@ -305,10 +316,10 @@ ReferenceKernel emit_reference_kernel(const AttentionSpec& spec) {
   emit_entry(w, entry, "attnjit::FwdParams",
              fmt::format("attnjit::reference_attention<{}, /*kHeadDimQK=*/{}, /*kHeadDimV=*/{}, "
                          "/*kMask=*/{}, /*kFlashCausal=*/{}, /*kColumns=*/{}, /*kLse=*/true, "
-                         "/*kSoftcap=*/{}, /*kAlibi=*/{}{}>(params);",
+                         "/*kSinks=*/{}, /*kSoftcap=*/{}, /*kAlibi=*/{}{}>(params);",
                          element_type(spec.dtype), spec.head_dim_qk, spec.head_dim_v,
-                         mask.reference_mask, spec.mask.causal, spec.mask.columns, spec.softcap,
-                         spec.alibi, mask.predicate ? ", Visible" : ""));
+                         mask.reference_mask, spec.mask.causal, spec.mask.columns, spec.sinks,
+                         spec.softcap, spec.alibi, mask.predicate ? ", Visible" : ""));
   out.source = w.str();
   return out;
 }

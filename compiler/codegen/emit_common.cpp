@@ -20,6 +20,11 @@ int column_of(const MaskLowering& mask, IntervalVector vector) {
   return -1;
 }
 
+// The sink joins the forward's softmax only; the backward's kernels read an LSE that has it.
+bool takes_sinks(const AttentionSpec& spec, KernelRole role) {
+  return spec.sinks && role == KernelRole::forward;
+}
+
 }  // namespace
 
 std::string_view element_type(DType dtype) {
@@ -107,16 +112,18 @@ void emit_mask_policy(SourceWriter& w, const Lowering& ir, const KernelDesc& ker
   w.line("    Mask;");
 }
 
-void emit_score_mod(SourceWriter& w, const AttentionSpec& spec) {
-  if (!spec.softcap && !spec.alibi) return;
-  w.line("// score modifiers: softcap={} alibi={}", spec.softcap, spec.alibi);
-  w.line("typedef attnjit::ScoreMod</*kSoftcap=*/{}, /*kAlibi=*/{}> Score;", spec.softcap,
-         spec.alibi);
+void emit_score_mod(SourceWriter& w, const AttentionSpec& spec, KernelRole role) {
+  const bool sinks = takes_sinks(spec, role);
+  if (!spec.softcap && !spec.alibi && !sinks) return;
+  w.line("// score modifiers: softcap={} alibi={}{}", spec.softcap, spec.alibi,
+         sinks ? " sinks=true" : "");
+  w.line("typedef attnjit::ScoreMod</*kSoftcap=*/{}, /*kAlibi=*/{}{}> Score;", spec.softcap,
+         spec.alibi, sinks ? ", /*kSinks=*/true" : "");
   w.blank();
 }
 
-std::string_view score_mod_argument(const AttentionSpec& spec) {
-  return spec.softcap || spec.alibi ? ", Score" : "";
+std::string_view score_mod_argument(const AttentionSpec& spec, KernelRole role) {
+  return spec.softcap || spec.alibi || takes_sinks(spec, role) ? ", Score" : "";
 }
 
 void emit_entry(SourceWriter& w, const KernelDesc& kernel, std::string_view params_type,

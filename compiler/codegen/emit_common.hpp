@@ -30,13 +30,15 @@ void emit_predicate_visible(SourceWriter& w, const MaskSpec& mask, const Predica
 /// block table of `kernel`'s tiles (block_m x block_n).
 void emit_mask_policy(SourceWriter& w, const Lowering& ir, const KernelDesc& kernel);
 
-/// With a score modifier in the spec, `typedef attnjit::ScoreMod<...> Score;` binding its
-/// flags and a blank line; nothing otherwise (the kernels default to no modifiers).
-void emit_score_mod(SourceWriter& w, const AttentionSpec& spec);
+/// With a score modifier in the spec, or sinks in a forward kernel (`role`), `typedef
+/// attnjit::ScoreMod<...> Score;` binding its flags (kSinks only where true) and a blank line;
+/// nothing otherwise (the kernels default to no modifiers). The backward's attention kernels
+/// take no sinks: the LSE they read includes them.
+void emit_score_mod(SourceWriter& w, const AttentionSpec& spec, KernelRole role);
 
-/// The template argument that passes the bound hook: ", Score" with a score modifier in the
-/// spec, "" otherwise.
-std::string_view score_mod_argument(const AttentionSpec& spec);
+/// The template argument that passes the bound hook: ", Score" where emit_score_mod binds one,
+/// "" otherwise.
+std::string_view score_mod_argument(const AttentionSpec& spec, KernelRole role);
 
 /// The extern "C" __global__ entry taking `params_type` by value (and `extra_parameters`, a
 /// declaration list, after it) and calling `body`. A min_blocks_per_sm of 1 tells ptxas that

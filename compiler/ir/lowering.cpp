@@ -165,6 +165,8 @@ std::string_view name_of(KernelRole role) {
       return "forward";
     case KernelRole::backward_preprocess:
       return "backward_preprocess";
+    case KernelRole::backward_sinks:
+      return "backward_sinks";
     case KernelRole::backward:
       return "backward";
     case KernelRole::backward_dq:

@@ -50,6 +50,7 @@ enum class KernelRole {
   cta_order,             ///< the CTAs of an attention kernel sorted by their tiles, heaviest first
   forward,               ///< the forward pass
   backward_preprocess,   ///< D = rowsum(dO * O), LSE in log2 units, dQ accumulator zeroed
+  backward_sinks,        ///< sinks: the sink logits' gradient from D and the LSE
   backward,              ///< dK, dV per key block; dQ too unless backward_dq runs
   backward_dq,           ///< deterministic mode: dQ per query block
   backward_convert_dq,   ///< dQ accumulator (fp32) to the input dtype

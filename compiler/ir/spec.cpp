@@ -355,7 +355,7 @@ struct KeyRow {
   void (*parse)(std::string_view value, SpecDraft& draft);
 };
 
-constexpr std::array<KeyRow, 13> kKeyRows{{
+constexpr std::array<KeyRow, 14> kKeyRows{{
     {"dtype", dtype_accepted,
      [](std::string_view value, SpecDraft& d) {
        d.spec.dtype = parse_dtype(value);
@@ -381,6 +381,8 @@ constexpr std::array<KeyRow, 13> kKeyRows{{
      [](std::string_view value, SpecDraft& d) { d.spec.softcap = parse_bool(value, "softcap"); }},
     {"alibi", bool_accepted,
      [](std::string_view value, SpecDraft& d) { d.spec.alibi = parse_bool(value, "alibi"); }},
+    {"sinks", bool_accepted,
+     [](std::string_view value, SpecDraft& d) { d.spec.sinks = parse_bool(value, "sinks"); }},
     {"return_lse", bool_accepted,
      [](std::string_view value, SpecDraft& d) {
        d.spec.return_lse = parse_bool(value, "return_lse");
@@ -492,10 +494,10 @@ std::string to_string(const TileShape& tiles) {
 
 std::string to_string(const AttentionSpec& spec) {
   return fmt::format(
-      "dtype={} head_dim_qk={} head_dim_v={} mask={} softcap={} alibi={} return_lse={} "
+      "dtype={} head_dim_qk={} head_dim_v={} mask={} softcap={} alibi={} sinks={} return_lse={} "
       "direction={} deterministic={} target={} tiles={}{}",
       name_of(spec.dtype), spec.head_dim_qk, spec.head_dim_v, to_string(spec.mask), spec.softcap,
-      spec.alibi, spec.return_lse, name_of(spec.direction), spec.deterministic,
+      spec.alibi, spec.sinks, spec.return_lse, name_of(spec.direction), spec.deterministic,
       name_of(spec.target), to_string(spec.tiles),
       spec.varlen == VarlenMode::off ? "" : fmt::format(" varlen={}", name_of(spec.varlen)));
 }

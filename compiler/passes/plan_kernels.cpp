@@ -31,7 +31,7 @@ std::string attention_name(const Lowering& in, KernelRole role) {
   const std::string mask = mask_tag(spec) + score_mod_tag(spec);
   switch (role) {
     case KernelRole::forward:
-      return fmt::format("attnjit_fwd_{}_{}{}", type_tag(spec), mask,
+      return fmt::format("attnjit_fwd_{}_{}{}{}", type_tag(spec), mask, spec.sinks ? "_sinks" : "",
                          spec.return_lse ? "_lse" : "");
     case KernelRole::backward:
       return fmt::format("attnjit_bwd_{}_{}{}", type_tag(spec), mask,
@@ -153,15 +153,17 @@ void add_attention(KernelPlan& plan, const Lowering& in, KernelRole role) {
   add_kernel(plan, in, kernel_row(tiles.row), std::move(kernel));
 }
 
-// Preprocess, main (dK, dV and the dQ product into the fp32 accumulator), or main and dQ
-// kernel when deterministic on a row that does not order its dQ reductions, then the dQ
-// conversion (accumulator) and the GQA reduction of dK/dV (launched only when H != Hkv).
+// Preprocess, the sinks' gradient (sinks=true), main (dK, dV and the dQ product into the fp32
+// accumulator), or main and dQ kernel when deterministic on a row that does not order its dQ
+// reductions, then the dQ conversion (accumulator) and the GQA reduction of dK/dV (launched
+// only when H != Hkv).
 void add_backward(KernelPlan& plan, const Lowering& in) {
   const AttentionSpec& spec = in.spec;
   const std::string type = type_tag(spec);
   const bool dq_kernel = spec.deterministic && !orders_dq_reductions(in);
   add_utility(plan, in, KernelRole::backward_preprocess,
               fmt::format("attnjit_bwd_preprocess_{}{}", type, dq_kernel ? "" : "_zero_dq"));
+  if (spec.sinks) add_utility(plan, in, KernelRole::backward_sinks, "attnjit_bwd_sinks");
   add_attention(plan, in, KernelRole::backward);
   if (dq_kernel) {
     add_attention(plan, in, KernelRole::backward_dq);

@@ -42,13 +42,13 @@ std::span<const KernelRow> kernel_rows() {
   // Attention rows of one role: the more specialised family first, then the sm80 layouts in
   // their order of preference.
   static const std::vector<KernelRow> rows{
-      registry::forward_sm90a(),        registry::forward_sm80(),
-      registry::backward_sm90a(),       registry::backward_grid_sm80(),
-      registry::backward_slabs_sm80(),  registry::backward_dq_sm80(),
-      registry::varlen_intervals(),     registry::flashmask_minmax(),
-      registry::predicate_blocks(),     registry::cta_order(),
-      registry::backward_preprocess(),  registry::backward_convert_dq(),
-      registry::backward_reduce_dkdv(),
+      registry::forward_sm90a(),       registry::forward_sm80(),
+      registry::backward_sm90a(),      registry::backward_grid_sm80(),
+      registry::backward_slabs_sm80(), registry::backward_dq_sm80(),
+      registry::varlen_intervals(),    registry::flashmask_minmax(),
+      registry::predicate_blocks(),    registry::cta_order(),
+      registry::backward_preprocess(), registry::backward_sinks(),
+      registry::backward_convert_dq(), registry::backward_reduce_dkdv(),
   };
   return rows;
 }

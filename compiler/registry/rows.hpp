@@ -23,6 +23,7 @@ KernelRow flashmask_minmax();
 KernelRow predicate_blocks();
 KernelRow cta_order();
 KernelRow backward_preprocess();
+KernelRow backward_sinks();
 KernelRow backward_convert_dq();
 KernelRow backward_reduce_dkdv();
 

@@ -1,6 +1,6 @@
 // The utility rows of the registry: the kernels around the attention kernels (the FlashMask
-// min/max tables, a predicate's block classification, the CTA order, and the backward's
-// per-row kernels). One row each, in every family's plans.
+// min/max tables, a predicate's block classification, the CTA order, the backward's
+// per-row kernels and its sink gradient). One row each, in every family's plans.
 #include "compiler/registry/rows.hpp"
 
 namespace attnjit::registry {
@@ -136,6 +136,15 @@ std::vector<BufferNeed> preprocess_buffers(const KernelDesc&, const Lowering& ir
   return needs;
 }
 
+// One block per query head: it sums the rows of every batch (backward_sinks.cuh).
+RowLaunch sinks_launch(const KernelDesc& kernel, const Lowering&) {
+  return single_phase(kernel, {Extent::heads, 1, 1});
+}
+
+std::vector<BufferNeed> sinks_buffers(const KernelDesc&, const Lowering& ir) {
+  return {row_dot(ir), lse_log2(ir)};
+}
+
 std::vector<BufferNeed> convert_dq_buffers(const KernelDesc&, const Lowering& ir) {
   return {dq_accum(ir)};
 }
@@ -179,6 +188,11 @@ KernelRow backward_preprocess() {
   return utility("backward_preprocess", KernelRole::backward_preprocess,
                  "attnjit/common/backward_preprocess.cuh", ParamBlock::attention, kRowKernelThreads,
                  query_rows_launch, preprocess_buffers);
+}
+
+KernelRow backward_sinks() {
+  return utility("backward_sinks", KernelRole::backward_sinks, "attnjit/common/backward_sinks.cuh",
+                 ParamBlock::attention, 256, sinks_launch, sinks_buffers);
 }
 
 KernelRow backward_convert_dq() {

@@ -255,9 +255,12 @@ ATTNJIT_API int attnjit_compile_for_device(const char* spec_text, int device, at
 /** The tensor slots of a prepared launch, in order: a forward launch uses q, k, v, o, lse,
  * startend_row_indices and alibi_slopes; a backward launch these and d_o, d_q, d_k, d_v; a
  * packed batch's launch (attnjit_launch_prepare_varlen) also cu_seqlens_q, cu_seqlens_k and
- * seqused_k. The packed batches' slots come last, so ATTNJIT_SLOT_COUNT_PADDED, the count
- * before them, stays valid: a caller written for padded batches may pass that many slots to
- * attnjit_launch_prepare and then that many pointers (plus the predicate's) to each run. */
+ * seqused_k; a spec with sinks=true takes sinks (fp32 [H] sink logits, forward and backward)
+ * and, in a backward launch, d_sinks (fp32 [H], the sinks' gradient, written whole by each
+ * run). Newer slots come after older ones, so the older counts stay valid: a caller may pass
+ * ATTNJIT_SLOT_COUNT_PADDED slots (padded batches, no sinks) or ATTNJIT_SLOT_COUNT_VARLEN
+ * slots (no sinks) to the prepare call and then that many pointers (plus the predicate's) to
+ * each run; the slots past the count are absent. */
 enum {
   ATTNJIT_SLOT_Q = 0,
   ATTNJIT_SLOT_K = 1,
@@ -274,7 +277,10 @@ enum {
   ATTNJIT_SLOT_CU_SEQLENS_Q = 11,
   ATTNJIT_SLOT_CU_SEQLENS_K = 12,
   ATTNJIT_SLOT_SEQUSED_K = 13,
-  ATTNJIT_SLOT_COUNT = 14
+  ATTNJIT_SLOT_COUNT_VARLEN = 14,
+  ATTNJIT_SLOT_SINKS = 14,
+  ATTNJIT_SLOT_D_SINKS = 15,
+  ATTNJIT_SLOT_COUNT = 16
 };
 
 /** A forward or backward call with everything but the data pointers and the stream bound:
@@ -283,13 +289,14 @@ enum {
 typedef struct attnjit_launch attnjit_launch;
 
 /** Binds a launch of `kernel` (its direction says forward or backward) on padded batches:
- * `tensors` holds `tensor_count` (ATTNJIT_SLOT_COUNT, or ATTNJIT_SLOT_COUNT_PADDED)
- * descriptors in slot order, whose data pointers are ignored; a descriptor of rank 0 is an
- * absent tensor (lse, startend_row_indices, alibi_slopes where the spec has none; the packed
- * batches' slots always). `predicate` (NULL unless the mask is a predicate) binds the scalars
- * and the tensor names and shapes; its tensors' pointers come with each run too. The scalar
- * arguments are those of attnjit_forward_score_mod. `device` is the ordinal every run uses
- * (-1: the context current at the run). A kernel of a spec with varlen=true is refused (it is
+ * `tensors` holds `tensor_count` (ATTNJIT_SLOT_COUNT, ATTNJIT_SLOT_COUNT_VARLEN or
+ * ATTNJIT_SLOT_COUNT_PADDED) descriptors in slot order, whose data pointers are ignored; a
+ * descriptor of rank 0 is an absent tensor (lse, startend_row_indices, alibi_slopes, sinks,
+ * d_sinks where the spec has none; the packed batches' slots always). `predicate` (NULL
+ * unless the mask is a predicate) binds the scalars and the tensor names and shapes; its
+ * tensors' pointers come with each run too. The scalar arguments are those of
+ * attnjit_forward_score_mod. `device` is the ordinal every run uses (-1: the context current
+ * at the run). A kernel of a spec with varlen=true is refused (it is
  * prepared with attnjit_launch_prepare_varlen). Shapes, strides and alignment are checked at
  * each run, with the messages of attnjit_forward. Release with attnjit_launch_release. */
 ATTNJIT_API int attnjit_launch_prepare(const attnjit_kernel* kernel, const attnjit_tensor* tensors,
@@ -298,7 +305,8 @@ ATTNJIT_API int attnjit_launch_prepare(const attnjit_kernel* kernel, const attnj
                                        float softcap, int device, attnjit_launch** out);
 
 /** attnjit_launch_prepare for a kernel of a spec with varlen=true (a packed batch,
- * FlashAttention's varlen arguments), and only for one: `tensor_count` is ATTNJIT_SLOT_COUNT;
+ * FlashAttention's varlen arguments), and only for one: `tensor_count` is ATTNJIT_SLOT_COUNT
+ * (or ATTNJIT_SLOT_COUNT_VARLEN without the sinks' slots);
  * q [total_q, H, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv], o [total_q, H, Dv], lse fp32
  * [H, total_q], the gradients shaped like their tensors; cu_seqlens_q and cu_seqlens_k int32
  * [B + 1] (required; 0 = cu[0] <= ... <= cu[B] = total_q, resp. total_k: sequence s holds

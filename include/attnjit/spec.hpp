@@ -133,6 +133,14 @@ struct TileShape {
 /// - alibi: s <- s + slope[h] * (j - (i + Sk - Sq)), slopes a runtime fp32 tensor [H] (the
 ///   bottom-right aligned distance: 0 on the causal diagonal, negative for earlier keys).
 /// The LSE is that of the modified scores; the backward differentiates through both.
+///
+/// Learnable attention sinks (sinks=true, gpt-oss): a logit t[h] per query head h (a runtime
+/// fp32 tensor [H]) joins the denominator of each row's softmax and has no value:
+///   P_ij = exp(s_ij - L_i), L_i = log(sum_j exp(s_ij) + exp(t[h])), O_i = sum_j P_ij V_j,
+/// with s_ij the scores after the modifiers and the mask. The returned LSE is L_i (sink
+/// included); a row with no visible key has O = 0 and LSE = t[h]. The backward returns
+/// d t[h] = -sum_i exp(t[h] - L_i) D_i over every row i of head h (all batches), with
+/// D_i = rowsum(dO_i * O_i); dQ, dK and dV follow from L_i as without sinks.
 struct AttentionSpec {
   DType dtype = DType::bf16;
   int head_dim_qk = 0;
@@ -146,6 +154,7 @@ struct AttentionSpec {
   TileShape tiles;
   bool softcap = false;  ///< logit soft-capping, s <- cap * tanh(s / cap)
   bool alibi = false;    ///< ALiBi, s <- s + slope[h] * (j - (i + Sk - Sq))
+  bool sinks = false;    ///< a learnable sink logit per query head joins each softmax row
   /// Packed batches (spec text `varlen=true` for separate, `varlen=shared`): q [total_q, H, D],
   /// k and v [total_k, Hkv, D], o [total_q, H, Dv], lse [H, total_q], with the sequence
   /// boundaries cu_seqlens_q/k as launch arguments (VarlenArgs), so a new batch composition
@@ -158,8 +167,8 @@ struct AttentionSpec {
 
 /// Canonical text form, e.g.
 /// `dtype=bf16 head_dim_qk=128 head_dim_v=128 mask=causal softcap=false alibi=false
-/// return_lse=false direction=forward deterministic=false target=auto tiles=auto`, with
-/// ` varlen=true` or ` varlen=shared` at the end for a packed batch (absent when false).
+/// sinks=false return_lse=false direction=forward deterministic=false target=auto tiles=auto`,
+/// with ` varlen=true` or ` varlen=shared` at the end for a packed batch (absent when false).
 /// A predicate's MaskSpec::scalars are printed in place of their slots (`q-k<256`), so
 /// parse_spec(to_string(s)) == s for every spec (a predicate in canonical text, which has no
 /// spaces: parse_spec and canonicalize put it so).

@@ -83,7 +83,9 @@ struct VarlenArgs {
 /// Score modifiers (AttentionSpec::softcap / alibi): softcap is the cap, a finite value > 0
 /// when the spec has softcap=true and 0 otherwise; alibi_slopes is fp32 [H] (one slope per
 /// query head), contiguous, in device memory, when the spec has alibi=true and empty
-/// otherwise. Both are launch arguments: changing them never recompiles.
+/// otherwise. sinks (AttentionSpec::sinks) likewise: fp32 [H] sink logits, one per query head,
+/// contiguous and 4-byte aligned in device memory, when the spec has sinks=true and empty
+/// otherwise. All are launch arguments: changing them never recompiles.
 struct ForwardArgs {
   TensorView q, k, v, o;
   TensorView lse;
@@ -96,6 +98,7 @@ struct ForwardArgs {
   bool validate_mask = false;
   float softcap = 0.0f;     ///< softcap=true: the cap (> 0); otherwise 0
   TensorView alibi_slopes;  ///< alibi=true: fp32 [H]; otherwise empty
+  TensorView sinks;         ///< sinks=true: fp32 [H] sink logits; otherwise empty
   PredicateArgs predicate;  ///< mask=predicate only
   Workspace workspace;      ///< scratch memory; empty: stream-ordered allocation
   /// varlen=true only: the packed batch's boundaries. q [total_q, H, D], k [total_k, Hkv, D],
@@ -108,8 +111,9 @@ struct ForwardArgs {
 /// v [B, Sk, Hkv, Dv], o and d_o [B, Sq, H, Dv]; lse [B, H, Sq] fp32 as the forward pass
 /// returned it (return_lse=true). Outputs, same dtype as q: d_q like q, d_k like k, d_v like v
 /// (for GQA each KV head's gradient is the sum over its query heads). The mask arguments,
-/// the softmax scale and the score modifiers' arguments (as in ForwardArgs) must be those of
-/// the forward pass.
+/// the softmax scale, the score modifiers' arguments and the sinks (as in ForwardArgs) must be
+/// those of the forward pass. With sinks=true, d_sinks (fp32 [H], contiguous, 4-byte aligned)
+/// receives the sinks' gradient: written whole by every call, never accumulated into.
 struct BackwardArgs {
   TensorView q, k, v, o, d_o;
   TensorView lse;
@@ -122,6 +126,8 @@ struct BackwardArgs {
   bool validate_mask = false;
   float softcap = 0.0f;     ///< softcap=true: the cap (> 0); otherwise 0
   TensorView alibi_slopes;  ///< alibi=true: fp32 [H]; otherwise empty
+  TensorView sinks;         ///< sinks=true: fp32 [H], the forward's; otherwise empty
+  TensorView d_sinks;       ///< sinks=true: fp32 [H] output, the sinks' gradient; otherwise empty
   PredicateArgs predicate;  ///< mask=predicate only: those of the forward pass
   Workspace workspace;      ///< scratch memory; empty: stream-ordered allocation
   VarlenArgs varlen;        ///< varlen=true only: those of the forward pass

@@ -24,7 +24,7 @@ struct attnjit_launch {
   attnjit::ForwardArgs forward;
   attnjit::BackwardArgs backward_args;
   std::array<bool, ATTNJIT_SLOT_COUNT> present{};
-  int slot_count = ATTNJIT_SLOT_COUNT;  ///< as prepared: ATTNJIT_SLOT_COUNT or _PADDED
+  int slot_count = ATTNJIT_SLOT_COUNT;  ///< as prepared: ATTNJIT_SLOT_COUNT, _VARLEN or _PADDED
   int predicate_tensors = 0;
   int device = -1;
   std::size_t workspace_bytes = 0;  ///< what a run takes at the prepared shapes
@@ -37,16 +37,17 @@ using attnjit::c_api::require;
 using attnjit::c_api::to_view;
 
 constexpr std::array<std::string_view, ATTNJIT_SLOT_COUNT> kSlotNames = {
-    "q",   "k",   "v",   "o",   "lse",          "startend_row_indices", "alibi_slopes",
-    "d_o", "d_q", "d_k", "d_v", "cu_seqlens_q", "cu_seqlens_k",         "seqused_k"};
+    "q",     "k",      "v",   "o",   "lse",          "startend_row_indices", "alibi_slopes",
+    "d_o",   "d_q",    "d_k", "d_v", "cu_seqlens_q", "cu_seqlens_k",         "seqused_k",
+    "sinks", "d_sinks"};
 constexpr std::array kVarlenSlots = {ATTNJIT_SLOT_CU_SEQLENS_Q, ATTNJIT_SLOT_CU_SEQLENS_K,
                                      ATTNJIT_SLOT_SEQUSED_K};
 constexpr std::array kGradientSlots = {ATTNJIT_SLOT_D_O, ATTNJIT_SLOT_D_Q, ATTNJIT_SLOT_D_K,
-                                       ATTNJIT_SLOT_D_V};
+                                       ATTNJIT_SLOT_D_V, ATTNJIT_SLOT_D_SINKS};
 
 /// The TensorView of a slot: empty for rank 0 (absent) and for a slot past `count` (a launch
-/// prepared with ATTNJIT_SLOT_COUNT_PADDED slots), and an Error naming the slot when a required
-/// one is absent.
+/// prepared with one of the older counts), and an Error naming the slot when a required one is
+/// absent.
 attnjit::TensorView slot_view(const attnjit_tensor* tensors, int count, int slot, bool required) {
   const attnjit_tensor absent{};
   const attnjit_tensor& tensor = slot < count ? tensors[slot] : absent;
@@ -70,9 +71,11 @@ void check_device(int device) {
 }
 
 /// Copies a run's pointer of `slot` into `view` when the slot is present; an absent slot takes
-/// none. `slot` must be below the count the launch was prepared with.
-void bind(attnjit::TensorView& view, const bool* present_slots, void* const* data_slots, int slot) {
-  const bool present = present_slots[slot];
+/// none, and a slot past the count the launch was prepared with has no pointer in `data_slots`.
+void bind(attnjit::TensorView& view, const attnjit_launch& launch, void* const* data_slots,
+          int slot) {
+  if (slot >= launch.slot_count) return;
+  const bool present = launch.present[static_cast<std::size_t>(slot)];
   void* const data = data_slots[slot];
   if (present) {
     std::int64_t elements = 1;
@@ -113,6 +116,7 @@ void bind_shared(Args& args, const attnjit_tensor* tensors, int count, bool lse_
   args.lse = slot_view(tensors, count, ATTNJIT_SLOT_LSE, lse_required);
   args.startend_row_indices = slot_view(tensors, count, ATTNJIT_SLOT_STARTEND_ROW_INDICES, false);
   args.alibi_slopes = slot_view(tensors, count, ATTNJIT_SLOT_ALIBI_SLOPES, false);
+  args.sinks = slot_view(tensors, count, ATTNJIT_SLOT_SINKS, false);
   args.softmax_scale = scalars.softmax_scale;
   args.window_left = scalars.window_left;
   args.window_right = scalars.window_right;
@@ -132,20 +136,18 @@ void bind_shared(Args& args, const attnjit_tensor* tensors, int count, bool lse_
 template <class Args>
 void bind_run(Args& args, const attnjit_launch& launch, void* const* data, void* workspace,
               std::size_t workspace_bytes) {
-  const bool* present = launch.present.data();
   for (const auto& [view, slot] : {std::pair{&args.q, ATTNJIT_SLOT_Q},
                                    {&args.k, ATTNJIT_SLOT_K},
                                    {&args.v, ATTNJIT_SLOT_V},
                                    {&args.o, ATTNJIT_SLOT_O},
                                    {&args.lse, ATTNJIT_SLOT_LSE},
                                    {&args.startend_row_indices, ATTNJIT_SLOT_STARTEND_ROW_INDICES},
-                                   {&args.alibi_slopes, ATTNJIT_SLOT_ALIBI_SLOPES}}) {
-    bind(*view, present, data, slot);
-  }
-  if (launch.slot_count == ATTNJIT_SLOT_COUNT) {
-    bind(args.varlen.cu_seqlens_q, present, data, ATTNJIT_SLOT_CU_SEQLENS_Q);
-    bind(args.varlen.cu_seqlens_k, present, data, ATTNJIT_SLOT_CU_SEQLENS_K);
-    bind(args.varlen.seqused_k, present, data, ATTNJIT_SLOT_SEQUSED_K);
+                                   {&args.alibi_slopes, ATTNJIT_SLOT_ALIBI_SLOPES},
+                                   {&args.varlen.cu_seqlens_q, ATTNJIT_SLOT_CU_SEQLENS_Q},
+                                   {&args.varlen.cu_seqlens_k, ATTNJIT_SLOT_CU_SEQLENS_K},
+                                   {&args.varlen.seqused_k, ATTNJIT_SLOT_SEQUSED_K},
+                                   {&args.sinks, ATTNJIT_SLOT_SINKS}}) {
+    bind(*view, launch, data, slot);
   }
   for (int i = 0; i < launch.predicate_tensors; ++i) {
     args.predicate.tensors[static_cast<std::size_t>(i)].tensor.data = data[launch.slot_count + i];
@@ -161,18 +163,22 @@ void prepare(const attnjit_kernel* kernel, const attnjit_tensor* tensors, int te
   require(out != nullptr, "out", "a pointer to an attnjit_launch* to fill");
   require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
   require(tensors != nullptr, "tensors", "ATTNJIT_SLOT_COUNT tensor descriptors");
-  if (varlen && tensor_count != ATTNJIT_SLOT_COUNT) {
-    attnjit::throw_field_error("tensor_count", std::to_string(tensor_count),
-                               fmt::format("{} (ATTNJIT_SLOT_COUNT: a packed batch's launch "
-                                           "takes the cu_seqlens slots)",
-                                           int{ATTNJIT_SLOT_COUNT}));
-  }
-  if (tensor_count != ATTNJIT_SLOT_COUNT && tensor_count != ATTNJIT_SLOT_COUNT_PADDED) {
+  if (varlen && tensor_count != ATTNJIT_SLOT_COUNT && tensor_count != ATTNJIT_SLOT_COUNT_VARLEN) {
     attnjit::throw_field_error(
         "tensor_count", std::to_string(tensor_count),
-        fmt::format("{} (ATTNJIT_SLOT_COUNT), or {} (ATTNJIT_SLOT_COUNT_PADDED: the slots "
-                    "before the packed batches' ones)",
-                    int{ATTNJIT_SLOT_COUNT}, int{ATTNJIT_SLOT_COUNT_PADDED}));
+        fmt::format("{} (ATTNJIT_SLOT_COUNT) or {} (ATTNJIT_SLOT_COUNT_VARLEN: the slots before "
+                    "the sinks' ones); a packed batch's launch takes the cu_seqlens slots",
+                    int{ATTNJIT_SLOT_COUNT}, int{ATTNJIT_SLOT_COUNT_VARLEN}));
+  }
+  if (tensor_count != ATTNJIT_SLOT_COUNT && tensor_count != ATTNJIT_SLOT_COUNT_VARLEN &&
+      tensor_count != ATTNJIT_SLOT_COUNT_PADDED) {
+    attnjit::throw_field_error(
+        "tensor_count", std::to_string(tensor_count),
+        fmt::format("{} (ATTNJIT_SLOT_COUNT), {} (ATTNJIT_SLOT_COUNT_VARLEN: the slots before "
+                    "the sinks' ones) or {} (ATTNJIT_SLOT_COUNT_PADDED: the slots before the "
+                    "packed batches' ones)",
+                    int{ATTNJIT_SLOT_COUNT}, int{ATTNJIT_SLOT_COUNT_VARLEN},
+                    int{ATTNJIT_SLOT_COUNT_PADDED}));
   }
   check_device(device);
   const attnjit::AttentionSpec& spec = kernel->kernel.spec();
@@ -216,6 +222,7 @@ void prepare(const attnjit_kernel* kernel, const attnjit_tensor* tensors, int te
     args.d_q = slot_view(tensors, tensor_count, ATTNJIT_SLOT_D_Q, true);
     args.d_k = slot_view(tensors, tensor_count, ATTNJIT_SLOT_D_K, true);
     args.d_v = slot_view(tensors, tensor_count, ATTNJIT_SLOT_D_V, true);
+    args.d_sinks = slot_view(tensors, tensor_count, ATTNJIT_SLOT_D_SINKS, false);
   } else {
     for (int slot : kGradientSlots) {
       if (launch->present[slot]) {
@@ -297,14 +304,14 @@ int attnjit_launch_run_workspace(const attnjit_launch* launch, void* const* data
                                  fmt::format("{} ({} slots and {} predicate tensors)", expected,
                                              launch->slot_count, launch->predicate_tensors));
     }
-    const bool* present = launch->present.data();
     if (launch->backward) {
       attnjit::BackwardArgs args = launch->backward_args;
       bind_run(args, *launch, data, workspace, workspace_bytes);
-      bind(args.d_o, present, data, ATTNJIT_SLOT_D_O);
-      bind(args.d_q, present, data, ATTNJIT_SLOT_D_Q);
-      bind(args.d_k, present, data, ATTNJIT_SLOT_D_K);
-      bind(args.d_v, present, data, ATTNJIT_SLOT_D_V);
+      bind(args.d_o, *launch, data, ATTNJIT_SLOT_D_O);
+      bind(args.d_q, *launch, data, ATTNJIT_SLOT_D_Q);
+      bind(args.d_k, *launch, data, ATTNJIT_SLOT_D_K);
+      bind(args.d_v, *launch, data, ATTNJIT_SLOT_D_V);
+      bind(args.d_sinks, *launch, data, ATTNJIT_SLOT_D_SINKS);
       // The device after the arguments: a bad pointer is the caller's error on any machine.
       const attnjit::runtime::DeviceScope scope(launch->device);
       launch->kernel.backward(args, stream);
@@ -314,7 +321,7 @@ int attnjit_launch_run_workspace(const attnjit_launch* launch, void* const* data
       // The backward's slots are absent (prepare refused them): their pointers must be NULL.
       for (int slot : kGradientSlots) {
         attnjit::TensorView unused;
-        bind(unused, present, data, slot);
+        bind(unused, *launch, data, slot);
       }
       const attnjit::runtime::DeviceScope scope(launch->device);
       launch->kernel.forward(args, stream);

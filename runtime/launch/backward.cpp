@@ -1,12 +1,15 @@
 // Kernel::backward: checks the tensors against the spec, fills BwdParams and launches the
-// plan (runtime/plan_launch): the mask's tables and CTA orders, preprocess, main kernel,
-// deterministic dQ kernel or dQ conversion, and the GQA reduction of dK/dV.
+// plan (runtime/plan_launch): the mask's tables and CTA orders, preprocess, the sinks' gradient,
+// main kernel, deterministic dQ kernel or dQ conversion, and the GQA reduction of dK/dV.
 #include <fmt/format.h>
+
+#include <cstdint>
 
 #include "attnjit/common/params.cuh"
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
 #include "runtime/jit/debug_mode.hpp"
+#include "runtime/jit/driver.hpp"
 #include "runtime/jit/kernel_set.hpp"
 #include "runtime/launch/launch_support.hpp"
 #include "runtime/launch/plan_launch.hpp"
@@ -26,6 +29,7 @@ BwdParams make_params(const detail::KernelSet& set, const BackwardArgs& a, const
   p.d_q = a.d_q.data;
   p.d_k = a.d_k.data;
   p.d_v = a.d_v.data;
+  p.d_sinks = static_cast<float*>(a.d_sinks.data);
   detail::set_strides(a.d_o, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
   detail::set_strides(a.d_q, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
   detail::set_strides(a.d_k, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
@@ -60,8 +64,17 @@ void Kernel::backward(const BackwardArgs& args, Stream stream_handle) const {
   const BackwardArgs& a = packed ? *packed : args;
   const Shapes s = checked_shapes(set, a);
   BwdParams params = make_params(set, a, s);
-  if (s.batch == 0 || s.heads == 0 || (s.seqlen_q == 0 && s.seqlen_k == 0)) return;
   const CUstream stream = static_cast<CUstream>(stream_handle);
+  if (s.batch == 0 || s.heads == 0 || (s.seqlen_q == 0 && s.seqlen_k == 0)) {
+    // No row: the sinks' gradient is 0, and d_sinks is written by every call.
+    if (set.spec.sinks && s.heads > 0) {
+      runtime::check(runtime::driver().cuMemsetD32Async(
+                         static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(params.d_sinks)),
+                         0, static_cast<std::size_t>(s.heads), stream),
+                     "cuMemsetD32Async(d_sinks)");
+    }
+    return;
+  }
   detail::validate_intervals_on_request(a.validate_mask, set.spec.mask, a.startend_row_indices,
                                         s.seqlen_q, stream);
   const detail::VarlenCheck check(packed && (a.validate_mask || runtime::debug_mode()), stream);

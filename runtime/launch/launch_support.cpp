@@ -257,6 +257,51 @@ Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
 template Shapes check_args<ForwardArgs>(const AttentionSpec&, const ForwardArgs&, bool);
 template Shapes check_args<BackwardArgs>(const AttentionSpec&, const BackwardArgs&, bool);
 
+namespace {
+
+// How the messages of check_head_vector name a tensor of one fp32 value per query head.
+struct HeadVector {
+  std::string_view name;  ///< the field, e.g. `alibi_slopes`
+  std::string_view flag;  ///< the spec's key that asks for it, e.g. `alibi`
+  std::string_view what;  ///< what its values are, e.g. `one slope per query head`
+  std::string_view why;   ///< what compiling with the flag would do, e.g. `to add the bias`
+};
+
+// `t` (an fp32 [heads] tensor, contiguous, 4-byte aligned) when the spec's flag is set, else
+// absent. Throws Error naming the field, the value and what is accepted.
+void check_head_vector(const HeadVector& v, bool wanted, const TensorView& t, int heads) {
+  if (!wanted) {
+    if (!t.empty()) {
+      throw Error(fmt::format(
+          "{0}: given, but the spec has {1}=false; accepted: no {0} (compile with {1}=true {2})",
+          v.name, v.flag, v.why));
+    }
+    return;
+  }
+  if (t.data == nullptr) {
+    throw Error(
+        fmt::format("{}: missing; accepted: for {}=true an fp32 [{}] tensor ({}) in device memory",
+                    v.name, v.flag, heads, v.what));
+  }
+  if (t.dtype != ScalarType::fp32)
+    throw_field_error(fmt::format("{}.dtype", v.name), name_of(t.dtype), "fp32");
+  if (t.rank != 1) {
+    throw_field_error(fmt::format("{}.rank", v.name), std::to_string(t.rank),
+                      fmt::format("1 ([heads], {})", v.what));
+  }
+  check_same(fmt::format("{}.shape[0]", v.name), t.shape[0], heads, "heads of q");
+  if (t.shape[0] > 1 && t.stride[0] != 1) {
+    throw_field_error(fmt::format("{}.stride[0]", v.name), std::to_string(t.stride[0]),
+                      "1 (the tensor must be contiguous)");
+  }
+  if (reinterpret_cast<std::uintptr_t>(t.data) % 4 != 0) {
+    throw_field_error(fmt::format("{}.data", v.name), fmt::format("{}", t.data),
+                      "a 4-byte aligned address");
+  }
+}
+
+}  // namespace
+
 template <class Args>
 void check_score_mod_args(const AttentionSpec& spec, const Args& a, int heads) {
   if (spec.softcap) {
@@ -268,34 +313,15 @@ void check_score_mod_args(const AttentionSpec& spec, const Args& a, int heads) {
     throw_field_error("softcap", fmt::format("{}", a.softcap),
                       "0 (the spec has softcap=false; compile with softcap=true to cap scores)");
   }
-  const TensorView& t = a.alibi_slopes;
-  if (!spec.alibi) {
-    if (!t.empty()) {
-      throw Error(
-          "alibi_slopes: given, but the spec has alibi=false; accepted: no alibi_slopes "
-          "(compile with alibi=true to add the bias)");
-    }
-    return;
-  }
-  if (t.data == nullptr) {
-    throw Error(fmt::format(
-        "alibi_slopes: missing; accepted: for alibi=true an fp32 [{}] tensor (one slope per "
-        "query head) in device memory",
-        heads));
-  }
-  if (t.dtype != ScalarType::fp32)
-    throw_field_error("alibi_slopes.dtype", name_of(t.dtype), "fp32");
-  if (t.rank != 1) {
-    throw_field_error("alibi_slopes.rank", std::to_string(t.rank),
-                      "1 ([heads], one slope per query head)");
-  }
-  check_same("alibi_slopes.shape[0]", t.shape[0], heads, "heads of q");
-  if (t.shape[0] > 1 && t.stride[0] != 1) {
-    throw_field_error("alibi_slopes.stride[0]", std::to_string(t.stride[0]),
-                      "1 (the tensor must be contiguous)");
-  }
-  if (reinterpret_cast<std::uintptr_t>(t.data) % 4 != 0) {
-    throw_field_error("alibi_slopes.data", fmt::format("{}", t.data), "a 4-byte aligned address");
+  check_head_vector({"alibi_slopes", "alibi", "one slope per query head", "to add the bias"},
+                    spec.alibi, a.alibi_slopes, heads);
+  check_head_vector({"sinks", "sinks", "one sink logit per query head", "to add sink logits"},
+                    spec.sinks, a.sinks, heads);
+  if constexpr (std::is_same_v<Args, BackwardArgs>) {
+    constexpr std::string_view kGradient =
+        "the sinks' gradient, one per query head, written by the backward";
+    check_head_vector({"d_sinks", "sinks", kGradient, "to return the sinks' gradient"}, spec.sinks,
+                      a.d_sinks, heads);
   }
 }
 

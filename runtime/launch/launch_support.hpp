@@ -27,9 +27,10 @@ struct Shapes {
 template <class Args>
 Shapes check_args(const AttentionSpec& spec, const Args& args, bool lse_required);
 
-/// Checks softcap and alibi_slopes of `args` against the spec's softcap/alibi flags: a
-/// finite cap > 0 with softcap=true, else 0; an fp32 [heads] contiguous tensor with
-/// alibi=true, else none. Throws Error naming the field, the value and what is accepted.
+/// Checks softcap, alibi_slopes and sinks (and a backward's d_sinks) of `args` against the
+/// spec's softcap/alibi/sinks flags: a finite cap > 0 with softcap=true, else 0; fp32 [heads]
+/// contiguous, 4-byte aligned tensors with alibi=true, resp. sinks=true, else none. Throws
+/// Error naming the field, the value and what is accepted.
 template <class Args>
 void check_score_mod_args(const AttentionSpec& spec, const Args& args, int heads);
 
@@ -110,6 +111,7 @@ void fill_common_params(Params& p, const AttentionSpec& spec, const Args& a, con
   p.softcap_exp2 = a.softcap > 0.f ? 2.f * p.scale_log2 / a.softcap : 0.f;
   p.softcap_log2 = a.softcap * 1.4426950408889634f;
   p.alibi_slopes = static_cast<const float*>(a.alibi_slopes.data);
+  p.sinks = static_cast<const float*>(a.sinks.data);
 }
 
 /// `args` with the spec's predicate literals as its scalars (Kernel::predicate_scalars), when

@@ -97,6 +97,12 @@ void check_gradients(const Case& c, const BackwardData& data, bool deterministic
   CHECK(dq.passed);
   CHECK(dk.passed);
   CHECK(dv.passed);
+  if (c.spec.sinks) {
+    const testing::Comparison d_sinks = testing::compare_gradient(
+        "d_sinks", got.d_sinks, ref.d_sinks, ref.d_sinks_lowp, dtype, ref.d_sinks_cancellation);
+    INFO(d_sinks.summary);
+    CHECK(d_sinks.passed);
+  }
 }
 
 void check_run(const BackwardRun& run, const BackwardData& data) {
@@ -114,6 +120,7 @@ void check_repeatable(const Case& c, const BackwardData& data, int repeats) {
     CHECK(same_bits(again.dq, first.dq));
     CHECK(same_bits(again.dk, first.dk));
     CHECK(same_bits(again.dv, first.dv));
+    CHECK(same_bits(again.d_sinks, first.d_sinks));
   }
 }
 

@@ -62,6 +62,7 @@ BackwardArgs backward_args_of(const ForwardArgs& fwd) {
   bwd.validate_mask = fwd.validate_mask;
   bwd.softcap = fwd.softcap;
   bwd.alibi_slopes = fwd.alibi_slopes;
+  bwd.sinks = fwd.sinks;
   bwd.predicate = fwd.predicate;
   bwd.varlen = fwd.varlen;
   return bwd;
@@ -267,31 +268,36 @@ std::string Case::describe() const {
   }
   return fmt::format(
       "{} | B={} H={} Hkv={} Sq={} Sk={} window=({},{}) mask_heads={} vectors_offset={} "
-      "padded={} seed={} run_seed={} softcap={} alibi_slopes=[{}]{}",
+      "padded={} seed={} run_seed={} softcap={} alibi_slopes=[{}] sinks=[{}]{}",
       to_string(spec), batch, heads, kv_heads, seqlen_q, seqlen_k, window_left, window_right,
       intervals ? intervals->heads : 0, intervals_offset, padded_strides, seed, run_seed(),
-      score_mod.softcap, fmt::join(score_mod.alibi_slopes, ", "), inputs);
+      score_mod.softcap, fmt::join(score_mod.alibi_slopes, ", "), fmt::join(sinks, ", "), inputs);
 }
 
 namespace {
 
-// The slopes on the device (empty without ALiBi) and the arguments that name them.
+// The slopes and the sinks on the device (each empty without its flag) and the arguments that
+// name them.
 struct DeviceScoreMod {
-  runtime::DeviceBuffer slopes;
+  runtime::DeviceBuffer slopes, sinks;
   float softcap = 0;
-  TensorView slopes_view;
+  TensorView slopes_view, sinks_view;
 };
+
+// `values` as an fp32 [size] device tensor in `buffer`; an empty view for none.
+TensorView upload_vector(const std::vector<float>& values, runtime::DeviceBuffer& buffer) {
+  if (values.empty()) return {};
+  buffer = runtime::DeviceBuffer(values.size() * 4);
+  buffer.upload(values.data(), values.size() * 4);
+  return contiguous_view(buffer.data(), ScalarType::fp32,
+                         {static_cast<std::int64_t>(values.size())});
+}
 
 DeviceScoreMod upload_score_mod(const Case& c) {
   DeviceScoreMod out;
   out.softcap = c.score_mod.softcap;
-  const std::vector<float>& slopes = c.score_mod.alibi_slopes;
-  if (!slopes.empty()) {
-    out.slopes = runtime::DeviceBuffer(slopes.size() * 4);
-    out.slopes.upload(slopes.data(), slopes.size() * 4);
-    out.slopes_view = contiguous_view(out.slopes.data(), ScalarType::fp32,
-                                      {static_cast<std::int64_t>(slopes.size())});
-  }
+  out.slopes_view = upload_vector(c.score_mod.alibi_slopes, out.slopes);
+  out.sinks_view = upload_vector(c.sinks, out.sinks);
   return out;
 }
 
@@ -365,6 +371,7 @@ Outputs run_on_gpu(const Case& c, const Inputs& in, bool reference_kernel) {
   const DeviceScoreMod score_mod = upload_score_mod(c);
   args.softcap = score_mod.softcap;
   args.alibi_slopes = score_mod.slopes_view;
+  args.sinks = score_mod.sinks_view;
   if (c.intervals) {
     const dsl::IntervalVectors& m = *c.intervals;
     std::vector<std::int32_t> shifted(c.intervals_offset, -1);
@@ -409,6 +416,7 @@ testing::Problem problem_of(const Case& c, std::optional<PredicateEvaluator>& ev
   p.mask.window_right = c.window_right;
   p.mask.intervals = c.intervals ? &*c.intervals : nullptr;
   p.score_mod = c.score_mod;
+  p.sinks = c.sinks;
   if (c.spec.mask.kind == MaskKind::predicate) {
     evaluator.emplace(parse_predicate(c.spec.mask.predicate), c.predicate);
     p.mask.predicate = &*evaluator;
@@ -479,6 +487,7 @@ BackwardOutputs run_backward_on_gpu(const Case& c, const Inputs& in, const std::
   fwd.window_right = c.window_right;
   fwd.softcap = score_mod.softcap;
   fwd.alibi_slopes = score_mod.slopes_view;
+  fwd.sinks = score_mod.sinks_view;
   const DevicePredicate predicate = upload_predicate(c);
   fwd.predicate = predicate.args;
   const std::vector<AttentionSpec> specs = backward_specs(c, deterministic);
@@ -491,6 +500,14 @@ BackwardOutputs run_backward_on_gpu(const Case& c, const Inputs& in, const std::
   bwd.d_q = grad_q.view;
   bwd.d_k = grad_k.view;
   bwd.d_v = grad_v.view;
+  // The sinks' gradient lands in a poisoned buffer: every value must be written.
+  runtime::DeviceBuffer grad_sinks;
+  if (!c.sinks.empty()) {
+    grad_sinks = runtime::DeviceBuffer(c.sinks.size() * 4);
+    grad_sinks.fill_bytes(kPoison);
+    bwd.d_sinks = contiguous_view(grad_sinks.data(), ScalarType::fp32,
+                                  {static_cast<std::int64_t>(c.sinks.size())});
+  }
   const jit::Kernel backward = jit::compile(specs[1]);
   note_rows(backward, KernelRole::backward, c.expect_row);
   backward.backward(bwd, nullptr);
@@ -504,6 +521,10 @@ BackwardOutputs run_backward_on_gpu(const Case& c, const Inputs& in, const std::
   out.padding_intact = out.padding_intact && intact;
   out.dv = download(grad_v, dtype, intact);
   out.padding_intact = out.padding_intact && intact;
+  if (!c.sinks.empty()) {
+    out.d_sinks.resize(c.sinks.size());
+    grad_sinks.download(out.d_sinks.data(), out.d_sinks.size() * 4);
+  }
   return out;
 }
 
@@ -679,7 +700,7 @@ testing::Features features(const Case& c) {
       fmt::format("dtype={}", name_of(c.spec.dtype)),
       fmt::format("head_dim={}/{}", c.spec.head_dim_qk, c.spec.head_dim_v),
       fmt::format("mask={} window=({},{})", to_string(c.spec.mask), c.window_left, c.window_right),
-      fmt::format("softcap={} alibi={}", c.spec.softcap, c.spec.alibi),
+      fmt::format("softcap={} alibi={} sinks={}", c.spec.softcap, c.spec.alibi, c.spec.sinks),
       fmt::format("target={} tiles={}", name_of(c.spec.target), to_string(c.spec.tiles)),
       fmt::format("shape={}x{}x{}/{}x{}", c.batch, c.seqlen_q, c.heads, c.kv_heads, c.seqlen_k),
       fmt::format("padded={}", c.padded_strides)};

@@ -49,6 +49,8 @@ struct Case {
   /// The score modifiers' runtime arguments; their flags in `spec` must match (softcap > 0
   /// iff spec.softcap, slopes given iff spec.alibi).
   testing::ScoreModRef score_mod;
+  /// The sink logits, one per query head, given iff spec.sinks (testing::Problem::sinks).
+  std::vector<float> sinks;
   /// The kernel-registry row the case must run (its forward kernel, or the backward main kernel
   /// in run_backward_on_gpu), e.g. "backward.sm90a"; empty: select_tiles' choice.
   std::string expect_row;
@@ -68,9 +70,8 @@ dsl::IntervalVectors four_column_intervals(
     int seqlen, const std::function<std::array<std::int32_t, 4>(int)>& per_key);
 
 /// The backward arguments a forward launch's `fwd` fixes: q, k, v, o and lse, the mask
-/// arguments, the softmax scale, the score modifiers' arguments, validate_mask and a packed
-/// batch's boundaries (varlen); the caller
-/// binds d_o, d_q, d_k and d_v.
+/// arguments, the softmax scale, the score modifiers' arguments, the sinks, validate_mask and a
+/// packed batch's boundaries (varlen); the caller binds d_o, d_q, d_k, d_v (and d_sinks).
 BackwardArgs backward_args_of(const ForwardArgs& fwd);
 
 /// A predicate mask case with LSE: the literals of `text` lifted into scalar slots (the spec
@@ -112,6 +113,7 @@ Outputs run_on_gpu(const Case& c, const Inputs& inputs, bool reference_kernel = 
 /// stayed untouched.
 struct BackwardOutputs {
   std::vector<float> dq, dk, dv;
+  std::vector<float> d_sinks;  ///< [H] with sinks (written over a poisoned buffer), else empty
   bool padding_intact = true;
 };
 

@@ -64,6 +64,15 @@ void check_problem(std::string_view function, const Problem& p, std::span<const 
       throw_field_error("score_mod.alibi_slopes", fmt::to_string(slope), "finite numbers");
     }
   }
+  if (!p.sinks.empty() && p.sinks.size() != static_cast<std::size_t>(p.heads)) {
+    throw_field_error("sinks size", fmt::to_string(p.sinks.size()),
+                      fmt::format("0 or heads ({})", p.heads));
+  }
+  for (const float sink : p.sinks) {
+    if (std::isnan(sink) || sink == std::numeric_limits<float>::infinity()) {
+      throw_field_error("sinks", fmt::to_string(sink), "finite numbers or -inf");
+    }
+  }
   const auto b = static_cast<std::size_t>(p.batch);
   check_size(function, "q", q.size(), b * p.seqlen_q * p.heads * p.head_dim, "B*Sq*H*D");
   check_size(function, "k", k.size(), b * p.seqlen_k * p.kv_heads * p.head_dim, "B*Sk*Hkv*D");
@@ -152,9 +161,9 @@ VisibleKeys visible_keys(const Problem& p, int b, int h, int i, std::span<std::u
 }
 
 RowExp exponentiate_row(std::span<const std::uint8_t> visible, VisibleKeys keys,
-                        std::span<double> s, std::span<float> s_low) {
-  RowExp row{kNegInf, 0, 0};
-  float max_low = -std::numeric_limits<float>::infinity();
+                        std::span<double> s, std::span<float> s_low, double sink) {
+  RowExp row{sink, 0, 0, 0, 0};
+  float max_low = static_cast<float>(sink);
   for (int j = keys.first; j <= keys.last; ++j) {
     if (!visible[j]) continue;
     row.max = std::max(row.max, s[j]);
@@ -167,7 +176,17 @@ RowExp exponentiate_row(std::span<const std::uint8_t> visible, VisibleKeys keys,
     row.sum += s[j];
     row.sum_low += s_low[j];
   }
+  if (sink != kNegInf) {
+    row.sink = std::exp(sink - row.max);
+    row.sink_low = std::exp(static_cast<float>(sink) - max_low);
+    row.sum += row.sink;
+    row.sum_low += row.sink_low;
+  }
   return row;
+}
+
+double sink_of(const Problem& p, int h) {
+  return p.sinks.empty() ? kNegInf : static_cast<double>(p.sinks[h]);
 }
 
 namespace {
@@ -202,7 +221,7 @@ void attend_head(const Problem& p, std::span<const float> q, std::span<const flo
     const VisibleKeys keys = visible_keys(p, b, h, i, visible);
     const int first = keys.first, last = keys.last;
     if (last < 0) {
-      ref.lse[lse_index] = kNegInf;
+      ref.lse[lse_index] = sink_of(p, h);
       continue;  // out and out_lowp stay 0
     }
     const auto q_row =
@@ -223,8 +242,10 @@ void attend_head(const Problem& p, std::span<const float> q, std::span<const flo
       s[j] = modified_score(p, h, i, j, s[j] * p.softmax_scale);
       s_low[j] = static_cast<float>(modified_score(p, h, i, j, s_low[j] * p.softmax_scale));
     }
-    const auto [max_score, sum, sum_low] = exponentiate_row(visible, keys, s, s_low);
-    ref.lse[lse_index] = max_score + std::log(sum);
+    const RowExp row = exponentiate_row(visible, keys, s, s_low, sink_of(p, h));
+    const double sum = row.sum;
+    const float sum_low = row.sum_low;
+    ref.lse[lse_index] = row.max + std::log(sum);
     std::fill(acc.begin(), acc.end(), 0.0);
     std::fill(acc_low.begin(), acc_low.end(), 0.0f);
     for (int j = first; j <= last; ++j) {

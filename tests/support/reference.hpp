@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -55,12 +56,17 @@ struct Problem {
   DType dtype = DType::bf16;
   MaskRef mask;
   ScoreModRef score_mod;
+  /// Sink logits (AttentionSpec::sinks), [heads] or empty for none: t[h] joins each row's
+  /// softmax denominator with no value, L = log(sum_j exp(s_j) + exp(t[h])); a row with no
+  /// visible key has O = 0 and LSE = t[h].
+  std::vector<float> sinks;
 };
 
 /// What the reference computes.
 struct Reference {
   std::vector<double> out;  ///< [B, Sq, H, Dv], exact float64 attention
-  std::vector<double> lse;  ///< [B, H, Sq], natural log; -inf for rows with no visible key
+  /// [B, H, Sq], natural log; -inf for rows with no visible key (the sink's logit with sinks)
+  std::vector<double> lse;
   /// [B, Sq, H, Dv]: a plain low-precision implementation (fp32 scores and softmax, P rounded to
   /// the dtype, fp32 P·V, result rounded to the dtype); its error sets the tolerance.
   std::vector<float> out_lowp;
@@ -68,8 +74,8 @@ struct Reference {
 
 /// Attention forward of `p` on contiguous q [B, Sq, H, D], k [B, Sk, Hkv, D],
 /// v [B, Sk, Hkv, Dv] (values already representable in p.dtype). Rows with no visible key give
-/// O = 0 and LSE = -inf. Runs (batch, head) pairs on all hardware threads. Throws
-/// attnjit::Error for inconsistent shapes, sizes or mask.
+/// O = 0 and LSE = -inf (with sinks, the head's sink logit). Runs (batch, head) pairs on all
+/// hardware threads. Throws attnjit::Error for inconsistent shapes, sizes or mask.
 Reference reference_forward(const Problem& p, std::span<const float> q, std::span<const float> k,
                             std::span<const float> v);
 
@@ -80,7 +86,8 @@ void check_size(std::string_view function, std::string_view name, std::size_t go
 
 /// Throws attnjit::Error unless `p` is consistent (positive sizes, kv_heads dividing heads, a
 /// finite scale, valid flashmask vectors of the problem's shape, a finite softcap >= 0, none
-/// or `heads` finite ALiBi slopes) and q, k, v have its sizes; size errors name `function`.
+/// or `heads` finite ALiBi slopes, none or `heads` sink logits, finite or -inf) and q, k, v have
+/// its sizes; size errors name `function`.
 void check_problem(std::string_view function, const Problem& p, std::span<const float> q,
                    std::span<const float> k, std::span<const float> v);
 
@@ -102,15 +109,22 @@ struct VisibleKeys {
 VisibleKeys visible_keys(const Problem& p, int b, int h, int i, std::span<std::uint8_t> visible);
 
 /// One row's softmax numerators in float64 and in fp32: over the visible keys of [first, last],
-/// s[j] <- exp(s[j] - max s) and s_low[j] <- exp(s_low[j] - max s_low) (masked keys untouched).
-/// Returns the float64 maximum and both sums.
+/// s[j] <- exp(s[j] - m) and s_low[j] <- exp(s_low[j] - m_low) (masked keys untouched), m and
+/// m_low the maxima of the scores and `sink` (a sink logit, -inf for none). Returns the float64
+/// maximum m, both sums (the sink's term exp(sink - m) included) and the sink's terms.
 struct RowExp {
   double max = 0;
   double sum = 0;
   float sum_low = 0;
+  double sink = 0;     ///< exp(sink - m), 0 without a sink
+  float sink_low = 0;  ///< exp(sink - m_low) in fp32
 };
 RowExp exponentiate_row(std::span<const std::uint8_t> visible, VisibleKeys keys,
-                        std::span<double> s, std::span<float> s_low);
+                        std::span<double> s, std::span<float> s_low,
+                        double sink = -std::numeric_limits<double>::infinity());
+
+/// The sink logit of query head `h` of `p`: p.sinks[h], or -inf without sinks.
+double sink_of(const Problem& p, int h);
 
 /// Calls task(b, h) once for every (batch, query head) pair of `p`, spread over all hardware
 /// threads; returns when all calls have returned. Calls for different pairs run concurrently.

@@ -29,6 +29,10 @@ struct PerHeadGradients {
   std::vector<float> dk_lowp, dv_lowp;  ///< each rounded to the dtype
   /// Each head's bounds of Gradients::dq_cancellation and dk_cancellation, [B, H].
   std::vector<double> dq_cancellation, dk_cancellation;
+  /// With sinks, each (batch, head)'s share of Gradients::d_sinks, d_sinks_lowp and of the
+  /// bound d_sinks_cancellation, [B, H].
+  std::vector<double> d_sinks, d_sinks_bound;
+  std::vector<float> d_sinks_lowp;
 };
 
 /// The relative fp32 rounding of a sum over `terms` terms, as Gradients::dq_cancellation
@@ -70,8 +74,9 @@ std::vector<T> transposed_head(std::span<const float> x, int b, int rows, int h,
 /// contributions into its own slice of `heads`. Per row i with visible keys J, with m the
 /// score modifiers (modified_score) and m' their derivative:
 /// P = softmax(m(scale * q_i K_J^T)), dV_j += P_j dO_i, dP_j = dO_i . v_j, D = sum_j P_j dP_j,
-/// dS_j = P_j (dP_j - D) m'_j, dq_i = scale * sum_j dS_j k_j, dK_j += scale * dS_j q_i.
-/// Masked keys are skipped (their P is 0), so rows with no visible key leave everything 0.
+/// dS_j = P_j (dP_j - D) m'_j, dq_i = scale * sum_j dS_j k_j, dK_j += scale * dS_j q_i; with a
+/// sink t (in P's denominator), d t -= P_sink D. Masked keys are skipped (their P is 0), so rows
+/// with no visible key leave everything 0 (their O is 0, so D = 0).
 void backward_head(const Inputs& in, int b, int h, Gradients& out, PerHeadGradients& heads) {
   const Problem& p = in.p;
   const int sq = p.seqlen_q, sk = p.seqlen_k, d_qk = p.head_dim, d_v = p.head_dim_v;
@@ -93,6 +98,8 @@ void backward_head(const Inputs& in, int b, int h, Gradients& out, PerHeadGradie
   std::vector<double> dk_bound(sk, 0.0), magnitude(sk);
   double dq_bound = 0;
   const double rounding = fp32_sum_rounding(d_v);
+  const double unit_roundoff = p.dtype == DType::bf16 ? 0x1p-8 : 0x1p-11;
+  const double sink = sink_of(p, h);
   std::vector<std::uint8_t> visible(sk);
   std::vector<double> prob(sk), ds(sk), dq(d_qk), grad_mod(sk);
   std::vector<float> prob_low(sk), ds_low(sk), dq_low(d_qk), grad_mod_low(sk);
@@ -130,7 +137,7 @@ void backward_head(const Inputs& in, int b, int h, Gradients& out, PerHeadGradie
           modified_score(p, h, i, j, to_dtype(prob_low[j] * scale_low), &grad_low));
       grad_mod_low[j] = static_cast<float>(grad_low);
     }
-    const RowExp row = exponentiate_row(visible, keys, prob, prob_low);
+    const RowExp row = exponentiate_row(visible, keys, prob, prob_low, sink);
     const double sum = row.sum;
     const float sum_low = row.sum_low;
     double row_dot = 0;
@@ -148,6 +155,13 @@ void backward_head(const Inputs& in, int b, int h, Gradients& out, PerHeadGradie
     double q_max = 0;
     for (int j = first; j <= last; ++j) {
       if (visible[j]) row_magnitude += prob[j] * magnitude[j];
+    }
+    if (sink != -std::numeric_limits<double>::infinity()) {
+      const double sink_prob = row.sink / sum;
+      heads.d_sinks[head] -= sink_prob * row_dot;
+      heads.d_sinks_lowp[head] -= to_dtype(row.sink_low / sum_low) * row_dot_low;
+      // sum_d |dO_d O_d| <= sum_j P_j sum_d |dO_d v_jd|, the row's magnitude.
+      heads.d_sinks_bound[head] += sink_prob * (unit_roundoff + rounding) * row_magnitude;
     }
     for (int d = 0; d < d_qk; ++d) q_max = std::max(q_max, std::abs(static_cast<double>(q_row[d])));
     double dq_row_bound = 0;
@@ -242,7 +256,24 @@ Gradients reference_backward(const Problem& p, std::span<const float> q, std::sp
   const Inputs in{p, q, k, v, d_o};
   heads.dq_cancellation.assign(static_cast<std::size_t>(p.batch) * p.heads, 0.0);
   heads.dk_cancellation.assign(heads.dq_cancellation.size(), 0.0);
+  heads.d_sinks.assign(heads.dq_cancellation.size(), 0.0);
+  heads.d_sinks_bound.assign(heads.dq_cancellation.size(), 0.0);
+  heads.d_sinks_lowp.assign(heads.dq_cancellation.size(), 0.0f);
   for_each_head(p, [&](int b, int h) { backward_head(in, b, h, out, heads); });
+  if (!p.sinks.empty()) {
+    out.d_sinks.assign(p.heads, 0.0);
+    out.d_sinks_lowp.assign(p.heads, 0.0f);
+    for (int h = 0; h < p.heads; ++h) {
+      double bound = 0;
+      for (int b = 0; b < p.batch; ++b) {
+        const std::size_t n = static_cast<std::size_t>(b) * p.heads + h;
+        out.d_sinks[h] += heads.d_sinks[n];
+        out.d_sinks_lowp[h] += heads.d_sinks_lowp[n];
+        bound += heads.d_sinks_bound[n];
+      }
+      out.d_sinks_cancellation = std::max(out.d_sinks_cancellation, bound);
+    }
+  }
   // A key's dK adds the group's heads: their bounds add (at most the group times the largest).
   out.dq_cancellation =
       *std::max_element(heads.dq_cancellation.begin(), heads.dq_cancellation.end());

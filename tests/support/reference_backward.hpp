@@ -33,10 +33,21 @@ struct Gradients {
   /// bounds take these dS errors through dQ = scale dS K and dK = scale dS^T Q (a GQA group's
   /// heads added); compare_gradient adds them to its limit. Zero where no row sees a key.
   double dq_cancellation = 0, dk_cancellation = 0;
+  /// Sinks (Problem::sinks): d t[h] = -sum_i P_sink,i D_i over the rows of head h in every
+  /// batch, [H] in float64 (empty without sinks); the baseline sums each row's term, P_sink
+  /// rounded to the dtype times its D, in fp32.
+  std::vector<double> d_sinks;
+  std::vector<float> d_sinks_lowp;
+  /// What a correct kernel's d_sinks may carry: its D = rowsum(dO * O) reads O rounded to the
+  /// dtype and sums in fp32, off by up to (u + 4 sqrt(Dv) 2^-24) sum_d |dO_d O_d| per row (u the
+  /// dtype's unit roundoff), weighted by the row's P_sink and summed over the head's rows: the
+  /// largest over the heads.
+  double d_sinks_cancellation = 0;
 };
 
 /// Gradients of O = softmax(m(scale * Q K^T), masked as in reference_forward) V, m the score
-/// modifiers of p.score_mod (modified_score), for the upstream
+/// modifiers of p.score_mod (modified_score), with p.sinks in the denominators (and their
+/// gradient), for the upstream
 /// gradient d_o [B, Sq, H, Dv], with q, k, v laid out as for reference_forward (values
 /// representable in p.dtype). dK and dV of a KV head sum over its query heads. A row with no
 /// visible key contributes nothing: its dq is exactly 0. Runs (batch, head) pairs on all

@@ -301,8 +301,9 @@ TEST_CASE("the C ABI checks the counts of prepared launches", "[runtime][args]")
     CHECK(user_error(attnjit_launch_prepare(kernels.forward, slots.data(), count, nullptr, 0.f, -1,
                                             0, 0.f, -1, &launch)) ==
           "tensor_count: got '" + std::to_string(count) +
-              "'; accepted: 14 (ATTNJIT_SLOT_COUNT), or 11 (ATTNJIT_SLOT_COUNT_PADDED: the slots "
-              "before the packed batches' ones)");
+              "'; accepted: 16 (ATTNJIT_SLOT_COUNT), 14 (ATTNJIT_SLOT_COUNT_VARLEN: the slots "
+              "before the sinks' ones) or 11 (ATTNJIT_SLOT_COUNT_PADDED: the slots before the "
+              "packed batches' ones)");
     CHECK(launch == nullptr);
   }
   CHECK_THAT(user_error(attnjit_launch_prepare(kernels.forward, nullptr, ATTNJIT_SLOT_COUNT,
@@ -322,7 +323,7 @@ TEST_CASE("the C ABI checks the counts of prepared launches", "[runtime][args]")
   for (const int count : {INT32_MAX, ATTNJIT_SLOT_COUNT + 1, ATTNJIT_SLOT_COUNT - 1, -1}) {
     CHECK(user_error(attnjit_launch_run(launch, data.data(), count, nullptr)) ==
           "data_count: got '" + std::to_string(count) +
-              "'; accepted: 14 (14 slots and 0 predicate tensors)");
+              "'; accepted: 16 (16 slots and 0 predicate tensors)");
     CHECK(user_error(
               attnjit_launch_run_workspace(launch, data.data(), count, nullptr, SIZE_MAX, nullptr))
               .starts_with("data_count: got"));
@@ -336,6 +337,90 @@ TEST_CASE("the C ABI checks the counts of prepared launches", "[runtime][args]")
   CHECK_THAT(user_error(attnjit_launch_workspace_size(nullptr, &bytes)),
              Catch::StartsWith("launch: got 'NULL'"));
   attnjit_launch_release(launch);
+}
+
+TEST_CASE("the C ABI's prepared launches take the sinks' slots after the older ones",
+          "[runtime][args]") {
+  const Kernels kernels;  // the disk cache off
+  attnjit_kernel* forward = nullptr;
+  attnjit_kernel* backward = nullptr;
+  REQUIRE(attnjit_compile("dtype=bf16 head_dim=64 mask=causal sinks=true return_lse=true "
+                          "target=sm_80",
+                          &forward) == ATTNJIT_OK);
+  REQUIRE(attnjit_compile("dtype=bf16 head_dim=64 mask=causal sinks=true direction=backward "
+                          "target=sm_80",
+                          &backward) == ATTNJIT_OK);
+  const Tensors t;
+  attnjit_tensor sinks{};
+  sinks.data = reinterpret_cast<void*>(0xa0000);
+  sinks.dtype = ATTNJIT_FP32;
+  sinks.rank = 1;
+  sinks.shape[0] = 4;
+  sinks.stride[0] = 1;
+  std::array<attnjit_tensor, ATTNJIT_SLOT_COUNT> slots = t.forward_slots();
+  slots[ATTNJIT_SLOT_SINKS] = sinks;
+  const auto pointers = [](const std::array<attnjit_tensor, ATTNJIT_SLOT_COUNT>& s) {
+    std::array<void*, ATTNJIT_SLOT_COUNT> data{};
+    for (int i = 0; i < ATTNJIT_SLOT_COUNT; ++i) data[i] = s[i].rank == 0 ? nullptr : s[i].data;
+    return data;
+  };
+  attnjit_launch* launch = nullptr;
+
+  // A forward launch takes no d_sinks.
+  auto with_gradient = slots;
+  with_gradient[ATTNJIT_SLOT_D_SINKS] = sinks;
+  CHECK(user_error(attnjit_launch_prepare(forward, with_gradient.data(), ATTNJIT_SLOT_COUNT,
+                                          nullptr, 0.f, -1, 0, 0.f, -1, &launch)) ==
+        "tensors[15] (d_sinks): got 'a tensor'; accepted: rank 0 (absent) for a forward kernel");
+  CHECK(launch == nullptr);
+
+  // Every slot: the sinks' pointer is bound from the run.
+  REQUIRE(attnjit_launch_prepare(forward, slots.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f, -1, 0,
+                                 0.f, -1, &launch) == ATTNJIT_OK);
+  auto data = pointers(slots);
+  data[ATTNJIT_SLOT_SINKS] = nullptr;
+  CHECK(user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT, nullptr)) ==
+        "data[14] (sinks): got 'NULL'; accepted: the device pointer of the tensor the launch was "
+        "prepared with");
+  attnjit_launch_release(launch);
+
+  // The count before the sinks' slots: a caller written for it has no sinks to give.
+  REQUIRE(attnjit_launch_prepare(forward, slots.data(), ATTNJIT_SLOT_COUNT_VARLEN, nullptr, 0.f, -1,
+                                 0, 0.f, -1, &launch) == ATTNJIT_OK);
+  data = pointers(slots);
+  CHECK(user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT, nullptr)) ==
+        "data_count: got '16'; accepted: 14 (14 slots and 0 predicate tensors)");
+  CHECK(user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT_VARLEN, nullptr)) ==
+        "sinks: missing; accepted: for sinks=true an fp32 [4] tensor (one sink logit per query "
+        "head) in device memory");
+  attnjit_launch_release(launch);
+
+  // The backward's gradient slot.
+  slots[ATTNJIT_SLOT_D_O] = t.d_o;
+  slots[ATTNJIT_SLOT_D_Q] = t.d_q;
+  slots[ATTNJIT_SLOT_D_K] = t.d_k;
+  slots[ATTNJIT_SLOT_D_V] = t.d_v;
+  REQUIRE(attnjit_launch_prepare(backward, slots.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f, -1, 0,
+                                 0.f, -1, &launch) == ATTNJIT_OK);
+  data = pointers(slots);
+  CHECK(user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT, nullptr)) ==
+        "d_sinks: missing; accepted: for sinks=true an fp32 [4] tensor (the sinks' gradient, one "
+        "per query head, written by the backward) in device memory");
+  data[ATTNJIT_SLOT_D_SINKS] = sinks.data;
+  CHECK(user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT, nullptr)) ==
+        "data[15] (d_sinks): got 'a pointer'; accepted: NULL: the launch was prepared without "
+        "this tensor");
+  attnjit_launch_release(launch);
+  slots[ATTNJIT_SLOT_D_SINKS] = sinks;
+  slots[ATTNJIT_SLOT_D_SINKS].data = reinterpret_cast<void*>(0xb0002);
+  REQUIRE(attnjit_launch_prepare(backward, slots.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f, -1, 0,
+                                 0.f, -1, &launch) == ATTNJIT_OK);
+  data = pointers(slots);
+  CHECK(user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT, nullptr)) ==
+        "d_sinks.data: got '0xb0002'; accepted: a 4-byte aligned address");
+  attnjit_launch_release(launch);
+  attnjit_release(forward);
+  attnjit_release(backward);
 }
 
 TEST_CASE("the C ABI's text outputs take any buffer size", "[runtime][args]") {

@@ -24,6 +24,13 @@ std::string forward_source(const char* text) {
   return main_source(text, KernelRole::forward);
 }
 
+// A generated source without its `// spec:` comment line.
+std::string without_spec_line(std::string source) {
+  const std::size_t begin = source.find("// spec:");
+  if (begin != std::string::npos) source.erase(begin, source.find('\n', begin) - begin);
+  return source;
+}
+
 }  // namespace
 
 TEST_CASE("the forward TU binds constants and the mask policy", "[emit]") {
@@ -218,4 +225,52 @@ TEST_CASE("score modifiers bind a ScoreMod hook; plain kernels take none", "[emi
       emit_reference_kernel(parse_spec("dtype=bf16 head_dim=64 mask=causal alibi=true"));
   CHECK(ref.name == "attnjit_reference_bf16_d64_causal_alibi");
   CHECK_THAT(ref.source, Catch::Contains("/*kSoftcap=*/false, /*kAlibi=*/true>(params);"));
+}
+
+TEST_CASE("sinks bind kSinks in the forward and add the backward's sink gradient", "[emit]") {
+  for (const char* target : {"sm_90", "sm_90a"}) {
+    INFO(target);
+    const std::string forward = forward_source(
+        fmt::format("dtype=bf16 head_dim=128 mask=causal sinks=true target={}", target).c_str());
+    CHECK_THAT(forward, Catch::Contains("typedef attnjit::ScoreMod</*kSoftcap=*/false, "
+                                        "/*kAlibi=*/false, /*kSinks=*/true> Score;"));
+    CHECK_THAT(forward, Catch::Contains("<Config, Mask, Score>("));
+    CHECK_THAT(forward, Catch::Contains("attnjit_fwd_bf16_d128_causal_sinks("));
+  }
+  CHECK_THAT(forward_source("dtype=bf16 head_dim=64 alibi=true sinks=true target=sm_90"),
+             Catch::Contains("/*kSoftcap=*/false, /*kAlibi=*/true, /*kSinks=*/true> Score;"));
+
+  // The backward's attention kernels read an LSE that has the sink: they are those without it;
+  // one block per head sums the sink's gradient after the preprocess.
+  for (const char* mode : {"false", "true"}) {
+    INFO(mode);
+    const std::string base = fmt::format(
+        "dtype=fp16 head_dim=64 mask=causal direction=backward deterministic={} target=sm_90",
+        mode);
+    const Lowering plain = lower(parse_spec(base));
+    const Lowering ir = lower(parse_spec(base + " sinks=true"));
+    REQUIRE(ir.plan->kernels.size() == plain.plan->kernels.size() + 1);
+    CHECK(ir.plan->kernels[0].role == KernelRole::backward_preprocess);
+    const KernelDesc& sinks = ir.plan->kernels[1];
+    CHECK(sinks.role == KernelRole::backward_sinks);
+    CHECK(sinks.name == "attnjit_bwd_sinks");
+    REQUIRE(sinks.phases.size() == 1);
+    CHECK(sinks.phases[0].grid.to_string() == "(H, 1, 1)");
+    CHECK(sinks.phases[0].threads == 256);
+    const std::string src = emit_kernel(ir, sinks);
+    CHECK_THAT(src, Catch::Contains("attnjit::backward_sinks</*kThreads=*/256>(params);"));
+    for (std::size_t i = 0; i < plain.plan->kernels.size(); ++i) {
+      const KernelDesc& kernel = plain.plan->kernels[i];
+      const KernelDesc& same = ir.plan->kernels[i == 0 ? 0 : i + 1];
+      INFO(kernel.name);
+      CHECK(same.name == kernel.name);
+      CHECK(without_spec_line(emit_kernel(ir, same)) ==
+            without_spec_line(emit_kernel(plain, kernel)));
+    }
+  }
+
+  const ReferenceKernel ref =
+      emit_reference_kernel(parse_spec("dtype=bf16 head_dim=64 mask=causal sinks=true"));
+  CHECK(ref.name == "attnjit_reference_bf16_d64_causal_sinks");
+  CHECK_THAT(ref.source, Catch::Contains("/*kLse=*/true, /*kSinks=*/true, /*kSoftcap=*/false"));
 }

@@ -319,6 +319,82 @@ TEST_CASE("forward and backward check the score modifiers' arguments", "[runtime
   }
 }
 
+TEST_CASE("forward and backward check the sinks and their gradient", "[runtime][args]") {
+  const jit::Kernel plain = compiled("dtype=bf16 head_dim=64 mask=causal target=sm_80");
+  const TensorView sinks = contiguous_view(fake(0x70000), ScalarType::fp32, {4});
+  ForwardArgs a = good_args();
+  a.sinks = sinks;
+  CHECK(error_of(plain, a) ==
+        "sinks: given, but the spec has sinks=false; accepted: no sinks (compile with sinks=true "
+        "to add sink logits)");
+
+  const jit::Kernel forward =
+      compiled("dtype=bf16 head_dim=64 mask=causal sinks=true target=sm_80");
+  ForwardArgs good = good_args();
+  good.sinks = sinks;
+  a = good;
+  a.sinks = {};
+  CHECK(error_of(forward, a) ==
+        "sinks: missing; accepted: for sinks=true an fp32 [4] tensor (one sink logit per query "
+        "head) in device memory");
+  a = good;
+  a.sinks.dtype = ScalarType::bf16;
+  CHECK(error_of(forward, a) == "sinks.dtype: got 'bf16'; accepted: fp32");
+  a = good;
+  a.sinks = contiguous_view(fake(0x70000), ScalarType::fp32, {2, 2});
+  CHECK(error_of(forward, a) ==
+        "sinks.rank: got '2'; accepted: 1 ([heads], one sink logit per query head)");
+  a = good;
+  a.sinks = contiguous_view(fake(0x70000), ScalarType::fp32, {2});
+  CHECK(error_of(forward, a) == "sinks.shape[0]: got '2'; accepted: 4 (heads of q)");
+  a = good;
+  a.sinks.stride[0] = 2;
+  CHECK(error_of(forward, a) ==
+        "sinks.stride[0]: got '2'; accepted: 1 (the tensor must be contiguous)");
+  a = good;
+  a.sinks.data = fake(0x70002);
+  CHECK(error_of(forward, a) == "sinks.data: got '0x70002'; accepted: a 4-byte aligned address");
+
+  const jit::Kernel backward =
+      compiled("dtype=bf16 head_dim=64 mask=causal sinks=true direction=backward target=sm_80");
+  BackwardArgs b;
+  b.q = good.q;
+  b.k = good.k;
+  b.v = good.v;
+  b.o = good.o;
+  b.d_o = contiguous_view(fake(0x80000), ScalarType::bf16, {2, 100, 4, 64});
+  b.d_q = contiguous_view(fake(0x90000), ScalarType::bf16, {2, 100, 4, 64});
+  b.d_k = contiguous_view(fake(0xa0000), ScalarType::bf16, {2, 120, 2, 64});
+  b.d_v = contiguous_view(fake(0xb0000), ScalarType::bf16, {2, 120, 2, 64});
+  b.lse = contiguous_view(fake(0x50000), ScalarType::fp32, {2, 4, 100});
+  b.sinks = sinks;
+  const auto backward_error = [&](const jit::Kernel& kernel, const BackwardArgs& args) {
+    return testing::error_text([&] { kernel.backward(args); });
+  };
+  CHECK(backward_error(backward, b) ==
+        "d_sinks: missing; accepted: for sinks=true an fp32 [4] tensor (the sinks' gradient, one "
+        "per query head, written by the backward) in device memory");
+  b.d_sinks = contiguous_view(fake(0xc0000), ScalarType::fp16, {4});
+  CHECK(backward_error(backward, b) == "d_sinks.dtype: got 'fp16'; accepted: fp32");
+  b.d_sinks = contiguous_view(fake(0xc0000), ScalarType::fp32, {8});
+  CHECK(backward_error(backward, b) == "d_sinks.shape[0]: got '8'; accepted: 4 (heads of q)");
+  b.d_sinks = contiguous_view(fake(0xc0000), ScalarType::fp32, {4});
+  b.sinks = {};
+  CHECK(backward_error(backward, b) ==
+        "sinks: missing; accepted: for sinks=true an fp32 [4] tensor (one sink logit per query "
+        "head) in device memory");
+  const jit::Kernel no_sinks =
+      compiled("dtype=bf16 head_dim=64 mask=causal direction=backward target=sm_80");
+  CHECK(backward_error(no_sinks, b) ==
+        "d_sinks: given, but the spec has sinks=false; accepted: no d_sinks (compile with "
+        "sinks=true to return the sinks' gradient)");
+  if (!runtime::driver_available()) {
+    b.sinks = sinks;
+    CHECK_THAT(backward_error(backward, b), Catch::Contains("device: no CUDA driver"));
+    CHECK_THAT(error_of(forward, good), Catch::Contains("device: no CUDA driver"));
+  }
+}
+
 TEST_CASE("the workspace: its size for the shapes, and a caller's that is too small",
           "[runtime][args]") {
   // Causal needs no scratch; FlashMask needs its min/max tables and CTA order.

@@ -1,8 +1,9 @@
 // NVRTC compiles every supported (direction x dtype x head dim x mask kind) spec for sm_80
 // and sm_90, the sm_90a backward kernels (wgmma), and a sample of the score-modifier specs,
-// with no spills and no stack, packed batches (varlen=true) on both families, and unequal head
-// dims (the sm80 family on sm_80 and sm_90a); the reference kernels compile too. Needs no GPU. A
-// kernel whose source several specs share is compiled once, and every core compiles.
+// with no spills and no stack, packed batches (varlen=true) and sinks on both families, and
+// unequal head dims (the sm80 family on sm_80 and sm_90a); the reference kernels compile too.
+// Needs no GPU. A kernel whose source several specs share is compiled once, and every core
+// compiles.
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
@@ -183,6 +184,45 @@ std::vector<AttentionSpec> varlen_specs() {
     // Shared boundaries: causal by index with LTS alone.
     add(arch, DType::bf16, d, MaskKind::causal, false, VarlenMode::shared);
     add(arch, DType::bf16, d, MaskKind::causal, true, VarlenMode::shared);
+  }
+  return specs;
+}
+
+// Sinks (sinks=true): the forward's rows finish with the sink, the backward adds the sink
+// gradient's kernel. The forward on both families (sm_80, sm_90 and sm_90a's warpgroup forward)
+// with LSE, head dims 64, 128 and 256, a causal and a FlashMask mask, without and with both score
+// modifiers; the backward (whose attention kernels are those without sinks) at d128 in both
+// modes on both families.
+std::vector<AttentionSpec> sinks_specs() {
+  std::vector<AttentionSpec> specs;
+  const MaskSpec masks[] = {{MaskKind::causal, false, 0}, {MaskKind::flashmask, false, 4}};
+  int rotation = 0;
+  for (Arch arch : {Arch::sm_80, Arch::sm_90, Arch::sm_90a}) {
+    for (const MaskSpec& mask : masks) {
+      for (int d : {64, 128, 256}) {
+        for (bool modifiers : {false, true}) {
+          AttentionSpec spec;
+          spec.dtype = rotation++ % 2 == 0 ? DType::bf16 : DType::fp16;
+          spec.head_dim_qk = spec.head_dim_v = d;
+          spec.mask = mask;
+          spec.softcap = spec.alibi = modifiers;
+          spec.sinks = true;
+          spec.return_lse = true;
+          spec.target = arch;
+          specs.push_back(spec);
+        }
+      }
+      AttentionSpec backward;
+      backward.head_dim_qk = backward.head_dim_v = 128;
+      backward.mask = mask;
+      backward.sinks = true;
+      backward.direction = Direction::backward;
+      backward.target = arch;
+      for (bool deterministic : {false, true}) {
+        backward.deterministic = deterministic;
+        specs.push_back(backward);
+      }
+    }
   }
   return specs;
 }
@@ -422,8 +462,9 @@ TEST_CASE("reference kernels compile for every mask kind", "[nvrtc][specs]") {
   }
 }
 
-TEST_CASE("reference kernels compile with the score modifiers", "[nvrtc][specs]") {
-  for (const char* modifiers : {"softcap=true", "alibi=true", "softcap=true alibi=true"}) {
+TEST_CASE("reference kernels compile with the score modifiers and sinks", "[nvrtc][specs]") {
+  for (const char* modifiers : {"softcap=true", "alibi=true", "softcap=true alibi=true",
+                                "sinks=true", "softcap=true alibi=true sinks=true"}) {
     const std::string text =
         std::string("dtype=bf16 head_dim=128 target=sm_90 mask=causal ") + modifiers;
     INFO(text);
@@ -546,4 +587,29 @@ TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmm
     }
   }
   check_warp_specialized(specs, KernelRole::backward, "backward.sm90a");
+}
+
+TEST_CASE("sinks specs, forward and backward, compile for sm_80, sm_90 and sm_90a without spills",
+          "[nvrtc][specs][sinks]") {
+  const std::vector<AttentionSpec> specs = sinks_specs();
+  for (const AttentionSpec& spec : specs) {
+    INFO(to_string(spec));
+    const Lowering ir = lower(spec);
+    if (spec.direction == Direction::forward) {
+      CHECK(ir.plan->find(KernelRole::forward)->row ==
+            (spec.target == Arch::sm_90a ? "forward.sm90a" : "forward.sm80"));
+      CHECK_THAT(ir.plan->find(KernelRole::forward)->name, Catch::Contains("_sinks"));
+    } else {
+      CHECK(ir.plan->find(KernelRole::backward_sinks) != nullptr);
+    }
+  }
+  check_compiles_without_spills(specs);
+  // The sm90a forward with sinks keeps its register split and its wgmma unserialized.
+  std::vector<std::string> warpgroups;
+  for (const AttentionSpec& spec : specs) {
+    if (spec.target == Arch::sm_90a && spec.direction == Direction::forward) {
+      warpgroups.push_back(to_string(spec));
+    }
+  }
+  check_warp_specialized(warpgroups, KernelRole::forward, "forward.sm90a");
 }

@@ -376,3 +376,55 @@ TEST_CASE("a predicate mask gives the reference of the mask it describes", "[ref
   p.mask.predicate = nullptr;
   CHECK_THROWS_WITH(run(p, in), Contains("mask.predicate: got 'null'"));
 }
+
+TEST_CASE("a sink joins each row's denominator: O shrinks by exp(L0 - L), LSE grows",
+          "[reference]") {
+  // Causal with Sq > Sk: rows 0 and 1 see no key; 2 query heads with their own sinks.
+  Problem p = make_problem(2, 6, 4, 2, 1, 8, 5, 0.4f);
+  p.mask.kind = MaskKind::causal;
+  const Inputs in = random_inputs(p, 71);
+  const Reference plain = run(p, in);
+  p.sinks = {0.75f, -1.5f};
+  const Reference sinks = run(p, in);
+  for (int b = 0; b < p.batch; ++b) {
+    for (int h = 0; h < p.heads; ++h) {
+      for (int i = 0; i < p.seqlen_q; ++i) {
+        INFO("b=" << b << " h=" << h << " i=" << i);
+        const std::size_t row = (static_cast<std::size_t>(b) * p.heads + h) * p.seqlen_q + i;
+        const double t = p.sinks[h];
+        const double l0 = plain.lse[row];
+        // L = log(exp(L0) + exp(t)); a row with no visible key has L = t.
+        const double expected = l0 == kNegInf ? t : std::log(std::exp(l0) + std::exp(t));
+        CHECK(sinks.lse[row] == Approx(expected).margin(1e-12));
+        const double shrink = l0 == kNegInf ? 0.0 : std::exp(l0 - expected);
+        for (int d = 0; d < p.head_dim_v; ++d) {
+          const std::size_t n =
+              ((static_cast<std::size_t>(b) * p.seqlen_q + i) * p.heads + h) * p.head_dim_v + d;
+          CHECK(sinks.out[n] == Approx(plain.out[n] * shrink).margin(1e-12));
+        }
+      }
+    }
+  }
+  CHECK(sinks.lse[0] == 0.75);  // b = 0, h = 0, row 0 sees no key
+  CHECK(compare_output(sinks.out_lowp, sinks, p.dtype).passed);
+
+  // A sink of -inf is no sink; a sink far above the scores overflows nothing.
+  p.sinks = {-std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
+  const Reference none = run(p, in);
+  CHECK(none.out == plain.out);
+  CHECK(none.lse == plain.lse);
+  p.sinks = {800.0f, 800.0f};
+  const Reference huge = run(p, in);
+  for (const double lse : huge.lse) CHECK(lse == Approx(800.0));
+  for (const double o : huge.out) CHECK(std::abs(o) < 1e-300);
+  for (const float o : huge.out_lowp) CHECK(o == 0.0f);
+}
+
+TEST_CASE("reference_forward checks the sinks' count and values", "[reference]") {
+  Problem p = small_problem(2, 3);
+  const Inputs in = uniform_score_inputs(p);
+  p.sinks = {0.5f, 0.5f};
+  CHECK_THROWS_WITH(run(p, in), Contains("sinks size: got '2'; accepted: 0 or heads (1)"));
+  p.sinks = {std::numeric_limits<float>::quiet_NaN()};
+  CHECK_THROWS_WITH(run(p, in), Contains("sinks: got 'nan'; accepted: finite numbers or -inf"));
+}

@@ -244,6 +244,82 @@ TEST_CASE("gradients through soft-capping and ALiBi match central differences", 
   CHECK(run(p, in).dq != plain.dq);
 }
 
+TEST_CASE("gradients with sinks, and the sinks' own, match central differences", "[reference]") {
+  Problem p = difference_problem();
+  const Inputs in = random_inputs(p, 29, true);
+  const IntervalVectors vectors =
+      attnjit::dsl::random_intervals(true, 2, 1, 1, p.seqlen_q, p.seqlen_k, 17);
+  const std::vector<std::pair<std::string, MaskRef>> masks = {
+      {"none", {MaskKind::none, -1, 0, nullptr}},
+      {"causal, Sq < Sk", {MaskKind::causal, -1, 0, nullptr}},
+      {"flashmask causal C=2 (a row sees no key)", {MaskKind::flashmask, -1, 0, &vectors}}};
+  for (const auto& [name, mask] : masks) {
+    INFO(name);
+    p.mask = mask;
+    p.sinks = {0.5f, -0.75f};
+    p.score_mod = {};
+    check_gradients_against_differences(p, in);
+    const Gradients g = run(p, in);
+    REQUIRE(g.d_sinks.size() == 2);
+    REQUIRE(g.d_sinks_lowp.size() == 2);
+    for (int h = 0; h < p.heads; ++h) {
+      INFO("d_sinks[" << h << "]");
+      constexpr float step = 0x1p-14f;
+      const float saved = p.sinks[h];
+      p.sinks[h] = saved + step;
+      const double up = loss(p, in);
+      p.sinks[h] = saved - step;
+      const double down = loss(p, in);
+      p.sinks[h] = saved;
+      CHECK((up - down) / (2.0 * step) == Approx(g.d_sinks[h]).epsilon(1e-6).margin(1e-9));
+      CHECK(g.d_sinks[h] != 0);
+    }
+    // With the score modifiers too.
+    p.score_mod = {1.5f, {0.3f, 0.7f}};
+    check_gradients_against_differences(p, in);
+  }
+  // Without sinks the gradient is empty; a sink moves the other gradients.
+  p.mask = masks[0].second;
+  p.score_mod = {};
+  p.sinks = {};
+  const Gradients plain = run(p, in);
+  CHECK(plain.d_sinks.empty());
+  p.sinks = {0.5f, -0.75f};
+  CHECK(run(p, in).dq != plain.dq);
+}
+
+TEST_CASE("lowp sink gradients pass the comparison, summed over the batches", "[reference]") {
+  for (const DType dtype : {DType::bf16, DType::fp16}) {
+    INFO(attnjit::name_of(dtype));
+    Problem p = lowp_problem(dtype);
+    p.sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+    const Inputs in = random_inputs(p, 57, false);
+    const Gradients g = run(p, in);
+    const Comparison c = compare_gradient("d_sinks", g.d_sinks_lowp, g.d_sinks, g.d_sinks_lowp,
+                                          dtype, g.d_sinks_cancellation);
+    INFO(c.summary);
+    CHECK(c.passed);
+    CHECK(c.baseline_max_abs_err > 0);
+    CHECK(g.d_sinks_cancellation > 0);
+    // The gradient of the two batches together is the sum of each batch's.
+    Problem one = p;
+    one.batch = 1;
+    const std::size_t q_half = q_size(one), k_half = k_size(one), v_half = v_size(one),
+                      o_half = o_size(one);
+    const auto half = [](const std::vector<float>& x, std::size_t size, int b) {
+      return std::vector<float>(x.begin() + b * size, x.begin() + (b + 1) * size);
+    };
+    std::vector<double> summed(p.heads, 0.0);
+    for (int b = 0; b < 2; ++b) {
+      const Inputs part{half(in.q, q_half, b), half(in.k, k_half, b), half(in.v, v_half, b),
+                        half(in.d_o, o_half, b)};
+      const Gradients gb = run(one, part);
+      for (int h = 0; h < p.heads; ++h) summed[h] += gb.d_sinks[h];
+    }
+    for (int h = 0; h < p.heads; ++h) CHECK(g.d_sinks[h] == Approx(summed[h]).margin(1e-12));
+  }
+}
+
 TEST_CASE("lowp gradients with score modifiers pass the comparison", "[reference]") {
   for (const DType dtype : {DType::bf16, DType::fp16}) {
     INFO(attnjit::name_of(dtype));

@@ -177,9 +177,10 @@ std::vector<std::array<std::string, 3>> printed_grids(const std::string& ir_text
 }  // namespace
 
 TEST_CASE("the registry: one row per utility role, attention rows with their pieces", "[pass]") {
-  for (KernelRole role : {KernelRole::flashmask_minmax, KernelRole::predicate_blocks,
-                          KernelRole::cta_order, KernelRole::backward_preprocess,
-                          KernelRole::backward_convert_dq, KernelRole::backward_reduce_dkdv}) {
+  for (KernelRole role :
+       {KernelRole::flashmask_minmax, KernelRole::predicate_blocks, KernelRole::cta_order,
+        KernelRole::backward_preprocess, KernelRole::backward_sinks,
+        KernelRole::backward_convert_dq, KernelRole::backward_reduce_dkdv}) {
     INFO(name_of(role));
     CHECK(utility_row(role).threads > 0);
     CHECK(!utility_row(role).header.empty());

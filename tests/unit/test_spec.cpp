@@ -50,6 +50,8 @@ TEST_CASE("print and parse round trip", "[ir]") {
       "dtype=bf16 head_dim=32 tiles=128x128x4",
       "dtype=bf16 head_dim=64 mask=causal softcap=true",
       "dtype=fp16 head_dim=128 alibi=true softcap=true direction=backward deterministic=true",
+      "dtype=bf16 head_dim=64 mask=causal sinks=true direction=backward deterministic=true",
+      "dtype=bf16 head_dim=128 sinks=true softcap=true varlen=true",
   };
   for (const char* text : texts) {
     INFO(text);
@@ -58,9 +60,10 @@ TEST_CASE("print and parse round trip", "[ir]") {
     CHECK(parse_spec(printed) == spec);
     CHECK(to_string(parse_spec(printed)) == printed);
   }
-  CHECK(to_string(parse_spec("mask=causal head_dim=64 dtype=fp16")) ==
-        "dtype=fp16 head_dim_qk=64 head_dim_v=64 mask=causal softcap=false alibi=false "
-        "return_lse=false direction=forward deterministic=false target=auto tiles=auto");
+  CHECK(
+      to_string(parse_spec("mask=causal head_dim=64 dtype=fp16")) ==
+      "dtype=fp16 head_dim_qk=64 head_dim_v=64 mask=causal softcap=false alibi=false "
+      "sinks=false return_lse=false direction=forward deterministic=false target=auto tiles=auto");
 }
 
 TEST_CASE("tiles take a named layout after a colon; one-letter suffixes are refused", "[ir]") {
@@ -117,7 +120,8 @@ TEST_CASE("score modifiers are spec flags, off by default", "[ir]") {
   const AttentionSpec both = parse_spec("dtype=bf16 head_dim=128 alibi=true softcap=true");
   CHECK(both.softcap);
   CHECK(both.alibi);
-  CHECK_THAT(to_string(both), Catch::Contains("mask=none softcap=true alibi=true return_lse="));
+  CHECK_THAT(to_string(both),
+             Catch::Contains("mask=none softcap=true alibi=true sinks=false return_lse="));
   CHECK(parse_spec("dtype=bf16 head_dim=128 softcap=true") != plain);
   CHECK(parse_spec("dtype=bf16 head_dim=128 mask=causal alibi=false softcap=false") == plain);
   CHECK_THROWS_WITH(parse_spec("dtype=bf16 head_dim=128 softcap=30"),
@@ -126,6 +130,24 @@ TEST_CASE("score modifiers are spec flags, off by default", "[ir]") {
                     Catch::Contains("alibi: got 'yes'; accepted: true, false"));
   CHECK_THROWS_WITH(parse_spec("dtype=bf16 head_dim=128 alibi=true alibi=true"),
                     Catch::Contains("given twice"));
+}
+
+TEST_CASE("sinks are a spec flag printed after alibi, off by default", "[ir]") {
+  const AttentionSpec plain = parse_spec("dtype=bf16 head_dim=128 mask=causal");
+  CHECK(!plain.sinks);
+  const AttentionSpec sinks = parse_spec("dtype=bf16 head_dim=128 mask=causal sinks=true");
+  CHECK(sinks.sinks);
+  CHECK(sinks != plain);
+  CHECK(parse_spec("dtype=bf16 head_dim=128 mask=causal sinks=false") == plain);
+  CHECK(to_string(sinks) ==
+        "dtype=bf16 head_dim_qk=128 head_dim_v=128 mask=causal softcap=false alibi=false "
+        "sinks=true return_lse=false direction=forward deterministic=false target=auto "
+        "tiles=auto");
+  CHECK(parse_spec(to_string(sinks)) == sinks);
+  CHECK_THROWS_WITH(parse_spec("dtype=bf16 head_dim=128 sinks=1"),
+                    Catch::Equals("sinks: got '1'; accepted: true, false"));
+  CHECK_THROWS_WITH(parse_spec("dtype=bf16 head_dim=128 sinks=true sinks=false"),
+                    Catch::Contains("spec: key 'sinks' is given twice"));
 }
 
 TEST_CASE("parse errors name the field, the value and what is accepted", "[ir]") {

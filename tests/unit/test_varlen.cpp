@@ -82,7 +82,7 @@ TEST_CASE("varlen=true prints last and parses back and varlen=false is not print
   const std::string text = to_string(packed);
   CHECK(text ==
         "dtype=bf16 head_dim_qk=64 head_dim_v=64 mask=causal softcap=false alibi=false "
-        "return_lse=false direction=forward deterministic=false target=auto tiles=auto "
+        "sinks=false return_lse=false direction=forward deterministic=false target=auto tiles=auto "
         "varlen=true");
   CHECK(parse_spec(text) == packed);
 

@@ -2,7 +2,8 @@
 // random input sets, and prints the median (min, max) time and TFLOP/s counting visible
 // (query, key) pairs: forward 4 * B * H * D * pairs, backward 2.5x that (a packed batch,
 // varlen=true: the pairs within its sequences). A predicate mask is
-// the spec's (mask=predicate(EXPR)), its tensors given by --tensor as for attnc run.
+// the spec's (mask=predicate(EXPR)), its tensors given by --tensor as for attnc run. --sinks
+// adds random sink logits (the spec gets sinks=true), and the backward their gradient.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -32,6 +33,7 @@ struct BenchOptions {
   std::optional<std::string> arch;
   ProblemOptions problem;
   std::vector<std::string> tensors;
+  bool sinks = false;
   int warmup = 5, repeat = 20;
   bool json = false;
 };
@@ -120,6 +122,11 @@ Result bench(const attnjit::jit::Kernel& kernel, const ProblemOptions& p,
   const Sizes n = sizes_of(s, p);
   attnjit::ForwardArgs shared;
   const DeviceMask mask = bind_mask(s, p, predicate, shared);
+  DeviceBuffer sinks, d_sinks;
+  if (s.sinks) {
+    sinks = random_sinks(p.heads, p.seed + 4);
+    shared.sinks = sinks_view(sinks, p.heads);
+  }
 
   Result r;
   r.pairs = mask.pairs;
@@ -137,6 +144,7 @@ Result bench(const attnjit::jit::Kernel& kernel, const ProblemOptions& p,
   r.flops *= kBackwardFlopsFactor;
   const attnjit::jit::Kernel forward = attnjit::jit::compile(forward_spec_of(s));
   DeviceBuffer d_q(n.q * 2), d_k(n.k * 2), d_v(n.v * 2);
+  if (s.sinks) d_sinks = DeviceBuffer(static_cast<std::size_t>(p.heads) * 4);
   std::vector<BackwardSet> sets;
   for (int i = 0; i < kInputSets; ++i) {
     BackwardSet b{make_forward_set(s, p, i, shared),
@@ -162,6 +170,10 @@ Result bench(const attnjit::jit::Kernel& kernel, const ProblemOptions& p,
     b.args.d_q = activation_view(d_q, s.dtype, p, Rows::query, p.heads, s.head_dim_qk);
     b.args.d_k = activation_view(d_k, s.dtype, p, Rows::key, p.kv_heads, s.head_dim_qk);
     b.args.d_v = activation_view(d_v, s.dtype, p, Rows::key, p.kv_heads, s.head_dim_v);
+    if (s.sinks) {
+      b.args.sinks = f.sinks;
+      b.args.d_sinks = sinks_view(d_sinks, p.heads);
+    }
     sets.push_back(std::move(b));
   }
   r.timing = time_launches(warmup, repeat, [&](int i) { kernel.backward(sets[i].args); });
@@ -215,6 +227,7 @@ void run_bench(BenchOptions o) {
     throw attnjit::Error(
         "--tensor: given without a predicate mask; accepted: --tensor with mask=predicate(EXPR)");
   }
+  if (o.sinks) spec.sinks = true;
   const attnjit::jit::Kernel kernel = attnjit::jit::compile(spec);
   const Result r = bench(kernel, o.problem, predicate, o.warmup, o.repeat);
   print(kernel, o, r);
@@ -237,6 +250,8 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--warmup", o.warmup, "Untimed launches first")->check(integer_in(0, INT32_MAX));
   cmd->add_option("--repeat", o.repeat, "Timed launches (median, min and max are reported)")
       ->check(integer_in(1, INT32_MAX));
+  cmd->add_flag("--sinks", o.sinks,
+                "Random sink logits in [-2, 3], one per query head; sets sinks=true in the spec");
   cmd->add_flag("--json", o.json, "Print one JSON object");
   cmd->footer(spec_help());
   cmd->callback([] { run_bench(o); });

@@ -186,6 +186,20 @@ void resolve_problem(ProblemOptions& o, bool varlen) {
   }
 }
 
+DeviceBuffer random_sinks(int heads, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> logit(-2.f, 3.f);
+  std::vector<float> host(static_cast<std::size_t>(heads));
+  for (float& t : host) t = logit(rng);
+  DeviceBuffer buffer(std::max<std::size_t>(host.size(), 1) * 4);
+  buffer.upload(host.data(), host.size() * 4);
+  return buffer;
+}
+
+attnjit::TensorView sinks_view(const DeviceBuffer& sinks, int heads) {
+  return attnjit::contiguous_view(sinks.data(), attnjit::ScalarType::fp32, {heads});
+}
+
 DeviceBuffer random_tensor(std::size_t count, attnjit::DType dtype, std::uint64_t seed) {
   constexpr std::size_t kPool = std::size_t{1} << 16;
   constexpr std::size_t kRun = 64;

@@ -69,6 +69,13 @@ void resolve_problem(ProblemOptions& o, bool varlen);
 attnjit::runtime::DeviceBuffer random_tensor(std::size_t count, attnjit::DType dtype,
                                              std::uint64_t seed);
 
+/// Sink logits (AttentionSpec::sinks) for `heads` query heads: fp32 values uniform in [-2, 3]
+/// (the range of the scores of normal inputs) in a new device buffer, deterministic for `seed`.
+attnjit::runtime::DeviceBuffer random_sinks(int heads, std::uint64_t seed);
+
+/// The fp32 [heads] view of a buffer of random_sinks.
+attnjit::TensorView sinks_view(const attnjit::runtime::DeviceBuffer& sinks, int heads);
+
 /// FlashMask vectors for the mask's (causal, columns) layout, [batch, mask_heads, seqlen_k,
 /// columns]: with --mask-data documents (and seqlen_q == seqlen_k), 3 to 7 random documents
 /// per sample (causal document, document), or causal blockwise (causal, 2 columns), or

@@ -3,6 +3,7 @@
 // (for a packed batch, varlen=true, computed sequence by sequence: tools/attnc/varlen.hpp).
 // --softcap X and --alibi turn the score modifiers on (the spec gets softcap=true /
 // alibi=true); the ALiBi slopes are the standard geometric ones, 2^(-8 i / H) for head i-1.
+// --sinks adds random sink logits, one per query head (the spec gets sinks=true).
 // Predicate masks come from --predicate and --tensor (run_predicate.hpp).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -32,6 +33,7 @@ struct RunOptions {
   ProblemOptions problem;
   std::optional<float> softcap;
   bool alibi = false;
+  bool sinks = false;
   int warmup = 1, repeat = 1;
   bool check = false, json = false;
   std::optional<std::string> predicate;
@@ -110,6 +112,7 @@ void run(RunOptions o) {
   }
   if (o.softcap) spec.softcap = true;
   if (o.alibi) spec.alibi = true;
+  if (o.sinks) spec.sinks = true;
   std::optional<HostPredicate> predicate;
   if (o.predicate) {
     if (spec.mask.kind != attnjit::MaskKind::none) {
@@ -162,6 +165,11 @@ void run(RunOptions o) {
     slope_buffer.upload(slopes.data(), slopes.size() * 4);
     args.alibi_slopes =
         attnjit::contiguous_view(slope_buffer.data(), attnjit::ScalarType::fp32, {p.heads});
+  }
+  DeviceBuffer sink_buffer;
+  if (s.sinks) {
+    sink_buffer = random_sinks(p.heads, p.seed + 4);
+    args.sinks = sinks_view(sink_buffer, p.heads);
   }
   const DeviceMask mask = bind_mask(s, p, predicate, args);
 
@@ -241,6 +249,8 @@ void add_run(CLI::App& app) {
       ->check(finite_number());
   cmd->add_flag("--alibi", o.alibi,
                 "ALiBi with the slopes 2^(-8 i / H), i = 1 .. H; sets alibi=true in the spec");
+  cmd->add_flag("--sinks", o.sinks,
+                "Random sink logits in [-2, 3], one per query head; sets sinks=true in the spec");
   cmd->add_option("--predicate", o.predicate,
                   "Mask: an element predicate over b, h, q, k (nonzero: visible); its literals "
                   "become runtime scalars");

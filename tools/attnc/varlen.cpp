@@ -102,6 +102,7 @@ void reference_by_sequence(const attnjit::AttentionSpec& spec, const attnjit::Fo
       a.window_left = args.window_left;
       a.window_right = args.window_right;
       a.softcap = args.softcap;
+      a.sinks = args.sinks;
       reference.forward(a, nullptr);
     }
     first_q += queries;

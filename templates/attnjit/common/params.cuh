@@ -59,6 +59,7 @@ struct AttentionParams {
   float softcap;              ///< cap of s <- cap * tanh(s / cap); softcap only
   float softcap_exp2;         ///< 2 * scale_log2 / softcap: e^(2 s / cap) = 2^(q.k * this)
   float softcap_log2;         ///< softcap * log2(e)
+  const float* sinks;         ///< [H] fp32 sink logits; sinks only
   /// mask=predicate: the predicate's inputs, and the element bits of the partial tiles of
   /// `minmax`'s table (query rows; key rows for the backward's main kernel).
   PredicateInputs predicate;
@@ -121,6 +122,7 @@ struct BwdParams : AttentionParams {
   int* dq_turns;
   float* row_dot;     ///< [B, H, Sq]: D = rowsum(dO * O)
   float* lse_log2;    ///< [B, H, Sq]: LSE * log2(e); +inf where no key is visible
+  float* d_sinks;     ///< [H] fp32: the sinks' gradient (backward_sinks writes it); sinks only
   float* dk_partial;  ///< H != Hkv: per-query-head dK [B, H, Sk, D] or sums [B, Hkv, Sk, D]
   float* dv_partial;  ///< the same for dV (sums: the sm90a backward's atomic mode, zeroed)
   /// min/max per key block of the dQ kernel's block_n, or its predicate block table

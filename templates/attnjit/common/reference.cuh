@@ -2,7 +2,8 @@
 // one CTA per (query row, head, batch), every score kept in shared memory, the mask
 // evaluated element by element straight from docs/masks.md or from the generated predicate
 // (no tiles, no skipping, no block table), the score modifiers straight from their definition
-// (tanhf, nothing shared with score_mod.cuh). Slow on purpose; correct by inspection.
+// (tanhf, nothing shared with score_mod.cuh), the sink (kSinks) as one more term of the row's
+// sum without a value. Slow on purpose; correct by inspection.
 //
 // Dynamic shared memory: (kHeadDimQK + Sk) floats and 4 of slack (the launch's).
 #pragma once
@@ -82,7 +83,7 @@ __device__ __forceinline__ float reference_score_mod(const FwdParams& p, float s
 
 /// Q and K have kHeadDimQK columns, V and O kHeadDimV.
 template <class Element, int kHeadDimQK, int kHeadDimV, int kMask, bool kFlashCausal, int kColumns,
-          bool kLse, bool kSoftcap, bool kAlibi, class Visible = NoPredicate>
+          bool kLse, bool kSinks, bool kSoftcap, bool kAlibi, class Visible = NoPredicate>
 __device__ __forceinline__ void reference_attention(const FwdParams& p) {
   extern __shared__ float ref_smem[];
   __shared__ float scratch[32];
@@ -121,7 +122,9 @@ __device__ __forceinline__ void reference_attention(const FwdParams& p) {
     scores[j] = score;
     local_max = fmaxf(local_max, score);
   }
-  const float row_max = block_reduce<Element>(local_max, true, scratch);
+  const float sink = kSinks ? p.sinks[head] : negative_infinity();
+  const float scores_max = block_reduce<Element>(local_max, true, scratch);
+  const float row_max = fmaxf(scores_max, sink);
 
   float local_sum = 0.f;
   for (int j = threadIdx.x; j < p.seqlen_k; j += blockDim.x) {
@@ -129,7 +132,9 @@ __device__ __forceinline__ void reference_attention(const FwdParams& p) {
     scores[j] = weight;
     local_sum += weight;
   }
-  const float sum = block_reduce<Element>(local_sum, false, scratch);
+  // The sink's term: exp(t - max), once per row.
+  const float sink_weight = kSinks && sink != negative_infinity() ? expf(sink - row_max) : 0.f;
+  const float sum = block_reduce<Element>(local_sum, false, scratch) + sink_weight;
 
   u16* o = static_cast<u16*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride +
            row * p.o_row_stride;

@@ -9,6 +9,8 @@
 // soft-capping first. Plain kernels keep raw q . k in their accumulators and fold
 // softmax_scale * log2(e) into exp2; with a modifier the hook returns the modified score
 // already in log2 units, and exponent_scale() turns that folding into a unit factor.
+// kSinks (the forward only) changes no score: a sink logit per query head (params.sinks[h])
+// joins each row's softmax denominator where the forward finishes its rows (softmax.cuh).
 #pragma once
 
 #include "attnjit/common/primitives.cuh"
@@ -23,11 +25,12 @@ __device__ __forceinline__ float rcp_approx(float x) {
   return out;
 }
 
-template <bool kSoftcapFlag, bool kAlibiFlag>
+template <bool kSoftcapFlag, bool kAlibiFlag, bool kSinksFlag = false>
 struct ScoreMod {
   static constexpr bool kSoftcap = kSoftcapFlag;
   static constexpr bool kAlibi = kAlibiFlag;
-  static constexpr bool kActive = kSoftcap || kAlibi;
+  static constexpr bool kActive = kSoftcap || kAlibi;  ///< the scores are modified
+  static constexpr bool kSinks = kSinksFlag;           ///< a sink logit joins each softmax row
 
   // Copies of kernel parameters (which the compiler reads from the constant bank, holding no
   // register for them) and the head's slope. The kernels make one per key block, so that

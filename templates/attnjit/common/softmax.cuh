@@ -12,6 +12,11 @@
 // Rows with nothing visible: masked scores are -inf, so a row that has seen no visible key
 // keeps m = -inf; its exponent offset is taken as 0 (not -inf * c, which would make
 // -inf - -inf = NaN), so its P stays 0, its sum 0, its output 0 and its LSE -inf.
+//
+// Sinks (ScoreMod::kSinks): the head's sink logit t joins each row's sum at the end, with no
+// value: the output rows are divided by sum 2^(m c - M) + 2^(t log2(e) - M) and scaled by
+// 2^(m c - M), with M = max(m c, t log2(e)), so that a sink far above the scores (or a row with
+// nothing visible, whose LSE is then t) overflows nothing.
 #pragma once
 
 #include "attnjit/common/fragment.cuh"
@@ -129,9 +134,46 @@ struct OnlineSoftmax {
     finish(o, [](int, int) {});
   }
 
-  /// The natural-log LSE of row (s, r) after finish(): -inf for a row with nothing visible.
+  /// finish() for the rows of query head `head` under the score modifiers Score: with
+  /// Score::kSinks the head's sink logit (p.sinks[head]) joins each row's sum; then row_max
+  /// holds the rows' offsets M in log2 units and row_sum their totals relative to M, which
+  /// lse<Score>() reads. Without sinks it is finish(o, visit).
+  template <class Score, class Params, int kOutTiles, class Visit>
+  __device__ __forceinline__ void finish(const Params& p, int head,
+                                         WarpAccumulator<kSlabs, kOutTiles>& o, Visit visit) {
+    if constexpr (Score::kSinks) {
+      const float sink_log2 = p.sinks[head] * 1.4426950408889634f;
+#pragma unroll
+      for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float sum = quad_sum(row_sum[s][r]);
+          const float scores_log2 =
+              sum > 0.f ? row_max[s][r] * Score::exponent_scale(p) : negative_infinity();
+          const float top = fmaxf(scores_log2, sink_log2);
+          // top is -inf only for a row with nothing visible and a sink of -inf: its total is 0.
+          const float offset = top == negative_infinity() ? 0.f : top;
+          const float kept = exp2_approx(scores_log2 - offset);
+          const float total = fmaf(sum, kept, exp2_approx(sink_log2 - offset));
+          row_max[s][r] = top;
+          row_sum[s][r] = total;
+          scale_row(o, s, r, total > 0.f ? kept / total : 0.f);
+          visit(s, r);
+        }
+      }
+    } else {
+      finish(o, visit);
+    }
+  }
+
+  /// The natural-log LSE of row (s, r) after finish(): -inf for a row with nothing visible
+  /// (with sinks: after finish<Score>(), the sink's logit there, -inf only for a sink of -inf).
   template <class Score, class Params>
   __device__ __forceinline__ float lse(const Params& p, int s, int r) const {
+    if constexpr (Score::kSinks) {
+      return row_sum[s][r] > 0.f ? (row_max[s][r] + log2_approx(row_sum[s][r])) * 0.69314718056f
+                                 : negative_infinity();
+    }
     return row_sum[s][r] > 0.f
                ? (row_max[s][r] * Score::exponent_scale(p) + log2_approx(row_sum[s][r])) *
                      0.69314718056f

@@ -240,16 +240,16 @@ struct ForwardSm80 : Config {
     const int t = lane % 4;
     const int row_begin = ms.row_begin;
     const int seqlen_q = ms.seqlen_q;
-    softmax.finish(acc_o,
-                   [&p, this, t, g, warp_row, row_begin, seqlen_q, batch, head](int s, int r) {
-                     if (Config::kReturnLse && t == 0) {
-                       const int row = row_begin + warp_row + s * 16 + r * 8 + g;
-                       if (row < seqlen_q) {
-                         p.lse[batch * p.lse_batch_stride + head * p.lse_head_stride + row] =
-                             softmax.template lse<Score>(p, s, r);
-                       }
-                     }
-                   });
+    softmax.template finish<Score>(
+        p, head, acc_o, [&p, this, t, g, warp_row, row_begin, seqlen_q, batch, head](int s, int r) {
+          if (Config::kReturnLse && t == 0) {
+            const int row = row_begin + warp_row + s * 16 + r * 8 + g;
+            if (row < seqlen_q) {
+              p.lse[batch * p.lse_batch_stride + head * p.lse_head_stride + row] =
+                  softmax.template lse<Score>(p, s, r);
+            }
+          }
+        });
 
 #pragma unroll
     for (int s = 0; s < kSlabs; ++s) {

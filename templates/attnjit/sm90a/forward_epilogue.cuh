@@ -1,5 +1,6 @@
 // The epilogue of a consumer warpgroup of the sm90a forward (sm90a/forward.cuh): O divided by the
-// row sums (0 for rows with nothing visible), the LSE (-inf there), and O written through
+// row sums (0 for rows with nothing visible; the sink joins them under Score::kSinks), the LSE
+// (-inf there, or the sink's logit), and O written through
 // shared memory: the warpgroup's 64 rows of the Q tile (its own rows: no other warpgroup reads
 // them), or of an O tile of the kernel's own (kOwnTile: a persistent kernel, whose next work's
 // Q may land meanwhile), take O in the swizzled panel layout, and one thread stores them with
@@ -27,7 +28,7 @@ __device__ __forceinline__ void forward_epilogue(const FwdParams& p, const Tenso
   const int g = lane / 4;
   const int t = lane % 4;
   const int warp_row = 64 * consumer + 16 * ((threadIdx.x / 32) % 4);  // in the query block
-  softmax.finish(o, [&](int, int r) {
+  softmax.template finish<Score>(p, head, o, [&](int, int r) {
     const int row = row0 - 64 * consumer + warp_row + 8 * r + g;
     if (kReturnLse && t == 0 && row < p.seqlen_q) {
       p.lse[batch * p.lse_batch_stride + head * p.lse_head_stride + row] =

@@ -268,7 +268,8 @@ def forward(q: Tensor, k: Tensor, v: Tensor, *, spec: Optional[str] = None, mask
             causal: bool = False, startend_row_indices: Optional[Tensor] = None,
             scale: Optional[float] = None, window: Tuple[int, int] = (-1, 0),
             return_lse: bool = False, softcap: Optional[float] = None,
-            alibi_slopes: Optional[Tensor] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+            alibi_slopes: Optional[Tensor] = None,
+            sinks: Optional[Tensor] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Attention forward, softmax(q k^T * scale + mask) v, on torch tensors [B, S, H, D].
 
     q [B, Sq, H, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv]: bf16 or fp16, on one CUDA device,
@@ -280,7 +281,11 @@ def forward(q: Tensor, k: Tensor, v: Tensor, *, spec: Optional[str] = None, mask
     defaults to 1/sqrt(D). Score modifiers, applied to s = scale * q.k before the mask
     (soft-capping first): softcap=cap gives s <- cap * tanh(s / cap); alibi_slopes (fp32 [H] on
     q's device) gives s <- s + slope[h] * (j - (i + Sk - Sq)); each adds its flag to the spec
-    (a spec given as `spec` must carry them). `spec` replaces the spec built from these
+    (a spec given as `spec` must carry them). sinks (fp32 [H] on q's device, gpt-oss's
+    learnable sinks) adds a logit t[h] per query head to each row's softmax denominator, with
+    no value: o = sum_j exp(s_j - L) v_j with L = log(sum_j exp(s_j) + exp(t[h])), the returned
+    lse is L, and a row that sees no key gives o = 0 and lse = t[h] (spec flag sinks=true; not
+    with predicate masks). `spec` replaces the spec built from these
     arguments (e.g. to force tiles=...): mask, causal and return_lse then stay at their
     defaults and the outputs follow the spec's return_lse (a spec with mask=predicate(...)
     runs with its literals and reads no tensors). Returns o [B, Sq, H, Dv], and also lse fp32
@@ -297,6 +302,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, *, spec: Optional[str] = None, mask
             raise ValueError("spec: given together with a predicate mask; accepted: either a "
                              "spec or a mask (a spec's mask=predicate(...) reads no tensors)")
         _check_predicate_alone(causal, startend_row_indices, window)
+        _refuse_predicate_sinks(sinks)
         if not isinstance(return_lse, bool):
             raise TypeError(f"return_lse: expected a bool, got {type(return_lse).__name__}")
         o, lse = _predicate_call(q, k, v, mask, alibi_slopes, _check_scale(scale),
@@ -323,13 +329,13 @@ def forward(q: Tensor, k: Tensor, v: Tensor, *, spec: Optional[str] = None, mask
     arguments = (q, k, v, startend_row_indices, alibi_slopes, mask, causal, scale_value,
                  window_left, window_right, cap)
     if _through_operators(q):
-        _check_tensors(q, k, v, startend_row_indices, alibi_slopes)
-        o, lse = _ops.forward(*arguments, with_lse, spec or "")
+        _check_tensors(q, k, v, startend_row_indices, alibi_slopes, sinks)
+        o, lse = _ops.forward(*arguments, with_lse, spec or "", sinks)
     else:
         # The tensor checks run inside, once per call signature (shapes, strides, dtypes,
         # devices): a repeated call costs only its launch.
         o, lse = _launch.forward(_torch_of(q, "q"), *arguments, with_lse, spec or "",
-                                 _check_tensors)
+                                 _check_tensors, sinks)
     return (o, lse) if with_lse else o
 
 
@@ -337,7 +343,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Mask = "none", causal: b
               startend_row_indices: Optional[Tensor] = None, scale: Optional[float] = None,
               window: Tuple[int, int] = (-1, 0), return_lse: bool = False,
               deterministic: bool = False, softcap: Optional[float] = None,
-              alibi_slopes: Optional[Tensor] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+              alibi_slopes: Optional[Tensor] = None,
+              sinks: Optional[Tensor] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Differentiable attention: the arguments and results of attnjit.forward (without spec=),
     with a backward pass that runs attnjit's backward kernels (the torch.ops.attnjit.attention
     operator and its autograd formula: torch.compile traces it without a graph break).
@@ -346,10 +353,12 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Mask = "none", causal: b
     return_lse=True it is also returned (fp32 [B, H, Sq], not differentiable).
     deterministic=True makes the gradients bitwise identical from run to run (a slower dQ
     reduction). q, k and v receive d_q, d_k and d_v (with GQA, a KV head's gradient sums over
-    its query heads); the mask vectors and alibi_slopes get none. A d_o whose layout the
-    kernels do not take (e.g. the expanded gradient of o.sum()) is copied to a contiguous
-    tensor first. Runs on torch's current stream, asynchronously. mask, softcap and
-    alibi_slopes as in attnjit.forward.
+    its query heads), and sinks, when given, its gradient d t[h] = -sum_i exp(t[h] - L_i) D_i
+    over the rows of head h (D_i = rowsum(d_o * o)), summed in a fixed order (bitwise
+    repeatable in both modes); the mask vectors and alibi_slopes get none. A d_o whose layout
+    the kernels do not take (e.g. the expanded gradient of o.sum()) is copied to a contiguous
+    tensor first. Runs on torch's current stream, asynchronously. mask, softcap, alibi_slopes
+    and sinks as in attnjit.forward.
 
     >>> q, k, v = (t.detach().requires_grad_() for t in (q, k, v))    # doctest: +GPU
     >>> o = attnjit.attention(q, k, v, mask="causal", deterministic=True)  # doctest: +GPU
@@ -363,6 +372,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Mask = "none", causal: b
             raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
     if isinstance(mask, PredicateMask):
         _check_predicate_alone(causal, startend_row_indices, window)
+        _refuse_predicate_sinks(sinks)
         o, lse = _predicate_call(q, k, v, mask, alibi_slopes, _check_scale(scale),
                                  _check_softcap(softcap), deterministic, graph=True)
         return (o, lse) if return_lse else o
@@ -375,11 +385,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Mask = "none", causal: b
     cap = _check_softcap(softcap)
     operators = _through_operators(q)
     if operators:
-        _check_tensors(q, k, v, startend_row_indices, alibi_slopes)
+        _check_tensors(q, k, v, startend_row_indices, alibi_slopes, sinks)
     else:
         _torch_of(q, "q")  # the tensor checks run in the launch, once per call signature
     arguments = (q, k, v, startend_row_indices, alibi_slopes, mask, causal, scale_value,
-                 window_left, window_right, cap, deterministic)
+                 window_left, window_right, cap, deterministic, sinks)
     if operators:
         o, lse = _ops.attention(*arguments)
     else:
@@ -393,7 +403,8 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                      causal: bool = False, window_size: Tuple[int, int] = (-1, -1),
                      softcap: Optional[float] = 0.0, alibi_slopes: Optional[Tensor] = None,
                      deterministic: bool = False, seqused_k: Optional[Tensor] = None,
-                     return_lse: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+                     return_lse: bool = False,
+                     sinks: Optional[Tensor] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Differentiable attention on a packed batch, with the arguments of FlashAttention's
     flash_attn_varlen_func: B sequences of different lengths packed one after another.
 
@@ -409,11 +420,14 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     right) keeps the keys with i + Sk_s - Sq_s - left <= j <= i + Sk_s - Sq_s + right (-1:
     unbounded; causal=True with a window sets right to 0). softmax_scale defaults to
     1/sqrt(D); softcap > 0 gives s <- softcap * tanh(s / softcap) (0.0 or None: none).
-    dropout_p must be 0 and alibi_slopes None (not supported with packed batches).
+    dropout_p must be 0 and alibi_slopes None (not supported with packed batches). sinks (fp32
+    [H] on q's device) adds a learnable sink logit per query head to every row's softmax
+    denominator, as in attnjit.forward, and receives its gradient (summed over all sequences).
 
     Returns o [total_q, H, Dv], and also lse fp32 [H, total_q] when return_lse (not
     differentiable). A query row that sees no key (Sk_s = 0, seqused_k[s] = 0, or a window
-    past its keys) gives o = 0 and lse = -inf, as in attnjit.attention, and a zero gradient.
+    past its keys) gives o = 0 and lse = -inf (with sinks, the sink's logit), as in
+    attnjit.attention, and a zero gradient.
     q, k and v receive d_q, d_k and d_v (with GQA a KV head's gradient sums over its query
     heads); deterministic=True makes them bitwise repeatable. The host never reads the
     boundaries (their values are checked on the device with ATTNJIT_DEBUG=1): calls are
@@ -448,10 +462,10 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         _check_max_seqlen(name, value)
     arguments = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
-                 mask, scale, window_left, window_right, cap, deterministic)
+                 mask, scale, window_left, window_right, cap, deterministic, sinks)
     _torch_of(q, "q")
     if _through_operators(q):
-        _check_varlen_tensors(*arguments[:8])
+        _check_varlen_tensors(*arguments[:8], sinks)
         o, lse = _ops.attention_varlen(*arguments)
     else:
         # The tensor checks run in the launch, once per call signature.
@@ -498,6 +512,13 @@ def _mask_object(mask, q, k):
         _torch_of(k, "k")
         return mask.build(q.shape[0], q.shape[1], k.shape[1], q.device)
     return mask
+
+
+def _refuse_predicate_sinks(sinks):
+    if sinks is not None:
+        raise ValueError("sinks: given with a predicate mask; accepted: None (sinks are not yet "
+                         "supported with attnjit.predicate masks; use a built-in mask or "
+                         "attnjit.flashmask)")
 
 
 def _check_predicate_alone(causal, indices, window):
@@ -565,22 +586,23 @@ def _define_functions(torch):
 
     class Attention(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, indices, slopes, *arguments):
-            # arguments: mask, causal, scale, window_left, window_right, softcap, deterministic
-            o, lse = _launch.forward(torch, q, k, v, indices, slopes, *arguments[:-1], True, "",
-                                     _check_tensors)
-            ctx.save_for_backward(q, k, v, o, lse, indices, slopes)
-            ctx.arguments = arguments
+        def forward(ctx, q, k, v, indices, slopes, mask, causal, scale, window_left,
+                    window_right, softcap, deterministic, sinks):
+            arguments = (mask, causal, scale, window_left, window_right, softcap)
+            o, lse = _launch.forward(torch, q, k, v, indices, slopes, *arguments, True, "",
+                                     _check_tensors, sinks)
+            ctx.save_for_backward(q, k, v, o, lse, indices, slopes, sinks)
+            ctx.arguments = arguments + (deterministic,)
             ctx.mark_non_differentiable(lse)
             return o, lse
 
         @staticmethod
         @once_differentiable
         def backward(ctx, d_o, _d_lse):
-            q, k, v, o, lse, indices, slopes = ctx.saved_tensors
-            d_q, d_k, d_v = _launch.attention_backward(torch, d_o, q, k, v, o, lse, indices,
-                                                       slopes, *ctx.arguments)
-            return (d_q, d_k, d_v) + (None,) * 9
+            q, k, v, o, lse, indices, slopes, sinks = ctx.saved_tensors
+            d_q, d_k, d_v, d_sinks = _launch.attention_backward(
+                torch, d_o, q, k, v, o, lse, indices, slopes, *ctx.arguments, sinks)
+            return (d_q, d_k, d_v) + (None,) * 9 + (d_sinks,)
 
     class PredicateAttention(torch.autograd.Function):
         @staticmethod
@@ -604,22 +626,26 @@ def _define_functions(torch):
 
     class VarlenAttention(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, *arguments):
-            # arguments: max_seqlen_q/k, mask, scale, window_left/right, softcap, deterministic
+        def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                    max_seqlen_k, mask, scale, window_left, window_right, softcap, deterministic,
+                    sinks):
+            arguments = (max_seqlen_q, max_seqlen_k, mask, scale, window_left, window_right,
+                         softcap)
             o, lse = _launch.varlen_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k,
-                                            seqused_k, *arguments[:-1], _check_varlen_tensors)
-            ctx.save_for_backward(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k)
-            ctx.arguments = arguments
+                                            seqused_k, *arguments, _check_varlen_tensors, sinks)
+            ctx.save_for_backward(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks)
+            ctx.arguments = arguments + (deterministic,)
             ctx.mark_non_differentiable(lse)
             return o, lse
 
         @staticmethod
         @once_differentiable
         def backward(ctx, d_o, _d_lse):
-            q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k = ctx.saved_tensors
-            d_q, d_k, d_v = _launch.varlen_backward(torch, d_o, q, k, v, o, lse, cu_seqlens_q,
-                                                    cu_seqlens_k, seqused_k, *ctx.arguments)
-            return (d_q, d_k, d_v) + (None,) * 11
+            q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks = ctx.saved_tensors
+            d_q, d_k, d_v, d_sinks = _launch.varlen_backward(
+                torch, d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                *ctx.arguments, sinks)
+            return (d_q, d_k, d_v) + (None,) * 11 + (d_sinks,)
 
     return Attention, PredicateAttention, VarlenAttention
 
@@ -736,7 +762,7 @@ def _check_on_device(name, tensor, q):
                            "q's device")
 
 
-def _check_tensors(q, k, v, indices=None, slopes=None):
+def _check_tensors(q, k, v, indices=None, slopes=None, sinks=None):
     """The checks of the tensor arguments that need no device: types, devices, dtypes, ranks,
     shapes and the layouts the kernels need. attnjit.forward/attention and the operators' fake
     implementations run them, so a mismatch found while tracing reads like an eager one."""
@@ -768,11 +794,13 @@ def _check_tensors(q, k, v, indices=None, slopes=None):
     if indices is not None:
         _check_startend(torch, indices, q, k)
     if slopes is not None:
-        _check_alibi_slopes(torch, slopes, q)
+        _check_head_vector(torch, "alibi_slopes", slopes, q.shape[2], q, "one slope")
+    if sinks is not None:
+        _check_head_vector(torch, "sinks", sinks, q.shape[2], q, "one sink logit")
 
 
 def _check_varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None,
-                          max_seqlen_q=0, max_seqlen_k=0):
+                          max_seqlen_q=0, max_seqlen_k=0, sinks=None):
     """attention_varlen's checks that need no device and read no tensor's values: types,
     devices, dtypes, ranks and shapes of the packed tensors and the boundaries, and
     max_seqlen_q/k against the totals. The launches and the operators' fake implementations
@@ -828,6 +856,8 @@ def _check_varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None,
         if isinstance(value, int) and isinstance(total, int) and not 0 <= value <= total:
             raise AttnjitError(f"{name}: got {value}; accepted: 0 to {total} (the rows of "
                                f"{tensor}): the longest sequence or more")
+    if sinks is not None:
+        _check_head_vector(torch, "sinks", sinks, q.shape[1], q, "one sink logit")
 
 
 def _check_startend(torch, indices, q, k):
@@ -846,17 +876,18 @@ def _check_startend(torch, indices, q, k):
                            "tensor (call .contiguous())")
 
 
-def _check_alibi_slopes(torch, slopes, q):
-    _torch_of(slopes, "alibi_slopes")
-    heads = q.shape[2]
-    if slopes.dtype != torch.float32:
-        raise TypeError(f"alibi_slopes: dtype {slopes.dtype}; accepted: torch.float32")
-    _check_on_device("alibi_slopes", slopes, q)
-    if tuple(slopes.shape) != (heads,):
-        raise AttnjitError(f"alibi_slopes: shape {tuple(slopes.shape)}; accepted: [H={heads}], "
-                           "one slope per query head")
-    if not slopes.is_contiguous():
-        raise AttnjitError("alibi_slopes: not contiguous; accepted: a contiguous tensor (call "
+def _check_head_vector(torch, name, tensor, heads, q, each):
+    """An fp32 [heads] contiguous tensor on q's device (alibi_slopes, sinks): `each` says
+    what one value is, e.g. "one slope"."""
+    _torch_of(tensor, name)
+    if tensor.dtype != torch.float32:
+        raise TypeError(f"{name}: dtype {tensor.dtype}; accepted: torch.float32")
+    _check_on_device(name, tensor, q)
+    if tuple(tensor.shape) != (heads,):
+        raise AttnjitError(f"{name}: shape {tuple(tensor.shape)}; accepted: [H={heads}], "
+                           f"{each} per query head")
+    if not tensor.is_contiguous():
+        raise AttnjitError(f"{name}: not contiguous; accepted: a contiguous tensor (call "
                            ".contiguous())")
 
 

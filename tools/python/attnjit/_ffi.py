@@ -48,8 +48,9 @@ class Tensor(ctypes.Structure):
     ]
 
 
-SLOT_COUNT = 14  # ATTNJIT_SLOT_COUNT: q, k, v, o, lse, startend_row_indices, alibi_slopes,
-                 # d_o, d_q, d_k, d_v, cu_seqlens_q, cu_seqlens_k, seqused_k
+SLOT_COUNT = 16  # ATTNJIT_SLOT_COUNT: q, k, v, o, lse, startend_row_indices, alibi_slopes,
+                 # d_o, d_q, d_k, d_v, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, d_sinks
+SLOT_COUNT_VARLEN = 14  # ATTNJIT_SLOT_COUNT_VARLEN: the slots before the sinks' ones
 SLOT_COUNT_PADDED = 11  # ATTNJIT_SLOT_COUNT_PADDED: the slots before the packed batches' ones
 
 

@@ -24,7 +24,8 @@ from . import _ffi
 from ._ffi import AttnjitError
 
 _SLOT_NAMES = ("q", "k", "v", "o", "lse", "startend_row_indices", "alibi_slopes", "d_o", "d_q",
-               "d_k", "d_v", "cu_seqlens_q", "cu_seqlens_k", "seqused_k")
+               "d_k", "d_v", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "sinks", "d_sinks")
+_NO_BOUNDARIES = (None, None, None)  # the cu_seqlens slots of a padded batch's launch
 _SPEC_DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
 _CODES = {"float16": _ffi.FP16, "bfloat16": _ffi.BF16, "float32": _ffi.FP32,
           "int32": _ffi.INT32}
@@ -93,12 +94,12 @@ def kernel(spec, index):
 
 
 def spec_text(dtype, head_dim_qk, head_dim_v, mask, causal, columns, return_lse, softcap,
-              alibi, backward=False, deterministic=False, varlen=False):
+              alibi, backward=False, deterministic=False, varlen=False, sinks=False):
     """The spec of one call (cached): dtype a torch dtype, mask one of attnjit.MASKS or a
     predicate's lifted structure as predicate(...); varlen for a packed batch: "true", or
-    "shared" when the keys take the queries' boundaries."""
+    "shared" when the keys take the queries' boundaries; sinks for sink logits."""
     key = (dtype, head_dim_qk, head_dim_v, mask, causal, columns, return_lse, softcap, alibi,
-           backward, deterministic, varlen)
+           backward, deterministic, varlen, sinks)
     text = _specs.get(key)
     if text is None:
         name = str(dtype).removeprefix("torch.")
@@ -113,6 +114,8 @@ def spec_text(dtype, head_dim_qk, head_dim_v, mask, causal, columns, return_lse,
             text += f" direction=backward deterministic={str(deterministic).lower()}"
         if varlen:
             text += f" varlen={varlen}"
+        if sinks:
+            text += " sinks=true"
         if len(_specs) >= _CACHE_LIMIT:
             _specs.clear()
         _specs[key] = text
@@ -274,157 +277,168 @@ def _enqueue(torch, call, pointers):
 
 
 def forward(torch, q, k, v, indices, slopes, mask, causal, scale, window_left, window_right,
-            softcap, return_lse, spec, check=None):
+            softcap, return_lse, spec, check=None, sinks=None):
     """attnjit.forward's launch: (o, lse or None). `spec` "" builds the spec from the
-    arguments; scale 0.0 is 1/sqrt(D); softcap 0.0 is none. `check(q, k, v, indices, slopes)`
-    (attnjit's argument checks) runs the first time a call signature is seen: everything it
-    looks at is in the signature, so a repeated call skips it."""
+    arguments; scale 0.0 is 1/sqrt(D); softcap 0.0 is none; sinks (fp32 [H]) or None.
+    `check(q, k, v, indices, slopes, sinks)` (attnjit's argument checks) runs the first time a
+    call signature is seen: everything it looks at is in the signature, so a repeated call
+    skips it."""
     try:
         key = (mask, causal, return_lse, spec, scale, window_left, window_right, softcap,
                _signature(q), _signature(k), _signature(v), _signature(indices),
-               _signature(slopes))
+               _signature(slopes), _signature(sinks))
     except (AttributeError, TypeError):
         if check is not None:
-            check(q, k, v, indices, slopes)
+            check(q, k, v, indices, slopes, sinks)
         raise
     call = _calls.get(key)
     if call is None:
         if check is not None:
-            check(q, k, v, indices, slopes)
+            check(q, k, v, indices, slopes, sinks)
         call = _forward_call(torch, q, k, v, indices, slopes, mask, causal, scale, window_left,
-                             window_right, softcap, return_lse, spec)
+                             window_right, softcap, return_lse, spec, sinks)
         _remember(key, call)
     o = q.new_empty(call.o_shape)
     lse = None if call.lse_shape is None else q.new_empty(call.lse_shape, dtype=torch.float32)
     _enqueue(torch, call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
                            None if lse is None else lse.data_ptr(),
                            None if indices is None else indices.data_ptr(),
-                           None if slopes is None else slopes.data_ptr()))
+                           None if slopes is None else slopes.data_ptr(), None, None, None, None)
+             + _NO_BOUNDARIES + _pointers((sinks,)))
     return o, lse
 
 
 def _forward_call(torch, q, k, v, indices, slopes, mask, causal, scale, window_left,
-                  window_right, softcap, return_lse, spec):
+                  window_right, softcap, return_lse, spec, sinks):
     index = device_index((("q", q), ("k", k), ("v", v), ("startend_row_indices", indices),
-                          ("alibi_slopes", slopes)))
+                          ("alibi_slopes", slopes), ("sinks", sinks)))
     if not spec:
         spec = spec_text(q.dtype, q.shape[3], v.shape[3], mask, causal,
                          0 if indices is None else indices.shape[3], return_lse, softcap > 0,
-                         slopes is not None)
+                         slopes is not None, sinks=sinks is not None)
     compiled, with_lse = kernel(spec, index)
     batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
     o_shape = (batch, seqlen_q, heads, v.shape[3])
     lse_shape = (batch, heads, seqlen_q) if with_lse else None
     o = q.new_empty(o_shape)
     lse = None if lse_shape is None else q.new_empty(lse_shape, dtype=torch.float32)
-    launch = _prepare(compiled, (q, k, v, o, lse, indices, slopes, None, None, None, None),
-                      None, (scale, window_left, window_right, softcap), index)
+    launch = _prepare(compiled, (q, k, v, o, lse, indices, slopes, None, None, None, None)
+                      + _NO_BOUNDARIES + (sinks,), None,
+                      (scale, window_left, window_right, softcap), index)
     return _Call(launch, index, o_shape, lse_shape)
 
 
 def attention_forward(torch, q, k, v, indices, slopes, mask, causal, scale, window_left,
-                      window_right, softcap):
+                      window_right, softcap, sinks=None):
     """The forward of attnjit.attention: (o, lse), lse always computed for the backward."""
     return forward(torch, q, k, v, indices, slopes, mask, causal, scale, window_left,
-                   window_right, softcap, True, "")
+                   window_right, softcap, True, "", sinks=sinks)
 
 
 def attention_backward(torch, d_o, q, k, v, o, lse, indices, slopes, mask, causal, scale,
-                       window_left, window_right, softcap, deterministic):
-    """(d_q, d_k, d_v) of attnjit.attention."""
+                       window_left, window_right, softcap, deterministic, sinks=None):
+    """(d_q, d_k, d_v, d_sinks) of attnjit.attention; d_sinks (fp32 [H]) is None without
+    sinks."""
     d_o = _kernel_layout(d_o)
     key = ("backward", mask, causal, deterministic, scale, window_left, window_right, softcap,
            _signature(d_o), _signature(q), _signature(k), _signature(v), _signature(o),
-           _signature(lse), _signature(indices), _signature(slopes))
+           _signature(lse), _signature(indices), _signature(slopes), _signature(sinks))
     call = _calls.get(key)
     if call is None:
         index = device_index((("d_o", d_o), ("q", q), ("k", k), ("v", v), ("o", o),
                               ("lse", lse), ("startend_row_indices", indices),
-                              ("alibi_slopes", slopes)))
+                              ("alibi_slopes", slopes), ("sinks", sinks)))
         spec = spec_text(q.dtype, q.shape[3], v.shape[3], mask, causal,
                          0 if indices is None else indices.shape[3], False, softcap > 0,
-                         slopes is not None, True, deterministic)
+                         slopes is not None, True, deterministic, sinks=sinks is not None)
         compiled, _ = kernel(spec, index)
-        grads = _gradients(torch, q, k, v)
-        launch = _prepare(compiled, (q, k, v, o, lse, indices, slopes, d_o) + grads, None,
+        grads = _gradients(torch, q, k, v, sinks)
+        launch = _prepare(compiled, (q, k, v, o, lse, indices, slopes, d_o) + grads[:3]
+                          + _NO_BOUNDARIES + (sinks, grads[3]), None,
                           (scale, window_left, window_right, softcap), index)
         call = _Call(launch, index, None, None)
         _remember(key, call)
-    d_q, d_k, d_v = _gradients(torch, q, k, v)
+    d_q, d_k, d_v, d_sinks = _gradients(torch, q, k, v, sinks)
     _enqueue(torch, call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
                            lse.data_ptr(), None if indices is None else indices.data_ptr(),
                            None if slopes is None else slopes.data_ptr(), d_o.data_ptr(),
-                           d_q.data_ptr(), d_k.data_ptr(), d_v.data_ptr()))
-    return d_q, d_k, d_v
+                           d_q.data_ptr(), d_k.data_ptr(), d_v.data_ptr()) + _NO_BOUNDARIES
+             + _pointers((sinks, d_sinks)))
+    return d_q, d_k, d_v, d_sinks
 
 
 def varlen_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
-                   max_seqlen_k, mask, scale, window_left, window_right, softcap, check=None):
+                   max_seqlen_k, mask, scale, window_left, window_right, softcap, check=None,
+                   sinks=None):
     """The forward of attnjit.attention_varlen: (o [total_q, H, Dv], lse [H, total_q]).
-    `mask` is "none", "causal" or "sliding_window"; scale 0.0 is 1/sqrt(D), softcap 0.0 none.
-    `check(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k)` runs
-    the first time a call signature is seen, as in forward(). Reads no tensor's values."""
+    `mask` is "none", "causal" or "sliding_window"; scale 0.0 is 1/sqrt(D), softcap 0.0 none;
+    sinks (fp32 [H]) or None. `check(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k,
+    max_seqlen_q, max_seqlen_k, sinks)` runs the first time a call signature is seen, as in
+    forward(). Reads no tensor's values."""
     boundaries = (cu_seqlens_q, cu_seqlens_k, seqused_k)
     try:
         layout = _varlen_layout(cu_seqlens_q, cu_seqlens_k, seqused_k)
         key = ("varlen", layout, mask, scale, window_left, window_right, softcap, max_seqlen_q,
-               max_seqlen_k) + tuple(map(_signature, (q, k, v) + boundaries))
+               max_seqlen_k) + tuple(map(_signature, (q, k, v) + boundaries + (sinks,)))
     except (AttributeError, TypeError):
         if check is not None:
-            check(q, k, v, *boundaries, max_seqlen_q, max_seqlen_k)
+            check(q, k, v, *boundaries, max_seqlen_q, max_seqlen_k, sinks)
         raise
     call = _calls.get(key)
     if call is None:
         if check is not None:
-            check(q, k, v, *boundaries, max_seqlen_q, max_seqlen_k)
+            check(q, k, v, *boundaries, max_seqlen_q, max_seqlen_k, sinks)
         index = device_index((("q", q), ("k", k), ("v", v)) + tuple(zip(_SLOT_NAMES[11:],
-                                                                          boundaries)))
+                                                                          boundaries + (sinks,))))
         spec = spec_text(q.dtype, q.shape[2], v.shape[2], mask, False, 0, True, softcap > 0,
-                         False, varlen=layout)
+                         False, varlen=layout, sinks=sinks is not None)
         compiled, _ = kernel(spec, index)
         total_q, heads = q.shape[0], q.shape[1]
         o_shape, lse_shape = (total_q, heads, v.shape[2]), (heads, total_q)
         o = q.new_empty(o_shape)
         lse = q.new_empty(lse_shape, dtype=torch.float32)
-        launch = _prepare(compiled, (q, k, v, o, lse) + (None,) * 6 + boundaries, None,
-                          (scale, window_left, window_right, softcap), index,
+        launch = _prepare(compiled, (q, k, v, o, lse) + (None,) * 6 + boundaries + (sinks,),
+                          None, (scale, window_left, window_right, softcap), index,
                           (max_seqlen_q, max_seqlen_k))
         call = _Call(launch, index, o_shape, lse_shape)
         _remember(key, call)
     o = q.new_empty(call.o_shape)
     lse = q.new_empty(call.lse_shape, dtype=torch.float32)
     _enqueue(torch, call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
-             + (None,) * 6 + _pointers(boundaries))
+             + (None,) * 6 + _pointers(boundaries + (sinks,)))
     return o, lse
 
 
 def varlen_backward(torch, d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
                     max_seqlen_q, max_seqlen_k, mask, scale, window_left, window_right, softcap,
-                    deterministic):
-    """(d_q, d_k, d_v) of attnjit.attention_varlen."""
+                    deterministic, sinks=None):
+    """(d_q, d_k, d_v, d_sinks) of attnjit.attention_varlen; d_sinks is None without
+    sinks."""
     d_o = _kernel_layout(d_o)
     boundaries = (cu_seqlens_q, cu_seqlens_k, seqused_k)
     layout = _varlen_layout(cu_seqlens_q, cu_seqlens_k, seqused_k)
-    key = ("varlen backward", layout, mask, deterministic, scale, window_left, window_right, softcap,
-           max_seqlen_q, max_seqlen_k) + tuple(map(_signature, (d_o, q, k, v, o, lse)
-                                                   + boundaries))
+    key = ("varlen backward", layout, mask, deterministic, scale, window_left, window_right,
+           softcap, max_seqlen_q, max_seqlen_k) + tuple(map(_signature, (d_o, q, k, v, o, lse)
+                                                   + boundaries + (sinks,)))
     call = _calls.get(key)
     if call is None:
         index = device_index((("d_o", d_o), ("q", q), ("k", k), ("v", v), ("o", o),
-                              ("lse", lse)) + tuple(zip(_SLOT_NAMES[11:], boundaries)))
+                              ("lse", lse)) + tuple(zip(_SLOT_NAMES[11:], boundaries + (sinks,))))
         spec = spec_text(q.dtype, q.shape[2], v.shape[2], mask, False, 0, False, softcap > 0,
-                         False, True, deterministic, varlen=layout)
+                         False, True, deterministic, varlen=layout, sinks=sinks is not None)
         compiled, _ = kernel(spec, index)
-        launch = _prepare(compiled, (q, k, v, o, lse, None, None, d_o) + _gradients(torch, q, k, v)
-                          + boundaries, None, (scale, window_left, window_right, softcap), index,
-                          (max_seqlen_q, max_seqlen_k))
+        grads = _gradients(torch, q, k, v, sinks)
+        launch = _prepare(compiled, (q, k, v, o, lse, None, None, d_o) + grads[:3] + boundaries
+                          + (sinks, grads[3]), None, (scale, window_left, window_right, softcap),
+                          index, (max_seqlen_q, max_seqlen_k))
         call = _Call(launch, index, None, None)
         _remember(key, call)
-    d_q, d_k, d_v = _gradients(torch, q, k, v)
+    d_q, d_k, d_v, d_sinks = _gradients(torch, q, k, v, sinks)
     _enqueue(torch, call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
                            lse.data_ptr(), None, None, d_o.data_ptr(), d_q.data_ptr(),
-                           d_k.data_ptr(), d_v.data_ptr()) + _pointers(boundaries))
-    return d_q, d_k, d_v
+                           d_k.data_ptr(), d_v.data_ptr())
+             + _pointers(boundaries + (sinks, d_sinks)))
+    return d_q, d_k, d_v, d_sinks
 
 
 def _varlen_layout(cu_seqlens_q, cu_seqlens_k, seqused_k):
@@ -441,9 +455,11 @@ def _pointers(tensors):
     return tuple(None if t is None else t.data_ptr() for t in tensors)
 
 
-def _gradients(torch, q, k, v):
-    """d_q, d_k, d_v allocated like q, k, v (strides kept where torch keeps them)."""
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+def _gradients(torch, q, k, v, sinks=None):
+    """d_q, d_k, d_v allocated like q, k, v (strides kept where torch keeps them), and d_sinks
+    (fp32 [H], which the backward writes whole) with sinks, else None."""
+    d_sinks = None if sinks is None else torch.empty_like(sinks)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), d_sinks
 
 
 def predicate_forward(torch, q, k, v, tensors, scalars, structure, names, slopes, scale,
@@ -474,7 +490,7 @@ def predicate_backward(torch, d_o, q, k, v, o, lse, tensors, scalars, structure,
                      softcap > 0, slopes is not None, True, deterministic)
     compiled, _ = kernel(spec, index)
     d_o = _kernel_layout(d_o)
-    d_q, d_k, d_v = _gradients(torch, q, k, v)
+    d_q, d_k, d_v, _ = _gradients(torch, q, k, v)
     run(torch, compiled, (q, k, v, o, lse, None, slopes, d_o, d_q, d_k, d_v),
         (scale, -1, 0, softcap), index, (structure, names, scalars, tensors))
     return d_q, d_k, d_v

@@ -12,6 +12,9 @@
                                               max_seqlen_q/k are ints of the call, never read
                                               from a tensor
 
+forward, attention and attention_varlen take the sinks (fp32 [H] or None) last; their backward
+operators return d_sinks after d_v (an empty [0] tensor without sinks).
+
 Each has a fake implementation giving every output's shape, dtype and strides (after the same
 argument checks as the eager call, so a shape mismatch seen while tracing is the same
 AttnjitError), and the real one reads torch's current stream of the tensors' device when it
@@ -38,12 +41,23 @@ def _no_grad(argument, tensor_type):
     return None
 
 
+def _sinks_gradient(q, d_sinks, f32):
+    """A backward operator's d_sinks output: the gradient, or an empty [0] without sinks (an
+    operator returns tensors only)."""
+    return q.new_empty((0,), dtype=f32) if d_sinks is None else d_sinks
+
+
+def _fake_sinks_gradient(torch, q, sinks, f32):
+    return q.new_empty((0,), dtype=f32) if sinks is None else torch.empty_like(sinks)
+
+
 def register(torch, check_tensors, check_predicate_tensors, check_varlen_tensors):
     """Defines the operators and returns torch.ops.attnjit, or None when this PyTorch has no
     torch.library.custom_op. `check_tensors(q, k, v, indices, slopes)`,
     `check_predicate_tensors(q, names, tensors)` and `check_varlen_tensors(q, k, v,
-    cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k)` are attnjit's argument
-    checks, which the fake implementations run."""
+    cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, sinks)` are attnjit's
+    argument checks (check_tensors takes the sinks after the slopes), which the fake
+    implementations run."""
     library = torch.library
     if not (hasattr(library, "custom_op") and hasattr(library, "register_fake")):
         return None
@@ -57,16 +71,16 @@ def register(torch, check_tensors, check_predicate_tensors, check_varlen_tensors
     def forward(q: Tensor, k: Tensor, v: Tensor, startend_row_indices: Optional[Tensor],
                 alibi_slopes: Optional[Tensor], mask: str, causal: bool, scale: float,
                 window_left: int, window_right: int, softcap: float, return_lse: bool,
-                spec: str) -> Tuple[Tensor, Tensor]:
+                spec: str, sinks: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
         o, lse = _launch.forward(torch, _layout(q), _layout(k), _layout(v), startend_row_indices,
                                  alibi_slopes, mask, causal, scale, window_left, window_right,
-                                 softcap, return_lse, spec, check_tensors)
+                                 softcap, return_lse, spec, check_tensors, sinks)
         return o, q.new_empty((0,), dtype=f32) if lse is None else lse
 
     @forward.register_fake
     def _(q, k, v, startend_row_indices, alibi_slopes, mask, causal, scale, window_left,
-          window_right, softcap, return_lse, spec):
-        check_tensors(q, k, v, startend_row_indices, alibi_slopes)
+          window_right, softcap, return_lse, spec, sinks):
+        check_tensors(q, k, v, startend_row_indices, alibi_slopes, sinks)
         batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
         o = q.new_empty((batch, seqlen_q, heads, v.shape[3]))
         lse = q.new_empty((batch, heads, seqlen_q) if return_lse else (0,), dtype=f32)
@@ -76,15 +90,15 @@ def register(torch, check_tensors, check_predicate_tensors, check_varlen_tensors
     def attention(q: Tensor, k: Tensor, v: Tensor, startend_row_indices: Optional[Tensor],
                   alibi_slopes: Optional[Tensor], mask: str, causal: bool, scale: float,
                   window_left: int, window_right: int, softcap: float,
-                  deterministic: bool) -> Tuple[Tensor, Tensor]:
+                  deterministic: bool, sinks: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
         return _launch.forward(torch, _layout(q), _layout(k), _layout(v), startend_row_indices,
                                alibi_slopes, mask, causal, scale, window_left, window_right,
-                               softcap, True, "", check_tensors)
+                               softcap, True, "", check_tensors, sinks)
 
     @attention.register_fake
     def _(q, k, v, startend_row_indices, alibi_slopes, mask, causal, scale, window_left,
-          window_right, softcap, deterministic):
-        check_tensors(q, k, v, startend_row_indices, alibi_slopes)
+          window_right, softcap, deterministic, sinks):
+        check_tensors(q, k, v, startend_row_indices, alibi_slopes, sinks)
         batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
         return (q.new_empty((batch, seqlen_q, heads, v.shape[3])),
                 q.new_empty((batch, heads, seqlen_q), dtype=f32))
@@ -94,29 +108,33 @@ def register(torch, check_tensors, check_predicate_tensors, check_varlen_tensors
                            startend_row_indices: Optional[Tensor],
                            alibi_slopes: Optional[Tensor], mask: str, causal: bool, scale: float,
                            window_left: int, window_right: int, softcap: float,
-                           deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
-        return _launch.attention_backward(torch, d_o, _layout(q), _layout(k), _layout(v),
-                                          _layout(o), lse, startend_row_indices, alibi_slopes,
-                                          mask, causal, scale, window_left, window_right, softcap,
-                                          deterministic)
+                           deterministic: bool,
+                           sinks: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        d_q, d_k, d_v, d_sinks = _launch.attention_backward(
+            torch, d_o, _layout(q), _layout(k), _layout(v), _layout(o), lse, startend_row_indices,
+            alibi_slopes, mask, causal, scale, window_left, window_right, softcap, deterministic,
+            sinks)
+        return d_q, d_k, d_v, _sinks_gradient(q, d_sinks, f32)
 
     @attention_backward.register_fake
     def _(d_o, q, k, v, o, lse, startend_row_indices, alibi_slopes, mask, causal, scale,
-          window_left, window_right, softcap, deterministic):
-        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+          window_left, window_right, softcap, deterministic, sinks):
+        return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+                _fake_sinks_gradient(torch, q, sinks, f32))
 
     def setup_attention(ctx, inputs, output):
         q, k, v, indices, slopes = inputs[:5]
         o, lse = output
-        ctx.save_for_backward(q, k, v, o, lse, indices, slopes)
-        ctx.arguments = inputs[5:]  # mask, causal, scale, window_left/right, softcap, deterministic
+        ctx.save_for_backward(q, k, v, o, lse, indices, slopes, inputs[-1])
+        # mask, causal, scale, window_left/right, softcap, deterministic
+        ctx.arguments = inputs[5:-1]
         ctx.mark_non_differentiable(lse)
 
     def attention_grad(ctx, d_o, _d_lse):
-        q, k, v, o, lse, indices, slopes = ctx.saved_tensors
-        d_q, d_k, d_v = torch.ops.attnjit.attention_backward(d_o, q, k, v, o, lse, indices,
-                                                             slopes, *ctx.arguments)
-        return (d_q, d_k, d_v) + (None,) * 9
+        q, k, v, o, lse, indices, slopes, sinks = ctx.saved_tensors
+        d_q, d_k, d_v, d_sinks = torch.ops.attnjit.attention_backward(
+            d_o, q, k, v, o, lse, indices, slopes, *ctx.arguments, sinks)
+        return (d_q, d_k, d_v) + (None,) * 9 + (None if sinks is None else d_sinks,)
 
     attention.register_autograd(attention_grad, setup_context=setup_attention)
 
@@ -179,18 +197,18 @@ def register(torch, check_tensors, check_predicate_tensors, check_varlen_tensors
     def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                          cu_seqlens_k: Tensor, seqused_k: Optional[Tensor], max_seqlen_q: int,
                          max_seqlen_k: int, mask: str, scale: float, window_left: int,
-                         window_right: int, softcap: float,
-                         deterministic: bool) -> Tuple[Tensor, Tensor]:
+                         window_right: int, softcap: float, deterministic: bool,
+                         sinks: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
         return _launch.varlen_forward(torch, _layout(q), _layout(k), _layout(v), cu_seqlens_q,
                                       cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, mask,
                                       scale, window_left, window_right, softcap,
-                                      check_varlen_tensors)
+                                      check_varlen_tensors, sinks)
 
     @attention_varlen.register_fake
     def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, mask,
-          scale, window_left, window_right, softcap, deterministic):
+          scale, window_left, window_right, softcap, deterministic, sinks):
         check_varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
-                             max_seqlen_k)
+                             max_seqlen_k, sinks)
         total_q, heads = q.shape[0], q.shape[1]
         return (q.new_empty((total_q, heads, v.shape[2])),
                 q.new_empty((heads, total_q), dtype=f32))
@@ -200,31 +218,35 @@ def register(torch, check_tensors, check_predicate_tensors, check_varlen_tensors
                                   lse: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                                   seqused_k: Optional[Tensor], max_seqlen_q: int,
                                   max_seqlen_k: int, mask: str, scale: float, window_left: int,
-                                  window_right: int, softcap: float,
-                                  deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
-        return _launch.varlen_backward(torch, d_o, _layout(q), _layout(k), _layout(v),
-                                       _layout(o), lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
-                                       max_seqlen_q, max_seqlen_k, mask, scale, window_left,
-                                       window_right, softcap, deterministic)
+                                  window_right: int, softcap: float, deterministic: bool,
+                                  sinks: Optional[Tensor]
+                                  ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        d_q, d_k, d_v, d_sinks = _launch.varlen_backward(
+            torch, d_o, _layout(q), _layout(k), _layout(v), _layout(o), lse, cu_seqlens_q,
+            cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, mask, scale, window_left,
+            window_right, softcap, deterministic, sinks)
+        return d_q, d_k, d_v, _sinks_gradient(q, d_sinks, f32)
 
     @attention_varlen_backward.register_fake
     def _(d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
-          max_seqlen_k, mask, scale, window_left, window_right, softcap, deterministic):
-        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+          max_seqlen_k, mask, scale, window_left, window_right, softcap, deterministic, sinks):
+        return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+                _fake_sinks_gradient(torch, q, sinks, f32))
 
     def setup_varlen(ctx, inputs, output):
         q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k = inputs[:6]
         o, lse = output
-        ctx.save_for_backward(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k)
+        ctx.save_for_backward(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                              inputs[-1])
         # max_seqlen_q/k, mask, scale, window_left/right, softcap, deterministic
-        ctx.arguments = inputs[6:]
+        ctx.arguments = inputs[6:-1]
         ctx.mark_non_differentiable(lse)
 
     def varlen_grad(ctx, d_o, _d_lse):
-        q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k = ctx.saved_tensors
-        d_q, d_k, d_v = torch.ops.attnjit.attention_varlen_backward(
-            d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, *ctx.arguments)
-        return (d_q, d_k, d_v) + (None,) * 11
+        q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks = ctx.saved_tensors
+        d_q, d_k, d_v, d_sinks = torch.ops.attnjit.attention_varlen_backward(
+            d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, *ctx.arguments, sinks)
+        return (d_q, d_k, d_v) + (None,) * 11 + (None if sinks is None else d_sinks,)
 
     attention_varlen.register_autograd(varlen_grad, setup_context=setup_varlen)
     return torch.ops.attnjit

@@ -18,7 +18,7 @@ sys.path.insert(0, str(PYTHON_DIR))
 
 import attnjit  # noqa: E402
 from cache_dir import TemporaryCacheTest  # noqa: E402
-from attnjit import _ffi  # noqa: E402
+from attnjit import _ffi, _launch  # noqa: E402
 
 SPEC = "dtype=bf16 head_dim=64 mask=causal target=sm_90"
 BACKWARD_SPEC = SPEC + " direction=backward"
@@ -244,6 +244,57 @@ class LibraryTest(TemporaryCacheTest):
         self.assertIn("softcap=false", plain.spec.split())
         self.assertIn("alibi=false", plain.spec.split())
 
+    def test_sinks_are_a_spec_flag_in_the_key(self):
+        plain = attnjit.compile(SPEC)
+        self.assertIn("sinks=false", plain.spec.split())
+        sinks = attnjit.compile(SPEC + " sinks=true")
+        self.assertIn("sinks=true", sinks.spec.split())
+        self.assertNotEqual(sinks.info()["key"], plain.info()["key"])
+        self.assertEqual([k["name"] for k in sinks.info()["kernels"]],
+                         ["attnjit_fwd_bf16_d64_causal_sinks"])
+        backward = [k["name"] for k in attnjit.compile(BACKWARD_SPEC + " sinks=true")
+                    .info()["kernels"]]
+        self.assertEqual(backward[:2], ["attnjit_bwd_preprocess_bf16_d64_zero_dq",
+                                        "attnjit_bwd_sinks"])
+        # The spec texts the calls build.
+        for varlen in (False, True):
+            text = _launch.spec_text("torch.bfloat16", 64, 64, "causal", False, 0, True, False,
+                                     False, varlen=varlen, sinks=True)
+            self.assertIn("sinks=true", text.split())
+            self.assertEqual(attnjit.Kernel.compile(text + " target=sm_90").spec.split().count(
+                "sinks=true"), 1)
+
+    def test_sinks_are_refused_with_predicate_masks_before_needing_torch(self):
+        for function in (attnjit.forward, attnjit.attention):
+            with self.subTest(function=function.__name__):
+                with self.assertRaisesRegex(ValueError, r"sinks: given with a predicate mask; "
+                                                        r"accepted: None"):
+                    function([1.0], [1.0], [1.0], mask=attnjit.predicate("q >= k"),
+                             sinks=[0.5])
+
+    def test_prepared_launch_takes_the_sinks_slots(self):
+        lib = _ffi.lib
+        kernel = attnjit.compile(SPEC + " sinks=true")
+        ok = _ffi.Tensor(None, _ffi.BF16, 4, (1, 64, 2, 64), (8192, 128, 64, 1))
+        sinks = _ffi.Tensor(None, _ffi.FP32, 1, (2, 0, 0, 0), (1, 0, 0, 0))
+        absent = _ffi.Tensor()
+        slots = (_ffi.Tensor * _ffi.SLOT_COUNT)(ok, ok, ok, ok, *[absent] * 10, sinks)
+        handle = ctypes.c_void_p()
+        self.assertEqual(lib.attnjit_launch_prepare(kernel._handle, slots, _ffi.SLOT_COUNT, None,
+                                                    0.0, -1, 0, 0.0, 0, ctypes.byref(handle)),
+                         _ffi.OK, lib.attnjit_last_error().decode())
+        data = (ctypes.c_void_p * _ffi.SLOT_COUNT)(0x1000, 0x1000, 0x1000, 0x1000)
+        self.assert_user_error(lib.attnjit_launch_run(handle, data, _ffi.SLOT_COUNT, None),
+                               "data[14] (sinks): got 'NULL'")
+        lib.attnjit_launch_release(handle)
+        # A caller of the count before the sinks' slots gives none: the run names it.
+        self.assertEqual(lib.attnjit_launch_prepare(kernel._handle, slots,
+                                                    _ffi.SLOT_COUNT_VARLEN, None, 0.0, -1, 0,
+                                                    0.0, -1, ctypes.byref(handle)), _ffi.OK)
+        self.assert_user_error(lib.attnjit_launch_run(handle, data, _ffi.SLOT_COUNT_VARLEN, None),
+                               "sinks: missing; accepted: for sinks=true an fp32 [2] tensor")
+        lib.attnjit_launch_release(handle)
+
     def test_c_abi_checks_the_score_modifiers_arguments(self):
         lib = _ffi.lib
         ok = _ffi.Tensor(0x1000, _ffi.BF16, 4, (1, 64, 2, 64), (8192, 128, 64, 1))
@@ -299,7 +350,8 @@ class LibraryTest(TemporaryCacheTest):
             return code, handle
 
         slots = (_ffi.Tensor * _ffi.SLOT_COUNT)(ok, ok, ok, ok)
-        self.assert_user_error(prepare(slots, count=4)[0], "tensor_count: got '4'; accepted: 14 (ATTNJIT_SLOT_COUNT), or 11")
+        self.assert_user_error(prepare(slots, count=4)[0],
+                               "tensor_count: got '4'; accepted: 16 (ATTNJIT_SLOT_COUNT), 14")
         self.assert_user_error(prepare(slots, device=-2)[0], "device: got '-2'")
         missing_v = (_ffi.Tensor * _ffi.SLOT_COUNT)(ok, ok, _ffi.Tensor(), ok)
         self.assert_user_error(prepare(missing_v)[0], "tensors[2] (v): got 'rank 0 (absent)'")
@@ -313,7 +365,7 @@ class LibraryTest(TemporaryCacheTest):
         self.assertEqual(code, _ffi.OK, lib.attnjit_last_error().decode())
         data = (ctypes.c_void_p * _ffi.SLOT_COUNT)(0x1000, 0x1000, 0x1000, 0x1000)
         self.assert_user_error(lib.attnjit_launch_run(handle, data, 3, None),
-                               "data_count: got '3'; accepted: 14")
+                               "data_count: got '3'; accepted: 16")
         data[1] = None
         self.assert_user_error(lib.attnjit_launch_run(handle, data, _ffi.SLOT_COUNT, None),
                                "data[1] (k): got 'NULL'")

@@ -146,6 +146,10 @@ class PreparedLaunchTest(TemporaryCacheTest):
                      re.findall(r"\b(ATTNJIT_SLOT_\w+) = (\d+)", header)}
         self.assertEqual(constants["ATTNJIT_SLOT_COUNT"], _ffi.SLOT_COUNT)
         self.assertEqual(constants["ATTNJIT_SLOT_COUNT_PADDED"], _ffi.SLOT_COUNT_PADDED)
+        self.assertEqual(constants["ATTNJIT_SLOT_COUNT_VARLEN"], _ffi.SLOT_COUNT_VARLEN)
+        for name in ("sinks", "d_sinks"):
+            self.assertEqual(constants[f"ATTNJIT_SLOT_{name.upper()}"],
+                             _launch._SLOT_NAMES.index(name))
         self.assertEqual(constants["ATTNJIT_SLOT_CU_SEQLENS_Q"],
                          _launch._SLOT_NAMES.index("cu_seqlens_q"))
         self.assertEqual(constants["ATTNJIT_SLOT_SEQUSED_K"],
@@ -172,7 +176,7 @@ class PreparedLaunchTest(TemporaryCacheTest):
                     kernel._handle, self.slots(), _ffi.SLOT_COUNT, None, 0.0, -1, 0, 0.0,
                     *max_seqlens, -1, ctypes.byref(handle)), _ffi.OK)
                 data = (ctypes.c_void_p * _ffi.SLOT_COUNT)(
-                    *[0x10000] * 5, *[None] * 6, 0x20000, 0x30000, None)
+                    *[0x10000] * 5, *[None] * 6, 0x20000, 0x30000, None, None, None)
                 self.assert_user_error(lib.attnjit_launch_run(handle, data, _ffi.SLOT_COUNT,
                                                               None), message)
                 lib.attnjit_launch_release(handle)

@@ -257,7 +257,7 @@ class LibraryTest(TemporaryCacheTest):
         self.assertEqual(backward[:2], ["attnjit_bwd_preprocess_bf16_d64_zero_dq",
                                         "attnjit_bwd_sinks"])
         # The spec texts the calls build.
-        for varlen in (False, True):
+        for varlen in (False, "true", "shared"):
             text = _launch.spec_text("torch.bfloat16", 64, 64, "causal", False, 0, True, False,
                                      False, varlen=varlen, sinks=True)
             self.assertIn("sinks=true", text.split())

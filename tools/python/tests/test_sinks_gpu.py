@@ -174,7 +174,8 @@ class AttentionSinksTest(SinksCase):
                 sinks = sink_logits(rng, HEADS, "cuda")
                 got = self.run_attention(q, k, v, sinks, d_o, deterministic, **arguments)
                 self.compare(got, (q, k, v), sinks, d_o, visible, dtype, 1 / math.sqrt(head_dim))
-                blind = ~visible.any(dim=-1)  # [B, Sq]: rows that see no key
+                # [B, Sq]: rows that see no key (a causal mask's `visible` is one batch row)
+                blind = (~visible.any(dim=-1)).expand(q.shape[0], -1)
                 if mask == "causal":
                     self.assertTrue(bool(blind.any()))
                     o, lse = got[0], got[1]

@@ -107,25 +107,38 @@ struct DimNames {
 };
 
 // q/k/v/o: 16-bit, rank 4, extents in range, last dim contiguous, 16-byte rows, given head
-// dim. The extents come before the strides: a batch of 2^40 is the batch's fault, not the
-// stride's whose span it makes too large.
+// dim.
+void check_padded(std::string_view name, const TensorView& t, ScalarType dtype, int head_dim,
+                  DimNames dims) {
+  check_activation(
+      name, t, dtype, head_dim,
+      {{dims.batch, kMaxGridYZ}, {dims.seqlen, INT32_MAX / 2}, {dims.heads, kMaxGridYZ}},
+      "4 ([batch, seq, heads, head_dim])");
+}
+
+}  // namespace
+
 void check_activation(std::string_view name, const TensorView& t, ScalarType dtype, int head_dim,
-                      DimNames dims) {
+                      std::initializer_list<LeadingDim> dims, std::string_view rank_text) {
   if (t.data == nullptr)
     throw Error(fmt::format("{}: data is null; accepted: a device pointer", name));
   if (t.dtype != dtype) {
     throw_field_error(fmt::format("{}.dtype", name), name_of(t.dtype),
                       fmt::format("{} (the spec's dtype)", name_of(dtype)));
   }
-  if (t.rank != 4) {
-    throw_field_error(fmt::format("{}.rank", name), std::to_string(t.rank),
-                      "4 ([batch, seq, heads, head_dim])");
+  const int rank = static_cast<int>(dims.size()) + 1;
+  if (t.rank != rank) {
+    throw_field_error(fmt::format("{}.rank", name), std::to_string(t.rank), rank_text);
   }
-  check_int_range(fmt::format("{}.shape[0] ({})", name, dims.batch), t.shape[0], kMaxGridYZ);
-  check_int_range(fmt::format("{}.shape[1] ({})", name, dims.seqlen), t.shape[1], INT32_MAX / 2);
-  check_int_range(fmt::format("{}.shape[2] ({})", name, dims.heads), t.shape[2], kMaxGridYZ);
-  if (t.shape[3] != head_dim) {
-    throw_field_error(fmt::format("{}.shape[3]", name), std::to_string(t.shape[3]),
+  // The extents come before the strides: a batch of 2^40 is the batch's fault, not the
+  // stride's whose span it makes too large.
+  int d = 0;
+  for (const LeadingDim& dim : dims) {
+    check_int_range(fmt::format("{}.shape[{}] ({})", name, d, dim.name), t.shape[d], dim.max);
+    ++d;
+  }
+  if (t.shape[d] != head_dim) {
+    throw_field_error(fmt::format("{}.shape[{}]", name, d), std::to_string(t.shape[d]),
                       fmt::format("{} (the spec's head dim)", head_dim));
   }
   check_row_layout(name, t);
@@ -138,15 +151,13 @@ void check_same(std::string_view field, std::int64_t got, std::int64_t expected,
   }
 }
 
-}  // namespace
-
 template <class Args>
 Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
   const ScalarType dtype = spec.dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
-  check_activation("q", a.q, dtype, spec.head_dim_qk, {"batch", "seqlen_q", "heads"});
-  check_activation("k", a.k, dtype, spec.head_dim_qk, {"batch", "seqlen_k", "kv heads"});
-  check_activation("v", a.v, dtype, spec.head_dim_v, {"batch", "seqlen_k", "kv heads"});
-  check_activation("o", a.o, dtype, spec.head_dim_v, {"batch", "seqlen_q", "heads"});
+  check_padded("q", a.q, dtype, spec.head_dim_qk, {"batch", "seqlen_q", "heads"});
+  check_padded("k", a.k, dtype, spec.head_dim_qk, {"batch", "seqlen_k", "kv heads"});
+  check_padded("v", a.v, dtype, spec.head_dim_v, {"batch", "seqlen_k", "kv heads"});
+  check_padded("o", a.o, dtype, spec.head_dim_v, {"batch", "seqlen_q", "heads"});
   Shapes s;
   s.batch = static_cast<int>(a.q.shape[0]);
   s.seqlen_q = static_cast<int>(a.q.shape[1]);

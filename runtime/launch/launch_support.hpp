@@ -39,6 +39,22 @@ void check_score_mod_args(const AttentionSpec& spec, const Args& args, int heads
 /// offset arithmetic covers. Throws Error naming `name`'s field.
 void check_row_layout(std::string_view name, const TensorView& t);
 
+/// A leading dim of an activation: its name in messages and its largest extent.
+struct LeadingDim {
+  std::string_view name;
+  std::int64_t max;
+};
+
+/// An activation of the spec's dtype with `dims` leading dims and the head dim last, each
+/// extent in range (`rank_text` says the accepted rank), in a layout check_row_layout takes;
+/// throws Error naming `name`'s field.
+void check_activation(std::string_view name, const TensorView& t, ScalarType dtype, int head_dim,
+                      std::initializer_list<LeadingDim> dims, std::string_view rank_text);
+
+/// Error naming `field` unless got == expected (`what`: the expected value's meaning).
+void check_same(std::string_view field, std::int64_t got, std::int64_t expected,
+                std::string_view what);
+
 /// Checks that `t` has the dtype and shape of `like` and a valid layout (contiguous last
 /// dim, 16-byte rows, 16-byte aligned data); the message names `name` and `like_name`.
 void check_same_layout(std::string_view name, const TensorView& t, std::string_view like_name,

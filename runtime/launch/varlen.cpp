@@ -32,37 +32,8 @@ enum VarlenError : unsigned {
 // the layout the kernels copy.
 void check_packed(std::string_view name, const TensorView& t, ScalarType dtype, int head_dim,
                   std::string_view total) {
-  if (t.data == nullptr) {
-    throw Error(fmt::format("{}: data is null; accepted: a device pointer", name));
-  }
-  if (t.dtype != dtype) {
-    throw_field_error(fmt::format("{}.dtype", name), name_of(t.dtype),
-                      fmt::format("{} (the spec's dtype)", name_of(dtype)));
-  }
-  if (t.rank != 3) {
-    throw_field_error(fmt::format("{}.rank", name), std::to_string(t.rank),
-                      fmt::format("3 ([{}, heads, head_dim]: the spec has varlen=true)", total));
-  }
-  if (t.shape[0] < 0 || t.shape[0] > INT32_MAX / 2) {
-    throw_field_error(fmt::format("{}.shape[0] ({})", name, total), std::to_string(t.shape[0]),
-                      fmt::format("0 to {}", INT32_MAX / 2));
-  }
-  if (t.shape[1] < 0 || t.shape[1] > kMaxHeads) {
-    throw_field_error(fmt::format("{}.shape[1] (heads)", name), std::to_string(t.shape[1]),
-                      fmt::format("0 to {}", kMaxHeads));
-  }
-  if (t.shape[2] != head_dim) {
-    throw_field_error(fmt::format("{}.shape[2]", name), std::to_string(t.shape[2]),
-                      fmt::format("{} (the spec's head dim)", head_dim));
-  }
-  check_row_layout(name, t);
-}
-
-void check_same(std::string_view field, std::int64_t got, std::int64_t expected,
-                std::string_view what) {
-  if (got != expected) {
-    throw_field_error(field, std::to_string(got), fmt::format("{} ({})", expected, what));
-  }
+  check_activation(name, t, dtype, head_dim, {{total, INT32_MAX / 2}, {"heads", kMaxHeads}},
+                   fmt::format("3 ([{}, heads, head_dim]: the spec has varlen=true)", total));
 }
 
 // An int32 boundary tensor: rank 1, contiguous, 4-byte aligned, of `entries` entries.

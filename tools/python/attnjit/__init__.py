@@ -762,10 +762,9 @@ def _check_on_device(name, tensor, q):
                            "q's device")
 
 
-def _check_tensors(q, k, v, indices=None, slopes=None, sinks=None):
-    """The checks of the tensor arguments that need no device: types, devices, dtypes, ranks,
-    shapes and the layouts the kernels need. attnjit.forward/attention and the operators' fake
-    implementations run them, so a mismatch found while tracing reads like an eager one."""
+def _check_activations(q, k, v, rank, layout):
+    """torch, after the checks q, k and v share: tensors on q's device, one 16-bit dtype, rank
+    `rank` (`layout` names its dims in the message), a contiguous last dimension."""
     torch = _torch_of(q, "q")
     for name, tensor in (("q", q), ("k", k), ("v", v)):
         _torch_of(tensor, name)
@@ -776,12 +775,20 @@ def _check_tensors(q, k, v, indices=None, slopes=None, sinks=None):
         if tensor.dtype != q.dtype:
             raise TypeError(f"{name}: dtype {tensor.dtype} but q is {q.dtype}; accepted: one "
                             "dtype for q, k and v")
-        if tensor.dim() != 4:
+        if tensor.dim() != rank:
             raise AttnjitError(f"{name}: rank {tensor.dim()} (shape {tuple(tensor.shape)}); "
-                               "accepted: 4, [batch, seq, heads, head_dim]")
+                               f"accepted: {rank}, {layout}")
         if tensor.stride(-1) != 1:
             raise AttnjitError(f"{name}: last dimension has stride {tensor.stride(-1)}; "
                                "accepted: 1 (contiguous head_dim)")
+    return torch
+
+
+def _check_tensors(q, k, v, indices=None, slopes=None, sinks=None):
+    """The checks of the tensor arguments that need no device: types, devices, dtypes, ranks,
+    shapes and the layouts the kernels need. attnjit.forward/attention and the operators' fake
+    implementations run them, so a mismatch found while tracing reads like an eager one."""
+    torch = _check_activations(q, k, v, 4, "[batch, seq, heads, head_dim]")
     if tuple(k.shape[:3]) != tuple(v.shape[:3]):
         raise AttnjitError(f"v: shape {tuple(v.shape)} differs from k {tuple(k.shape)} in "
                            "[batch, seq, heads]")
@@ -805,22 +812,7 @@ def _check_varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None,
     devices, dtypes, ranks and shapes of the packed tensors and the boundaries, and
     max_seqlen_q/k against the totals. The launches and the operators' fake implementations
     run them."""
-    torch = _torch_of(q, "q")
-    for name, tensor in (("q", q), ("k", k), ("v", v)):
-        _torch_of(tensor, name)
-        _check_on_device(name, tensor, q)
-        if tensor.dtype != torch.float16 and tensor.dtype != torch.bfloat16:
-            raise TypeError(f"{name}: dtype {tensor.dtype}; accepted: torch.bfloat16, "
-                            "torch.float16")
-        if tensor.dtype != q.dtype:
-            raise TypeError(f"{name}: dtype {tensor.dtype} but q is {q.dtype}; accepted: one "
-                            "dtype for q, k and v")
-        if tensor.dim() != 3:
-            raise AttnjitError(f"{name}: rank {tensor.dim()} (shape {tuple(tensor.shape)}); "
-                               "accepted: 3, [total, heads, head_dim] (a packed batch)")
-        if tensor.stride(-1) != 1:
-            raise AttnjitError(f"{name}: last dimension has stride {tensor.stride(-1)}; "
-                               "accepted: 1 (contiguous head_dim)")
+    torch = _check_activations(q, k, v, 3, "[total, heads, head_dim] (a packed batch)")
     if tuple(k.shape[:2]) != tuple(v.shape[:2]):
         raise AttnjitError(f"v: shape {tuple(v.shape)} differs from k {tuple(k.shape)} in "
                            "[total_k, heads]")

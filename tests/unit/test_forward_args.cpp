@@ -43,6 +43,21 @@ std::string error_of(const jit::Kernel& kernel, const ForwardArgs& args) {
   return testing::error_text([&] { kernel.forward(args); });
 }
 
+// The backward arguments of good_args()'s shapes: its tensors, d_o, the gradients and the LSE.
+BackwardArgs backward_of(const ForwardArgs& good) {
+  BackwardArgs b;
+  b.q = good.q;
+  b.k = good.k;
+  b.v = good.v;
+  b.o = good.o;
+  b.d_o = contiguous_view(fake(0x80000), ScalarType::bf16, {2, 100, 4, 64});
+  b.d_q = contiguous_view(fake(0x90000), ScalarType::bf16, {2, 100, 4, 64});
+  b.d_k = contiguous_view(fake(0xa0000), ScalarType::bf16, {2, 120, 2, 64});
+  b.d_v = contiguous_view(fake(0xb0000), ScalarType::bf16, {2, 120, 2, 64});
+  b.lse = contiguous_view(fake(0x50000), ScalarType::fp32, {2, 4, 100});
+  return b;
+}
+
 }  // namespace
 
 TEST_CASE("forward names the bad tensor field", "[runtime][args]") {
@@ -294,16 +309,7 @@ TEST_CASE("forward and backward check the score modifiers' arguments", "[runtime
 
   const jit::Kernel grad =
       compiled("dtype=bf16 head_dim=64 mask=causal softcap=true direction=backward target=sm_80");
-  BackwardArgs b;
-  b.q = good.q;
-  b.k = good.k;
-  b.v = good.v;
-  b.o = good.o;
-  b.d_o = contiguous_view(fake(0x80000), ScalarType::bf16, {2, 100, 4, 64});
-  b.d_q = contiguous_view(fake(0x90000), ScalarType::bf16, {2, 100, 4, 64});
-  b.d_k = contiguous_view(fake(0xa0000), ScalarType::bf16, {2, 120, 2, 64});
-  b.d_v = contiguous_view(fake(0xb0000), ScalarType::bf16, {2, 120, 2, 64});
-  b.lse = contiguous_view(fake(0x50000), ScalarType::fp32, {2, 4, 100});
+  BackwardArgs b = backward_of(good);
   const auto backward_error = [&](const BackwardArgs& args) {
     return testing::error_text([&] { grad.backward(args); });
   };
@@ -357,16 +363,7 @@ TEST_CASE("forward and backward check the sinks and their gradient", "[runtime][
 
   const jit::Kernel backward =
       compiled("dtype=bf16 head_dim=64 mask=causal sinks=true direction=backward target=sm_80");
-  BackwardArgs b;
-  b.q = good.q;
-  b.k = good.k;
-  b.v = good.v;
-  b.o = good.o;
-  b.d_o = contiguous_view(fake(0x80000), ScalarType::bf16, {2, 100, 4, 64});
-  b.d_q = contiguous_view(fake(0x90000), ScalarType::bf16, {2, 100, 4, 64});
-  b.d_k = contiguous_view(fake(0xa0000), ScalarType::bf16, {2, 120, 2, 64});
-  b.d_v = contiguous_view(fake(0xb0000), ScalarType::bf16, {2, 120, 2, 64});
-  b.lse = contiguous_view(fake(0x50000), ScalarType::fp32, {2, 4, 100});
+  BackwardArgs b = backward_of(good);
   b.sinks = sinks;
   const auto backward_error = [&](const jit::Kernel& kernel, const BackwardArgs& args) {
     return testing::error_text([&] { kernel.backward(args); });

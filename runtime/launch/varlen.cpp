@@ -30,10 +30,12 @@ enum VarlenError : unsigned {
 
 // A packed activation: rank 3 [total, heads, head_dim] of the spec's dtype and head dim, with
 // the layout the kernels copy.
-void check_packed(std::string_view name, const TensorView& t, ScalarType dtype, int head_dim,
-                  std::string_view total) {
+void check_packed(std::string_view name, const TensorView& t, const AttentionSpec& spec,
+                  int head_dim, std::string_view total) {
+  const ScalarType dtype = spec.dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
   check_activation(name, t, dtype, head_dim, {{total, INT32_MAX / 2}, {"heads", kMaxHeads}},
-                   fmt::format("3 ([{}, heads, head_dim]: the spec has varlen=true)", total));
+                   fmt::format("3 ([{}, heads, head_dim]: the spec has varlen={})", total,
+                               name_of(spec.varlen)));
 }
 
 // An int32 boundary tensor: rank 1, contiguous, 4-byte aligned, of `entries` entries.
@@ -41,8 +43,8 @@ void check_boundaries(std::string_view name, const TensorView& t, std::int64_t e
                       std::string_view what) {
   if (t.data == nullptr) {
     throw Error(
-        fmt::format("{}: missing; accepted: an int32 device tensor [{}] (the spec has "
-                    "varlen=true)",
+        fmt::format("{}: missing; accepted: an int32 device tensor [{}] (the spec packs its "
+                    "batch: varlen=true or shared)",
                     name, what));
   }
   runtime::check_int32_tensor(name, t, 1);
@@ -121,11 +123,10 @@ std::optional<Args> packed_as_batch(const AttentionSpec& spec, const Args& args)
     }
     return std::nullopt;
   }
-  const ScalarType dtype = spec.dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
-  check_packed("q", args.q, dtype, spec.head_dim_qk, "total_q");
-  check_packed("k", args.k, dtype, spec.head_dim_qk, "total_k");
-  check_packed("v", args.v, dtype, spec.head_dim_v, "total_k");
-  check_packed("o", args.o, dtype, spec.head_dim_v, "total_q");
+  check_packed("q", args.q, spec, spec.head_dim_qk, "total_q");
+  check_packed("k", args.k, spec, spec.head_dim_qk, "total_k");
+  check_packed("v", args.v, spec, spec.head_dim_v, "total_k");
+  check_packed("o", args.o, spec, spec.head_dim_v, "total_q");
   check_same("v.shape[0] (total_k)", args.v.shape[0], args.k.shape[0], "total_k of k");
   check_same("v.shape[1] (kv heads)", args.v.shape[1], args.k.shape[1], "kv heads of k");
   check_same("o.shape[0] (total_q)", args.o.shape[0], args.q.shape[0], "total_q of q");
@@ -140,8 +141,9 @@ std::optional<Args> packed_as_batch(const AttentionSpec& spec, const Args& args)
   if (!lse.empty()) {
     if (lse.dtype != ScalarType::fp32) throw_field_error("lse.dtype", name_of(lse.dtype), "fp32");
     if (lse.rank != 2) {
-      throw_field_error("lse.rank", std::to_string(lse.rank),
-                        "2 ([heads, total_q]: the spec has varlen=true)");
+      throw_field_error(
+          "lse.rank", std::to_string(lse.rank),
+          fmt::format("2 ([heads, total_q]: the spec has varlen={})", name_of(spec.varlen)));
     }
     check_same("lse.shape[0] (heads)", lse.shape[0], heads, "heads of q");
     check_same("lse.shape[1] (total_q)", lse.shape[1], args.q.shape[0], "total_q of q");
@@ -150,7 +152,7 @@ std::optional<Args> packed_as_batch(const AttentionSpec& spec, const Args& args)
   if (!args.startend_row_indices.empty()) {
     throw Error(
         "startend_row_indices: given, but a packed batch's mask comes from cu_seqlens; "
-        "accepted: no startend_row_indices with varlen=true");
+        "accepted: no startend_row_indices with varlen=true or varlen=shared");
   }
   Args out = args;
   if (spec.varlen == VarlenMode::shared) {

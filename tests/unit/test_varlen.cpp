@@ -143,6 +143,10 @@ TEST_CASE("varlen=shared takes the queries' boundaries for the keys", "[varlen][
   totals.v.shape[0] -= 1;
   CHECK(testing::error_text([&] { kernel.forward(totals); }).starts_with(
       "k.shape[0] (total_k): got '"));
+  ForwardArgs padded = a;
+  padded.q = contiguous_view(fake(0x10000), ScalarType::bf16, {1, a.q.shape[0], 4, 64});
+  CHECK(testing::error_text([&] { kernel.forward(padded); }) ==
+        "q.rank: got '4'; accepted: 3 ([total_q, heads, head_dim]: the spec has varlen=shared)");
 }
 
 TEST_CASE("validate refuses the masks and modifiers a packed batch does not take",
@@ -320,7 +324,7 @@ TEST_CASE("varlen forward names the bad packed tensor", "[varlen][runtime][args]
   a.startend_row_indices = contiguous_view(fake(0x60000), ScalarType::int32, {1, 1, 120, 2});
   CHECK(error_of(a) ==
         "startend_row_indices: given, but a packed batch's mask comes from cu_seqlens; accepted: "
-        "no startend_row_indices with varlen=true");
+        "no startend_row_indices with varlen=true or varlen=shared");
 }
 
 TEST_CASE("varlen forward names the bad sequence boundaries", "[varlen][runtime][args]") {
@@ -332,7 +336,7 @@ TEST_CASE("varlen forward names the bad sequence boundaries", "[varlen][runtime]
   a.varlen.cu_seqlens_q = {};
   CHECK(error_of(a) ==
         "cu_seqlens_q: missing; accepted: an int32 device tensor [B + 1, B >= 1 sequences] (the "
-        "spec has varlen=true)");
+        "spec packs its batch: varlen=true or shared)");
   a = good_forward();
   a.varlen = {};
   CHECK_THAT(error_of(a), Catch::StartsWith("cu_seqlens_q: missing"));
@@ -340,7 +344,7 @@ TEST_CASE("varlen forward names the bad sequence boundaries", "[varlen][runtime]
   a.varlen.cu_seqlens_k = {};
   CHECK(error_of(a) ==
         "cu_seqlens_k: missing; accepted: an int32 device tensor [B + 1: as many entries as "
-        "cu_seqlens_q] (the spec has varlen=true)");
+        "cu_seqlens_q] (the spec packs its batch: varlen=true or shared)");
   a = good_forward();
   a.varlen.cu_seqlens_q.dtype = ScalarType::fp32;
   CHECK(error_of(a) == "cu_seqlens_q.dtype: got 'fp32'; accepted: int32");

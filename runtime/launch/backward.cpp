@@ -86,7 +86,8 @@ void Kernel::backward(const BackwardArgs& args, Stream stream_handle) const {
 std::size_t Kernel::workspace_size(const BackwardArgs& args) const {
   const detail::KernelSet& set = *set_;
   if (!set.plan) return 0;
-  return detail::cached_schedule(set, detail::launch_extents(detail::launch_shapes(args)))
+  return detail::cached_schedule(
+             set, detail::launch_extents(detail::launch_shapes(args, set.spec.varlen)))
       .workspace_bytes;
 }
 

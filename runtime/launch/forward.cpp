@@ -135,7 +135,8 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
 std::size_t Kernel::workspace_size(const ForwardArgs& args) const {
   const detail::KernelSet& set = *set_;
   if (!set.plan) return 0;
-  return detail::cached_schedule(set, detail::launch_extents(detail::launch_shapes(args)))
+  return detail::cached_schedule(
+             set, detail::launch_extents(detail::launch_shapes(args, set.spec.varlen)))
       .workspace_bytes;
 }
 

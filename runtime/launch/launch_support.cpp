@@ -374,13 +374,16 @@ int extent(std::string_view tensor, const TensorView& t, int dim) {
 }  // namespace
 
 template <class Args>
-Shapes launch_shapes(const Args& a) {
-  const bool packed = a.q.rank == 3 && a.k.rank == 3;  // varlen: one batch row
-  for (const auto& [name, view] : {std::pair<std::string_view, const TensorView&>{"q", a.q},
-                                   std::pair<std::string_view, const TensorView&>{"k", a.k}}) {
-    if (view.rank != 4 && !packed) {
+Shapes launch_shapes(const Args& a, VarlenMode varlen) {
+  const bool packed = varlen != VarlenMode::off;
+  for (const auto& [name, view, total] :
+       {std::tuple<std::string_view, const TensorView&, std::string_view>{"q", a.q, "total_q"},
+        std::tuple<std::string_view, const TensorView&, std::string_view>{"k", a.k, "total_k"}}) {
+    if (view.rank != (packed ? 3 : 4)) {
       throw_field_error(fmt::format("{}.rank", name), std::to_string(view.rank),
-                        "4 ([batch, seq, heads, dim]), or 3 ([total, heads, dim]) for varlen");
+                        packed ? fmt::format("3 ([{}, heads, head_dim]: the spec has varlen={})",
+                                             total, name_of(varlen))
+                               : std::string("4 ([batch, seq, heads, dim])"));
     }
   }
   Shapes s;
@@ -403,8 +406,8 @@ Shapes launch_shapes(const Args& a) {
   return s;
 }
 
-template Shapes launch_shapes(const ForwardArgs&);
-template Shapes launch_shapes(const BackwardArgs&);
+template Shapes launch_shapes(const ForwardArgs&, VarlenMode);
+template Shapes launch_shapes(const BackwardArgs&, VarlenMode);
 
 void check_workspace(const Workspace& workspace, std::size_t needed) {
   if (workspace.data == nullptr) {

@@ -61,10 +61,11 @@ void check_same_layout(std::string_view name, const TensorView& t, std::string_v
                        const TensorView& like);
 
 /// The problem sizes of `args` (ForwardArgs or BackwardArgs) from the shapes of q, k and
-/// startend_row_indices alone, for Kernel::workspace_size: data pointers may be null. Throws
-/// Error naming a tensor whose rank is not 4 or whose extent leaves int.
+/// startend_row_indices alone, for Kernel::workspace_size: data pointers may be null. A packed
+/// batch (`varlen` not off) is one batch row of [total, heads, dim] tensors. Throws Error
+/// naming a tensor whose rank is not 4 (packed: 3) or whose extent leaves int.
 template <class Args>
-Shapes launch_shapes(const Args& args);
+Shapes launch_shapes(const Args& args, VarlenMode varlen);
 
 /// Checks a caller's workspace: device memory (`data` not null, 256-byte aligned) of at least
 /// `needed` bytes; throws Error naming workspace.data or workspace.bytes.

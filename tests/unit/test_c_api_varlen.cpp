@@ -154,7 +154,8 @@ TEST_CASE("the C ABI prepares a packed batch only through attnjit_launch_prepare
                                           nullptr, 0.f, -1, 0, 0.f, -1, &launch))
             .starts_with("kernel: got 'a spec with varlen=true'"));
   CHECK(prepare_error(kernels.padded, slots.data(), ATTNJIT_SLOT_COUNT) ==
-        "kernel: got 'a spec with varlen=false'; accepted: a spec with varlen=true or shared (a padded "
+        "kernel: got 'a spec with varlen=false'; accepted: a spec with varlen=true or shared (a "
+        "padded "
         "batch's launch is prepared with attnjit_launch_prepare)");
 
   // A padded kernel's launch takes no boundaries, whichever slot count it is prepared with.
@@ -295,8 +296,15 @@ TEST_CASE("the C ABI's varlen runs check max_seqlen_q/k and the packed tensors",
   p.o = tensor(0x40000, ATTNJIT_BF16, {1, 100, 4, 64});
   p.k = tensor(0x20000, ATTNJIT_BF16, {1, 120, 2, 64});
   p.v = tensor(0x30000, ATTNJIT_BF16, {1, 120, 2, 64});
-  CHECK(run_error(kernels.forward, p, false) ==
-        "q.rank: got '4'; accepted: 3 ([total_q, heads, head_dim]: the spec has varlen=true)");
+  {  // refused as the launch is prepared (its workspace size reads the shapes)
+    const auto slots = p.slots(false);
+    attnjit_launch* launch = nullptr;
+    CHECK(user_error(attnjit_launch_prepare_varlen(kernels.forward, slots.data(),
+                                                   ATTNJIT_SLOT_COUNT, nullptr, 0.f, -1, 0, 0.f,
+                                                   p.max_seqlen_q, p.max_seqlen_k, -1, &launch)) ==
+          "q.rank: got '4'; accepted: 3 ([total_q, heads, head_dim]: the spec has varlen=true)");
+    CHECK(launch == nullptr);
+  }
   p = Packed();
   p.v = tensor(0x30000, ATTNJIT_BF16, {119, 2, 64});
   CHECK(run_error(kernels.forward, p, false) ==

@@ -111,7 +111,8 @@ TEST_CASE("varlen=shared runs causal by index with LTS alone, other masks as var
   const KernelDesc& writer = causal.plan->kernels.front();
   CHECK(writer.name == "attnjit_varlen_intervals_causal_c1");
   CHECK(causal.plan->scratch[writer.buffers.front().buffer].bytes.to_string() == "Sk*4");
-  CHECK(causal.plan->find(KernelRole::forward)->name == "attnjit_fwd_bf16_d128_varlen_shared_causal");
+  CHECK(causal.plan->find(KernelRole::forward)->name ==
+        "attnjit_fwd_bf16_d128_varlen_shared_causal");
   const Lowering none =
       lower(parse_spec("dtype=bf16 head_dim=128 mask=none target=sm_90a varlen=shared"));
   CHECK_FALSE(none.mask->causal_by_index);
@@ -133,16 +134,16 @@ TEST_CASE("varlen=shared takes the queries' boundaries for the keys", "[varlen][
         "boundaries of their own)");
   ForwardArgs used = a;
   used.varlen.cu_seqlens_k = used.varlen.cu_seqlens_q;
-  used.varlen.seqused_k = contiguous_view(fake(0x72000), ScalarType::int32,
-                                          {used.varlen.cu_seqlens_q.shape[0] - 1});
-  CHECK(testing::error_text([&] { kernel.forward(used); }).starts_with(
-      "seqused_k: given, but the spec has varlen=shared"));
+  used.varlen.seqused_k =
+      contiguous_view(fake(0x72000), ScalarType::int32, {used.varlen.cu_seqlens_q.shape[0] - 1});
+  CHECK_THAT(testing::error_text([&] { kernel.forward(used); }),
+             Catch::StartsWith("seqused_k: given, but the spec has varlen=shared"));
   ForwardArgs totals = a;
   totals.varlen.cu_seqlens_k = {};
   totals.k.shape[0] -= 1;
   totals.v.shape[0] -= 1;
-  CHECK(testing::error_text([&] { kernel.forward(totals); }).starts_with(
-      "k.shape[0] (total_k): got '"));
+  CHECK_THAT(testing::error_text([&] { kernel.forward(totals); }),
+             Catch::StartsWith("k.shape[0] (total_k): got '"));
   ForwardArgs padded = a;
   padded.q = contiguous_view(fake(0x10000), ScalarType::bf16, {1, a.q.shape[0], 4, 64});
   CHECK(testing::error_text([&] { kernel.forward(padded); }) ==
@@ -495,8 +496,12 @@ TEST_CASE("varlen workspace holds the vectors of every packed key", "[varlen][ru
   ForwardArgs bad = a;
   bad.q.rank = 2;
   CHECK(testing::error_text([&] { forward.workspace_size(bad); }) ==
-        "q.rank: got '2'; accepted: 4 ([batch, seq, heads, dim]), or 3 ([total, heads, dim]) for "
-        "varlen");
+        "q.rank: got '2'; accepted: 3 ([total_q, heads, head_dim]: the spec has varlen=true)");
+  // Padded tensors for a packed spec are refused here too, by the spec, not by their ranks.
+  ForwardArgs padded = a;
+  padded.q = contiguous_view(fake(0x10000), ScalarType::bf16, {1, 100, 4, 64});
+  CHECK_THAT(testing::error_text([&] { forward.workspace_size(padded); }),
+             Catch::StartsWith("q.rank: got '4'; accepted: 3"));
 
   const jit::Kernel backward = compiled(kBackward);
   const BackwardArgs b = good_backward();
@@ -504,5 +509,5 @@ TEST_CASE("varlen workspace holds the vectors of every packed key", "[varlen][ru
   BackwardArgs bad_b = b;
   bad_b.q.rank = bad_b.k.rank = 1;
   CHECK_THAT(testing::error_text([&] { backward.workspace_size(bad_b); }),
-             Catch::StartsWith("q.rank: got '1'; accepted: 4"));
+             Catch::StartsWith("q.rank: got '1'; accepted: 3"));
 }

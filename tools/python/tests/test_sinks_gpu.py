@@ -17,7 +17,6 @@ Run: ATTNJIT_LIBRARY=build/libattnjit.so python3 -m unittest discover -s tools/p
 
 import itertools
 import math
-import os
 import random
 import sys
 import unittest
@@ -27,24 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import attnjit  # noqa: E402
 from cache_dir import TemporaryCacheTest  # noqa: E402
-from torch_cuda import HAS_CUDA, torch  # noqa: E402
+from torch_cuda import HAS_CUDA, run_seed, torch  # noqa: E402
 
 HAS_OPS = HAS_CUDA and attnjit._ops is not None
 DTYPES = ("bfloat16", "float16")
 HEADS, KV_HEADS = 8, 2
-
-
-def run_seed():
-    """ATTNJIT_TEST_SEED as a number, else (unset or 'random') a fresh one."""
-    text = os.environ.get("ATTNJIT_TEST_SEED", "")
-    if text and text != "random":
-        if not text.isdigit():
-            raise ValueError(f"ATTNJIT_TEST_SEED: got {text!r}; accepted: an unsigned number or "
-                             "'random'")
-        return int(text)
-    return random.SystemRandom().randrange(1, 2**63)
-
-
 SEED = run_seed()
 
 

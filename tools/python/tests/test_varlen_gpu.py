@@ -22,7 +22,6 @@ Run: ATTNJIT_LIBRARY=build/libattnjit.so python3 -m unittest discover -s tools/p
 
 import itertools
 import math
-import os
 import random
 import sys
 import unittest
@@ -33,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import attnjit  # noqa: E402
 from attnjit import _launch  # noqa: E402
 from cache_dir import TemporaryCacheTest  # noqa: E402
-from torch_cuda import HAS_CUDA, torch  # noqa: E402
+from torch_cuda import HAS_CUDA, run_seed, torch  # noqa: E402
 
 HAS_OPS = HAS_CUDA and attnjit._ops is not None
 DTYPES = ("bfloat16", "float16")
@@ -42,19 +41,6 @@ HEAD_DIMS = (64, 128)
 MASKS = (("none", False, (-1, -1)), ("causal", True, (-1, -1)),
          ("window", False, (48, 17)), ("causal window", True, (70, -1)))
 HEADS, KV_HEADS = 8, 2
-
-
-def run_seed():
-    """ATTNJIT_TEST_SEED as a number, else (unset or 'random') a fresh one."""
-    text = os.environ.get("ATTNJIT_TEST_SEED", "")
-    if text and text != "random":
-        if not text.isdigit():
-            raise ValueError(f"ATTNJIT_TEST_SEED: got {text!r}; accepted: an unsigned number or "
-                             "'random'")
-        return int(text)
-    return random.SystemRandom().randrange(1, 2**63)
-
-
 SEED = run_seed()
 
 

@@ -17,8 +17,6 @@
 namespace attnjit::jit::detail {
 namespace {
 
-constexpr std::int64_t kMaxGridYZ = 65535;
-
 void check_int_range(std::string_view field, std::int64_t value, std::int64_t max) {
   if (value < 0 || value > max) {
     throw_field_error(field, std::to_string(value), fmt::format("0 to {}", max));

@@ -39,6 +39,9 @@ void check_score_mod_args(const AttentionSpec& spec, const Args& args, int heads
 /// offset arithmetic covers. Throws Error naming `name`'s field.
 void check_row_layout(std::string_view name, const TensorView& t);
 
+/// The most batch rows and heads: the attention grids' y and z dimensions.
+constexpr std::int64_t kMaxGridYZ = 65535;
+
 /// A leading dim of an activation: its name in messages and its largest extent.
 struct LeadingDim {
   std::string_view name;

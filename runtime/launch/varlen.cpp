@@ -13,8 +13,6 @@
 namespace attnjit::jit::detail {
 namespace {
 
-constexpr std::int64_t kMaxHeads = 65535;
-
 // The codes of templates/attnjit/masks/varlen_intervals.cuh (VarlenError).
 enum VarlenError : unsigned {
   kCuQStart = 1,
@@ -33,7 +31,7 @@ enum VarlenError : unsigned {
 void check_packed(std::string_view name, const TensorView& t, const AttentionSpec& spec,
                   int head_dim, std::string_view total) {
   const ScalarType dtype = spec.dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
-  check_activation(name, t, dtype, head_dim, {{total, INT32_MAX / 2}, {"heads", kMaxHeads}},
+  check_activation(name, t, dtype, head_dim, {{total, INT32_MAX / 2}, {"heads", kMaxGridYZ}},
                    fmt::format("3 ([{}, heads, head_dim]: the spec has varlen={})", total,
                                name_of(spec.varlen)));
 }

@@ -158,28 +158,36 @@ std::string emit_attention(const Lowering& ir, const KernelDesc& kernel) {
   return w.str();
 }
 
-// The VarlenMask enumerator (varlen_intervals.cuh) of a mask kind a varlen spec takes.
-std::string_view varlen_mask_name(MaskKind kind) {
-  switch (kind) {
+// The VarlenMask enumerator (varlen_intervals.cuh) of the rows a varlen spec's mask lets each
+// key see in its sequence (a FlashMask's vectors hide more of them).
+std::string_view varlen_mask_name(const MaskSpec& mask) {
+  switch (mask.kind) {
     case MaskKind::none:
       return "None";
     case MaskKind::causal:
       return "Causal";
     case MaskKind::sliding_window:
       return "Window";
-    default:
+    case MaskKind::flashmask:
+      return mask.causal ? "Causal" : "None";
+    case MaskKind::predicate:
       break;
   }
-  throw InternalError("varlen: validate takes none, causal and sliding_window only");
+  throw InternalError("varlen: predicates build no vectors");
 }
 
-// The packed batch's vectors from cu_seqlens, for the spec's mask kind (varlen_intervals.cuh).
+// The packed batch's vectors from cu_seqlens and the user's vectors, in the columns of the
+// attention kernels' Mask (varlen_intervals.cuh).
 std::string emit_varlen_intervals(const Lowering& ir, const KernelDesc& kernel) {
   SourceWriter w;
   emit_header(w, ir, kernel);
+  emit_mask_policy(w, ir, kernel);
+  w.blank();
+  const int user_columns = ir.spec.mask.kind == MaskKind::flashmask ? ir.spec.mask.columns : 0;
   emit_entry(w, kernel, params_type(ir, kernel),
-             fmt::format("attnjit::varlen_intervals<attnjit::kVarlen{}, /*kColumns=*/{}>(params);",
-                         varlen_mask_name(ir.spec.mask.kind), ir.mask->vectors.size()));
+             fmt::format("attnjit::varlen_intervals<attnjit::kVarlen{}, /*kUserColumns=*/{}, "
+                         "Mask>(params);",
+                         varlen_mask_name(ir.spec.mask), user_columns));
   return w.str();
 }
 

@@ -107,8 +107,17 @@ void emit_mask_policy(SourceWriter& w, const Lowering& ir, const KernelDesc& ker
   w.line("typedef attnjit::MaskPolicy</*kCausal=*/{}, /*kWindow=*/{}, /*kLts=*/{}, /*kLte=*/{},",
          mask.causal_by_index, mask.window_by_index, column_of(mask, IntervalVector::lts),
          column_of(mask, IntervalVector::lte));
-  w.line("                            /*kUts=*/{}, /*kUte=*/{}>",
-         column_of(mask, IntervalVector::uts), column_of(mask, IntervalVector::ute));
+  const int visible_begin = column_of(mask, IntervalVector::visible_begin);
+  const int visible_end = column_of(mask, IntervalVector::visible_end);
+  if (visible_begin < 0 && visible_end < 0) {
+    w.line("                            /*kUts=*/{}, /*kUte=*/{}>",
+           column_of(mask, IntervalVector::uts), column_of(mask, IntervalVector::ute));
+  } else {
+    w.line("                            /*kUts=*/{}, /*kUte=*/{}, /*kVisibleBegin=*/{},",
+           column_of(mask, IntervalVector::uts), column_of(mask, IntervalVector::ute),
+           visible_begin);
+    w.line("                            /*kVisibleEnd=*/{}>", visible_end);
+  }
   w.line("    Mask;");
 }
 

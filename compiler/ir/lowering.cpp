@@ -17,6 +17,10 @@ std::string_view name_of(IntervalVector vector) {
       return "UTS";
     case IntervalVector::ute:
       return "UTE";
+    case IntervalVector::visible_begin:
+      return "VISIBLE_BEGIN";
+    case IntervalVector::visible_end:
+      return "VISIBLE_END";
   }
   throw InternalError("unknown IntervalVector");
 }

@@ -12,8 +12,11 @@
 
 namespace attnjit {
 
-/// Which FlashMask interval vector a column of startend_row_indices holds.
-enum class IntervalVector { lts, lte, uts, ute };
+/// Which interval vector a column of the kernels' vectors holds: FlashMask's four (a column
+/// hides rows [LTS, LTE) and [UTS, UTE)), and in a packed batch whose mask has both ends of an
+/// interval, the column's visible rows [VISIBLE_BEGIN, VISIBLE_END) (its own sequence's, cut by
+/// a causal mask), which then need vectors of their own.
+enum class IntervalVector { lts, lte, uts, ute, visible_begin, visible_end };
 std::string_view name_of(IntervalVector vector);
 
 /// How the kernels apply the mask (decided by lower_mask).
@@ -29,9 +32,10 @@ struct MaskLowering {
   bool element_predicate = false;
   bool table_per_batch = false;  ///< the predicate reads b or a tensor: one table row per batch
   bool table_per_head = false;   ///< the predicate reads h: one table row per query head
-  /// varlen=true: the vectors (LTS, UTE over the packed keys) are not the user's but built from
-  /// cu_seqlens by the plan's varlen_intervals kernel into a scratch buffer, which every kernel
-  /// reading vectors takes in place of startend_row_indices.
+  /// A packed batch (varlen): the vectors are built over the packed keys by the plan's
+  /// varlen_intervals kernel, from cu_seqlens and the user's per-sequence FlashMask vectors, into
+  /// a scratch buffer, which every kernel reading vectors takes in place of
+  /// startend_row_indices.
   bool varlen = false;
 
   bool operator==(const MaskLowering&) const = default;

@@ -1,5 +1,7 @@
 // lower_mask: index arithmetic for causal and sliding window, interval vectors for FlashMask,
 // an element predicate with block tables for predicates.
+#include <algorithm>
+
 #include "attnjit/error.hpp"
 #include "compiler/ir/predicate.hpp"
 #include "compiler/passes/passes.hpp"
@@ -18,25 +20,45 @@ std::vector<IntervalVector> flashmask_vectors(const MaskSpec& mask) {
   throw InternalError("lower_mask: flashmask arity not validated");
 }
 
+// A packed batch is one row of keys whose vectors (built on the device from cu_seqlens and the
+// user's per-sequence vectors, varlen_intervals.cuh) hide the other sequences and apply the
+// mask in each sequence's local positions. Under shared boundaries every sequence's causal
+// diagonal is the packed row's (total_q = total_k), so causal runs by index, as causal
+// documents do; with keys of their own it is a row bound of each key.
+bool packed_causal_by_index(const AttentionSpec& spec) {
+  const bool causal = spec.mask.kind == MaskKind::causal ||
+                      (spec.mask.kind == MaskKind::flashmask && spec.mask.causal);
+  return causal && spec.varlen == VarlenMode::shared;
+}
+
+// The packed vectors. A key's visible rows [begin, end) (its sequence, cut by a causal mask or
+// a window) fold into a one-sided vector: LTS without LTE hides rows from LTS on, so LTS takes
+// min(LTS, end); UTE without UTS hides the rows before UTE, so UTE takes max(UTE, begin). Where
+// the user's interval has both ends (LTE, or UTS), the bound takes a vector of its own.
+std::vector<IntervalVector> packed_vectors(const AttentionSpec& spec, bool causal_by_index) {
+  using V = IntervalVector;
+  std::vector<V> user;
+  if (spec.mask.kind == MaskKind::flashmask) user = flashmask_vectors(spec.mask);
+  const auto has = [&](V v) { return std::ranges::find(user, v) != user.end(); };
+  std::vector<V> out = {V::lts};
+  if (has(V::lte)) out.push_back(V::lte);
+  if (has(V::uts)) out.push_back(V::uts);
+  if (has(V::ute) || !causal_by_index) out.push_back(V::ute);
+  if (has(V::uts)) out.push_back(V::visible_begin);
+  if (has(V::lte)) out.push_back(V::visible_end);
+  return out;
+}
+
 }  // namespace
 
 Lowering lower_mask(const Lowering& in) {
   Lowering out = in;
   MaskLowering mask;
   if (in.spec.varlen != VarlenMode::off) {
-    // A packed batch is one row of keys whose FlashMask vectors (built on the device from
-    // cu_seqlens, varlen_intervals.cuh) hide the other sequences and apply the mask in each
-    // sequence's local positions: every row of key j lies in [UTE, LTS). Under shared
-    // boundaries every sequence's causal diagonal is the packed row's (total_q = total_k), so
-    // causal runs by index with LTS alone, as causal documents do.
     mask.needs_minmax = true;
     mask.varlen = true;
-    if (in.spec.varlen == VarlenMode::shared && in.spec.mask.kind == MaskKind::causal) {
-      mask.causal_by_index = true;
-      mask.vectors = {IntervalVector::lts};
-    } else {
-      mask.vectors = {IntervalVector::lts, IntervalVector::ute};
-    }
+    mask.causal_by_index = packed_causal_by_index(in.spec);
+    mask.vectors = packed_vectors(in.spec, mask.causal_by_index);
     out.mask = mask;
     return out;
   }

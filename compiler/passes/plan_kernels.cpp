@@ -9,12 +9,16 @@
 namespace attnjit {
 namespace {
 
-std::string mask_tag(const AttentionSpec& spec) {
-  const MaskSpec& mask = spec.mask;
-  if (spec.varlen == VarlenMode::separate) return fmt::format("varlen_{}", name_of(mask.kind));
-  if (spec.varlen == VarlenMode::shared) return fmt::format("varlen_shared_{}", name_of(mask.kind));
+// The mask's part of the kernel names, without the packed batch's.
+std::string padded_mask_tag(const MaskSpec& mask) {
   if (mask.kind != MaskKind::flashmask) return std::string(name_of(mask.kind));
   return fmt::format("flashmask{}_c{}", mask.causal ? "_causal" : "", mask.columns);
+}
+
+std::string mask_tag(const AttentionSpec& spec) {
+  if (spec.varlen == VarlenMode::separate) return "varlen_" + padded_mask_tag(spec.mask);
+  if (spec.varlen == VarlenMode::shared) return "varlen_shared_" + padded_mask_tag(spec.mask);
+  return padded_mask_tag(spec.mask);
 }
 
 // The part of the kernel names the spec decides: dtype and head dims (d192v128 where they
@@ -183,7 +187,7 @@ Lowering plan_kernels(const Lowering& in) {
   KernelPlan plan;
   if (in.mask->varlen) {
     add_utility(plan, in, KernelRole::varlen_intervals,
-                fmt::format("attnjit_varlen_intervals_{}_c{}", name_of(in.spec.mask.kind),
+                fmt::format("attnjit_varlen_intervals_{}_c{}", padded_mask_tag(in.spec.mask),
                             in.mask->vectors.size()));
   }
   add_mask_kernels(plan, in);

@@ -107,11 +107,10 @@ std::optional<Predicate> check_mask(const MaskSpec& mask) {
 
 // A packed batch takes the masks whose per-sequence vectors varlen_intervals.cuh builds.
 void check_varlen(const AttentionSpec& spec) {
-  const MaskKind kind = spec.mask.kind;
-  if (kind != MaskKind::none && kind != MaskKind::causal && kind != MaskKind::sliding_window) {
+  if (spec.mask.kind == MaskKind::predicate) {
     throw_field_error("mask", to_string(spec.mask),
-                      "none, causal or sliding_window with varlen=true in this version (FlashMask "
-                      "vectors and predicates of packed batches are not supported yet)");
+                      "none, causal, sliding_window or flashmask with varlen=true in this version "
+                      "(predicates of packed batches are not supported yet)");
   }
   // Under shared boundaries the packed row's distances j - i are every sequence's own
   // (its diagonal is the row's), so ALiBi's biases are exact; with keys of their own they

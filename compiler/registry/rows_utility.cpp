@@ -25,17 +25,20 @@ KernelRow utility(std::string_view id, KernelRole role, std::string_view header,
   return row;
 }
 
-// One thread per packed key, and at least one block: its threads also check the sequence
-// boundaries under ATTNJIT_DEBUG (B + 1 entries, read in a grid-stride loop).
+// One thread per packed key of every mask head, and at least one block: the threads of the
+// first head also check the sequence boundaries under ATTNJIT_DEBUG (B + 1 entries, read in a
+// grid-stride loop).
 RowLaunch varlen_intervals_launch(const KernelDesc& kernel, const Lowering&) {
-  return single_phase(kernel, {ceil_div(LaunchExpr(Extent::seqlen_k) + 1, kernel.threads), 1, 1});
+  return single_phase(
+      kernel, {ceil_div(LaunchExpr(Extent::seqlen_k) + 1, kernel.threads), Extent::mask_heads, 1});
 }
 
-// The vectors (LTS, UTE; or LTS alone) of every packed key: int32 [total_k, C].
+// The vectors of every packed key of every mask head: int32 [Hm, total_k, C].
 std::vector<BufferNeed> varlen_intervals_buffers(const KernelDesc&, const Lowering& ir) {
   const int columns = static_cast<int>(ir.mask->vectors.size());
   return {{ParamField::varlen_intervals,
-           {"varlen_intervals", LaunchExpr(Extent::seqlen_k) * (columns * 4), false}}};
+           {"varlen_intervals", LaunchExpr(Extent::seqlen_k) * Extent::mask_heads * (columns * 4),
+            false}}};
 }
 
 // One warp per key block of every (batch, mask head).

@@ -35,7 +35,7 @@ BwdParams make_params(const detail::KernelSet& set, const BackwardArgs& a, const
   detail::set_strides(a.d_k, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
   detail::set_strides(a.d_v, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
   p.predicate = detail::predicate_inputs(set.spec, set.predicate, a.predicate, s.batch);
-  detail::fill_varlen(p.varlen, a.varlen);
+  detail::fill_varlen(p.varlen, a.varlen, a.startend_row_indices);
   return p;
 }
 
@@ -76,7 +76,8 @@ void Kernel::backward(const BackwardArgs& args, Stream stream_handle) const {
     return;
   }
   detail::validate_intervals_on_request(a.validate_mask, set.spec.mask, a.startend_row_indices,
-                                        s.seqlen_q, stream);
+                                        detail::vector_rows(a, packed.has_value(), s.seqlen_q),
+                                        stream);
   const detail::VarlenCheck check(packed && (a.validate_mask || runtime::debug_mode()), stream);
   params.varlen.first_error = check.device();
   detail::launch_plan(set, params, s, a.workspace, stream);

@@ -60,7 +60,7 @@ FwdParams make_params(const detail::KernelSet& set, const ForwardArgs& a, const 
   FwdParams p{};
   detail::fill_common_params(p, set.spec, a, s);
   p.predicate = detail::predicate_inputs(set.spec, set.predicate, a.predicate, s.batch);
-  detail::fill_varlen(p.varlen, a.varlen);
+  detail::fill_varlen(p.varlen, a.varlen, a.startend_row_indices);
   return p;
 }
 
@@ -121,7 +121,8 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
   if (shapes.batch == 0 || shapes.seqlen_q == 0 || shapes.heads == 0) return;
   CUstream stream = static_cast<CUstream>(stream_handle);
   detail::validate_intervals_on_request(a.validate_mask, set.spec.mask, a.startend_row_indices,
-                                        shapes.seqlen_q, stream);
+                                        detail::vector_rows(a, packed.has_value(), shapes.seqlen_q),
+                                        stream);
   if (!set.plan) {
     launch_reference(set, params, stream);
     return;

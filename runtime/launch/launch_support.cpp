@@ -385,19 +385,12 @@ Shapes launch_shapes(const Args& a, VarlenMode varlen) {
     }
   }
   Shapes s;
-  if (packed) {
-    s.batch = 1;
-    s.seqlen_q = extent("q", a.q, 0);
-    s.heads = extent("q", a.q, 1);
-    s.seqlen_k = extent("k", a.k, 0);
-    s.kv_heads = extent("k", a.k, 1);
-    return s;
-  }
-  s.batch = extent("q", a.q, 0);
-  s.seqlen_q = extent("q", a.q, 1);
-  s.heads = extent("q", a.q, 2);
-  s.seqlen_k = extent("k", a.k, 1);
-  s.kv_heads = extent("k", a.k, 2);
+  const int rows = packed ? 0 : 1;  // a packed batch has no batch dim: [total, heads, dim]
+  s.batch = packed ? 1 : extent("q", a.q, 0);
+  s.seqlen_q = extent("q", a.q, rows);
+  s.heads = extent("q", a.q, rows + 1);
+  s.seqlen_k = extent("k", a.k, rows);
+  s.kv_heads = extent("k", a.k, rows + 1);
   if (a.startend_row_indices.rank == 4) {
     s.mask_heads = extent("startend_row_indices", a.startend_row_indices, 1);
   }

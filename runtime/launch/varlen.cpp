@@ -147,10 +147,12 @@ std::optional<Args> packed_as_batch(const AttentionSpec& spec, const Args& args)
     check_same("lse.shape[1] (total_q)", lse.shape[1], args.q.shape[0], "total_q of q");
     if (lse.stride[1] != 1) throw_field_error("lse.stride[1]", std::to_string(lse.stride[1]), "1");
   }
-  if (!args.startend_row_indices.empty()) {
-    throw Error(
-        "startend_row_indices: given, but a packed batch's mask comes from cu_seqlens; "
-        "accepted: no startend_row_indices with varlen=true or varlen=shared");
+  const TensorView& vectors = args.startend_row_indices;
+  if (spec.mask.kind == MaskKind::flashmask && vectors.rank == 4 && vectors.shape[0] != 1) {
+    throw_field_error("startend_row_indices.shape[0]", std::to_string(vectors.shape[0]),
+                      fmt::format("1 (a packed batch's vectors are [1, mask_heads, total_k, {}], "
+                                  "rows local to each sequence: the spec has varlen={})",
+                                  spec.mask.columns, name_of(spec.varlen)));
   }
   Args out = args;
   if (spec.varlen == VarlenMode::shared) {
@@ -179,9 +181,10 @@ std::optional<Args> packed_as_batch(const AttentionSpec& spec, const Args& args)
 template std::optional<ForwardArgs> packed_as_batch(const AttentionSpec&, const ForwardArgs&);
 template std::optional<BackwardArgs> packed_as_batch(const AttentionSpec&, const BackwardArgs&);
 
-void fill_varlen(VarlenInputs& p, const VarlenArgs& args) {
+void fill_varlen(VarlenInputs& p, const VarlenArgs& args, const TensorView& startend_row_indices) {
   p = VarlenInputs{};
   if (args.cu_seqlens_q.empty()) return;
+  p.mask_vectors = static_cast<const int*>(startend_row_indices.data);
   p.cu_seqlens_q = static_cast<const int*>(args.cu_seqlens_q.data);
   p.cu_seqlens_k = static_cast<const int*>(args.cu_seqlens_k.data);
   p.seqused_k = static_cast<const int*>(args.seqused_k.data);

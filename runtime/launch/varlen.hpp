@@ -23,9 +23,16 @@ namespace attnjit::jit::detail {
 template <class Args>
 std::optional<Args> packed_as_batch(const AttentionSpec& spec, const Args& args);
 
-/// p.varlen of a launch: the boundaries' pointers, the sequence count and the length bounds
-/// (zero for varlen=false).
-void fill_varlen(VarlenInputs& p, const VarlenArgs& args);
+/// p.varlen of a launch: the boundaries' pointers, the sequence count, the length bounds and
+/// the user's FlashMask vectors (zero for varlen=false).
+void fill_varlen(VarlenInputs& p, const VarlenArgs& args, const TensorView& startend_row_indices);
+
+/// The rows a FlashMask vector's values count (validate_intervals' seqlen_q): a packed batch's
+/// are local to each sequence, so at most max_seqlen_q.
+template <class Args>
+int vector_rows(const Args& args, bool packed, int seqlen_q) {
+  return packed ? args.varlen.max_seqlen_q : seqlen_q;
+}
 
 /// The device check of a packed batch's boundaries, when requested (validate_mask or
 /// ATTNJIT_DEBUG=1): varlen_intervals reports the first bad entry into its slot, and finish()

@@ -150,17 +150,19 @@ std::vector<AttentionSpec> predicate_specs() {
   return specs;
 }
 
-// Packed batches (varlen=true, and shared for causal): both families (sm_80, and sm_90a's warpgroup forward and TMA
-// backward), forward with LSE and backward in both modes, every mask a packed batch takes, two
-// head dims and both dtypes: a few specs, as each adds its own attention kernels.
+// Packed batches (varlen=true, and shared for causal): both families (sm_80, and sm_90a's
+// warpgroup forward and TMA backward), forward with LSE and backward in both modes, every mask a
+// packed batch takes (FlashMask: every arity forward, and backward those whose intervals have
+// both ends, which add the VISIBLE vectors), two head dims and both dtypes: a few specs, as each
+// adds its own attention kernels.
 std::vector<AttentionSpec> varlen_specs() {
   std::vector<AttentionSpec> specs;
-  const auto add = [&](Arch arch, DType dtype, int d, MaskKind mask, bool backward,
+  const auto add = [&](Arch arch, DType dtype, int d, MaskSpec mask, bool backward,
                        VarlenMode mode = VarlenMode::separate) {
     AttentionSpec spec;
     spec.dtype = dtype;
     spec.head_dim_qk = spec.head_dim_v = d;
-    spec.mask.kind = mask;
+    spec.mask = mask;
     spec.target = arch;
     spec.varlen = mode;
     if (!backward) {
@@ -174,16 +176,25 @@ std::vector<AttentionSpec> varlen_specs() {
       specs.push_back(spec);
     }
   };
+  const MaskSpec causal{MaskKind::causal, false, 0};
+  const MaskSpec window{MaskKind::sliding_window, false, 0};
   for (const auto& [arch, d] : {std::pair{Arch::sm_80, 64}, std::pair{Arch::sm_90a, 128}}) {
-    for (MaskKind mask : {MaskKind::none, MaskKind::causal, MaskKind::sliding_window}) {
+    for (MaskSpec mask : {MaskSpec{MaskKind::none, false, 0}, causal, window}) {
       add(arch, DType::bf16, d, mask, false);
     }
-    add(arch, DType::bf16, d, MaskKind::causal, true);
-    add(arch, DType::fp16, d == 64 ? 128 : 64, MaskKind::sliding_window, false);
-    add(arch, DType::fp16, d == 64 ? 128 : 64, MaskKind::sliding_window, true);
+    add(arch, DType::bf16, d, causal, true);
+    add(arch, DType::fp16, d == 64 ? 128 : 64, window, false);
+    add(arch, DType::fp16, d == 64 ? 128 : 64, window, true);
     // Shared boundaries: causal by index with LTS alone.
-    add(arch, DType::bf16, d, MaskKind::causal, false, VarlenMode::shared);
-    add(arch, DType::bf16, d, MaskKind::causal, true, VarlenMode::shared);
+    add(arch, DType::bf16, d, causal, false, VarlenMode::shared);
+    add(arch, DType::bf16, d, causal, true, VarlenMode::shared);
+    for (const auto& [is_causal, columns] : {std::pair{true, 1}, std::pair{true, 2},
+                                             std::pair{false, 2}, std::pair{false, 4}}) {
+      const MaskSpec flashmask{MaskKind::flashmask, is_causal, columns};
+      add(arch, DType::bf16, d, flashmask, false);
+      if (columns == 2 && is_causal) add(arch, DType::bf16, d, flashmask, false, VarlenMode::shared);
+      if (is_causal == (columns == 2)) add(arch, DType::fp16, d == 64 ? 128 : 64, flashmask, true);
+    }
   }
   return specs;
 }

@@ -4,6 +4,7 @@
 // workspace_size on packed tensors and VarlenArgs. Uses fake device pointers: nothing is
 // launched.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -11,6 +12,7 @@
 
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
+#include "compiler/codegen/emit.hpp"
 #include "compiler/ir/lowering.hpp"
 #include "compiler/passes/pipeline.hpp"
 #include "runtime/jit/driver.hpp"
@@ -110,7 +112,7 @@ TEST_CASE("varlen=shared runs causal by index with LTS alone, other masks as var
   CHECK(causal.mask->vectors == std::vector<IntervalVector>{IntervalVector::lts});
   const KernelDesc& writer = causal.plan->kernels.front();
   CHECK(writer.name == "attnjit_varlen_intervals_causal_c1");
-  CHECK(causal.plan->scratch[writer.buffers.front().buffer].bytes.to_string() == "Sk*4");
+  CHECK(causal.plan->scratch[writer.buffers.front().buffer].bytes.to_string() == "Sk*Hm*4");
   CHECK(causal.plan->find(KernelRole::forward)->name ==
         "attnjit_fwd_bf16_d128_varlen_shared_causal");
   const Lowering none =
@@ -118,6 +120,46 @@ TEST_CASE("varlen=shared runs causal by index with LTS alone, other masks as var
   CHECK_FALSE(none.mask->causal_by_index);
   CHECK(none.mask->vectors ==
         std::vector<IntervalVector>{IntervalVector::lts, IntervalVector::ute});
+}
+
+TEST_CASE("a packed FlashMask folds each key's visible rows into its one-sided vectors",
+          "[varlen][pass]") {
+  using V = IntervalVector;
+  const auto vectors_of = [](const char* mask, const char* varlen) {
+    const Lowering ir = lower(parse_spec(
+        fmt::format("dtype=bf16 head_dim=128 mask={} target=sm_90a varlen={}", mask, varlen)));
+    CHECK(ir.mask->varlen);
+    CHECK(ir.mask->needs_minmax);
+    return std::pair{ir.mask->causal_by_index, ir.mask->vectors};
+  };
+  // LTS without LTE takes the sequence's end, UTE without UTS its start (or the causal row).
+  CHECK(vectors_of("flashmask(causal=true,columns=1)", "true") ==
+        std::pair{false, std::vector<V>{V::lts, V::ute}});
+  CHECK(vectors_of("flashmask(causal=false,columns=2)", "true") ==
+        std::pair{false, std::vector<V>{V::lts, V::ute}});
+  // Under shared boundaries a causal mask is the packed row's diagonal.
+  CHECK(vectors_of("flashmask(causal=true,columns=1)", "shared") ==
+        std::pair{true, std::vector<V>{V::lts}});
+  CHECK(vectors_of("flashmask(causal=true,columns=2)", "shared") ==
+        std::pair{true, std::vector<V>{V::lts, V::lte, V::visible_end}});
+  // Intervals with both ends keep them; the visible rows take vectors of their own.
+  CHECK(vectors_of("flashmask(causal=true,columns=2)", "true") ==
+        std::pair{false, std::vector<V>{V::lts, V::lte, V::ute, V::visible_end}});
+  CHECK(vectors_of("flashmask(causal=false,columns=4)", "true") ==
+        std::pair{false,
+                  std::vector<V>{V::lts, V::lte, V::uts, V::ute, V::visible_begin, V::visible_end}});
+
+  const Lowering ir = lower(parse_spec(
+      "dtype=bf16 head_dim=128 mask=flashmask(causal=false,columns=4) target=sm_90a varlen=true"));
+  const KernelDesc& writer = ir.plan->kernels.front();
+  CHECK(writer.name == "attnjit_varlen_intervals_flashmask_c4_c6");
+  CHECK(writer.phases[0].grid.to_string() == "(ceil((Sk+1)/256), Hm, 1)");
+  CHECK(ir.plan->scratch[writer.buffers.front().buffer].bytes.to_string() == "Sk*Hm*24");
+  CHECK(ir.plan->find(KernelRole::forward)->name == "attnjit_fwd_bf16_d128_varlen_flashmask_c4");
+  const std::string source = emit_kernel(ir, writer);
+  CHECK_THAT(source, Catch::Contains("/*kVisibleBegin=*/4,"));
+  CHECK_THAT(source, Catch::Contains("/*kVisibleEnd=*/5>"));
+  CHECK_THAT(source, Catch::Contains("varlen_intervals<attnjit::kVarlenNone, /*kUserColumns=*/4"));
 }
 
 TEST_CASE("varlen=shared takes the queries' boundaries for the keys", "[varlen][runtime][args]") {
@@ -155,16 +197,9 @@ TEST_CASE("validate refuses the masks and modifiers a packed batch does not take
   const auto error_of = [](const char* text) {
     return testing::error_text([&] { lower(parse_spec(text)); });
   };
-  const std::string masks =
-      "accepted: none, causal or sliding_window with varlen=true in this version (FlashMask "
-      "vectors and predicates of packed batches are not supported yet)";
-  CHECK(error_of("dtype=bf16 head_dim=64 mask=flashmask(causal=true,columns=1) target=sm_80 "
-                 "varlen=true") == "mask: got 'flashmask(causal=true,columns=1)'; " + masks);
-  CHECK(error_of("dtype=bf16 head_dim=64 mask=flashmask(causal=false,columns=4) "
-                 "direction=backward target=sm_90a varlen=true") ==
-        "mask: got 'flashmask(causal=false,columns=4)'; " + masks);
   CHECK(error_of("dtype=bf16 head_dim=64 mask=predicate(q>=k) target=sm_80 varlen=true") ==
-        "mask: got 'predicate(q>=k)'; " + masks);
+        "mask: got 'predicate(q>=k)'; accepted: none, causal, sliding_window or flashmask with "
+        "varlen=true in this version (predicates of packed batches are not supported yet)");
   CHECK(error_of("dtype=bf16 head_dim=64 mask=causal alibi=true target=sm_80 varlen=true") ==
         "alibi: got 'true'; accepted: false with varlen=true in this version (ALiBi in a packed "
         "batch takes varlen=shared: the keys on the queries' boundaries)");
@@ -324,8 +359,8 @@ TEST_CASE("varlen forward names the bad packed tensor", "[varlen][runtime][args]
   a = good_forward();
   a.startend_row_indices = contiguous_view(fake(0x60000), ScalarType::int32, {1, 1, 120, 2});
   CHECK(error_of(a) ==
-        "startend_row_indices: given, but a packed batch's mask comes from cu_seqlens; accepted: "
-        "no startend_row_indices with varlen=true or varlen=shared");
+        "startend_row_indices: given, but mask=causal reads no vectors; accepted: no "
+        "startend_row_indices");
 }
 
 TEST_CASE("varlen forward names the bad sequence boundaries", "[varlen][runtime][args]") {
@@ -481,7 +516,7 @@ TEST_CASE("varlen backward checks the gradients like their tensors", "[varlen][r
   CHECK_THAT(error_of(b), Catch::StartsWith("max_seqlen_k: got '500'; accepted: 0 to 120"));
   b = good_backward();
   b.startend_row_indices = contiguous_view(fake(0x60000), ScalarType::int32, {1, 1, 120, 2});
-  CHECK_THAT(error_of(b), Catch::StartsWith("startend_row_indices: given, but a packed batch's"));
+  CHECK_THAT(error_of(b), Catch::StartsWith("startend_row_indices: given, but mask=causal"));
 }
 
 TEST_CASE("varlen workspace holds the vectors of every packed key", "[varlen][runtime][args]") {

@@ -24,7 +24,10 @@ struct VarlenInputs {
   const int* cu_seqlens_q;  ///< [sequences + 1]: sequence s has queries [cu_q[s], cu_q[s + 1])
   const int* cu_seqlens_k;  ///< [sequences + 1]: its keys [cu_k[s], cu_k[s + 1])
   const int* seqused_k;     ///< [sequences]: keys of s actually used, or null (all)
-  int* intervals;           ///< out: (LTS, UTE) per packed key, [total_k, 2]
+  /// The user's FlashMask vectors, rows local to each sequence: startend_row_indices
+  /// [1, Hm, total_k, C]; null without.
+  const int* mask_vectors;
+  int* intervals;  ///< out: the kernels' vectors of every packed key, [Hm, total_k, columns]
   /// The first bad boundary as (entry << 4) | code (varlen_intervals.cuh), reduced by
   /// atomicMin; null: not checked.
   unsigned long long* first_error;

@@ -7,6 +7,8 @@
 //   kLts..kUte  column of each FlashMask vector in startend_row_indices, -1 if absent.
 // FlashMask (docs/masks.md): column j masks rows [LTS, LTE) and [UTS, UTE); an absent LTE
 // reads as Sq and an absent UTS as 0.
+//   kVisibleBegin, kVisibleEnd  columns of a packed batch's visible rows (varlen_intervals.cuh):
+//   column j masks the rows outside [VISIBLE_BEGIN, VISIBLE_END) too; -1 if absent.
 //
 // PredicatePolicy (same interface) serves mask=predicate: a block table built before the
 // attention kernel classifies the tiles, and the generated predicate is the element rule.
@@ -139,12 +141,20 @@ __device__ __forceinline__ int search_first_active_query_block(MaskState s, cons
   return end;
 }
 
-template <bool kCausal, bool kWindow, int kLts, int kLte, int kUts, int kUte>
+template <bool kCausal, bool kWindow, int kLts, int kLte, int kUts, int kUte,
+          int kVisibleBegin = -1, int kVisibleEnd = -1>
 struct MaskPolicy {
-  static constexpr int kColumns = (kLts >= 0) + (kLte >= 0) + (kUts >= 0) + (kUte >= 0);
+  static constexpr int kColumns = (kLts >= 0) + (kLte >= 0) + (kUts >= 0) + (kUte >= 0) +
+                                  (kVisibleBegin >= 0) + (kVisibleEnd >= 0);
   static constexpr bool kHasVectors = kColumns > 0;
   static constexpr bool kHasLower = kLts >= 0;
   static constexpr bool kHasUpper = kUte >= 0;
+  static constexpr bool kHasVisible = kVisibleBegin >= 0 || kVisibleEnd >= 0;
+  /// The flags and the vectors' columns, for the kernel that writes them (varlen_intervals.cuh).
+  static constexpr bool kCausalByIndex = kCausal;
+  static constexpr int kLtsColumn = kLts, kLteColumn = kLte, kUtsColumn = kUts,
+                       kUteColumn = kUte, kVisibleBeginColumn = kVisibleBegin,
+                       kVisibleEndColumn = kVisibleEnd;
   /// The element rule is cheap index arithmetic: the kernels apply masked() unrolled.
   static constexpr bool kElementBits = false;
   /// The vectors make a block's work depend on the data: the CTAs run in a CTA order.
@@ -241,6 +251,14 @@ struct MaskPolicy {
         if (s.row_begin >= start_max && s.row_end <= end_min) return kTileSkip;
         partial |= s.row_begin < end_max && s.row_end > start_min;
       }
+      if (kVisibleBegin >= 0) {
+        if (s.row_end <= mm[2 * kVisibleBegin]) return kTileSkip;
+        partial |= s.row_begin < mm[2 * kVisibleBegin + 1];
+      }
+      if (kVisibleEnd >= 0) {
+        if (s.row_begin >= mm[2 * kVisibleEnd + 1]) return kTileSkip;
+        partial |= s.row_end > mm[2 * kVisibleEnd];
+      }
     }
     return partial ? kTilePartial : kTileFull;
   }
@@ -266,9 +284,11 @@ struct MaskPolicy {
 
   /// One key column's FlashMask rows, read once from shared memory (`values` is the address
   /// of the column's kColumns values) and then applied to every row of the column: masked
-  /// rows are [lower_start, lower_end) and [upper_start, upper_end).
+  /// rows are [lower_start, lower_end), [upper_start, upper_end) and those outside
+  /// [visible_begin, visible_end).
   struct Column {
     int lower_start, lower_end, upper_start, upper_end;
+    int visible_begin, visible_end;
   };
 
   __device__ static __forceinline__ Column load_column(const MaskState& s, u32 values) {
@@ -277,6 +297,8 @@ struct MaskPolicy {
     c.lower_end = kLte >= 0 ? load_shared_s32(values + 4 * kLte) : s.seqlen_q;
     c.upper_start = kUts >= 0 ? load_shared_s32(values + 4 * kUts) : 0;
     c.upper_end = kHasUpper ? load_shared_s32(values + 4 * kUte) : 0;
+    c.visible_begin = kVisibleBegin >= 0 ? load_shared_s32(values + 4 * kVisibleBegin) : 0;
+    c.visible_end = kVisibleEnd >= 0 ? load_shared_s32(values + 4 * kVisibleEnd) : s.seqlen_q;
     return c;
   }
 
@@ -296,6 +318,8 @@ struct MaskPolicy {
     }
     if (kHasLower) out |= row >= c.lower_start && ((kRowsBelowSq && kLte < 0) || row < c.lower_end);
     if (kHasUpper) out |= ((kRowsBelowSq && kUts < 0) || row >= c.upper_start) && row < c.upper_end;
+    if (kVisibleBegin >= 0) out |= row < c.visible_begin;
+    if (kVisibleEnd >= 0) out |= row >= c.visible_end;
     return out;
   }
 
@@ -310,6 +334,8 @@ struct MaskPolicy {
     int upper_begin;  ///< UTS - base; without UTS, unbounded below
     int upper_end;    ///< UTE - base
     u32 upper_width;  ///< UTE - UTS (0 for an empty interval)
+    int visible_begin;  ///< VISIBLE_BEGIN - base
+    u32 visible_width;  ///< VISIBLE_END - VISIBLE_BEGIN (0 for an empty range)
   };
 
   __device__ static __forceinline__ RowBounds row_bounds(const MaskState& s, int base, int col,
@@ -323,6 +349,9 @@ struct MaskPolicy {
     b.upper_begin = c.upper_start - base;
     b.upper_end = c.upper_end - base;
     b.upper_width = c.upper_end > c.upper_start ? static_cast<u32>(c.upper_end - c.upper_start) : 0;
+    b.visible_begin = c.visible_begin - base;
+    b.visible_width =
+        c.visible_end > c.visible_begin ? static_cast<u32>(c.visible_end - c.visible_begin) : 0;
     return b;
   }
 
@@ -339,6 +368,7 @@ struct MaskPolicy {
     if constexpr (kHasUpper && kUts >= 0) {
       out |= static_cast<u32>(e - b.upper_begin) < b.upper_width;
     }
+    if constexpr (kHasVisible) out |= static_cast<u32>(e - b.visible_begin) >= b.visible_width;
     return out;
   }
 };

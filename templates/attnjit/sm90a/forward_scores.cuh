@@ -115,11 +115,19 @@ __device__ __forceinline__ void mask_scores(const Params& p, const MaskState& ms
   for (int w = 0; w < kWords; ++w) {
     // Bit 4 (nt % 8) + 2 r + c of word w: element (nt, 2 r + c), nt in [8 w, 8 w + 8).
     unsigned hidden = 0;
-#pragma unroll
-    for (int j = 0; j < 16 && 16 * w + j < kTiles * 2; ++j) {
+    const auto column_bits = [&](int j) {
       for_each_hidden<Mask>(
           p, ms, vectors, row0, key0, t, (16 * w + j) / 2, j % 2,
           [&](int n, int r, int col) { hidden |= 1u << (4 * (n % 8) + 2 * r + col); });
+    };
+    if constexpr (Mask::kHasVisible) {
+      // A packed batch's visible rows on top of an interval: unrolled, the columns' loads
+      // were hoisted, and d256 spilled.
+#pragma unroll 1
+      for (int j = 0; j < 16 && 16 * w + j < kTiles * 2; ++j) column_bits(j);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 16 && 16 * w + j < kTiles * 2; ++j) column_bits(j);
     }
 #pragma unroll
     for (int e = 0; e < 32 && 32 * w + e < kTiles * 4; ++e) {

@@ -2,8 +2,9 @@
 // on the packed tensors' slices: forward (O, LSE) and backward (dQ, dK, dV, atomic and
 // deterministic) on ragged lengths that are not tile multiples, with an empty sequence, one of
 // length 1, Sq != Sk per sequence, seqused_k, GQA, none/causal/sliding_window, bf16 and fp16,
-// each kernel family forced by its tiles; the device check of the boundaries (validate_mask)
-// and two small specs for compute-sanitizer ([sanitizer]).
+// each kernel family forced by its tiles; FlashMask vectors inside the sequences (every arity,
+// rows local to each sequence, one mask head or one per KV head); the device check of the
+// boundaries (validate_mask) and small specs for compute-sanitizer ([sanitizer]).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -19,6 +20,8 @@
 
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
+#include "dsl/builders.hpp"
+#include "dsl/intervals.hpp"
 #include "gpu/checks.hpp"
 #include "gpu/compile_ahead.hpp"
 #include "gpu/gpu_case.hpp"
@@ -38,6 +41,11 @@ struct Packed {
   DType dtype = DType::bf16;
   int head_dim = 64;
   MaskKind mask = MaskKind::none;
+  /// mask=flashmask: the vectors' layout and values, [1, Hm, total_k, C] with rows local to
+  /// each sequence (random_vectors).
+  bool vectors_causal = false;
+  int columns = 0;
+  dsl::IntervalVectors vectors;
   std::vector<int> seqlens_q, seqlens_k;
   std::vector<int> seqused_k;  ///< empty: every key of each sequence
   /// shared: cu_seqlens_k is cu_seqlens_q (seqlens_k equal, no seqused_k)
@@ -64,6 +72,10 @@ struct Packed {
     spec.dtype = dtype;
     spec.head_dim_qk = spec.head_dim_v = head_dim;
     spec.mask.kind = mask;
+    if (mask == MaskKind::flashmask) {
+      spec.mask.causal = vectors_causal;
+      spec.mask.columns = columns;
+    }
     spec.return_lse = true;
     spec.varlen = mode;
     spec.alibi = !alibi_slopes.empty();
@@ -83,9 +95,10 @@ struct Packed {
   }
   std::string describe() const {
     return fmt::format(
-        "{} d{} mask={} varlen={} alibi={} H={} Hkv={} seqlens_q=[{}] seqlens_k=[{}] "
+        "{} d{} mask={} varlen={} alibi={} H={} Hkv={} Hm={} seqlens_q=[{}] seqlens_k=[{}] "
         "seqused_k=[{}] window=({}, {}) tiles fwd={} bwd={} seed={}",
-        name_of(dtype), head_dim, name_of(mask), name_of(mode), !alibi_slopes.empty(), heads, kv_heads, fmt::join(seqlens_q, ","),
+        name_of(dtype), head_dim, to_string(forward_spec().mask), name_of(mode),
+        !alibi_slopes.empty(), heads, kv_heads, vectors.heads, fmt::join(seqlens_q, ","),
         fmt::join(seqlens_k, ","), fmt::join(seqused_k, ","), window_left, window_right,
         to_string(forward_tiles), to_string(backward_tiles), gpu_test::data_seed(seed));
   }
@@ -199,6 +212,7 @@ struct DeviceProblem {
   runtime::DeviceBuffer lse;
   DeviceBoundaries boundaries;
   runtime::DeviceBuffer alibi_slopes;  ///< [heads] fp32 when the case has ALiBi
+  runtime::DeviceBuffer vectors;       ///< the FlashMask vectors when the case has them
 };
 
 DeviceProblem upload(const Packed& c, const HostData& h) {
@@ -218,6 +232,7 @@ DeviceProblem upload(const Packed& c, const HostData& h) {
     p.alibi_slopes = runtime::DeviceBuffer(c.alibi_slopes.size() * 4);
     p.alibi_slopes.upload(c.alibi_slopes.data(), c.alibi_slopes.size() * 4);
   }
+  if (c.mask == MaskKind::flashmask) p.vectors = upload_ints(c.vectors.data);
   return p;
 }
 
@@ -234,11 +249,60 @@ ForwardArgs forward_args(const Packed& c, const DeviceProblem& p) {
   if (!c.alibi_slopes.empty()) {
     a.alibi_slopes = contiguous_view(p.alibi_slopes.data(), ScalarType::fp32, {c.heads});
   }
+  if (c.mask == MaskKind::flashmask) {
+    a.startend_row_indices = contiguous_view(p.vectors.data(), ScalarType::int32,
+                                             {1, c.vectors.heads, c.total_k(), c.columns});
+  }
   return a;
 }
 
-// Sequence s alone as a padded reference problem: its queries on its used keys.
-testing::Problem sequence_problem(const Packed& c, int s) {
+// Valid FlashMask vectors for every sequence of the case, [1, mask_heads, total_k, C] with
+// rows local to each sequence: arbitrary intervals (random_intervals) on its Sq and all its
+// keys (those past seqused_k too, which the kernels must ignore); zeros for an empty one.
+dsl::IntervalVectors random_vectors(const Packed& c, int mask_heads) {
+  dsl::IntervalVectors out;
+  out.causal = c.vectors_causal;
+  out.columns = c.columns;
+  out.batch = 1;
+  out.heads = mask_heads;
+  out.seqlen_q = *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end());
+  out.seqlen_k = c.total_k();
+  out.data.assign(static_cast<std::size_t>(mask_heads) * out.seqlen_k * c.columns, 0);
+  const std::vector<int> cu_k = c.cu(c.seqlens_k);
+  for (int s = 0; s < c.sequences(); ++s) {
+    const int queries = c.seqlens_q[s], keys = c.seqlens_k[s];
+    if (queries == 0 || keys == 0) continue;
+    const dsl::IntervalVectors own =
+        dsl::random_intervals(c.vectors_causal, c.columns, 1, mask_heads, queries, keys,
+                              gpu_test::data_seed(c.seed) + s);
+    for (int h = 0; h < mask_heads; ++h) {
+      std::copy_n(own.data.begin() + static_cast<std::ptrdiff_t>(h) * keys * c.columns,
+                  keys * c.columns,
+                  out.data.begin() +
+                      (static_cast<std::ptrdiff_t>(h) * out.seqlen_k + cu_k[s]) * c.columns);
+    }
+  }
+  return out;
+}
+
+// Sequence s's part of the case's vectors: its used keys, its Sq (the reference's layout).
+dsl::IntervalVectors sequence_vectors(const Packed& c, int s) {
+  dsl::IntervalVectors out = c.vectors;
+  out.seqlen_q = c.seqlens_q[s];
+  out.seqlen_k = c.used(s);
+  out.data.clear();
+  const int first = c.cu(c.seqlens_k)[s];
+  for (int h = 0; h < c.vectors.heads; ++h) {
+    const auto begin = c.vectors.data.begin() +
+                       (static_cast<std::ptrdiff_t>(h) * c.vectors.seqlen_k + first) * c.columns;
+    out.data.insert(out.data.end(), begin, begin + static_cast<std::ptrdiff_t>(c.used(s)) * c.columns);
+  }
+  return out;
+}
+
+// Sequence s alone as a padded reference problem: its queries on its used keys; a FlashMask
+// reads `vectors` (sequence_vectors), which must outlive the problem.
+testing::Problem sequence_problem(const Packed& c, int s, const dsl::IntervalVectors& vectors) {
   testing::Problem p;
   p.seqlen_q = c.seqlens_q[s];
   p.seqlen_k = c.used(s);
@@ -251,6 +315,7 @@ testing::Problem sequence_problem(const Packed& c, int s) {
   p.mask.window_left = c.window_left;
   p.mask.window_right = c.window_right;
   p.score_mod.alibi_slopes = c.alibi_slopes;
+  if (c.mask == MaskKind::flashmask) p.mask.intervals = &vectors;
   return p;
 }
 
@@ -279,8 +344,9 @@ testing::Reference reference_forward(const Packed& c, const HostData& h) {
   for (int s = 0; s < c.sequences(); ++s) {
     const int rows = c.seqlens_q[s];
     if (rows == 0 || c.used(s) == 0) continue;
+    const dsl::IntervalVectors vectors = sequence_vectors(c, s);
     const testing::Reference one = testing::reference_forward(
-        sequence_problem(c, s), rows_of(h.q, cu_q[s], rows, qw),
+        sequence_problem(c, s, vectors), rows_of(h.q, cu_q[s], rows, qw),
         rows_of(h.k, cu_k[s], c.used(s), kw), rows_of(h.v, cu_k[s], c.used(s), kw));
     put_rows(ref.out, cu_q[s], qw, one.out);
     put_rows(ref.out_lowp, cu_q[s], qw, one.out_lowp);
@@ -307,8 +373,9 @@ testing::Gradients reference_backward(const Packed& c, const HostData& h) {
   for (int s = 0; s < c.sequences(); ++s) {
     const int rows = c.seqlens_q[s], keys = c.used(s);
     if (rows == 0 || keys == 0) continue;
+    const dsl::IntervalVectors vectors = sequence_vectors(c, s);
     const testing::Gradients one = testing::reference_backward(
-        sequence_problem(c, s), rows_of(h.q, cu_q[s], rows, qw), rows_of(h.k, cu_k[s], keys, kw),
+        sequence_problem(c, s, vectors), rows_of(h.q, cu_q[s], rows, qw), rows_of(h.k, cu_k[s], keys, kw),
         rows_of(h.v, cu_k[s], keys, kw), rows_of(h.d_o, cu_q[s], rows, qw));
     put_rows(g.dq, cu_q[s], qw, one.dq);
     put_rows(g.dk, cu_k[s], kw, one.dk);
@@ -443,7 +510,63 @@ std::vector<Packed> ragged_cases(const std::string& family) {
   return cases;
 }
 
+// FlashMask vectors inside ragged sequences, forced onto `family`: every arity (causal with 1
+// and 2 columns, non-causal with 2 and 4), keys of their own and seqused_k, shared boundaries,
+// one mask head or one per KV head, an empty sequence and one of length 1.
+std::vector<Packed> flashmask_cases(const std::string& family) {
+  struct Shape {
+    std::vector<int> q, k, used;
+    int heads, kv_heads;
+  };
+  const Shape shapes[] = {
+      {{150, 0, 1, 263, 90}, {150, 0, 1, 263, 90}, {}, 4, 2},
+      {{97, 1, 0, 320}, {180, 1, 40, 301}, {170, 1, 0, 290}, 6, 2},
+  };
+  std::vector<Packed> cases;
+  int i = 0;
+  for (const auto& [causal, columns] : {std::pair{true, 1}, std::pair{true, 2},
+                                        std::pair{false, 2}, std::pair{false, 4}}) {
+    for (const Shape& shape : shapes) {
+      Packed c;
+      c.dtype = i % 3 == 2 ? DType::fp16 : DType::bf16;
+      c.head_dim = i % 2 == 0 ? 128 : 64;
+      c.mask = MaskKind::flashmask;
+      c.vectors_causal = causal;
+      c.columns = columns;
+      c.seqlens_q = shape.q;
+      c.seqlens_k = shape.k;
+      c.seqused_k = shape.used;
+      if (shape.q == shape.k && shape.used.empty()) c.mode = VarlenMode::shared;
+      c.heads = shape.heads;
+      c.kv_heads = shape.kv_heads;
+      c.seed = 4700 + i;
+      c.vectors = random_vectors(c, i % 2 == 0 ? 1 : c.kv_heads);
+      ++i;
+      force(c, family);
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
 }  // namespace
+
+TEST_CASE("varlen FlashMask vectors inside the sequences match the reference, every family",
+          "[gpu][varlen][flashmask][forward][backward]") {
+  for (const std::string& family : families()) {
+    const std::vector<Packed> cases = flashmask_cases(family);
+    std::vector<AttentionSpec> specs;
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      specs.push_back(cases[i].forward_spec());
+      for (const AttentionSpec& spec : cases[i].backward_specs(i % 2 == 1)) specs.push_back(spec);
+    }
+    const gpu_test::CompileAhead ahead(specs);
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      check_forward(cases[i]);
+      check_backward(cases[i], i % 2 == 1);
+    }
+  }
+}
 
 TEST_CASE("varlen forward matches the reference sequence by sequence, every family",
           "[gpu][varlen][forward]") {
@@ -525,6 +648,13 @@ TEST_CASE("varlen: two small specs (the compute-sanitizer runs)",
   window.window_right = 3;
   window.seed = 4601;
   check_backward(window, true);
+  Packed vectors = causal;
+  vectors.mask = MaskKind::flashmask;
+  vectors.columns = 4;
+  vectors.seed = 4602;
+  vectors.vectors = random_vectors(vectors, 1);
+  check_forward(vectors);
+  check_backward(vectors, false);
 }
 
 TEST_CASE("validate_mask reports bad sequence boundaries", "[gpu][varlen]") {

@@ -12,6 +12,7 @@
 
 #include "attnjit/error.hpp"
 #include "dsl/builders.hpp"
+#include "tools/attnc/varlen.hpp"
 #include "runtime/jit/half.hpp"
 #include "tools/attnc/commands.hpp"
 
@@ -226,28 +227,34 @@ DeviceBuffer random_tensor(std::size_t count, attnjit::DType dtype, std::uint64_
   return buffer;
 }
 
+attnjit::dsl::IntervalVectors family_sample(const attnjit::MaskSpec& mask, int n,
+                                            std::uint64_t seed, int heads) {
+  namespace dsl = attnjit::dsl;
+  dsl::IntervalVectors sample;
+  if (mask.columns == 1 || (!mask.causal && mask.columns == 2)) {
+    sample = dsl::random_documents(mask.causal, n, std::min(3, n), 7, seed);
+  } else if (mask.causal) {
+    const int test = std::max(1, n / 4);
+    const int first = (n - test) / 2;
+    const std::vector<int> blocks{first, n - test - first};
+    sample = dsl::causal_blockwise(blocks, test);
+  } else {
+    const int window = std::max(1, n / 16);
+    sample = dsl::global_sliding_window(n, std::min(n, 64), window, window);
+  }
+  return dsl::broadcast_heads(sample, heads);
+}
+
 attnjit::dsl::IntervalVectors make_vectors(const attnjit::MaskSpec& mask, const ProblemOptions& o) {
   namespace dsl = attnjit::dsl;
+  if (o.packed()) return packed_vectors(mask, o);
   if (o.mask_data == "random" || o.seqlen_q != o.seqlen_k) {
     return dsl::random_intervals(mask.causal, mask.columns, o.batch, o.mask_heads, o.seqlen_q,
                                  o.seqlen_k, o.seed);
   }
   std::vector<dsl::IntervalVectors> samples;
-  const int n = o.seqlen_q;
   for (int b = 0; b < o.batch; ++b) {
-    dsl::IntervalVectors sample;
-    if (mask.columns == 1 || (!mask.causal && mask.columns == 2)) {
-      sample = dsl::random_documents(mask.causal, n, 3, 7, o.seed + b);
-    } else if (mask.causal) {
-      const int test = std::max(1, n / 4);
-      const int first = (n - test) / 2;
-      const std::vector<int> blocks{first, n - test - first};
-      sample = dsl::causal_blockwise(blocks, test);
-    } else {
-      const int window = std::max(1, n / 16);
-      sample = dsl::global_sliding_window(n, std::min(n, 64), window, window);
-    }
-    samples.push_back(dsl::broadcast_heads(sample, o.mask_heads));
+    samples.push_back(family_sample(mask, o.seqlen_q, o.seed + b, o.mask_heads));
   }
   return dsl::stack(samples);
 }

@@ -76,10 +76,15 @@ attnjit::runtime::DeviceBuffer random_sinks(int heads, std::uint64_t seed);
 /// The fp32 [heads] view of a buffer of random_sinks.
 attnjit::TensorView sinks_view(const attnjit::runtime::DeviceBuffer& sinks, int heads);
 
+/// FlashMask vectors of one sample of n queries and keys for the mask's (causal, columns)
+/// layout, [1, heads, n, columns]: 3 (at most n) to 7 random documents (causal document,
+/// document), or causal blockwise (causal, 2 columns), or global + sliding window (4 columns).
+attnjit::dsl::IntervalVectors family_sample(const attnjit::MaskSpec& mask, int n,
+                                            std::uint64_t seed, int heads);
+
 /// FlashMask vectors for the mask's (causal, columns) layout, [batch, mask_heads, seqlen_k,
-/// columns]: with --mask-data documents (and seqlen_q == seqlen_k), 3 to 7 random documents
-/// per sample (causal document, document), or causal blockwise (causal, 2 columns), or
-/// global + sliding window (4 columns); with --mask-data random, arbitrary valid intervals.
+/// columns]: with --mask-data documents (and seqlen_q == seqlen_k), family_sample per sample;
+/// with --mask-data random, arbitrary valid intervals. A packed batch's: packed_vectors.
 attnjit::dsl::IntervalVectors make_vectors(const attnjit::MaskSpec& mask, const ProblemOptions& o);
 
 /// Whose rows an activation holds: the queries' (q, o, d_o, d_q) or the keys' (k, v, d_k, d_v).

@@ -194,7 +194,7 @@ void run(RunOptions o) {
     ref.fill_bytes(0xff);
     ref_lse.fill_bytes(0xff);
     if (p.packed()) {
-      reference_by_sequence(s, args, p, ref, ref_lse);
+      reference_by_sequence(s, args, p, mask.vectors ? &*mask.vectors : nullptr, ref, ref_lse);
     } else {
       attnjit::ForwardArgs ref_args = args;
       ref_args.o.data = ref.data();

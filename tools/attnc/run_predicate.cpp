@@ -157,7 +157,7 @@ DeviceMask bind_mask(const attnjit::AttentionSpec& s, const ProblemOptions& p,
   if (s.varlen != attnjit::VarlenMode::off) {
     mask.varlen = upload_varlen(p, s.varlen);
     args.varlen = mask.varlen->args;
-    mask.pairs = packed_visible_pairs(s.mask, p);
+    mask.pairs = packed_visible_pairs(s.mask, p, mask.vectors ? &*mask.vectors : nullptr);
     return mask;
   }
   mask.pairs = predicate ? visible_pairs(*predicate, p.batch, p.heads, p.seqlen_q, p.seqlen_k)

@@ -2,10 +2,12 @@
 #include "tools/attnc/varlen.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
+#include "dsl/builders.hpp"
 #include "dsl/pairs.hpp"
 
 namespace attnc {
@@ -65,20 +67,78 @@ DeviceVarlen upload_varlen(const ProblemOptions& p, attnjit::VarlenMode mode) {
   return v;
 }
 
-std::int64_t packed_visible_pairs(const attnjit::MaskSpec& mask, const ProblemOptions& p) {
+attnjit::dsl::IntervalVectors packed_vectors(const attnjit::MaskSpec& mask,
+                                             const ProblemOptions& p) {
+  namespace dsl = attnjit::dsl;
+  dsl::IntervalVectors out;
+  out.causal = mask.causal;
+  out.columns = mask.columns;
+  out.batch = 1;
+  out.heads = p.mask_heads;
+  out.seqlen_q = *std::max_element(p.lengths_q.begin(), p.lengths_q.end());
+  out.seqlen_k = p.seqlen_k;
+  out.data.assign(static_cast<std::size_t>(out.heads) * out.seqlen_k * out.columns, 0);
+  int first = 0;
+  for (std::size_t s = 0; s < p.lengths_q.size(); ++s) {
+    const int queries = p.lengths_q[s], keys = p.lengths_k[s];
+    const std::uint64_t seed = p.seed + s;
+    if (queries > 0 && keys > 0) {
+      const dsl::IntervalVectors own =
+          p.mask_data == "random" || queries != keys
+              ? dsl::random_intervals(mask.causal, mask.columns, 1, p.mask_heads, queries, keys,
+                                      seed)
+              : family_sample(mask, queries, seed, p.mask_heads);
+      for (int h = 0; h < out.heads; ++h) {
+        std::copy_n(own.data.begin() + static_cast<std::ptrdiff_t>(h) * keys * out.columns,
+                    keys * out.columns,
+                    out.data.begin() +
+                        (static_cast<std::ptrdiff_t>(h) * out.seqlen_k + first) * out.columns);
+      }
+    }
+    first += keys;
+  }
+  return out;
+}
+
+namespace {
+
+// Sequence s's part of packed vectors: its first `keys` keys (those it uses), rows local.
+attnjit::dsl::IntervalVectors sequence_vectors(const attnjit::dsl::IntervalVectors& packed,
+                                               int first_key, int keys, int queries) {
+  attnjit::dsl::IntervalVectors out = packed;
+  out.seqlen_q = queries;
+  out.seqlen_k = keys;
+  out.data.clear();
+  for (int h = 0; h < packed.heads; ++h) {
+    const auto begin = packed.data.begin() +
+                       (static_cast<std::ptrdiff_t>(h) * packed.seqlen_k + first_key) * packed.columns;
+    out.data.insert(out.data.end(), begin, begin + static_cast<std::ptrdiff_t>(keys) * packed.columns);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::int64_t packed_visible_pairs(const attnjit::MaskSpec& mask, const ProblemOptions& p,
+                                  const attnjit::dsl::IntervalVectors* vectors) {
   std::int64_t pairs = 0;
+  int first_k = 0;
   for (std::size_t s = 0; s < p.lengths_q.size(); ++s) {
     const int keys = used_keys(p, s);
-    if (p.lengths_q[s] == 0 || keys == 0) continue;
-    pairs += attnjit::dsl::visible_pairs(mask, 1, p.heads, p.lengths_q[s], keys, p.window_left,
-                                         p.window_right, nullptr);
+    if (p.lengths_q[s] > 0 && keys > 0) {
+      std::optional<attnjit::dsl::IntervalVectors> own;
+      if (vectors != nullptr) own = sequence_vectors(*vectors, first_k, keys, p.lengths_q[s]);
+      pairs += attnjit::dsl::visible_pairs(mask, 1, p.heads, p.lengths_q[s], keys, p.window_left,
+                                           p.window_right, own ? &*own : nullptr);
+    }
+    first_k += p.lengths_k[s];
   }
   return pairs;
 }
 
 void reference_by_sequence(const attnjit::AttentionSpec& spec, const attnjit::ForwardArgs& args,
-                           const ProblemOptions& p, const DeviceBuffer& ref_o,
-                           const DeviceBuffer& ref_lse) {
+                           const ProblemOptions& p, const attnjit::dsl::IntervalVectors* vectors,
+                           const DeviceBuffer& ref_o, const DeviceBuffer& ref_lse) {
   attnjit::AttentionSpec padded = spec;
   padded.varlen = attnjit::VarlenMode::off;
   padded.return_lse = true;
@@ -103,7 +163,19 @@ void reference_by_sequence(const attnjit::AttentionSpec& spec, const attnjit::Fo
       a.window_right = args.window_right;
       a.softcap = args.softcap;
       a.sinks = args.sinks;
+      DeviceBuffer own_vectors;
+      if (vectors != nullptr) {
+        const attnjit::dsl::IntervalVectors own =
+            sequence_vectors(*vectors, first_k, used_keys(p, s), queries);
+        own_vectors = upload_vectors(own);
+        a.startend_row_indices = vectors_view(own_vectors, own);
+      }
       reference.forward(a, nullptr);
+      // The buffer is freed at the end of the iteration: the kernel must be done with it.
+      if (vectors != nullptr) {
+        attnjit::runtime::check(attnjit::runtime::driver().cuCtxSynchronize(),
+                                "cuCtxSynchronize");
+      }
     }
     first_q += queries;
     first_k += p.lengths_k[s];

@@ -7,6 +7,7 @@
 
 #include "attnjit/spec.hpp"
 #include "attnjit/tensor.hpp"
+#include "dsl/intervals.hpp"
 #include "runtime/jit/driver.hpp"
 #include "tools/attnc/problem.hpp"
 
@@ -21,15 +22,25 @@ struct DeviceVarlen {
 };
 DeviceVarlen upload_varlen(const ProblemOptions& p, attnjit::VarlenMode mode);
 
+/// A packed batch's FlashMask vectors, [1, mask_heads, total_k, columns] with rows local to
+/// each sequence: each sequence's own (family_sample when --mask-data documents and its
+/// lengths are equal, else arbitrary valid intervals; zeros for an empty sequence) one after
+/// another along the keys. seqlen_q is the longest sequence's.
+attnjit::dsl::IntervalVectors packed_vectors(const attnjit::MaskSpec& mask, const ProblemOptions& p);
+
 /// (head, query, key) triples visible within the packed batch's sequences: for each, the mask's
-/// pairs over its queries and its used keys (bottom-right aligned, as the kernels take them).
-std::int64_t packed_visible_pairs(const attnjit::MaskSpec& mask, const ProblemOptions& p);
+/// pairs over its queries and its used keys (bottom-right aligned, as the kernels take them),
+/// with its part of `vectors` (packed_vectors) for a FlashMask.
+std::int64_t packed_visible_pairs(const attnjit::MaskSpec& mask, const ProblemOptions& p,
+                                  const attnjit::dsl::IntervalVectors* vectors);
 
 /// Writes into `ref_o` and `ref_lse` (the packed layouts of args.o and args.lse) what attnjit's
 /// fp32 reference kernel of `spec` (without varlen) gives for each sequence alone: its queries
-/// on its used keys, the slices of args.q, args.k and args.v. Returns when the kernels are done.
+/// on its used keys, the slices of args.q, args.k and args.v, and of `vectors` for a FlashMask.
+/// Returns when the kernels are done.
 void reference_by_sequence(const attnjit::AttentionSpec& spec, const attnjit::ForwardArgs& args,
-                           const ProblemOptions& p, const attnjit::runtime::DeviceBuffer& ref_o,
+                           const ProblemOptions& p, const attnjit::dsl::IntervalVectors* vectors,
+                           const attnjit::runtime::DeviceBuffer& ref_o,
                            const attnjit::runtime::DeviceBuffer& ref_lse);
 
 }  // namespace attnc

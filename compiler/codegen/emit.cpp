@@ -212,9 +212,10 @@ std::string emit_predicate_blocks(const Lowering& ir, const KernelDesc& kernel) 
   w.blank();
   emit_entry(w, kernel, params_type(ir, kernel),
              fmt::format("attnjit::predicate_blocks<Visible, /*kBlockM=*/{}, /*kBlockN=*/{}, "
-                         "/*kPerBatch=*/{}, /*kPerHead=*/{}, /*kKeyRows=*/{}>(params);",
+                         "/*kPerBatch=*/{}, /*kPerHead=*/{}, /*kKeyRows=*/{}{}>(params);",
                          kernel.block_m, kernel.block_n, ir.mask->table_per_batch,
-                         ir.mask->table_per_head, kernel.key_rows));
+                         ir.mask->table_per_head, kernel.key_rows,
+                         ir.mask->varlen ? ", /*kVarlen=*/true" : ""));
   return w.str();
 }
 

@@ -94,8 +94,8 @@ void emit_mask_policy(SourceWriter& w, const Lowering& ir, const KernelDesc& ker
     emit_predicate_visible(w, spec.mask, *ir.predicate);
     w.line("typedef attnjit::PredicatePolicy<Visible, /*kTableBlockM=*/{}, /*kTableBlockN=*/{},",
            kernel.block_m, kernel.block_n);
-    w.line("                                 /*kPerBatch=*/{}, /*kPerHead=*/{}>",
-           mask.table_per_batch, mask.table_per_head);
+    w.line("                                 /*kPerBatch=*/{}, /*kPerHead=*/{}{}>",
+           mask.table_per_batch, mask.table_per_head, mask.varlen ? ", /*kVarlen=*/true" : "");
     w.line("    Mask;");
     return;
   }

@@ -273,13 +273,14 @@ std::string to_string(const Lowering& lowering) {
     }
     std::string predicate;
     if (mask.element_predicate) {
-      predicate = fmt::format(" predicate={} table_rows=[{}{}]", lowering.spec.mask.predicate,
-                              mask.table_per_batch ? "b" : "1", mask.table_per_head ? ",h" : ",1");
+      predicate = fmt::format(" predicate={} table_rows=[{}{}]{}", lowering.spec.mask.predicate,
+                              mask.table_per_batch ? "b" : "1", mask.table_per_head ? ",h" : ",1",
+                              mask.varlen ? " sequences=cu_seqlens" : "");
     }
     out += fmt::format("  mask_lowering {{causal={} window={} vectors=[{}]{} minmax={}{}}}\n",
                        mask.causal_by_index ? "index" : "none",
                        mask.window_by_index ? "index" : "none", vectors,
-                       mask.varlen ? " from=cu_seqlens" : "", mask.needs_minmax, predicate);
+                       mask.builds_varlen_vectors() ? " from=cu_seqlens" : "", mask.needs_minmax, predicate);
   }
   if (lowering.target) {
     const TargetInfo& target = *lowering.target;

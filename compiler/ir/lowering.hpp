@@ -35,8 +35,12 @@ struct MaskLowering {
   /// A packed batch (varlen): the vectors are built over the packed keys by the plan's
   /// varlen_intervals kernel, from cu_seqlens and the user's per-sequence FlashMask vectors, into
   /// a scratch buffer, which every kernel reading vectors takes in place of
-  /// startend_row_indices.
+  /// startend_row_indices. With an element predicate, the block tables and the element rule
+  /// find each row's and key's sequence in cu_seqlens instead.
   bool varlen = false;
+
+  /// The plan builds the packed batch's vectors (varlen without a predicate).
+  bool builds_varlen_vectors() const { return varlen && !element_predicate; }
 
   bool operator==(const MaskLowering&) const = default;
 };

@@ -54,6 +54,16 @@ std::vector<IntervalVector> packed_vectors(const AttentionSpec& spec, bool causa
 Lowering lower_mask(const Lowering& in) {
   Lowering out = in;
   MaskLowering mask;
+  if (in.spec.varlen != VarlenMode::off && in.spec.mask.kind == MaskKind::predicate) {
+    // The block tables are built over the packed row, which is one batch row: the predicate
+    // sees each sequence's index as b (predicate_blocks.cuh).
+    internal_check(in.predicate.has_value(), "lower_mask runs after validate");
+    mask.element_predicate = true;
+    mask.varlen = true;
+    mask.table_per_head = info(*in.predicate).uses_head;
+    out.mask = mask;
+    return out;
+  }
   if (in.spec.varlen != VarlenMode::off) {
     mask.needs_minmax = true;
     mask.varlen = true;

@@ -185,7 +185,7 @@ Lowering plan_kernels(const Lowering& in) {
   internal_check(in.mask && in.target && !in.tiles.empty(), "plan_kernels runs after select_tiles");
   Lowering out = in;
   KernelPlan plan;
-  if (in.mask->varlen) {
+  if (in.mask->builds_varlen_vectors()) {
     add_utility(plan, in, KernelRole::varlen_intervals,
                 fmt::format("attnjit_varlen_intervals_{}_c{}", padded_mask_tag(in.spec.mask),
                             in.mask->vectors.size()));
@@ -196,7 +196,7 @@ Lowering plan_kernels(const Lowering& in) {
   } else {
     add_attention(plan, in, KernelRole::forward);
   }
-  if (in.mask->varlen) bind_varlen_intervals(plan);
+  if (in.mask->builds_varlen_vectors()) bind_varlen_intervals(plan);
   if (in.predicate) {
     const PredicateInfo used = info(*in.predicate);
     plan.predicate.scalar_count = used.scalar_count;

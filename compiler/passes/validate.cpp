@@ -105,13 +105,8 @@ std::optional<Predicate> check_mask(const MaskSpec& mask) {
   return std::nullopt;
 }
 
-// A packed batch takes the masks whose per-sequence vectors varlen_intervals.cuh builds.
+// A packed batch takes every mask; ALiBi only with shared boundaries.
 void check_varlen(const AttentionSpec& spec) {
-  if (spec.mask.kind == MaskKind::predicate) {
-    throw_field_error("mask", to_string(spec.mask),
-                      "none, causal, sliding_window or flashmask with varlen=true in this version "
-                      "(predicates of packed batches are not supported yet)");
-  }
   // Under shared boundaries the packed row's distances j - i are every sequence's own
   // (its diagonal is the row's), so ALiBi's biases are exact; with keys of their own they
   // would differ by a constant per sequence, which the LSE would keep.

@@ -34,7 +34,9 @@ BwdParams make_params(const detail::KernelSet& set, const BackwardArgs& a, const
   detail::set_strides(a.d_q, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
   detail::set_strides(a.d_k, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
   detail::set_strides(a.d_v, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
-  p.predicate = detail::predicate_inputs(set.spec, set.predicate, a.predicate, s.batch);
+  const bool packed = set.spec.varlen != VarlenMode::off;
+  p.predicate = detail::predicate_inputs(set.spec, set.predicate, a.predicate,
+                                         packed ? detail::sequences(a.varlen) : s.batch, packed);
   detail::fill_varlen(p.varlen, a.varlen, a.startend_row_indices);
   return p;
 }

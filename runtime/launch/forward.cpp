@@ -59,7 +59,9 @@ using detail::Shapes;
 FwdParams make_params(const detail::KernelSet& set, const ForwardArgs& a, const Shapes& s) {
   FwdParams p{};
   detail::fill_common_params(p, set.spec, a, s);
-  p.predicate = detail::predicate_inputs(set.spec, set.predicate, a.predicate, s.batch);
+  const bool packed = set.spec.varlen != VarlenMode::off;
+  p.predicate = detail::predicate_inputs(set.spec, set.predicate, a.predicate,
+                                         packed ? detail::sequences(a.varlen) : s.batch, packed);
   detail::fill_varlen(p.varlen, a.varlen, a.startend_row_indices);
   return p;
 }

@@ -408,6 +408,7 @@ void launch_plan(const KernelSet& set, const Params& attention, const Shapes& sh
       case ParamBlock::predicate_blocks: {
         PredicateBlocksParams block{};
         block.predicate = attention.predicate;
+        block.varlen = attention.varlen;
         block.seqlen_q = attention.seqlen_q;
         block.seqlen_k = attention.seqlen_k;
         launch_block(block, kernel, schedule, base, bind_blocks, set_blocks, loaded, launch,

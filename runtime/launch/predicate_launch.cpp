@@ -16,7 +16,8 @@ namespace attnjit::jit::detail {
 namespace {
 
 // One tensor: int32, [length] or [rows, length] with rows 1 or B, contiguous, not null.
-void check_tensor(const PredicateTensorArg& arg, int batch, PredicateInputs& in, int slot) {
+void check_tensor(const PredicateTensorArg& arg, int batch, bool packed, PredicateInputs& in,
+                  int slot) {
   const std::string field = fmt::format("predicate tensor '{}'", arg.name);
   const TensorView& t = arg.tensor;
   if (t.data == nullptr) throw Error(field + ": data is null; accepted: a device pointer");
@@ -29,7 +30,10 @@ void check_tensor(const PredicateTensorArg& arg, int batch, PredicateInputs& in,
   const std::int64_t length = t.shape[t.rank - 1];
   if (rows != 1 && rows != batch) {
     throw_field_error(field + " shape[0] (rows)", std::to_string(rows),
-                      fmt::format("1 (shared by every batch) or {} (the batch)", batch));
+                      packed ? fmt::format("1 (shared by every sequence) or {} (one per sequence "
+                                           "of the packed batch)",
+                                           batch)
+                             : fmt::format("1 (shared by every batch) or {} (the batch)", batch));
   }
   if (length < 0 || length > INT32_MAX) {
     throw_field_error(field + " length", std::to_string(length), "0 to 2147483647");
@@ -62,7 +66,7 @@ void check_on_device(const PredicateTensorArg& arg) {
 }  // namespace
 
 PredicateInputs predicate_inputs(const AttentionSpec& spec, const PredicateLaunch& used,
-                                 const PredicateArgs& args, int batch) {
+                                 const PredicateArgs& args, int batch, bool packed) {
   PredicateInputs in{};
   if (spec.mask.kind != MaskKind::predicate) {
     if (!args.scalars.empty() || !args.tensors.empty()) {
@@ -94,7 +98,7 @@ PredicateInputs predicate_inputs(const AttentionSpec& spec, const PredicateLaunc
     if (count > 1) {
       throw_field_error("predicate.tensors name", arg.name, "each tensor given once");
     }
-    check_tensor(arg, batch, in, static_cast<int>(slot - used.tensors.begin()));
+    check_tensor(arg, batch, packed, in, static_cast<int>(slot - used.tensors.begin()));
   }
   for (const std::string& name : used.tensors) {
     const bool given = std::any_of(args.tensors.begin(), args.tensors.end(),

@@ -27,6 +27,11 @@ std::optional<Args> packed_as_batch(const AttentionSpec& spec, const Args& args)
 /// the user's FlashMask vectors (zero for varlen=false).
 void fill_varlen(VarlenInputs& p, const VarlenArgs& args, const TensorView& startend_row_indices);
 
+/// The sequences of a packed batch's boundaries (0 without).
+inline int sequences(const VarlenArgs& args) {
+  return args.cu_seqlens_q.empty() ? 0 : static_cast<int>(args.cu_seqlens_q.shape[0] - 1);
+}
+
 /// The rows a FlashMask vector's values count (validate_intervals' seqlen_q): a packed batch's
 /// are local to each sequence, so at most max_seqlen_q.
 template <class Args>

@@ -3,7 +3,9 @@
 // deterministic) on ragged lengths that are not tile multiples, with an empty sequence, one of
 // length 1, Sq != Sk per sequence, seqused_k, GQA, none/causal/sliding_window, bf16 and fp16,
 // each kernel family forced by its tiles; FlashMask vectors inside the sequences (every arity,
-// rows local to each sequence, one mask head or one per KV head); the device check of the
+// rows local to each sequence, one mask head or one per KV head); predicates on each sequence's
+// local q and k with b its index (scalars, heads, tensors with a row per sequence); the device
+// check of the
 // boundaries (validate_mask) and small specs for compute-sanitizer ([sanitizer]).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -20,6 +22,7 @@
 
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
+#include "compiler/ir/predicate.hpp"
 #include "dsl/builders.hpp"
 #include "dsl/intervals.hpp"
 #include "gpu/checks.hpp"
@@ -46,6 +49,9 @@ struct Packed {
   bool vectors_causal = false;
   int columns = 0;
   dsl::IntervalVectors vectors;
+  /// mask=predicate: the written predicate and its tensors (a row per sequence).
+  std::string predicate;
+  std::vector<PredicateTensor> predicate_tensors;
   std::vector<int> seqlens_q, seqlens_k;
   std::vector<int> seqused_k;  ///< empty: every key of each sequence
   /// shared: cu_seqlens_k is cu_seqlens_q (seqlens_k equal, no seqused_k)
@@ -75,6 +81,10 @@ struct Packed {
     if (mask == MaskKind::flashmask) {
       spec.mask.causal = vectors_causal;
       spec.mask.columns = columns;
+    }
+    if (mask == MaskKind::predicate) {
+      spec.mask =
+          parse_spec(fmt::format("dtype=bf16 head_dim=64 mask=predicate({})", predicate)).mask;
     }
     spec.return_lse = true;
     spec.varlen = mode;
@@ -213,6 +223,7 @@ struct DeviceProblem {
   DeviceBoundaries boundaries;
   runtime::DeviceBuffer alibi_slopes;  ///< [heads] fp32 when the case has ALiBi
   runtime::DeviceBuffer vectors;       ///< the FlashMask vectors when the case has them
+  std::vector<runtime::DeviceBuffer> predicate_tensors;
 };
 
 DeviceProblem upload(const Packed& c, const HostData& h) {
@@ -233,6 +244,9 @@ DeviceProblem upload(const Packed& c, const HostData& h) {
     p.alibi_slopes.upload(c.alibi_slopes.data(), c.alibi_slopes.size() * 4);
   }
   if (c.mask == MaskKind::flashmask) p.vectors = upload_ints(c.vectors.data);
+  for (const PredicateTensor& t : c.predicate_tensors) {
+    p.predicate_tensors.push_back(upload_ints(t.values));
+  }
   return p;
 }
 
@@ -252,6 +266,12 @@ ForwardArgs forward_args(const Packed& c, const DeviceProblem& p) {
   if (c.mask == MaskKind::flashmask) {
     a.startend_row_indices = contiguous_view(p.vectors.data(), ScalarType::int32,
                                              {1, c.vectors.heads, c.total_k(), c.columns});
+  }
+  for (std::size_t i = 0; i < c.predicate_tensors.size(); ++i) {
+    const PredicateTensor& t = c.predicate_tensors[i];
+    a.predicate.tensors.push_back(
+        {t.name, contiguous_view(p.predicate_tensors[i].data(), ScalarType::int32,
+                                 {t.rows, t.length})});
   }
   return a;
 }
@@ -300,9 +320,19 @@ dsl::IntervalVectors sequence_vectors(const Packed& c, int s) {
   return out;
 }
 
+// The host evaluator of the case's predicate, with its literals and tensors.
+std::optional<PredicateEvaluator> evaluator_of(const Packed& c) {
+  if (c.mask != MaskKind::predicate) return std::nullopt;
+  const MaskSpec mask = c.forward_spec().mask;
+  return PredicateEvaluator(parse_predicate(mask.predicate),
+                            PredicateBindings{c.predicate_tensors, mask.scalars});
+}
+
 // Sequence s alone as a padded reference problem: its queries on its used keys; a FlashMask
-// reads `vectors` (sequence_vectors), which must outlive the problem.
-testing::Problem sequence_problem(const Packed& c, int s, const dsl::IntervalVectors& vectors) {
+// reads `vectors` (sequence_vectors) and a predicate `evaluator` with b = s, which must
+// outlive the problem.
+testing::Problem sequence_problem(const Packed& c, int s, const dsl::IntervalVectors& vectors,
+                                  const std::optional<PredicateEvaluator>& evaluator) {
   testing::Problem p;
   p.seqlen_q = c.seqlens_q[s];
   p.seqlen_k = c.used(s);
@@ -316,6 +346,10 @@ testing::Problem sequence_problem(const Packed& c, int s, const dsl::IntervalVec
   p.mask.window_right = c.window_right;
   p.score_mod.alibi_slopes = c.alibi_slopes;
   if (c.mask == MaskKind::flashmask) p.mask.intervals = &vectors;
+  if (evaluator) {
+    p.mask.predicate = &*evaluator;
+    p.mask.predicate_batch = s;
+  }
   return p;
 }
 
@@ -341,12 +375,13 @@ testing::Reference reference_forward(const Packed& c, const HostData& h) {
   ref.out_lowp.assign(ref.out.size(), 0.f);
   ref.lse.assign(static_cast<std::size_t>(tq) * c.heads, -std::numeric_limits<double>::infinity());
   const std::vector<int> cu_q = c.cu(c.seqlens_q), cu_k = c.cu(c.seqlens_k);
+  const std::optional<PredicateEvaluator> evaluator = evaluator_of(c);
   for (int s = 0; s < c.sequences(); ++s) {
     const int rows = c.seqlens_q[s];
     if (rows == 0 || c.used(s) == 0) continue;
     const dsl::IntervalVectors vectors = sequence_vectors(c, s);
     const testing::Reference one = testing::reference_forward(
-        sequence_problem(c, s, vectors), rows_of(h.q, cu_q[s], rows, qw),
+        sequence_problem(c, s, vectors, evaluator), rows_of(h.q, cu_q[s], rows, qw),
         rows_of(h.k, cu_k[s], c.used(s), kw), rows_of(h.v, cu_k[s], c.used(s), kw));
     put_rows(ref.out, cu_q[s], qw, one.out);
     put_rows(ref.out_lowp, cu_q[s], qw, one.out_lowp);
@@ -370,12 +405,13 @@ testing::Gradients reference_backward(const Packed& c, const HostData& h) {
   g.dk_lowp.assign(h.k.size(), 0.f);
   g.dv_lowp.assign(h.v.size(), 0.f);
   const std::vector<int> cu_q = c.cu(c.seqlens_q), cu_k = c.cu(c.seqlens_k);
+  const std::optional<PredicateEvaluator> evaluator = evaluator_of(c);
   for (int s = 0; s < c.sequences(); ++s) {
     const int rows = c.seqlens_q[s], keys = c.used(s);
     if (rows == 0 || keys == 0) continue;
     const dsl::IntervalVectors vectors = sequence_vectors(c, s);
     const testing::Gradients one = testing::reference_backward(
-        sequence_problem(c, s, vectors), rows_of(h.q, cu_q[s], rows, qw), rows_of(h.k, cu_k[s], keys, kw),
+        sequence_problem(c, s, vectors, evaluator), rows_of(h.q, cu_q[s], rows, qw), rows_of(h.k, cu_k[s], keys, kw),
         rows_of(h.v, cu_k[s], keys, kw), rows_of(h.d_o, cu_q[s], rows, qw));
     put_rows(g.dq, cu_q[s], qw, one.dq);
     put_rows(g.dk, cu_k[s], kw, one.dk);
@@ -510,6 +546,53 @@ std::vector<Packed> ragged_cases(const std::string& family) {
   return cases;
 }
 
+// Predicates inside ragged sequences, forced onto `family`: local q and k (a causal rule, a
+// blockwise rule with a literal), the sequence's index b, the head h, and a tensor with a row
+// per sequence; shared and separate boundaries, seqused_k.
+std::vector<Packed> predicate_cases(const std::string& family) {
+  struct Shape {
+    std::vector<int> q, k, used;
+    int heads, kv_heads;
+  };
+  const Shape shapes[] = {
+      {{150, 0, 1, 263, 90}, {150, 0, 1, 263, 90}, {}, 4, 2},
+      {{97, 1, 0, 320}, {180, 1, 40, 301}, {170, 1, 0, 290}, 4, 1},
+  };
+  const char* predicates[] = {"q>=k", "(q/48+k/48+b)%2==0||q==k", "h%2==0||q>=k",
+                              "doc[q]==doc[k]&&k<=q+b"};
+  std::vector<Packed> cases;
+  int i = 0;
+  for (const char* predicate : predicates) {
+    for (const Shape& shape : shapes) {
+      Packed c;
+      c.dtype = i % 3 == 2 ? DType::fp16 : DType::bf16;
+      c.head_dim = i % 2 == 0 ? 64 : 128;
+      c.mask = MaskKind::predicate;
+      c.predicate = predicate;
+      c.seqlens_q = shape.q;
+      c.seqlens_k = shape.k;
+      c.seqused_k = shape.used;
+      if (shape.q == shape.k && shape.used.empty()) c.mode = VarlenMode::shared;
+      c.heads = shape.heads;
+      c.kv_heads = shape.kv_heads;
+      c.seed = 4800 + i++;
+      if (std::string(predicate).find("doc") != std::string::npos) {
+        // Documents of 37 positions in each sequence, shifted by the sequence's index.
+        PredicateTensor doc{"doc", c.sequences(), 0, {}};
+        doc.length = std::max(*std::max_element(shape.q.begin(), shape.q.end()),
+                              *std::max_element(shape.k.begin(), shape.k.end()));
+        for (int s = 0; s < doc.rows; ++s) {
+          for (int x = 0; x < doc.length; ++x) doc.values.push_back((x + 5 * s) / 37);
+        }
+        c.predicate_tensors.push_back(doc);
+      }
+      force(c, family);
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
 // FlashMask vectors inside ragged sequences, forced onto `family`: every arity (causal with 1
 // and 2 columns, non-causal with 2 and 4), keys of their own and seqused_k, shared boundaries,
 // one mask head or one per KV head, an empty sequence and one of length 1.
@@ -555,6 +638,23 @@ TEST_CASE("varlen FlashMask vectors inside the sequences match the reference, ev
           "[gpu][varlen][flashmask][forward][backward]") {
   for (const std::string& family : families()) {
     const std::vector<Packed> cases = flashmask_cases(family);
+    std::vector<AttentionSpec> specs;
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      specs.push_back(cases[i].forward_spec());
+      for (const AttentionSpec& spec : cases[i].backward_specs(i % 2 == 1)) specs.push_back(spec);
+    }
+    const gpu_test::CompileAhead ahead(specs);
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      check_forward(cases[i]);
+      check_backward(cases[i], i % 2 == 1);
+    }
+  }
+}
+
+TEST_CASE("varlen predicates see each sequence's local q, k and index b, every family",
+          "[gpu][varlen][predicate][forward][backward]") {
+  for (const std::string& family : families()) {
+    const std::vector<Packed> cases = predicate_cases(family);
     std::vector<AttentionSpec> specs;
     for (std::size_t i = 0; i < cases.size(); ++i) {
       specs.push_back(cases[i].forward_spec());
@@ -655,6 +755,12 @@ TEST_CASE("varlen: two small specs (the compute-sanitizer runs)",
   vectors.vectors = random_vectors(vectors, 1);
   check_forward(vectors);
   check_backward(vectors, false);
+  Packed predicate = causal;
+  predicate.mask = MaskKind::predicate;
+  predicate.predicate = "(q/48+k/48+b)%2==0||q==k";
+  predicate.seed = 4603;
+  check_forward(predicate);
+  check_backward(predicate, true);
 }
 
 TEST_CASE("validate_mask reports bad sequence boundaries", "[gpu][varlen]") {

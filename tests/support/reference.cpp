@@ -115,7 +115,7 @@ bool key_visible(const Problem& p, int b, int h, int i, int j) {
       return !dsl::is_masked(*mask.intervals, b, h_mask, i, j);
     }
     case MaskKind::predicate:
-      return mask.predicate->visible(b, h, i, j);
+      return mask.predicate->visible(mask.predicate_batch >= 0 ? mask.predicate_batch : b, h, i, j);
   }
   return false;
 }

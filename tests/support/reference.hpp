@@ -31,6 +31,9 @@ struct MaskRef {
   int window_right = 0;
   const dsl::IntervalVectors* intervals = nullptr;
   const PredicateEvaluator* predicate = nullptr;
+  /// predicate: >= 0 gives the b the predicate sees (a packed batch's sequence, whose problem
+  /// is a batch of one); -1: the problem's batch index.
+  int predicate_batch = -1;
 };
 
 /// Score modifiers of a reference problem, applied in this order to s = softmax_scale *

@@ -153,8 +153,8 @@ std::vector<AttentionSpec> predicate_specs() {
 // Packed batches (varlen=true, and shared for causal): both families (sm_80, and sm_90a's
 // warpgroup forward and TMA backward), forward with LSE and backward in both modes, every mask a
 // packed batch takes (FlashMask: every arity forward, and backward those whose intervals have
-// both ends, which add the VISIBLE vectors), two head dims and both dtypes: a few specs, as each
-// adds its own attention kernels.
+// both ends, which add the VISIBLE vectors; a predicate), two head dims and both dtypes: a few
+// specs, as each adds its own attention kernels.
 std::vector<AttentionSpec> varlen_specs() {
   std::vector<AttentionSpec> specs;
   const auto add = [&](Arch arch, DType dtype, int d, MaskSpec mask, bool backward,
@@ -195,6 +195,12 @@ std::vector<AttentionSpec> varlen_specs() {
       if (columns == 2 && is_causal) add(arch, DType::bf16, d, flashmask, false, VarlenMode::shared);
       if (is_causal == (columns == 2)) add(arch, DType::fp16, d == 64 ? 128 : 64, flashmask, true);
     }
+    // Predicates on each sequence's local positions and index, with a tensor.
+    const MaskSpec predicate =
+        parse_spec("dtype=bf16 head_dim=64 mask=predicate(doc[q]==doc[k]&&(q/64+k/64+b)%2==0)")
+            .mask;
+    add(arch, DType::bf16, d, predicate, false);
+    add(arch, DType::bf16, d, predicate, true, VarlenMode::shared);
   }
   return specs;
 }
@@ -389,8 +395,10 @@ void check_compiles_without_spills(const std::vector<AttentionSpec>& specs) {
     const bool tables = specs[i].mask.kind == MaskKind::flashmask ||
                         specs[i].mask.kind == MaskKind::predicate || specs[i].varlen != VarlenMode::off;
     if (specs[i].direction == Direction::forward) {
-      // varlen_intervals, min/max or block table and the CTA order, then the forward kernel.
-      CHECK(kernels.size() == (tables ? 3u : 1u) + (specs[i].varlen != VarlenMode::off ? 1u : 0u));
+      // varlen_intervals (a packed batch without a predicate), min/max or block table and the
+      // CTA order, then the forward kernel.
+      const bool varlen_vectors = plans[i].mask->builds_varlen_vectors();
+      CHECK(kernels.size() == (tables ? 3u : 1u) + (varlen_vectors ? 1u : 0u));
     } else {
       // min/max or block table(s) and CTA order(s) (none for a backward that orders its dQ
       // reductions), preprocess, main, dQ (deterministic) or dQ conversion, GQA reduction.

@@ -162,6 +162,29 @@ TEST_CASE("a packed FlashMask folds each key's visible rows into its one-sided v
   CHECK_THAT(source, Catch::Contains("varlen_intervals<attnjit::kVarlenNone, /*kUserColumns=*/4"));
 }
 
+TEST_CASE("a packed predicate finds the sequences in cu_seqlens: no vectors, no varlen kernel",
+          "[varlen][pass][predicate]") {
+  const Lowering ir = lower(parse_spec(
+      "dtype=bf16 head_dim=128 mask=predicate((q/64+k/64+b)%2==0||h==1) target=sm_90a "
+      "varlen=true direction=backward"));
+  CHECK(ir.mask->element_predicate);
+  CHECK(ir.mask->varlen);
+  CHECK_FALSE(ir.mask->builds_varlen_vectors());
+  CHECK(ir.mask->vectors.empty());
+  CHECK_FALSE(ir.mask->table_per_batch);  // the packed row is one batch row
+  CHECK(ir.mask->table_per_head);
+  CHECK_THAT(to_string(ir), Catch::Contains("table_rows=[1,h] sequences=cu_seqlens"));
+  for (const KernelDesc& kernel : ir.plan->kernels) {
+    CHECK(kernel.role != KernelRole::varlen_intervals);
+    if (kernel.role == KernelRole::predicate_blocks) {
+      CHECK_THAT(emit_kernel(ir, kernel), Catch::Contains("/*kVarlen=*/true>(params);"));
+    }
+    if (kernel.role == KernelRole::backward) {
+      CHECK_THAT(emit_kernel(ir, kernel), Catch::Contains("/*kVarlen=*/true>"));
+    }
+  }
+}
+
 TEST_CASE("varlen=shared takes the queries' boundaries for the keys", "[varlen][runtime][args]") {
   const jit::Kernel kernel =
       compiled("dtype=bf16 head_dim=64 mask=causal return_lse=true target=sm_80 varlen=shared");
@@ -197,9 +220,6 @@ TEST_CASE("validate refuses the masks and modifiers a packed batch does not take
   const auto error_of = [](const char* text) {
     return testing::error_text([&] { lower(parse_spec(text)); });
   };
-  CHECK(error_of("dtype=bf16 head_dim=64 mask=predicate(q>=k) target=sm_80 varlen=true") ==
-        "mask: got 'predicate(q>=k)'; accepted: none, causal, sliding_window or flashmask with "
-        "varlen=true in this version (predicates of packed batches are not supported yet)");
   CHECK(error_of("dtype=bf16 head_dim=64 mask=causal alibi=true target=sm_80 varlen=true") ==
         "alibi: got 'true'; accepted: false with varlen=true in this version (ALiBi in a packed "
         "batch takes varlen=shared: the keys on the queries' boundaries)");

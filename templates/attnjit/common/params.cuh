@@ -160,6 +160,7 @@ struct PredicateBlocksParams {
   int table_heads;      ///< H when the predicate depends on h, else 1
   int seqlen_q, seqlen_k;
   int blocks_m, blocks_n;
+  VarlenInputs varlen;  ///< a packed batch's boundaries (varlen), else zero
 };
 
 /// Arguments of the CTA-order kernel (cta_order.cuh) of one attention kernel, whose own

@@ -15,6 +15,7 @@
 #pragma once
 
 #include "attnjit/common/params.cuh"
+#include "attnjit/masks/mask_builders.cuh"
 #include "attnjit/masks/predicate.cuh"
 #include "attnjit/common/primitives.cuh"
 #include "attnjit/common/schedule.cuh"
@@ -22,6 +23,33 @@
 namespace attnjit {
 
 enum TileKind { kTileSkip = 0, kTilePartial = 1, kTileFull = 2 };
+
+/// A packed batch's row or key `x` (varlen) as its sequence and its position in it; sequence
+/// -1 when x lies past the last boundary. Stays inside the boundaries whatever their data.
+struct PackedPosition {
+  int sequence, local;
+};
+
+__device__ __forceinline__ PackedPosition packed_position(const int* cu, int sequences, int x) {
+  const mask_build::Segment s = mask_build::segment_of(cu, sequences, x);
+  return {x < s.end ? s.index : -1, x - s.start};
+}
+
+/// Whether packed query `row` and key `col` of a packed batch lie in one sequence, the key
+/// among its used ones; if so, `at` holds the sequence and their local positions.
+struct PackedPair {
+  int sequence, q, k;
+};
+
+__device__ __forceinline__ bool same_sequence(const VarlenInputs& v, int row, int col,
+                                              PackedPair& at) {
+  const PackedPosition q = packed_position(v.cu_seqlens_q, v.sequences, row);
+  const PackedPosition k = packed_position(v.cu_seqlens_k, v.sequences, col);
+  if (q.sequence < 0 || q.sequence != k.sequence) return false;
+  if (v.seqused_k != nullptr && k.local >= v.seqused_k[k.sequence]) return false;
+  at = {q.sequence, q.local, k.local};
+  return true;
+}
 
 /// The kind of a tile from Mask::classify's value: a TileKind, which for a predicate's block
 /// table also carries the slot of the tile's element bits (predicate_blocks.cuh).
@@ -375,15 +403,19 @@ struct MaskPolicy {
 
 /// The policy of mask=predicate. Visible (generated) has
 ///   static __device__ bool visible(const PredicateInputs&, int b, int h, int q, int k);
+/// kVarlen: a packed batch, whose predicate sees each sequence's index as b and the local
+/// positions of q and k in it; pairs of different sequences and unused keys are hidden.
 /// the block table (the `table` argument: FwdParams::minmax, BwdParams::minmax or minmax_dq)
 /// holds one int32 entry per tile of kTableBlockM x kTableBlockN for each (batch row, head
 /// row), built by predicate_blocks.cuh: the TileKind, and for a partial tile the slot of its
 /// element bits when it has one. kPerBatch / kPerHead: the table has a row per batch / per
 /// query head. Keys past Sk are masked; the caller ignores rows past Sq.
-template <class Visible, int kTableBlockM, int kTableBlockN, bool kPerBatch, bool kPerHead>
+template <class Visible, int kTableBlockM, int kTableBlockN, bool kPerBatch, bool kPerHead,
+          bool kVarlen = false>
 struct PredicatePolicy {
   static constexpr int kColumns = 0;
   static constexpr bool kHasVectors = false;
+  static constexpr bool kHasVisible = false;
   static constexpr bool kIndexRange = false;
   /// The element rule comes as bits per fragment: the tile's stored bits (load_fragment_words,
   /// fragment_bits), else the generated expression (evaluate_bits).
@@ -444,7 +476,13 @@ struct PredicatePolicy {
   template <bool kRowsBelowSq = false, class Params>
   __device__ static __forceinline__ bool masked(const Params& p, const MaskState& s, int row,
                                                 int col, const Column&) {
-    return col >= s.seqlen_k || !Visible::visible(p.predicate, s.batch, s.head, row, col);
+    if (col >= s.seqlen_k) return true;
+    if constexpr (kVarlen) {
+      PackedPair at;
+      return !same_sequence(p.varlen, row, col, at) ||
+             !Visible::visible(p.predicate, at.sequence, s.head, at.q, at.k);
+    }
+    return !Visible::visible(p.predicate, s.batch, s.head, row, col);
   }
 
   /// The stored bits of a thread's fragment rows row_local and row_local + 8 (tile rows:

@@ -11,6 +11,11 @@
 // direction: the entry is then kTilePartial | (slot + 1) << 2 (mask.cuh, tile_bits_slot). A
 // partial tile without a slot (the buffer is full) is evaluated element by element, as before.
 //
+// A packed batch (kVarlen): the predicate sees each sequence's index as b and the local
+// positions of q and k in it, pairs of different sequences and unused keys are hidden, and a
+// tile whose rows and keys lie in different sequences is skipped before any evaluation. Its
+// CTAs also check the boundaries when p.varlen.first_error is set (varlen_intervals.cuh).
+//
 // Bits layout of a slot: kRows rows of ceil(kCols / 32) words; bit c of word w of row r is
 // element (r, 32 w + c), 1 = hidden. Rows are the consumer's fragment rows: queries
 // (kKeyRows false: the forward and the dQ kernel), or keys (kKeyRows true: the backward main
@@ -18,11 +23,24 @@
 #pragma once
 
 #include "attnjit/masks/mask.cuh"
+#include "attnjit/masks/varlen_intervals.cuh"
 #include "attnjit/common/params.cuh"
 
 namespace attnjit {
 
-template <class Visible, int kBlockM, int kBlockN, bool kPerBatch, bool kPerHead, bool kKeyRows>
+/// Whether a packed batch's rows [row0, row_end) and keys [col0, col_end), both non-empty,
+/// share no sequence: the sequences of each range's ends.
+__device__ __forceinline__ bool apart(const VarlenInputs& v, int row0, int row_end, int col0,
+                                      int col_end) {
+  const int q_first = mask_build::segment_of(v.cu_seqlens_q, v.sequences, row0).index;
+  const int q_last = mask_build::segment_of(v.cu_seqlens_q, v.sequences, row_end - 1).index;
+  const int k_first = mask_build::segment_of(v.cu_seqlens_k, v.sequences, col0).index;
+  const int k_last = mask_build::segment_of(v.cu_seqlens_k, v.sequences, col_end - 1).index;
+  return q_last < k_first || k_last < q_first;
+}
+
+template <class Visible, int kBlockM, int kBlockN, bool kPerBatch, bool kPerHead, bool kKeyRows,
+          bool kVarlen = false>
 __device__ __forceinline__ void predicate_blocks(const PredicateBlocksParams& p) {
   using Bits = PredicateTileBits<kBlockM, kBlockN, kKeyRows>;
   __shared__ unsigned hidden_words[Bits::kSlotWords];
@@ -37,6 +55,15 @@ __device__ __forceinline__ void predicate_blocks(const PredicateBlocksParams& p)
   const int row0 = m_block * kBlockM;
   const int col0 = n_block * kBlockN;
   const int lane = threadIdx.x % 32;
+  if constexpr (kVarlen) {
+    if (p.varlen.first_error != nullptr) varlen::check(p.varlen, p.seqlen_q, p.seqlen_k);
+    if (row0 >= p.seqlen_q || col0 >= p.seqlen_k ||
+        apart(p.varlen, row0, min(row0 + kBlockM, p.seqlen_q), col0,
+              min(col0 + kBlockN, p.seqlen_k))) {
+      if (threadIdx.x == 0) p.table[tile] = kTileSkip;
+      return;
+    }
+  }
 
   bool any_visible = false;
   bool any_hidden = false;
@@ -46,8 +73,14 @@ __device__ __forceinline__ void predicate_blocks(const PredicateBlocksParams& p)
     const int q = row0 + (kKeyRows ? c : r);
     const int k = col0 + (kKeyRows ? r : c);
     const bool inside = c < Bits::kCols && q < p.seqlen_q;
-    const bool visible =
-        inside && k < p.seqlen_k && Visible::visible(p.predicate, batch, head, q, k);
+    bool visible = inside && k < p.seqlen_k;
+    if constexpr (kVarlen) {
+      PackedPair at;
+      visible = visible && same_sequence(p.varlen, q, k, at) &&
+                Visible::visible(p.predicate, at.sequence, head, at.q, at.k);
+    } else {
+      visible = visible && Visible::visible(p.predicate, batch, head, q, k);
+    }
     const unsigned hidden = __ballot_sync(0xffffffffu, !visible);
     any_visible |= visible;
     any_hidden |= inside && !visible;

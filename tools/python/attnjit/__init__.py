@@ -419,13 +419,12 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     most total_q (total_k). The masks act per sequence, in its local positions: causal=True is
     bottom-right aligned (query i sees key j iff j <= i + Sk_s - Sq_s); window_size=(left,
     right) keeps the keys with i + Sk_s - Sq_s - left <= j <= i + Sk_s - Sq_s + right (-1:
-    unbounded; causal=True with a window sets right to 0). startend_row_indices (FlashMask's
-    vectors inside each sequence, window_size (-1, -1) then): int32 [1, Hm, total_k, C] on
-    q's device (that one shape; Hm 1 or Hkv), the C values of each key local to its
-    sequence's rows 0..Sq_s (larger values read as Sq_s), the mask flashmask(causal=causal,
-    columns=C) of attnjit.forward in each sequence: causal=True takes C 1 (LTS) or 2 (LTS,
-    LTE) and stays bottom-right aligned, causal=False C 2 (LTS, UTE) or 4 (LTS, LTE, UTS, UTE).
-    softmax_scale defaults to 1/sqrt(D); softcap > 0 gives s <- softcap * tanh(s / softcap)
+    unbounded; causal=True with a window sets right to 0). startend_row_indices: FlashMask's
+    vectors inside each sequence, int32 [1, Hm, total_k, C] on q's device (this one shape; Hm
+    1 or Hkv), for each key C rows local to its sequence (0..Sq_s; larger values read as
+    Sq_s); each sequence's mask is then attnjit.forward's flashmask(causal=causal, columns=C):
+    C 1 (LTS) or 2 (LTS, LTE) with causal=True (bottom-right aligned as above), 2 (LTS, UTE) or
+    4 (LTS, LTE, UTS, UTE) with causal=False; window_size stays (-1, -1) with it. softmax_scale defaults to 1/sqrt(D); softcap > 0 gives s <- softcap * tanh(s / softcap)
     (0.0 or None: none). alibi_slopes (fp32 [H] on q's device) adds slope[h] * (j - i) in
     local positions; it takes shared boundaries: one tensor passed as both cu_seqlens_q and
     cu_seqlens_k, no seqused_k. dropout_p must be 0. sinks (fp32 [H] on q's device) adds a
@@ -434,8 +433,8 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     alibi_slopes get none.
 
     Returns o [total_q, H, Dv], and also lse fp32 [H, total_q] when return_lse (not
-    differentiable). A query row that sees no key (Sk_s = 0, seqused_k[s] = 0, or a window
-    past its keys) gives o = 0 and lse = -inf (with sinks, the sink's logit), as in
+    differentiable). A query row that sees no key (Sk_s = 0, seqused_k[s] = 0, a window past
+    its keys, or vectors that hide it from every key) gives o = 0 and lse = -inf (with sinks, the sink's logit), as in
     attnjit.attention, and a zero gradient.
     q, k and v receive d_q, d_k and d_v (with GQA a KV head's gradient sums over its query
     heads); deterministic=True makes them bitwise repeatable. The host never reads the

@@ -216,6 +216,16 @@ def main():
     from timing import publish
 
     started = time.perf_counter()
+    if args.families:
+        # Each family's mask_mod is new code for the compiled create_block_mask and
+        # flex_attention; never fall back to their eager forms, which materialize T x T.
+        for limit in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
+                      "accumulated_recompile_limit"):
+            try:
+                setattr(torch._dynamo.config, limit,
+                        max(64, getattr(torch._dynamo.config, limit)))
+            except (AttributeError, TypeError, ValueError):  # not a knob of this torch version
+                pass
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     device = "cuda"

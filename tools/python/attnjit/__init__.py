@@ -403,8 +403,9 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                      causal: bool = False, window_size: Tuple[int, int] = (-1, -1),
                      softcap: Optional[float] = 0.0, alibi_slopes: Optional[Tensor] = None,
                      deterministic: bool = False, seqused_k: Optional[Tensor] = None,
-                     return_lse: bool = False,
-                     sinks: Optional[Tensor] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+                     return_lse: bool = False, sinks: Optional[Tensor] = None,
+                     startend_row_indices: Optional[Tensor] = None
+                     ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Differentiable attention on a packed batch, with the arguments of FlashAttention's
     flash_attn_varlen_func: B sequences of different lengths packed one after another.
 
@@ -418,15 +419,22 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     most total_q (total_k). The masks act per sequence, in its local positions: causal=True is
     bottom-right aligned (query i sees key j iff j <= i + Sk_s - Sq_s); window_size=(left,
     right) keeps the keys with i + Sk_s - Sq_s - left <= j <= i + Sk_s - Sq_s + right (-1:
-    unbounded; causal=True with a window sets right to 0). softmax_scale defaults to
-    1/sqrt(D); softcap > 0 gives s <- softcap * tanh(s / softcap) (0.0 or None: none).
-    dropout_p must be 0 and alibi_slopes None (not supported with packed batches). sinks (fp32
-    [H] on q's device) adds a learnable sink logit per query head to every row's softmax
-    denominator, as in attnjit.forward, and receives its gradient (summed over all sequences).
+    unbounded; causal=True with a window sets right to 0). startend_row_indices: FlashMask's
+    vectors inside each sequence, int32 [1, Hm, total_k, C] on q's device (this one shape; Hm
+    1 or Hkv), for each key C rows local to its sequence (0..Sq_s; larger values read as
+    Sq_s); each sequence's mask is then attnjit.forward's flashmask(causal=causal, columns=C):
+    C 1 (LTS) or 2 (LTS, LTE) with causal=True (bottom-right aligned as above), 2 (LTS, UTE) or
+    4 (LTS, LTE, UTS, UTE) with causal=False; window_size stays (-1, -1) with it. softmax_scale defaults to 1/sqrt(D); softcap > 0 gives s <- softcap * tanh(s / softcap)
+    (0.0 or None: none). alibi_slopes (fp32 [H] on q's device) adds slope[h] * (j - i) in
+    local positions; it takes shared boundaries: one tensor passed as both cu_seqlens_q and
+    cu_seqlens_k, no seqused_k. dropout_p must be 0. sinks (fp32 [H] on q's device) adds a
+    learnable sink logit per query head to every row's softmax denominator, as in
+    attnjit.forward, and receives its gradient (summed over all sequences); the vectors and
+    alibi_slopes get none.
 
     Returns o [total_q, H, Dv], and also lse fp32 [H, total_q] when return_lse (not
-    differentiable). A query row that sees no key (Sk_s = 0, seqused_k[s] = 0, or a window
-    past its keys) gives o = 0 and lse = -inf (with sinks, the sink's logit), as in
+    differentiable). A query row that sees no key (Sk_s = 0, seqused_k[s] = 0, a window past
+    its keys, or vectors that hide it from every key) gives o = 0 and lse = -inf (with sinks, the sink's logit), as in
     attnjit.attention, and a zero gradient.
     q, k and v receive d_q, d_k and d_v (with GQA a KV head's gradient sums over its query
     heads); deterministic=True makes them bitwise repeatable. The host never reads the
@@ -448,24 +456,31 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or dropout_p != 0:
         raise ValueError(f"dropout_p: got {dropout_p!r}; accepted: 0.0 (attnjit has no "
                          "attention dropout)")
-    if alibi_slopes is not None:
-        raise ValueError("alibi_slopes: given; accepted: None (ALiBi is not supported with "
-                         "packed batches)")
+    if alibi_slopes is not None and not _shared_boundaries(cu_seqlens_q, cu_seqlens_k,
+                                                           seqused_k):
+        raise ValueError("alibi_slopes: given with boundaries of the keys' own (another "
+                         "cu_seqlens_k tensor, or seqused_k); accepted: None, or shared "
+                         "boundaries (one tensor passed as both cu_seqlens_q and cu_seqlens_k, "
+                         "seqused_k None)")
     for name, value in (("causal", causal), ("deterministic", deterministic),
                         ("return_lse", return_lse)):
         if not isinstance(value, bool):
             raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
     mask, window_left, window_right = _varlen_mask(causal, window_size)
+    if startend_row_indices is not None:
+        mask = _varlen_flashmask(startend_row_indices, causal, window_size)
     scale = _optional_positive("softmax_scale", softmax_scale, "1/sqrt(head_dim)")
     cap = 0.0 if softcap is None or (type(softcap) in (int, float) and softcap == 0) \
         else _check_softcap(softcap)
     for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         _check_max_seqlen(name, value)
-    arguments = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
-                 mask, scale, window_left, window_right, cap, deterministic, sinks)
+    arguments = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, startend_row_indices,
+                 alibi_slopes, max_seqlen_q, max_seqlen_k, mask, causal, scale, window_left,
+                 window_right, cap, deterministic, sinks)
     _torch_of(q, "q")
     if _through_operators(q):
-        _check_varlen_tensors(*arguments[:8], sinks)
+        _check_varlen_tensors(*arguments[:6], max_seqlen_q, max_seqlen_k, sinks,
+                              startend_row_indices, alibi_slopes)
         o, lse = _ops.attention_varlen(*arguments)
     else:
         # The tensor checks run in the launch, once per call signature.
@@ -491,6 +506,41 @@ def _varlen_mask(causal, window_size):
     if left == -1 and right == 0:
         return "causal", -1, 0
     return "sliding_window", left, right
+
+
+def _varlen_flashmask(indices, causal, window_size):
+    """attention_varlen's mask with FlashMask vectors, "flashmask", after the checks of what
+    goes with them: no window, and a column count the causal flag takes."""
+    if tuple(window_size) != (-1, -1):
+        raise ValueError(f"window_size: got {tuple(window_size)} with startend_row_indices; "
+                         "accepted: (-1, -1) (the vectors say the mask; causal=True makes it "
+                         "a causal FlashMask)")
+    _torch_of(indices, "startend_row_indices")
+    columns = indices.shape[-1] if indices.dim() == 4 else None
+    accepted = (1, 2) if causal else (2, 4)
+    if columns is not None and columns not in accepted:
+        kind = "1 (LTS) or 2 (LTS, LTE)" if causal else "2 (LTS, UTE) or 4 (LTS, LTE, UTS, UTE)"
+        raise ValueError(f"startend_row_indices: C={columns} (shape {tuple(indices.shape)}) "
+                         f"with causal={causal}; accepted: C={kind}")
+    return "flashmask"
+
+
+def _shared_boundaries(cu_seqlens_q, cu_seqlens_k, seqused_k):
+    """Whether the keys take the queries' boundaries (the spec's varlen=shared): one tensor
+    for both (or views of the same memory), no seqused_k. Tensors seen while tracing (fake,
+    functional) pass unless they are one object: their launch compiles varlen=true, which the
+    library refuses with ALiBi by name."""
+    if seqused_k is not None:
+        return False
+    if cu_seqlens_k is cu_seqlens_q:
+        return True
+    if _torch is None or not all(isinstance(t, _torch.Tensor)
+                                 for t in (cu_seqlens_q, cu_seqlens_k)):
+        return False
+    if (_torch.compiler.is_compiling() or type(cu_seqlens_q) is not _torch.Tensor
+            or type(cu_seqlens_k) is not _torch.Tensor):
+        return True
+    return _launch._varlen_layout(cu_seqlens_q, cu_seqlens_k, None) == "shared"
 
 
 def _check_max_seqlen(name, value):
@@ -626,14 +676,15 @@ def _define_functions(torch):
 
     class VarlenAttention(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
-                    max_seqlen_k, mask, scale, window_left, window_right, softcap, deterministic,
-                    sinks):
-            arguments = (max_seqlen_q, max_seqlen_k, mask, scale, window_left, window_right,
-                         softcap)
-            o, lse = _launch.varlen_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k,
-                                            seqused_k, *arguments, _check_varlen_tensors, sinks)
-            ctx.save_for_backward(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks)
+        def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, indices, slopes,
+                    max_seqlen_q, max_seqlen_k, mask, causal, scale, window_left, window_right,
+                    softcap, deterministic, sinks):
+            tensors = (cu_seqlens_q, cu_seqlens_k, seqused_k, indices, slopes)
+            arguments = (max_seqlen_q, max_seqlen_k, mask, causal, scale, window_left,
+                         window_right, softcap)
+            o, lse = _launch.varlen_forward(torch, q, k, v, *tensors, *arguments,
+                                            _check_varlen_tensors, sinks)
+            ctx.save_for_backward(q, k, v, o, lse, *tensors, sinks)
             ctx.arguments = arguments + (deterministic,)
             ctx.mark_non_differentiable(lse)
             return o, lse
@@ -641,11 +692,10 @@ def _define_functions(torch):
         @staticmethod
         @once_differentiable
         def backward(ctx, d_o, _d_lse):
-            q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks = ctx.saved_tensors
+            q, k, v, o, lse, *tensors, sinks = ctx.saved_tensors
             d_q, d_k, d_v, d_sinks = _launch.varlen_backward(
-                torch, d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
-                *ctx.arguments, sinks)
-            return (d_q, d_k, d_v) + (None,) * 11 + (d_sinks,)
+                torch, d_o, q, k, v, o, lse, *tensors, *ctx.arguments, sinks)
+            return (d_q, d_k, d_v) + (None,) * 14 + (d_sinks,)
 
     return Attention, PredicateAttention, VarlenAttention
 
@@ -799,7 +849,7 @@ def _check_tensors(q, k, v, indices=None, slopes=None, sinks=None):
         raise AttnjitError(f"k: {k.shape[2]} heads; accepted: a divisor of q's {q.shape[2]} "
                            "heads (GQA/MQA)")
     if indices is not None:
-        _check_startend(torch, indices, q, k)
+        _check_startend(torch, indices, q, k.shape[0], k.shape[1], k.shape[2])
     if slopes is not None:
         _check_head_vector(torch, "alibi_slopes", slopes, q.shape[2], q, "one slope")
     if sinks is not None:
@@ -807,11 +857,12 @@ def _check_tensors(q, k, v, indices=None, slopes=None, sinks=None):
 
 
 def _check_varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None,
-                          max_seqlen_q=0, max_seqlen_k=0, sinks=None):
+                          max_seqlen_q=0, max_seqlen_k=0, sinks=None, indices=None,
+                          slopes=None):
     """attention_varlen's checks that need no device and read no tensor's values: types,
-    devices, dtypes, ranks and shapes of the packed tensors and the boundaries, and
-    max_seqlen_q/k against the totals. The launches and the operators' fake implementations
-    run them."""
+    devices, dtypes, ranks and shapes of the packed tensors, the boundaries, the FlashMask
+    vectors (`indices`), alibi_slopes and sinks, and max_seqlen_q/k against the totals. The
+    launches and the operators' fake implementations run them."""
     torch = _check_activations(q, k, v, 3, "[total, heads, head_dim] (a packed batch)")
     if tuple(k.shape[:2]) != tuple(v.shape[:2]):
         raise AttnjitError(f"v: shape {tuple(v.shape)} differs from k {tuple(k.shape)} in "
@@ -848,21 +899,29 @@ def _check_varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None,
         if isinstance(value, int) and isinstance(total, int) and not 0 <= value <= total:
             raise AttnjitError(f"{name}: got {value}; accepted: 0 to {total} (the rows of "
                                f"{tensor}): the longest sequence or more")
+    if indices is not None:
+        _check_startend(torch, indices, q, 1, k.shape[0], k.shape[1], "total_k",
+                        " (a packed batch's vectors: rows local to each sequence)")
+    if slopes is not None:
+        _check_head_vector(torch, "alibi_slopes", slopes, q.shape[1], q, "one slope")
     if sinks is not None:
         _check_head_vector(torch, "sinks", sinks, q.shape[1], q, "one sink logit")
 
 
-def _check_startend(torch, indices, q, k):
+def _check_startend(torch, indices, q, batch, seqlen_k, kv_heads, keys="Sk", note=""):
+    """FlashMask vectors: int32 [batch, Hm, seqlen_k, C] (Hm 1 or kv_heads, C 1, 2 or 4),
+    contiguous, on q's device; `keys` names their third dimension and `note` adds to the
+    accepted shape."""
     _torch_of(indices, "startend_row_indices")
     shape = tuple(indices.shape)
     if indices.dtype != torch.int32:
         raise TypeError(f"startend_row_indices: dtype {indices.dtype}; accepted: torch.int32")
     _check_on_device("startend_row_indices", indices, q)
-    batch, seqlen_k, kv_heads = k.shape[0], k.shape[1], k.shape[2]
     if (len(shape) != 4 or shape[0] != batch or shape[1] not in (1, kv_heads)
             or shape[2] != seqlen_k or shape[3] not in (1, 2, 4)):
         raise AttnjitError(f"startend_row_indices: shape {shape}; accepted: [B={batch}, "
-                           f"Hm in (1, {kv_heads}), Sk={seqlen_k}, C] with C in 1, 2, 4")
+                           f"Hm in (1, {kv_heads}), {keys}={seqlen_k}, C] with C in 1, 2, 4"
+                           + note)
     if not indices.is_contiguous():
         raise AttnjitError("startend_row_indices: not contiguous; accepted: a contiguous "
                            "tensor (call .contiguous())")

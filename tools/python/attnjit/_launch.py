@@ -367,78 +367,93 @@ def attention_backward(torch, d_o, q, k, v, o, lse, indices, slopes, mask, causa
     return d_q, d_k, d_v, d_sinks
 
 
-def varlen_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
-                   max_seqlen_k, mask, scale, window_left, window_right, softcap, check=None,
-                   sinks=None):
+def varlen_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, indices, slopes,
+                   max_seqlen_q, max_seqlen_k, mask, causal, scale, window_left, window_right,
+                   softcap, check=None, sinks=None):
     """The forward of attnjit.attention_varlen: (o [total_q, H, Dv], lse [H, total_q]).
-    `mask` is "none", "causal" or "sliding_window"; scale 0.0 is 1/sqrt(D), softcap 0.0 none;
-    sinks (fp32 [H]) or None. `check(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k,
-    max_seqlen_q, max_seqlen_k, sinks)` runs the first time a call signature is seen, as in
+    `mask` is "none", "causal", "sliding_window" or "flashmask" (then `indices`, int32
+    [1, Hm, total_k, C] with rows local to each sequence, and `causal` its flag); slopes
+    (fp32 [H], shared boundaries) or None; scale 0.0 is 1/sqrt(D), softcap 0.0 none; sinks
+    (fp32 [H]) or None. `check(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+    max_seqlen_k, sinks, indices, slopes)` runs the first time a call signature is seen, as in
     forward(). Reads no tensor's values."""
     boundaries = (cu_seqlens_q, cu_seqlens_k, seqused_k)
+    checked = (q, k, v) + boundaries + (max_seqlen_q, max_seqlen_k, sinks, indices, slopes)
     try:
         layout = _varlen_layout(cu_seqlens_q, cu_seqlens_k, seqused_k)
-        key = ("varlen", layout, mask, scale, window_left, window_right, softcap, max_seqlen_q,
-               max_seqlen_k) + tuple(map(_signature, (q, k, v) + boundaries + (sinks,)))
+        key = ("varlen", layout, mask, causal, scale, window_left, window_right, softcap,
+               max_seqlen_q, max_seqlen_k) + tuple(map(_signature, (q, k, v) + boundaries
+                                                       + (indices, slopes, sinks)))
     except (AttributeError, TypeError):
         if check is not None:
-            check(q, k, v, *boundaries, max_seqlen_q, max_seqlen_k, sinks)
+            check(*checked)
         raise
     call = _calls.get(key)
     if call is None:
         if check is not None:
-            check(q, k, v, *boundaries, max_seqlen_q, max_seqlen_k, sinks)
-        index = device_index((("q", q), ("k", k), ("v", v)) + tuple(zip(_SLOT_NAMES[11:],
-                                                                          boundaries + (sinks,))))
-        spec = spec_text(q.dtype, q.shape[2], v.shape[2], mask, False, 0, True, softcap > 0,
-                         False, varlen=layout, sinks=sinks is not None)
+            check(*checked)
+        index = device_index((("q", q), ("k", k), ("v", v), ("startend_row_indices", indices),
+                              ("alibi_slopes", slopes))
+                             + tuple(zip(_SLOT_NAMES[11:], boundaries + (sinks,))))
+        spec = spec_text(q.dtype, q.shape[2], v.shape[2], mask, causal, _columns(indices), True,
+                         softcap > 0, slopes is not None, varlen=layout, sinks=sinks is not None)
         compiled, _ = kernel(spec, index)
         total_q, heads = q.shape[0], q.shape[1]
         o_shape, lse_shape = (total_q, heads, v.shape[2]), (heads, total_q)
         o = q.new_empty(o_shape)
         lse = q.new_empty(lse_shape, dtype=torch.float32)
-        launch = _prepare(compiled, (q, k, v, o, lse) + (None,) * 6 + boundaries + (sinks,),
-                          None, (scale, window_left, window_right, softcap), index,
+        launch = _prepare(compiled, (q, k, v, o, lse, indices, slopes) + (None,) * 4
+                          + boundaries + (sinks,), None,
+                          (scale, window_left, window_right, softcap), index,
                           (max_seqlen_q, max_seqlen_k))
         call = _Call(launch, index, o_shape, lse_shape)
         _remember(key, call)
     o = q.new_empty(call.o_shape)
     lse = q.new_empty(call.lse_shape, dtype=torch.float32)
     _enqueue(torch, call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
-             + (None,) * 6 + _pointers(boundaries + (sinks,)))
+             + _pointers((indices, slopes)) + (None,) * 4 + _pointers(boundaries + (sinks,)))
     return o, lse
 
 
 def varlen_backward(torch, d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
-                    max_seqlen_q, max_seqlen_k, mask, scale, window_left, window_right, softcap,
-                    deterministic, sinks=None):
+                    indices, slopes, max_seqlen_q, max_seqlen_k, mask, causal, scale,
+                    window_left, window_right, softcap, deterministic, sinks=None):
     """(d_q, d_k, d_v, d_sinks) of attnjit.attention_varlen; d_sinks is None without
     sinks."""
     d_o = _kernel_layout(d_o)
     boundaries = (cu_seqlens_q, cu_seqlens_k, seqused_k)
     layout = _varlen_layout(cu_seqlens_q, cu_seqlens_k, seqused_k)
-    key = ("varlen backward", layout, mask, deterministic, scale, window_left, window_right,
-           softcap, max_seqlen_q, max_seqlen_k) + tuple(map(_signature, (d_o, q, k, v, o, lse)
-                                                   + boundaries + (sinks,)))
+    key = ("varlen backward", layout, mask, causal, deterministic, scale, window_left,
+           window_right, softcap, max_seqlen_q, max_seqlen_k) + tuple(map(
+               _signature, (d_o, q, k, v, o, lse) + boundaries + (indices, slopes, sinks)))
     call = _calls.get(key)
     if call is None:
         index = device_index((("d_o", d_o), ("q", q), ("k", k), ("v", v), ("o", o),
-                              ("lse", lse)) + tuple(zip(_SLOT_NAMES[11:], boundaries + (sinks,))))
-        spec = spec_text(q.dtype, q.shape[2], v.shape[2], mask, False, 0, False, softcap > 0,
-                         False, True, deterministic, varlen=layout, sinks=sinks is not None)
+                              ("lse", lse), ("startend_row_indices", indices),
+                              ("alibi_slopes", slopes))
+                             + tuple(zip(_SLOT_NAMES[11:], boundaries + (sinks,))))
+        spec = spec_text(q.dtype, q.shape[2], v.shape[2], mask, causal, _columns(indices), False,
+                         softcap > 0, slopes is not None, True, deterministic, varlen=layout,
+                         sinks=sinks is not None)
         compiled, _ = kernel(spec, index)
         grads = _gradients(torch, q, k, v, sinks)
-        launch = _prepare(compiled, (q, k, v, o, lse, None, None, d_o) + grads[:3] + boundaries
-                          + (sinks, grads[3]), None, (scale, window_left, window_right, softcap),
-                          index, (max_seqlen_q, max_seqlen_k))
+        launch = _prepare(compiled, (q, k, v, o, lse, indices, slopes, d_o) + grads[:3]
+                          + boundaries + (sinks, grads[3]), None,
+                          (scale, window_left, window_right, softcap), index,
+                          (max_seqlen_q, max_seqlen_k))
         call = _Call(launch, index, None, None)
         _remember(key, call)
     d_q, d_k, d_v, d_sinks = _gradients(torch, q, k, v, sinks)
     _enqueue(torch, call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-                           lse.data_ptr(), None, None, d_o.data_ptr(), d_q.data_ptr(),
-                           d_k.data_ptr(), d_v.data_ptr())
+                           lse.data_ptr()) + _pointers((indices, slopes))
+             + (d_o.data_ptr(), d_q.data_ptr(), d_k.data_ptr(), d_v.data_ptr())
              + _pointers(boundaries + (sinks, d_sinks)))
     return d_q, d_k, d_v, d_sinks
+
+
+def _columns(indices):
+    """The column count of FlashMask vectors (the last dimension), 0 without them."""
+    return 0 if indices is None else indices.shape[-1]
 
 
 def _varlen_layout(cu_seqlens_q, cu_seqlens_k, seqused_k):

@@ -13,7 +13,8 @@
                                               from a tensor
 
 forward, attention and attention_varlen take the sinks (fp32 [H] or None) last; their backward
-operators return d_sinks after d_v (an empty [0] tensor without sinks).
+operators return d_sinks after d_v (an empty [0] tensor without sinks). attention_varlen takes
+startend_row_indices and alibi_slopes after the boundaries, as attention takes them after v.
 
 Each has a fake implementation giving every output's shape, dtype and strides (after the same
 argument checks as the eager call, so a shape mismatch seen while tracing is the same
@@ -55,9 +56,9 @@ def register(torch, check_tensors, check_predicate_tensors, check_varlen_tensors
     """Defines the operators and returns torch.ops.attnjit, or None when this PyTorch has no
     torch.library.custom_op. `check_tensors(q, k, v, indices, slopes)`,
     `check_predicate_tensors(q, names, tensors)` and `check_varlen_tensors(q, k, v,
-    cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, sinks)` are attnjit's
-    argument checks (check_tensors takes the sinks after the slopes), which the fake
-    implementations run."""
+    cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, sinks, indices,
+    slopes)` are attnjit's argument checks (check_tensors takes the sinks after the slopes),
+    which the fake implementations run."""
     library = torch.library
     if not (hasattr(library, "custom_op") and hasattr(library, "register_fake")):
         return None
@@ -195,20 +196,23 @@ def register(torch, check_tensors, check_predicate_tensors, check_varlen_tensors
 
     @library.custom_op("attnjit::attention_varlen", mutates_args=())
     def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
-                         cu_seqlens_k: Tensor, seqused_k: Optional[Tensor], max_seqlen_q: int,
-                         max_seqlen_k: int, mask: str, scale: float, window_left: int,
-                         window_right: int, softcap: float, deterministic: bool,
-                         sinks: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+                         cu_seqlens_k: Tensor, seqused_k: Optional[Tensor],
+                         startend_row_indices: Optional[Tensor], alibi_slopes: Optional[Tensor],
+                         max_seqlen_q: int, max_seqlen_k: int, mask: str, causal: bool,
+                         scale: float, window_left: int, window_right: int, softcap: float,
+                         deterministic: bool, sinks: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
         return _launch.varlen_forward(torch, _layout(q), _layout(k), _layout(v), cu_seqlens_q,
-                                      cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, mask,
+                                      cu_seqlens_k, seqused_k, startend_row_indices,
+                                      alibi_slopes, max_seqlen_q, max_seqlen_k, mask, causal,
                                       scale, window_left, window_right, softcap,
                                       check_varlen_tensors, sinks)
 
     @attention_varlen.register_fake
-    def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, mask,
-          scale, window_left, window_right, softcap, deterministic, sinks):
+    def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, startend_row_indices, alibi_slopes,
+          max_seqlen_q, max_seqlen_k, mask, causal, scale, window_left, window_right, softcap,
+          deterministic, sinks):
         check_varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
-                             max_seqlen_k, sinks)
+                             max_seqlen_k, sinks, startend_row_indices, alibi_slopes)
         total_q, heads = q.shape[0], q.shape[1]
         return (q.new_empty((total_q, heads, v.shape[2])),
                 q.new_empty((heads, total_q), dtype=f32))
@@ -216,37 +220,40 @@ def register(torch, check_tensors, check_predicate_tensors, check_varlen_tensors
     @library.custom_op("attnjit::attention_varlen_backward", mutates_args=())
     def attention_varlen_backward(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor,
                                   lse: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
-                                  seqused_k: Optional[Tensor], max_seqlen_q: int,
-                                  max_seqlen_k: int, mask: str, scale: float, window_left: int,
-                                  window_right: int, softcap: float, deterministic: bool,
-                                  sinks: Optional[Tensor]
+                                  seqused_k: Optional[Tensor],
+                                  startend_row_indices: Optional[Tensor],
+                                  alibi_slopes: Optional[Tensor], max_seqlen_q: int,
+                                  max_seqlen_k: int, mask: str, causal: bool, scale: float,
+                                  window_left: int, window_right: int, softcap: float,
+                                  deterministic: bool, sinks: Optional[Tensor]
                                   ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         d_q, d_k, d_v, d_sinks = _launch.varlen_backward(
             torch, d_o, _layout(q), _layout(k), _layout(v), _layout(o), lse, cu_seqlens_q,
-            cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, mask, scale, window_left,
-            window_right, softcap, deterministic, sinks)
+            cu_seqlens_k, seqused_k, startend_row_indices, alibi_slopes, max_seqlen_q,
+            max_seqlen_k, mask, causal, scale, window_left, window_right, softcap, deterministic,
+            sinks)
         return d_q, d_k, d_v, _sinks_gradient(q, d_sinks, f32)
 
     @attention_varlen_backward.register_fake
-    def _(d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
-          max_seqlen_k, mask, scale, window_left, window_right, softcap, deterministic, sinks):
+    def _(d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, startend_row_indices,
+          alibi_slopes, max_seqlen_q, max_seqlen_k, mask, causal, scale, window_left,
+          window_right, softcap, deterministic, sinks):
         return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
                 _fake_sinks_gradient(torch, q, sinks, f32))
 
     def setup_varlen(ctx, inputs, output):
-        q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k = inputs[:6]
         o, lse = output
-        ctx.save_for_backward(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
-                              inputs[-1])
-        # max_seqlen_q/k, mask, scale, window_left/right, softcap, deterministic
-        ctx.arguments = inputs[6:-1]
+        # q, k, v, cu_seqlens_q/k, seqused_k, startend_row_indices, alibi_slopes; sinks
+        ctx.save_for_backward(*inputs[:8], o, lse, inputs[-1])
+        # max_seqlen_q/k, mask, causal, scale, window_left/right, softcap, deterministic
+        ctx.arguments = inputs[8:-1]
         ctx.mark_non_differentiable(lse)
 
     def varlen_grad(ctx, d_o, _d_lse):
-        q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks = ctx.saved_tensors
+        q, k, v, *tensors, o, lse, sinks = ctx.saved_tensors
         d_q, d_k, d_v, d_sinks = torch.ops.attnjit.attention_varlen_backward(
-            d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, *ctx.arguments, sinks)
-        return (d_q, d_k, d_v) + (None,) * 11 + (None if sinks is None else d_sinks,)
+            d_o, q, k, v, o, lse, *tensors, *ctx.arguments, sinks)
+        return (d_q, d_k, d_v) + (None,) * 14 + (None if sinks is None else d_sinks,)
 
     attention_varlen.register_autograd(varlen_grad, setup_context=setup_varlen)
     return torch.ops.attnjit

@@ -4,6 +4,7 @@ texts it compiles, and the C ABI's varlen prepared launch as the package declare
 """
 
 import ctypes
+import itertools
 import re
 import sys
 import unittest
@@ -16,6 +17,9 @@ from attnjit import _ffi, _launch  # noqa: E402
 from cache_dir import TemporaryCacheTest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
+
+
+SHARED = [0, 1]  # one boundaries object passed as both cu_seqlens_q and cu_seqlens_k
 
 
 def attention_varlen(**kwargs):
@@ -35,8 +39,21 @@ class ArgumentTest(unittest.TestCase):
         cases = [
             (ValueError, r"dropout_p: got 0.1; accepted: 0.0", dict(dropout_p=0.1)),
             (ValueError, r"dropout_p: got True", dict(dropout_p=True)),
-            (ValueError, r"alibi_slopes: given; accepted: None \(ALiBi is not supported with "
-                         r"packed batches\)", dict(alibi_slopes=[0.5])),
+            (ValueError, r"alibi_slopes: given with boundaries of the keys' own \(another "
+                         r"cu_seqlens_k tensor, or seqused_k\); accepted: None, or shared "
+                         r"boundaries \(one tensor passed as both cu_seqlens_q and "
+                         r"cu_seqlens_k, seqused_k None\)", dict(alibi_slopes=[0.5])),
+            (ValueError, r"alibi_slopes: given with boundaries of the keys' own",
+             dict(alibi_slopes=[0.5], cu_seqlens_q=SHARED, cu_seqlens_k=SHARED, seqused_k=[1])),
+            (TypeError, "q: expected a torch.Tensor",
+             dict(alibi_slopes=[0.5], cu_seqlens_q=SHARED, cu_seqlens_k=SHARED)),
+            (ValueError, r"window_size: got \(64, -1\) with startend_row_indices; accepted: "
+                         r"\(-1, -1\) \(the vectors say the mask; causal=True makes it a causal "
+                         r"FlashMask\)", dict(startend_row_indices=[[0]], window_size=(64, -1))),
+            (ValueError, r"window_size: got \(-1, 0\) with startend_row_indices",
+             dict(startend_row_indices=[[0]], window_size=(-1, 0))),
+            (TypeError, "startend_row_indices: expected a torch.Tensor, got list",
+             dict(startend_row_indices=[[0]], causal=True)),
             (TypeError, "causal: expected a bool, got int", dict(causal=1)),
             (TypeError, "deterministic: expected a bool", dict(deterministic="yes")),
             (TypeError, "return_lse: expected a bool", dict(return_lse=None)),
@@ -113,10 +130,37 @@ class SpecTest(TemporaryCacheTest):
         self.assertTrue(text.endswith(" varlen=shared"))
         self.assertIn("varlen=shared", attnjit.compile(text + " target=sm_80").spec.split())
 
-    def test_alibi_is_refused_with_varlen(self):
+    def test_alibi_is_refused_with_varlen_true_only(self):
         with self.assertRaisesRegex(attnjit.AttnjitError, "varlen"):
             attnjit.compile("dtype=bf16 head_dim=128 mask=causal varlen=true alibi=true "
                             "target=sm_80")
+        for backward in (False, True):
+            text = _launch.spec_text("torch.bfloat16", 128, 128, "causal", False, 0,
+                                     not backward, False, True, backward, varlen="shared")
+            self.assertIn("alibi=true", attnjit.compile(text + " target=sm_80").spec.split())
+
+    def test_flashmask_specs_of_every_arity_compile(self):
+        # The spec attention_varlen builds with startend_row_indices: the vectors' causal flag
+        # and their column count; each arity's forward with varlen=true, its backward shared.
+        for (causal, columns), (backward, layout) in itertools.product(
+                ((True, 1), (True, 2), (False, 2), (False, 4)),
+                ((False, "true"), (True, "shared"))):
+            with self.subTest(causal=causal, columns=columns, varlen=layout, backward=backward):
+                text = _launch.spec_text("torch.float16", 64, 64, "flashmask", causal, columns,
+                                         not backward, False, False, backward, False,
+                                         varlen=layout)
+                words = attnjit.compile(text + " target=sm_80").spec.split()
+                self.assertIn(f"mask=flashmask(causal={str(causal).lower()},columns={columns})",
+                              words)
+                self.assertIn(f"varlen={layout}", words)
+
+
+class SharedBoundariesTest(unittest.TestCase):
+    def test_one_object_without_seqused_k(self):
+        boundaries = [0, 4]
+        self.assertTrue(attnjit._shared_boundaries(boundaries, boundaries, None))
+        self.assertFalse(attnjit._shared_boundaries(boundaries, boundaries, [4]))
+        self.assertFalse(attnjit._shared_boundaries(boundaries, [0, 4], None))
 
 
 class PreparedLaunchTest(TemporaryCacheTest):

@@ -6,7 +6,9 @@ lengths that are not tile multiples, an empty query sequence, a length-1 one, a 
 keys, Sq != Sk per sequence) and compares o, lse, dq, dk and dv (loss = (o * dO).sum()) with the
 reference: per sequence s, scores of its local queries i and keys j (the first seqused_k[s] of
 them, Sk_s of them after it) masked in local positions, off = Sk_s - Sq_s: causal keeps
-j <= i + off, a window (left, right) keeps i + off - left <= j <= i + off + right. The criterion
+j <= i + off, a window (left, right) keeps i + off - left <= j <= i + off + right, FlashMask
+vectors (random, drawn on the host per sequence and mask head, every arity) hide the rows of
+their intervals, and ALiBi (shared boundaries) adds slope[h] * (j - i - off). The criterion
 is FlashAttention's, as test_autograd_gpu.py uses it: max|attnjit - ref| <= 2 * max|lowp - ref|
 + 1e-3 * max|ref|, lowp the same computation in bf16/fp16. Rows that see no key must give
 o = 0, lse = -inf (as the padded path does) and no gradient.
@@ -65,10 +67,13 @@ def offsets(lengths):
     return out
 
 
-def packed_attention(q, k, v, cu_q, cu_k, used, causal, window, scale, softcap=None):
+def packed_attention(q, k, v, cu_q, cu_k, used, causal, window, scale, softcap=None,
+                     vectors=None, slopes=None):
     """(o [total_q, H, Dv], lse [H, total_q]) of a packed batch in q's dtype, one sequence at a
     time from host lists cu_q, cu_k and used (keys used per sequence); differentiable. Rows
-    without a visible key give o = 0 and lse = -inf (no NaN, in values or gradients)."""
+    without a visible key give o = 0 and lse = -inf (no NaN, in values or gradients).
+    `vectors` (a Vectors) hides more rows of each key, `slopes` (fp32 [H]) adds ALiBi's
+    slope[h] * (j - (i + Sk_s - Sq_s))."""
     heads, kv_heads = q.shape[1], k.shape[1]
     outputs, lses = [], []
     for s in range(len(cu_q) - 1):
@@ -82,6 +87,8 @@ def packed_attention(q, k, v, cu_q, cu_k, used, causal, window, scale, softcap=N
         rows = torch.arange(seqlen_q, device=q.device)[:, None]
         cols = torch.arange(seqlen_k, device=q.device)[None, :]
         diagonal = rows + seqlen_k - seqlen_q
+        if slopes is not None:
+            scores = scores + slopes.to(scores.dtype)[:, None, None] * (cols - diagonal)
         left, right = window
         if causal:
             right = 0
@@ -90,6 +97,9 @@ def packed_attention(q, k, v, cu_q, cu_k, used, causal, window, scale, softcap=N
             visible &= cols >= diagonal - left
         if right >= 0:
             visible &= cols <= diagonal + right
+        if vectors is not None:
+            hidden = vectors.hidden(s, seqlen_q, seqlen_k, q.device)
+            visible = visible & ~hidden.repeat_interleave(heads // hidden.shape[0], dim=0)
         scores = scores.masked_fill(~visible, float("-inf"))
         if seqlen_k == 0:
             peak = torch.zeros(heads, seqlen_q, 1, dtype=scores.dtype, device=q.device)
@@ -104,6 +114,63 @@ def packed_attention(q, k, v, cu_q, cu_k, used, causal, window, scale, softcap=N
         wide = torch.promote_types(scores.dtype, torch.float32)
         lses.append((torch.log(total.to(wide)) + peak.to(wide))[..., 0])
     return torch.cat(outputs), torch.cat(lses, dim=1)
+
+
+ARITIES = ((True, 1), (True, 2), (False, 2), (False, 4))  # (causal, columns) of FlashMask
+
+
+class Vectors:
+    """Random FlashMask vectors of a packed batch, drawn on the host: for every sequence, mask
+    head and key, C values local to the sequence's rows (0..Sq_s, sometimes past it, which
+    reads as Sq_s), each interval's start <= its end; and their tensor [1, Hm, total_k, C]."""
+
+    def __init__(self, rng, causal, columns, mask_heads, seq_q, seq_k, device):
+        self.causal, self.columns = causal, columns
+        self.values = []  # per sequence: [Hm][Sk_s][C]
+        for queries, keys in zip(seq_q, seq_k):
+            self.values.append([[self.draw(rng, queries) for _ in range(keys)]
+                                for _ in range(mask_heads)])
+        packed = [[row for sequence in self.values for row in sequence[h]]
+                  for h in range(mask_heads)]
+        self.tensor = torch.tensor(packed, dtype=torch.int32).reshape(
+            1, mask_heads, sum(seq_k), columns).to(device)
+
+    def draw(self, rng, queries):
+        def row():  # a local row: often the end (hides nothing), sometimes past it
+            return queries if rng.random() < 0.2 else rng.randint(0, queries + 2)
+
+        first, second = sorted((row(), row()))
+        if self.columns == 1:
+            return [first]
+        if self.columns == 2 and self.causal:
+            return [first, second]  # LTS, LTE
+        if self.columns == 2:
+            return [second, first]  # LTS, UTE: rows [UTE, LTS) visible
+        upper = sorted((row(), row()))
+        return [first, second] + upper  # LTS, LTE, UTS, UTE
+
+    def hidden(self, s, seqlen_q, seqlen_k, device):
+        """Bool [Hm, Sq_s, Sk] of sequence s: the (row, key) pairs the vectors hide, for its
+        first seqlen_k keys."""
+        heads, keys = len(self.values[s]), len(self.values[s][0])
+        values = torch.tensor(self.values[s], dtype=torch.int64).reshape(
+            heads, keys, self.columns)[:, :seqlen_k].to(device)
+        rows = torch.arange(seqlen_q, device=device)[None, :, None]
+        column = [values[:, None, :, c] for c in range(self.columns)]
+        if self.columns == 1:
+            return rows >= column[0]
+        if self.columns == 2 and self.causal:
+            return (rows >= column[0]) & (rows < column[1])
+        if self.columns == 2:
+            return (rows >= column[0]) | (rows < column[1])
+        return (((rows >= column[0]) & (rows < column[1]))
+                | ((rows >= column[2]) & (rows < column[3])))
+
+
+def alibi_slopes(heads, device):
+    """ALiBi's geometric slopes 2^(-8 (h + 1) / H), fp32 [H]."""
+    return torch.tensor([2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)],
+                        dtype=torch.float32, device=device)
 
 
 class Problem:
@@ -137,22 +204,24 @@ class Problem:
         self.k, self.v = randn(total_k, kv_heads, head_dim), randn(total_k, kv_heads, head_dim)
         self.max_seqlen_q, self.max_seqlen_k = max(self.seq_q), max(self.seq_k)
 
-    def attnjit(self, causal, window, softcap=None, deterministic=False):
+    def attnjit(self, causal, window, softcap=None, deterministic=False, vectors=None,
+                slopes=None):
         """(o, lse, dq, dk, dv) of attention_varlen."""
         leaves = [t.detach().clone().requires_grad_() for t in (self.q, self.k, self.v)]
         o, lse = attnjit.attention_varlen(
             *leaves, self.cu_seqlens_q, self.cu_seqlens_k, self.max_seqlen_q, self.max_seqlen_k,
             causal=causal, window_size=window, softcap=softcap, seqused_k=self.seqused_k,
-            deterministic=deterministic, return_lse=True)
+            deterministic=deterministic, return_lse=True, alibi_slopes=slopes,
+            startend_row_indices=None if vectors is None else vectors.tensor)
         o.backward(self.d_o)
         return (o.detach(), lse) + tuple(t.grad for t in leaves)
 
-    def reference(self, dtype, causal, window, softcap=None):
+    def reference(self, dtype, causal, window, softcap=None, vectors=None, slopes=None):
         """(o, lse, dq, dk, dv) of packed_attention on the inputs cast to `dtype`."""
         leaves = [t.detach().to(dtype).requires_grad_() for t in (self.q, self.k, self.v)]
         scale = 1 / math.sqrt(self.q.shape[-1])
         o, lse = packed_attention(*leaves, self.cu_q, self.cu_k, self.used, causal, window, scale,
-                                  softcap)
+                                  softcap, vectors, slopes)
         o.backward(self.d_o.to(dtype))
         return (o.detach(), lse.detach()) + tuple(t.grad for t in leaves)
 
@@ -192,10 +261,11 @@ class VarlenTest(TemporaryCacheTest):
         self.assertLessEqual(error, limit, f"{name}: max error {error:.3e}, low precision "
                              f"{lowp_error:.3e}, limit {limit:.3e} (seed {SEED})")
 
-    def check(self, problem, dtype, causal, window, softcap=None):
-        got = problem.attnjit(causal, window, softcap)
-        ref = problem.reference(torch.float64, causal, window, softcap)
-        lowp = problem.reference(getattr(torch, dtype), causal, window, softcap)
+    def check(self, problem, dtype, causal, window, softcap=None, vectors=None, slopes=None):
+        extra = dict(vectors=vectors, slopes=slopes)
+        got = problem.attnjit(causal, window, softcap, **extra)
+        ref = problem.reference(torch.float64, causal, window, softcap, **extra)
+        lowp = problem.reference(getattr(torch, dtype), causal, window, softcap, **extra)
         o, lse, *grads = got
         self.assertEqual(o.dtype, getattr(torch, dtype))
         self.assertEqual(tuple(o.shape), tuple(problem.q.shape))
@@ -206,17 +276,21 @@ class VarlenTest(TemporaryCacheTest):
                                      ref[:1] + ref[2:], lowp[:1] + lowp[2:]):
             self.assertEqual(tuple(out.shape), tuple(r.shape), name)
             self.assert_close(name, out, r, low)
-        # Rows that see no key: o = 0 and lse = -inf exactly, and dq = 0.
-        blind = problem.blind_rows(causal, window)
-        if not problem.shared:
-            self.assertTrue(bool(blind.any()), "the problem has rows that see no key")
-        self.assertTrue(torch.equal(torch.isinf(ref[1]), blind[None].expand_as(ref[1])))
-        self.assertTrue(bool((o[blind] == 0).all()), f"o of rows that see no key (seed {SEED})")
-        self.assertTrue(bool((lse[:, blind] == float("-inf")).all()),
+        # Rows that see no key (per head: FlashMask vectors may hide a row from one mask head
+        # only): o = 0 and lse = -inf exactly, and dq = 0.
+        blind = torch.isinf(ref[1])  # [H, total_q]
+        if vectors is None:
+            rows = problem.blind_rows(causal, window)
+            if not problem.shared:
+                self.assertTrue(bool(rows.any()), "the problem has rows that see no key")
+            self.assertTrue(torch.equal(blind, rows[None].expand_as(blind)))
+        by_row = blind.t()  # [total_q, H], as o and dq index their heads
+        self.assertTrue(bool((o[by_row] == 0).all()), f"o of rows that see no key (seed {SEED})")
+        self.assertTrue(bool((lse[blind] == float("-inf")).all()),
                         f"lse of rows that see no key (seed {SEED})")
-        self.assertTrue(bool((grads[0][blind] == 0).all()), "dq of rows that see no key")
+        self.assertTrue(bool((grads[0][by_row] == 0).all()), "dq of rows that see no key")
         seen = ~blind
-        self.assert_close("lse", lse[:, seen], ref[1][:, seen], lowp[1][:, seen])
+        self.assert_close("lse", lse[seen], ref[1][seen], lowp[1][seen])
         return got
 
     def test_masks_dtypes_head_dims(self):
@@ -245,6 +319,33 @@ class VarlenTest(TemporaryCacheTest):
                 problem = Problem(self.rng(dtype, heads, kv_heads, softcap), dtype, 128, True,
                                   heads, kv_heads)
                 self.check(problem, dtype, True, (-1, -1), softcap)
+
+    def test_flashmask_inside_sequences(self):
+        # Random vectors of every arity per sequence, rows local to it, one mask head or one per
+        # KV head; keys on their own boundaries with seqused_k (varlen=true), and shared ones.
+        for (causal, columns), mask_heads, shared in itertools.product(
+                ARITIES, (1, KV_HEADS), (False, True)):
+            dtype = "float16" if mask_heads == KV_HEADS and not shared else "bfloat16"
+            with self.subTest(causal=causal, columns=columns, mask_heads=mask_heads,
+                              shared=shared, dtype=dtype):
+                rng = self.rng(causal, columns, mask_heads, shared)
+                problem = Problem(rng, dtype, 128, not shared, shared=shared)
+                vectors = Vectors(rng, causal, columns, mask_heads, problem.seq_q,
+                                  problem.seq_k, problem.q.device)
+                self.check(problem, dtype, causal, (-1, -1), vectors=vectors)
+
+    def test_alibi_with_shared_boundaries(self):
+        for dtype, (name, causal, window) in itertools.product(DTYPES, MASKS):
+            with self.subTest(dtype=dtype, mask=name):
+                problem = Problem(self.rng(dtype, name), dtype, 128, False, shared=True)
+                slopes = alibi_slopes(HEADS, problem.q.device)
+                self.check(problem, dtype, causal, window, slopes=slopes)
+        # With FlashMask vectors and GQA-sized mask heads too.
+        rng = self.rng("flashmask")
+        problem = Problem(rng, "bfloat16", 64, False, shared=True)
+        vectors = Vectors(rng, True, 2, KV_HEADS, problem.seq_q, problem.seq_k, problem.q.device)
+        self.check(problem, "bfloat16", True, (-1, -1), vectors=vectors,
+                   slopes=alibi_slopes(HEADS, problem.q.device))
 
     def test_max_seqlen_above_the_longest(self):
         problem = Problem(self.rng(), "bfloat16", 64, False)
@@ -285,7 +386,12 @@ class VarlenTest(TemporaryCacheTest):
         problem = Problem(self.rng(), "bfloat16", 64, True)
         arguments = dict(q=problem.q, k=problem.k, v=problem.v,
                          cu_seqlens_q=problem.cu_seqlens_q, cu_seqlens_k=problem.cu_seqlens_k,
-                         max_seqlen_q=problem.max_seqlen_q, max_seqlen_k=problem.max_seqlen_k)
+                         max_seqlen_q=problem.max_seqlen_q, max_seqlen_k=problem.max_seqlen_k,
+                         seqused_k=problem.seqused_k, causal=True)
+        total_k = problem.k.shape[0]
+        vectors = torch.zeros(1, KV_HEADS, total_k, 1, dtype=torch.int32, device="cuda")
+        slopes = alibi_slopes(HEADS, problem.q.device)
+        shared = Problem(self.rng("shared"), "bfloat16", 64, False, shared=True)
         for change, error, message in (
                 (dict(q=problem.q[None]), attnjit.AttnjitError, "q: rank 4"),
                 (dict(cu_seqlens_q=problem.cu_seqlens_q.long()), TypeError,
@@ -299,10 +405,50 @@ class VarlenTest(TemporaryCacheTest):
                 (dict(max_seqlen_q=problem.q.shape[0] + 1), attnjit.AttnjitError,
                  "max_seqlen_q: got"),
                 (dict(max_seqlen_k=torch.tensor(3)), TypeError,
-                 "max_seqlen_k: expected a Python int")):
+                 "max_seqlen_k: expected a Python int"),
+                (dict(startend_row_indices=vectors.long()), TypeError,
+                 "startend_row_indices: dtype torch.int64; accepted: torch.int32"),
+                (dict(startend_row_indices=vectors[0]), attnjit.AttnjitError,
+                 r"startend_row_indices: shape \(2, \d+, 1\); accepted: \[B=1, Hm in \(1, 2\), "
+                 r"total_k=\d+, C\] with C in 1, 2, 4 \(a packed batch's vectors"),
+                (dict(startend_row_indices=vectors[:, :, 1:]), attnjit.AttnjitError,
+                 "startend_row_indices: shape"),
+                (dict(startend_row_indices=vectors.cpu()), attnjit.AttnjitError,
+                 "startend_row_indices: on device cpu"),
+                (dict(startend_row_indices=vectors.expand(1, 2, -1, 2)), attnjit.AttnjitError,
+                 "startend_row_indices: not contiguous"),
+                (dict(startend_row_indices=vectors, causal=False), ValueError,
+                 r"startend_row_indices: C=1 \(shape \(1, 2, \d+, 1\)\) with causal=False; "
+                 r"accepted: C=2 \(LTS, UTE\) or 4 \(LTS, LTE, UTS, UTE\)"),
+                (dict(startend_row_indices=torch.cat([vectors] * 4, -1)), ValueError,
+                 r"startend_row_indices: C=4 .* with causal=True; accepted: C=1 \(LTS\) or "
+                 r"2 \(LTS, LTE\)"),
+                (dict(startend_row_indices=vectors, causal=True, window_size=(16, -1)),
+                 ValueError, r"window_size: got \(16, -1\) with startend_row_indices"),
+                (dict(alibi_slopes=slopes), ValueError,
+                 "alibi_slopes: given with boundaries of the keys' own"),
+                (dict(alibi_slopes=slopes, cu_seqlens_k=problem.cu_seqlens_q), ValueError,
+                 r"alibi_slopes: given .* accepted: None, or shared boundaries"),
+                (dict(alibi_slopes=slopes, seqused_k=None), ValueError,
+                 "alibi_slopes: given with boundaries of the keys' own")):
             with self.subTest(change=sorted(change)):
                 with self.assertRaisesRegex(error, message):
                     attnjit.attention_varlen(**{**arguments, **change})
+        # ALiBi's slopes themselves, with shared boundaries.
+        shared_arguments = dict(q=shared.q, k=shared.k, v=shared.v,
+                                cu_seqlens_q=shared.cu_seqlens_q,
+                                cu_seqlens_k=shared.cu_seqlens_q,
+                                max_seqlen_q=shared.max_seqlen_q,
+                                max_seqlen_k=shared.max_seqlen_k)
+        for bad, error, message in (
+                (slopes[:3], attnjit.AttnjitError,
+                 r"alibi_slopes: shape \(3,\); accepted: \[H=8\], one slope per query head"),
+                (slopes.double(), TypeError,
+                 "alibi_slopes: dtype torch.float64; accepted: torch.float32"),
+                (slopes.cpu(), attnjit.AttnjitError, "alibi_slopes: on device cpu")):
+            with self.subTest(alibi_slopes=message):
+                with self.assertRaisesRegex(error, message):
+                    attnjit.attention_varlen(**shared_arguments, alibi_slopes=bad)
 
 
 @unittest.skipUnless(HAS_OPS, "needs PyTorch 2.4+ (torch.library.custom_op) and a CUDA device")
@@ -322,11 +468,34 @@ class VarlenGraphTest(TemporaryCacheTest):
                                               return_lse=True)
             return o * 2, lse
 
+        self.assert_compiled_equals_eager(f, problem, problem.cu_seqlens_q,
+                                          problem.cu_seqlens_k, problem.seqused_k)
+
+    def test_compile_fullgraph_with_vectors_and_alibi(self):
+        # The FlashMask vectors and ALiBi's slopes are graph inputs; shared boundaries (one
+        # tensor for both) keep ALiBi's spec varlen=shared while tracing.
+        rng = random.Random(f"{SEED}:compile vectors")
+        problem = Problem(rng, "bfloat16", 64, False, shared=True)
+        vectors = Vectors(rng, False, 4, KV_HEADS, problem.seq_q, problem.seq_k,
+                          problem.q.device)
+
+        def f(q, k, v, cu, indices, slopes):
+            o, lse = attnjit.attention_varlen(q, k, v, cu, cu, problem.max_seqlen_q,
+                                              problem.max_seqlen_k, alibi_slopes=slopes,
+                                              startend_row_indices=indices, deterministic=True,
+                                              return_lse=True)
+            return o * 2, lse
+
+        self.assert_compiled_equals_eager(f, problem, problem.cu_seqlens_q, vectors.tensor,
+                                          alibi_slopes(HEADS, problem.q.device))
+
+    def assert_compiled_equals_eager(self, f, problem, *inputs):
+        """f(q, k, v, *inputs) -> (o, lse) compiled with fullgraph=True gives eager's o, lse
+        and gradients bitwise, and torch._dynamo.explain counts no graph break."""
         def run(function):
             leaves = [t.detach().clone().requires_grad_() for t in (problem.q, problem.k,
                                                                       problem.v)]
-            o, lse = function(*leaves, problem.cu_seqlens_q, problem.cu_seqlens_k,
-                              problem.seqused_k)
+            o, lse = function(*leaves, *inputs)
             o.backward(problem.d_o)
             return [o.detach(), lse] + [t.grad for t in leaves]
 
@@ -334,9 +503,7 @@ class VarlenGraphTest(TemporaryCacheTest):
         compiled = run(torch.compile(f, fullgraph=True))
         for name, a, b in zip(("o", "lse", "dq", "dk", "dv"), compiled, eager):
             self.assertTrue(torch.equal(a, b), f"{name}: compiled differs from eager")
-        explanation = torch._dynamo.explain(f)(problem.q, problem.k, problem.v,
-                                               problem.cu_seqlens_q, problem.cu_seqlens_k,
-                                               problem.seqused_k)
+        explanation = torch._dynamo.explain(f)(problem.q, problem.k, problem.v, *inputs)
         self.assertEqual(explanation.graph_break_count, 0, explanation.break_reasons)
 
     def capture(self, step):

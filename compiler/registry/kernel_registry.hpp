@@ -60,8 +60,7 @@ struct RowSupport {
   /// sums per K/V head (zeroed scratch) instead of writing per-query-head partials, and
   /// backward_reduce_dkdv only converts them
   bool sums_dkdv = false;
-  /// head_dim_v != head_dim_qk: the pairs its candidates list (any valid pair with `tiles=`);
-  /// the sm90a rows take equal head dims only
+  /// head_dim_v != head_dim_qk: the pairs its candidates list (any valid pair with `tiles=`)
   bool unequal_head_dims = false;
 };
 

@@ -4,6 +4,7 @@
 // the automatic forward on sm_90a from head dim 64 (docs/performance.md has its speed).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <utility>
 
@@ -16,8 +17,16 @@ namespace {
 
 constexpr int kStages = 2;
 
-constexpr TileCandidate warpgroups(int d, int block_n, int consumers = 2) {
-  return {d, 64 * consumers, block_n, 4 * (consumers + 1), 1, kStages};
+// head_dim_v 0: equal head dims.
+constexpr TileCandidate warpgroups(int d, int block_n, int consumers = 2, int d_v = 0) {
+  TileCandidate c{d, 64 * consumers, block_n, 4 * (consumers + 1), 1, kStages};
+  c.head_dim_v = d_v;
+  return c;
+}
+
+// Two consumers of unequal head dims (head_dim_qk, head_dim_v).
+constexpr TileCandidate pair(int d_qk, int d_v, int block_n) {
+  return warpgroups(d_qk, block_n, 2, d_v);
 }
 
 // Three consumer warpgroups (192 query rows) have 160 registers each: room for the
@@ -28,8 +37,11 @@ constexpr int kMaxThreeConsumerHeadDim = 96;
 constexpr int kMaxOneConsumerHeadDim = 128;
 
 // Per head dim, the key blocks from the widest down; `fits_registers` takes the first one the
-// spec's mask and modifiers leave room for.
-constexpr std::array<TileCandidate, 14> kCandidates{{
+// spec's mask and modifiers leave room for. Unequal head dims take two consumers: O's
+// accumulator (head_dim_v) and S's (the key block) are what a consumer holds, as at d128; Q and
+// K (head_dim_qk) stay in shared memory, whose 227 KB hold 128-key blocks up to (192, 128) and
+// 96-key blocks at (256, 128).
+constexpr std::array<TileCandidate, 19> kCandidates{{
     warpgroups(64, 128, 3),
     warpgroups(64, 112, 3),
     warpgroups(64, 128, 1),
@@ -44,6 +56,12 @@ constexpr std::array<TileCandidate, 14> kCandidates{{
     warpgroups(256, 64),
     warpgroups(256, 48),
     warpgroups(256, 32),
+    // Unequal head dims (head_dim_qk, head_dim_v).
+    pair(64, 128, 128),
+    pair(128, 64, 128),
+    pair(192, 128, 128),
+    pair(192, 128, 112),
+    pair(256, 128, 96),
 }};
 
 // The widest key block whose consumer warpgroups compile without spilling (NVRTC sweep,
@@ -55,6 +73,12 @@ int widest_block_n(const AttentionSpec& spec, const MaskLowering& mask) {
   const bool tables = !mask.vectors.empty() || predicate;
   const bool wide_tables = predicate || mask.vectors.size() > 1;
   const bool modifiers = spec.softcap || spec.alibi;
+  if (spec.head_dim_v != spec.head_dim_qk) {
+    // O's accumulator is at most d128's: 128 keys, as at d128, but for (192, 128) with a
+    // predicate and the score modifiers (16 bytes spilled: one CTA per work, whose producer
+    // keeps 48 registers for the predicate's block table).
+    return spec.head_dim_qk == 192 && predicate && modifiers ? 112 : 128;
+  }
   switch (spec.head_dim_qk) {
     case 192:
       // Two or more vectors at 96 spill 12 bytes since the consumers read the CTA's mask row
@@ -128,7 +152,7 @@ bool skips_by_tables(const MaskLowering& mask) {
 
 // sm90a/forward.cuh's kSmemBytes without the O tile: alignment slack, Q, the K and V stages, each
 // K stage's FlashMask values and block slot, the barriers (Q full and empty, the rings'); and
-// the O tile's bytes.
+// the O tile's bytes (head_dim_v columns).
 std::pair<int, int> smem_parts(const TileCandidate& c, const AttentionSpec& spec,
                                const MaskLowering& mask) {
   const int element = size_of(spec.dtype);
@@ -145,21 +169,24 @@ std::pair<int, int> smem_parts(const TileCandidate& c, const AttentionSpec& spec
 // work's first loads run under the previous work's last products and its O store under the
 // next work. For masks with a CTA order (FlashMask, predicate tables: works sorted heaviest
 // first, which the CTAs draw in that order from a counter), two or three consumers (one keeps
-// two CTAs per SM), head dims up to 128 (beyond, the consumers have no registers for the loop)
-// and where shared memory holds an O
-// tile of its own (227 KB less 512 bytes of static shared variables): there it is never slower
-// and often faster. Masks by index keep one CTA per work: their index order is not sorted by
+// two CTAs per SM), head_dim_v up to 128 (O's accumulator: beyond, the consumers have no
+// registers for the loop) and where shared memory holds an O tile of its own (227 KB less 512
+// bytes of static shared variables): there it is never slower and often faster at equal head
+// dims ((192, 128) takes it with 112-key blocks, `tiles=128x112x12:warpgroups`; 128 keys leave
+// no room for the O tile). Masks by index keep one CTA per work: their index order is not sorted by
 // weight, and no work is short enough to gain. Three consumers under FlashMask are persistent
 // only (three_consumers_fit).
 bool persistent(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   const auto [shared, o_tile] = smem_parts(c, spec, mask);
-  return skips_by_tables(mask) && c.block_m >= 128 && spec.head_dim_qk <= 128 &&
+  return skips_by_tables(mask) && c.block_m >= 128 && spec.head_dim_v <= 128 &&
          shared + o_tile <= 227 * 1024 - 512;
 }
 
+// The template's kOwnOTile: persistent, or O wider than Q (O then has no room in the Q tile).
 int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   const auto [shared, o_tile] = smem_parts(c, spec, mask);
-  return persistent(c, spec, mask) ? shared + o_tile : shared;
+  const bool own_o_tile = persistent(c, spec, mask) || spec.head_dim_v > spec.head_dim_qk;
+  return own_o_tile ? shared + o_tile : shared;
 }
 
 // The rule for the tiles the emitter binds (Config::kPersistent).
@@ -172,13 +199,14 @@ bool persistent_tiles(const KernelTiles& tiles, const AttentionSpec& spec,
 // tables or a predicate's block table for one CTA per work (ptxas spilled it below that at
 // d192). A persistent producer (its works decoded into shared slots) walks every mask in 24:
 // it keeps them there and gives the rest to the consumers where they need them, three
-// consumers (160 registers each instead of 152: 192x128 spilled 80 bytes) and two at d128
-// (240 instead of 228: 128-key blocks under every mask). Two consumers at d64 keep 40 / 48:
-// with 24 the producer's walk of four vectors slows the kernel.
+// consumers (160 registers each instead of 152: 192x128 spilled 80 bytes) and two where a head
+// dim is 128 (240 instead of 228: 128-key blocks under every mask). Two consumers at d64 keep
+// 40 / 48: with 24 the producer's walk of four vectors slows the kernel.
 int producer_registers(const KernelTiles& tiles, const AttentionSpec& spec,
                        const MaskLowering& mask) {
   const std::size_t vectors = mask.vectors.size();
-  if (persistent_tiles(tiles, spec, mask) && (tiles.block_m == 192 || spec.head_dim_qk == 128)) {
+  const int wider_dim = std::max(spec.head_dim_qk, spec.head_dim_v);
+  if (persistent_tiles(tiles, spec, mask) && (tiles.block_m == 192 || wider_dim == 128)) {
     return 24;
   }
   return mask.element_predicate || vectors > 1 ? 48 : vectors == 1 ? 40 : 24;
@@ -233,9 +261,9 @@ std::string prelude(const KernelTiles& tiles, const AttentionSpec& spec) {
 }
 
 // `tiles=128xBNx12:warpgroups`: two consumer warpgroups of 64 rows and a producer warpgroup,
-// `192xBNx16:warpgroups`: three (head dims up to 96), or `64xBNx8:warpgroups`: one (two CTAs
-// per SM); key blocks of whole k16 steps, at most 256 (128 for a predicate, whose fragment bits
-// fit 64 bits; 128 with three consumers or one).
+// `192xBNx16:warpgroups`: three (both head dims up to 96), or `64xBNx8:warpgroups`: one (two
+// CTAs per SM, both head dims up to 128); key blocks of whole k16 steps, at most 256 (128 for a
+// predicate, whose fragment bits fit 64 bits; 128 with three consumers or one).
 TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
                              const MaskLowering& mask) {
   const std::string value = to_string(shape);
@@ -243,11 +271,12 @@ TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
     throw_field_error("tiles", fmt::format("{} with head_dim=32", value),
                       "BMxBNxW:warpgroups with head_dim 64, 96, 128, 192 or 256");
   }
-  const bool three = spec.head_dim_qk <= kMaxThreeConsumerHeadDim;
+  const int wider_dim = std::max(spec.head_dim_qk, spec.head_dim_v);
+  const bool three = wider_dim <= kMaxThreeConsumerHeadDim;
   const int max_block_n = mask.element_predicate ? 128 : 256;
   const bool two_fit = shape.block_m == 128 && shape.warps == 12 && shape.block_n <= max_block_n;
   const bool three_fit = three && shape.block_m == 192 && shape.warps == 16 && shape.block_n <= 128;
-  const bool one = spec.head_dim_qk <= kMaxOneConsumerHeadDim;
+  const bool one = wider_dim <= kMaxOneConsumerHeadDim;
   const bool one_fit = one && shape.block_m == 64 && shape.warps == 8 && shape.block_n <= 128;
   if (!(two_fit || three_fit || one_fit) || shape.block_n % 16 != 0 || shape.block_n < 16) {
     // The shapes of one and three consumers (head dims up to 128 and 96) take BN up to 128.
@@ -261,7 +290,8 @@ TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
             max_block_n,
             narrow.empty() ? "" : fmt::format(", {} with BN a multiple of 16 up to 128", narrow)));
   }
-  return warpgroups(spec.head_dim_qk, shape.block_n, shape.block_m / 64);
+  return warpgroups(spec.head_dim_qk, shape.block_n, shape.block_m / 64,
+                    spec.head_dim_v == spec.head_dim_qk ? 0 : spec.head_dim_v);
 }
 
 }  // namespace
@@ -279,6 +309,7 @@ KernelRow forward_sm90a() {
   // One CTA per SM (two of one consumer), whose warpgroups then trade registers (setmaxnreg).
   row.ctas_per_sm = ctas_per_sm;
   row.support.targets = {Arch::sm_90a};
+  row.support.unequal_head_dims = true;
   row.tiles_layouts = kLayouts;
   row.candidates = kCandidates;
   row.config = kConfig;

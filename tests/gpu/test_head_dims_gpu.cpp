@@ -1,9 +1,10 @@
 // Unequal head dims (head_dim_qk != head_dim_v: every supported pair, MLA's (192, 128) first)
 // against the CPU float64 reference: O and LSE of the forward, dQ, dK and dV of the backward in
 // both modes, under causal, sliding-window and FlashMask masks, with GQA, both dtypes, lengths
-// that are not tile multiples and Sq != Sk; the sm80 family runs them on every device, sm_90a
-// included. Also the deterministic mode's bitwise repeatability, the score modifiers and the GPU
-// reference kernel.
+// that are not tile multiples and Sq != Sk; the sm80 family on every device (an sm_90 target on
+// compute capability 9.0), the sm90a forward forced by its tiles on sm_90a devices (persistent
+// CTAs taking many works, one consumer, a predicate with the score modifiers). Also the
+// deterministic mode's bitwise repeatability, the score modifiers and the GPU reference kernel.
 #include <catch2/catch.hpp>
 
 #include <utility>
@@ -13,6 +14,9 @@
 #include "dsl/builders.hpp"
 #include "gpu/checks.hpp"
 #include "gpu/gpu_case.hpp"
+#include "gpu/sm90_kernel.hpp"
+#include "runtime/launch/plan_launch.hpp"
+#include "support/sm90a_tiles.hpp"
 
 using namespace attnjit;
 using gpu_test::BackwardRun;
@@ -61,10 +65,83 @@ std::vector<Case> pair_cases() {
 
 }  // namespace
 
-TEST_CASE("unequal head dims: the forward matches the reference", "[gpu][forward][head_dims]") {
+TEST_CASE("unequal head dims: the sm80 forward matches the reference",
+          "[gpu][forward][head_dims]") {
+  // On compute capability 9.0 an sm_90 target, whose code runs there, takes the sm80 family
+  // (the automatic forward of an sm_90a device is the sm90a kernel).
+  const Arch device = jit::current_device_arch();
   std::vector<Case> cases = pair_cases();
-  for (Case& c : cases) c.expect_row = "forward.sm80";
+  for (Case& c : cases) {
+    if (device == Arch::sm_90a || device == Arch::sm_90) c.spec.target = Arch::sm_90;
+    c.expect_row = "forward.sm80";
+  }
   gpu_test::check_forwards(cases);
+}
+
+TEST_CASE("unequal head dims: the sm90a forward matches the reference",
+          "[gpu][sm90a][forward][head_dims]") {
+  if (!gpu_test::sm90_device_or_skip("sm90a forward, unequal head dims")) return;
+  // Every pair, both dtypes, causal, sliding window and FlashMask (persistent at (64, 128) and
+  // (128, 64), O through a tile of its own at (64, 128)), forced onto the row's automatic
+  // tiles; (192, 128) with a predicate and both score modifiers (112-key blocks).
+  std::vector<Case> cases = pair_cases();
+  Case predicate = gpu_test::predicate_case("q % 3 != 1 && k <= q + 17", {}, DType::bf16, 192, 2, 4,
+                                            2, 203, 229, 7150);
+  predicate.spec.head_dim_v = 128;
+  predicate.spec.softcap = true;
+  predicate.spec.alibi = true;
+  predicate.score_mod.softcap = 5.0f;
+  predicate.score_mod.alibi_slopes = gpu_test::alibi_slopes(predicate.heads);
+  cases.push_back(predicate);
+  for (Case& c : cases) {
+    c.spec = testing::sm90a_forward_spec(c.spec);
+    c.expect_row = testing::kSm90aForwardRow;
+  }
+  gpu_test::check_forwards(cases);
+}
+
+TEST_CASE("unequal head dims: sm90a forward CTAs that take many works each, and one consumer",
+          "[gpu][sm90a][forward][head_dims]") {
+  if (!gpu_test::sm90_device_or_skip("sm90a forward, unequal head dims, persistent")) return;
+  struct Reset {
+    ~Reset() { jit::detail::set_sm_count_limit(0); }
+  } reset;
+  // FlashMask at (64, 128) and (128, 64) (their automatic tiles) and at (192, 128)
+  // (tiles=128x112x12:warpgroups): persistent, each CTA of a grid capped at 1 or 3 taking many
+  // query blocks (2 batches x 4 heads x 2 blocks), its O tile's store running under the next
+  // work.
+  std::vector<Case> persistent;
+  std::uint64_t seed = 7200;
+  for (const auto& dims : {std::pair{64, 128}, std::pair{128, 64}, std::pair{192, 128}}) {
+    for (const MaskSpec& mask :
+         {MaskSpec{MaskKind::flashmask, true, 1}, MaskSpec{MaskKind::flashmask, false, 4}}) {
+      ++seed;
+      Case c = pair_case(dims, mask, seed % 2 ? DType::fp16 : DType::bf16, seed);
+      c.spec = testing::sm90a_forward_spec(c.spec);
+      if (dims.first == 192) c.spec.tiles = {128, 112, 12, TileLayout::warpgroups};
+      c.expect_row = testing::kSm90aForwardRow;
+      persistent.push_back(c);
+    }
+  }
+  for (int ctas : {1, 3}) {
+    INFO("CTAs: " << ctas);
+    jit::detail::set_sm_count_limit(ctas);
+    gpu_test::check_forwards(persistent);
+  }
+  jit::detail::set_sm_count_limit(0);
+  // One consumer (tiles=64x64x8:warpgroups, two CTAs per SM) where both dims are at most 128.
+  std::vector<Case> one;
+  for (const auto& dims : {std::pair{64, 128}, std::pair{128, 64}}) {
+    for (const MaskSpec& mask :
+         {MaskSpec{MaskKind::sliding_window, false, 0}, MaskSpec{MaskKind::causal, false, 0}}) {
+      Case c = pair_case(dims, mask, DType::bf16, ++seed);
+      c.spec.target = Arch::sm_90a;
+      c.spec.tiles = {64, 64, 8, TileLayout::warpgroups};
+      c.expect_row = testing::kSm90aForwardRow;
+      one.push_back(c);
+    }
+  }
+  gpu_test::check_forwards(one);
 }
 
 TEST_CASE("unequal head dims: the backward matches the reference gradients in both modes",

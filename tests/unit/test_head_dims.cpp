@@ -1,6 +1,7 @@
 // Unequal head dims (head_dim_qk != head_dim_v, e.g. MLA's 192 / 128): which pairs validate
-// takes, the sm80 family chosen for them on every target, kernel names, shared memory and
-// scratch buffers by the right dim, and what the generated sources bind.
+// takes, the family chosen for them (the sm90a forward on sm_90a, else the sm80 family), kernel
+// names, shared memory and scratch buffers by the right dim, and what the generated sources
+// bind.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -63,7 +64,8 @@ TEST_CASE("validate takes the listed pairs of unequal head dims and names the ot
              Catch::StartsWith("head_dim_v: got '100'"));
 }
 
-TEST_CASE("unequal head dims take the sm80 family on every target, sm_90a included", "[pass]") {
+TEST_CASE("unequal head dims take the sm90a forward on sm_90a, the sm80 family elsewhere",
+          "[pass]") {
   for (const char* dims : kPairs) {
     for (const char* target : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}) {
       for (const char* mode :
@@ -74,8 +76,12 @@ TEST_CASE("unequal head dims take the sm80 family on every target, sm_90a includ
               fmt::format("dtype=bf16 {} mask={} {} target={}", dims, mask, mode, target);
           INFO(text);
           const Lowering ir = lowered(text);
+          const bool sm90a_forward =
+              std::string_view(target) == "sm_90a" && std::string_view(mode) == "direction=forward";
           for (const FamilyChoice& choice : ir.target->families) {
-            CHECK(choice.family == KernelFamily::sm80);
+            CHECK(choice.family == (sm90a_forward && choice.role == KernelRole::forward
+                                        ? KernelFamily::sm90a
+                                        : KernelFamily::sm80));
           }
           for (const KernelTiles& tiles : ir.tiles) {
             CHECK(tiles.smem_bytes <= ir.target->max_dynamic_smem_bytes);
@@ -84,17 +90,15 @@ TEST_CASE("unequal head dims take the sm80 family on every target, sm_90a includ
       }
     }
   }
-  // The sm90a rows take equal head dims only: forcing one of their shapes says so.
-  for (const char* mode : {"", " direction=backward"}) {
-    const std::string text = fmt::format(
-        "dtype=bf16 head_dim_qk=192 head_dim_v=128 target=sm_90a tiles=128x128x8:warpgroups{}",
-        mode);
-    INFO(text);
-    CHECK_THAT(testing::error_text([&] { lowered(text); }),
-               Catch::Contains("tiles: got '128x128x8:warpgroups'") &&
-                   Catch::Contains("for head_dim_qk=192 head_dim_v=128 (the sm90a family takes "
-                                   "equal head dims only)"));
-  }
+  // The sm90a backward takes equal head dims only: forcing one of its shapes says so.
+  CHECK_THAT(testing::error_text([] {
+               lowered(
+                   "dtype=bf16 head_dim_qk=192 head_dim_v=128 target=sm_90a "
+                   "tiles=64x128x12:warpgroups direction=backward");
+             }),
+             Catch::Contains("tiles: got '64x128x12:warpgroups'") &&
+                 Catch::Contains("for head_dim_qk=192 head_dim_v=128 (the sm90a family takes "
+                                 "equal head dims only)"));
   // Explicit sm80 shapes are checked against both dims: 8 warps over one key slab split
   // head_dim_qk 128 into 16 columns each, but not head_dim_v 64.
   CHECK_THAT(testing::error_text([] {
@@ -112,7 +116,7 @@ TEST_CASE("unequal head dims take the sm80 family on every target, sm_90a includ
 TEST_CASE("a (192, 128) plan: kernel names, shared memory and buffers by the right dim", "[pass]") {
   const Lowering forward = lowered(
       "dtype=bf16 head_dim_qk=192 head_dim_v=128 mask=causal "
-      "target=sm_90a");
+      "target=sm_90");
   const KernelDesc& fwd = *forward.plan->find(KernelRole::forward);
   CHECK(fwd.name == "attnjit_fwd_bf16_d192v128_causal");
   CHECK(fwd.row == "forward.sm80");
@@ -157,11 +161,93 @@ TEST_CASE("a (192, 128) plan: kernel names, shared memory and buffers by the rig
   CHECK(det.tiles_of(KernelRole::backward).row == "backward_slabs.sm80");
 }
 
+TEST_CASE("the sm90a forward of unequal head dims: tiles, shared memory and TMA boxes by both dims",
+          "[pass]") {
+  // Per pair under a causal mask: the key block, and whether O has a tile of its own (wider
+  // than Q: no room in the Q tile).
+  struct Expected {
+    int d_qk, d_v, block_n;
+    bool own_o_tile;
+  };
+  for (const Expected e : {Expected{192, 128, 128, false}, Expected{128, 64, 128, false},
+                           Expected{64, 128, 128, true}, Expected{256, 128, 96, false}}) {
+    const std::string text = fmt::format(
+        "dtype=bf16 head_dim_qk={} head_dim_v={} mask=causal target=sm_90a", e.d_qk, e.d_v);
+    INFO(text);
+    const Lowering ir = lowered(text);
+    const KernelTiles& tiles = ir.tiles_of(KernelRole::forward);
+    CHECK(tiles.row == "forward.sm90a");
+    CHECK(tiles.block_m == 128);
+    CHECK(tiles.block_n == e.block_n);
+    CHECK(tiles.warps == 12);
+    // Alignment slack, Q (head_dim_qk), two stages of K (head_dim_qk) and V (head_dim_v), the
+    // O tile (head_dim_v) where it has its own, the barriers.
+    CHECK(tiles.smem_bytes == 1024 + 128 * e.d_qk * 2 + 2 * e.block_n * (e.d_qk + e.d_v) * 2 +
+                                  (e.own_o_tile ? 128 * e.d_v * 2 : 0) + 16 + 2 * 2 * 2 * 8);
+    const KernelDesc& kernel = *ir.plan->find(KernelRole::forward);
+    CHECK(kernel.tensor_maps == std::vector<TensorMapBox>{{MapTensor::q, 128, 64, 128},
+                                                          {MapTensor::k, e.block_n, 64, 128},
+                                                          {MapTensor::v, e.block_n, 64, 128},
+                                                          {MapTensor::o, 64, 64, 128}});
+  }
+  // FlashMask: persistent with O through a tile of its own where shared memory holds it:
+  // (64, 128) and (128, 64) on their 128-key blocks, (192, 128) on 112-key blocks only.
+  const auto persistent = [](const std::string& text) {
+    return emit_kernel(lowered(text), *lowered(text).plan->find(KernelRole::forward))
+               .find("static constexpr bool kPersistent = true;") != std::string::npos;
+  };
+  const char* flashmask = "mask=flashmask(causal=true,columns=1) target=sm_90a";
+  CHECK(persistent(fmt::format("dtype=bf16 head_dim_qk=64 head_dim_v=128 {}", flashmask)));
+  CHECK(persistent(fmt::format("dtype=bf16 head_dim_qk=128 head_dim_v=64 {}", flashmask)));
+  CHECK_FALSE(persistent(fmt::format("dtype=bf16 head_dim_qk=192 head_dim_v=128 {}", flashmask)));
+  const std::string forced = fmt::format(
+      "dtype=bf16 head_dim_qk=192 head_dim_v=128 {} tiles=128x112x12:warpgroups", flashmask);
+  CHECK(persistent(forced));
+  CHECK(lowered(forced).tiles_of(KernelRole::forward).smem_bytes ==
+        1024 + 128 * 192 * 2 + 2 * (112 * (192 + 128) * 2 + 112 * 4 + 16) + 128 * 128 * 2 + 16 +
+            2 * 2 * 2 * 8);
+  // (192, 128) with a predicate and both score modifiers narrows to 112 keys.
+  CHECK(lowered("dtype=bf16 head_dim_qk=192 head_dim_v=128 mask=predicate(q>=k) softcap=true "
+                "alibi=true target=sm_90a")
+            .tiles_of(KernelRole::forward)
+            .block_n == 112);
+  // Forced shapes: two consumers for every pair; one (64 rows) where both dims are at most 128;
+  // three (192 rows) only where both are at most 96, which no pair is.
+  CHECK(lowered("dtype=bf16 head_dim_qk=256 head_dim_v=128 target=sm_90a "
+                "tiles=128x64x12:warpgroups")
+            .tiles_of(KernelRole::forward)
+            .row == "forward.sm90a");
+  const KernelTiles one = lowered(
+                              "dtype=bf16 head_dim_qk=64 head_dim_v=128 mask=sliding_window "
+                              "target=sm_90a tiles=64x128x8:warpgroups")
+                              .tiles_of(KernelRole::forward);
+  CHECK(one.row == "forward.sm90a");
+  CHECK(one.block_m == 64);
+  CHECK_THAT(testing::error_text([] {
+               lowered(
+                   "dtype=bf16 head_dim_qk=128 head_dim_v=64 target=sm_90a "
+                   "tiles=192x128x16:warpgroups");
+             }),
+             Catch::Contains("tiles: got '192x128x16:warpgroups'") &&
+                 Catch::Contains(", 64xBNx8:warpgroups with BN a multiple of 16 up to 128"));
+  CHECK_THAT(testing::error_text([] {
+               lowered(
+                   "dtype=bf16 head_dim_qk=192 head_dim_v=128 target=sm_90a "
+                   "tiles=64x128x8:warpgroups");
+             }),
+             Catch::EndsWith("accepted: 128xBNx12:warpgroups with BN a multiple of 16 up to 256 "
+                             "for the warpgroup forward"));
+}
+
 TEST_CASE("the kernels of unequal head dims bind both dims", "[emit]") {
   const Lowering forward = lowered("dtype=bf16 head_dim_qk=192 head_dim_v=128 target=sm_90a");
   const std::string fwd = source_of(forward, KernelRole::forward);
   CHECK_THAT(fwd, Catch::Contains("static constexpr int kHeadDimQK = 192;"));
   CHECK_THAT(fwd, Catch::Contains("static constexpr int kHeadDimV = 128;"));
+  // The sm90a forward's products: S = Q K^T in 12 k16 steps of head_dim_qk, O += P V 128 wide
+  // (head_dim_v) in 8 steps of the key block.
+  CHECK_THAT(fwd, Catch::Contains("struct WgmmaSteps<128, 12> {"));
+  CHECK_THAT(fwd, Catch::Contains("struct WgmmaSteps<128, 8> {"));
 
   const Lowering backward = lowered(
       "dtype=bf16 head_dim_qk=128 head_dim_v=64 mask=causal direction=backward target=sm_90");

@@ -1,7 +1,7 @@
 // NVRTC compiles every supported (direction x dtype x head dim x mask kind) spec for sm_80
 // and sm_90, the sm_90a backward kernels (wgmma), and a sample of the score-modifier specs,
 // with no spills and no stack, packed batches (varlen=true) and sinks on both families, and
-// unequal head dims (the sm80 family on sm_80 and sm_90a); the reference kernels compile too.
+// unequal head dims (both families on sm_90a); the reference kernels compile too.
 // Needs no GPU. A kernel whose source several specs share is compiled once, and every core
 // compiles.
 #include <fmt/format.h>
@@ -329,7 +329,7 @@ std::vector<std::shared_ptr<const Compiled>> compile_distinct(
 
 /// The specs of `specs` for `arch`.
 // Every pair of unequal head dims: every mask kind (a predicate included) on sm_80 and on
-// sm_90a (where the sm80 family runs them), forward with LSE and backward in both modes, the
+// sm_90a (its forward on the sm90a family), forward with LSE and backward in both modes, the
 // dtypes alternating; and both score modifiers on two masks.
 std::vector<AttentionSpec> unequal_head_dim_specs() {
   const MaskSpec masks[] = {{MaskKind::none, false, 0},
@@ -462,8 +462,11 @@ TEST_CASE("unequal head dims, forward and backward, compile for sm_80 and sm_90a
   for (const AttentionSpec& spec : specs) {
     INFO(to_string(spec));
     const Lowering ir = lower(spec);
-    for (const KernelTiles& tiles : ir.tiles)
-      CHECK(kernel_row(tiles.row).family == KernelFamily::sm80);
+    const bool sm90a_forward = spec.target == Arch::sm_90a && spec.direction == Direction::forward;
+    for (const KernelTiles& tiles : ir.tiles) {
+      CHECK(kernel_row(tiles.row).family ==
+            (sm90a_forward ? KernelFamily::sm90a : KernelFamily::sm80));
+    }
   }
   check_compiles_without_spills(specs);
 }
@@ -549,6 +552,49 @@ TEST_CASE("sm_90a warpgroup forward kernels compile without spills or serialized
           specs.push_back(to_string(spec));
         }
       }
+    }
+  }
+  check_warp_specialized(specs, KernelRole::forward, "forward.sm90a");
+}
+
+TEST_CASE(
+    "sm_90a warpgroup forward kernels of unequal head dims compile without spills or "
+    "serialized wgmma",
+    "[nvrtc][specs][sm90a][head_dims]") {
+  // Every pair, every mask, both dtypes, with and without both score modifiers, on the
+  // automatic tiles of the sm90a forward (O in the Q tile, or a tile of its own at (64, 128)).
+  std::vector<std::string> specs;
+  for (const char* dtype : {"bf16", "fp16"}) {
+    for (const char* dims : {"head_dim_qk=192 head_dim_v=128", "head_dim_qk=128 head_dim_v=64",
+                             "head_dim_qk=64 head_dim_v=128", "head_dim_qk=256 head_dim_v=128"}) {
+      for (const char* mask :
+           {"none", "causal", "sliding_window", "flashmask(causal=true,columns=1)",
+            "flashmask(causal=true,columns=2)", "flashmask(causal=false,columns=2)",
+            "flashmask(causal=false,columns=4)", "predicate(q>=k&&doc[q]==doc[k])"}) {
+        for (const char* modifiers : {"", " softcap=true alibi=true"}) {
+          specs.push_back(fmt::format("dtype={} {} mask={}{} return_lse=true target=sm_90a", dtype,
+                                      dims, mask, modifiers));
+        }
+      }
+    }
+  }
+  // (192, 128) persistent on 112-key blocks (tiles=128x112x12:warpgroups) under the masks with
+  // tables.
+  for (const char* mask : {"flashmask(causal=true,columns=1)", "flashmask(causal=false,columns=4)",
+                           "predicate(q>=k&&doc[q]==doc[k])"}) {
+    for (const char* modifiers : {"", " softcap=true alibi=true"}) {
+      specs.push_back(
+          fmt::format("dtype=fp16 head_dim_qk=192 head_dim_v=128 mask={}{} return_lse=true "
+                      "target=sm_90a tiles=128x112x12:warpgroups",
+                      mask, modifiers));
+    }
+  }
+  // One consumer (tiles=64x64x8:warpgroups) where both dims are at most 128.
+  for (const char* dims : {"head_dim_qk=128 head_dim_v=64", "head_dim_qk=64 head_dim_v=128"}) {
+    for (const char* mask : {"causal", "sliding_window", "flashmask(causal=false,columns=4)"}) {
+      specs.push_back(fmt::format(
+          "dtype=bf16 {} mask={} return_lse=true target=sm_90a tiles=64x64x8:warpgroups", dims,
+          mask));
     }
   }
   check_warp_specialized(specs, KernelRole::forward, "forward.sm90a");

@@ -24,7 +24,7 @@
 // 2^8) and O is rescaled only where a row of the warp moved its max (kLazyRescale,
 // kSkipRescale). The epilogue writes O through shared memory and TMA (forward_epilogue.cuh).
 //
-// kPersistent (the registry's rule: masks with a CTA order, two or three consumers, head dims
+// kPersistent (the registry's rule: masks with a CTA order, two or three consumers, head_dim_v
 // up to 128): a grid of min(works, SMs) CTAs, each taking works (query blocks) of the CTA order,
 // which sorts them heaviest first: launch index blockIdx.x, then those its producer draws from
 // a counter (forward_producer.cuh's draw_work). The producer decodes each work, publishes it
@@ -32,6 +32,11 @@
 // while the consumers end the current one (the Q tile's empty barrier), the rings running on
 // from work to work; O goes out through a tile of its own, its store running under the next
 // work. Otherwise one CTA per work (schedule.cuh's CTA order).
+//
+// Head dims: kHeadDimQK for Q and K (the Q tile, the K stages, the k16 steps of Q K^T),
+// kHeadDimV for V and O (the V stages, O's accumulator, O += P V, the epilogue); O goes out
+// through the Q tile where its panels fit there (kHeadDimV <= kHeadDimQK), else through a tile
+// of its own.
 //
 // Config (bound by the generated code): Element, kHeadDimQK, kHeadDimV, kBlockM, kBlockN,
 // kStages, kReturnLse, kPingPong, kProducerRegisters, kConsumerRegisters, kPersistent. Score: a
@@ -55,17 +60,18 @@ __shared__ int persistent_work_slots[2][5];
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
 struct ForwardSm90a {
   typedef typename Config::Element Element;
-  static constexpr int kHeadDim = Config::kHeadDimQK;
+  static constexpr int kHeadDimQK = Config::kHeadDimQK;
+  static constexpr int kHeadDimV = Config::kHeadDimV;
   static constexpr int kBlockM = Config::kBlockM;
   static constexpr int kBlockN = Config::kBlockN;
   static constexpr int kStages = Config::kStages;
   static constexpr int kConsumers = kBlockM / 64;
   /// Turns between consumers (a lone consumer takes none).
   static constexpr bool kPingPong = Config::kPingPong && kConsumers > 1;
-  static constexpr int kSTiles = kBlockN / 8;     // n8 tiles of S
-  static constexpr int kDTiles = kHeadDim / 8;    // n8 tiles of O
-  static constexpr int kQkSteps = kHeadDim / 16;  // k16 steps of Q K^T
-  static constexpr int kPvSteps = kBlockN / 16;   // k16 steps of P V
+  static constexpr int kSTiles = kBlockN / 8;       // n8 tiles of S
+  static constexpr int kDTiles = kHeadDimV / 8;     // n8 tiles of O
+  static constexpr int kQkSteps = kHeadDimQK / 16;  // k16 steps of Q K^T
+  static constexpr int kPvSteps = kBlockN / 16;     // k16 steps of P V
   static constexpr int kColumns = Mask::kColumns;
   static constexpr bool kElementBits = Mask::kElementBits;
   /// Partial blocks take the FlashMask rule element by element (mask_scores' kDirect) with one
@@ -76,30 +82,38 @@ struct ForwardSm90a {
   static constexpr int kTurnBarrier = 1;
   static constexpr int kEpilogueBarrier = kTurnBarrier + kConsumers;
 
-  static_assert(Config::kHeadDimQK == Config::kHeadDimV, "head_dim_v must equal head_dim_qk");
   static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 192,
                 "one, two or three consumer warpgroups of 64 rows");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key blocks of whole k16 steps, N <= 256");
-  static_assert(kHeadDim % 32 == 0, "64-column panels (128-byte swizzle) or 32 (64-byte)");
+  static_assert(kHeadDimQK % 32 == 0 && kHeadDimV % 32 == 0,
+                "64-column panels (128-byte swizzle) or 32 (64-byte)");
   static_assert(kStages >= 2, "K and V rings of at least two stages");
   static_assert(!kElementBits || kSTiles <= 16, "a predicate's fragment bits fit 64 bits");
 
   typedef Mask MaskType;
-  typedef SmemTile<kBlockM, kHeadDim> QTile;
-  typedef SmemTile<kBlockN, kHeadDim> KvTile;
+  typedef SmemTile<kBlockM, kHeadDimQK> QTile;
+  typedef SmemTile<kBlockN, kHeadDimQK> KTile;
+  typedef SmemTile<kBlockN, kHeadDimV> VTile;
+  typedef SmemTile<kBlockM, kHeadDimV> OTile;
   typedef ForwardProducer<ForwardSm90a> Producer;
   /// The TMA boxes: a panel of the Q tile, of the K and V tiles, and of a consumer's 64 rows of
-  /// O (in QTile's layout).
+  /// O (in OTile's layout).
   static constexpr TmaBox kQBox = panel_box(kBlockM, QTile::kPanelCols);
-  static constexpr TmaBox kKBox = panel_box(kBlockN, KvTile::kPanelCols);
-  static constexpr TmaBox kVBox = panel_box(kBlockN, KvTile::kPanelCols);
-  static constexpr TmaBox kOBox = panel_box(64, QTile::kPanelCols);
+  static constexpr TmaBox kKBox = panel_box(kBlockN, KTile::kPanelCols);
+  static constexpr TmaBox kVBox = panel_box(kBlockN, VTile::kPanelCols);
+  static constexpr TmaBox kOBox = panel_box(64, OTile::kPanelCols);
   static constexpr int kVectorStageBytes = kBlockN * kColumns * 4;
 
   static constexpr bool kPersistent = Config::kPersistent;
-  /// Lazy rescaling (softmax.cuh) from head dim 128, where the output rows a step rescales
+  /// O in the Q tile's place: each panel of O is the Q tile's panel of the same columns, a
+  /// consumer's rows its own rows of Q (read no longer once its Q K^T products completed).
+  static constexpr bool kOInQTile =
+      OTile::kPanelCols == QTile::kPanelCols && OTile::kBytes <= QTile::kBytes;
+  /// An O tile of its own: persistent (the next work's Q lands meanwhile), or O wider than Q.
+  static constexpr bool kOwnOTile = kPersistent || !kOInQTile;
+  /// Lazy rescaling (softmax.cuh) from head_dim_v 128, where the output rows a step rescales
   /// are 64 or more per thread (enough for the skipped work to pay; at d64 it does not).
-  static constexpr bool kLazyRescale = kHeadDim >= 128;
+  static constexpr bool kLazyRescale = kHeadDimV >= 128;
   /// Under masks with tables (FlashMask, predicates) the producer's walk is the only one: it
   /// writes each K stage's block, its classification and whether another block follows into
   /// the stage's slot (BlockSlotWord), and a work without a visited block gets one stage whose
@@ -122,13 +136,13 @@ struct ForwardSm90a {
                 "persistent: works sorted by a CTA order, two or three consumers");
 
   // Shared memory from a 1024-byte aligned base: Q, the K stages, the V stages, the O tile
-  // (kPersistent), the FlashMask values of each K stage, the block slot of each K stage
+  // (kOwnOTile), the FlashMask values of each K stage, the block slot of each K stage
   // (kFedWalk), the barriers (Q full, Q empty, the K ring's, the V ring's).
   static constexpr int kKOffset = QTile::kBytes;
-  static constexpr int kVOffset = kKOffset + kStages * KvTile::kBytes;
-  static constexpr int kOOffset = kPersistent ? kVOffset + kStages * KvTile::kBytes : 0;
+  static constexpr int kVOffset = kKOffset + kStages * KTile::kBytes;
+  static constexpr int kOOffset = kOwnOTile ? kVOffset + kStages * VTile::kBytes : 0;
   static constexpr int kVectorOffset =
-      kVOffset + kStages * KvTile::kBytes + (kPersistent ? QTile::kBytes : 0);
+      kVOffset + kStages * VTile::kBytes + (kOwnOTile ? OTile::kBytes : 0);
   static constexpr int kBlockSlotOffset = kVectorOffset + kStages * kVectorStageBytes;
   static constexpr int kBarrierOffset = kBlockSlotOffset + (kFedWalk ? kStages * 16 : 0);
   static constexpr int kQEmptyOffset = kBarrierOffset + 8;
@@ -225,7 +239,7 @@ struct ForwardSm90a {
                                           const Pipeline<kStages>& v_ring,
                                           PipelineState<kStages>& k_state,
                                           PipelineState<kStages>& v_state, u32 parity) {
-    WarpgroupAccumulator<kHeadDim> acc_o;
+    WarpgroupAccumulator<kHeadDimV> acc_o;
     acc_o.fill(0.f);
     WarpgroupAccumulator<kBlockN> acc_s;
     OperandA<1, kPvSteps> p_frag;
@@ -247,7 +261,7 @@ struct ForwardSm90a {
     if (first_block(base, walk, k_ring, k_state, block, tile, more)) {
       turn_begin(consumer, /*first=*/true);
       wgmma_fence();
-      multiply_qk(acc_s.tiles(), base, consumer, base + kKOffset + k_state.index * KvTile::kBytes);
+      multiply_qk(acc_s.tiles(), base, consumer, base + kKOffset + k_state.index * KTile::kBytes);
       wgmma_commit();
       turn_end(consumer);
       wgmma_wait<0>();
@@ -281,13 +295,12 @@ struct ForwardSm90a {
         // runs while O += P V does; O takes this block's correction meanwhile.
         turn_begin(consumer, false);
         wgmma_fence();
-        multiply_qk(acc_s.tiles(), base, consumer,
-                    base + kKOffset + k_state.index * KvTile::kBytes);
+        multiply_qk(acc_s.tiles(), base, consumer, base + kKOffset + k_state.index * KTile::kBytes);
         wgmma_commit();
         rescale(acc_o, correction);
         v_ring.consumer_wait(v_state);
         wgmma_fence();
-        multiply_pv(acc_o.tiles(), p_frag, base + kVOffset + v_state.index * KvTile::kBytes);
+        multiply_pv(acc_o.tiles(), p_frag, base + kVOffset + v_state.index * VTile::kBytes);
         wgmma_commit();
         turn_end(consumer);
         wgmma_wait<1>();
@@ -299,7 +312,7 @@ struct ForwardSm90a {
       rescale(acc_o, correction);
       v_ring.consumer_wait(v_state);
       wgmma_fence();
-      multiply_pv(acc_o.tiles(), p_frag, base + kVOffset + v_state.index * KvTile::kBytes);
+      multiply_pv(acc_o.tiles(), p_frag, base + kVOffset + v_state.index * VTile::kBytes);
       wgmma_commit();
       turn_end(consumer);
       wgmma_wait<0>();
@@ -312,7 +325,7 @@ struct ForwardSm90a {
       release_q(base);
     }
     const CtaWork work = current_work(p, parity);
-    forward_epilogue<Element, QTile, Config::kReturnLse, kEpilogueBarrier, Score, kPersistent>(
+    forward_epilogue<Element, OTile, Config::kReturnLse, kEpilogueBarrier, Score, kPersistent>(
         p, maps.o, acc_o, softmax, base + kOOffset, consumer, work.block * kBlockM + 64 * consumer,
         work.head, work.batch);
   }
@@ -374,7 +387,7 @@ struct ForwardSm90a {
 
   /// The output rows times a step's corrections (kSkipRescale: where a row of the warp needs
   /// it).
-  __device__ __forceinline__ static void rescale(WarpgroupAccumulator<kHeadDim>& o,
+  __device__ __forceinline__ static void rescale(WarpgroupAccumulator<kHeadDimV>& o,
                                                  const float (&correction)[1][2]) {
     if constexpr (kSkipRescale) {
       OnlineSoftmax<1>::rescale_if_any(o, correction);
@@ -441,14 +454,14 @@ struct ForwardSm90a {
                                                      u32 k) {
     WgmmaSteps<kBlockN, kQkSteps>::template ss<Element, 0, 0>(
         s, [&](int kk) { return k_major_descriptor<QTile>(q, 64 * consumer, kk); },
-        [&](int kk) { return k_major_descriptor<KvTile>(k, 0, kk); }, 0);
+        [&](int kk) { return k_major_descriptor<KTile>(k, 0, kk); }, 0);
   }
 
   /// O += P V (the caller commits the group).
   __device__ __forceinline__ static void multiply_pv(float (&o)[kDTiles][4],
                                                      const OperandA<1, kPvSteps>& a, u32 v) {
-    WgmmaSteps<kHeadDim, kPvSteps>::template rs<Element, 1>(
-        o, a.v[0], [&](int kk) { return mn_major_descriptor<KvTile>(v, 0, kk); }, 1);
+    WgmmaSteps<kHeadDimV, kPvSteps>::template rs<Element, 1>(
+        o, a.v[0], [&](int kk) { return mn_major_descriptor<VTile>(v, 0, kk); }, 1);
   }
 
   /// Score modifiers and, on a partial block, the mask (from the stage's FlashMask values,

@@ -2,9 +2,9 @@
 // row sums (0 for rows with nothing visible; the sink joins them under Score::kSinks), the LSE
 // (-inf there, or the sink's logit), and O written through
 // shared memory: the warpgroup's 64 rows of the Q tile (its own rows: no other warpgroup reads
-// them), or of an O tile of the kernel's own (kOwnTile: a persistent kernel, whose next work's
-// Q may land meanwhile), take O in the swizzled panel layout, and one thread stores them with
-// TMA, which drops the rows past Sq.
+// them), or of an O tile of the kernel's own (a persistent kernel, whose next work's Q may land
+// meanwhile, or O wider than Q), take O in the swizzled panel layout, and one thread stores them
+// with TMA, which drops the rows past Sq.
 #pragma once
 
 #include "attnjit/common/softmax.cuh"
@@ -14,11 +14,12 @@ namespace attnjit {
 
 /// Writes the warpgroup's O rows [row0, row0 + 64) of the CTA's (head, batch) and their LSE.
 /// consumer: 0, 1 (or 2), the warpgroup's share of the query block (and its named barrier
-/// kBarrier + consumer); o_tile: a tile of QTile's layout whose rows [64 consumer, + 64) this
+/// kBarrier + consumer); o_tile: a tile of OTile's layout whose rows [64 consumer, + 64) this
 /// warpgroup alone uses: the Q tile, whose rows it reads no longer (its Q K^T products have
-/// completed), or with kOwnTile the kernel's O tile, which the warpgroup's store of the work
-/// before may still be reading (the kernel waits for the last store before it exits).
-template <class Element, class QTile, bool kReturnLse, int kBarrier, class Score, bool kOwnTile,
+/// completed), or the kernel's O tile. kPersistent: the warpgroup's store of the work before
+/// may still be reading the O tile, and this one's runs on under the next work (the kernel
+/// waits for the last store before it exits).
+template <class Element, class OTile, bool kReturnLse, int kBarrier, class Score, bool kPersistent,
           int kHeadDim>
 __device__ __forceinline__ void forward_epilogue(const FwdParams& p, const TensorMap& o_map,
                                                  WarpgroupAccumulator<kHeadDim>& o,
@@ -35,7 +36,7 @@ __device__ __forceinline__ void forward_epilogue(const FwdParams& p, const Tenso
           softmax.template lse<Score>(p, 0, r);
     }
   });
-  if constexpr (kOwnTile) {
+  if constexpr (kPersistent) {
     // The store of the work before must have read the rows.
     if (threadIdx.x % 128 == 0) tma_store_wait_read<0>();
     named_barrier_sync(kBarrier + consumer, 128);
@@ -44,7 +45,7 @@ __device__ __forceinline__ void forward_epilogue(const FwdParams& p, const Tenso
   for (int dt = 0; dt < kHeadDim / 8; ++dt) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      store_shared_u32(o_tile + QTile::element_offset(warp_row + 8 * r + g, 8 * dt + 2 * t),
+      store_shared_u32(o_tile + OTile::element_offset(warp_row + 8 * r + g, 8 * dt + 2 * t),
                        pack2<Element>(o.v[0][dt][2 * r], o.v[0][dt][2 * r + 1]));
     }
   }
@@ -54,14 +55,14 @@ __device__ __forceinline__ void forward_epilogue(const FwdParams& p, const Tenso
   named_barrier_sync(kBarrier + consumer, 128);
   if (threadIdx.x % 128 == 0) {
 #pragma unroll
-    for (int panel = 0; panel < QTile::kChunks / QTile::kChunksPerPanel; ++panel) {
-      tma_store(o_map, o_tile + panel * QTile::kPanelBytes + 64 * consumer * QTile::kPanelCols * 2,
-                panel * QTile::kPanelCols, row0, head, batch);
+    for (int panel = 0; panel < OTile::kChunks / OTile::kChunksPerPanel; ++panel) {
+      tma_store(o_map, o_tile + panel * OTile::kPanelBytes + 64 * consumer * OTile::kPanelCols * 2,
+                panel * OTile::kPanelCols, row0, head, batch);
     }
     tma_store_commit();
     // Shared memory must stay until the copies have read it: the CTA may exit next (with
-    // kOwnTile the next work or the kernel's exit waits).
-    if constexpr (!kOwnTile) tma_store_wait_read<0>();
+    // kPersistent the next work or the kernel's exit waits).
+    if constexpr (!kPersistent) tma_store_wait_read<0>();
   }
 }
 

@@ -28,10 +28,10 @@ template <class Kernel>
 struct ForwardProducer {
   typedef typename Kernel::MaskType Mask;
   typedef typename Kernel::QTile QTile;
-  typedef typename Kernel::KvTile Tile;
+  typedef typename Kernel::KTile KTile;
+  typedef typename Kernel::VTile VTile;
   static constexpr int kBlockM = Kernel::kBlockM;
   static constexpr int kBlockN = Kernel::kBlockN;
-  static constexpr int kHeadDim = Kernel::kHeadDim;
   static constexpr int kStages = Kernel::kStages;
   static constexpr int kColumns = Mask::kColumns;
   static constexpr int kVectorStageBytes = Kernel::kVectorStageBytes;
@@ -158,9 +158,9 @@ struct ForwardProducer {
         if (lane == 0) {
           if constexpr (Kernel::kFedWalk)
             write_block_slot(base, k_state.index, block, tile, walk.more());
-          k_ring.producer_commit(k_state, Tile::kBytes);
-          load_panels(p, maps.k, base + Kernel::kKOffset + k_state.index * Tile::kBytes,
-                      k_ring.full(k_state.index), block, parity);
+          k_ring.producer_commit(k_state, KTile::kBytes);
+          load_panels<KTile>(p, maps.k, base + Kernel::kKOffset + k_state.index * KTile::kBytes,
+                             k_ring.full(k_state.index), block, parity);
         }
         if constexpr (kColumns > 0) {
           load_vectors(p, Kernel::block_mask_state(p, parity), block,
@@ -181,9 +181,9 @@ struct ForwardProducer {
       if (previous >= 0) {
         v_ring.producer_acquire(v_state);
         if (lane == 0) {
-          v_ring.producer_commit(v_state, Tile::kBytes);
-          load_panels(p, maps.v, base + Kernel::kVOffset + v_state.index * Tile::kBytes,
-                      v_ring.full(v_state.index), previous, parity);
+          v_ring.producer_commit(v_state, VTile::kBytes);
+          load_panels<VTile>(p, maps.v, base + Kernel::kVOffset + v_state.index * VTile::kBytes,
+                             v_ring.full(v_state.index), previous, parity);
         }
         v_state.advance();
       }
@@ -204,8 +204,9 @@ struct ForwardProducer {
     store_shared_u32(Kernel::block_slot_address(base, stage, Kernel::kSlotMore), more ? 1u : 0u);
   }
 
-  /// The panels of K or V block `block` of the current work's (kv head, batch), keys past Sk
-  /// read as zeros.
+  /// The panels of K or V block `block` (Tile: KTile or VTile) of the current work's (kv head,
+  /// batch), keys past Sk read as zeros.
+  template <class Tile>
   __device__ __forceinline__ static void load_panels(const FwdParams& p, const TensorMap& map,
                                                      u32 dst, u32 bar, int block, u32 parity) {
     const CtaWork work = Kernel::current_work(p, parity);

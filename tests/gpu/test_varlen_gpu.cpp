@@ -496,9 +496,11 @@ void force(Packed& c, const std::string& family) {
   const bool d64 = c.head_dim == 64;
   c.forward_tiles = d64 ? TileShape{64, 64, 4, TileLayout::q_registers}
                         : TileShape{128, 64, 8, TileLayout::q_registers};
-  c.backward_tiles = {64, 128, 8, d64 ? TileLayout::slabs : TileLayout::grid};
+  // The grid layout takes no predicate: those run on slabs at every head dim.
+  const bool slabs = d64 || c.mask == MaskKind::predicate;
+  c.backward_tiles = {64, 128, 8, slabs ? TileLayout::slabs : TileLayout::grid};
   c.forward_row = "forward.sm80";
-  c.backward_row = d64 ? "backward_slabs.sm80" : "backward_grid.sm80";
+  c.backward_row = slabs ? "backward_slabs.sm80" : "backward_grid.sm80";
 }
 
 // Ragged batches forced onto `family`: lengths that are not tile multiples, an empty sequence

@@ -344,7 +344,7 @@ class DevicesAndErrors(unittest.TestCase):
         # The operators' real implementations check the devices too.
         with self.assertRaisesRegex(attnjit.AttnjitError, r"k: on device cpu|k: on cpu"):
             torch.ops.attnjit.forward(q, k.cpu(), v, None, None, "none", False, 0.0, -1, 0, 0.0,
-                                      False, "")
+                                      False, "", None)
 
     def test_fake_tensor_shape_mismatch_is_one_clear_error(self):
         from torch._subclasses.fake_tensor import FakeTensorMode
@@ -359,17 +359,17 @@ class DevicesAndErrors(unittest.TestCase):
                 attnjit.attention(q, k, v)
             with self.assertRaisesRegex(attnjit.AttnjitError, message):
                 torch.ops.attnjit.attention(q, k, v, None, None, "none", False, 0.0, -1, 0, 0.0,
-                                            False)
+                                            False, None)
             lts = torch.empty(1, 1, 100, 1, dtype=torch.int32, device="cuda")
             with self.assertRaisesRegex(attnjit.AttnjitError,
                                         r"^startend_row_indices: shape \(1, 1, 100, 1\); "
                                         r"accepted: \[B=1, Hm in \(1, 2\), Sk=128, C\]"):
                 torch.ops.attnjit.forward(q, v, v, lts, None, "flashmask", True, 0.0, -1, 0,
-                                          0.0, False, "")
+                                          0.0, False, "", None)
 
         def f(q, k, v):  # the operator itself: its fake implementation runs while tracing
             return torch.ops.attnjit.attention(q, k, v, None, None, "causal", False, 0.0, -1, 0,
-                                               0.0, False)
+                                               0.0, False, None)
 
         q = torch.randn(1, 64, 4, 64, dtype=torch.bfloat16, device="cuda")
         k = torch.randn(1, 64, 3, 64, dtype=torch.bfloat16, device="cuda")

@@ -229,8 +229,8 @@ def main():
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     device = "cuda"
-    compiled_flex = torch.compile(flex_attention)
-    compiled_block_mask = torch.compile(create_block_mask)
+    compiled_flex = torch.compile(flex_attention, dynamic=False)
+    compiled_block_mask = torch.compile(create_block_mask, dynamic=False)
     try:
         from torch.nn.attention.varlen import varlen_attn
     except ImportError:

@@ -29,6 +29,7 @@
 #include "gpu/compile_ahead.hpp"
 #include "gpu/gpu_case.hpp"
 #include "runtime/jit/driver.hpp"
+#include "support/env_override.hpp"
 #include "support/error_text.hpp"
 #include "support/half_round.hpp"
 #include "support/reference.hpp"
@@ -663,9 +664,15 @@ TEST_CASE("varlen predicates see each sequence's local q, k and index b, every f
       for (const AttentionSpec& spec : cases[i].backward_specs(i % 2 == 1)) specs.push_back(spec);
     }
     const gpu_test::CompileAhead ahead(specs);
-    for (std::size_t i = 0; i < cases.size(); ++i) {
-      check_forward(cases[i]);
-      check_backward(cases[i], i % 2 == 1);
+    // With the partial tiles' stored bits, then without (ATTNJIT_PREDICATE_BITS_MIB=0: the
+    // attention kernels find the sequences and evaluate the predicate per element).
+    for (const char* budget : {static_cast<const char*>(nullptr), "0"}) {
+      INFO("ATTNJIT_PREDICATE_BITS_MIB=" << (budget != nullptr ? budget : "default"));
+      const testing::EnvOverride bits("ATTNJIT_PREDICATE_BITS_MIB", budget);
+      for (std::size_t i = 0; i < cases.size(); ++i) {
+        check_forward(cases[i]);
+        check_backward(cases[i], i % 2 == 1);
+      }
     }
   }
 }

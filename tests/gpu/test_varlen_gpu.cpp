@@ -549,38 +549,48 @@ std::vector<Packed> ragged_cases(const std::string& family) {
   return cases;
 }
 
+// The ragged batches of the mask cases: an empty sequence and one of length 1, lengths that
+// are not tile multiples; shared boundaries, then keys of their own with seqused_k.
+struct Ragged {
+  std::vector<int> q, k, used;
+  int heads, kv_heads;
+};
+const Ragged kRagged[] = {
+    {{150, 0, 1, 263, 90}, {150, 0, 1, 263, 90}, {}, 4, 2},
+    {{97, 1, 0, 320}, {180, 1, 40, 301}, {170, 1, 0, 290}, 4, 2},
+};
+
+// Case i of a mask on `shape`: bf16 or fp16 and head dims 128 or 64 rotating, shared
+// boundaries where the keys are the queries' and all used.
+Packed ragged_case(const Ragged& shape, MaskKind mask, int i, std::uint64_t seed) {
+  Packed c;
+  c.dtype = i % 3 == 2 ? DType::fp16 : DType::bf16;
+  c.head_dim = i % 2 == 0 ? 128 : 64;
+  c.mask = mask;
+  c.seqlens_q = shape.q;
+  c.seqlens_k = shape.k;
+  c.seqused_k = shape.used;
+  if (shape.q == shape.k && shape.used.empty()) c.mode = VarlenMode::shared;
+  c.heads = shape.heads;
+  c.kv_heads = shape.kv_heads;
+  c.seed = seed;
+  return c;
+}
+
 // Predicates inside ragged sequences, forced onto `family`: local q and k (a causal rule, a
 // blockwise rule with a literal), the sequence's index b, the head h, and a tensor with a row
-// per sequence; shared and separate boundaries, seqused_k.
+// per sequence (documents of 37 positions, shifted by the sequence's index).
 std::vector<Packed> predicate_cases(const std::string& family) {
-  struct Shape {
-    std::vector<int> q, k, used;
-    int heads, kv_heads;
-  };
-  const Shape shapes[] = {
-      {{150, 0, 1, 263, 90}, {150, 0, 1, 263, 90}, {}, 4, 2},
-      {{97, 1, 0, 320}, {180, 1, 40, 301}, {170, 1, 0, 290}, 4, 1},
-  };
   const char* predicates[] = {"q>=k", "(q/48+k/48+b)%2==0||q==k", "h%2==0||q>=k",
                               "doc[q]==doc[k]&&k<=q+b"};
   std::vector<Packed> cases;
   int i = 0;
   for (const char* predicate : predicates) {
-    for (const Shape& shape : shapes) {
-      Packed c;
-      c.dtype = i % 3 == 2 ? DType::fp16 : DType::bf16;
-      c.head_dim = i % 2 == 0 ? 64 : 128;
-      c.mask = MaskKind::predicate;
+    for (const Ragged& shape : kRagged) {
+      Packed c = ragged_case(shape, MaskKind::predicate, i, 4800 + i);
+      ++i;
       c.predicate = predicate;
-      c.seqlens_q = shape.q;
-      c.seqlens_k = shape.k;
-      c.seqused_k = shape.used;
-      if (shape.q == shape.k && shape.used.empty()) c.mode = VarlenMode::shared;
-      c.heads = shape.heads;
-      c.kv_heads = shape.kv_heads;
-      c.seed = 4800 + i++;
       if (std::string(predicate).find("doc") != std::string::npos) {
-        // Documents of 37 positions in each sequence, shifted by the sequence's index.
         PredicateTensor doc{"doc", c.sequences(), 0, {}};
         doc.length = std::max(*std::max_element(shape.q.begin(), shape.q.end()),
                               *std::max_element(shape.k.begin(), shape.k.end()));
@@ -597,35 +607,16 @@ std::vector<Packed> predicate_cases(const std::string& family) {
 }
 
 // FlashMask vectors inside ragged sequences, forced onto `family`: every arity (causal with 1
-// and 2 columns, non-causal with 2 and 4), keys of their own and seqused_k, shared boundaries,
-// one mask head or one per KV head, an empty sequence and one of length 1.
+// and 2 columns, non-causal with 2 and 4), one mask head or one per KV head.
 std::vector<Packed> flashmask_cases(const std::string& family) {
-  struct Shape {
-    std::vector<int> q, k, used;
-    int heads, kv_heads;
-  };
-  const Shape shapes[] = {
-      {{150, 0, 1, 263, 90}, {150, 0, 1, 263, 90}, {}, 4, 2},
-      {{97, 1, 0, 320}, {180, 1, 40, 301}, {170, 1, 0, 290}, 6, 2},
-  };
   std::vector<Packed> cases;
   int i = 0;
   for (const auto& [causal, columns] : {std::pair{true, 1}, std::pair{true, 2},
                                         std::pair{false, 2}, std::pair{false, 4}}) {
-    for (const Shape& shape : shapes) {
-      Packed c;
-      c.dtype = i % 3 == 2 ? DType::fp16 : DType::bf16;
-      c.head_dim = i % 2 == 0 ? 128 : 64;
-      c.mask = MaskKind::flashmask;
+    for (const Ragged& shape : kRagged) {
+      Packed c = ragged_case(shape, MaskKind::flashmask, i, 4700 + i);
       c.vectors_causal = causal;
       c.columns = columns;
-      c.seqlens_q = shape.q;
-      c.seqlens_k = shape.k;
-      c.seqused_k = shape.used;
-      if (shape.q == shape.k && shape.used.empty()) c.mode = VarlenMode::shared;
-      c.heads = shape.heads;
-      c.kv_heads = shape.kv_heads;
-      c.seed = 4700 + i;
       c.vectors = random_vectors(c, i % 2 == 0 ? 1 : c.kv_heads);
       ++i;
       force(c, family);

@@ -5,6 +5,7 @@
 // run fails in its checks, before the device.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -317,4 +318,35 @@ TEST_CASE("the C ABI's varlen runs check max_seqlen_q/k and the packed tensors",
   p.d_k = tensor(0x80000, ATTNJIT_BF16, {100, 2, 64});
   CHECK(run_error(kernels.backward, p, true) ==
         "d_k.shape[0]: got '100'; accepted: 120 (that of k)");
+}
+
+TEST_CASE("the C ABI prepares a packed predicate: its tensors take a row per sequence",
+          "[capi][varlen][predicate]") {
+  REQUIRE(attnjit_set_disk_cache_mode(ATTNJIT_DISK_CACHE_OFF) == ATTNJIT_OK);
+  attnjit_kernel* kernel = nullptr;
+  REQUIRE(attnjit_compile("dtype=bf16 head_dim=64 mask=predicate(doc[q]==doc[k]&&q>=k) "
+                          "return_lse=true varlen=true target=sm_80",
+                          &kernel) == ATTNJIT_OK);
+  const Packed p;
+  const auto slots = p.slots(false);
+  // Two rows for three sequences: prepared (the rows are a run's data), refused by the run.
+  const char* names[] = {"doc"};
+  const attnjit_tensor doc = tensor(0xd0000, ATTNJIT_INT32, {2, 70});
+  const attnjit_predicate_inputs inputs{nullptr, 0, names, &doc, 1};
+  attnjit_launch* launch = nullptr;
+  const int prepared =
+      attnjit_launch_prepare_varlen(kernel, slots.data(), ATTNJIT_SLOT_COUNT, &inputs, 0.f, -1, 0,
+                                    0.f, p.max_seqlen_q, p.max_seqlen_k, -1, &launch);
+  INFO(attnjit_last_error());
+  REQUIRE(prepared == ATTNJIT_OK);
+  std::array<void*, ATTNJIT_SLOT_COUNT + 1> data{};
+  const auto packed = pointers(slots);
+  std::copy(packed.begin(), packed.end(), data.begin());
+  data[ATTNJIT_SLOT_COUNT] = doc.data;
+  CHECK(user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT + 1, nullptr)) ==
+        "predicate tensor 'doc' shape[0] (rows): got '2'; accepted: 1 (shared by every "
+        "sequence) or 3 (one per sequence of the packed batch)");
+  attnjit_launch_release(launch);
+  attnjit_release(kernel);
+  attnjit::runtime::reset_disk_cache_mode();
 }

@@ -2,6 +2,7 @@
 // and the dense rendering.
 #include "dsl/intervals.hpp"
 
+#include <algorithm>
 #include <array>
 #include <climits>
 #include <string_view>
@@ -72,30 +73,34 @@ void validate_column(const IntervalVectors& m, int b, int h, int col) {
 }
 
 /// Throws unless `sample` agrees with `first` on everything but its data.
-void check_stackable(const IntervalVectors& first, const IntervalVectors& sample, int index) {
+// Sample `index` of `operation`'s list (stack: "samples", concat_keys: "pieces") against the
+// first: one sample, the same layout and heads, and the lengths too when `same_lengths`.
+void check_stackable(const IntervalVectors& first, const IntervalVectors& sample, int index,
+                     std::string_view operation, std::string_view list, bool same_lengths) {
   const auto mismatch = [&](std::string_view field, auto got, auto expected) {
     if (got != expected) {
-      throw Error(
-          fmt::format("stack: samples[{}].{}: got {}; accepted: {} (the value of samples[0])",
-                      index, field, got, expected));
+      throw Error(fmt::format("{}: {}[{}].{}: got {}; accepted: {} (the value of {}[0])", operation,
+                              list, index, field, got, expected, list));
     }
   };
   if (sample.batch != 1) {
-    throw Error(fmt::format("stack: samples[{}].batch: got {}; accepted: 1 (single-sample vectors)",
-                            index, sample.batch));
+    throw Error(fmt::format("{}: {}[{}].batch: got {}; accepted: 1 (single-sample vectors)",
+                            operation, list, index, sample.batch));
   }
   mismatch("causal", sample.causal, first.causal);
   mismatch("columns", sample.columns, first.columns);
   mismatch("heads", sample.heads, first.heads);
-  mismatch("seqlen_q", sample.seqlen_q, first.seqlen_q);
-  mismatch("seqlen_k", sample.seqlen_k, first.seqlen_k);
+  if (same_lengths) {
+    mismatch("seqlen_q", sample.seqlen_q, first.seqlen_q);
+    mismatch("seqlen_k", sample.seqlen_k, first.seqlen_k);
+  }
   const std::size_t expected_size =
       static_cast<std::size_t>(sample.heads) * sample.seqlen_k * sample.columns;
   if (sample.data.size() != expected_size) {
     throw Error(
-        fmt::format("stack: samples[{}].data: got {} values; accepted: heads*seqlen_k*"
+        fmt::format("{}: {}[{}].data: got {} values; accepted: heads*seqlen_k*"
                     "columns = {}",
-                    index, sample.data.size(), expected_size));
+                    operation, list, index, sample.data.size(), expected_size));
   }
 }
 
@@ -151,8 +156,55 @@ IntervalVectors stack(std::span<const IntervalVectors> samples) {
   result.data.clear();
   result.batch = static_cast<int>(samples.size());
   for (std::size_t i = 0; i < samples.size(); ++i) {
-    check_stackable(samples.front(), samples[i], static_cast<int>(i));
+    check_stackable(samples.front(), samples[i], static_cast<int>(i), "stack", "samples", true);
     result.data.insert(result.data.end(), samples[i].data.begin(), samples[i].data.end());
+  }
+  return result;
+}
+
+IntervalVectors concat_keys(std::span<const IntervalVectors> pieces) {
+  if (pieces.empty()) {
+    throw_field_error("concat_keys: pieces", "an empty list", "one or more pieces");
+  }
+  IntervalVectors result = pieces.front();
+  result.seqlen_q = 0;
+  result.seqlen_k = 0;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    check_stackable(pieces.front(), pieces[i], static_cast<int>(i), "concat_keys", "pieces", false);
+    result.seqlen_q = std::max(result.seqlen_q, pieces[i].seqlen_q);
+    result.seqlen_k += pieces[i].seqlen_k;
+  }
+  const std::size_t row = static_cast<std::size_t>(result.seqlen_k) * result.columns;
+  result.data.assign(row * result.heads, 0);
+  std::size_t first = 0;
+  for (const IntervalVectors& piece : pieces) {
+    const std::size_t width = static_cast<std::size_t>(piece.seqlen_k) * piece.columns;
+    for (int h = 0; h < result.heads; ++h) {
+      std::copy_n(piece.data.begin() + static_cast<std::ptrdiff_t>(h * width), width,
+                  result.data.begin() + static_cast<std::ptrdiff_t>(h * row + first));
+    }
+    first += width;
+  }
+  return result;
+}
+
+IntervalVectors key_range(const IntervalVectors& m, int first_key, int keys, int seqlen_q) {
+  if (m.batch != 1) {
+    throw_field_error("key_range: batch", fmt::to_string(m.batch), "1 (single-sample vectors)");
+  }
+  if (first_key < 0 || keys < 0 || first_key > m.seqlen_k - keys) {
+    throw_field_error("key_range: keys", fmt::format("[{}, {})", first_key, first_key + keys),
+                      fmt::format("a range within the {} keys", m.seqlen_k));
+  }
+  IntervalVectors result = m;
+  result.seqlen_q = seqlen_q;
+  result.seqlen_k = keys;
+  result.data.clear();
+  for (int h = 0; h < m.heads; ++h) {
+    const auto begin =
+        m.data.begin() + (static_cast<std::ptrdiff_t>(h) * m.seqlen_k + first_key) * m.columns;
+    result.data.insert(result.data.end(), begin,
+                       begin + static_cast<std::ptrdiff_t>(keys) * m.columns);
   }
   return result;
 }

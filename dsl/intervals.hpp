@@ -64,6 +64,15 @@ void validate(const IntervalVectors& m);
 /// sequence lengths) into one batch, in order. Throws Error naming the first mismatch.
 IntervalVectors stack(std::span<const IntervalVectors> samples);
 
+/// A packed batch's vectors: single-sample pieces (equal causal flag, columns and heads; any
+/// lengths) one after another along the keys, their values kept (rows local to each piece's
+/// sequence). seqlen_q is the largest piece's. Throws Error naming the first mismatch.
+IntervalVectors concat_keys(std::span<const IntervalVectors> pieces);
+
+/// Keys [first_key, first_key + keys) of a single-sample mask, as a mask of `seqlen_q` rows: a
+/// packed batch's sequence. Throws Error for several samples or a range outside the keys.
+IntervalVectors key_range(const IntervalVectors& m, int first_key, int keys, int seqlen_q);
+
 /// Repeats the single head of `m` (m.heads must be 1) `heads` times.
 IntervalVectors broadcast_heads(const IntervalVectors& m, int heads);
 

@@ -209,10 +209,9 @@ DeviceBoundaries upload_boundaries(const std::vector<int>& cu_q, const std::vect
 }
 
 DeviceBoundaries upload_boundaries(const Packed& c) {
-  DeviceBoundaries b =
-      upload_boundaries(c.cu(c.seqlens_q), c.cu(c.seqlens_k), c.seqused_k,
-                        *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end()),
-                        *std::max_element(c.seqlens_k.begin(), c.seqlens_k.end()));
+  DeviceBoundaries b = upload_boundaries(c.cu(c.seqlens_q), c.cu(c.seqlens_k), c.seqused_k,
+                                         *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end()),
+                                         *std::max_element(c.seqlens_k.begin(), c.seqlens_k.end()));
   if (c.mode == VarlenMode::shared) b.args.cu_seqlens_k = b.args.cu_seqlens_q;
   return b;
 }
@@ -270,9 +269,8 @@ ForwardArgs forward_args(const Packed& c, const DeviceProblem& p) {
   }
   for (std::size_t i = 0; i < c.predicate_tensors.size(); ++i) {
     const PredicateTensor& t = c.predicate_tensors[i];
-    a.predicate.tensors.push_back(
-        {t.name, contiguous_view(p.predicate_tensors[i].data(), ScalarType::int32,
-                                 {t.rows, t.length})});
+    a.predicate.tensors.push_back({t.name, contiguous_view(p.predicate_tensors[i].data(),
+                                                           ScalarType::int32, {t.rows, t.length})});
   }
   return a;
 }
@@ -281,44 +279,24 @@ ForwardArgs forward_args(const Packed& c, const DeviceProblem& p) {
 // rows local to each sequence: arbitrary intervals (random_intervals) on its Sq and all its
 // keys (those past seqused_k too, which the kernels must ignore); zeros for an empty one.
 dsl::IntervalVectors random_vectors(const Packed& c, int mask_heads) {
-  dsl::IntervalVectors out;
-  out.causal = c.vectors_causal;
-  out.columns = c.columns;
-  out.batch = 1;
-  out.heads = mask_heads;
-  out.seqlen_q = *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end());
-  out.seqlen_k = c.total_k();
-  out.data.assign(static_cast<std::size_t>(mask_heads) * out.seqlen_k * c.columns, 0);
-  const std::vector<int> cu_k = c.cu(c.seqlens_k);
+  std::vector<dsl::IntervalVectors> pieces;
   for (int s = 0; s < c.sequences(); ++s) {
     const int queries = c.seqlens_q[s], keys = c.seqlens_k[s];
-    if (queries == 0 || keys == 0) continue;
-    const dsl::IntervalVectors own =
-        dsl::random_intervals(c.vectors_causal, c.columns, 1, mask_heads, queries, keys,
-                              gpu_test::data_seed(c.seed) + s);
-    for (int h = 0; h < mask_heads; ++h) {
-      std::copy_n(own.data.begin() + static_cast<std::ptrdiff_t>(h) * keys * c.columns,
-                  keys * c.columns,
-                  out.data.begin() +
-                      (static_cast<std::ptrdiff_t>(h) * out.seqlen_k + cu_k[s]) * c.columns);
+    if (queries == 0 || keys == 0) {
+      pieces.push_back(
+          {c.vectors_causal, c.columns, 1, mask_heads, queries, keys,
+           std::vector<std::int32_t>(static_cast<std::size_t>(mask_heads) * keys * c.columns, 0)});
+    } else {
+      pieces.push_back(dsl::random_intervals(c.vectors_causal, c.columns, 1, mask_heads, queries,
+                                             keys, gpu_test::data_seed(c.seed) + s));
     }
   }
-  return out;
+  return dsl::concat_keys(pieces);
 }
 
 // Sequence s's part of the case's vectors: its used keys, its Sq (the reference's layout).
 dsl::IntervalVectors sequence_vectors(const Packed& c, int s) {
-  dsl::IntervalVectors out = c.vectors;
-  out.seqlen_q = c.seqlens_q[s];
-  out.seqlen_k = c.used(s);
-  out.data.clear();
-  const int first = c.cu(c.seqlens_k)[s];
-  for (int h = 0; h < c.vectors.heads; ++h) {
-    const auto begin = c.vectors.data.begin() +
-                       (static_cast<std::ptrdiff_t>(h) * c.vectors.seqlen_k + first) * c.columns;
-    out.data.insert(out.data.end(), begin, begin + static_cast<std::ptrdiff_t>(c.used(s)) * c.columns);
-  }
-  return out;
+  return dsl::key_range(c.vectors, c.cu(c.seqlens_k)[s], c.used(s), c.seqlens_q[s]);
 }
 
 // The host evaluator of the case's predicate, with its literals and tensors.
@@ -412,8 +390,9 @@ testing::Gradients reference_backward(const Packed& c, const HostData& h) {
     if (rows == 0 || keys == 0) continue;
     const dsl::IntervalVectors vectors = sequence_vectors(c, s);
     const testing::Gradients one = testing::reference_backward(
-        sequence_problem(c, s, vectors, evaluator), rows_of(h.q, cu_q[s], rows, qw), rows_of(h.k, cu_k[s], keys, kw),
-        rows_of(h.v, cu_k[s], keys, kw), rows_of(h.d_o, cu_q[s], rows, qw));
+        sequence_problem(c, s, vectors, evaluator), rows_of(h.q, cu_q[s], rows, qw),
+        rows_of(h.k, cu_k[s], keys, kw), rows_of(h.v, cu_k[s], keys, kw),
+        rows_of(h.d_o, cu_q[s], rows, qw));
     put_rows(g.dq, cu_q[s], qw, one.dq);
     put_rows(g.dk, cu_k[s], kw, one.dk);
     put_rows(g.dv, cu_k[s], kw, one.dv);
@@ -611,8 +590,8 @@ std::vector<Packed> predicate_cases(const std::string& family) {
 std::vector<Packed> flashmask_cases(const std::string& family) {
   std::vector<Packed> cases;
   int i = 0;
-  for (const auto& [causal, columns] : {std::pair{true, 1}, std::pair{true, 2},
-                                        std::pair{false, 2}, std::pair{false, 4}}) {
+  for (const auto& [causal, columns] :
+       {std::pair{true, 1}, std::pair{true, 2}, std::pair{false, 2}, std::pair{false, 4}}) {
     for (const Ragged& shape : kRagged) {
       Packed c = ragged_case(shape, MaskKind::flashmask, i, 4700 + i);
       c.vectors_causal = causal;
@@ -626,22 +605,31 @@ std::vector<Packed> flashmask_cases(const std::string& family) {
   return cases;
 }
 
+// Case i's forward spec and its backward's (deterministic for odd i), for CompileAhead.
+std::vector<AttentionSpec> forward_and_backward_specs(const std::vector<Packed>& cases) {
+  std::vector<AttentionSpec> specs;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    specs.push_back(cases[i].forward_spec());
+    for (const AttentionSpec& spec : cases[i].backward_specs(i % 2 == 1)) specs.push_back(spec);
+  }
+  return specs;
+}
+
+void check_forward_and_backward(const std::vector<Packed>& cases) {
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    check_forward(cases[i]);
+    check_backward(cases[i], i % 2 == 1);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("varlen FlashMask vectors inside the sequences match the reference, every family",
           "[gpu][varlen][flashmask][forward][backward]") {
   for (const std::string& family : families()) {
     const std::vector<Packed> cases = flashmask_cases(family);
-    std::vector<AttentionSpec> specs;
-    for (std::size_t i = 0; i < cases.size(); ++i) {
-      specs.push_back(cases[i].forward_spec());
-      for (const AttentionSpec& spec : cases[i].backward_specs(i % 2 == 1)) specs.push_back(spec);
-    }
-    const gpu_test::CompileAhead ahead(specs);
-    for (std::size_t i = 0; i < cases.size(); ++i) {
-      check_forward(cases[i]);
-      check_backward(cases[i], i % 2 == 1);
-    }
+    const gpu_test::CompileAhead ahead(forward_and_backward_specs(cases));
+    check_forward_and_backward(cases);
   }
 }
 
@@ -649,21 +637,13 @@ TEST_CASE("varlen predicates see each sequence's local q, k and index b, every f
           "[gpu][varlen][predicate][forward][backward]") {
   for (const std::string& family : families()) {
     const std::vector<Packed> cases = predicate_cases(family);
-    std::vector<AttentionSpec> specs;
-    for (std::size_t i = 0; i < cases.size(); ++i) {
-      specs.push_back(cases[i].forward_spec());
-      for (const AttentionSpec& spec : cases[i].backward_specs(i % 2 == 1)) specs.push_back(spec);
-    }
-    const gpu_test::CompileAhead ahead(specs);
+    const gpu_test::CompileAhead ahead(forward_and_backward_specs(cases));
     // With the partial tiles' stored bits, then without (ATTNJIT_PREDICATE_BITS_MIB=0: the
     // attention kernels find the sequences and evaluate the predicate per element).
     for (const char* budget : {static_cast<const char*>(nullptr), "0"}) {
       INFO("ATTNJIT_PREDICATE_BITS_MIB=" << (budget != nullptr ? budget : "default"));
       const testing::EnvOverride bits("ATTNJIT_PREDICATE_BITS_MIB", budget);
-      for (std::size_t i = 0; i < cases.size(); ++i) {
-        check_forward(cases[i]);
-        check_backward(cases[i], i % 2 == 1);
-      }
+      check_forward_and_backward(cases);
     }
   }
 }

@@ -223,6 +223,35 @@ TEST_CASE("stack rejects mismatched samples", "[dsl]") {
   CHECK_THROWS_AS(attnjit::dsl::stack({}), Error);
 }
 
+TEST_CASE("concat_keys lays pieces along the keys, head by head; key_range takes one back",
+          "[dsl][varlen]") {
+  // Two heads: a piece of 2 keys over 3 rows, then 3 keys over 1 row (columns LTS, UTE).
+  const IntervalVectors first{false, 2, 1, 2, 3, 2, {3, 0, 2, 1, /*head 1*/ 1, 0, 3, 2}};
+  const IntervalVectors second{
+      false, 2, 1, 2, 1, 3, {1, 0, 0, 0, 1, 1, /*head 1*/ 0, 0, 1, 0, 1, 1}};
+  const std::vector<IntervalVectors> pieces = {first, second};
+  const IntervalVectors packed = attnjit::dsl::concat_keys(pieces);
+  CHECK(packed.seqlen_k == 5);
+  CHECK(packed.seqlen_q == 3);
+  CHECK(packed.heads == 2);
+  CHECK(packed.data ==
+        std::vector<std::int32_t>{3, 0, 2, 1, 1, 0, 0, 0, 1, 1, 1, 0, 3, 2, 0, 0, 1, 0, 1, 1});
+  const IntervalVectors back = attnjit::dsl::key_range(packed, 2, 3, 1);
+  CHECK(back.seqlen_q == 1);
+  CHECK(back.seqlen_k == 3);
+  CHECK(back.data == second.data);
+  CHECK(attnjit::dsl::key_range(packed, 0, 2, 3).data == first.data);
+
+  IntervalVectors other = second;
+  other.columns = 4;
+  const std::vector<IntervalVectors> mixed = {first, other};
+  CHECK_THAT(attnjit::testing::error_text([&] { attnjit::dsl::concat_keys(mixed); }),
+             Contains("concat_keys: pieces[1].columns: got 4; accepted: 2"));
+  CHECK_THAT(attnjit::testing::error_text([&] { attnjit::dsl::key_range(packed, 3, 3, 1); }),
+             Contains("key_range: keys: got '[3, 6)'; accepted: a range within the 5 keys"));
+  CHECK_THROWS_AS(attnjit::dsl::concat_keys({}), Error);
+}
+
 TEST_CASE("broadcast_heads repeats a single-head mask", "[dsl]") {
   IntervalVectors m = make(false, 2, 4, 2, {1, 0, 4, 2, 2, 1, 0, 4});
   m.batch = 2;

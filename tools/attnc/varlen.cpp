@@ -53,10 +53,10 @@ DeviceVarlen upload_varlen(const ProblemOptions& p, attnjit::VarlenMode mode) {
   const auto sequences = static_cast<std::int64_t>(p.lengths_q.size());
   v.args.cu_seqlens_q =
       attnjit::contiguous_view(v.cu_seqlens_q.data(), attnjit::ScalarType::int32, {sequences + 1});
-  v.args.cu_seqlens_k =
-      shared ? v.args.cu_seqlens_q
-             : attnjit::contiguous_view(v.cu_seqlens_k.data(), attnjit::ScalarType::int32,
-                                        {sequences + 1});
+  v.args.cu_seqlens_k = shared
+                            ? v.args.cu_seqlens_q
+                            : attnjit::contiguous_view(v.cu_seqlens_k.data(),
+                                                       attnjit::ScalarType::int32, {sequences + 1});
   if (!p.used_k.empty()) {
     v.seqused_k = upload_ints(p.used_k);
     v.args.seqused_k =
@@ -70,54 +70,24 @@ DeviceVarlen upload_varlen(const ProblemOptions& p, attnjit::VarlenMode mode) {
 attnjit::dsl::IntervalVectors packed_vectors(const attnjit::MaskSpec& mask,
                                              const ProblemOptions& p) {
   namespace dsl = attnjit::dsl;
-  dsl::IntervalVectors out;
-  out.causal = mask.causal;
-  out.columns = mask.columns;
-  out.batch = 1;
-  out.heads = p.mask_heads;
-  out.seqlen_q = *std::max_element(p.lengths_q.begin(), p.lengths_q.end());
-  out.seqlen_k = p.seqlen_k;
-  out.data.assign(static_cast<std::size_t>(out.heads) * out.seqlen_k * out.columns, 0);
-  int first = 0;
+  std::vector<dsl::IntervalVectors> pieces;
   for (std::size_t s = 0; s < p.lengths_q.size(); ++s) {
     const int queries = p.lengths_q[s], keys = p.lengths_k[s];
     const std::uint64_t seed = p.seed + s;
-    if (queries > 0 && keys > 0) {
-      const dsl::IntervalVectors own =
-          p.mask_data == "random" || queries != keys
-              ? dsl::random_intervals(mask.causal, mask.columns, 1, p.mask_heads, queries, keys,
-                                      seed)
-              : family_sample(mask, queries, seed, p.mask_heads);
-      for (int h = 0; h < out.heads; ++h) {
-        std::copy_n(own.data.begin() + static_cast<std::ptrdiff_t>(h) * keys * out.columns,
-                    keys * out.columns,
-                    out.data.begin() +
-                        (static_cast<std::ptrdiff_t>(h) * out.seqlen_k + first) * out.columns);
-      }
+    if (queries == 0 || keys == 0) {
+      // No rows to hide: zeros for the keys of an empty sequence.
+      pieces.push_back({mask.causal, mask.columns, 1, p.mask_heads, queries, keys,
+                        std::vector<std::int32_t>(
+                            static_cast<std::size_t>(p.mask_heads) * keys * mask.columns, 0)});
+    } else if (p.mask_data == "random" || queries != keys) {
+      pieces.push_back(
+          dsl::random_intervals(mask.causal, mask.columns, 1, p.mask_heads, queries, keys, seed));
+    } else {
+      pieces.push_back(family_sample(mask, queries, seed, p.mask_heads));
     }
-    first += keys;
   }
-  return out;
+  return dsl::concat_keys(pieces);
 }
-
-namespace {
-
-// Sequence s's part of packed vectors: its first `keys` keys (those it uses), rows local.
-attnjit::dsl::IntervalVectors sequence_vectors(const attnjit::dsl::IntervalVectors& packed,
-                                               int first_key, int keys, int queries) {
-  attnjit::dsl::IntervalVectors out = packed;
-  out.seqlen_q = queries;
-  out.seqlen_k = keys;
-  out.data.clear();
-  for (int h = 0; h < packed.heads; ++h) {
-    const auto begin = packed.data.begin() +
-                       (static_cast<std::ptrdiff_t>(h) * packed.seqlen_k + first_key) * packed.columns;
-    out.data.insert(out.data.end(), begin, begin + static_cast<std::ptrdiff_t>(keys) * packed.columns);
-  }
-  return out;
-}
-
-}  // namespace
 
 std::int64_t packed_visible_pairs(const attnjit::MaskSpec& mask, const ProblemOptions& p,
                                   const attnjit::dsl::IntervalVectors* vectors) {
@@ -127,7 +97,8 @@ std::int64_t packed_visible_pairs(const attnjit::MaskSpec& mask, const ProblemOp
     const int keys = used_keys(p, s);
     if (p.lengths_q[s] > 0 && keys > 0) {
       std::optional<attnjit::dsl::IntervalVectors> own;
-      if (vectors != nullptr) own = sequence_vectors(*vectors, first_k, keys, p.lengths_q[s]);
+      if (vectors != nullptr)
+        own = attnjit::dsl::key_range(*vectors, first_k, keys, p.lengths_q[s]);
       pairs += attnjit::dsl::visible_pairs(mask, 1, p.heads, p.lengths_q[s], keys, p.window_left,
                                            p.window_right, own ? &*own : nullptr);
     }
@@ -166,15 +137,14 @@ void reference_by_sequence(const attnjit::AttentionSpec& spec, const attnjit::Fo
       DeviceBuffer own_vectors;
       if (vectors != nullptr) {
         const attnjit::dsl::IntervalVectors own =
-            sequence_vectors(*vectors, first_k, used_keys(p, s), queries);
+            attnjit::dsl::key_range(*vectors, first_k, used_keys(p, s), queries);
         own_vectors = upload_vectors(own);
         a.startend_row_indices = vectors_view(own_vectors, own);
       }
       reference.forward(a, nullptr);
       // The buffer is freed at the end of the iteration: the kernel must be done with it.
       if (vectors != nullptr) {
-        attnjit::runtime::check(attnjit::runtime::driver().cuCtxSynchronize(),
-                                "cuCtxSynchronize");
+        attnjit::runtime::check(attnjit::runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
       }
     }
     first_q += queries;

@@ -1,5 +1,6 @@
 // Unequal head dims (head_dim_qk != head_dim_v, e.g. MLA's 192 / 128): which pairs validate
-// takes, the family chosen for them (the sm90a forward on sm_90a, else the sm80 family), kernel
+// takes, the family chosen for them (on sm_90a the sm90a forward, and the sm90a backward at
+// (192, 128) and (256, 128); else the sm80 family), kernel
 // names, shared memory and scratch buffers by the right dim, and what the generated sources
 // bind.
 #include <fmt/format.h>
@@ -64,8 +65,10 @@ TEST_CASE("validate takes the listed pairs of unequal head dims and names the ot
              Catch::StartsWith("head_dim_v: got '100'"));
 }
 
-TEST_CASE("unequal head dims take the sm90a forward on sm_90a, the sm80 family elsewhere",
-          "[pass]") {
+TEST_CASE(
+    "unequal head dims take the sm90a forward on sm_90a and its backward at (192, 128) and "
+    "(256, 128), the sm80 family elsewhere",
+    "[pass]") {
   for (const char* dims : kPairs) {
     for (const char* target : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}) {
       for (const char* mode :
@@ -76,12 +79,11 @@ TEST_CASE("unequal head dims take the sm90a forward on sm_90a, the sm80 family e
               fmt::format("dtype=bf16 {} mask={} {} target={}", dims, mask, mode, target);
           INFO(text);
           const Lowering ir = lowered(text);
-          const bool sm90a_forward =
-              std::string_view(target) == "sm_90a" && std::string_view(mode) == "direction=forward";
+          const bool wide_pair = ir.spec.head_dim_qk > 128;
+          const bool sm90a = std::string_view(target) == "sm_90a" &&
+                             (std::string_view(mode) == "direction=forward" || wide_pair);
           for (const FamilyChoice& choice : ir.target->families) {
-            CHECK(choice.family == (sm90a_forward && choice.role == KernelRole::forward
-                                        ? KernelFamily::sm90a
-                                        : KernelFamily::sm80));
+            CHECK(choice.family == (sm90a ? KernelFamily::sm90a : KernelFamily::sm80));
           }
           for (const KernelTiles& tiles : ir.tiles) {
             CHECK(tiles.smem_bytes <= ir.target->max_dynamic_smem_bytes);
@@ -90,15 +92,27 @@ TEST_CASE("unequal head dims take the sm90a forward on sm_90a, the sm80 family e
       }
     }
   }
-  // The sm90a backward takes equal head dims only: forcing one of its shapes says so.
+  // The sm90a backward takes (192, 128) and (256, 128) on its wide layout only, and no other
+  // pair: forcing another of its shapes says so.
   CHECK_THAT(testing::error_text([] {
                lowered(
                    "dtype=bf16 head_dim_qk=192 head_dim_v=128 target=sm_90a "
                    "tiles=64x128x12:warpgroups direction=backward");
              }),
-             Catch::Contains("tiles: got '64x128x12:warpgroups'") &&
-                 Catch::Contains("for head_dim_qk=192 head_dim_v=128 (the sm90a family takes "
-                                 "equal head dims only)"));
+             Catch::EndsWith("tiles: got '64x128x12:warpgroups'; accepted: 64x64x12:warpgroups "
+                             "for the sm90a backward at head_dim_qk=192 head_dim_v=128"));
+  for (const char* dims : {"head_dim_qk=128 head_dim_v=64", "head_dim_qk=64 head_dim_v=128"}) {
+    CHECK_THAT(testing::error_text([dims] {
+                 lowered(
+                     fmt::format("dtype=bf16 {} target=sm_90a tiles=64x128x12:warpgroups "
+                                 "direction=backward",
+                                 dims));
+               }),
+               Catch::Contains(fmt::format("tiles: got '64x128x12:warpgroups with {}'", dims)) &&
+                   Catch::EndsWith("accepted: 64x64x12:warpgroups for the sm90a backward at "
+                                   "(head_dim_qk, head_dim_v) (192, 128) or (256, 128), or equal "
+                                   "head dims; other pairs take a layout other than warpgroups"));
+  }
   // Explicit sm80 shapes are checked against both dims: 8 warps over one key slab split
   // head_dim_qk 128 into 16 columns each, but not head_dim_v 64.
   CHECK_THAT(testing::error_text([] {
@@ -129,7 +143,7 @@ TEST_CASE("a (192, 128) plan: kernel names, shared memory and buffers by the rig
 
   const Lowering backward = lowered(
       "dtype=bf16 head_dim_qk=192 head_dim_v=128 mask=causal "
-      "direction=backward target=sm_90a");
+      "direction=backward target=sm_90");
   std::vector<std::string> names;
   for (const KernelDesc& k : backward.plan->kernels) names.push_back(k.name);
   CHECK(names == std::vector<std::string>{"attnjit_bwd_preprocess_bf16_d192v128_zero_dq",
@@ -151,7 +165,7 @@ TEST_CASE("a (192, 128) plan: kernel names, shared memory and buffers by the rig
 
   const Lowering det = lowered(
       "dtype=fp16 head_dim_qk=192 head_dim_v=128 mask=causal "
-      "direction=backward deterministic=true target=sm_90a");
+      "direction=backward deterministic=true target=sm_90");
   const KernelDesc& dq = *det.plan->find(KernelRole::backward_dq);
   CHECK(dq.name == "attnjit_bwd_dq_fp16_d192v128_causal");
   CHECK(dq.row == "backward_dq.sm80");
@@ -239,6 +253,57 @@ TEST_CASE("the sm90a forward of unequal head dims: tiles, shared memory and TMA 
                              "for the warpgroup forward"));
 }
 
+TEST_CASE(
+    "the sm90a backward of unequal head dims: tiles, shared memory and TMA boxes by both dims",
+    "[pass]") {
+  // (192, 128) and (256, 128) under a causal mask: the wide layout (64 queries, 64 keys, the
+  // consumers split both head dims), in both modes.
+  struct Expected {
+    int d_qk, d_v;
+    int panel_qk;  // a consumer's head_dim_qk / 2 columns: 32-column panels at 96
+  };
+  for (const Expected e : {Expected{192, 128, 32}, Expected{256, 128, 64}}) {
+    for (const char* mode : {"", " deterministic=true"}) {
+      const std::string text = fmt::format(
+          "dtype=bf16 head_dim_qk={} head_dim_v={} mask=causal direction=backward{} "
+          "target=sm_90a",
+          e.d_qk, e.d_v, mode);
+      INFO(text);
+      const Lowering ir = lowered(text);
+      const KernelTiles& tiles = ir.tiles_of(KernelRole::backward);
+      CHECK(tiles.row == "backward.sm90a");
+      CHECK(tiles.block_m == 64);
+      CHECK(tiles.block_n == 64);
+      CHECK(tiles.warps == 12);
+      // Alignment slack, K (head_dim_qk) and V (head_dim_v), two stages of Q, dO, the extra part
+      // of the consumers' fp32 dQ (64 rows of head_dim_qk floats less Q and dO) and the
+      // statistics (1 KB), the P^T and dS^T tiles, the K/V barrier and the ring's.
+      const int q_do = 64 * (e.d_qk + e.d_v) * 2;
+      CHECK(tiles.smem_bytes == 1024 + 64 * (e.d_qk + e.d_v) * 2 +
+                                    2 * (q_do + (64 * e.d_qk * 4 - q_do) + 1024) + 2 * 64 * 64 * 2 +
+                                    8 + 2 * 2 * 8);
+      const KernelDesc& kernel = *ir.plan->find(KernelRole::backward);
+      const int qk = e.panel_qk;
+      // The atomic mode's GQA sums follow (fp32 boxes of 32 columns).
+      const std::vector<TensorMapBox> maps(
+          kernel.tensor_maps.begin(),
+          kernel.tensor_maps.begin() + std::min<std::size_t>(7, kernel.tensor_maps.size()));
+      CHECK(maps == std::vector<TensorMapBox>{{MapTensor::q, 64, qk, qk * 2},
+                                              {MapTensor::k, 64, qk, qk * 2},
+                                              {MapTensor::v, 64, 64, 128},
+                                              {MapTensor::d_o, 64, 64, 128},
+                                              {MapTensor::dq_accum, 64, qk / 2, qk * 2},
+                                              {MapTensor::d_k, 64, qk, qk * 2},
+                                              {MapTensor::d_v, 64, 64, 128}});
+    }
+  }
+  // Forced: the wide shape, which the automatic choice takes too.
+  CHECK(lowered("dtype=fp16 head_dim_qk=256 head_dim_v=128 mask=predicate(q>=k) "
+                "direction=backward target=sm_90a tiles=64x64x12:warpgroups")
+            .tiles_of(KernelRole::backward)
+            .row == "backward.sm90a");
+}
+
 TEST_CASE("the kernels of unequal head dims bind both dims", "[emit]") {
   const Lowering forward = lowered("dtype=bf16 head_dim_qk=192 head_dim_v=128 target=sm_90a");
   const std::string fwd = source_of(forward, KernelRole::forward);
@@ -255,6 +320,17 @@ TEST_CASE("the kernels of unequal head dims bind both dims", "[emit]") {
     const std::string src = source_of(backward, role);
     CHECK_THAT(src, Catch::Contains("static constexpr int kHeadDimQK = 128;"));
     CHECK_THAT(src, Catch::Contains("static constexpr int kHeadDimV = 64;"));
+  }
+  // The sm90a backward at (192, 128): both dims, and the consumers' shares of them as wgmma
+  // widths (dK and dQ 96 columns, dV 64, S^T and dP^T 32 queries).
+  const std::string wide = source_of(
+      lowered("dtype=bf16 head_dim_qk=192 head_dim_v=128 direction=backward target=sm_90a"),
+      KernelRole::backward);
+  CHECK_THAT(wide, Catch::Contains("#include \"attnjit/sm90a/backward.cuh\""));
+  CHECK_THAT(wide, Catch::Contains("static constexpr int kHeadDimQK = 192;"));
+  CHECK_THAT(wide, Catch::Contains("static constexpr int kHeadDimV = 128;"));
+  for (int n : {32, 64, 96}) {
+    CHECK_THAT(wide, Catch::Contains(fmt::format("#define ATTNJIT_WGMMA_N{}\n", n)));
   }
   CHECK_THAT(source_of(backward, KernelRole::backward_preprocess),
              Catch::Contains("attnjit::backward_preprocess<attnjit::bf16, 128, 64, "

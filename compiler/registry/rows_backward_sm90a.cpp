@@ -5,10 +5,10 @@
 // d_v. Head dims 64, 96 and 128: block_n = 128, the consumers split the keys; head dims 192 and
 // 256: block_n = 64, the consumers split the head dim; every mask. Unequal head dims (Q, K, dQ
 // and dK head_dim_qk wide, V, dO and dV head_dim_v): (192, 128) and (256, 128) split the head
-// dims. The automatic choice on sm_90a at those head dims, in both modes;
-// `tiles=64x128x12:warpgroups` / `64x64x12:warpgroups` forces it. At d128 without a mask or
-// soft-capping its query blocks have 80 rows
-// (`80x128x12:warpgroups`, dQ^T = K^T dS^T), which takes less time than 64 rows there.
+// dims, (128, 64) and (64, 128) the keys. The automatic choice on sm_90a at those head dims, in
+// both modes; `tiles=64x128x12:warpgroups` / `64x64x12:warpgroups` forces it. At d128 without a
+// mask or soft-capping its query blocks have 80 rows (`80x128x12:warpgroups`, dQ^T = K^T dS^T),
+// which takes less time than 64 rows there.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -23,8 +23,11 @@ namespace {
 
 constexpr int kStages = 2;
 
-constexpr TileCandidate warpgroups(int d, int block_m) {
-  return {d, block_m, 128, 12, 1, kStages};
+// head_dim_v 0: equal head dims.
+constexpr TileCandidate warpgroups(int d, int block_m, int d_v = 0) {
+  TileCandidate c{d, block_m, 128, 12, 1, kStages};
+  c.head_dim_v = d_v;
+  return c;
 }
 
 // A head dim above 128 (192, 256): 64 keys per CTA, the consumers split the head dims
@@ -39,23 +42,17 @@ bool is_wide(const AttentionSpec& spec) {
   return spec.head_dim_qk > 128 || spec.head_dim_v > 128;
 }
 
-// The unequal pairs the row takes: the wide layout's, where head_dim_qk > head_dim_v gives each
-// consumer's fp32 dQ an extra part of the stage beside its Q and dO panels.
-bool takes_head_dims(const AttentionSpec& spec) {
-  return spec.head_dim_qk == spec.head_dim_v ||
-         (spec.head_dim_qk == 192 && spec.head_dim_v == 128) ||
-         (spec.head_dim_qk == 256 && spec.head_dim_v == 128);
-}
-
 // Query blocks of 80 rows at d128 without a mask (fits): dQ^T = K^T dS^T
-// (backward_products.cuh).
-constexpr std::array<TileCandidate, 8> kCandidates{{
+// (backward_products.cuh). Unequal head dims up to 128 take d128's 64-row shape.
+constexpr std::array<TileCandidate, 10> kCandidates{{
     warpgroups(64, 64),
     warpgroups(96, 64),
     warpgroups(128, 80),
     warpgroups(128, 64),
     wide(192),
     wide(256),
+    warpgroups(128, 64, 64),
+    warpgroups(64, 64, 128),
     wide(192, 128),
     wide(256, 128),
 }};
@@ -111,8 +108,9 @@ int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowe
 // bytes under causal, soft-capping and FlashMask), and a FlashMask's values do not fit the
 // shared memory beside two or four vectors.
 bool eighty_rows_fit(const AttentionSpec& spec, const MaskLowering& mask) {
-  return spec.head_dim_qk == 128 && !spec.softcap && !mask.element_predicate &&
-         !mask.window_by_index && !mask.causal_by_index && mask.vectors.empty();
+  return spec.head_dim_qk == 128 && spec.head_dim_v == 128 && !spec.softcap &&
+         !mask.element_predicate && !mask.window_by_index && !mask.causal_by_index &&
+         mask.vectors.empty();
 }
 
 bool fits(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
@@ -120,20 +118,12 @@ bool fits(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering&
 }
 
 // `tiles=64x128x12:warpgroups`: 64 queries per stage, two consumer warpgroups of 64 keys and a
-// producer warpgroup; head dims 64, 96 and 128 (`80x128x12:warpgroups`: 80 queries, where
-// eighty_rows_fit). `tiles=64x64x12:warpgroups`: head dims 192 and 256 and the pairs (192, 128)
+// producer warpgroup; head dims 64, 96 and 128 and the pairs (128, 64) and (64, 128)
+// (`80x128x12:warpgroups`: 80 queries, where eighty_rows_fit). `tiles=64x64x12:warpgroups`: head dims 192 and 256 and the pairs (192, 128)
 // and (256, 128), the consumers split the head dims over 64 keys.
 TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
                              const MaskLowering& mask) {
   const std::string value = to_string(shape);
-  if (!takes_head_dims(spec)) {
-    throw_field_error(
-        "tiles",
-        fmt::format("{} with head_dim_qk={} head_dim_v={}", value, spec.head_dim_qk,
-                    spec.head_dim_v),
-        "64x64x12:warpgroups for the sm90a backward at (head_dim_qk, head_dim_v) (192, 128) or "
-        "(256, 128), or equal head dims; other pairs take a layout other than warpgroups");
-  }
   if (is_wide(spec)) {
     if (shape.block_m != 64 || shape.block_n != 64 || shape.warps != 12) {
       throw_field_error(
@@ -157,7 +147,8 @@ TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
                       "64x128x12:warpgroups for the sm90a backward, or 80x128x12:warpgroups at "
                       "head_dim=128 with mask=none and no softcap");
   }
-  return warpgroups(spec.head_dim_qk, shape.block_m);
+  return warpgroups(spec.head_dim_qk, shape.block_m,
+                    spec.head_dim_v == spec.head_dim_qk ? 0 : spec.head_dim_v);
 }
 
 // sm90a/backward.cuh's TMA boxes. Q, dO, K and V: one panel of their tiles (kPanelColsQK for

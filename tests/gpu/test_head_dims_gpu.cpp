@@ -4,8 +4,8 @@
 // that are not tile multiples and Sq != Sk; the sm80 family on every device (an sm_90 target on
 // compute capability 9.0), the sm90a forward forced by its tiles on sm_90a devices (persistent
 // CTAs taking many works, one consumer, a predicate with the score modifiers), and the sm90a
-// backward forced at (192, 128) and (256, 128) in both modes. Also the
-// deterministic mode's bitwise repeatability, the score modifiers and the GPU reference kernel.
+// backward forced per pair in both modes. Also the deterministic mode's bitwise repeatability,
+// the score modifiers and the GPU reference kernel.
 #include <catch2/catch.hpp>
 
 #include <utility>
@@ -145,24 +145,28 @@ TEST_CASE("unequal head dims: sm90a forward CTAs that take many works each, and 
   gpu_test::check_forwards(one);
 }
 
-TEST_CASE("unequal head dims: the backward matches the reference gradients in both modes",
+TEST_CASE("unequal head dims: the sm80 backward matches the reference gradients in both modes",
           "[gpu][backward][head_dims]") {
+  // On compute capability 9.0 an sm_90 target takes the sm80 family (the automatic backward of
+  // an sm_90a device is the sm90a kernel).
+  const Arch device = jit::current_device_arch();
   std::vector<BackwardRun> runs;
-  for (const Case& c : pair_cases()) runs.push_back({c, /*atomic=*/true, /*deterministic=*/true});
+  for (Case c : pair_cases()) {
+    if (device == Arch::sm_90a || device == Arch::sm_90) c.spec.target = Arch::sm_90;
+    runs.push_back({c, /*atomic=*/true, /*deterministic=*/true});
+  }
   gpu_test::check_backwards(runs);
 }
 
 TEST_CASE("unequal head dims: the sm90a backward matches the reference gradients in both modes",
           "[gpu][sm90a][backward][head_dims]") {
   if (!gpu_test::sm90_device_or_skip("sm90a backward, unequal head dims")) return;
-  // The pairs of its wide layout, (192, 128) and (256, 128), forced by
-  // tiles=64x64x12:warpgroups: both dtypes, causal, sliding window and FlashMask (GQA and MQA,
-  // lengths that are not tile multiples, Sq != Sk); (192, 128) with a predicate and both score
-  // modifiers, and over 1000 x 700 and 700 x 1000 (the ring wraps) under FlashMask.
-  std::vector<Case> cases;
-  for (const Case& c : pair_cases()) {
-    if (c.spec.head_dim_v == 128 && c.spec.head_dim_qk > 128) cases.push_back(c);
-  }
+  // Every pair forced by its tiles (tiles=64x64x12:warpgroups at (192, 128) and (256, 128), the
+  // consumers splitting the head dims; 64x128x12 at (128, 64) and (64, 128), splitting the keys):
+  // both dtypes, causal, sliding window and FlashMask (GQA and MQA, lengths that are not tile
+  // multiples, Sq != Sk); (192, 128) with a predicate and both score modifiers, and over
+  // 1000 x 700 and 700 x 1000 (the ring wraps) under FlashMask.
+  std::vector<Case> cases = pair_cases();
   Case predicate = gpu_test::predicate_case("q % 3 != 1 && k <= q + 17", {}, DType::bf16, 192, 2, 4,
                                             2, 203, 229, 7160);
   predicate.spec.head_dim_v = 128;
@@ -186,7 +190,7 @@ TEST_CASE("unequal head dims: the sm90a backward matches the reference gradients
   std::vector<BackwardRun> runs;
   for (Case& c : cases) {
     c.spec.target = Arch::sm_90a;
-    c.spec.tiles = {64, 64, 12, TileLayout::warpgroups};
+    c.spec.tiles = {64, c.spec.head_dim_qk > 128 ? 64 : 128, 12, TileLayout::warpgroups};
     c.expect_row = "backward.sm90a";
     runs.push_back({c, /*atomic=*/true, /*deterministic=*/true});
   }

@@ -1,13 +1,13 @@
 // Unequal head dims (head_dim_qk != head_dim_v, e.g. MLA's 192 / 128): which pairs validate
-// takes, the family chosen for them (on sm_90a the sm90a forward, and the sm90a backward at
-// (192, 128) and (256, 128); else the sm80 family), kernel
-// names, shared memory and scratch buffers by the right dim, and what the generated sources
-// bind.
+// takes, the family chosen for them (the sm90a forward and backward on sm_90a, else the sm80
+// family), kernel names, shared memory and scratch buffers by the right dim, and what the generated
+// sources bind.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
+#include <utility>
 
 #include "attnjit/error.hpp"
 #include "compiler/codegen/emit.hpp"
@@ -66,8 +66,7 @@ TEST_CASE("validate takes the listed pairs of unequal head dims and names the ot
 }
 
 TEST_CASE(
-    "unequal head dims take the sm90a forward on sm_90a and its backward at (192, 128) and "
-    "(256, 128), the sm80 family elsewhere",
+    "unequal head dims take the sm90a forward and backward on sm_90a, the sm80 family elsewhere",
     "[pass]") {
   for (const char* dims : kPairs) {
     for (const char* target : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}) {
@@ -79,9 +78,7 @@ TEST_CASE(
               fmt::format("dtype=bf16 {} mask={} {} target={}", dims, mask, mode, target);
           INFO(text);
           const Lowering ir = lowered(text);
-          const bool wide_pair = ir.spec.head_dim_qk > 128;
-          const bool sm90a = std::string_view(target) == "sm_90a" &&
-                             (std::string_view(mode) == "direction=forward" || wide_pair);
+          const bool sm90a = std::string_view(target) == "sm_90a";
           for (const FamilyChoice& choice : ir.target->families) {
             CHECK(choice.family == (sm90a ? KernelFamily::sm90a : KernelFamily::sm80));
           }
@@ -92,8 +89,8 @@ TEST_CASE(
       }
     }
   }
-  // The sm90a backward takes (192, 128) and (256, 128) on its wide layout only, and no other
-  // pair: forcing another of its shapes says so.
+  // The sm90a backward takes (192, 128) and (256, 128) on its wide layout only, (128, 64) and
+  // (64, 128) on d128's 64-row shape (no 80-row blocks): forcing another shape says so.
   CHECK_THAT(testing::error_text([] {
                lowered(
                    "dtype=bf16 head_dim_qk=192 head_dim_v=128 target=sm_90a "
@@ -101,18 +98,14 @@ TEST_CASE(
              }),
              Catch::EndsWith("tiles: got '64x128x12:warpgroups'; accepted: 64x64x12:warpgroups "
                              "for the sm90a backward at head_dim_qk=192 head_dim_v=128"));
-  for (const char* dims : {"head_dim_qk=128 head_dim_v=64", "head_dim_qk=64 head_dim_v=128"}) {
-    CHECK_THAT(testing::error_text([dims] {
-                 lowered(
-                     fmt::format("dtype=bf16 {} target=sm_90a tiles=64x128x12:warpgroups "
-                                 "direction=backward",
-                                 dims));
-               }),
-               Catch::Contains(fmt::format("tiles: got '64x128x12:warpgroups with {}'", dims)) &&
-                   Catch::EndsWith("accepted: 64x64x12:warpgroups for the sm90a backward at "
-                                   "(head_dim_qk, head_dim_v) (192, 128) or (256, 128), or equal "
-                                   "head dims; other pairs take a layout other than warpgroups"));
-  }
+  CHECK_THAT(testing::error_text([] {
+               lowered(
+                   "dtype=bf16 head_dim_qk=128 head_dim_v=64 target=sm_90a "
+                   "tiles=80x128x12:warpgroups direction=backward");
+             }),
+             Catch::EndsWith("tiles: got '80x128x12:warpgroups'; accepted: 64x128x12:warpgroups "
+                             "for the sm90a backward, or 80x128x12:warpgroups at head_dim=128 "
+                             "with mask=none and no softcap"));
   // Explicit sm80 shapes are checked against both dims: 8 warps over one key slab split
   // head_dim_qk 128 into 16 columns each, but not head_dim_v 64.
   CHECK_THAT(testing::error_text([] {
@@ -296,6 +289,35 @@ TEST_CASE(
                                               {MapTensor::d_k, 64, qk, qk * 2},
                                               {MapTensor::d_v, 64, 64, 128}});
     }
+  }
+  // (128, 64) and (64, 128): d128's shape (64 queries, 128 keys, the consumers split the keys),
+  // panels of 64 columns; one dQ buffer (64 x head_dim_qk floats) where each consumer owns 64 of
+  // its columns, one per consumer at head_dim_qk 64.
+  for (const auto& [d_qk, d_v] : {std::pair{128, 64}, std::pair{64, 128}}) {
+    const std::string text = fmt::format(
+        "dtype=fp16 head_dim_qk={} head_dim_v={} mask=flashmask(causal=true,columns=1) "
+        "direction=backward target=sm_90a",
+        d_qk, d_v);
+    INFO(text);
+    const Lowering ir = lowered(text);
+    const KernelTiles& tiles = ir.tiles_of(KernelRole::backward);
+    CHECK(tiles.row == "backward.sm90a");
+    CHECK(tiles.block_m == 64);
+    CHECK(tiles.block_n == 128);
+    const int dq_buffers = d_qk / 2 >= 64 ? 1 : 2;
+    CHECK(tiles.smem_bytes == 1024 + 128 * (d_qk + d_v) * 2 + 2 * (64 * (d_qk + d_v) * 2 + 1024) +
+                                  2 * 128 * 64 * 2 + dq_buffers * 64 * d_qk * 4 + 128 * 4 + 8 +
+                                  2 * 2 * 8);
+    const KernelDesc& kernel = *ir.plan->find(KernelRole::backward);
+    const std::vector<TensorMapBox> maps(kernel.tensor_maps.begin(),
+                                         kernel.tensor_maps.begin() + 7);
+    CHECK(maps == std::vector<TensorMapBox>{{MapTensor::q, 64, 64, 128},
+                                            {MapTensor::k, 128, 64, 128},
+                                            {MapTensor::v, 128, 64, 128},
+                                            {MapTensor::d_o, 64, 64, 128},
+                                            {MapTensor::dq_accum, 64, 32, 128},
+                                            {MapTensor::d_k, 64, 64, 128},
+                                            {MapTensor::d_v, 64, 64, 128}});
   }
   // Forced: the wide shape, which the automatic choice takes too.
   CHECK(lowered("dtype=fp16 head_dim_qk=256 head_dim_v=128 mask=predicate(q>=k) "

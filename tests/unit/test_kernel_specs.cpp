@@ -464,10 +464,7 @@ TEST_CASE("unequal head dims, forward and backward, compile for sm_80 and sm_90a
   for (const AttentionSpec& spec : specs) {
     INFO(to_string(spec));
     const Lowering ir = lower(spec);
-    // The sm90a backward takes the pairs of its wide layout, (192, 128) and (256, 128).
-    const bool sm90a_backward = spec.head_dim_v == 128 && spec.head_dim_qk > 128;
-    const bool sm90a =
-        spec.target == Arch::sm_90a && (spec.direction == Direction::forward || sm90a_backward);
+    const bool sm90a = spec.target == Arch::sm_90a;
     for (const KernelTiles& tiles : ir.tiles) {
       CHECK(kernel_row(tiles.row).family == (sm90a ? KernelFamily::sm90a : KernelFamily::sm80));
     }
@@ -661,9 +658,10 @@ TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmm
 TEST_CASE(
     "sm_90a TMA backward kernels of unequal head dims compile without spills or serialized wgmma",
     "[nvrtc][specs][sm90a][head_dims]") {
-  // backward.sm90a at (192, 128) and (256, 128), the wide layout (tiles=64x64x12:warpgroups, the
-  // automatic choice there): every mask, without and with both score modifiers, both modes, the
-  // dtypes alternating; setmaxnreg honoured (no C7508), no wgmma serialized.
+  // backward.sm90a at every pair on its automatic tiles ((128, 64) and (64, 128): the consumers
+  // split the keys; (192, 128) and (256, 128): the wide layout): every mask, without and with
+  // both score modifiers, both modes, the dtypes alternating; setmaxnreg honoured (no C7508), no
+  // wgmma serialized.
   constexpr const char* kMasks[] = {"none",
                                     "causal",
                                     "sliding_window",
@@ -675,7 +673,8 @@ TEST_CASE(
                                     "predicate((k+h)%$0!=$1&&abs(q-k)<$2*(h+$3))"};
   std::vector<std::string> specs;
   int rotation = 0;
-  for (const char* dims : {"head_dim_qk=192 head_dim_v=128", "head_dim_qk=256 head_dim_v=128"}) {
+  for (const char* dims : {"head_dim_qk=192 head_dim_v=128", "head_dim_qk=128 head_dim_v=64",
+                           "head_dim_qk=64 head_dim_v=128", "head_dim_qk=256 head_dim_v=128"}) {
     for (const char* mask : kMasks) {
       for (const char* modifiers : {"", " softcap=true alibi=true", " deterministic=true",
                                     " deterministic=true softcap=true alibi=true"}) {

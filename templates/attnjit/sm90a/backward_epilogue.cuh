@@ -77,48 +77,70 @@ struct BackwardEpilogue {
 
   /// GQA, atomic mode: dK (scaled by softmax_scale) and dV of the consumer added into the fp32
   /// sums of the K/V head (dk_partial / dv_partial, zeroed; backward_reduce_dkdv converts them)
-  /// by TMA reductions from fp32 boxes of 32 columns, once both consumers have met (no product
-  /// reads K, V or the stages then). A consumer's fp32 dK has the bytes of the K tile, its dV
-  /// those of the V tile. Split keys: dK's in the K tile (consumer 0) or the V tile (consumer
-  /// 1, equal head dims), dV's in ring stage `consumer` (the consumers have passed the last
-  /// stage; the tile ends before the stage's block index). Split head dim: consumer 0's in the
-  /// K and V tiles, consumer 1's in the end's stage `end_stage`, dK over its Q tile and dV over
-  /// its dO tile (whose bytes are the K and V tiles' with 64 queries and 64 keys).
-  static constexpr int kDkSumBytes = Kernel::kColsQK / 32 * kSumBoxBytes;
-  static constexpr int kDvSumBytes = Kernel::kColsV / 32 * kSumBoxBytes;
-  static_assert(kDkSumBytes == KTile::kBytes && kDvSumBytes == VTile::kBytes,
+  /// by TMA reductions from fp32 boxes of 32 columns (sum_box), once both consumers have met (no
+  /// product reads K, V or the stages then).
+  static constexpr int kDkBoxes = Kernel::kColsQK / 32;
+  static constexpr int kDvBoxes = Kernel::kColsV / 32;
+  static constexpr bool kEqualDims = Kernel::kHeadDimQK == Kernel::kHeadDimV;
+  /// A stage's Q and dO bytes in fp32 boxes (split keys, unequal head dims).
+  static constexpr int kStageBoxes =
+      (Kernel::QTile::kBytes + Kernel::DoTile::kBytes) / kSumBoxBytes;
+  static_assert(kDkBoxes * kSumBoxBytes == KTile::kBytes &&
+                    kDvBoxes * kSumBoxBytes == VTile::kBytes,
                 "a consumer's fp32 dK fills a K tile, its dV a V tile");
-  static_assert(Kernel::kSplitHeadDim
-                    ? kDkSumBytes == Kernel::QTile::kBytes && kDvSumBytes == Kernel::DoTile::kBytes
-                    : Kernel::kHeadDimQK == Kernel::kHeadDimV &&
-                          kDvSumBytes <= Kernel::kStageBytes &&
-                          Kernel::kConsumers <= Kernel::kStages,
-                "the fp32 dK and dV tiles fit the tiles and stages");
+  static_assert(Kernel::kSplitHeadDim ? kDkBoxes * kSumBoxBytes == Kernel::QTile::kBytes &&
+                                            kDvBoxes * kSumBoxBytes == Kernel::DoTile::kBytes
+                : kEqualDims
+                    ? kDvBoxes * kSumBoxBytes <= Kernel::kStageBytes &&
+                          Kernel::kConsumers <= Kernel::kStages
+                    : (Kernel::QTile::kBytes + Kernel::DoTile::kBytes) % kSumBoxBytes == 0 &&
+                          kDkBoxes + kDvBoxes <= Kernel::kStages * kStageBoxes,
+                "the fp32 dK and dV boxes fit the tiles and stages");
+
+  /// Box `box` of the consumer's fp32 dK (boxes [0, kDkBoxes)) then dV. Split head dim:
+  /// consumer 0's in the K and V tiles, consumer 1's in the end's stage `end_stage`, dK over its
+  /// Q tile and dV over its dO tile (the K and V tiles' bytes with 64 queries and 64 keys).
+  /// Split keys, equal head dims: dK in the K tile (consumer 0) or the V tile (consumer 1), dV
+  /// in ring stage `consumer` (the consumers have passed the last stage; the tile ends before
+  /// the stage's block index). Split keys, unequal head dims: consumer 0's in the K and V tiles,
+  /// consumer 1's over the Q and dO tiles of the ring's stages (both stages' bytes together are
+  /// its dK and dV). `box` is a compile-time index where unrolled.
+  __device__ __forceinline__ static u32 sum_box(u32 base, u32 end_stage, int consumer, int box) {
+    const bool dk = box < kDkBoxes;
+    const int within = (dk ? box : box - kDkBoxes) * kSumBoxBytes;
+    if constexpr (!Kernel::kSplitHeadDim && kEqualDims) {
+      return dk ? base + Kernel::kKOffset + consumer * KTile::kBytes + within
+                : Kernel::stage_address(base, consumer) + within;
+    }
+    const u32 own = base + (dk ? Kernel::kKOffset : Kernel::kVOffset) + within;
+    if constexpr (Kernel::kSplitHeadDim) {
+      return consumer == 0 ? own : end_stage + (dk ? 0 : Kernel::kDoStageOffset) + within;
+    }
+    return consumer == 0 ? own
+                         : Kernel::stage_address(base, box / kStageBoxes) +
+                               (box % kStageBoxes) * kSumBoxBytes;
+  }
 
   __device__ __forceinline__ static void add(const BwdParams& p, const BwdTensorMaps& maps,
                                              u32 base, u32 end_stage, const CtaWork& work,
                                              DkAccumulator& acc_dk, DvAccumulator& acc_dv) {
     const int consumer = Kernel::consumer_index();
-    u32 dk_tile, dv_tile;
-    if constexpr (Kernel::kSplitHeadDim) {
-      dk_tile = consumer == 0 ? base + Kernel::kKOffset : end_stage;
-      dv_tile = consumer == 0 ? base + Kernel::kVOffset : end_stage + Kernel::kDoStageOffset;
-    } else {
-      dk_tile = base + Kernel::kKOffset + consumer * kDkSumBytes;
-      dv_tile = Kernel::stage_address(base, consumer);
-    }
     named_barrier_sync(Kernel::kDsBarrier, 128 * Kernel::kConsumers);
-    store_fp32_tile<Kernel::kColsQK>(dk_tile, 0, acc_dk.tiles(), p.softmax_scale);
-    store_fp32_tile<Kernel::kColsV>(dv_tile, 0, acc_dv.tiles(), 1.f);
+    store_fp32_boxes<Kernel::kColsQK>(
+        [=](int box) { return sum_box(base, end_stage, consumer, box); }, 0, acc_dk.tiles(),
+        p.softmax_scale);
+    store_fp32_boxes<Kernel::kColsV>(
+        [=](int box) { return sum_box(base, end_stage, consumer, kDkBoxes + box); }, 0,
+        acc_dv.tiles(), 1.f);
     issue_copies(work, consumer, [&](int key0, int kv_head) {
 #pragma unroll
-      for (int box = 0; box < Kernel::kColsQK / 32; ++box) {
-        tma_reduce_add(maps.dk_sum, dk_tile + box * kSumBoxBytes,
+      for (int box = 0; box < kDkBoxes; ++box) {
+        tma_reduce_add(maps.dk_sum, sum_box(base, end_stage, consumer, box),
                        Kernel::consumer_col0_qk(consumer) + 32 * box, key0, kv_head, work.batch);
       }
 #pragma unroll
-      for (int box = 0; box < Kernel::kColsV / 32; ++box) {
-        tma_reduce_add(maps.dv_sum, dv_tile + box * kSumBoxBytes,
+      for (int box = 0; box < kDvBoxes; ++box) {
+        tma_reduce_add(maps.dv_sum, sum_box(base, end_stage, consumer, kDkBoxes + box),
                        Kernel::consumer_col0_v(consumer) + 32 * box, key0, kv_head, work.batch);
       }
     });

@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <catch2/catch.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -15,6 +17,7 @@
 #include "compiler/passes/pipeline.hpp"
 #include "compiler/registry/kernel_registry.hpp"
 #include "runtime/launch/plan_launch.hpp"
+#include "runtime/launch/tma.hpp"
 #include "support/error_text.hpp"
 
 using namespace attnjit;
@@ -373,4 +376,76 @@ TEST_CASE("the kernels of unequal head dims bind both dims", "[emit]") {
       emit_reference_kernel(parse_spec("dtype=bf16 head_dim_qk=192 head_dim_v=128 mask=causal"));
   CHECK(reference.name == "attnjit_reference_bf16_d192v128_causal");
   CHECK_THAT(reference.source, Catch::Contains("/*kHeadDimQK=*/192, /*kHeadDimV=*/128,"));
+}
+
+TEST_CASE("the TMA maps of unequal head dims cover each tensor by its own dim",
+          "[runtime][head_dims]") {
+  // Every tensor a map can name, over contiguous [B, S, H, D] activations and the head-major
+  // fp32 buffers of 2 batches, 4 query heads on 2 K/V heads, 96 queries and 80 keys: V, O, dO,
+  // dV and GQA's dV sums head_dim_v wide (their rows head_dim_v apart), the others head_dim_qk.
+  constexpr int kBatch = 2, kHeads = 4, kKvHeads = 2, kSq = 96, kSk = 80;
+  // Views are never read: any 16-byte aligned address stands for each tensor.
+  alignas(16) static float storage[4];
+  for (const char* pair : kPairs) {
+    INFO(pair);
+    const AttentionSpec spec = parse_spec(fmt::format("dtype=bf16 {} mask=causal", pair));
+    const int qk = spec.head_dim_qk;
+    const int v = spec.head_dim_v;
+    BwdParams bwd{};
+    bwd.batch = kBatch;
+    bwd.heads = kHeads;
+    bwd.kv_heads = kKvHeads;
+    bwd.seqlen_q = kSq;
+    bwd.seqlen_k = kSk;
+    bwd.q = bwd.k = bwd.v = bwd.d_o = bwd.d_k = bwd.d_v = storage;
+    bwd.dq_accum = bwd.dk_partial = bwd.dv_partial = storage;
+    const auto rows = [](long long& batch, long long& row, long long& head, int seqlen, int heads,
+                         int dim) {
+      row = static_cast<long long>(heads) * dim;
+      head = dim;
+      batch = row * seqlen;
+    };
+    rows(bwd.q_batch_stride, bwd.q_row_stride, bwd.q_head_stride, kSq, kHeads, qk);
+    rows(bwd.k_batch_stride, bwd.k_row_stride, bwd.k_head_stride, kSk, kKvHeads, qk);
+    rows(bwd.v_batch_stride, bwd.v_row_stride, bwd.v_head_stride, kSk, kKvHeads, v);
+    rows(bwd.do_batch_stride, bwd.do_row_stride, bwd.do_head_stride, kSq, kHeads, v);
+    rows(bwd.dk_batch_stride, bwd.dk_row_stride, bwd.dk_head_stride, kSk, kKvHeads, qk);
+    rows(bwd.dv_batch_stride, bwd.dv_row_stride, bwd.dv_head_stride, kSk, kKvHeads, v);
+    struct Expected {
+      MapTensor tensor;
+      int seqlen, heads, dim;
+      bool fp32;
+    };
+    for (const Expected& e : {Expected{MapTensor::q, kSq, kHeads, qk, false},
+                              Expected{MapTensor::k, kSk, kKvHeads, qk, false},
+                              Expected{MapTensor::v, kSk, kKvHeads, v, false},
+                              Expected{MapTensor::d_o, kSq, kHeads, v, false},
+                              Expected{MapTensor::dq_accum, kSq, kHeads, qk, true},
+                              Expected{MapTensor::d_k, kSk, kKvHeads, qk, false},
+                              Expected{MapTensor::d_v, kSk, kKvHeads, v, false},
+                              Expected{MapTensor::dk_sum, kSk, kKvHeads, qk, true},
+                              Expected{MapTensor::dv_sum, kSk, kKvHeads, v, true}}) {
+      INFO(name_of(e.tensor));
+      const std::optional<TensorView> view = jit::detail::backward_map_view(bwd, spec, e.tensor);
+      REQUIRE(view);
+      CHECK(view->dtype == (e.fp32 ? ScalarType::fp32 : ScalarType::bf16));
+      CHECK(view->shape == std::array<std::int64_t, 4>{kBatch, e.seqlen, e.heads, e.dim});
+      // fp32 buffers are [B, H, S, D]: rows dim apart, heads seqlen rows.
+      const long long row = e.fp32 ? e.dim : static_cast<long long>(e.heads) * e.dim;
+      const long long head = e.fp32 ? static_cast<long long>(e.seqlen) * e.dim : e.dim;
+      CHECK(view->stride ==
+            std::array<std::int64_t, 4>{row * e.seqlen * (e.fp32 ? e.heads : 1), row, head, 1});
+    }
+    FwdParams fwd{};
+    fwd.batch = kBatch;
+    fwd.heads = kHeads;
+    fwd.kv_heads = kKvHeads;
+    fwd.seqlen_q = kSq;
+    fwd.seqlen_k = kSk;
+    fwd.q = fwd.k = fwd.v = fwd.o = storage;
+    CHECK(jit::detail::forward_map_view(fwd, spec, MapTensor::q)->shape[3] == qk);
+    CHECK(jit::detail::forward_map_view(fwd, spec, MapTensor::k)->shape[3] == qk);
+    CHECK(jit::detail::forward_map_view(fwd, spec, MapTensor::v)->shape[3] == v);
+    CHECK(jit::detail::forward_map_view(fwd, spec, MapTensor::o)->shape[3] == v);
+  }
 }

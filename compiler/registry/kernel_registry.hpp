@@ -60,7 +60,8 @@ struct RowSupport {
   /// sums per K/V head (zeroed scratch) instead of writing per-query-head partials, and
   /// backward_reduce_dkdv only converts them
   bool sums_dkdv = false;
-  /// head_dim_v != head_dim_qk: the pairs its candidates list (any valid pair with `tiles=`)
+  /// head_dim_v != head_dim_qk: the pairs its candidates list (with `tiles=`, those its
+  /// explicit_tiles accepts)
   bool unequal_head_dims = false;
 };
 

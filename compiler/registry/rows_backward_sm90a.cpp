@@ -3,12 +3,15 @@
 // added to its fp32 accumulator by TMA reductions from shared memory, dK and dV stored by TMA;
 // its parameters are BwdParams and the TMA maps of q, d_o, k, v, the dQ accumulator, d_k and
 // d_v. Head dims 64, 96 and 128: block_n = 128, the consumers split the keys; head dims 192 and
-// 256: block_n = 64, the consumers split the head dim; every mask. The automatic choice on
-// sm_90a at those head dims, in both modes; `tiles=64x128x12:warpgroups` / `64x64x12:warpgroups`
-// forces it. At d128 without a mask or soft-capping its query blocks have 80 rows
-// (`80x128x12:warpgroups`, dQ^T = K^T dS^T), which takes less time than 64 rows there.
+// 256: block_n = 64, the consumers split the head dim; every mask. Unequal head dims (Q, K, dQ
+// and dK head_dim_qk wide, V, dO and dV head_dim_v): (192, 128) and (256, 128) split the head
+// dims, (128, 64) and (64, 128) the keys. The automatic choice on sm_90a at those head dims, in
+// both modes; `tiles=64x128x12:warpgroups` / `64x64x12:warpgroups` forces it. At d128 without a
+// mask or soft-capping its query blocks have 80 rows (`80x128x12:warpgroups`, dQ^T = K^T dS^T),
+// which takes less time than 64 rows there.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 
 #include "attnjit/error.hpp"
@@ -20,34 +23,43 @@ namespace {
 
 constexpr int kStages = 2;
 
-constexpr TileCandidate warpgroups(int d, int block_m) {
-  return {d, block_m, 128, 12, 1, kStages};
+// head_dim_v 0: equal head dims.
+constexpr TileCandidate warpgroups(int d, int block_m, int d_v = 0) {
+  TileCandidate c{d, block_m, 128, 12, 1, kStages};
+  c.head_dim_v = d_v;
+  return c;
 }
 
-// Head dims 192 and 256: 64 keys per CTA, the consumers split the head dim (sm90a/backward.cuh's
-// kSplitHeadDim).
-constexpr TileCandidate wide(int d) {
-  return {d, 64, 64, 12, 1, kStages};
+// A head dim above 128 (192, 256): 64 keys per CTA, the consumers split the head dims
+// (sm90a/backward.cuh's kSplitHeadDim). head_dim_v 0: equal head dims.
+constexpr TileCandidate wide(int d, int d_v = 0) {
+  TileCandidate c{d, 64, 64, 12, 1, kStages};
+  c.head_dim_v = d_v;
+  return c;
 }
 
-constexpr bool is_wide(int d) {
-  return d > 128;
+bool is_wide(const AttentionSpec& spec) {
+  return spec.head_dim_qk > 128 || spec.head_dim_v > 128;
 }
 
 // Query blocks of 80 rows at d128 without a mask (fits): dQ^T = K^T dS^T
-// (backward_products.cuh).
-constexpr std::array<TileCandidate, 6> kCandidates{{
+// (backward_products.cuh). Unequal head dims up to 128 take d128's 64-row shape.
+constexpr std::array<TileCandidate, 10> kCandidates{{
     warpgroups(64, 64),
     warpgroups(96, 64),
     warpgroups(128, 80),
     warpgroups(128, 64),
     wide(192),
     wide(256),
+    warpgroups(128, 64, 64),
+    warpgroups(64, 64, 128),
+    wide(192, 128),
+    wide(256, 128),
 }};
 
-constexpr std::array<ConfigField, 6> kConfig{ConfigField::head_dim,  ConfigField::block_m,
-                                             ConfigField::block_n,   ConfigField::kv_stages,
-                                             ConfigField::atomic_dq, ConfigField::register_split};
+constexpr std::array<ConfigField, 6> kConfig{
+    ConfigField::head_dims_qk_v, ConfigField::block_m,   ConfigField::block_n,
+    ConfigField::kv_stages,      ConfigField::atomic_dq, ConfigField::register_split};
 
 constexpr std::array<TileLayout, 1> kLayouts{TileLayout::warpgroups};
 
@@ -66,15 +78,17 @@ int producer_registers(const KernelTiles& tiles, const AttentionSpec&, const Mas
   return tiles.block_m == 80 ? 24 : 40;
 }
 
-// sm90a/backward.cuh's kSmemBytes: alignment slack, K and V, the stages (Q, dO and their LSE, D and
-// block index), two [key][query] tiles (dS^T of alternate blocks, or P^T and dS^T), the fp32
-// dQ buffers, the key block's FlashMask values padded to 8 bytes, the K/V barrier and the
-// ring's barriers.
+// sm90a/backward.cuh's kSmemBytes: alignment slack, K and V, the stages (Q, dO, the extra part
+// of the consumers' fp32 dQ where it outgrows them, and their LSE, D and block index), two
+// [key][query] tiles (dS^T of alternate blocks, or P^T and dS^T), the fp32 dQ buffers, the key
+// block's FlashMask values padded to 8 bytes, the K/V barrier and the ring's barriers.
 int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   const int d = spec.head_dim_qk;
   const int element = size_of(spec.dtype);
-  const int kv = 2 * c.block_n * d * element;
-  const int tiles = 2 * c.block_m * d * element;
+  const int kv = c.block_n * (d + spec.head_dim_v) * element;
+  const int q_do = c.block_m * (d + spec.head_dim_v) * element;
+  const int dq_extra = is_wide(spec) ? std::max(0, c.block_m * d * 4 - q_do) : 0;
+  const int tiles = q_do + dq_extra;
   const int vectors = (c.block_n * static_cast<int>(mask.vectors.size()) * 4 + 7) / 8 * 8;
   // 64-row stages keep their statistics after the tiles, padded to 1 KB; 80-row ones in an
   // area of their own (16-byte aligned), with no alignment slack.
@@ -83,7 +97,7 @@ int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowe
   const int stats = (2 * c.block_m * 4 + 8 + align - 1) / align * align;
   // dQ buffers: none where the consumers split the head dim (dQ goes through the stages), one
   // where each consumer owns 64 or more of dQ's columns, else one per consumer.
-  const int dq_buffers = is_wide(d) ? 0 : d / 2 >= 64 ? 1 : 2;
+  const int dq_buffers = is_wide(spec) ? 0 : d / 2 >= 64 ? 1 : 2;
   return (stats_in_stage ? 1024 : 0) + kv + c.kv_stages * (tiles + stats) +
          2 * c.block_n * c.block_m * element + dq_buffers * c.block_m * d * 4 + vectors + 8 +
          2 * c.kv_stages * 8;
@@ -94,8 +108,9 @@ int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowe
 // bytes under causal, soft-capping and FlashMask), and a FlashMask's values do not fit the
 // shared memory beside two or four vectors.
 bool eighty_rows_fit(const AttentionSpec& spec, const MaskLowering& mask) {
-  return spec.head_dim_qk == 128 && !spec.softcap && !mask.element_predicate &&
-         !mask.window_by_index && !mask.causal_by_index && mask.vectors.empty();
+  return spec.head_dim_qk == 128 && spec.head_dim_v == 128 && !spec.softcap &&
+         !mask.element_predicate && !mask.window_by_index && !mask.causal_by_index &&
+         mask.vectors.empty();
 }
 
 bool fits(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
@@ -103,19 +118,24 @@ bool fits(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering&
 }
 
 // `tiles=64x128x12:warpgroups`: 64 queries per stage, two consumer warpgroups of 64 keys and a
-// producer warpgroup; head dims 64, 96 and 128 (`80x128x12:warpgroups`: 80 queries, where
-// eighty_rows_fit). `tiles=64x64x12:warpgroups`: head dims 192 and 256, the consumers split the
-// head dim over 64 keys.
+// producer warpgroup; head dims 64, 96 and 128 and the pairs (128, 64) and (64, 128)
+// (`80x128x12:warpgroups`: 80 queries, where eighty_rows_fit). `tiles=64x64x12:warpgroups`: head dims 192 and 256 and the pairs (192, 128)
+// and (256, 128), the consumers split the head dims over 64 keys.
 TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
                              const MaskLowering& mask) {
   const std::string value = to_string(shape);
-  if (is_wide(spec.head_dim_qk)) {
+  if (is_wide(spec)) {
     if (shape.block_m != 64 || shape.block_n != 64 || shape.warps != 12) {
-      throw_field_error("tiles", value,
-                        fmt::format("64x64x12:warpgroups for the sm90a backward at head_dim={}",
-                                    spec.head_dim_qk));
+      throw_field_error(
+          "tiles", value,
+          spec.head_dim_v == spec.head_dim_qk
+              ? fmt::format("64x64x12:warpgroups for the sm90a backward at head_dim={}",
+                            spec.head_dim_qk)
+              : fmt::format("64x64x12:warpgroups for the sm90a backward at head_dim_qk={} "
+                            "head_dim_v={}",
+                            spec.head_dim_qk, spec.head_dim_v));
     }
-    return wide(spec.head_dim_qk);
+    return wide(spec.head_dim_qk, spec.head_dim_v == spec.head_dim_qk ? 0 : spec.head_dim_v);
   }
   if (spec.head_dim_qk != 64 && spec.head_dim_qk != 96 && spec.head_dim_qk != 128) {
     throw_field_error("tiles", fmt::format("{} with head_dim={}", value, spec.head_dim_qk),
@@ -127,30 +147,35 @@ TileCandidate explicit_tiles(const TileShape& shape, const AttentionSpec& spec,
                       "64x128x12:warpgroups for the sm90a backward, or 80x128x12:warpgroups at "
                       "head_dim=128 with mask=none and no softcap");
   }
-  return warpgroups(spec.head_dim_qk, shape.block_m);
+  return warpgroups(spec.head_dim_qk, shape.block_m,
+                    spec.head_dim_v == spec.head_dim_qk ? 0 : spec.head_dim_v);
 }
 
-// sm90a/backward.cuh's TMA boxes. Q, dO, K and V: one panel of their tiles (kPanelCols: 64
-// columns of the consumer's kCols, all of the head dim or its half where the consumers split
-// it, else 32; the panel's row bytes its swizzle) of the query block or of the key block; dK and
-// dV: a panel of a consumer's 64 keys. The fp32 boxes: the dQ accumulator's 128-byte rows of the
-// query block (32 columns), or where the consumers split the head dim one Q panel's bytes
-// (kDqBoxCols: 16 columns at 32-column panels); in the atomic mode GQA's dK and dV sums, 32
-// columns of a consumer's 64 keys (backward_epilogue.cuh).
+// sm90a/backward.cuh's TMA boxes. Q, dO, K and V: one panel of their tiles (kPanelColsQK for
+// Q and K, kPanelColsV for V and dO: 64 columns of the consumer's columns, all of the head dim
+// or its half where the consumers split it, else 32; the panel's row bytes its swizzle) of the
+// query block or of the key block; dK and dV: a panel of a consumer's 64 keys. The fp32 boxes:
+// the dQ accumulator's 128-byte rows of the query block (32 columns), or where the consumers
+// split the head dim one Q panel's bytes (kDqBoxCols: 16 columns at 32-column panels); in the
+// atomic mode GQA's dK and dV sums, 32 columns of a consumer's 64 keys (backward_epilogue.cuh).
 std::vector<TensorMapBox> tensor_maps(const KernelDesc& kernel, const Lowering& ir) {
-  const int d = ir.spec.head_dim_qk;
+  const bool wide_layout = is_wide(ir.spec);
   const int element = size_of(ir.spec.dtype);
-  const int cols = is_wide(d) ? d / 2 : d;
-  const int panel = cols % 64 == 0 ? 64 : 32;
-  const int dq_cols = is_wide(d) ? panel / 2 : 32;
+  const auto panel_of = [&](int d) {
+    const int cols = wide_layout ? d / 2 : d;
+    return cols % 64 == 0 ? 64 : 32;
+  };
+  const int qk = panel_of(ir.spec.head_dim_qk);
+  const int v = panel_of(ir.spec.head_dim_v);
+  const int dq_cols = wide_layout ? qk / 2 : 32;
   std::vector<TensorMapBox> maps{
-      {MapTensor::q, kernel.block_m, panel, panel * element},
-      {MapTensor::k, kernel.block_n, panel, panel * element},
-      {MapTensor::v, kernel.block_n, panel, panel * element},
-      {MapTensor::d_o, kernel.block_m, panel, panel * element},
+      {MapTensor::q, kernel.block_m, qk, qk * element},
+      {MapTensor::k, kernel.block_n, qk, qk * element},
+      {MapTensor::v, kernel.block_n, v, v * element},
+      {MapTensor::d_o, kernel.block_m, v, v * element},
       {MapTensor::dq_accum, kernel.block_m, dq_cols, dq_cols * 4},
-      {MapTensor::d_k, 64, panel, panel * element},
-      {MapTensor::d_v, 64, panel, panel * element},
+      {MapTensor::d_k, 64, qk, qk * element},
+      {MapTensor::d_v, 64, v, v * element},
   };
   if (dkdv_summed(ir)) {
     maps.push_back({MapTensor::dk_sum, 64, 32, 128});
@@ -192,6 +217,7 @@ KernelRow backward_sm90a() {
   // by the block tables with key rows (their stored bits match S^T's fragments).
   row.support.ordered_dq = true;
   row.support.sums_dkdv = true;
+  row.support.unequal_head_dims = true;
   row.tiles_layouts = kLayouts;
   row.candidates = kCandidates;
   row.config = kConfig;

@@ -382,15 +382,13 @@ void launch_plan(const KernelSet& set, const Params& attention, const Shapes& sh
         if constexpr (std::is_same_v<Params, FwdParams>) {
           launch_block(attention, kernel, schedule, base, bind_attention<Params>,
                        no_scalars<Params>, loaded, launch, stream, [&](const FwdParams& bound) {
-                         return forward_tensor_maps(bound, spec.dtype, spec.head_dim_qk,
-                                                    spec.head_dim_v, kernel.tensor_maps);
+                         return forward_tensor_maps(bound, spec, kernel.tensor_maps);
                        });
         } else {
           // After binding: the dQ accumulator's map needs its scratch address.
           launch_block(attention, kernel, schedule, base, bind_attention<Params>,
                        no_scalars<Params>, loaded, launch, stream, [&](const BwdParams& bound) {
-                         return backward_tensor_maps(bound, spec.dtype, spec.head_dim_qk,
-                                                     kernel.tensor_maps);
+                         return backward_tensor_maps(bound, spec, kernel.tensor_maps);
                        });
         }
         break;

@@ -136,89 +136,125 @@ TensorView fp32_head_major_view(float* data, int batch, int seqlen, int heads, i
   return t;
 }
 
-// Encodes the map of `box` over its tensor in `p` (a forward or a backward parameter block)
-// into its field of `maps`; the tensor's last dimension is head_dim_qk for q, k, d_k and the dQ
-// and dK buffers, head_dim_v for the others. GQA's dK and dV sums only where bound (under GQA:
-// the kernel reads their maps only then).
-template <class Maps, class Params>
-void encode_map(Maps& maps, const Params& p, DType dtype, int head_dim_qk, int head_dim_v,
-                const TensorMapBox& box) {
-  // name_of's views are of string literals, so data() is a C string.
-  const auto encode = [&](TensorMap& map, const TensorView& view) {
-    map = runtime::activation_tensor_map(name_of(box.tensor).data(), view, box.rows, box.cols,
-                                         box.swizzle_bytes);
-  };
-  switch (box.tensor) {
+// The view of map_view's tensor in `p` (a forward or a backward parameter block): head_dim_qk
+// wide for q, k, d_k and the dQ and dK buffers, head_dim_v for the others.
+template <class Params>
+std::optional<TensorView> map_view(const Params& p, const AttentionSpec& spec, MapTensor tensor) {
+  const DType dtype = spec.dtype;
+  const int head_dim_qk = spec.head_dim_qk;
+  const int head_dim_v = spec.head_dim_v;
+  switch (tensor) {
     case MapTensor::q:
-      return encode(maps.q, activation_view(dtype, p.q, p.batch, p.seqlen_q, p.heads, head_dim_qk,
-                                            p.q_batch_stride, p.q_row_stride, p.q_head_stride));
+      return activation_view(dtype, p.q, p.batch, p.seqlen_q, p.heads, head_dim_qk,
+                             p.q_batch_stride, p.q_row_stride, p.q_head_stride);
     case MapTensor::k:
-      return encode(maps.k,
-                    activation_view(dtype, p.k, p.batch, p.seqlen_k, p.kv_heads, head_dim_qk,
-                                    p.k_batch_stride, p.k_row_stride, p.k_head_stride));
+      return activation_view(dtype, p.k, p.batch, p.seqlen_k, p.kv_heads, head_dim_qk,
+                             p.k_batch_stride, p.k_row_stride, p.k_head_stride);
     case MapTensor::v:
-      return encode(maps.v, activation_view(dtype, p.v, p.batch, p.seqlen_k, p.kv_heads, head_dim_v,
-                                            p.v_batch_stride, p.v_row_stride, p.v_head_stride));
+      return activation_view(dtype, p.v, p.batch, p.seqlen_k, p.kv_heads, head_dim_v,
+                             p.v_batch_stride, p.v_row_stride, p.v_head_stride);
     default:
       break;
   }
   if constexpr (std::is_same_v<Params, FwdParams>) {
-    if (box.tensor == MapTensor::o) {
-      return encode(maps.o, activation_view(dtype, p.o, p.batch, p.seqlen_q, p.heads, head_dim_v,
-                                            p.o_batch_stride, p.o_row_stride, p.o_head_stride));
+    if (tensor == MapTensor::o) {
+      return activation_view(dtype, p.o, p.batch, p.seqlen_q, p.heads, head_dim_v, p.o_batch_stride,
+                             p.o_row_stride, p.o_head_stride);
     }
   } else {
-    switch (box.tensor) {
+    switch (tensor) {
       case MapTensor::d_o:
-        return encode(maps.d_o,
-                      activation_view(dtype, p.d_o, p.batch, p.seqlen_q, p.heads, head_dim_v,
-                                      p.do_batch_stride, p.do_row_stride, p.do_head_stride));
+        return activation_view(dtype, p.d_o, p.batch, p.seqlen_q, p.heads, head_dim_v,
+                               p.do_batch_stride, p.do_row_stride, p.do_head_stride);
       case MapTensor::dq_accum:
         internal_check(p.dq_accum != nullptr || p.seqlen_q == 0 || p.batch == 0 || p.heads == 0,
                        "the dQ accumulator is bound before its map");
-        return encode(maps.dq_accum,
-                      fp32_head_major_view(p.dq_accum, p.batch, p.seqlen_q, p.heads, head_dim_qk));
+        return fp32_head_major_view(p.dq_accum, p.batch, p.seqlen_q, p.heads, head_dim_qk);
       case MapTensor::d_k:
-        return encode(maps.d_k,
-                      activation_view(dtype, p.d_k, p.batch, p.seqlen_k, p.kv_heads, head_dim_qk,
-                                      p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride));
+        return activation_view(dtype, p.d_k, p.batch, p.seqlen_k, p.kv_heads, head_dim_qk,
+                               p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
       case MapTensor::d_v:
-        return encode(maps.d_v,
-                      activation_view(dtype, p.d_v, p.batch, p.seqlen_k, p.kv_heads, head_dim_v,
-                                      p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride));
+        return activation_view(dtype, p.d_v, p.batch, p.seqlen_k, p.kv_heads, head_dim_v,
+                               p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
       case MapTensor::dk_sum:
-        if (p.dk_partial == nullptr) return;
-        return encode(maps.dk_sum, fp32_head_major_view(p.dk_partial, p.batch, p.seqlen_k,
-                                                        p.kv_heads, head_dim_qk));
+        if (p.dk_partial == nullptr) return std::nullopt;
+        return fp32_head_major_view(p.dk_partial, p.batch, p.seqlen_k, p.kv_heads, head_dim_qk);
       case MapTensor::dv_sum:
-        if (p.dv_partial == nullptr) return;
-        return encode(maps.dv_sum, fp32_head_major_view(p.dv_partial, p.batch, p.seqlen_k,
-                                                        p.kv_heads, head_dim_v));
+        if (p.dv_partial == nullptr) return std::nullopt;
+        return fp32_head_major_view(p.dv_partial, p.batch, p.seqlen_k, p.kv_heads, head_dim_v);
       default:
         break;
     }
   }
-  throw InternalError(fmt::format("no {} map in this kernel's tensor maps", name_of(box.tensor)));
+  throw InternalError(fmt::format("no {} map in this kernel's tensor maps", name_of(tensor)));
+}
+
+// The field of `maps` that holds the map of `tensor` (map_view has checked that it has one).
+template <class Maps>
+TensorMap& map_field(Maps& maps, MapTensor tensor) {
+  switch (tensor) {
+    case MapTensor::q:
+      return maps.q;
+    case MapTensor::k:
+      return maps.k;
+    case MapTensor::v:
+      return maps.v;
+    default:
+      break;
+  }
+  if constexpr (std::is_same_v<Maps, FwdTensorMaps>) {
+    return maps.o;
+  } else {
+    switch (tensor) {
+      case MapTensor::d_o:
+        return maps.d_o;
+      case MapTensor::dq_accum:
+        return maps.dq_accum;
+      case MapTensor::d_k:
+        return maps.d_k;
+      case MapTensor::d_v:
+        return maps.d_v;
+      case MapTensor::dk_sum:
+        return maps.dk_sum;
+      default:
+        return maps.dv_sum;
+    }
+  }
 }
 
 template <class Maps, class Params>
-Maps encode_maps(const Params& p, DType dtype, int head_dim_qk, int head_dim_v,
-                 std::span<const TensorMapBox> boxes) {
+Maps encode_maps(const Params& p, const AttentionSpec& spec, std::span<const TensorMapBox> boxes) {
   Maps maps{};
-  for (const TensorMapBox& box : boxes) encode_map(maps, p, dtype, head_dim_qk, head_dim_v, box);
+  for (const TensorMapBox& box : boxes) {
+    const std::optional<TensorView> view = map_view(p, spec, box.tensor);
+    if (!view) continue;
+    // name_of's views are of string literals, so data() is a C string.
+    map_field(maps, box.tensor) = runtime::activation_tensor_map(
+        name_of(box.tensor).data(), *view, box.rows, box.cols, box.swizzle_bytes);
+  }
   return maps;
 }
 
 }  // namespace
 
-FwdTensorMaps forward_tensor_maps(const FwdParams& p, DType dtype, int head_dim_qk, int head_dim_v,
-                                  std::span<const TensorMapBox> boxes) {
-  return encode_maps<FwdTensorMaps>(p, dtype, head_dim_qk, head_dim_v, boxes);
+std::optional<TensorView> forward_map_view(const FwdParams& p, const AttentionSpec& spec,
+                                           MapTensor tensor) {
+  return map_view(p, spec, tensor);
 }
 
-BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim,
+std::optional<TensorView> backward_map_view(const BwdParams& p, const AttentionSpec& spec,
+                                            MapTensor tensor) {
+  return map_view(p, spec, tensor);
+}
+
+FwdTensorMaps forward_tensor_maps(const FwdParams& p, const AttentionSpec& spec,
+                                  std::span<const TensorMapBox> boxes) {
+  return encode_maps<FwdTensorMaps>(p, spec, boxes);
+}
+
+BwdTensorMaps backward_tensor_maps(const BwdParams& p, const AttentionSpec& spec,
                                    std::span<const TensorMapBox> boxes) {
-  return encode_maps<BwdTensorMaps>(p, dtype, head_dim, head_dim, boxes);
+  return encode_maps<BwdTensorMaps>(p, spec, boxes);
 }
 
 }  // namespace attnjit::jit::detail

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "attnjit/common/params.cuh"
@@ -42,16 +43,23 @@ TensorMap activation_tensor_map(const char* what, const TensorView& t, int rows,
 
 namespace attnjit::jit::detail {
 
+/// The [B, S, H, D] tensor of `p` that a map of `tensor` covers, D being spec.head_dim_qk for
+/// q, k, d_k, the dQ accumulator and GQA's dK sums and spec.head_dim_v for v, o, d_o, d_v and
+/// GQA's dV sums; none for GQA's sums where they are unbound (the kernel reads their maps only
+/// under GQA). Throws InternalError for a tensor that the parameter block has no map of.
+std::optional<TensorView> forward_map_view(const FwdParams& p, const AttentionSpec& spec,
+                                           MapTensor tensor);
+std::optional<TensorView> backward_map_view(const BwdParams& p, const AttentionSpec& spec,
+                                            MapTensor tensor);
+
 /// The TMA maps of a forward kernel (FwdTensorMaps), one per box of its plan
-/// (KernelDesc::tensor_maps), over the tensors of `p`, whose last dimensions are head_dim_qk
-/// (q, k) and head_dim_v (v, o).
-FwdTensorMaps forward_tensor_maps(const FwdParams& p, DType dtype, int head_dim_qk, int head_dim_v,
+/// (KernelDesc::tensor_maps), over forward_map_view's tensors.
+FwdTensorMaps forward_tensor_maps(const FwdParams& p, const AttentionSpec& spec,
                                   std::span<const TensorMapBox> boxes);
 
-/// The TMA maps of a backward kernel (BwdTensorMaps), one per box of its plan, over the tensors
-/// of `p`, whose last dimension is head_dim; p.dq_accum is bound where a box names it, and GQA's
-/// dK and dV sums (dk_partial, dv_partial) are encoded only where bound.
-BwdTensorMaps backward_tensor_maps(const BwdParams& p, DType dtype, int head_dim,
+/// The TMA maps of a backward kernel (BwdTensorMaps), one per box of its plan, over
+/// backward_map_view's tensors; p.dq_accum is bound where a box names it.
+BwdTensorMaps backward_tensor_maps(const BwdParams& p, const AttentionSpec& spec,
                                    std::span<const TensorMapBox> boxes);
 
 }  // namespace attnjit::jit::detail

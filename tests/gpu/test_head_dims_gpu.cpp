@@ -3,8 +3,9 @@
 // both modes, under causal, sliding-window and FlashMask masks, with GQA, both dtypes, lengths
 // that are not tile multiples and Sq != Sk; the sm80 family on every device (an sm_90 target on
 // compute capability 9.0), the sm90a forward forced by its tiles on sm_90a devices (persistent
-// CTAs taking many works, one consumer, a predicate with the score modifiers). Also the
-// deterministic mode's bitwise repeatability, the score modifiers and the GPU reference kernel.
+// CTAs taking many works, one consumer, a predicate with the score modifiers), and the sm90a
+// backward forced per pair in both modes. Also the deterministic mode's bitwise repeatability,
+// the score modifiers and the GPU reference kernel.
 #include <catch2/catch.hpp>
 
 #include <utility>
@@ -144,10 +145,55 @@ TEST_CASE("unequal head dims: sm90a forward CTAs that take many works each, and 
   gpu_test::check_forwards(one);
 }
 
-TEST_CASE("unequal head dims: the backward matches the reference gradients in both modes",
+TEST_CASE("unequal head dims: the sm80 backward matches the reference gradients in both modes",
           "[gpu][backward][head_dims]") {
+  // On compute capability 9.0 an sm_90 target takes the sm80 family (the automatic backward of
+  // an sm_90a device is the sm90a kernel).
+  const Arch device = jit::current_device_arch();
   std::vector<BackwardRun> runs;
-  for (const Case& c : pair_cases()) runs.push_back({c, /*atomic=*/true, /*deterministic=*/true});
+  for (Case c : pair_cases()) {
+    if (device == Arch::sm_90a || device == Arch::sm_90) c.spec.target = Arch::sm_90;
+    runs.push_back({c, /*atomic=*/true, /*deterministic=*/true});
+  }
+  gpu_test::check_backwards(runs);
+}
+
+TEST_CASE("unequal head dims: the sm90a backward matches the reference gradients in both modes",
+          "[gpu][sm90a][backward][head_dims]") {
+  if (!gpu_test::sm90_device_or_skip("sm90a backward, unequal head dims")) return;
+  // Every pair forced by its tiles (tiles=64x64x12:warpgroups at (192, 128) and (256, 128), the
+  // consumers splitting the head dims; 64x128x12 at (128, 64) and (64, 128), splitting the keys):
+  // both dtypes, causal, sliding window and FlashMask (GQA and MQA, lengths that are not tile
+  // multiples, Sq != Sk); (192, 128) with a predicate and both score modifiers, and over
+  // 1000 x 700 and 700 x 1000 (the ring wraps) under FlashMask.
+  std::vector<Case> cases = pair_cases();
+  Case predicate = gpu_test::predicate_case("q % 3 != 1 && k <= q + 17", {}, DType::bf16, 192, 2, 4,
+                                            2, 203, 229, 7160);
+  predicate.spec.head_dim_v = 128;
+  predicate.spec.softcap = true;
+  predicate.spec.alibi = true;
+  predicate.score_mod.softcap = 5.0f;
+  predicate.score_mod.alibi_slopes = gpu_test::alibi_slopes(predicate.heads);
+  cases.push_back(predicate);
+  std::uint64_t seed = 7170;
+  for (const auto& [sq, sk] : {std::pair{1000, 700}, std::pair{700, 1000}}) {
+    for (const MaskSpec& mask :
+         {MaskSpec{MaskKind::flashmask, true, 1}, MaskSpec{MaskKind::flashmask, false, 4}}) {
+      ++seed;
+      Case c = make_case(mask, seed % 2 ? DType::fp16 : DType::bf16, 192, 2, 4, 2, sq, sk, seed);
+      c.spec.head_dim_v = 128;
+      c.intervals = dsl::random_intervals(mask.causal, mask.columns, c.batch, c.kv_heads,
+                                          c.seqlen_q, c.seqlen_k, gpu_test::data_seed(seed));
+      cases.push_back(c);
+    }
+  }
+  std::vector<BackwardRun> runs;
+  for (Case& c : cases) {
+    c.spec.target = Arch::sm_90a;
+    c.spec.tiles = {64, c.spec.head_dim_qk > 128 ? 64 : 128, 12, TileLayout::warpgroups};
+    c.expect_row = "backward.sm90a";
+    runs.push_back({c, /*atomic=*/true, /*deterministic=*/true});
+  }
   gpu_test::check_backwards(runs);
 }
 

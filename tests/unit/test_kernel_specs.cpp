@@ -188,11 +188,12 @@ std::vector<AttentionSpec> varlen_specs() {
     // Shared boundaries: causal by index with LTS alone.
     add(arch, DType::bf16, d, causal, false, VarlenMode::shared);
     add(arch, DType::bf16, d, causal, true, VarlenMode::shared);
-    for (const auto& [is_causal, columns] : {std::pair{true, 1}, std::pair{true, 2},
-                                             std::pair{false, 2}, std::pair{false, 4}}) {
+    for (const auto& [is_causal, columns] :
+         {std::pair{true, 1}, std::pair{true, 2}, std::pair{false, 2}, std::pair{false, 4}}) {
       const MaskSpec flashmask{MaskKind::flashmask, is_causal, columns};
       add(arch, DType::bf16, d, flashmask, false);
-      if (columns == 2 && is_causal) add(arch, DType::bf16, d, flashmask, false, VarlenMode::shared);
+      if (columns == 2 && is_causal)
+        add(arch, DType::bf16, d, flashmask, false, VarlenMode::shared);
       if (is_causal == (columns == 2)) add(arch, DType::fp16, d == 64 ? 128 : 64, flashmask, true);
     }
     // Predicates on each sequence's local positions and index, with a tensor.
@@ -393,7 +394,8 @@ void check_compiles_without_spills(const std::vector<AttentionSpec>& specs) {
     INFO(to_string(specs[i]));
     const std::vector<KernelDesc>& kernels = plans[i].plan->kernels;
     const bool tables = specs[i].mask.kind == MaskKind::flashmask ||
-                        specs[i].mask.kind == MaskKind::predicate || specs[i].varlen != VarlenMode::off;
+                        specs[i].mask.kind == MaskKind::predicate ||
+                        specs[i].varlen != VarlenMode::off;
     if (specs[i].direction == Direction::forward) {
       // varlen_intervals (a packed batch without a predicate), min/max or block table and the
       // CTA order, then the forward kernel.
@@ -462,10 +464,9 @@ TEST_CASE("unequal head dims, forward and backward, compile for sm_80 and sm_90a
   for (const AttentionSpec& spec : specs) {
     INFO(to_string(spec));
     const Lowering ir = lower(spec);
-    const bool sm90a_forward = spec.target == Arch::sm_90a && spec.direction == Direction::forward;
+    const bool sm90a = spec.target == Arch::sm_90a;
     for (const KernelTiles& tiles : ir.tiles) {
-      CHECK(kernel_row(tiles.row).family ==
-            (sm90a_forward ? KernelFamily::sm90a : KernelFamily::sm80));
+      CHECK(kernel_row(tiles.row).family == (sm90a ? KernelFamily::sm90a : KernelFamily::sm80));
     }
   }
   check_compiles_without_spills(specs);
@@ -648,6 +649,37 @@ TEST_CASE("sm_90a TMA backward kernels compile without spills or serialized wgmm
                           "tiles=64x64x12:warpgroups target=sm_90a",
                           dtype, d, mask, modifiers));
         }
+      }
+    }
+  }
+  check_warp_specialized(specs, KernelRole::backward, "backward.sm90a");
+}
+
+TEST_CASE(
+    "sm_90a TMA backward kernels of unequal head dims compile without spills or serialized wgmma",
+    "[nvrtc][specs][sm90a][head_dims]") {
+  // backward.sm90a at every pair on its automatic tiles ((128, 64) and (64, 128): the consumers
+  // split the keys; (192, 128) and (256, 128): the wide layout): every mask, without and with
+  // both score modifiers, both modes, the dtypes alternating; setmaxnreg honoured (no C7508), no
+  // wgmma serialized.
+  constexpr const char* kMasks[] = {"none",
+                                    "causal",
+                                    "sliding_window",
+                                    "flashmask(causal=true,columns=1)",
+                                    "flashmask(causal=true,columns=2)",
+                                    "flashmask(causal=false,columns=2)",
+                                    "flashmask(causal=false,columns=4)",
+                                    "predicate(q>=k&&doc[q]==doc[k])",
+                                    "predicate((k+h)%$0!=$1&&abs(q-k)<$2*(h+$3))"};
+  std::vector<std::string> specs;
+  int rotation = 0;
+  for (const char* dims : {"head_dim_qk=192 head_dim_v=128", "head_dim_qk=128 head_dim_v=64",
+                           "head_dim_qk=64 head_dim_v=128", "head_dim_qk=256 head_dim_v=128"}) {
+    for (const char* mask : kMasks) {
+      for (const char* modifiers : {"", " softcap=true alibi=true", " deterministic=true",
+                                    " deterministic=true softcap=true alibi=true"}) {
+        specs.push_back(fmt::format("dtype={} {} mask={}{} direction=backward target=sm_90a",
+                                    rotation++ % 2 == 0 ? "bf16" : "fp16", dims, mask, modifiers));
       }
     }
   }

@@ -37,6 +37,10 @@
 //              whose halves of 96 columns are three panels of 32, six boxes of 16 columns in the
 //              64-byte swizzle), and the writer releases the stage once its reductions have read
 //              them: the ring's empty barriers take the consumers' arrivals and the writers'.
+// Head dims: kHeadDimQK for Q, K, dQ and dK (S^T = K Q^T reduces over it), kHeadDimV for V, dO
+// and dV (dP^T = V dO^T reduces over it); either above 128 splits the head dims, each consumer
+// taking half of both. Where kHeadDimQK exceeds kHeadDimV ((192, 128), (256, 128)) a consumer's
+// fp32 dQ half outgrows its Q and dO panels: each stage has an extra part for the rest.
 // Each consumer hands dQ to a writer warp of its own (warps 1 and 2 of the producer warpgroup,
 // named barriers: backward_writer.cuh), which walks the query blocks as the producer does and
 // issues each block's reductions: the consumers never wait for them. dK is scaled by
@@ -57,7 +61,7 @@
 // prefixes) last in every turn, and under causal-like masks key block j reaches each query
 // block one step after key block j + 1 (both walk upwards): the turns cost little waiting.
 //
-// Config (bound by the generated code): Element, kHeadDim, kBlockM, kBlockN, kStages,
+// Config (bound by the generated code): Element, kHeadDimQK, kHeadDimV, kBlockM, kBlockN, kStages,
 // kAtomicDq, kProducerRegisters, kConsumerRegisters. Score: a ScoreMod. The kernel
 // takes (BwdParams, BwdTensorMaps), 384 threads, __launch_bounds__(384, 1).
 #pragma once
@@ -72,29 +76,33 @@
 
 namespace attnjit {
 
-/// The sm90a backward main kernel of Config's head dim and tiles (the layout above).
+/// The sm90a backward main kernel of Config's head dims and tiles (the layout above).
 template <class Config, class Mask, class Score = ScoreMod<false, false>>
 struct BackwardSm90a {
   typedef typename Config::Element Element;
-  static constexpr int kHeadDim = Config::kHeadDim;
-  static constexpr int kBlockM = Config::kBlockM;  // queries per stage
-  static constexpr int kBlockN = Config::kBlockN;  // keys of the CTA
+  static constexpr int kHeadDimQK = Config::kHeadDimQK;  // Q, K, dQ, dK
+  static constexpr int kHeadDimV = Config::kHeadDimV;    // V, dO, dV
+  static constexpr int kBlockM = Config::kBlockM;        // queries per stage
+  static constexpr int kBlockN = Config::kBlockN;        // keys of the CTA
   static constexpr int kStages = Config::kStages;
   static constexpr int kConsumers = 2;
-  /// The consumers split the head dim (above 128), else the keys.
-  static constexpr bool kSplitHeadDim = kHeadDim > 128;
-  /// A consumer's queries of S^T and dP^T, and its columns of dK and dV.
+  /// The consumers split the head dims (a head dim above 128), else the keys.
+  static constexpr bool kSplitHeadDim = kHeadDimQK > 128 || kHeadDimV > 128;
+  /// A consumer's queries of S^T and dP^T, and its columns of dK (and Q) and of dV (and dO).
   static constexpr int kQueries = kSplitHeadDim ? kBlockM / kConsumers : kBlockM;
-  static constexpr int kCols = kSplitHeadDim ? kHeadDim / kConsumers : kHeadDim;
+  static constexpr int kColsQK = kSplitHeadDim ? kHeadDimQK / kConsumers : kHeadDimQK;
+  static constexpr int kColsV = kSplitHeadDim ? kHeadDimV / kConsumers : kHeadDimV;
   /// The tiles' panels: 64 columns where a consumer's columns are whole 64-column panels, else
   /// 32 (head dims 96 and 192).
-  static constexpr int kPanelCols = kCols % 64 == 0 ? 64 : 32;
-  static constexpr int kColPanels = kCols / kPanelCols;
+  static constexpr int kPanelColsQK = kColsQK % 64 == 0 ? 64 : 32;
+  static constexpr int kPanelColsV = kColsV % 64 == 0 ? 64 : 32;
+  static constexpr int kColPanelsQK = kColsQK / kPanelColsQK;
+  static constexpr int kColPanelsV = kColsV / kPanelColsV;
   static constexpr int kSTiles = kQueries / 8;  // n8 tiles of the consumer's S^T, dP^T
   /// dQ by columns (each consumer its kDqCols columns over all keys) where they are 64 or more,
   /// else by keys (each consumer its own keys, all columns).
-  static constexpr bool kDqByColumns = kHeadDim / kConsumers >= 64;
-  static constexpr int kDqCols = kDqByColumns ? kHeadDim / kConsumers : kHeadDim;
+  static constexpr bool kDqByColumns = kHeadDimQK / kConsumers >= 64;
+  static constexpr int kDqCols = kDqByColumns ? kHeadDimQK / kConsumers : kHeadDimQK;
   /// dQ^T = K^T dS^T, the queries as N: query blocks that are no whole m64.
   static constexpr bool kDqTransposed = kBlockM % 64 != 0;
   /// Columns of the dQ accumulator: dQ's (kDqCols), or the queries of dQ^T.
@@ -126,7 +134,7 @@ struct BackwardSm90a {
   static_assert(kBlockN == (kSplitHeadDim ? 64 : 128), "64 keys per consumer, or 64 in all");
   static_assert(kSplitHeadDim ? kBlockM == 64 : kBlockM == 64 || kBlockM == 80,
                 "m64n32 / m64n64 / m64n80 score products");
-  static_assert(kHeadDim % 32 == 0 && kCols % 32 == 0 && kDqCols % 32 == 0,
+  static_assert(kColsQK % 32 == 0 && kColsV % 32 == 0 && kDqCols % 32 == 0,
                 "whole 32-column panels and boxes");
   static_assert(!kDqTransposed || kDqByColumns, "dQ^T by each consumer's 64-column panel");
   static_assert(kStages >= 2, "a ring of at least two stages");
@@ -134,8 +142,10 @@ struct BackwardSm90a {
                 "16 named barriers");
 
   typedef Mask MaskType;
-  typedef SmemTile<kBlockN, kHeadDim, kPanelCols> KvTile;
-  typedef SmemTile<kBlockM, kHeadDim, kPanelCols> QTile;  // Q and dO
+  typedef SmemTile<kBlockN, kHeadDimQK, kPanelColsQK> KTile;
+  typedef SmemTile<kBlockN, kHeadDimV, kPanelColsV> VTile;
+  typedef SmemTile<kBlockM, kHeadDimQK, kPanelColsQK> QTile;
+  typedef SmemTile<kBlockM, kHeadDimV, kPanelColsV> DoTile;
   /// [key][query]: dS^T (the MN-major A of dQ = dS K), and P^T (the K-major A of dV when the
   /// consumers split the head dim); [query][key] dS (the K-major B of dQ^T = K^T dS^T: 80
   /// queries are no whole 32-column panel).
@@ -150,36 +160,48 @@ struct BackwardSm90a {
   typedef Pipeline<kStages> Ring;
   typedef PipelineState<kStages> RingState;
 
-  /// dQ buffers: kBlockM rows x kHeadDim floats as boxes of 32 columns (128-byte rows).
+  /// dQ buffers: kBlockM rows x kHeadDimQK floats as boxes of 32 columns (128-byte rows).
   static constexpr int kDqBuffers = kDqInStage ? 0 : kDqByColumns ? 1 : kConsumers;
   static constexpr int kDqBoxBytes = kBlockM * 128;
   static_assert(kDqTransposed || kDqBoxBytes == kSumBoxBytes,
                 "dQ's 64 query rows per box (store_fp32_tile)");
-  static constexpr int kDqBufferBytes = kHeadDim / 32 * kDqBoxBytes;
+  static constexpr int kDqBufferBytes = kHeadDimQK / 32 * kDqBoxBytes;
   /// dQ in the stage: a consumer's fp32 half as boxes of 64 rows of one Q panel's bytes (32
-  /// columns, or 16 at 32-column panels), one per Q then dO panel of its columns.
-  static constexpr int kDqBoxCols = kPanelCols / 2;
-  static constexpr int kDqBoxes = kCols / kDqBoxCols;
+  /// columns, or 16 at 32-column panels), over its Q panels, then its dO panels, then (where
+  /// head_dim_qk exceeds head_dim_v, so that its fp32 dQ outgrows its Q and dO) a part of the
+  /// stage's own, kDqExtraBytes per consumer.
+  static constexpr int kDqBoxCols = kPanelColsQK / 2;
+  static constexpr int kDqBoxes = kColsQK / kDqBoxCols;
+  static constexpr int kDqStageBoxBytes = 64 * kDqBoxCols * 4;
+  static constexpr int kQHalfBytes = QTile::kBytes / kConsumers;
+  static constexpr int kDoHalfBytes = DoTile::kBytes / kConsumers;
+  static constexpr int kDqExtraBytes =
+      kDqInStage && kDqBoxes * kDqStageBoxBytes > kQHalfBytes + kDoHalfBytes
+          ? kDqBoxes* kDqStageBoxBytes - kQHalfBytes - kDoHalfBytes
+          : 0;
   static_assert(!kDqInStage ||
-                    (QTile::kPanelBytes == 64 * kDqBoxCols * 4 && kDqBoxes == 2 * kColPanels),
-                "a consumer's dQ boxes fill its Q and dO panels");
+                    (QTile::kPanelBytes == kDqStageBoxBytes &&
+                     kQHalfBytes % kDqStageBoxBytes == 0 && kDoHalfBytes % kDqStageBoxBytes == 0 &&
+                     kDqBoxes * kDqStageBoxBytes >= kQHalfBytes + kDoHalfBytes),
+                "a consumer's dQ boxes fill its Q and dO panels (and its extra part)");
   /// The TMA boxes: a panel of the Q and dO tiles, of the K and V tiles and of a consumer's 64
   /// keys of dK and dV; the dQ accumulator's fp32 boxes of the query block (kDqBoxBytes: 128-byte
   /// rows; in the stage kDqBoxCols); GQA's fp32 dK and dV sums (kSumBoxBytes).
-  static constexpr TmaBox kQBox = panel_box(kBlockM, kPanelCols);
-  static constexpr TmaBox kDoBox = panel_box(kBlockM, kPanelCols);
-  static constexpr TmaBox kKBox = panel_box(kBlockN, kPanelCols);
-  static constexpr TmaBox kVBox = panel_box(kBlockN, kPanelCols);
+  static constexpr TmaBox kQBox = panel_box(kBlockM, kPanelColsQK);
+  static constexpr TmaBox kDoBox = panel_box(kBlockM, kPanelColsV);
+  static constexpr TmaBox kKBox = panel_box(kBlockN, kPanelColsQK);
+  static constexpr TmaBox kVBox = panel_box(kBlockN, kPanelColsV);
   static constexpr TmaBox kDqAccumBox = fp32_box(kBlockM, kDqInStage ? kDqBoxCols : 32);
-  static constexpr TmaBox kDkBox = panel_box(64, kPanelCols);
-  static constexpr TmaBox kDvBox = panel_box(64, kPanelCols);
+  static constexpr TmaBox kDkBox = panel_box(64, kPanelColsQK);
+  static constexpr TmaBox kDvBox = panel_box(64, kPanelColsV);
   static constexpr TmaBox kDkSumBox = fp32_box(64, 32);
   static constexpr TmaBox kDvSumBox = fp32_box(64, 32);
 
-  // A stage: Q, dO and the row statistics, LSE2 and D (kBlockM floats each), then the block's
-  // index and classification. With 64-row blocks the statistics follow the tiles in the stage,
-  // padded so that the next stage's tiles stay 1024-byte aligned; 80-row stages would not fit
-  // with that padding: their statistics have an area of their own after the dQ buffers.
+  // A stage: Q, dO, the dQ boxes' extra part, and the row statistics, LSE2 and D (kBlockM
+  // floats each), then the block's index and classification. With 64-row blocks the statistics
+  // follow the tiles in the stage, padded so that the next stage's tiles stay 1024-byte
+  // aligned; 80-row stages would not fit with that padding: their statistics have an area of
+  // their own after the dQ buffers.
   static constexpr bool kStatsInStage = !kDqTransposed;
   /// Whether warp 3 of the producer warpgroup loads the statistics (backward_producer.cuh).
   static constexpr bool kStatisticsWarp = kDqTransposed;
@@ -187,15 +209,18 @@ struct BackwardSm90a {
   static constexpr int kStatsAlign = kStatsInStage ? 1024 : 16;
   static constexpr int kStatsBytes =
       (kInfoOffset + 8 + kStatsAlign - 1) / kStatsAlign * kStatsAlign;
-  static constexpr int kStageBytes = 2 * QTile::kBytes + (kStatsInStage ? kStatsBytes : 0);
+  static constexpr int kDoStageOffset = QTile::kBytes;
+  static constexpr int kDqExtraStageOffset = kDoStageOffset + DoTile::kBytes;
+  static constexpr int kStatsStageOffset = kDqExtraStageOffset + kConsumers * kDqExtraBytes;
+  static constexpr int kStageBytes = kStatsStageOffset + (kStatsInStage ? kStatsBytes : 0);
   static_assert(kStageBytes % 1024 == 0, "1024-byte aligned stages");
 
   // Shared memory from a 1024-byte aligned base: K, V, the stages, two [key][query] tiles (the
   // alternating dS^T, or P^T and dS^T), the dQ buffers, the stages' statistics (80 rows), the
   // key block's FlashMask values, the K/V barrier, the ring's barriers.
   static constexpr int kKOffset = 0;
-  static constexpr int kVOffset = KvTile::kBytes;
-  static constexpr int kStagesOffset = 2 * KvTile::kBytes;
+  static constexpr int kVOffset = KTile::kBytes;
+  static constexpr int kStagesOffset = KTile::kBytes + VTile::kBytes;
   static constexpr int kTilesOffset = kStagesOffset + kStages * kStageBytes;
   static constexpr int kDqOffset = kTilesOffset + 2 * DsTile::kBytes;
   static constexpr int kStatsOffset = kDqOffset + kDqBuffers * kDqBufferBytes;
@@ -208,8 +233,8 @@ struct BackwardSm90a {
   static constexpr int kAlignSlack = kDqTransposed ? 0 : 1024;
   static constexpr int kSmemBytes = kAlignSlack + kRingOffset + Ring::kBytes;
 
-  WarpgroupAccumulator<kCols> acc_dk;
-  WarpgroupAccumulator<kCols> acc_dv;
+  WarpgroupAccumulator<kColsQK> acc_dk;
+  WarpgroupAccumulator<kColsV> acc_dv;
 
   __device__ __forceinline__ static u32 stage_address(u32 base, int index) {
     return base + kStagesOffset + index * kStageBytes;
@@ -218,21 +243,26 @@ struct BackwardSm90a {
   /// The LSE2 then D (kBlockM floats each) of stage `index` at `stage`, then its block's index
   /// and classification (at kInfoOffset).
   __device__ __forceinline__ static u32 stats_address(u32 base, u32 stage, int index) {
-    if constexpr (kStatsInStage) return stage + 2 * QTile::kBytes;
+    if constexpr (kStatsInStage) return stage + kStatsStageOffset;
     return base + kStatsOffset + index * kStatsBytes;
   }
 
   /// stats_address + kInfoOffset (one constant from the stage where it holds them).
   __device__ __forceinline__ static u32 info_address(u32 base, u32 stage, int index) {
-    if constexpr (kStatsInStage) return stage + (2 * QTile::kBytes + kInfoOffset);
+    if constexpr (kStatsInStage) return stage + (kStatsStageOffset + kInfoOffset);
     return stats_address(base, stage, index) + kInfoOffset;
   }
 
   /// kDqInStage: box `box` of consumer `consumer`'s dQ half in `stage`: its Q panels, then its
-  /// dO panels.
+  /// dO panels, then its extra part (`box` is a compile-time index where unrolled).
   __device__ __forceinline__ static u32 dq_box(u32 stage, int consumer, int box) {
-    return stage + (box / kColPanels) * QTile::kBytes +
-           (consumer * kColPanels + box % kColPanels) * QTile::kPanelBytes;
+    const int bytes = box * kDqStageBoxBytes;
+    if (bytes < kQHalfBytes) return stage + consumer * kQHalfBytes + bytes;
+    if (bytes < kQHalfBytes + kDoHalfBytes) {
+      return stage + kDoStageOffset + consumer * kDoHalfBytes + (bytes - kQHalfBytes);
+    }
+    return stage + kDqExtraStageOffset + consumer * kDqExtraBytes +
+           (bytes - kQHalfBytes - kDoHalfBytes);
   }
 
   /// The CTA's work: its key block, head and batch.
@@ -267,18 +297,24 @@ struct BackwardSm90a {
   __device__ __forceinline__ static int consumer_index() { return warpgroup_index() - 1; }
 
   /// Consumer `consumer`'s first key of the block, first query of S^T, and first column and
-  /// first panel of dK and dV.
+  /// first panel of dK (Q, K) and of dV (dO, V).
   __device__ __forceinline__ static int consumer_key0(int consumer) {
     return kSplitHeadDim ? 0 : 64 * consumer;
   }
   __device__ __forceinline__ static int consumer_query0(int consumer) {
     return kSplitHeadDim ? kQueries * consumer : 0;
   }
-  __device__ __forceinline__ static int consumer_col0(int consumer) {
-    return kSplitHeadDim ? kCols * consumer : 0;
+  __device__ __forceinline__ static int consumer_col0_qk(int consumer) {
+    return kSplitHeadDim ? kColsQK * consumer : 0;
   }
-  __device__ __forceinline__ static int consumer_panel0(int consumer) {
-    return kSplitHeadDim ? kColPanels * consumer : 0;
+  __device__ __forceinline__ static int consumer_col0_v(int consumer) {
+    return kSplitHeadDim ? kColsV * consumer : 0;
+  }
+  __device__ __forceinline__ static int consumer_panel0_qk(int consumer) {
+    return kSplitHeadDim ? kColPanelsQK * consumer : 0;
+  }
+  __device__ __forceinline__ static int consumer_panel0_v(int consumer) {
+    return kSplitHeadDim ? kColPanelsV * consumer : 0;
   }
 
   /// The named barrier on which `consumer` hands a dQ tile to its writer warp. dQ buffers: one
@@ -381,12 +417,11 @@ struct BackwardSm90a {
     // GQA, deterministic mode: fp32 dK and dV of this query head, which backward_reduce_dkdv
     // sums per K/V head in order (the writer warps wait for their dQ reductions).
     // (The consumer's index is read where the split needs it.)
-    const int col0 = kSplitHeadDim ? kCols * consumer_index() : 0;
-    store_dkdv_tile<Element, kHeadDim, kHeadDim>(p, work.head, work.batch,
-                                                 work.block * kBlockN +
-                                                     (kSplitHeadDim ? 0 : 64 * consumer_index()) +
-                                                     16 * ((read_tid_x() / 32) % 4),
-                                                 col0, col0, acc_dk.tiles(), acc_dv.tiles());
+    const int consumer = consumer_index();
+    store_dkdv_tile<Element, kHeadDimQK, kHeadDimV>(
+        p, work.head, work.batch,
+        work.block * kBlockN + consumer_key0(consumer) + 16 * ((read_tid_x() / 32) % 4),
+        consumer_col0_qk(consumer), consumer_col0_v(consumer), acc_dk.tiles(), acc_dv.tiles());
   }
 
   /// One query block: the five products of the consumer. Element (nt, e) of its m64 x kQueries
@@ -408,7 +443,7 @@ struct BackwardSm90a {
     const u32 smem_k = base + kKOffset;
     const u32 smem_v = base + kVOffset;
     const u32 smem_q = stage;
-    const u32 smem_do = stage + QTile::kBytes;
+    const u32 smem_do = stage + kDoStageOffset;
     const u32 lse_log2 = stats_address(base, stage, state.index);  // kBlockM floats, then D
     const u32 row_dot = lse_log2 + kBlockM * 4;
     const u32 smem_p = base + kTilesOffset;  // dQ in the stage: P^T
@@ -419,7 +454,7 @@ struct BackwardSm90a {
     WarpgroupAccumulator<kQueries> acc_s;
     WarpgroupAccumulator<kQueries> acc_dp;
     wgmma_fence();
-    Products::keys_times_queries(acc_s.tiles(), smem_k, smem_q, consumer);
+    Products::template keys_times_queries<KTile, QTile>(acc_s.tiles(), smem_k, smem_q, consumer);
     if constexpr (!kDqInStage) {
       if (dq_pending) {
         // The last block's dQ product has completed (waited for in its iteration); this wait,
@@ -431,7 +466,7 @@ struct BackwardSm90a {
       }
       wgmma_fence();
     }
-    Products::keys_times_queries(acc_dp.tiles(), smem_v, smem_do, consumer);
+    Products::template keys_times_queries<VTile, DoTile>(acc_dp.tiles(), smem_v, smem_do, consumer);
     // A predicate's partial tile: one bit per element of the thread's fragment of S^T (rows
     // g, g + 8 are keys, columns queries), from the stored bits or the element rule, read
     // while the products run.

@@ -1,6 +1,6 @@
 // The epilogue of a consumer warpgroup of the sm90a backward (sm90a/backward.cuh): its dK
-// (scaled by softmax_scale) and dV, stored through shared memory by TMA, or under GQA added to
-// the fp32 sums of the K/V head by TMA reductions.
+// (scaled by softmax_scale, head_dim_qk wide) and dV (head_dim_v wide), stored through shared
+// memory by TMA, or under GQA added to the fp32 sums of the K/V head by TMA reductions.
 #pragma once
 
 #include "attnjit/sm90a/backward_reductions.cuh"
@@ -11,7 +11,10 @@ namespace attnjit {
 /// The epilogue of Kernel's consumers (its shared-memory layout, barriers and split).
 template <class Kernel>
 struct BackwardEpilogue {
-  typedef WarpgroupAccumulator<Kernel::kCols> Accumulator;
+  typedef typename Kernel::KTile KTile;
+  typedef typename Kernel::VTile VTile;
+  typedef WarpgroupAccumulator<Kernel::kColsQK> DkAccumulator;
+  typedef WarpgroupAccumulator<Kernel::kColsV> DvAccumulator;
 
   /// dK (scaled by softmax_scale) and dV of the consumer, written into its rows (its keys) or
   /// panels (its columns) of the K and V tiles and stored by TMA, which drops the keys past Sk
@@ -19,77 +22,126 @@ struct BackwardEpilogue {
   /// the store queue.
   __device__ __forceinline__ static void store(const BwdParams& p, const BwdTensorMaps& maps,
                                                u32 base, const CtaWork& work,
-                                               const Accumulator& acc_dk,
-                                               const Accumulator& acc_dv) {
+                                               const DkAccumulator& acc_dk,
+                                               const DvAccumulator& acc_dv) {
     const int consumer = Kernel::consumer_index();
     const int lane = read_tid_x() % 32;
     const int row = Kernel::consumer_key0(consumer) + 16 * ((read_tid_x() / 32) % 4) + lane / 4;
-    const int col = Kernel::consumer_col0(consumer) + 2 * (lane % 4);
     // Split keys: no product reads K or V once both consumers have met (dQ = dS K reads every
     // key of K). Split head dim: the other consumer reads only its own panels of K from its
     // last block's barrier on.
     if constexpr (!Kernel::kSplitHeadDim) {
       named_barrier_sync(Kernel::kDsBarrier, 128 * Kernel::kConsumers);
     }
+    const int col_k = Kernel::consumer_col0_qk(consumer) + 2 * (lane % 4);
 #pragma unroll
-    for (int dt = 0; dt < Kernel::kCols / 8; ++dt) {
+    for (int dt = 0; dt < Kernel::kColsQK / 8; ++dt) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int offset = Kernel::KvTile::element_offset(row + 8 * r, 8 * dt + col);
         store_shared_u32(
-            base + Kernel::kKOffset + offset,
+            base + Kernel::kKOffset + KTile::element_offset(row + 8 * r, 8 * dt + col_k),
             pack2<typename Kernel::Element>(acc_dk.v[0][dt][2 * r] * p.softmax_scale,
                                             acc_dk.v[0][dt][2 * r + 1] * p.softmax_scale));
+      }
+    }
+    const int col_v = Kernel::consumer_col0_v(consumer) + 2 * (lane % 4);
+#pragma unroll
+    for (int dt = 0; dt < Kernel::kColsV / 8; ++dt) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
         store_shared_u32(
-            base + Kernel::kVOffset + offset,
+            base + Kernel::kVOffset + VTile::element_offset(row + 8 * r, 8 * dt + col_v),
             pack2<typename Kernel::Element>(acc_dv.v[0][dt][2 * r], acc_dv.v[0][dt][2 * r + 1]));
       }
     }
     issue_copies(work, consumer, [&](int key0, int kv_head) {
-      const int panel0 = Kernel::consumer_panel0(consumer);
+      const int key_bytes = Kernel::consumer_key0(consumer) * 2;
+      const int panel_k = Kernel::consumer_panel0_qk(consumer);
 #pragma unroll
-      for (int panel = panel0; panel < panel0 + Kernel::kColPanels; ++panel) {
-        const u32 rows = panel * Kernel::KvTile::kPanelBytes +
-                         Kernel::consumer_key0(consumer) * Kernel::KvTile::kPanelCols * 2;
-        tma_store(maps.d_k, base + Kernel::kKOffset + rows, panel * Kernel::KvTile::kPanelCols,
-                  key0, kv_head, work.batch);
-        tma_store(maps.d_v, base + Kernel::kVOffset + rows, panel * Kernel::KvTile::kPanelCols,
-                  key0, kv_head, work.batch);
+      for (int panel = panel_k; panel < panel_k + Kernel::kColPanelsQK; ++panel) {
+        tma_store(
+            maps.d_k,
+            base + Kernel::kKOffset + panel * KTile::kPanelBytes + key_bytes * KTile::kPanelCols,
+            panel * KTile::kPanelCols, key0, kv_head, work.batch);
+      }
+      const int panel_v = Kernel::consumer_panel0_v(consumer);
+#pragma unroll
+      for (int panel = panel_v; panel < panel_v + Kernel::kColPanelsV; ++panel) {
+        tma_store(
+            maps.d_v,
+            base + Kernel::kVOffset + panel * VTile::kPanelBytes + key_bytes * VTile::kPanelCols,
+            panel * VTile::kPanelCols, key0, kv_head, work.batch);
       }
     });
   }
 
   /// GQA, atomic mode: dK (scaled by softmax_scale) and dV of the consumer added into the fp32
   /// sums of the K/V head (dk_partial / dv_partial, zeroed; backward_reduce_dkdv converts them)
-  /// by TMA reductions from fp32 boxes of 32 columns: dK's in the K tile (consumer 0) or the V
-  /// tile (consumer 1), free once both consumers have met; dV's in ring stage `consumer` (dQ
-  /// buffers: the consumers have passed the last stage; the tile ends before the stage's block
-  /// index), or in the end's stage `end_stage`, both consumers' (dQ in the stage: the others
-  /// may still hold dQ boxes).
-  static constexpr int kSumTileBytes = Kernel::kCols / 32 * kSumBoxBytes;
-  static_assert(kSumTileBytes == Kernel::KvTile::kBytes,
-                "a consumer's fp32 dK fills a K or V tile");
-  static_assert(Kernel::kDqInStage
-                    ? Kernel::kConsumers * kSumTileBytes <= 2 * Kernel::QTile::kBytes
-                    : kSumTileBytes <= Kernel::kStageBytes && Kernel::kConsumers <= Kernel::kStages,
-                "the fp32 dV tiles fit the stages");
+  /// by TMA reductions from fp32 boxes of 32 columns (sum_box), once both consumers have met (no
+  /// product reads K, V or the stages then).
+  static constexpr int kDkBoxes = Kernel::kColsQK / 32;
+  static constexpr int kDvBoxes = Kernel::kColsV / 32;
+  static constexpr bool kEqualDims = Kernel::kHeadDimQK == Kernel::kHeadDimV;
+  /// A stage's Q and dO bytes in fp32 boxes (split keys, unequal head dims).
+  static constexpr int kStageBoxes =
+      (Kernel::QTile::kBytes + Kernel::DoTile::kBytes) / kSumBoxBytes;
+  static_assert(kDkBoxes * kSumBoxBytes == KTile::kBytes &&
+                    kDvBoxes * kSumBoxBytes == VTile::kBytes,
+                "a consumer's fp32 dK fills a K tile, its dV a V tile");
+  static_assert(Kernel::kSplitHeadDim ? kDkBoxes * kSumBoxBytes == Kernel::QTile::kBytes &&
+                                            kDvBoxes * kSumBoxBytes == Kernel::DoTile::kBytes
+                : kEqualDims
+                    ? kDvBoxes * kSumBoxBytes <= Kernel::kStageBytes &&
+                          Kernel::kConsumers <= Kernel::kStages
+                    : (Kernel::QTile::kBytes + Kernel::DoTile::kBytes) % kSumBoxBytes == 0 &&
+                          kDkBoxes + kDvBoxes <= Kernel::kStages * kStageBoxes,
+                "the fp32 dK and dV boxes fit the tiles and stages");
+
+  /// Box `box` of the consumer's fp32 dK (boxes [0, kDkBoxes)) then dV. Split head dim:
+  /// consumer 0's in the K and V tiles, consumer 1's in the end's stage `end_stage`, dK over its
+  /// Q tile and dV over its dO tile (the K and V tiles' bytes with 64 queries and 64 keys).
+  /// Split keys, equal head dims: dK in the K tile (consumer 0) or the V tile (consumer 1), dV
+  /// in ring stage `consumer` (the consumers have passed the last stage; the tile ends before
+  /// the stage's block index). Split keys, unequal head dims: consumer 0's in the K and V tiles,
+  /// consumer 1's over the Q and dO tiles of the ring's stages (both stages' bytes together are
+  /// its dK and dV). `box` is a compile-time index where unrolled.
+  __device__ __forceinline__ static u32 sum_box(u32 base, u32 end_stage, int consumer, int box) {
+    const bool dk = box < kDkBoxes;
+    const int within = (dk ? box : box - kDkBoxes) * kSumBoxBytes;
+    if constexpr (!Kernel::kSplitHeadDim && kEqualDims) {
+      return dk ? base + Kernel::kKOffset + consumer * KTile::kBytes + within
+                : Kernel::stage_address(base, consumer) + within;
+    }
+    const u32 own = base + (dk ? Kernel::kKOffset : Kernel::kVOffset) + within;
+    if constexpr (Kernel::kSplitHeadDim) {
+      return consumer == 0 ? own : end_stage + (dk ? 0 : Kernel::kDoStageOffset) + within;
+    }
+    return consumer == 0 ? own
+                         : Kernel::stage_address(base, box / kStageBoxes) +
+                               (box % kStageBoxes) * kSumBoxBytes;
+  }
 
   __device__ __forceinline__ static void add(const BwdParams& p, const BwdTensorMaps& maps,
                                              u32 base, u32 end_stage, const CtaWork& work,
-                                             Accumulator& acc_dk, Accumulator& acc_dv) {
+                                             DkAccumulator& acc_dk, DvAccumulator& acc_dv) {
     const int consumer = Kernel::consumer_index();
-    const u32 dk_tile = base + Kernel::kKOffset + consumer * kSumTileBytes;
-    const u32 dv_tile = Kernel::kDqInStage ? end_stage + consumer * kSumTileBytes
-                                           : Kernel::stage_address(base, consumer);
     named_barrier_sync(Kernel::kDsBarrier, 128 * Kernel::kConsumers);
-    store_fp32_tile<Kernel::kCols>(dk_tile, 0, acc_dk.tiles(), p.softmax_scale);
-    store_fp32_tile<Kernel::kCols>(dv_tile, 0, acc_dv.tiles(), 1.f);
+    store_fp32_boxes<Kernel::kColsQK>(
+        [=](int box) { return sum_box(base, end_stage, consumer, box); }, 0, acc_dk.tiles(),
+        p.softmax_scale);
+    store_fp32_boxes<Kernel::kColsV>(
+        [=](int box) { return sum_box(base, end_stage, consumer, kDkBoxes + box); }, 0,
+        acc_dv.tiles(), 1.f);
     issue_copies(work, consumer, [&](int key0, int kv_head) {
 #pragma unroll
-      for (int box = 0; box < Kernel::kCols / 32; ++box) {
-        const int col = Kernel::consumer_col0(consumer) + 32 * box;
-        tma_reduce_add(maps.dk_sum, dk_tile + box * kSumBoxBytes, col, key0, kv_head, work.batch);
-        tma_reduce_add(maps.dv_sum, dv_tile + box * kSumBoxBytes, col, key0, kv_head, work.batch);
+      for (int box = 0; box < kDkBoxes; ++box) {
+        tma_reduce_add(maps.dk_sum, sum_box(base, end_stage, consumer, box),
+                       Kernel::consumer_col0_qk(consumer) + 32 * box, key0, kv_head, work.batch);
+      }
+#pragma unroll
+      for (int box = 0; box < kDvBoxes; ++box) {
+        tma_reduce_add(maps.dv_sum, sum_box(base, end_stage, consumer, kDkBoxes + box),
+                       Kernel::consumer_col0_v(consumer) + 32 * box, key0, kv_head, work.batch);
       }
     });
   }

@@ -19,7 +19,9 @@ template <class Kernel>
 struct BackwardProducer {
   typedef typename Kernel::MaskType Mask;
   typedef typename Kernel::QTile QTile;
-  typedef typename Kernel::KvTile KvTile;
+  typedef typename Kernel::DoTile DoTile;
+  typedef typename Kernel::KTile KTile;
+  typedef typename Kernel::VTile VTile;
   typedef typename Kernel::Ring Ring;
   static constexpr int kBlockM = Kernel::kBlockM;
   static constexpr int kBlockN = Kernel::kBlockN;
@@ -41,12 +43,12 @@ struct BackwardProducer {
       tma_prefetch_map(maps.k);
       tma_prefetch_map(maps.v);
       const u32 kv_full = base + Kernel::kKvBarrierOffset;
-      mbarrier_arrive_expect_tx(kv_full, 2 * KvTile::kBytes);
+      mbarrier_arrive_expect_tx(kv_full, KTile::kBytes + VTile::kBytes);
       const int kv_head = cta_kv_head();
-      tma_load_tile<KvTile>(base + Kernel::kKOffset, maps.k, kv_full, n_block * kBlockN, kv_head,
-                            work.batch);
-      tma_load_tile<KvTile>(base + Kernel::kVOffset, maps.v, kv_full, n_block * kBlockN, kv_head,
-                            work.batch);
+      tma_load_tile<KTile>(base + Kernel::kKOffset, maps.k, kv_full, n_block * kBlockN, kv_head,
+                           work.batch);
+      tma_load_tile<VTile>(base + Kernel::kVOffset, maps.v, kv_full, n_block * kBlockN, kv_head,
+                           work.batch);
     }
     if constexpr (kColumns > 0) {
       load_vectors(p, Kernel::key_mask_state(p), n_block, base + Kernel::kVectorOffset);
@@ -81,12 +83,12 @@ struct BackwardProducer {
         const u32 info = Kernel::info_address(base, stage, state.index);
         store_shared_u32(info, static_cast<u32>(block));
         store_shared_u32(info + 4, static_cast<u32>(tile));
-        ring.producer_commit(state, 2 * QTile::kBytes);
+        ring.producer_commit(state, QTile::kBytes + DoTile::kBytes);
         const CtaWork now =
             cta_work<Kernel::kLowBlocksFirst>(cta_order_of<Kernel::kOrderedCtas>(p));
         tma_load_tile<QTile>(stage, maps.q, full, ms.row_begin, now.head, now.batch);
-        tma_load_tile<QTile>(stage + QTile::kBytes, maps.d_o, full, ms.row_begin, now.head,
-                             now.batch);
+        tma_load_tile<DoTile>(stage + Kernel::kDoStageOffset, maps.d_o, full, ms.row_begin,
+                              now.head, now.batch);
       }
       if constexpr (!kStatisticsWarp) {
         load_row_statistics(p, block, Kernel::stats_address(base, stage, state.index));

@@ -3,8 +3,9 @@
 // warpgroup, named barriers), which walks the query blocks as the producer does and adds the
 // tile to the fp32 dQ accumulator by TMA reductions; in the deterministic mode it takes its
 // turns (backward_reductions.cuh). The tile goes through a dQ buffer of the consumer's, or, when
-// the consumers split the head dim, through the consumer's Q and dO panels of the stage, which
-// the writer then releases.
+// the consumers split the head dim, through the consumer's Q and dO panels of the stage (and its
+// part of the stage's extra dQ area where head_dim_qk exceeds head_dim_v), which the writer then
+// releases.
 #pragma once
 
 #include "attnjit/sm90a/backward_reductions.cuh"
@@ -25,7 +26,7 @@ struct BackwardDqWriter {
     const u32 buffer =
         base + Kernel::kDqOffset + (Kernel::kDqByColumns ? 0 : consumer) * Kernel::kDqBufferBytes;
     named_barrier_sync(Kernel::kDqFreeBarrier + consumer, Kernel::kWriterThreads);
-    store(buffer, Kernel::Products::dq_panel(consumer) * Kernel::KvTile::kPanelCols, acc_dq.v[0]);
+    store(buffer, Kernel::Products::dq_panel(consumer) * Kernel::KTile::kPanelCols, acc_dq.v[0]);
     fence_async_shared();
     named_barrier_arrive(Kernel::dq_barrier(consumer, 0), Kernel::kWriterThreads);
   }
@@ -98,7 +99,7 @@ struct BackwardDqWriter {
 #pragma unroll
           for (int box = 0; box < Kernel::kDqBoxes; ++box) {
             tma_reduce_add(maps.dq_accum, Kernel::dq_box(stage, consumer, box),
-                           Kernel::consumer_col0(consumer) + Kernel::kDqBoxCols * box,
+                           Kernel::consumer_col0_qk(consumer) + Kernel::kDqBoxCols * box,
                            block * Kernel::kBlockM, work.head, work.batch);
           }
           tma_store_commit();

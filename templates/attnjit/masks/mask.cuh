@@ -330,6 +330,18 @@ struct MaskPolicy {
     return c;
   }
 
+  /// The column whose kColumns values are `values` (already read, in their column order).
+  __device__ static __forceinline__ Column column_of(const MaskState& s, const int* values) {
+    Column c;
+    c.lower_start = kHasLower ? values[kLts] : s.seqlen_q;
+    c.lower_end = kLte >= 0 ? values[kLte] : s.seqlen_q;
+    c.upper_start = kUts >= 0 ? values[kUts] : 0;
+    c.upper_end = kHasUpper ? values[kUte] : 0;
+    c.visible_begin = kVisibleBegin >= 0 ? values[kVisibleBegin] : 0;
+    c.visible_end = kVisibleEnd >= 0 ? values[kVisibleEnd] : s.seqlen_q;
+    return c;
+  }
+
   /// The element rule for query `row` and key `col` (whose column was loaded as `c`).
   /// kRowsBelowSq: the caller keeps no result of rows past Sq (the forward, whose O and LSE
   /// stores drop them), so an absent LTE (Sq) or UTS (0) bounds nothing and is not compared.

@@ -124,6 +124,23 @@ __device__ __forceinline__ MaskState make_mask_state(const Params& p, int head, 
   return make_mask_state_at_row<kBlockN>(p, Mask::mask_row(p, head, batch), head, batch);
 }
 
+/// Narrows key blocks [begin, end) of the rows [s.row_begin, s.row_end) of a packed batch
+/// (`v`, its boundaries; null cu_seqlens_q: not packed, nothing changes) to the blocks of the
+/// keys of the rows' sequences, cu_k[first row's] .. cu_k[last row's + 1]: a row sees no key
+/// of another sequence (varlen_intervals.cuh), so the walk need not classify those blocks.
+/// Two searches of the boundaries; whatever their data, [begin, end) only shrinks.
+template <int kBlockN>
+__device__ __forceinline__ void narrow_to_sequences(const VarlenInputs& v, const MaskState& s,
+                                                    int& begin, int& end) {
+  if (v.cu_seqlens_q == nullptr || v.sequences <= 0 || s.row_end <= s.row_begin) return;
+  const int first = mask_build::segment_of(v.cu_seqlens_q, v.sequences, s.row_begin).index;
+  const int last = mask_build::segment_of(v.cu_seqlens_q, v.sequences, s.row_end - 1).index;
+  const int key_begin = max(v.cu_seqlens_k[first], 0);
+  const int key_end = max(v.cu_seqlens_k[last + 1], 0);
+  begin = max(begin, key_begin / kBlockN);
+  end = min(end, (key_end + kBlockN - 1) / kBlockN);
+}
+
 /// Start of the FlashMask values of key column `key` for the CTA's (batch, mask head), from
 /// the kernel parameter `intervals` (passed at each use, not held in a register).
 template <int kColumns>

@@ -252,7 +252,7 @@ struct ForwardSm90a {
     // them itself (key_block_walk.cuh). `block`, `tile`: the block whose S is in flight or
     // ready and its classification; `more`: whether another block follows (kFedWalk).
     WarpKeyBlockWalk<Mask, kBlockN> walk;
-    if constexpr (!kFedWalk) walk.begin(block_mask_state(p, parity), p.minmax);
+    if constexpr (!kFedWalk) walk.begin(block_mask_state(p, parity), p.minmax, p.varlen);
     int block = 0;
     int tile = 0;
     bool more = false;

@@ -559,6 +559,35 @@ TEST_CASE("sm_90a warpgroup forward kernels compile without spills or serialized
 }
 
 TEST_CASE(
+    "sm_90a packed FlashMask forwards with visible vectors compile without spills or "
+    "serialized wgmma",
+    "[nvrtc][specs][sm90a][varlen]") {
+  // The FlashMask families whose packed form adds VISIBLE_BEGIN / VISIBLE_END vectors (both
+  // ends of an interval: causal C=2, non-causal C=4), whose partial blocks take the element
+  // rule: both dtypes, head dims 64 to 256, both boundary modes, with soft-capping (ALiBi
+  // takes shared boundaries).
+  std::vector<std::string> specs;
+  for (const char* dtype : {"bf16", "fp16"}) {
+    for (int d : {64, 96, 128, 192, 256}) {
+      for (const char* mask :
+           {"flashmask(causal=true,columns=2)", "flashmask(causal=false,columns=4)"}) {
+        for (const char* varlen : {"true", "shared"}) {
+          for (const char* modifiers : {"", " softcap=true", " softcap=true alibi=true"}) {
+            if (std::string_view(varlen) == "true" &&
+                std::string_view(modifiers).find("alibi") != std::string_view::npos) {
+              continue;
+            }
+            specs.push_back(fmt::format("dtype={} head_dim={} mask={} varlen={}{} target=sm_90a",
+                                        dtype, d, mask, varlen, modifiers));
+          }
+        }
+      }
+    }
+  }
+  check_warp_specialized(specs, KernelRole::forward, "forward.sm90a");
+}
+
+TEST_CASE(
     "sm_90a warpgroup forward kernels of unequal head dims compile without spills or "
     "serialized wgmma",
     "[nvrtc][specs][sm90a][head_dims]") {

@@ -26,10 +26,14 @@ struct WarpKeyBlockWalk {
   unsigned active;  ///< tables: bit l: block window - l is visited
   int lane_tile;    ///< tables: this lane's classification of block window - l
 
-  /// Starts at the highest visited block of the rows of `ms`. Every lane of the warp calls it.
-  __device__ __forceinline__ void begin(const MaskState& ms, const int* table) {
+  /// Starts at the highest visited block of the rows of `ms`; tables: within the key blocks
+  /// of the rows' sequences where `varlen` is a packed batch's (narrow_to_sequences). Every
+  /// lane of the warp calls it.
+  __device__ __forceinline__ void begin(const MaskState& ms, const int* table,
+                                        const VarlenInputs& varlen) {
     int n_end;
     Mask::template key_block_range<kBlockN>(ms, n_begin, n_end);
+    if constexpr (kTables) narrow_to_sequences<kBlockN>(varlen, ms, n_begin, n_end);
     window = n_end + 32;  // no window yet: the first find classifies one
     active = 0;
     lane_tile = 0;

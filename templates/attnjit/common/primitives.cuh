@@ -144,6 +144,20 @@ __device__ __forceinline__ int load_shared_s32(u32 address) {
   return out;
 }
 
+/// kWords ints from shared memory at `address` (a multiple of 8 bytes) by volatile 8-byte
+/// loads: ptxas keeps volatile loads where they stand, so an unrolled loop of them does not
+/// hoist every iteration's values into registers at once.
+template <int kWords>
+__device__ __forceinline__ void load_shared_volatile_s32(u32 address, int (&out)[kWords]) {
+  static_assert(kWords % 2 == 0, "whole 8-byte loads");
+#pragma unroll
+  for (int i = 0; i < kWords; i += 2) {
+    asm volatile("ld.volatile.shared.v2.s32 {%0, %1}, [%2];"
+                 : "=r"(out[i]), "=r"(out[i + 1])
+                 : "r"(address + 4 * i));
+  }
+}
+
 /// 16-byte global -> shared copy, bypassing L1; bytes past src_bytes are zero-filled.
 __device__ __forceinline__ void cp_async_16(u32 dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),

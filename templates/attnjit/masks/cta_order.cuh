@@ -56,6 +56,7 @@ __device__ __forceinline__ int cta_cost(const CtaOrderParams<Params>& p, unsigne
     ms.row_begin = work.block * kBlockM;
     ms.row_end = min(ms.row_begin + kBlockM, ms.seqlen_q);
     Mask::template key_block_range<kBlockN>(ms, begin, end);
+    narrow_to_sequences<kBlockN>(a.varlen, ms, begin, end);
   }
   int cost = 0;
 #pragma unroll 4

@@ -124,6 +124,23 @@ __device__ __forceinline__ MaskState make_mask_state(const Params& p, int head, 
   return make_mask_state_at_row<kBlockN>(p, Mask::mask_row(p, head, batch), head, batch);
 }
 
+/// Narrows key blocks [begin, end) of the rows [s.row_begin, s.row_end) of a packed batch
+/// (`v`, its boundaries; null cu_seqlens_q: not packed, nothing changes) to the blocks of the
+/// keys of the rows' sequences, cu_k[first row's] .. cu_k[last row's + 1]: a row sees no key
+/// of another sequence (varlen_intervals.cuh), so the walk need not classify those blocks.
+/// Two searches of the boundaries; whatever their data, [begin, end) only shrinks.
+template <int kBlockN>
+__device__ __forceinline__ void narrow_to_sequences(const VarlenInputs& v, const MaskState& s,
+                                                    int& begin, int& end) {
+  if (v.cu_seqlens_q == nullptr || v.sequences <= 0 || s.row_end <= s.row_begin) return;
+  const int first = mask_build::segment_of(v.cu_seqlens_q, v.sequences, s.row_begin).index;
+  const int last = mask_build::segment_of(v.cu_seqlens_q, v.sequences, s.row_end - 1).index;
+  const int key_begin = max(v.cu_seqlens_k[first], 0);
+  const int key_end = max(v.cu_seqlens_k[last + 1], 0);
+  begin = max(begin, key_begin / kBlockN);
+  end = min(end, (key_end + kBlockN - 1) / kBlockN);
+}
+
 /// Start of the FlashMask values of key column `key` for the CTA's (batch, mask head), from
 /// the kernel parameter `intervals` (passed at each use, not held in a register).
 template <int kColumns>
@@ -327,6 +344,18 @@ struct MaskPolicy {
     c.upper_end = kHasUpper ? load_shared_s32(values + 4 * kUte) : 0;
     c.visible_begin = kVisibleBegin >= 0 ? load_shared_s32(values + 4 * kVisibleBegin) : 0;
     c.visible_end = kVisibleEnd >= 0 ? load_shared_s32(values + 4 * kVisibleEnd) : s.seqlen_q;
+    return c;
+  }
+
+  /// The column whose kColumns values are `values` (already read, in their column order).
+  __device__ static __forceinline__ Column column_of(const MaskState& s, const int* values) {
+    Column c;
+    c.lower_start = kHasLower ? values[kLts] : s.seqlen_q;
+    c.lower_end = kLte >= 0 ? values[kLte] : s.seqlen_q;
+    c.upper_start = kUts >= 0 ? values[kUts] : 0;
+    c.upper_end = kHasUpper ? values[kUte] : 0;
+    c.visible_begin = kVisibleBegin >= 0 ? values[kVisibleBegin] : 0;
+    c.visible_end = kVisibleEnd >= 0 ? values[kVisibleEnd] : s.seqlen_q;
     return c;
   }
 

@@ -75,9 +75,10 @@ struct ForwardSm90a {
   static constexpr int kColumns = Mask::kColumns;
   static constexpr bool kElementBits = Mask::kElementBits;
   /// Partial blocks take the FlashMask rule element by element (mask_scores' kDirect) with one
-  /// or four vectors, where it is faster than the per-block bounds; with two vectors the causal
-  /// families were slower by it (and d128 spilled).
-  static constexpr bool kDirectMask = (kColumns == 1 || kColumns == 4) && !Mask::kHasVisible;
+  /// or four vectors, where it is faster than the per-block bounds, and with a packed batch's
+  /// visible vectors (read unhoisted, see mask_scores); with two vectors the causal families
+  /// were slower by it (and d128 spilled).
+  static constexpr bool kDirectMask = kColumns == 1 || kColumns == 4 || Mask::kHasVisible;
   /// Named barriers: the consumers' turns (1 .. kConsumers) and their epilogues (after).
   static constexpr int kTurnBarrier = 1;
   static constexpr int kEpilogueBarrier = kTurnBarrier + kConsumers;
@@ -251,7 +252,7 @@ struct ForwardSm90a {
     // them itself (key_block_walk.cuh). `block`, `tile`: the block whose S is in flight or
     // ready and its classification; `more`: whether another block follows (kFedWalk).
     WarpKeyBlockWalk<Mask, kBlockN> walk;
-    if constexpr (!kFedWalk) walk.begin(block_mask_state(p, parity), p.minmax);
+    if constexpr (!kFedWalk) walk.begin(block_mask_state(p, parity), p.minmax, p.varlen);
     int block = 0;
     int tile = 0;
     bool more = false;

@@ -54,7 +54,7 @@ struct ForwardProducer {
       // The mask state and the CTA's work are formed again where used (Kernel::
       // block_mask_state), not held: the loop then fits the producer's few registers.
       WarpKeyBlockWalk<Mask, kBlockN> walk;
-      walk.begin(Kernel::block_mask_state(p, 0), p.minmax);
+      walk.begin(Kernel::block_mask_state(p, 0), p.minmax, p.varlen);
       run_walk(p, maps, base, k_ring, v_ring, k_state, v_state, walk, 0);
     } else {
       // Works after each CTA's first are drawn from the counter, one ahead: the draw and the
@@ -75,7 +75,7 @@ struct ForwardProducer {
           ms.row_begin = work.block * kBlockM;
           ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
           WarpKeyBlockWalk<Mask, kBlockN> walk;
-          walk.begin(ms, p.minmax);
+          walk.begin(ms, p.minmax, p.varlen);
           // The Q tile and the work's slot are free once the consumers' last Q K^T products
           // of the work before have completed (the first work passes on the fresh barrier).
           mbarrier_wait(base + Kernel::kQEmptyOffset, parity ^ 1);

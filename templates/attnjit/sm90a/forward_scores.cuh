@@ -69,7 +69,9 @@ __device__ __forceinline__ void hide_keys_from(float (&s)[kTiles][4], int limit,
 /// to the accumulators, and the bits are applied after (two more operations per element).
 /// Keys past Sk, in the last block only, are hidden by a pass of their own: the rule of the
 /// other blocks saves a compare per element (which counts where many blocks are partial, as
-/// under global + sliding window). Causal and window masks by index (Mask::kIndexRange)
+/// under global + sliding window). kDirect with a packed batch's visible vectors
+/// (Mask::kHasVisible) reads the values of a thread's two keys of a tile at once, unhoisted.
+/// Causal and window masks by index (Mask::kIndexRange)
 /// instead hide each row's keys outside its visible range, which ends at Sk.
 template <class Mask, bool kDirect, int kTiles, class Params>
 __device__ __forceinline__ void mask_scores(const Params& p, const MaskState& ms,
@@ -98,6 +100,28 @@ __device__ __forceinline__ void mask_scores(const Params& p, const MaskState& ms
     return;
   }
   if (key0 + 8 * kTiles > ms.seqlen_k) hide_keys_from(s, ms.seqlen_k - key0, t);
+  if constexpr (kDirect && Mask::kHasVisible) {
+    // A packed batch's visible rows on top of both ends of an interval: ptxas hoisted the
+    // scalar loads of every column and spilled. The thread's two keys of tile nt are adjacent,
+    // so their values come by volatile 8-byte loads, which stay in their tile.
+#pragma unroll
+    for (int nt = 0; nt < kTiles; ++nt) {
+      int values[2 * Mask::kColumns];
+      load_shared_volatile_s32(vectors + (8 * nt + 2 * t) * Mask::kColumns * 4, values);
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const typename Mask::Column column = Mask::column_of(ms, values + c * Mask::kColumns);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          if (Mask::template masked<true, true>(p, ms, row0 + 8 * r, key0 + 8 * nt + 2 * t + c,
+                                                column)) {
+            s[nt][2 * r + c] = negative_infinity();
+          }
+        }
+      }
+    }
+    return;
+  }
   if constexpr (kDirect) {
 #pragma unroll
     for (int nt = 0; nt < kTiles; ++nt) {
@@ -120,15 +144,8 @@ __device__ __forceinline__ void mask_scores(const Params& p, const MaskState& ms
           p, ms, vectors, row0, key0, t, (16 * w + j) / 2, j % 2,
           [&](int n, int r, int col) { hidden |= 1u << (4 * (n % 8) + 2 * r + col); });
     };
-    if constexpr (Mask::kHasVisible) {
-      // A packed batch's visible rows on top of an interval: unrolled, the columns' loads
-      // were hoisted, and d256 spilled.
-#pragma unroll 1
-      for (int j = 0; j < 16 && 16 * w + j < kTiles * 2; ++j) column_bits(j);
-    } else {
 #pragma unroll
-      for (int j = 0; j < 16 && 16 * w + j < kTiles * 2; ++j) column_bits(j);
-    }
+    for (int j = 0; j < 16 && 16 * w + j < kTiles * 2; ++j) column_bits(j);
 #pragma unroll
     for (int e = 0; e < 32 && 32 * w + e < kTiles * 4; ++e) {
       if ((hidden >> e) & 1) s[8 * w + e / 4][e % 4] = negative_infinity();

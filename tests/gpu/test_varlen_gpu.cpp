@@ -294,8 +294,10 @@ dsl::IntervalVectors random_vectors(const Packed& c, int mask_heads) {
   return dsl::concat_keys(pieces);
 }
 
-// Sequence s's part of the case's vectors: its used keys, its Sq (the reference's layout).
+// Sequence s's part of the case's vectors: its used keys, its Sq (the reference's layout);
+// no vectors for the masks that have none.
 dsl::IntervalVectors sequence_vectors(const Packed& c, int s) {
+  if (c.mask != MaskKind::flashmask) return {};
   return dsl::key_range(c.vectors, c.cu(c.seqlens_k)[s], c.used(s), c.seqlens_q[s]);
 }
 

@@ -157,7 +157,7 @@ struct QueryBlockWalk {
   __device__ __forceinline__ void begin(const BwdParams& p, const MaskState& ms, int n_block,
                                         u32 smem_stages, const CtaWork& work) {
     int first;
-    Mask::template query_block_range<kBlockM, kBlockN>(ms, n_block, first, end);
+    query_blocks_of<Mask, kBlockM, kBlockN>(p.varlen, ms, n_block, first, end);
     load = next_active(p, ms, n_block, first);
     block = load;
     if (load < end) {

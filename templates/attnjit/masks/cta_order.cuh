@@ -51,7 +51,7 @@ __device__ __forceinline__ int cta_cost(const CtaOrderParams<Params>& p, unsigne
   const int lane = threadIdx.x % 32;
   int begin, end;
   if (kKeyBlocks) {
-    Mask::template query_block_range<kBlockM, kBlockN>(ms, work.block, begin, end);
+    query_blocks_of<Mask, kBlockM, kBlockN>(a.varlen, ms, work.block, begin, end);
   } else {
     ms.row_begin = work.block * kBlockM;
     ms.row_end = min(ms.row_begin + kBlockM, ms.seqlen_q);

@@ -141,6 +141,34 @@ __device__ __forceinline__ void narrow_to_sequences(const VarlenInputs& v, const
   end = min(end, (key_end + kBlockN - 1) / kBlockN);
 }
 
+/// The backward's counterpart: narrows query blocks [begin, end) of key block n_block of a
+/// packed batch to the blocks of the rows of its keys' sequences, cu_q[first key's] ..
+/// cu_q[last key's + 1]. Whatever the boundaries hold, [begin, end) only shrinks.
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ void narrow_to_key_sequences(const VarlenInputs& v, const MaskState& s,
+                                                        int n_block, int& begin, int& end) {
+  const int first_key = n_block * kBlockN;
+  const int last_key = min(first_key + kBlockN, s.seqlen_k) - 1;
+  if (v.cu_seqlens_k == nullptr || v.sequences <= 0 || last_key < first_key) return;
+  const int first = mask_build::segment_of(v.cu_seqlens_k, v.sequences, first_key).index;
+  const int last = mask_build::segment_of(v.cu_seqlens_k, v.sequences, last_key).index;
+  const int row_begin = max(v.cu_seqlens_q[first], 0);
+  const int row_end = max(v.cu_seqlens_q[last + 1], 0);
+  begin = max(begin, row_begin / kBlockM);
+  end = min(end, (row_end + kBlockM - 1) / kBlockM);
+}
+
+/// Query blocks [begin, end) that can see key block n_block: the mask's range, narrowed to
+/// the block's sequences in a packed batch where kNarrow. The blocks left out are skipped by
+/// classify() anyway; narrowing saves their classification. Walks that must agree on the
+/// blocks visited (the deterministic mode's turns) take the same kNarrow.
+template <class Mask, int kBlockM, int kBlockN, bool kNarrow = true>
+__device__ __forceinline__ void query_blocks_of(const VarlenInputs& v, const MaskState& s,
+                                                int n_block, int& begin, int& end) {
+  Mask::template query_block_range<kBlockM, kBlockN>(s, n_block, begin, end);
+  if constexpr (kNarrow) narrow_to_key_sequences<kBlockM, kBlockN>(v, s, n_block, begin, end);
+}
+
 /// Start of the FlashMask values of key column `key` for the CTA's (batch, mask head), from
 /// the kernel parameter `intervals` (passed at each use, not held in a register).
 template <int kColumns>

@@ -59,7 +59,8 @@ struct BackwardProducer {
     typename Kernel::RingState state;
     MaskState ms = Kernel::key_mask_state(p);
     int block, end;
-    Mask::template query_block_range<kBlockM, kBlockN>(ms, n_block, block, end);
+    query_blocks_of<Mask, kBlockM, kBlockN, !Kernel::kOrderedDq>(p.varlen, ms, n_block, block,
+                                                                 end);
     block = Mask::template first_active_query_block<kBlockM, kBlockN>(ms, p.minmax, n_block, block,
                                                                       end);
     for (;;) {
@@ -112,7 +113,8 @@ struct BackwardProducer {
         cta_work<Kernel::kLowBlocksFirst>(cta_order_of<Kernel::kOrderedCtas>(p)).block;
     MaskState ms = Kernel::key_mask_state(p);
     int block, end;
-    Mask::template query_block_range<kBlockM, kBlockN>(ms, n_block, block, end);
+    query_blocks_of<Mask, kBlockM, kBlockN, !Kernel::kOrderedDq>(p.varlen, ms, n_block, block,
+                                                                 end);
     block = Mask::template first_active_query_block<kBlockM, kBlockN>(ms, p.minmax, n_block, block,
                                                                       end);
     // Lane l copies rows l + 32 j from one pointer per vector, set once (24 registers).

@@ -46,7 +46,8 @@ __device__ __forceinline__ void store_fp32_tile(u32 buffer, int col0,
 
 /// Deterministic mode: how many key blocks after n_block walk query block m_block (whose rows
 /// `s` holds), i.e. the turn of n_block's reductions into its dQ; each lane of the calling warp
-/// tests one key block per step as the walk would (index range, then classification).
+/// tests one key block per step as the walk would (index range, then classification; the
+/// deterministic walks do not narrow a packed batch's range, query_blocks_of).
 template <class Mask, int kBlockM, int kBlockN>
 __device__ __forceinline__ int later_key_visitors(const BwdParams& p, const MaskState& s,
                                                   int m_block, int n_block) {

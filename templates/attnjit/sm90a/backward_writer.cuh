@@ -60,8 +60,8 @@ struct BackwardDqWriter {
     const int n_block = Kernel::work_of(p).block;
     MaskState ms = Kernel::key_mask_state(p);
     int block, end;
-    Kernel::MaskType::template query_block_range<Kernel::kBlockM, Kernel::kBlockN>(ms, n_block,
-                                                                                   block, end);
+    query_blocks_of<typename Kernel::MaskType, Kernel::kBlockM, Kernel::kBlockN,
+                    !Kernel::kOrderedDq>(p.varlen, ms, n_block, block, end);
     block = Kernel::MaskType::template first_active_query_block<Kernel::kBlockM, Kernel::kBlockN>(
         ms, p.minmax, n_block, block, end);
     // dQ buffers: the buffer starts free.

@@ -1,25 +1,28 @@
 #!/usr/bin/env python3
 """attnjit forward+backward against its peers, side by side in one process on one GPU.
 
-bf16 q, k, v [B, S, H, D] (defaults B=1, H=16, S=8192, D=128) for four masks:
-- none and causal: attnjit (deterministic=False, and True as an extra row), SDPA flash, SDPA
-  cuDNN (when available) and compiled FlexAttention (block mask for causal);
+bf16 q, k [B, S, H, D] and v [B, S, H, Dv] (defaults B=1, H=16, S=8192, D=Dv=128) for four
+masks:
+- none and causal: attnjit (deterministic=False, and True as an extra row), SDPA flash (or
+  SDPA efficient where Dv != D: flash takes equal head dims only), SDPA cuDNN (when
+  available) and compiled FlexAttention (block mask for causal);
 - causal document (FlashMask causal, 1 column, LTS_j = end of j's document; 3-7 documents of
   random lengths per sample) and share question (FlashMask causal, 1 column; samples of a
   question and 2-4 answers packed as documents; question columns: LTS = end of the sample,
   answer columns: LTS = end of the answer): attnjit, SDPA with the equivalent dense boolean
   mask (the backend SDPA picks for it) and FlexAttention with the same rule as a mask_mod.
 
-Each implementation is first checked against a reference on the same inputs (SDPA flash for
-none/causal, SDPA with the dense mask otherwise): relative errors of o, dq, dk, dv must be
-<= 2e-2, else the row is marked WRONG and the script exits 1 after the report. Then it times
-forward alone and forward+backward (o.backward(dO) with one fixed random dO) with CUDA events:
-warm-up, median of --runs, rotating among 3 input sets. FLOPs count visible (query, key) pairs:
-forward 4·B·H·D·pairs, backward 2.5x forward. Prints a markdown report last (and writes it to
---out).
+Each implementation is first checked against a reference on the same inputs (SDPA flash, or
+efficient, for none/causal, SDPA with the dense mask otherwise): relative errors of o, dq, dk,
+dv must be <= 2e-2, else the row is marked WRONG and the script exits 1 after the report. Then
+it times forward alone and forward+backward (o.backward(dO) with one fixed random dO) with CUDA
+events: warm-up, median of --runs, rotating among 3 input sets. FLOPs count visible (query,
+key) pairs: forward 2·B·H·(D + Dv)·pairs, backward 2.5x forward. Prints a markdown report last
+(and writes it to --out).
 
     python3 tools/bench/bwd_vs_sdpa.py --batch 1 --heads 16 --seqlen 8192 --head-dim 128 \\
         --out bwd_results.md
+    python3 tools/bench/bwd_vs_sdpa.py --batch 2 --seqlen 4096 --head-dim 192 --head-dim-v 128
 """
 
 import contextlib
@@ -48,9 +51,13 @@ compiled_flex = torch.compile(flex_attention)
 def parse_args():
     parser = problem_parser(__doc__.split("\n\n")[0], warmup=5)
     parser.add_argument("--seed", type=int, default=0, help="seeds inputs and document lengths")
+    parser.add_argument("--head-dim-v", type=int, default=None,
+                        help="V's and the output's head dim (default: --head-dim)")
     args = parser.parse_args()
     if args.runs < 30:
         parser.error("--runs: at least 30")
+    if args.head_dim_v is None:
+        args.head_dim_v = args.head_dim
     return args
 
 
@@ -132,11 +139,13 @@ def relative_errors(got, reference):
             for a, r in zip(got, reference)]
 
 
-def training_inputs(shape):
-    """INPUT_SETS random bf16 (q, k, v) sets of `shape` that require grad, and one random dO."""
-    inputs = [tuple(torch.randn(shape, dtype=torch.bfloat16, device="cuda").requires_grad_()
-                    for _ in range(3)) for _ in range(INPUT_SETS)]
-    return inputs, torch.randn(shape, dtype=torch.bfloat16, device="cuda")
+def training_inputs(shape, head_dim_v):
+    """INPUT_SETS random bf16 (q, k, v) sets that require grad, q and k of `shape`, v of
+    `shape` with head_dim_v, and one random dO of v's shape."""
+    shapes = (shape, shape, shape[:-1] + (head_dim_v,))
+    inputs = [tuple(torch.randn(one, dtype=torch.bfloat16, device="cuda").requires_grad_()
+                    for one in shapes) for _ in range(INPUT_SETS)]
+    return inputs, torch.randn(shapes[2], dtype=torch.bfloat16, device="cuda")
 
 
 def check_and_time(attention, inputs, d_o, reference, args):
@@ -187,7 +196,10 @@ def implementations(mask, lts, visible, args):
             ("attnjit deterministic", attnjit_attention(causal, lts, True), None)]
     if lts is None:
         sdpa = in_bhsd(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
-        rows.append(("SDPA flash", sdpa, SDPBackend.FLASH_ATTENTION))
+        if args.head_dim == args.head_dim_v:
+            rows.append(("SDPA flash", sdpa, SDPBackend.FLASH_ATTENTION))
+        else:
+            rows.append(("SDPA efficient", sdpa, SDPBackend.EFFICIENT_ATTENTION))
         rows.append(("SDPA cuDNN", sdpa, SDPBackend.CUDNN_ATTENTION))
         block_mask = None
         if causal:
@@ -208,17 +220,17 @@ def backend(kind):
 
 
 def bench_mask(mask, args, inputs, d_o, generator, rows, failures):
-    b, s, h, d = args.batch, args.seqlen, args.heads, args.head_dim
+    b, s, h = args.batch, args.seqlen, args.heads
     lts = visible = None
     if mask in ("none", "causal"):
         pairs = b * (s * (s + 1) // 2 if mask == "causal" else s * s)
-        reference_name = "SDPA flash"
+        reference_name = "SDPA flash" if args.head_dim == args.head_dim_v else "SDPA efficient"
     else:
         lts = flashmask_vectors(mask, b, s, generator, "cuda")
         visible = dense_visible(lts)
         pairs = int(visible.sum().item())
         reference_name = "SDPA dense mask"
-    forward_flops = 4 * h * d * pairs
+    forward_flops = 2 * h * (args.head_dim + args.head_dim_v) * pairs
     density = pairs / (b * s * s)
     impls = implementations(mask, lts, visible, args)
 
@@ -265,12 +277,14 @@ def report(args, rows, failures, seconds):
         f"{datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}; `{command}` ({seconds:.0f} s, "
         "compiles included)",
         "",
-        f"bf16, B={args.batch} H={args.heads} S={args.seqlen} D={args.head_dim}; median of "
+        f"bf16, B={args.batch} H={args.heads} S={args.seqlen} D={args.head_dim} "
+        f"Dv={args.head_dim_v}; median of "
         f"{args.runs} runs over {INPUT_SETS} rotating input sets (CUDA events); `o.backward(dO)` "
-        "with a fixed random dO; FLOPs count visible pairs: forward 4·B·H·D·pairs, backward "
-        f"{BACKWARD_FLOPS_FACTOR}x forward; \"attnjit speedup\" = this row's fwd+bwd time / "
-        "attnjit's; check = relative errors of o / dq / dk / dv against SDPA flash (none, "
-        "causal) or SDPA with the dense mask; SDPA with a dense mask runs the backend SDPA picks",
+        "with a fixed random dO; FLOPs count visible pairs: forward 2·B·H·(D + Dv)·pairs, "
+        f"backward {BACKWARD_FLOPS_FACTOR}x forward; \"attnjit speedup\" = this row's fwd+bwd "
+        "time / attnjit's; check = relative errors of o / dq / dk / dv against SDPA flash or "
+        "efficient (none, causal) or SDPA with the dense mask; SDPA with a dense mask runs the "
+        "backend SDPA picks",
         "",
         "| mask (visible) | implementation | fwd ms | fwd TFLOP/s | fwd+bwd ms | "
         "fwd+bwd TFLOP/s | attnjit speedup | check |",
@@ -287,7 +301,7 @@ def report(args, rows, failures, seconds):
                      f"{row['forward_tflops']:.0f} | {row['total_ms']:.2f} | "
                      f"{row['total_tflops']:.0f} | {speedup} | {row['check']} |")
 
-    lines += ["", "| mask | attnjit fwd+bwd TFLOP/s | vs SDPA (flash or dense mask) | "
+    lines += ["", "| mask | attnjit fwd+bwd TFLOP/s | vs SDPA (flash, efficient or dense mask) | "
               "vs SDPA cuDNN | vs FlexAttention |", "|---|---:|---:|---:|---:|"]
     for mask in MASKS:
         timed = {row["name"]: row for row in rows if row["mask"] == mask and "total_ms" in row}
@@ -296,7 +310,8 @@ def report(args, rows, failures, seconds):
             lines.append(f"| {mask} | failed | - | - | - |")
             continue
         ratios = [speedup_over(timed, ours, names) for names in
-                  (("SDPA flash", "SDPA dense mask"), ("SDPA cuDNN",), ("FlexAttention",))]
+                  (("SDPA flash", "SDPA efficient", "SDPA dense mask"), ("SDPA cuDNN",),
+                   ("FlexAttention",))]
         lines.append(f"| {mask} | {ours['total_tflops']:.0f} | {' | '.join(ratios)} |")
     lines += ["", "Goal: attnjit at least 5x SDPA with the dense mask on the FlashMask masks."]
     if failures:
@@ -310,7 +325,7 @@ def main():
     torch.manual_seed(args.seed)
     generator = torch.Generator().manual_seed(args.seed)
     shape = (args.batch, args.seqlen, args.heads, args.head_dim)
-    inputs, d_o = training_inputs(shape)
+    inputs, d_o = training_inputs(shape, args.head_dim_v)
 
     rows, failures = [], []
     for mask in MASKS:

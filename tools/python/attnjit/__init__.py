@@ -404,7 +404,8 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                      softcap: Optional[float] = 0.0, alibi_slopes: Optional[Tensor] = None,
                      deterministic: bool = False, seqused_k: Optional[Tensor] = None,
                      return_lse: bool = False, sinks: Optional[Tensor] = None,
-                     startend_row_indices: Optional[Tensor] = None
+                     startend_row_indices: Optional[Tensor] = None,
+                     mask: Optional[PredicateMask] = None
                      ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Differentiable attention on a packed batch, with the arguments of FlashAttention's
     flash_attn_varlen_func: B sequences of different lengths packed one after another.
@@ -424,18 +425,26 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     1 or Hkv), for each key C rows local to its sequence (0..Sq_s; larger values read as
     Sq_s); each sequence's mask is then attnjit.forward's flashmask(causal=causal, columns=C):
     C 1 (LTS) or 2 (LTS, LTE) with causal=True (bottom-right aligned as above), 2 (LTS, UTE) or
-    4 (LTS, LTE, UTS, UTE) with causal=False; window_size stays (-1, -1) with it. softmax_scale defaults to 1/sqrt(D); softcap > 0 gives s <- softcap * tanh(s / softcap)
-    (0.0 or None: none). alibi_slopes (fp32 [H] on q's device) adds slope[h] * (j - i) in
-    local positions; it takes shared boundaries: one tensor passed as both cu_seqlens_q and
-    cu_seqlens_k, no seqused_k. dropout_p must be 0. sinks (fp32 [H] on q's device) adds a
-    learnable sink logit per query head to every row's softmax denominator, as in
-    attnjit.forward, and receives its gradient (summed over all sequences); the vectors and
-    alibi_slopes get none.
+    4 (LTS, LTE, UTS, UTE) with causal=False; window_size stays (-1, -1) with it. mask: an
+    element predicate, attnjit.predicate("..."), alone (no causal, window_size,
+    startend_row_indices or sinks): in sequence s it sees b = s and q, k local to the
+    sequence (0..Sq_s - 1, 0..Sk_s - 1; no bottom-right shift: write it in the predicate, e.g.
+    "k <= q + off[b]"), and its int32 tensors are [length] or [rows, length] with rows 1
+    (shared) or B (row s read in sequence s); pairs of different sequences and keys past
+    seqused_k stay hidden. A mask of the mask language (families such as document(...), & or
+    |) is refused: the host builds it for a padded batch's sizes, and a packed batch's lengths
+    stay on the device. softmax_scale defaults to 1/sqrt(D); softcap > 0 gives
+    s <- softcap * tanh(s / softcap) (0.0 or None: none). alibi_slopes (fp32 [H] on q's
+    device) adds slope[h] * (j - i) in local positions; it takes shared boundaries: one tensor
+    passed as both cu_seqlens_q and cu_seqlens_k, no seqused_k. dropout_p must be 0. sinks
+    (fp32 [H] on q's device) adds a learnable sink logit per query head to every row's softmax
+    denominator, as in attnjit.forward, and receives its gradient (summed over all sequences);
+    the vectors, alibi_slopes and a predicate's tensors get none.
 
     Returns o [total_q, H, Dv], and also lse fp32 [H, total_q] when return_lse (not
     differentiable). A query row that sees no key (Sk_s = 0, seqused_k[s] = 0, a window past
-    its keys, or vectors that hide it from every key) gives o = 0 and lse = -inf (with sinks, the sink's logit), as in
-    attnjit.attention, and a zero gradient.
+    its keys, or vectors or a predicate that hide it from every key) gives o = 0 and
+    lse = -inf (with sinks, the sink's logit), as in attnjit.attention, and a zero gradient.
     q, k and v receive d_q, d_k and d_v (with GQA a KV head's gradient sums over its query
     heads); deterministic=True makes them bitwise repeatable. The host never reads the
     boundaries (their values are checked on the device with ATTNJIT_DEBUG=1): calls are
@@ -452,6 +461,9 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     >>> o.shape                                                          # doctest: +GPU
     torch.Size([300, 8, 128])
     >>> o.sum().backward()                                               # doctest: +GPU
+    >>> lim = torch.tensor([60, 200], dtype=torch.int32, device="cuda")  # doctest: +GPU
+    >>> mask = attnjit.predicate("q >= k && k < lim[b]", tensors={"lim": lim})  # doctest: +GPU
+    >>> o = attnjit.attention_varlen(q, k, v, cu_q, cu_k, 200, 200, mask=mask)  # doctest: +GPU
     """
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or dropout_p != 0:
         raise ValueError(f"dropout_p: got {dropout_p!r}; accepted: 0.0 (attnjit has no "
@@ -466,21 +478,28 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                         ("return_lse", return_lse)):
         if not isinstance(value, bool):
             raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
-    mask, window_left, window_right = _varlen_mask(causal, window_size)
-    if startend_row_indices is not None:
-        mask = _varlen_flashmask(startend_row_indices, causal, window_size)
+    mask_text, window_left, window_right = _varlen_mask(causal, window_size)
+    predicate = _launch.NO_PREDICATE
+    if mask is not None:
+        _check_varlen_predicate(mask, causal, window_size, startend_row_indices, sinks)
+        mask_text = mask.mask_text
+        predicate = (mask.names, mask.scalars, [mask.tensors[name] for name in mask.names])
+    elif startend_row_indices is not None:
+        mask_text = _varlen_flashmask(startend_row_indices, causal, window_size)
     scale = _optional_positive("softmax_scale", softmax_scale, "1/sqrt(head_dim)")
     cap = 0.0 if softcap is None or (type(softcap) in (int, float) and softcap == 0) \
         else _check_softcap(softcap)
     for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         _check_max_seqlen(name, value)
+    names, scalars, tensors = predicate
     arguments = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, startend_row_indices,
-                 alibi_slopes, max_seqlen_q, max_seqlen_k, mask, causal, scale, window_left,
-                 window_right, cap, deterministic, sinks)
+                 alibi_slopes, tensors, max_seqlen_q, max_seqlen_k, mask_text, scalars,
+                 " ".join(names), causal, scale, window_left, window_right, cap, deterministic,
+                 sinks)
     _torch_of(q, "q")
     if _through_operators(q):
         _check_varlen_tensors(*arguments[:6], max_seqlen_q, max_seqlen_k, sinks,
-                              startend_row_indices, alibi_slopes)
+                              startend_row_indices, alibi_slopes, predicate)
         o, lse = _ops.attention_varlen(*arguments)
     else:
         # The tensor checks run in the launch, once per call signature.
@@ -523,6 +542,18 @@ def _varlen_flashmask(indices, causal, window_size):
         raise ValueError(f"startend_row_indices: C={columns} (shape {tuple(indices.shape)}) "
                          f"with causal={causal}; accepted: C={kind}")
     return "flashmask"
+
+
+def _check_varlen_predicate(mask, causal, window_size, indices, sinks):
+    """attention_varlen's checks of `mask`: an element predicate, alone."""
+    if not isinstance(mask, PredicateMask) or mask.language:
+        raise ValueError(f"mask: got {mask!r}; accepted: None, or an element predicate over b, "
+                         "h, q, k (attnjit.predicate of one predicate: no families, & or |, "
+                         "which the host builds for a padded batch's sizes, while a packed "
+                         "batch's lengths stay on the device); causal, window_size and "
+                         "startend_row_indices say the other masks")
+    _check_predicate_alone(causal, indices, window_size, (-1, -1), "window_size")
+    _refuse_predicate_sinks(sinks)
 
 
 def _shared_boundaries(cu_seqlens_q, cu_seqlens_k, seqused_k):
@@ -571,9 +602,11 @@ def _refuse_predicate_sinks(sinks):
                          "attnjit.flashmask)")
 
 
-def _check_predicate_alone(causal, indices, window):
-    if causal is not False or indices is not None or tuple(window) != (-1, 0):
-        raise ValueError("mask: a predicate with causal/startend_row_indices/window; "
+def _check_predicate_alone(causal, indices, window, unbounded=(-1, 0), window_name="window"):
+    """ValueError unless a predicate mask comes alone: causal False, no vectors, the window
+    `unbounded` (the default of the argument `window_name`)."""
+    if causal is not False or indices is not None or tuple(window) != unbounded:
+        raise ValueError(f"mask: a predicate with causal/startend_row_indices/{window_name}; "
                          "accepted: a predicate alone (it says the whole mask)")
 
 
@@ -584,7 +617,7 @@ def _predicate_call(q, k, v, mask, slopes, scale, softcap, deterministic, graph)
     _check_tensors(q, k, v, None, slopes)
     names = mask.names
     tensors = [mask.tensors[name] for name in names]
-    _check_predicate_tensors(q, names, tensors)
+    _check_predicate_tensors(q, names, tensors, q.shape[0])
     arguments = (q, k, v, tensors, mask.scalars, mask.structure)
     trailing = (slopes, scale, softcap, deterministic)
     if _through_operators(q):
@@ -677,15 +710,18 @@ def _define_functions(torch):
     class VarlenAttention(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, indices, slopes,
-                    max_seqlen_q, max_seqlen_k, mask, causal, scale, window_left, window_right,
-                    softcap, deterministic, sinks):
+                    predicate_tensors, max_seqlen_q, max_seqlen_k, mask, predicate_scalars,
+                    predicate_names, causal, scale, window_left, window_right, softcap,
+                    deterministic, sinks):
             tensors = (cu_seqlens_q, cu_seqlens_k, seqused_k, indices, slopes)
             arguments = (max_seqlen_q, max_seqlen_k, mask, causal, scale, window_left,
                          window_right, softcap)
+            predicate = (predicate_names.split(), predicate_scalars, predicate_tensors)
             o, lse = _launch.varlen_forward(torch, q, k, v, *tensors, *arguments,
-                                            _check_varlen_tensors, sinks)
+                                            _check_varlen_tensors, sinks, predicate)
             ctx.save_for_backward(q, k, v, o, lse, *tensors, sinks)
             ctx.arguments = arguments + (deterministic,)
+            ctx.predicate = predicate
             ctx.mark_non_differentiable(lse)
             return o, lse
 
@@ -694,8 +730,8 @@ def _define_functions(torch):
         def backward(ctx, d_o, _d_lse):
             q, k, v, o, lse, *tensors, sinks = ctx.saved_tensors
             d_q, d_k, d_v, d_sinks = _launch.varlen_backward(
-                torch, d_o, q, k, v, o, lse, *tensors, *ctx.arguments, sinks)
-            return (d_q, d_k, d_v) + (None,) * 14 + (d_sinks,)
+                torch, d_o, q, k, v, o, lse, *tensors, *ctx.arguments, sinks, ctx.predicate)
+            return (d_q, d_k, d_v) + (None,) * 17 + (d_sinks,)
 
     return Attention, PredicateAttention, VarlenAttention
 
@@ -858,11 +894,12 @@ def _check_tensors(q, k, v, indices=None, slopes=None, sinks=None):
 
 def _check_varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None,
                           max_seqlen_q=0, max_seqlen_k=0, sinks=None, indices=None,
-                          slopes=None):
+                          slopes=None, predicate=_launch.NO_PREDICATE):
     """attention_varlen's checks that need no device and read no tensor's values: types,
     devices, dtypes, ranks and shapes of the packed tensors, the boundaries, the FlashMask
-    vectors (`indices`), alibi_slopes and sinks, and max_seqlen_q/k against the totals. The
-    launches and the operators' fake implementations run them."""
+    vectors (`indices`), alibi_slopes, sinks and a predicate's (names, scalars, tensors), whose
+    rows are 1 or B (cu_seqlens_q's shape), and max_seqlen_q/k against the totals. The launches
+    and the operators' fake implementations run them."""
     torch = _check_activations(q, k, v, 3, "[total, heads, head_dim] (a packed batch)")
     if tuple(k.shape[:2]) != tuple(v.shape[:2]):
         raise AttnjitError(f"v: shape {tuple(v.shape)} differs from k {tuple(k.shape)} in "
@@ -906,6 +943,7 @@ def _check_varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None,
         _check_head_vector(torch, "alibi_slopes", slopes, q.shape[1], q, "one slope")
     if sinks is not None:
         _check_head_vector(torch, "sinks", sinks, q.shape[1], q, "one sink logit")
+    _check_predicate_tensors(q, predicate[0], predicate[2], sequences, packed=True)
 
 
 def _check_startend(torch, indices, q, batch, seqlen_k, kv_heads, keys="Sk", note=""):
@@ -942,13 +980,20 @@ def _check_head_vector(torch, name, tensor, heads, q, each):
                            ".contiguous())")
 
 
-def _check_predicate_tensors(q, names, tensors):
+def _check_predicate_tensors(q, names, tensors, batch, packed=False):
+    """A predicate's tensors: int32 on q's device, [length] or [rows, length] with rows 1 or
+    `batch` (the batch, or a packed batch's sequences)."""
     torch = _torch_of(q, "q")
+    each = (f"1 (shared by every sequence) or {batch} (one per sequence of the packed batch)"
+            if packed else f"1 (shared by every batch) or {batch} (the batch)")
     for name, tensor in zip(names, tensors):
         label = f"tensors[{name!r}]"
         if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.int32:
             raise TypeError(f"{label}: expected an int32 torch.Tensor")
         _check_on_device(label, tensor, q)
+        if tensor.dim() not in (1, 2) or (tensor.dim() == 2 and tensor.shape[0] not in (1, batch)):
+            raise AttnjitError(f"{label}: shape {tuple(tensor.shape)}; accepted: [length], or "
+                               f"[rows, length] with rows {each}")
 
 
 def _spec_text(q, v, mask, causal, indices, return_lse, softcap, alibi_slopes):

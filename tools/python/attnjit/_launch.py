@@ -26,6 +26,7 @@ from ._ffi import AttnjitError
 _SLOT_NAMES = ("q", "k", "v", "o", "lse", "startend_row_indices", "alibi_slopes", "d_o", "d_q",
                "d_k", "d_v", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "sinks", "d_sinks")
 _NO_BOUNDARIES = (None, None, None)  # the cu_seqlens slots of a padded batch's launch
+NO_PREDICATE = ((), (), ())  # the (names, scalars, tensors) of a mask that is no predicate
 _SPEC_DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
 _CODES = {"float16": _ffi.FP16, "bfloat16": _ffi.BF16, "float32": _ffi.FP32,
           "int32": _ffi.INT32}
@@ -159,14 +160,15 @@ def _descriptor(name, tensor):
 
 def _prepare(compiled, slots, predicate, scalars, index, max_seqlens=None):
     """A new _Launch binding `slots` (the tensors of the first slots, None where absent; the
-    rest absent) and the scalar arguments; `max_seqlens` (max_seqlen_q, max_seqlen_k) for a
-    packed batch's kernel (attnjit_launch_prepare_varlen)."""
+    rest absent), `predicate` (names, scalar values, tensors; None or empty without a predicate
+    mask) and the scalar arguments; `max_seqlens` (max_seqlen_q, max_seqlen_k) for a packed
+    batch's kernel (attnjit_launch_prepare_varlen)."""
     descriptors = (_ffi.Tensor * _ffi.SLOT_COUNT)(
         *[_descriptor(name, tensor) for name, tensor in zip(_SLOT_NAMES, slots)])
     inputs = None
     keep = None
     if predicate is not None:
-        structure, names, values, tensors = predicate
+        names, values, tensors = predicate
         count = len(names)
         values_array = (ctypes.c_int32 * max(len(values), 1))(*values)
         names_array = (ctypes.c_char_p * max(count, 1))(
@@ -200,13 +202,13 @@ def _layout(tensor):
 def run(torch, compiled, slots, scalars, index, predicate=None):
     """Enqueues `compiled` on torch's current stream of device `index` with the tensors of the
     first slots (None: absent; the rest absent) and scalars (scale, window_left, window_right,
-    softcap); `predicate` is (structure, names, scalar values, tensors) for a predicate mask."""
+    softcap); `predicate` is (names, scalar values, tensors) for a predicate mask."""
     key = (compiled._handle.value, index, scalars, tuple(map(_layout, slots)))
     pointers = [0 if t is None else t.data_ptr() for t in slots]
     pointers += [0] * (_ffi.SLOT_COUNT - len(slots))
     if predicate is not None:
-        key += (predicate[0], tuple(predicate[2]), tuple(map(_layout, predicate[3])))
-        pointers += [t.data_ptr() for t in predicate[3]]
+        key += (tuple(predicate[1]), tuple(map(_layout, predicate[2])))
+        pointers += [t.data_ptr() for t in predicate[2]]
     launch = _launches.get(key)
     if launch is None:
         launch = _prepare(compiled, slots, predicate, scalars, index)
@@ -273,7 +275,11 @@ def _remember(key, call):
 
 
 def _enqueue(torch, call, pointers):
-    _launch_run(torch, call.launch, call.index, _Pointers(*pointers), _ffi.SLOT_COUNT)
+    """Runs a call's launch with `pointers`: one per slot, then one per predicate tensor."""
+    count = len(pointers)
+    data = _Pointers(*pointers) if count == _ffi.SLOT_COUNT else (ctypes.c_void_p * count)(
+        *pointers)
+    _launch_run(torch, call.launch, call.index, data, count)
 
 
 def forward(torch, q, k, v, indices, slopes, mask, causal, scale, window_left, window_right,
@@ -369,21 +375,24 @@ def attention_backward(torch, d_o, q, k, v, o, lse, indices, slopes, mask, causa
 
 def varlen_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, indices, slopes,
                    max_seqlen_q, max_seqlen_k, mask, causal, scale, window_left, window_right,
-                   softcap, check=None, sinks=None):
+                   softcap, check=None, sinks=None, predicate=NO_PREDICATE):
     """The forward of attnjit.attention_varlen: (o [total_q, H, Dv], lse [H, total_q]).
-    `mask` is "none", "causal", "sliding_window" or "flashmask" (then `indices`, int32
-    [1, Hm, total_k, C] with rows local to each sequence, and `causal` its flag); slopes
-    (fp32 [H], shared boundaries) or None; scale 0.0 is 1/sqrt(D), softcap 0.0 none; sinks
-    (fp32 [H]) or None. `check(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
-    max_seqlen_k, sinks, indices, slopes)` runs the first time a call signature is seen, as in
-    forward(). Reads no tensor's values."""
+    `mask` is "none", "causal", "sliding_window", "flashmask" (then `indices`, int32
+    [1, Hm, total_k, C] with rows local to each sequence, and `causal` its flag) or an element
+    predicate's "predicate(structure)" (then `predicate` its (names, scalar values, int32
+    tensors [length] or [1 or B, length])); slopes (fp32 [H], shared boundaries) or None; scale
+    0.0 is 1/sqrt(D), softcap 0.0 none; sinks (fp32 [H]) or None. `check(q, k, v, cu_seqlens_q,
+    cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, sinks, indices, slopes, predicate)`
+    runs the first time a call signature is seen, as in forward(). Reads no tensor's values."""
     boundaries = (cu_seqlens_q, cu_seqlens_k, seqused_k)
-    checked = (q, k, v) + boundaries + (max_seqlen_q, max_seqlen_k, sinks, indices, slopes)
+    checked = (q, k, v) + boundaries + (max_seqlen_q, max_seqlen_k, sinks, indices, slopes,
+                                        predicate)
     try:
         layout = _varlen_layout(cu_seqlens_q, cu_seqlens_k, seqused_k)
         key = ("varlen", layout, mask, causal, scale, window_left, window_right, softcap,
                max_seqlen_q, max_seqlen_k) + tuple(map(_signature, (q, k, v) + boundaries
-                                                       + (indices, slopes, sinks)))
+                                                       + (indices, slopes, sinks))) \
+            + _predicate_key(predicate)
     except (AttributeError, TypeError):
         if check is not None:
             check(*checked)
@@ -394,7 +403,8 @@ def varlen_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, indice
             check(*checked)
         index = device_index((("q", q), ("k", k), ("v", v), ("startend_row_indices", indices),
                               ("alibi_slopes", slopes))
-                             + tuple(zip(_SLOT_NAMES[11:], boundaries + (sinks,))))
+                             + tuple(zip(_SLOT_NAMES[11:], boundaries + (sinks,)))
+                             + _predicate_named(predicate))
         spec = spec_text(q.dtype, q.shape[2], v.shape[2], mask, causal, _columns(indices), True,
                          softcap > 0, slopes is not None, varlen=layout, sinks=sinks is not None)
         compiled, _ = kernel(spec, index)
@@ -403,7 +413,7 @@ def varlen_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, indice
         o = q.new_empty(o_shape)
         lse = q.new_empty(lse_shape, dtype=torch.float32)
         launch = _prepare(compiled, (q, k, v, o, lse, indices, slopes) + (None,) * 4
-                          + boundaries + (sinks,), None,
+                          + boundaries + (sinks,), predicate,
                           (scale, window_left, window_right, softcap), index,
                           (max_seqlen_q, max_seqlen_k))
         call = _Call(launch, index, o_shape, lse_shape)
@@ -411,13 +421,15 @@ def varlen_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, indice
     o = q.new_empty(call.o_shape)
     lse = q.new_empty(call.lse_shape, dtype=torch.float32)
     _enqueue(torch, call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
-             + _pointers((indices, slopes)) + (None,) * 4 + _pointers(boundaries + (sinks,)))
+             + _pointers((indices, slopes)) + (None,) * 4 + _pointers(boundaries + (sinks,))
+             + _pointers(predicate[2]))
     return o, lse
 
 
 def varlen_backward(torch, d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
                     indices, slopes, max_seqlen_q, max_seqlen_k, mask, causal, scale,
-                    window_left, window_right, softcap, deterministic, sinks=None):
+                    window_left, window_right, softcap, deterministic, sinks=None,
+                    predicate=NO_PREDICATE):
     """(d_q, d_k, d_v, d_sinks) of attnjit.attention_varlen; d_sinks is None without
     sinks."""
     d_o = _kernel_layout(d_o)
@@ -425,20 +437,22 @@ def varlen_backward(torch, d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seq
     layout = _varlen_layout(cu_seqlens_q, cu_seqlens_k, seqused_k)
     key = ("varlen backward", layout, mask, causal, deterministic, scale, window_left,
            window_right, softcap, max_seqlen_q, max_seqlen_k) + tuple(map(
-               _signature, (d_o, q, k, v, o, lse) + boundaries + (indices, slopes, sinks)))
+               _signature, (d_o, q, k, v, o, lse) + boundaries + (indices, slopes, sinks))) \
+        + _predicate_key(predicate)
     call = _calls.get(key)
     if call is None:
         index = device_index((("d_o", d_o), ("q", q), ("k", k), ("v", v), ("o", o),
                               ("lse", lse), ("startend_row_indices", indices),
                               ("alibi_slopes", slopes))
-                             + tuple(zip(_SLOT_NAMES[11:], boundaries + (sinks,))))
+                             + tuple(zip(_SLOT_NAMES[11:], boundaries + (sinks,)))
+                             + _predicate_named(predicate))
         spec = spec_text(q.dtype, q.shape[2], v.shape[2], mask, causal, _columns(indices), False,
                          softcap > 0, slopes is not None, True, deterministic, varlen=layout,
                          sinks=sinks is not None)
         compiled, _ = kernel(spec, index)
         grads = _gradients(torch, q, k, v, sinks)
         launch = _prepare(compiled, (q, k, v, o, lse, indices, slopes, d_o) + grads[:3]
-                          + boundaries + (sinks, grads[3]), None,
+                          + boundaries + (sinks, grads[3]), predicate,
                           (scale, window_left, window_right, softcap), index,
                           (max_seqlen_q, max_seqlen_k))
         call = _Call(launch, index, None, None)
@@ -447,8 +461,21 @@ def varlen_backward(torch, d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seq
     _enqueue(torch, call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
                            lse.data_ptr()) + _pointers((indices, slopes))
              + (d_o.data_ptr(), d_q.data_ptr(), d_k.data_ptr(), d_v.data_ptr())
-             + _pointers(boundaries + (sinks, d_sinks)))
+             + _pointers(boundaries + (sinks, d_sinks)) + _pointers(predicate[2]))
     return d_q, d_k, d_v, d_sinks
+
+
+def _predicate_key(predicate):
+    """What a call's key holds of a predicate's (names, scalar values, tensors): the prepared
+    launch binds the values and the tensors' shapes."""
+    names, values, tensors = predicate
+    return (tuple(names), tuple(values)) + tuple(map(_signature, tensors))
+
+
+def _predicate_named(predicate):
+    """The (name, tensor) pairs of a predicate's tensors, named as the messages name them."""
+    names, _, tensors = predicate
+    return tuple((f"tensors[{name!r}]", tensor) for name, tensor in zip(names, tensors))
 
 
 def _columns(indices):
@@ -480,9 +507,9 @@ def _gradients(torch, q, k, v, sinks=None):
 def predicate_forward(torch, q, k, v, tensors, scalars, structure, names, slopes, scale,
                       softcap):
     """The forward of attnjit.attention with a predicate mask: (o, lse)."""
-    named = [("q", q), ("k", k), ("v", v), ("alibi_slopes", slopes)]
-    named += [(f"tensors[{name!r}]", tensor) for name, tensor in zip(names, tensors)]
-    index = device_index(named)
+    predicate = (names, scalars, tensors)
+    index = device_index((("q", q), ("k", k), ("v", v), ("alibi_slopes", slopes))
+                         + _predicate_named(predicate))
     spec = spec_text(q.dtype, q.shape[3], v.shape[3], f"predicate({structure})", False, 0, True,
                      softcap > 0, slopes is not None)
     compiled, _ = kernel(spec, index)
@@ -490,24 +517,23 @@ def predicate_forward(torch, q, k, v, tensors, scalars, structure, names, slopes
     o = q.new_empty((batch, seqlen_q, heads, v.shape[3]))
     lse = q.new_empty((batch, heads, seqlen_q), dtype=torch.float32)
     run(torch, compiled, (q, k, v, o, lse, None, slopes, None, None, None, None),
-        (scale, -1, 0, softcap), index, (structure, names, scalars, tensors))
+        (scale, -1, 0, softcap), index, predicate)
     return o, lse
 
 
 def predicate_backward(torch, d_o, q, k, v, o, lse, tensors, scalars, structure, names, slopes,
                        scale, softcap, deterministic):
     """(d_q, d_k, d_v) of attnjit.attention with a predicate mask."""
-    named = [("d_o", d_o), ("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse),
-             ("alibi_slopes", slopes)]
-    named += [(f"tensors[{name!r}]", tensor) for name, tensor in zip(names, tensors)]
-    index = device_index(named)
+    predicate = (names, scalars, tensors)
+    index = device_index((("d_o", d_o), ("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse),
+                          ("alibi_slopes", slopes)) + _predicate_named(predicate))
     spec = spec_text(q.dtype, q.shape[3], v.shape[3], f"predicate({structure})", False, 0, False,
                      softcap > 0, slopes is not None, True, deterministic)
     compiled, _ = kernel(spec, index)
     d_o = _kernel_layout(d_o)
     d_q, d_k, d_v, _ = _gradients(torch, q, k, v)
     run(torch, compiled, (q, k, v, o, lse, None, slopes, d_o, d_q, d_k, d_v),
-        (scale, -1, 0, softcap), index, (structure, names, scalars, tensors))
+        (scale, -1, 0, softcap), index, predicate)
     return d_q, d_k, d_v
 
 

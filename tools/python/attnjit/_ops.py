@@ -10,7 +10,9 @@
     torch.ops.attnjit.attention_varlen        attnjit.attention_varlen's forward on a packed
     torch.ops.attnjit.attention_varlen_backward   batch: (o [total_q, H, Dv], lse [H, total_q]);
                                               max_seqlen_q/k are ints of the call, never read
-                                              from a tensor
+                                              from a tensor; a predicate mask is its
+                                              "predicate(structure)" mask with its tensors,
+                                              scalars and names (empty for other masks)
 
 forward, attention and attention_varlen take the sinks (fp32 [H] or None) last; their backward
 operators return d_sinks after d_v (an empty [0] tensor without sinks). attention_varlen takes
@@ -52,12 +54,18 @@ def _fake_sinks_gradient(torch, q, sinks, f32):
     return q.new_empty((0,), dtype=f32) if sinks is None else torch.empty_like(sinks)
 
 
+def _predicate(names, scalars, tensors):
+    """The (names, scalar values, tensors) of a predicate as _launch takes them, from an
+    operator's arguments (names space-separated)."""
+    return names.split(), list(scalars), list(tensors)
+
+
 def register(torch, check_tensors, check_predicate_tensors, check_varlen_tensors):
     """Defines the operators and returns torch.ops.attnjit, or None when this PyTorch has no
     torch.library.custom_op. `check_tensors(q, k, v, indices, slopes)`,
-    `check_predicate_tensors(q, names, tensors)` and `check_varlen_tensors(q, k, v,
-    cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, sinks, indices,
-    slopes)` are attnjit's argument checks (check_tensors takes the sinks after the slopes),
+    `check_predicate_tensors(q, names, tensors, batch)` and `check_varlen_tensors(q, k, v,
+    cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, sinks, indices, slopes,
+    predicate)` are attnjit's argument checks (check_tensors takes the sinks after the slopes),
     which the fake implementations run."""
     library = torch.library
     if not (hasattr(library, "custom_op") and hasattr(library, "register_fake")):
@@ -152,7 +160,7 @@ def register(torch, check_tensors, check_predicate_tensors, check_varlen_tensors
     def _(q, k, v, tensors, scalars, structure, names, alibi_slopes, scale, softcap,
           deterministic):
         check_tensors(q, k, v, None, alibi_slopes)
-        check_predicate_tensors(q, names.split(), tensors)
+        check_predicate_tensors(q, names.split(), tensors, q.shape[0])
         batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
         return (q.new_empty((batch, seqlen_q, heads, v.shape[3])),
                 q.new_empty((batch, heads, seqlen_q), dtype=f32))
@@ -198,21 +206,27 @@ def register(torch, check_tensors, check_predicate_tensors, check_varlen_tensors
     def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                          cu_seqlens_k: Tensor, seqused_k: Optional[Tensor],
                          startend_row_indices: Optional[Tensor], alibi_slopes: Optional[Tensor],
-                         max_seqlen_q: int, max_seqlen_k: int, mask: str, causal: bool,
-                         scale: float, window_left: int, window_right: int, softcap: float,
-                         deterministic: bool, sinks: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+                         predicate_tensors: List[Tensor], max_seqlen_q: int, max_seqlen_k: int,
+                         mask: str, predicate_scalars: List[int], predicate_names: str,
+                         causal: bool, scale: float, window_left: int, window_right: int,
+                         softcap: float, deterministic: bool,
+                         sinks: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
         return _launch.varlen_forward(torch, _layout(q), _layout(k), _layout(v), cu_seqlens_q,
                                       cu_seqlens_k, seqused_k, startend_row_indices,
                                       alibi_slopes, max_seqlen_q, max_seqlen_k, mask, causal,
                                       scale, window_left, window_right, softcap,
-                                      check_varlen_tensors, sinks)
+                                      check_varlen_tensors, sinks,
+                                      _predicate(predicate_names, predicate_scalars,
+                                                 predicate_tensors))
 
     @attention_varlen.register_fake
     def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, startend_row_indices, alibi_slopes,
-          max_seqlen_q, max_seqlen_k, mask, causal, scale, window_left, window_right, softcap,
-          deterministic, sinks):
+          predicate_tensors, max_seqlen_q, max_seqlen_k, mask, predicate_scalars,
+          predicate_names, causal, scale, window_left, window_right, softcap, deterministic,
+          sinks):
         check_varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
-                             max_seqlen_k, sinks, startend_row_indices, alibi_slopes)
+                             max_seqlen_k, sinks, startend_row_indices, alibi_slopes,
+                             _predicate(predicate_names, predicate_scalars, predicate_tensors))
         total_q, heads = q.shape[0], q.shape[1]
         return (q.new_empty((total_q, heads, v.shape[2])),
                 q.new_empty((heads, total_q), dtype=f32))
@@ -222,38 +236,45 @@ def register(torch, check_tensors, check_predicate_tensors, check_varlen_tensors
                                   lse: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                                   seqused_k: Optional[Tensor],
                                   startend_row_indices: Optional[Tensor],
-                                  alibi_slopes: Optional[Tensor], max_seqlen_q: int,
-                                  max_seqlen_k: int, mask: str, causal: bool, scale: float,
-                                  window_left: int, window_right: int, softcap: float,
-                                  deterministic: bool, sinks: Optional[Tensor]
+                                  alibi_slopes: Optional[Tensor], predicate_tensors: List[Tensor],
+                                  max_seqlen_q: int, max_seqlen_k: int, mask: str,
+                                  predicate_scalars: List[int], predicate_names: str,
+                                  causal: bool, scale: float, window_left: int,
+                                  window_right: int, softcap: float, deterministic: bool,
+                                  sinks: Optional[Tensor]
                                   ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         d_q, d_k, d_v, d_sinks = _launch.varlen_backward(
             torch, d_o, _layout(q), _layout(k), _layout(v), _layout(o), lse, cu_seqlens_q,
             cu_seqlens_k, seqused_k, startend_row_indices, alibi_slopes, max_seqlen_q,
             max_seqlen_k, mask, causal, scale, window_left, window_right, softcap, deterministic,
-            sinks)
+            sinks, _predicate(predicate_names, predicate_scalars, predicate_tensors))
         return d_q, d_k, d_v, _sinks_gradient(q, d_sinks, f32)
 
     @attention_varlen_backward.register_fake
     def _(d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, startend_row_indices,
-          alibi_slopes, max_seqlen_q, max_seqlen_k, mask, causal, scale, window_left,
-          window_right, softcap, deterministic, sinks):
+          alibi_slopes, predicate_tensors, max_seqlen_q, max_seqlen_k, mask, predicate_scalars,
+          predicate_names, causal, scale, window_left, window_right, softcap, deterministic,
+          sinks):
         return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
                 _fake_sinks_gradient(torch, q, sinks, f32))
 
     def setup_varlen(ctx, inputs, output):
         o, lse = output
-        # q, k, v, cu_seqlens_q/k, seqused_k, startend_row_indices, alibi_slopes; sinks
-        ctx.save_for_backward(*inputs[:8], o, lse, inputs[-1])
-        # max_seqlen_q/k, mask, causal, scale, window_left/right, softcap, deterministic
-        ctx.arguments = inputs[8:-1]
+        predicate_tensors = inputs[8]
+        # q, k, v, cu_seqlens_q/k, seqused_k, startend_row_indices, alibi_slopes; sinks; the
+        # predicate's tensors
+        ctx.save_for_backward(*inputs[:8], o, lse, inputs[-1], *predicate_tensors)
+        # max_seqlen_q/k, mask, predicate_scalars/names, causal, scale, window_left/right,
+        # softcap, deterministic
+        ctx.arguments = inputs[9:-1]
+        ctx.no_grads = tuple(_no_grad(x, Tensor) for x in inputs[3:-1])
         ctx.mark_non_differentiable(lse)
 
     def varlen_grad(ctx, d_o, _d_lse):
-        q, k, v, *tensors, o, lse, sinks = ctx.saved_tensors
+        q, k, v, *tensors, o, lse, sinks = ctx.saved_tensors[:11]
         d_q, d_k, d_v, d_sinks = torch.ops.attnjit.attention_varlen_backward(
-            d_o, q, k, v, o, lse, *tensors, *ctx.arguments, sinks)
-        return (d_q, d_k, d_v) + (None,) * 14 + (None if sinks is None else d_sinks,)
+            d_o, q, k, v, o, lse, *tensors, list(ctx.saved_tensors[11:]), *ctx.arguments, sinks)
+        return (d_q, d_k, d_v) + ctx.no_grads + (None if sinks is None else d_sinks,)
 
     attention_varlen.register_autograd(varlen_grad, setup_context=setup_varlen)
     return torch.ops.attnjit

@@ -1,10 +1,12 @@
 """attnjit.attention_varlen without PyTorch or a GPU: its argument checks (refused before a
 tensor is needed), how FlashAttention's causal and window_size map to the spec's mask, the spec
-texts it compiles, and the C ABI's varlen prepared launch as the package declares it.
+texts it compiles (predicate masks too), and the C ABI's varlen prepared launch as the package
+declares it and as the package prepares it with a predicate's inputs.
 """
 
 import ctypes
 import itertools
+import math
 import re
 import sys
 import unittest
@@ -29,6 +31,21 @@ def attention_varlen(**kwargs):
                      max_seqlen_q=1, max_seqlen_k=1)
     arguments.update(kwargs)
     return attnjit.attention_varlen(**arguments)
+
+
+class Shaped:
+    """What _launch._prepare reads of a torch tensor: dtype, rank, shape and strides
+    (contiguous)."""
+
+    def __init__(self, dtype, shape):
+        self.dtype, self.shape = dtype, shape
+        self.strides = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
+
+    def dim(self):
+        return len(self.shape)
+
+    def stride(self):
+        return self.strides
 
 
 class ArgumentTest(unittest.TestCase):
@@ -82,10 +99,45 @@ class ArgumentTest(unittest.TestCase):
                   deterministic=True, return_lse=True)),
             (TypeError, "q: expected a torch.Tensor", dict(softcap=None, dropout_p=0)),
         ]
+        cases += self.predicate_cases()
         for error, message, kwargs in cases:
             with self.subTest(**{key: repr(value) for key, value in kwargs.items()}):
                 with self.assertRaisesRegex(error, message):
                     attention_varlen(**kwargs)
+
+    def predicate_cases(self):
+        """A predicate mask goes alone, is an element predicate, and passes the checks that
+        need no tensor (then stops at q)."""
+        element = attnjit.predicate("q >= k && k < lim[b]", tensors={"lim": None})
+        alone = r"^mask: a predicate with causal/startend_row_indices/window_size; accepted: " \
+                r"a predicate alone \(it says the whole mask\)$"
+        language = (r"accepted: None, or an element predicate over b, h, q, k \(attnjit.predicate"
+                    r" of one predicate: no families, & or \|, which the host builds for a "
+                    r"padded batch's sizes, while a packed batch's lengths stay on the device\); "
+                    r"causal, window_size and startend_row_indices say the other masks$")
+        return [
+            (ValueError, r"^mask: got 'causal'; " + language, dict(mask="causal")),
+            (ValueError, r"^mask: got PredicateMask\('document\(\[4,3,3\]\) \| sliding_window"
+                         r"\(2\)', .*" + language,
+             dict(mask=attnjit.predicate("document([4,3,3]) | sliding_window(2)"))),
+            (ValueError, r"^mask: got FlashMask\(", dict(
+                mask=attnjit.flashmask("causal_document", seqlen=4, doc_lengths=[2, 2]))),
+            (ValueError, alone, dict(mask=element, causal=True)),
+            (ValueError, alone, dict(mask=element, window_size=(-1, 0))),
+            (ValueError, alone, dict(mask=element, window_size=[8, 8])),
+            (ValueError, alone, dict(mask=element, startend_row_indices=[[0]])),
+            (TypeError, r"window_size: expected a pair of ints",
+             dict(mask=element, window_size=None)),
+            (ValueError, r"^sinks: given with a predicate mask; accepted: None",
+             dict(mask=element, sinks=[0.0])),
+            (ValueError, r"alibi_slopes: given with boundaries of the keys' own",
+             dict(mask=element, alibi_slopes=[0.5])),
+            (TypeError, "q: expected a torch.Tensor", dict(mask=element)),
+            (TypeError, "q: expected a torch.Tensor", dict(
+                mask=element, window_size=[-1, -1], alibi_slopes=[0.5], cu_seqlens_q=SHARED,
+                cu_seqlens_k=SHARED, softcap=1.5, softmax_scale=0.125, deterministic=True,
+                return_lse=True)),
+        ]
 
     def test_causal_and_window_size_as_flash_attention_reads_them(self):
         for causal, window_size, expected in (
@@ -153,6 +205,26 @@ class SpecTest(TemporaryCacheTest):
                 self.assertIn(f"mask=flashmask(causal={str(causal).lower()},columns={columns})",
                               words)
                 self.assertIn(f"varlen={layout}", words)
+
+
+    def test_predicate_specs_compile_for_both_families(self):
+        # The spec attention_varlen builds with a predicate mask (its lifted structure), every
+        # modifier the call takes with it, forward and deterministic backward.
+        mask = attnjit.predicate("q >= k && k < lim[b]", tensors={"lim": None})
+        self.assertEqual(mask.mask_text, "predicate(q>=k&&k<lim[b])")
+        for target, (layout, alibi), backward in itertools.product(
+                ("sm_80", "sm_90a"), (("true", False), ("shared", True)), (False, True)):
+            with self.subTest(target=target, varlen=layout, backward=backward):
+                text = _launch.spec_text("torch.bfloat16", 128, 128, mask.mask_text, False, 0,
+                                         not backward, True, alibi, backward, backward,
+                                         varlen=layout)
+                kernel = attnjit.compile(text + f" target={target}")
+                words = kernel.spec.split()
+                self.assertIn("mask=predicate(q>=k&&k<lim[b])", words)
+                self.assertIn(f"varlen={layout}", words)
+                self.assertIn(f"alibi={str(alibi).lower()}", words)
+                self.assertTrue(any("varlen" in k["name"] and "predicate" in k["name"]
+                                    for k in kernel.info()["kernels"]), kernel.info()["kernels"])
 
 
 class SharedBoundariesTest(unittest.TestCase):
@@ -231,6 +303,33 @@ class PreparedLaunchTest(TemporaryCacheTest):
         self.assert_user_error(lib.attnjit_launch_run(handle, data, _ffi.SLOT_COUNT, None),
                                "cu_seqlens_q.dtype: got 'fp32'; accepted: int32")
         lib.attnjit_launch_release(handle)
+
+    def test_the_package_prepares_a_packed_predicate(self):
+        # _launch._prepare binds the varlen slots, max_seqlen_q/k and a predicate's (names,
+        # scalars, tensors): a run with one pointer per slot and per predicate tensor reaches
+        # the predicate's check of its rows against the packed batch's two sequences.
+        kernel = attnjit.compile("dtype=bf16 head_dim=64 mask=predicate(q>=k&&k<lim[b]) "
+                                 "return_lse=true varlen=true target=sm_80")
+
+        def packed(total, heads):
+            return Shaped("bfloat16", (total, heads, 64))
+
+        boundaries = Shaped("int32", (3,))
+        slots = (packed(100, 4), packed(120, 2), packed(120, 2), packed(100, 4),
+                 Shaped("float32", (4, 100))) + (None,) * 6 + (boundaries, boundaries)
+        predicate = (["lim"], [], [Shaped("int32", (3, 2))])
+        launch = _launch._prepare(kernel, slots, predicate, (0.0, -1, 0, 0.0), -1, (60, 70))
+        data = (ctypes.c_void_p * (_ffi.SLOT_COUNT + 1))(
+            *[0x10000] * 5, *[None] * 6, 0x20000, 0x30000, None, None, None, 0x40000)
+        self.assert_user_error(_ffi.lib.attnjit_launch_run(launch.handle, data, _ffi.SLOT_COUNT,
+                                                           None),
+                               "data_count: got '16'; accepted: 17 (16 slots and 1 predicate "
+                               "tensors)")
+        self.assert_user_error(_ffi.lib.attnjit_launch_run(launch.handle, data,
+                                                           _ffi.SLOT_COUNT + 1, None),
+                               "predicate tensor 'lim' shape[0] (rows): got '3'; accepted: 1 "
+                               "(shared by every sequence) or 2 (one per sequence of the packed "
+                               "batch)")
 
 
 if __name__ == "__main__":

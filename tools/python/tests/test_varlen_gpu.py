@@ -8,15 +8,17 @@ reference: per sequence s, scores of its local queries i and keys j (the first s
 them, Sk_s of them after it) masked in local positions, off = Sk_s - Sq_s: causal keeps
 j <= i + off, a window (left, right) keeps i + off - left <= j <= i + off + right, FlashMask
 vectors (random, drawn on the host per sequence and mask head, every arity) hide the rows of
-their intervals, and ALiBi (shared boundaries) adds slope[h] * (j - i - off). The criterion
-is FlashAttention's, as test_autograd_gpu.py uses it: max|attnjit - ref| <= 2 * max|lowp - ref|
-+ 1e-3 * max|ref|, lowp the same computation in bf16/fp16. Rows that see no key must give
-o = 0, lse = -inf (as the padded path does) and no gradient.
+their intervals, element predicates (attnjit.predicate, seeing the sequence index b and local
+q, k; their tensors per sequence or shared) hide the pairs where their rule, written again
+with torch ops, is false, and ALiBi (shared boundaries) adds slope[h] * (j - i - off). The
+criterion is FlashAttention's, as test_autograd_gpu.py uses it: max|attnjit - ref| <=
+2 * max|lowp - ref| + 1e-3 * max|ref|, lowp the same computation in bf16/fp16. Rows that see no
+key must give o = 0, lse = -inf (as the padded path does) and no gradient.
 
 The data are fresh on every run; the seed is printed, and ATTNJIT_TEST_SEED=<number> repeats a
 run. Also: deterministic=True gradients are bitwise repeatable, torch.compile(fullgraph=True)
 of a function calling attention_varlen equals eager, and a CUDA graph captured once replays
-correctly with new cu_seqlens values of the same shapes.
+correctly with new cu_seqlens values of the same shapes (with and without a predicate mask).
 
 Run: ATTNJIT_LIBRARY=build/libattnjit.so python3 -m unittest discover -s tools/python/tests \
          -p test_varlen_gpu.py -v
@@ -167,6 +169,49 @@ class Vectors:
                 | ((rows >= column[2]) & (rows < column[3])))
 
 
+class Predicate:
+    """An element predicate mask of a packed batch and its rule written with torch ops:
+    `rule(s, rows, cols)` gives the visible pairs of sequence s, bool [1 or H, Sq_s, Sk], from
+    its local rows [Sq_s, 1] and keys [1, Sk] (int64, on the device)."""
+
+    def __init__(self, name, expression, tensors, rule):
+        self.name = name
+        self.mask = attnjit.predicate(expression, tensors=tensors)
+        self.rule = rule
+
+    def hidden(self, s, seqlen_q, seqlen_k, device):
+        """Bool [1 or H, Sq_s, Sk]: the pairs the predicate hides, as Vectors.hidden gives
+        them."""
+        rows = torch.arange(seqlen_q, device=device)[:, None]
+        cols = torch.arange(seqlen_k, device=device)[None, :]
+        return ~self.rule(s, rows, cols)
+
+
+def predicates(rng, problem, width=None):
+    """The predicates of the tests, their tensors drawn for `problem`: one that reads b through
+    a tensor shared by the sequences ([B]: lim[b] is sequence b's limit), one that reads a
+    tensor of one row per sequence ([B, width], local segment ids) and a bottom-right causal
+    diagonal written in the predicate, and one of the query head h and literals."""
+    device = problem.q.device
+    width = width or max(problem.max_seqlen_q, problem.max_seqlen_k, 1)
+    lim = [rng.randint(0, n + 1) for n in problem.seq_k]
+    seg = [sorted(rng.randint(0, 3) for _ in range(width)) for _ in problem.seq_q]
+    off = [keys - queries for queries, keys in zip(problem.seq_q, problem.seq_k)]
+    lim_t, seg_t, off_t = (torch.tensor(x, dtype=torch.int32, device=device)
+                           for x in (lim, seg, off))
+    heads = torch.arange(problem.q.shape[1], device=device)[:, None, None]
+    return (
+        Predicate("lim[b]", "q >= k && k < lim[b]", {"lim": lim_t},
+                  lambda s, rows, cols: ((cols <= rows) & (cols < lim[s]))[None]),
+        Predicate("seg per sequence", "seg[q] == seg[k] && k <= q + off[b]",
+                  {"seg": seg_t, "off": off_t},
+                  lambda s, rows, cols: ((seg_t[s].long()[rows] == seg_t[s].long()[cols])
+                                         & (cols <= rows + off[s]))[None]),
+        Predicate("heads", "(k + h) % 3 != 0 && q - k < 37", {},
+                  lambda s, rows, cols: ((cols + heads) % 3 != 0) & (rows - cols < 37)),
+    )
+
+
 def alibi_slopes(heads, device):
     """ALiBi's geometric slopes 2^(-8 (h + 1) / H), fp32 [H]."""
     return torch.tensor([2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)],
@@ -205,23 +250,26 @@ class Problem:
         self.max_seqlen_q, self.max_seqlen_k = max(self.seq_q), max(self.seq_k)
 
     def attnjit(self, causal, window, softcap=None, deterministic=False, vectors=None,
-                slopes=None):
-        """(o, lse, dq, dk, dv) of attention_varlen."""
+                slopes=None, mask=None):
+        """(o, lse, dq, dk, dv) of attention_varlen; `mask` a Predicate."""
         leaves = [t.detach().clone().requires_grad_() for t in (self.q, self.k, self.v)]
         o, lse = attnjit.attention_varlen(
             *leaves, self.cu_seqlens_q, self.cu_seqlens_k, self.max_seqlen_q, self.max_seqlen_k,
             causal=causal, window_size=window, softcap=softcap, seqused_k=self.seqused_k,
             deterministic=deterministic, return_lse=True, alibi_slopes=slopes,
-            startend_row_indices=None if vectors is None else vectors.tensor)
+            startend_row_indices=None if vectors is None else vectors.tensor,
+            mask=None if mask is None else mask.mask)
         o.backward(self.d_o)
         return (o.detach(), lse) + tuple(t.grad for t in leaves)
 
-    def reference(self, dtype, causal, window, softcap=None, vectors=None, slopes=None):
-        """(o, lse, dq, dk, dv) of packed_attention on the inputs cast to `dtype`."""
+    def reference(self, dtype, causal, window, softcap=None, vectors=None, slopes=None,
+                  mask=None):
+        """(o, lse, dq, dk, dv) of packed_attention on the inputs cast to `dtype`; a Predicate
+        `mask` hides its pairs as vectors hide theirs."""
         leaves = [t.detach().to(dtype).requires_grad_() for t in (self.q, self.k, self.v)]
         scale = 1 / math.sqrt(self.q.shape[-1])
         o, lse = packed_attention(*leaves, self.cu_q, self.cu_k, self.used, causal, window, scale,
-                                  softcap, vectors, slopes)
+                                  softcap, mask or vectors, slopes)
         o.backward(self.d_o.to(dtype))
         return (o.detach(), lse.detach()) + tuple(t.grad for t in leaves)
 
@@ -261,8 +309,9 @@ class VarlenTest(TemporaryCacheTest):
         self.assertLessEqual(error, limit, f"{name}: max error {error:.3e}, low precision "
                              f"{lowp_error:.3e}, limit {limit:.3e} (seed {SEED})")
 
-    def check(self, problem, dtype, causal, window, softcap=None, vectors=None, slopes=None):
-        extra = dict(vectors=vectors, slopes=slopes)
+    def check(self, problem, dtype, causal, window, softcap=None, vectors=None, slopes=None,
+              mask=None):
+        extra = dict(vectors=vectors, slopes=slopes, mask=mask)
         got = problem.attnjit(causal, window, softcap, **extra)
         ref = problem.reference(torch.float64, causal, window, softcap, **extra)
         lowp = problem.reference(getattr(torch, dtype), causal, window, softcap, **extra)
@@ -276,10 +325,10 @@ class VarlenTest(TemporaryCacheTest):
                                      ref[:1] + ref[2:], lowp[:1] + lowp[2:]):
             self.assertEqual(tuple(out.shape), tuple(r.shape), name)
             self.assert_close(name, out, r, low)
-        # Rows that see no key (per head: FlashMask vectors may hide a row from one mask head
-        # only): o = 0 and lse = -inf exactly, and dq = 0.
+        # Rows that see no key (per head: FlashMask vectors and predicates may hide a row from
+        # one head only): o = 0 and lse = -inf exactly, and dq = 0.
         blind = torch.isinf(ref[1])  # [H, total_q]
-        if vectors is None:
+        if vectors is None and mask is None:
             rows = problem.blind_rows(causal, window)
             if not problem.shared:
                 self.assertTrue(bool(rows.any()), "the problem has rows that see no key")
@@ -346,6 +395,70 @@ class VarlenTest(TemporaryCacheTest):
         vectors = Vectors(rng, True, 2, KV_HEADS, problem.seq_q, problem.seq_k, problem.q.device)
         self.check(problem, "bfloat16", True, (-1, -1), vectors=vectors,
                    slopes=alibi_slopes(HEADS, problem.q.device))
+
+    def test_predicate_masks(self):
+        # Each predicate in ragged packed batches (GQA 8/2), on the keys' own boundaries with
+        # and without seqused_k, rotating softcap, deterministic mode and the head dims.
+        for index, (dtype, with_seqused, which) in enumerate(itertools.product(
+                DTYPES, (False, True), range(3))):
+            softcap = (None, 1.5)[index % 2]
+            deterministic, head_dim = index % 3 == 0, HEAD_DIMS[index // 2 % 2]
+            rng = self.rng(dtype, with_seqused, which)
+            problem = Problem(rng, dtype, head_dim, with_seqused)
+            mask = predicates(rng, problem)[which]
+            with self.subTest(predicate=mask.name, dtype=dtype, seqused_k=with_seqused,
+                              softcap=softcap, deterministic=deterministic, head_dim=head_dim):
+                self.check(problem, dtype, False, (-1, -1), softcap, mask=mask)
+                if deterministic:
+                    first = problem.attnjit(False, (-1, -1), softcap, True, mask=mask)
+                    second = problem.attnjit(False, (-1, -1), softcap, True, mask=mask)
+                    for label, a, b in zip(("o", "lse", "dq", "dk", "dv"), first, second):
+                        self.assertTrue(torch.equal(a, b), f"{label} differs between two runs")
+
+    def test_predicate_masks_with_alibi_mqa_and_shared_boundaries(self):
+        # ALiBi takes shared boundaries (varlen=shared); MQA and equal heads.
+        for dtype, (heads, kv_heads), which in itertools.product(
+                DTYPES, ((8, 1), (4, 4)), range(3)):
+            rng = self.rng(dtype, heads, kv_heads, which, "shared")
+            problem = Problem(rng, dtype, 64, False, heads, kv_heads, shared=True)
+            mask = predicates(rng, problem)[which]
+            with self.subTest(predicate=mask.name, dtype=dtype, heads=heads, kv_heads=kv_heads):
+                self.check(problem, dtype, False, (-1, -1), mask=mask,
+                           slopes=alibi_slopes(heads, problem.q.device))
+
+    def test_bad_predicate_tensors_name_the_argument(self):
+        problem = Problem(self.rng(), "bfloat16", 64, True)
+        arguments = dict(q=problem.q, k=problem.k, v=problem.v,
+                         cu_seqlens_q=problem.cu_seqlens_q, cu_seqlens_k=problem.cu_seqlens_k,
+                         max_seqlen_q=problem.max_seqlen_q, max_seqlen_k=problem.max_seqlen_k,
+                         seqused_k=problem.seqused_k)
+        sequences = len(problem.seq_q)
+        seg = torch.zeros(sequences, 300, dtype=torch.int32, device="cuda")
+        for tensor, error, message in (
+                (seg[:2], attnjit.AttnjitError,
+                 rf"^tensors\['seg'\]: shape \(2, 300\); accepted: \[length\], or \[rows, "
+                 rf"length\] with rows 1 \(shared by every sequence\) or {sequences} \(one per "
+                 r"sequence of the packed batch\)$"),
+                (seg[None], attnjit.AttnjitError, r"^tensors\['seg'\]: shape \(1, 7, 300\)"),
+                (seg.long(), TypeError, r"^tensors\['seg'\]: expected an int32 torch.Tensor"),
+                (seg.cpu(), attnjit.AttnjitError, r"^tensors\['seg'\]: on device cpu")):
+            with self.subTest(message=message):
+                mask = attnjit.predicate("seg[q] == seg[k]", tensors={"seg": tensor})
+                with self.assertRaisesRegex(error, message):
+                    attnjit.attention_varlen(**arguments, mask=mask)
+        # One row, and one per sequence, run.
+        for tensor in (seg[:1], seg, seg[0]):
+            attnjit.attention_varlen(**arguments, mask=attnjit.predicate(
+                "seg[q] == seg[k]", tensors={"seg": tensor}))
+        # The padded path checks its rows against the batch the same way.
+        q = torch.randn(2, 32, HEADS, 64, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(2, 32, KV_HEADS, 64, device="cuda", dtype=torch.bfloat16)
+        with self.assertRaisesRegex(attnjit.AttnjitError,
+                                    r"^tensors\['seg'\]: shape \(7, 300\); accepted: \[length\], "
+                                    r"or \[rows, length\] with rows 1 \(shared by every batch\) or "
+                                    r"2 \(the batch\)$"):
+            attnjit.attention(q, k, k, mask=attnjit.predicate("seg[q] == seg[k]",
+                                                             tensors={"seg": seg}))
 
     def test_max_seqlen_above_the_longest(self):
         problem = Problem(self.rng(), "bfloat16", 64, False)
@@ -489,6 +602,47 @@ class VarlenGraphTest(TemporaryCacheTest):
         self.assert_compiled_equals_eager(f, problem, problem.cu_seqlens_q, vectors.tensor,
                                           alibi_slopes(HEADS, problem.q.device))
 
+    def test_compile_fullgraph_with_a_predicate(self):
+        # The predicate's tensors are graph inputs, bound inside the compiled function.
+        rng = random.Random(f"{SEED}:compile predicate")
+        problem = Problem(rng, "bfloat16", 128, True)
+        mask = predicates(rng, problem)[1].mask
+
+        def f(q, k, v, cu_q, cu_k, used, seg, off):
+            o, lse = attnjit.attention_varlen(q, k, v, cu_q, cu_k, problem.max_seqlen_q,
+                                              problem.max_seqlen_k, seqused_k=used,
+                                              mask=mask.bind(seg=seg, off=off),
+                                              deterministic=True, return_lse=True)
+            return o * 2, lse
+
+        self.assert_compiled_equals_eager(f, problem, problem.cu_seqlens_q,
+                                          problem.cu_seqlens_k, problem.seqused_k,
+                                          mask.tensors["seg"], mask.tensors["off"])
+
+    def test_fake_tensors_check_the_predicate_rows(self):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        with FakeTensorMode():
+            q = torch.empty(100, 4, 64, dtype=torch.bfloat16, device="cuda")
+            k = torch.empty(120, 2, 64, dtype=torch.bfloat16, device="cuda")
+            cu = torch.empty(4, dtype=torch.int32, device="cuda")
+            for rows, accepted in ((3, True), (1, True), (2, False)):
+                seg = torch.empty(rows, 50, dtype=torch.int32, device="cuda")
+                mask = attnjit.predicate("seg[q] == seg[k]", tensors={"seg": seg})
+                with self.subTest(rows=rows):
+                    if accepted:
+                        o, lse = attnjit.attention_varlen(q, k, k, cu, cu, 50, 50, mask=mask,
+                                                          return_lse=True)
+                        self.assertEqual((tuple(o.shape), tuple(lse.shape)),
+                                         ((100, 4, 64), (4, 100)))
+                        continue
+                    with self.assertRaisesRegex(attnjit.AttnjitError,
+                                                r"^tensors\['seg'\]: shape \(2, 50\); accepted: "
+                                                r"\[length\], or \[rows, length\] with rows 1 "
+                                                r"\(shared by every sequence\) or 3 \(one per "
+                                                r"sequence of the packed batch\)$"):
+                        attnjit.attention_varlen(q, k, k, cu, cu, 50, 50, mask=mask)
+
     def assert_compiled_equals_eager(self, f, problem, *inputs):
         """f(q, k, v, *inputs) -> (o, lse) compiled with fullgraph=True gives eager's o, lse
         and gradients bitwise, and torch._dynamo.explain counts no graph break."""
@@ -519,19 +673,24 @@ class VarlenGraphTest(TemporaryCacheTest):
         return graph, outputs
 
     def test_graph_replays_new_boundaries(self):
-        for through_operators in (False, True):
-            with self.subTest(through_operators=through_operators):
+        for through_operators, with_predicate in itertools.product((False, True), repeat=2):
+            with self.subTest(through_operators=through_operators, predicate=with_predicate):
                 attnjit._EAGER_DIRECT = not through_operators
                 try:
-                    self.check_graph_replay(through_operators)
+                    self.check_graph_replay(through_operators, with_predicate)
                 finally:
                     attnjit._EAGER_DIRECT = True
 
-    def check_graph_replay(self, tag):
-        rng = random.Random(f"{SEED}:graph:{tag}")
+    def check_graph_replay(self, tag, with_predicate):
+        rng = random.Random(f"{SEED}:graph:{tag}:{with_predicate}")
         problem = Problem(rng, "bfloat16", 64, True)
         total_q, total_k = problem.cu_q[-1], problem.cu_k[-1]
         max_q, max_k = total_q, total_k  # bounds any later split of the same totals
+        # lim[b] (sequence b's key limit) and per-sequence segments as wide as any later
+        # sequence: they do not depend on the lengths, so they stay valid after new boundaries.
+        predicate = predicates(rng, problem, max(total_q, total_k))[0] if with_predicate \
+            else None
+        causal = predicate is None
         q, k, v = (t.detach().clone().requires_grad_() for t in (problem.q, problem.k,
                                                                   problem.v))
         cu_q, cu_k = problem.cu_seqlens_q.clone(), problem.cu_seqlens_k.clone()
@@ -539,9 +698,10 @@ class VarlenGraphTest(TemporaryCacheTest):
         d_o = problem.d_o
 
         def step():
-            o, lse = attnjit.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=True,
+            o, lse = attnjit.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal,
                                               seqused_k=used, deterministic=True,
-                                              return_lse=True)
+                                              return_lse=True,
+                                              mask=None if predicate is None else predicate.mask)
             return (o, lse) + torch.autograd.grad(o, (q, k, v), d_o)
 
         graph, outputs = self.capture(step)
@@ -561,8 +721,8 @@ class VarlenGraphTest(TemporaryCacheTest):
                 self.assertTrue(torch.equal(got, want), f"{name} differs after replay")
             # And the replayed output is right, not only repeatable.
             problem.cu_q, problem.cu_k, problem.used = new_q, new_k, new_used
-            ref = problem.reference(torch.float64, True, (-1, -1))
-            lowp = problem.reference(torch.bfloat16, True, (-1, -1))
+            ref = problem.reference(torch.float64, causal, (-1, -1), mask=predicate)
+            lowp = problem.reference(torch.bfloat16, causal, (-1, -1), mask=predicate)
             self.assert_close("o after replay", outputs[0], ref[0], lowp[0])
 
     assert_close = VarlenTest.assert_close

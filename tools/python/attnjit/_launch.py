@@ -274,12 +274,15 @@ def _remember(key, call):
     _calls[key] = call
 
 
-def _enqueue(torch, call, pointers):
-    """Runs a call's launch with `pointers`: one per slot, then one per predicate tensor."""
-    count = len(pointers)
-    data = _Pointers(*pointers) if count == _ffi.SLOT_COUNT else (ctypes.c_void_p * count)(
-        *pointers)
-    _launch_run(torch, call.launch, call.index, data, count)
+def _enqueue(torch, call, pointers, predicate_tensors=()):
+    """Runs a call's launch with `pointers`, the first slots' (the rest absent), and after
+    all slots one pointer per predicate tensor."""
+    if not predicate_tensors:
+        _launch_run(torch, call.launch, call.index, _Pointers(*pointers), _ffi.SLOT_COUNT)
+        return
+    data = tuple(pointers) + (None,) * (_ffi.SLOT_COUNT - len(pointers)) \
+        + _pointers(predicate_tensors)
+    _launch_run(torch, call.launch, call.index, (ctypes.c_void_p * len(data))(*data), len(data))
 
 
 def forward(torch, q, k, v, indices, slopes, mask, causal, scale, window_left, window_right,
@@ -421,8 +424,8 @@ def varlen_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, indice
     o = q.new_empty(call.o_shape)
     lse = q.new_empty(call.lse_shape, dtype=torch.float32)
     _enqueue(torch, call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
-             + _pointers((indices, slopes)) + (None,) * 4 + _pointers(boundaries + (sinks,))
-             + _pointers(predicate[2]))
+             + _pointers((indices, slopes)) + (None,) * 4 + _pointers(boundaries + (sinks,)),
+             predicate[2])
     return o, lse
 
 
@@ -461,7 +464,7 @@ def varlen_backward(torch, d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seq
     _enqueue(torch, call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
                            lse.data_ptr()) + _pointers((indices, slopes))
              + (d_o.data_ptr(), d_q.data_ptr(), d_k.data_ptr(), d_v.data_ptr())
-             + _pointers(boundaries + (sinks, d_sinks)) + _pointers(predicate[2]))
+             + _pointers(boundaries + (sinks, d_sinks)), predicate[2])
     return d_q, d_k, d_v, d_sinks
 
 

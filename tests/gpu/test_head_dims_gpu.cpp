@@ -64,6 +64,19 @@ std::vector<Case> pair_cases() {
   return cases;
 }
 
+// (192, 128) under a predicate with both score modifiers, over lengths that are not tile
+// multiples.
+Case modified_predicate_case(std::uint64_t seed) {
+  Case c = gpu_test::predicate_case("q % 3 != 1 && k <= q + 17", {}, DType::bf16, 192, 2, 4, 2,
+                                    203, 229, seed);
+  c.spec.head_dim_v = 128;
+  c.spec.softcap = true;
+  c.spec.alibi = true;
+  c.score_mod.softcap = 5.0f;
+  c.score_mod.alibi_slopes = gpu_test::alibi_slopes(c.heads);
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("unequal head dims: the sm80 forward matches the reference",
@@ -86,14 +99,7 @@ TEST_CASE("unequal head dims: the sm90a forward matches the reference",
   // (128, 64), O through a tile of its own at (64, 128)), forced onto the row's automatic
   // tiles; (192, 128) with a predicate and both score modifiers (112-key blocks).
   std::vector<Case> cases = pair_cases();
-  Case predicate = gpu_test::predicate_case("q % 3 != 1 && k <= q + 17", {}, DType::bf16, 192, 2, 4,
-                                            2, 203, 229, 7150);
-  predicate.spec.head_dim_v = 128;
-  predicate.spec.softcap = true;
-  predicate.spec.alibi = true;
-  predicate.score_mod.softcap = 5.0f;
-  predicate.score_mod.alibi_slopes = gpu_test::alibi_slopes(predicate.heads);
-  cases.push_back(predicate);
+  cases.push_back(modified_predicate_case(7150));
   for (Case& c : cases) {
     c.spec = testing::sm90a_forward_spec(c.spec);
     c.expect_row = testing::kSm90aForwardRow;
@@ -167,14 +173,7 @@ TEST_CASE("unequal head dims: the sm90a backward matches the reference gradients
   // multiples, Sq != Sk); (192, 128) with a predicate and both score modifiers, and over
   // 1000 x 700 and 700 x 1000 (the ring wraps) under FlashMask.
   std::vector<Case> cases = pair_cases();
-  Case predicate = gpu_test::predicate_case("q % 3 != 1 && k <= q + 17", {}, DType::bf16, 192, 2, 4,
-                                            2, 203, 229, 7160);
-  predicate.spec.head_dim_v = 128;
-  predicate.spec.softcap = true;
-  predicate.spec.alibi = true;
-  predicate.score_mod.softcap = 5.0f;
-  predicate.score_mod.alibi_slopes = gpu_test::alibi_slopes(predicate.heads);
-  cases.push_back(predicate);
+  cases.push_back(modified_predicate_case(7160));
   std::uint64_t seed = 7170;
   for (const auto& [sq, sk] : {std::pair{1000, 700}, std::pair{700, 1000}}) {
     for (const MaskSpec& mask :

@@ -161,12 +161,15 @@ __device__ __forceinline__ void narrow_to_key_sequences(const VarlenInputs& v, c
 /// Query blocks [begin, end) that can see key block n_block: the mask's range, narrowed to
 /// the block's sequences in a packed batch where kNarrow. The blocks left out are skipped by
 /// classify() anyway; narrowing saves their classification. Walks that must agree on the
-/// blocks visited (the deterministic mode's turns) take the same kNarrow.
+/// blocks visited (the deterministic mode's turns) take the same kNarrow. Masks without
+/// tables (no vectors, no predicate) never run in a packed batch and keep their code.
 template <class Mask, int kBlockM, int kBlockN, bool kNarrow = true>
 __device__ __forceinline__ void query_blocks_of(const VarlenInputs& v, const MaskState& s,
                                                 int n_block, int& begin, int& end) {
   Mask::template query_block_range<kBlockM, kBlockN>(s, n_block, begin, end);
-  if constexpr (kNarrow) narrow_to_key_sequences<kBlockM, kBlockN>(v, s, n_block, begin, end);
+  if constexpr (kNarrow && Mask::kOrderedCtas) {
+    narrow_to_key_sequences<kBlockM, kBlockN>(v, s, n_block, begin, end);
+  }
 }
 
 /// Start of the FlashMask values of key column `key` for the CTA's (batch, mask head), from

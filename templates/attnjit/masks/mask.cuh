@@ -368,14 +368,10 @@ struct MaskPolicy {
   };
 
   __device__ static __forceinline__ Column load_column(const MaskState& s, u32 values) {
-    Column c;
-    c.lower_start = kHasLower ? load_shared_s32(values + 4 * kLts) : s.seqlen_q;
-    c.lower_end = kLte >= 0 ? load_shared_s32(values + 4 * kLte) : s.seqlen_q;
-    c.upper_start = kUts >= 0 ? load_shared_s32(values + 4 * kUts) : 0;
-    c.upper_end = kHasUpper ? load_shared_s32(values + 4 * kUte) : 0;
-    c.visible_begin = kVisibleBegin >= 0 ? load_shared_s32(values + 4 * kVisibleBegin) : 0;
-    c.visible_end = kVisibleEnd >= 0 ? load_shared_s32(values + 4 * kVisibleEnd) : s.seqlen_q;
-    return c;
+    int read[kColumns > 0 ? kColumns : 1];
+#pragma unroll
+    for (int i = 0; i < kColumns; ++i) read[i] = load_shared_s32(values + 4 * i);
+    return column_of(s, read);
   }
 
   /// The column whose kColumns values are `values` (already read, in their column order).

@@ -33,46 +33,49 @@ struct BackwardEpilogue {
     if constexpr (!Kernel::kSplitHeadDim) {
       named_barrier_sync(Kernel::kDsBarrier, 128 * Kernel::kConsumers);
     }
-    const int col_k = Kernel::consumer_col0_qk(consumer) + 2 * (lane % 4);
-#pragma unroll
-    for (int dt = 0; dt < Kernel::kColsQK / 8; ++dt) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        store_shared_u32(
-            base + Kernel::kKOffset + KTile::element_offset(row + 8 * r, 8 * dt + col_k),
-            pack2<typename Kernel::Element>(acc_dk.v[0][dt][2 * r] * p.softmax_scale,
-                                            acc_dk.v[0][dt][2 * r + 1] * p.softmax_scale));
-      }
-    }
-    const int col_v = Kernel::consumer_col0_v(consumer) + 2 * (lane % 4);
-#pragma unroll
-    for (int dt = 0; dt < Kernel::kColsV / 8; ++dt) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        store_shared_u32(
-            base + Kernel::kVOffset + VTile::element_offset(row + 8 * r, 8 * dt + col_v),
-            pack2<typename Kernel::Element>(acc_dv.v[0][dt][2 * r], acc_dv.v[0][dt][2 * r + 1]));
-      }
-    }
+    stage_tile<KTile, Kernel::kColsQK>(base + Kernel::kKOffset, acc_dk, row,
+                                       Kernel::consumer_col0_qk(consumer) + 2 * (lane % 4),
+                                       p.softmax_scale);
+    stage_tile<VTile, Kernel::kColsV>(base + Kernel::kVOffset, acc_dv, row,
+                                      Kernel::consumer_col0_v(consumer) + 2 * (lane % 4), 1.f);
     issue_copies(work, consumer, [&](int key0, int kv_head) {
       const int key_bytes = Kernel::consumer_key0(consumer) * 2;
-      const int panel_k = Kernel::consumer_panel0_qk(consumer);
-#pragma unroll
-      for (int panel = panel_k; panel < panel_k + Kernel::kColPanelsQK; ++panel) {
-        tma_store(
-            maps.d_k,
-            base + Kernel::kKOffset + panel * KTile::kPanelBytes + key_bytes * KTile::kPanelCols,
-            panel * KTile::kPanelCols, key0, kv_head, work.batch);
-      }
-      const int panel_v = Kernel::consumer_panel0_v(consumer);
-#pragma unroll
-      for (int panel = panel_v; panel < panel_v + Kernel::kColPanelsV; ++panel) {
-        tma_store(
-            maps.d_v,
-            base + Kernel::kVOffset + panel * VTile::kPanelBytes + key_bytes * VTile::kPanelCols,
-            panel * VTile::kPanelCols, key0, kv_head, work.batch);
-      }
+      store_panels<KTile, Kernel::kColPanelsQK>(maps.d_k, base + Kernel::kKOffset, key_bytes,
+                                                Kernel::consumer_panel0_qk(consumer), key0,
+                                                kv_head, work.batch);
+      store_panels<VTile, Kernel::kColPanelsV>(maps.d_v, base + Kernel::kVOffset, key_bytes,
+                                               Kernel::consumer_panel0_v(consumer), key0,
+                                               kv_head, work.batch);
     });
+  }
+
+  /// A consumer's gradient `acc` times `scale` into Tile at `tile`: rows `row` and row + 8,
+  /// its kCols columns from `col`, as element pairs.
+  template <class Tile, int kCols, class Accumulator>
+  __device__ __forceinline__ static void stage_tile(u32 tile, const Accumulator& acc, int row,
+                                                    int col, float scale) {
+#pragma unroll
+    for (int dt = 0; dt < kCols / 8; ++dt) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        store_shared_u32(tile + Tile::element_offset(row + 8 * r, 8 * dt + col),
+                         pack2<typename Kernel::Element>(acc.v[0][dt][2 * r] * scale,
+                                                         acc.v[0][dt][2 * r + 1] * scale));
+      }
+    }
+  }
+
+  /// The TMA stores of a consumer's kPanels panels of Tile at `tile` from panel `panel0`, its
+  /// keys `key_bytes` into each panel, to keys from key0 of the gradient's map.
+  template <class Tile, int kPanels>
+  __device__ __forceinline__ static void store_panels(const TensorMap& map, u32 tile,
+                                                      int key_bytes, int panel0, int key0,
+                                                      int kv_head, int batch) {
+#pragma unroll
+    for (int panel = panel0; panel < panel0 + kPanels; ++panel) {
+      tma_store(map, tile + panel * Tile::kPanelBytes + key_bytes * Tile::kPanelCols,
+                panel * Tile::kPanelCols, key0, kv_head, batch);
+    }
   }
 
   /// GQA, atomic mode: dK (scaled by softmax_scale) and dV of the consumer added into the fp32

@@ -204,19 +204,17 @@ def run(torch, compiled, slots, scalars, index, predicate=None):
     first slots (None: absent; the rest absent) and scalars (scale, window_left, window_right,
     softcap); `predicate` is (names, scalar values, tensors) for a predicate mask."""
     key = (compiled._handle.value, index, scalars, tuple(map(_layout, slots)))
-    pointers = [0 if t is None else t.data_ptr() for t in slots]
-    pointers += [0] * (_ffi.SLOT_COUNT - len(slots))
+    predicate_tensors = ()
     if predicate is not None:
         key += (tuple(predicate[1]), tuple(map(_layout, predicate[2])))
-        pointers += [t.data_ptr() for t in predicate[2]]
+        predicate_tensors = predicate[2]
     launch = _launches.get(key)
     if launch is None:
         launch = _prepare(compiled, slots, predicate, scalars, index)
         if len(_launches) >= _CACHE_LIMIT:
             _launches.clear()
         _launches[key] = launch
-    _launch_run(torch, launch, index, (ctypes.c_void_p * len(pointers))(*pointers),
-                len(pointers))
+    _launch_run(torch, launch, index, *_launch_data(_pointers(slots), predicate_tensors))
 
 
 _run_workspace = _ffi.lib.attnjit_launch_run_workspace
@@ -274,15 +272,19 @@ def _remember(key, call):
     _calls[key] = call
 
 
-def _enqueue(torch, call, pointers, predicate_tensors=()):
-    """Runs a call's launch with `pointers`, the first slots' (the rest absent), and after
-    all slots one pointer per predicate tensor."""
+def _launch_data(pointers, predicate_tensors=()):
+    """The data array of a run and its length: `pointers`, the first slots' (the rest absent),
+    and after all slots one pointer per predicate tensor."""
     if not predicate_tensors:
-        _launch_run(torch, call.launch, call.index, _Pointers(*pointers), _ffi.SLOT_COUNT)
-        return
+        return _Pointers(*pointers), _ffi.SLOT_COUNT
     data = tuple(pointers) + (None,) * (_ffi.SLOT_COUNT - len(pointers)) \
         + _pointers(predicate_tensors)
-    _launch_run(torch, call.launch, call.index, (ctypes.c_void_p * len(data))(*data), len(data))
+    return (ctypes.c_void_p * len(data))(*data), len(data)
+
+
+def _enqueue(torch, call, pointers, predicate_tensors=()):
+    """Runs a call's launch with _launch_data's array of `pointers` and `predicate_tensors`."""
+    _launch_run(torch, call.launch, call.index, *_launch_data(pointers, predicate_tensors))
 
 
 def forward(torch, q, k, v, indices, slopes, mask, causal, scale, window_left, window_right,

@@ -84,6 +84,11 @@ Kernel compile_set(SetKind kind, const AttentionSpec& spec, bool use_disk_cache)
                       "false: the reference kernel takes padded batches (check a packed batch "
                       "sequence by sequence)");
   }
+  if (kind == SetKind::reference && canonical.kv_cache != KvCache::none) {
+    throw_field_error("kv_cache", name_of(canonical.kv_cache),
+                      "none: the reference kernel takes padded batches (check a cache through "
+                      "the keys of each sequence, gathered)");
+  }
   const std::string spec_text = to_string(canonical);
   const std::string key =
       runtime::cache_key(kind == SetKind::attention ? "attention" : "reference", spec_text);

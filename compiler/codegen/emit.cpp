@@ -268,6 +268,57 @@ std::string emit_sinks(const Lowering& ir, const KernelDesc& kernel) {
   return w.str();
 }
 
+// The decode kernel (decode.cuh): its Config, the mask by index and the cache's layout as
+// template arguments, the score modifiers' hook.
+std::string emit_decode(const Lowering& ir, const KernelDesc& kernel) {
+  const KernelRow& row = kernel_row(kernel.row);
+  const KernelTiles& tiles = ir.tiles_of(kernel.role);
+  const AttentionSpec& spec = ir.spec;
+  SourceWriter w;
+  emit_header(w, ir, kernel);
+  w.line("namespace {{");
+  w.blank();
+  w.line("struct Config {{");
+  w.indent();
+  w.line("typedef {} Element;", element_type(spec.dtype));
+  for (const std::string& line : config_lines(row, tiles, ir)) w.line("{}", line);
+  w.dedent();
+  w.line("}};");
+  w.blank();
+  emit_score_mod(w, spec, kernel.role);
+  const int mask = spec.mask.kind == MaskKind::causal           ? 1
+                   : spec.mask.kind == MaskKind::sliding_window ? 2
+                                                                : 0;
+  const bool paged = spec.kv_cache == KvCache::paged;
+  const std::string score = score_mod_argument(spec, kernel.role).empty()
+                                ? "attnjit::ScoreMod<false, false>"
+                                : "Score";
+  w.line("typedef attnjit::Decode<Config, /*kMask=*/{}, /*kPaged=*/{}, {}> Kernel;", mask, paged,
+         score);
+  w.line("static_assert(Kernel::kSmemBytes == {},", kernel.dynamic_smem_bytes);
+  w.line("              \"the plan and the template disagree on shared memory\");");
+  w.blank();
+  w.line("}}  // namespace");
+  w.blank();
+  emit_entry(w, kernel, params_type(ir, kernel),
+             fmt::format("attnjit::decode<Config, /*kMask=*/{}, /*kPaged=*/{}, {}>(params);", mask,
+                         paged, score),
+             min_blocks_per_sm(row, tiles));
+  return w.str();
+}
+
+// The merge of the decode kernel's key splits (decode_combine.cuh).
+std::string emit_decode_combine(const Lowering& ir, const KernelDesc& kernel) {
+  SourceWriter w;
+  emit_header(w, ir, kernel);
+  emit_entry(w, kernel, params_type(ir, kernel),
+             fmt::format("attnjit::decode_combine<{}, /*kHeadDimV=*/{}, /*kReturnLse=*/{}, "
+                         "/*kSinks=*/{}>(params);",
+                         element_type(ir.spec.dtype), ir.spec.head_dim_v, ir.spec.return_lse,
+                         ir.spec.sinks));
+  return w.str();
+}
+
 }  // namespace
 
 std::string emit_kernel(const Lowering& ir, const KernelDesc& kernel) {
@@ -292,6 +343,10 @@ std::string emit_kernel(const Lowering& ir, const KernelDesc& kernel) {
       return emit_rows(ir, kernel);
     case KernelRole::backward_sinks:
       return emit_sinks(ir, kernel);
+    case KernelRole::decode:
+      return emit_decode(ir, kernel);
+    case KernelRole::decode_combine:
+      return emit_decode_combine(ir, kernel);
   }
   throw InternalError("emit_kernel: unknown role");
 }

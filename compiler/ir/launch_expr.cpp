@@ -36,6 +36,10 @@ std::string_view name_of(Extent extent) {
       return "bits";
     case Extent::sm_count:
       return "SMs";
+    case Extent::splits:
+      return "splits";
+    case Extent::query_groups:
+      return "GSq";
   }
   throw InternalError("unknown Extent");
 }

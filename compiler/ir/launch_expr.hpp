@@ -21,8 +21,10 @@ enum class Extent {
   bits_budget,  ///< bytes a predicate's element bits may take per table
                 ///< (ATTNJIT_PREDICATE_BITS_MIB)
   sm_count,     ///< SMs of the launching device (persistent grids; 0 where none is current)
+  splits,       ///< key splits of a decode launch (KvCacheArgs::num_splits or chosen), else 1
+  query_groups, ///< decode: query rows per KV head, G x Sq (G = H / Hkv query heads per KV head)
 };
-inline constexpr int kExtentCount = 9;
+inline constexpr int kExtentCount = 11;
 
 /// The values of the extents for one launch.
 struct LaunchExtents {

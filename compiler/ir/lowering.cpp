@@ -121,6 +121,10 @@ std::string_view name_of(ParamField field) {
       return "order";
     case ParamField::varlen_intervals:
       return "intervals";
+    case ParamField::o_partial:
+      return "o_partial";
+    case ParamField::lse_partial:
+      return "lse_partial";
   }
   throw InternalError("unknown ParamField");
 }
@@ -151,6 +155,8 @@ std::string_view name_of(ParamScalar scalar) {
       return "group_pairs";
     case ParamScalar::phase:
       return "phase";
+    case ParamScalar::num_splits:
+      return "num_splits";
   }
   throw InternalError("unknown ParamScalar");
 }
@@ -179,6 +185,10 @@ std::string_view name_of(KernelRole role) {
       return "backward_convert_dq";
     case KernelRole::backward_reduce_dkdv:
       return "backward_reduce_dkdv";
+    case KernelRole::decode:
+      return "decode";
+    case KernelRole::decode_combine:
+      return "decode_combine";
   }
   throw InternalError("unknown KernelRole");
 }

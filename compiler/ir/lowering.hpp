@@ -63,6 +63,8 @@ enum class KernelRole {
   backward_dq,           ///< deterministic mode: dQ per query block
   backward_convert_dq,   ///< dQ accumulator (fp32) to the input dtype
   backward_reduce_dkdv,  ///< GQA: dK, dV summed over the query heads of each KV head
+  decode,                ///< kv_cache: attention of few query rows over a KV cache, keys split
+  decode_combine,        ///< kv_cache: the key splits' partial outputs merged (split launches)
 };
 std::string_view name_of(KernelRole role);
 
@@ -165,6 +167,8 @@ enum class ParamField {
   /// varlen: the vectors varlen_intervals writes (AttentionParams::intervals and
   /// VarlenInputs::intervals, MinMaxParams::intervals, CtaOrderParams' attention.intervals)
   varlen_intervals,
+  o_partial,    ///< FwdParams::kv_cache.o_partial: the key splits' fp32 outputs
+  lse_partial,  ///< FwdParams::kv_cache.lse_partial: the key splits' LSEs
 };
 std::string_view name_of(ParamField field);
 
@@ -182,6 +186,7 @@ enum class ParamScalar {
   max_cost,
   group_pairs,
   phase,
+  num_splits,  ///< FwdParams::kv_cache.num_splits: the decode kernel's key splits
 };
 std::string_view name_of(ParamScalar scalar);
 

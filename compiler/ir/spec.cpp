@@ -30,6 +30,9 @@ constexpr NameTable<Direction, 2> kDirectionNames{
 constexpr NameTable<VarlenMode, 3> kVarlenNames{{{VarlenMode::off, "false"},
                                                 {VarlenMode::separate, "true"},
                                                 {VarlenMode::shared, "shared"}}};
+constexpr NameTable<KvCache, 3> kKvCacheNames{{{KvCache::none, "none"},
+                                               {KvCache::contiguous, "contiguous"},
+                                               {KvCache::paged, "paged"}}};
 constexpr NameTable<Arch, 6> kArchNames{{{Arch::auto_detect, "auto"},
                                          {Arch::sm_80, "sm_80"},
                                          {Arch::sm_86, "sm_86"},
@@ -355,7 +358,7 @@ struct KeyRow {
   void (*parse)(std::string_view value, SpecDraft& draft);
 };
 
-constexpr std::array<KeyRow, 14> kKeyRows{{
+constexpr std::array<KeyRow, 15> kKeyRows{{
     {"dtype", dtype_accepted,
      [](std::string_view value, SpecDraft& d) {
        d.spec.dtype = parse_dtype(value);
@@ -409,6 +412,15 @@ constexpr std::array<KeyRow, 14> kKeyRows{{
      [](std::string_view value, SpecDraft& d) {
        d.spec.varlen = parse_enum(kVarlenNames, value, "varlen");
      }},
+    {"kv_cache",
+     [] {
+       return std::string(
+           "none (default), contiguous (k/v [B, capacity, Hkv, D] caches), paged (k/v "
+           "[num_pages, page_size, Hkv, D] pools and a block table); printed only when set");
+     },
+     [](std::string_view value, SpecDraft& d) {
+       d.spec.kv_cache = parse_enum(kKvCacheNames, value, "kv_cache");
+     }},
 }};
 
 std::string key_names() {
@@ -441,6 +453,9 @@ std::string_view name_of(Direction direction) {
 }
 std::string_view name_of(VarlenMode mode) {
   return lookup_name(kVarlenNames, mode);
+}
+std::string_view name_of(KvCache cache) {
+  return lookup_name(kKvCacheNames, cache);
 }
 std::string_view name_of(Arch arch) {
   return lookup_name(kArchNames, arch);
@@ -495,11 +510,12 @@ std::string to_string(const TileShape& tiles) {
 std::string to_string(const AttentionSpec& spec) {
   return fmt::format(
       "dtype={} head_dim_qk={} head_dim_v={} mask={} softcap={} alibi={} sinks={} return_lse={} "
-      "direction={} deterministic={} target={} tiles={}{}",
+      "direction={} deterministic={} target={} tiles={}{}{}",
       name_of(spec.dtype), spec.head_dim_qk, spec.head_dim_v, to_string(spec.mask), spec.softcap,
       spec.alibi, spec.sinks, spec.return_lse, name_of(spec.direction), spec.deterministic,
       name_of(spec.target), to_string(spec.tiles),
-      spec.varlen == VarlenMode::off ? "" : fmt::format(" varlen={}", name_of(spec.varlen)));
+      spec.varlen == VarlenMode::off ? "" : fmt::format(" varlen={}", name_of(spec.varlen)),
+      spec.kv_cache == KvCache::none ? "" : fmt::format(" kv_cache={}", name_of(spec.kv_cache)));
 }
 
 std::vector<SpecKey> spec_keys() {

@@ -42,6 +42,10 @@ std::string attention_name(const Lowering& in, KernelRole role) {
                          spec.deterministic ? "_deterministic" : "");
     case KernelRole::backward_dq:
       return fmt::format("attnjit_bwd_dq_{}_{}", type_tag(spec), mask);
+    case KernelRole::decode:
+      return fmt::format("attnjit_decode_{}_{}{}_{}{}", type_tag(spec), mask,
+                         spec.sinks ? "_sinks" : "", name_of(spec.kv_cache),
+                         spec.return_lse ? "_lse" : "");
     default:
       break;
   }
@@ -191,7 +195,13 @@ Lowering plan_kernels(const Lowering& in) {
                             in.mask->vectors.size()));
   }
   add_mask_kernels(plan, in);
-  if (in.spec.direction == Direction::backward) {
+  if (in.spec.kv_cache != KvCache::none) {
+    // The decode kernel, and the merge of its key splits (launched only when it splits them).
+    add_attention(plan, in, KernelRole::decode);
+    add_utility(plan, in, KernelRole::decode_combine,
+                fmt::format("attnjit_decode_combine_{}{}{}", type_tag(in.spec),
+                            in.spec.sinks ? "_sinks" : "", in.spec.return_lse ? "_lse" : ""));
+  } else if (in.spec.direction == Direction::backward) {
     add_backward(plan, in);
   } else {
     add_attention(plan, in, KernelRole::forward);

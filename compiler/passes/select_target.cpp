@@ -51,8 +51,9 @@ Lowering select_target(const Lowering& in) {
   target.arch = in.spec.target;
   target.max_dynamic_smem_bytes = max_dynamic_smem(in.spec.target);
   // The main attention kernel; an explicit `tiles=` shape is its own.
-  const KernelRole main =
-      in.spec.direction == Direction::forward ? KernelRole::forward : KernelRole::backward;
+  const KernelRole main = in.spec.kv_cache != KvCache::none ? KernelRole::decode
+                          : in.spec.direction == Direction::forward ? KernelRole::forward
+                                                                    : KernelRole::backward;
   const bool forced = !in.spec.tiles.is_auto();
   const KernelRow& row = forced
                              ? explicit_row(main, in.spec, *in.mask, target.arch)

@@ -117,6 +117,39 @@ void check_varlen(const AttentionSpec& spec) {
   }
 }
 
+// Attention against a KV cache: the decode kernels take forward passes over padded batches with
+// masks by index (none, causal, a window) and the score modifiers but ALiBi.
+void check_kv_cache(const AttentionSpec& spec) {
+  const std::string_view cache = name_of(spec.kv_cache);
+  if (spec.direction != Direction::forward) {
+    throw Error(fmt::format("kv_cache: {} with direction=backward; accepted: direction=forward "
+                            "(a KV cache is attended to by inference, which takes no gradients)",
+                            cache));
+  }
+  if (spec.varlen != VarlenMode::off) {
+    throw Error(fmt::format("kv_cache: {} with varlen={}; accepted: varlen=false (the cached "
+                            "lengths are the launch's cache_seqlens)",
+                            cache, name_of(spec.varlen)));
+  }
+  const MaskKind kind = spec.mask.kind;
+  if (kind != MaskKind::none && kind != MaskKind::causal && kind != MaskKind::sliding_window) {
+    throw Error(fmt::format("mask: {} with kv_cache={}; accepted: none, causal, sliding_window "
+                            "(FlashMask vectors and predicates over a KV cache are not supported "
+                            "in this version)",
+                            name_of(kind), cache));
+  }
+  if (spec.alibi) {
+    throw_field_error("alibi", "true",
+                      fmt::format("false with kv_cache={} in this version", cache));
+  }
+  if (!spec.tiles.is_auto()) {
+    throw_field_error("tiles", to_string(spec.tiles),
+                      fmt::format("auto with kv_cache={} (the decode kernels choose their tiles; "
+                                  "the key splits are the launch's num_splits)",
+                                  cache));
+  }
+}
+
 }  // namespace
 
 Lowering validate(const Lowering& in) {
@@ -131,6 +164,7 @@ Lowering validate(const Lowering& in) {
   Lowering out = in;
   out.predicate = check_mask(spec.mask);
   if (spec.varlen != VarlenMode::off) check_varlen(spec);
+  if (spec.kv_cache != KvCache::none) check_kv_cache(spec);
   return out;
 }
 

@@ -16,6 +16,8 @@ KernelRow backward_sm90a();
 KernelRow backward_grid_sm80();
 KernelRow backward_slabs_sm80();
 KernelRow backward_dq_sm80();
+KernelRow decode();  // rows_decode.cpp, with its utility row decode_combine()
+KernelRow decode_combine();
 
 // Utility rows (rows_utility.cpp).
 KernelRow varlen_intervals();

@@ -33,6 +33,13 @@ enum class Direction : std::uint8_t { forward, backward };
 /// over one packed batch, cu_seqlens_k is cu_seqlens_q, which lets causal masks run by index).
 enum class VarlenMode : std::uint8_t { off, separate, shared };
 
+/// Whether the keys and values are a KV cache that the query rows of each sequence attend to
+/// (FlashAttention's flash_attn_with_kvcache, decoding): `contiguous` caches k/v
+/// [B, capacity, Hkv, D], `paged` ones [num_pages, page_size, Hkv, D] with a block table that
+/// maps each sequence's logical pages to physical ones. The cached lengths, the block table and
+/// the number of key splits are launch arguments (KvCacheArgs).
+enum class KvCache : std::uint8_t { none, contiguous, paged };
+
 /// Target architecture. `auto_detect` resolves to the current device when compiling.
 enum class Arch : std::uint8_t { auto_detect, sm_80, sm_86, sm_89, sm_90, sm_90a };
 
@@ -161,6 +168,10 @@ struct AttentionSpec {
   /// never recompiles. The mask applies within each sequence, in its local positions (causal
   /// bottom-right per sequence); keys of other sequences are hidden.
   VarlenMode varlen = VarlenMode::off;
+  /// Attention against a KV cache (spec text `kv_cache=contiguous|paged`, printed only when
+  /// set): the decode kernels, which pack the query heads of each KV head into the rows of one
+  /// tile and split the keys across CTAs (Flash-Decoding) with an exact combine. Forward only.
+  KvCache kv_cache = KvCache::none;
 
   bool operator==(const AttentionSpec&) const = default;
 };
@@ -168,7 +179,8 @@ struct AttentionSpec {
 /// Canonical text form, e.g.
 /// `dtype=bf16 head_dim_qk=128 head_dim_v=128 mask=causal softcap=false alibi=false
 /// sinks=false return_lse=false direction=forward deterministic=false target=auto tiles=auto`,
-/// with ` varlen=true` or ` varlen=shared` at the end for a packed batch (absent when false).
+/// with ` varlen=true` or ` varlen=shared` at the end for a packed batch (absent when false)
+/// and then ` kv_cache=contiguous` or ` kv_cache=paged` (absent when none).
 /// A predicate's MaskSpec::scalars are printed in place of their slots (`q-k<256`), so
 /// parse_spec(to_string(s)) == s for every spec (a predicate in canonical text, which has no
 /// spaces: parse_spec and canonicalize put it so).
@@ -201,6 +213,7 @@ std::string_view name_of(MaskKind kind);
 std::string_view name_of(Direction direction);
 std::string_view name_of(Arch arch);
 std::string_view name_of(VarlenMode mode);  ///< its spec text: false, true, shared
+std::string_view name_of(KvCache cache);    ///< its spec text: none, contiguous, paged
 std::string_view name_of(TileLayout layout);
 
 /// Parses an arch name (`auto`, `sm_80`, `sm_86`, `sm_89`, `sm_90`, `sm_90a`); throws Error

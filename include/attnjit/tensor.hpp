@@ -73,6 +73,29 @@ struct VarlenArgs {
   }
 };
 
+/// The KV cache of a spec with kv_cache=contiguous|paged (FlashAttention's
+/// flash_attn_with_kvcache): ForwardArgs::k and v are the cache, contiguous
+/// [B, capacity, Hkv, D] (resp. Dv), or paged pools [num_pages, page_size, Hkv, D] with any
+/// strides of the row layout (so an HND pool [num_pages, Hkv, page_size, D] is passed as its
+/// permuted view), page_size a power of two. q [B, Sq, H, D] holds each sequence's Sq new
+/// tokens, the last Sq of its keys: a causal mask or a window is aligned to the bottom right of
+/// each sequence's cached length. New lengths, tables and split counts never recompile, and a
+/// launch takes no host synchronization and no allocation beyond its workspace, whose size
+/// depends only on the shapes and num_splits (CUDA graphs may replay it with new contents).
+struct KvCacheArgs {
+  /// int32 [B], contiguous: the keys of each sequence (0 to its capacity); empty: every
+  /// sequence holds its whole capacity.
+  TensorView cache_seqlens;
+  /// kv_cache=paged only: int32 [B, max_pages], last dim contiguous: entry [b, i] is the
+  /// physical page of sequence b's keys [i page_size, (i + 1) page_size); pages may be shared
+  /// between sequences. A sequence's capacity is max_pages x page_size.
+  TensorView block_table;
+  /// Key splits per sequence and KV head (Flash-Decoding): 0 chooses from the SM count and the
+  /// shapes; 1 to 256 forces that many (each split's partial rows then go through the
+  /// workspace and a merge kernel).
+  int num_splits = 0;
+};
+
 /// Everything a forward launch needs besides the compiled kernel.
 ///
 /// Layouts: q [B, Sq, H, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv], o [B, Sq, H, Dv] with
@@ -104,6 +127,8 @@ struct ForwardArgs {
   /// varlen=true only: the packed batch's boundaries. q [total_q, H, D], k [total_k, Hkv, D],
   /// v [total_k, Hkv, Dv], o [total_q, H, Dv], lse [H, total_q] (strides as above).
   VarlenArgs varlen;
+  /// kv_cache=contiguous|paged only: the cache's lengths, block table and key splits.
+  KvCacheArgs kv_cache;
 };
 
 /// Everything a backward launch needs besides the compiled kernel (a spec with

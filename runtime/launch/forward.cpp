@@ -63,6 +63,7 @@ FwdParams make_params(const detail::KernelSet& set, const ForwardArgs& a, const 
   p.predicate = detail::predicate_inputs(set.spec, set.predicate, a.predicate,
                                          packed ? detail::sequences(a.varlen) : s.batch, packed);
   detail::fill_varlen(p.varlen, a.varlen, a.startend_row_indices);
+  detail::fill_kv_cache(p.kv_cache, set.spec, a);
   return p;
 }
 

@@ -153,8 +153,19 @@ template <class Args>
 Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
   const ScalarType dtype = spec.dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
   check_padded("q", a.q, dtype, spec.head_dim_qk, {"batch", "seqlen_q", "heads"});
-  check_padded("k", a.k, dtype, spec.head_dim_qk, {"batch", "seqlen_k", "kv heads"});
-  check_padded("v", a.v, dtype, spec.head_dim_v, {"batch", "seqlen_k", "kv heads"});
+  const bool paged = spec.kv_cache == KvCache::paged;
+  if (paged) {
+    // A page pool: its pages are not a grid dimension, its page size is at most the capacity.
+    for (const auto& [name, t, dim] : {std::tuple{"k", &a.k, spec.head_dim_qk},
+                                       std::tuple{"v", &a.v, spec.head_dim_v}}) {
+      check_activation(name, *t, dtype, dim,
+                       {{"num_pages", INT32_MAX}, {"page_size", 1 << 20}, {"kv heads", kMaxGridYZ}},
+                       "4 ([num_pages, page_size, kv heads, head_dim])");
+    }
+  } else {
+    check_padded("k", a.k, dtype, spec.head_dim_qk, {"batch", "seqlen_k", "kv heads"});
+    check_padded("v", a.v, dtype, spec.head_dim_v, {"batch", "seqlen_k", "kv heads"});
+  }
   check_padded("o", a.o, dtype, spec.head_dim_v, {"batch", "seqlen_q", "heads"});
   Shapes s;
   s.batch = static_cast<int>(a.q.shape[0]);
@@ -162,9 +173,10 @@ Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
   s.heads = static_cast<int>(a.q.shape[2]);
   s.seqlen_k = static_cast<int>(a.k.shape[1]);
   s.kv_heads = static_cast<int>(a.k.shape[2]);
-  check_same("k.shape[0]", a.k.shape[0], s.batch, "batch of q");
-  check_same("v.shape[0]", a.v.shape[0], s.batch, "batch of q");
-  check_same("v.shape[1]", a.v.shape[1], s.seqlen_k, "seqlen of k");
+  if (!paged) check_same("k.shape[0]", a.k.shape[0], s.batch, "batch of q");
+  check_same("v.shape[0]", a.v.shape[0], paged ? a.k.shape[0] : s.batch,
+             paged ? "pages of k" : "batch of q");
+  check_same("v.shape[1]", a.v.shape[1], s.seqlen_k, paged ? "page size of k" : "seqlen of k");
   check_same("v.shape[2]", a.v.shape[2], s.kv_heads, "heads of k");
   if (s.kv_heads < 1 || s.heads % s.kv_heads != 0) {
     throw_field_error("k.shape[2] (kv heads)", std::to_string(s.kv_heads),
@@ -174,7 +186,10 @@ Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
   check_same("o.shape[1]", a.o.shape[1], s.seqlen_q, "seqlen of q");
   check_same("o.shape[2]", a.o.shape[2], s.heads, "heads of q");
   constexpr bool backward = std::is_same_v<Args, BackwardArgs>;
-  if constexpr (!backward) check_no_overlap("o", a.o);
+  if constexpr (!backward) {
+    check_no_overlap("o", a.o);
+    check_kv_cache(spec, a, s);
+  }
   if constexpr (backward) {
     for (const auto& [name, t, like_name, like] :
          {std::tuple{"d_q", &a.d_q, "q", &a.q}, std::tuple{"d_k", &a.d_k, "k", &a.k},

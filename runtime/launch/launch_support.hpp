@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "attnjit/common/params.cuh"
 #include "attnjit/spec.hpp"
 #include "attnjit/tensor.hpp"
 
@@ -19,7 +20,23 @@ namespace attnjit::jit::detail {
 /// The problem sizes the tensors agree on.
 struct Shapes {
   int batch = 0, seqlen_q = 0, seqlen_k = 0, heads = 0, kv_heads = 0, mask_heads = 1;
+  /// kv_cache specs: a decode launch (seqlen_k is each sequence's capacity) and the key splits
+  /// it asks for (0: chosen by launch_extents).
+  bool decode = false;
+  int num_splits = 0;
 };
+
+/// The most key splits of a decode launch.
+constexpr int kMaxDecodeSplits = 256;
+
+/// Checks a kv_cache spec's cache arguments (KvCacheArgs, and k/v as a cache: contiguous
+/// [B, capacity, Hkv, D], paged [num_pages, page_size, Hkv, D] with page_size a power of two);
+/// sets `s`'s seqlen_k (the capacity per sequence), decode and num_splits. Throws Error naming
+/// the field, the value and what is accepted.
+void check_kv_cache(const AttentionSpec& spec, const ForwardArgs& args, Shapes& s);
+
+/// The cache's fields of FwdParams (the plan sets num_splits and the partial buffers).
+void fill_kv_cache(KvCacheInputs& p, const AttentionSpec& spec, const ForwardArgs& args);
 
 /// Checks q, k, v, o, lse, startend_row_indices, the window sizes, the scale and the score
 /// modifiers' arguments of `args` (ForwardArgs or BackwardArgs) against `spec`; throws Error

@@ -65,9 +65,18 @@ void bind_attention(Params& p, ParamField field, void* pointer) {
       break;
   }
   if constexpr (std::is_same_v<Params, FwdParams>) {
-    if (field == ParamField::work_counter) {
-      p.work_counter = static_cast<unsigned*>(pointer);
-      return;
+    switch (field) {
+      case ParamField::work_counter:
+        p.work_counter = static_cast<unsigned*>(pointer);
+        return;
+      case ParamField::o_partial:
+        p.kv_cache.o_partial = static_cast<float*>(pointer);
+        return;
+      case ParamField::lse_partial:
+        p.kv_cache.lse_partial = static_cast<float*>(pointer);
+        return;
+      default:
+        break;
     }
   }
   if constexpr (std::is_same_v<Params, BwdParams>) {
@@ -104,9 +113,17 @@ void bind_attention(Params& p, ParamField field, void* pointer) {
   throw InternalError(fmt::format("plan binds {} in an attention block", name_of(field)));
 }
 
-// An attention block takes no computed arguments.
+// An attention block's computed argument: the decode kernels' key splits.
 template <class Params>
-void no_scalars(Params&, ParamScalar field, int) {
+void set_attention(Params& p, ParamScalar field, int value) {
+  if constexpr (std::is_same_v<Params, FwdParams>) {
+    if (field == ParamScalar::num_splits) {
+      p.kv_cache.num_splits = value;
+      return;
+    }
+  }
+  (void)p;
+  (void)value;
   throw InternalError(fmt::format("plan sets {} of an attention block", name_of(field)));
 }
 
@@ -265,6 +282,20 @@ int current_sm_count() {
 
 }  // namespace
 
+std::int64_t decode_splits(const Shapes& s, std::int64_t sm_count) {
+  if (!s.decode) return 1;
+  if (s.num_splits > 0) return s.num_splits;
+  // Without a current context (workspace_size before any launch) an H100's SMs.
+  const std::int64_t sms = sm_count > 0 ? sm_count : 132;
+  const std::int64_t row_tiles = s.kv_heads > 0 ? (s.heads / s.kv_heads * s.seqlen_q + 15) / 16 : 1;
+  const std::int64_t ctas = std::max<std::int64_t>(1, std::int64_t{s.batch} * s.kv_heads * row_tiles);
+  // Two CTAs per SM (a decode CTA holds about 100 KB of shared memory), at least 256 keys
+  // (four stages of keys) per split.
+  const std::int64_t wanted = (2 * sms + ctas - 1) / ctas;
+  const std::int64_t by_keys = std::max<std::int64_t>(1, (std::int64_t{s.seqlen_k} + 255) / 256);
+  return std::clamp<std::int64_t>(std::min(wanted, by_keys), 1, kMaxDecodeSplits);
+}
+
 void set_sm_count_limit(int limit) {
   g_sm_count_limit.store(limit, std::memory_order_relaxed);
 }
@@ -280,6 +311,9 @@ LaunchExtents launch_extents(const Shapes& s) {
   e[Extent::gqa] = s.heads != s.kv_heads ? 1 : 0;
   e[Extent::bits_budget] = static_cast<std::int64_t>(predicate_bits_budget());
   e[Extent::sm_count] = current_sm_count();
+  e[Extent::splits] = decode_splits(s, e[Extent::sm_count]);
+  e[Extent::query_groups] =
+      s.kv_heads > 0 ? static_cast<std::int64_t>(s.heads / s.kv_heads) * s.seqlen_q : 0;
   return e;
 }
 
@@ -374,20 +408,20 @@ void launch_plan(const KernelSet& set, const Params& attention, const Shapes& sh
     const LoadedKernel& loaded = kernels[launch.kernel];
     switch (kernel.params) {
       case ParamBlock::attention:
-        launch_block(attention, kernel, schedule, base, bind_attention<Params>, no_scalars<Params>,
+        launch_block(attention, kernel, schedule, base, bind_attention<Params>, set_attention<Params>,
                      loaded, launch, stream);
         break;
       case ParamBlock::attention_tma: {
         const AttentionSpec& spec = set.spec;
         if constexpr (std::is_same_v<Params, FwdParams>) {
           launch_block(attention, kernel, schedule, base, bind_attention<Params>,
-                       no_scalars<Params>, loaded, launch, stream, [&](const FwdParams& bound) {
+                       set_attention<Params>, loaded, launch, stream, [&](const FwdParams& bound) {
                          return forward_tensor_maps(bound, spec, kernel.tensor_maps);
                        });
         } else {
           // After binding: the dQ accumulator's map needs its scratch address.
           launch_block(attention, kernel, schedule, base, bind_attention<Params>,
-                       no_scalars<Params>, loaded, launch, stream, [&](const BwdParams& bound) {
+                       set_attention<Params>, loaded, launch, stream, [&](const BwdParams& bound) {
                          return backward_tensor_maps(bound, spec, kernel.tensor_maps);
                        });
         }

@@ -23,6 +23,10 @@ namespace attnjit::jit::detail {
 /// the SMs of the current context's device, 0 where no context is current).
 LaunchExtents launch_extents(const Shapes& shapes);
 
+/// The key splits of a decode launch (Shapes::decode): the requested count, else enough CTAs
+/// for two per SM (`sm_count`; 0: 132) with at least 256 keys each; 1 for other launches.
+std::int64_t decode_splits(const Shapes& shapes, std::int64_t sm_count);
+
 /// Caps the SM count launch_extents gives (0: no cap), so that a persistent kernel's CTAs take
 /// many works each on small problems too (the GPU tests).
 void set_sm_count_limit(int limit);

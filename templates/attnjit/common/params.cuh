@@ -101,6 +101,22 @@ struct BwdTensorMaps {
   TensorMap dk_sum, dv_sum;
 };
 
+/// The KV cache of a decode launch (kv_cache=contiguous|paged; decode.cuh). Its k and v are
+/// AttentionParams' k and v: contiguous [B, capacity, Hkv, D] (batch stride per sequence), paged
+/// [num_pages, page_size, Hkv, D] (batch stride per page). Zero otherwise.
+struct KvCacheInputs {
+  const int* cache_seqlens;  ///< [B]: keys of sequence b; null: every sequence has seqlen_k
+  const int* block_table;    ///< paged: [B, max_pages], physical page of each logical page
+  long long block_table_stride;
+  int page_shift;            ///< paged: log2(page_size)
+  int num_splits;            ///< key splits per (sequence, KV head); 1 writes o and lse directly
+  /// num_splits > 1: each split's output rows, normalized, fp32 [splits, B, Sq, H, Dv], and
+  /// their LSEs (natural log, -inf for a split without a visible key) [splits, B, Sq, H];
+  /// decode_combine.cuh merges them into o and lse.
+  float* o_partial;
+  float* lse_partial;
+};
+
 /// Arguments of the forward kernel.
 struct FwdParams : AttentionParams {
   void* o;     ///< [B, Sq, H, Dv]
@@ -108,6 +124,7 @@ struct FwdParams : AttentionParams {
   /// Persistent kernels: the works drawn so far beyond each CTA's first (zeroed before the
   /// launch); null otherwise.
   unsigned* work_counter;
+  KvCacheInputs kv_cache;  ///< kv_cache specs only
 };
 
 /// Arguments of the backward kernels. Scratch buffers (fp32, contiguous) belong to one

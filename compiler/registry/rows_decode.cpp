@@ -1,0 +1,125 @@
+// The rows of the decode kernels (kv_cache=contiguous|paged): the decode kernel, which packs the
+// query heads of a KV head into one tile's rows and splits the keys across CTAs, and the merge
+// of its splits. Both are mma.sync and cp.async code: one family for every target.
+#include <algorithm>
+#include <array>
+
+#include "compiler/registry/rows.hpp"
+
+namespace attnjit::registry {
+namespace {
+
+constexpr int kDecodeThreads = 128;  // decode.cuh: four warps
+constexpr int kDecodeRows = 16;      // packed query rows per CTA (one m16 tile)
+constexpr int kDecodeBlockN = 64;    // keys per stage, 16 per warp
+
+// Stages of K and V keep about 96 KB of keys in flight per CTA (two CTAs per SM on Hopper):
+// decoding streams the cache, and HBM needs that many bytes in flight per SM.
+constexpr TileCandidate decode_candidate(int d_qk, int d_v) {
+  const int stage_bytes = kDecodeBlockN * (d_qk + d_v) * 2;
+  const int stages = std::clamp(96 * 1024 / stage_bytes, 2, 6);
+  TileCandidate c{d_qk, kDecodeRows, kDecodeBlockN, kDecodeThreads / 32, 1, stages};
+  c.head_dim_v = d_v;
+  return c;
+}
+
+constexpr std::array<TileCandidate, 10> kDecodeCandidates{{
+    decode_candidate(32, 32),
+    decode_candidate(64, 64),
+    decode_candidate(96, 96),
+    decode_candidate(128, 128),
+    decode_candidate(192, 192),
+    decode_candidate(256, 256),
+    decode_candidate(64, 128),
+    decode_candidate(128, 64),
+    decode_candidate(192, 128),
+    decode_candidate(256, 128),
+}};
+
+constexpr std::array<ConfigField, 4> kDecodeConfig{ConfigField::head_dims_qk_v,
+                                                   ConfigField::block_n, ConfigField::kv_stages,
+                                                   ConfigField::return_lse};
+
+constexpr std::array<Arch, 5> kAllArchs{Arch::sm_80, Arch::sm_86, Arch::sm_89, Arch::sm_90,
+                                        Arch::sm_90a};
+
+// Decode::kSmemBytes: the Q tile, then the stages, or the merge of the warps' rows over them.
+int decode_smem(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering&) {
+  const int element = size_of(spec.dtype);
+  const int stages = c.kv_stages * c.block_n * (spec.head_dim_qk + spec.head_dim_v) * element;
+  const int merge = 4 * 16 * (spec.head_dim_v + 4) * 4 + 4 * 16 * 4;
+  return kDecodeRows * spec.head_dim_qk * element + std::max(stages, merge);
+}
+
+// A key split of every 16 packed rows (G x Sq of a sequence) of every KV head and sequence.
+LaunchGrid decode_grid() {
+  return {Extent::splits,
+          LaunchExpr(Extent::kv_heads) * ceil_div(Extent::query_groups, kDecodeRows),
+          Extent::batch};
+}
+
+// 1 when the keys are split, else 0: the partial rows and their merge exist only then.
+LaunchExpr when_split() {
+  return min(LaunchExpr(Extent::splits) + -1, 1);
+}
+
+// The split's rows: fp32 [splits, B, Sq, H, Dv] and LSEs [splits, B, Sq, H].
+std::vector<BufferNeed> decode_buffers(const KernelDesc&, const Lowering& ir) {
+  const LaunchExpr rows = when_split() * Extent::splits * Extent::batch * Extent::seqlen_q *
+                          Extent::heads;
+  return {{ParamField::o_partial, {"o_partial", rows * (ir.spec.head_dim_v * 4), false}},
+          {ParamField::lse_partial, {"lse_partial", rows * 4, false}}};
+}
+
+RowLaunch decode_launch(const KernelDesc& kernel, const Lowering&) {
+  RowLaunch launch = single_phase(kernel, decode_grid());
+  launch.scalars.push_back({ParamScalar::num_splits, Extent::splits});
+  return launch;
+}
+
+// One warp per output row, launched only when the keys are split.
+RowLaunch combine_launch(const KernelDesc& kernel, const Lowering&) {
+  const LaunchExpr rows = LaunchExpr(Extent::batch) * Extent::seqlen_q * Extent::heads;
+  RowLaunch launch =
+      single_phase(kernel, {when_split() * ceil_div(rows, kernel.threads / 32), 1, 1});
+  launch.scalars.push_back({ParamScalar::num_splits, Extent::splits});
+  return launch;
+}
+
+}  // namespace
+
+KernelRow decode() {
+  KernelRow row;
+  row.id = "decode.sm80";
+  row.role = KernelRole::decode;
+  row.family = KernelFamily::sm80;
+  row.header = "attnjit/common/decode.cuh";
+  row.kernel_struct = "Decode";
+  row.body = "decode";
+  row.params = ParamBlock::attention;
+  row.support.targets = {kAllArchs.begin(), kAllArchs.end()};
+  row.support.predicate_masks = false;
+  row.support.unequal_head_dims = true;
+  row.candidates = kDecodeCandidates;
+  row.config = kDecodeConfig;
+  row.smem_bytes = decode_smem;
+  row.launch = decode_launch;
+  row.buffers = decode_buffers;
+  return row;
+}
+
+KernelRow decode_combine() {
+  KernelRow row;
+  row.id = "decode_combine";
+  row.role = KernelRole::decode_combine;
+  row.header = "attnjit/common/decode_combine.cuh";
+  row.body = "decode_combine";
+  row.params = ParamBlock::attention;
+  row.threads = 128;
+  row.support.targets = {kAllArchs.begin(), kAllArchs.end()};
+  row.launch = combine_launch;
+  row.buffers = decode_buffers;
+  return row;
+}
+
+}  // namespace attnjit::registry

@@ -1,0 +1,109 @@
+// The checks of a decode launch's cache arguments (KvCacheArgs) and what they set in Shapes
+// and FwdParams.
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <string>
+
+#include "attnjit/error.hpp"
+#include "runtime/launch/launch_support.hpp"
+
+namespace attnjit::jit::detail {
+namespace {
+
+// An int32 device tensor of `rank` with the given leading extents, its last dim contiguous.
+void check_int_tensor(std::string_view name, const TensorView& t, int rank, std::int64_t rows,
+                      std::string_view shape_text) {
+  if (t.data == nullptr) throw Error(fmt::format("{}: data is null; accepted: a device pointer", name));
+  if (t.dtype != ScalarType::int32) throw_field_error(fmt::format("{}.dtype", name), name_of(t.dtype), "int32");
+  if (t.rank != rank) {
+    throw_field_error(fmt::format("{}.rank", name), std::to_string(t.rank),
+                      fmt::format("{} ({})", rank, shape_text));
+  }
+  check_same(fmt::format("{}.shape[0]", name), t.shape[0], rows, "batch of q");
+  const int last = rank - 1;
+  if (t.shape[last] > 1 && t.stride[last] != 1) {
+    throw_field_error(fmt::format("{}.stride[{}]", name, last), std::to_string(t.stride[last]),
+                      "1 (the last dim contiguous)");
+  }
+  if (t.shape[last] < 1) {
+    throw_field_error(fmt::format("{}.shape[{}]", name, last), std::to_string(t.shape[last]),
+                      "at least 1");
+  }
+  if (reinterpret_cast<std::uintptr_t>(t.data) % 4 != 0) {
+    throw_field_error(fmt::format("{}.data", name), fmt::format("{}", t.data),
+                      "a 4-byte aligned address");
+  }
+}
+
+}  // namespace
+
+void check_kv_cache(const AttentionSpec& spec, const ForwardArgs& a, Shapes& s) {
+  const KvCacheArgs& c = a.kv_cache;
+  if (spec.kv_cache == KvCache::none) {
+    if (!c.cache_seqlens.empty() || !c.block_table.empty() || c.num_splits != 0) {
+      throw Error(
+          "kv_cache: cache arguments (cache_seqlens, block_table or num_splits) given, but the "
+          "spec has kv_cache=none; accepted: none of them (compile with kv_cache=contiguous or "
+          "kv_cache=paged)");
+    }
+    return;
+  }
+  s.decode = true;
+  if (c.num_splits < 0 || c.num_splits > kMaxDecodeSplits) {
+    throw_field_error("kv_cache.num_splits", std::to_string(c.num_splits),
+                      fmt::format("0 (chosen from the SM count and the shapes) or 1 to {}",
+                                  kMaxDecodeSplits));
+  }
+  s.num_splits = c.num_splits;
+  if (!c.cache_seqlens.empty()) {
+    check_int_tensor("kv_cache.cache_seqlens", c.cache_seqlens, 1, s.batch, "[batch]");
+  }
+  if (spec.kv_cache == KvCache::paged) {
+    const std::int64_t page_size = a.k.shape[1];
+    if (page_size < 1 || (page_size & (page_size - 1)) != 0) {
+      throw_field_error("k.shape[1] (page_size)", std::to_string(page_size),
+                        "a power of two (1, 2, 4, ..., 256, ...)");
+    }
+    if (c.block_table.empty()) {
+      throw Error(
+          "kv_cache.block_table: missing; accepted: for kv_cache=paged an int32 [batch, "
+          "max_pages] tensor of page indices into k and v");
+    }
+    check_int_tensor("kv_cache.block_table", c.block_table, 2, s.batch, "[batch, max_pages]");
+    const std::int64_t capacity = c.block_table.shape[1] * page_size;
+    if (capacity > INT32_MAX / 2) {
+      throw_field_error("kv_cache.block_table.shape[1] (max_pages)",
+                        std::to_string(c.block_table.shape[1]),
+                        fmt::format("at most {} pages of {} keys", INT32_MAX / 2 / page_size,
+                                    page_size));
+    }
+    s.seqlen_k = static_cast<int>(capacity);
+  } else if (!c.block_table.empty()) {
+    throw Error(
+        "kv_cache.block_table: given, but the spec has kv_cache=contiguous; accepted: no block "
+        "table (compile with kv_cache=paged for a paged cache)");
+  }
+  // One CTA row per 16 packed query rows (G x Sq) of each KV head: grid y.
+  const std::int64_t rows = static_cast<std::int64_t>(s.heads / s.kv_heads) * s.seqlen_q;
+  if ((rows + 15) / 16 * s.kv_heads > kMaxGridYZ) {
+    throw_field_error("q.shape[1] (seqlen_q)", std::to_string(s.seqlen_q),
+                      fmt::format("at most {} new tokens per sequence with {} query heads over "
+                                  "{} KV heads",
+                                  kMaxGridYZ / s.kv_heads * 16 / (s.heads / s.kv_heads), s.heads,
+                                  s.kv_heads));
+  }
+}
+
+void fill_kv_cache(KvCacheInputs& p, const AttentionSpec& spec, const ForwardArgs& a) {
+  const KvCacheArgs& c = a.kv_cache;
+  p.cache_seqlens = static_cast<const int*>(c.cache_seqlens.data);
+  if (spec.kv_cache != KvCache::paged) return;
+  p.block_table = static_cast<const int*>(c.block_table.data);
+  p.block_table_stride = c.block_table.stride[0];
+  int shift = 0;
+  while ((std::int64_t{1} << shift) < a.k.shape[1]) ++shift;
+  p.page_shift = shift;
+}
+
+}  // namespace attnjit::jit::detail

@@ -1,0 +1,397 @@
+// The decode kernel (kv_cache=contiguous|paged): a few query rows per sequence against a long
+// KV cache, which makes attention a stream of K/V bytes (Flash-Decoding).
+//
+// Rows: the G = H / Hkv query heads that share a KV head and the Sq new tokens of a sequence are
+// packed into the rows of one m16 tile (GQA packing), row r = token r / G, head kv_head G + r % G,
+// so each K/V byte is read once per 16 rows. A CTA of four warps takes one such tile (grid y:
+// the tile and the KV head; z: the sequence) and one of num_splits key ranges (grid x): the
+// visible keys of its rows (a causal mask or a window cut them, bottom-right aligned to the
+// sequence's cached length) in num_splits equal parts, so a small batch still fills the SMs.
+//
+// Keys stream through kStages shared-memory stages of kBlockN keys by 16-byte cp.async (row by
+// row: a paged cache maps each key to its page through the block table). Each warp takes its
+// own kBlockN / 4 keys of every stage: S = Q K^T with Q's fragments held in registers, the score
+// modifiers and the mask, an online softmax and O += P V, all in registers, no barrier between
+// warps but the stage ring's. At the end the four warps' rows (each normalized, with its LSE)
+// merge in shared memory, exactly: LSE = log sum_w e^LSE_w, O = sum_w e^(LSE_w - LSE) O_w. With
+// one split the CTA writes O (and LSE) itself, the sink logit joining the merge as a term
+// without value; with more, its fp32 rows and LSEs go to o_partial / lse_partial, which
+// decode_combine.cuh merges the same way.
+//
+// Keys past the sequence's length are zero-filled in shared memory (a cache's unused rows may
+// hold anything, NaN included, and 0 * NaN would poison O) and masked.
+//
+// Config (bound by the generated code): Element, kHeadDimQK, kHeadDimV, kBlockN, kStages,
+// kReturnLse. kMask: 0 none, 1 causal, 2 sliding window. kPaged: a paged cache. Score: a
+// ScoreMod (softcap, sinks).
+#pragma once
+
+#include "attnjit/common/fragment.cuh"
+#include "attnjit/common/params.cuh"
+#include "attnjit/common/primitives.cuh"
+#include "attnjit/common/score_mod.cuh"
+#include "attnjit/common/smem_tile.cuh"
+#include "attnjit/common/softmax.cuh"
+#include "attnjit/common/warp_mma.cuh"
+
+namespace attnjit {
+
+enum DecodeMask { kDecodeNoMask = 0, kDecodeCausal = 1, kDecodeWindow = 2 };
+
+/// The rows and keys of one decode CTA, and the key range of its split.
+struct DecodeWork {
+  int batch, kv_head, row0;  ///< row0: the first packed row (token row0 / G, ...)
+  int group;                 ///< G = H / Hkv
+  int length;                ///< keys of the sequence
+  int diagonal;              ///< length - Sq: token s sees keys up to s + diagonal (causal)
+  int key_begin, key_end;    ///< the split's keys
+};
+
+/// The visible keys of packed rows [row0, row0 + 16) of a sequence with `length` keys: a
+/// causal mask or a window (bottom-right aligned) bounds them by the first and last token.
+template <int kMask>
+__device__ __forceinline__ void decode_visible_keys(const FwdParams& p, int length, int row0,
+                                                    int group, int& begin, int& end) {
+  const int diagonal = length - p.seqlen_q;
+  const int first = row0 / group;
+  const int last = min(p.seqlen_q - 1, (row0 + 15) / group);
+  begin = 0;
+  end = length;
+  if (kMask == kDecodeCausal) end = min(length, last + diagonal + 1);
+  if (kMask == kDecodeWindow) {
+    if (p.window_left >= 0) begin = max(0, first + diagonal - p.window_left);
+    if (p.window_right >= 0) end = min(length, last + diagonal + p.window_right + 1);
+  }
+  end = max(end, begin);
+}
+
+/// The CTA's work: its sequence, KV head, rows and split, from the grid.
+template <int kMask, int kBlockN>
+__device__ __forceinline__ DecodeWork decode_work(const FwdParams& p) {
+  DecodeWork w;
+  w.batch = static_cast<int>(blockIdx.z);
+  w.kv_head = static_cast<int>(blockIdx.y) % p.kv_heads;
+  w.row0 = 16 * (static_cast<int>(blockIdx.y) / p.kv_heads);
+  w.group = p.heads / p.kv_heads;
+  const int* lengths = p.kv_cache.cache_seqlens;
+  w.length = lengths != nullptr ? lengths[w.batch] : p.seqlen_k;
+  w.diagonal = w.length - p.seqlen_q;
+  int begin, end;
+  decode_visible_keys<kMask>(p, w.length, w.row0, w.group, begin, end);
+  // Equal splits of whole key blocks; the last ones may be empty.
+  const int splits = p.kv_cache.num_splits;
+  const int per_split = (end - begin + splits * kBlockN - 1) / (splits * kBlockN) * kBlockN;
+  w.key_begin = min(end, begin + static_cast<int>(blockIdx.x) * per_split);
+  w.key_end = min(end, w.key_begin + per_split);
+  return w;
+}
+
+/// The output row of packed row `row` (< G Sq): its token and query head.
+__device__ __forceinline__ void decode_row(const DecodeWork& w, int row, int& token, int& head) {
+  token = row / w.group;
+  head = w.kv_head * w.group + (row - token * w.group);
+}
+
+template <class Config, int kMask, bool kPaged, class Score>
+struct Decode {
+  typedef typename Config::Element Element;
+  static constexpr int kHeadDimQK = Config::kHeadDimQK;
+  static constexpr int kHeadDimV = Config::kHeadDimV;
+  static constexpr int kBlockN = Config::kBlockN;
+  static constexpr int kStages = Config::kStages;
+  static constexpr int kThreads = 128;
+  static constexpr int kWarpKeys = kBlockN / 4;    // keys of a stage per warp
+  static constexpr int kSTiles = kWarpKeys / 8;    // n8 tiles of a warp's scores
+  static constexpr int kQkSteps = kHeadDimQK / 16;
+  static constexpr int kPvSteps = kWarpKeys / 16;
+  static constexpr int kDTiles = kHeadDimV / 8;
+  static_assert(kWarpKeys % 16 == 0, "each warp takes whole k16 steps of keys");
+  static_assert(kStages >= 2, "a ring of at least two stages");
+  /// Q's fragments stay in registers beside O up to head_dim_qk + head_dim_v = 384 (d256 with
+  /// a 256-wide O spilled); else each block re-reads them from the Q tile.
+  static constexpr bool kQInRegisters = kHeadDimQK + kHeadDimV <= 384;
+
+  typedef SmemTile<16, kHeadDimQK> QTile;
+  typedef SmemTile<kBlockN, kHeadDimQK> KTile;
+  typedef SmemTile<kBlockN, kHeadDimV> VTile;
+  static constexpr int kStageBytes = KTile::kBytes + VTile::kBytes;
+  static constexpr int kKvOffset = QTile::kBytes;
+  /// The merge of the warps' rows, over the stages once the key loop is done: each warp's 16
+  /// rows of O (fp32) and their LSEs.
+  static constexpr int kMergeBytes = 4 * 16 * (kHeadDimV + 4) * 4 + 4 * 16 * 4;
+  static constexpr int kSmemBytes =
+      kKvOffset + (kStages * kStageBytes > kMergeBytes ? kStages * kStageBytes : kMergeBytes);
+
+  /// The softmax's modifiers: Score's without the sink, which joins the rows at the merge.
+  typedef ScoreMod<Score::kSoftcap, Score::kAlibi, false> RowScore;
+
+  WarpAccumulator<1, kDTiles> acc_o;
+  OnlineSoftmax<1> softmax;
+
+  /// Copies keys [key0, key0 + kBlockN) of the split (those before key_end; the rest zero) of
+  /// K and V into stage `stage`.
+  __device__ __forceinline__ static void load_block(const FwdParams& p, const DecodeWork& w,
+                                                    u32 smem, int stage, int key0, int thread) {
+    const u32 k_smem = smem + kKvOffset + stage * kStageBytes;
+    const u32 v_smem = k_smem + KTile::kBytes;
+    const u16* k = static_cast<const u16*>(p.k);
+    const u16* v = static_cast<const u16*>(p.v);
+    copy_rows<KTile>(p, w, k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, k_smem, key0,
+                     thread);
+    copy_rows<VTile>(p, w, v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, v_smem, key0,
+                     thread);
+  }
+
+  /// The rows of one tile (K or V) of a block, by 16-byte chunks: where the threads cover whole
+  /// rows per pass each thread keeps its chunk, else chunk by chunk. A key's row is found in
+  /// its page (kPaged) or its sequence.
+  template <class Tile>
+  __device__ __forceinline__ static void copy_rows(const FwdParams& p, const DecodeWork& w,
+                                                   const u16* base, long long batch_stride,
+                                                   long long row_stride, long long head_stride,
+                                                   u32 smem, int key0, int thread) {
+    constexpr int kTotal = kBlockN * Tile::kChunks;
+    // Not unrolled: the copies are issued while O and Q's fragments hold most registers, and
+    // an unrolled loop holds every copy's address at once (d192 spilled).
+#pragma unroll 1
+    for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
+      const int index = thread + i * kThreads;
+      if (kTotal % kThreads != 0 && index >= kTotal) break;
+      const int row = index / Tile::kChunks;
+      const int chunk = index % Tile::kChunks;
+      const int key = key0 + row;
+      const bool valid = key < w.key_end;
+      long long offset = 0;
+      if (valid) {
+        if constexpr (kPaged) {
+          const int page = p.kv_cache.block_table[w.batch * p.kv_cache.block_table_stride +
+                                                  (key >> p.kv_cache.page_shift)];
+          const int within = key & ((1 << p.kv_cache.page_shift) - 1);
+          offset = page * batch_stride + within * row_stride;
+        } else {
+          offset = w.batch * batch_stride + key * row_stride;
+        }
+        offset += w.kv_head * head_stride + chunk * 8;
+      }
+      cp_async_16(smem + Tile::offset(row, chunk), base + offset, valid ? 16 : 0);
+    }
+  }
+
+  /// Q's rows [row0, row0 + 16) (zero past G Sq) into the Q tile.
+  __device__ __forceinline__ static void load_q(const FwdParams& p, const DecodeWork& w, u32 smem,
+                                                int thread) {
+    const u16* q = static_cast<const u16*>(p.q);
+    for (int index = thread; index < 16 * QTile::kChunks; index += kThreads) {
+      const int row = index / QTile::kChunks;
+      const int chunk = index % QTile::kChunks;
+      const bool valid = w.row0 + row < w.group * p.seqlen_q;
+      long long offset = 0;
+      if (valid) {
+        int token, head;
+        decode_row(w, w.row0 + row, token, head);
+        offset = w.batch * p.q_batch_stride + token * p.q_row_stride + head * p.q_head_stride +
+                 chunk * 8;
+      }
+      cp_async_16(smem + QTile::offset(row, chunk), q + offset, valid ? 16 : 0);
+    }
+  }
+
+  __device__ __forceinline__ void run(const FwdParams& p, unsigned char* smem_raw) {
+    const u32 smem = smem_address(smem_raw);
+    const int thread = static_cast<int>(threadIdx.x);
+    const int warp = thread / 32;
+    const int lane = thread % 32;
+    const DecodeWork w = decode_work<kMask, kBlockN>(p);
+    const int blocks = (w.key_end - w.key_begin + kBlockN - 1) / kBlockN;
+
+    load_q(p, w, smem, thread);
+    // The ring: stages 0 .. kStages - 2 in flight before the loop, one group per stage
+    // (empty groups past the last block keep the count of pending groups exact).
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < blocks) load_block(p, w, smem, s, w.key_begin + s * kBlockN, thread);
+      cp_async_commit();
+    }
+
+    acc_o.fill(0.f);
+    softmax.reset();
+    OperandA<1, kQInRegisters ? kQkSteps : 1> q_frag;
+    // Each row's visible keys [lo, hi): the split's, cut by the mask at the row's token.
+    int lo[2], hi[2];
+    const int g = lane / 4;
+    const int t = lane % 4;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int token = (w.row0 + g + 8 * r) / w.group;
+      lo[r] = w.key_begin;
+      hi[r] = w.key_end;
+      if (kMask == kDecodeCausal) hi[r] = min(hi[r], token + w.diagonal + 1);
+      if (kMask == kDecodeWindow) {
+        if (p.window_left >= 0) lo[r] = max(lo[r], token + w.diagonal - p.window_left);
+        if (p.window_right >= 0) hi[r] = min(hi[r], token + w.diagonal + p.window_right + 1);
+      }
+    }
+
+    const u32 k_lane = KTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
+    const u32 v_lane = VTile::lane_offset(lane % 16, lane / 16);
+    for (int block = 0; block < blocks; ++block) {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();
+      if (kQInRegisters && block == 0) {
+#pragma unroll
+        for (int kk = 0; kk < kQkSteps; ++kk) {
+          ldmatrix_x4(q_frag.v[0][kQInRegisters ? kk : 0],
+                      QTile::matrix_address(smem, QTile::lane_offset(lane % 16, lane / 16), 0,
+                                            kk * 2));
+        }
+      }
+      // The stage computed in the block before is free for block + kStages - 1.
+      const int next = block + kStages - 1;
+      if (next < blocks) {
+        load_block(p, w, smem, next % kStages, w.key_begin + next * kBlockN, thread);
+      }
+      cp_async_commit();
+
+      const int stage = block % kStages;
+      const u32 k_smem = smem + kKvOffset + stage * kStageBytes;
+      const u32 v_smem = k_smem + KTile::kBytes;
+      WarpAccumulator<1, kSTiles> acc_s;
+      if constexpr (kQInRegisters) {
+        warp_regs_times_rows<Element, KTile, kQkSteps>(acc_s, q_frag, k_smem, k_lane,
+                                                       warp * kWarpKeys);
+      } else {
+        warp_rows_times_rows<Element, QTile, KTile, kQkSteps>(
+            acc_s, smem, QTile::lane_offset(lane % 16, lane / 16), 0, k_smem, k_lane,
+            warp * kWarpKeys);
+      }
+      const int key0 = w.key_begin + block * kBlockN + warp * kWarpKeys;
+      if constexpr (RowScore::kActive) {
+        const RowScore score = RowScore::make_for_head(p, 0);
+#pragma unroll
+        for (int nt = 0; nt < kSTiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc_s.v[0][nt][e] = score.apply(acc_s.v[0][nt][e], 0);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < kSTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + 8 * nt + 2 * t + e % 2;
+          const int r = e / 2;
+          if (key < lo[r] || key >= hi[r]) acc_s.v[0][nt][e] = negative_infinity();
+        }
+      }
+      softmax.template step<RowScore>(p, acc_s, acc_o);
+      OperandA<1, kPvSteps> p_frag;
+      to_operand_a<Element>(acc_s, p_frag);
+      // The warp's keys are rows [warp kWarpKeys, ...) of the V tile: the same panels, whose
+      // rows start that many rows later (a multiple of 8: the swizzle is unchanged).
+      warp_regs_times_tile<Element, VTile, kPvSteps>(
+          acc_o, p_frag, v_smem + warp * kWarpKeys * VTile::kPanelCols * 2, v_lane, 0);
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // every warp is done with the stages, which the merge reuses
+    merge(p, w, smem, warp, lane);
+  }
+
+  /// The warps' rows merged and written: o and lse (one split), or the split's partial rows.
+  __device__ __forceinline__ void merge(const FwdParams& p, const DecodeWork& w, u32 smem,
+                                        int warp, int lane) {
+    const int g = lane / 4;
+    const int t = lane % 4;
+    // Each warp's normalized rows (fp32, row stride kHeadDimV + 4 floats against bank
+    // conflicts) and LSEs.
+    constexpr int kRowFloats = kHeadDimV + 4;
+    const u32 rows = smem + kKvOffset;
+    const u32 lses = rows + 4 * 16 * kRowFloats * 4;
+    softmax.finish(acc_o, [&](int, int r) {
+      if (t == 0) {
+        store_shared_f32(lses + (warp * 16 + g + 8 * r) * 4,
+                         softmax.template lse<RowScore>(p, 0, r));
+      }
+    });
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        store_shared_v2_f32(rows + ((warp * 16 + g + 8 * r) * kRowFloats + 8 * dt + 2 * t) * 4,
+                            acc_o.v[0][dt][2 * r], acc_o.v[0][dt][2 * r + 1]);
+      }
+    }
+    __syncthreads();
+    // Eight threads per row, kHeadDimV / 8 columns each (consecutive pairs).
+    const int thread = static_cast<int>(threadIdx.x);
+    const int row = thread / 8;
+    const int part = thread % 8;
+    const int packed = w.row0 + row;
+    if (packed >= w.group * p.seqlen_q) return;
+    int token, head;
+    decode_row(w, packed, token, head);
+    float lse_w[4];
+    float top = negative_infinity();
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      lse_w[i] = __uint_as_float(load_shared_u32(lses + (i * 16 + row) * 4));
+      top = fmaxf(top, lse_w[i]);
+    }
+    const bool unsplit = p.kv_cache.num_splits == 1;
+    const float sink = Score::kSinks && unsplit ? p.sinks[head] : negative_infinity();
+    top = fmaxf(top, sink);
+    const float offset = top == negative_infinity() ? 0.f : top;
+    float weight[4];
+    float total = expf(sink - offset);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      weight[i] = expf(lse_w[i] - offset);
+      total += weight[i];
+    }
+    const float inverse = total > 0.f ? 1.f / total : 0.f;
+    const float lse = total > 0.f ? offset + logf(total) : negative_infinity();
+    constexpr int kCols = kHeadDimV / 8;
+    const long long out_row =
+        (static_cast<long long>(w.batch) * p.seqlen_q + token) * p.heads + head;
+    float* partial = unsplit ? nullptr
+                             : p.kv_cache.o_partial +
+                                   (static_cast<long long>(blockIdx.x) * p.batch * p.seqlen_q *
+                                        p.heads + out_row) * kHeadDimV;
+    u16* o = static_cast<u16*>(p.o) + w.batch * p.o_batch_stride + token * p.o_row_stride +
+             head * p.o_head_stride;
+#pragma unroll
+    for (int c = 0; c < kCols; c += 2) {
+      const int col = part * kCols + c;
+      float x = 0.f, y = 0.f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float a, b;
+        load_shared_v2_f32(rows + ((i * 16 + row) * kRowFloats + col) * 4, a, b);
+        x = fmaf(weight[i], a, x);
+        y = fmaf(weight[i], b, y);
+      }
+      if (unsplit) {
+        *reinterpret_cast<u32*>(o + col) = pack2<Element>(x * inverse, y * inverse);
+      } else {
+        *reinterpret_cast<float2*>(partial + col) = make_float2(x * inverse, y * inverse);
+      }
+    }
+    if (part != 0) return;
+    if (unsplit) {
+      if (Config::kReturnLse) {
+        p.lse[w.batch * p.lse_batch_stride + head * p.lse_head_stride + token] = lse;
+      }
+    } else {
+      p.kv_cache.lse_partial[static_cast<long long>(blockIdx.x) * p.batch * p.seqlen_q * p.heads +
+                             out_row] = lse;
+    }
+  }
+};
+
+/// The body of a generated decode kernel.
+template <class Config, int kMask, bool kPaged, class Score>
+__device__ __forceinline__ void decode(const FwdParams& params) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  Decode<Config, kMask, kPaged, Score> kernel;
+  kernel.run(params, smem);
+}
+
+}  // namespace attnjit

@@ -301,8 +301,8 @@ std::string emit_decode(const Lowering& ir, const KernelDesc& kernel) {
   w.line("}}  // namespace");
   w.blank();
   emit_entry(w, kernel, params_type(ir, kernel),
-             fmt::format("attnjit::decode<Config, /*kMask=*/{}, /*kPaged=*/{}, {}>(params);", mask,
-                         paged, score),
+             fmt::format("attnjit::{}<Config, /*kMask=*/{}, /*kPaged=*/{}, {}>(params);", row.body,
+                         mask, paged, score),
              min_blocks_per_sm(row, tiles));
   return w.str();
 }

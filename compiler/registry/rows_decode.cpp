@@ -93,9 +93,9 @@ KernelRow decode() {
   row.id = "decode.sm80";
   row.role = KernelRole::decode;
   row.family = KernelFamily::sm80;
-  row.header = "attnjit/common/decode.cuh";
+  row.header = "attnjit/sm80/decode.cuh";
   row.kernel_struct = "Decode";
-  row.body = "decode";
+  row.body = "decode_sm80";
   row.params = ParamBlock::attention;
   row.support.targets = {kAllArchs.begin(), kAllArchs.end()};
   row.support.predicate_masks = false;

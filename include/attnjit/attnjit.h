@@ -151,6 +151,22 @@ ATTNJIT_API int attnjit_backward_score_mod(const attnjit_kernel* kernel, const a
                                            int window_left, int window_right, float softcap,
                                            const attnjit_tensor* alibi_slopes, void* stream);
 
+/** attnjit_forward for a spec with kv_cache=contiguous|paged (see KvCacheArgs in
+ * attnjit/tensor.hpp): `k` and `v` are the cache, contiguous [B, capacity, Hkv, D] or paged
+ * [num_pages, page_size, Hkv, D]; `cache_seqlens` (int32 [B], NULL: every sequence holds its
+ * capacity) the keys of each sequence; `block_table` (int32 [B, max_pages]) the pages of a paged
+ * cache, NULL for a contiguous one; `num_splits` the key splits (0: chosen). `window_left` and
+ * `window_right` as in attnjit_forward (mask=sliding_window), `softcap` as in
+ * attnjit_forward_score_mod, `sinks` an fp32 [H] device tensor for a spec with sinks=true, else
+ * NULL. New lengths, tables and split counts never recompile. */
+ATTNJIT_API int attnjit_forward_kvcache(const attnjit_kernel* kernel, const attnjit_tensor* q,
+                                        const attnjit_tensor* k, const attnjit_tensor* v,
+                                        const attnjit_tensor* o, const attnjit_tensor* lse,
+                                        const attnjit_tensor* cache_seqlens,
+                                        const attnjit_tensor* block_table, int num_splits,
+                                        float softmax_scale, int window_left, int window_right,
+                                        float softcap, const attnjit_tensor* sinks, void* stream);
+
 /** The runtime inputs of a spec with mask=predicate(...): the values of its scalar slots
  * $0, $1, ... (exactly as many as the predicate has) and its int32 device tensors by name
  * (tensor_names[i] names tensors[i]; [length] or [rows, length], rows 1 or B, contiguous).

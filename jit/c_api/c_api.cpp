@@ -216,6 +216,29 @@ int attnjit_forward_score_mod(const attnjit_kernel* kernel, const attnjit_tensor
   });
 }
 
+int attnjit_forward_kvcache(const attnjit_kernel* kernel, const attnjit_tensor* q,
+                            const attnjit_tensor* k, const attnjit_tensor* v,
+                            const attnjit_tensor* o, const attnjit_tensor* lse,
+                            const attnjit_tensor* cache_seqlens, const attnjit_tensor* block_table,
+                            int num_splits, float softmax_scale, int window_left,
+                            int window_right, float softcap, const attnjit_tensor* sinks,
+                            void* stream) {
+  return guarded([&] {
+    require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
+    const attnjit::runtime::DeviceScope scope(device_of(q));
+    attnjit::ForwardArgs args = forward_tensors(q, k, v, o, lse, nullptr);
+    args.softmax_scale = softmax_scale;
+    args.window_left = window_left;
+    args.window_right = window_right;
+    args.softcap = softcap;
+    args.sinks = optional_view("sinks", sinks);
+    args.kv_cache.cache_seqlens = optional_view("cache_seqlens", cache_seqlens);
+    args.kv_cache.block_table = optional_view("block_table", block_table);
+    args.kv_cache.num_splits = num_splits;
+    kernel->kernel.forward(args, stream);
+  });
+}
+
 int attnjit_backward(const attnjit_kernel* kernel, const attnjit_tensor* q, const attnjit_tensor* k,
                      const attnjit_tensor* v, const attnjit_tensor* o, const attnjit_tensor* d_o,
                      const attnjit_tensor* lse, const attnjit_tensor* startend_row_indices,

@@ -289,11 +289,22 @@ std::int64_t decode_splits(const Shapes& s, std::int64_t sm_count) {
   const std::int64_t sms = sm_count > 0 ? sm_count : 132;
   const std::int64_t row_tiles = s.kv_heads > 0 ? (s.heads / s.kv_heads * s.seqlen_q + 15) / 16 : 1;
   const std::int64_t ctas = std::max<std::int64_t>(1, std::int64_t{s.batch} * s.kv_heads * row_tiles);
-  // Two CTAs per SM (a decode CTA holds about 100 KB of shared memory), at least 256 keys
-  // (four stages of keys) per split.
-  const std::int64_t wanted = (2 * sms + ctas - 1) / ctas;
-  const std::int64_t by_keys = std::max<std::int64_t>(1, (std::int64_t{s.seqlen_k} + 255) / 256);
-  return std::clamp<std::int64_t>(std::min(wanted, by_keys), 1, kMaxDecodeSplits);
+  // Slots for two CTAs per SM (a decode CTA holds about 100 KB of shared memory). The split
+  // count fills them in whole waves: the smallest count within 85% of the best wave
+  // efficiency (CTAs / (waves x slots)), each split keeping at least 256 keys (four stages).
+  const std::int64_t slots = 2 * sms;
+  const std::int64_t most = std::clamp<std::int64_t>((std::int64_t{s.seqlen_k} + 255) / 256, 1,
+                                                     kMaxDecodeSplits);
+  const auto efficiency = [&](std::int64_t splits) {
+    const std::int64_t total = ctas * splits;
+    return static_cast<double>(total) / static_cast<double>((total + slots - 1) / slots * slots);
+  };
+  double best = 0.0;
+  for (std::int64_t splits = 1; splits <= most; ++splits) best = std::max(best, efficiency(splits));
+  for (std::int64_t splits = 1; splits <= most; ++splits) {
+    if (efficiency(splits) >= 0.85 * best) return splits;
+  }
+  return 1;
 }
 
 void set_sm_count_limit(int limit) {

@@ -55,6 +55,7 @@ __all__ = [
     "PredicateMask",
     "attention",
     "attention_varlen",
+    "attention_with_kvcache",
     "build_mask",
     "cache_dir",
     "cache_stats",
@@ -394,6 +395,75 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Mask = "none", causal: b
         o, lse = _ops.attention(*arguments)
     else:
         o, lse = _functions()[0].apply(*arguments)
+    return (o, lse) if return_lse else o
+
+
+def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
+                          cache_seqlens: Optional[Tensor] = None,
+                          block_table: Optional[Tensor] = None, *, causal: bool = False,
+                          window_size: Tuple[int, int] = (-1, -1),
+                          softmax_scale: Optional[float] = None, softcap: Optional[float] = None,
+                          sinks: Optional[Tensor] = None, num_splits: int = 0,
+                          return_lse: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """Attention of a few new query tokens per sequence against a KV cache (decoding;
+    FlashAttention's flash_attn_with_kvcache), forward only.
+
+    q [B, Sq, H, D] holds each sequence's Sq new tokens, the last Sq of its keys. A contiguous
+    cache is k_cache [B, capacity, Hkv, D] and v_cache [B, capacity, Hkv, Dv]; with block_table
+    (int32 [B, max_pages]) the caches are page pools [num_pages, page_size, Hkv, D] (page_size a
+    power of two; pass an HND pool [num_pages, Hkv, page_size, D] as .transpose(1, 2)).
+    cache_seqlens (int32 [B]) gives the keys of each sequence (None: the whole capacity).
+    causal=True and window_size=(left, right) (-1: unbounded) are aligned to the bottom right of
+    each sequence's keys. num_splits: key splits per sequence and KV head (0 chooses from the SM
+    count and the shapes). sinks: fp32 [H] sink logits. Returns o [B, Sq, H, Dv], and the LSE
+    (fp32 [B, H, Sq]) with return_lse=True. New lengths, tables and split counts never
+    recompile; the call allocates only its outputs and a workspace sized by the shapes, so it
+    can be captured in a CUDA graph and replayed with new cache contents, lengths and tables.
+
+    >>> o = attnjit.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens)  # doctest: +GPU
+    """
+    torch = _torch_of(q, "q")
+    for name, value in (("causal", causal), ("return_lse", return_lse)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+    left, right = _check_window(window_size)
+    if causal and (left, right) != (-1, -1):
+        right = 0  # causal with a window: FlashAttention's window_size=(left, 0)
+    if causal and left == -1:
+        kind = "causal"
+    elif (left, right) != (-1, -1):
+        kind = "sliding_window"
+    else:
+        kind = "none"
+    for name, tensor in (("k_cache", k_cache), ("v_cache", v_cache)):
+        _torch_of(tensor, name)
+        if tensor.dim() != 4:
+            raise AttnjitError(f"{name}.dim(): got {tensor.dim()}; accepted: 4")
+    if q.dim() != 4:
+        raise AttnjitError(f"q.dim(): got {q.dim()}; accepted: 4 ([batch, seqlen_q, heads, "
+                           "head_dim])")
+    layout = "paged" if block_table is not None else "contiguous"
+    spec = (f"dtype={_dtype_name(q)} head_dim_qk={q.shape[-1]} head_dim_v={v_cache.shape[-1]} "
+            f"mask={kind} softcap={str(softcap is not None).lower()} "
+            f"sinks={str(sinks is not None).lower()} return_lse={str(return_lse).lower()} "
+            f"kv_cache={layout}")
+    kernel = compile(spec)
+    if not isinstance(num_splits, int) or isinstance(num_splits, bool):
+        raise TypeError(f"num_splits: expected an int, got {type(num_splits).__name__}")
+    o = torch.empty(q.shape[:-1] + (v_cache.shape[-1],), dtype=q.dtype, device=q.device)
+    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32,
+                      device=q.device) if return_lse else None
+    named = (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("o", o), ("lse", lse),
+             ("cache_seqlens", cache_seqlens), ("block_table", block_table))
+    descriptors = [_descriptor(name, tensor) for name, tensor in named]
+    pointers = [None if d is None else ctypes.byref(d) for d in descriptors]
+    sink_descriptor = _descriptor("sinks", sinks)
+    stream = _launch.stream_of(torch, q.get_device())
+    _ffi.check(_ffi.lib.attnjit_forward_kvcache(
+        kernel._handle, *pointers, _ffi.int_argument("num_splits", num_splits),
+        _check_scale(softmax_scale), *((left, right) if kind == "sliding_window" else (-1, 0)),
+        _check_softcap(softcap),
+        None if sink_descriptor is None else ctypes.byref(sink_descriptor), stream))
     return (o, lse) if return_lse else o
 
 

@@ -1,4 +1,5 @@
-// The decode kernel (kv_cache=contiguous|paged): a few query rows per sequence against a long
+// The decode kernel of every target (kv_cache=contiguous|paged; mma.sync and cp.async, the sm80
+// family's instructions): a few query rows per sequence against a long
 // KV cache, which makes attention a stream of K/V bytes (Flash-Decoding).
 //
 // Rows: the G = H / Hkv query heads that share a KV head and the Sq new tokens of a sequence are
@@ -74,7 +75,8 @@ __device__ __forceinline__ DecodeWork decode_work(const FwdParams& p) {
   w.row0 = 16 * (static_cast<int>(blockIdx.y) / p.kv_heads);
   w.group = p.heads / p.kv_heads;
   const int* lengths = p.kv_cache.cache_seqlens;
-  w.length = lengths != nullptr ? lengths[w.batch] : p.seqlen_k;
+  // A length past the capacity is cut to it, so that no copy leaves the cache.
+  w.length = lengths != nullptr ? min(max(lengths[w.batch], 0), p.seqlen_k) : p.seqlen_k;
   w.diagonal = w.length - p.seqlen_q;
   int begin, end;
   decode_visible_keys<kMask>(p, w.length, w.row0, w.group, begin, end);
@@ -129,51 +131,59 @@ struct Decode {
   OnlineSoftmax<1> softmax;
 
   /// Copies keys [key0, key0 + kBlockN) of the split (those before key_end; the rest zero) of
-  /// K and V into stage `stage`.
+  /// K and V into stage `stage`, by 16-byte chunks, consecutive threads on consecutive chunks
+  /// of a row (coalesced). Where K's and V's rows have as many chunks, one pass copies both
+  /// from the row found once (in its page: one block-table read).
   __device__ __forceinline__ static void load_block(const FwdParams& p, const DecodeWork& w,
                                                     u32 smem, int stage, int key0, int thread) {
     const u32 k_smem = smem + kKvOffset + stage * kStageBytes;
     const u32 v_smem = k_smem + KTile::kBytes;
-    const u16* k = static_cast<const u16*>(p.k);
-    const u16* v = static_cast<const u16*>(p.v);
-    copy_rows<KTile>(p, w, k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, k_smem, key0,
-                     thread);
-    copy_rows<VTile>(p, w, v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, v_smem, key0,
-                     thread);
+    if constexpr (KTile::kChunks == VTile::kChunks) {
+      copy_rows<KTile, true, true>(p, w, k_smem, key0, thread);
+    } else {
+      copy_rows<KTile, true, false>(p, w, k_smem, key0, thread);
+      copy_rows<VTile, false, true>(p, w, v_smem, key0, thread);
+    }
   }
 
-  /// The rows of one tile (K or V) of a block, by 16-byte chunks: where the threads cover whole
-  /// rows per pass each thread keeps its chunk, else chunk by chunk. A key's row is found in
-  /// its page (kPaged) or its sequence.
-  template <class Tile>
+  /// The chunks of Tile's rows of K (kK, into the tile at `smem`) and of V (kV, into the tile
+  /// at `smem`, or after K's with both). With both, pairs of iterations are unrolled so that
+  /// their block-table reads overlap; K and V apart (unequal head dims) are not unrolled (the
+  /// (192, 128) window kernel spilled).
+  template <class Tile, bool kK, bool kV>
   __device__ __forceinline__ static void copy_rows(const FwdParams& p, const DecodeWork& w,
-                                                   const u16* base, long long batch_stride,
-                                                   long long row_stride, long long head_stride,
                                                    u32 smem, int key0, int thread) {
     constexpr int kTotal = kBlockN * Tile::kChunks;
-    // Not unrolled: the copies are issued while O and Q's fragments hold most registers, and
-    // an unrolled loop holds every copy's address at once (d192 spilled).
-#pragma unroll 1
-    for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
-      const int index = thread + i * kThreads;
-      if (kTotal % kThreads != 0 && index >= kTotal) break;
+    constexpr int kUnroll = kK && kV ? 2 : 1;
+#pragma unroll kUnroll
+    for (int index = thread; index < kTotal; index += kThreads) {
       const int row = index / Tile::kChunks;
       const int chunk = index % Tile::kChunks;
       const int key = key0 + row;
       const bool valid = key < w.key_end;
-      long long offset = 0;
+      long long page = 0, within = 0;
       if (valid) {
         if constexpr (kPaged) {
-          const int page = p.kv_cache.block_table[w.batch * p.kv_cache.block_table_stride +
-                                                  (key >> p.kv_cache.page_shift)];
-          const int within = key & ((1 << p.kv_cache.page_shift) - 1);
-          offset = page * batch_stride + within * row_stride;
+          page = p.kv_cache.block_table[w.batch * p.kv_cache.block_table_stride +
+                                        (key >> p.kv_cache.page_shift)];
+          within = key & ((1 << p.kv_cache.page_shift) - 1);
         } else {
-          offset = w.batch * batch_stride + key * row_stride;
+          page = w.batch;
+          within = key;
         }
-        offset += w.kv_head * head_stride + chunk * 8;
       }
-      cp_async_16(smem + Tile::offset(row, chunk), base + offset, valid ? 16 : 0);
+      const u32 at = smem + Tile::offset(row, chunk);
+      if (kK) {
+        const long long k_offset = page * p.k_batch_stride + within * p.k_row_stride +
+                                   w.kv_head * p.k_head_stride + chunk * 8;
+        cp_async_16(at, static_cast<const u16*>(p.k) + (valid ? k_offset : 0), valid ? 16 : 0);
+      }
+      if (kV) {
+        const long long v_offset = page * p.v_batch_stride + within * p.v_row_stride +
+                                   w.kv_head * p.v_head_stride + chunk * 8;
+        cp_async_16(at + (kK ? KTile::kBytes : 0),
+                    static_cast<const u16*>(p.v) + (valid ? v_offset : 0), valid ? 16 : 0);
+      }
     }
   }
 
@@ -388,7 +398,7 @@ struct Decode {
 
 /// The body of a generated decode kernel.
 template <class Config, int kMask, bool kPaged, class Score>
-__device__ __forceinline__ void decode(const FwdParams& params) {
+__device__ __forceinline__ void decode_sm80(const FwdParams& params) {
   extern __shared__ __align__(128) unsigned char smem[];
   Decode<Config, kMask, kPaged, Score> kernel;
   kernel.run(params, smem);

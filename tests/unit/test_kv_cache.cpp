@@ -1,0 +1,192 @@
+// Decoding against a KV cache (kv_cache=contiguous|paged) without a GPU: the spec key's text,
+// validate's refusals, the plan (the decode kernel and the merge of its key splits, whose
+// buffers and grid exist only when it splits), the split count chosen at launch, every
+// decode kernel compiled by NVRTC without spills, and the host checks of the cache arguments.
+// Uses fake device pointers: nothing is launched.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <string>
+
+#include "attnjit/error.hpp"
+#include "attnjit/jit.hpp"
+#include "compiler/ir/lowering.hpp"
+#include "compiler/passes/pipeline.hpp"
+#include "runtime/launch/plan_launch.hpp"
+#include "support/error_text.hpp"
+
+using namespace attnjit;
+
+namespace {
+
+void* fake(std::uintptr_t address) {
+  return reinterpret_cast<void*>(address);
+}
+
+jit::Kernel compiled(const std::string& text) {
+  jit::CompileOptions options;
+  options.no_disk_cache = true;
+  return jit::compile(parse_spec(text), options);
+}
+
+// Two sequences of 3 new tokens, 8 query heads over 2 KV heads, d64: a paged pool of 10 pages
+// of 16 keys and a block table of 4 pages per sequence.
+ForwardArgs paged_args() {
+  ForwardArgs a;
+  a.q = contiguous_view(fake(0x10000), ScalarType::bf16, {2, 3, 8, 64});
+  a.k = contiguous_view(fake(0x20000), ScalarType::bf16, {10, 16, 2, 64});
+  a.v = contiguous_view(fake(0x30000), ScalarType::bf16, {10, 16, 2, 64});
+  a.o = contiguous_view(fake(0x40000), ScalarType::bf16, {2, 3, 8, 64});
+  a.kv_cache.cache_seqlens = contiguous_view(fake(0x50000), ScalarType::int32, {2});
+  a.kv_cache.block_table = contiguous_view(fake(0x60000), ScalarType::int32, {2, 4});
+  return a;
+}
+
+constexpr const char* kPaged = "dtype=bf16 head_dim=64 mask=causal target=sm_80 kv_cache=paged";
+
+}  // namespace
+
+TEST_CASE("kv_cache prints last when set and parses back", "[kv_cache][ir]") {
+  const AttentionSpec paged = parse_spec("dtype=bf16 head_dim=128 mask=causal kv_cache=paged");
+  CHECK(paged.kv_cache == KvCache::paged);
+  CHECK(to_string(paged).ends_with(" tiles=auto kv_cache=paged"));
+  CHECK(parse_spec(to_string(paged)) == paged);
+  const AttentionSpec plain = parse_spec("dtype=bf16 head_dim=128 mask=causal kv_cache=none");
+  CHECK(to_string(plain).find("kv_cache") == std::string::npos);
+  CHECK(plain == parse_spec("dtype=bf16 head_dim=128 mask=causal"));
+  CHECK(testing::error_text([] { parse_spec("dtype=bf16 head_dim=64 kv_cache=yes"); }) ==
+        "kv_cache: got 'yes'; accepted: none, contiguous, paged");
+}
+
+TEST_CASE("validate refuses what the decode kernels do not take", "[kv_cache][pass]") {
+  const auto refusal = [](const char* text) {
+    return testing::error_text([&] { lower(parse_spec(text)); });
+  };
+  CHECK(refusal("dtype=bf16 head_dim=64 kv_cache=paged direction=backward target=sm_80")
+            .starts_with("kv_cache: paged with direction=backward; accepted: direction=forward"));
+  CHECK(refusal("dtype=bf16 head_dim=64 kv_cache=contiguous varlen=true target=sm_80")
+            .starts_with("kv_cache: contiguous with varlen=true; accepted: varlen=false"));
+  CHECK(refusal("dtype=bf16 head_dim=64 mask=flashmask(causal=true,columns=1) "
+                "kv_cache=paged target=sm_80")
+            .starts_with("mask: flashmask with kv_cache=paged; accepted: none, causal, "
+                         "sliding_window"));
+  CHECK(refusal("dtype=bf16 head_dim=64 alibi=true kv_cache=paged target=sm_80")
+            .starts_with("alibi: got 'true'; accepted: false with kv_cache=paged"));
+  CHECK(refusal("dtype=bf16 head_dim=64 tiles=64x64x4 kv_cache=paged target=sm_80")
+            .starts_with("tiles: got '64x64x4'; accepted: auto with kv_cache=paged"));
+  CHECK(testing::error_text([] { jit::compile_reference(parse_spec(kPaged)); })
+            .starts_with("kv_cache: got 'paged'; accepted: none"));
+}
+
+TEST_CASE("a decode plan is the decode kernel and the merge of its splits", "[kv_cache][pass]") {
+  const Lowering ir = lower(parse_spec(
+      "dtype=bf16 head_dim=128 mask=none sinks=true return_lse=true target=sm_90a "
+      "kv_cache=contiguous"));
+  const KernelPlan& plan = *ir.plan;
+  REQUIRE(plan.kernels.size() == 2);
+  const KernelDesc& decode = plan.kernels[0];
+  const KernelDesc& combine = plan.kernels[1];
+  CHECK(decode.role == KernelRole::decode);
+  CHECK(decode.name == "attnjit_decode_bf16_d128_none_sinks_contiguous_lse");
+  CHECK(decode.phases.front().grid.to_string() == "(splits, Hkv*ceil(GSq/16), B)");
+  CHECK(combine.role == KernelRole::decode_combine);
+  CHECK(combine.phases.front().grid.to_string().starts_with("(min(splits+-1, 1)*"));
+  // Without splits the partial rows take no workspace and the merge no launch.
+  LaunchExtents e;
+  e[Extent::batch] = 4;
+  e[Extent::seqlen_q] = 1;
+  e[Extent::heads] = 32;
+  e[Extent::kv_heads] = 8;
+  e[Extent::query_groups] = 4;
+  e[Extent::splits] = 1;
+  const jit::detail::LaunchSchedule unsplit = jit::detail::schedule_plan(plan, e);
+  CHECK(unsplit.workspace_bytes == 0);
+  CHECK(unsplit.launches.size() == 1);
+  e[Extent::splits] = 5;
+  const jit::detail::LaunchSchedule split = jit::detail::schedule_plan(plan, e);
+  CHECK(split.launches.size() == 2);
+  CHECK(split.launches[0].grid == std::array<unsigned, 3>{5, 8, 4});
+  CHECK(split.workspace_bytes >= std::size_t{5} * 4 * 32 * (128 + 1) * 4);
+}
+
+TEST_CASE("the split count fills the SMs in whole waves and takes what is asked",
+          "[kv_cache][runtime]") {
+  jit::detail::Shapes s;
+  s.decode = true;
+  s.heads = 32;
+  s.kv_heads = 8;
+  s.seqlen_q = 1;
+  s.batch = 64;
+  s.seqlen_k = 8192;
+  CHECK(jit::detail::decode_splits(s, 132) == 1);  // 512 CTAs: two waves of 264 slots
+  s.batch = 16;
+  CHECK(jit::detail::decode_splits(s, 132) == 2);  // 128 CTAs: 256 fill one wave
+  s.batch = 1;
+  s.seqlen_k = 32768;
+  const std::int64_t one = jit::detail::decode_splits(s, 132);
+  CHECK(one >= 28);
+  CHECK(one <= 33);
+  s.seqlen_k = 300;  // at least 256 keys a split
+  CHECK(jit::detail::decode_splits(s, 132) == 2);
+  s.num_splits = 7;
+  CHECK(jit::detail::decode_splits(s, 132) == 7);
+  s.decode = false;
+  CHECK(jit::detail::decode_splits(s, 132) == 1);
+}
+
+TEST_CASE("every decode kernel compiles without spills", "[kv_cache][nvrtc]") {
+  for (const char* dims : {"head_dim=32", "head_dim=64", "head_dim=96", "head_dim=128",
+                           "head_dim=192", "head_dim=256", "head_dim_qk=192 head_dim_v=128",
+                           "head_dim_qk=128 head_dim_v=64"}) {
+    for (const char* variant : {"mask=none kv_cache=contiguous",
+                                "mask=causal softcap=true sinks=true return_lse=true "
+                                "kv_cache=paged",
+                                "mask=sliding_window kv_cache=paged"}) {
+      for (const char* target : {"sm_80", "sm_90a"}) {
+        const std::string text =
+            fmt::format("dtype=bf16 {} {} target={}", dims, variant, target);
+        INFO(text);
+        const jit::Kernel kernel = compiled(text);
+        for (const jit::KernelReport& report : kernel.info().kernels) {
+          INFO(report.name << ": " << report.registers << " registers");
+          CHECK(report.spill_bytes == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("decode launches name the bad cache argument", "[kv_cache][runtime][args]") {
+  const jit::Kernel kernel = compiled(kPaged);
+  const auto refusal = [&](ForwardArgs a) {
+    return testing::error_text([&] { kernel.forward(a); });
+  };
+  ForwardArgs a = paged_args();
+  a.kv_cache.block_table = {};
+  CHECK(refusal(a).starts_with("kv_cache.block_table: missing; accepted: for kv_cache=paged"));
+  a = paged_args();
+  a.kv_cache.block_table = contiguous_view(fake(0x60000), ScalarType::int32, {3, 4});
+  CHECK(refusal(a) == "kv_cache.block_table.shape[0]: got '3'; accepted: 2 (batch of q)");
+  a = paged_args();
+  a.kv_cache.cache_seqlens = contiguous_view(fake(0x50000), ScalarType::fp32, {2});
+  CHECK(refusal(a) == "kv_cache.cache_seqlens.dtype: got 'fp32'; accepted: int32");
+  a = paged_args();
+  a.kv_cache.num_splits = 300;
+  CHECK(refusal(a).starts_with("kv_cache.num_splits: got '300'; accepted: 0 (chosen"));
+  a = paged_args();
+  a.k = contiguous_view(fake(0x20000), ScalarType::bf16, {10, 24, 2, 64});
+  a.v = contiguous_view(fake(0x30000), ScalarType::bf16, {10, 24, 2, 64});
+  CHECK(refusal(a).starts_with("k.shape[1] (page_size): got '24'; accepted: a power of two"));
+  a = paged_args();
+  a.v = contiguous_view(fake(0x30000), ScalarType::bf16, {9, 16, 2, 64});
+  CHECK(refusal(a) == "v.shape[0]: got '9'; accepted: 10 (pages of k)");
+
+  const jit::Kernel plain = compiled("dtype=bf16 head_dim=64 mask=causal target=sm_80");
+  ForwardArgs p = paged_args();
+  p.k = contiguous_view(fake(0x20000), ScalarType::bf16, {2, 64, 2, 64});
+  p.v = contiguous_view(fake(0x30000), ScalarType::bf16, {2, 64, 2, 64});
+  CHECK(testing::error_text([&] { plain.forward(p); })
+            .starts_with("kv_cache: cache arguments (cache_seqlens, block_table or num_splits) "
+                         "given, but the spec has kv_cache=none"));
+}

@@ -419,8 +419,8 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
     (fp32 [B, H, Sq]) with return_lse=True. New lengths, tables and split counts never
     recompile; the call allocates only its outputs and a workspace sized by the shapes, so it
     can be captured in a CUDA graph and replayed with new cache contents, lengths and tables.
-
-    >>> o = attnjit.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens)  # doctest: +GPU
+    Not yet: appending new keys to the cache, ALiBi, FlashMask and predicate masks, a torch
+    custom operator (torch.compile breaks the graph here).
     """
     torch = _torch_of(q, "q")
     for name, value in (("causal", causal), ("return_lse", return_lse)):

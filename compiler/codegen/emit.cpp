@@ -319,6 +319,18 @@ std::string emit_decode_combine(const Lowering& ir, const KernelDesc& kernel) {
   return w.str();
 }
 
+// The append of new keys and values to the cache (kv_append.cuh).
+std::string emit_kv_append(const Lowering& ir, const KernelDesc& kernel) {
+  SourceWriter w;
+  emit_header(w, ir, kernel);
+  emit_entry(w, kernel, params_type(ir, kernel),
+             fmt::format("attnjit::kv_append</*kHeadDimQK=*/{}, /*kHeadDimV=*/{}, "
+                         "/*kPaged=*/{}>(params);",
+                         ir.spec.head_dim_qk, ir.spec.head_dim_v,
+                         ir.spec.kv_cache == KvCache::paged));
+  return w.str();
+}
+
 }  // namespace
 
 std::string emit_kernel(const Lowering& ir, const KernelDesc& kernel) {
@@ -347,6 +359,8 @@ std::string emit_kernel(const Lowering& ir, const KernelDesc& kernel) {
       return emit_decode(ir, kernel);
     case KernelRole::decode_combine:
       return emit_decode_combine(ir, kernel);
+    case KernelRole::kv_append:
+      return emit_kv_append(ir, kernel);
   }
   throw InternalError("emit_kernel: unknown role");
 }

@@ -40,6 +40,8 @@ std::string_view name_of(Extent extent) {
       return "splits";
     case Extent::query_groups:
       return "GSq";
+    case Extent::new_tokens:
+      return "Snew";
   }
   throw InternalError("unknown Extent");
 }

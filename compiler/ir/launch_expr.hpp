@@ -23,8 +23,9 @@ enum class Extent {
   sm_count,     ///< SMs of the launching device (persistent grids; 0 where none is current)
   splits,       ///< key splits of a decode launch (KvCacheArgs::num_splits or chosen), else 1
   query_groups, ///< decode: query rows per KV head, G x Sq (G = H / Hkv query heads per KV head)
+  new_tokens,   ///< decode: the rows appended to each sequence's cache (KvCacheArgs::k_new), or 0
 };
-inline constexpr int kExtentCount = 11;
+inline constexpr int kExtentCount = 12;
 
 /// The values of the extents for one launch.
 struct LaunchExtents {

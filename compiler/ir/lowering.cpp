@@ -189,6 +189,8 @@ std::string_view name_of(KernelRole role) {
       return "decode";
     case KernelRole::decode_combine:
       return "decode_combine";
+    case KernelRole::kv_append:
+      return "kv_append";
   }
   throw InternalError("unknown KernelRole");
 }

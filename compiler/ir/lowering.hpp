@@ -65,6 +65,7 @@ enum class KernelRole {
   backward_reduce_dkdv,  ///< GQA: dK, dV summed over the query heads of each KV head
   decode,                ///< kv_cache: attention of few query rows over a KV cache, keys split
   decode_combine,        ///< kv_cache: the key splits' partial outputs merged (split launches)
+  kv_append,             ///< kv_cache: new keys and values written into the cache (appending)
 };
 std::string_view name_of(KernelRole role);
 

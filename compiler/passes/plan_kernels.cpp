@@ -196,7 +196,11 @@ Lowering plan_kernels(const Lowering& in) {
   }
   add_mask_kernels(plan, in);
   if (in.spec.kv_cache != KvCache::none) {
-    // The decode kernel, and the merge of its key splits (launched only when it splits them).
+    // The append of new keys (launched only when appending), the decode kernel, and the merge
+    // of its key splits (launched only when it splits them).
+    add_utility(plan, in, KernelRole::kv_append,
+                fmt::format("attnjit_kv_append_{}_{}", type_tag(in.spec),
+                            name_of(in.spec.kv_cache)));
     add_attention(plan, in, KernelRole::decode);
     add_utility(plan, in, KernelRole::decode_combine,
                 fmt::format("attnjit_decode_combine_{}{}{}", type_tag(in.spec),

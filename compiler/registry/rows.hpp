@@ -18,6 +18,7 @@ KernelRow backward_slabs_sm80();
 KernelRow backward_dq_sm80();
 KernelRow decode();  // rows_decode.cpp, with its utility row decode_combine()
 KernelRow decode_combine();
+KernelRow kv_append();
 
 // Utility rows (rows_utility.cpp).
 KernelRow varlen_intervals();

@@ -86,6 +86,18 @@ RowLaunch combine_launch(const KernelDesc& kernel, const Lowering&) {
   return launch;
 }
 
+// One thread per 16-byte chunk of every appended row of K and V, launched only when appending.
+RowLaunch append_launch(const KernelDesc& kernel, const Lowering& ir) {
+  const int chunks = (ir.spec.head_dim_qk + ir.spec.head_dim_v) / 8;
+  const LaunchExpr threads =
+      LaunchExpr(Extent::batch) * Extent::new_tokens * Extent::kv_heads * chunks;
+  return single_phase(kernel, {ceil_div(threads, kernel.threads), 1, 1});
+}
+
+std::vector<BufferNeed> no_buffers(const KernelDesc&, const Lowering&) {
+  return {};
+}
+
 }  // namespace
 
 KernelRow decode() {
@@ -119,6 +131,20 @@ KernelRow decode_combine() {
   row.support.targets = {kAllArchs.begin(), kAllArchs.end()};
   row.launch = combine_launch;
   row.buffers = decode_buffers;
+  return row;
+}
+
+KernelRow kv_append() {
+  KernelRow row;
+  row.id = "kv_append";
+  row.role = KernelRole::kv_append;
+  row.header = "attnjit/common/kv_append.cuh";
+  row.body = "kv_append";
+  row.params = ParamBlock::attention;
+  row.threads = 256;
+  row.support.targets = {kAllArchs.begin(), kAllArchs.end()};
+  row.launch = append_launch;
+  row.buffers = no_buffers;
   return row;
 }
 

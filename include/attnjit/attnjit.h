@@ -155,7 +155,10 @@ ATTNJIT_API int attnjit_backward_score_mod(const attnjit_kernel* kernel, const a
  * attnjit/tensor.hpp): `k` and `v` are the cache, contiguous [B, capacity, Hkv, D] or paged
  * [num_pages, page_size, Hkv, D]; `cache_seqlens` (int32 [B], NULL: every sequence holds its
  * capacity) the keys of each sequence; `block_table` (int32 [B, max_pages]) the pages of a paged
- * cache, NULL for a contiguous one; `num_splits` the key splits (0: chosen). `window_left` and
+ * cache, NULL for a contiguous one; `k_new` and `v_new` ([B, S_new, Hkv, D] and [.., Dv], or
+ * both NULL) keys and values first written into the cache at positions cache_seqlens[b] + t,
+ * attention then covering cache_seqlens[b] + S_new keys (cache_seqlens is not updated);
+ * `num_splits` the key splits (0: chosen). `window_left` and
  * `window_right` as in attnjit_forward (mask=sliding_window), `softcap` as in
  * attnjit_forward_score_mod, `sinks` an fp32 [H] device tensor for a spec with sinks=true, else
  * NULL. New lengths, tables and split counts never recompile. */
@@ -163,7 +166,9 @@ ATTNJIT_API int attnjit_forward_kvcache(const attnjit_kernel* kernel, const attn
                                         const attnjit_tensor* k, const attnjit_tensor* v,
                                         const attnjit_tensor* o, const attnjit_tensor* lse,
                                         const attnjit_tensor* cache_seqlens,
-                                        const attnjit_tensor* block_table, int num_splits,
+                                        const attnjit_tensor* block_table,
+                                        const attnjit_tensor* k_new, const attnjit_tensor* v_new,
+                                        int num_splits,
                                         float softmax_scale, int window_left, int window_right,
                                         float softcap, const attnjit_tensor* sinks, void* stream);
 

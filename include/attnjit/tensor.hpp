@@ -94,6 +94,13 @@ struct KvCacheArgs {
   /// shapes; 1 to 256 forces that many (each split's partial rows then go through the
   /// workspace and a merge kernel).
   int num_splits = 0;
+  /// Keys and values to append (flash_attn_with_kvcache's k= and v=): [B, S_new, Hkv, D] and
+  /// [B, S_new, Hkv, Dv] of the spec's dtype, last dim contiguous. The launch first writes them
+  /// into the cache at positions cache_seqlens[b] .. cache_seqlens[b] + S_new - 1 (through the
+  /// block table when paged; positions past the capacity are not written), then attends over
+  /// cache_seqlens[b] + S_new keys. cache_seqlens is required with them and is not updated.
+  /// Both empty: nothing is appended.
+  TensorView k_new, v_new;
 };
 
 /// Everything a forward launch needs besides the compiled kernel.

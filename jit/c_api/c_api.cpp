@@ -220,7 +220,7 @@ int attnjit_forward_kvcache(const attnjit_kernel* kernel, const attnjit_tensor* 
                             const attnjit_tensor* k, const attnjit_tensor* v,
                             const attnjit_tensor* o, const attnjit_tensor* lse,
                             const attnjit_tensor* cache_seqlens, const attnjit_tensor* block_table,
-                            int num_splits, float softmax_scale, int window_left,
+                            const attnjit_tensor* k_new, const attnjit_tensor* v_new, int num_splits, float softmax_scale, int window_left,
                             int window_right, float softcap, const attnjit_tensor* sinks,
                             void* stream) {
   return guarded([&] {
@@ -234,6 +234,8 @@ int attnjit_forward_kvcache(const attnjit_kernel* kernel, const attnjit_tensor* 
     args.sinks = optional_view("sinks", sinks);
     args.kv_cache.cache_seqlens = optional_view("cache_seqlens", cache_seqlens);
     args.kv_cache.block_table = optional_view("block_table", block_table);
+    args.kv_cache.k_new = optional_view("k_new", k_new);
+    args.kv_cache.v_new = optional_view("v_new", v_new);
     args.kv_cache.num_splits = num_splits;
     kernel->kernel.forward(args, stream);
   });

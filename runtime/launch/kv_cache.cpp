@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 
 #include "attnjit/error.hpp"
 #include "runtime/launch/launch_support.hpp"
@@ -36,16 +37,45 @@ void check_int_tensor(std::string_view name, const TensorView& t, int rank, std:
   }
 }
 
+// k_new and v_new: both or neither, [B, S_new, Hkv, D] and [.., Dv] of the spec's dtype, with
+// the cache's lengths to append at.
+void check_appended(const AttentionSpec& spec, const ForwardArgs& a, Shapes& s) {
+  const KvCacheArgs& c = a.kv_cache;
+  if (c.k_new.empty() && c.v_new.empty()) return;
+  if (c.k_new.empty() != c.v_new.empty()) {
+    throw Error(fmt::format("kv_cache.{}: missing; accepted: k_new and v_new together (the keys "
+                            "and values to append), or neither",
+                            c.k_new.empty() ? "k_new" : "v_new"));
+  }
+  if (c.cache_seqlens.empty()) {
+    throw Error(
+        "kv_cache.cache_seqlens: missing; accepted: with k_new/v_new an int32 [batch] tensor of "
+        "the cached lengths to append at");
+  }
+  const ScalarType dtype = spec.dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
+  for (const auto& [name, t, dim] : {std::tuple{"kv_cache.k_new", &c.k_new, spec.head_dim_qk},
+                                     std::tuple{"kv_cache.v_new", &c.v_new, spec.head_dim_v}}) {
+    check_activation(name, *t, dtype, dim,
+                     {{"batch", kMaxGridYZ}, {"new tokens", INT32_MAX / 2}, {"kv heads", kMaxGridYZ}},
+                     "4 ([batch, new tokens, kv heads, head_dim])");
+    check_same(fmt::format("{}.shape[0]", name), t->shape[0], s.batch, "batch of q");
+    check_same(fmt::format("{}.shape[2]", name), t->shape[2], s.kv_heads, "kv heads of the cache");
+  }
+  check_same("kv_cache.v_new.shape[1]", c.v_new.shape[1], c.k_new.shape[1], "new tokens of k_new");
+  s.new_tokens = static_cast<int>(c.k_new.shape[1]);
+}
+
 }  // namespace
 
 void check_kv_cache(const AttentionSpec& spec, const ForwardArgs& a, Shapes& s) {
   const KvCacheArgs& c = a.kv_cache;
   if (spec.kv_cache == KvCache::none) {
-    if (!c.cache_seqlens.empty() || !c.block_table.empty() || c.num_splits != 0) {
+    if (!c.cache_seqlens.empty() || !c.block_table.empty() || c.num_splits != 0 ||
+        !c.k_new.empty() || !c.v_new.empty()) {
       throw Error(
-          "kv_cache: cache arguments (cache_seqlens, block_table or num_splits) given, but the "
-          "spec has kv_cache=none; accepted: none of them (compile with kv_cache=contiguous or "
-          "kv_cache=paged)");
+          "kv_cache: cache arguments (cache_seqlens, block_table, num_splits, k_new or v_new) "
+          "given, but the spec has kv_cache=none; accepted: none of them (compile with "
+          "kv_cache=contiguous or kv_cache=paged)");
     }
     return;
   }
@@ -84,6 +114,7 @@ void check_kv_cache(const AttentionSpec& spec, const ForwardArgs& a, Shapes& s) 
         "kv_cache.block_table: given, but the spec has kv_cache=contiguous; accepted: no block "
         "table (compile with kv_cache=paged for a paged cache)");
   }
+  check_appended(spec, a, s);
   // One CTA row per 16 packed query rows (G x Sq) of each KV head: grid y.
   const std::int64_t rows = static_cast<std::int64_t>(s.heads / s.kv_heads) * s.seqlen_q;
   if ((rows + 15) / 16 * s.kv_heads > kMaxGridYZ) {
@@ -98,6 +129,13 @@ void check_kv_cache(const AttentionSpec& spec, const ForwardArgs& a, Shapes& s) 
 void fill_kv_cache(KvCacheInputs& p, const AttentionSpec& spec, const ForwardArgs& a) {
   const KvCacheArgs& c = a.kv_cache;
   p.cache_seqlens = static_cast<const int*>(c.cache_seqlens.data);
+  if (!c.k_new.empty()) {
+    p.k_new = c.k_new.data;
+    p.v_new = c.v_new.data;
+    set_strides(c.k_new, p.k_new_batch_stride, p.k_new_row_stride, p.k_new_head_stride);
+    set_strides(c.v_new, p.v_new_batch_stride, p.v_new_row_stride, p.v_new_head_stride);
+    p.new_tokens = static_cast<int>(c.k_new.shape[1]);
+  }
   if (spec.kv_cache != KvCache::paged) return;
   p.block_table = static_cast<const int*>(c.block_table.data);
   p.block_table_stride = c.block_table.stride[0];

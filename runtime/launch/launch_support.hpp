@@ -24,6 +24,7 @@ struct Shapes {
   /// it asks for (0: chosen by launch_extents).
   bool decode = false;
   int num_splits = 0;
+  int new_tokens = 0;  ///< rows appended to each sequence (KvCacheArgs::k_new), else 0
 };
 
 /// The most key splits of a decode launch.

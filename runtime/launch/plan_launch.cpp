@@ -323,6 +323,7 @@ LaunchExtents launch_extents(const Shapes& s) {
   e[Extent::bits_budget] = static_cast<std::int64_t>(predicate_bits_budget());
   e[Extent::sm_count] = current_sm_count();
   e[Extent::splits] = decode_splits(s, e[Extent::sm_count]);
+  e[Extent::new_tokens] = s.new_tokens;
   e[Extent::query_groups] =
       s.kv_heads > 0 ? static_cast<std::int64_t>(s.heads / s.kv_heads) * s.seqlen_q : 0;
   return e;

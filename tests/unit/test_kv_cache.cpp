@@ -79,20 +79,25 @@ TEST_CASE("validate refuses what the decode kernels do not take", "[kv_cache][pa
             .starts_with("kv_cache: got 'paged'; accepted: none"));
 }
 
-TEST_CASE("a decode plan is the decode kernel and the merge of its splits", "[kv_cache][pass]") {
+TEST_CASE("a decode plan is the append, the decode kernel and the merge of its splits",
+          "[kv_cache][pass]") {
   const Lowering ir = lower(parse_spec(
       "dtype=bf16 head_dim=128 mask=none sinks=true return_lse=true target=sm_90a "
       "kv_cache=contiguous"));
   const KernelPlan& plan = *ir.plan;
-  REQUIRE(plan.kernels.size() == 2);
-  const KernelDesc& decode = plan.kernels[0];
-  const KernelDesc& combine = plan.kernels[1];
+  REQUIRE(plan.kernels.size() == 3);
+  const KernelDesc& append = plan.kernels[0];
+  const KernelDesc& decode = plan.kernels[1];
+  const KernelDesc& combine = plan.kernels[2];
+  CHECK(append.role == KernelRole::kv_append);
+  CHECK(append.phases.front().grid.to_string() == "(ceil(B*Snew*Hkv*32/256), 1, 1)");
   CHECK(decode.role == KernelRole::decode);
   CHECK(decode.name == "attnjit_decode_bf16_d128_none_sinks_contiguous_lse");
   CHECK(decode.phases.front().grid.to_string() == "(splits, Hkv*ceil(GSq/16), B)");
   CHECK(combine.role == KernelRole::decode_combine);
   CHECK(combine.phases.front().grid.to_string().starts_with("(min(splits+-1, 1)*"));
-  // Without splits the partial rows take no workspace and the merge no launch.
+  // Without splits the partial rows take no workspace and the merge no launch; without new
+  // keys nothing is appended.
   LaunchExtents e;
   e[Extent::batch] = 4;
   e[Extent::seqlen_q] = 1;
@@ -107,6 +112,10 @@ TEST_CASE("a decode plan is the decode kernel and the merge of its splits", "[kv
   const jit::detail::LaunchSchedule split = jit::detail::schedule_plan(plan, e);
   CHECK(split.launches.size() == 2);
   CHECK(split.launches[0].grid == std::array<unsigned, 3>{5, 8, 4});
+  e[Extent::new_tokens] = 3;
+  const jit::detail::LaunchSchedule appended = jit::detail::schedule_plan(plan, e);
+  REQUIRE(appended.launches.size() == 3);
+  CHECK(appended.launches[0].grid[0] == (4 * 3 * 8 * 32 + 255) / 256);
   CHECK(split.workspace_bytes >= std::size_t{5} * 4 * 32 * (128 + 1) * 4);
 }
 
@@ -182,11 +191,22 @@ TEST_CASE("decode launches name the bad cache argument", "[kv_cache][runtime][ar
   a.v = contiguous_view(fake(0x30000), ScalarType::bf16, {9, 16, 2, 64});
   CHECK(refusal(a) == "v.shape[0]: got '9'; accepted: 10 (pages of k)");
 
+  a = paged_args();
+  a.kv_cache.k_new = contiguous_view(fake(0x70000), ScalarType::bf16, {2, 3, 2, 64});
+  CHECK(refusal(a).starts_with("kv_cache.v_new: missing; accepted: k_new and v_new together"));
+  a.kv_cache.v_new = contiguous_view(fake(0x78000), ScalarType::bf16, {2, 2, 2, 64});
+  CHECK(refusal(a) == "kv_cache.v_new.shape[1]: got '2'; accepted: 3 (new tokens of k_new)");
+  a.kv_cache.v_new = contiguous_view(fake(0x78000), ScalarType::bf16, {2, 3, 1, 64});
+  CHECK(refusal(a) == "kv_cache.v_new.shape[2]: got '1'; accepted: 2 (kv heads of the cache)");
+  a.kv_cache.v_new = contiguous_view(fake(0x78000), ScalarType::bf16, {2, 3, 2, 64});
+  a.kv_cache.cache_seqlens = {};
+  CHECK(refusal(a).starts_with("kv_cache.cache_seqlens: missing; accepted: with k_new/v_new"));
+
   const jit::Kernel plain = compiled("dtype=bf16 head_dim=64 mask=causal target=sm_80");
   ForwardArgs p = paged_args();
   p.k = contiguous_view(fake(0x20000), ScalarType::bf16, {2, 64, 2, 64});
   p.v = contiguous_view(fake(0x30000), ScalarType::bf16, {2, 64, 2, 64});
   CHECK(testing::error_text([&] { plain.forward(p); })
-            .starts_with("kv_cache: cache arguments (cache_seqlens, block_table or num_splits) "
-                         "given, but the spec has kv_cache=none"));
+            .starts_with("kv_cache: cache arguments (cache_seqlens, block_table, num_splits, "
+                         "k_new or v_new) given, but the spec has kv_cache=none"));
 }

@@ -110,6 +110,14 @@ struct KvCacheInputs {
   long long block_table_stride;
   int page_shift;            ///< paged: log2(page_size)
   int num_splits;            ///< key splits per (sequence, KV head); 1 writes o and lse directly
+  /// Appended keys (kv_append.cuh): k_new [B, new_tokens, Hkv, D] and v_new [.., Dv], written
+  /// into the cache at positions cache_seqlens[b] + t before the attention, which then sees
+  /// cache_seqlens[b] + new_tokens keys; null and 0 without.
+  const void* k_new;
+  const void* v_new;
+  long long k_new_batch_stride, k_new_row_stride, k_new_head_stride;
+  long long v_new_batch_stride, v_new_row_stride, v_new_head_stride;
+  int new_tokens;
   /// num_splits > 1: each split's output rows, normalized, fp32 [splits, B, Sq, H, Dv], and
   /// their LSEs (natural log, -inf for a split without a visible key) [splits, B, Sq, H];
   /// decode_combine.cuh merges them into o and lse.

@@ -28,6 +28,7 @@
 #pragma once
 
 #include "attnjit/common/fragment.cuh"
+#include "attnjit/common/kv_cache.cuh"
 #include "attnjit/common/params.cuh"
 #include "attnjit/common/primitives.cuh"
 #include "attnjit/common/score_mod.cuh"
@@ -74,9 +75,7 @@ __device__ __forceinline__ DecodeWork decode_work(const FwdParams& p) {
   w.kv_head = static_cast<int>(blockIdx.y) % p.kv_heads;
   w.row0 = 16 * (static_cast<int>(blockIdx.y) / p.kv_heads);
   w.group = p.heads / p.kv_heads;
-  const int* lengths = p.kv_cache.cache_seqlens;
-  // A length past the capacity is cut to it, so that no copy leaves the cache.
-  w.length = lengths != nullptr ? min(max(lengths[w.batch], 0), p.seqlen_k) : p.seqlen_k;
+  w.length = cache_length(p, w.batch);
   w.diagonal = w.length - p.seqlen_q;
   int begin, end;
   decode_visible_keys<kMask>(p, w.length, w.row0, w.group, begin, end);
@@ -161,17 +160,9 @@ struct Decode {
       const int chunk = index % Tile::kChunks;
       const int key = key0 + row;
       const bool valid = key < w.key_end;
-      long long page = 0, within = 0;
-      if (valid) {
-        if constexpr (kPaged) {
-          page = p.kv_cache.block_table[w.batch * p.kv_cache.block_table_stride +
-                                        (key >> p.kv_cache.page_shift)];
-          within = key & ((1 << p.kv_cache.page_shift) - 1);
-        } else {
-          page = w.batch;
-          within = key;
-        }
-      }
+      const CacheRow cached = valid ? cache_row<kPaged>(p, w.batch, key) : CacheRow{0, 0};
+      const long long page = cached.page;
+      const long long within = cached.within;
       const u32 at = smem + Tile::offset(row, chunk);
       if (kK) {
         const long long k_offset = page * p.k_batch_stride + within * p.k_row_stride +

@@ -400,7 +400,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Mask = "none", causal: b
 
 def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
                           cache_seqlens: Optional[Tensor] = None,
-                          block_table: Optional[Tensor] = None, *, causal: bool = False,
+                          block_table: Optional[Tensor] = None, *, k: Optional[Tensor] = None,
+                          v: Optional[Tensor] = None, causal: bool = False,
                           window_size: Tuple[int, int] = (-1, -1),
                           softmax_scale: Optional[float] = None, softcap: Optional[float] = None,
                           sinks: Optional[Tensor] = None, num_splits: int = 0,
@@ -412,15 +413,18 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
     cache is k_cache [B, capacity, Hkv, D] and v_cache [B, capacity, Hkv, Dv]; with block_table
     (int32 [B, max_pages]) the caches are page pools [num_pages, page_size, Hkv, D] (page_size a
     power of two; pass an HND pool [num_pages, Hkv, page_size, D] as .transpose(1, 2)).
-    cache_seqlens (int32 [B]) gives the keys of each sequence (None: the whole capacity).
+    cache_seqlens (int32 [B]) gives the keys of each sequence (None: the whole capacity). k and v
+    ([B, S_new, Hkv, D] and [.., Dv]), when given, are first written into the caches at positions
+    cache_seqlens[b] .. cache_seqlens[b] + S_new - 1 (required then; not updated), and the
+    attention covers cache_seqlens[b] + S_new keys.
     causal=True and window_size=(left, right) (-1: unbounded) are aligned to the bottom right of
     each sequence's keys. num_splits: key splits per sequence and KV head (0 chooses from the SM
     count and the shapes). sinks: fp32 [H] sink logits. Returns o [B, Sq, H, Dv], and the LSE
     (fp32 [B, H, Sq]) with return_lse=True. New lengths, tables and split counts never
     recompile; the call allocates only its outputs and a workspace sized by the shapes, so it
     can be captured in a CUDA graph and replayed with new cache contents, lengths and tables.
-    Not yet: appending new keys to the cache, ALiBi, FlashMask and predicate masks, a torch
-    custom operator (torch.compile breaks the graph here).
+    Not yet: ALiBi, FlashMask and predicate masks, a torch custom operator (torch.compile
+    breaks the graph here).
     """
     torch = _torch_of(q, "q")
     for name, value in (("causal", causal), ("return_lse", return_lse)):
@@ -454,7 +458,7 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32,
                       device=q.device) if return_lse else None
     named = (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("o", o), ("lse", lse),
-             ("cache_seqlens", cache_seqlens), ("block_table", block_table))
+             ("cache_seqlens", cache_seqlens), ("block_table", block_table), ("k", k), ("v", v))
     descriptors = [_descriptor(name, tensor) for name, tensor in named]
     pointers = [None if d is None else ctypes.byref(d) for d in descriptors]
     sink_descriptor = _descriptor("sinks", sinks)

@@ -128,7 +128,7 @@ def _declare(lib):
         "attnjit_backward_score_mod": (ctypes.c_int, [kernel_p] + [tensor_p] * 10 + [
             ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_float, tensor_p,
             ctypes.c_void_p]),
-        "attnjit_forward_kvcache": (ctypes.c_int, [kernel_p] + [tensor_p] * 7 + [
+        "attnjit_forward_kvcache": (ctypes.c_int, [kernel_p] + [tensor_p] * 9 + [
             ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_float, tensor_p,
             ctypes.c_void_p]),
         "attnjit_forward_predicate": (ctypes.c_int, [kernel_p] + [tensor_p] * 5 + [

@@ -1,0 +1,42 @@
+// The append of new keys and values to a KV cache (kv_cache specs with KvCacheArgs::k_new/v_new,
+// flash_attn_with_kvcache's k= and v=), launched before the decode kernel on the same stream:
+// one thread per 16-byte chunk of every new row of K and V copies it to the cache at position
+// cache_seqlens[b] + t (through the block table when paged). Positions past the capacity are
+// not written. The bits are copied as they are: the cache afterwards holds exactly k_new, v_new.
+#pragma once
+
+#include "attnjit/common/kv_cache.cuh"
+
+namespace attnjit {
+
+template <int kHeadDimQK, int kHeadDimV, bool kPaged>
+__device__ __forceinline__ void kv_append(const FwdParams& p) {
+  constexpr int kChunksK = kHeadDimQK / 8;
+  constexpr int kChunks = kChunksK + kHeadDimV / 8;
+  const KvCacheInputs& c = p.kv_cache;
+  const long long index = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index >= static_cast<long long>(p.batch) * c.new_tokens * p.kv_heads * kChunks) return;
+  const int chunk = static_cast<int>(index % kChunks);
+  long long rest = index / kChunks;
+  const int head = static_cast<int>(rest % p.kv_heads);
+  rest /= p.kv_heads;
+  const int token = static_cast<int>(rest % c.new_tokens);
+  const int batch = static_cast<int>(rest / c.new_tokens);
+  const int position = max(c.cache_seqlens[batch], 0) + token;
+  if (position >= p.seqlen_k) return;
+  const CacheRow row = cache_row<kPaged>(p, batch, position);
+  const bool is_k = chunk < kChunksK;
+  const int column = 8 * (is_k ? chunk : chunk - kChunksK);
+  const u16* source =
+      is_k ? static_cast<const u16*>(c.k_new) + batch * c.k_new_batch_stride +
+                 token * c.k_new_row_stride + head * c.k_new_head_stride
+           : static_cast<const u16*>(c.v_new) + batch * c.v_new_batch_stride +
+                 token * c.v_new_row_stride + head * c.v_new_head_stride;
+  u16* target = is_k ? const_cast<u16*>(static_cast<const u16*>(p.k)) + row.page * p.k_batch_stride +
+                           row.within * p.k_row_stride + head * p.k_head_stride
+                     : const_cast<u16*>(static_cast<const u16*>(p.v)) + row.page * p.v_batch_stride +
+                           row.within * p.v_row_stride + head * p.v_head_stride;
+  *reinterpret_cast<uint4*>(target + column) = *reinterpret_cast<const uint4*>(source + column);
+}
+
+}  // namespace attnjit

@@ -3,7 +3,9 @@
 // (query, key) pairs: forward 4 * B * H * D * pairs, backward 2.5x that (a packed batch,
 // varlen=true: the pairs within its sequences). A predicate mask is
 // the spec's (mask=predicate(EXPR)), its tensors given by --tensor as for attnc run. --sinks
-// adds random sink logits (the spec gets sinks=true), and the backward their gradient.
+// adds random sink logits (the spec gets sinks=true), and the backward their gradient. A spec
+// with kv_cache=contiguous|paged times decoding against random KV caches and also reports GB/s:
+// K and V of the cached keys some query sees plus q and o (kv_cache_bytes).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -16,6 +18,7 @@
 #include "attnjit/jit.hpp"
 #include "runtime/jit/driver.hpp"
 #include "tools/attnc/commands.hpp"
+#include "tools/attnc/kv_cache.hpp"
 #include "tools/attnc/problem.hpp"
 #include "tools/attnc/run_predicate.hpp"
 
@@ -70,8 +73,9 @@ struct Sizes {
 
 Sizes sizes_of(const attnjit::AttentionSpec& s, const ProblemOptions& p) {
   const auto b = static_cast<std::size_t>(p.batch);
-  return {b * p.seqlen_q * p.heads * s.head_dim_qk, b * p.seqlen_k * p.kv_heads * s.head_dim_qk,
-          b * p.seqlen_k * p.kv_heads * s.head_dim_v, b * p.seqlen_q * p.heads * s.head_dim_v,
+  const auto keys = static_cast<std::size_t>(key_rows(p));
+  return {b * p.seqlen_q * p.heads * s.head_dim_qk, keys * p.kv_heads * s.head_dim_qk,
+          keys * p.kv_heads * s.head_dim_v, b * p.seqlen_q * p.heads * s.head_dim_v,
           b * p.heads * p.seqlen_q};
 }
 
@@ -114,6 +118,7 @@ struct Result {
   Timing timing;
   std::int64_t pairs = 0;
   double flops = 0;
+  double bytes = 0;  ///< kv_cache only: kv_cache_bytes
 };
 
 Result bench(const attnjit::jit::Kernel& kernel, const ProblemOptions& p,
@@ -131,6 +136,7 @@ Result bench(const attnjit::jit::Kernel& kernel, const ProblemOptions& p,
   Result r;
   r.pairs = mask.pairs;
   r.flops = forward_flops(s, r.pairs);
+  if (p.cached()) r.bytes = kv_cache_bytes(s, p);
   if (s.direction == attnjit::Direction::forward) {
     DeviceBuffer out(n.o * 2), lse(s.return_lse ? n.lse * 4 : 0);
     shared.o = activation_view(out, s.dtype, p, Rows::query, p.heads, s.head_dim_v);
@@ -188,6 +194,7 @@ void print(const attnjit::jit::Kernel& kernel, const BenchOptions& o, const Resu
   const bool backward = s.direction == attnjit::Direction::backward;
   const double tflops = r.flops / (r.timing.median_ms * 1e-3) / 1e12;
   const double density = pair_density(p, r.pairs);
+  const double gbps = r.bytes / (r.timing.median_ms * 1e-3) / 1e9;
   if (o.json) {
     nlohmann::ordered_json j = problem_json(device.name, info, p);
     j["direction"] = attnjit::name_of(s.direction);
@@ -201,6 +208,10 @@ void print(const attnjit::jit::Kernel& kernel, const BenchOptions& o, const Resu
     j["min_ms"] = r.timing.min_ms;
     j["max_ms"] = r.timing.max_ms;
     j["tflops"] = tflops;
+    if (p.cached()) {
+      j["bytes"] = r.bytes;
+      j["gbps"] = gbps;
+    }
     j["times_ms"] = r.timing.times_ms;
     fmt::print("{}\n", j.dump());
     return;
@@ -212,11 +223,17 @@ void print(const attnjit::jit::Kernel& kernel, const BenchOptions& o, const Resu
       r.timing.median_ms, r.timing.min_ms, r.timing.max_ms, o.repeat, o.warmup, kInputSets);
   fmt::print("rate     {:.1f} TFLOP/s ({}2*B*H*(Dqk+Dv)*visible pairs)\n", tflops,
              backward ? "2.5 x " : "");
+  if (p.cached()) {
+    fmt::print(
+        "traffic  {:.1f} GB/s ({:.0f} bytes: K and V of each sequence's cached keys, or of those "
+        "within the window, Hkv*(Dqk+Dv)*2 each, + q + o)\n",
+        gbps, r.bytes);
+  }
 }
 
 void run_bench(BenchOptions o) {
   attnjit::AttentionSpec spec = spec_with_arch(o.spec_text, o.arch);
-  resolve_problem(o.problem, spec.varlen != attnjit::VarlenMode::off);
+  resolve_problem(o.problem, spec);
   std::optional<HostPredicate> predicate;
   if (spec.mask.kind == attnjit::MaskKind::predicate) {
     // The spec's text of the mask has the literals' values back in place: predicate(EXPR).
@@ -253,7 +270,7 @@ void add_bench(CLI::App& app) {
   cmd->add_flag("--sinks", o.sinks,
                 "Random sink logits in [-2, 3], one per query head; sets sinks=true in the spec");
   cmd->add_flag("--json", o.json, "Print one JSON object");
-  cmd->footer(spec_help());
+  cmd->footer(spec_help() + kv_cache_help());
   cmd->callback([] { run_bench(o); });
 }
 

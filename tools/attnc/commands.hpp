@@ -63,6 +63,8 @@ void add_version(CLI::App& app);
 /// The help of the subcommands that take --spec: the syntax, examples, and every key with
 /// what it accepts (attnjit::spec_keys()).
 std::string spec_help();
+/// The help of run's and bench's KV cache options (a spec with kv_cache), with an example.
+std::string kv_cache_help();
 /// The help of --arch for the subcommands that compile without a GPU.
 std::string arch_help();
 /// What `attnc --version` prints: the attnjit, NVRTC and CUDA driver versions, one per line

@@ -1,6 +1,6 @@
 // Help texts shared by attnc's subcommands: the spec syntax with its keys (read from the spec
-// parser's own key table, so that the help lists what parse_spec accepts), the --arch option,
-// and the version report of --version and `attnc version`.
+// parser's own key table, so that the help lists what parse_spec accepts), run's and bench's
+// KV cache options, the --arch option, and the version report of --version and `attnc version`.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -55,6 +55,15 @@ std::string spec_help() {
     out += fmt::format("  {:<{}}  {}\n", key.name, width, wrapped(key.accepted, width + 4));
   }
   return out;
+}
+
+std::string kv_cache_help() {
+  return "\nWith kv_cache=contiguous|paged in the spec (decoding), q holds --seqlen-q new tokens "
+         "per sequence\n(default 1), the last of its --kv-cache-len cached keys, in random caches "
+         "of --kv-capacity keys\n(paged: pages of --page-size keys, shuffled in the block table). "
+         "GB/s is reported too; run has\nno reference to --check against there, e.g.\n"
+         "  attnc bench --spec \"dtype=bf16 head_dim=128 mask=causal kv_cache=paged\" --batch 8 "
+         "--heads 32\n    --kv-heads 8 --kv-cache-len 8192 --page-size 16\n";
 }
 
 std::string arch_help() {

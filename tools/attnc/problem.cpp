@@ -12,9 +12,10 @@
 
 #include "attnjit/error.hpp"
 #include "dsl/builders.hpp"
-#include "tools/attnc/varlen.hpp"
 #include "runtime/jit/half.hpp"
+#include "runtime/launch/launch_support.hpp"
 #include "tools/attnc/commands.hpp"
+#include "tools/attnc/varlen.hpp"
 
 namespace attnc {
 namespace {
@@ -117,19 +118,116 @@ void resolve_packed(ProblemOptions& o) {
                                 o.seqlens_k.empty() ? o.seqlens : o.seqlens_k, o.lengths_k));
 }
 
+// What a kv_cache option accepts when the spec has none.
+void refuse_kv_cache_options(const ProblemOptions& o) {
+  const char* accepted =
+      "nothing with kv_cache=none in the spec (kv_cache=contiguous or kv_cache=paged takes it)";
+  if (!o.kv_cache_len.empty()) {
+    attnjit::throw_field_error("--kv-cache-len", o.kv_cache_len.substr(0, 64), accepted);
+  }
+  for (const auto& [option, given] :
+       {std::pair<const char*, const std::optional<int>&>{"--kv-capacity", o.kv_capacity},
+        {"--page-size", o.page_size},
+        {"--num-splits", o.num_splits}}) {
+    if (given) attnjit::throw_field_error(option, std::to_string(*given), accepted);
+  }
+}
+
+// The KV cache of a kv_cache=contiguous|paged spec: each sequence's cached keys, the capacity as
+// seqlen_k, the page size and the splits; the batch from --batch or the lengths' count.
+void resolve_kv_cache(ProblemOptions& o) {
+  const std::string cache(attnjit::name_of(o.kv_cache));
+  const std::string no_keys = fmt::format(
+      "nothing with kv_cache={} in the spec (--kv-cache-len and --kv-capacity give the cached "
+      "keys)",
+      cache);
+  if (o.seqlen_k != 0)
+    attnjit::throw_field_error("--seqlen-k", std::to_string(o.seqlen_k), no_keys);
+  for (const auto& [option, text] :
+       {std::pair<const char*, const std::string&>{"--seqlens", o.seqlens},
+        {"--seqlens-k", o.seqlens_k},
+        {"--seqused-k", o.seqused_k}}) {
+    if (!text.empty()) attnjit::throw_field_error(option, text.substr(0, 64), no_keys);
+  }
+  if (!o.paged() && o.page_size) {
+    attnjit::throw_field_error(
+        "--page-size", std::to_string(*o.page_size),
+        fmt::format("nothing with kv_cache={} in the spec (kv_cache=paged takes it)", cache));
+  }
+  if (o.kv_cache_len.empty() && !o.kv_capacity) {
+    throw attnjit::Error(fmt::format(
+        "--kv-cache-len: missing, but the spec has kv_cache={}; accepted: the cached keys per "
+        "sequence, 0 to {}, one length for all or one per sequence (e.g. --kv-cache-len "
+        "4096 or 100,0,4096), or --kv-capacity N for full caches",
+        cache, kMaxLength));
+  }
+  if (!o.kv_cache_len.empty()) o.cache_lengths = parse_lengths("--kv-cache-len", o.kv_cache_len);
+  if (o.batch == 0) {
+    if (o.cache_lengths.empty()) {
+      throw attnjit::Error(
+          "--batch: missing; accepted: the batch size, 1 to 65535 (or one --kv-cache-len "
+          "length per sequence)");
+    }
+    o.batch = static_cast<int>(o.cache_lengths.size());
+  }
+  if (o.cache_lengths.size() == 1) o.cache_lengths.assign(o.batch, o.cache_lengths.front());
+  if (!o.cache_lengths.empty() && o.cache_lengths.size() != static_cast<std::size_t>(o.batch)) {
+    attnjit::throw_field_error(
+        "--kv-cache-len", o.kv_cache_len.substr(0, 64),
+        fmt::format("one length, or {} lengths, one per sequence of --batch", o.batch));
+  }
+  if (o.cache_lengths.empty()) {
+    o.seqlen_k = *o.kv_capacity;
+    o.cache_lengths.assign(o.batch, o.seqlen_k);
+  } else {
+    // A cache holds at least one key, even where every sequence is empty.
+    const int longest = *std::max_element(o.cache_lengths.begin(), o.cache_lengths.end());
+    o.seqlen_k = o.kv_capacity.value_or(std::max(longest, 1));
+  }
+  for (std::size_t s = 0; s < o.cache_lengths.size(); ++s) {
+    if (o.cache_lengths[s] > o.seqlen_k) {
+      attnjit::throw_field_error(
+          "--kv-cache-len", o.kv_cache_len.substr(0, 64),
+          fmt::format("at most --kv-capacity ({}) keys per sequence; sequence {} has {}",
+                      o.seqlen_k, s, o.cache_lengths[s]));
+    }
+  }
+  if (o.paged()) {
+    if (!o.page_size) o.page_size = 16;
+    if ((*o.page_size & (*o.page_size - 1)) != 0) {
+      attnjit::throw_field_error("--page-size", std::to_string(*o.page_size),
+                                 fmt::format("a power of two from 1 to {}", kMaxLength));
+    }
+    // The block table holds int32 page indices into a pool of batch x pages_per_sequence.
+    if (static_cast<std::int64_t>(o.batch) * o.pages_per_sequence() > INT32_MAX) {
+      attnjit::throw_field_error(
+          "--page-size", std::to_string(*o.page_size),
+          fmt::format("a size that leaves at most {} pages in the pool (--batch {} sequences of "
+                      "{} pages)",
+                      INT32_MAX, o.batch, o.pages_per_sequence()));
+    }
+  }
+  if (!o.num_splits) o.num_splits = 0;
+  if (o.seqlen_q == 0) o.seqlen_q = 1;
+}
+
 }  // namespace
 
 void add_problem_options(CLI::App* cmd, ProblemOptions& o) {
-  cmd->add_option("--batch", o.batch, "Batch size (not with varlen=true)")
+  cmd->add_option("--batch", o.batch,
+                  "Batch size (not with varlen=true; kv_cache: default the --kv-cache-len count)")
       ->check(integer_in(1, 65535));
   cmd->add_option("--heads", o.heads, "Query heads")->required()->check(integer_in(1, 65535));
   cmd->add_option("--kv-heads", o.kv_heads, "Key/value heads (default: --heads)")
       ->check(integer_in(1, 65535));
   cmd->add_option("--mask-heads", o.mask_heads, "FlashMask heads: 1 or the kv heads")
       ->check(integer_in(1, 65535));
-  cmd->add_option("--seqlen-q", o.seqlen_q, "Query length (not with varlen=true)")
+  cmd->add_option("--seqlen-q", o.seqlen_q,
+                  "Query length (not with varlen=true); kv_cache: the new tokens per sequence "
+                  "(default 1)")
       ->check(integer_in(1, kMaxLength));
-  cmd->add_option("--seqlen-k", o.seqlen_k, "Key length (default: --seqlen-q)")
+  cmd->add_option("--seqlen-k", o.seqlen_k,
+                  "Key length (default: --seqlen-q; not with varlen=true or kv_cache)")
       ->check(integer_in(1, kMaxLength));
   cmd->add_option("--seqlens", o.seqlens,
                   "varlen=true: the packed sequences' query lengths, e.g. 1000,0,1,4096");
@@ -137,6 +235,20 @@ void add_problem_options(CLI::App* cmd, ProblemOptions& o) {
                   "varlen=true: their key lengths, as many (default: --seqlens)");
   cmd->add_option("--seqused-k", o.seqused_k,
                   "varlen=true: the keys each sequence uses, from its start (default: all)");
+  cmd->add_option("--kv-cache-len", o.kv_cache_len,
+                  "kv_cache: the cached keys of every sequence, or of each, e.g. 4096 or "
+                  "100,0,4096 (default: --kv-capacity)");
+  cmd->add_option("--kv-capacity", o.kv_capacity,
+                  "kv_cache: the keys each sequence's cache holds (default: the longest "
+                  "--kv-cache-len)")
+      ->check(integer_in(1, kMaxLength));
+  cmd->add_option("--page-size", o.page_size,
+                  "kv_cache=paged: keys per page, a power of two (default 16); the pool has "
+                  "batch x ceil(capacity / page size) pages, shuffled in the block table")
+      ->check(integer_in(1, kMaxLength));
+  cmd->add_option("--num-splits", o.num_splits,
+                  "kv_cache: key splits per sequence and KV head (default 0: automatic)")
+      ->check(integer_in(0, attnjit::jit::detail::kMaxDecodeSplits));
   cmd->add_option("--window-left", o.window_left,
                   "sliding_window: keys left of the diagonal (-1: unbounded)")
       ->check(integer_in(-1, INT32_MAX));
@@ -148,8 +260,12 @@ void add_problem_options(CLI::App* cmd, ProblemOptions& o) {
   cmd->add_option("--seed", o.seed, "Random seed")->check(unsigned_64());
 }
 
-void resolve_problem(ProblemOptions& o, bool varlen) {
-  if (varlen) {
+void resolve_problem(ProblemOptions& o, const attnjit::AttentionSpec& spec) {
+  o.kv_cache = spec.kv_cache;
+  if (!o.cached()) refuse_kv_cache_options(o);
+  if (o.cached()) {
+    resolve_kv_cache(o);
+  } else if (spec.varlen != attnjit::VarlenMode::off) {
     resolve_packed(o);
   } else {
     for (const auto& [option, text] :
@@ -262,9 +378,18 @@ attnjit::dsl::IntervalVectors make_vectors(const attnjit::MaskSpec& mask, const 
 attnjit::TensorView activation_view(const DeviceBuffer& buffer, attnjit::DType dtype,
                                     const ProblemOptions& o, Rows rows, int heads, int dim) {
   const int seq = rows == Rows::query ? o.seqlen_q : o.seqlen_k;
+  if (o.paged() && rows == Rows::key) {
+    return attnjit::contiguous_view(buffer.data(), element_type(dtype),
+                                    {key_rows(o) / *o.page_size, *o.page_size, heads, dim});
+  }
   if (o.packed())
     return attnjit::contiguous_view(buffer.data(), element_type(dtype), {seq, heads, dim});
   return attnjit::contiguous_view(buffer.data(), element_type(dtype), {o.batch, seq, heads, dim});
+}
+
+std::int64_t key_rows(const ProblemOptions& o) {
+  if (o.paged()) return static_cast<std::int64_t>(o.batch) * o.pages_per_sequence() * *o.page_size;
+  return static_cast<std::int64_t>(o.batch) * o.seqlen_k;
 }
 
 attnjit::TensorView lse_view(const DeviceBuffer& buffer, const ProblemOptions& o) {
@@ -295,6 +420,10 @@ double forward_flops(const attnjit::AttentionSpec& spec, std::int64_t pairs) {
 
 double pair_density(const ProblemOptions& o, std::int64_t pairs) {
   double elements = static_cast<double>(o.batch) * o.seqlen_q * o.seqlen_k;
+  if (o.cached()) {
+    elements = 0;
+    for (const int keys : o.cache_lengths) elements += static_cast<double>(o.seqlen_q) * keys;
+  }
   if (o.packed()) {
     elements = 0;
     for (std::size_t s = 0; s < o.lengths_q.size(); ++s) {
@@ -307,6 +436,23 @@ double pair_density(const ProblemOptions& o, std::int64_t pairs) {
 nlohmann::ordered_json problem_json(const std::string& device,
                                     const attnjit::jit::CompileInfo& info,
                                     const ProblemOptions& o) {
+  if (o.cached()) {
+    nlohmann::ordered_json j = {{"spec", info.spec_text},
+                                {"device", device},
+                                {"batch", o.batch},
+                                {"heads", o.heads},
+                                {"kv_heads", o.kv_heads},
+                                {"seqlen_q", o.seqlen_q},
+                                {"kv_cache", std::string(attnjit::name_of(o.kv_cache))},
+                                {"kv_capacity", o.seqlen_k},
+                                {"cache_seqlens", o.cache_lengths}};
+    if (o.paged()) {
+      j["page_size"] = *o.page_size;
+      j["num_pages"] = key_rows(o) / *o.page_size;
+    }
+    j["num_splits"] = *o.num_splits;
+    return j;
+  }
   if (o.packed()) {
     nlohmann::ordered_json j = {
         {"spec", info.spec_text}, {"device", device},         {"batch", o.lengths_q.size()},
@@ -323,7 +469,21 @@ nlohmann::ordered_json problem_json(const std::string& device,
 void print_problem_header(const std::string& device, const attnjit::jit::CompileInfo& info,
                           const ProblemOptions& o, double density) {
   fmt::print("device   {}\nspec     {}\n", device, info.spec_text);
-  if (o.packed()) {
+  if (o.cached()) {
+    const auto [shortest, longest] =
+        std::minmax_element(o.cache_lengths.begin(), o.cache_lengths.end());
+    const std::string keys = *shortest == *longest ? std::to_string(*longest)
+                                                   : fmt::format("{}..{}", *shortest, *longest);
+    const std::string pages =
+        o.paged() ? fmt::format(" in {} pages of {}", key_rows(o) / *o.page_size, *o.page_size)
+                  : "";
+    const std::string splits = *o.num_splits == 0 ? "auto" : std::to_string(*o.num_splits);
+    fmt::print(
+        "problem  B={} H={} Hkv={} Sq={} kv_cache={} capacity={}{}, cached keys {}, splits {}, "
+        "{:.1f}% of pairs visible\n",
+        o.batch, o.heads, o.kv_heads, o.seqlen_q, attnjit::name_of(o.kv_cache), o.seqlen_k, pages,
+        keys, splits, 100 * density);
+  } else if (o.packed()) {
     fmt::print(
         "problem  B={} packed, H={} Hkv={} total_q={} total_k={} (max Sq={} Sk={}){}, {:.1f}% of "
         "pairs within the sequences visible\n",

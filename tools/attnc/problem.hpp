@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ namespace attnc {
 /// packed batch (--seqlens, --seqlens-k, --seqused-k) instead of --batch, --seqlen-q and
 /// --seqlen-k: resolve_problem fills lengths_q, lengths_k (and used_k) from them and makes the
 /// problem one batch row of the totals, batch = 1, seqlen_q = total_q, seqlen_k = total_k.
+/// A spec with kv_cache=contiguous|paged takes a KV cache (--kv-cache-len, --kv-capacity,
+/// --page-size, --num-splits) instead of --seqlen-k: resolve_problem fills cache_lengths, makes
+/// seqlen_k the capacity, seqlen_q the new tokens per sequence (default 1), page_size the
+/// paged cache's (default 16) and num_splits 0 (automatic) where they were not given.
 struct ProblemOptions {
   int batch = 0, heads = 1, kv_heads = 0, mask_heads = 1, seqlen_q = 0, seqlen_k = 0;
   int window_left = -1, window_right = 0;
@@ -30,12 +35,21 @@ struct ProblemOptions {
   std::string seqlens, seqlens_k, seqused_k;  ///< the packed batch's options, as given
   std::vector<int> lengths_q, lengths_k;      ///< each sequence's queries and keys
   std::vector<int> used_k;                    ///< --seqused-k: each sequence's used keys
+  std::string kv_cache_len;                   ///< --kv-cache-len, as given
+  std::optional<int> kv_capacity, page_size, num_splits;  ///< as given, then resolved
+  attnjit::KvCache kv_cache = attnjit::KvCache::none;     ///< the spec's
+  std::vector<int> cache_lengths;                         ///< kv_cache: each sequence's cached keys
 
   bool packed() const { return !lengths_q.empty(); }
+  bool cached() const { return kv_cache != attnjit::KvCache::none; }
+  bool paged() const { return kv_cache == attnjit::KvCache::paged; }
+  /// kv_cache=paged: the pages of one sequence's capacity (seqlen_k), rounded up.
+  int pages_per_sequence() const { return (seqlen_k + *page_size - 1) / *page_size; }
 };
 
 /// The share of (batch, head, query, key) elements that `pairs` visible pairs are; for a packed
-/// batch, of the (head, query, key) elements within its sequences.
+/// batch, of the (head, query, key) elements within its sequences; for a KV cache, of those
+/// over each sequence's cached keys.
 double pair_density(const ProblemOptions& o, std::int64_t pairs);
 
 /// The FLOPs of a forward over `pairs` visible (query, key) pairs (of every batch and head):
@@ -53,15 +67,21 @@ nlohmann::ordered_json problem_json(const std::string& device,
                                     const attnjit::jit::CompileInfo& info, const ProblemOptions& o);
 
 /// Registers --batch, --heads, --kv-heads, --mask-heads, --seqlen-q, --seqlen-k, --seqlens,
-/// --seqlens-k, --seqused-k, --window-left, --window-right, --mask-data and --seed on `cmd`,
-/// writing into `o` (which must outlive the parse).
+/// --seqlens-k, --seqused-k, --kv-cache-len, --kv-capacity, --page-size, --num-splits,
+/// --window-left, --window-right, --mask-data and --seed on `cmd`, writing into `o` (which must
+/// outlive the parse).
 void add_problem_options(CLI::App* cmd, ProblemOptions& o);
 
 /// Fills the defaults (kv_heads = heads, seqlen_k = seqlen_q), reads the packed batch's options
-/// for a spec with `varlen` (resolve_packed) and throws attnjit::Error for options missing or
-/// given against the spec's varlen flag and for head counts that do not fit together (kv_heads
-/// not dividing heads, mask_heads neither 1 nor kv_heads). Needs no device.
-void resolve_problem(ProblemOptions& o, bool varlen);
+/// for a spec with varlen (resolve_packed) and the KV cache's for a spec with kv_cache
+/// (resolve_kv_cache), and throws attnjit::Error for options missing or given against the
+/// spec's varlen and kv_cache keys and for head counts that do not fit together (kv_heads not
+/// dividing heads, mask_heads neither 1 nor kv_heads). Needs no device.
+void resolve_problem(ProblemOptions& o, const attnjit::AttentionSpec& spec);
+
+/// The rows of k and v: batch x seqlen_k, a packed batch's total keys, or a paged cache's pool,
+/// batch x pages_per_sequence pages of page_size keys.
+std::int64_t key_rows(const ProblemOptions& o);
 
 /// `count` normally distributed values of `dtype` (fp16 or bf16) in a new device buffer,
 /// deterministic for `seed`. Values are drawn once into a small pool and copied from random
@@ -91,7 +111,8 @@ attnjit::dsl::IntervalVectors make_vectors(const attnjit::MaskSpec& mask, const 
 enum class Rows { query, key };
 
 /// A contiguous view of `buffer` holding `dtype` elements: [batch, seq, heads, dim], or
-/// [total, heads, dim] for a packed batch (seq and total those of `rows`).
+/// [total, heads, dim] for a packed batch (seq and total those of `rows`); a paged cache's keys
+/// [pages, page_size, heads, dim].
 attnjit::TensorView activation_view(const attnjit::runtime::DeviceBuffer& buffer,
                                     attnjit::DType dtype, const ProblemOptions& o, Rows rows,
                                     int heads, int dim);

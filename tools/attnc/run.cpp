@@ -4,7 +4,9 @@
 // --softcap X and --alibi turn the score modifiers on (the spec gets softcap=true /
 // alibi=true); the ALiBi slopes are the standard geometric ones, 2^(-8 i / H) for head i-1.
 // --sinks adds random sink logits, one per query head (the spec gets sinks=true).
-// Predicate masks come from --predicate and --tensor (run_predicate.hpp).
+// Predicate masks come from --predicate and --tensor (run_predicate.hpp). A spec with
+// kv_cache=contiguous|paged runs against a random KV cache (tools/attnc/kv_cache.hpp) and also
+// reports GB/s; there is no reference for it, so --check is refused there.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -18,6 +20,7 @@
 #include "runtime/jit/driver.hpp"
 #include "runtime/jit/half.hpp"
 #include "tools/attnc/commands.hpp"
+#include "tools/attnc/kv_cache.hpp"
 #include "tools/attnc/problem.hpp"
 #include "tools/attnc/run_predicate.hpp"
 #include "tools/attnc/varlen.hpp"
@@ -102,7 +105,7 @@ void run(RunOptions o) {
   attnjit::AttentionSpec spec = spec_with_arch(o.spec_text, o.arch);
   // Shape errors are the user's, whether or not a device is there to launch on.
   ProblemOptions& p = o.problem;
-  resolve_problem(p, spec.varlen != attnjit::VarlenMode::off);
+  resolve_problem(p, spec);
   if (o.softcap && !(*o.softcap > 0.f && std::isfinite(*o.softcap))) {
     attnjit::throw_field_error("--softcap", fmt::format("{}", *o.softcap), "a finite value > 0");
   }
@@ -136,6 +139,12 @@ void run(RunOptions o) {
         "--check: given with --predicate on a packed batch; accepted: --check without "
         "--predicate there (a packed predicate is checked by the GPU tests' reference)");
   }
+  if (o.check && p.cached()) {
+    throw attnjit::Error(fmt::format(
+        "--check: given, but the spec has kv_cache={}; accepted: --check without kv_cache (there "
+        "is no reference for kv_cache specs)",
+        attnjit::name_of(spec.kv_cache)));
+  }
   const bool lse_wanted = spec.return_lse || o.check;
   spec.return_lse = lse_wanted;
   const attnjit::jit::Kernel kernel = attnjit::jit::compile(spec);
@@ -143,10 +152,8 @@ void run(RunOptions o) {
 
   const std::size_t q_count =
       static_cast<std::size_t>(p.batch) * p.seqlen_q * p.heads * s.head_dim_qk;
-  const std::size_t k_count =
-      static_cast<std::size_t>(p.batch) * p.seqlen_k * p.kv_heads * s.head_dim_qk;
-  const std::size_t v_count =
-      static_cast<std::size_t>(p.batch) * p.seqlen_k * p.kv_heads * s.head_dim_v;
+  const std::size_t k_count = static_cast<std::size_t>(key_rows(p)) * p.kv_heads * s.head_dim_qk;
+  const std::size_t v_count = static_cast<std::size_t>(key_rows(p)) * p.kv_heads * s.head_dim_v;
   const std::size_t o_count =
       static_cast<std::size_t>(p.batch) * p.seqlen_q * p.heads * s.head_dim_v;
   const std::size_t lse_count = static_cast<std::size_t>(p.batch) * p.heads * p.seqlen_q;
@@ -193,6 +200,7 @@ void run(RunOptions o) {
   const std::int64_t pairs = mask.pairs;
   const double tflops = forward_flops(s, pairs) / (ms * 1e-3) / 1e12;
   const double density = pair_density(p, pairs);
+  const double gbps = p.cached() ? kv_cache_bytes(s, p) / (ms * 1e-3) / 1e9 : 0.0;
 
   std::optional<Check> check;
   if (o.check) {
@@ -217,6 +225,7 @@ void run(RunOptions o) {
     nlohmann::ordered_json j = problem_json(device.name, info, p);
     j["ms"] = ms;
     j["tflops"] = tflops;
+    if (p.cached()) j["gbps"] = gbps;
     j["density"] = density;
     j["times_ms"] = times;
     if (check) {
@@ -229,7 +238,9 @@ void run(RunOptions o) {
     fmt::print("{}\n", j.dump());
   } else {
     print_problem_header(device.name, info, p, density);
-    fmt::print("time     {:.4f} ms (median of {}), {:.1f} TFLOP/s\n", ms, o.repeat, tflops);
+    fmt::print("time     {:.4f} ms (median of {}), {:.1f} TFLOP/s{}\n", ms, o.repeat, tflops,
+               p.cached() ? fmt::format(", {:.1f} GB/s", gbps) : "");
+    if (p.cached()) fmt::print("check    none: no reference for kv_cache specs\n");
     if (check) {
       fmt::print(
           "check    O max abs err {:.3e}, rel l2 err {:.3e}; LSE max abs err {:.3e}; "
@@ -266,9 +277,10 @@ void add_run(CLI::App& app) {
   cmd->add_option("--repeat", o.repeat, "Timed launches (the median is reported)")
       ->check(integer_in(1, INT32_MAX));
   cmd->add_flag("--check", o.check,
-                "Compare with attnjit's fp32 reference kernel (varlen: sequence by sequence)");
+                "Compare with attnjit's fp32 reference kernel (varlen: sequence by sequence; "
+                "not with kv_cache, which has no reference)");
   cmd->add_flag("--json", o.json, "Print one JSON object");
-  cmd->footer(spec_help());
+  cmd->footer(spec_help() + kv_cache_help());
   cmd->callback([] { run(o); });
 }
 

@@ -154,6 +154,12 @@ DeviceMask bind_mask(const attnjit::AttentionSpec& s, const ProblemOptions& p,
     mask.predicate = upload(*predicate);
     args.predicate = mask.predicate->args;
   }
+  if (s.kv_cache != attnjit::KvCache::none) {
+    mask.kv_cache = upload_kv_cache(p);
+    args.kv_cache = mask.kv_cache->args;
+    mask.pairs = cached_visible_pairs(s.mask, p);
+    return mask;
+  }
   if (s.varlen != attnjit::VarlenMode::off) {
     mask.varlen = upload_varlen(p, s.varlen);
     args.varlen = mask.varlen->args;

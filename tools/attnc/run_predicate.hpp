@@ -14,6 +14,7 @@
 #include "compiler/ir/predicate.hpp"
 #include "dsl/intervals.hpp"
 #include "runtime/jit/driver.hpp"
+#include "tools/attnc/kv_cache.hpp"
 #include "tools/attnc/problem.hpp"
 #include "tools/attnc/varlen.hpp"
 
@@ -49,17 +50,20 @@ std::int64_t visible_pairs(const HostPredicate& predicate, int batch, int heads,
                            int seqlen_k);
 
 /// A problem's mask inputs on the device (make_vectors' FlashMask vectors, the predicate's
-/// tensors, a packed batch's boundaries) and the visible (b, h, q, k) quadruples they leave.
+/// tensors, a packed batch's boundaries, a KV cache's lengths and block table) and the visible
+/// (b, h, q, k) quadruples they leave.
 struct DeviceMask {
   std::optional<attnjit::dsl::IntervalVectors> vectors;  ///< mask=flashmask only
   attnjit::runtime::DeviceBuffer vector_buffer;
   std::optional<DevicePredicate> predicate;
-  std::optional<DeviceVarlen> varlen;  ///< varlen=true only
+  std::optional<DeviceVarlen> varlen;     ///< varlen=true only
+  std::optional<DeviceKvCache> kv_cache;  ///< kv_cache=contiguous|paged only
   std::int64_t pairs = 0;
 };
 
 /// The mask inputs of kernel spec `s` on problem `p` (`predicate` for mask=predicate, the
-/// boundaries for varlen=true), bound with the window into `args`.
+/// boundaries for varlen=true, the cache's lengths, block table and splits for kv_cache), bound
+/// with the window into `args`.
 DeviceMask bind_mask(const attnjit::AttentionSpec& s, const ProblemOptions& p,
                      const std::optional<HostPredicate>& predicate, attnjit::ForwardArgs& args);
 

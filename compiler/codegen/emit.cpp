@@ -293,8 +293,8 @@ std::string emit_decode(const Lowering& ir, const KernelDesc& kernel) {
   const std::string score = score_mod_argument(spec, kernel.role).empty()
                                 ? "attnjit::ScoreMod<false, false>"
                                 : "Score";
-  w.line("typedef attnjit::Decode<Config, /*kMask=*/{}, /*kPaged=*/{}, {}> Kernel;", mask, paged,
-         score);
+  w.line("typedef attnjit::{}<Config, /*kMask=*/{}, /*kPaged=*/{}, {}> Kernel;", row.kernel_struct,
+         mask, paged, score);
   w.line("static_assert(Kernel::kSmemBytes == {},", kernel.dynamic_smem_bytes);
   w.line("              \"the plan and the template disagree on shared memory\");");
   w.blank();

@@ -106,7 +106,7 @@ KernelRow decode() {
   row.role = KernelRole::decode;
   row.family = KernelFamily::sm80;
   row.header = "attnjit/sm80/decode.cuh";
-  row.kernel_struct = "Decode";
+  row.kernel_struct = "DecodeSm80";
   row.body = "decode_sm80";
   row.params = ParamBlock::attention;
   row.support.targets = {kAllArchs.begin(), kAllArchs.end()};

@@ -94,7 +94,7 @@ __device__ __forceinline__ void decode_row(const DecodeWork& w, int row, int& to
 }
 
 template <class Config, int kMask, bool kPaged, class Score>
-struct Decode {
+struct DecodeSm80 {
   typedef typename Config::Element Element;
   static constexpr int kHeadDimQK = Config::kHeadDimQK;
   static constexpr int kHeadDimV = Config::kHeadDimV;
@@ -391,7 +391,7 @@ struct Decode {
 template <class Config, int kMask, bool kPaged, class Score>
 __device__ __forceinline__ void decode_sm80(const FwdParams& params) {
   extern __shared__ __align__(128) unsigned char smem[];
-  Decode<Config, kMask, kPaged, Score> kernel;
+  DecodeSm80<Config, kMask, kPaged, Score> kernel;
   kernel.run(params, smem);
 }
 

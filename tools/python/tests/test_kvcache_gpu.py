@@ -13,8 +13,9 @@ sinks). The criterion is FlashAttention's: max|attnjit - ref| <= 2 * max|lowp - 
 
 The cache's rows past each sequence's length hold NaN: they must never reach the output. Paged
 caches (page sizes 1 to 256) take random page tables, some pages shared between sequences.
-Every forced split count gives the unsplit result within the output's rounding. A CUDA graph
-captured once replays with new lengths, tables and cache contents of the same shapes.
+Every forced split count gives the unsplit result within the output's rounding. Appended keys
+(k=, v=) land in the cache bit for bit at each sequence's length. A CUDA graph captured once
+replays with new lengths and cache contents of the same shapes.
 
 The data are fresh on every run; the seed is printed, and ATTNJIT_TEST_SEED=<number> repeats a
 run.
@@ -218,6 +219,52 @@ class KvCacheTest(TemporaryCacheTest):
                 self.run_case(batch=4, capacity=600, heads=32, kv_heads=8, head_dim=128,
                               new_tokens=3, causal=True, page_size=page_size,
                               shared=page_size >= 16, splits=(1, 0, 4))
+
+    def test_append(self):
+        """k= and v= are written at each sequence's cached length (through the page table
+        when paged), bit for bit, and the attention covers them; rows past the capacity are
+        not written."""
+        batch, capacity, heads, kv_heads, d, new = 4, 300, 16, 4, 64, 3
+        for page_size in (None, 1, 16):
+            with self.subTest(page_size=page_size):
+                cached = [0, 5, capacity - 2, 177]  # the third's last new row falls past it
+                total = [min(c + new, capacity) for c in cached]
+                q = self.randn(batch, new, heads, d)
+                k, v = self.caches(batch, capacity, kv_heads, d, d, cached, torch.bfloat16)
+                k_new = self.randn(batch, new, kv_heads, d)
+                v_new = self.randn(batch, new, kv_heads, d)
+                expected_k, expected_v = k.clone(), v.clone()
+                for b, c in enumerate(cached):
+                    rows = min(new, capacity - c)
+                    expected_k[b, c:c + rows] = k_new[b, :rows]
+                    expected_v[b, c:c + rows] = v_new[b, :rows]
+                cache_k, cache_v, table = k, v, None
+                if page_size is not None:
+                    cache_k, cache_v, table = self.paged(k, v, page_size, False, cached)
+                seqlens = torch.tensor(cached, dtype=torch.int32, device="cuda")
+                o = attnjit.attention_with_kvcache(q, cache_k, cache_v, seqlens, table,
+                                                   k=k_new, v=v_new, causal=True)
+                torch.cuda.synchronize()
+                self.assertTrue(torch.equal(seqlens.cpu(), torch.tensor(cached, dtype=torch.int32)))
+                if page_size is None:
+                    got_k, got_v = cache_k, cache_v
+                else:
+                    pages = table.long().cpu()
+                    got_k = torch.stack([cache_k[pages[b]].reshape(-1, kv_heads, d)[:capacity]
+                                         for b in range(batch)])
+                    got_v = torch.stack([cache_v[pages[b]].reshape(-1, kv_heads, d)[:capacity]
+                                         for b in range(batch)])
+                for b, t in enumerate(total):
+                    # NaN rows compare by their bits: the cache must hold exactly what it held.
+                    self.assertTrue(torch.equal(got_k[b, :t].view(torch.int16),
+                                                expected_k[b, :t].view(torch.int16)))
+                    self.assertTrue(torch.equal(got_v[b, :t].view(torch.int16),
+                                                expected_v[b, :t].view(torch.int16)))
+                arguments = dict(causal=True, window=(-1, -1), softcap=None, sinks=None,
+                                 scale=1.0 / math.sqrt(d))
+                want, _ = reference(q, expected_k, expected_v, total, lowp=False, **arguments)
+                lowp, _ = reference(q, expected_k, expected_v, total, lowp=True, **arguments)
+                self.check(f"append page={page_size}", o, want, lowp)
 
     def test_graph_replay_with_new_lengths(self):
         batch, capacity, heads, kv_heads, d = 4, 2000, 32, 8, 128

@@ -150,8 +150,12 @@ class KvCacheTest(TemporaryCacheTest):
         lowp_error = (lowp[finite] - want[finite]).abs().max().item() if finite.any() else 0.0
         scale = want[finite].abs().max().item() if finite.any() else 0.0
         bound = 2 * lowp_error + 1e-3 * scale + 1e-6
-        self.assertLessEqual(error, bound, f"{label}: max error {error:.3e} > {bound:.3e} "
-                                           f"(seed {SEED})")
+        where = ""
+        if error > bound:
+            difference = torch.where(finite, (got - want).abs(), torch.zeros_like(got))
+            where = f" at {list(torch.nonzero(difference == difference.max())[0].tolist())}"
+        self.assertLessEqual(error, bound, f"{label}: max error {error:.3e} > {bound:.3e}{where} "
+                                           f"(lowp error {lowp_error:.3e}, seed {SEED})")
 
     def run_case(self, *, batch, capacity, heads, kv_heads, head_dim, head_dim_v=None,
                  new_tokens, causal=False, window=(-1, -1), softcap=None, with_sinks=False,
@@ -224,7 +228,8 @@ class KvCacheTest(TemporaryCacheTest):
         """k= and v= are written at each sequence's cached length (through the page table
         when paged), bit for bit, and the attention covers them; rows past the capacity are
         not written."""
-        batch, capacity, heads, kv_heads, d, new = 4, 300, 16, 4, 64, 3
+        # A paged cache holds whole pages (max_pages x page_size keys): 304 for both sizes.
+        batch, capacity, heads, kv_heads, d, new = 4, 304, 16, 4, 64, 3
         for page_size in (None, 1, 16):
             with self.subTest(page_size=page_size):
                 cached = [0, 5, capacity - 2, 177]  # the third's last new row falls past it

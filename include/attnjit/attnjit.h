@@ -278,10 +278,12 @@ ATTNJIT_API int attnjit_compile_for_device(const char* spec_text, int device, at
  * packed batch's launch (attnjit_launch_prepare_varlen) also cu_seqlens_q, cu_seqlens_k and
  * seqused_k; a spec with sinks=true takes sinks (fp32 [H] sink logits, forward and backward)
  * and, in a backward launch, d_sinks (fp32 [H], the sinks' gradient, written whole by each
- * run). Newer slots come after older ones, so the older counts stay valid: a caller may pass
- * ATTNJIT_SLOT_COUNT_PADDED slots (padded batches, no sinks) or ATTNJIT_SLOT_COUNT_VARLEN
- * slots (no sinks) to the prepare call and then that many pointers (plus the predicate's) to
- * each run; the slots past the count are absent. */
+ * run); a kv_cache spec's launch (attnjit_launch_prepare_kvcache) takes cache_seqlens,
+ * block_table, k_new and v_new (see attnjit_forward_kvcache). Newer slots come after older
+ * ones, so the older counts stay valid: a caller may pass ATTNJIT_SLOT_COUNT_PADDED slots
+ * (padded batches, no sinks), ATTNJIT_SLOT_COUNT_VARLEN slots (no sinks) or
+ * ATTNJIT_SLOT_COUNT_SINKS slots (no cache) to the prepare call and then that many pointers
+ * (plus the predicate's) to each run; the slots past the count are absent. */
 enum {
   ATTNJIT_SLOT_Q = 0,
   ATTNJIT_SLOT_K = 1,
@@ -301,7 +303,12 @@ enum {
   ATTNJIT_SLOT_COUNT_VARLEN = 14,
   ATTNJIT_SLOT_SINKS = 14,
   ATTNJIT_SLOT_D_SINKS = 15,
-  ATTNJIT_SLOT_COUNT = 16
+  ATTNJIT_SLOT_COUNT_SINKS = 16,
+  ATTNJIT_SLOT_CACHE_SEQLENS = 16,
+  ATTNJIT_SLOT_BLOCK_TABLE = 17,
+  ATTNJIT_SLOT_K_NEW = 18,
+  ATTNJIT_SLOT_V_NEW = 19,
+  ATTNJIT_SLOT_COUNT = 20
 };
 
 /** A forward or backward call with everything but the data pointers and the stream bound:
@@ -346,6 +353,19 @@ ATTNJIT_API int attnjit_launch_prepare_varlen(const attnjit_kernel* kernel,
                                               float softmax_scale, int window_left,
                                               int window_right, float softcap, int max_seqlen_q,
                                               int max_seqlen_k, int device, attnjit_launch** out);
+
+/** attnjit_launch_prepare for a kernel of a spec with kv_cache=contiguous|paged, and only for
+ * one: `tensor_count` is ATTNJIT_SLOT_COUNT; q, k (the cache), v, o, lse and sinks as in
+ * attnjit_forward_kvcache, and its cache_seqlens, block_table, k_new and v_new in their slots
+ * (rank 0 where absent); `num_splits` its key splits (0: chosen from the shapes and the SM
+ * count). A run takes no host synchronization and allocates nothing but what its workspace
+ * (attnjit_launch_workspace_size) does not cover: with a workspace, it can be captured in a CUDA
+ * graph and replayed with new lengths, tables and cache contents. */
+ATTNJIT_API int attnjit_launch_prepare_kvcache(const attnjit_kernel* kernel,
+                                               const attnjit_tensor* tensors, int tensor_count,
+                                               float softmax_scale, int window_left,
+                                               int window_right, float softcap, int num_splits,
+                                               int device, attnjit_launch** out);
 
 /** Enqueues a prepared launch on `stream` and returns without waiting. `data` holds
  * `data_count` device pointers: one per slot of the prepare call's tensor_count (NULL for an

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "attnjit/attnjit.h"
@@ -37,11 +38,14 @@ using attnjit::c_api::require;
 using attnjit::c_api::to_view;
 
 constexpr std::array<std::string_view, ATTNJIT_SLOT_COUNT> kSlotNames = {
-    "q",     "k",      "v",   "o",   "lse",          "startend_row_indices", "alibi_slopes",
-    "d_o",   "d_q",    "d_k", "d_v", "cu_seqlens_q", "cu_seqlens_k",         "seqused_k",
-    "sinks", "d_sinks"};
+    "q",     "k",       "v",             "o",           "lse",   "startend_row_indices",
+    "alibi_slopes", "d_o", "d_q",    "d_k",         "d_v",   "cu_seqlens_q",
+    "cu_seqlens_k", "seqused_k", "sinks", "d_sinks", "cache_seqlens", "block_table",
+    "k_new", "v_new"};
 constexpr std::array kVarlenSlots = {ATTNJIT_SLOT_CU_SEQLENS_Q, ATTNJIT_SLOT_CU_SEQLENS_K,
                                      ATTNJIT_SLOT_SEQUSED_K};
+constexpr std::array kCacheSlots = {ATTNJIT_SLOT_CACHE_SEQLENS, ATTNJIT_SLOT_BLOCK_TABLE,
+                                    ATTNJIT_SLOT_K_NEW, ATTNJIT_SLOT_V_NEW};
 constexpr std::array kGradientSlots = {ATTNJIT_SLOT_D_O, ATTNJIT_SLOT_D_Q, ATTNJIT_SLOT_D_K,
                                        ATTNJIT_SLOT_D_V, ATTNJIT_SLOT_D_SINKS};
 
@@ -101,7 +105,11 @@ struct Scalars {
   float softcap = 0.0f;
   int max_seqlen_q = -1;
   int max_seqlen_k = -1;
+  int num_splits = 0;  ///< a kv_cache launch's key splits
 };
+
+/// Which prepare call a launch comes from: the kind of batch its kernel's spec takes.
+enum class Batch { padded, packed, cache };
 
 /// The tensors and scalars that forward and backward launches share (the LSE is the
 /// backward's input, the forward's optional output); the varlen slots and lengths only for a
@@ -122,6 +130,13 @@ void bind_shared(Args& args, const attnjit_tensor* tensors, int count, bool lse_
   args.window_right = scalars.window_right;
   args.softcap = scalars.softcap;
   args.predicate = std::move(predicate);
+  if constexpr (std::is_same_v<Args, attnjit::ForwardArgs>) {
+    args.kv_cache.cache_seqlens = slot_view(tensors, count, ATTNJIT_SLOT_CACHE_SEQLENS, false);
+    args.kv_cache.block_table = slot_view(tensors, count, ATTNJIT_SLOT_BLOCK_TABLE, false);
+    args.kv_cache.k_new = slot_view(tensors, count, ATTNJIT_SLOT_K_NEW, false);
+    args.kv_cache.v_new = slot_view(tensors, count, ATTNJIT_SLOT_V_NEW, false);
+    args.kv_cache.num_splits = scalars.num_splits;
+  }
   if (varlen) {
     args.varlen.cu_seqlens_q = slot_view(tensors, count, ATTNJIT_SLOT_CU_SEQLENS_Q, true);
     args.varlen.cu_seqlens_k = slot_view(tensors, count, ATTNJIT_SLOT_CU_SEQLENS_K, true);
@@ -149,17 +164,28 @@ void bind_run(Args& args, const attnjit_launch& launch, void* const* data, void*
                                    {&args.sinks, ATTNJIT_SLOT_SINKS}}) {
     bind(*view, launch, data, slot);
   }
+  if constexpr (std::is_same_v<Args, attnjit::ForwardArgs>) {
+    for (const auto& [view, slot] : {std::pair{&args.kv_cache.cache_seqlens,
+                                               ATTNJIT_SLOT_CACHE_SEQLENS},
+                                     {&args.kv_cache.block_table, ATTNJIT_SLOT_BLOCK_TABLE},
+                                     {&args.kv_cache.k_new, ATTNJIT_SLOT_K_NEW},
+                                     {&args.kv_cache.v_new, ATTNJIT_SLOT_V_NEW}}) {
+      bind(*view, launch, data, slot);
+    }
+  }
   for (int i = 0; i < launch.predicate_tensors; ++i) {
     args.predicate.tensors[static_cast<std::size_t>(i)].tensor.data = data[launch.slot_count + i];
   }
   args.workspace = {workspace, workspace_bytes};
 }
 
-/// attnjit_launch_prepare and attnjit_launch_prepare_varlen (`varlen`): the checks of the
-/// counts and of which slots a kernel takes, then the bound arguments and the workspace size.
+/// attnjit_launch_prepare, attnjit_launch_prepare_varlen and attnjit_launch_prepare_kvcache
+/// (`batch`): the checks of the counts and of which slots a kernel takes, then the bound
+/// arguments and the workspace size.
 void prepare(const attnjit_kernel* kernel, const attnjit_tensor* tensors, int tensor_count,
              const attnjit_predicate_inputs* predicate, const Scalars& scalars, int device,
-             bool varlen, attnjit_launch** out) {
+             Batch batch, attnjit_launch** out) {
+  const bool varlen = batch == Batch::packed;
   require(out != nullptr, "out", "a pointer to an attnjit_launch* to fill");
   require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
   require(tensors != nullptr, "tensors", "ATTNJIT_SLOT_COUNT tensor descriptors");
@@ -170,15 +196,22 @@ void prepare(const attnjit_kernel* kernel, const attnjit_tensor* tensors, int te
                     "the sinks' ones); a packed batch's launch takes the cu_seqlens slots",
                     int{ATTNJIT_SLOT_COUNT}, int{ATTNJIT_SLOT_COUNT_VARLEN}));
   }
-  if (tensor_count != ATTNJIT_SLOT_COUNT && tensor_count != ATTNJIT_SLOT_COUNT_VARLEN &&
-      tensor_count != ATTNJIT_SLOT_COUNT_PADDED) {
+  if (batch == Batch::cache && tensor_count != ATTNJIT_SLOT_COUNT) {
+    attnjit::throw_field_error("tensor_count", std::to_string(tensor_count),
+                               fmt::format("{} (ATTNJIT_SLOT_COUNT: a kv_cache launch takes the "
+                                           "cache's slots)",
+                                           int{ATTNJIT_SLOT_COUNT}));
+  }
+  if (tensor_count != ATTNJIT_SLOT_COUNT && tensor_count != ATTNJIT_SLOT_COUNT_SINKS &&
+      tensor_count != ATTNJIT_SLOT_COUNT_VARLEN && tensor_count != ATTNJIT_SLOT_COUNT_PADDED) {
     attnjit::throw_field_error(
         "tensor_count", std::to_string(tensor_count),
-        fmt::format("{} (ATTNJIT_SLOT_COUNT), {} (ATTNJIT_SLOT_COUNT_VARLEN: the slots before "
-                    "the sinks' ones) or {} (ATTNJIT_SLOT_COUNT_PADDED: the slots before the "
-                    "packed batches' ones)",
-                    int{ATTNJIT_SLOT_COUNT}, int{ATTNJIT_SLOT_COUNT_VARLEN},
-                    int{ATTNJIT_SLOT_COUNT_PADDED}));
+        fmt::format("{} (ATTNJIT_SLOT_COUNT), {} (ATTNJIT_SLOT_COUNT_SINKS: the slots before "
+                    "the cache's ones), {} (ATTNJIT_SLOT_COUNT_VARLEN: the slots before the "
+                    "sinks' ones) or {} (ATTNJIT_SLOT_COUNT_PADDED: the slots before the packed "
+                    "batches' ones)",
+                    int{ATTNJIT_SLOT_COUNT}, int{ATTNJIT_SLOT_COUNT_SINKS},
+                    int{ATTNJIT_SLOT_COUNT_VARLEN}, int{ATTNJIT_SLOT_COUNT_PADDED}));
   }
   check_device(device);
   const attnjit::AttentionSpec& spec = kernel->kernel.spec();
@@ -190,6 +223,15 @@ void prepare(const attnjit_kernel* kernel, const attnjit_tensor* tensors, int te
                : "a spec with varlen=false (a packed batch's launch is prepared with "
                  "attnjit_launch_prepare_varlen, which takes max_seqlen_q and max_seqlen_k)");
   }
+  if ((spec.kv_cache != attnjit::KvCache::none) != (batch == Batch::cache)) {
+    attnjit::throw_field_error(
+        "kernel", fmt::format("a spec with kv_cache={}", attnjit::name_of(spec.kv_cache)),
+        batch == Batch::cache
+            ? "a spec with kv_cache=contiguous or paged (other launches are prepared with "
+              "attnjit_launch_prepare or attnjit_launch_prepare_varlen)"
+            : "a spec with kv_cache=none (a KV cache's launch is prepared with "
+              "attnjit_launch_prepare_kvcache)");
+  }
   auto launch = std::make_unique<attnjit_launch>();
   launch->kernel = kernel->kernel;
   launch->backward = spec.direction == attnjit::Direction::backward;
@@ -197,6 +239,15 @@ void prepare(const attnjit_kernel* kernel, const attnjit_tensor* tensors, int te
   launch->slot_count = tensor_count;
   for (int slot = 0; slot < tensor_count; ++slot) {
     launch->present[slot] = tensors[slot].rank != 0;
+  }
+  if (batch != Batch::cache) {
+    for (int slot : kCacheSlots) {
+      if (launch->present[slot]) {
+        attnjit::throw_field_error(
+            fmt::format("tensors[{}] ({})", slot, kSlotNames[slot]), "a tensor",
+            "rank 0 (absent): the KV cache's slots belong to attnjit_launch_prepare_kvcache");
+      }
+    }
   }
   if (!varlen) {
     for (int slot : kVarlenSlots) {
@@ -233,6 +284,8 @@ void prepare(const attnjit_kernel* kernel, const attnjit_tensor* tensors, int te
     bind_shared(launch->forward, tensors, tensor_count, /*lse_required=*/false, varlen, scalars,
                 std::move(predicate_args));
   }
+  // A KV cache's key splits follow the SM count: its workspace is sized on the run's device.
+  const attnjit::runtime::DeviceScope scope(batch == Batch::cache ? device : -1);
   launch->workspace_bytes = launch->backward ? launch->kernel.workspace_size(launch->backward_args)
                                              : launch->kernel.workspace_size(launch->forward);
   *out = launch.release();
@@ -263,7 +316,19 @@ int attnjit_launch_prepare(const attnjit_kernel* kernel, const attnjit_tensor* t
   if (out != nullptr) *out = nullptr;
   return guarded([&] {
     const Scalars scalars{softmax_scale, window_left, window_right, softcap};
-    prepare(kernel, tensors, tensor_count, predicate, scalars, device, /*varlen=*/false, out);
+    prepare(kernel, tensors, tensor_count, predicate, scalars, device, Batch::padded, out);
+  });
+}
+
+int attnjit_launch_prepare_kvcache(const attnjit_kernel* kernel, const attnjit_tensor* tensors,
+                                   int tensor_count, float softmax_scale, int window_left,
+                                   int window_right, float softcap, int num_splits, int device,
+                                   attnjit_launch** out) {
+  if (out != nullptr) *out = nullptr;
+  return guarded([&] {
+    Scalars scalars{softmax_scale, window_left, window_right, softcap};
+    scalars.num_splits = num_splits;
+    prepare(kernel, tensors, tensor_count, nullptr, scalars, device, Batch::cache, out);
   });
 }
 
@@ -276,7 +341,7 @@ int attnjit_launch_prepare_varlen(const attnjit_kernel* kernel, const attnjit_te
   return guarded([&] {
     const Scalars scalars{softmax_scale, window_left,  window_right,
                           softcap,       max_seqlen_q, max_seqlen_k};
-    prepare(kernel, tensors, tensor_count, predicate, scalars, device, /*varlen=*/true, out);
+    prepare(kernel, tensors, tensor_count, predicate, scalars, device, Batch::packed, out);
   });
 }
 

@@ -139,9 +139,9 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
 std::size_t Kernel::workspace_size(const ForwardArgs& args) const {
   const detail::KernelSet& set = *set_;
   if (!set.plan) return 0;
-  return detail::cached_schedule(
-             set, detail::launch_extents(detail::launch_shapes(args, set.spec.varlen)))
-      .workspace_bytes;
+  detail::Shapes shapes = detail::launch_shapes(args, set.spec.varlen);
+  detail::add_kv_cache_shapes(set.spec, args, shapes);
+  return detail::cached_schedule(set, detail::launch_extents(shapes)).workspace_bytes;
 }
 
 }  // namespace jit

@@ -126,6 +126,17 @@ void check_kv_cache(const AttentionSpec& spec, const ForwardArgs& a, Shapes& s) 
   }
 }
 
+void add_kv_cache_shapes(const AttentionSpec& spec, const ForwardArgs& a, Shapes& s) {
+  if (spec.kv_cache == KvCache::none) return;
+  const KvCacheArgs& c = a.kv_cache;
+  s.decode = true;
+  s.num_splits = c.num_splits;
+  if (spec.kv_cache == KvCache::paged && c.block_table.rank == 2 && a.k.rank == 4) {
+    s.seqlen_k = static_cast<int>(c.block_table.shape[1] * a.k.shape[1]);
+  }
+  s.new_tokens = c.k_new.rank == 4 ? static_cast<int>(c.k_new.shape[1]) : 0;
+}
+
 void fill_kv_cache(KvCacheInputs& p, const AttentionSpec& spec, const ForwardArgs& a) {
   const KvCacheArgs& c = a.kv_cache;
   p.cache_seqlens = static_cast<const int*>(c.cache_seqlens.data);

@@ -36,6 +36,10 @@ constexpr int kMaxDecodeSplits = 256;
 /// the field, the value and what is accepted.
 void check_kv_cache(const AttentionSpec& spec, const ForwardArgs& args, Shapes& s);
 
+/// What a kv_cache spec's launch adds to the shapes of q and k (Kernel::workspace_size, which
+/// checks no values): decode, num_splits, a paged cache's capacity and the appended rows.
+void add_kv_cache_shapes(const AttentionSpec& spec, const ForwardArgs& args, Shapes& s);
+
 /// The cache's fields of FwdParams (the plan sets num_splits and the partial buffers).
 void fill_kv_cache(KvCacheInputs& p, const AttentionSpec& spec, const ForwardArgs& args);
 

@@ -301,9 +301,10 @@ TEST_CASE("the C ABI checks the counts of prepared launches", "[runtime][args]")
     CHECK(user_error(attnjit_launch_prepare(kernels.forward, slots.data(), count, nullptr, 0.f, -1,
                                             0, 0.f, -1, &launch)) ==
           "tensor_count: got '" + std::to_string(count) +
-              "'; accepted: 16 (ATTNJIT_SLOT_COUNT), 14 (ATTNJIT_SLOT_COUNT_VARLEN: the slots "
-              "before the sinks' ones) or 11 (ATTNJIT_SLOT_COUNT_PADDED: the slots before the "
-              "packed batches' ones)");
+              "'; accepted: 20 (ATTNJIT_SLOT_COUNT), 16 (ATTNJIT_SLOT_COUNT_SINKS: the slots "
+              "before the cache's ones), 14 (ATTNJIT_SLOT_COUNT_VARLEN: the slots before the "
+              "sinks' ones) or 11 (ATTNJIT_SLOT_COUNT_PADDED: the slots before the packed "
+              "batches' ones)");
     CHECK(launch == nullptr);
   }
   CHECK_THAT(user_error(attnjit_launch_prepare(kernels.forward, nullptr, ATTNJIT_SLOT_COUNT,
@@ -323,7 +324,7 @@ TEST_CASE("the C ABI checks the counts of prepared launches", "[runtime][args]")
   for (const int count : {INT32_MAX, ATTNJIT_SLOT_COUNT + 1, ATTNJIT_SLOT_COUNT - 1, -1}) {
     CHECK(user_error(attnjit_launch_run(launch, data.data(), count, nullptr)) ==
           "data_count: got '" + std::to_string(count) +
-              "'; accepted: 16 (16 slots and 0 predicate tensors)");
+              "'; accepted: 20 (20 slots and 0 predicate tensors)");
     CHECK(user_error(
               attnjit_launch_run_workspace(launch, data.data(), count, nullptr, SIZE_MAX, nullptr))
               .starts_with("data_count: got"));
@@ -389,7 +390,7 @@ TEST_CASE("the C ABI's prepared launches take the sinks' slots after the older o
                                  0, 0.f, -1, &launch) == ATTNJIT_OK);
   data = pointers(slots);
   CHECK(user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT, nullptr)) ==
-        "data_count: got '16'; accepted: 14 (14 slots and 0 predicate tensors)");
+        "data_count: got '20'; accepted: 14 (14 slots and 0 predicate tensors)");
   CHECK(user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT_VARLEN, nullptr)) ==
         "sinks: missing; accepted: for sinks=true an fp32 [4] tensor (one sink logit per query "
         "head) in device memory");

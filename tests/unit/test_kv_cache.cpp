@@ -6,9 +6,11 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <array>
 #include <cstdint>
 #include <string>
 
+#include "attnjit/attnjit.h"
 #include "attnjit/error.hpp"
 #include "attnjit/jit.hpp"
 #include "compiler/ir/lowering.hpp"
@@ -209,4 +211,73 @@ TEST_CASE("decode launches name the bad cache argument", "[kv_cache][runtime][ar
   CHECK(testing::error_text([&] { plain.forward(p); })
             .starts_with("kv_cache: cache arguments (cache_seqlens, block_table, num_splits, "
                          "k_new or v_new) given, but the spec has kv_cache=none"));
+}
+
+namespace {
+
+// The C ABI's descriptor of a TensorView (its data pointer kept).
+attnjit_tensor descriptor(const TensorView& t) {
+  attnjit_tensor d{};
+  d.data = t.data;
+  d.dtype = t.dtype == ScalarType::bf16    ? ATTNJIT_BF16
+            : t.dtype == ScalarType::fp16  ? ATTNJIT_FP16
+            : t.dtype == ScalarType::fp32  ? ATTNJIT_FP32
+                                           : ATTNJIT_INT32;
+  d.rank = t.rank;
+  for (int i = 0; i < t.rank; ++i) {
+    d.shape[i] = t.shape[i];
+    d.stride[i] = t.stride[i];
+  }
+  return d;
+}
+
+std::string c_error(int code) {
+  INFO(attnjit_last_error());
+  CHECK(code == ATTNJIT_USER_ERROR);
+  return attnjit_last_error();
+}
+
+}  // namespace
+
+TEST_CASE("a KV cache's launch is prepared with attnjit_launch_prepare_kvcache only",
+          "[kv_cache][c_api]") {
+  attnjit_kernel* paged = nullptr;
+  attnjit_kernel* plain = nullptr;
+  REQUIRE(attnjit_compile(kPaged, &paged) == ATTNJIT_OK);
+  REQUIRE(attnjit_compile("dtype=bf16 head_dim=64 mask=causal target=sm_80", &plain) ==
+          ATTNJIT_OK);
+  const ForwardArgs a = paged_args();
+  std::array<attnjit_tensor, ATTNJIT_SLOT_COUNT> slots{};
+  slots[ATTNJIT_SLOT_Q] = descriptor(a.q);
+  slots[ATTNJIT_SLOT_K] = descriptor(a.k);
+  slots[ATTNJIT_SLOT_V] = descriptor(a.v);
+  slots[ATTNJIT_SLOT_O] = descriptor(a.o);
+  slots[ATTNJIT_SLOT_CACHE_SEQLENS] = descriptor(a.kv_cache.cache_seqlens);
+  slots[ATTNJIT_SLOT_BLOCK_TABLE] = descriptor(a.kv_cache.block_table);
+  attnjit_launch* launch = nullptr;
+  CHECK(c_error(attnjit_launch_prepare(paged, slots.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f, -1,
+                                       0, 0.f, -1, &launch))
+            .starts_with("kernel: got 'a spec with kv_cache=paged'; accepted: a spec with "
+                         "kv_cache=none"));
+  CHECK(c_error(attnjit_launch_prepare_kvcache(plain, slots.data(), ATTNJIT_SLOT_COUNT, 0.f, -1,
+                                               0, 0.f, 0, -1, &launch))
+            .starts_with("kernel: got 'a spec with kv_cache=none'"));
+  CHECK(c_error(attnjit_launch_prepare_kvcache(paged, slots.data(), ATTNJIT_SLOT_COUNT_SINKS, 0.f,
+                                               -1, 0, 0.f, 0, -1, &launch))
+            .starts_with("tensor_count: got '16'; accepted: 20 (ATTNJIT_SLOT_COUNT"));
+  REQUIRE(attnjit_launch_prepare_kvcache(paged, slots.data(), ATTNJIT_SLOT_COUNT, 0.f, -1, 0, 0.f,
+                                         3, -1, &launch) == ATTNJIT_OK);
+  // Three splits: the partial rows of 2 x 3 x 8 rows of 64 floats and their LSEs.
+  std::size_t bytes = 0;
+  REQUIRE(attnjit_launch_workspace_size(launch, &bytes) == ATTNJIT_OK);
+  CHECK(bytes >= std::size_t{3} * 2 * 3 * 8 * (64 + 1) * 4);
+  attnjit_launch_release(launch);
+  // The cache's slots belong to a KV cache's launch.
+  slots[ATTNJIT_SLOT_K] = descriptor(contiguous_view(fake(0x20000), ScalarType::bf16, {2, 64, 2, 64}));
+  slots[ATTNJIT_SLOT_V] = slots[ATTNJIT_SLOT_K];
+  CHECK(c_error(attnjit_launch_prepare(plain, slots.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f, -1,
+                                       0, 0.f, -1, &launch))
+            .starts_with("tensors[16] (cache_seqlens): got 'a tensor'; accepted: rank 0"));
+  attnjit_release(paged);
+  attnjit_release(plain);
 }

@@ -446,28 +446,13 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
     if q.dim() != 4:
         raise AttnjitError(f"q.dim(): got {q.dim()}; accepted: 4 ([batch, seqlen_q, heads, "
                            "head_dim])")
-    layout = "paged" if block_table is not None else "contiguous"
-    spec = (f"dtype={_dtype_name(q)} head_dim_qk={q.shape[-1]} head_dim_v={v_cache.shape[-1]} "
-            f"mask={kind} softcap={str(softcap is not None).lower()} "
-            f"sinks={str(sinks is not None).lower()} return_lse={str(return_lse).lower()} "
-            f"kv_cache={layout}")
-    kernel = compile(spec)
     if not isinstance(num_splits, int) or isinstance(num_splits, bool):
         raise TypeError(f"num_splits: expected an int, got {type(num_splits).__name__}")
-    o = torch.empty(q.shape[:-1] + (v_cache.shape[-1],), dtype=q.dtype, device=q.device)
-    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32,
-                      device=q.device) if return_lse else None
-    named = (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("o", o), ("lse", lse),
-             ("cache_seqlens", cache_seqlens), ("block_table", block_table), ("k", k), ("v", v))
-    descriptors = [_descriptor(name, tensor) for name, tensor in named]
-    pointers = [None if d is None else ctypes.byref(d) for d in descriptors]
-    sink_descriptor = _descriptor("sinks", sinks)
-    stream = _launch.stream_of(torch, q.get_device())
-    _ffi.check(_ffi.lib.attnjit_forward_kvcache(
-        kernel._handle, *pointers, _ffi.int_argument("num_splits", num_splits),
-        _check_scale(softmax_scale), *((left, right) if kind == "sliding_window" else (-1, 0)),
-        _check_softcap(softcap),
-        None if sink_descriptor is None else ctypes.byref(sink_descriptor), stream))
+    window = (left, right) if kind == "sliding_window" else (-1, 0)
+    o, lse = _launch.kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table, k, v,
+                                     kind, _check_scale(softmax_scale), *window,
+                                     _check_softcap(softcap), sinks,
+                                     _ffi.int_argument("num_splits", num_splits), return_lse)
     return (o, lse) if return_lse else o
 
 

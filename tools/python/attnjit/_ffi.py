@@ -48,8 +48,10 @@ class Tensor(ctypes.Structure):
     ]
 
 
-SLOT_COUNT = 16  # ATTNJIT_SLOT_COUNT: q, k, v, o, lse, startend_row_indices, alibi_slopes,
-                 # d_o, d_q, d_k, d_v, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, d_sinks
+SLOT_COUNT = 20  # ATTNJIT_SLOT_COUNT: q, k, v, o, lse, startend_row_indices, alibi_slopes,
+                 # d_o, d_q, d_k, d_v, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, d_sinks,
+                 # cache_seqlens, block_table, k_new, v_new
+SLOT_COUNT_SINKS = 16  # ATTNJIT_SLOT_COUNT_SINKS: the slots before the cache's ones
 SLOT_COUNT_VARLEN = 14  # ATTNJIT_SLOT_COUNT_VARLEN: the slots before the sinks' ones
 SLOT_COUNT_PADDED = 11  # ATTNJIT_SLOT_COUNT_PADDED: the slots before the packed batches' ones
 
@@ -152,6 +154,11 @@ def _declare(lib):
                                                          ctypes.c_int, ctypes.c_float,
                                                          ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                                          ctypes.POINTER(ctypes.c_void_p)]),
+        "attnjit_launch_prepare_kvcache": (ctypes.c_int, [kernel_p, tensor_p, ctypes.c_int,
+                                                          ctypes.c_float, ctypes.c_int,
+                                                          ctypes.c_int, ctypes.c_float,
+                                                          ctypes.c_int, ctypes.c_int,
+                                                          ctypes.POINTER(ctypes.c_void_p)]),
         "attnjit_launch_run": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
                                               ctypes.c_void_p]),
         "attnjit_launch_workspace_size": (ctypes.c_int, [ctypes.c_void_p,

@@ -24,7 +24,8 @@ from . import _ffi
 from ._ffi import AttnjitError
 
 _SLOT_NAMES = ("q", "k", "v", "o", "lse", "startend_row_indices", "alibi_slopes", "d_o", "d_q",
-               "d_k", "d_v", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "sinks", "d_sinks")
+               "d_k", "d_v", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "sinks", "d_sinks",
+               "cache_seqlens", "block_table", "k_new", "v_new")
 _NO_BOUNDARIES = (None, None, None)  # the cu_seqlens slots of a padded batch's launch
 NO_PREDICATE = ((), (), ())  # the (names, scalars, tensors) of a mask that is no predicate
 _SPEC_DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
@@ -158,11 +159,12 @@ def _descriptor(name, tensor):
                        (ctypes.c_int64 * 4)(*tensor.stride(), *padding))
 
 
-def _prepare(compiled, slots, predicate, scalars, index, max_seqlens=None):
+def _prepare(compiled, slots, predicate, scalars, index, max_seqlens=None, num_splits=None):
     """A new _Launch binding `slots` (the tensors of the first slots, None where absent; the
     rest absent), `predicate` (names, scalar values, tensors; None or empty without a predicate
     mask) and the scalar arguments; `max_seqlens` (max_seqlen_q, max_seqlen_k) for a packed
-    batch's kernel (attnjit_launch_prepare_varlen)."""
+    batch's kernel (attnjit_launch_prepare_varlen), `num_splits` for a KV cache's
+    (attnjit_launch_prepare_kvcache)."""
     descriptors = (_ffi.Tensor * _ffi.SLOT_COUNT)(
         *[_descriptor(name, tensor) for name, tensor in zip(_SLOT_NAMES, slots)])
     inputs = None
@@ -180,8 +182,13 @@ def _prepare(compiled, slots, predicate, scalars, index, max_seqlens=None):
             ctypes.cast(names_array, ctypes.POINTER(ctypes.c_char_p)),
             ctypes.cast(tensor_array, ctypes.POINTER(_ffi.Tensor)), count)
         keep = (values_array, names_array, tensor_array)
-    scale, window_left, window_right, softcap = scalars
     handle = ctypes.c_void_p()
+    if num_splits is not None:  # a KV cache's launch: no predicate
+        _ffi.check(_ffi.lib.attnjit_launch_prepare_kvcache(
+            compiled._handle, descriptors, _ffi.SLOT_COUNT, *scalars, num_splits, index,
+            ctypes.byref(handle)))
+        return _Launch(handle)
+    scale, window_left, window_right, softcap = scalars
     common = (compiled._handle, descriptors, _ffi.SLOT_COUNT,
               None if inputs is None else ctypes.byref(inputs), scale, window_left,
               window_right, softcap)
@@ -337,6 +344,45 @@ def _forward_call(torch, q, k, v, indices, slopes, mask, causal, scale, window_l
                       + _NO_BOUNDARIES + (sinks,), None,
                       (scale, window_left, window_right, softcap), index)
     return _Call(launch, index, o_shape, lse_shape)
+
+
+def kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, mask,
+                    scale, window_left, window_right, softcap, sinks, num_splits, return_lse):
+    """attnjit.attention_with_kvcache's launch: (o, lse or None). mask is none, causal or
+    sliding_window; a block table makes the cache paged."""
+    key = ("kvcache", mask, scale, window_left, window_right, softcap, num_splits, return_lse,
+           _signature(q), _signature(k_cache), _signature(v_cache), _signature(cache_seqlens),
+           _signature(block_table), _signature(k_new), _signature(v_new), _signature(sinks))
+    call = _calls.get(key)
+    if call is None:
+        index = device_index((("q", q), ("k_cache", k_cache), ("v_cache", v_cache),
+                              ("cache_seqlens", cache_seqlens), ("block_table", block_table),
+                              ("k", k_new), ("v", v_new), ("sinks", sinks)))
+        spec = (f"dtype={_SPEC_DTYPES[str(q.dtype).removeprefix('torch.')]} "
+                f"head_dim_qk={q.shape[3]} head_dim_v={v_cache.shape[3]} mask={mask} "
+                f"softcap={str(softcap > 0).lower()} sinks={str(sinks is not None).lower()} "
+                f"return_lse={str(return_lse).lower()} "
+                f"kv_cache={'paged' if block_table is not None else 'contiguous'}")
+        compiled, _ = kernel(spec, index)
+        batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
+        o_shape = (batch, seqlen_q, heads, v_cache.shape[3])
+        lse_shape = (batch, heads, seqlen_q) if return_lse else None
+        o = q.new_empty(o_shape)
+        lse = None if lse_shape is None else q.new_empty(lse_shape, dtype=torch.float32)
+        launch = _prepare(compiled, (q, k_cache, v_cache, o, lse, None, None, None, None, None,
+                                     None) + _NO_BOUNDARIES
+                          + (sinks, None, cache_seqlens, block_table, k_new, v_new), None,
+                          (scale, window_left, window_right, softcap), index,
+                          num_splits=num_splits)
+        call = _Call(launch, index, o_shape, lse_shape)
+        _remember(key, call)
+    o = q.new_empty(call.o_shape)
+    lse = None if call.lse_shape is None else q.new_empty(call.lse_shape, dtype=torch.float32)
+    _enqueue(torch, call, (q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), o.data_ptr(),
+                           None if lse is None else lse.data_ptr(), None, None, None, None, None,
+                           None) + _NO_BOUNDARIES
+             + _pointers((sinks, None, cache_seqlens, block_table, k_new, v_new)))
+    return o, lse
 
 
 def attention_forward(torch, q, k, v, indices, slopes, mask, causal, scale, window_left,

@@ -351,7 +351,7 @@ class LibraryTest(TemporaryCacheTest):
 
         slots = (_ffi.Tensor * _ffi.SLOT_COUNT)(ok, ok, ok, ok)
         self.assert_user_error(prepare(slots, count=4)[0],
-                               "tensor_count: got '4'; accepted: 16 (ATTNJIT_SLOT_COUNT), 14")
+                               "tensor_count: got '4'; accepted: 20 (ATTNJIT_SLOT_COUNT), 16")
         self.assert_user_error(prepare(slots, device=-2)[0], "device: got '-2'")
         missing_v = (_ffi.Tensor * _ffi.SLOT_COUNT)(ok, ok, _ffi.Tensor(), ok)
         self.assert_user_error(prepare(missing_v)[0], "tensors[2] (v): got 'rank 0 (absent)'")
@@ -365,7 +365,7 @@ class LibraryTest(TemporaryCacheTest):
         self.assertEqual(code, _ffi.OK, lib.attnjit_last_error().decode())
         data = (ctypes.c_void_p * _ffi.SLOT_COUNT)(0x1000, 0x1000, 0x1000, 0x1000)
         self.assert_user_error(lib.attnjit_launch_run(handle, data, 3, None),
-                               "data_count: got '3'; accepted: 16")
+                               "data_count: got '3'; accepted: 20")
         data[1] = None
         self.assert_user_error(lib.attnjit_launch_run(handle, data, _ffi.SLOT_COUNT, None),
                                "data[1] (k): got 'NULL'")

@@ -102,7 +102,8 @@ class KvCacheTest(TemporaryCacheTest):
         self.rng = random.Random(SEED + sum(map(ord, self.id())))
         self.generator = torch.Generator(device="cuda").manual_seed(self.rng.randrange(2**62))
 
-    def randn(self, *shape, dtype=torch.bfloat16):
+    def randn(self, *shape, dtype=None):
+        dtype = torch.bfloat16 if dtype is None else dtype
         return torch.randn(*shape, generator=self.generator, device="cuda",
                            dtype=torch.float32).to(dtype)
 
@@ -159,7 +160,8 @@ class KvCacheTest(TemporaryCacheTest):
 
     def run_case(self, *, batch, capacity, heads, kv_heads, head_dim, head_dim_v=None,
                  new_tokens, causal=False, window=(-1, -1), softcap=None, with_sinks=False,
-                 page_size=None, shared=False, splits=(0, 1, 3), dtype=torch.bfloat16):
+                 page_size=None, shared=False, splits=(0, 1, 3), dtype=None):
+        dtype = torch.bfloat16 if dtype is None else dtype
         head_dim_v = head_dim_v or head_dim
         lengths = draw_lengths(self.rng, batch, capacity, new_tokens)
         label = (f"B={batch} cap={capacity} H={heads}/{kv_heads} d={head_dim}/{head_dim_v} "

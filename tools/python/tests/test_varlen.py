@@ -320,11 +320,12 @@ class PreparedLaunchTest(TemporaryCacheTest):
         predicate = (["lim"], [], [Shaped("int32", (3, 2))])
         launch = _launch._prepare(kernel, slots, predicate, (0.0, -1, 0, 0.0), -1, (60, 70))
         data = (ctypes.c_void_p * (_ffi.SLOT_COUNT + 1))(
-            *[0x10000] * 5, *[None] * 6, 0x20000, 0x30000, None, None, None, 0x40000)
-        self.assert_user_error(_ffi.lib.attnjit_launch_run(launch.handle, data, _ffi.SLOT_COUNT,
-                                                           None),
-                               "data_count: got '16'; accepted: 17 (16 slots and 1 predicate "
-                               "tensors)")
+            *[0x10000] * 5, *[None] * 6, 0x20000, 0x30000, None, None, None,
+            *[None] * (_ffi.SLOT_COUNT - 16), 0x40000)
+        count = _ffi.SLOT_COUNT
+        self.assert_user_error(_ffi.lib.attnjit_launch_run(launch.handle, data, count, None),
+                               f"data_count: got '{count}'; accepted: {count + 1} ({count} slots "
+                               "and 1 predicate tensors)")
         self.assert_user_error(_ffi.lib.attnjit_launch_run(launch.handle, data,
                                                            _ffi.SLOT_COUNT + 1, None),
                                "predicate tensor 'lim' shape[0] (rows): got '3'; accepted: 1 "

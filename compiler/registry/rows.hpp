@@ -30,6 +30,11 @@ KernelRow backward_sinks();
 KernelRow backward_convert_dq();
 KernelRow backward_reduce_dkdv();
 
+/// A utility row: its device function is named like the row, and it runs on every target.
+KernelRow utility(std::string_view id, KernelRole role, std::string_view header, ParamBlock params,
+                  int threads, decltype(KernelRow::launch) launch,
+                  decltype(KernelRow::buffers) buffers);
+
 /// The forward's launch: paired heads over ceil(Sq / block_m) query blocks.
 RowLaunch query_block_launch(const KernelDesc& kernel, const Lowering& ir);
 

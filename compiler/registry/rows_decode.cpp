@@ -121,31 +121,13 @@ KernelRow decode() {
 }
 
 KernelRow decode_combine() {
-  KernelRow row;
-  row.id = "decode_combine";
-  row.role = KernelRole::decode_combine;
-  row.header = "attnjit/common/decode_combine.cuh";
-  row.body = "decode_combine";
-  row.params = ParamBlock::attention;
-  row.threads = 128;
-  row.support.targets = {kAllArchs.begin(), kAllArchs.end()};
-  row.launch = combine_launch;
-  row.buffers = decode_buffers;
-  return row;
+  return utility("decode_combine", KernelRole::decode_combine, "attnjit/common/decode_combine.cuh",
+                 ParamBlock::attention, 128, combine_launch, decode_buffers);
 }
 
 KernelRow kv_append() {
-  KernelRow row;
-  row.id = "kv_append";
-  row.role = KernelRole::kv_append;
-  row.header = "attnjit/common/kv_append.cuh";
-  row.body = "kv_append";
-  row.params = ParamBlock::attention;
-  row.threads = 256;
-  row.support.targets = {kAllArchs.begin(), kAllArchs.end()};
-  row.launch = append_launch;
-  row.buffers = no_buffers;
-  return row;
+  return utility("kv_append", KernelRole::kv_append, "attnjit/common/kv_append.cuh",
+                 ParamBlock::attention, 256, append_launch, no_buffers);
 }
 
 }  // namespace attnjit::registry

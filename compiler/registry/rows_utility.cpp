@@ -8,7 +8,8 @@ namespace {
 
 constexpr int kRowKernelThreads = 128;  // row_kernels.cuh: one warp per row, four rows per block
 
-// A utility row: its device function is named like the row, and it runs on every target.
+}  // namespace
+
 KernelRow utility(std::string_view id, KernelRole role, std::string_view header, ParamBlock params,
                   int threads, decltype(KernelRow::launch) launch,
                   decltype(KernelRow::buffers) buffers) {
@@ -24,6 +25,8 @@ KernelRow utility(std::string_view id, KernelRole role, std::string_view header,
   row.buffers = buffers;
   return row;
 }
+
+namespace {
 
 // One thread per packed key of every mask head, and at least one block: the threads of the
 // first head also check the sequence boundaries under ATTNJIT_DEBUG (B + 1 entries, read in a

@@ -91,6 +91,13 @@ def reference(q, k, v, lengths, *, causal, window, softcap, sinks, scale, lowp):
     return o, lse
 
 
+def references(q, k, v, lengths, *, causal, window=(-1, -1), softcap=None, sinks=None, scale):
+    """(reference, lowp) of reference(): float64, and with the probabilities rounded."""
+    arguments = dict(causal=causal, window=window, softcap=softcap, sinks=sinks, scale=scale)
+    return (reference(q, k, v, lengths, lowp=False, **arguments),
+            reference(q, k, v, lengths, lowp=True, **arguments))
+
+
 @unittest.skipUnless(HAS_CUDA, "needs PyTorch with a CUDA device")
 class KvCacheTest(TemporaryCacheTest):
     @classmethod
@@ -175,9 +182,9 @@ class KvCacheTest(TemporaryCacheTest):
             cache_k, cache_v, table = self.paged(k, v, page_size, shared, lengths)
         seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
         scale = 1.0 / math.sqrt(head_dim)
-        arguments = dict(causal=causal, window=window, softcap=softcap, sinks=sinks, scale=scale)
-        want_o, want_lse = reference(q, k, v, lengths, lowp=False, **arguments)
-        lowp_o, lowp_lse = reference(q, k, v, lengths, lowp=True, **arguments)
+        (want_o, want_lse), (lowp_o, _) = references(q, k, v, lengths, causal=causal,
+                                                     window=window, softcap=softcap, sinks=sinks,
+                                                     scale=scale)
         outputs = {}
         for count in splits:
             o, lse = attnjit.attention_with_kvcache(
@@ -267,10 +274,8 @@ class KvCacheTest(TemporaryCacheTest):
                                                 expected_k[b, :t].view(torch.int16)))
                     self.assertTrue(torch.equal(got_v[b, :t].view(torch.int16),
                                                 expected_v[b, :t].view(torch.int16)))
-                arguments = dict(causal=True, window=(-1, -1), softcap=None, sinks=None,
-                                 scale=1.0 / math.sqrt(d))
-                want, _ = reference(q, expected_k, expected_v, total, lowp=False, **arguments)
-                lowp, _ = reference(q, expected_k, expected_v, total, lowp=True, **arguments)
+                (want, _), (lowp, _) = references(q, expected_k, expected_v, total, causal=True,
+                                                  scale=1.0 / math.sqrt(d))
                 self.check(f"append page={page_size}", o, want, lowp)
 
     def test_graph_replay_with_new_lengths(self):
@@ -292,10 +297,8 @@ class KvCacheTest(TemporaryCacheTest):
                 q.copy_(self.randn(*q.shape))
                 graph.replay()
                 torch.cuda.synchronize()
-                arguments = dict(causal=True, window=(-1, -1), softcap=None, sinks=None,
-                                 scale=1.0 / math.sqrt(d))
-                want, _ = reference(q, k, v, lengths, lowp=False, **arguments)
-                lowp, _ = reference(q, k, v, lengths, lowp=True, **arguments)
+                (want, _), (lowp, _) = references(q, k, v, lengths, causal=True,
+                                                  scale=1.0 / math.sqrt(d))
                 self.check(f"graph replay splits={splits} lengths={lengths}", o, want, lowp)
 
     def test_bad_arguments(self):

@@ -38,6 +38,15 @@ KernelFamily automatic_family(KernelRole role, const Lowering& in, const TargetI
       return family;
     }
   }
+  if (role == KernelRole::decode) {
+    throw_field_error("(head_dim_qk, head_dim_v)",
+                      fmt::format("({}, {}) with kv_cache={} on {}", in.spec.head_dim_qk,
+                                  in.spec.head_dim_v, name_of(in.spec.kv_cache),
+                                  name_of(target.arch)),
+                      fmt::format("head dims whose decode stages fit {} bytes of shared memory "
+                                  "(up to 128 here; sm_80 and sm_90 take every head dim)",
+                                  target.max_dynamic_smem_bytes));
+  }
   throw InternalError(fmt::format("select_target: no {} kernel for head_dim {} within {} bytes",
                                   name_of(role), in.spec.head_dim_qk,
                                   target.max_dynamic_smem_bytes));

@@ -14,24 +14,32 @@ constexpr int kDecodeRows = 16;      // packed query rows per CTA (one m16 tile)
 constexpr int kDecodeBlockN = 64;    // keys per stage, 16 per warp
 
 // Stages of K and V keep about 96 KB of keys in flight per CTA (two CTAs per SM on Hopper):
-// decoding streams the cache, and HBM needs that many bytes in flight per SM.
-constexpr TileCandidate decode_candidate(int d_qk, int d_v) {
+// decoding streams the cache, and HBM needs that many bytes in flight per SM. `fewer`: the
+// two-stage shape after it, for targets with less shared memory (sm_86, sm_89).
+constexpr TileCandidate decode_candidate(int d_qk, int d_v, bool fewer = false) {
   const int stage_bytes = kDecodeBlockN * (d_qk + d_v) * 2;
-  const int stages = std::clamp(96 * 1024 / stage_bytes, 2, 6);
+  const int stages = fewer ? 2 : std::clamp(96 * 1024 / stage_bytes, 2, 6);
   TileCandidate c{d_qk, kDecodeRows, kDecodeBlockN, kDecodeThreads / 32, 1, stages};
   c.head_dim_v = d_v;
   return c;
 }
 
-constexpr std::array<TileCandidate, 10> kDecodeCandidates{{
+// 101376 bytes (sm_86, sm_89) take head dims up to 128 (two stages at d128); 192 and 256 need
+// sm_80's or sm_90's shared memory.
+constexpr std::array<TileCandidate, 15> kDecodeCandidates{{
     decode_candidate(32, 32),
     decode_candidate(64, 64),
+    decode_candidate(64, 64, true),
     decode_candidate(96, 96),
+    decode_candidate(96, 96, true),
     decode_candidate(128, 128),
+    decode_candidate(128, 128, true),
     decode_candidate(192, 192),
     decode_candidate(256, 256),
     decode_candidate(64, 128),
+    decode_candidate(64, 128, true),
     decode_candidate(128, 64),
+    decode_candidate(128, 64, true),
     decode_candidate(192, 128),
     decode_candidate(256, 128),
 }};

@@ -112,6 +112,18 @@ std::string_view box_member(MapTensor tensor) {
   throw InternalError("unknown MapTensor");
 }
 
+// The Config struct an attention template takes: the element type and the row's fields.
+void emit_config(SourceWriter& w, const KernelRow& row, const KernelTiles& tiles,
+                 const Lowering& ir) {
+  w.line("struct Config {{");
+  w.indent();
+  w.line("typedef {} Element;", element_type(ir.spec.dtype));
+  for (const std::string& line : config_lines(row, tiles, ir)) w.line("{}", line);
+  w.dedent();
+  w.line("}};");
+  w.blank();
+}
+
 // An attention kernel's translation unit: the header with the row's defines, the row's prelude,
 // `struct Config`, the mask policy, the score modifiers, checks that the template's shared
 // memory is the planned kernel.dynamic_smem_bytes and its TMA boxes the planned ones, and the
@@ -125,13 +137,7 @@ std::string emit_attention(const Lowering& ir, const KernelDesc& kernel) {
   if (row.prelude) w.text(row.prelude(tiles, ir.spec));
   w.line("namespace {{");
   w.blank();
-  w.line("struct Config {{");
-  w.indent();
-  w.line("typedef {} Element;", element_type(ir.spec.dtype));
-  for (const std::string& line : config_lines(row, tiles, ir)) w.line("{}", line);
-  w.dedent();
-  w.line("}};");
-  w.blank();
+  emit_config(w, row, tiles, ir);
   emit_mask_policy(w, ir, kernel);
   w.blank();
   emit_score_mod(w, ir.spec, kernel.role);
@@ -278,31 +284,23 @@ std::string emit_decode(const Lowering& ir, const KernelDesc& kernel) {
   emit_header(w, ir, kernel);
   w.line("namespace {{");
   w.blank();
-  w.line("struct Config {{");
-  w.indent();
-  w.line("typedef {} Element;", element_type(spec.dtype));
-  for (const std::string& line : config_lines(row, tiles, ir)) w.line("{}", line);
-  w.dedent();
-  w.line("}};");
-  w.blank();
+  emit_config(w, row, tiles, ir);
   emit_score_mod(w, spec, kernel.role);
-  const int mask = spec.mask.kind == MaskKind::causal           ? 1
-                   : spec.mask.kind == MaskKind::sliding_window ? 2
-                                                                : 0;
-  const bool paged = spec.kv_cache == KvCache::paged;
-  const std::string score = score_mod_argument(spec, kernel.role).empty()
-                                ? "attnjit::ScoreMod<false, false>"
-                                : "Score";
-  w.line("typedef attnjit::{}<Config, /*kMask=*/{}, /*kPaged=*/{}, {}> Kernel;", row.kernel_struct,
-         mask, paged, score);
-  w.line("static_assert(Kernel::kSmemBytes == {},", kernel.dynamic_smem_bytes);
+  const std::string_view mask = spec.mask.kind == MaskKind::causal ? "attnjit::kDecodeCausal"
+                                : spec.mask.kind == MaskKind::sliding_window
+                                    ? "attnjit::kDecodeWindow"
+                                    : "attnjit::kDecodeNoMask";
+  const std::string arguments =
+      fmt::format("Config, {}, /*kPaged=*/{}{}", mask, spec.kv_cache == KvCache::paged,
+                  score_mod_argument(spec, kernel.role));
+  w.line("static_assert(attnjit::{}<{}>::kSmemBytes == {},", row.kernel_struct, arguments,
+         kernel.dynamic_smem_bytes);
   w.line("              \"the plan and the template disagree on shared memory\");");
   w.blank();
   w.line("}}  // namespace");
   w.blank();
   emit_entry(w, kernel, params_type(ir, kernel),
-             fmt::format("attnjit::{}<Config, /*kMask=*/{}, /*kPaged=*/{}, {}>(params);", row.body,
-                         mask, paged, score),
+             fmt::format("attnjit::{}<{}>(params);", row.body, arguments),
              min_blocks_per_sm(row, tiles));
   return w.str();
 }

@@ -3,6 +3,7 @@
 // backward's buffers, named so that the kernels that share a buffer name it alike).
 #pragma once
 
+#include <array>
 #include <string>
 
 #include "compiler/registry/kernel_registry.hpp"
@@ -29,6 +30,10 @@ KernelRow backward_preprocess();
 KernelRow backward_sinks();
 KernelRow backward_convert_dq();
 KernelRow backward_reduce_dkdv();
+
+/// Every target: the rows of mma.sync and cp.async code (the sm80 family, utility rows).
+inline constexpr std::array<Arch, 5> kAllArchs{Arch::sm_80, Arch::sm_86, Arch::sm_89,
+                                               Arch::sm_90, Arch::sm_90a};
 
 /// A utility row: its device function is named like the row, and it runs on every target.
 KernelRow utility(std::string_view id, KernelRole role, std::string_view header, ParamBlock params,

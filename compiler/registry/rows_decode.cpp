@@ -48,8 +48,6 @@ constexpr std::array<ConfigField, 4> kDecodeConfig{ConfigField::head_dims_qk_v,
                                                    ConfigField::block_n, ConfigField::kv_stages,
                                                    ConfigField::return_lse};
 
-constexpr std::array<Arch, 5> kAllArchs{Arch::sm_80, Arch::sm_86, Arch::sm_89, Arch::sm_90,
-                                        Arch::sm_90a};
 
 // Decode::kSmemBytes: the Q tile, then the stages, or the merge of the warps' rows over them.
 int decode_smem(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering&) {
@@ -117,7 +115,7 @@ KernelRow decode() {
   row.kernel_struct = "DecodeSm80";
   row.body = "decode_sm80";
   row.params = ParamBlock::attention;
-  row.support.targets = {kAllArchs.begin(), kAllArchs.end()};
+  row.support.targets.assign(kAllArchs.begin(), kAllArchs.end());
   row.support.predicate_masks = false;
   row.support.unequal_head_dims = true;
   row.candidates = kDecodeCandidates;

@@ -10,9 +10,6 @@
 namespace attnjit::registry {
 namespace {
 
-constexpr std::array<Arch, 5> kAllArchs{Arch::sm_80, Arch::sm_86, Arch::sm_89, Arch::sm_90,
-                                        Arch::sm_90a};
-
 // ---------------------------------------------------------------------------------------------
 // Forward, sm80 (sm80/forward.cuh).
 

@@ -20,7 +20,7 @@ KernelRow utility(std::string_view id, KernelRole role, std::string_view header,
   row.body = id;
   row.params = params;
   row.threads = threads;
-  row.support.targets = {Arch::sm_80, Arch::sm_86, Arch::sm_89, Arch::sm_90, Arch::sm_90a};
+  row.support.targets.assign(kAllArchs.begin(), kAllArchs.end());
   row.launch = launch;
   row.buffers = buffers;
   return row;

@@ -8,34 +8,10 @@
 
 #include "attnjit/error.hpp"
 #include "runtime/launch/launch_support.hpp"
+#include "runtime/masks/mask_kernels.hpp"
 
 namespace attnjit::jit::detail {
 namespace {
-
-// An int32 device tensor of `rank` with the given leading extents, its last dim contiguous.
-void check_int_tensor(std::string_view name, const TensorView& t, int rank, std::int64_t rows,
-                      std::string_view shape_text) {
-  if (t.data == nullptr) throw Error(fmt::format("{}: data is null; accepted: a device pointer", name));
-  if (t.dtype != ScalarType::int32) throw_field_error(fmt::format("{}.dtype", name), name_of(t.dtype), "int32");
-  if (t.rank != rank) {
-    throw_field_error(fmt::format("{}.rank", name), std::to_string(t.rank),
-                      fmt::format("{} ({})", rank, shape_text));
-  }
-  check_same(fmt::format("{}.shape[0]", name), t.shape[0], rows, "batch of q");
-  const int last = rank - 1;
-  if (t.shape[last] > 1 && t.stride[last] != 1) {
-    throw_field_error(fmt::format("{}.stride[{}]", name, last), std::to_string(t.stride[last]),
-                      "1 (the last dim contiguous)");
-  }
-  if (t.shape[last] < 1) {
-    throw_field_error(fmt::format("{}.shape[{}]", name, last), std::to_string(t.shape[last]),
-                      "at least 1");
-  }
-  if (reinterpret_cast<std::uintptr_t>(t.data) % 4 != 0) {
-    throw_field_error(fmt::format("{}.data", name), fmt::format("{}", t.data),
-                      "a 4-byte aligned address");
-  }
-}
 
 // k_new and v_new: both or neither, [B, S_new, Hkv, D] and [.., Dv] of the spec's dtype, with
 // the cache's lengths to append at.
@@ -87,7 +63,9 @@ void check_kv_cache(const AttentionSpec& spec, const ForwardArgs& a, Shapes& s) 
   }
   s.num_splits = c.num_splits;
   if (!c.cache_seqlens.empty()) {
-    check_int_tensor("kv_cache.cache_seqlens", c.cache_seqlens, 1, s.batch, "[batch]");
+    runtime::check_int32_tensor("kv_cache.cache_seqlens", c.cache_seqlens, 1);
+    check_same("kv_cache.cache_seqlens.shape[0]", c.cache_seqlens.shape[0], s.batch,
+               "batch of q");
   }
   if (spec.kv_cache == KvCache::paged) {
     const std::int64_t page_size = a.k.shape[1];
@@ -100,7 +78,13 @@ void check_kv_cache(const AttentionSpec& spec, const ForwardArgs& a, Shapes& s) 
           "kv_cache.block_table: missing; accepted: for kv_cache=paged an int32 [batch, "
           "max_pages] tensor of page indices into k and v");
     }
-    check_int_tensor("kv_cache.block_table", c.block_table, 2, s.batch, "[batch, max_pages]");
+    // Its rows may be strided (a slice of a larger table); each row is contiguous.
+    runtime::check_int32_tensor("kv_cache.block_table", c.block_table, 2, /*contiguous_dims=*/1);
+    check_same("kv_cache.block_table.shape[0]", c.block_table.shape[0], s.batch, "batch of q");
+    if (c.block_table.shape[1] < 1) {
+      throw_field_error("kv_cache.block_table.shape[1] (max_pages)",
+                        std::to_string(c.block_table.shape[1]), "at least 1");
+    }
     const std::int64_t capacity = c.block_table.shape[1] * page_size;
     if (capacity > INT32_MAX / 2) {
       throw_field_error("kv_cache.block_table.shape[1] (max_pages)",

@@ -75,7 +75,9 @@ std::optional<unsigned long long> FirstErrorSlot::wait_and_read() const {
   return code;
 }
 
-void check_int32_tensor(std::string_view name, const TensorView& t, int rank) {
+void check_int32_tensor(std::string_view name, const TensorView& t, int rank,
+                        int contiguous_dims) {
+  const int first_contiguous = contiguous_dims < 0 ? 0 : rank - contiguous_dims;
   if (t.data == nullptr) {
     throw Error(fmt::format("{}: data is null; accepted: a device pointer", name));
   }
@@ -94,7 +96,7 @@ void check_int32_tensor(std::string_view name, const TensorView& t, int rank) {
     if (t.shape[d] < 0) {
       throw_field_error(fmt::format("{}.shape[{}]", name, d), std::to_string(t.shape[d]), ">= 0");
     }
-    if (t.shape[d] > 1 && t.stride[d] != expected) {
+    if (d >= first_contiguous && t.shape[d] > 1 && t.stride[d] != expected) {
       throw_field_error(fmt::format("{}.stride[{}]", name, d), std::to_string(t.stride[d]),
                         fmt::format("{} (the tensor must be contiguous)", expected));
     }

@@ -60,7 +60,9 @@ class FirstErrorSlot {
 int read_device_int(const void* values, long long index);
 
 /// Throws Error naming `name` unless `t` is an int32 device tensor of rank `rank`: data not
-/// null and 4-byte aligned, no negative extent, contiguous (row-major).
-void check_int32_tensor(std::string_view name, const TensorView& t, int rank);
+/// null and 4-byte aligned, no negative extent, its last `contiguous_dims` dims contiguous
+/// (row-major; all of them by default, the leading ones' strides free otherwise).
+void check_int32_tensor(std::string_view name, const TensorView& t, int rank,
+                        int contiguous_dims = -1);
 
 }  // namespace attnjit::runtime

@@ -93,7 +93,7 @@ __device__ __forceinline__ void decode_row(const DecodeWork& w, int row, int& to
   head = w.kv_head * w.group + (row - token * w.group);
 }
 
-template <class Config, int kMask, bool kPaged, class Score>
+template <class Config, int kMask, bool kPaged, class Score = ScoreMod<false, false>>
 struct DecodeSm80 {
   typedef typename Config::Element Element;
   static constexpr int kHeadDimQK = Config::kHeadDimQK;
@@ -388,7 +388,7 @@ struct DecodeSm80 {
 };
 
 /// The body of a generated decode kernel.
-template <class Config, int kMask, bool kPaged, class Score>
+template <class Config, int kMask, bool kPaged, class Score = ScoreMod<false, false>>
 __device__ __forceinline__ void decode_sm80(const FwdParams& params) {
   extern __shared__ __align__(128) unsigned char smem[];
   DecodeSm80<Config, kMask, kPaged, Score> kernel;

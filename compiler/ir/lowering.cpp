@@ -225,6 +225,7 @@ std::string kernel_text(const KernelDesc& kernel, const KernelPlan& plan) {
   if (kernel.block_m) out += fmt::format(" block_m={}", kernel.block_m);
   if (kernel.block_n) out += fmt::format(" block_n={}", kernel.block_n);
   if (kernel.key_rows) out += " key_rows";
+  if (kernel.dependent_launch) out += " dependent_launch";
   if (kernel.role == KernelRole::cta_order)
     out += fmt::format(" orders={}", name_of(kernel.orders));
   if (!kernel.tensor_maps.empty()) {

@@ -247,6 +247,9 @@ struct KernelDesc {
   std::vector<LaunchPhase> phases;     ///< launched in this order
   std::vector<BufferBinding> buffers;  ///< pointer fields set to scratch buffers
   std::vector<ScalarBinding> scalars;  ///< int fields computed for every phase
+  /// Launched as a programmatic dependent of the kernel before it (sm_90 targets): its grid
+  /// starts while that kernel finishes, and waits for it before reading memory.
+  bool dependent_launch = false;
 
   bool operator==(const KernelDesc&) const = default;
 };

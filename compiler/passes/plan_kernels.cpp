@@ -59,6 +59,8 @@ void add_kernel(KernelPlan& plan, const Lowering& in, const KernelRow& row, Kern
   kernel.template_header = std::string(row.header);
   kernel.family = row.family;
   kernel.params = row.params;
+  kernel.dependent_launch =
+      row.dependent_launch && (in.target->arch == Arch::sm_90 || in.target->arch == Arch::sm_90a);
   if (kernel.threads == 0) kernel.threads = row.threads;
   RowLaunch launch = row.launch(kernel, in);
   kernel.phases = std::move(launch.phases);
@@ -198,9 +200,9 @@ Lowering plan_kernels(const Lowering& in) {
   if (in.spec.kv_cache != KvCache::none) {
     // The append of new keys (launched only when appending), the decode kernel, and the merge
     // of its key splits (launched only when it splits them).
-    add_utility(plan, in, KernelRole::kv_append,
-                fmt::format("attnjit_kv_append_{}_{}", type_tag(in.spec),
-                            name_of(in.spec.kv_cache)));
+    add_utility(
+        plan, in, KernelRole::kv_append,
+        fmt::format("attnjit_kv_append_{}_{}", type_tag(in.spec), name_of(in.spec.kv_cache)));
     add_attention(plan, in, KernelRole::decode);
     add_utility(plan, in, KernelRole::decode_combine,
                 fmt::format("attnjit_decode_combine_{}{}{}", type_tag(in.spec),

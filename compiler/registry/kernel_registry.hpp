@@ -109,6 +109,10 @@ struct KernelRow {
   ParamBlock params = ParamBlock::attention;
   int threads = 0;            ///< utility rows: the block size (attention rows: their tiles')
   int min_blocks_per_sm = 0;  ///< __launch_bounds__'s second argument; 0 leaves it out
+  /// On sm_90 targets the kernel is launched as a programmatic dependent of the kernel before
+  /// it (KernelDesc::dependent_launch): its template waits (wait_for_prior_grids) before it
+  /// reads memory, on any target.
+  bool dependent_launch = false;
   /// Attention rows whose CTAs per SM depend on the tile shape: that count, which replaces
   /// min_blocks_per_sm (and sets the register split's starting registers).
   int (*ctas_per_sm)(const KernelTiles&) = nullptr;

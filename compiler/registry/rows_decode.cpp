@@ -9,9 +9,10 @@
 namespace attnjit::registry {
 namespace {
 
-constexpr int kDecodeThreads = 128;  // decode.cuh: four warps
-constexpr int kDecodeRows = 16;      // packed query rows per CTA (one m16 tile)
-constexpr int kDecodeBlockN = 64;    // keys per stage, 16 per warp
+constexpr int kDecodeThreads = 128;   // decode.cuh: four warps
+constexpr int kDecodeRows = 16;       // packed query rows per CTA (one m16 tile)
+constexpr int kDecodeBlockN = 64;     // keys per stage, 16 per warp
+constexpr int kCombineThreads = 128;  // decode_combine.cuh's kCombineThreads: a CTA per row
 
 // Stages of K and V keep about 96 KB of keys in flight per CTA (two CTAs per SM on Hopper):
 // decoding streams the cache, and HBM needs that many bytes in flight per SM. `fewer`: the
@@ -48,7 +49,6 @@ constexpr std::array<ConfigField, 4> kDecodeConfig{ConfigField::head_dims_qk_v,
                                                    ConfigField::block_n, ConfigField::kv_stages,
                                                    ConfigField::return_lse};
 
-
 // Decode::kSmemBytes: the Q tile, then the stages, or the merge of the warps' rows over them.
 int decode_smem(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering&) {
   const int element = size_of(spec.dtype);
@@ -71,8 +71,8 @@ LaunchExpr when_split() {
 
 // The split's rows: fp32 [splits, B, Sq, H, Dv] and LSEs [splits, B, Sq, H].
 std::vector<BufferNeed> decode_buffers(const KernelDesc&, const Lowering& ir) {
-  const LaunchExpr rows = when_split() * Extent::splits * Extent::batch * Extent::seqlen_q *
-                          Extent::heads;
+  const LaunchExpr rows =
+      when_split() * Extent::splits * Extent::batch * Extent::seqlen_q * Extent::heads;
   return {{ParamField::o_partial, {"o_partial", rows * (ir.spec.head_dim_v * 4), false}},
           {ParamField::lse_partial, {"lse_partial", rows * 4, false}}};
 }
@@ -83,11 +83,10 @@ RowLaunch decode_launch(const KernelDesc& kernel, const Lowering&) {
   return launch;
 }
 
-// One warp per output row, launched only when the keys are split.
+// One CTA per output row, launched only when the keys are split.
 RowLaunch combine_launch(const KernelDesc& kernel, const Lowering&) {
   const LaunchExpr rows = LaunchExpr(Extent::batch) * Extent::seqlen_q * Extent::heads;
-  RowLaunch launch =
-      single_phase(kernel, {when_split() * ceil_div(rows, kernel.threads / 32), 1, 1});
+  RowLaunch launch = single_phase(kernel, {when_split() * rows, 1, 1});
   launch.scalars.push_back({ParamScalar::num_splits, Extent::splits});
   return launch;
 }
@@ -123,12 +122,16 @@ KernelRow decode() {
   row.smem_bytes = decode_smem;
   row.launch = decode_launch;
   row.buffers = decode_buffers;
+  row.dependent_launch = true;  // after kv_append
   return row;
 }
 
 KernelRow decode_combine() {
-  return utility("decode_combine", KernelRole::decode_combine, "attnjit/common/decode_combine.cuh",
-                 ParamBlock::attention, 128, combine_launch, decode_buffers);
+  KernelRow row =
+      utility("decode_combine", KernelRole::decode_combine, "attnjit/common/decode_combine.cuh",
+              ParamBlock::attention, kCombineThreads, combine_launch, decode_buffers);
+  row.dependent_launch = true;  // after the decode kernel
+  return row;
 }
 
 KernelRow kv_append() {

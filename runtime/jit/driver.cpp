@@ -156,6 +156,7 @@ LoadState load_driver() {
   ATTNJIT_RESOLVE(cuFuncSetAttribute);
   ATTNJIT_RESOLVE(cuFuncGetAttribute);
   ATTNJIT_RESOLVE(cuLaunchKernel);
+  ATTNJIT_RESOLVE(cuLaunchKernelEx);
   ATTNJIT_RESOLVE(cuMemAlloc);
   ATTNJIT_RESOLVE(cuMemFree);
   ATTNJIT_RESOLVE(cuMemAllocAsync);

@@ -35,6 +35,7 @@ struct DriverApi {
   decltype(&::cuFuncSetAttribute) cuFuncSetAttribute = nullptr;
   decltype(&::cuFuncGetAttribute) cuFuncGetAttribute = nullptr;
   decltype(&::cuLaunchKernel) cuLaunchKernel = nullptr;
+  decltype(&::cuLaunchKernelEx) cuLaunchKernelEx = nullptr;
   decltype(&::cuMemAlloc) cuMemAlloc = nullptr;
   decltype(&::cuMemFree) cuMemFree = nullptr;
   decltype(&::cuMemAllocAsync) cuMemAllocAsync = nullptr;

@@ -91,12 +91,34 @@ void launch(CUfunction f, const LaunchConfig& cfg, CUstream stream, void** param
     throw Error(fmt::format("launch block: got {}x{}x{} = {} threads; accepted: at most 1024",
                             cfg.block[0], cfg.block[1], cfg.block[2], threads));
   }
-  check(
-      driver().cuLaunchKernel(f, cfg.grid[0], cfg.grid[1], cfg.grid[2], cfg.block[0], cfg.block[1],
-                              cfg.block[2], cfg.dynamic_smem_bytes, stream, params, nullptr),
-      fmt::format("cuLaunchKernel(grid {}x{}x{}, block {}x{}x{}, {} bytes dynamic smem)",
-                  cfg.grid[0], cfg.grid[1], cfg.grid[2], cfg.block[0], cfg.block[1], cfg.block[2],
-                  cfg.dynamic_smem_bytes));
+  const auto where = [&](std::string_view call) {
+    return fmt::format("{}(grid {}x{}x{}, block {}x{}x{}, {} bytes dynamic smem)", call,
+                       cfg.grid[0], cfg.grid[1], cfg.grid[2], cfg.block[0], cfg.block[1],
+                       cfg.block[2], cfg.dynamic_smem_bytes);
+  };
+  if (!cfg.dependent) {
+    check(driver().cuLaunchKernel(f, cfg.grid[0], cfg.grid[1], cfg.grid[2], cfg.block[0],
+                                  cfg.block[1], cfg.block[2], cfg.dynamic_smem_bytes, stream,
+                                  params, nullptr),
+          where("cuLaunchKernel"));
+    return;
+  }
+  CUlaunchAttribute attribute{};
+  attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attribute.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = cfg.grid[0];
+  config.gridDimY = cfg.grid[1];
+  config.gridDimZ = cfg.grid[2];
+  config.blockDimX = cfg.block[0];
+  config.blockDimY = cfg.block[1];
+  config.blockDimZ = cfg.block[2];
+  config.sharedMemBytes = cfg.dynamic_smem_bytes;
+  config.hStream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  check(driver().cuLaunchKernelEx(&config, f, params, nullptr),
+        where("cuLaunchKernelEx(programmatic dependent launch)"));
 }
 
 }  // namespace attnjit::runtime

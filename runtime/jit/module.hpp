@@ -39,6 +39,10 @@ struct LaunchConfig {
   unsigned grid[3] = {1, 1, 1};
   unsigned block[3] = {1, 1, 1};
   unsigned dynamic_smem_bytes = 0;
+  /// A programmatic dependent launch (sm_90 and later): the grid may start while the kernel
+  /// before it on the stream finishes; the kernel waits in griddepcontrol.wait before it
+  /// reads anything that kernel wrote.
+  bool dependent = false;
 };
 
 /// Launches `f` on `stream` with the kernel arguments `params` (cuLaunchKernel's layout: one

@@ -3,8 +3,8 @@
 // buffers and grid exist only when it splits), the split count chosen at launch, every
 // decode kernel compiled by NVRTC without spills, and the host checks of the cache arguments.
 // Uses fake device pointers: nothing is launched.
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include <array>
 #include <cstdint>
@@ -77,15 +77,16 @@ TEST_CASE("validate refuses what the decode kernels do not take", "[kv_cache][pa
             .starts_with("alibi: got 'true'; accepted: false with kv_cache=paged"));
   CHECK(refusal("dtype=bf16 head_dim=64 tiles=64x64x4 kv_cache=paged target=sm_80")
             .starts_with("tiles: got '64x64x4'; accepted: auto with kv_cache=paged"));
-  CHECK(testing::error_text([] { jit::compile_reference(parse_spec(kPaged)); })
-            .starts_with("kv_cache: got 'paged'; accepted: none"));
+  CHECK(testing::error_text([] {
+          jit::compile_reference(parse_spec(kPaged));
+        }).starts_with("kv_cache: got 'paged'; accepted: none"));
 }
 
 TEST_CASE("a decode plan is the append, the decode kernel and the merge of its splits",
           "[kv_cache][pass]") {
-  const Lowering ir = lower(parse_spec(
-      "dtype=bf16 head_dim=128 mask=none sinks=true return_lse=true target=sm_90a "
-      "kv_cache=contiguous"));
+  const Lowering ir =
+      lower(parse_spec("dtype=bf16 head_dim=128 mask=none sinks=true return_lse=true target=sm_90a "
+                       "kv_cache=contiguous"));
   const KernelPlan& plan = *ir.plan;
   REQUIRE(plan.kernels.size() == 3);
   const KernelDesc& append = plan.kernels[0];
@@ -97,7 +98,16 @@ TEST_CASE("a decode plan is the append, the decode kernel and the merge of its s
   CHECK(decode.name == "attnjit_decode_bf16_d128_none_sinks_contiguous_lse");
   CHECK(decode.phases.front().grid.to_string() == "(splits, Hkv*ceil(GSq/16), B)");
   CHECK(combine.role == KernelRole::decode_combine);
-  CHECK(combine.phases.front().grid.to_string().starts_with("(min(splits+-1, 1)*"));
+  CHECK(combine.phases.front().grid.to_string() == "(min(splits+-1, 1)*(B*Sq*H), 1, 1)");
+  // On Hopper the decode kernel starts while the append finishes, the merge while the decode
+  // kernel does (programmatic dependent launches); before sm_90 every launch waits.
+  CHECK(!append.dependent_launch);
+  CHECK(decode.dependent_launch);
+  CHECK(combine.dependent_launch);
+  CHECK(to_string(ir).find(" dependent_launch") != std::string::npos);
+  for (const KernelDesc& kernel : lower(parse_spec(kPaged)).plan->kernels) {
+    CHECK(!kernel.dependent_launch);
+  }
   // Without splits the partial rows take no workspace and the merge no launch; without new
   // keys nothing is appended.
   LaunchExtents e;
@@ -121,7 +131,7 @@ TEST_CASE("a decode plan is the append, the decode kernel and the merge of its s
   CHECK(split.workspace_bytes >= std::size_t{5} * 4 * 32 * (128 + 1) * 4);
 }
 
-TEST_CASE("the split count fills the SMs in whole waves and takes what is asked",
+TEST_CASE("the split count gives the SMs a CTA each and takes what is asked",
           "[kv_cache][runtime]") {
   jit::detail::Shapes s;
   s.decode = true;
@@ -130,16 +140,19 @@ TEST_CASE("the split count fills the SMs in whole waves and takes what is asked"
   s.seqlen_q = 1;
   s.batch = 64;
   s.seqlen_k = 8192;
-  CHECK(jit::detail::decode_splits(s, 132) == 1);  // 512 CTAs: two waves of 264 slots
+  CHECK(jit::detail::decode_splits(s, 132) == 1);  // 512 CTAs
   s.batch = 16;
-  CHECK(jit::detail::decode_splits(s, 132) == 2);  // 128 CTAs: 256 fill one wave
+  CHECK(jit::detail::decode_splits(s, 132) == 1);  // 128 CTAs: 97% of the SMs
+  s.batch = 4;
+  CHECK(jit::detail::decode_splits(s, 132) == 4);  // 32 CTAs: 128
   s.batch = 1;
   s.seqlen_k = 32768;
-  const std::int64_t one = jit::detail::decode_splits(s, 132);
-  CHECK(one >= 28);
-  CHECK(one <= 33);
-  s.seqlen_k = 300;  // at least 256 keys a split
-  CHECK(jit::detail::decode_splits(s, 132) == 2);
+  CHECK(jit::detail::decode_splits(s, 132) == 15);  // 8 CTAs: 120 >= 0.9 x 132
+  s.seqlen_q = 8;  // two 16-row tiles of 4 query heads x 8 tokens per KV head
+  CHECK(jit::detail::decode_splits(s, 132) == 8);
+  s.seqlen_q = 1;
+  s.seqlen_k = 300;  // at least 64 keys a split
+  CHECK(jit::detail::decode_splits(s, 132) == 5);
   s.num_splits = 7;
   CHECK(jit::detail::decode_splits(s, 132) == 7);
   s.decode = false;
@@ -147,16 +160,15 @@ TEST_CASE("the split count fills the SMs in whole waves and takes what is asked"
 }
 
 TEST_CASE("every decode kernel compiles without spills", "[kv_cache][nvrtc]") {
-  for (const char* dims : {"head_dim=32", "head_dim=64", "head_dim=96", "head_dim=128",
-                           "head_dim=192", "head_dim=256", "head_dim_qk=192 head_dim_v=128",
-                           "head_dim_qk=128 head_dim_v=64"}) {
+  for (const char* dims :
+       {"head_dim=32", "head_dim=64", "head_dim=96", "head_dim=128", "head_dim=192", "head_dim=256",
+        "head_dim_qk=192 head_dim_v=128", "head_dim_qk=128 head_dim_v=64"}) {
     for (const char* variant : {"mask=none kv_cache=contiguous",
                                 "mask=causal softcap=true sinks=true return_lse=true "
                                 "kv_cache=paged",
                                 "mask=sliding_window kv_cache=paged"}) {
       for (const char* target : {"sm_80", "sm_86", "sm_90a"}) {
-        const std::string text =
-            fmt::format("dtype=bf16 {} {} target={}", dims, variant, target);
+        const std::string text = fmt::format("dtype=bf16 {} {} target={}", dims, variant, target);
         INFO(text);
         // sm_86's 101376 bytes take head dims up to 128 (checked below).
         if (std::string_view(target) == "sm_86" &&
@@ -225,10 +237,10 @@ namespace {
 attnjit_tensor descriptor(const TensorView& t) {
   attnjit_tensor d{};
   d.data = t.data;
-  d.dtype = t.dtype == ScalarType::bf16    ? ATTNJIT_BF16
-            : t.dtype == ScalarType::fp16  ? ATTNJIT_FP16
-            : t.dtype == ScalarType::fp32  ? ATTNJIT_FP32
-                                           : ATTNJIT_INT32;
+  d.dtype = t.dtype == ScalarType::bf16   ? ATTNJIT_BF16
+            : t.dtype == ScalarType::fp16 ? ATTNJIT_FP16
+            : t.dtype == ScalarType::fp32 ? ATTNJIT_FP32
+                                          : ATTNJIT_INT32;
   d.rank = t.rank;
   for (int i = 0; i < t.rank; ++i) {
     d.shape[i] = t.shape[i];
@@ -250,8 +262,7 @@ TEST_CASE("a KV cache's launch is prepared with attnjit_launch_prepare_kvcache o
   attnjit_kernel* paged = nullptr;
   attnjit_kernel* plain = nullptr;
   REQUIRE(attnjit_compile(kPaged, &paged) == ATTNJIT_OK);
-  REQUIRE(attnjit_compile("dtype=bf16 head_dim=64 mask=causal target=sm_80", &plain) ==
-          ATTNJIT_OK);
+  REQUIRE(attnjit_compile("dtype=bf16 head_dim=64 mask=causal target=sm_80", &plain) == ATTNJIT_OK);
   const ForwardArgs a = paged_args();
   std::array<attnjit_tensor, ATTNJIT_SLOT_COUNT> slots{};
   slots[ATTNJIT_SLOT_Q] = descriptor(a.q);
@@ -261,12 +272,12 @@ TEST_CASE("a KV cache's launch is prepared with attnjit_launch_prepare_kvcache o
   slots[ATTNJIT_SLOT_CACHE_SEQLENS] = descriptor(a.kv_cache.cache_seqlens);
   slots[ATTNJIT_SLOT_BLOCK_TABLE] = descriptor(a.kv_cache.block_table);
   attnjit_launch* launch = nullptr;
-  CHECK(c_error(attnjit_launch_prepare(paged, slots.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f, -1,
-                                       0, 0.f, -1, &launch))
+  CHECK(c_error(attnjit_launch_prepare(paged, slots.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f, -1, 0,
+                                       0.f, -1, &launch))
             .starts_with("kernel: got 'a spec with kv_cache=paged'; accepted: a spec with "
                          "kv_cache=none"));
-  CHECK(c_error(attnjit_launch_prepare_kvcache(plain, slots.data(), ATTNJIT_SLOT_COUNT, 0.f, -1,
-                                               0, 0.f, 0, -1, &launch))
+  CHECK(c_error(attnjit_launch_prepare_kvcache(plain, slots.data(), ATTNJIT_SLOT_COUNT, 0.f, -1, 0,
+                                               0.f, 0, -1, &launch))
             .starts_with("kernel: got 'a spec with kv_cache=none'"));
   CHECK(c_error(attnjit_launch_prepare_kvcache(paged, slots.data(), ATTNJIT_SLOT_COUNT_SINKS, 0.f,
                                                -1, 0, 0.f, 0, -1, &launch))
@@ -279,10 +290,11 @@ TEST_CASE("a KV cache's launch is prepared with attnjit_launch_prepare_kvcache o
   CHECK(bytes >= std::size_t{3} * 2 * 3 * 8 * (64 + 1) * 4);
   attnjit_launch_release(launch);
   // The cache's slots belong to a KV cache's launch.
-  slots[ATTNJIT_SLOT_K] = descriptor(contiguous_view(fake(0x20000), ScalarType::bf16, {2, 64, 2, 64}));
+  slots[ATTNJIT_SLOT_K] =
+      descriptor(contiguous_view(fake(0x20000), ScalarType::bf16, {2, 64, 2, 64}));
   slots[ATTNJIT_SLOT_V] = slots[ATTNJIT_SLOT_K];
-  CHECK(c_error(attnjit_launch_prepare(plain, slots.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f, -1,
-                                       0, 0.f, -1, &launch))
+  CHECK(c_error(attnjit_launch_prepare(plain, slots.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f, -1, 0,
+                                       0.f, -1, &launch))
             .starts_with("tensors[16] (cache_seqlens): got 'a tensor'; accepted: rank 0"));
   attnjit_release(paged);
   attnjit_release(plain);
@@ -298,7 +310,8 @@ TEST_CASE("targets with less shared memory decode with two stages up to head dim
             .kv_stages == 3);
   CHECK(testing::error_text([] {
           lower(parse_spec("dtype=bf16 head_dim=192 target=sm_89 kv_cache=contiguous"));
-        }) == "(head_dim_qk, head_dim_v): got '(192, 192) with kv_cache=contiguous on sm_89'; "
-              "accepted: head dims whose decode stages fit 101376 bytes of shared memory (up to "
-              "128 here; sm_80 and sm_90 take every head dim)");
+        }) ==
+        "(head_dim_qk, head_dim_v): got '(192, 192) with kv_cache=contiguous on sm_89'; "
+        "accepted: head dims whose decode stages fit 101376 bytes of shared memory (up to "
+        "128 here; sm_80 and sm_90 take every head dim)");
 }

@@ -14,6 +14,7 @@ __device__ __forceinline__ void kv_append(const FwdParams& p) {
   constexpr int kChunksK = kHeadDimQK / 8;
   constexpr int kChunks = kChunksK + kHeadDimV / 8;
   const KvCacheInputs& c = p.kv_cache;
+  allow_dependent_grids();  // the decode kernel waits for these writes before reading the cache
   const long long index = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (index >= static_cast<long long>(p.batch) * c.new_tokens * p.kv_heads * kChunks) return;
   const int chunk = static_cast<int>(index % kChunks);

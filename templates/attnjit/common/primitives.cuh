@@ -223,6 +223,22 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// Programmatic dependent launch (sm_90 and later; nothing elsewhere, and nothing where the
+// kernel was not launched as a dependent): wait_for_prior_grids returns once the grids before
+// this one on the stream have finished and their writes are visible; allow_dependent_grids
+// lets the grid after this one start launching (it still waits for this one's writes).
+__device__ __forceinline__ void wait_for_prior_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allow_dependent_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float negative_infinity() {
   return __int_as_float(0xff800000);
 }

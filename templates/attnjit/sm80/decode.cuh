@@ -202,6 +202,8 @@ struct DecodeSm80 {
     const int thread = static_cast<int>(threadIdx.x);
     const int warp = thread / 32;
     const int lane = thread % 32;
+    // Launched as a dependent of kv_append (rows_decode.cpp): its keys first.
+    wait_for_prior_grids();
     const DecodeWork w = decode_work<kMask, kBlockN>(p);
     const int blocks = (w.key_end - w.key_begin + kBlockN - 1) / kBlockN;
 
@@ -293,6 +295,8 @@ struct DecodeSm80 {
     }
     cp_async_wait<0>();
     __syncthreads();  // every warp is done with the stages, which the merge reuses
+    // The merge of the splits may launch once every CTA is here (it waits for the writes).
+    allow_dependent_grids();
     merge(p, w, smem, warp, lane);
   }
 

@@ -130,6 +130,9 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
     launch_reference(set, params, stream);
     return;
   }
+  if (set.spec.kv_cache != KvCache::none && runtime::debug_mode()) {
+    detail::check_kv_cache_contents(set.spec, a, shapes, stream);
+  }
   const detail::VarlenCheck check(packed && (a.validate_mask || runtime::debug_mode()), stream);
   params.varlen.first_error = check.device();
   detail::launch_plan(set, params, shapes, a.workspace, stream);

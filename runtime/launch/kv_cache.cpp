@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "attnjit/error.hpp"
+#include "runtime/jit/driver.hpp"
 #include "runtime/launch/launch_support.hpp"
 #include "runtime/masks/mask_kernels.hpp"
 
@@ -107,6 +109,51 @@ void check_kv_cache(const AttentionSpec& spec, const ForwardArgs& a, Shapes& s) 
                                   "{} KV heads",
                                   kMaxGridYZ / s.kv_heads * 16 / (s.heads / s.kv_heads), s.heads,
                                   s.kv_heads));
+  }
+}
+
+void check_kv_cache_contents(const AttentionSpec& spec, const ForwardArgs& a, const Shapes& s,
+                             CUstream stream) {
+  const KvCacheArgs& c = a.kv_cache;
+  const bool paged = spec.kv_cache == KvCache::paged;
+  if (s.batch == 0 || (c.cache_seqlens.empty() && !paged)) return;
+  // What the stream's earlier work wrote, before any launch of this call.
+  runtime::check(runtime::driver().cuStreamSynchronize(stream),
+                 "cuStreamSynchronize(ATTNJIT_DEBUG check of the cache arguments)");
+  const auto read = [](const void* data, std::int64_t count) {
+    std::vector<int> values(static_cast<std::size_t>(count));
+    runtime::check(runtime::driver().cuMemcpyDtoH(
+                       values.data(), reinterpret_cast<CUdeviceptr>(data), count * sizeof(int)),
+                   "cuMemcpyDtoH(ATTNJIT_DEBUG check of the cache arguments)");
+    return values;
+  };
+  const int capacity = s.seqlen_k;
+  std::vector<int> lengths(static_cast<std::size_t>(s.batch), capacity - s.new_tokens);
+  if (!c.cache_seqlens.empty()) lengths = read(c.cache_seqlens.data, s.batch);
+  for (int b = 0; b < s.batch; ++b) {
+    if (lengths[b] >= 0 && lengths[b] <= capacity - s.new_tokens) continue;
+    throw_field_error(
+        fmt::format("kv_cache.cache_seqlens[{}]", b), std::to_string(lengths[b]),
+        s.new_tokens > 0
+            ? fmt::format("0 to {} (the cache holds {} keys per sequence and {} are appended)",
+                          capacity - s.new_tokens, capacity, s.new_tokens)
+            : fmt::format("0 to {} (the keys the cache holds per sequence)", capacity));
+  }
+  if (!paged) return;
+  const std::int64_t page_size = a.k.shape[1];
+  const std::int64_t num_pages = a.k.shape[0];
+  for (int b = 0; b < s.batch; ++b) {
+    const std::int64_t pages = (lengths[b] + s.new_tokens + page_size - 1) / page_size;
+    if (pages == 0) continue;
+    const std::vector<int> row =
+        read(static_cast<const int*>(c.block_table.data) + b * c.block_table.stride[0], pages);
+    for (std::int64_t i = 0; i < pages; ++i) {
+      if (row[i] >= 0 && row[i] < num_pages) continue;
+      throw_field_error(fmt::format("kv_cache.block_table[{}][{}]", b, i), std::to_string(row[i]),
+                        fmt::format("0 to {} (the pages of k and v; sequence {} uses its first "
+                                    "{} entries)",
+                                    num_pages - 1, b, pages));
+    }
   }
 }
 

@@ -36,6 +36,13 @@ constexpr int kMaxDecodeSplits = 256;
 /// the field, the value and what is accepted.
 void check_kv_cache(const AttentionSpec& spec, const ForwardArgs& args, Shapes& s);
 
+/// Under ATTNJIT_DEBUG=1, before any launch of the call: waits for `stream` and reads back the
+/// cache's lengths and the block table entries they use. Throws Error naming the first
+/// cache_seqlens[b] outside [0, capacity - appended rows] or block_table[b][i] that is not a
+/// page of k and v, so a refused call writes nothing.
+void check_kv_cache_contents(const AttentionSpec& spec, const ForwardArgs& args, const Shapes& s,
+                             CUstream stream);
+
 /// What a kv_cache spec's launch adds to the shapes of q and k (Kernel::workspace_size, which
 /// checks no values): decode, num_splits, a paged cache's capacity and the appended rows.
 void add_kv_cache_shapes(const AttentionSpec& spec, const ForwardArgs& args, Shapes& s);

@@ -158,19 +158,19 @@ ATTNJIT_API int attnjit_backward_score_mod(const attnjit_kernel* kernel, const a
  * cache, NULL for a contiguous one; `k_new` and `v_new` ([B, S_new, Hkv, D] and [.., Dv], or
  * both NULL) keys and values first written into the cache at positions cache_seqlens[b] + t,
  * attention then covering cache_seqlens[b] + S_new keys (cache_seqlens is not updated);
- * `num_splits` the key splits (0: chosen). `window_left` and
- * `window_right` as in attnjit_forward (mask=sliding_window), `softcap` as in
+ * `cu_seqlens_q` (int32 [B + 1], NULL: every sequence has q's Sq new tokens) ragged new tokens
+ * with `max_seqlen_q` (else 0), q and o then [total_q, H, D], lse [H, total_q] and k_new, v_new
+ * [total_q, Hkv, D] (KvCacheArgs::cu_seqlens_q); `num_splits` the key splits (0: chosen).
+ * `window_left` and `window_right` as in attnjit_forward (mask=sliding_window), `softcap` as in
  * attnjit_forward_score_mod, `sinks` an fp32 [H] device tensor for a spec with sinks=true, else
  * NULL. New lengths, tables and split counts never recompile. */
-ATTNJIT_API int attnjit_forward_kvcache(const attnjit_kernel* kernel, const attnjit_tensor* q,
-                                        const attnjit_tensor* k, const attnjit_tensor* v,
-                                        const attnjit_tensor* o, const attnjit_tensor* lse,
-                                        const attnjit_tensor* cache_seqlens,
-                                        const attnjit_tensor* block_table,
-                                        const attnjit_tensor* k_new, const attnjit_tensor* v_new,
-                                        int num_splits,
-                                        float softmax_scale, int window_left, int window_right,
-                                        float softcap, const attnjit_tensor* sinks, void* stream);
+ATTNJIT_API int attnjit_forward_kvcache(
+    const attnjit_kernel* kernel, const attnjit_tensor* q, const attnjit_tensor* k,
+    const attnjit_tensor* v, const attnjit_tensor* o, const attnjit_tensor* lse,
+    const attnjit_tensor* cache_seqlens, const attnjit_tensor* block_table,
+    const attnjit_tensor* k_new, const attnjit_tensor* v_new, const attnjit_tensor* cu_seqlens_q,
+    int max_seqlen_q, int num_splits, float softmax_scale, int window_left, int window_right,
+    float softcap, const attnjit_tensor* sinks, void* stream);
 
 /** The runtime inputs of a spec with mask=predicate(...): the values of its scalar slots
  * $0, $1, ... (exactly as many as the predicate has) and its int32 device tensors by name
@@ -357,15 +357,16 @@ ATTNJIT_API int attnjit_launch_prepare_varlen(const attnjit_kernel* kernel,
 /** attnjit_launch_prepare for a kernel of a spec with kv_cache=contiguous|paged, and only for
  * one: `tensor_count` is ATTNJIT_SLOT_COUNT; q, k (the cache), v, o, lse and sinks as in
  * attnjit_forward_kvcache, and its cache_seqlens, block_table, k_new and v_new in their slots
- * (rank 0 where absent); `num_splits` its key splits (0: chosen from the shapes and the SM
- * count). A run takes no host synchronization and allocates nothing but what its workspace
- * (attnjit_launch_workspace_size) does not cover: with a workspace, it can be captured in a CUDA
- * graph and replayed with new lengths, tables and cache contents. */
+ * and its cu_seqlens_q in ATTNJIT_SLOT_CU_SEQLENS_Q (rank 0 where absent); `num_splits` its key
+ * splits (0: chosen from the shapes and the SM count), `max_seqlen_q` the most new tokens of a
+ * sequence with cu_seqlens_q (else 0). A run takes no host synchronization and allocates nothing
+ * but what its workspace (attnjit_launch_workspace_size) does not cover: with a workspace, it can
+ * be captured in a CUDA graph and replayed with new lengths, tables and cache contents. */
 ATTNJIT_API int attnjit_launch_prepare_kvcache(const attnjit_kernel* kernel,
                                                const attnjit_tensor* tensors, int tensor_count,
                                                float softmax_scale, int window_left,
                                                int window_right, float softcap, int num_splits,
-                                               int device, attnjit_launch** out);
+                                               int max_seqlen_q, int device, attnjit_launch** out);
 
 /** Enqueues a prepared launch on `stream` and returns without waiting. `data` holds
  * `data_count` device pointers: one per slot of the prepare call's tensor_count (NULL for an

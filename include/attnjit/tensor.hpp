@@ -101,6 +101,15 @@ struct KvCacheArgs {
   /// cache_seqlens[b] + S_new keys. cache_seqlens is required with them and is not updated.
   /// Both empty: nothing is appended.
   TensorView k_new, v_new;
+  /// Ragged new tokens (speculative decoding: a different count per sequence): int32 [B + 1],
+  /// on the device, 0 = cu[0] <= cu[1] <= ... <= cu[B] = total_q; sequence b's new tokens are
+  /// rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of q [total_q, H, D] and o
+  /// [total_q, H, Dv] (and of k_new [total_q, Hkv, D] and v_new when appending: each sequence
+  /// appends its own tokens), its LSEs columns of lse [H, total_q]. max_seqlen_q (at least the
+  /// largest count) sizes the grid: a launch argument, never a recompile. Empty and 0: every
+  /// sequence has q.shape[1] tokens.
+  TensorView cu_seqlens_q;
+  int max_seqlen_q = 0;
 };
 
 /// Everything a forward launch needs besides the compiled kernel.

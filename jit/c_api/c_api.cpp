@@ -220,9 +220,10 @@ int attnjit_forward_kvcache(const attnjit_kernel* kernel, const attnjit_tensor* 
                             const attnjit_tensor* k, const attnjit_tensor* v,
                             const attnjit_tensor* o, const attnjit_tensor* lse,
                             const attnjit_tensor* cache_seqlens, const attnjit_tensor* block_table,
-                            const attnjit_tensor* k_new, const attnjit_tensor* v_new, int num_splits, float softmax_scale, int window_left,
-                            int window_right, float softcap, const attnjit_tensor* sinks,
-                            void* stream) {
+                            const attnjit_tensor* k_new, const attnjit_tensor* v_new,
+                            const attnjit_tensor* cu_seqlens_q, int max_seqlen_q, int num_splits,
+                            float softmax_scale, int window_left, int window_right, float softcap,
+                            const attnjit_tensor* sinks, void* stream) {
   return guarded([&] {
     require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
     const attnjit::runtime::DeviceScope scope(device_of(q));
@@ -236,6 +237,8 @@ int attnjit_forward_kvcache(const attnjit_kernel* kernel, const attnjit_tensor* 
     args.kv_cache.block_table = optional_view("block_table", block_table);
     args.kv_cache.k_new = optional_view("k_new", k_new);
     args.kv_cache.v_new = optional_view("v_new", v_new);
+    args.kv_cache.cu_seqlens_q = optional_view("cu_seqlens_q", cu_seqlens_q);
+    args.kv_cache.max_seqlen_q = max_seqlen_q;
     args.kv_cache.num_splits = num_splits;
     kernel->kernel.forward(args, stream);
   });

@@ -37,11 +37,26 @@ using attnjit::c_api::guarded;
 using attnjit::c_api::require;
 using attnjit::c_api::to_view;
 
-constexpr std::array<std::string_view, ATTNJIT_SLOT_COUNT> kSlotNames = {
-    "q",     "k",       "v",             "o",           "lse",   "startend_row_indices",
-    "alibi_slopes", "d_o", "d_q",    "d_k",         "d_v",   "cu_seqlens_q",
-    "cu_seqlens_k", "seqused_k", "sinks", "d_sinks", "cache_seqlens", "block_table",
-    "k_new", "v_new"};
+constexpr std::array<std::string_view, ATTNJIT_SLOT_COUNT> kSlotNames = {"q",
+                                                                         "k",
+                                                                         "v",
+                                                                         "o",
+                                                                         "lse",
+                                                                         "startend_row_indices",
+                                                                         "alibi_slopes",
+                                                                         "d_o",
+                                                                         "d_q",
+                                                                         "d_k",
+                                                                         "d_v",
+                                                                         "cu_seqlens_q",
+                                                                         "cu_seqlens_k",
+                                                                         "seqused_k",
+                                                                         "sinks",
+                                                                         "d_sinks",
+                                                                         "cache_seqlens",
+                                                                         "block_table",
+                                                                         "k_new",
+                                                                         "v_new"};
 constexpr std::array kVarlenSlots = {ATTNJIT_SLOT_CU_SEQLENS_Q, ATTNJIT_SLOT_CU_SEQLENS_K,
                                      ATTNJIT_SLOT_SEQUSED_K};
 constexpr std::array kCacheSlots = {ATTNJIT_SLOT_CACHE_SEQLENS, ATTNJIT_SLOT_BLOCK_TABLE,
@@ -136,6 +151,11 @@ void bind_shared(Args& args, const attnjit_tensor* tensors, int count, bool lse_
     args.kv_cache.k_new = slot_view(tensors, count, ATTNJIT_SLOT_K_NEW, false);
     args.kv_cache.v_new = slot_view(tensors, count, ATTNJIT_SLOT_V_NEW, false);
     args.kv_cache.num_splits = scalars.num_splits;
+    if (!varlen) {
+      // A kv_cache launch's ragged new tokens.
+      args.kv_cache.cu_seqlens_q = slot_view(tensors, count, ATTNJIT_SLOT_CU_SEQLENS_Q, false);
+      args.kv_cache.max_seqlen_q = std::max(scalars.max_seqlen_q, 0);
+    }
   }
   if (varlen) {
     args.varlen.cu_seqlens_q = slot_view(tensors, count, ATTNJIT_SLOT_CU_SEQLENS_Q, true);
@@ -151,6 +171,12 @@ void bind_shared(Args& args, const attnjit_tensor* tensors, int count, bool lse_
 template <class Args>
 void bind_run(Args& args, const attnjit_launch& launch, void* const* data, void* workspace,
               std::size_t workspace_bytes) {
+  // cu_seqlens_q: a packed batch's boundaries, or a kv_cache launch's ragged new tokens.
+  attnjit::TensorView* cu_seqlens_q = &args.varlen.cu_seqlens_q;
+  if constexpr (std::is_same_v<Args, attnjit::ForwardArgs>) {
+    if (!args.kv_cache.cu_seqlens_q.empty()) cu_seqlens_q = &args.kv_cache.cu_seqlens_q;
+  }
+  bind(*cu_seqlens_q, launch, data, ATTNJIT_SLOT_CU_SEQLENS_Q);
   for (const auto& [view, slot] : {std::pair{&args.q, ATTNJIT_SLOT_Q},
                                    {&args.k, ATTNJIT_SLOT_K},
                                    {&args.v, ATTNJIT_SLOT_V},
@@ -158,18 +184,17 @@ void bind_run(Args& args, const attnjit_launch& launch, void* const* data, void*
                                    {&args.lse, ATTNJIT_SLOT_LSE},
                                    {&args.startend_row_indices, ATTNJIT_SLOT_STARTEND_ROW_INDICES},
                                    {&args.alibi_slopes, ATTNJIT_SLOT_ALIBI_SLOPES},
-                                   {&args.varlen.cu_seqlens_q, ATTNJIT_SLOT_CU_SEQLENS_Q},
                                    {&args.varlen.cu_seqlens_k, ATTNJIT_SLOT_CU_SEQLENS_K},
                                    {&args.varlen.seqused_k, ATTNJIT_SLOT_SEQUSED_K},
                                    {&args.sinks, ATTNJIT_SLOT_SINKS}}) {
     bind(*view, launch, data, slot);
   }
   if constexpr (std::is_same_v<Args, attnjit::ForwardArgs>) {
-    for (const auto& [view, slot] : {std::pair{&args.kv_cache.cache_seqlens,
-                                               ATTNJIT_SLOT_CACHE_SEQLENS},
-                                     {&args.kv_cache.block_table, ATTNJIT_SLOT_BLOCK_TABLE},
-                                     {&args.kv_cache.k_new, ATTNJIT_SLOT_K_NEW},
-                                     {&args.kv_cache.v_new, ATTNJIT_SLOT_V_NEW}}) {
+    for (const auto& [view, slot] :
+         {std::pair{&args.kv_cache.cache_seqlens, ATTNJIT_SLOT_CACHE_SEQLENS},
+          {&args.kv_cache.block_table, ATTNJIT_SLOT_BLOCK_TABLE},
+          {&args.kv_cache.k_new, ATTNJIT_SLOT_K_NEW},
+          {&args.kv_cache.v_new, ATTNJIT_SLOT_V_NEW}}) {
       bind(*view, launch, data, slot);
     }
   }
@@ -251,6 +276,7 @@ void prepare(const attnjit_kernel* kernel, const attnjit_tensor* tensors, int te
   }
   if (!varlen) {
     for (int slot : kVarlenSlots) {
+      if (batch == Batch::cache && slot == ATTNJIT_SLOT_CU_SEQLENS_Q) continue;
       if (launch->present[slot]) {
         attnjit::throw_field_error(
             fmt::format("tensors[{}] ({})", slot, kSlotNames[slot]), "a tensor",
@@ -322,11 +348,11 @@ int attnjit_launch_prepare(const attnjit_kernel* kernel, const attnjit_tensor* t
 
 int attnjit_launch_prepare_kvcache(const attnjit_kernel* kernel, const attnjit_tensor* tensors,
                                    int tensor_count, float softmax_scale, int window_left,
-                                   int window_right, float softcap, int num_splits, int device,
-                                   attnjit_launch** out) {
+                                   int window_right, float softcap, int num_splits,
+                                   int max_seqlen_q, int device, attnjit_launch** out) {
   if (out != nullptr) *out = nullptr;
   return guarded([&] {
-    Scalars scalars{softmax_scale, window_left, window_right, softcap};
+    Scalars scalars{softmax_scale, window_left, window_right, softcap, max_seqlen_q};
     scalars.num_splits = num_splits;
     prepare(kernel, tensors, tensor_count, nullptr, scalars, device, Batch::cache, out);
   });

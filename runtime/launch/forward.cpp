@@ -118,7 +118,9 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
   }
   const detail::KernelSet& set = *set_;
   const std::optional<ForwardArgs> packed = detail::packed_as_batch(set.spec, args);
-  const ForwardArgs& a = packed ? *packed : args;
+  const std::optional<ForwardArgs> ragged =
+      packed ? std::nullopt : detail::ragged_as_batch(set.spec, args);
+  const ForwardArgs& a = packed ? *packed : ragged ? *ragged : args;
   const Shapes shapes = checked_shapes(set, a);
   FwdParams params = make_params(set, a, shapes);
   if (shapes.batch == 0 || shapes.seqlen_q == 0 || shapes.heads == 0) return;
@@ -131,7 +133,7 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
     return;
   }
   if (set.spec.kv_cache != KvCache::none && runtime::debug_mode()) {
-    detail::check_kv_cache_contents(set.spec, a, shapes, stream);
+    detail::check_kv_cache_contents(set.spec, a, shapes, ragged ? args.q.shape[0] : 0, stream);
   }
   const detail::VarlenCheck check(packed && (a.validate_mask || runtime::debug_mode()), stream);
   params.varlen.first_error = check.device();

@@ -31,7 +31,8 @@ std::int64_t element_bytes(ScalarType type) {
   return type == ScalarType::fp16 || type == ScalarType::bf16 ? 2 : 4;
 }
 
-// Strides >= 0 whose largest element offset stays within kMaxSpanBytes.
+}  // namespace
+
 void check_span(std::string_view name, const TensorView& t) {
   __int128 span = 1;
   int widest = 0;
@@ -51,9 +52,8 @@ void check_span(std::string_view name, const TensorView& t) {
   }
 }
 
-// An output's elements must not overlap: taken by increasing stride, every dimension of
-// extent > 1 steps over everything the smaller ones span (so zero strides, and rows closer
-// than the head dim, are rejected).
+// Taken by increasing stride, every dimension of extent > 1 steps over everything the smaller
+// ones span.
 void check_no_overlap(std::string_view name, const TensorView& t) {
   std::vector<int> dims;
   for (int d = 0; d < t.rank; ++d) {
@@ -76,8 +76,6 @@ void check_no_overlap(std::string_view name, const TensorView& t) {
     span += static_cast<__int128>(t.shape[d] - 1) * t.stride[d];
   }
 }
-
-}  // namespace
 
 void check_row_layout(std::string_view name, const TensorView& t) {
   if (t.stride[t.rank - 1] != 1) {
@@ -156,8 +154,8 @@ Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
   const bool paged = spec.kv_cache == KvCache::paged;
   if (paged) {
     // A page pool: its pages are not a grid dimension, its page size is at most the capacity.
-    for (const auto& [name, t, dim] : {std::tuple{"k", &a.k, spec.head_dim_qk},
-                                       std::tuple{"v", &a.v, spec.head_dim_v}}) {
+    for (const auto& [name, t, dim] :
+         {std::tuple{"k", &a.k, spec.head_dim_qk}, std::tuple{"v", &a.v, spec.head_dim_v}}) {
       check_activation(name, *t, dtype, dim,
                        {{"num_pages", INT32_MAX}, {"page_size", 1 << 20}, {"kv heads", kMaxGridYZ}},
                        "4 ([num_pages, page_size, kv heads, head_dim])");
@@ -186,8 +184,12 @@ Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
   check_same("o.shape[1]", a.o.shape[1], s.seqlen_q, "seqlen of q");
   check_same("o.shape[2]", a.o.shape[2], s.heads, "heads of q");
   constexpr bool backward = std::is_same_v<Args, BackwardArgs>;
+  // Ragged new tokens (KvCacheArgs::cu_seqlens_q): o and lse were checked in their packed
+  // shapes (ragged_as_batch); their padded views share rows by design (batch stride 0).
+  bool ragged = false;
   if constexpr (!backward) {
-    check_no_overlap("o", a.o);
+    ragged = !a.kv_cache.cu_seqlens_q.empty();
+    if (!ragged) check_no_overlap("o", a.o);
     check_kv_cache(spec, a, s);
   }
   if constexpr (backward) {
@@ -214,7 +216,7 @@ Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
     check_same("lse.shape[2]", l.shape[2], s.seqlen_q, "seqlen of q");
     if (l.stride[2] != 1) throw_field_error("lse.stride[2]", std::to_string(l.stride[2]), "1");
     check_span("lse", l);
-    check_no_overlap("lse", l);
+    if (!ragged) check_no_overlap("lse", l);
   } else if (!a.lse.empty()) {
     throw Error("lse: given, but the spec has return_lse=false; accepted: no lse tensor");
   }
@@ -389,6 +391,19 @@ int extent(std::string_view tensor, const TensorView& t, int dim) {
 template <class Args>
 Shapes launch_shapes(const Args& a, VarlenMode varlen) {
   const bool packed = varlen != VarlenMode::off;
+  if constexpr (std::is_same_v<Args, ForwardArgs>) {
+    // Ragged new tokens of a decode launch: q [total_q, heads, dim], B + 1 boundaries.
+    const KvCacheArgs& c = a.kv_cache;
+    if (c.cu_seqlens_q.rank == 1 && a.q.rank == 3 && a.k.rank == 4) {
+      Shapes s;
+      s.batch = std::max(extent("kv_cache.cu_seqlens_q", c.cu_seqlens_q, 0) - 1, 0);
+      s.seqlen_q = c.max_seqlen_q;
+      s.heads = extent("q", a.q, 1);
+      s.seqlen_k = extent("k", a.k, 1);
+      s.kv_heads = extent("k", a.k, 2);
+      return s;
+    }
+  }
   for (const auto& [name, view, total] :
        {std::tuple<std::string_view, const TensorView&, std::string_view>{"q", a.q, "total_q"},
         std::tuple<std::string_view, const TensorView&, std::string_view>{"k", a.k, "total_k"}}) {

@@ -36,12 +36,19 @@ constexpr int kMaxDecodeSplits = 256;
 /// the field, the value and what is accepted.
 void check_kv_cache(const AttentionSpec& spec, const ForwardArgs& args, Shapes& s);
 
-/// Under ATTNJIT_DEBUG=1, before any launch of the call: waits for `stream` and reads back the
-/// cache's lengths and the block table entries they use. Throws Error naming the first
-/// cache_seqlens[b] outside [0, capacity - appended rows] or block_table[b][i] that is not a
-/// page of k and v, so a refused call writes nothing.
+/// Under ATTNJIT_DEBUG=1, before any launch of the call: waits for `stream` and reads back
+/// cu_seqlens_q (ragged new tokens, `total_q` rows), the cache's lengths and the block table
+/// entries they use. Throws Error naming the first bad boundary, cache_seqlens[b] outside
+/// [0, capacity - appended rows] or block_table[b][i] that is not a page of k and v, so a
+/// refused call writes nothing.
 void check_kv_cache_contents(const AttentionSpec& spec, const ForwardArgs& args, const Shapes& s,
-                             CUstream stream);
+                             std::int64_t total_q, CUstream stream);
+
+/// A kv_cache launch with ragged new tokens (KvCacheArgs::cu_seqlens_q): checks q, o
+/// [total_q, H, D], lse [H, total_q], k_new/v_new [total_q, Hkv, D] and cu_seqlens_q, and
+/// returns the arguments with those as padded views [B, max_seqlen_q, ...] of batch stride 0
+/// (the kernels start each sequence at its cu_seqlens_q row). nullopt without cu_seqlens_q.
+std::optional<ForwardArgs> ragged_as_batch(const AttentionSpec& spec, const ForwardArgs& args);
 
 /// What a kv_cache spec's launch adds to the shapes of q and k (Kernel::workspace_size, which
 /// checks no values): decode, num_splits, a paged cache's capacity and the appended rows.
@@ -82,6 +89,14 @@ struct LeadingDim {
 /// throws Error naming `name`'s field.
 void check_activation(std::string_view name, const TensorView& t, ScalarType dtype, int head_dim,
                       std::initializer_list<LeadingDim> dims, std::string_view rank_text);
+
+/// Error naming `name`'s widest stride unless t's strides are >= 0 and its largest element
+/// offset stays within 2^48 bytes.
+void check_span(std::string_view name, const TensorView& t);
+
+/// Error naming `name`'s stride where an output's elements would overlap (zero strides, rows
+/// closer than what the smaller strides span).
+void check_no_overlap(std::string_view name, const TensorView& t);
 
 /// Error naming `field` unless got == expected (`what`: the expected value's meaning).
 void check_same(std::string_view field, std::int64_t got, std::int64_t expected,

@@ -228,7 +228,66 @@ TEST_CASE("decode launches name the bad cache argument", "[kv_cache][runtime][ar
   p.v = contiguous_view(fake(0x30000), ScalarType::bf16, {2, 64, 2, 64});
   CHECK(testing::error_text([&] { plain.forward(p); })
             .starts_with("kv_cache: cache arguments (cache_seqlens, block_table, num_splits, "
-                         "k_new or v_new) given, but the spec has kv_cache=none"));
+                         "k_new, v_new or cu_seqlens_q) given, but the spec has kv_cache=none"));
+}
+
+namespace {
+
+// paged_args() with ragged new tokens: 5 packed rows (3 and 2 per sequence), at most 3.
+ForwardArgs ragged_args() {
+  ForwardArgs a = paged_args();
+  a.q = contiguous_view(fake(0x10000), ScalarType::bf16, {5, 8, 64});
+  a.o = contiguous_view(fake(0x40000), ScalarType::bf16, {5, 8, 64});
+  a.kv_cache.cu_seqlens_q = contiguous_view(fake(0x58000), ScalarType::int32, {3});
+  a.kv_cache.max_seqlen_q = 3;
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("ragged new tokens are packed rows of q, o, lse and the appended keys",
+          "[kv_cache][runtime][args]") {
+  const jit::Kernel kernel = compiled(kPaged);
+  const auto refusal = [&](ForwardArgs a) {
+    return testing::error_text([&] { kernel.forward(a); });
+  };
+  ForwardArgs a = ragged_args();
+  a.q = paged_args().q;
+  CHECK(refusal(a) == "q.rank: got '4'; accepted: 3 ([total_q, heads, head_dim]: new tokens "
+                      "packed by cu_seqlens_q)");
+  a = ragged_args();
+  a.kv_cache.max_seqlen_q = 0;
+  CHECK(refusal(a).starts_with("kv_cache.max_seqlen_q: got '0'; accepted: 1 to "));
+  a = paged_args();
+  a.kv_cache.max_seqlen_q = 2;
+  CHECK(refusal(a) == "kv_cache.max_seqlen_q: got '2'; accepted: 0 without cu_seqlens_q");
+  a = ragged_args();
+  a.kv_cache.cu_seqlens_q = contiguous_view(fake(0x58000), ScalarType::int32, {1});
+  CHECK(refusal(a) ==
+        "kv_cache.cu_seqlens_q.shape[0]: got '1'; accepted: B + 1 with B >= 1 sequences");
+  a = ragged_args();
+  a.kv_cache.cu_seqlens_q = contiguous_view(fake(0x58000), ScalarType::int32, {4});
+  CHECK(refusal(a) == "kv_cache.cache_seqlens.shape[0]: got '2'; accepted: 3 (batch of q)");
+  a = ragged_args();
+  a.o = contiguous_view(fake(0x40000), ScalarType::bf16, {4, 8, 64});
+  CHECK(refusal(a) == "o.shape[0] (total_q): got '4'; accepted: 5 (total_q of q)");
+  a = ragged_args();
+  a.lse = contiguous_view(fake(0x48000), ScalarType::fp32, {2, 8, 3});
+  CHECK(refusal(a) ==
+        "lse.rank: got '3'; accepted: 2 ([heads, total_q]: new tokens packed by cu_seqlens_q)");
+  a = ragged_args();
+  a.kv_cache.k_new = contiguous_view(fake(0x70000), ScalarType::bf16, {2, 3, 2, 64});
+  a.kv_cache.v_new = contiguous_view(fake(0x78000), ScalarType::bf16, {5, 2, 64});
+  CHECK(refusal(a).starts_with("kv_cache.k_new.rank: got '4'; accepted: 3 ([total_q, kv heads, "
+                               "head_dim]: each sequence appends its new tokens"));
+  a.kv_cache.k_new = contiguous_view(fake(0x70000), ScalarType::bf16, {4, 2, 64});
+  CHECK(refusal(a) == "kv_cache.k_new.shape[0] (total_q): got '4'; accepted: 5 (total_q of q)");
+  // The workspace follows B x max_seqlen_q rows: three splits of 2 x 3 x 8 rows of 64 floats.
+  a = ragged_args();
+  a.kv_cache.num_splits = 3;
+  CHECK(kernel.workspace_size(a) >= std::size_t{3} * 2 * 3 * 8 * (64 + 1) * 4);
+  a.q.data = nullptr;  // the workspace needs shapes only
+  CHECK(kernel.workspace_size(a) >= std::size_t{3} * 2 * 3 * 8 * (64 + 1) * 4);
 }
 
 namespace {
@@ -277,13 +336,13 @@ TEST_CASE("a KV cache's launch is prepared with attnjit_launch_prepare_kvcache o
             .starts_with("kernel: got 'a spec with kv_cache=paged'; accepted: a spec with "
                          "kv_cache=none"));
   CHECK(c_error(attnjit_launch_prepare_kvcache(plain, slots.data(), ATTNJIT_SLOT_COUNT, 0.f, -1, 0,
-                                               0.f, 0, -1, &launch))
+                                               0.f, 0, 0, -1, &launch))
             .starts_with("kernel: got 'a spec with kv_cache=none'"));
   CHECK(c_error(attnjit_launch_prepare_kvcache(paged, slots.data(), ATTNJIT_SLOT_COUNT_SINKS, 0.f,
-                                               -1, 0, 0.f, 0, -1, &launch))
+                                               -1, 0, 0.f, 0, 0, -1, &launch))
             .starts_with("tensor_count: got '16'; accepted: 20 (ATTNJIT_SLOT_COUNT"));
   REQUIRE(attnjit_launch_prepare_kvcache(paged, slots.data(), ATTNJIT_SLOT_COUNT, 0.f, -1, 0, 0.f,
-                                         3, -1, &launch) == ATTNJIT_OK);
+                                         3, 0, -1, &launch) == ATTNJIT_OK);
   // Three splits: the partial rows of 2 x 3 x 8 rows of 64 floats and their LSEs.
   std::size_t bytes = 0;
   REQUIRE(attnjit_launch_workspace_size(launch, &bytes) == ATTNJIT_OK);

@@ -12,6 +12,7 @@
 // A loop of dependent loads (one split after the other) took 9.6 us for 29 splits at batch 1.
 #pragma once
 
+#include "attnjit/common/kv_cache.cuh"
 #include "attnjit/common/params.cuh"
 #include "attnjit/common/primitives.cuh"
 
@@ -35,10 +36,14 @@ __device__ __forceinline__ void decode_combine(const FwdParams& p) {
   const long long rows = static_cast<long long>(p.batch) * p.seqlen_q * p.heads;
   const long long row = blockIdx.x;
   const int head = static_cast<int>(row % p.heads);
+  const int token = static_cast<int>((row / p.heads) % p.seqlen_q);
+  const int batch = static_cast<int>(row / (static_cast<long long>(p.heads) * p.seqlen_q));
   const int splits = p.kv_cache.num_splits;
   const float* lse_partial = p.kv_cache.lse_partial + row;
   // Launched as a dependent of the decode kernel (rows_decode.cpp): its rows first.
   wait_for_prior_grids();
+  const NewTokens tokens = new_tokens(p, batch);
+  if (token >= tokens.count) return;  // ragged new tokens: past this sequence's
 
   if (tid < 32) {
     float split_lse[kPerLane];
@@ -93,10 +98,8 @@ __device__ __forceinline__ void decode_combine(const FwdParams& p) {
   }
   __syncthreads();
 
-  const int token = static_cast<int>((row / p.heads) % p.seqlen_q);
-  const int batch = static_cast<int>(row / (static_cast<long long>(p.heads) * p.seqlen_q));
-  u16* out = static_cast<u16*>(p.o) + batch * p.o_batch_stride + token * p.o_row_stride +
-             head * p.o_head_stride;
+  u16* out = static_cast<u16*>(p.o) + batch * p.o_batch_stride +
+             (tokens.first + token) * p.o_row_stride + head * p.o_head_stride;
   for (int pair = tid; pair < kHeadDimV / 2; pair += kCombineThreads) {
     float x = 0.f, y = 0.f;
 #pragma unroll
@@ -107,7 +110,7 @@ __device__ __forceinline__ void decode_combine(const FwdParams& p) {
     *reinterpret_cast<u32*>(out + 2 * pair) = pack2<Element>(x, y);
   }
   if (kReturnLse && tid == 0) {
-    p.lse[batch * p.lse_batch_stride + head * p.lse_head_stride + token] = row_lse;
+    p.lse[batch * p.lse_batch_stride + head * p.lse_head_stride + tokens.first + token] = row_lse;
   }
 }
 

@@ -1,7 +1,8 @@
 // The append of new keys and values to a KV cache (kv_cache specs with KvCacheArgs::k_new/v_new,
 // flash_attn_with_kvcache's k= and v=), launched before the decode kernel on the same stream:
 // one thread per 16-byte chunk of every new row of K and V copies it to the cache at position
-// cache_seqlens[b] + t (through the block table when paged). Positions past the capacity are
+// cache_seqlens[b] + t (through the block table when paged; with ragged new tokens, t below the
+// sequence's count, from its packed rows). Positions past the capacity are
 // not written. The bits are copied as they are: the cache afterwards holds exactly k_new, v_new.
 #pragma once
 
@@ -23,6 +24,8 @@ __device__ __forceinline__ void kv_append(const FwdParams& p) {
   rest /= p.kv_heads;
   const int token = static_cast<int>(rest % c.new_tokens);
   const int batch = static_cast<int>(rest / c.new_tokens);
+  const NewTokens tokens = new_tokens(p, batch);
+  if (token >= appended_keys(p, tokens)) return;
   const int position = max(c.cache_seqlens[batch], 0) + token;
   if (position >= p.seqlen_k) return;
   const CacheRow row = cache_row<kPaged>(p, batch, position);
@@ -30,13 +33,14 @@ __device__ __forceinline__ void kv_append(const FwdParams& p) {
   const int column = 8 * (is_k ? chunk : chunk - kChunksK);
   const u16* source =
       is_k ? static_cast<const u16*>(c.k_new) + batch * c.k_new_batch_stride +
-                 token * c.k_new_row_stride + head * c.k_new_head_stride
+                 (tokens.first + token) * c.k_new_row_stride + head * c.k_new_head_stride
            : static_cast<const u16*>(c.v_new) + batch * c.v_new_batch_stride +
-                 token * c.v_new_row_stride + head * c.v_new_head_stride;
-  u16* target = is_k ? const_cast<u16*>(static_cast<const u16*>(p.k)) + row.page * p.k_batch_stride +
-                           row.within * p.k_row_stride + head * p.k_head_stride
-                     : const_cast<u16*>(static_cast<const u16*>(p.v)) + row.page * p.v_batch_stride +
-                           row.within * p.v_row_stride + head * p.v_head_stride;
+                 (tokens.first + token) * c.v_new_row_stride + head * c.v_new_head_stride;
+  u16* target = is_k
+                    ? const_cast<u16*>(static_cast<const u16*>(p.k)) + row.page * p.k_batch_stride +
+                          row.within * p.k_row_stride + head * p.k_head_stride
+                    : const_cast<u16*>(static_cast<const u16*>(p.v)) + row.page * p.v_batch_stride +
+                          row.within * p.v_row_stride + head * p.v_head_stride;
   *reinterpret_cast<uint4*>(target + column) = *reinterpret_cast<const uint4*>(source + column);
 }
 

@@ -7,12 +7,34 @@
 
 namespace attnjit {
 
-/// The keys of sequence `batch`: its cached length (every key of the capacity without
-/// cache_seqlens) plus the appended ones, cut to the capacity so that no copy leaves the cache.
-__device__ __forceinline__ int cache_length(const FwdParams& p, int batch) {
+/// The new tokens of one sequence: how many (at most seqlen_q) and the packed row of the first
+/// (0 without cu_seqlens_q: the batch stride finds the sequence's rows).
+struct NewTokens {
+  int count;
+  int first;
+};
+
+__device__ __forceinline__ NewTokens new_tokens(const FwdParams& p, int batch) {
+  const int* cu = p.kv_cache.cu_seqlens_q;
+  if (cu == nullptr) return {p.seqlen_q, 0};
+  const int first = cu[batch];
+  return {min(max(cu[batch + 1] - first, 0), p.seqlen_q), first};
+}
+
+/// The keys a sequence appends: k_new's rows (none without k_new), with ragged new tokens the
+/// sequence's own count.
+__device__ __forceinline__ int appended_keys(const FwdParams& p, const NewTokens& tokens) {
+  if (p.kv_cache.new_tokens == 0) return 0;
+  return p.kv_cache.cu_seqlens_q != nullptr ? tokens.count : p.kv_cache.new_tokens;
+}
+
+/// The keys of sequence `batch` with `appended` new ones: its cached length (every key of the
+/// capacity without cache_seqlens) plus the appended keys, cut to the capacity so that no copy
+/// leaves the cache.
+__device__ __forceinline__ int cache_length(const FwdParams& p, int batch, int appended) {
   const int* lengths = p.kv_cache.cache_seqlens;
   const int cached = lengths != nullptr ? max(lengths[batch], 0) : p.seqlen_k;
-  return min(cached + p.kv_cache.new_tokens, p.seqlen_k);
+  return min(cached + appended, p.seqlen_k);
 }
 
 /// The row of logical key `key` of sequence `batch`: (page, row in the page) of a paged cache
@@ -26,8 +48,9 @@ struct CacheRow {
 template <bool kPaged>
 __device__ __forceinline__ CacheRow cache_row(const FwdParams& p, int batch, int key) {
   if constexpr (kPaged) {
-    const int page = p.kv_cache.block_table[batch * p.kv_cache.block_table_stride +
-                                            (key >> p.kv_cache.page_shift)];
+    const int page =
+        p.kv_cache
+            .block_table[batch * p.kv_cache.block_table_stride + (key >> p.kv_cache.page_shift)];
     return {page, key & ((1 << p.kv_cache.page_shift) - 1)};
   } else {
     return {batch, key};

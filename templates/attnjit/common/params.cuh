@@ -110,6 +110,11 @@ struct KvCacheInputs {
   long long block_table_stride;
   int page_shift;            ///< paged: log2(page_size)
   int num_splits;            ///< key splits per (sequence, KV head); 1 writes o and lse directly
+  /// Ragged new tokens: int32 [B + 1], sequence b's tokens are the packed rows
+  /// cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of q, o and k_new/v_new (whose batch strides
+  /// are 0), its LSEs at those columns of lse [H, total_q]; seqlen_q is then max_seqlen_q, the
+  /// most tokens a sequence has. Null: every sequence has seqlen_q tokens.
+  const int* cu_seqlens_q;
   /// Appended keys (kv_append.cuh): k_new [B, new_tokens, Hkv, D] and v_new [.., Dv], written
   /// into the cache at positions cache_seqlens[b] + t before the attention, which then sees
   /// cache_seqlens[b] + new_tokens keys; null and 0 without.

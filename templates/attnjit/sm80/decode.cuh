@@ -44,6 +44,8 @@ enum DecodeMask { kDecodeNoMask = 0, kDecodeCausal = 1, kDecodeWindow = 2 };
 struct DecodeWork {
   int batch, kv_head, row0;  ///< row0: the first packed row (token row0 / G, ...)
   int group;                 ///< G = H / Hkv
+  int tokens;                ///< Sq of the sequence (ragged new tokens: its own count)
+  int first;                 ///< ragged new tokens: the packed row of its first token, else 0
   int length;                ///< keys of the sequence
   int diagonal;              ///< length - Sq: token s sees keys up to s + diagonal (causal)
   int key_begin, key_end;    ///< the split's keys
@@ -52,11 +54,11 @@ struct DecodeWork {
 /// The visible keys of packed rows [row0, row0 + 16) of a sequence with `length` keys: a
 /// causal mask or a window (bottom-right aligned) bounds them by the first and last token.
 template <int kMask>
-__device__ __forceinline__ void decode_visible_keys(const FwdParams& p, int length, int row0,
-                                                    int group, int& begin, int& end) {
-  const int diagonal = length - p.seqlen_q;
+__device__ __forceinline__ void decode_visible_keys(const FwdParams& p, int length, int tokens,
+                                                    int row0, int group, int& begin, int& end) {
+  const int diagonal = length - tokens;
   const int first = row0 / group;
-  const int last = min(p.seqlen_q - 1, (row0 + 15) / group);
+  const int last = min(tokens - 1, (row0 + 15) / group);
   begin = 0;
   end = length;
   if (kMask == kDecodeCausal) end = min(length, last + diagonal + 1);
@@ -75,10 +77,13 @@ __device__ __forceinline__ DecodeWork decode_work(const FwdParams& p) {
   w.kv_head = static_cast<int>(blockIdx.y) % p.kv_heads;
   w.row0 = 16 * (static_cast<int>(blockIdx.y) / p.kv_heads);
   w.group = p.heads / p.kv_heads;
-  w.length = cache_length(p, w.batch);
-  w.diagonal = w.length - p.seqlen_q;
+  const NewTokens tokens = new_tokens(p, w.batch);
+  w.tokens = tokens.count;
+  w.first = tokens.first;
+  w.length = cache_length(p, w.batch, appended_keys(p, tokens));
+  w.diagonal = w.length - w.tokens;
   int begin, end;
-  decode_visible_keys<kMask>(p, w.length, w.row0, w.group, begin, end);
+  decode_visible_keys<kMask>(p, w.length, w.tokens, w.row0, w.group, begin, end);
   // Equal splits of whole key blocks; the last ones may be empty.
   const int splits = p.kv_cache.num_splits;
   const int per_split = (end - begin + splits * kBlockN - 1) / (splits * kBlockN) * kBlockN;
@@ -101,8 +106,8 @@ struct DecodeSm80 {
   static constexpr int kBlockN = Config::kBlockN;
   static constexpr int kStages = Config::kStages;
   static constexpr int kThreads = 128;
-  static constexpr int kWarpKeys = kBlockN / 4;    // keys of a stage per warp
-  static constexpr int kSTiles = kWarpKeys / 8;    // n8 tiles of a warp's scores
+  static constexpr int kWarpKeys = kBlockN / 4;  // keys of a stage per warp
+  static constexpr int kSTiles = kWarpKeys / 8;  // n8 tiles of a warp's scores
   static constexpr int kQkSteps = kHeadDimQK / 16;
   static constexpr int kPvSteps = kWarpKeys / 16;
   static constexpr int kDTiles = kHeadDimV / 8;
@@ -185,13 +190,13 @@ struct DecodeSm80 {
     for (int index = thread; index < 16 * QTile::kChunks; index += kThreads) {
       const int row = index / QTile::kChunks;
       const int chunk = index % QTile::kChunks;
-      const bool valid = w.row0 + row < w.group * p.seqlen_q;
+      const bool valid = w.row0 + row < w.group * w.tokens;
       long long offset = 0;
       if (valid) {
         int token, head;
         decode_row(w, w.row0 + row, token, head);
-        offset = w.batch * p.q_batch_stride + token * p.q_row_stride + head * p.q_head_stride +
-                 chunk * 8;
+        offset = w.batch * p.q_batch_stride + (w.first + token) * p.q_row_stride +
+                 head * p.q_head_stride + chunk * 8;
       }
       cp_async_16(smem + QTile::offset(row, chunk), q + offset, valid ? 16 : 0);
     }
@@ -205,6 +210,7 @@ struct DecodeSm80 {
     // Launched as a dependent of kv_append (rows_decode.cpp): its keys first.
     wait_for_prior_grids();
     const DecodeWork w = decode_work<kMask, kBlockN>(p);
+    if (w.row0 >= w.group * w.tokens) return;  // ragged new tokens: none of its rows here
     const int blocks = (w.key_end - w.key_begin + kBlockN - 1) / kBlockN;
 
     load_q(p, w, smem, thread);
@@ -243,9 +249,9 @@ struct DecodeSm80 {
       if (kQInRegisters && block == 0) {
 #pragma unroll
         for (int kk = 0; kk < kQkSteps; ++kk) {
-          ldmatrix_x4(q_frag.v[0][kQInRegisters ? kk : 0],
-                      QTile::matrix_address(smem, QTile::lane_offset(lane % 16, lane / 16), 0,
-                                            kk * 2));
+          ldmatrix_x4(
+              q_frag.v[0][kQInRegisters ? kk : 0],
+              QTile::matrix_address(smem, QTile::lane_offset(lane % 16, lane / 16), 0, kk * 2));
         }
       }
       // The stage computed in the block before is free for block + kStages - 1.
@@ -301,8 +307,8 @@ struct DecodeSm80 {
   }
 
   /// The warps' rows merged and written: o and lse (one split), or the split's partial rows.
-  __device__ __forceinline__ void merge(const FwdParams& p, const DecodeWork& w, u32 smem,
-                                        int warp, int lane) {
+  __device__ __forceinline__ void merge(const FwdParams& p, const DecodeWork& w, u32 smem, int warp,
+                                        int lane) {
     const int g = lane / 4;
     const int t = lane % 4;
     // Each warp's normalized rows (fp32, row stride kHeadDimV + 4 floats against bank
@@ -330,7 +336,7 @@ struct DecodeSm80 {
     const int row = thread / 8;
     const int part = thread % 8;
     const int packed = w.row0 + row;
-    if (packed >= w.group * p.seqlen_q) return;
+    if (packed >= w.group * w.tokens) return;
     int token, head;
     decode_row(w, packed, token, head);
     float lse_w[4];
@@ -356,12 +362,14 @@ struct DecodeSm80 {
     constexpr int kCols = kHeadDimV / 8;
     const long long out_row =
         (static_cast<long long>(w.batch) * p.seqlen_q + token) * p.heads + head;
-    float* partial = unsplit ? nullptr
-                             : p.kv_cache.o_partial +
-                                   (static_cast<long long>(blockIdx.x) * p.batch * p.seqlen_q *
-                                        p.heads + out_row) * kHeadDimV;
-    u16* o = static_cast<u16*>(p.o) + w.batch * p.o_batch_stride + token * p.o_row_stride +
-             head * p.o_head_stride;
+    float* partial =
+        unsplit
+            ? nullptr
+            : p.kv_cache.o_partial +
+                  (static_cast<long long>(blockIdx.x) * p.batch * p.seqlen_q * p.heads + out_row) *
+                      kHeadDimV;
+    u16* o = static_cast<u16*>(p.o) + w.batch * p.o_batch_stride +
+             (w.first + token) * p.o_row_stride + head * p.o_head_stride;
 #pragma unroll
     for (int c = 0; c < kCols; c += 2) {
       const int col = part * kCols + c;
@@ -382,7 +390,7 @@ struct DecodeSm80 {
     if (part != 0) return;
     if (unsplit) {
       if (Config::kReturnLse) {
-        p.lse[w.batch * p.lse_batch_stride + head * p.lse_head_stride + token] = lse;
+        p.lse[w.batch * p.lse_batch_stride + head * p.lse_head_stride + w.first + token] = lse;
       }
     } else {
       p.kv_cache.lse_partial[static_cast<long long>(blockIdx.x) * p.batch * p.seqlen_q * p.heads +

@@ -164,7 +164,8 @@ def _prepare(compiled, slots, predicate, scalars, index, max_seqlens=None, num_s
     rest absent), `predicate` (names, scalar values, tensors; None or empty without a predicate
     mask) and the scalar arguments; `max_seqlens` (max_seqlen_q, max_seqlen_k) for a packed
     batch's kernel (attnjit_launch_prepare_varlen), `num_splits` for a KV cache's
-    (attnjit_launch_prepare_kvcache)."""
+    (attnjit_launch_prepare_kvcache; its max_seqlens (max_seqlen_q,) with ragged new
+    tokens)."""
     descriptors = (_ffi.Tensor * _ffi.SLOT_COUNT)(
         *[_descriptor(name, tensor) for name, tensor in zip(_SLOT_NAMES, slots)])
     inputs = None
@@ -184,9 +185,10 @@ def _prepare(compiled, slots, predicate, scalars, index, max_seqlens=None, num_s
         keep = (values_array, names_array, tensor_array)
     handle = ctypes.c_void_p()
     if num_splits is not None:  # a KV cache's launch: no predicate
+        max_seqlen_q = 0 if max_seqlens is None else max_seqlens[0]
         _ffi.check(_ffi.lib.attnjit_launch_prepare_kvcache(
-            compiled._handle, descriptors, _ffi.SLOT_COUNT, *scalars, num_splits, index,
-            ctypes.byref(handle)))
+            compiled._handle, descriptors, _ffi.SLOT_COUNT, *scalars, num_splits, max_seqlen_q,
+            index, ctypes.byref(handle)))
         return _Launch(handle)
     scale, window_left, window_right, softcap = scalars
     common = (compiled._handle, descriptors, _ffi.SLOT_COUNT,

@@ -960,11 +960,15 @@ def _check_tensors(q, k, v, indices=None, slopes=None, sinks=None):
 
 def _check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens=None, block_table=None,
                            k=None, v=None, sinks=None):
-    """attention_with_kvcache's checks that need no device and read no tensor's values: every
-    tensor argument a torch.Tensor, q and the caches of rank 4 (the output's shape reads them),
-    k and v together or neither (they choose the operator). The library checks the rest
-    (dtypes, devices, shapes, layouts) when it prepares the launch. The calls, traced or not,
-    and the operators' fake implementations run them."""
+    """attention_with_kvcache's checks that need no device and read no tensor's values: k and v
+    together or neither (they choose the operator), every tensor argument a torch.Tensor, q and
+    the caches of rank 4 (the output's shape reads them). The library checks the rest (dtypes,
+    devices, shapes, layouts) when it prepares the launch. The calls, traced or not, and the
+    operators' fake implementations run them."""
+    if (k is None) != (v is None):
+        given, missing = ("k", "v") if v is None else ("v", "k")
+        raise AttnjitError(f"{missing}: None while {given} is given; accepted: k and v together "
+                           "(the new keys and values to append), or neither")
     _torch_of(q, "q")
     for name, tensor in (("k_cache", k_cache), ("v_cache", v_cache)):
         _torch_of(tensor, name)
@@ -977,10 +981,6 @@ def _check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens=None, block_table=
                          ("k", k), ("v", v), ("sinks", sinks)):
         if tensor is not None:
             _torch_of(tensor, name)
-    if (k is None) != (v is None):
-        given, missing = ("k", "v") if v is None else ("v", "k")
-        raise AttnjitError(f"{missing}: None while {given} is given; accepted: k and v together "
-                           "(the new keys and values to append), or neither")
 
 
 def _check_varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None,

@@ -1,6 +1,7 @@
-"""attnjit.attention_with_kvcache without PyTorch or a GPU: its scalar arguments are checked
-(and num_splits=None accepted) before a tensor is needed, and the operator module defines no
-operator on a PyTorch without torch.library.custom_op. test_kvcache_gpu.py runs the call.
+"""attnjit.attention_with_kvcache without PyTorch or a GPU: its scalar arguments and the
+pairing of k and v are checked (and num_splits=None accepted) before a tensor is needed, and the
+operator module defines no operator on a PyTorch without torch.library.custom_op.
+test_kvcache_gpu.py runs the call.
 """
 
 import importlib
@@ -43,6 +44,10 @@ class ArgumentTest(unittest.TestCase):
             (ValueError, r"^softmax_scale: got -1.0; accepted: a finite number > 0, or None "
                          r"for 1/sqrt\(head_dim\)$", dict(softmax_scale=-1.0)),
             (TypeError, r"^softcap: expected a float or None, got str$", dict(softcap="30")),
+            (attnjit.AttnjitError, r"^v: None while k is given; accepted: k and v together "
+                                   r"\(the new keys and values to append\), or neither$",
+             dict(k=[1.0])),
+            (attnjit.AttnjitError, r"^k: None while v is given", dict(v=[1.0])),
         ]
         for error, message, kwargs in cases:
             with self.subTest(**{k: repr(v) for k, v in kwargs.items()}):

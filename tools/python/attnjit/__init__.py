@@ -404,7 +404,7 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
                           v: Optional[Tensor] = None, causal: bool = False,
                           window_size: Tuple[int, int] = (-1, -1),
                           softmax_scale: Optional[float] = None, softcap: Optional[float] = None,
-                          sinks: Optional[Tensor] = None, num_splits: int = 0,
+                          sinks: Optional[Tensor] = None, num_splits: Optional[int] = 0,
                           return_lse: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Attention of a few new query tokens per sequence against a KV cache (decoding;
     FlashAttention's flash_attn_with_kvcache), forward only.
@@ -418,19 +418,20 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
     cache_seqlens[b] .. cache_seqlens[b] + S_new - 1 (required then; not updated), and the
     attention covers cache_seqlens[b] + S_new keys.
     causal=True and window_size=(left, right) (-1: unbounded) are aligned to the bottom right of
-    each sequence's keys. num_splits: key splits per sequence and KV head (0 chooses from the SM
-    count and the shapes). sinks: fp32 [H] sink logits. Returns o [B, Sq, H, Dv], and the LSE
-    (fp32 [B, H, Sq]) with return_lse=True. New lengths, tables and split counts never
-    recompile; the call allocates only its outputs and a workspace sized by the shapes, so it
-    can be captured in a CUDA graph and replayed with new cache contents, lengths and tables.
-    Not yet: ALiBi, FlashMask and predicate masks, a torch custom operator (torch.compile
-    breaks the graph here).
+    each sequence's keys. num_splits: key splits per sequence and KV head (0 or None chooses
+    from the SM count and the shapes). sinks: fp32 [H] sink logits. Returns o [B, Sq, H, Dv],
+    and the LSE (fp32 [B, H, Sq]) with return_lse=True. New lengths, tables and split counts
+    never recompile; the call allocates only its outputs and a workspace sized by the shapes,
+    so it can be captured in a CUDA graph and replayed with new cache contents, lengths and
+    tables. torch.compile traces it without a graph break, as the operator
+    torch.ops.attnjit.attention_with_kvcache, or with k and v attention_with_kvcache_append
+    (which mutates k_cache and v_cache), and a compiled call can be captured too. Not yet:
+    ALiBi, FlashMask and predicate masks.
     """
-    torch = _torch_of(q, "q")
     for name, value in (("causal", causal), ("return_lse", return_lse)):
         if not isinstance(value, bool):
             raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
-    left, right = _check_window(window_size)
+    left, right = _check_window(window_size, "window_size")
     if causal and (left, right) != (-1, -1):
         right = 0  # causal with a window: FlashAttention's window_size=(left, 0)
     if causal and left == -1:
@@ -439,20 +440,24 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
         kind = "sliding_window"
     else:
         kind = "none"
-    for name, tensor in (("k_cache", k_cache), ("v_cache", v_cache)):
-        _torch_of(tensor, name)
-        if tensor.dim() != 4:
-            raise AttnjitError(f"{name}.dim(): got {tensor.dim()}; accepted: 4")
-    if q.dim() != 4:
-        raise AttnjitError(f"q.dim(): got {q.dim()}; accepted: 4 ([batch, seqlen_q, heads, "
-                           "head_dim])")
-    if not isinstance(num_splits, int) or isinstance(num_splits, bool):
-        raise TypeError(f"num_splits: expected an int, got {type(num_splits).__name__}")
     window = (left, right) if kind == "sliding_window" else (-1, 0)
-    o, lse = _launch.kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table, k, v,
-                                     kind, _check_scale(softmax_scale), *window,
-                                     _check_softcap(softcap), sinks,
-                                     _ffi.int_argument("num_splits", num_splits), return_lse)
+    if num_splits is None:
+        num_splits = 0
+    elif not isinstance(num_splits, int) or isinstance(num_splits, bool):
+        raise TypeError(f"num_splits: expected an int or None, got {type(num_splits).__name__}")
+    scale = _optional_positive("softmax_scale", softmax_scale, "1/sqrt(head_dim)")
+    arguments = (kind, scale, *window, _check_softcap(softcap), sinks,
+                 _ffi.int_argument("num_splits", num_splits), return_lse)
+    _check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens, block_table, k, v, sinks)
+    if not _through_operators(q):
+        o, lse = _launch.kvcache_forward(_torch, q, k_cache, v_cache, cache_seqlens, block_table,
+                                         k, v, *arguments)
+    elif k is None:
+        o, lse = _ops.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
+                                             *arguments)
+    else:
+        o, lse = _ops.attention_with_kvcache_append(q, k_cache, v_cache, cache_seqlens,
+                                                    block_table, k, v, *arguments)
     return (o, lse) if return_lse else o
 
 
@@ -850,17 +855,19 @@ def _check_softcap(softcap):
     return _optional_positive("softcap", softcap, "no soft-capping")
 
 
-def _check_window(window):
+def _check_window(window, name="window"):
+    """(left, right) of a window argument (`name` in the messages): two ints >= -1."""
     if type(window) is tuple and window == (-1, 0):  # the default, quickly
         return -1, 0
     is_int = [isinstance(w, int) and not isinstance(w, bool) for w in window] \
         if isinstance(window, (tuple, list)) else []
     if len(is_int) != 2 or not all(is_int):
-        raise TypeError(f"window: expected a pair of ints (left, right), got {window!r}")
+        raise TypeError(f"{name}: expected a pair of ints (left, right), got {window!r}")
     if min(window) < -1:
-        raise ValueError(f"window: got {tuple(window)}; accepted: sizes >= 0, or -1 for "
+        raise ValueError(f"{name}: got {tuple(window)}; accepted: sizes >= 0, or -1 for "
                          "unbounded")
-    return (_ffi.int_argument("window[0]", window[0]), _ffi.int_argument("window[1]", window[1]))
+    return (_ffi.int_argument(f"{name}[0]", window[0]),
+            _ffi.int_argument(f"{name}[1]", window[1]))
 
 
 def _torch_of(tensor, name):
@@ -949,6 +956,31 @@ def _check_tensors(q, k, v, indices=None, slopes=None, sinks=None):
         _check_head_vector(torch, "alibi_slopes", slopes, q.shape[2], q, "one slope")
     if sinks is not None:
         _check_head_vector(torch, "sinks", sinks, q.shape[2], q, "one sink logit")
+
+
+def _check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens=None, block_table=None,
+                           k=None, v=None, sinks=None):
+    """attention_with_kvcache's checks that need no device and read no tensor's values: k and v
+    together or neither (they choose the operator), every tensor argument a torch.Tensor, q and
+    the caches of rank 4 (the output's shape reads them). The library checks the rest (dtypes,
+    devices, shapes, layouts) when it prepares the launch. The calls, traced or not, and the
+    operators' fake implementations run them."""
+    if (k is None) != (v is None):
+        given, missing = ("k", "v") if v is None else ("v", "k")
+        raise AttnjitError(f"{missing}: None while {given} is given; accepted: k and v together "
+                           "(the new keys and values to append), or neither")
+    _torch_of(q, "q")
+    for name, tensor in (("k_cache", k_cache), ("v_cache", v_cache)):
+        _torch_of(tensor, name)
+        if tensor.dim() != 4:
+            raise AttnjitError(f"{name}.dim(): got {tensor.dim()}; accepted: 4")
+    if q.dim() != 4:
+        raise AttnjitError(f"q.dim(): got {q.dim()}; accepted: 4 ([batch, seqlen_q, heads, "
+                           "head_dim])")
+    for name, tensor in (("cache_seqlens", cache_seqlens), ("block_table", block_table),
+                         ("k", k), ("v", v), ("sinks", sinks)):
+        if tensor is not None:
+            _torch_of(tensor, name)
 
 
 def _check_varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None,
@@ -1073,7 +1105,7 @@ def _load_torch():
 
     from . import _ops as ops
     return torch, ops.register(torch, _check_tensors, _check_predicate_tensors,
-                               _check_varlen_tensors)
+                               _check_varlen_tensors, _check_kvcache_tensors)
 
 
 _torch, _ops = _load_torch()

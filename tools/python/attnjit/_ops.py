@@ -13,6 +13,14 @@
                                               from a tensor; a predicate mask is its
                                               "predicate(structure)" mask with its tensors,
                                               scalars and names (empty for other masks)
+    torch.ops.attnjit.attention_with_kvcache  attnjit.attention_with_kvcache without k and v:
+                                              (o, lse; lse empty [0] unless the call returns
+                                              it); mask is none, causal or sliding_window
+    torch.ops.attnjit.attention_with_kvcache_append   the same with k_new and v_new after
+                                              block_table, which it writes into k_cache and
+                                              v_cache (its only mutated arguments: a decode
+                                              step without an append mutates nothing, so
+                                              functionalization never copies a cache for it)
 
 forward, attention and attention_varlen take the sinks (fp32 [H] or None) last; their backward
 operators return d_sinks after d_v (an empty [0] tensor without sinks). attention_varlen takes
@@ -22,9 +30,10 @@ Each has a fake implementation giving every output's shape, dtype and strides (a
 argument checks as the eager call, so a shape mismatch seen while tracing is the same
 AttnjitError), and the real one reads torch's current stream of the tensors' device when it
 runs. torch.compile therefore traces attnjit.attention into its graph without a break, and the
-graph can be captured into a CUDA graph. attnjit.forward and attnjit.attention call these
-operators whenever something traces them (torch.compile, make_fx, fake tensors, a dispatch
-mode); plain eager calls take the same launches directly, without the dispatcher's round trip.
+graph can be captured into a CUDA graph. attnjit.forward, attnjit.attention,
+attnjit.attention_varlen and attnjit.attention_with_kvcache call these operators whenever
+something traces them (torch.compile, make_fx, fake tensors, a dispatch mode); plain eager calls
+take the same launches directly, without the dispatcher's round trip.
 """
 
 from typing import List, Optional, Tuple
@@ -60,12 +69,14 @@ def _predicate(names, scalars, tensors):
     return names.split(), list(scalars), list(tensors)
 
 
-def register(torch, check_tensors, check_predicate_tensors, check_varlen_tensors):
+def register(torch, check_tensors, check_predicate_tensors, check_varlen_tensors,
+             check_kvcache_tensors):
     """Defines the operators and returns torch.ops.attnjit, or None when this PyTorch has no
     torch.library.custom_op. `check_tensors(q, k, v, indices, slopes)`,
-    `check_predicate_tensors(q, names, tensors, batch)` and `check_varlen_tensors(q, k, v,
+    `check_predicate_tensors(q, names, tensors, batch)`, `check_varlen_tensors(q, k, v,
     cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, sinks, indices, slopes,
-    predicate)` are attnjit's argument checks (check_tensors takes the sinks after the slopes),
+    predicate)` and `check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens, block_table, k,
+    v, sinks)` are attnjit's argument checks (check_tensors takes the sinks after the slopes),
     which the fake implementations run."""
     library = torch.library
     if not (hasattr(library, "custom_op") and hasattr(library, "register_fake")):
@@ -277,4 +288,59 @@ def register(torch, check_tensors, check_predicate_tensors, check_varlen_tensors
         return (d_q, d_k, d_v) + ctx.no_grads + (None if sinks is None else d_sinks,)
 
     attention_varlen.register_autograd(varlen_grad, setup_context=setup_varlen)
+    _register_kvcache(torch, check_kvcache_tensors)
     return torch.ops.attnjit
+
+
+def _register_kvcache(torch, check_kvcache_tensors):
+    """Defines attnjit::attention_with_kvcache and attnjit::attention_with_kvcache_append."""
+    library = torch.library
+    Tensor = torch.Tensor
+    f32 = torch.float32
+
+    def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, mask, scale,
+               window_left, window_right, softcap, sinks, num_splits, return_lse):
+        o, lse = _launch.kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table,
+                                         k_new, v_new, mask, scale, window_left, window_right,
+                                         softcap, sinks, num_splits, return_lse)
+        return o, q.new_empty((0,), dtype=f32) if lse is None else lse
+
+    def fake(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, sinks, return_lse):
+        check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new,
+                              sinks)
+        batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
+        o = q.new_empty((batch, seqlen_q, heads, v_cache.shape[3]))
+        lse = q.new_empty((batch, heads, seqlen_q) if return_lse else (0,), dtype=f32)
+        return o, lse
+
+    @library.custom_op("attnjit::attention_with_kvcache", mutates_args=())
+    def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
+                               cache_seqlens: Optional[Tensor], block_table: Optional[Tensor],
+                               mask: str, scale: float, window_left: int, window_right: int,
+                               softcap: float, sinks: Optional[Tensor], num_splits: int,
+                               return_lse: bool) -> Tuple[Tensor, Tensor]:
+        return launch(q, k_cache, v_cache, cache_seqlens, block_table, None, None, mask, scale,
+                      window_left, window_right, softcap, sinks, num_splits, return_lse)
+
+    @attention_with_kvcache.register_fake
+    def _(q, k_cache, v_cache, cache_seqlens, block_table, mask, scale, window_left,
+          window_right, softcap, sinks, num_splits, return_lse):
+        return fake(q, k_cache, v_cache, cache_seqlens, block_table, None, None, sinks,
+                    return_lse)
+
+    @library.custom_op("attnjit::attention_with_kvcache_append",
+                       mutates_args=("k_cache", "v_cache"))
+    def attention_with_kvcache_append(q: Tensor, k_cache: Tensor, v_cache: Tensor,
+                                      cache_seqlens: Optional[Tensor],
+                                      block_table: Optional[Tensor], k_new: Tensor,
+                                      v_new: Tensor, mask: str, scale: float, window_left: int,
+                                      window_right: int, softcap: float, sinks: Optional[Tensor],
+                                      num_splits: int, return_lse: bool) -> Tuple[Tensor, Tensor]:
+        return launch(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, mask, scale,
+                      window_left, window_right, softcap, sinks, num_splits, return_lse)
+
+    @attention_with_kvcache_append.register_fake
+    def _(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, mask, scale,
+          window_left, window_right, softcap, sinks, num_splits, return_lse):
+        return fake(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, sinks,
+                    return_lse)

@@ -17,6 +17,12 @@ Every forced split count gives the unsplit result within the output's rounding. 
 (k=, v=) land in the cache bit for bit at each sequence's length. A CUDA graph captured once
 replays with new lengths and cache contents of the same shapes.
 
+Through the operators (PyTorch 2.4+: torch.ops.attnjit.attention_with_kvcache and
+attention_with_kvcache_append): torch.compile(fullgraph=True) gives eager's bits, contiguous and
+paged, with and without the LSE; a compiled append leaves the caller's caches as eager's does;
+a compiled step captured in a CUDA graph replays with new lengths and block tables; fake tensors
+raise the eager call's error; torch.library.opcheck passes on both operators.
+
 The data are fresh on every run; the seed is printed, and ATTNJIT_TEST_SEED=<number> repeats a
 run.
 
@@ -24,6 +30,7 @@ Run: ATTNJIT_LIBRARY=build/libattnjit.so python3 -m unittest discover -s tools/p
          -p test_kvcache_gpu.py -v
 """
 
+import contextlib
 import math
 import random
 import sys
@@ -37,6 +44,7 @@ from cache_dir import TemporaryCacheTest  # noqa: E402
 from torch_cuda import HAS_CUDA, run_seed, torch  # noqa: E402
 
 SEED = run_seed()
+HAS_OPS = HAS_CUDA and attnjit._ops is not None
 
 
 def draw_lengths(rng, batch, capacity, new_tokens):
@@ -99,7 +107,9 @@ def references(q, k, v, lengths, *, causal, window=(-1, -1), softcap=None, sinks
 
 
 @unittest.skipUnless(HAS_CUDA, "needs PyTorch with a CUDA device")
-class KvCacheTest(TemporaryCacheTest):
+class KvCacheCase(TemporaryCacheTest):
+    """What the test classes share: the run's random data, caches and the comparison."""
+
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
@@ -150,6 +160,16 @@ class KvCacheTest(TemporaryCacheTest):
             table[1, 0] = table[0, 0]
         return pool_k, pool_v, table.cuda()
 
+    @staticmethod
+    def logical(cache, table, capacity):
+        """The contiguous cache [B, capacity, Hkv, D] that a page pool holds through its block
+        table (a contiguous cache itself when the table is None)."""
+        if table is None:
+            return cache
+        pages = table.long()
+        return torch.stack([cache[pages[b]].reshape(-1, *cache.shape[2:])[:capacity]
+                            for b in range(table.shape[0])])
+
     def check(self, label, got, want, lowp):
         got = got.double()
         finite = torch.isfinite(want)
@@ -165,6 +185,9 @@ class KvCacheTest(TemporaryCacheTest):
         self.assertLessEqual(error, bound, f"{label}: max error {error:.3e} > {bound:.3e}{where} "
                                            f"(lowp error {lowp_error:.3e}, seed {SEED})")
 
+
+
+class KvCacheTest(KvCacheCase):
     def run_case(self, *, batch, capacity, heads, kv_heads, head_dim, head_dim_v=None,
                  new_tokens, causal=False, window=(-1, -1), softcap=None, with_sinks=False,
                  page_size=None, shared=False, splits=(0, 1, 3), dtype=None):
@@ -260,14 +283,8 @@ class KvCacheTest(TemporaryCacheTest):
                                                    k=k_new, v=v_new, causal=True)
                 torch.cuda.synchronize()
                 self.assertTrue(torch.equal(seqlens.cpu(), torch.tensor(cached, dtype=torch.int32)))
-                if page_size is None:
-                    got_k, got_v = cache_k, cache_v
-                else:
-                    pages = table.long().cpu()
-                    got_k = torch.stack([cache_k[pages[b]].reshape(-1, kv_heads, d)[:capacity]
-                                         for b in range(batch)])
-                    got_v = torch.stack([cache_v[pages[b]].reshape(-1, kv_heads, d)[:capacity]
-                                         for b in range(batch)])
+                got_k = self.logical(cache_k, table, capacity)
+                got_v = self.logical(cache_v, table, capacity)
                 for b, t in enumerate(total):
                     # NaN rows compare by their bits: the cache must hold exactly what it held.
                     self.assertTrue(torch.equal(got_k[b, :t].view(torch.int16),
@@ -317,6 +334,180 @@ class KvCacheTest(TemporaryCacheTest):
             with self.subTest(field=field):
                 with self.assertRaisesRegex(attnjit.AttnjitError, field.replace("[", r"\[")):
                     attnjit.attention_with_kvcache(q, **arguments)
+
+
+@unittest.skipUnless(HAS_OPS, "needs PyTorch 2.4+ (torch.library.custom_op) and a CUDA device")
+class KvCacheOperatorTest(KvCacheCase):
+    """attention_with_kvcache through torch.ops.attnjit.attention_with_kvcache and
+    attention_with_kvcache_append."""
+
+    BATCH, CAPACITY, HEADS, KV_HEADS, HEAD_DIM, NEW, PAGE = 3, 160, 8, 2, 64, 2, 16
+
+    def setUp(self):
+        super().setUp()
+        torch._dynamo.reset()
+
+    def decode_inputs(self, paged, finite=False, lengths=None):
+        """q, the caches (page pools when paged; NaN past each length unless finite), the block
+        table (None when contiguous), cache_seqlens and the lengths (drawn unless given)."""
+        batch, capacity, kv_heads, d = self.BATCH, self.CAPACITY, self.KV_HEADS, self.HEAD_DIM
+        if lengths is None:
+            lengths = draw_lengths(self.rng, batch, capacity, self.NEW)
+        q = self.randn(batch, self.NEW, self.HEADS, d)
+        if finite:
+            k, v = (self.randn(batch, capacity, kv_heads, d) for _ in range(2))
+        else:
+            k, v = self.caches(batch, capacity, kv_heads, d, d, lengths, torch.bfloat16)
+        table = None
+        if paged:
+            k, v, table = self.paged(k, v, self.PAGE, False, lengths)
+        seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+        return q, k, v, seqlens, table, lengths
+
+    def test_compile_fullgraph_equals_eager(self):
+        # fullgraph=True fails on a graph break; the same kernels give the same bits.
+        for paged, return_lse in ((False, False), (True, True)):
+            with self.subTest(paged=paged, return_lse=return_lse):
+                torch._dynamo.reset()
+                inputs = self.decode_inputs(paged)[:5]
+
+                def step(q, k_cache, v_cache, seqlens, table):
+                    return attnjit.attention_with_kvcache(q, k_cache, v_cache, seqlens, table,
+                                                          causal=True, num_splits=None,
+                                                          return_lse=return_lse)
+
+                eager = step(*inputs)
+                compiled = torch.compile(step, fullgraph=True)(*inputs)
+                if not return_lse:
+                    eager, compiled = (eager,), (compiled,)
+                self.assertEqual(len(compiled), len(eager))
+                for name, got, want in zip(("o", "lse"), compiled, eager):
+                    self.assertEqual((got.shape, got.stride(), got.dtype),
+                                     (want.shape, want.stride(), want.dtype), name)
+                    self.assertTrue(torch.equal(got, want), f"{name} differs from eager")
+
+    def test_compiled_append_writes_the_callers_caches(self):
+        batch, capacity, new = self.BATCH, self.CAPACITY, self.NEW
+        for paged in (False, True):
+            with self.subTest(paged=paged):
+                torch._dynamo.reset()
+                cached = [0, 37, capacity - new]
+                q, cache_k, cache_v, seqlens, table, _ = self.decode_inputs(paged,
+                                                                            lengths=cached)
+                k_new, v_new = (self.randn(batch, new, self.KV_HEADS, self.HEAD_DIM)
+                                for _ in range(2))
+                expected_k = self.logical(cache_k, table, capacity).clone()
+                expected_v = self.logical(cache_v, table, capacity).clone()
+                for b, c in enumerate(cached):
+                    expected_k[b, c:c + new] = k_new[b]
+                    expected_v[b, c:c + new] = v_new[b]
+
+                def step(q, k_cache, v_cache, seqlens, table, k_new, v_new):
+                    return attnjit.attention_with_kvcache(q, k_cache, v_cache, seqlens, table,
+                                                          k=k_new, v=v_new, causal=True)
+
+                eager_k, eager_v = cache_k.clone(), cache_v.clone()
+                eager = step(q, eager_k, eager_v, seqlens, table, k_new, v_new)
+                compiled = torch.compile(step, fullgraph=True)(q, cache_k, cache_v, seqlens,
+                                                               table, k_new, v_new)
+                torch.cuda.synchronize()
+                self.assertTrue(torch.equal(compiled, eager), "o differs from eager")
+                # The NaN rows past the lengths compare by their bits.
+                for name, got, want in (("k_cache", cache_k, eager_k),
+                                        ("v_cache", cache_v, eager_v)):
+                    self.assertTrue(torch.equal(got.view(torch.int16), want.view(torch.int16)),
+                                    f"{name} differs from eager's")
+                for name, got, want in (("k_cache", cache_k, expected_k),
+                                        ("v_cache", cache_v, expected_v)):
+                    got = self.logical(got, table, capacity)
+                    self.assertTrue(torch.equal(got.view(torch.int16), want.view(torch.int16)),
+                                    f"{name} does not hold the appended rows")
+                self.assertEqual(seqlens.tolist(), cached)
+                (want, _), (lowp, _) = references(q, expected_k, expected_v,
+                                                  [c + new for c in cached], causal=True,
+                                                  scale=1.0 / math.sqrt(self.HEAD_DIM))
+                self.check(f"compiled append paged={paged}", compiled, want, lowp)
+
+    def test_compiled_step_in_a_cuda_graph_replays_new_lengths_and_tables(self):
+        batch, kv_heads, d, page = self.BATCH, self.KV_HEADS, self.HEAD_DIM, self.PAGE
+        pages = self.CAPACITY // page
+        pool = 2 * batch * pages  # twice what the tables hold: new tables point elsewhere
+        pool_k, pool_v = (self.randn(pool, page, kv_heads, d) for _ in range(2))
+        q = self.randn(batch, 1, self.HEADS, d)
+        seqlens = torch.zeros(batch, dtype=torch.int32, device="cuda")
+        table = torch.zeros(batch, pages, dtype=torch.int32, device="cuda")
+
+        def draw():
+            """New lengths, tables and queries, written into the captured tensors."""
+            lengths = draw_lengths(self.rng, batch, self.CAPACITY, 1)
+            order = self.rng.sample(range(pool), batch * pages)
+            seqlens.copy_(torch.tensor(lengths, dtype=torch.int32))
+            table.copy_(torch.tensor(order, dtype=torch.int32).view(batch, pages))
+            q.copy_(self.randn(*q.shape))
+            return lengths
+
+        @torch.compile(fullgraph=True)
+        def step(q, k_cache, v_cache, seqlens, table):
+            return attnjit.attention_with_kvcache(q, k_cache, v_cache, seqlens, table,
+                                                  causal=True, num_splits=4)
+
+        draw()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):  # compiles the function and the kernels outside the capture
+                step(q, pool_k, pool_v, seqlens, table)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            o = step(q, pool_k, pool_v, seqlens, table)
+        for _ in range(2):
+            lengths = draw()
+            graph.replay()
+            torch.cuda.synchronize()
+            k = self.logical(pool_k, table, self.CAPACITY)
+            v = self.logical(pool_v, table, self.CAPACITY)
+            (want, _), (lowp, _) = references(q, k, v, lengths, causal=True,
+                                              scale=1.0 / math.sqrt(d))
+            self.check(f"compiled graph replay lengths={lengths}", o, want, lowp)
+
+    def test_fake_tensors_raise_the_eager_error(self):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        message = r"^q.dim\(\): got 3; accepted: 4 \(\[batch, seqlen_q, heads, head_dim\]\)$"
+        scalars = ("none", 0.0, -1, 0, 0.0, None, 0, False)
+        ops = torch.ops.attnjit
+        for mode in (None, FakeTensorMode):
+            with self.subTest(fake=mode is not None), mode() if mode else contextlib.nullcontext():
+                q = torch.empty(2, 8, 64, dtype=torch.bfloat16, device="cuda")  # no seqlen_q
+                cache = torch.empty(2, 100, 2, 64, dtype=torch.bfloat16, device="cuda")
+                calls = [lambda: attnjit.attention_with_kvcache(q, cache, cache)]
+                if mode:  # the operators' fake implementations run the same checks
+                    calls += [lambda: ops.attention_with_kvcache(q, cache, cache, None, None,
+                                                                 *scalars),
+                              lambda: ops.attention_with_kvcache_append(
+                                  q, cache, cache, None, None, cache, cache, *scalars)]
+                for call in calls:
+                    with self.assertRaisesRegex(attnjit.AttnjitError, message):
+                        call()
+
+    def test_opcheck(self):
+        q, cache_k, cache_v, seqlens, table, _ = self.decode_inputs(True, finite=True)
+        k_new, v_new = (self.randn(self.BATCH, self.NEW, self.KV_HEADS, self.HEAD_DIM)
+                        for _ in range(2))
+        # mask, scale, window_left, window_right, softcap, sinks, num_splits, return_lse
+        scalars = ("causal", 0.0, -1, 0, 0.0, None, 3, True)
+        ops = torch.ops.attnjit
+        cases = ((ops.attention_with_kvcache.default,
+                  (q, cache_k, cache_v, seqlens, table) + scalars),
+                 (ops.attention_with_kvcache_append.default,
+                  (q, cache_k, cache_v, seqlens, table, k_new, v_new) + scalars))
+        for op, arguments in cases:
+            with self.subTest(op=op.name()):
+                torch.library.opcheck(op, arguments)  # every test, inputs without gradients
+                # The registration test runs only when an input requires a gradient.
+                grad = (q.detach().clone().requires_grad_(),) + arguments[1:]
+                torch.library.opcheck(op, grad, test_utils="test_autograd_registration")
 
 
 if __name__ == "__main__":

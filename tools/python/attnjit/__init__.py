@@ -405,7 +405,9 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
                           window_size: Tuple[int, int] = (-1, -1),
                           softmax_scale: Optional[float] = None, softcap: Optional[float] = None,
                           sinks: Optional[Tensor] = None, num_splits: Optional[int] = 0,
-                          return_lse: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+                          return_lse: bool = False, cu_seqlens_q: Optional[Tensor] = None,
+                          max_seqlen_q: Optional[int] = None
+                          ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Attention of a few new query tokens per sequence against a KV cache (decoding;
     FlashAttention's flash_attn_with_kvcache), forward only.
 
@@ -425,8 +427,13 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
     so it can be captured in a CUDA graph and replayed with new cache contents, lengths and
     tables. torch.compile traces it without a graph break, as the operator
     torch.ops.attnjit.attention_with_kvcache, or with k and v attention_with_kvcache_append
-    (which mutates k_cache and v_cache), and a compiled call can be captured too. Not yet:
-    ALiBi, FlashMask and predicate masks.
+    (which mutates k_cache and v_cache), and a compiled call can be captured too.
+    Ragged new tokens (speculative decoding): cu_seqlens_q (int32 [B + 1], 0 = cu[0] <= ... <=
+    cu[B] = total_q) with max_seqlen_q (a Python int >= the most tokens of a sequence; required
+    with it, never read from the device) packs them: q [total_q, H, D], k and v [total_q, Hkv,
+    D] (each sequence appends its own tokens), o [total_q, H, Dv] and the LSE [H, total_q];
+    sequence b's tokens are rows cu_seqlens_q[b]:cu_seqlens_q[b + 1], the last of its keys
+    (causal among them). Not yet: ALiBi, FlashMask and predicate masks.
     """
     for name, value in (("causal", causal), ("return_lse", return_lse)):
         if not isinstance(value, bool):
@@ -446,18 +453,28 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
     elif not isinstance(num_splits, int) or isinstance(num_splits, bool):
         raise TypeError(f"num_splits: expected an int or None, got {type(num_splits).__name__}")
     scale = _optional_positive("softmax_scale", softmax_scale, "1/sqrt(head_dim)")
+    if cu_seqlens_q is None:
+        if max_seqlen_q is not None:
+            raise AttnjitError(f"max_seqlen_q: got {max_seqlen_q!r}; accepted: None without "
+                               "cu_seqlens_q")
+        max_seqlen_q = 0
+    elif not isinstance(max_seqlen_q, int) or isinstance(max_seqlen_q, bool):
+        raise TypeError("max_seqlen_q: expected an int with cu_seqlens_q (the most new tokens "
+                        f"of a sequence), got {type(max_seqlen_q).__name__}")
+    ragged = (cu_seqlens_q, _ffi.int_argument("max_seqlen_q", max_seqlen_q))
     arguments = (kind, scale, *window, _check_softcap(softcap), sinks,
                  _ffi.int_argument("num_splits", num_splits), return_lse)
-    _check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens, block_table, k, v, sinks)
+    _check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens, block_table, k, v, sinks,
+                           *ragged)
     if not _through_operators(q):
         o, lse = _launch.kvcache_forward(_torch, q, k_cache, v_cache, cache_seqlens, block_table,
-                                         k, v, *arguments)
+                                         k, v, *ragged, *arguments)
     elif k is None:
         o, lse = _ops.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
-                                             *arguments)
+                                             *ragged, *arguments)
     else:
         o, lse = _ops.attention_with_kvcache_append(q, k_cache, v_cache, cache_seqlens,
-                                                    block_table, k, v, *arguments)
+                                                    block_table, k, v, *ragged, *arguments)
     return (o, lse) if return_lse else o
 
 
@@ -959,12 +976,12 @@ def _check_tensors(q, k, v, indices=None, slopes=None, sinks=None):
 
 
 def _check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens=None, block_table=None,
-                           k=None, v=None, sinks=None):
+                           k=None, v=None, sinks=None, cu_seqlens_q=None, max_seqlen_q=0):
     """attention_with_kvcache's checks that need no device and read no tensor's values: k and v
-    together or neither (they choose the operator), every tensor argument a torch.Tensor, q and
-    the caches of rank 4 (the output's shape reads them). The library checks the rest (dtypes,
-    devices, shapes, layouts) when it prepares the launch. The calls, traced or not, and the
-    operators' fake implementations run them."""
+    together or neither (they choose the operator), every tensor argument a torch.Tensor, q of
+    rank 4 (3 with cu_seqlens_q) and the caches of rank 4 (the output's shape reads them). The
+    library checks the rest (dtypes, devices, shapes, layouts, max_seqlen_q) when it prepares
+    the launch. The calls, traced or not, and the operators' fake implementations run them."""
     if (k is None) != (v is None):
         given, missing = ("k", "v") if v is None else ("v", "k")
         raise AttnjitError(f"{missing}: None while {given} is given; accepted: k and v together "
@@ -974,7 +991,12 @@ def _check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens=None, block_table=
         _torch_of(tensor, name)
         if tensor.dim() != 4:
             raise AttnjitError(f"{name}.dim(): got {tensor.dim()}; accepted: 4")
-    if q.dim() != 4:
+    if cu_seqlens_q is not None:
+        _torch_of(cu_seqlens_q, "cu_seqlens_q")
+        if q.dim() != 3:
+            raise AttnjitError(f"q.dim(): got {q.dim()}; accepted: 3 ([total_q, heads, "
+                               "head_dim]: new tokens packed by cu_seqlens_q)")
+    elif q.dim() != 4:
         raise AttnjitError(f"q.dim(): got {q.dim()}; accepted: 4 ([batch, seqlen_q, heads, "
                            "head_dim])")
     for name, tensor in (("cache_seqlens", cache_seqlens), ("block_table", block_table),

@@ -348,42 +348,57 @@ def _forward_call(torch, q, k, v, indices, slopes, mask, causal, scale, window_l
     return _Call(launch, index, o_shape, lse_shape)
 
 
-def kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, mask,
-                    scale, window_left, window_right, softcap, sinks, num_splits, return_lse):
+def kvcache_output_shapes(q, v_cache, cu_seqlens_q, return_lse):
+    """The shapes of attention_with_kvcache's o and lse (None without return_lse): [B, Sq, H,
+    Dv] and [B, H, Sq], or with ragged new tokens (cu_seqlens_q) [total_q, H, Dv] and
+    [H, total_q]."""
+    if cu_seqlens_q is not None:
+        total_q, heads = q.shape[0], q.shape[1]
+        return (total_q, heads, v_cache.shape[3]), (heads, total_q) if return_lse else None
+    batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
+    return ((batch, seqlen_q, heads, v_cache.shape[3]),
+            (batch, heads, seqlen_q) if return_lse else None)
+
+
+def kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new,
+                    cu_seqlens_q, max_seqlen_q, mask, scale, window_left, window_right, softcap,
+                    sinks, num_splits, return_lse):
     """attnjit.attention_with_kvcache's launch: (o, lse or None). mask is none, causal or
-    sliding_window; a block table makes the cache paged."""
+    sliding_window; a block table makes the cache paged; cu_seqlens_q (with max_seqlen_q, else
+    None and 0) packs the new tokens."""
     key = ("kvcache", mask, scale, window_left, window_right, softcap, num_splits, return_lse,
-           _signature(q), _signature(k_cache), _signature(v_cache), _signature(cache_seqlens),
-           _signature(block_table), _signature(k_new), _signature(v_new), _signature(sinks))
+           max_seqlen_q, _signature(q), _signature(k_cache), _signature(v_cache),
+           _signature(cache_seqlens), _signature(block_table), _signature(k_new),
+           _signature(v_new), _signature(cu_seqlens_q), _signature(sinks))
     call = _calls.get(key)
     if call is None:
         index = device_index((("q", q), ("k_cache", k_cache), ("v_cache", v_cache),
                               ("cache_seqlens", cache_seqlens), ("block_table", block_table),
-                              ("k", k_new), ("v", v_new), ("sinks", sinks)))
+                              ("k", k_new), ("v", v_new), ("cu_seqlens_q", cu_seqlens_q),
+                              ("sinks", sinks)))
         spec = (f"dtype={_SPEC_DTYPES[str(q.dtype).removeprefix('torch.')]} "
-                f"head_dim_qk={q.shape[3]} head_dim_v={v_cache.shape[3]} mask={mask} "
+                f"head_dim_qk={q.shape[-1]} head_dim_v={v_cache.shape[3]} mask={mask} "
                 f"softcap={str(softcap > 0).lower()} sinks={str(sinks is not None).lower()} "
                 f"return_lse={str(return_lse).lower()} "
                 f"kv_cache={'paged' if block_table is not None else 'contiguous'}")
         compiled, _ = kernel(spec, index)
-        batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
-        o_shape = (batch, seqlen_q, heads, v_cache.shape[3])
-        lse_shape = (batch, heads, seqlen_q) if return_lse else None
+        o_shape, lse_shape = kvcache_output_shapes(q, v_cache, cu_seqlens_q, return_lse)
         o = q.new_empty(o_shape)
         lse = None if lse_shape is None else q.new_empty(lse_shape, dtype=torch.float32)
         launch = _prepare(compiled, (q, k_cache, v_cache, o, lse, None, None, None, None, None,
-                                     None) + _NO_BOUNDARIES
-                          + (sinks, None, cache_seqlens, block_table, k_new, v_new), None,
+                                     None, cu_seqlens_q, None, None, sinks, None, cache_seqlens,
+                                     block_table, k_new, v_new), None,
                           (scale, window_left, window_right, softcap), index,
-                          num_splits=num_splits)
+                          max_seqlens=(max_seqlen_q,), num_splits=num_splits)
         call = _Call(launch, index, o_shape, lse_shape)
         _remember(key, call)
     o = q.new_empty(call.o_shape)
     lse = None if call.lse_shape is None else q.new_empty(call.lse_shape, dtype=torch.float32)
     _enqueue(torch, call, (q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), o.data_ptr(),
                            None if lse is None else lse.data_ptr(), None, None, None, None, None,
-                           None) + _NO_BOUNDARIES
-             + _pointers((sinks, None, cache_seqlens, block_table, k_new, v_new)))
+                           None)
+             + _pointers((cu_seqlens_q, None, None, sinks, None, cache_seqlens, block_table, k_new,
+                          v_new)))
     return o, lse
 
 

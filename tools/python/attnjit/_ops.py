@@ -15,9 +15,12 @@
                                               scalars and names (empty for other masks)
     torch.ops.attnjit.attention_with_kvcache  attnjit.attention_with_kvcache without k and v:
                                               (o, lse; lse empty [0] unless the call returns
-                                              it); mask is none, causal or sliding_window
-    torch.ops.attnjit.attention_with_kvcache_append   the same with k_new and v_new after
-                                              block_table, which it writes into k_cache and
+                                              it); mask is none, causal or sliding_window;
+                                              cu_seqlens_q (or None) and max_seqlen_q (0
+                                              without) after block_table
+    torch.ops.attnjit.attention_with_kvcache_append   the same with k_new and v_new between
+                                              block_table and cu_seqlens_q, which it writes
+                                              into k_cache and
                                               v_cache (its only mutated arguments: a decode
                                               step without an append mutates nothing, so
                                               functionalization never copies a cache for it)
@@ -298,49 +301,56 @@ def _register_kvcache(torch, check_kvcache_tensors):
     Tensor = torch.Tensor
     f32 = torch.float32
 
-    def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, mask, scale,
-               window_left, window_right, softcap, sinks, num_splits, return_lse):
+    def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cu_seqlens_q,
+               max_seqlen_q, mask, scale, window_left, window_right, softcap, sinks, num_splits,
+               return_lse):
         o, lse = _launch.kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table,
-                                         k_new, v_new, mask, scale, window_left, window_right,
-                                         softcap, sinks, num_splits, return_lse)
+                                         k_new, v_new, cu_seqlens_q, max_seqlen_q, mask, scale,
+                                         window_left, window_right, softcap, sinks, num_splits,
+                                         return_lse)
         return o, q.new_empty((0,), dtype=f32) if lse is None else lse
 
-    def fake(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, sinks, return_lse):
+    def fake(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cu_seqlens_q,
+             max_seqlen_q, sinks, return_lse):
         check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new,
-                              sinks)
-        batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
-        o = q.new_empty((batch, seqlen_q, heads, v_cache.shape[3]))
-        lse = q.new_empty((batch, heads, seqlen_q) if return_lse else (0,), dtype=f32)
-        return o, lse
+                              sinks, cu_seqlens_q, max_seqlen_q)
+        o_shape, lse_shape = _launch.kvcache_output_shapes(q, v_cache, cu_seqlens_q, return_lse)
+        return q.new_empty(o_shape), q.new_empty(lse_shape or (0,), dtype=f32)
 
     @library.custom_op("attnjit::attention_with_kvcache", mutates_args=())
     def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
                                cache_seqlens: Optional[Tensor], block_table: Optional[Tensor],
-                               mask: str, scale: float, window_left: int, window_right: int,
+                               cu_seqlens_q: Optional[Tensor], max_seqlen_q: int, mask: str,
+                               scale: float, window_left: int, window_right: int,
                                softcap: float, sinks: Optional[Tensor], num_splits: int,
                                return_lse: bool) -> Tuple[Tensor, Tensor]:
-        return launch(q, k_cache, v_cache, cache_seqlens, block_table, None, None, mask, scale,
-                      window_left, window_right, softcap, sinks, num_splits, return_lse)
+        return launch(q, k_cache, v_cache, cache_seqlens, block_table, None, None, cu_seqlens_q,
+                      max_seqlen_q, mask, scale, window_left, window_right, softcap, sinks,
+                      num_splits, return_lse)
 
     @attention_with_kvcache.register_fake
-    def _(q, k_cache, v_cache, cache_seqlens, block_table, mask, scale, window_left,
-          window_right, softcap, sinks, num_splits, return_lse):
-        return fake(q, k_cache, v_cache, cache_seqlens, block_table, None, None, sinks,
-                    return_lse)
+    def _(q, k_cache, v_cache, cache_seqlens, block_table, cu_seqlens_q, max_seqlen_q, mask,
+          scale, window_left, window_right, softcap, sinks, num_splits, return_lse):
+        return fake(q, k_cache, v_cache, cache_seqlens, block_table, None, None, cu_seqlens_q,
+                    max_seqlen_q, sinks, return_lse)
 
     @library.custom_op("attnjit::attention_with_kvcache_append",
                        mutates_args=("k_cache", "v_cache"))
     def attention_with_kvcache_append(q: Tensor, k_cache: Tensor, v_cache: Tensor,
                                       cache_seqlens: Optional[Tensor],
                                       block_table: Optional[Tensor], k_new: Tensor,
-                                      v_new: Tensor, mask: str, scale: float, window_left: int,
-                                      window_right: int, softcap: float, sinks: Optional[Tensor],
-                                      num_splits: int, return_lse: bool) -> Tuple[Tensor, Tensor]:
-        return launch(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, mask, scale,
-                      window_left, window_right, softcap, sinks, num_splits, return_lse)
+                                      v_new: Tensor, cu_seqlens_q: Optional[Tensor],
+                                      max_seqlen_q: int, mask: str, scale: float,
+                                      window_left: int, window_right: int, softcap: float,
+                                      sinks: Optional[Tensor], num_splits: int,
+                                      return_lse: bool) -> Tuple[Tensor, Tensor]:
+        return launch(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cu_seqlens_q,
+                      max_seqlen_q, mask, scale, window_left, window_right, softcap, sinks,
+                      num_splits, return_lse)
 
     @attention_with_kvcache_append.register_fake
-    def _(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, mask, scale,
-          window_left, window_right, softcap, sinks, num_splits, return_lse):
-        return fake(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, sinks,
-                    return_lse)
+    def _(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cu_seqlens_q,
+          max_seqlen_q, mask, scale, window_left, window_right, softcap, sinks, num_splits,
+          return_lse):
+        return fake(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cu_seqlens_q,
+                    max_seqlen_q, sinks, return_lse)

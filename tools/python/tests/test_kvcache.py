@@ -48,6 +48,12 @@ class ArgumentTest(unittest.TestCase):
                                    r"\(the new keys and values to append\), or neither$",
              dict(k=[1.0])),
             (attnjit.AttnjitError, r"^k: None while v is given", dict(v=[1.0])),
+            (attnjit.AttnjitError, r"^max_seqlen_q: got 4; accepted: None without "
+                                   r"cu_seqlens_q$", dict(max_seqlen_q=4)),
+            (TypeError, r"^max_seqlen_q: expected an int with cu_seqlens_q \(the most new "
+                        r"tokens of a sequence\), got NoneType$", dict(cu_seqlens_q=[0, 1])),
+            (attnjit.AttnjitError, r"^max_seqlen_q: got 2147483648",
+             dict(cu_seqlens_q=[0, 1], max_seqlen_q=2**31)),
         ]
         for error, message, kwargs in cases:
             with self.subTest(**{k: repr(v) for k, v in kwargs.items()}):

@@ -1,8 +1,9 @@
 """attnjit.attention_with_kvcache's checks of the cache's contents under ATTNJIT_DEBUG=1, on a
 CUDA device: a cached length beyond the capacity (or leaving no room for the appended rows), a
-negative one, and a block table entry that is not a page of the pool are refused with one
-AttnjitError naming the entry, its value and what is accepted, before anything is written
-(the caches keep their bytes although the call appends). Without ATTNJIT_DEBUG the same
+negative one, a block table entry that is not a page of the pool, and ragged new tokens'
+boundaries that do not describe q's rows are refused with one AttnjitError naming the entry,
+its value and what is accepted, before anything is written (the caches keep their bytes
+although the call appends). Without ATTNJIT_DEBUG the same
 calls are not checked (no synchronization), and a valid call gives the same output either way.
 
 Skipped unless PyTorch and a CUDA device are available. The seed of the random data is printed;
@@ -102,6 +103,22 @@ class KvCacheDebugTest(TemporaryCacheTest):
         self.refused(f"kv_cache.block_table[2][1]: got '-1'; accepted: 0 to {BATCH * PAGES - 1} "
                      "(the pages of k and v; sequence 2 uses its first 2 entries)", self.pool_k,
                      self.pool_v, self.lengths, self.table)
+
+    def test_ragged_boundaries(self):
+        q = self.q.reshape(BATCH * NEW, HEADS, DIM)
+        for cu, message in (
+                ([0, 2, 3, 5], f"kv_cache.cu_seqlens_q[3]: got '5'; accepted: {BATCH * NEW} "
+                               "(total_q: the packed rows of q)"),
+                ([0, 2, 1, 6], "kv_cache.cu_seqlens_q[2]: got '1'; accepted: >= cu_seqlens_q[1] "
+                               "= 2 (boundaries never decrease)"),
+                ([0, 3, 4, 6], "kv_cache.max_seqlen_q: got '2'; accepted: at least 3 (sequence 0 "
+                               "has that many new tokens)")):
+            with self.subTest(cu=cu), self.assertRaises(attnjit.AttnjitError) as caught:
+                attnjit.attention_with_kvcache(
+                    q, self.k_cache, self.v_cache, self.lengths, causal=True,
+                    cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device="cuda"),
+                    max_seqlen_q=NEW)
+            self.assertEqual(str(caught.exception), message)
 
     def test_valid_calls_agree_with_and_without_the_checks(self):
         for paged in (False, True):

@@ -237,8 +237,9 @@ class KvCacheTest(KvCacheCase):
                                           new_tokens=new_tokens, causal=causal, window=window)
 
     def test_long_cache_many_splits(self):
+        # 200 splits of 5000 keys: more splits than a warp's lanes in the merge, and empty ones.
         self.run_case(batch=3, capacity=5000, heads=32, kv_heads=8, head_dim=128, new_tokens=1,
-                      splits=(1, 0, 2, 7, 64))
+                      splits=(1, 0, 2, 7, 64, 200))
         self.run_case(batch=2, capacity=4099, heads=8, kv_heads=2, head_dim=64, new_tokens=5,
                       causal=True, splits=(1, 0, 13), dtype=torch.float16)
 
@@ -294,6 +295,70 @@ class KvCacheTest(KvCacheCase):
                 (want, _), (lowp, _) = references(q, expected_k, expected_v, total, causal=True,
                                                   scale=1.0 / math.sqrt(d))
                 self.check(f"append page={page_size}", o, want, lowp)
+
+    def test_ragged_new_tokens(self):
+        """cu_seqlens_q packs 0 to 8 new tokens per sequence (speculative decoding), causal
+        among them: each sequence's rows of o and columns of the LSE equal its own reference,
+        for every split count; with k= and v= (packed the same way) each sequence appends its
+        own rows, bit for bit."""
+        batch, capacity, heads, kv_heads, d = 6, 400, 32, 8, 128
+        scale = 1.0 / math.sqrt(d)
+        for page_size in (None, 16):
+            for append in (False, True):
+                counts = [1, 8, 0, 3, 5, 2]
+                self.rng.shuffle(counts)
+                # Keys per sequence, new ones included: one holds only its new tokens.
+                lengths = [c + (0 if i == 0 else self.rng.randint(1, capacity - 8))
+                           for i, c in enumerate(counts)]
+                label = f"page={page_size} append={append} counts={counts} lengths={lengths}"
+                cu = [0]
+                for c in counts:
+                    cu.append(cu[-1] + c)
+                q = self.randn(cu[-1], heads, d)
+                k, v = self.caches(batch, capacity, kv_heads, d, d, lengths, torch.bfloat16)
+                k_new = v_new = None
+                cached = lengths
+                given_k, given_v = k, v
+                if append:
+                    cached = [length - c for length, c in zip(lengths, counts)]
+                    k_new = torch.cat([k[b, cached[b]:lengths[b]] for b in range(batch)])
+                    v_new = torch.cat([v[b, cached[b]:lengths[b]] for b in range(batch)])
+                    given_k, given_v = k.clone(), v.clone()
+                    for b in range(batch):
+                        given_k[b, cached[b]:] = math.nan
+                        given_v[b, cached[b]:] = math.nan
+                cache_k, cache_v, table = given_k, given_v, None
+                if page_size is not None:
+                    cache_k, cache_v, table = self.paged(given_k, given_v, page_size, False,
+                                                         cached)
+                seqlens = torch.tensor(cached, dtype=torch.int32, device="cuda")
+                cu_seqlens_q = torch.tensor(cu, dtype=torch.int32, device="cuda")
+                for splits in (0, 1, 3) if not append else (0,):
+                    o, lse = attnjit.attention_with_kvcache(
+                        q, cache_k, cache_v, seqlens, table, k=k_new, v=v_new, causal=True,
+                        num_splits=splits, return_lse=True, cu_seqlens_q=cu_seqlens_q,
+                        max_seqlen_q=max(counts))
+                    torch.cuda.synchronize()
+                    self.assertEqual(tuple(o.shape), (cu[-1], heads, d))
+                    self.assertEqual(tuple(lse.shape), (heads, cu[-1]))
+                    for b in range(batch):
+                        if counts[b] == 0:
+                            continue
+                        rows = slice(cu[b], cu[b + 1])
+                        (want_o, want_lse), (lowp_o, _) = references(
+                            q[rows].unsqueeze(0), k[b:b + 1], v[b:b + 1], [lengths[b]],
+                            causal=True, scale=scale)
+                        where = f"{label} splits={splits} sequence {b}"
+                        self.check(f"{where}: o", o[rows], want_o[0], lowp_o[0])
+                        self.check(f"{where}: lse", lse[:, rows], want_lse[0], want_lse[0])
+                if append:
+                    got_k = self.logical(cache_k, table, capacity)
+                    got_v = self.logical(cache_v, table, capacity)
+                    for b, length in enumerate(lengths):
+                        self.assertTrue(torch.equal(got_k[b, :length].view(torch.int16),
+                                                    k[b, :length].view(torch.int16)), label)
+                        self.assertTrue(torch.equal(got_v[b, :length].view(torch.int16),
+                                                    v[b, :length].view(torch.int16)), label)
 
     def test_graph_replay_with_new_lengths(self):
         batch, capacity, heads, kv_heads, d = 4, 2000, 32, 8, 128
@@ -475,7 +540,9 @@ class KvCacheOperatorTest(KvCacheCase):
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         message = r"^q.dim\(\): got 3; accepted: 4 \(\[batch, seqlen_q, heads, head_dim\]\)$"
-        scalars = ("none", 0.0, -1, 0, 0.0, None, 0, False)
+        # cu_seqlens_q, max_seqlen_q, mask, scale, window_left, window_right, softcap, sinks,
+        # num_splits, return_lse
+        scalars = (None, 0, "none", 0.0, -1, 0, 0.0, None, 0, False)
         ops = torch.ops.attnjit
         for mode in (None, FakeTensorMode):
             with self.subTest(fake=mode is not None), mode() if mode else contextlib.nullcontext():
@@ -497,16 +564,21 @@ class KvCacheOperatorTest(KvCacheCase):
                         for _ in range(2))
         # mask, scale, window_left, window_right, softcap, sinks, num_splits, return_lse
         scalars = ("causal", 0.0, -1, 0, 0.0, None, 3, True)
+        # Ragged new tokens: the same rows packed, every sequence with NEW of them.
+        packed = q.reshape(-1, *q.shape[2:])
+        cu = torch.arange(0, packed.shape[0] + 1, self.NEW, dtype=torch.int32, device="cuda")
         ops = torch.ops.attnjit
-        cases = ((ops.attention_with_kvcache.default,
-                  (q, cache_k, cache_v, seqlens, table) + scalars),
-                 (ops.attention_with_kvcache_append.default,
-                  (q, cache_k, cache_v, seqlens, table, k_new, v_new) + scalars))
-        for op, arguments in cases:
-            with self.subTest(op=op.name()):
+        cases = (("padded", ops.attention_with_kvcache.default,
+                  (q, cache_k, cache_v, seqlens, table, None, 0) + scalars),
+                 ("ragged", ops.attention_with_kvcache.default,
+                  (packed, cache_k, cache_v, seqlens, table, cu, self.NEW) + scalars),
+                 ("append", ops.attention_with_kvcache_append.default,
+                  (q, cache_k, cache_v, seqlens, table, k_new, v_new, None, 0) + scalars))
+        for label, op, arguments in cases:
+            with self.subTest(op=op.name(), case=label):
                 torch.library.opcheck(op, arguments)  # every test, inputs without gradients
                 # The registration test runs only when an input requires a gradient.
-                grad = (q.detach().clone().requires_grad_(),) + arguments[1:]
+                grad = (arguments[0].detach().clone().requires_grad_(),) + arguments[1:]
                 torch.library.opcheck(op, grad, test_utils="test_autograd_registration")
 
 

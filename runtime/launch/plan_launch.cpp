@@ -291,15 +291,16 @@ std::int64_t decode_splits(const Shapes& s, std::int64_t sm_count) {
   const std::int64_t row_tiles = s.kv_heads > 0 ? (s.heads / s.kv_heads * s.seqlen_q + 15) / 16 : 1;
   const std::int64_t ctas =
       std::max<std::int64_t>(1, std::int64_t{s.batch} * s.kv_heads * row_tiles);
-  // One CTA per SM streams the cache at the copy's bandwidth (each keeps ~100 KB in flight),
-  // and more splits only add merge work: the smallest count that gives at least 90% of the
-  // SMs a CTA, each split keeping at least one 64-key block. Measured on an H200 (graph
-  // replays, d128, 32/8 heads): 1 x 32K 39.9 us at 16 splits against 42.3 at 29 (two CTAs
-  // per SM) and 54.2 at 40 (two waves); 16 x 1K 21.2 us unsplit against 24.6 at 2; 1 x 1K
-  // 8.5 us at 16 splits against 10.6 at 4 (short splits finish in one memory round trip).
+  // Both CTA slots of every SM (a decode CTA holds about 100 KB of shared memory, most of it
+  // in flight): one CTA per SM left a paged cache (whose copies wait on block-table reads)
+  // and head dim 64 well short of the copy's bandwidth, while a second wave only adds time.
+  // The smallest count that fills at least 90% of the slots, each split keeping at least one
+  // 64-key block (short splits finish in one memory round trip), and more splits only add
+  // merge work.
   const std::int64_t most =
       std::clamp<std::int64_t>((std::int64_t{s.seqlen_k} + 63) / 64, 1, kMaxDecodeSplits);
-  const std::int64_t wanted = (9 * sms + 10 * ctas - 1) / (10 * ctas);
+  const std::int64_t slots = 2 * sms;
+  const std::int64_t wanted = (9 * slots + 10 * ctas - 1) / (10 * ctas);
   return std::clamp<std::int64_t>(wanted, 1, most);
 }
 

@@ -140,16 +140,16 @@ TEST_CASE("the split count gives the SMs a CTA each and takes what is asked",
   s.seqlen_q = 1;
   s.batch = 64;
   s.seqlen_k = 8192;
-  CHECK(jit::detail::decode_splits(s, 132) == 1);  // 512 CTAs
+  CHECK(jit::detail::decode_splits(s, 132) == 1);  // 512 CTAs: two slots of every SM
   s.batch = 16;
-  CHECK(jit::detail::decode_splits(s, 132) == 1);  // 128 CTAs: 97% of the SMs
+  CHECK(jit::detail::decode_splits(s, 132) == 2);  // 128 CTAs: 256 fill 97% of 264 slots
   s.batch = 4;
-  CHECK(jit::detail::decode_splits(s, 132) == 4);  // 32 CTAs: 128
+  CHECK(jit::detail::decode_splits(s, 132) == 8);  // 32 CTAs: 256
   s.batch = 1;
   s.seqlen_k = 32768;
-  CHECK(jit::detail::decode_splits(s, 132) == 15);  // 8 CTAs: 120 >= 0.9 x 132
+  CHECK(jit::detail::decode_splits(s, 132) == 30);  // 8 CTAs: 240 >= 0.9 x 264
   s.seqlen_q = 8;  // two 16-row tiles of 4 query heads x 8 tokens per KV head
-  CHECK(jit::detail::decode_splits(s, 132) == 8);
+  CHECK(jit::detail::decode_splits(s, 132) == 15);
   s.seqlen_q = 1;
   s.seqlen_k = 300;  // at least 64 keys a split
   CHECK(jit::detail::decode_splits(s, 132) == 5);

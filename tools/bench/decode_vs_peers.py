@@ -290,8 +290,9 @@ def measure_attnjit(args, sets, reference, causal, window, bytes_moved, copy_gbp
 
 
 def measure_peers(args, sets, compiled_flex):
-    """{peer: ms or failed(...)} on `sets` (contiguous [B, Hkv, L, D] copies of the cache),
-    and SDPA efficient's output on the first set ([B, Sq, H, D]) or None."""
+    """{peer: ms or failed(...)} eager and as CUDA-graph replays on `sets` (contiguous
+    [B, Hkv, L, D] copies of the cache), and SDPA efficient's output on the first set
+    ([B, Sq, H, D]) or None."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -309,22 +310,29 @@ def measure_peers(args, sets, compiled_flex):
     def flex(q, k, v):
         return compiled_flex(q, k, v, enable_gqa=gqa)
 
-    times, efficient_output = {}, None
+    times, graph_times, efficient_output = {}, {}, None
     for name in args.peers:
-        context = sdpa_kernel(backends[name]) if name in backends else contextlib.nullcontext()
+        def context():  # a fresh one for each entry: a context manager is entered once
+            return sdpa_kernel(backends[name]) if name in backends else contextlib.nullcontext()
+
         function = sdpa if name in backends else flex
         try:
-            with context:
+            with context():
                 output = function(*sets[0])
                 times[name] = median_ms(function, sets, args.warmup, args.runs)
         except Exception as error:  # a peer that cannot run this problem: reported
-            times[name] = failed(error)
+            times[name] = graph_times[name] = failed(error)
             continue
+        try:
+            with context():
+                graph_times[name] = graph_replay_ms(function, sets, args.warmup, args.runs)
+        except Exception as error:  # a capture the peer does not survive: reported
+            graph_times[name] = failed(error)
         if name == "SDPA efficient":
             efficient_output = output.transpose(1, 2).float()
         del output
         torch.cuda.synchronize()
-    return times, efficient_output
+    return times, graph_times, efficient_output
 
 
 def copy_gbps(warmup, runs):
@@ -399,11 +407,11 @@ def main():
         sets = random_sets(input_set_count(cache_bytes, l2_bytes), batch, length, new_tokens,
                            heads, kv_heads, dim)
         peer_sets = [tuple(t.transpose(1, 2).contiguous() for t in inputs) for inputs in sets]
-        times, efficient_output = measure_peers(args, peer_sets, compiled_flex)
+        times, graph_times, efficient_output = measure_peers(args, peer_sets, compiled_flex)
         del peer_sets
         torch.cuda.empty_cache()
         peer_rows.append(dict(batch=batch, length=length, new_tokens=new_tokens, dim=dim,
-                              times=times))
+                              times=times, graph_times=graph_times))
         causal = new_tokens > 1
         if efficient_output is not None and not causal:
             reference, reference_name = efficient_output, "eff"
@@ -425,7 +433,7 @@ def main():
             labels = dict(batch=batch, length=length, new_tokens=new_tokens, dim=dim,
                           layout=layout, reference=reference_name)
             row = measure_attnjit(args, layout_sets, reference, causal, None, bytes_moved, copy)
-            rows.append(dict(labels, times=times, **row))
+            rows.append(dict(labels, times=times, graph_times=graph_times, **row))
             failures.extend(row_failures(f"B={batch} L={length} Sq={new_tokens} D={dim} "
                                          f"{layout}", row))
             if window_reference is not None:
@@ -484,17 +492,22 @@ def main():
         "Sq > 1: attnjit ran causal=True (the new tokens attend bottom-right); the peers ran "
         "with no mask (is_causal=False, no block mask), a slightly larger problem. Peers read "
         "contiguous [B, Hkv, L, D] copies of the cache; a paged row's peers are the contiguous "
-        "ones. Speedup: best peer ms over attnjit ms (both eager). Max diff: against SDPA "
+        "ones. Speedup: best peer ms over attnjit ms, both eager (one call at a time from "
+        "Python: at small sizes mostly host time) and both as CUDA-graph replays (what serving "
+        "engines run). Max diff: against SDPA "
         f"efficient (eff) or a float32 reference (fp32); MISMATCH above {MAX_DIFF}.", "",
-        "### Peers (ms)", "",
+        "### Peers (ms, eager / graph)", "",
         "| B | L | Sq | D | " + " | ".join(args.peers) + " |",
         "|---:|---:|---:|---:|" + "---:|" * len(args.peers)]
+    def ms_cell(value):
+        return value if isinstance(value, str) else f"{value:.3f}"
+
     for peer in peer_rows:
-        cells = [peer["times"][name] for name in args.peers]
+        cells = [peer["times"][name] if isinstance(peer["times"][name], str) else
+                 f"{ms_cell(peer['times'][name])} / {ms_cell(peer['graph_times'][name])}"
+                 for name in args.peers]
         lines.append(f"| {peer['batch']} | {peer['length']} | {peer['new_tokens']} | "
-                     f"{peer['dim']} | " + " | ".join(
-                         cell if isinstance(cell, str) else f"{cell:.3f}" for cell in cells)
-                     + " |")
+                     f"{peer['dim']} | " + " | ".join(cells) + " |")
     if ragged_rows:
         lengths = sorted(drawn)
         lines += [
@@ -529,17 +542,25 @@ def main():
     lines += [
         "", "### attnjit against the best peer", "",
         "| B | L | Sq | D | layout | attnjit ms | graph ms | GB/s | % copy | best peer (ms) | "
-        "speedup | max diff |",
-        "|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---:|---|"]
+        "speedup | best peer graph (ms) | graph speedup | max diff |",
+        "|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---:|---|---:|---|"]
+
+    def best_of(times, ours):
+        """The best peer's cell and our speedup over it ('-' without our time)."""
+        ran = {name: ms for name, ms in times.items() if not isinstance(ms, str)}
+        if not ran:
+            return "none ran", "-"
+        best = min(ran, key=ran.get)
+        return f"{best} {ran[best]:.3f}", "-" if ours is None else f"{ran[best] / ours:.2f}x"
+
     for row in rows:
-        ran = {name: ms for name, ms in row["times"].items() if not isinstance(ms, str)}
-        best = min(ran, key=ran.get) if ran else None
-        best_cell = f"{best} {ran[best]:.3f}" if best else "none ran"
-        speedup = f"{ran[best] / row['ms']:.2f}x" if best and "ms" in row else "-"
+        eager = best_of(row["times"], row.get("ms"))
+        graph = best_of(row["graph_times"], row.get("graph_ms"))
         lines.append(
             f"| {row['batch']} | {row['length']} | {row['new_tokens']} | {row['dim']} | "
             f"{row['layout']} | " + " | ".join(attnjit_cells(row)) +
-            f" | {best_cell} | {speedup} | {diff_cell(row, row['reference'])} |")
+            f" | {eager[0]} | {eager[1]} | {graph[0]} | {graph[1]} | "
+            f"{diff_cell(row, row['reference'])} |")
     publish("\n".join(lines) + "\n", args.out, failures)
 
 

@@ -17,6 +17,7 @@ import os
 import sys
 import unittest
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -35,18 +36,12 @@ class KvCacheDebugTest(TemporaryCacheTest):
     def setUpClass(cls):
         super().setUpClass()
         print(f"\ntest_kvcache_debug_gpu: seed {SEED} (ATTNJIT_TEST_SEED={SEED} repeats it)")
-        cls.saved_debug = os.environ.get("ATTNJIT_DEBUG")
-
-    @classmethod
-    def tearDownClass(cls):
-        if cls.saved_debug is None:
-            os.environ.pop("ATTNJIT_DEBUG", None)
-        else:
-            os.environ["ATTNJIT_DEBUG"] = cls.saved_debug
-        super().tearDownClass()
 
     def setUp(self):
-        os.environ["ATTNJIT_DEBUG"] = "1"
+        # The library reads ATTNJIT_DEBUG at every call; the environment is restored after.
+        environment = mock.patch.dict(os.environ, {"ATTNJIT_DEBUG": "1"})
+        environment.start()
+        self.addCleanup(environment.stop)
         generator = torch.Generator(device="cuda").manual_seed(SEED)
 
         def randn(*shape):

@@ -151,14 +151,17 @@ struct DecodeSm80 {
   }
 
   /// The chunks of Tile's rows of K (kK, into the tile at `smem`) and of V (kV, into the tile
-  /// at `smem`, or after K's with both). With both, pairs of iterations are unrolled so that
-  /// their block-table reads overlap; K and V apart (unequal head dims) are not unrolled (the
-  /// (192, 128) window kernel spilled).
+  /// at `smem`, or after K's with both). With both, a paged cache unrolls up to eight
+  /// iterations, so that their block-table reads are all in flight before the copies that
+  /// wait on them (one read at a time left pages of 16 10-33% behind a contiguous cache), a
+  /// contiguous one pairs of iterations; K and V apart (unequal head dims) are not unrolled
+  /// (the (192, 128) window kernel spilled).
   template <class Tile, bool kK, bool kV>
   __device__ __forceinline__ static void copy_rows(const FwdParams& p, const DecodeWork& w,
                                                    u32 smem, int key0, int thread) {
     constexpr int kTotal = kBlockN * Tile::kChunks;
-    constexpr int kUnroll = kK && kV ? 2 : 1;
+    constexpr int kIterations = (kTotal + kThreads - 1) / kThreads;
+    constexpr int kUnroll = kK && kV ? (kPaged ? (kIterations < 8 ? kIterations : 8) : 2) : 1;
 #pragma unroll kUnroll
     for (int index = thread; index < kTotal; index += kThreads) {
       const int row = index / Tile::kChunks;

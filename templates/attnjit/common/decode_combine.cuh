@@ -8,8 +8,8 @@
 // Its first warp reads every split's LSE at once (at most kMaxSplits, 8 a lane) and leaves the
 // weights in shared memory; then groups of kHeadDimV / 4 threads each sum every kGroups-th
 // split's row in 16-byte loads, several splits in flight per thread (the row of every split is
-// written by decode.cuh, zeros where it saw no key), and the groups' sums meet in shared memory.
-// A loop of dependent loads (one split after the other) took 9.6 us for 29 splits at batch 1.
+// written by decode.cuh, zeros where it saw no key), and the groups' sums meet in shared memory:
+// at batch 1 the merge is a few rows of many splits, where a loop of dependent loads is slow.
 #pragma once
 
 #include "attnjit/common/kv_cache.cuh"

@@ -153,9 +153,9 @@ struct DecodeSm80 {
   /// The chunks of Tile's rows of K (kK, into the tile at `smem`) and of V (kV, into the tile
   /// at `smem`, or after K's with both). With both, a paged cache unrolls up to eight
   /// iterations, so that their block-table reads are all in flight before the copies that
-  /// wait on them (one read at a time left pages of 16 10-33% behind a contiguous cache), a
-  /// contiguous one pairs of iterations; K and V apart (unequal head dims) are not unrolled
-  /// (the (192, 128) window kernel spilled).
+  /// wait on them (a read at a time starved the copies), a contiguous one pairs of
+  /// iterations; K and V apart (unequal head dims) are not unrolled (the (192, 128) window
+  /// kernel spilled).
   template <class Tile, bool kK, bool kV>
   __device__ __forceinline__ static void copy_rows(const FwdParams& p, const DecodeWork& w,
                                                    u32 smem, int key0, int thread) {

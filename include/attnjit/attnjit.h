@@ -279,7 +279,8 @@ ATTNJIT_API int attnjit_compile_for_device(const char* spec_text, int device, at
  * seqused_k; a spec with sinks=true takes sinks (fp32 [H] sink logits, forward and backward)
  * and, in a backward launch, d_sinks (fp32 [H], the sinks' gradient, written whole by each
  * run); a kv_cache spec's launch (attnjit_launch_prepare_kvcache) takes cache_seqlens,
- * block_table, k_new and v_new (see attnjit_forward_kvcache). Newer slots come after older
+ * block_table, k_new and v_new, and cu_seqlens_q for ragged new tokens (see
+ * attnjit_forward_kvcache). Newer slots come after older
  * ones, so the older counts stay valid: a caller may pass ATTNJIT_SLOT_COUNT_PADDED slots
  * (padded batches, no sinks), ATTNJIT_SLOT_COUNT_VARLEN slots (no sinks) or
  * ATTNJIT_SLOT_COUNT_SINKS slots (no cache) to the prepare call and then that many pointers

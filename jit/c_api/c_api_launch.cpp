@@ -274,6 +274,16 @@ void prepare(const attnjit_kernel* kernel, const attnjit_tensor* tensors, int te
       }
     }
   }
+  if (batch == Batch::cache) {
+    // Ragged new tokens: the boundaries and their largest count together.
+    const bool ragged = launch->present[ATTNJIT_SLOT_CU_SEQLENS_Q];
+    if (ragged ? scalars.max_seqlen_q < 1 : scalars.max_seqlen_q != 0) {
+      attnjit::throw_field_error(
+          "kv_cache.max_seqlen_q", std::to_string(scalars.max_seqlen_q),
+          ragged ? "1 or more (the most new tokens of a sequence) with a cu_seqlens_q tensor"
+                 : "0 without a cu_seqlens_q tensor");
+    }
+  }
   if (!varlen) {
     for (int slot : kVarlenSlots) {
       if (batch == Batch::cache && slot == ATTNJIT_SLOT_CU_SEQLENS_Q) continue;

@@ -253,8 +253,9 @@ TEST_CASE("ragged new tokens are packed rows of q, o, lse and the appended keys"
   };
   ForwardArgs a = ragged_args();
   a.q = paged_args().q;
-  CHECK(refusal(a) == "q.rank: got '4'; accepted: 3 ([total_q, heads, head_dim]: new tokens "
-                      "packed by cu_seqlens_q)");
+  CHECK(refusal(a) ==
+        "q.rank: got '4'; accepted: 3 ([total_q, heads, head_dim]: new tokens "
+        "packed by cu_seqlens_q)");
   a = ragged_args();
   a.kv_cache.max_seqlen_q = 0;
   CHECK(refusal(a).starts_with("kv_cache.max_seqlen_q: got '0'; accepted: 1 to "));
@@ -278,8 +279,9 @@ TEST_CASE("ragged new tokens are packed rows of q, o, lse and the appended keys"
   a = ragged_args();
   a.kv_cache.k_new = contiguous_view(fake(0x70000), ScalarType::bf16, {2, 3, 2, 64});
   a.kv_cache.v_new = contiguous_view(fake(0x78000), ScalarType::bf16, {5, 2, 64});
-  CHECK(refusal(a).starts_with("kv_cache.k_new.rank: got '4'; accepted: 3 ([total_q, kv heads, "
-                               "head_dim]: each sequence appends its new tokens"));
+  CHECK(
+      refusal(a).starts_with("kv_cache.k_new.rank: got '4'; accepted: 3 ([total_q, kv heads, "
+                             "head_dim]: each sequence appends its new tokens"));
   a.kv_cache.k_new = contiguous_view(fake(0x70000), ScalarType::bf16, {4, 2, 64});
   CHECK(refusal(a) == "kv_cache.k_new.shape[0] (total_q): got '4'; accepted: 5 (total_q of q)");
   // The workspace follows B x max_seqlen_q rows: three splits of 2 x 3 x 8 rows of 64 floats.
@@ -348,6 +350,23 @@ TEST_CASE("a KV cache's launch is prepared with attnjit_launch_prepare_kvcache o
   REQUIRE(attnjit_launch_workspace_size(launch, &bytes) == ATTNJIT_OK);
   CHECK(bytes >= std::size_t{3} * 2 * 3 * 8 * (64 + 1) * 4);
   attnjit_launch_release(launch);
+  // Ragged new tokens: packed q and o, cu_seqlens_q in its slot and max_seqlen_q.
+  const ForwardArgs r = ragged_args();
+  slots[ATTNJIT_SLOT_Q] = descriptor(r.q);
+  slots[ATTNJIT_SLOT_O] = descriptor(r.o);
+  slots[ATTNJIT_SLOT_CU_SEQLENS_Q] = descriptor(r.kv_cache.cu_seqlens_q);
+  CHECK(c_error(attnjit_launch_prepare_kvcache(paged, slots.data(), ATTNJIT_SLOT_COUNT, 0.f, -1, 0,
+                                               0.f, 3, 0, -1, &launch)) ==
+        "kv_cache.max_seqlen_q: got '0'; accepted: 1 or more (the most new tokens of a "
+        "sequence) with a cu_seqlens_q tensor");
+  REQUIRE(attnjit_launch_prepare_kvcache(paged, slots.data(), ATTNJIT_SLOT_COUNT, 0.f, -1, 0, 0.f,
+                                         3, 3, -1, &launch) == ATTNJIT_OK);
+  REQUIRE(attnjit_launch_workspace_size(launch, &bytes) == ATTNJIT_OK);
+  CHECK(bytes >= std::size_t{3} * 2 * 3 * 8 * (64 + 1) * 4);
+  attnjit_launch_release(launch);
+  slots[ATTNJIT_SLOT_Q] = descriptor(a.q);
+  slots[ATTNJIT_SLOT_O] = descriptor(a.o);
+  slots[ATTNJIT_SLOT_CU_SEQLENS_Q] = {};
   // The cache's slots belong to a KV cache's launch.
   slots[ATTNJIT_SLOT_K] =
       descriptor(contiguous_view(fake(0x20000), ScalarType::bf16, {2, 64, 2, 64}));

@@ -131,19 +131,47 @@ struct DecodeSm80 {
   /// The softmax's modifiers: Score's without the sink, which joins the rows at the merge.
   typedef ScoreMod<Score::kSoftcap, Score::kAlibi, false> RowScore;
 
+  /// A paged cache at head dim 64 or 128 (K and V rows of as many chunks, four or eight copy
+  /// iterations a stage) reads each stage's pages a block ahead of its copies, so that the
+  /// block table's latency overlaps a block's compute instead of delaying the copies (at 96
+  /// ptxas spilled the pages; 32 and 256 were not measured).
+  static constexpr int kCopyIterations = (kBlockN * KTile::kChunks + kThreads - 1) / kThreads;
+  static constexpr bool kPrefetchPages =
+      kPaged && KTile::kChunks == VTile::kChunks && (kCopyIterations == 4 || kCopyIterations == 8);
+  /// The physical page of each row this thread copies in one stage (0 past the split's keys).
+  struct StagePages {
+    int page[kCopyIterations];
+  };
+
+  __device__ __forceinline__ static StagePages stage_pages(const FwdParams& p, const DecodeWork& w,
+                                                           int key0, int thread) {
+    StagePages pages;
+#pragma unroll
+    for (int i = 0; i < kCopyIterations; ++i) {
+      const int index = thread + i * kThreads;
+      const int key = key0 + index / KTile::kChunks;
+      const bool valid = index < kBlockN * KTile::kChunks && key < w.key_end;
+      pages.page[i] = valid ? static_cast<int>(cache_row<kPaged>(p, w.batch, key).page) : 0;
+    }
+    return pages;
+  }
+
   WarpAccumulator<1, kDTiles> acc_o;
   OnlineSoftmax<1> softmax;
 
   /// Copies keys [key0, key0 + kBlockN) of the split (those before key_end; the rest zero) of
   /// K and V into stage `stage`, by 16-byte chunks, consecutive threads on consecutive chunks
   /// of a row (coalesced). Where K's and V's rows have as many chunks, one pass copies both
-  /// from the row found once (in its page: one block-table read).
+  /// from the row found once (in its page: one block-table read, or with kPrefetched `pages`'
+  /// entry, read a block before).
+  template <bool kPrefetched = false>
   __device__ __forceinline__ static void load_block(const FwdParams& p, const DecodeWork& w,
-                                                    u32 smem, int stage, int key0, int thread) {
+                                                    u32 smem, int stage, int key0, int thread,
+                                                    const StagePages& pages = StagePages{}) {
     const u32 k_smem = smem + kKvOffset + stage * kStageBytes;
     const u32 v_smem = k_smem + KTile::kBytes;
     if constexpr (KTile::kChunks == VTile::kChunks) {
-      copy_rows<KTile, true, true>(p, w, k_smem, key0, thread);
+      copy_rows<KTile, true, true, kPrefetched>(p, w, k_smem, key0, thread, pages);
     } else {
       copy_rows<KTile, true, false>(p, w, k_smem, key0, thread);
       copy_rows<VTile, false, true>(p, w, v_smem, key0, thread);
@@ -156,19 +184,27 @@ struct DecodeSm80 {
   /// wait on them (a read at a time starved the copies), a contiguous one pairs of
   /// iterations; K and V apart (unequal head dims) are not unrolled (the (192, 128) window
   /// kernel spilled).
-  template <class Tile, bool kK, bool kV>
+  template <class Tile, bool kK, bool kV, bool kPrefetched = false>
   __device__ __forceinline__ static void copy_rows(const FwdParams& p, const DecodeWork& w,
-                                                   u32 smem, int key0, int thread) {
+                                                   u32 smem, int key0, int thread,
+                                                   const StagePages& pages = StagePages{}) {
     constexpr int kTotal = kBlockN * Tile::kChunks;
     constexpr int kIterations = (kTotal + kThreads - 1) / kThreads;
     constexpr int kUnroll = kK && kV ? (kPaged ? (kIterations < 8 ? kIterations : 8) : 2) : 1;
 #pragma unroll kUnroll
-    for (int index = thread; index < kTotal; index += kThreads) {
+    for (int i = 0; i < kIterations; ++i) {
+      const int index = thread + i * kThreads;
+      if (kTotal % kThreads != 0 && index >= kTotal) break;
       const int row = index / Tile::kChunks;
       const int chunk = index % Tile::kChunks;
       const int key = key0 + row;
       const bool valid = key < w.key_end;
-      const CacheRow cached = valid ? cache_row<kPaged>(p, w.batch, key) : CacheRow{0, 0};
+      CacheRow cached{0, 0};
+      if constexpr (kPrefetched) {
+        cached = {pages.page[i], key & ((1 << p.kv_cache.page_shift) - 1)};
+      } else if (valid) {
+        cached = cache_row<kPaged>(p, w.batch, key);
+      }
       const long long page = cached.page;
       const long long within = cached.within;
       const u32 at = smem + Tile::offset(row, chunk);
@@ -246,6 +282,10 @@ struct DecodeSm80 {
 
     const u32 k_lane = KTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
     const u32 v_lane = VTile::lane_offset(lane % 16, lane / 16);
+    StagePages ahead{};  // kPrefetchPages: the pages of the block the next iteration loads
+    if constexpr (kPrefetchPages) {
+      ahead = stage_pages(p, w, w.key_begin + (kStages - 1) * kBlockN, thread);
+    }
     for (int block = 0; block < blocks; ++block) {
       cp_async_wait<kStages - 2>();
       __syncthreads();
@@ -260,9 +300,13 @@ struct DecodeSm80 {
       // The stage computed in the block before is free for block + kStages - 1.
       const int next = block + kStages - 1;
       if (next < blocks) {
-        load_block(p, w, smem, next % kStages, w.key_begin + next * kBlockN, thread);
+        load_block<kPrefetchPages>(p, w, smem, next % kStages, w.key_begin + next * kBlockN, thread,
+                                   ahead);
       }
       cp_async_commit();
+      if constexpr (kPrefetchPages) {
+        ahead = stage_pages(p, w, w.key_begin + (next + 1) * kBlockN, thread);
+      }
 
       const int stage = block % kStages;
       const u32 k_smem = smem + kKvOffset + stage * kStageBytes;

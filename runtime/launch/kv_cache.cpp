@@ -94,14 +94,7 @@ std::optional<ForwardArgs> ragged_as_batch(const AttentionSpec& spec, const Forw
   out.o = ragged_rows(a.o, batch, c.max_seqlen_q);
   if (!a.lse.empty()) {
     const TensorView& l = a.lse;
-    if (l.dtype != ScalarType::fp32) throw_field_error("lse.dtype", name_of(l.dtype), "fp32");
-    if (l.rank != 2) {
-      throw_field_error("lse.rank", std::to_string(l.rank),
-                        "2 ([heads, total_q]: new tokens packed by cu_seqlens_q)");
-    }
-    check_same("lse.shape[0] (heads)", l.shape[0], a.q.shape[1], "heads of q");
-    check_same("lse.shape[1] (total_q)", l.shape[1], total_q, "total_q of q");
-    if (l.stride[1] != 1) throw_field_error("lse.stride[1]", std::to_string(l.stride[1]), "1");
+    check_packed_lse(l, a.q.shape[1], total_q, "new tokens packed by cu_seqlens_q");
     check_span("lse", l);
     check_no_overlap("lse", l);
     out.lse.rank = 3;

@@ -140,6 +140,18 @@ void check_activation(std::string_view name, const TensorView& t, ScalarType dty
   check_row_layout(name, t);
 }
 
+void check_packed_lse(const TensorView& lse, std::int64_t heads, std::int64_t total_q,
+                      std::string_view why) {
+  if (lse.dtype != ScalarType::fp32) throw_field_error("lse.dtype", name_of(lse.dtype), "fp32");
+  if (lse.rank != 2) {
+    throw_field_error("lse.rank", std::to_string(lse.rank),
+                      fmt::format("2 ([heads, total_q]: {})", why));
+  }
+  check_same("lse.shape[0] (heads)", lse.shape[0], heads, "heads of q");
+  check_same("lse.shape[1] (total_q)", lse.shape[1], total_q, "total_q of q");
+  if (lse.stride[1] != 1) throw_field_error("lse.stride[1]", std::to_string(lse.stride[1]), "1");
+}
+
 void check_same(std::string_view field, std::int64_t got, std::int64_t expected,
                 std::string_view what) {
   if (got != expected) {

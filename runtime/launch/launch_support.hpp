@@ -98,6 +98,11 @@ void check_span(std::string_view name, const TensorView& t);
 /// closer than what the smaller strides span).
 void check_no_overlap(std::string_view name, const TensorView& t);
 
+/// A packed batch's LSE: fp32 [heads, total_q], contiguous in total_q; `why` says in the rank's
+/// message why the rank is 2 (e.g. "the spec has varlen=true").
+void check_packed_lse(const TensorView& lse, std::int64_t heads, std::int64_t total_q,
+                      std::string_view why);
+
 /// Error naming `field` unless got == expected (`what`: the expected value's meaning).
 void check_same(std::string_view field, std::int64_t got, std::int64_t expected,
                 std::string_view what);

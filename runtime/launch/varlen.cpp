@@ -135,17 +135,9 @@ std::optional<Args> packed_as_batch(const AttentionSpec& spec, const Args& args)
     throw_field_error("k.shape[1] (kv heads)", std::to_string(kv_heads),
                       fmt::format("a divisor of the {} query heads (GQA/MQA)", heads));
   }
-  const TensorView& lse = args.lse;
-  if (!lse.empty()) {
-    if (lse.dtype != ScalarType::fp32) throw_field_error("lse.dtype", name_of(lse.dtype), "fp32");
-    if (lse.rank != 2) {
-      throw_field_error(
-          "lse.rank", std::to_string(lse.rank),
-          fmt::format("2 ([heads, total_q]: the spec has varlen={})", name_of(spec.varlen)));
-    }
-    check_same("lse.shape[0] (heads)", lse.shape[0], heads, "heads of q");
-    check_same("lse.shape[1] (total_q)", lse.shape[1], args.q.shape[0], "total_q of q");
-    if (lse.stride[1] != 1) throw_field_error("lse.stride[1]", std::to_string(lse.stride[1]), "1");
+  if (!args.lse.empty()) {
+    check_packed_lse(args.lse, heads, args.q.shape[0],
+                     fmt::format("the spec has varlen={}", name_of(spec.varlen)));
   }
   const TensorView& vectors = args.startend_row_indices;
   if (spec.mask.kind == MaskKind::flashmask && vectors.rank == 4 && vectors.shape[0] != 1) {

@@ -464,12 +464,15 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
     ragged = (cu_seqlens_q, _ffi.int_argument("max_seqlen_q", max_seqlen_q))
     arguments = (kind, scale, *window, _check_softcap(softcap), sinks,
                  _ffi.int_argument("num_splits", num_splits), return_lse)
+    _check_kv_pair(k, v)  # it chooses the operator
+    if not _through_operators(q):
+        # The tensor checks run once per call signature, in the launch.
+        o, lse = _launch.kvcache_forward(_torch, q, k_cache, v_cache, cache_seqlens, block_table,
+                                         k, v, *ragged, *arguments, check=_check_kvcache_tensors)
+        return (o, lse) if return_lse else o
     _check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens, block_table, k, v, sinks,
                            *ragged)
-    if not _through_operators(q):
-        o, lse = _launch.kvcache_forward(_torch, q, k_cache, v_cache, cache_seqlens, block_table,
-                                         k, v, *ragged, *arguments)
-    elif k is None:
+    if k is None:
         o, lse = _ops.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
                                              *ragged, *arguments)
     else:
@@ -975,17 +978,23 @@ def _check_tensors(q, k, v, indices=None, slopes=None, sinks=None):
         _check_head_vector(torch, "sinks", sinks, q.shape[2], q, "one sink logit")
 
 
+def _check_kv_pair(k, v):
+    """attention_with_kvcache's k and v: both (the new keys and values to append) or neither."""
+    if (k is None) != (v is None):
+        given, missing = ("k", "v") if v is None else ("v", "k")
+        raise AttnjitError(f"{missing}: None while {given} is given; accepted: k and v together "
+                           "(the new keys and values to append), or neither")
+
+
 def _check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens=None, block_table=None,
                            k=None, v=None, sinks=None, cu_seqlens_q=None, max_seqlen_q=0):
     """attention_with_kvcache's checks that need no device and read no tensor's values: k and v
     together or neither (they choose the operator), every tensor argument a torch.Tensor, q of
     rank 4 (3 with cu_seqlens_q) and the caches of rank 4 (the output's shape reads them). The
     library checks the rest (dtypes, devices, shapes, layouts, max_seqlen_q) when it prepares
-    the launch. The calls, traced or not, and the operators' fake implementations run them."""
-    if (k is None) != (v is None):
-        given, missing = ("k", "v") if v is None else ("v", "k")
-        raise AttnjitError(f"{missing}: None while {given} is given; accepted: k and v together "
-                           "(the new keys and values to append), or neither")
+    the launch. The calls, traced or not (eager ones once per call signature), and the
+    operators' fake implementations run them."""
+    _check_kv_pair(k, v)
     _torch_of(q, "q")
     for name, tensor in (("k_cache", k_cache), ("v_cache", v_cache)):
         _torch_of(tensor, name)

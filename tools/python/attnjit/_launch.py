@@ -362,16 +362,28 @@ def kvcache_output_shapes(q, v_cache, cu_seqlens_q, return_lse):
 
 def kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new,
                     cu_seqlens_q, max_seqlen_q, mask, scale, window_left, window_right, softcap,
-                    sinks, num_splits, return_lse):
+                    sinks, num_splits, return_lse, check=None):
     """attnjit.attention_with_kvcache's launch: (o, lse or None). mask is none, causal or
     sliding_window; a block table makes the cache paged; cu_seqlens_q (with max_seqlen_q, else
-    None and 0) packs the new tokens."""
-    key = ("kvcache", mask, scale, window_left, window_right, softcap, num_splits, return_lse,
-           max_seqlen_q, _signature(q), _signature(k_cache), _signature(v_cache),
-           _signature(cache_seqlens), _signature(block_table), _signature(k_new),
-           _signature(v_new), _signature(cu_seqlens_q), _signature(sinks))
+    None and 0) packs the new tokens. `check(q, k_cache, v_cache, cache_seqlens, block_table,
+    k_new, v_new, sinks, cu_seqlens_q, max_seqlen_q)` runs the first time a call signature is
+    seen, as in forward()."""
+    checked = (q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, sinks,
+               cu_seqlens_q, max_seqlen_q)
+    try:
+        key = ("kvcache", mask, scale, window_left, window_right, softcap, num_splits,
+               return_lse, max_seqlen_q, _signature(q), _signature(k_cache),
+               _signature(v_cache), _signature(cache_seqlens), _signature(block_table),
+               _signature(k_new), _signature(v_new), _signature(cu_seqlens_q),
+               _signature(sinks))
+    except (AttributeError, TypeError):
+        if check is not None:
+            check(*checked)
+        raise
     call = _calls.get(key)
     if call is None:
+        if check is not None:
+            check(*checked)
         index = device_index((("q", q), ("k_cache", k_cache), ("v_cache", v_cache),
                               ("cache_seqlens", cache_seqlens), ("block_table", block_table),
                               ("k", k_new), ("v", v_new), ("cu_seqlens_q", cu_seqlens_q),

@@ -274,7 +274,7 @@ std::string emit_sinks(const Lowering& ir, const KernelDesc& kernel) {
   return w.str();
 }
 
-// The decode kernel (decode.cuh): its Config, the mask by index and the cache's layout as
+// The decode kernel (decode.cuh): its Config, the mask's policy and the cache's layout as
 // template arguments, the score modifiers' hook.
 std::string emit_decode(const Lowering& ir, const KernelDesc& kernel) {
   const KernelRow& row = kernel_row(kernel.row);
@@ -285,13 +285,10 @@ std::string emit_decode(const Lowering& ir, const KernelDesc& kernel) {
   w.line("namespace {{");
   w.blank();
   emit_config(w, row, tiles, ir);
+  emit_mask_policy(w, ir, kernel);
   emit_score_mod(w, spec, kernel.role);
-  const std::string_view mask = spec.mask.kind == MaskKind::causal ? "attnjit::kDecodeCausal"
-                                : spec.mask.kind == MaskKind::sliding_window
-                                    ? "attnjit::kDecodeWindow"
-                                    : "attnjit::kDecodeNoMask";
   const std::string arguments =
-      fmt::format("Config, {}, /*kPaged=*/{}{}", mask, spec.kv_cache == KvCache::paged,
+      fmt::format("Config, Mask, /*kPaged=*/{}{}", spec.kv_cache == KvCache::paged,
                   score_mod_argument(spec, kernel.role));
   w.line("static_assert(attnjit::{}<{}>::kSmemBytes == {},", row.kernel_struct, arguments,
          kernel.dynamic_smem_bytes);

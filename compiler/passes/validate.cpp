@@ -118,7 +118,7 @@ void check_varlen(const AttentionSpec& spec) {
 }
 
 // Attention against a KV cache: the decode kernels take forward passes over padded batches with
-// masks by index (none, causal, a window) and the score modifiers but ALiBi.
+// masks by index (none, causal, a window) or FlashMask vectors, and every score modifier.
 void check_kv_cache(const AttentionSpec& spec) {
   const std::string_view cache = name_of(spec.kv_cache);
   if (spec.direction != Direction::forward) {
@@ -132,15 +132,11 @@ void check_kv_cache(const AttentionSpec& spec) {
                             cache, name_of(spec.varlen)));
   }
   const MaskKind kind = spec.mask.kind;
-  if (kind != MaskKind::none && kind != MaskKind::causal && kind != MaskKind::sliding_window) {
-    throw Error(fmt::format("mask: {} with kv_cache={}; accepted: none, causal, sliding_window "
-                            "(FlashMask vectors and predicates over a KV cache are not supported "
-                            "in this version)",
-                            name_of(kind), cache));
-  }
-  if (spec.alibi) {
-    throw_field_error("alibi", "true",
-                      fmt::format("false with kv_cache={} in this version", cache));
+  if (kind == MaskKind::predicate) {
+    throw Error(fmt::format("mask: predicate with kv_cache={}; accepted: none, causal, "
+                            "sliding_window, flashmask (predicates over a KV cache are not "
+                            "supported in this version)",
+                            cache));
   }
   if (!spec.tiles.is_auto()) {
     throw_field_error("tiles", to_string(spec.tiles),

@@ -69,12 +69,18 @@ LaunchExpr when_split() {
   return min(LaunchExpr(Extent::splits) + -1, 1);
 }
 
-// The split's rows: fp32 [splits, B, Sq, H, Dv] and LSEs [splits, B, Sq, H].
-std::vector<BufferNeed> decode_buffers(const KernelDesc&, const Lowering& ir) {
+// The split's rows: fp32 [splits, B, Sq, H, Dv] and LSEs [splits, B, Sq, H]; the decode kernel
+// also reads the FlashMask vectors' min/max tables of its key blocks.
+std::vector<BufferNeed> decode_buffers(const KernelDesc& kernel, const Lowering& ir) {
   const LaunchExpr rows =
       when_split() * Extent::splits * Extent::batch * Extent::seqlen_q * Extent::heads;
-  return {{ParamField::o_partial, {"o_partial", rows * (ir.spec.head_dim_v * 4), false}},
-          {ParamField::lse_partial, {"lse_partial", rows * 4, false}}};
+  std::vector<BufferNeed> needs{
+      {ParamField::o_partial, {"o_partial", rows * (ir.spec.head_dim_v * 4), false}},
+      {ParamField::lse_partial, {"lse_partial", rows * 4, false}}};
+  if (kernel.role == KernelRole::decode && ir.mask->needs_minmax) {
+    needs.push_back({ParamField::minmax, minmax_table(kDecodeBlockN, ir)});
+  }
+  return needs;
 }
 
 RowLaunch decode_launch(const KernelDesc& kernel, const Lowering&) {

@@ -119,6 +119,8 @@ struct KvCacheArgs {
 /// multiples of 8 elements (16-byte rows); H must be a multiple of Hkv (GQA/MQA).
 /// lse [B, H, Sq] fp32, contiguous in Sq; required iff the spec has return_lse=true.
 /// startend_row_indices: int32 [B, Hm, Sk, C], contiguous, Hm in {1, Hkv}; flashmask only.
+/// Over a KV cache (kv_cache=contiguous|paged) Sk is the capacity (max_pages x page_size when
+/// paged) and the rows are positions in the sequence: a new token's row is its own key's index.
 /// Score modifiers (AttentionSpec::softcap / alibi): softcap is the cap, a finite value > 0
 /// when the spec has softcap=true and 0 otherwise; alibi_slopes is fp32 [H] (one slope per
 /// query head), contiguous, in device memory, when the spec has alibi=true and empty

@@ -220,18 +220,21 @@ int attnjit_forward_kvcache(const attnjit_kernel* kernel, const attnjit_tensor* 
                             const attnjit_tensor* k, const attnjit_tensor* v,
                             const attnjit_tensor* o, const attnjit_tensor* lse,
                             const attnjit_tensor* cache_seqlens, const attnjit_tensor* block_table,
+                            const attnjit_tensor* startend_row_indices,
                             const attnjit_tensor* k_new, const attnjit_tensor* v_new,
                             const attnjit_tensor* cu_seqlens_q, int max_seqlen_q, int num_splits,
                             float softmax_scale, int window_left, int window_right, float softcap,
-                            const attnjit_tensor* sinks, void* stream) {
+                            const attnjit_tensor* alibi_slopes, const attnjit_tensor* sinks,
+                            void* stream) {
   return guarded([&] {
     require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
     const attnjit::runtime::DeviceScope scope(device_of(q));
-    attnjit::ForwardArgs args = forward_tensors(q, k, v, o, lse, nullptr);
+    attnjit::ForwardArgs args = forward_tensors(q, k, v, o, lse, startend_row_indices);
     args.softmax_scale = softmax_scale;
     args.window_left = window_left;
     args.window_right = window_right;
     args.softcap = softcap;
+    args.alibi_slopes = optional_view("alibi_slopes", alibi_slopes);
     args.sinks = optional_view("sinks", sinks);
     args.kv_cache.cache_seqlens = optional_view("cache_seqlens", cache_seqlens);
     args.kv_cache.block_table = optional_view("block_table", block_table);

@@ -125,9 +125,12 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
   FwdParams params = make_params(set, a, shapes);
   if (shapes.batch == 0 || shapes.seqlen_q == 0 || shapes.heads == 0) return;
   CUstream stream = static_cast<CUstream>(stream_handle);
-  detail::validate_intervals_on_request(a.validate_mask, set.spec.mask, a.startend_row_indices,
-                                        detail::vector_rows(a, packed.has_value(), shapes.seqlen_q),
-                                        stream);
+  // Over a KV cache the vectors' rows are positions in the sequence, up to its capacity.
+  const bool positions = set.spec.kv_cache != KvCache::none;
+  detail::validate_intervals_on_request(
+      a.validate_mask, set.spec.mask, a.startend_row_indices,
+      positions ? shapes.seqlen_k : detail::vector_rows(a, packed.has_value(), shapes.seqlen_q),
+      stream, positions);
   if (!set.plan) {
     launch_reference(set, params, stream);
     return;

@@ -35,7 +35,7 @@ void check_mask(const MaskSpec& mask) {
 /// The message of the first bad element, `element` its linear index in the tensor (as
 /// dsl::validate words it).
 [[noreturn]] void throw_bad_element(const TensorView& t, const MaskSpec& mask, int seqlen_q,
-                                    unsigned long long element) {
+                                    std::string_view rows, unsigned long long element) {
   const long long column = static_cast<long long>(element / mask.columns);
   const int c = static_cast<int>(element % mask.columns);
   const long long seqlen_k = t.shape[2];
@@ -49,24 +49,23 @@ void check_mask(const MaskSpec& mask) {
                   column / seqlen_k % heads, column % seqlen_k);
   if (v[c] < 0 || v[c] > seqlen_q) {
     const std::string_view role = dsl::vector_name(mask.causal, mask.columns, c);
-    throw Error(fmt::format("{} {}={} is outside [0, {}]; accepted: 0 <= {} <= {} (seqlen_q)", name,
-                            role, v[c], seqlen_q, role, seqlen_q));
+    throw Error(fmt::format("{} {}={} is outside [0, {}]; accepted: 0 <= {} <= {} ({})", name, role,
+                            v[c], seqlen_q, role, seqlen_q, rows));
   }
   if (c == 1) {
-    throw Error(fmt::format("{} LTE={} is below LTS={}; accepted: LTS <= LTE <= {} (seqlen_q)",
-                            name, v[1], v[0], seqlen_q));
+    throw Error(fmt::format("{} LTE={} is below LTS={}; accepted: LTS <= LTE <= {} ({})", name,
+                            v[1], v[0], seqlen_q, rows));
   }
   if (c == 3) {
-    throw Error(fmt::format("{} UTE={} is below UTS={}; accepted: UTS <= UTE <= {} (seqlen_q)",
-                            name, v[3], v[2], seqlen_q));
+    throw Error(fmt::format("{} UTE={} is below UTS={}; accepted: UTS <= UTE <= {} ({})", name,
+                            v[3], v[2], seqlen_q, rows));
   }
   throw InternalError(fmt::format("interval check: element {} (vector {}) is not bad", element, c));
 }
 
-}  // namespace
-
-void validate_intervals(const TensorView& startend_row_indices, const MaskSpec& mask, int seqlen_q,
-                        jit::Stream stream_handle) {
+/// validate_intervals, its messages naming the bound of the rows `rows`.
+void validate_intervals_of(const TensorView& startend_row_indices, const MaskSpec& mask,
+                           int seqlen_q, std::string_view rows, jit::Stream stream_handle) {
   const TensorView& t = startend_row_indices;
   check_mask(mask);
   if (seqlen_q < 0) throw_field_error("seqlen_q", std::to_string(seqlen_q), ">= 0");
@@ -105,15 +104,28 @@ void validate_intervals(const TensorView& startend_row_indices, const MaskSpec& 
   params.seqlen_q = seqlen_q;
   const unsigned grid[3] = {static_cast<unsigned>(blocks), 1, 1};
   runtime::launch_mask_kernel(kernel, grid, &params, stream);
-  if (const auto found = first_bad.wait_and_read()) throw_bad_element(t, mask, seqlen_q, *found);
+  if (const auto found = first_bad.wait_and_read()) {
+    throw_bad_element(t, mask, seqlen_q, rows, *found);
+  }
+}
+
+}  // namespace
+
+void validate_intervals(const TensorView& startend_row_indices, const MaskSpec& mask, int seqlen_q,
+                        jit::Stream stream) {
+  validate_intervals_of(startend_row_indices, mask, seqlen_q, "seqlen_q", stream);
 }
 
 namespace jit::detail {
 
 void validate_intervals_on_request(bool requested, const MaskSpec& mask,
-                                   const TensorView& intervals, int seqlen_q, CUstream stream) {
-  if (mask.kind != MaskKind::flashmask) return;
-  if (requested || runtime::debug_mode()) validate_intervals(intervals, mask, seqlen_q, stream);
+                                   const TensorView& intervals, int seqlen_q, CUstream stream,
+                                   bool positions) {
+  if (mask.kind != MaskKind::flashmask || !(requested || runtime::debug_mode())) return;
+  validate_intervals_of(intervals, mask, seqlen_q,
+                        positions ? "the cache's capacity: over a KV cache the rows are positions"
+                                  : "seqlen_q",
+                        stream);
 }
 
 }  // namespace jit::detail

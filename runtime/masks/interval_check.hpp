@@ -12,7 +12,9 @@ namespace attnjit::jit::detail {
 
 /// Runs validate_intervals(intervals, mask, seqlen_q, stream) when `requested` or
 /// ATTNJIT_DEBUG=1; nothing for masks without vectors. Waits for `stream` when it runs.
+/// `positions`: the rows are positions in a KV cache's sequences, seqlen_q its capacity.
 void validate_intervals_on_request(bool requested, const MaskSpec& mask,
-                                   const TensorView& intervals, int seqlen_q, CUstream stream);
+                                   const TensorView& intervals, int seqlen_q, CUstream stream,
+                                   bool positions = false);
 
 }  // namespace attnjit::jit::detail

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -47,6 +48,18 @@ ForwardArgs paged_args() {
 
 constexpr const char* kPaged = "dtype=bf16 head_dim=64 mask=causal target=sm_80 kv_cache=paged";
 
+// The extents of `batch` sequences of one new token, 32 query heads over 8 KV heads, unsplit.
+LaunchExtents one_token_extents(int batch) {
+  LaunchExtents e;
+  e[Extent::batch] = batch;
+  e[Extent::seqlen_q] = 1;
+  e[Extent::heads] = 32;
+  e[Extent::kv_heads] = 8;
+  e[Extent::query_groups] = 4;
+  e[Extent::splits] = 1;
+  return e;
+}
+
 }  // namespace
 
 TEST_CASE("kv_cache prints last when set and parses back", "[kv_cache][ir]") {
@@ -69,12 +82,9 @@ TEST_CASE("validate refuses what the decode kernels do not take", "[kv_cache][pa
             .starts_with("kv_cache: paged with direction=backward; accepted: direction=forward"));
   CHECK(refusal("dtype=bf16 head_dim=64 kv_cache=contiguous varlen=true target=sm_80")
             .starts_with("kv_cache: contiguous with varlen=true; accepted: varlen=false"));
-  CHECK(refusal("dtype=bf16 head_dim=64 mask=flashmask(causal=true,columns=1) "
-                "kv_cache=paged target=sm_80")
-            .starts_with("mask: flashmask with kv_cache=paged; accepted: none, causal, "
-                         "sliding_window"));
-  CHECK(refusal("dtype=bf16 head_dim=64 alibi=true kv_cache=paged target=sm_80")
-            .starts_with("alibi: got 'true'; accepted: false with kv_cache=paged"));
+  CHECK(refusal("dtype=bf16 head_dim=64 mask=predicate(q>=k) kv_cache=paged target=sm_80")
+            .starts_with("mask: predicate with kv_cache=paged; accepted: none, causal, "
+                         "sliding_window, flashmask"));
   CHECK(refusal("dtype=bf16 head_dim=64 tiles=64x64x4 kv_cache=paged target=sm_80")
             .starts_with("tiles: got '64x64x4'; accepted: auto with kv_cache=paged"));
   CHECK(testing::error_text([] {
@@ -110,13 +120,7 @@ TEST_CASE("a decode plan is the append, the decode kernel and the merge of its s
   }
   // Without splits the partial rows take no workspace and the merge no launch; without new
   // keys nothing is appended.
-  LaunchExtents e;
-  e[Extent::batch] = 4;
-  e[Extent::seqlen_q] = 1;
-  e[Extent::heads] = 32;
-  e[Extent::kv_heads] = 8;
-  e[Extent::query_groups] = 4;
-  e[Extent::splits] = 1;
+  LaunchExtents e = one_token_extents(4);
   const jit::detail::LaunchSchedule unsplit = jit::detail::schedule_plan(plan, e);
   CHECK(unsplit.workspace_bytes == 0);
   CHECK(unsplit.launches.size() == 1);
@@ -129,6 +133,35 @@ TEST_CASE("a decode plan is the append, the decode kernel and the merge of its s
   REQUIRE(appended.launches.size() == 3);
   CHECK(appended.launches[0].grid[0] == (4 * 3 * 8 * 32 + 255) / 256);
   CHECK(split.workspace_bytes >= std::size_t{5} * 4 * 32 * (128 + 1) * 4);
+}
+
+TEST_CASE("FlashMask vectors over a cache add their min/max tables, read by the decode kernel",
+          "[kv_cache][pass]") {
+  const Lowering ir = lower(parse_spec(
+      "dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1) target=sm_90a "
+      "kv_cache=paged"));
+  const KernelPlan& plan = *ir.plan;
+  REQUIRE(plan.kernels.size() == 4);
+  CHECK(plan.kernels[0].role == KernelRole::flashmask_minmax);
+  CHECK(plan.kernels[0].block_n == 64);  // the decode kernel's key blocks
+  CHECK(plan.kernels[1].role == KernelRole::kv_append);
+  const KernelDesc& decode = plan.kernels[2];
+  CHECK(decode.role == KernelRole::decode);
+  CHECK(decode.name == "attnjit_decode_bf16_d128_flashmask_causal_c1_paged");
+  CHECK(plan.kernels[3].role == KernelRole::decode_combine);
+  // The decode kernel binds the table the min/max kernel writes; no CTA order is built.
+  const auto table = std::ranges::find_if(
+      decode.buffers, [](const BufferBinding& b) { return b.field == ParamField::minmax; });
+  REQUIRE(table != decode.buffers.end());
+  CHECK(plan.scratch[table->buffer].name == "minmax_bn64");
+  CHECK(plan.kernels[0].buffers.front().buffer == table->buffer);
+  // Without splits, the table is the workspace: B x Hm x key blocks x 2 ints.
+  LaunchExtents e = one_token_extents(2);
+  e[Extent::seqlen_k] = 4096;
+  e[Extent::mask_heads] = 8;
+  const jit::detail::LaunchSchedule unsplit = jit::detail::schedule_plan(plan, e);
+  CHECK(unsplit.workspace_bytes >= std::size_t{2} * 8 * 64 * 8);
+  CHECK(unsplit.launches.size() == 2);  // the tables and the decode kernel
 }
 
 TEST_CASE("the split count gives the SMs a CTA each and takes what is asked",
@@ -164,7 +197,7 @@ TEST_CASE("every decode kernel compiles without spills", "[kv_cache][nvrtc]") {
        {"head_dim=32", "head_dim=64", "head_dim=96", "head_dim=128", "head_dim=192", "head_dim=256",
         "head_dim_qk=192 head_dim_v=128", "head_dim_qk=128 head_dim_v=64"}) {
     for (const char* variant : {"mask=none kv_cache=contiguous",
-                                "mask=causal softcap=true sinks=true return_lse=true "
+                                "mask=causal softcap=true alibi=true sinks=true return_lse=true "
                                 "kv_cache=paged",
                                 "mask=sliding_window kv_cache=paged"}) {
       for (const char* target : {"sm_80", "sm_86", "sm_90a"}) {
@@ -176,6 +209,25 @@ TEST_CASE("every decode kernel compiles without spills", "[kv_cache][nvrtc]") {
              std::string_view(dims).find("256") != std::string_view::npos)) {
           continue;
         }
+        const jit::Kernel kernel = compiled(text);
+        for (const jit::KernelReport& report : kernel.info().kernels) {
+          INFO(report.name << ": " << report.registers << " registers");
+          CHECK(report.spill_bytes == 0);
+        }
+      }
+    }
+  }
+  // FlashMask vectors: every column set, on the head dims most used.
+  for (const char* dims : {"head_dim=64", "head_dim=128", "head_dim_qk=192 head_dim_v=128"}) {
+    for (const char* variant :
+         {"mask=flashmask(causal=true,columns=1) kv_cache=paged",
+          "mask=flashmask(causal=true,columns=2) softcap=true alibi=true sinks=true "
+          "kv_cache=contiguous",
+          "mask=flashmask(causal=false,columns=2) return_lse=true kv_cache=paged",
+          "mask=flashmask(causal=false,columns=4) kv_cache=paged"}) {
+      for (const char* target : {"sm_80", "sm_90a"}) {
+        const std::string text = fmt::format("dtype=fp16 {} {} target={}", dims, variant, target);
+        INFO(text);
         const jit::Kernel kernel = compiled(text);
         for (const jit::KernelReport& report : kernel.info().kernels) {
           INFO(report.name << ": " << report.registers << " registers");
@@ -221,6 +273,23 @@ TEST_CASE("decode launches name the bad cache argument", "[kv_cache][runtime][ar
   a.kv_cache.v_new = contiguous_view(fake(0x78000), ScalarType::bf16, {2, 3, 2, 64});
   a.kv_cache.cache_seqlens = {};
   CHECK(refusal(a).starts_with("kv_cache.cache_seqlens: missing; accepted: with k_new/v_new"));
+
+  // FlashMask vectors over a cache: a row per key of the capacity (4 pages of 16).
+  const jit::Kernel masked =
+      compiled("dtype=bf16 head_dim=64 mask=flashmask(causal=true,columns=1) target=sm_80 "
+               "kv_cache=paged");
+  a = paged_args();
+  a.startend_row_indices = contiguous_view(fake(0x80000), ScalarType::int32, {2, 1, 48, 1});
+  CHECK(testing::error_text([&] { masked.forward(a); }) ==
+        "startend_row_indices.shape[2]: got '48'; accepted: 64 (the cache's capacity: a row "
+        "per key)");
+  a.startend_row_indices = contiguous_view(fake(0x80000), ScalarType::int32, {2, 4, 64, 1});
+  CHECK(testing::error_text([&] { masked.forward(a); }) ==
+        "startend_row_indices.shape[1] (mask heads): got '4'; accepted: 1 or 2 (the kv heads)");
+  a.startend_row_indices = {};
+  CHECK(testing::error_text([&] { masked.forward(a); })
+            .starts_with("startend_row_indices: missing; accepted: for "
+                         "mask=flashmask(causal=true,columns=1) an int32"));
 
   const jit::Kernel plain = compiled("dtype=bf16 head_dim=64 mask=causal target=sm_80");
   ForwardArgs p = paged_args();
@@ -289,7 +358,19 @@ TEST_CASE("ragged new tokens are packed rows of q, o, lse and the appended keys"
   a.kv_cache.num_splits = 3;
   CHECK(kernel.workspace_size(a) >= std::size_t{3} * 2 * 3 * 8 * (64 + 1) * 4);
   a.q.data = nullptr;  // the workspace needs shapes only
-  CHECK(kernel.workspace_size(a) >= std::size_t{3} * 2 * 3 * 8 * (64 + 1) * 4);
+  CHECK(kernel.workspace_size(a) >= std::size_t{3} * 2 * 3 * 8 * (64 + 1) * 4);  // FlashMask vectors' tables follow their mask heads: 2 sequences x 2 heads x 1024 blocks of
+  // 64 keys x 2 ints, twice one head's.
+  const jit::Kernel masked =
+      compiled("dtype=bf16 head_dim=64 mask=flashmask(causal=true,columns=1) target=sm_80 "
+               "kv_cache=paged");
+  a = ragged_args();
+  a.kv_cache.num_splits = 1;
+  a.kv_cache.block_table = contiguous_view(fake(0x60000), ScalarType::int32, {2, 4096});
+  a.startend_row_indices = contiguous_view(fake(0x80000), ScalarType::int32, {2, 1, 65536, 1});
+  const std::size_t one_head = masked.workspace_size(a);
+  CHECK(one_head >= std::size_t{2} * 1024 * 8);
+  a.startend_row_indices = contiguous_view(fake(0x80000), ScalarType::int32, {2, 2, 65536, 1});
+  CHECK(masked.workspace_size(a) >= one_head + std::size_t{2} * 1024 * 8);
 }
 
 namespace {

@@ -136,7 +136,7 @@ Result bench(const attnjit::jit::Kernel& kernel, const ProblemOptions& p,
   Result r;
   r.pairs = mask.pairs;
   r.flops = forward_flops(s, r.pairs);
-  if (p.cached()) r.bytes = kv_cache_bytes(s, p);
+  if (p.cached()) r.bytes = mask.cache_bytes;
   if (s.direction == attnjit::Direction::forward) {
     DeviceBuffer out(n.o * 2), lse(s.return_lse ? n.lse * 4 : 0);
     shared.o = activation_view(out, s.dtype, p, Rows::query, p.heads, s.head_dim_v);
@@ -226,7 +226,7 @@ void print(const attnjit::jit::Kernel& kernel, const BenchOptions& o, const Resu
   if (p.cached()) {
     fmt::print(
         "traffic  {:.1f} GB/s ({:.0f} bytes: K and V of each sequence's cached keys, or of those "
-        "within the window, Hkv*(Dqk+Dv)*2 each, + q + o)\n",
+        "within the window or left visible by the vectors, Hkv*(Dqk+Dv)*2 each, + q + o)\n",
         gbps, r.bytes);
   }
 }

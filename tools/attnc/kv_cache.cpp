@@ -21,6 +21,19 @@ DeviceBuffer upload_ints(const std::vector<std::int32_t>& values) {
   return buffer;
 }
 
+// The mask head of query head `head` (vectors of 1 or Hkv mask heads).
+int mask_head(const attnjit::dsl::IntervalVectors& v, const ProblemOptions& p, int head) {
+  return v.heads == 1 ? 0 : head / (p.heads / v.heads);
+}
+
+// Whether new token t of sequence b, of `keys` keys, sees key j under the vectors of mask head
+// h: its row is its position, keys - seqlen_q + t.
+bool token_sees(const attnjit::dsl::IntervalVectors& v, const ProblemOptions& p, int b, int h,
+                int keys, int t, int j) {
+  const int position = keys - p.seqlen_q + t;
+  return position >= 0 && !attnjit::dsl::is_masked(v, b, h, position, j);
+}
+
 // The keys of a sequence of `keys` cached keys that at least one of its `queries` new tokens
 // sees: all but those left of a sliding window's reach from its first query.
 std::int64_t keys_seen(const attnjit::MaskSpec& mask, const ProblemOptions& p, int keys) {
@@ -51,20 +64,49 @@ DeviceKvCache upload_kv_cache(const ProblemOptions& p) {
   return c;
 }
 
-std::int64_t cached_visible_pairs(const attnjit::MaskSpec& mask, const ProblemOptions& p) {
+std::int64_t cached_visible_pairs(const attnjit::MaskSpec& mask, const ProblemOptions& p,
+                                  const attnjit::dsl::IntervalVectors* vectors) {
   std::int64_t pairs = 0;
-  for (const int keys : p.cache_lengths) {
-    pairs += attnjit::dsl::visible_pairs(mask, 1, p.heads, p.seqlen_q, keys, p.window_left,
-                                         p.window_right, nullptr);
+  for (int b = 0; b < p.batch; ++b) {
+    const int keys = p.cache_lengths[b];
+    if (vectors == nullptr) {
+      pairs += attnjit::dsl::visible_pairs(mask, 1, p.heads, p.seqlen_q, keys, p.window_left,
+                                           p.window_right, nullptr);
+      continue;
+    }
+    for (int h = 0; h < vectors->heads; ++h) {
+      std::int64_t seen = 0;
+      for (int t = 0; t < p.seqlen_q; ++t) {
+        for (int j = 0; j < keys; ++j) seen += token_sees(*vectors, p, b, h, keys, t, j);
+      }
+      pairs += seen * (p.heads / vectors->heads);
+    }
   }
   return pairs;
 }
 
-double kv_cache_bytes(const attnjit::AttentionSpec& spec, const ProblemOptions& p) {
+double kv_cache_bytes(const attnjit::AttentionSpec& spec, const ProblemOptions& p,
+                      const attnjit::dsl::IntervalVectors* vectors) {
   double keys = 0;
-  for (const int length : p.cache_lengths)
-    keys += static_cast<double>(keys_seen(spec.mask, p, length));
-  const double key_bytes = 2.0 * p.kv_heads * (spec.head_dim_qk + spec.head_dim_v);
+  for (int b = 0; b < p.batch; ++b) {
+    const int length = p.cache_lengths[b];
+    if (vectors == nullptr) {
+      keys += static_cast<double>(keys_seen(spec.mask, p, length)) * p.kv_heads;
+      continue;
+    }
+    for (int kv_head = 0; kv_head < p.kv_heads; ++kv_head) {
+      const int h = mask_head(*vectors, p, kv_head * (p.heads / p.kv_heads));
+      for (int j = 0; j < length; ++j) {
+        for (int t = 0; t < p.seqlen_q; ++t) {
+          if (token_sees(*vectors, p, b, h, length, t, j)) {
+            keys += 1;
+            break;
+          }
+        }
+      }
+    }
+  }
+  const double key_bytes = 2.0 * (spec.head_dim_qk + spec.head_dim_v);
   const double queries = static_cast<double>(p.batch) * p.seqlen_q * p.heads;
   return keys * key_bytes + queries * 2.0 * (spec.head_dim_qk + spec.head_dim_v);
 }

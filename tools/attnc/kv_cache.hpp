@@ -8,6 +8,7 @@
 
 #include "attnjit/spec.hpp"
 #include "attnjit/tensor.hpp"
+#include "dsl/intervals.hpp"
 #include "runtime/jit/driver.hpp"
 #include "tools/attnc/problem.hpp"
 
@@ -27,12 +28,16 @@ DeviceKvCache upload_kv_cache(const ProblemOptions& p);
 std::vector<std::int32_t> block_table(const ProblemOptions& p);
 
 /// (head, query, key) triples visible over each sequence's cached keys: its seqlen_q new tokens
-/// are the last of them (a causal mask or a window is aligned to the bottom right).
-std::int64_t cached_visible_pairs(const attnjit::MaskSpec& mask, const ProblemOptions& p);
+/// are the last of them (a causal mask or a window is aligned to the bottom right); FlashMask
+/// `vectors` (else null) hide more, their rows being the tokens' positions.
+std::int64_t cached_visible_pairs(const attnjit::MaskSpec& mask, const ProblemOptions& p,
+                                  const attnjit::dsl::IntervalVectors* vectors);
 
 /// The bytes a decode launch reads and writes at the least: K and V of every cached key some
-/// query sees, Hkv x (head_dim_qk + head_dim_v) x 2 bytes each (all of a sequence's keys, or
-/// those within a sliding window's reach), plus q and o.
-double kv_cache_bytes(const attnjit::AttentionSpec& spec, const ProblemOptions& p);
+/// query of its KV head sees, head_dim_qk + head_dim_v elements of 2 bytes each (all of a
+/// sequence's keys, those within a sliding window's reach, or those FlashMask `vectors` leave
+/// some token), plus q and o.
+double kv_cache_bytes(const attnjit::AttentionSpec& spec, const ProblemOptions& p,
+                      const attnjit::dsl::IntervalVectors* vectors);
 
 }  // namespace attnc

@@ -364,6 +364,20 @@ attnjit::dsl::IntervalVectors family_sample(const attnjit::MaskSpec& mask, int n
 attnjit::dsl::IntervalVectors make_vectors(const attnjit::MaskSpec& mask, const ProblemOptions& o) {
   namespace dsl = attnjit::dsl;
   if (o.packed()) return packed_vectors(mask, o);
+  if (o.cached()) {
+    // Over a KV cache the rows are positions, the same numbers as the keys: a row per key of
+    // the capacity, each sequence's sample drawn over all of it.
+    const int capacity = o.cache_capacity();
+    if (o.mask_data == "random") {
+      return dsl::random_intervals(mask.causal, mask.columns, o.batch, o.mask_heads, capacity,
+                                   capacity, o.seed);
+    }
+    std::vector<dsl::IntervalVectors> samples;
+    for (int b = 0; b < o.batch; ++b) {
+      samples.push_back(family_sample(mask, capacity, o.seed + b, o.mask_heads));
+    }
+    return dsl::stack(samples);
+  }
   if (o.mask_data == "random" || o.seqlen_q != o.seqlen_k) {
     return dsl::random_intervals(mask.causal, mask.columns, o.batch, o.mask_heads, o.seqlen_q,
                                  o.seqlen_k, o.seed);

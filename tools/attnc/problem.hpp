@@ -45,6 +45,9 @@ struct ProblemOptions {
   bool paged() const { return kv_cache == attnjit::KvCache::paged; }
   /// kv_cache=paged: the pages of one sequence's capacity (seqlen_k), rounded up.
   int pages_per_sequence() const { return (seqlen_k + *page_size - 1) / *page_size; }
+  /// A KV cache's keys per sequence: seqlen_k, or its whole pages when paged (FlashMask
+  /// vectors over the cache have a row per key of it).
+  int cache_capacity() const { return paged() ? pages_per_sequence() * *page_size : seqlen_k; }
 };
 
 /// The share of (batch, head, query, key) elements that `pairs` visible pairs are; for a packed

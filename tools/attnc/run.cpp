@@ -200,7 +200,7 @@ void run(RunOptions o) {
   const std::int64_t pairs = mask.pairs;
   const double tflops = forward_flops(s, pairs) / (ms * 1e-3) / 1e12;
   const double density = pair_density(p, pairs);
-  const double gbps = p.cached() ? kv_cache_bytes(s, p) / (ms * 1e-3) / 1e9 : 0.0;
+  const double gbps = p.cached() ? mask.cache_bytes / (ms * 1e-3) / 1e9 : 0.0;
 
   std::optional<Check> check;
   if (o.check) {

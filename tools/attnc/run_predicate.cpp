@@ -157,7 +157,9 @@ DeviceMask bind_mask(const attnjit::AttentionSpec& s, const ProblemOptions& p,
   if (s.kv_cache != attnjit::KvCache::none) {
     mask.kv_cache = upload_kv_cache(p);
     args.kv_cache = mask.kv_cache->args;
-    mask.pairs = cached_visible_pairs(s.mask, p);
+    const attnjit::dsl::IntervalVectors* vectors = mask.vectors ? &*mask.vectors : nullptr;
+    mask.pairs = cached_visible_pairs(s.mask, p, vectors);
+    mask.cache_bytes = kv_cache_bytes(s, p, vectors);
     return mask;
   }
   if (s.varlen != attnjit::VarlenMode::off) {

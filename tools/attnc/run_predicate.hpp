@@ -59,6 +59,7 @@ struct DeviceMask {
   std::optional<DeviceVarlen> varlen;     ///< varlen=true only
   std::optional<DeviceKvCache> kv_cache;  ///< kv_cache=contiguous|paged only
   std::int64_t pairs = 0;
+  double cache_bytes = 0;  ///< kv_cache only: kv_cache_bytes
 };
 
 /// The mask inputs of kernel spec `s` on problem `p` (`predicate` for mask=predicate, the

@@ -228,6 +228,7 @@ struct MaskPolicy {
   static constexpr bool kHasVisible = kVisibleBegin >= 0 || kVisibleEnd >= 0;
   /// The flags and the vectors' columns, for the kernel that writes them (varlen_intervals.cuh).
   static constexpr bool kCausalByIndex = kCausal;
+  static constexpr bool kWindowByIndex = kWindow;
   static constexpr int kLtsColumn = kLts, kLteColumn = kLte, kUtsColumn = kUts,
                        kUteColumn = kUte, kVisibleBeginColumn = kVisibleBegin,
                        kVisibleEndColumn = kVisibleEnd;

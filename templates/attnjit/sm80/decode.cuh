@@ -8,6 +8,12 @@
 // the tile and the KV head; z: the sequence) and one of num_splits key ranges (grid x): the
 // visible keys of its rows (a causal mask or a window cut them, bottom-right aligned to the
 // sequence's cached length) in num_splits equal parts, so a small batch still fills the SMs.
+// FlashMask vectors narrow those keys first to the key blocks that any of the CTA's rows can
+// see (the flashmask_minmax tables, built for the cache's blocks of kBlockN keys), and within
+// its split the CTA neither loads nor computes a block they hide from all its rows: the time
+// follows the visible keys, not the cache's length. Their rows are positions in the sequence
+// (token s of a sequence of L keys with Sq new tokens is row L - Sq + s, the index of its own
+// key), so one set of vectors serves every step of a sequence.
 //
 // Keys stream through kStages shared-memory stages of kBlockN keys by 16-byte cp.async (row by
 // row: a paged cache maps each key to its page through the block table). Each warp takes its
@@ -23,8 +29,9 @@
 // hold anything, NaN included, and 0 * NaN would poison O) and masked.
 //
 // Config (bound by the generated code): Element, kHeadDimQK, kHeadDimV, kBlockN, kStages,
-// kReturnLse. kMask: 0 none, 1 causal, 2 sliding window. kPaged: a paged cache. Score: a
-// ScoreMod (softcap, sinks).
+// kReturnLse. Mask: a MaskPolicy (mask.cuh) of causal, a window or FlashMask vectors, each
+// by position (its diagonal is 0). kPaged: a paged cache. Score: a ScoreMod (softcap, ALiBi
+// with each row's own head and distance j - position, sinks).
 #pragma once
 
 #include "attnjit/common/fragment.cuh"
@@ -35,10 +42,9 @@
 #include "attnjit/common/smem_tile.cuh"
 #include "attnjit/common/softmax.cuh"
 #include "attnjit/common/warp_mma.cuh"
+#include "attnjit/masks/mask.cuh"
 
 namespace attnjit {
-
-enum DecodeMask { kDecodeNoMask = 0, kDecodeCausal = 1, kDecodeWindow = 2 };
 
 /// The rows and keys of one decode CTA, and the key range of its split.
 struct DecodeWork {
@@ -53,7 +59,7 @@ struct DecodeWork {
 
 /// The visible keys of packed rows [row0, row0 + 16) of a sequence with `length` keys: a
 /// causal mask or a window (bottom-right aligned) bounds them by the first and last token.
-template <int kMask>
+template <class Mask>
 __device__ __forceinline__ void decode_visible_keys(const FwdParams& p, int length, int tokens,
                                                     int row0, int group, int& begin, int& end) {
   const int diagonal = length - tokens;
@@ -61,17 +67,73 @@ __device__ __forceinline__ void decode_visible_keys(const FwdParams& p, int leng
   const int last = min(tokens - 1, (row0 + 15) / group);
   begin = 0;
   end = length;
-  if (kMask == kDecodeCausal) end = min(length, last + diagonal + 1);
-  if (kMask == kDecodeWindow) {
+  if (Mask::kCausalByIndex) end = min(length, last + diagonal + 1);
+  if (Mask::kWindowByIndex) {
     if (p.window_left >= 0) begin = max(0, first + diagonal - p.window_left);
     if (p.window_right >= 0) end = min(length, last + diagonal + p.window_right + 1);
   }
   end = max(end, begin);
 }
 
-/// The CTA's work: its sequence, KV head, rows and split, from the grid.
-template <int kMask, int kBlockN>
-__device__ __forceinline__ DecodeWork decode_work(const FwdParams& p) {
+/// The mask state of a decode CTA with FlashMask vectors: its rows are the positions of its
+/// tokens, [diagonal + first token, diagonal + last token + 1), the diagonal 0 (a row sees the
+/// keys up to its own), and an absent LTE reads as the capacity, past every position. The
+/// tables and vectors have a row per key of the capacity (p.seqlen_k).
+template <class Mask, int kBlockN>
+__device__ __forceinline__ MaskState decode_mask_state(const FwdParams& p, const DecodeWork& w) {
+  const int head = w.kv_head * w.group;
+  MaskState ms = make_mask_state<kBlockN, Mask>(p, head, w.batch);
+  ms.seqlen_q = p.seqlen_k;
+  ms.diagonal = 0;
+  ms.row_begin = w.diagonal + w.row0 / w.group;
+  ms.row_end = w.diagonal + min(w.tokens - 1, (w.row0 + 15) / w.group) + 1;
+  return ms;
+}
+
+/// Narrows keys [begin, end) (begin 0 or a multiple of kBlockN) to the key blocks from the first
+/// to the last that the vectors do not hide from every row of the CTA ([begin, begin) when they
+/// hide all): each thread classifies every 128th block, and the warps' bounds meet in shared
+/// memory at `scratch` (eight ints, free until the caller's next barrier-separated use).
+template <class Mask, int kBlockN>
+__device__ __forceinline__ void narrow_to_visible_blocks(const FwdParams& p, const MaskState& ms,
+                                                         u32 scratch, int& begin, int& end) {
+  const int thread = static_cast<int>(threadIdx.x);
+  const int first = begin / kBlockN;
+  const int blocks_end = (end + kBlockN - 1) / kBlockN;
+  int lo = blocks_end, hi = first - 1;
+  for (int n = first + thread; n < blocks_end; n += 128) {
+    if (tile_kind(Mask::template classify<kBlockN>(ms, p.minmax, n)) != kTileSkip) {
+      lo = min(lo, n);
+      hi = max(hi, n);
+    }
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, offset));
+    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, offset));
+  }
+  const int warp = thread / 32;
+  if (thread % 32 == 0) {
+    store_shared_u32(scratch + 8 * warp, static_cast<u32>(lo));
+    store_shared_u32(scratch + 8 * warp + 4, static_cast<u32>(hi));
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    lo = min(lo, static_cast<int>(load_shared_u32(scratch + 8 * i)));
+    hi = max(hi, static_cast<int>(load_shared_u32(scratch + 8 * i + 4)));
+  }
+  __syncthreads();  // the scratch is read before anyone overwrites it
+  if (hi < lo) {
+    end = begin;
+    return;
+  }
+  begin = max(begin, lo * kBlockN);
+  end = min(end, (hi + 1) * kBlockN);
+}
+
+/// The CTA's sequence, KV head and rows, from the grid; its keys come from decode_split.
+__device__ __forceinline__ DecodeWork decode_rows(const FwdParams& p) {
   DecodeWork w;
   w.batch = static_cast<int>(blockIdx.z);
   w.kv_head = static_cast<int>(blockIdx.y) % p.kv_heads;
@@ -82,14 +144,19 @@ __device__ __forceinline__ DecodeWork decode_work(const FwdParams& p) {
   w.first = tokens.first;
   w.length = cache_length(p, w.batch, appended_keys(p, tokens));
   w.diagonal = w.length - w.tokens;
-  int begin, end;
-  decode_visible_keys<kMask>(p, w.length, w.tokens, w.row0, w.group, begin, end);
-  // Equal splits of whole key blocks; the last ones may be empty.
+  w.key_begin = w.key_end = 0;
+  return w;
+}
+
+/// The keys of the CTA's split: visible keys [begin, end) in num_splits parts of whole key
+/// blocks (the last ones may be empty).
+template <int kBlockN>
+__device__ __forceinline__ void decode_split(const FwdParams& p, DecodeWork& w, int begin,
+                                             int end) {
   const int splits = p.kv_cache.num_splits;
   const int per_split = (end - begin + splits * kBlockN - 1) / (splits * kBlockN) * kBlockN;
   w.key_begin = min(end, begin + static_cast<int>(blockIdx.x) * per_split);
   w.key_end = min(end, w.key_begin + per_split);
-  return w;
 }
 
 /// The output row of packed row `row` (< G Sq): its token and query head.
@@ -98,7 +165,7 @@ __device__ __forceinline__ void decode_row(const DecodeWork& w, int row, int& to
   head = w.kv_head * w.group + (row - token * w.group);
 }
 
-template <class Config, int kMask, bool kPaged, class Score = ScoreMod<false, false>>
+template <class Config, class Mask, bool kPaged, class Score = ScoreMod<false, false>>
 struct DecodeSm80 {
   typedef typename Config::Element Element;
   static constexpr int kHeadDimQK = Config::kHeadDimQK;
@@ -113,9 +180,14 @@ struct DecodeSm80 {
   static constexpr int kDTiles = kHeadDimV / 8;
   static_assert(kWarpKeys % 16 == 0, "each warp takes whole k16 steps of keys");
   static_assert(kStages >= 2, "a ring of at least two stages");
+  static constexpr bool kVectors = Mask::kHasVectors;
+  static_assert(!Mask::kElementBits && !Mask::kHasVisible, "masks by index or FlashMask vectors");
+  static_assert(!(kVectors && Mask::kWindowByIndex), "a window or vectors, not both: blocks "
+                                                     "split from a key that is a block's first");
   /// Q's fragments stay in registers beside O up to head_dim_qk + head_dim_v = 384 (d256 with
-  /// a 256-wide O spilled); else each block re-reads them from the Q tile.
-  static constexpr bool kQInRegisters = kHeadDimQK + kHeadDimV <= 384;
+  /// a 256-wide O spilled), 256 with the vectors' rule ((192, 128) spilled); else each block
+  /// re-reads them from the Q tile.
+  static constexpr bool kQInRegisters = kHeadDimQK + kHeadDimV <= (kVectors ? 256 : 384);
 
   typedef SmemTile<16, kHeadDimQK> QTile;
   typedef SmemTile<kBlockN, kHeadDimQK> KTile;
@@ -222,6 +294,47 @@ struct DecodeSm80 {
     }
   }
 
+  /// The kind of the split's key block `block` for the CTA's rows: what the vectors' tables say
+  /// (full without vectors: the index masks are applied to every block). The mask state is
+  /// formed where used, from the parameters and the work, so none of it stays live across the
+  /// key loop.
+  __device__ __forceinline__ static int block_kind(const FwdParams& p, const DecodeWork& w,
+                                                   int block) {
+    if constexpr (!kVectors) return kTileFull;
+    return tile_kind(Mask::template classify<kBlockN>(decode_mask_state<Mask, kBlockN>(p, w),
+                                                      p.minmax, w.key_begin / kBlockN + block));
+  }
+
+  /// The vectors' rule on a partial block's scores: each of the thread's keys (those of the
+  /// split) reads its column, which hides the thread's two rows (their positions) or not.
+  __device__ __forceinline__ static void mask_by_vectors(const FwdParams& p, const DecodeWork& w,
+                                                         WarpAccumulator<1, kSTiles>& acc_s,
+                                                         int key0, int g, int t) {
+    const MaskState ms = decode_mask_state<Mask, kBlockN>(p, w);
+    int position[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) position[r] = w.diagonal + (w.row0 + g + 8 * r) / w.group;
+#pragma unroll
+    for (int nt = 0; nt < kSTiles; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int key = key0 + 8 * nt + 2 * t + c;
+        if (key >= w.key_end) continue;  // masked by the split's bound
+        const int* column = interval_values<Mask::kColumns>(p.intervals, ms, key);
+        int values[Mask::kColumns];
+#pragma unroll
+        for (int i = 0; i < Mask::kColumns; ++i) values[i] = column[i];
+        const typename Mask::Column col = Mask::column_of(ms, values);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          if (Mask::template masked<false, true>(p, ms, position[r], key, col)) {
+            acc_s.v[0][nt][2 * r + c] = negative_infinity();
+          }
+        }
+      }
+    }
+  }
+
   /// Q's rows [row0, row0 + 16) (zero past G Sq) into the Q tile.
   __device__ __forceinline__ static void load_q(const FwdParams& p, const DecodeWork& w, u32 smem,
                                                 int thread) {
@@ -248,17 +361,35 @@ struct DecodeSm80 {
     const int lane = thread % 32;
     // Launched as a dependent of kv_append (rows_decode.cpp): its keys first.
     wait_for_prior_grids();
-    const DecodeWork w = decode_work<kMask, kBlockN>(p);
+    DecodeWork w = decode_rows(p);
     if (w.row0 >= w.group * w.tokens) return;  // ragged new tokens: none of its rows here
+    int begin, end;
+    decode_visible_keys<Mask>(p, w.length, w.tokens, w.row0, w.group, begin, end);
+    if constexpr (kVectors) {
+      narrow_to_visible_blocks<Mask, kBlockN>(p, decode_mask_state<Mask, kBlockN>(p, w),
+                                              smem + kKvOffset, begin, end);
+    }
+    decode_split<kBlockN>(p, w, begin, end);
     const int blocks = (w.key_end - w.key_begin + kBlockN - 1) / kBlockN;
 
     load_q(p, w, smem, thread);
     // The ring: stages 0 .. kStages - 2 in flight before the loop, one group per stage
     // (empty groups past the last block keep the count of pending groups exact).
+    // kVectors: the kinds of the blocks in flight, two bits each, the next computed lowest,
+    // and of the block the next iteration loads, read a block ahead so that the tables'
+    // latency delays neither a load nor a block's compute. Blocks the vectors hide from every
+    // row are neither loaded nor computed.
+    u32 kinds = 0;
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (s < blocks) load_block(p, w, smem, s, w.key_begin + s * kBlockN, thread);
+      const int kind = s < blocks ? block_kind(p, w, s) : kTileSkip;
+      if (kind != kTileSkip) load_block(p, w, smem, s, w.key_begin + s * kBlockN, thread);
       cp_async_commit();
+      if constexpr (kVectors) kinds |= static_cast<u32>(kind) << (2 * s);
+    }
+    int ahead_kind = kTileFull;
+    if constexpr (kVectors) {
+      ahead_kind = kStages - 1 < blocks ? block_kind(p, w, kStages - 1) : kTileSkip;
     }
 
     acc_o.fill(0.f);
@@ -273,8 +404,8 @@ struct DecodeSm80 {
       const int token = (w.row0 + g + 8 * r) / w.group;
       lo[r] = w.key_begin;
       hi[r] = w.key_end;
-      if (kMask == kDecodeCausal) hi[r] = min(hi[r], token + w.diagonal + 1);
-      if (kMask == kDecodeWindow) {
+      if (Mask::kCausalByIndex) hi[r] = min(hi[r], token + w.diagonal + 1);
+      if (Mask::kWindowByIndex) {
         if (p.window_left >= 0) lo[r] = max(lo[r], token + w.diagonal - p.window_left);
         if (p.window_right >= 0) hi[r] = min(hi[r], token + w.diagonal + p.window_right + 1);
       }
@@ -299,7 +430,8 @@ struct DecodeSm80 {
       }
       // The stage computed in the block before is free for block + kStages - 1.
       const int next = block + kStages - 1;
-      if (next < blocks) {
+      const int next_kind = next < blocks ? ahead_kind : kTileSkip;
+      if (next_kind != kTileSkip) {
         load_block<kPrefetchPages>(p, w, smem, next % kStages, w.key_begin + next * kBlockN, thread,
                                    ahead);
       }
@@ -307,7 +439,14 @@ struct DecodeSm80 {
       if constexpr (kPrefetchPages) {
         ahead = stage_pages(p, w, w.key_begin + (next + 1) * kBlockN, thread);
       }
-
+      int kind = kTileFull;
+      if constexpr (kVectors) {
+        kinds |= static_cast<u32>(next_kind) << (2 * (kStages - 1));
+        ahead_kind = next + 1 < blocks ? block_kind(p, w, next + 1) : kTileSkip;
+        kind = static_cast<int>(kinds & 3u);
+        kinds >>= 2;
+        if (kind == kTileSkip) continue;  // not loaded: nothing to compute
+      }
       const int stage = block % kStages;
       const u32 k_smem = smem + kKvOffset + stage * kStageBytes;
       const u32 v_smem = k_smem + KTile::kBytes;
@@ -322,11 +461,23 @@ struct DecodeSm80 {
       }
       const int key0 = w.key_begin + block * kBlockN + warp * kWarpKeys;
       if constexpr (RowScore::kActive) {
-        const RowScore score = RowScore::make_for_head(p, 0);
+        // The thread's two rows have query heads of their own (ALiBi's slopes) and positions
+        // (its distances j - position).
 #pragma unroll
-        for (int nt = 0; nt < kSTiles; ++nt) {
+        for (int r = 0; r < 2; ++r) {
+          int token, head;
+          decode_row(w, w.row0 + g + 8 * r, token, head);
+          const RowScore score = RowScore::make_for_head(p, RowScore::kAlibi ? head : 0);
+          const int position = w.diagonal + token;
 #pragma unroll
-          for (int e = 0; e < 4; ++e) acc_s.v[0][nt][e] = score.apply(acc_s.v[0][nt][e], 0);
+          for (int nt = 0; nt < kSTiles; ++nt) {
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const int key = key0 + 8 * nt + 2 * t + c;
+              float& x = acc_s.v[0][nt][2 * r + c];
+              x = score.apply(x, key - position);
+            }
+          }
         }
       }
 #pragma unroll
@@ -337,6 +488,9 @@ struct DecodeSm80 {
           const int r = e / 2;
           if (key < lo[r] || key >= hi[r]) acc_s.v[0][nt][e] = negative_infinity();
         }
+      }
+      if constexpr (kVectors) {
+        if (kind == kTilePartial) mask_by_vectors(p, w, acc_s, key0, g, t);
       }
       softmax.template step<RowScore>(p, acc_s, acc_o);
       OperandA<1, kPvSteps> p_frag;
@@ -447,10 +601,10 @@ struct DecodeSm80 {
 };
 
 /// The body of a generated decode kernel.
-template <class Config, int kMask, bool kPaged, class Score = ScoreMod<false, false>>
+template <class Config, class Mask, bool kPaged, class Score = ScoreMod<false, false>>
 __device__ __forceinline__ void decode_sm80(const FwdParams& params) {
   extern __shared__ __align__(128) unsigned char smem[];
-  DecodeSm80<Config, kMask, kPaged, Score> kernel;
+  DecodeSm80<Config, Mask, kPaged, Score> kernel;
   kernel.run(params, smem);
 }
 

@@ -406,7 +406,9 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
                           softmax_scale: Optional[float] = None, softcap: Optional[float] = None,
                           sinks: Optional[Tensor] = None, num_splits: Optional[int] = 0,
                           return_lse: bool = False, cu_seqlens_q: Optional[Tensor] = None,
-                          max_seqlen_q: Optional[int] = None
+                          max_seqlen_q: Optional[int] = None,
+                          startend_row_indices: Optional[Tensor] = None,
+                          alibi_slopes: Optional[Tensor] = None
                           ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Attention of a few new query tokens per sequence against a KV cache (decoding;
     FlashAttention's flash_attn_with_kvcache), forward only.
@@ -433,12 +435,23 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
     with it, never read from the device) packs them: q [total_q, H, D], k and v [total_q, Hkv,
     D] (each sequence appends its own tokens), o [total_q, H, Dv] and the LSE [H, total_q];
     sequence b's tokens are rows cu_seqlens_q[b]:cu_seqlens_q[b + 1], the last of its keys
-    (causal among them). Not yet: ALiBi, FlashMask and predicate masks.
+    (causal among them). startend_row_indices: FlashMask's vectors over the cache, int32 [B, Hm,
+    capacity, C] on q's device (Hm 1 or Hkv; capacity = k_cache.shape[1], or max_pages x
+    page_size when paged), C 1 (LTS) or 2 (LTS, LTE) with causal=True, 2 (LTS, UTE) or 4
+    (LTS, LTE, UTS, UTE) with causal=False, window_size (-1, -1). Their rows are positions in
+    the sequence, the same numbers as the keys: a new token's row is the index of its own key
+    (cache_seqlens[b] + t when appending), so the vectors a sequence was prefilled with serve
+    every later step; key j is hidden from the rows in [LTS, LTE) and [UTS, UTE). The key blocks
+    they hide from every new token are neither read nor computed. alibi_slopes (fp32 [H] on
+    q's device) adds slope[h] * (j - position) to the scores, position being the new token's
+    own key index. Not yet: predicate masks.
     """
     for name, value in (("causal", causal), ("return_lse", return_lse)):
         if not isinstance(value, bool):
             raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
     left, right = _check_window(window_size, "window_size")
+    if startend_row_indices is not None:
+        _varlen_flashmask(startend_row_indices, causal, window_size)
     if causal and (left, right) != (-1, -1):
         right = 0  # causal with a window: FlashAttention's window_size=(left, 0)
     if causal and left == -1:
@@ -448,6 +461,9 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
     else:
         kind = "none"
     window = (left, right) if kind == "sliding_window" else (-1, 0)
+    if startend_row_indices is not None:
+        kind = (f"flashmask(causal={str(causal).lower()},"
+                f"columns={startend_row_indices.shape[-1]})")
     if num_splits is None:
         num_splits = 0
     elif not isinstance(num_splits, int) or isinstance(num_splits, bool):
@@ -462,8 +478,9 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
         raise TypeError("max_seqlen_q: expected an int with cu_seqlens_q (the most new tokens "
                         f"of a sequence), got {type(max_seqlen_q).__name__}")
     ragged = (cu_seqlens_q, _ffi.int_argument("max_seqlen_q", max_seqlen_q))
-    arguments = (kind, scale, *window, _check_softcap(softcap), sinks,
-                 _ffi.int_argument("num_splits", num_splits), return_lse)
+    arguments = (kind, startend_row_indices, alibi_slopes, scale, *window,
+                 _check_softcap(softcap), sinks, _ffi.int_argument("num_splits", num_splits),
+                 return_lse)
     _check_kv_pair(k, v)  # it chooses the operator
     if not _through_operators(q):
         # The tensor checks run once per call signature, in the launch.
@@ -471,7 +488,7 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
                                          k, v, *ragged, *arguments, check=_check_kvcache_tensors)
         return (o, lse) if return_lse else o
     _check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens, block_table, k, v, sinks,
-                           *ragged)
+                           *ragged, startend_row_indices, alibi_slopes)
     if k is None:
         o, lse = _ops.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
                                              *ragged, *arguments)
@@ -612,8 +629,9 @@ def _varlen_mask(causal, window_size):
 
 
 def _varlen_flashmask(indices, causal, window_size):
-    """attention_varlen's mask with FlashMask vectors, "flashmask", after the checks of what
-    goes with them: no window, and a column count the causal flag takes."""
+    """attention_varlen's (and attention_with_kvcache's) mask with FlashMask vectors,
+    "flashmask", after the checks of what goes with them: no window, and a column count the
+    causal flag takes."""
     if tuple(window_size) != (-1, -1):
         raise ValueError(f"window_size: got {tuple(window_size)} with startend_row_indices; "
                          "accepted: (-1, -1) (the vectors say the mask; causal=True makes it "
@@ -987,7 +1005,8 @@ def _check_kv_pair(k, v):
 
 
 def _check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens=None, block_table=None,
-                           k=None, v=None, sinks=None, cu_seqlens_q=None, max_seqlen_q=0):
+                           k=None, v=None, sinks=None, cu_seqlens_q=None, max_seqlen_q=0,
+                           indices=None, slopes=None):
     """attention_with_kvcache's checks that need no device and read no tensor's values: k and v
     together or neither (they choose the operator), every tensor argument a torch.Tensor, q of
     rank 4 (3 with cu_seqlens_q) and the caches of rank 4 (the output's shape reads them). The
@@ -1009,7 +1028,8 @@ def _check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens=None, block_table=
         raise AttnjitError(f"q.dim(): got {q.dim()}; accepted: 4 ([batch, seqlen_q, heads, "
                            "head_dim])")
     for name, tensor in (("cache_seqlens", cache_seqlens), ("block_table", block_table),
-                         ("k", k), ("v", v), ("sinks", sinks)):
+                         ("k", k), ("v", v), ("sinks", sinks), ("startend_row_indices", indices),
+                         ("alibi_slopes", slopes)):
         if tensor is not None:
             _torch_of(tensor, name)
 

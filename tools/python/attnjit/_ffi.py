@@ -130,9 +130,9 @@ def _declare(lib):
         "attnjit_backward_score_mod": (ctypes.c_int, [kernel_p] + [tensor_p] * 10 + [
             ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_float, tensor_p,
             ctypes.c_void_p]),
-        "attnjit_forward_kvcache": (ctypes.c_int, [kernel_p] + [tensor_p] * 10 + [
+        "attnjit_forward_kvcache": (ctypes.c_int, [kernel_p] + [tensor_p] * 11 + [
             ctypes.c_int, ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_float, tensor_p,
-            ctypes.c_void_p]),
+            tensor_p, ctypes.c_void_p]),
         "attnjit_forward_predicate": (ctypes.c_int, [kernel_p] + [tensor_p] * 5 + [
             ctypes.POINTER(PredicateInputs), ctypes.c_float, ctypes.c_float, tensor_p,
             ctypes.c_void_p]),

@@ -361,21 +361,22 @@ def kvcache_output_shapes(q, v_cache, cu_seqlens_q, return_lse):
 
 
 def kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new,
-                    cu_seqlens_q, max_seqlen_q, mask, scale, window_left, window_right, softcap,
-                    sinks, num_splits, return_lse, check=None):
-    """attnjit.attention_with_kvcache's launch: (o, lse or None). mask is none, causal or
-    sliding_window; a block table makes the cache paged; cu_seqlens_q (with max_seqlen_q, else
+                    cu_seqlens_q, max_seqlen_q, mask, indices, slopes, scale, window_left,
+                    window_right, softcap, sinks, num_splits, return_lse, check=None):
+    """attnjit.attention_with_kvcache's launch: (o, lse or None). mask is none, causal,
+    sliding_window or flashmask(...) with its vectors `indices` (else None); `slopes` ALiBi's
+    (else None); a block table makes the cache paged; cu_seqlens_q (with max_seqlen_q, else
     None and 0) packs the new tokens. `check(q, k_cache, v_cache, cache_seqlens, block_table,
-    k_new, v_new, sinks, cu_seqlens_q, max_seqlen_q)` runs the first time a call signature is
-    seen, as in forward()."""
+    k_new, v_new, sinks, cu_seqlens_q, max_seqlen_q, indices, slopes)` runs the first time a
+    call signature is seen, as in forward()."""
     checked = (q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, sinks,
-               cu_seqlens_q, max_seqlen_q)
+               cu_seqlens_q, max_seqlen_q, indices, slopes)
     try:
         key = ("kvcache", mask, scale, window_left, window_right, softcap, num_splits,
                return_lse, max_seqlen_q, _signature(q), _signature(k_cache),
                _signature(v_cache), _signature(cache_seqlens), _signature(block_table),
                _signature(k_new), _signature(v_new), _signature(cu_seqlens_q),
-               _signature(sinks))
+               _signature(sinks), _signature(indices), _signature(slopes))
     except (AttributeError, TypeError):
         if check is not None:
             check(*checked)
@@ -387,17 +388,19 @@ def kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table, k_ne
         index = device_index((("q", q), ("k_cache", k_cache), ("v_cache", v_cache),
                               ("cache_seqlens", cache_seqlens), ("block_table", block_table),
                               ("k", k_new), ("v", v_new), ("cu_seqlens_q", cu_seqlens_q),
-                              ("sinks", sinks)))
+                              ("sinks", sinks), ("startend_row_indices", indices),
+                              ("alibi_slopes", slopes)))
         spec = (f"dtype={_SPEC_DTYPES[str(q.dtype).removeprefix('torch.')]} "
                 f"head_dim_qk={q.shape[-1]} head_dim_v={v_cache.shape[3]} mask={mask} "
                 f"softcap={str(softcap > 0).lower()} sinks={str(sinks is not None).lower()} "
+                f"alibi={str(slopes is not None).lower()} "
                 f"return_lse={str(return_lse).lower()} "
                 f"kv_cache={'paged' if block_table is not None else 'contiguous'}")
         compiled, _ = kernel(spec, index)
         o_shape, lse_shape = kvcache_output_shapes(q, v_cache, cu_seqlens_q, return_lse)
         o = q.new_empty(o_shape)
         lse = None if lse_shape is None else q.new_empty(lse_shape, dtype=torch.float32)
-        launch = _prepare(compiled, (q, k_cache, v_cache, o, lse, None, None, None, None, None,
+        launch = _prepare(compiled, (q, k_cache, v_cache, o, lse, indices, slopes, None, None, None,
                                      None, cu_seqlens_q, None, None, sinks, None, cache_seqlens,
                                      block_table, k_new, v_new), None,
                           (scale, window_left, window_right, softcap), index,
@@ -407,8 +410,9 @@ def kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table, k_ne
     o = q.new_empty(call.o_shape)
     lse = None if call.lse_shape is None else q.new_empty(call.lse_shape, dtype=torch.float32)
     _enqueue(torch, call, (q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), o.data_ptr(),
-                           None if lse is None else lse.data_ptr(), None, None, None, None, None,
-                           None)
+                           None if lse is None else lse.data_ptr(),
+                           None if indices is None else indices.data_ptr(),
+                           None if slopes is None else slopes.data_ptr(), None, None, None, None)
              + _pointers((cu_seqlens_q, None, None, sinks, None, cache_seqlens, block_table, k_new,
                           v_new)))
     return o, lse

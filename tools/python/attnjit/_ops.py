@@ -302,18 +302,18 @@ def _register_kvcache(torch, check_kvcache_tensors):
     f32 = torch.float32
 
     def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cu_seqlens_q,
-               max_seqlen_q, mask, scale, window_left, window_right, softcap, sinks, num_splits,
-               return_lse):
+               max_seqlen_q, mask, indices, slopes, scale, window_left, window_right, softcap,
+               sinks, num_splits, return_lse):
         o, lse = _launch.kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table,
-                                         k_new, v_new, cu_seqlens_q, max_seqlen_q, mask, scale,
-                                         window_left, window_right, softcap, sinks, num_splits,
-                                         return_lse)
+                                         k_new, v_new, cu_seqlens_q, max_seqlen_q, mask, indices,
+                                         slopes, scale, window_left, window_right, softcap, sinks,
+                                         num_splits, return_lse)
         return o, q.new_empty((0,), dtype=f32) if lse is None else lse
 
     def fake(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cu_seqlens_q,
-             max_seqlen_q, sinks, return_lse):
+             max_seqlen_q, indices, slopes, sinks, return_lse):
         check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new,
-                              sinks, cu_seqlens_q, max_seqlen_q)
+                              sinks, cu_seqlens_q, max_seqlen_q, indices, slopes)
         o_shape, lse_shape = _launch.kvcache_output_shapes(q, v_cache, cu_seqlens_q, return_lse)
         return q.new_empty(o_shape), q.new_empty(lse_shape or (0,), dtype=f32)
 
@@ -321,18 +321,21 @@ def _register_kvcache(torch, check_kvcache_tensors):
     def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
                                cache_seqlens: Optional[Tensor], block_table: Optional[Tensor],
                                cu_seqlens_q: Optional[Tensor], max_seqlen_q: int, mask: str,
-                               scale: float, window_left: int, window_right: int,
-                               softcap: float, sinks: Optional[Tensor], num_splits: int,
+                               startend_row_indices: Optional[Tensor],
+                               alibi_slopes: Optional[Tensor], scale: float,
+                               window_left: int, window_right: int, softcap: float,
+                               sinks: Optional[Tensor], num_splits: int,
                                return_lse: bool) -> Tuple[Tensor, Tensor]:
         return launch(q, k_cache, v_cache, cache_seqlens, block_table, None, None, cu_seqlens_q,
-                      max_seqlen_q, mask, scale, window_left, window_right, softcap, sinks,
-                      num_splits, return_lse)
+                      max_seqlen_q, mask, startend_row_indices, alibi_slopes, scale, window_left,
+                      window_right, softcap, sinks, num_splits, return_lse)
 
     @attention_with_kvcache.register_fake
     def _(q, k_cache, v_cache, cache_seqlens, block_table, cu_seqlens_q, max_seqlen_q, mask,
-          scale, window_left, window_right, softcap, sinks, num_splits, return_lse):
+          startend_row_indices, alibi_slopes, scale, window_left, window_right, softcap, sinks,
+          num_splits, return_lse):
         return fake(q, k_cache, v_cache, cache_seqlens, block_table, None, None, cu_seqlens_q,
-                    max_seqlen_q, sinks, return_lse)
+                    max_seqlen_q, startend_row_indices, alibi_slopes, sinks, return_lse)
 
     @library.custom_op("attnjit::attention_with_kvcache_append",
                        mutates_args=("k_cache", "v_cache"))
@@ -340,17 +343,19 @@ def _register_kvcache(torch, check_kvcache_tensors):
                                       cache_seqlens: Optional[Tensor],
                                       block_table: Optional[Tensor], k_new: Tensor,
                                       v_new: Tensor, cu_seqlens_q: Optional[Tensor],
-                                      max_seqlen_q: int, mask: str, scale: float,
+                                      max_seqlen_q: int, mask: str,
+                                      startend_row_indices: Optional[Tensor],
+                                      alibi_slopes: Optional[Tensor], scale: float,
                                       window_left: int, window_right: int, softcap: float,
                                       sinks: Optional[Tensor], num_splits: int,
                                       return_lse: bool) -> Tuple[Tensor, Tensor]:
         return launch(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cu_seqlens_q,
-                      max_seqlen_q, mask, scale, window_left, window_right, softcap, sinks,
-                      num_splits, return_lse)
+                      max_seqlen_q, mask, startend_row_indices, alibi_slopes, scale, window_left,
+                      window_right, softcap, sinks, num_splits, return_lse)
 
     @attention_with_kvcache_append.register_fake
     def _(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cu_seqlens_q,
-          max_seqlen_q, mask, scale, window_left, window_right, softcap, sinks, num_splits,
-          return_lse):
+          max_seqlen_q, mask, startend_row_indices, alibi_slopes, scale, window_left,
+          window_right, softcap, sinks, num_splits, return_lse):
         return fake(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cu_seqlens_q,
-                    max_seqlen_q, sinks, return_lse)
+                    max_seqlen_q, startend_row_indices, alibi_slopes, sinks, return_lse)

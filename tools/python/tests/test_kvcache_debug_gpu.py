@@ -1,7 +1,7 @@
 """attnjit.attention_with_kvcache's checks of the cache's contents under ATTNJIT_DEBUG=1, on a
 CUDA device: a cached length beyond the capacity (or leaving no room for the appended rows), a
 negative one, a block table entry that is not a page of the pool, and ragged new tokens'
-boundaries that do not describe q's rows are refused with one AttnjitError naming the entry,
+boundaries that do not describe q's rows, and FlashMask vectors past the capacity are refused with one AttnjitError naming the entry,
 its value and what is accepted, before anything is written (the caches keep their bytes
 although the call appends). Without ATTNJIT_DEBUG the same
 calls are not checked (no synchronization), and a valid call gives the same output either way.
@@ -77,6 +77,22 @@ class KvCacheDebugTest(TemporaryCacheTest):
         self.refused(f"kv_cache.cache_seqlens[2]: got '-3'; accepted: 0 to {CAPACITY - NEW} (the "
                      f"cache holds {CAPACITY} keys per sequence and {NEW} are appended)",
                      self.pool_k, self.pool_v, self.lengths, self.table)
+
+    def test_vectors_past_the_capacity(self):
+        # FlashMask vectors over a cache count positions: at most the capacity.
+        indices = torch.full((BATCH, 1, CAPACITY, 1), CAPACITY, dtype=torch.int32, device="cuda")
+        indices[1, 0, 7, 0] = CAPACITY + 1
+        before = self.k_cache.clone()
+        with self.assertRaises(attnjit.AttnjitError) as caught:
+            attnjit.attention_with_kvcache(self.q, self.k_cache, self.v_cache, self.lengths,
+                                           k=self.k_new, v=self.v_new, causal=True,
+                                           startend_row_indices=indices)
+        torch.cuda.synchronize()
+        self.assertEqual(str(caught.exception),
+                         f"startend_row_indices[batch=1, head=0, column=7] LTS={CAPACITY + 1} is "
+                         f"outside [0, {CAPACITY}]; accepted: 0 <= LTS <= {CAPACITY} (the "
+                         "cache's capacity: over a KV cache the rows are positions)")
+        self.assertTrue(torch.equal(self.k_cache, before), "k_cache written by a refused call")
 
     def test_lengths_without_appends(self):
         self.lengths[0] = CAPACITY + 1

@@ -6,20 +6,23 @@ with ragged cached lengths (0, 1, the whole capacity and lengths that are not ti
 1 to 5 new tokens per sequence, GQA ratios 1 to 16, and compares o and lse with the reference:
 for sequence b with L_b keys and Sq new tokens (the last Sq of its keys), off = L_b - Sq,
 token i sees key j when causal keeps j <= i + off and a window (left, right) keeps
-i + off - left <= j <= i + off + right; soft-capping, sinks and the scale as in
-attnjit.attention. Rows that see no key give o = 0 and lse = -inf (the sink's logit with
-sinks). The criterion is FlashAttention's: max|attnjit - ref| <= 2 * max|lowp - ref| +
+i + off - left <= j <= i + off + right; soft-capping, ALiBi (slope[h] * (j - (i + off))),
+sinks and the scale as in attnjit.attention. Rows that see no key give o = 0 and lse = -inf
+(the sink's logit with sinks). The criterion is FlashAttention's: max|attnjit - ref| <= 2 * max|lowp - ref| +
 1e-3 * max|ref|, lowp the same computation with the probabilities rounded to the inputs' dtype.
 
 The cache's rows past each sequence's length hold NaN: they must never reach the output. Paged
 caches (page sizes 1 to 256) take random page tables, some pages shared between sequences.
-Every forced split count gives the unsplit result within the output's rounding. Appended keys
+Every forced split count gives the unsplit result within the output's rounding. FlashMask
+vectors over the cache ([B, Hm, capacity, C], rows as positions: token i is row off + i; key j
+hidden from the rows in [LTS, LTE) and [UTS, UTE)) come as documents (whole key blocks hidden)
+and random intervals of every column set, one mask head or one per KV head. Appended keys
 (k=, v=) land in the cache bit for bit at each sequence's length. A CUDA graph captured once
 replays with new lengths and cache contents of the same shapes.
 
 Through the operators (PyTorch 2.4+: torch.ops.attnjit.attention_with_kvcache and
 attention_with_kvcache_append): torch.compile(fullgraph=True) gives eager's bits, contiguous and
-paged, with and without the LSE; a compiled append leaves the caller's caches as eager's does;
+paged, with and without the LSE and with FlashMask vectors; a compiled append leaves the caller's caches as eager's does;
 a compiled step captured in a CUDA graph replays with new lengths and block tables; fake tensors
 raise the eager call's error; torch.library.opcheck passes on both operators.
 
@@ -59,9 +62,30 @@ def draw_lengths(rng, batch, capacity, new_tokens):
     return lengths
 
 
-def reference(q, k, v, lengths, *, causal, window, softcap, sinks, scale, lowp):
+def vector_rows(vectors, causal, b, head, heads):
+    """The rows [start, end) each key hides, twice (lower and upper interval), from FlashMask
+    vectors [B, Hm, capacity, C] for query head `head` of sequence b: C 1 (LTS; LTE unbounded)
+    or 2 (LTS, LTE) when causal, 2 (LTS, UTE; UTS 0) or 4 (LTS, LTE, UTS, UTE) when not."""
+    mask_heads, capacity, columns = vectors.shape[1:]
+    column = vectors[b, head // (heads // mask_heads)].long()
+    unbounded = torch.full((capacity,), 1 << 40, dtype=torch.long, device=vectors.device)
+    zero = torch.zeros_like(unbounded)
+    lts = column[:, 0]
+    lte = column[:, 1] if columns == 4 or (causal and columns == 2) else unbounded
+    if causal:
+        return (lts, lte), (zero, zero)
+    uts = column[:, 2] if columns == 4 else zero
+    ute = column[:, 3] if columns == 4 else column[:, 1]
+    return (lts, lte), (uts, ute)
+
+
+def reference(q, k, v, lengths, *, causal, window, softcap, sinks, scale, lowp, vectors=None,
+              slopes=None):
     """o [B, Sq, H, Dv] and lse [B, H, Sq] in float64 (lowp: the probabilities rounded to q's
-    dtype before P V, as the kernels do), from contiguous caches k/v [B, capacity, Hkv, D]."""
+    dtype before P V, as the kernels do), from contiguous caches k/v [B, capacity, Hkv, D].
+    `vectors`: FlashMask's [B, Hm, capacity, C], whose rows are positions: token i of a
+    sequence of L keys is row L - Sq + i. `slopes`: ALiBi's [H], slope[h] * (j - (i + off))
+    added after soft-capping."""
     batch, seqlen_q, heads, _ = q.shape
     group = heads // k.shape[2]
     o = torch.zeros(batch, seqlen_q, heads, v.shape[-1], dtype=torch.float64, device=q.device)
@@ -75,6 +99,8 @@ def reference(q, k, v, lengths, *, causal, window, softcap, sinks, scale, lowp):
         i = torch.arange(seqlen_q, device=q.device).view(seqlen_q, 1)
         j = torch.arange(length, device=q.device).view(1, length)
         off = length - seqlen_q
+        if slopes is not None:
+            scores = scores + slopes.double().view(heads, 1, 1) * (j - (i + off)).double()
         visible = torch.ones(seqlen_q, length, dtype=torch.bool, device=q.device)
         left, right = window
         if causal:
@@ -83,6 +109,13 @@ def reference(q, k, v, lengths, *, causal, window, softcap, sinks, scale, lowp):
             visible &= j >= i + off - left
         if right >= 0:
             visible &= j <= i + off + right
+        visible = visible.expand(heads, seqlen_q, length).clone()
+        if vectors is not None:
+            position = i + off  # [Sq, 1]
+            for h in range(heads):
+                for start, end in vector_rows(vectors, causal, b, h, heads):
+                    start, end = start[:length].view(1, length), end[:length].view(1, length)
+                    visible[h] &= ~((position >= start) & (position < end))
         scores = scores.masked_fill(~visible, -math.inf)
         if sinks is not None:
             sink = sinks.double().view(heads, 1, 1).expand(heads, seqlen_q, 1)
@@ -99,9 +132,11 @@ def reference(q, k, v, lengths, *, causal, window, softcap, sinks, scale, lowp):
     return o, lse
 
 
-def references(q, k, v, lengths, *, causal, window=(-1, -1), softcap=None, sinks=None, scale):
+def references(q, k, v, lengths, *, causal, window=(-1, -1), softcap=None, sinks=None, scale,
+               vectors=None, slopes=None):
     """(reference, lowp) of reference(): float64, and with the probabilities rounded."""
-    arguments = dict(causal=causal, window=window, softcap=softcap, sinks=sinks, scale=scale)
+    arguments = dict(causal=causal, window=window, softcap=softcap, sinks=sinks, scale=scale,
+                     vectors=vectors, slopes=slopes)
     return (reference(q, k, v, lengths, lowp=False, **arguments),
             reference(q, k, v, lengths, lowp=True, **arguments))
 
@@ -186,33 +221,90 @@ class KvCacheCase(TemporaryCacheTest):
                                            f"(lowp error {lowp_error:.3e}, seed {SEED})")
 
 
+    def documents(self, mask_heads):
+        """Causal document vectors (C = 1): documents of 1 to 300 keys; key j hides the rows
+        from its document's end on (LTS), so a token sees its own document's keys only. With
+        several mask heads each draws its own documents."""
+        def build(lengths, capacity):
+            indices = torch.empty(len(lengths), mask_heads, capacity, 1, dtype=torch.int32)
+            for b in range(len(lengths)):
+                for h in range(mask_heads):
+                    start = 0
+                    while start < capacity:
+                        end = min(capacity, start + self.rng.randint(1, 300))
+                        indices[b, h, start:end, 0] = end
+                        start = end
+            return indices.cuda()
+        return build
+
+    def intervals(self, columns, causal, mask_heads):
+        """Random vectors of `columns` (valid intervals, start <= end <= capacity), a third of
+        the keys hiding nothing, a few long runs of keys hiding every row (whole blocks
+        skipped)."""
+        def build(lengths, capacity):
+            batch = len(lengths)
+            shape = (batch, mask_heads, capacity)
+            a = torch.randint(0, capacity + 1, shape)
+            c = torch.randint(0, capacity + 1, shape)
+            lo, hi = torch.minimum(a, c), torch.maximum(a, c)
+            a2 = torch.randint(0, capacity + 1, shape)
+            c2 = torch.randint(0, capacity + 1, shape)
+            lo2, hi2 = torch.minimum(a2, c2), torch.maximum(a2, c2)
+            keep = torch.rand(shape) < 1 / 3
+            lo = torch.where(keep, torch.full_like(lo, capacity), lo)
+            hi = torch.where(keep, torch.full_like(hi, capacity), hi)
+            lo2 = torch.where(keep, torch.zeros_like(lo2), lo2)
+            hi2 = torch.where(keep, torch.zeros_like(hi2), hi2)
+            for _ in range(3):  # a run of keys hidden from every row
+                start = self.rng.randrange(capacity)
+                end = min(capacity, start + self.rng.randint(64, 300))
+                lo[..., start:end], hi[..., start:end] = 0, capacity
+                lo2[..., start:end], hi2[..., start:end] = 0, 0
+            if causal:
+                stack = [lo] if columns == 1 else [lo, hi]
+            else:
+                stack = [lo, hi2] if columns == 2 else [lo, hi, lo2, hi2]
+            return torch.stack(stack, dim=-1).int().cuda()
+        return build
+
 
 class KvCacheTest(KvCacheCase):
     def run_case(self, *, batch, capacity, heads, kv_heads, head_dim, head_dim_v=None,
                  new_tokens, causal=False, window=(-1, -1), softcap=None, with_sinks=False,
-                 page_size=None, shared=False, splits=(0, 1, 3), dtype=None):
+                 page_size=None, shared=False, splits=(0, 1, 3), dtype=None, vectors=None,
+                 alibi=False):
+        """`vectors(lengths, capacity)`: FlashMask vectors [B, Hm, capacity, C] for the call."""
         dtype = torch.bfloat16 if dtype is None else dtype
         head_dim_v = head_dim_v or head_dim
         lengths = draw_lengths(self.rng, batch, capacity, new_tokens)
         label = (f"B={batch} cap={capacity} H={heads}/{kv_heads} d={head_dim}/{head_dim_v} "
                  f"Sq={new_tokens} causal={causal} window={window} softcap={softcap} "
-                 f"sinks={with_sinks} page={page_size} lengths={lengths}")
+                 f"sinks={with_sinks} alibi={alibi} page={page_size} lengths={lengths}")
         q = self.randn(batch, new_tokens, heads, head_dim, dtype=dtype)
         k, v = self.caches(batch, capacity, kv_heads, head_dim, head_dim_v, lengths, dtype)
         sinks = self.randn(heads, dtype=torch.float32) if with_sinks else None
+        # ALiBi's slopes as BLOOM's: 2^(-8 h / H), one per query head.
+        slopes = (torch.pow(2.0, -8.0 * torch.arange(1, heads + 1, device="cuda") / heads)
+                  if alibi else None)
         cache_k, cache_v, table = k, v, None
         if page_size is not None:
             cache_k, cache_v, table = self.paged(k, v, page_size, shared, lengths)
         seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
         scale = 1.0 / math.sqrt(head_dim)
+        indices = None
+        if vectors is not None:  # a row per key of the capacity: whole pages when paged
+            indices = vectors(lengths, capacity if table is None else table.shape[1] * page_size)
+            label += f" vectors={tuple(indices.shape)}"
         (want_o, want_lse), (lowp_o, _) = references(q, k, v, lengths, causal=causal,
                                                      window=window, softcap=softcap, sinks=sinks,
-                                                     scale=scale)
+                                                     scale=scale, vectors=indices,
+                                                     slopes=slopes)
         outputs = {}
         for count in splits:
             o, lse = attnjit.attention_with_kvcache(
                 q, cache_k, cache_v, seqlens, table, causal=causal, window_size=window,
-                softcap=softcap, sinks=sinks, num_splits=count, return_lse=True)
+                softcap=softcap, sinks=sinks, num_splits=count, return_lse=True,
+                startend_row_indices=indices, alibi_slopes=slopes)
             torch.cuda.synchronize()
             self.check(f"{label} splits={count}: o", o, want_o, lowp_o)
             self.check(f"{label} splits={count}: lse", lse, want_lse, want_lse)
@@ -236,6 +328,26 @@ class KvCacheTest(KvCacheCase):
                                           head_dim=head_dim, head_dim_v=head_dim_v,
                                           new_tokens=new_tokens, causal=causal, window=window)
 
+    def test_flashmask_vectors(self):
+        """FlashMask vectors over the cache, rows as positions: documents (whole blocks
+        skipped), random intervals of every column set, one mask head or one per KV head,
+        contiguous and paged, 1 and 4 new tokens, split and not."""
+        torch.manual_seed(self.rng.randrange(2**62))
+        cases = [("documents", True, 1, 1, None), ("documents", True, 1, 8, 16),
+                 ("intervals", True, 1, 1, None), ("intervals", True, 2, 8, 64),
+                 ("intervals", False, 2, 1, 16), ("intervals", False, 4, 8, None),
+                 ("intervals", False, 4, 1, 1)]
+        for family, causal, columns, mask_heads, page_size in cases:
+            for new_tokens in (1, 4):
+                with self.subTest(family=family, causal=causal, columns=columns,
+                                  mask_heads=mask_heads, page=page_size, sq=new_tokens):
+                    vectors = (self.documents(mask_heads) if family == "documents"
+                               else self.intervals(columns, causal, mask_heads))
+                    self.run_case(batch=4, capacity=1500, heads=32, kv_heads=8,
+                                  head_dim=128 if new_tokens == 1 else 64,
+                                  new_tokens=new_tokens, causal=causal, page_size=page_size,
+                                  splits=(1, 0, 5), vectors=vectors)
+
     def test_long_cache_many_splits(self):
         # 200 splits of 5000 keys: more splits than a warp's lanes in the merge, and empty ones.
         self.run_case(batch=3, capacity=5000, heads=32, kv_heads=8, head_dim=128, new_tokens=1,
@@ -244,11 +356,18 @@ class KvCacheTest(KvCacheCase):
                       causal=True, splits=(1, 0, 13), dtype=torch.float16)
 
     def test_modifiers(self):
-        for softcap, sinks in ((30.0, False), (None, True), (20.0, True)):
-            with self.subTest(softcap=softcap, sinks=sinks):
+        for softcap, sinks, alibi in ((30.0, False, False), (None, True, False),
+                                      (20.0, True, False), (None, False, True),
+                                      (30.0, True, True)):
+            with self.subTest(softcap=softcap, sinks=sinks, alibi=alibi):
                 self.run_case(batch=4, capacity=700, heads=32, kv_heads=8, head_dim=128,
                               new_tokens=2, causal=True, softcap=softcap, with_sinks=sinks,
-                              splits=(1, 5))
+                              alibi=alibi, splits=(1, 5))
+        # ALiBi with a window, paged, over documents, GQA 16.
+        self.run_case(batch=3, capacity=900, heads=16, kv_heads=1, head_dim=64, new_tokens=3,
+                      window=(100, 0), page_size=16, alibi=True, splits=(1, 0))
+        self.run_case(batch=3, capacity=900, heads=16, kv_heads=4, head_dim=128, new_tokens=1,
+                      causal=True, alibi=True, vectors=self.documents(1), splits=(1, 0))
 
     def test_paged(self):
         for page_size in (1, 8, 16, 64, 256):
@@ -300,7 +419,8 @@ class KvCacheTest(KvCacheCase):
         """cu_seqlens_q packs 0 to 8 new tokens per sequence (speculative decoding), causal
         among them: each sequence's rows of o and columns of the LSE equal its own reference,
         for every split count; with k= and v= (packed the same way) each sequence appends its
-        own rows, bit for bit."""
+        own rows, bit for bit. The paged cases add causal document vectors, whose rows are the
+        tokens' positions (each sequence's own)."""
         batch, capacity, heads, kv_heads, d = 6, 400, 32, 8, 128
         scale = 1.0 / math.sqrt(d)
         for page_size in (None, 16):
@@ -311,6 +431,8 @@ class KvCacheTest(KvCacheCase):
                 lengths = [c + (0 if i == 0 else self.rng.randint(1, capacity - 8))
                            for i, c in enumerate(counts)]
                 label = f"page={page_size} append={append} counts={counts} lengths={lengths}"
+                indices = (self.documents(1)(lengths, capacity) if page_size is not None
+                           else None)
                 cu = [0]
                 for c in counts:
                     cu.append(cu[-1] + c)
@@ -337,7 +459,7 @@ class KvCacheTest(KvCacheCase):
                     o, lse = attnjit.attention_with_kvcache(
                         q, cache_k, cache_v, seqlens, table, k=k_new, v=v_new, causal=True,
                         num_splits=splits, return_lse=True, cu_seqlens_q=cu_seqlens_q,
-                        max_seqlen_q=max(counts))
+                        max_seqlen_q=max(counts), startend_row_indices=indices)
                     torch.cuda.synchronize()
                     self.assertEqual(tuple(o.shape), (cu[-1], heads, d))
                     self.assertEqual(tuple(lse.shape), (heads, cu[-1]))
@@ -347,7 +469,8 @@ class KvCacheTest(KvCacheCase):
                         rows = slice(cu[b], cu[b + 1])
                         (want_o, want_lse), (lowp_o, _) = references(
                             q[rows].unsqueeze(0), k[b:b + 1], v[b:b + 1], [lengths[b]],
-                            causal=True, scale=scale)
+                            causal=True, scale=scale,
+                            vectors=None if indices is None else indices[b:b + 1])
                         where = f"{label} splits={splits} sequence {b}"
                         self.check(f"{where}: o", o[rows], want_o[0], lowp_o[0])
                         self.check(f"{where}: lse", lse[:, rows], want_lse[0], want_lse[0])
@@ -431,15 +554,19 @@ class KvCacheOperatorTest(KvCacheCase):
 
     def test_compile_fullgraph_equals_eager(self):
         # fullgraph=True fails on a graph break; the same kernels give the same bits.
-        for paged, return_lse in ((False, False), (True, True)):
-            with self.subTest(paged=paged, return_lse=return_lse):
+        for paged, return_lse, vectors in ((False, False, False), (True, True, False),
+                                           (True, False, True)):
+            with self.subTest(paged=paged, return_lse=return_lse, vectors=vectors):
                 torch._dynamo.reset()
                 inputs = self.decode_inputs(paged)[:5]
+                indices = (self.documents(1)([self.CAPACITY] * self.BATCH, self.CAPACITY)
+                           if vectors else None)
 
                 def step(q, k_cache, v_cache, seqlens, table):
                     return attnjit.attention_with_kvcache(q, k_cache, v_cache, seqlens, table,
                                                           causal=True, num_splits=None,
-                                                          return_lse=return_lse)
+                                                          return_lse=return_lse,
+                                                          startend_row_indices=indices)
 
                 eager = step(*inputs)
                 compiled = torch.compile(step, fullgraph=True)(*inputs)
@@ -540,9 +667,9 @@ class KvCacheOperatorTest(KvCacheCase):
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         message = r"^q.dim\(\): got 3; accepted: 4 \(\[batch, seqlen_q, heads, head_dim\]\)$"
-        # cu_seqlens_q, max_seqlen_q, mask, scale, window_left, window_right, softcap, sinks,
-        # num_splits, return_lse
-        scalars = (None, 0, "none", 0.0, -1, 0, 0.0, None, 0, False)
+        # cu_seqlens_q, max_seqlen_q, mask, startend_row_indices, alibi_slopes, scale,
+        # window_left, window_right, softcap, sinks, num_splits, return_lse
+        scalars = (None, 0, "none", None, None, 0.0, -1, 0, 0.0, None, 0, False)
         ops = torch.ops.attnjit
         for mode in (None, FakeTensorMode):
             with self.subTest(fake=mode is not None), mode() if mode else contextlib.nullcontext():
@@ -562,8 +689,12 @@ class KvCacheOperatorTest(KvCacheCase):
         q, cache_k, cache_v, seqlens, table, _ = self.decode_inputs(True, finite=True)
         k_new, v_new = (self.randn(self.BATCH, self.NEW, self.KV_HEADS, self.HEAD_DIM)
                         for _ in range(2))
-        # mask, scale, window_left, window_right, softcap, sinks, num_splits, return_lse
-        scalars = ("causal", 0.0, -1, 0, 0.0, None, 3, True)
+        # mask, startend_row_indices, alibi_slopes, scale, window_left, window_right, softcap,
+        # sinks, num_splits, return_lse
+        scalars = ("causal", None, None, 0.0, -1, 0, 0.0, None, 3, True)
+        documents = self.documents(1)([self.CAPACITY] * self.BATCH, self.CAPACITY)
+        slopes = torch.rand(self.HEADS, device="cuda")
+        masked = ("flashmask(causal=true,columns=1)", documents, slopes) + scalars[3:]
         # Ragged new tokens: the same rows packed, every sequence with NEW of them.
         packed = q.reshape(-1, *q.shape[2:])
         cu = torch.arange(0, packed.shape[0] + 1, self.NEW, dtype=torch.int32, device="cuda")
@@ -573,7 +704,9 @@ class KvCacheOperatorTest(KvCacheCase):
                  ("ragged", ops.attention_with_kvcache.default,
                   (packed, cache_k, cache_v, seqlens, table, cu, self.NEW) + scalars),
                  ("append", ops.attention_with_kvcache_append.default,
-                  (q, cache_k, cache_v, seqlens, table, k_new, v_new, None, 0) + scalars))
+                  (q, cache_k, cache_v, seqlens, table, k_new, v_new, None, 0) + scalars),
+                 ("vectors", ops.attention_with_kvcache.default,
+                  (q, cache_k, cache_v, seqlens, table, None, 0) + masked))
         for label, op, arguments in cases:
             with self.subTest(op=op.name(), case=label):
                 torch.library.opcheck(op, arguments)  # every test, inputs without gradients

@@ -19,7 +19,8 @@ a bf16 cache of L keys, in one process on one GPU. For each point of the grid --
 The peers run once per (B, L, Sq, D), on the contiguous cache: a paged row's peers are the
 fastest on the same logical problem. A peer that raises shows 'failed' and its error's first
 line; the run goes on. Bandwidth counts the bytes FA3 counts, B·L·Hkv·(D + Dv)·2 + |q| + |o|,
-against a dst.copy_(src) of a 4 GiB tensor measured once (read + write). Each attnjit row is
+against a dst.copy_(src) of a 4 GiB tensor measured once (read + write), per CUDA-graph
+replay (per eager call where the capture failed). Each attnjit row is
 checked against SDPA efficient (Sq = 1, when it ran) or a float32 reference: a max abs
 difference above 2e-2 marks it MISMATCH and the script exits 1 after the report.
   --ragged           adds 64 sequences of lengths drawn uniformly from 1 to 32768 (seeded, at
@@ -27,13 +28,17 @@ difference above 2e-2 marks it MISMATCH and the script exits 1 after the report.
                      cache_seqlens given; no peers; bandwidth counts each sequence's own keys.
   --window W         adds, at each point with L > W, attnjit with window_size=(W, 0) and
                      causal=True, against the same point's full-cache time.
+  --document D       the same with a causal document mask of FlashMask vectors
+                     (startend_row_indices, C = 1) instead: documents of D keys counted from
+                     each sequence's end, so the new tokens see the last D keys.
 Times: median of --runs CUDA-event timings after --warmup calls, rotating among input sets
 that together span at least twice the L2 cache (at most 64 sets). The markdown report is
 printed last (and written to --out).
 
     python3 tools/bench/decode_vs_peers.py --out decode.md
     python3 tools/bench/decode_vs_peers.py --batches 1,64 --lengths 32768 --new-tokens 1 \
-        --head-dims 128 --layouts contiguous,paged16 --ragged --window 4096 --out decode.md
+        --head-dims 128 --layouts contiguous,paged16 --ragged --window 4096 --document 4096 \
+        --out decode.md
 """
 
 import argparse
@@ -81,6 +86,9 @@ def parse_args(argv=None):
                              f"{RAGGED_MAX_LENGTH}")
     parser.add_argument("--window", type=int, default=None,
                         help="add sliding-window rows: window_size=(W, 0), causal")
+    parser.add_argument("--document", type=int, default=None,
+                        help="add document-mask rows: FlashMask vectors, documents of D keys "
+                             "from each sequence's end, causal")
     parser.add_argument("--num-splits", type=int, default=0, help="passed to attnjit (0: auto)")
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
@@ -116,7 +124,9 @@ def parse_args(argv=None):
     for option, value, low in (("--heads", args.heads, 1), ("--kv-heads", args.kv_heads, 1),
                                ("--runs", args.runs, 1), ("--warmup", args.warmup, 0),
                                ("--num-splits", args.num_splits, 0),
-                               ("--window", 1 if args.window is None else args.window, 1)):
+                               ("--window", 1 if args.window is None else args.window, 1),
+                               ("--document", 1 if args.document is None else args.document,
+                                1)):
         if value < low:
             parser.error(f"{option}: got {value}; accepted: an integer >= {low}")
     if args.heads % args.kv_heads != 0:
@@ -192,11 +202,25 @@ def paged_cache(k, v, lengths, page, generator):
     return k_pool, v_pool, block_table
 
 
-def reference_output(q, k, v, lengths, causal, window):
+def document_indices(lengths, capacity, document):
+    """Causal FlashMask vectors [B, 1, capacity, 1] of documents of `document` keys counted
+    from each sequence's end: key j of a sequence of n keys hides the rows (positions) from its
+    document's end on; keys past n hide nothing."""
+    import torch
+
+    indices = torch.full((len(lengths), 1, capacity, 1), capacity, dtype=torch.int32)
+    for b, n in enumerate(lengths):
+        key = torch.arange(n)
+        indices[b, 0, :n, 0] = (n - document * ((n - 1 - key) // document)).to(torch.int32)
+    return indices.cuda()
+
+
+def reference_output(q, k, v, lengths, causal, window, document=None):
     """float32 attention of q [B, Sq, H, D] over the first lengths[b] keys of k, v
     [B, capacity, Hkv, D], sequence by sequence, query head h reading key head h // (H / Hkv);
     the Sq queries sit at the last Sq key positions; `causal` hides later keys, a `window`
-    (None: none) keys more than `window` positions earlier."""
+    (None: none) keys more than `window` positions earlier, a `document` size (None: none)
+    the keys of other documents (document_indices)."""
     import torch
 
     batch, new_tokens, heads, dim = q.shape
@@ -217,6 +241,9 @@ def reference_output(q, k, v, lengths, causal, window):
             hidden |= key[None, :] > position[:, None]
         if window is not None:
             hidden |= key[None, :] < position[:, None] - window
+        if document is not None:
+            hidden |= ((n - 1 - key[None, :]) // document) != ((n - 1 - position[:, None])
+                                                                // document)
         rows = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1) @ values
         out[b] = (rows.view(kv_heads, group, new_tokens, dim).permute(2, 0, 1, 3)
                   .reshape(new_tokens, heads, dim))
@@ -260,18 +287,26 @@ def attnjit_layout_sets(sets, lengths, layout, generator):
     return layout_sets
 
 
-def measure_attnjit(args, sets, reference, causal, window, bytes_moved, copy_gbps):
+def measure_attnjit(args, sets, reference, causal, window, bytes_moved, copy_gbps,
+                    document=None, lengths=None):
     """attnjit's row cells on `sets` (attnjit_layout_sets): times, bandwidth, and the max
-    difference from `reference`; 'error' / 'graph_error' when it raised."""
+    difference from `reference`; 'error' / 'graph_error' when it raised. `document`: a
+    causal document mask of that size over sequences of `lengths` keys (document_indices)."""
     import attnjit
     from timing import median_ms
 
     window_size = (-1, -1) if window is None else (window, 0)
+    indices = None
+    if document is not None:
+        q, k, _, _, table = sets[0]
+        capacity = k.shape[1] * (1 if table is None else table.shape[1])
+        indices = document_indices(lengths, capacity, document)
 
     def call(q, k, v, seqlens, table):
         return attnjit.attention_with_kvcache(q, k, v, seqlens, table, causal=causal,
                                               window_size=window_size,
-                                              num_splits=args.num_splits)
+                                              num_splits=args.num_splits,
+                                              startend_row_indices=indices)
 
     row = {}
     try:
@@ -280,12 +315,13 @@ def measure_attnjit(args, sets, reference, causal, window, bytes_moved, copy_gbp
     except Exception as error:  # reported in the row; the other points still run
         row["error"] = failed(error)
         return row
-    row["gbps"] = bytes_moved / row["ms"] / 1e6
-    row["copy_fraction"] = row["gbps"] / copy_gbps
     try:
         row["graph_ms"] = graph_replay_ms(call, sets, args.warmup, args.runs)
     except Exception as error:  # a capture the call does not survive: reported in the row
         row["graph_error"] = failed(error)
+    # The bandwidth of the graph replays (what serving runs), of eager calls without them.
+    row["gbps"] = bytes_moved / row.get("graph_ms", row["ms"]) / 1e6
+    row["copy_fraction"] = row["gbps"] / copy_gbps
     return row
 
 
@@ -398,10 +434,16 @@ def main():
 
     print("copy bandwidth ...", file=sys.stderr, flush=True)
     copy = copy_gbps(args.warmup, args.runs)
-    rows, peer_rows, window_rows, ragged_rows, failures = [], [], [], [], []
+    rows, peer_rows, mask_rows, ragged_rows, failures = [], [], [], [], []
+    # The masks whose time should follow their visible keys: (name, window, document).
+    masks = []
+    if args.window is not None:
+        masks.append((f"window ({args.window}, 0)", args.window, None))
+    if args.document is not None:
+        masks.append((f"document {args.document}", None, args.document))
 
     def point(batch, length, new_tokens, dim):
-        """The grid rows of one (B, L, Sq, D), each layout, and its window rows."""
+        """The grid rows of one (B, L, Sq, D), each layout, and its mask rows."""
         lengths = [length] * batch
         cache_bytes = kv_bytes(lengths, kv_heads, dim)
         sets = random_sets(input_set_count(cache_bytes, l2_bytes), batch, length, new_tokens,
@@ -418,14 +460,19 @@ def main():
         else:
             reference, reference_name = reference_output(*sets[0], lengths, causal, None), "fp32"
         del efficient_output
-        window_reference = None
-        if args.window is not None and length > args.window:
-            window_reference = reference_output(*sets[0], lengths, True, args.window)
         bytes_moved = cache_bytes + io_bytes(batch, new_tokens, heads, dim)
-        window_keys = min(length, args.window + new_tokens) if window_reference is not None \
-            else length
-        window_bytes = (kv_bytes([window_keys] * batch, kv_heads, dim)
-                        + io_bytes(batch, new_tokens, heads, dim))
+        # Each mask shorter than the cache: its reference, the keys it leaves the new tokens
+        # (a window W + Sq of them, a document its D) and their bytes.
+        masked = []
+        for name, window, document in masks:
+            size = window if window is not None else document
+            if length <= size:
+                continue
+            keys = min(length, window + new_tokens) if window is not None else document
+            masked.append((name, window, document, keys,
+                           reference_output(*sets[0], lengths, True, window, document),
+                           kv_bytes([keys] * batch, kv_heads, dim)
+                           + io_bytes(batch, new_tokens, heads, dim)))
         for layout in args.layouts:
             print(f"B={batch} L={length} Sq={new_tokens} D={dim} {layout} ...",
                   file=sys.stderr, flush=True)
@@ -436,12 +483,12 @@ def main():
             rows.append(dict(labels, times=times, graph_times=graph_times, **row))
             failures.extend(row_failures(f"B={batch} L={length} Sq={new_tokens} D={dim} "
                                          f"{layout}", row))
-            if window_reference is not None:
-                window = measure_attnjit(args, layout_sets, window_reference, True, args.window,
-                                         window_bytes, copy)
-                window_rows.append(dict(labels, full=row, keys=window_keys, **window))
+            for name, window, document, keys, mask_reference, mask_bytes in masked:
+                cells = measure_attnjit(args, layout_sets, mask_reference, True, window,
+                                        mask_bytes, copy, document, lengths)
+                mask_rows.append(dict(labels, mask=name, full=row, keys=keys, **cells))
                 failures.extend(row_failures(f"B={batch} L={length} Sq={new_tokens} D={dim} "
-                                             f"{layout} window {args.window}", window))
+                                             f"{layout} {name}", cells))
             del layout_sets
 
     def ragged(lengths, new_tokens, dim):
@@ -488,7 +535,8 @@ def main():
         f"runs after {args.warmup}, over input sets spanning >= 2x L2 ({l2_bytes >> 20} MiB; "
         f"at most {MAX_INPUT_SETS} sets); graph: CUDA-graph replay of one captured call. "
         f"Copy: dst.copy_(src) of 4 GiB bf16 moves {copy:,.0f} GB/s (read + write); GB/s "
-        "counts B·L·Hkv·(D + Dv)·2 + |q| + |o|; % copy: attnjit GB/s over the copy's.", "",
+        "counts B·L·Hkv·(D + Dv)·2 + |q| + |o| per graph replay (per eager call where the "
+        "capture failed); % copy: attnjit GB/s over the copy's.", "",
         "Sq > 1: attnjit ran causal=True (the new tokens attend bottom-right); the peers ran "
         "with no mask (is_causal=False, no block mask), a slightly larger problem. Peers read "
         "contiguous [B, Hkv, L, D] copies of the cache; a paged row's peers are the contiguous "
@@ -520,23 +568,27 @@ def main():
         lines += [f"| {row['new_tokens']} | {row['dim']} | {row['layout']} | {row['keys']} | "
                   + " | ".join(attnjit_cells(row)) + f" | {diff_cell(row, 'fp32')} |"
                   for row in ragged_rows]
-    if window_rows:
+    if mask_rows:
         lines += [
-            "", f"### Sliding window: window_size=({args.window}, 0), causal", "",
-            "GB/s counts the keys the window covers (W + Sq a sequence); full: the same "
-            "point's full-cache attnjit time.", "",
-            "| B | L | Sq | D | layout | full ms | window ms | graph ms | full / window | "
-            "keys full / window | GB/s | % copy | max diff |",
-            "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-        for row in window_rows:
+            "", "### Masks over the cache: time against the visible keys", "",
+            "causal; window (W, 0): window_size=(W, 0); document D: FlashMask vectors "
+            "(startend_row_indices, C = 1) of documents of D keys from each sequence's end. "
+            "GB/s counts the keys the mask leaves the new tokens (W + Sq, or D, a sequence); "
+            "full: the same point's full-cache attnjit time as a CUDA-graph replay, against the "
+            "mask's (eager times where a graph failed).", "",
+            "| B | L | Sq | D | layout | mask | full graph ms | mask ms | graph ms | full / mask | "
+            "keys full / mask | GB/s | % copy | max diff |",
+            "|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for row in mask_rows:
             cells = attnjit_cells(row)
-            full = row["full"].get("ms")
-            ratio = f"{full / row['ms']:.2f}x" if full and "ms" in row else "-"
+            key = "graph_ms" if "graph_ms" in row["full"] and "graph_ms" in row else "ms"
+            full = row["full"].get(key)
+            ratio = f"{full / row[key]:.2f}x" if full and key in row else "-"
             lines.append(
                 f"| {row['batch']} | {row['length']} | {row['new_tokens']} | {row['dim']} | "
-                f"{row['layout']} | {'-' if full is None else f'{full:.3f}'} | {cells[0]} | "
-                f"{cells[1]} | {ratio} | {row['length'] / row['keys']:.2f}x | {cells[2]} | "
-                f"{cells[3]} | {diff_cell(row, 'fp32')} |")
+                f"{row['layout']} | {row['mask']} | {'-' if full is None else f'{full:.3f}'} | "
+                f"{cells[0]} | {cells[1]} | {ratio} | {row['length'] / row['keys']:.2f}x | "
+                f"{cells[2]} | {cells[3]} | {diff_cell(row, 'fp32')} |")
     if failures:
         lines += ["", "**FAILED:**"] + [f"- {failure}" for failure in failures]
     lines += [

@@ -104,6 +104,8 @@ void add_mask_kernels(KernelPlan& plan, const Lowering& in) {
   }
   for (const KernelTiles& tiles : in.tiles) {
     if (!mask.element_predicate) break;
+    // The decode kernel evaluates a predicate on every element: no block table.
+    if (tiles.role == KernelRole::decode) continue;
     KernelDesc blocks;
     blocks.block_m = tiles.block_m;
     blocks.block_n = tiles.block_n;

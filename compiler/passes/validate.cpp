@@ -118,7 +118,7 @@ void check_varlen(const AttentionSpec& spec) {
 }
 
 // Attention against a KV cache: the decode kernels take forward passes over padded batches with
-// masks by index (none, causal, a window) or FlashMask vectors, and every score modifier.
+// every mask and every score modifier.
 void check_kv_cache(const AttentionSpec& spec) {
   const std::string_view cache = name_of(spec.kv_cache);
   if (spec.direction != Direction::forward) {
@@ -130,13 +130,6 @@ void check_kv_cache(const AttentionSpec& spec) {
     throw Error(fmt::format("kv_cache: {} with varlen={}; accepted: varlen=false (the cached "
                             "lengths are the launch's cache_seqlens)",
                             cache, name_of(spec.varlen)));
-  }
-  const MaskKind kind = spec.mask.kind;
-  if (kind == MaskKind::predicate) {
-    throw Error(fmt::format("mask: predicate with kv_cache={}; accepted: none, causal, "
-                            "sliding_window, flashmask (predicates over a KV cache are not "
-                            "supported in this version)",
-                            cache));
   }
   if (!spec.tiles.is_auto()) {
     throw_field_error("tiles", to_string(spec.tiles),

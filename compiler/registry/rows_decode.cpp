@@ -121,7 +121,6 @@ KernelRow decode() {
   row.body = "decode_sm80";
   row.params = ParamBlock::attention;
   row.support.targets.assign(kAllArchs.begin(), kAllArchs.end());
-  row.support.predicate_masks = false;
   row.support.unequal_head_dims = true;
   row.candidates = kDecodeCandidates;
   row.config = kDecodeConfig;

@@ -151,31 +151,6 @@ ATTNJIT_API int attnjit_backward_score_mod(const attnjit_kernel* kernel, const a
                                            int window_left, int window_right, float softcap,
                                            const attnjit_tensor* alibi_slopes, void* stream);
 
-/** attnjit_forward for a spec with kv_cache=contiguous|paged (see KvCacheArgs in
- * attnjit/tensor.hpp): `k` and `v` are the cache, contiguous [B, capacity, Hkv, D] or paged
- * [num_pages, page_size, Hkv, D]; `cache_seqlens` (int32 [B], NULL: every sequence holds its
- * capacity) the keys of each sequence; `block_table` (int32 [B, max_pages]) the pages of a paged
- * cache, NULL for a contiguous one; `startend_row_indices` the FlashMask vectors of a spec with
- * mask=flashmask(...), int32 [B, Hm, capacity, C] (Hm 1 or Hkv) whose rows are positions in the
- * sequence (a new token's is the index of its own key), else NULL; `k_new` and `v_new` ([B, S_new, Hkv, D] and [.., Dv], or
- * both NULL) keys and values first written into the cache at positions cache_seqlens[b] + t,
- * attention then covering cache_seqlens[b] + S_new keys (cache_seqlens is not updated);
- * `cu_seqlens_q` (int32 [B + 1], NULL: every sequence has q's Sq new tokens) ragged new tokens
- * with `max_seqlen_q` (else 0), q and o then [total_q, H, D], lse [H, total_q] and k_new, v_new
- * [total_q, Hkv, D] (KvCacheArgs::cu_seqlens_q); `num_splits` the key splits (0: chosen).
- * `window_left` and `window_right` as in attnjit_forward (mask=sliding_window), `softcap` and
- * `alibi_slopes` as in attnjit_forward_score_mod (the bias slope[h] * (j - position), a new
- * token's position being the index of its own key), `sinks` an fp32 [H] device tensor for a spec with sinks=true, else
- * NULL. New lengths, tables and split counts never recompile. */
-ATTNJIT_API int attnjit_forward_kvcache(
-    const attnjit_kernel* kernel, const attnjit_tensor* q, const attnjit_tensor* k,
-    const attnjit_tensor* v, const attnjit_tensor* o, const attnjit_tensor* lse,
-    const attnjit_tensor* cache_seqlens, const attnjit_tensor* block_table,
-    const attnjit_tensor* startend_row_indices, const attnjit_tensor* k_new,
-    const attnjit_tensor* v_new, const attnjit_tensor* cu_seqlens_q, int max_seqlen_q,
-    int num_splits, float softmax_scale, int window_left, int window_right, float softcap,
-    const attnjit_tensor* alibi_slopes, const attnjit_tensor* sinks, void* stream);
-
 /** The runtime inputs of a spec with mask=predicate(...): the values of its scalar slots
  * $0, $1, ... (exactly as many as the predicate has) and its int32 device tensors by name
  * (tensor_names[i] names tensors[i]; [length] or [rows, length], rows 1 or B, contiguous).
@@ -188,6 +163,34 @@ typedef struct attnjit_predicate_inputs {
   const attnjit_tensor* tensors;
   int tensor_count;
 } attnjit_predicate_inputs;
+
+/** attnjit_forward for a spec with kv_cache=contiguous|paged (see KvCacheArgs in
+ * attnjit/tensor.hpp): `k` and `v` are the cache, contiguous [B, capacity, Hkv, D] or paged
+ * [num_pages, page_size, Hkv, D]; `cache_seqlens` (int32 [B], NULL: every sequence holds its
+ * capacity) the keys of each sequence; `block_table` (int32 [B, max_pages]) the pages of a paged
+ * cache, NULL for a contiguous one; `startend_row_indices` the FlashMask vectors of a spec with
+ * mask=flashmask(...), int32 [B, Hm, capacity, C] (Hm 1 or Hkv) whose rows are positions in the
+ * sequence (a new token's is the index of its own key), else NULL; `predicate` the inputs of a
+ * spec with mask=predicate(...) (as attnjit_forward_predicate's; q and k are the query's and the
+ * key's positions, the predicate is evaluated on every cached key), else NULL; `k_new` and `v_new`
+ * ([B, S_new, Hkv, D] and [.., Dv], or both NULL) keys and values first written into the cache at
+ * positions cache_seqlens[b] + t, attention then covering cache_seqlens[b] + S_new keys
+ * (cache_seqlens is not updated); `cu_seqlens_q` (int32 [B + 1], NULL: every sequence has q's Sq
+ * new tokens) ragged new tokens with `max_seqlen_q` (else 0), q and o then [total_q, H, D], lse
+ * [H, total_q] and k_new, v_new [total_q, Hkv, D] (KvCacheArgs::cu_seqlens_q); `num_splits` the
+ * key splits (0: chosen). `window_left` and `window_right` as in attnjit_forward
+ * (mask=sliding_window), `softcap` and `alibi_slopes` as in attnjit_forward_score_mod (the bias
+ * slope[h] * (j - position), a new token's position being the index of its own key), `sinks` an
+ * fp32 [H] device tensor for a spec with sinks=true, else NULL. New lengths, tables and split
+ * counts never recompile. */
+ATTNJIT_API int attnjit_forward_kvcache(
+    const attnjit_kernel* kernel, const attnjit_tensor* q, const attnjit_tensor* k,
+    const attnjit_tensor* v, const attnjit_tensor* o, const attnjit_tensor* lse,
+    const attnjit_tensor* cache_seqlens, const attnjit_tensor* block_table,
+    const attnjit_tensor* startend_row_indices, const attnjit_predicate_inputs* predicate,
+    const attnjit_tensor* k_new, const attnjit_tensor* v_new, const attnjit_tensor* cu_seqlens_q,
+    int max_seqlen_q, int num_splits, float softmax_scale, int window_left, int window_right,
+    float softcap, const attnjit_tensor* alibi_slopes, const attnjit_tensor* sinks, void* stream);
 
 /** attnjit_forward for a spec with mask=predicate(...): `predicate` gives its inputs (new
  * values never recompile); `softcap` and `alibi_slopes` as in attnjit_forward_score_mod (0 and
@@ -361,14 +364,16 @@ ATTNJIT_API int attnjit_launch_prepare_varlen(const attnjit_kernel* kernel,
 
 /** attnjit_launch_prepare for a kernel of a spec with kv_cache=contiguous|paged, and only for
  * one: `tensor_count` is ATTNJIT_SLOT_COUNT; q, k (the cache), v, o, lse and sinks as in
- * attnjit_forward_kvcache, and its cache_seqlens, block_table, k_new and v_new in their slots
- * and its cu_seqlens_q in ATTNJIT_SLOT_CU_SEQLENS_Q (rank 0 where absent); `num_splits` its key
+ * attnjit_forward_kvcache, its FlashMask vectors and ALiBi slopes, cache_seqlens, block_table,
+ * k_new and v_new in their slots and its cu_seqlens_q in ATTNJIT_SLOT_CU_SEQLENS_Q (rank 0 where
+ * absent); `predicate` as in attnjit_launch_prepare (NULL without one); `num_splits` its key
  * splits (0: chosen from the shapes and the SM count), `max_seqlen_q` the most new tokens of a
  * sequence with cu_seqlens_q (else 0). A run takes no host synchronization and allocates nothing
  * but what its workspace (attnjit_launch_workspace_size) does not cover: with a workspace, it can
  * be captured in a CUDA graph and replayed with new lengths, tables and cache contents. */
 ATTNJIT_API int attnjit_launch_prepare_kvcache(const attnjit_kernel* kernel,
                                                const attnjit_tensor* tensors, int tensor_count,
+                                               const attnjit_predicate_inputs* predicate,
                                                float softmax_scale, int window_left,
                                                int window_right, float softcap, int num_splits,
                                                int max_seqlen_q, int device, attnjit_launch** out);

@@ -221,11 +221,11 @@ int attnjit_forward_kvcache(const attnjit_kernel* kernel, const attnjit_tensor* 
                             const attnjit_tensor* o, const attnjit_tensor* lse,
                             const attnjit_tensor* cache_seqlens, const attnjit_tensor* block_table,
                             const attnjit_tensor* startend_row_indices,
-                            const attnjit_tensor* k_new, const attnjit_tensor* v_new,
-                            const attnjit_tensor* cu_seqlens_q, int max_seqlen_q, int num_splits,
-                            float softmax_scale, int window_left, int window_right, float softcap,
-                            const attnjit_tensor* alibi_slopes, const attnjit_tensor* sinks,
-                            void* stream) {
+                            const attnjit_predicate_inputs* predicate, const attnjit_tensor* k_new,
+                            const attnjit_tensor* v_new, const attnjit_tensor* cu_seqlens_q,
+                            int max_seqlen_q, int num_splits, float softmax_scale, int window_left,
+                            int window_right, float softcap, const attnjit_tensor* alibi_slopes,
+                            const attnjit_tensor* sinks, void* stream) {
   return guarded([&] {
     require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
     const attnjit::runtime::DeviceScope scope(device_of(q));
@@ -236,6 +236,7 @@ int attnjit_forward_kvcache(const attnjit_kernel* kernel, const attnjit_tensor* 
     args.softcap = softcap;
     args.alibi_slopes = optional_view("alibi_slopes", alibi_slopes);
     args.sinks = optional_view("sinks", sinks);
+    if (predicate != nullptr) args.predicate = predicate_args(predicate);
     args.kv_cache.cache_seqlens = optional_view("cache_seqlens", cache_seqlens);
     args.kv_cache.block_table = optional_view("block_table", block_table);
     args.kv_cache.k_new = optional_view("k_new", k_new);

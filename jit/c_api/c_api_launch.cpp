@@ -357,14 +357,15 @@ int attnjit_launch_prepare(const attnjit_kernel* kernel, const attnjit_tensor* t
 }
 
 int attnjit_launch_prepare_kvcache(const attnjit_kernel* kernel, const attnjit_tensor* tensors,
-                                   int tensor_count, float softmax_scale, int window_left,
-                                   int window_right, float softcap, int num_splits,
-                                   int max_seqlen_q, int device, attnjit_launch** out) {
+                                   int tensor_count, const attnjit_predicate_inputs* predicate,
+                                   float softmax_scale, int window_left, int window_right,
+                                   float softcap, int num_splits, int max_seqlen_q, int device,
+                                   attnjit_launch** out) {
   if (out != nullptr) *out = nullptr;
   return guarded([&] {
     Scalars scalars{softmax_scale, window_left, window_right, softcap, max_seqlen_q};
     scalars.num_splits = num_splits;
-    prepare(kernel, tensors, tensor_count, nullptr, scalars, device, Batch::cache, out);
+    prepare(kernel, tensors, tensor_count, predicate, scalars, device, Batch::cache, out);
   });
 }
 

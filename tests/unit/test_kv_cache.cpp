@@ -82,9 +82,6 @@ TEST_CASE("validate refuses what the decode kernels do not take", "[kv_cache][pa
             .starts_with("kv_cache: paged with direction=backward; accepted: direction=forward"));
   CHECK(refusal("dtype=bf16 head_dim=64 kv_cache=contiguous varlen=true target=sm_80")
             .starts_with("kv_cache: contiguous with varlen=true; accepted: varlen=false"));
-  CHECK(refusal("dtype=bf16 head_dim=64 mask=predicate(q>=k) kv_cache=paged target=sm_80")
-            .starts_with("mask: predicate with kv_cache=paged; accepted: none, causal, "
-                         "sliding_window, flashmask"));
   CHECK(refusal("dtype=bf16 head_dim=64 tiles=64x64x4 kv_cache=paged target=sm_80")
             .starts_with("tiles: got '64x64x4'; accepted: auto with kv_cache=paged"));
   CHECK(testing::error_text([] {
@@ -137,9 +134,9 @@ TEST_CASE("a decode plan is the append, the decode kernel and the merge of its s
 
 TEST_CASE("FlashMask vectors over a cache add their min/max tables, read by the decode kernel",
           "[kv_cache][pass]") {
-  const Lowering ir = lower(parse_spec(
-      "dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1) target=sm_90a "
-      "kv_cache=paged"));
+  const Lowering ir = lower(
+      parse_spec("dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1) target=sm_90a "
+                 "kv_cache=paged"));
   const KernelPlan& plan = *ir.plan;
   REQUIRE(plan.kernels.size() == 4);
   CHECK(plan.kernels[0].role == KernelRole::flashmask_minmax);
@@ -155,6 +152,12 @@ TEST_CASE("FlashMask vectors over a cache add their min/max tables, read by the 
   REQUIRE(table != decode.buffers.end());
   CHECK(plan.scratch[table->buffer].name == "minmax_bn64");
   CHECK(plan.kernels[0].buffers.front().buffer == table->buffer);
+  // A predicate is evaluated on every element: no block table, no CTA order.
+  const Lowering predicate =
+      lower(parse_spec("dtype=bf16 head_dim=128 mask=predicate(k<=q&&q-k<$0) target=sm_90a "
+                       "kv_cache=contiguous"));
+  REQUIRE(predicate.plan->kernels.size() == 3);
+  CHECK(predicate.plan->kernels[1].name == "attnjit_decode_bf16_d128_predicate_contiguous");
   // Without splits, the table is the workspace: B x Hm x key blocks x 2 ints.
   LaunchExtents e = one_token_extents(2);
   e[Extent::seqlen_k] = 4096;
@@ -217,10 +220,11 @@ TEST_CASE("every decode kernel compiles without spills", "[kv_cache][nvrtc]") {
       }
     }
   }
-  // FlashMask vectors: every column set, on the head dims most used.
+  // FlashMask vectors (every column set) and predicates, on the head dims most used.
   for (const char* dims : {"head_dim=64", "head_dim=128", "head_dim_qk=192 head_dim_v=128"}) {
     for (const char* variant :
-         {"mask=flashmask(causal=true,columns=1) kv_cache=paged",
+         {"mask=predicate(doc[q]==doc[k]&&k<=q) alibi=true kv_cache=paged",
+          "mask=flashmask(causal=true,columns=1) kv_cache=paged",
           "mask=flashmask(causal=true,columns=2) softcap=true alibi=true sinks=true "
           "kv_cache=contiguous",
           "mask=flashmask(causal=false,columns=2) return_lse=true kv_cache=paged",
@@ -275,9 +279,9 @@ TEST_CASE("decode launches name the bad cache argument", "[kv_cache][runtime][ar
   CHECK(refusal(a).starts_with("kv_cache.cache_seqlens: missing; accepted: with k_new/v_new"));
 
   // FlashMask vectors over a cache: a row per key of the capacity (4 pages of 16).
-  const jit::Kernel masked =
-      compiled("dtype=bf16 head_dim=64 mask=flashmask(causal=true,columns=1) target=sm_80 "
-               "kv_cache=paged");
+  const jit::Kernel masked = compiled(
+      "dtype=bf16 head_dim=64 mask=flashmask(causal=true,columns=1) target=sm_80 "
+      "kv_cache=paged");
   a = paged_args();
   a.startend_row_indices = contiguous_view(fake(0x80000), ScalarType::int32, {2, 1, 48, 1});
   CHECK(testing::error_text([&] { masked.forward(a); }) ==
@@ -358,11 +362,13 @@ TEST_CASE("ragged new tokens are packed rows of q, o, lse and the appended keys"
   a.kv_cache.num_splits = 3;
   CHECK(kernel.workspace_size(a) >= std::size_t{3} * 2 * 3 * 8 * (64 + 1) * 4);
   a.q.data = nullptr;  // the workspace needs shapes only
-  CHECK(kernel.workspace_size(a) >= std::size_t{3} * 2 * 3 * 8 * (64 + 1) * 4);  // FlashMask vectors' tables follow their mask heads: 2 sequences x 2 heads x 1024 blocks of
+  CHECK(kernel.workspace_size(a) >= std::size_t{3} * 2 * 3 * 8 * (64 + 1) *
+                                        4);  // FlashMask vectors' tables follow their mask heads: 2
+                                             // sequences x 2 heads x 1024 blocks of
   // 64 keys x 2 ints, twice one head's.
-  const jit::Kernel masked =
-      compiled("dtype=bf16 head_dim=64 mask=flashmask(causal=true,columns=1) target=sm_80 "
-               "kv_cache=paged");
+  const jit::Kernel masked = compiled(
+      "dtype=bf16 head_dim=64 mask=flashmask(causal=true,columns=1) target=sm_80 "
+      "kv_cache=paged");
   a = ragged_args();
   a.kv_cache.num_splits = 1;
   a.kv_cache.block_table = contiguous_view(fake(0x60000), ScalarType::int32, {2, 4096});
@@ -418,14 +424,14 @@ TEST_CASE("a KV cache's launch is prepared with attnjit_launch_prepare_kvcache o
                                        0.f, -1, &launch))
             .starts_with("kernel: got 'a spec with kv_cache=paged'; accepted: a spec with "
                          "kv_cache=none"));
-  CHECK(c_error(attnjit_launch_prepare_kvcache(plain, slots.data(), ATTNJIT_SLOT_COUNT, 0.f, -1, 0,
-                                               0.f, 0, 0, -1, &launch))
+  CHECK(c_error(attnjit_launch_prepare_kvcache(plain, slots.data(), ATTNJIT_SLOT_COUNT, nullptr,
+                                               0.f, -1, 0, 0.f, 0, 0, -1, &launch))
             .starts_with("kernel: got 'a spec with kv_cache=none'"));
-  CHECK(c_error(attnjit_launch_prepare_kvcache(paged, slots.data(), ATTNJIT_SLOT_COUNT_SINKS, 0.f,
-                                               -1, 0, 0.f, 0, 0, -1, &launch))
+  CHECK(c_error(attnjit_launch_prepare_kvcache(paged, slots.data(), ATTNJIT_SLOT_COUNT_SINKS,
+                                               nullptr, 0.f, -1, 0, 0.f, 0, 0, -1, &launch))
             .starts_with("tensor_count: got '16'; accepted: 20 (ATTNJIT_SLOT_COUNT"));
-  REQUIRE(attnjit_launch_prepare_kvcache(paged, slots.data(), ATTNJIT_SLOT_COUNT, 0.f, -1, 0, 0.f,
-                                         3, 0, -1, &launch) == ATTNJIT_OK);
+  REQUIRE(attnjit_launch_prepare_kvcache(paged, slots.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f, -1,
+                                         0, 0.f, 3, 0, -1, &launch) == ATTNJIT_OK);
   // Three splits: the partial rows of 2 x 3 x 8 rows of 64 floats and their LSEs.
   std::size_t bytes = 0;
   REQUIRE(attnjit_launch_workspace_size(launch, &bytes) == ATTNJIT_OK);
@@ -436,12 +442,12 @@ TEST_CASE("a KV cache's launch is prepared with attnjit_launch_prepare_kvcache o
   slots[ATTNJIT_SLOT_Q] = descriptor(r.q);
   slots[ATTNJIT_SLOT_O] = descriptor(r.o);
   slots[ATTNJIT_SLOT_CU_SEQLENS_Q] = descriptor(r.kv_cache.cu_seqlens_q);
-  CHECK(c_error(attnjit_launch_prepare_kvcache(paged, slots.data(), ATTNJIT_SLOT_COUNT, 0.f, -1, 0,
-                                               0.f, 3, 0, -1, &launch)) ==
+  CHECK(c_error(attnjit_launch_prepare_kvcache(paged, slots.data(), ATTNJIT_SLOT_COUNT, nullptr,
+                                               0.f, -1, 0, 0.f, 3, 0, -1, &launch)) ==
         "kv_cache.max_seqlen_q: got '0'; accepted: 1 or more (the most new tokens of a "
         "sequence) with a cu_seqlens_q tensor");
-  REQUIRE(attnjit_launch_prepare_kvcache(paged, slots.data(), ATTNJIT_SLOT_COUNT, 0.f, -1, 0, 0.f,
-                                         3, 3, -1, &launch) == ATTNJIT_OK);
+  REQUIRE(attnjit_launch_prepare_kvcache(paged, slots.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f, -1,
+                                         0, 0.f, 3, 3, -1, &launch) == ATTNJIT_OK);
   REQUIRE(attnjit_launch_workspace_size(launch, &bytes) == ATTNJIT_OK);
   CHECK(bytes >= std::size_t{3} * 2 * 3 * 8 * (64 + 1) * 4);
   attnjit_launch_release(launch);

@@ -474,6 +474,7 @@ struct PredicatePolicy {
   static constexpr bool kHasVectors = false;
   static constexpr bool kHasVisible = false;
   static constexpr bool kIndexRange = false;
+  static constexpr bool kCausalByIndex = false, kWindowByIndex = false;
   /// The element rule comes as bits per fragment: the tile's stored bits (load_fragment_words,
   /// fragment_bits), else the generated expression (evaluate_bits).
   static constexpr bool kElementBits = true;

@@ -30,7 +30,8 @@
 //
 // Config (bound by the generated code): Element, kHeadDimQK, kHeadDimV, kBlockN, kStages,
 // kReturnLse. Mask: a MaskPolicy (mask.cuh) of causal, a window or FlashMask vectors, each
-// by position (its diagonal is 0). kPaged: a paged cache. Score: a ScoreMod (softcap, ALiBi
+// by position (its diagonal is 0), or a PredicatePolicy whose predicate sees (b, h, position,
+// key) on every element. kPaged: a paged cache. Score: a ScoreMod (softcap, ALiBi
 // with each row's own head and distance j - position, sinks).
 #pragma once
 
@@ -181,9 +182,13 @@ struct DecodeSm80 {
   static_assert(kWarpKeys % 16 == 0, "each warp takes whole k16 steps of keys");
   static_assert(kStages >= 2, "a ring of at least two stages");
   static constexpr bool kVectors = Mask::kHasVectors;
-  static_assert(!Mask::kElementBits && !Mask::kHasVisible, "masks by index or FlashMask vectors");
-  static_assert(!(kVectors && Mask::kWindowByIndex), "a window or vectors, not both: blocks "
-                                                     "split from a key that is a block's first");
+  /// A predicate (PredicatePolicy): evaluated on every element of every block, without a block
+  /// table (its time follows the cache's length).
+  static constexpr bool kPredicate = Mask::kElementBits;
+  static_assert(!Mask::kHasVisible, "masks by index, FlashMask vectors or a predicate");
+  static_assert(!(kVectors && Mask::kWindowByIndex),
+                "a window or vectors, not both: blocks "
+                "split from a key that is a block's first");
   /// Q's fragments stay in registers beside O up to head_dim_qk + head_dim_v = 384 (d256 with
   /// a 256-wide O spilled), 256 with the vectors' rule ((192, 128) spilled); else each block
   /// re-reads them from the Q tile.
@@ -335,6 +340,39 @@ struct DecodeSm80 {
     }
   }
 
+  /// Calls f(head, position, key, score) on each of the thread's scores of a block: its two
+  /// rows, each with its own query head and position, by the keys of its fragment.
+  template <class F>
+  __device__ __forceinline__ static void for_each_score(const DecodeWork& w,
+                                                        WarpAccumulator<1, kSTiles>& acc_s,
+                                                        int key0, int g, int t, F&& f) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      int token, head;
+      decode_row(w, w.row0 + g + 8 * r, token, head);
+      const int position = w.diagonal + token;
+#pragma unroll
+      for (int nt = 0; nt < kSTiles; ++nt) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+          f(head, position, key0 + 8 * nt + 2 * t + c, acc_s.v[0][nt][2 * r + c]);
+      }
+    }
+  }
+
+  /// The predicate on the thread's scores: a row sees key j when visible(b, h, position, j)
+  /// (the split's bound hides the keys past it already).
+  __device__ __forceinline__ static void mask_by_predicate(const FwdParams& p, const DecodeWork& w,
+                                                           WarpAccumulator<1, kSTiles>& acc_s,
+                                                           int key0, int g, int t) {
+    for_each_score(w, acc_s, key0, g, t, [&](int head, int position, int key, float& score) {
+      const MaskState ms = make_mask_state_at_row<kBlockN>(p, 0, head, w.batch);
+      if (key < w.key_end && Mask::masked(p, ms, position, key, typename Mask::Column())) {
+        score = negative_infinity();
+      }
+    });
+  }
+
   /// Q's rows [row0, row0 + 16) (zero past G Sq) into the Q tile.
   __device__ __forceinline__ static void load_q(const FwdParams& p, const DecodeWork& w, u32 smem,
                                                 int thread) {
@@ -461,24 +499,12 @@ struct DecodeSm80 {
       }
       const int key0 = w.key_begin + block * kBlockN + warp * kWarpKeys;
       if constexpr (RowScore::kActive) {
-        // The thread's two rows have query heads of their own (ALiBi's slopes) and positions
-        // (its distances j - position).
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          int token, head;
-          decode_row(w, w.row0 + g + 8 * r, token, head);
-          const RowScore score = RowScore::make_for_head(p, RowScore::kAlibi ? head : 0);
-          const int position = w.diagonal + token;
-#pragma unroll
-          for (int nt = 0; nt < kSTiles; ++nt) {
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              const int key = key0 + 8 * nt + 2 * t + c;
-              float& x = acc_s.v[0][nt][2 * r + c];
-              x = score.apply(x, key - position);
-            }
-          }
-        }
+        // Each row has its own query head (ALiBi's slope) and position (the distance j -
+        // position).
+        for_each_score(w, acc_s, key0, g, t, [&](int head, int position, int key, float& score) {
+          score =
+              RowScore::make_for_head(p, RowScore::kAlibi ? head : 0).apply(score, key - position);
+        });
       }
 #pragma unroll
       for (int nt = 0; nt < kSTiles; ++nt) {
@@ -492,6 +518,7 @@ struct DecodeSm80 {
       if constexpr (kVectors) {
         if (kind == kTilePartial) mask_by_vectors(p, w, acc_s, key0, g, t);
       }
+      if constexpr (kPredicate) mask_by_predicate(p, w, acc_s, key0, g, t);
       softmax.template step<RowScore>(p, acc_s, acc_o);
       OperandA<1, kPvSteps> p_frag;
       to_operand_a<Element>(acc_s, p_frag);

@@ -408,7 +408,8 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
                           return_lse: bool = False, cu_seqlens_q: Optional[Tensor] = None,
                           max_seqlen_q: Optional[int] = None,
                           startend_row_indices: Optional[Tensor] = None,
-                          alibi_slopes: Optional[Tensor] = None
+                          alibi_slopes: Optional[Tensor] = None,
+                          mask: Optional[PredicateMask] = None
                           ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Attention of a few new query tokens per sequence against a KV cache (decoding;
     FlashAttention's flash_attn_with_kvcache), forward only.
@@ -444,7 +445,11 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
     every later step; key j is hidden from the rows in [LTS, LTE) and [UTS, UTE). The key blocks
     they hide from every new token are neither read nor computed. alibi_slopes (fp32 [H] on
     q's device) adds slope[h] * (j - position) to the scores, position being the new token's
-    own key index. Not yet: predicate masks.
+    own key index. mask: an element predicate, attnjit.predicate("..."), alone (no causal,
+    window_size or startend_row_indices): it sees b, h, and q and k as positions in the
+    sequence (a new token's q is its own key's index, so "k <= q" is causal), its int32
+    tensors [length] or [rows, length] with rows 1 or B, indexed by positions; it is evaluated
+    on every cached key (no key block is skipped: the time follows the cache's length).
     """
     for name, value in (("causal", causal), ("return_lse", return_lse)):
         if not isinstance(value, bool):
@@ -464,6 +469,14 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
     if startend_row_indices is not None:
         kind = (f"flashmask(causal={str(causal).lower()},"
                 f"columns={startend_row_indices.shape[-1]})")
+    names, scalars, tensors = _launch.NO_PREDICATE
+    if mask is not None:
+        _check_element_predicate(mask, causal, window_size, startend_row_indices)
+        kind = mask.mask_text
+        names, scalars = mask.names, mask.scalars
+        tensors = [mask.tensors[name] for name in names]
+        _check_predicate_tensors(q, names, tensors,
+                                 q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1)
     if num_splits is None:
         num_splits = 0
     elif not isinstance(num_splits, int) or isinstance(num_splits, bool):
@@ -478,9 +491,9 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
         raise TypeError("max_seqlen_q: expected an int with cu_seqlens_q (the most new tokens "
                         f"of a sequence), got {type(max_seqlen_q).__name__}")
     ragged = (cu_seqlens_q, _ffi.int_argument("max_seqlen_q", max_seqlen_q))
-    arguments = (kind, startend_row_indices, alibi_slopes, scale, *window,
-                 _check_softcap(softcap), sinks, _ffi.int_argument("num_splits", num_splits),
-                 return_lse)
+    arguments = (kind, startend_row_indices, alibi_slopes, list(tensors), list(scalars),
+                 " ".join(names), scale, *window, _check_softcap(softcap), sinks,
+                 _ffi.int_argument("num_splits", num_splits), return_lse)
     _check_kv_pair(k, v)  # it chooses the operator
     if not _through_operators(q):
         # The tensor checks run once per call signature, in the launch.
@@ -582,7 +595,8 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     mask_text, window_left, window_right = _varlen_mask(causal, window_size)
     predicate = _launch.NO_PREDICATE
     if mask is not None:
-        _check_varlen_predicate(mask, causal, window_size, startend_row_indices, sinks)
+        _check_element_predicate(mask, causal, window_size, startend_row_indices)
+        _refuse_predicate_sinks(sinks)
         mask_text = mask.mask_text
         predicate = (mask.names, mask.scalars, [mask.tensors[name] for name in mask.names])
     elif startend_row_indices is not None:
@@ -646,8 +660,9 @@ def _varlen_flashmask(indices, causal, window_size):
     return "flashmask"
 
 
-def _check_varlen_predicate(mask, causal, window_size, indices, sinks):
-    """attention_varlen's checks of `mask`: an element predicate, alone."""
+def _check_element_predicate(mask, causal, window_size, indices):
+    """attention_varlen's and attention_with_kvcache's checks of `mask`: an element predicate,
+    alone."""
     if not isinstance(mask, PredicateMask) or mask.language:
         raise ValueError(f"mask: got {mask!r}; accepted: None, or an element predicate over b, "
                          "h, q, k (attnjit.predicate of one predicate: no families, & or |, "
@@ -655,7 +670,6 @@ def _check_varlen_predicate(mask, causal, window_size, indices, sinks):
                          "batch's lengths stay on the device); causal, window_size and "
                          "startend_row_indices say the other masks")
     _check_predicate_alone(causal, indices, window_size, (-1, -1), "window_size")
-    _refuse_predicate_sinks(sinks)
 
 
 def _shared_boundaries(cu_seqlens_q, cu_seqlens_k, seqused_k):

@@ -130,9 +130,10 @@ def _declare(lib):
         "attnjit_backward_score_mod": (ctypes.c_int, [kernel_p] + [tensor_p] * 10 + [
             ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_float, tensor_p,
             ctypes.c_void_p]),
-        "attnjit_forward_kvcache": (ctypes.c_int, [kernel_p] + [tensor_p] * 11 + [
-            ctypes.c_int, ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_float, tensor_p,
-            tensor_p, ctypes.c_void_p]),
+        "attnjit_forward_kvcache": (ctypes.c_int, [kernel_p] + [tensor_p] * 8 + [
+            ctypes.POINTER(PredicateInputs)] + [tensor_p] * 3 + [
+            ctypes.c_int, ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_float,
+            tensor_p, tensor_p, ctypes.c_void_p]),
         "attnjit_forward_predicate": (ctypes.c_int, [kernel_p] + [tensor_p] * 5 + [
             ctypes.POINTER(PredicateInputs), ctypes.c_float, ctypes.c_float, tensor_p,
             ctypes.c_void_p]),
@@ -155,6 +156,7 @@ def _declare(lib):
                                                          ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                                          ctypes.POINTER(ctypes.c_void_p)]),
         "attnjit_launch_prepare_kvcache": (ctypes.c_int, [kernel_p, tensor_p, ctypes.c_int,
+                                                          ctypes.POINTER(PredicateInputs),
                                                           ctypes.c_float, ctypes.c_int,
                                                           ctypes.c_int, ctypes.c_float,
                                                           ctypes.c_int, ctypes.c_int, ctypes.c_int,

@@ -184,11 +184,13 @@ def _prepare(compiled, slots, predicate, scalars, index, max_seqlens=None, num_s
             ctypes.cast(tensor_array, ctypes.POINTER(_ffi.Tensor)), count)
         keep = (values_array, names_array, tensor_array)
     handle = ctypes.c_void_p()
-    if num_splits is not None:  # a KV cache's launch: no predicate
+    if num_splits is not None:  # a KV cache's launch
         max_seqlen_q = 0 if max_seqlens is None else max_seqlens[0]
         _ffi.check(_ffi.lib.attnjit_launch_prepare_kvcache(
-            compiled._handle, descriptors, _ffi.SLOT_COUNT, *scalars, num_splits, max_seqlen_q,
+            compiled._handle, descriptors, _ffi.SLOT_COUNT,
+            None if inputs is None else ctypes.byref(inputs), *scalars, num_splits, max_seqlen_q,
             index, ctypes.byref(handle)))
+        del keep
         return _Launch(handle)
     scale, window_left, window_right, softcap = scalars
     common = (compiled._handle, descriptors, _ffi.SLOT_COUNT,
@@ -361,22 +363,29 @@ def kvcache_output_shapes(q, v_cache, cu_seqlens_q, return_lse):
 
 
 def kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new,
-                    cu_seqlens_q, max_seqlen_q, mask, indices, slopes, scale, window_left,
-                    window_right, softcap, sinks, num_splits, return_lse, check=None):
+                    cu_seqlens_q, max_seqlen_q, mask, indices, slopes, predicate_tensors,
+                    predicate_scalars, predicate_names, scale, window_left, window_right, softcap,
+                    sinks, num_splits, return_lse, check=None):
     """attnjit.attention_with_kvcache's launch: (o, lse or None). mask is none, causal,
-    sliding_window or flashmask(...) with its vectors `indices` (else None); `slopes` ALiBi's
-    (else None); a block table makes the cache paged; cu_seqlens_q (with max_seqlen_q, else
+    sliding_window, flashmask(...) with its vectors `indices` (else None) or predicate(...)
+    with its tensors, scalar values and tensor names (space-separated; else [], [], "");
+    `slopes` ALiBi's (else None); a block table makes the cache paged; cu_seqlens_q (with max_seqlen_q, else
     None and 0) packs the new tokens. `check(q, k_cache, v_cache, cache_seqlens, block_table,
     k_new, v_new, sinks, cu_seqlens_q, max_seqlen_q, indices, slopes)` runs the first time a
     call signature is seen, as in forward()."""
     checked = (q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, sinks,
                cu_seqlens_q, max_seqlen_q, indices, slopes)
+    predicate = None
+    if mask.startswith("predicate("):
+        predicate = (predicate_names.split(), list(predicate_scalars), list(predicate_tensors))
     try:
         key = ("kvcache", mask, scale, window_left, window_right, softcap, num_splits,
                return_lse, max_seqlen_q, _signature(q), _signature(k_cache),
                _signature(v_cache), _signature(cache_seqlens), _signature(block_table),
                _signature(k_new), _signature(v_new), _signature(cu_seqlens_q),
-               _signature(sinks), _signature(indices), _signature(slopes))
+               _signature(sinks), _signature(indices), _signature(slopes),
+               tuple(predicate_scalars), predicate_names,
+               tuple(map(_signature, predicate_tensors)))
     except (AttributeError, TypeError):
         if check is not None:
             check(*checked)
@@ -389,7 +398,8 @@ def kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table, k_ne
                               ("cache_seqlens", cache_seqlens), ("block_table", block_table),
                               ("k", k_new), ("v", v_new), ("cu_seqlens_q", cu_seqlens_q),
                               ("sinks", sinks), ("startend_row_indices", indices),
-                              ("alibi_slopes", slopes)))
+                              ("alibi_slopes", slopes))
+                             + (_predicate_named(predicate) if predicate else ()))
         spec = (f"dtype={_SPEC_DTYPES[str(q.dtype).removeprefix('torch.')]} "
                 f"head_dim_qk={q.shape[-1]} head_dim_v={v_cache.shape[3]} mask={mask} "
                 f"softcap={str(softcap > 0).lower()} sinks={str(sinks is not None).lower()} "
@@ -402,7 +412,7 @@ def kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table, k_ne
         lse = None if lse_shape is None else q.new_empty(lse_shape, dtype=torch.float32)
         launch = _prepare(compiled, (q, k_cache, v_cache, o, lse, indices, slopes, None, None, None,
                                      None, cu_seqlens_q, None, None, sinks, None, cache_seqlens,
-                                     block_table, k_new, v_new), None,
+                                     block_table, k_new, v_new), predicate,
                           (scale, window_left, window_right, softcap), index,
                           max_seqlens=(max_seqlen_q,), num_splits=num_splits)
         call = _Call(launch, index, o_shape, lse_shape)
@@ -414,7 +424,7 @@ def kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table, k_ne
                            None if indices is None else indices.data_ptr(),
                            None if slopes is None else slopes.data_ptr(), None, None, None, None)
              + _pointers((cu_seqlens_q, None, None, sinks, None, cache_seqlens, block_table, k_new,
-                          v_new)))
+                          v_new)), predicate_tensors)
     return o, lse
 
 

@@ -302,12 +302,14 @@ def _register_kvcache(torch, check_kvcache_tensors):
     f32 = torch.float32
 
     def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cu_seqlens_q,
-               max_seqlen_q, mask, indices, slopes, scale, window_left, window_right, softcap,
-               sinks, num_splits, return_lse):
+               max_seqlen_q, mask, indices, slopes, predicate_tensors, predicate_scalars,
+               predicate_names, scale, window_left, window_right, softcap, sinks, num_splits,
+               return_lse):
         o, lse = _launch.kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table,
                                          k_new, v_new, cu_seqlens_q, max_seqlen_q, mask, indices,
-                                         slopes, scale, window_left, window_right, softcap, sinks,
-                                         num_splits, return_lse)
+                                         slopes, predicate_tensors, predicate_scalars,
+                                         predicate_names, scale, window_left, window_right,
+                                         softcap, sinks, num_splits, return_lse)
         return o, q.new_empty((0,), dtype=f32) if lse is None else lse
 
     def fake(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cu_seqlens_q,
@@ -322,18 +324,21 @@ def _register_kvcache(torch, check_kvcache_tensors):
                                cache_seqlens: Optional[Tensor], block_table: Optional[Tensor],
                                cu_seqlens_q: Optional[Tensor], max_seqlen_q: int, mask: str,
                                startend_row_indices: Optional[Tensor],
-                               alibi_slopes: Optional[Tensor], scale: float,
+                               alibi_slopes: Optional[Tensor], predicate_tensors: List[Tensor],
+                               predicate_scalars: List[int], predicate_names: str, scale: float,
                                window_left: int, window_right: int, softcap: float,
                                sinks: Optional[Tensor], num_splits: int,
                                return_lse: bool) -> Tuple[Tensor, Tensor]:
         return launch(q, k_cache, v_cache, cache_seqlens, block_table, None, None, cu_seqlens_q,
-                      max_seqlen_q, mask, startend_row_indices, alibi_slopes, scale, window_left,
-                      window_right, softcap, sinks, num_splits, return_lse)
+                      max_seqlen_q, mask, startend_row_indices, alibi_slopes, predicate_tensors,
+                      predicate_scalars, predicate_names, scale, window_left, window_right,
+                      softcap, sinks, num_splits, return_lse)
 
     @attention_with_kvcache.register_fake
     def _(q, k_cache, v_cache, cache_seqlens, block_table, cu_seqlens_q, max_seqlen_q, mask,
-          startend_row_indices, alibi_slopes, scale, window_left, window_right, softcap, sinks,
-          num_splits, return_lse):
+          startend_row_indices, alibi_slopes, predicate_tensors, predicate_scalars,
+          predicate_names, scale, window_left, window_right, softcap, sinks, num_splits,
+          return_lse):
         return fake(q, k_cache, v_cache, cache_seqlens, block_table, None, None, cu_seqlens_q,
                     max_seqlen_q, startend_row_indices, alibi_slopes, sinks, return_lse)
 
@@ -345,17 +350,22 @@ def _register_kvcache(torch, check_kvcache_tensors):
                                       v_new: Tensor, cu_seqlens_q: Optional[Tensor],
                                       max_seqlen_q: int, mask: str,
                                       startend_row_indices: Optional[Tensor],
-                                      alibi_slopes: Optional[Tensor], scale: float,
+                                      alibi_slopes: Optional[Tensor],
+                                      predicate_tensors: List[Tensor],
+                                      predicate_scalars: List[int], predicate_names: str,
+                                      scale: float,
                                       window_left: int, window_right: int, softcap: float,
                                       sinks: Optional[Tensor], num_splits: int,
                                       return_lse: bool) -> Tuple[Tensor, Tensor]:
         return launch(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cu_seqlens_q,
-                      max_seqlen_q, mask, startend_row_indices, alibi_slopes, scale, window_left,
-                      window_right, softcap, sinks, num_splits, return_lse)
+                      max_seqlen_q, mask, startend_row_indices, alibi_slopes, predicate_tensors,
+                      predicate_scalars, predicate_names, scale, window_left, window_right,
+                      softcap, sinks, num_splits, return_lse)
 
     @attention_with_kvcache_append.register_fake
     def _(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cu_seqlens_q,
-          max_seqlen_q, mask, startend_row_indices, alibi_slopes, scale, window_left,
-          window_right, softcap, sinks, num_splits, return_lse):
+          max_seqlen_q, mask, startend_row_indices, alibi_slopes, predicate_tensors,
+          predicate_scalars, predicate_names, scale, window_left, window_right, softcap, sinks,
+          num_splits, return_lse):
         return fake(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cu_seqlens_q,
                     max_seqlen_q, startend_row_indices, alibi_slopes, sinks, return_lse)

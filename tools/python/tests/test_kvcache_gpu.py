@@ -16,7 +16,8 @@ caches (page sizes 1 to 256) take random page tables, some pages shared between 
 Every forced split count gives the unsplit result within the output's rounding. FlashMask
 vectors over the cache ([B, Hm, capacity, C], rows as positions: token i is row off + i; key j
 hidden from the rows in [LTS, LTE) and [UTS, UTE)) come as documents (whole key blocks hidden)
-and random intervals of every column set, one mask head or one per KV head. Appended keys
+and random intervals of every column set, one mask head or one per KV head; element predicates
+see the same positions. Appended keys
 (k=, v=) land in the cache bit for bit at each sequence's length. A CUDA graph captured once
 replays with new lengths and cache contents of the same shapes.
 
@@ -80,12 +81,13 @@ def vector_rows(vectors, causal, b, head, heads):
 
 
 def reference(q, k, v, lengths, *, causal, window, softcap, sinks, scale, lowp, vectors=None,
-              slopes=None):
+              slopes=None, visible_fn=None):
     """o [B, Sq, H, Dv] and lse [B, H, Sq] in float64 (lowp: the probabilities rounded to q's
     dtype before P V, as the kernels do), from contiguous caches k/v [B, capacity, Hkv, D].
     `vectors`: FlashMask's [B, Hm, capacity, C], whose rows are positions: token i of a
     sequence of L keys is row L - Sq + i. `slopes`: ALiBi's [H], slope[h] * (j - (i + off))
-    added after soft-capping."""
+    added after soft-capping. `visible_fn(b, h, position [Sq, 1], key [1, L])`: a predicate's
+    visibility, positions as the vectors'."""
     batch, seqlen_q, heads, _ = q.shape
     group = heads // k.shape[2]
     o = torch.zeros(batch, seqlen_q, heads, v.shape[-1], dtype=torch.float64, device=q.device)
@@ -116,6 +118,9 @@ def reference(q, k, v, lengths, *, causal, window, softcap, sinks, scale, lowp, 
                 for start, end in vector_rows(vectors, causal, b, h, heads):
                     start, end = start[:length].view(1, length), end[:length].view(1, length)
                     visible[h] &= ~((position >= start) & (position < end))
+        if visible_fn is not None:
+            for h in range(heads):
+                visible[h] &= visible_fn(b, h, i + off, j)
         scores = scores.masked_fill(~visible, -math.inf)
         if sinks is not None:
             sink = sinks.double().view(heads, 1, 1).expand(heads, seqlen_q, 1)
@@ -133,10 +138,10 @@ def reference(q, k, v, lengths, *, causal, window, softcap, sinks, scale, lowp, 
 
 
 def references(q, k, v, lengths, *, causal, window=(-1, -1), softcap=None, sinks=None, scale,
-               vectors=None, slopes=None):
+               vectors=None, slopes=None, visible_fn=None):
     """(reference, lowp) of reference(): float64, and with the probabilities rounded."""
     arguments = dict(causal=causal, window=window, softcap=softcap, sinks=sinks, scale=scale,
-                     vectors=vectors, slopes=slopes)
+                     vectors=vectors, slopes=slopes, visible_fn=visible_fn)
     return (reference(q, k, v, lengths, lowp=False, **arguments),
             reference(q, k, v, lengths, lowp=True, **arguments))
 
@@ -272,8 +277,9 @@ class KvCacheTest(KvCacheCase):
     def run_case(self, *, batch, capacity, heads, kv_heads, head_dim, head_dim_v=None,
                  new_tokens, causal=False, window=(-1, -1), softcap=None, with_sinks=False,
                  page_size=None, shared=False, splits=(0, 1, 3), dtype=None, vectors=None,
-                 alibi=False):
-        """`vectors(lengths, capacity)`: FlashMask vectors [B, Hm, capacity, C] for the call."""
+                 alibi=False, predicate=None):
+        """`vectors(lengths, capacity)`: FlashMask vectors [B, Hm, capacity, C] for the call;
+        `predicate(capacity)`: (an attnjit.predicate mask, its visible_fn for reference())."""
         dtype = torch.bfloat16 if dtype is None else dtype
         head_dim_v = head_dim_v or head_dim
         lengths = draw_lengths(self.rng, batch, capacity, new_tokens)
@@ -295,16 +301,20 @@ class KvCacheTest(KvCacheCase):
         if vectors is not None:  # a row per key of the capacity: whole pages when paged
             indices = vectors(lengths, capacity if table is None else table.shape[1] * page_size)
             label += f" vectors={tuple(indices.shape)}"
+        mask, visible_fn = None, None
+        if predicate is not None:
+            mask, visible_fn = predicate(capacity if table is None else table.shape[1] * page_size)
+            label += f" mask={mask.expression!r}"
         (want_o, want_lse), (lowp_o, _) = references(q, k, v, lengths, causal=causal,
                                                      window=window, softcap=softcap, sinks=sinks,
                                                      scale=scale, vectors=indices,
-                                                     slopes=slopes)
+                                                     slopes=slopes, visible_fn=visible_fn)
         outputs = {}
         for count in splits:
             o, lse = attnjit.attention_with_kvcache(
                 q, cache_k, cache_v, seqlens, table, causal=causal, window_size=window,
                 softcap=softcap, sinks=sinks, num_splits=count, return_lse=True,
-                startend_row_indices=indices, alibi_slopes=slopes)
+                startend_row_indices=indices, alibi_slopes=slopes, mask=mask)
             torch.cuda.synchronize()
             self.check(f"{label} splits={count}: o", o, want_o, lowp_o)
             self.check(f"{label} splits={count}: lse", lse, want_lse, want_lse)
@@ -347,6 +357,34 @@ class KvCacheTest(KvCacheCase):
                                   head_dim=128 if new_tokens == 1 else 64,
                                   new_tokens=new_tokens, causal=causal, page_size=page_size,
                                   splits=(1, 0, 5), vectors=vectors)
+
+    def test_predicates(self):
+        """Element predicates over the cache, q and k positions: documents by a tensor of
+        document ids per position (one row per sequence), and a banded, head-dependent rule
+        with literals; contiguous and paged, split and not, GQA 4."""
+        def documents(capacity):
+            ids = torch.cumsum((torch.rand(4, capacity, device="cuda") < 0.01).int(), dim=1)
+            ids = ids.int().contiguous()
+            mask = attnjit.predicate("doc[q] == doc[k] && k <= q", tensors={"doc": ids})
+
+            def visible(b, h, position, key):
+                return (ids[b].long()[position] == ids[b].long()[key]) & (key <= position)
+            return mask, visible
+
+        def band(capacity):
+            mask = attnjit.predicate("k <= q && q - k < 137 && (k % 5 != 2 || h % 2 == 0)")
+
+            def visible(b, h, position, key):
+                return (key <= position) & (position - key < 137) & ((key % 5 != 2) | (h % 2 == 0))
+            return mask, visible
+
+        torch.manual_seed(self.rng.randrange(2**62))
+        for name, predicate in (("documents", documents), ("band", band)):
+            for page_size, new_tokens in ((None, 1), (16, 3)):
+                with self.subTest(predicate=name, page=page_size, sq=new_tokens):
+                    self.run_case(batch=4, capacity=1200, heads=32, kv_heads=8, head_dim=128,
+                                  new_tokens=new_tokens, page_size=page_size, splits=(1, 0, 4),
+                                  predicate=predicate)
 
     def test_long_cache_many_splits(self):
         # 200 splits of 5000 keys: more splits than a warp's lanes in the merge, and empty ones.
@@ -554,19 +592,25 @@ class KvCacheOperatorTest(KvCacheCase):
 
     def test_compile_fullgraph_equals_eager(self):
         # fullgraph=True fails on a graph break; the same kernels give the same bits.
-        for paged, return_lse, vectors in ((False, False, False), (True, True, False),
-                                           (True, False, True)):
-            with self.subTest(paged=paged, return_lse=return_lse, vectors=vectors):
+        # mask: causal, document vectors, or a predicate whose tensor is a graph input.
+        ids = (torch.arange(self.CAPACITY, device="cuda", dtype=torch.int32) // 40).view(1, -1)
+        predicate = attnjit.predicate("doc[q] == doc[k] && k <= q", tensors={"doc": ids})
+        for paged, return_lse, mask in ((False, False, "causal"), (True, True, "causal"),
+                                        (True, False, "vectors"), (True, True, "predicate")):
+            with self.subTest(paged=paged, return_lse=return_lse, mask=mask):
                 torch._dynamo.reset()
-                inputs = self.decode_inputs(paged)[:5]
+                inputs = self.decode_inputs(paged)[:5] + (ids,)
                 indices = (self.documents(1)([self.CAPACITY] * self.BATCH, self.CAPACITY)
-                           if vectors else None)
+                           if mask == "vectors" else None)
 
-                def step(q, k_cache, v_cache, seqlens, table):
+                def step(q, k_cache, v_cache, seqlens, table, doc):
+                    bound = predicate.bind(doc=doc) if mask == "predicate" else None
                     return attnjit.attention_with_kvcache(q, k_cache, v_cache, seqlens, table,
-                                                          causal=True, num_splits=None,
+                                                          causal=mask != "predicate",
+                                                          num_splits=None,
                                                           return_lse=return_lse,
-                                                          startend_row_indices=indices)
+                                                          startend_row_indices=indices,
+                                                          mask=bound)
 
                 eager = step(*inputs)
                 compiled = torch.compile(step, fullgraph=True)(*inputs)
@@ -667,9 +711,10 @@ class KvCacheOperatorTest(KvCacheCase):
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         message = r"^q.dim\(\): got 3; accepted: 4 \(\[batch, seqlen_q, heads, head_dim\]\)$"
-        # cu_seqlens_q, max_seqlen_q, mask, startend_row_indices, alibi_slopes, scale,
-        # window_left, window_right, softcap, sinks, num_splits, return_lse
-        scalars = (None, 0, "none", None, None, 0.0, -1, 0, 0.0, None, 0, False)
+        # cu_seqlens_q, max_seqlen_q, mask, startend_row_indices, alibi_slopes, predicate_tensors,
+        # predicate_scalars, predicate_names, scale, window_left, window_right, softcap, sinks,
+        # num_splits, return_lse
+        scalars = (None, 0, "none", None, None, [], [], "", 0.0, -1, 0, 0.0, None, 0, False)
         ops = torch.ops.attnjit
         for mode in (None, FakeTensorMode):
             with self.subTest(fake=mode is not None), mode() if mode else contextlib.nullcontext():
@@ -689,12 +734,18 @@ class KvCacheOperatorTest(KvCacheCase):
         q, cache_k, cache_v, seqlens, table, _ = self.decode_inputs(True, finite=True)
         k_new, v_new = (self.randn(self.BATCH, self.NEW, self.KV_HEADS, self.HEAD_DIM)
                         for _ in range(2))
-        # mask, startend_row_indices, alibi_slopes, scale, window_left, window_right, softcap,
-        # sinks, num_splits, return_lse
-        scalars = ("causal", None, None, 0.0, -1, 0, 0.0, None, 3, True)
+        # mask, startend_row_indices, alibi_slopes, predicate_tensors, predicate_scalars,
+        # predicate_names, scale, window_left, window_right, softcap, sinks, num_splits,
+        # return_lse
+        scalars = ("causal", None, None, [], [], "", 0.0, -1, 0, 0.0, None, 3, True)
         documents = self.documents(1)([self.CAPACITY] * self.BATCH, self.CAPACITY)
         slopes = torch.rand(self.HEADS, device="cuda")
         masked = ("flashmask(causal=true,columns=1)", documents, slopes) + scalars[3:]
+        ids = (torch.arange(self.CAPACITY, device="cuda", dtype=torch.int32) // 50).view(1, -1)
+        predicate = attnjit.predicate("doc[q] == doc[k] && k <= q + 3", tensors={"doc": ids})
+        predicated = (predicate.mask_text, None, None,
+                      [predicate.tensors[name] for name in predicate.names],
+                      list(predicate.scalars), " ".join(predicate.names)) + scalars[6:]
         # Ragged new tokens: the same rows packed, every sequence with NEW of them.
         packed = q.reshape(-1, *q.shape[2:])
         cu = torch.arange(0, packed.shape[0] + 1, self.NEW, dtype=torch.int32, device="cuda")
@@ -706,7 +757,9 @@ class KvCacheOperatorTest(KvCacheCase):
                  ("append", ops.attention_with_kvcache_append.default,
                   (q, cache_k, cache_v, seqlens, table, k_new, v_new, None, 0) + scalars),
                  ("vectors", ops.attention_with_kvcache.default,
-                  (q, cache_k, cache_v, seqlens, table, None, 0) + masked))
+                  (q, cache_k, cache_v, seqlens, table, None, 0) + masked),
+                 ("predicate", ops.attention_with_kvcache.default,
+                  (q, cache_k, cache_v, seqlens, table, None, 0) + predicated))
         for label, op, arguments in cases:
             with self.subTest(op=op.name(), case=label):
                 torch.library.opcheck(op, arguments)  # every test, inputs without gradients

@@ -30,7 +30,9 @@ difference above 2e-2 marks it MISMATCH and the script exits 1 after the report.
                      causal=True, against the same point's full-cache time.
   --document D       the same with a causal document mask of FlashMask vectors
                      (startend_row_indices, C = 1) instead: documents of D keys counted from
-                     each sequence's end, so the new tokens see the last D keys.
+                     each sequence's end, so the new tokens see the last D keys; with
+                     --predicate also as an element predicate over a tensor of document ids,
+                     attnjit.predicate("doc[q] == doc[k] && k <= q").
 Times: median of --runs CUDA-event timings after --warmup calls, rotating among input sets
 that together span at least twice the L2 cache (at most 64 sets). The markdown report is
 printed last (and written to --out).
@@ -89,6 +91,8 @@ def parse_args(argv=None):
     parser.add_argument("--document", type=int, default=None,
                         help="add document-mask rows: FlashMask vectors, documents of D keys "
                              "from each sequence's end, causal")
+    parser.add_argument("--predicate", action="store_true",
+                        help="with --document: also the documents as an element predicate")
     parser.add_argument("--num-splits", type=int, default=0, help="passed to attnjit (0: auto)")
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
@@ -288,25 +292,31 @@ def attnjit_layout_sets(sets, lengths, layout, generator):
 
 
 def measure_attnjit(args, sets, reference, causal, window, bytes_moved, copy_gbps,
-                    document=None, lengths=None):
+                    document=None, lengths=None, predicate=False):
     """attnjit's row cells on `sets` (attnjit_layout_sets): times, bandwidth, and the max
     difference from `reference`; 'error' / 'graph_error' when it raised. `document`: a
-    causal document mask of that size over sequences of `lengths` keys (document_indices)."""
+    causal document mask of that size over sequences of `lengths` keys (document_indices),
+    as an element predicate over document ids when `predicate`."""
     import attnjit
     from timing import median_ms
 
     window_size = (-1, -1) if window is None else (window, 0)
-    indices = None
+    indices = mask = None
     if document is not None:
         q, k, _, _, table = sets[0]
         capacity = k.shape[1] * (1 if table is None else table.shape[1])
         indices = document_indices(lengths, capacity, document)
+        if predicate:
+            # A document's id per position: its end, the vectors' LTS.
+            ids = indices[:, 0, :, 0].contiguous()
+            mask = attnjit.predicate("doc[q] == doc[k] && k <= q", tensors={"doc": ids})
+            indices, causal = None, False
 
     def call(q, k, v, seqlens, table):
         return attnjit.attention_with_kvcache(q, k, v, seqlens, table, causal=causal,
                                               window_size=window_size,
                                               num_splits=args.num_splits,
-                                              startend_row_indices=indices)
+                                              startend_row_indices=indices, mask=mask)
 
     row = {}
     try:
@@ -438,9 +448,11 @@ def main():
     # The masks whose time should follow their visible keys: (name, window, document).
     masks = []
     if args.window is not None:
-        masks.append((f"window ({args.window}, 0)", args.window, None))
+        masks.append((f"window ({args.window}, 0)", args.window, None, False))
     if args.document is not None:
-        masks.append((f"document {args.document}", None, args.document))
+        masks.append((f"document {args.document}", None, args.document, False))
+        if args.predicate:
+            masks.append((f"predicate document {args.document}", None, args.document, True))
 
     def point(batch, length, new_tokens, dim):
         """The grid rows of one (B, L, Sq, D), each layout, and its mask rows."""
@@ -464,12 +476,12 @@ def main():
         # Each mask shorter than the cache: its reference, the keys it leaves the new tokens
         # (a window W + Sq of them, a document its D) and their bytes.
         masked = []
-        for name, window, document in masks:
+        for name, window, document, predicate in masks:
             size = window if window is not None else document
             if length <= size:
                 continue
             keys = min(length, window + new_tokens) if window is not None else document
-            masked.append((name, window, document, keys,
+            masked.append((name, window, document, predicate, keys,
                            reference_output(*sets[0], lengths, True, window, document),
                            kv_bytes([keys] * batch, kv_heads, dim)
                            + io_bytes(batch, new_tokens, heads, dim)))
@@ -483,9 +495,9 @@ def main():
             rows.append(dict(labels, times=times, graph_times=graph_times, **row))
             failures.extend(row_failures(f"B={batch} L={length} Sq={new_tokens} D={dim} "
                                          f"{layout}", row))
-            for name, window, document, keys, mask_reference, mask_bytes in masked:
+            for name, window, document, predicate, keys, mask_reference, mask_bytes in masked:
                 cells = measure_attnjit(args, layout_sets, mask_reference, True, window,
-                                        mask_bytes, copy, document, lengths)
+                                        mask_bytes, copy, document, lengths, predicate)
                 mask_rows.append(dict(labels, mask=name, full=row, keys=keys, **cells))
                 failures.extend(row_failures(f"B={batch} L={length} Sq={new_tokens} D={dim} "
                                              f"{layout} {name}", cells))
@@ -572,7 +584,9 @@ def main():
         lines += [
             "", "### Masks over the cache: time against the visible keys", "",
             "causal; window (W, 0): window_size=(W, 0); document D: FlashMask vectors "
-            "(startend_row_indices, C = 1) of documents of D keys from each sequence's end. "
+            "(startend_row_indices, C = 1) of documents of D keys from each sequence's end; "
+            "predicate document D: the same documents as attnjit.predicate(\"doc[q] == doc[k] "
+            "&& k <= q\") over a tensor of document ids. "
             "GB/s counts the keys the mask leaves the new tokens (W + Sq, or D, a sequence); "
             "full: the same point's full-cache attnjit time as a CUDA-graph replay, against the "
             "mask's (eager times where a graph failed).", "",

@@ -61,7 +61,9 @@ std::string kv_cache_help() {
   return "\nWith kv_cache=contiguous|paged in the spec (decoding), q holds --seqlen-q new tokens "
          "per sequence\n(default 1), the last of its --kv-cache-len cached keys, in random caches "
          "of --kv-capacity keys\n(paged: pages of --page-size keys, shuffled in the block table). "
-         "GB/s is reported too; run has\nno reference to --check against there, e.g.\n"
+         "FlashMask vectors\n(--mask-data) are drawn over the cache's positions, a new token's "
+         "row being its own key's\nindex. GB/s is reported too; run has no reference to --check "
+         "against there, e.g.\n"
          "  attnc bench --spec \"dtype=bf16 head_dim=128 mask=causal kv_cache=paged\" --batch 8 "
          "--heads 32\n    --kv-heads 8 --kv-cache-len 8192 --page-size 16\n";
 }

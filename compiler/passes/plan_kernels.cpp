@@ -104,7 +104,7 @@ void add_mask_kernels(KernelPlan& plan, const Lowering& in) {
   }
   for (const KernelTiles& tiles : in.tiles) {
     if (!mask.element_predicate) break;
-    // The decode kernel evaluates a predicate on every element: no block table.
+    // The decode kernel classifies a predicate's blocks itself: no block table.
     if (tiles.role == KernelRole::decode) continue;
     KernelDesc blocks;
     blocks.block_m = tiles.block_m;

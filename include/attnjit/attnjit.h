@@ -172,7 +172,7 @@ typedef struct attnjit_predicate_inputs {
  * mask=flashmask(...), int32 [B, Hm, capacity, C] (Hm 1 or Hkv) whose rows are positions in the
  * sequence (a new token's is the index of its own key), else NULL; `predicate` the inputs of a
  * spec with mask=predicate(...) (as attnjit_forward_predicate's; q and k are the query's and the
- * key's positions, the predicate is evaluated on every cached key), else NULL; `k_new` and `v_new`
+ * key's positions; every cached key is evaluated), else NULL; `k_new` and `v_new`
  * ([B, S_new, Hkv, D] and [.., Dv], or both NULL) keys and values first written into the cache at
  * positions cache_seqlens[b] + t, attention then covering cache_seqlens[b] + S_new keys
  * (cache_seqlens is not updated); `cu_seqlens_q` (int32 [B + 1], NULL: every sequence has q's Sq

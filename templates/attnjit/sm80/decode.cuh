@@ -31,7 +31,7 @@
 // Config (bound by the generated code): Element, kHeadDimQK, kHeadDimV, kBlockN, kStages,
 // kReturnLse. Mask: a MaskPolicy (mask.cuh) of causal, a window or FlashMask vectors, each
 // by position (its diagonal is 0), or a PredicatePolicy whose predicate sees (b, h, position,
-// key) on every element. kPaged: a paged cache. Score: a ScoreMod (softcap, ALiBi
+// key) and classifies each block in the CTA itself. kPaged: a paged cache. Score: a ScoreMod (softcap, ALiBi
 // with each row's own head and distance j - position, sinks).
 #pragma once
 
@@ -182,9 +182,12 @@ struct DecodeSm80 {
   static_assert(kWarpKeys % 16 == 0, "each warp takes whole k16 steps of keys");
   static_assert(kStages >= 2, "a ring of at least two stages");
   static constexpr bool kVectors = Mask::kHasVectors;
-  /// A predicate (PredicatePolicy): evaluated on every element of every block, without a block
-  /// table (its time follows the cache's length).
+  /// A predicate (PredicatePolicy) has no tables: the CTA classifies each block itself, a block
+  /// ahead of its load, from the predicate on all of the block's (row, key) pairs, and applies
+  /// it per element on the blocks it neither hides nor shows entirely.
   static constexpr bool kPredicate = Mask::kElementBits;
+  /// The blocks' kinds are known before their loads: blocks hidden from every row are skipped.
+  static constexpr bool kBlockKinds = kVectors || kPredicate;
   static_assert(!Mask::kHasVisible, "masks by index, FlashMask vectors or a predicate");
   static_assert(!(kVectors && Mask::kWindowByIndex),
                 "a window or vectors, not both: blocks "
@@ -303,11 +306,41 @@ struct DecodeSm80 {
   /// (full without vectors: the index masks are applied to every block). The mask state is
   /// formed where used, from the parameters and the work, so none of it stays live across the
   /// key loop.
+  /// With a predicate every thread of the CTA must call it (it meets them at two barriers).
   __device__ __forceinline__ static int block_kind(const FwdParams& p, const DecodeWork& w,
                                                    int block) {
+    if constexpr (kPredicate) return predicate_block_kind(p, w, block);
     if constexpr (!kVectors) return kTileFull;
     return tile_kind(Mask::template classify<kBlockN>(decode_mask_state<Mask, kBlockN>(p, w),
                                                       p.minmax, w.key_begin / kBlockN + block));
+  }
+
+  /// The predicate's kind of the split's block `block`: each thread evaluates eight keys of one
+  /// row (rows past G Sq and keys past the split count for nothing), and the CTA agrees on
+  /// whether some pair is visible and whether all are.
+  __device__ __forceinline__ static int predicate_block_kind(const FwdParams& p,
+                                                             const DecodeWork& w, int block) {
+    static_assert(kBlockN * 16 == 8 * kThreads, "eight pairs of the 16 x kBlockN a thread");
+    const int thread = static_cast<int>(threadIdx.x);
+    const int packed = w.row0 + thread / 8;
+    int token, head;
+    decode_row(w, packed, token, head);
+    const int position = w.diagonal + token;
+    const MaskState ms = make_mask_state_at_row<kBlockN>(p, 0, head, w.batch);
+    const int key0 = w.key_begin + block * kBlockN + (thread % 8) * 8;
+    bool any = false, all = true;
+    if (packed < w.group * w.tokens) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int key = key0 + i;
+        if (key >= w.key_end) break;
+        const bool seen = !Mask::masked(p, ms, position, key, typename Mask::Column());
+        any |= seen;
+        all &= seen;
+      }
+    }
+    if (!__syncthreads_or(any)) return kTileSkip;
+    return __syncthreads_and(all) ? kTileFull : kTilePartial;
   }
 
   /// The vectors' rule on a partial block's scores: each of the thread's keys (those of the
@@ -413,20 +446,20 @@ struct DecodeSm80 {
     load_q(p, w, smem, thread);
     // The ring: stages 0 .. kStages - 2 in flight before the loop, one group per stage
     // (empty groups past the last block keep the count of pending groups exact).
-    // kVectors: the kinds of the blocks in flight, two bits each, the next computed lowest,
-    // and of the block the next iteration loads, read a block ahead so that the tables'
-    // latency delays neither a load nor a block's compute. Blocks the vectors hide from every
-    // row are neither loaded nor computed.
+    // kBlockKinds: the kinds of the blocks in flight, two bits each, the next computed lowest,
+    // and of the block the next iteration loads, found a block ahead so that the tables'
+    // latency (or the predicate's evaluation) delays neither a load nor a block's compute.
+    // Blocks the mask hides from every row are neither loaded nor computed.
     u32 kinds = 0;
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
       const int kind = s < blocks ? block_kind(p, w, s) : kTileSkip;
       if (kind != kTileSkip) load_block(p, w, smem, s, w.key_begin + s * kBlockN, thread);
       cp_async_commit();
-      if constexpr (kVectors) kinds |= static_cast<u32>(kind) << (2 * s);
+      if constexpr (kBlockKinds) kinds |= static_cast<u32>(kind) << (2 * s);
     }
     int ahead_kind = kTileFull;
-    if constexpr (kVectors) {
+    if constexpr (kBlockKinds) {
       ahead_kind = kStages - 1 < blocks ? block_kind(p, w, kStages - 1) : kTileSkip;
     }
 
@@ -478,7 +511,7 @@ struct DecodeSm80 {
         ahead = stage_pages(p, w, w.key_begin + (next + 1) * kBlockN, thread);
       }
       int kind = kTileFull;
-      if constexpr (kVectors) {
+      if constexpr (kBlockKinds) {
         kinds |= static_cast<u32>(next_kind) << (2 * (kStages - 1));
         ahead_kind = next + 1 < blocks ? block_kind(p, w, next + 1) : kTileSkip;
         kind = static_cast<int>(kinds & 3u);
@@ -518,7 +551,9 @@ struct DecodeSm80 {
       if constexpr (kVectors) {
         if (kind == kTilePartial) mask_by_vectors(p, w, acc_s, key0, g, t);
       }
-      if constexpr (kPredicate) mask_by_predicate(p, w, acc_s, key0, g, t);
+      if constexpr (kPredicate) {
+        if (kind == kTilePartial) mask_by_predicate(p, w, acc_s, key0, g, t);
+      }
       softmax.template step<RowScore>(p, acc_s, acc_o);
       OperandA<1, kPvSteps> p_frag;
       to_operand_a<Element>(acc_s, p_frag);

@@ -448,8 +448,11 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
     own key index. mask: an element predicate, attnjit.predicate("..."), alone (no causal,
     window_size or startend_row_indices): it sees b, h, and q and k as positions in the
     sequence (a new token's q is its own key's index, so "k <= q" is causal), its int32
-    tensors [length] or [rows, length] with rows 1 or B, indexed by positions; it is evaluated
-    on every cached key (no key block is skipped: the time follows the cache's length).
+    tensors [length] or [rows, length] with rows 1 or B, indexed by positions. Without tables
+    to read, each CTA evaluates it on every pair of a key block a block ahead of the block's
+    load, skips the blocks it hides from every new token and applies it per element where it
+    hides some pairs: the evaluation visits every cached key (FlashMask vectors are faster for
+    masks they can say).
     """
     for name, value in (("causal", causal), ("return_lse", return_lse)):
         if not isinstance(value, bool):

@@ -369,8 +369,8 @@ def kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table, k_ne
     """attnjit.attention_with_kvcache's launch: (o, lse or None). mask is none, causal,
     sliding_window, flashmask(...) with its vectors `indices` (else None) or predicate(...)
     with its tensors, scalar values and tensor names (space-separated; else [], [], "");
-    `slopes` ALiBi's (else None); a block table makes the cache paged; cu_seqlens_q (with max_seqlen_q, else
-    None and 0) packs the new tokens. `check(q, k_cache, v_cache, cache_seqlens, block_table,
+    `slopes` ALiBi's (else None); a block table makes the cache paged; cu_seqlens_q (with
+    max_seqlen_q, else None and 0) packs the new tokens. `check(q, k_cache, v_cache, cache_seqlens, block_table,
     k_new, v_new, sinks, cu_seqlens_q, max_seqlen_q, indices, slopes)` runs the first time a
     call signature is seen, as in forward()."""
     checked = (q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, sinks,

@@ -8,8 +8,10 @@ for sequence b with L_b keys and Sq new tokens (the last Sq of its keys), off = 
 token i sees key j when causal keeps j <= i + off and a window (left, right) keeps
 i + off - left <= j <= i + off + right; soft-capping, ALiBi (slope[h] * (j - (i + off))),
 sinks and the scale as in attnjit.attention. Rows that see no key give o = 0 and lse = -inf
-(the sink's logit with sinks). The criterion is FlashAttention's: max|attnjit - ref| <= 2 * max|lowp - ref| +
-1e-3 * max|ref|, lowp the same computation with the probabilities rounded to the inputs' dtype.
+(the sink's logit with sinks). The criterion is FlashAttention's: max|attnjit - ref| <=
+2 * max|lowp - ref| + 1e-3 * max|ref|, lowp the same computation with the probabilities and the
+output rounded to the inputs' dtype (a row that sees a few keys has an output of the values'
+size, whose rounding alone exceeded the bound without it).
 
 The cache's rows past each sequence's length hold NaN: they must never reach the output. Paged
 caches (page sizes 1 to 256) take random page tables, some pages shared between sequences.
@@ -23,9 +25,10 @@ replays with new lengths and cache contents of the same shapes.
 
 Through the operators (PyTorch 2.4+: torch.ops.attnjit.attention_with_kvcache and
 attention_with_kvcache_append): torch.compile(fullgraph=True) gives eager's bits, contiguous and
-paged, with and without the LSE and with FlashMask vectors; a compiled append leaves the caller's caches as eager's does;
-a compiled step captured in a CUDA graph replays with new lengths and block tables; fake tensors
-raise the eager call's error; torch.library.opcheck passes on both operators.
+paged, with and without the LSE, with FlashMask vectors and with a predicate; a compiled append
+leaves the caller's caches as eager's does; a compiled step captured in a CUDA graph replays
+with new lengths and block tables; fake tensors raise the eager call's error;
+torch.library.opcheck passes on both operators.
 
 The data are fresh on every run; the seed is printed, and ATTNJIT_TEST_SEED=<number> repeats a
 run.
@@ -83,7 +86,8 @@ def vector_rows(vectors, causal, b, head, heads):
 def reference(q, k, v, lengths, *, causal, window, softcap, sinks, scale, lowp, vectors=None,
               slopes=None, visible_fn=None):
     """o [B, Sq, H, Dv] and lse [B, H, Sq] in float64 (lowp: the probabilities rounded to q's
-    dtype before P V, as the kernels do), from contiguous caches k/v [B, capacity, Hkv, D].
+    dtype before P V, and o after it, as the kernels do), from contiguous caches k/v
+    [B, capacity, Hkv, D].
     `vectors`: FlashMask's [B, Hm, capacity, C], whose rows are positions: token i of a
     sequence of L keys is row L - Sq + i. `slopes`: ALiBi's [H], slope[h] * (j - (i + off))
     added after soft-capping. `visible_fn(b, h, position [Sq, 1], key [1, L])`: a predicate's
@@ -133,6 +137,8 @@ def reference(q, k, v, lengths, *, causal, window, softcap, sinks, scale, lowp, 
         if lowp:
             probabilities = probabilities.to(q.dtype).double()
         o[b] = torch.einsum("hsl,lhd->shd", probabilities, values)
+        if lowp:  # and the output rounded to q's dtype, as the kernels write it
+            o[b] = o[b].to(q.dtype).double()
         lse[b] = total
     return o, lse
 

@@ -270,9 +270,9 @@ Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
       throw_field_error("startend_row_indices.shape[1] (mask heads)", std::to_string(m.shape[1]),
                         fmt::format("1 or {} (the kv heads)", s.kv_heads));
     }
-    check_same("startend_row_indices.shape[2]", m.shape[2], s.seqlen_k,
-               spec.kv_cache == KvCache::none ? "seqlen of k"
-                                              : "the cache's capacity: a row per key");
+    check_same(
+        "startend_row_indices.shape[2]", m.shape[2], s.seqlen_k,
+        spec.kv_cache == KvCache::none ? "seqlen of k" : "the cache's capacity: a row per key");
     check_same("startend_row_indices.shape[3]", m.shape[3], columns, "columns of the spec's mask");
     const std::int64_t expected[4] = {m.shape[1] * m.shape[2] * columns, m.shape[2] * columns,
                                       columns, 1};
@@ -400,10 +400,9 @@ int extent(std::string_view tensor, const TensorView& t, int dim) {
   return static_cast<int>(t.shape[dim]);
 }
 
-}  // namespace
-
+// launch_shapes' sizes of q and k (and a ragged decode launch's boundaries).
 template <class Args>
-Shapes launch_shapes(const Args& a, VarlenMode varlen) {
+Shapes activation_shapes(const Args& a, VarlenMode varlen) {
   const bool packed = varlen != VarlenMode::off;
   if constexpr (std::is_same_v<Args, ForwardArgs>) {
     // Ragged new tokens of a decode launch: q [total_q, heads, dim], B + 1 boundaries.
@@ -415,9 +414,6 @@ Shapes launch_shapes(const Args& a, VarlenMode varlen) {
       s.heads = extent("q", a.q, 1);
       s.seqlen_k = extent("k", a.k, 1);
       s.kv_heads = extent("k", a.k, 2);
-      if (a.startend_row_indices.rank == 4) {
-        s.mask_heads = extent("startend_row_indices", a.startend_row_indices, 1);
-      }
       return s;
     }
   }
@@ -438,6 +434,14 @@ Shapes launch_shapes(const Args& a, VarlenMode varlen) {
   s.heads = extent("q", a.q, rows + 1);
   s.seqlen_k = extent("k", a.k, rows);
   s.kv_heads = extent("k", a.k, rows + 1);
+  return s;
+}
+
+}  // namespace
+
+template <class Args>
+Shapes launch_shapes(const Args& a, VarlenMode varlen) {
+  Shapes s = activation_shapes(a, varlen);
   if (a.startend_row_indices.rank == 4) {
     s.mask_heads = extent("startend_row_indices", a.startend_row_indices, 1);
   }

@@ -21,11 +21,6 @@ DeviceBuffer upload_ints(const std::vector<std::int32_t>& values) {
   return buffer;
 }
 
-// The mask head of query head `head` (vectors of 1 or Hkv mask heads).
-int mask_head(const attnjit::dsl::IntervalVectors& v, const ProblemOptions& p, int head) {
-  return v.heads == 1 ? 0 : head / (p.heads / v.heads);
-}
-
 // Whether new token t of sequence b, of `keys` keys, sees key j under the vectors of mask head
 // h: its row is its position, keys - seqlen_q + t.
 bool token_sees(const attnjit::dsl::IntervalVectors& v, const ProblemOptions& p, int b, int h,
@@ -94,16 +89,18 @@ double kv_cache_bytes(const attnjit::AttentionSpec& spec, const ProblemOptions& 
       keys += static_cast<double>(keys_seen(spec.mask, p, length)) * p.kv_heads;
       continue;
     }
-    for (int kv_head = 0; kv_head < p.kv_heads; ++kv_head) {
-      const int h = mask_head(*vectors, p, kv_head * (p.heads / p.kv_heads));
+    // Each mask head (1 or Hkv of them) serves Hkv / Hm KV heads.
+    for (int h = 0; h < vectors->heads; ++h) {
+      std::int64_t seen = 0;
       for (int j = 0; j < length; ++j) {
         for (int t = 0; t < p.seqlen_q; ++t) {
           if (token_sees(*vectors, p, b, h, length, t, j)) {
-            keys += 1;
+            ++seen;
             break;
           }
         }
       }
+      keys += static_cast<double>(seen) * (p.kv_heads / vectors->heads);
     }
   }
   const double key_bytes = 2.0 * (spec.head_dim_qk + spec.head_dim_v);

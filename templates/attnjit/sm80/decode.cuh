@@ -31,8 +31,8 @@
 // Config (bound by the generated code): Element, kHeadDimQK, kHeadDimV, kBlockN, kStages,
 // kReturnLse. Mask: a MaskPolicy (mask.cuh) of causal, a window or FlashMask vectors, each
 // by position (its diagonal is 0), or a PredicatePolicy whose predicate sees (b, h, position,
-// key) and classifies each block in the CTA itself. kPaged: a paged cache. Score: a ScoreMod (softcap, ALiBi
-// with each row's own head and distance j - position, sinks).
+// key) and whose blocks the CTA classifies itself. kPaged: a paged cache. Score: a ScoreMod
+// (softcap, ALiBi with each row's own head and distance j - position, sinks).
 #pragma once
 
 #include "attnjit/common/fragment.cuh"
@@ -93,16 +93,18 @@ __device__ __forceinline__ MaskState decode_mask_state(const FwdParams& p, const
 
 /// Narrows keys [begin, end) (begin 0 or a multiple of kBlockN) to the key blocks from the first
 /// to the last that the vectors do not hide from every row of the CTA ([begin, begin) when they
-/// hide all): each thread classifies every 128th block, and the warps' bounds meet in shared
-/// memory at `scratch` (eight ints, free until the caller's next barrier-separated use).
-template <class Mask, int kBlockN>
+/// hide all): each of the kThreads threads classifies every kThreads-th block, and the warps'
+/// bounds meet in shared memory at `scratch` (two ints a warp, free until the caller's next
+/// barrier-separated use).
+template <class Mask, int kBlockN, int kThreads>
 __device__ __forceinline__ void narrow_to_visible_blocks(const FwdParams& p, const MaskState& ms,
                                                          u32 scratch, int& begin, int& end) {
+  static_assert(kThreads % 32 == 0, "whole warps");
   const int thread = static_cast<int>(threadIdx.x);
   const int first = begin / kBlockN;
   const int blocks_end = (end + kBlockN - 1) / kBlockN;
   int lo = blocks_end, hi = first - 1;
-  for (int n = first + thread; n < blocks_end; n += 128) {
+  for (int n = first + thread; n < blocks_end; n += kThreads) {
     if (tile_kind(Mask::template classify<kBlockN>(ms, p.minmax, n)) != kTileSkip) {
       lo = min(lo, n);
       hi = max(hi, n);
@@ -120,7 +122,7 @@ __device__ __forceinline__ void narrow_to_visible_blocks(const FwdParams& p, con
   }
   __syncthreads();
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < kThreads / 32; ++i) {
     lo = min(lo, static_cast<int>(load_shared_u32(scratch + 8 * i)));
     hi = max(hi, static_cast<int>(load_shared_u32(scratch + 8 * i + 4)));
   }
@@ -190,8 +192,7 @@ struct DecodeSm80 {
   static constexpr bool kBlockKinds = kVectors || kPredicate;
   static_assert(!Mask::kHasVisible, "masks by index, FlashMask vectors or a predicate");
   static_assert(!(kVectors && Mask::kWindowByIndex),
-                "a window or vectors, not both: blocks "
-                "split from a key that is a block's first");
+                "a window or vectors, not both: the splits start at a block's first key");
   /// Q's fragments stay in registers beside O up to head_dim_qk + head_dim_v = 384 (d256 with
   /// a 256-wide O spilled), 256 with the vectors' rule ((192, 128) spilled); else each block
   /// re-reads them from the Q tile.
@@ -302,11 +303,11 @@ struct DecodeSm80 {
     }
   }
 
-  /// The kind of the split's key block `block` for the CTA's rows: what the vectors' tables say
-  /// (full without vectors: the index masks are applied to every block). The mask state is
-  /// formed where used, from the parameters and the work, so none of it stays live across the
-  /// key loop.
-  /// With a predicate every thread of the CTA must call it (it meets them at two barriers).
+  /// The kind of the split's key block `block` for the CTA's rows: what the vectors' tables or
+  /// the predicate say (full otherwise: the index masks are applied to every block). The mask
+  /// state is formed where used, from the parameters and the work, so none of it stays live
+  /// across the key loop. With a predicate every thread of the CTA must call it (it meets them
+  /// at two barriers).
   __device__ __forceinline__ static int block_kind(const FwdParams& p, const DecodeWork& w,
                                                    int block) {
     if constexpr (kPredicate) return predicate_block_kind(p, w, block);
@@ -437,8 +438,8 @@ struct DecodeSm80 {
     int begin, end;
     decode_visible_keys<Mask>(p, w.length, w.tokens, w.row0, w.group, begin, end);
     if constexpr (kVectors) {
-      narrow_to_visible_blocks<Mask, kBlockN>(p, decode_mask_state<Mask, kBlockN>(p, w),
-                                              smem + kKvOffset, begin, end);
+      narrow_to_visible_blocks<Mask, kBlockN, kThreads>(p, decode_mask_state<Mask, kBlockN>(p, w),
+                                                        smem + kKvOffset, begin, end);
     }
     decode_split<kBlockN>(p, w, begin, end);
     const int blocks = (w.key_end - w.key_begin + kBlockN - 1) / kBlockN;

@@ -80,6 +80,10 @@ std::vector<std::string> config_lines(const KernelRow& row, const KernelTiles& t
       case ConfigField::persistent:
         constant("bool", "kPersistent", row.persistent(tiles, ir.spec, *ir.mask));
         break;
+      case ConfigField::kv_cache:
+        constant("int", "kKvCache",
+                 spec.kv_cache == KvCache::paged ? "attnjit::kKvPaged" : "attnjit::kKvContiguous");
+        break;
     }
   }
   return lines;
@@ -335,6 +339,7 @@ std::string emit_kernel(const Lowering& ir, const KernelDesc& kernel) {
     case KernelRole::forward:
     case KernelRole::backward:
     case KernelRole::backward_dq:
+    case KernelRole::prefill:
       return emit_attention(ir, kernel);
     case KernelRole::varlen_intervals:
       return emit_varlen_intervals(ir, kernel);

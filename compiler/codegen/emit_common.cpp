@@ -22,7 +22,8 @@ int column_of(const MaskLowering& mask, IntervalVector vector) {
 
 // The sink joins the forward's softmax only; the backward's kernels read an LSE that has it.
 bool takes_sinks(const AttentionSpec& spec, KernelRole role) {
-  return spec.sinks && (role == KernelRole::forward || role == KernelRole::decode);
+  return spec.sinks &&
+         (role == KernelRole::forward || role == KernelRole::decode || role == KernelRole::prefill);
 }
 
 }  // namespace

@@ -42,6 +42,8 @@ std::string_view name_of(Extent extent) {
       return "GSq";
     case Extent::new_tokens:
       return "Snew";
+    case Extent::prefill:
+      return "prefill";
   }
   throw InternalError("unknown Extent");
 }

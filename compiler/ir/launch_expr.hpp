@@ -24,8 +24,9 @@ enum class Extent {
   splits,       ///< key splits of a decode launch (KvCacheArgs::num_splits or chosen), else 1
   query_groups, ///< decode: query rows per KV head, G x Sq (G = H / Hkv query heads per KV head)
   new_tokens,   ///< decode: the rows appended to each sequence's cache (KvCacheArgs::k_new), or 0
+  prefill,      ///< kv_cache: 1 where the launch runs the prefill kernel (not decode's), else 0
 };
-inline constexpr int kExtentCount = 12;
+inline constexpr int kExtentCount = 13;
 
 /// The values of the extents for one launch.
 struct LaunchExtents {

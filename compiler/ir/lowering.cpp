@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "attnjit/error.hpp"
 
 namespace attnjit {
@@ -78,7 +80,8 @@ std::string_view name_of(MapTensor tensor) {
 }
 
 std::string to_string(const TensorMapBox& box) {
-  return fmt::format("{}={}x{}/{}B", name_of(box.tensor), box.rows, box.cols, box.swizzle_bytes);
+  return fmt::format("{}={}x{}/{}B{}", name_of(box.tensor), box.rows, box.cols, box.swizzle_bytes,
+                     box.page_rows ? "/page" : "");
 }
 
 std::string_view name_of(ParamField field) {
@@ -191,6 +194,8 @@ std::string_view name_of(KernelRole role) {
       return "decode_combine";
     case KernelRole::kv_append:
       return "kv_append";
+    case KernelRole::prefill:
+      return "prefill";
   }
   throw InternalError("unknown KernelRole");
 }
@@ -260,6 +265,10 @@ std::string to_string(const KernelTiles& t) {
       "q_in_registers={} smem_bytes={}}}",
       name_of(t.role), t.row, t.block_m, t.block_n, t.warps, t.dim_warps, t.kv_stages,
       t.q_in_registers, t.smem_bytes);
+}
+
+bool TargetInfo::chooses(KernelRole role) const {
+  return std::ranges::any_of(families, [&](const FamilyChoice& c) { return c.role == role; });
 }
 
 KernelFamily TargetInfo::family_of(KernelRole role) const {

@@ -66,6 +66,7 @@ enum class KernelRole {
   decode,                ///< kv_cache: attention of few query rows over a KV cache, keys split
   decode_combine,        ///< kv_cache: the key splits' partial outputs merged (split launches)
   kv_append,             ///< kv_cache: new keys and values written into the cache (appending)
+  prefill,               ///< kv_cache: the forward over the cache, for calls with many new tokens
 };
 std::string_view name_of(KernelRole role);
 
@@ -83,10 +84,12 @@ struct TargetInfo {
   Arch arch = Arch::sm_80;
   int max_dynamic_smem_bytes = 0;  ///< opt-in limit per block
   /// forward; or backward, and backward_dq when deterministic on a backward row that does
-  /// not order its dQ reductions (RowSupport::ordered_dq): in launch order.
+  /// not order its dQ reductions (RowSupport::ordered_dq); or decode, and prefill over a KV
+  /// cache where the forward's family takes the spec: the main kernel first.
   std::vector<FamilyChoice> families;
 
   KernelFamily family_of(KernelRole role) const;
+  bool chooses(KernelRole role) const;
   bool operator==(const TargetInfo&) const = default;
 };
 
@@ -138,11 +141,15 @@ struct TensorMapBox {
   int rows = 0;
   int cols = 0;
   int swizzle_bytes = 0;
+  /// The rows are a key block of a paged KV cache's pool: the launch encodes boxes of at most a
+  /// page's rows (the kernel copies a block as several).
+  bool page_rows = false;
 
   bool operator==(const TensorMapBox&) const = default;
 };
 
-/// `q=128x64/128B`: the tensor, rows x columns, the swizzle.
+/// `q=128x64/128B`: the tensor, rows x columns, the swizzle (`k=128x64/128B/page`: boxes of at
+/// most a page's rows).
 std::string to_string(const TensorMapBox& box);
 
 /// A pointer field of a parameter block that the plan points at a scratch buffer.

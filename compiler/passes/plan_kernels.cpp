@@ -46,6 +46,10 @@ std::string attention_name(const Lowering& in, KernelRole role) {
       return fmt::format("attnjit_decode_{}_{}{}_{}{}", type_tag(spec), mask,
                          spec.sinks ? "_sinks" : "", name_of(spec.kv_cache),
                          spec.return_lse ? "_lse" : "");
+    case KernelRole::prefill:
+      return fmt::format("attnjit_prefill_{}_{}{}_{}{}", type_tag(spec), mask,
+                         spec.sinks ? "_sinks" : "", name_of(spec.kv_cache),
+                         spec.return_lse ? "_lse" : "");
     default:
       break;
   }
@@ -200,11 +204,13 @@ Lowering plan_kernels(const Lowering& in) {
   }
   add_mask_kernels(plan, in);
   if (in.spec.kv_cache != KvCache::none) {
-    // The append of new keys (launched only when appending), the decode kernel, and the merge
-    // of its key splits (launched only when it splits them).
+    // The append of new keys (launched only when appending), then either the prefill kernel
+    // (where planned, for calls with many new tokens) or the decode kernel and the merge of its
+    // key splits (launched only when it splits them): the launch runs one of them.
     add_utility(
         plan, in, KernelRole::kv_append,
         fmt::format("attnjit_kv_append_{}_{}", type_tag(in.spec), name_of(in.spec.kv_cache)));
+    if (in.target->chooses(KernelRole::prefill)) add_attention(plan, in, KernelRole::prefill);
     add_attention(plan, in, KernelRole::decode);
     add_utility(plan, in, KernelRole::decode_combine,
                 fmt::format("attnjit_decode_combine_{}{}{}", type_tag(in.spec),

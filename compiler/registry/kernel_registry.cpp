@@ -46,7 +46,7 @@ std::span<const KernelRow> kernel_rows() {
       registry::backward_sm90a(),      registry::backward_grid_sm80(),
       registry::backward_slabs_sm80(), registry::backward_dq_sm80(),
       registry::decode(),              registry::decode_combine(),
-      registry::kv_append(),
+      registry::prefill_sm90a(),       registry::kv_append(),
       registry::varlen_intervals(),    registry::flashmask_minmax(),
       registry::predicate_blocks(),    registry::cta_order(),
       registry::backward_preprocess(), registry::backward_sinks(),

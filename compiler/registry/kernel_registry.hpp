@@ -96,6 +96,7 @@ enum class ConfigField {
   ping_pong,       ///< kPingPong: consumer warpgroups take turns (head dims up to 128)
   register_split,  ///< kProducerRegisters (the row's producer_registers), kConsumerRegisters
   persistent,      ///< kPersistent (the row's persistent)
+  kv_cache,        ///< kKvCache: how the kernel reads a KV cache (forward.cuh's KvLayout)
 };
 
 /// One kernel kind in one family.

@@ -12,6 +12,7 @@ namespace attnjit::registry {
 
 // Attention rows (rows_sm80.cpp, rows_forward_sm90a.cpp, rows_backward_sm90a.cpp).
 KernelRow forward_sm90a();
+KernelRow prefill_sm90a();  // the forward over a KV cache (rows_forward_sm90a.cpp)
 KernelRow forward_sm80();
 KernelRow backward_sm90a();
 KernelRow backward_grid_sm80();

@@ -57,9 +57,10 @@ int decode_smem(const TileCandidate& c, const AttentionSpec& spec, const MaskLow
   return kDecodeRows * spec.head_dim_qk * element + std::max(stages, merge);
 }
 
-// A key split of every 16 packed rows (G x Sq of a sequence) of every KV head and sequence.
+// A key split of every 16 packed rows (G x Sq of a sequence) of every KV head and sequence,
+// unless the launch runs the prefill kernel instead.
 LaunchGrid decode_grid() {
-  return {Extent::splits,
+  return {LaunchExpr(Extent::splits) * (1 + LaunchExpr(Extent::prefill) * -1),
           LaunchExpr(Extent::kv_heads) * ceil_div(Extent::query_groups, kDecodeRows),
           Extent::batch};
 }

@@ -137,6 +137,11 @@ constexpr std::array<ConfigField, 8> kConfig{ConfigField::head_dims_qk_v, Config
                                              ConfigField::block_n,        ConfigField::kv_stages,
                                              ConfigField::return_lse,     ConfigField::ping_pong,
                                              ConfigField::register_split, ConfigField::persistent};
+// The prefill kernel's: the forward's and how it reads the cache.
+constexpr std::array<ConfigField, 9> kPrefillConfig{
+    ConfigField::head_dims_qk_v, ConfigField::block_m,    ConfigField::block_n,
+    ConfigField::kv_stages,      ConfigField::return_lse, ConfigField::ping_pong,
+    ConfigField::register_split, ConfigField::persistent, ConfigField::kv_cache};
 
 // Two CTAs of one consumer per SM, else one.
 int ctas_per_sm(const KernelTiles& tiles) {
@@ -253,6 +258,41 @@ std::vector<TensorMapBox> tensor_maps(const KernelDesc& kernel, const Lowering& 
           panel(MapTensor::o, 64, ir.spec.head_dim_v)};
 }
 
+// The prefill kernel's producer keeps 40 registers: its walk reads the block table and the
+// sequence's length (at 24 and 32 it spilled).
+int prefill_producer_registers(const KernelTiles&, const AttentionSpec&, const MaskLowering&) {
+  return 40;
+}
+
+// Two consumers: three (d64's 192-row blocks, 160 registers each, or 152 beside this producer)
+// spilled or serialized their products, and d256 spilled with 80-key blocks, or 64 with the
+// score modifiers (232 registers a consumer instead of 240; (256, 128) with them has no
+// candidate: the decode kernel serves it).
+bool prefill_fits(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
+  const bool modifiers = spec.softcap || spec.alibi;
+  if (spec.head_dim_qk == 256 && c.block_n > (modifiers ? 48 : 64)) return false;
+  return c.block_m == 128 && fits_registers(c, spec, mask);
+}
+
+// The prefill kernel's works are the forward's, launched only where the launch chooses it over
+// the decode kernel (Extent::prefill).
+RowLaunch prefill_launch(const KernelDesc& kernel, const Lowering& ir) {
+  RowLaunch launch = query_block_launch(kernel, ir);
+  LaunchGrid& grid = launch.phases.front().grid;
+  grid.x = grid.x * Extent::prefill;
+  return launch;
+}
+
+// The forward's boxes, K and V per page over a paged cache.
+std::vector<TensorMapBox> prefill_tensor_maps(const KernelDesc& kernel, const Lowering& ir) {
+  std::vector<TensorMapBox> boxes = tensor_maps(kernel, ir);
+  for (TensorMapBox& box : boxes) {
+    box.page_rows = ir.spec.kv_cache == KvCache::paged &&
+                    (box.tensor == MapTensor::k || box.tensor == MapTensor::v);
+  }
+  return boxes;
+}
+
 // The products as one asm statement each, but not with three consumers (d64's 192-row blocks,
 // 160 registers each): there they spilled 8-16 bytes with soft-capping and ALiBi, and the
 // kernels compile fast enough without them.
@@ -323,6 +363,21 @@ KernelRow forward_sm90a() {
   row.launch = work_launch;
   row.tensor_maps = tensor_maps;
   row.buffers = buffers;
+  return row;
+}
+
+KernelRow prefill_sm90a() {
+  KernelRow row = forward_sm90a();
+  row.id = "prefill.sm90a";
+  row.role = KernelRole::prefill;
+  row.header = "attnjit/sm90a/prefill.cuh";
+  row.kernel_struct = "PrefillSm90a";
+  row.body = "prefill_sm90a";
+  row.config = kPrefillConfig;
+  row.launch = prefill_launch;
+  row.tensor_maps = prefill_tensor_maps;
+  row.producer_registers = prefill_producer_registers;
+  row.fits = prefill_fits;
   return row;
 }
 

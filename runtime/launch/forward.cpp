@@ -121,7 +121,8 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
   const std::optional<ForwardArgs> ragged =
       packed ? std::nullopt : detail::ragged_as_batch(set.spec, args);
   const ForwardArgs& a = packed ? *packed : ragged ? *ragged : args;
-  const Shapes shapes = checked_shapes(set, a);
+  Shapes shapes = checked_shapes(set, a);
+  if (set.plan) detail::allow_prefill(*set.plan, a, shapes);
   FwdParams params = make_params(set, a, shapes);
   if (shapes.batch == 0 || shapes.seqlen_q == 0 || shapes.heads == 0) return;
   CUstream stream = static_cast<CUstream>(stream_handle);
@@ -149,6 +150,7 @@ std::size_t Kernel::workspace_size(const ForwardArgs& args) const {
   if (!set.plan) return 0;
   detail::Shapes shapes = detail::launch_shapes(args, set.spec.varlen);
   detail::add_kv_cache_shapes(set.spec, args, shapes);
+  detail::allow_prefill(*set.plan, args, shapes);
   return detail::cached_schedule(set, detail::launch_extents(shapes)).workspace_bytes;
 }
 

@@ -2,6 +2,7 @@
 // and FwdParams.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "attnjit/error.hpp"
+#include "compiler/ir/lowering.hpp"
 #include "runtime/jit/driver.hpp"
 #include "runtime/launch/launch_support.hpp"
 #include "runtime/masks/mask_kernels.hpp"
@@ -267,6 +269,13 @@ void add_kv_cache_shapes(const AttentionSpec& spec, const ForwardArgs& a, Shapes
                                      : 0;
 }
 
+void allow_prefill(const KernelPlan& plan, const ForwardArgs& a, Shapes& s) {
+  const KvCacheArgs& c = a.kv_cache;
+  const bool paged = !c.block_table.empty();
+  s.prefill_allowed = s.decode && plan.find(KernelRole::prefill) != nullptr && c.num_splits == 0 &&
+                      c.cu_seqlens_q.empty() && (!paged || (a.k.rank == 4 && a.k.shape[1] >= 8));
+}
+
 void fill_kv_cache(KvCacheInputs& p, const AttentionSpec& spec, const ForwardArgs& a) {
   const KvCacheArgs& c = a.kv_cache;
   p.cache_seqlens = static_cast<const int*>(c.cache_seqlens.data);
@@ -281,6 +290,7 @@ void fill_kv_cache(KvCacheInputs& p, const AttentionSpec& spec, const ForwardArg
   if (spec.kv_cache != KvCache::paged) return;
   p.block_table = static_cast<const int*>(c.block_table.data);
   p.block_table_stride = c.block_table.stride[0];
+  p.num_pages = static_cast<int>(std::min<std::int64_t>(a.k.shape[0], INT32_MAX));
   int shift = 0;
   while ((std::int64_t{1} << shift) < a.k.shape[1]) ++shift;
   p.page_shift = shift;

@@ -15,6 +15,10 @@
 #include "attnjit/spec.hpp"
 #include "attnjit/tensor.hpp"
 
+namespace attnjit {
+struct KernelPlan;
+}  // namespace attnjit
+
 namespace attnjit::jit::detail {
 
 /// The problem sizes the tensors agree on.
@@ -25,6 +29,9 @@ struct Shapes {
   bool decode = false;
   int num_splits = 0;
   int new_tokens = 0;  ///< rows appended to each sequence (KvCacheArgs::k_new), else 0
+  /// kv_cache specs: the launch may run the plan's prefill kernel instead of the decode kernel
+  /// (allow_prefill); runs_prefill decides.
+  bool prefill_allowed = false;
 };
 
 /// The most key splits of a decode launch.
@@ -53,6 +60,12 @@ std::optional<ForwardArgs> ragged_as_batch(const AttentionSpec& spec, const Forw
 /// What a kv_cache spec's launch adds to the shapes of q and k (Kernel::workspace_size, which
 /// checks no values): decode, num_splits, a paged cache's capacity and the appended rows.
 void add_kv_cache_shapes(const AttentionSpec& spec, const ForwardArgs& args, Shapes& s);
+
+/// Sets s.prefill_allowed: whether a kv_cache launch of `plan` may run its prefill kernel. It
+/// may where the plan has one and the call leaves the key splits to attnjit (num_splits 0; a
+/// split count asks for the decode kernel), has no ragged new tokens and pages of at least 8
+/// rows (the TMA boxes of a block start on whole swizzle atoms).
+void allow_prefill(const KernelPlan& plan, const ForwardArgs& args, Shapes& s);
 
 /// The cache's fields of FwdParams (the plan sets num_splits and the partial buffers).
 void fill_kv_cache(KvCacheInputs& p, const AttentionSpec& spec, const ForwardArgs& args);

@@ -283,8 +283,24 @@ int current_sm_count() {
 
 }  // namespace
 
+bool runs_prefill(const Shapes& s, std::int64_t sm_count) {
+  if (!s.prefill_allowed || s.kv_heads <= 0 || s.heads <= 0) return false;
+  const std::int64_t sms = sm_count > 0 ? sm_count : 132;
+  // Both kernels read every visible key once per tile of query rows: the decode kernel's tiles
+  // are 16 packed rows (G x Sq of a KV head), the prefill kernel's 128 rows of one query head,
+  // and its grid fills the SMs only with enough tiles (below it, each of fewer CTAs walks the
+  // whole cache). Per row and key the decode kernel's mma.sync tiles took 5 to 7 times the
+  // prefill kernel's wgmma tiles (H200, d64 and d128, 1 to 16 sequences of 8K to 32K keys).
+  const std::int64_t decode_rows =
+      std::int64_t{s.batch} * s.kv_heads * 16 * ((s.heads / s.kv_heads * s.seqlen_q + 15) / 16);
+  const std::int64_t prefill_rows =
+      128 *
+      std::max<std::int64_t>(std::int64_t{s.batch} * s.heads * ((s.seqlen_q + 127) / 128), sms);
+  return 5 * decode_rows >= prefill_rows;
+}
+
 std::int64_t decode_splits(const Shapes& s, std::int64_t sm_count) {
-  if (!s.decode) return 1;
+  if (!s.decode || runs_prefill(s, sm_count)) return 1;
   if (s.num_splits > 0) return s.num_splits;
   // Without a current context (workspace_size before any launch) an H100's SMs.
   const std::int64_t sms = sm_count > 0 ? sm_count : 132;
@@ -321,6 +337,7 @@ LaunchExtents launch_extents(const Shapes& s) {
   e[Extent::sm_count] = current_sm_count();
   e[Extent::splits] = decode_splits(s, e[Extent::sm_count]);
   e[Extent::new_tokens] = s.new_tokens;
+  e[Extent::prefill] = runs_prefill(s, e[Extent::sm_count]) ? 1 : 0;
   e[Extent::query_groups] =
       s.kv_heads > 0 ? static_cast<std::int64_t>(s.heads / s.kv_heads) * s.seqlen_q : 0;
   return e;

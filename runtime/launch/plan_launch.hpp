@@ -23,8 +23,14 @@ namespace attnjit::jit::detail {
 /// the SMs of the current context's device, 0 where no context is current).
 LaunchExtents launch_extents(const Shapes& shapes);
 
+/// Whether a kv_cache launch that may run the prefill kernel (Shapes::prefill_allowed) does:
+/// where the decode kernel's 16-row tiles would read the cache at least a fifth as often as
+/// the prefill kernel's 128-row tiles, counted as at least `sm_count` (0: 132) tiles.
+bool runs_prefill(const Shapes& shapes, std::int64_t sm_count);
+
 /// The key splits of a decode launch (Shapes::decode): the requested count, else enough CTAs
-/// for two per SM (`sm_count`; 0: 132) with at least 256 keys each; 1 for other launches.
+/// for two per SM (`sm_count`; 0: 132) with at least 64 keys each; 1 for other launches and
+/// where the launch runs the prefill kernel.
 std::int64_t decode_splits(const Shapes& shapes, std::int64_t sm_count);
 
 /// Caps the SM count launch_extents gives (0: no cap), so that a persistent kernel's CTAs take

@@ -4,6 +4,8 @@
 #include <cuda.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -222,15 +224,34 @@ TensorMap& map_field(Maps& maps, MapTensor tensor) {
   }
 }
 
+// A box of a paged cache's key block (TensorMapBox::page_rows): K or V viewed as the pool
+// [num_pages, page_size, Hkv, D], the box a page's rows where a page holds fewer than the
+// block's largest power-of-two divisor (forward_producer.cuh's kPageBoxRows), which copies the
+// block as several boxes.
+template <class Params>
+void view_pages(const Params& p, TensorView& view, int& rows) {
+  if constexpr (std::is_same_v<Params, FwdParams>) {
+    const KvCacheInputs& c = p.kv_cache;
+    internal_check(c.block_table != nullptr, "page boxes map a paged cache");
+    view.shape[0] = c.num_pages;
+    view.shape[1] = std::int64_t{1} << c.page_shift;
+    rows = std::min(rows & -rows, 1 << c.page_shift);
+  } else {
+    throw InternalError("page boxes are the forward's");
+  }
+}
+
 template <class Maps, class Params>
 Maps encode_maps(const Params& p, const AttentionSpec& spec, std::span<const TensorMapBox> boxes) {
   Maps maps{};
   for (const TensorMapBox& box : boxes) {
-    const std::optional<TensorView> view = map_view(p, spec, box.tensor);
+    std::optional<TensorView> view = map_view(p, spec, box.tensor);
     if (!view) continue;
+    int rows = box.rows;
+    if (box.page_rows) view_pages(p, *view, rows);
     // name_of's views are of string literals, so data() is a C string.
-    map_field(maps, box.tensor) = runtime::activation_tensor_map(
-        name_of(box.tensor).data(), *view, box.rows, box.cols, box.swizzle_bytes);
+    map_field(maps, box.tensor) = runtime::activation_tensor_map(name_of(box.tensor).data(), *view,
+                                                                 rows, box.cols, box.swizzle_bytes);
   }
   return maps;
 }

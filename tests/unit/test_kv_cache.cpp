@@ -92,7 +92,7 @@ TEST_CASE("validate refuses what the decode kernels do not take", "[kv_cache][pa
 TEST_CASE("a decode plan is the append, the decode kernel and the merge of its splits",
           "[kv_cache][pass]") {
   const Lowering ir =
-      lower(parse_spec("dtype=bf16 head_dim=128 mask=none sinks=true return_lse=true target=sm_90a "
+      lower(parse_spec("dtype=bf16 head_dim=128 mask=none sinks=true return_lse=true target=sm_80 "
                        "kv_cache=contiguous"));
   const KernelPlan& plan = *ir.plan;
   REQUIRE(plan.kernels.size() == 3);
@@ -103,18 +103,20 @@ TEST_CASE("a decode plan is the append, the decode kernel and the merge of its s
   CHECK(append.phases.front().grid.to_string() == "(ceil(B*Snew*Hkv*32/256), 1, 1)");
   CHECK(decode.role == KernelRole::decode);
   CHECK(decode.name == "attnjit_decode_bf16_d128_none_sinks_contiguous_lse");
-  CHECK(decode.phases.front().grid.to_string() == "(splits, Hkv*ceil(GSq/16), B)");
+  CHECK(decode.phases.front().grid.to_string() == "(splits*(1+prefill*-1), Hkv*ceil(GSq/16), B)");
   CHECK(combine.role == KernelRole::decode_combine);
   CHECK(combine.phases.front().grid.to_string() == "(min(splits+-1, 1)*(B*Sq*H), 1, 1)");
   // On Hopper the decode kernel starts while the append finishes, the merge while the decode
   // kernel does (programmatic dependent launches); before sm_90 every launch waits.
-  CHECK(!append.dependent_launch);
-  CHECK(decode.dependent_launch);
-  CHECK(combine.dependent_launch);
-  CHECK(to_string(ir).find(" dependent_launch") != std::string::npos);
-  for (const KernelDesc& kernel : lower(parse_spec(kPaged)).plan->kernels) {
-    CHECK(!kernel.dependent_launch);
-  }
+  const Lowering hopper =
+      lower(parse_spec("dtype=bf16 head_dim=128 mask=none sinks=true return_lse=true target=sm_90 "
+                       "kv_cache=contiguous"));
+  REQUIRE(hopper.plan->kernels.size() == 3);
+  CHECK(!hopper.plan->kernels[0].dependent_launch);
+  CHECK(hopper.plan->kernels[1].dependent_launch);
+  CHECK(hopper.plan->kernels[2].dependent_launch);
+  CHECK(to_string(hopper).find(" dependent_launch") != std::string::npos);
+  for (const KernelDesc& kernel : plan.kernels) CHECK(!kernel.dependent_launch);
   // Without splits the partial rows take no workspace and the merge no launch; without new
   // keys nothing is appended.
   LaunchExtents e = one_token_extents(4);
@@ -130,6 +132,107 @@ TEST_CASE("a decode plan is the append, the decode kernel and the merge of its s
   REQUIRE(appended.launches.size() == 3);
   CHECK(appended.launches[0].grid[0] == (4 * 3 * 8 * 32 + 255) / 256);
   CHECK(split.workspace_bytes >= std::size_t{5} * 4 * 32 * (128 + 1) * 4);
+}
+
+TEST_CASE("on sm_90a a cache plan adds the prefill kernel, which the launch runs for many tokens",
+          "[kv_cache][pass]") {
+  const Lowering ir = lower(
+      parse_spec("dtype=bf16 head_dim=128 mask=causal sinks=true return_lse=true target=sm_90a "
+                 "kv_cache=paged"));
+  const KernelPlan& plan = *ir.plan;
+  REQUIRE(plan.kernels.size() == 4);
+  CHECK(plan.kernels[0].role == KernelRole::kv_append);
+  const KernelDesc& prefill = plan.kernels[1];
+  CHECK(prefill.role == KernelRole::prefill);
+  CHECK(prefill.row == "prefill.sm90a");
+  CHECK(prefill.name == "attnjit_prefill_bf16_d128_causal_sinks_paged_lse");
+  CHECK(prefill.phases.front().grid.to_string() == "(2*ceil(Sq/128)*prefill, ceil(H/2), B)");
+  // K and V are copied per page: the launch encodes boxes of at most a page's rows.
+  REQUIRE(prefill.tensor_maps.size() == 4);
+  CHECK(to_string(prefill.tensor_maps[1]) == "k=128x64/128B/page");
+  CHECK(to_string(prefill.tensor_maps[2]) == "v=128x64/128B/page");
+  CHECK(!prefill.tensor_maps[0].page_rows);
+  CHECK(plan.kernels[2].role == KernelRole::decode);
+  CHECK(plan.kernels[3].role == KernelRole::decode_combine);
+  // The launch runs one of them: with the prefill kernel no split, no merge, no partial rows.
+  LaunchExtents e = one_token_extents(4);
+  e[Extent::seqlen_q] = 2048;
+  e[Extent::splits] = 1;
+  e[Extent::prefill] = 1;
+  e[Extent::new_tokens] = 2048;
+  const jit::detail::LaunchSchedule chunk = jit::detail::schedule_plan(plan, e);
+  REQUIRE(chunk.launches.size() == 2);
+  CHECK(chunk.launches[0].kernel == 0);
+  CHECK(chunk.launches[1].kernel == 1);
+  CHECK(chunk.launches[1].grid == std::array<unsigned, 3>{32, 16, 4});
+  CHECK(chunk.workspace_bytes == 0);
+  e[Extent::prefill] = 0;
+  e[Extent::splits] = 3;
+  const jit::detail::LaunchSchedule decode = jit::detail::schedule_plan(plan, e);
+  REQUIRE(decode.launches.size() == 3);
+  CHECK(decode.launches[1].kernel == 2);
+  CHECK(decode.launches[2].kernel == 3);
+
+  // Contiguous caches are copied as the forward copies its K and V; masks with tables
+  // (FlashMask vectors, predicates) and targets before sm_90a keep the decode kernel alone.
+  const Lowering contiguous = lower(parse_spec(
+      "dtype=fp16 head_dim=64 mask=sliding_window alibi=true target=sm_90a kv_cache=contiguous"));
+  const KernelDesc* windowed = contiguous.plan->find(KernelRole::prefill);
+  REQUIRE(windowed != nullptr);
+  CHECK(windowed->block_m == 128);  // two consumers (three spilled beside the page walk)
+  for (const TensorMapBox& box : windowed->tensor_maps) CHECK(!box.page_rows);
+  for (const char* text :
+       {"dtype=bf16 head_dim=128 mask=causal target=sm_90 kv_cache=paged",
+        "dtype=bf16 head_dim=128 mask=causal target=sm_80 kv_cache=paged",
+        "dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1) target=sm_90a "
+        "kv_cache=paged",
+        "dtype=bf16 head_dim=128 mask=predicate(k<=q) target=sm_90a kv_cache=paged",
+        "dtype=bf16 head_dim=32 mask=causal target=sm_90a kv_cache=paged"}) {
+    INFO(text);
+    CHECK(lower(parse_spec(text)).plan->find(KernelRole::prefill) == nullptr);
+  }
+}
+
+TEST_CASE("the launch runs the prefill kernel where it reads the cache less, unless told otherwise",
+          "[kv_cache][runtime]") {
+  const KernelPlan plan =
+      *lower(parse_spec("dtype=bf16 head_dim=128 mask=causal target=sm_90a kv_cache=paged")).plan;
+  ForwardArgs a = paged_args();  // pages of 16
+  jit::detail::Shapes s;
+  s.decode = true;
+  const auto chosen = [&](int batch, int heads, int kv_heads, int seqlen_q) {
+    s.batch = batch;
+    s.heads = heads;
+    s.kv_heads = kv_heads;
+    s.seqlen_q = seqlen_q;
+    jit::detail::allow_prefill(plan, a, s);
+    return jit::detail::runs_prefill(s, 132);
+  };
+  // 32 query heads over 8: the decode kernel up to 16 new tokens a sequence at batch 16 (its
+  // 64 rows per KV head against 4K prefill tiles), the prefill kernel from 32; at batch 1 the
+  // prefill kernel's 32 tiles leave SMs idle: the decode kernel up to 64 tokens.
+  CHECK(!chosen(16, 32, 8, 16));
+  CHECK(chosen(16, 32, 8, 32));
+  CHECK(jit::detail::decode_splits(s, 132) == 1);
+  CHECK(!chosen(1, 32, 8, 64));
+  CHECK(chosen(1, 32, 8, 128));
+  CHECK(chosen(1, 32, 8, 2048));
+  // Without GQA each KV head's tokens are its own rows: from 32 tokens at batch 16.
+  CHECK(!chosen(16, 8, 8, 16));
+  CHECK(chosen(16, 8, 8, 32));
+  a.kv_cache.num_splits = 4;  // a split count asks for the decode kernel
+  CHECK(!chosen(1, 32, 8, 2048));
+  a = paged_args();
+  a.k = contiguous_view(fake(0x20000), ScalarType::bf16, {10, 4, 2, 64});  // pages of 4 rows
+  CHECK(!chosen(1, 32, 8, 2048));
+  a = paged_args();
+  a.kv_cache.cu_seqlens_q = contiguous_view(fake(0x90000), ScalarType::int32, {3});
+  CHECK(!chosen(1, 32, 8, 2048));
+  const KernelPlan sm80 =
+      *lower(parse_spec("dtype=bf16 head_dim=128 mask=causal target=sm_80 kv_cache=paged")).plan;
+  a = paged_args();
+  jit::detail::allow_prefill(sm80, a, s);
+  CHECK(!jit::detail::runs_prefill(s, 132));
 }
 
 TEST_CASE("FlashMask vectors over a cache add their min/max tables, read by the decode kernel",

@@ -33,6 +33,14 @@ difference above 2e-2 marks it MISMATCH and the script exits 1 after the report.
                      each sequence's end, so the new tokens see the last D keys; with
                      --predicate also as an element predicate over a tensor of document ids,
                      attnjit.predicate("doc[q] == doc[k] && k <= q").
+  --prefill N        instead of the grid, chunked prefill: N new tokens per sequence at each
+                     --batches x --lengths x --head-dims point (L keys, the new ones the last
+                     N), causal, in each of --layouts: attention_with_kvcache as the launch
+                     chooses (the prefill kernel on sm_90a), the same appending the N keys
+                     (k=, v=; cache_seqlens L - N), and the decode kernel (num_splits=1),
+                     against attnjit.forward(causal=True) on the contiguous cache (its causal
+                     kernel, bottom-right: the same visible pairs); CUDA-graph replays,
+                     TFLOP/s as 4 x D x visible pairs; no peers.
 Times: median of --runs CUDA-event timings after --warmup calls, rotating among input sets
 that together span at least twice the L2 cache (at most 64 sets). The markdown report is
 printed last (and written to --out).
@@ -93,6 +101,9 @@ def parse_args(argv=None):
                              "from each sequence's end, causal")
     parser.add_argument("--predicate", action="store_true",
                         help="with --document: also the documents as an element predicate")
+    parser.add_argument("--prefill", type=int, default=None,
+                        help="instead of the grid: chunked prefill of N new tokens per sequence "
+                             "against attnjit's causal forward")
     parser.add_argument("--num-splits", type=int, default=0, help="passed to attnjit (0: auto)")
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
@@ -130,12 +141,16 @@ def parse_args(argv=None):
                                ("--num-splits", args.num_splits, 0),
                                ("--window", 1 if args.window is None else args.window, 1),
                                ("--document", 1 if args.document is None else args.document,
-                                1)):
+                                1),
+                               ("--prefill", 1 if args.prefill is None else args.prefill, 1)):
         if value < low:
             parser.error(f"{option}: got {value}; accepted: an integer >= {low}")
     if args.heads % args.kv_heads != 0:
         parser.error(f"--kv-heads: got {args.kv_heads}; accepted: a divisor of --heads "
                      f"({args.heads})")
+    if args.prefill is not None and args.prefill > min(args.lengths):
+        parser.error(f"--prefill: got {args.prefill}; accepted: at most the shortest of "
+                     f"--lengths ({min(args.lengths)})")
     if max(args.new_tokens) > min(args.lengths):
         parser.error(f"--new-tokens: got {max(args.new_tokens)}; accepted: at most the "
                      f"shortest of --lengths ({min(args.lengths)})")
@@ -418,6 +433,78 @@ def row_failures(label, row):
     return lines
 
 
+def prefill_report(args):
+    """The --prefill table's lines: chunked prefill against attnjit's causal forward."""
+    import torch
+
+    import attnjit
+
+    generator = torch.Generator().manual_seed(args.seed)
+    heads, kv_heads, new = args.heads, args.kv_heads, args.prefill
+    lines = [
+        f"### Chunked prefill: {new} new tokens against the cache, attnjit only", "",
+        "causal (bottom-right); graph ms of CUDA-graph replays; TFLOP/s = 4 x D x visible "
+        "pairs / time. forward: attnjit.forward(q, k, v, causal=True) on the contiguous "
+        "cache [B, L, Hkv, D] (its causal kernel, the same pairs); auto: "
+        "attention_with_kvcache as the launch chooses; append: the same with k=, v= (the N "
+        "new keys written into the cache first, cache_seqlens L - N); decode: num_splits=1 "
+        "(the decode kernel). Ratios: forward ms over each one's.", "",
+        "| B | L | D | layout | forward ms | auto ms | TFLOP/s | auto / forward | append ms | "
+        "append / forward | decode ms | decode / forward | max diff |",
+        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    failures = []
+    for dim in args.head_dims:
+        for batch in args.batches:
+            for length in args.lengths:
+                print(f"prefill B={batch} L={length} D={dim} ...", file=sys.stderr, flush=True)
+                lengths = [length] * batch
+                (q, k, v), = random_sets(1, batch, length, new, heads, kv_heads, dim)
+                k_new, v_new = k[:, length - new:].clone(), v[:, length - new:].clone()
+                pairs = batch * heads * sum(min(length, length - new + i + 1) for i in range(new))
+                forward_ms = graph_replay_ms(lambda: attnjit.forward(q, k, v, causal=True),
+                                             [()], args.warmup, args.runs)
+                want = attnjit.forward(q, k, v, causal=True).float()
+                for layout in args.layouts:
+                    (q_, k_cache, v_cache, seqlens, table), = attnjit_layout_sets(
+                        [(q, k, v)], lengths, layout, generator)
+                    before = seqlens - new
+
+                    def auto():
+                        return attnjit.attention_with_kvcache(q, k_cache, v_cache, seqlens,
+                                                              table, causal=True)
+
+                    def append():
+                        return attnjit.attention_with_kvcache(q, k_cache, v_cache, before,
+                                                              table, k=k_new, v=v_new,
+                                                              causal=True)
+
+                    def decode():
+                        return attnjit.attention_with_kvcache(q, k_cache, v_cache, seqlens,
+                                                              table, causal=True, num_splits=1)
+
+                    cells, diff = [], 0.0
+                    for call in (auto, append, decode):
+                        try:
+                            diff = max(diff, (call().float() - want).abs().max().item())
+                            ms = graph_replay_ms(call, [()], args.warmup, args.runs)
+                            cells.append((f"{ms:.3f}", f"{forward_ms / ms:.2f}x", ms))
+                        except Exception as error:  # reported in the row
+                            cells.append((failed(error), "-", None))
+                    label = f"prefill B={batch} L={length} D={dim} {layout}"
+                    if diff > MAX_DIFF:
+                        failures.append(f"{label}: MISMATCH max diff {diff:.2e}")
+                    tflops = (f"{4 * dim * pairs / cells[0][2] / 1e9:.0f}"
+                              if cells[0][2] else "-")
+                    lines.append(
+                        f"| {batch} | {length} | {dim} | {layout} | {forward_ms:.3f} | "
+                        f"{cells[0][0]} | {tflops} | {cells[0][1]} | {cells[1][0]} | "
+                        f"{cells[1][1]} | {cells[2][0]} | {cells[2][1]} | {diff:.1e} |")
+                    del k_cache, v_cache, table
+                del q, k, v, k_new, v_new
+                torch.cuda.empty_cache()
+    return lines, failures
+
+
 def main():
     args = parse_args()
     import torch
@@ -442,6 +529,19 @@ def main():
     l2_bytes = getattr(properties, "L2_cache_size", 0) or FALLBACK_L2_BYTES
     heads, kv_heads = args.heads, args.kv_heads
 
+    if args.prefill is not None:
+        lines, failures = prefill_report(args)
+        command = "python3 " + " ".join(shlex.quote(arg) for arg in sys.argv)
+        header = [f"## Chunked prefill against a KV cache, {torch.cuda.get_device_name()}", "",
+                  f"torch {torch.__version__}, attnjit {attnjit.version()}, "
+                  f"{datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}; `{command}` "
+                  f"({time.perf_counter() - started:.0f} s, compiles included)", "",
+                  f"bf16, H={heads} Hkv={kv_heads}, Dv = D; seed {args.seed}; median of "
+                  f"{args.runs} runs after {args.warmup}.", ""]
+        if failures:
+            lines += ["", "**FAILED:**"] + [f"- {failure}" for failure in failures]
+        publish("\n".join(header + lines) + "\n", args.out, failures)
+        return
     print("copy bandwidth ...", file=sys.stderr, flush=True)
     copy = copy_gbps(args.warmup, args.runs)
     rows, peer_rows, mask_rows, ragged_rows, failures = [], [], [], [], []

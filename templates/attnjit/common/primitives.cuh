@@ -138,6 +138,11 @@ __device__ __forceinline__ void store_shared_u32(u32 address, u32 value) {
   asm volatile("st.shared.u32 [%0], %1;" ::"r"(address), "r"(value));
 }
 
+/// Zeroes 16 bytes of shared memory (16-byte aligned).
+__device__ __forceinline__ void store_shared_zero16(u32 address) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(address), "r"(0u) : "memory");
+}
+
 __device__ __forceinline__ int load_shared_s32(u32 address) {
   int out;
   asm volatile("ld.shared.s32 %0, [%1];" : "=r"(out) : "r"(address));

@@ -38,13 +38,20 @@
 // through the Q tile where its panels fit there (kHeadDimV <= kHeadDimQK), else through a tile
 // of its own.
 //
+// Over a KV cache (kKvCache: prefill.cuh, the launch's choice where a call has many new tokens)
+// the keys and values are the cache's: contiguous [B, capacity, Hkv, D], or pages of a
+// pool [num_pages, page_size, Hkv, D] found through the block table, copied as boxes of up to a
+// page's rows (forward_producer.cuh). Each sequence's keys are its cached length plus the keys
+// the call appended, the causal diagonal and the window at the bottom right of them.
+//
 // Config (bound by the generated code): Element, kHeadDimQK, kHeadDimV, kBlockM, kBlockN,
-// kStages, kReturnLse, kPingPong, kProducerRegisters, kConsumerRegisters, kPersistent. Score: a
-// ScoreMod. The kernel takes (FwdParams, FwdTensorMaps), 128 (1 + kConsumers) threads, one CTA
-// per SM (two of one consumer).
+// kStages, kReturnLse, kPingPong, kProducerRegisters, kConsumerRegisters, kPersistent, and
+// kKvCache for prefill.cuh. Score: a ScoreMod. The kernel takes (FwdParams, FwdTensorMaps),
+// 128 (1 + kConsumers) threads, one CTA per SM (two of one consumer).
 #pragma once
 
 #include "attnjit/common/key_block_walk.cuh"
+#include "attnjit/common/kv_cache.cuh"
 #include "attnjit/common/softmax.cuh"
 #include "attnjit/sm90a/forward_epilogue.cuh"
 #include "attnjit/sm90a/forward_producer.cuh"
@@ -57,7 +64,8 @@ namespace attnjit {
 /// five words each.
 __shared__ int persistent_work_slots[2][5];
 
-template <class Config, class Mask, class Score = ScoreMod<false, false>>
+template <class Config, class Mask, class Score = ScoreMod<false, false>,
+          int kKvLayout = kKvTensors>
 struct ForwardSm90a {
   typedef typename Config::Element Element;
   static constexpr int kHeadDimQK = Config::kHeadDimQK;
@@ -106,6 +114,13 @@ struct ForwardSm90a {
   static constexpr int kVectorStageBytes = kBlockN * kColumns * 4;
 
   static constexpr bool kPersistent = Config::kPersistent;
+  /// Over a KV cache (kKvContiguous, kKvPaged): each sequence has its own keys, and rows of the
+  /// cache past them may hold anything (NaN included), so the V block that holds a sequence's
+  /// end is zeroed past it (0 x NaN would reach O; scores of those keys are masked).
+  static constexpr int kKvCache = kKvLayout;
+  static constexpr bool kPaged = kKvLayout == kKvPaged;
+  static_assert(kKvCache == kKvTensors || (!kPersistent && !Mask::kOrderedCtas),
+                "over a KV cache: masks by index, one CTA per work");
   /// O in the Q tile's place: each panel of O is the Q tile's panel of the same columns, a
   /// consumer's rows its own rows of Q (read no longer once its Q K^T products completed).
   static constexpr bool kOInQTile =
@@ -168,6 +183,11 @@ struct ForwardSm90a {
     if (threadIdx.x == 0) {
       if constexpr (!kPersistent) {
         store_cta_heads<Mask>(p, cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p)));
+      }
+      if constexpr (kKvCache != kKvTensors) {
+        const int batch = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p)).batch;
+        kv_cache_keys_slot = cache_length(p, batch, appended_keys(p, new_tokens(p, batch)));
+        mbarrier_init(smem_address(&kv_cache_tail_barrier), 1);
       }
       mbarrier_init(base + kBarrierOffset, 1);
       mbarrier_init(base + kQEmptyOffset, kQEmptyArrivals);
@@ -416,7 +436,19 @@ struct ForwardSm90a {
         work.head, work.batch);
     ms.row_begin = static_cast<int>(opaque(u32(work.block))) * kBlockM;
     ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
+    if constexpr (kKvCache != kKvTensors) {
+      const int keys = sequence_keys();
+      ms.seqlen_k = keys;
+      ms.diagonal = keys - p.seqlen_q;
+      ms.num_key_blocks = (keys + kBlockN - 1) / kBlockN;
+    }
     return ms;
+  }
+
+  /// Over a KV cache: the keys of the CTA's sequence, its cached length and what the call
+  /// appended (read where used, from shared memory).
+  __device__ __forceinline__ static int sequence_keys() {
+    return load_shared_s32(smem_address(&kv_cache_keys_slot));
   }
 
   /// Waits for this consumer's turn to issue products (ping-pong); consumer 0 goes first.

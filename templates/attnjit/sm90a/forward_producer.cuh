@@ -10,6 +10,12 @@
 //                       block's keys (cp.async by the warp's lanes, arriving through .noinc);
 //   V ring              V of the block before, so the consumers find K of block j + 1 ahead
 //                       of V of block j, the order in which they use them.
+// Over a paged KV cache a block's rows are boxes of up to a page's rows (kPageBoxRows at most,
+// the largest power of two that divides kBlockN), one box per lane, each at the page its
+// first key lives in through the block table (read a block ahead); boxes past the sequence's
+// pages read as zeros. Over any KV cache the V block that
+// holds the sequence's end lands on a barrier of the producer's, which zeroes its rows past
+// the end before it hands the stage on.
 // Under masks with tables each K stage carries its block, the block's classification and
 // whether another block follows (Kernel::kFedWalk; a work that visits no block gets one stage
 // that says so); under masks by index the consumers walk the same blocks themselves.
@@ -19,6 +25,14 @@
 #include "attnjit/sm90a/vocabulary.cuh"
 
 namespace attnjit {
+
+/// Over a KV cache: the keys of the CTA's sequence (ForwardSm90a::sequence_keys), and the
+/// barrier on which the producer waits for the V block that holds the sequence's end.
+__shared__ int kv_cache_keys_slot;
+__shared__ unsigned long long kv_cache_tail_barrier;
+
+/// How the sm90a forward (forward.cuh) reads K and V: from the call's tensors, or from a KV cache.
+enum KvLayout { kKvTensors = 0, kKvContiguous = 1, kKvPaged = 2 };
 
 /// The producer warp of Kernel (sm90a/forward.cuh), which gives the mask policy, the tiles and
 /// the shared-memory layout: byte offsets from the 1024-byte aligned base of the Q tile
@@ -35,6 +49,13 @@ struct ForwardProducer {
   static constexpr int kStages = Kernel::kStages;
   static constexpr int kColumns = Mask::kColumns;
   static constexpr int kVectorStageBytes = Kernel::kVectorStageBytes;
+  static constexpr bool kKvCache = Kernel::kKvCache != kKvTensors;
+  static constexpr bool kPaged = Kernel::kPaged;
+  /// Paged: the most rows of a box (a page's rows, where fewer), the largest power of two that
+  /// divides kBlockN, so that boxes tile a block and start 1024-byte aligned (whole swizzle
+  /// atoms: pages hold at least 8 rows); one lane issues each box of a block.
+  static constexpr int kPageBoxRows = kBlockN & -kBlockN;
+  static_assert(!kPaged || kBlockN / 8 <= 32, "a box of at least 8 rows per lane");
 
   /// Runs the walks of the CTA's works; every lane of the warp calls it. The shared addresses
   /// are formed from `base` where used: the producer has few registers.
@@ -146,6 +167,12 @@ struct ForwardProducer {
       PipelineState<kStages>& v_state, WarpKeyBlockWalk<Mask, kBlockN>& walk, u32 parity) {
     const int lane = threadIdx.x % 32;
     int previous = -1;
+    static_assert(!kPaged || !Kernel::kFedWalk, "paged caches under masks by index");
+    // Paged: the page of this lane's box of the block and of the previous block. Each block's
+    // is read a block ahead, so that the block table's latency is spent under the copies and
+    // products of the block before.
+    int page = kPaged && walk.more() ? box_page(p, walk.block) : 0;
+    int previous_page = 0;
     for (;;) {
       const int block = walk.more() ? walk.block : -1;
       if (block >= 0) {
@@ -155,12 +182,19 @@ struct ForwardProducer {
           walk.next(Kernel::block_mask_state(p, parity), p.minmax);
         }
         k_ring.producer_acquire(k_state);
+        const u32 k_stage = base + Kernel::kKOffset + k_state.index * KTile::kBytes;
         if (lane == 0) {
           if constexpr (Kernel::kFedWalk)
             write_block_slot(base, k_state.index, block, tile, walk.more());
           k_ring.producer_commit(k_state, KTile::kBytes);
-          load_panels<KTile>(p, maps.k, base + Kernel::kKOffset + k_state.index * KTile::kBytes,
-                             k_ring.full(k_state.index), block, parity);
+          if constexpr (!kPaged) {
+            load_panels<KTile>(p, maps.k, k_stage, k_ring.full(k_state.index), block, parity);
+          }
+        }
+        if constexpr (kPaged) {
+          __syncwarp();  // the expected bytes before any box's completion
+          load_page_boxes<KTile>(p, maps.k, k_stage, k_ring.full(k_state.index), block, page,
+                                 parity);
         }
         if constexpr (kColumns > 0) {
           load_vectors(p, Kernel::block_mask_state(p, parity), block,
@@ -180,16 +214,32 @@ struct ForwardProducer {
       }
       if (previous >= 0) {
         v_ring.producer_acquire(v_state);
-        if (lane == 0) {
-          v_ring.producer_commit(v_state, VTile::kBytes);
-          load_panels<VTile>(p, maps.v, base + Kernel::kVOffset + v_state.index * VTile::kBytes,
-                             v_ring.full(v_state.index), previous, parity);
+        const u32 v_stage = base + Kernel::kVOffset + v_state.index * VTile::kBytes;
+        const u32 v_full = v_ring.full(v_state.index);
+        // Over a KV cache: the rows of the block that holds the sequence's end, from it on.
+        const int past_end = kKvCache ? Kernel::sequence_keys() - previous * kBlockN : kBlockN;
+        if constexpr (kKvCache) {
+          if (past_end < kBlockN) {
+            load_zeroed_tail(p, maps.v, v_stage, v_full, previous, previous_page, past_end, parity);
+          }
+        }
+        if (past_end >= kBlockN) {
+          if (lane == 0) {
+            v_ring.producer_commit(v_state, VTile::kBytes);
+            if constexpr (!kPaged) load_panels<VTile>(p, maps.v, v_stage, v_full, previous, parity);
+          }
+          if constexpr (kPaged) {
+            __syncwarp();
+            load_page_boxes<VTile>(p, maps.v, v_stage, v_full, previous, previous_page, parity);
+          }
         }
         v_state.advance();
       }
       if (block < 0) break;
       previous = block;
+      previous_page = page;
       if constexpr (!Kernel::kFedWalk) walk.next(Kernel::block_mask_state(p, parity), p.minmax);
+      if constexpr (kPaged) page = walk.more() ? box_page(p, walk.block) : 0;
     }
   }
 
@@ -213,6 +263,72 @@ struct ForwardProducer {
     const int kv_head = Kernel::current_kv_head(parity);
     tma_load_tile<Tile>(dst, map, bar, block * kBlockN, kv_head,
                         static_cast<int>(opaque(u32(work.batch))));
+  }
+
+  /// Paged: the page of this lane's box of block `block` (lanes past the block's boxes: 0),
+  /// -1 (a box read as zeros) past the sequence's pages, whose block-table entries are not
+  /// read.
+  __device__ __forceinline__ static int box_page(const FwdParams& p, int block) {
+    const int box_rows = min(1 << p.kv_cache.page_shift, kPageBoxRows);
+    const int key = block * kBlockN + (threadIdx.x % 32) * box_rows;
+    if (key >= block * kBlockN + kBlockN) return 0;
+    if (key >= Kernel::sequence_keys()) return -1;
+    const int batch = Kernel::current_work(p, 0).batch;
+    return p.kv_cache
+        .block_table[batch * p.kv_cache.block_table_stride + (key >> p.kv_cache.page_shift)];
+  }
+
+  /// Paged: this lane's box of every panel of K or V block `block` (Tile: KTile or VTile), at
+  /// page `page` (box_page's), completing on `bar`.
+  template <class Tile>
+  __device__ __forceinline__ static void load_page_boxes(const FwdParams& p, const TensorMap& map,
+                                                         u32 dst, u32 bar, int block, int page,
+                                                         u32 parity) {
+    const int shift = p.kv_cache.page_shift;
+    const int box_rows = min(1 << shift, kPageBoxRows);
+    const int row = (threadIdx.x % 32) * box_rows;
+    if (row >= kBlockN) return;
+    const int within = (block * kBlockN + row) & ((1 << shift) - 1);
+    const int kv_head = Kernel::current_kv_head(parity);
+#pragma unroll
+    for (int panel = 0; panel < Tile::kBytes / Tile::kPanelBytes; ++panel) {
+      tma_load(dst + panel * Tile::kPanelBytes + row * (Tile::kPanelCols * 2), map, bar,
+               panel * Tile::kPanelCols, within, kv_head, page);
+    }
+  }
+
+  /// Over a KV cache: V block `block`, which holds the sequence's end (its rows from
+  /// `past_end` on are past it), copied onto the producer's barrier, its rows past the end
+  /// zeroed once landed, then handed to the consumers on `full` (a plain arrival, after a
+  /// proxy fence: the products read the stage through the async proxy).
+  __device__ __forceinline__ static void load_zeroed_tail(const FwdParams& p, const TensorMap& map,
+                                                          u32 dst, u32 full, int block, int page,
+                                                          int past_end, u32 parity) {
+    const int lane = threadIdx.x % 32;
+    const u32 tail = smem_address(&kv_cache_tail_barrier);
+    if (lane == 0) {
+      mbarrier_arrive_expect_tx(tail, VTile::kBytes);
+      if constexpr (!kPaged) load_panels<VTile>(p, map, dst, tail, block, parity);
+    }
+    if constexpr (kPaged) {
+      __syncwarp();
+      load_page_boxes<VTile>(p, map, dst, tail, block, page, parity);
+    }
+    // One tail per work, one work per CTA: the barrier's first phase.
+    mbarrier_wait(tail, 0);
+    constexpr int kRowChunks = VTile::kPanelCols / 8;  // 16-byte chunks of a panel's row
+    constexpr int kPanels = VTile::kBytes / VTile::kPanelBytes;
+    const int chunks = (kBlockN - past_end) * kRowChunks;
+    for (int i = lane; i < chunks * kPanels; i += 32) {
+      const int panel = i / chunks;
+      const int chunk = i % chunks;
+      // A whole row's chunks are zeroed, so the swizzle's order within the row is moot.
+      store_shared_zero16(dst + panel * VTile::kPanelBytes + past_end * (VTile::kPanelCols * 2) +
+                          16 * chunk);
+    }
+    fence_async_shared();
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(full);
   }
 
   /// cp.async of the block's FlashMask values by the warp's lanes (zeros past Sk): 16 bytes a

@@ -21,7 +21,10 @@ hidden from the rows in [LTS, LTE) and [UTS, UTE)) come as documents (whole key 
 and random intervals of every column set, one mask head or one per KV head; element predicates
 see the same positions. Appended keys
 (k=, v=) land in the cache bit for bit at each sequence's length. A CUDA graph captured once
-replays with new lengths and cache contents of the same shapes.
+replays with new lengths and cache contents of the same shapes. Calls with many new tokens
+(chunked prefill: on sm_90a the launch then runs the forward over the cache) equal the reference
+and the decode kernel's result (num_splits=1 asks for it), contiguous and paged (pages of 8 to
+256), appending or not, under every mask by index, the score modifiers and sinks.
 
 Through the operators (PyTorch 2.4+: torch.ops.attnjit.attention_with_kvcache and
 attention_with_kvcache_append): torch.compile(fullgraph=True) gives eager's bits, contiguous and
@@ -232,6 +235,15 @@ class KvCacheCase(TemporaryCacheTest):
                                            f"(lowp error {lowp_error:.3e}, seed {SEED})")
 
 
+    @staticmethod
+    def launched_kernels(call):
+        """The names of the CUDA kernels `call` launches (the profiler's trace)."""
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as trace:
+            call()
+            torch.cuda.synchronize()
+        return {event.key for event in trace.key_averages()}
+
     def documents(self, mask_heads):
         """Causal document vectors (C = 1): documents of 1 to 300 keys; key j hides the rows
         from its document's end on (LTS), so a token sees its own document's keys only. With
@@ -283,9 +295,10 @@ class KvCacheTest(KvCacheCase):
     def run_case(self, *, batch, capacity, heads, kv_heads, head_dim, head_dim_v=None,
                  new_tokens, causal=False, window=(-1, -1), softcap=None, with_sinks=False,
                  page_size=None, shared=False, splits=(0, 1, 3), dtype=None, vectors=None,
-                 alibi=False, predicate=None):
+                 alibi=False, predicate=None, kernels=None):
         """`vectors(lengths, capacity)`: FlashMask vectors [B, Hm, capacity, C] for the call;
-        `predicate(capacity)`: (an attnjit.predicate mask, its visible_fn for reference())."""
+        `predicate(capacity)`: (an attnjit.predicate mask, its visible_fn for reference());
+        `kernels`: {split count: the prefix of a kernel's name that call must launch}."""
         dtype = torch.bfloat16 if dtype is None else dtype
         head_dim_v = head_dim_v or head_dim
         lengths = draw_lengths(self.rng, batch, capacity, new_tokens)
@@ -325,6 +338,14 @@ class KvCacheTest(KvCacheCase):
             self.check(f"{label} splits={count}: o", o, want_o, lowp_o)
             self.check(f"{label} splits={count}: lse", lse, want_lse, want_lse)
             outputs[count] = o.double()
+            if kernels and count in kernels:
+                launched = self.launched_kernels(lambda: attnjit.attention_with_kvcache(
+                    q, cache_k, cache_v, seqlens, table, causal=causal, window_size=window,
+                    softcap=softcap, sinks=sinks, num_splits=count, return_lse=True,
+                    startend_row_indices=indices, alibi_slopes=slopes, mask=mask))
+                self.assertTrue(any(name.startswith(kernels[count]) for name in launched),
+                                f"{label} splits={count}: launched {sorted(launched)}, "
+                                f"expected {kernels[count]}*")
         base = outputs[splits[0]]
         for count, o in outputs.items():
             # The splits' merge is exact up to fp32 rounding: at most one rounding step of the
@@ -413,6 +434,33 @@ class KvCacheTest(KvCacheCase):
         self.run_case(batch=3, capacity=900, heads=16, kv_heads=4, head_dim=128, new_tokens=1,
                       causal=True, alibi=True, vectors=self.documents(1), splits=(1, 0))
 
+    def test_chunked_prefill(self):
+        """Hundreds of new tokens per sequence: the launch runs the prefill kernel where the
+        spec has one (sm_90a, masks by index) and the shapes favour it (every case here:
+        runtime/launch/plan_launch.cpp's runs_prefill), which must equal the reference and the
+        decode kernel (num_splits=1). Capacities and lengths are not tile multiples, rows past
+        each length hold NaN, pages are shuffled and shared."""
+        cases = (
+            dict(batch=3, capacity=1000, heads=32, kv_heads=8, head_dim=128, new_tokens=300,
+                 causal=True),
+            dict(batch=3, capacity=1000, heads=32, kv_heads=8, head_dim=128, new_tokens=300,
+                 causal=True, page_size=16, shared=True),
+            dict(batch=4, capacity=700, heads=8, kv_heads=8, head_dim=64, new_tokens=130,
+                 window=(200, 0), page_size=8, alibi=True),
+            dict(batch=3, capacity=900, heads=16, kv_heads=2, head_dim=128, new_tokens=257,
+                 page_size=64, shared=True, with_sinks=True, softcap=30.0),
+            dict(batch=2, capacity=1300, heads=16, kv_heads=4, head_dim=192, head_dim_v=128,
+                 new_tokens=200, causal=True, page_size=256, with_sinks=True),
+            dict(batch=2, capacity=600, heads=16, kv_heads=1, head_dim=256, new_tokens=180,
+                 causal=True, page_size=32, dtype=torch.float16),
+            dict(batch=4, capacity=800, heads=16, kv_heads=16, head_dim=64, new_tokens=64,
+                 window=(50, 30), page_size=128, softcap=20.0, alibi=True),
+        )
+        for case in cases:
+            with self.subTest(**{k: v for k, v in case.items() if k != "dtype"}):
+                self.run_case(splits=(0, 1), kernels={0: "attnjit_prefill_",
+                                                      1: "attnjit_decode_"}, **case)
+
     def test_paged(self):
         for page_size in (1, 8, 16, 64, 256):
             with self.subTest(page_size=page_size):
@@ -424,10 +472,11 @@ class KvCacheTest(KvCacheCase):
         """k= and v= are written at each sequence's cached length (through the page table
         when paged), bit for bit, and the attention covers them; rows past the capacity are
         not written."""
-        # A paged cache holds whole pages (max_pages x page_size keys): 304 for both sizes.
-        batch, capacity, heads, kv_heads, d, new = 4, 304, 16, 4, 64, 3
-        for page_size in (None, 1, 16):
-            with self.subTest(page_size=page_size):
+        # A paged cache holds whole pages (max_pages x page_size keys): 304 for every size.
+        batch, capacity, heads, kv_heads, d = 4, 304, 16, 4, 64
+        # 3 new tokens: the decode kernel; 100 (400 rows per KV head): the prefill kernel.
+        for new, page_size in ((3, None), (3, 1), (3, 16), (100, None), (100, 8), (100, 16)):
+            with self.subTest(new=new, page_size=page_size):
                 cached = [0, 5, capacity - 2, 177]  # the third's last new row falls past it
                 total = [min(c + new, capacity) for c in cached]
                 q = self.randn(batch, new, heads, d)
@@ -457,7 +506,7 @@ class KvCacheTest(KvCacheCase):
                                                 expected_v[b, :t].view(torch.int16)))
                 (want, _), (lowp, _) = references(q, expected_k, expected_v, total, causal=True,
                                                   scale=1.0 / math.sqrt(d))
-                self.check(f"append page={page_size}", o, want, lowp)
+                self.check(f"append new={new} page={page_size}", o, want, lowp)
 
     def test_ragged_new_tokens(self):
         """cu_seqlens_q packs 0 to 8 new tokens per sequence (speculative decoding), causal

@@ -124,6 +124,8 @@ void Kernel::forward(const ForwardArgs& args, Stream stream_handle) const {
   Shapes shapes = checked_shapes(set, a);
   if (set.plan) detail::allow_prefill(*set.plan, a, shapes);
   FwdParams params = make_params(set, a, shapes);
+  // Ragged new tokens: the prefill kernel's maps view q and o as their packed rows.
+  if (ragged) params.kv_cache.total_q = static_cast<int>(args.q.shape[0]);
   if (shapes.batch == 0 || shapes.seqlen_q == 0 || shapes.heads == 0) return;
   CUstream stream = static_cast<CUstream>(stream_handle);
   // Over a KV cache the vectors' rows are positions in the sequence, up to its capacity.

@@ -273,7 +273,7 @@ void allow_prefill(const KernelPlan& plan, const ForwardArgs& a, Shapes& s) {
   const KvCacheArgs& c = a.kv_cache;
   const bool paged = !c.block_table.empty();
   s.prefill_allowed = s.decode && plan.find(KernelRole::prefill) != nullptr && c.num_splits == 0 &&
-                      c.cu_seqlens_q.empty() && (!paged || (a.k.rank == 4 && a.k.shape[1] >= 8));
+                      (!paged || (a.k.rank == 4 && a.k.shape[1] >= 8));
 }
 
 void fill_kv_cache(KvCacheInputs& p, const AttentionSpec& spec, const ForwardArgs& a) {

@@ -63,8 +63,8 @@ void add_kv_cache_shapes(const AttentionSpec& spec, const ForwardArgs& args, Sha
 
 /// Sets s.prefill_allowed: whether a kv_cache launch of `plan` may run its prefill kernel. It
 /// may where the plan has one and the call leaves the key splits to attnjit (num_splits 0; a
-/// split count asks for the decode kernel), has no ragged new tokens and pages of at least 8
-/// rows (the TMA boxes of a block start on whole swizzle atoms).
+/// split count asks for the decode kernel) and has pages of at least 8 rows (the TMA boxes of a
+/// block start on whole swizzle atoms).
 void allow_prefill(const KernelPlan& plan, const ForwardArgs& args, Shapes& s);
 
 /// The cache's fields of FwdParams (the plan sets num_splits and the partial buffers).

@@ -241,12 +241,25 @@ void view_pages(const Params& p, TensorView& view, int& rows) {
   }
 }
 
+// Ragged new tokens over a KV cache (the prefill kernel): q and o, viewed per sequence with
+// batch stride 0, as the one sequence of their total_q packed rows that they are.
+template <class Params>
+void view_packed_rows(const Params& p, MapTensor tensor, TensorView& view) {
+  if constexpr (std::is_same_v<Params, FwdParams>) {
+    if (p.kv_cache.total_q <= 0 || (tensor != MapTensor::q && tensor != MapTensor::o)) return;
+    view.shape[0] = 1;
+    view.shape[1] = p.kv_cache.total_q;
+    view.stride[0] = std::int64_t{p.kv_cache.total_q} * view.stride[1];
+  }
+}
+
 template <class Maps, class Params>
 Maps encode_maps(const Params& p, const AttentionSpec& spec, std::span<const TensorMapBox> boxes) {
   Maps maps{};
   for (const TensorMapBox& box : boxes) {
     std::optional<TensorView> view = map_view(p, spec, box.tensor);
     if (!view) continue;
+    view_packed_rows(p, box.tensor, *view);
     int rows = box.rows;
     if (box.page_rows) view_pages(p, *view, rows);
     // name_of's views are of string literals, so data() is a C string.

@@ -110,6 +110,7 @@ struct KvCacheInputs {
   long long block_table_stride;
   int page_shift;            ///< paged: log2(page_size)
   int num_pages;             ///< paged: the pages of the pool (k.shape[0])
+  int total_q;               ///< ragged new tokens: the packed rows of q and o, else 0
   int num_splits;            ///< key splits per (sequence, KV head); 1 writes o and lse directly
   /// Ragged new tokens: int32 [B + 1], sequence b's tokens are the packed rows
   /// cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of q, o and k_new/v_new (whose batch strides

@@ -138,6 +138,15 @@ __device__ __forceinline__ void store_shared_u32(u32 address, u32 value) {
   asm volatile("st.shared.u32 [%0], %1;" ::"r"(address), "r"(value));
 }
 
+/// Loads 16 bytes of shared memory (16-byte aligned).
+__device__ __forceinline__ uint4 load_shared_v4(u32 address) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(address));
+  return v;
+}
+
 /// Zeroes 16 bytes of shared memory (16-byte aligned).
 __device__ __forceinline__ void store_shared_zero16(u32 address) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(address), "r"(0u) : "memory");

@@ -178,6 +178,11 @@ struct ForwardSm90a {
       // The CTA order (schedule.cuh) when the mask has one; otherwise heaviest rows first.
       start_cta<false>(cta_order_of<Mask::kOrderedCtas>(p));
       if (cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p)).head >= p.heads) return;
+      if constexpr (kKvCache != kKvTensors) {
+        // Ragged new tokens: the query blocks past the sequence's count have no rows.
+        const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
+        if (work.block * kBlockM >= new_tokens(p, work.batch).count) return;
+      }
     }
     const u32 base = (smem_address(smem_raw) + 1023) & ~1023u;
     if (threadIdx.x == 0) {
@@ -186,7 +191,9 @@ struct ForwardSm90a {
       }
       if constexpr (kKvCache != kKvTensors) {
         const int batch = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p)).batch;
-        kv_cache_keys_slot = cache_length(p, batch, appended_keys(p, new_tokens(p, batch)));
+        const NewTokens rows = new_tokens(p, batch);
+        kv_cache_rows_slot = rows;
+        kv_cache_keys_slot = cache_length(p, batch, appended_keys(p, rows));
         mbarrier_init(smem_address(&kv_cache_tail_barrier), 1);
       }
       mbarrier_init(base + kBarrierOffset, 1);
@@ -346,9 +353,12 @@ struct ForwardSm90a {
       release_q(base);
     }
     const CtaWork work = current_work(p, parity);
+    // Over a KV cache the sequence's own rows; with ragged new tokens packed from its first.
+    const NewTokens rows = kKvCache != kKvTensors ? sequence_rows() : NewTokens{p.seqlen_q, 0};
     forward_epilogue<Element, OTile, Config::kReturnLse, kEpilogueBarrier, Score, kPersistent>(
         p, maps.o, acc_o, softmax, base + kOOffset, consumer, work.block * kBlockM + 64 * consumer,
-        work.head, work.batch);
+        work.head, work.batch, rows,
+        kKvCache != kKvTensors && p.kv_cache.cu_seqlens_q != nullptr);
   }
 
   /// The words of a K stage's block slot (kFedWalk), written by the producer before the
@@ -438,11 +448,21 @@ struct ForwardSm90a {
     ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
     if constexpr (kKvCache != kKvTensors) {
       const int keys = sequence_keys();
+      const int rows = sequence_rows().count;
+      ms.seqlen_q = rows;
       ms.seqlen_k = keys;
-      ms.diagonal = keys - p.seqlen_q;
+      ms.diagonal = keys - rows;
+      ms.row_end = min(ms.row_begin + kBlockM, rows);
       ms.num_key_blocks = (keys + kBlockN - 1) / kBlockN;
     }
     return ms;
+  }
+
+  /// Over a KV cache: the new tokens of the CTA's sequence (its count, at most Sq, and with
+  /// ragged new tokens its first packed row), read where used, from shared memory.
+  __device__ __forceinline__ static NewTokens sequence_rows() {
+    return {load_shared_s32(smem_address(&kv_cache_rows_slot.count)),
+            load_shared_s32(smem_address(&kv_cache_rows_slot.first))};
   }
 
   /// Over a KV cache: the keys of the CTA's sequence, its cached length and what the call

@@ -22,13 +22,17 @@
 #pragma once
 
 #include "attnjit/common/key_block_walk.cuh"
+#include "attnjit/common/kv_cache.cuh"
 #include "attnjit/sm90a/vocabulary.cuh"
 
 namespace attnjit {
 
-/// Over a KV cache: the keys of the CTA's sequence (ForwardSm90a::sequence_keys), and the
-/// barrier on which the producer waits for the V block that holds the sequence's end.
+/// Over a KV cache: the keys of the CTA's sequence (ForwardSm90a::sequence_keys), its new
+/// tokens (the query rows) and the packed row of the first with ragged new tokens
+/// (ForwardSm90a::sequence_rows), and the barrier on which the producer waits for the V block
+/// that holds the sequence's end.
 __shared__ int kv_cache_keys_slot;
+__shared__ NewTokens kv_cache_rows_slot;
 __shared__ unsigned long long kv_cache_tail_barrier;
 
 /// How the sm90a forward (forward.cuh) reads K and V: from the call's tensors, or from a KV cache.
@@ -156,6 +160,16 @@ struct ForwardProducer {
                                                 u32 base, const CtaWork& work) {
     const u32 q_full = base + Kernel::kBarrierOffset;
     mbarrier_arrive_expect_tx(q_full, QTile::kBytes);
+    if constexpr (kKvCache) {
+      // Ragged new tokens: the sequence's rows of q packed as one sequence of total_q rows
+      // (those past its count, another sequence's, are computed and never stored).
+      if (p.kv_cache.cu_seqlens_q != nullptr) {
+        const NewTokens rows = Kernel::sequence_rows();
+        tma_load_tile<QTile>(base, maps.q, q_full, rows.first + work.block * kBlockM, work.head,
+                             0);
+        return;
+      }
+    }
     tma_load_tile<QTile>(base, maps.q, q_full, work.block * kBlockM, work.head, work.batch);
   }
 

@@ -24,7 +24,8 @@ see the same positions. Appended keys
 replays with new lengths and cache contents of the same shapes. Calls with many new tokens
 (chunked prefill: on sm_90a the launch then runs the forward over the cache) equal the reference
 and the decode kernel's result (num_splits=1 asks for it), contiguous and paged (pages of 8 to
-256), appending or not, under every mask by index, the score modifiers and sinks.
+256), appending or not, ragged (cu_seqlens_q) or not, under every mask by index, the score
+modifiers and sinks.
 
 Through the operators (PyTorch 2.4+: torch.ops.attnjit.attention_with_kvcache and
 attention_with_kvcache_append): torch.compile(fullgraph=True) gives eager's bits, contiguous and
@@ -514,67 +515,90 @@ class KvCacheTest(KvCacheCase):
         for every split count; with k= and v= (packed the same way) each sequence appends its
         own rows, bit for bit. The paged cases add causal document vectors, whose rows are the
         tokens' positions (each sequence's own)."""
-        batch, capacity, heads, kv_heads, d = 6, 400, 32, 8, 128
-        scale = 1.0 / math.sqrt(d)
         for page_size in (None, 16):
             for append in (False, True):
-                counts = [1, 8, 0, 3, 5, 2]
-                self.rng.shuffle(counts)
-                # Keys per sequence, new ones included: one holds only its new tokens.
-                lengths = [c + (0 if i == 0 else self.rng.randint(1, capacity - 8))
-                           for i, c in enumerate(counts)]
-                label = f"page={page_size} append={append} counts={counts} lengths={lengths}"
-                indices = (self.documents(1)(lengths, capacity) if page_size is not None
-                           else None)
-                cu = [0]
-                for c in counts:
-                    cu.append(cu[-1] + c)
-                q = self.randn(cu[-1], heads, d)
-                k, v = self.caches(batch, capacity, kv_heads, d, d, lengths, torch.bfloat16)
-                k_new = v_new = None
-                cached = lengths
-                given_k, given_v = k, v
-                if append:
-                    cached = [length - c for length, c in zip(lengths, counts)]
-                    k_new = torch.cat([k[b, cached[b]:lengths[b]] for b in range(batch)])
-                    v_new = torch.cat([v[b, cached[b]:lengths[b]] for b in range(batch)])
-                    given_k, given_v = k.clone(), v.clone()
-                    for b in range(batch):
-                        given_k[b, cached[b]:] = math.nan
-                        given_v[b, cached[b]:] = math.nan
-                cache_k, cache_v, table = given_k, given_v, None
-                if page_size is not None:
-                    cache_k, cache_v, table = self.paged(given_k, given_v, page_size, False,
-                                                         cached)
-                seqlens = torch.tensor(cached, dtype=torch.int32, device="cuda")
-                cu_seqlens_q = torch.tensor(cu, dtype=torch.int32, device="cuda")
-                for splits in (0, 1, 3) if not append else (0,):
-                    o, lse = attnjit.attention_with_kvcache(
-                        q, cache_k, cache_v, seqlens, table, k=k_new, v=v_new, causal=True,
-                        num_splits=splits, return_lse=True, cu_seqlens_q=cu_seqlens_q,
-                        max_seqlen_q=max(counts), startend_row_indices=indices)
-                    torch.cuda.synchronize()
-                    self.assertEqual(tuple(o.shape), (cu[-1], heads, d))
-                    self.assertEqual(tuple(lse.shape), (heads, cu[-1]))
-                    for b in range(batch):
-                        if counts[b] == 0:
-                            continue
-                        rows = slice(cu[b], cu[b + 1])
-                        (want_o, want_lse), (lowp_o, _) = references(
-                            q[rows].unsqueeze(0), k[b:b + 1], v[b:b + 1], [lengths[b]],
-                            causal=True, scale=scale,
-                            vectors=None if indices is None else indices[b:b + 1])
-                        where = f"{label} splits={splits} sequence {b}"
-                        self.check(f"{where}: o", o[rows], want_o[0], lowp_o[0])
-                        self.check(f"{where}: lse", lse[:, rows], want_lse[0], want_lse[0])
-                if append:
-                    got_k = self.logical(cache_k, table, capacity)
-                    got_v = self.logical(cache_v, table, capacity)
-                    for b, length in enumerate(lengths):
-                        self.assertTrue(torch.equal(got_k[b, :length].view(torch.int16),
-                                                    k[b, :length].view(torch.int16)), label)
-                        self.assertTrue(torch.equal(got_v[b, :length].view(torch.int16),
-                                                    v[b, :length].view(torch.int16)), label)
+                self.ragged_case([1, 8, 0, 3, 5, 2], page_size, append,
+                                 vectors=page_size is not None,
+                                 splits=(0, 1, 3) if not append else (0,))
+
+    def test_ragged_chunked_prefill(self):
+        """Ragged chunked prefill: cu_seqlens_q packs 0 to 300 new tokens per sequence (a
+        sequence of one token among them, counts not tile multiples), which the prefill kernel
+        takes (checked by name) and the decode kernel too (num_splits=1): each sequence's rows
+        and LSE columns equal its reference, and appends land bit for bit."""
+        for page_size in (None, 16, 64):
+            for append in (False, True):
+                self.ragged_case([1, 300, 0, 131, 77, 256], page_size, append, vectors=False,
+                                 splits=(0, 1), kernels={0: "attnjit_prefill_",
+                                                         1: "attnjit_decode_"})
+
+    def ragged_case(self, counts, page_size, append, *, vectors, splits, kernels=None):
+        """One packed batch of `counts` new tokens (shuffled) over caches of 32 query heads over
+        8 KV heads, d128, causal; `vectors`: causal document vectors too; `kernels`: {split
+        count: the prefix of a kernel's name that call must launch}."""
+        batch, capacity, heads, kv_heads, d = len(counts), 400, 32, 8, 128
+        scale = 1.0 / math.sqrt(d)
+        counts = list(counts)
+        self.rng.shuffle(counts)
+        # Keys per sequence, new ones included: one holds only its new tokens.
+        lengths = [c + (0 if i == 0 else self.rng.randint(1, capacity - max(counts)))
+                   for i, c in enumerate(counts)]
+        label = f"page={page_size} append={append} counts={counts} lengths={lengths}"
+        indices = self.documents(1)(lengths, capacity) if vectors else None
+        cu = [0]
+        for c in counts:
+            cu.append(cu[-1] + c)
+        q = self.randn(cu[-1], heads, d)
+        k, v = self.caches(batch, capacity, kv_heads, d, d, lengths, torch.bfloat16)
+        k_new = v_new = None
+        cached = lengths
+        given_k, given_v = k, v
+        if append:
+            cached = [length - c for length, c in zip(lengths, counts)]
+            k_new = torch.cat([k[b, cached[b]:lengths[b]] for b in range(batch)])
+            v_new = torch.cat([v[b, cached[b]:lengths[b]] for b in range(batch)])
+            given_k, given_v = k.clone(), v.clone()
+            for b in range(batch):
+                given_k[b, cached[b]:] = math.nan
+                given_v[b, cached[b]:] = math.nan
+        cache_k, cache_v, table = given_k, given_v, None
+        if page_size is not None:
+            cache_k, cache_v, table = self.paged(given_k, given_v, page_size, False, cached)
+        seqlens = torch.tensor(cached, dtype=torch.int32, device="cuda")
+        cu_seqlens_q = torch.tensor(cu, dtype=torch.int32, device="cuda")
+        for splits_count in splits:
+            def call():
+                return attnjit.attention_with_kvcache(
+                    q, cache_k, cache_v, seqlens, table, k=k_new, v=v_new, causal=True,
+                    num_splits=splits_count, return_lse=True, cu_seqlens_q=cu_seqlens_q,
+                    max_seqlen_q=max(counts), startend_row_indices=indices)
+            if kernels and splits_count in kernels:
+                launched = self.launched_kernels(call)
+                self.assertTrue(any(name.startswith(kernels[splits_count]) for name in launched),
+                                f"{label} splits={splits_count}: launched {sorted(launched)}")
+            o, lse = call()
+            torch.cuda.synchronize()
+            self.assertEqual(tuple(o.shape), (cu[-1], heads, d))
+            self.assertEqual(tuple(lse.shape), (heads, cu[-1]))
+            for b in range(batch):
+                if counts[b] == 0:
+                    continue
+                rows = slice(cu[b], cu[b + 1])
+                (want_o, want_lse), (lowp_o, _) = references(
+                    q[rows].unsqueeze(0), k[b:b + 1], v[b:b + 1], [lengths[b]],
+                    causal=True, scale=scale,
+                    vectors=None if indices is None else indices[b:b + 1])
+                where = f"{label} splits={splits_count} sequence {b}"
+                self.check(f"{where}: o", o[rows], want_o[0], lowp_o[0])
+                self.check(f"{where}: lse", lse[:, rows], want_lse[0], want_lse[0])
+        if append:
+            got_k = self.logical(cache_k, table, capacity)
+            got_v = self.logical(cache_v, table, capacity)
+            for b, length in enumerate(lengths):
+                self.assertTrue(torch.equal(got_k[b, :length].view(torch.int16),
+                                            k[b, :length].view(torch.int16)), label)
+                self.assertTrue(torch.equal(got_v[b, :length].view(torch.int16),
+                                            v[b, :length].view(torch.int16)), label)
 
     def test_graph_replay_with_new_lengths(self):
         batch, capacity, heads, kv_heads, d = 4, 2000, 32, 8, 128

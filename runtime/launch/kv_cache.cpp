@@ -131,6 +131,8 @@ void check_kv_cache(const AttentionSpec& spec, const ForwardArgs& a, Shapes& s) 
     return;
   }
   s.decode = true;
+  s.paged = spec.kv_cache == KvCache::paged;
+  s.head_dim_qk = spec.head_dim_qk;
   if (c.num_splits < 0 || c.num_splits > kMaxDecodeSplits) {
     throw_field_error(
         "kv_cache.num_splits", std::to_string(c.num_splits),
@@ -260,6 +262,8 @@ void add_kv_cache_shapes(const AttentionSpec& spec, const ForwardArgs& a, Shapes
   if (spec.kv_cache == KvCache::none) return;
   const KvCacheArgs& c = a.kv_cache;
   s.decode = true;
+  s.paged = spec.kv_cache == KvCache::paged;
+  s.head_dim_qk = spec.head_dim_qk;
   s.num_splits = c.num_splits;
   if (spec.kv_cache == KvCache::paged && c.block_table.rank == 2 && a.k.rank == 4) {
     s.seqlen_k = static_cast<int>(c.block_table.shape[1] * a.k.shape[1]);

@@ -27,6 +27,8 @@ struct Shapes {
   /// kv_cache specs: a decode launch (seqlen_k is each sequence's capacity) and the key splits
   /// it asks for (0: chosen by launch_extents).
   bool decode = false;
+  bool paged = false;   ///< a paged cache
+  int head_dim_qk = 0;  ///< the spec's (decode_splits reads it)
   int num_splits = 0;
   int new_tokens = 0;  ///< rows appended to each sequence (KvCacheArgs::k_new), else 0
   /// kv_cache specs: the launch may run the plan's prefill kernel instead of the decode kernel

@@ -29,8 +29,8 @@ LaunchExtents launch_extents(const Shapes& shapes);
 bool runs_prefill(const Shapes& shapes, std::int64_t sm_count);
 
 /// The key splits of a decode launch (Shapes::decode): the requested count, else enough CTAs
-/// for two per SM (`sm_count`; 0: 132) with at least 64 keys each; 1 for other launches and
-/// where the launch runs the prefill kernel.
+/// for two per SM (`sm_count`; 0: 132; one for a contiguous cache from head dim 128) with at
+/// least 64 keys each; 1 for other launches and where the launch runs the prefill kernel.
 std::int64_t decode_splits(const Shapes& shapes, std::int64_t sm_count);
 
 /// Caps the SM count launch_extents gives (0: no cap), so that a persistent kernel's CTAs take

@@ -274,6 +274,7 @@ TEST_CASE("the split count gives the SMs a CTA each and takes what is asked",
           "[kv_cache][runtime]") {
   jit::detail::Shapes s;
   s.decode = true;
+  s.head_dim_qk = 64;  // two CTAs per SM
   s.heads = 32;
   s.kv_heads = 8;
   s.seqlen_q = 1;
@@ -292,6 +293,17 @@ TEST_CASE("the split count gives the SMs a CTA each and takes what is asked",
   s.seqlen_q = 1;
   s.seqlen_k = 300;  // at least 64 keys a split
   CHECK(jit::detail::decode_splits(s, 132) == 5);
+  // A contiguous cache from head dim 128: one CTA per SM (a paged one keeps both slots).
+  s.seqlen_k = 32768;
+  s.head_dim_qk = 128;
+  CHECK(jit::detail::decode_splits(s, 132) == 15);  // 8 CTAs: 120 >= 0.9 x 132
+  s.batch = 4;
+  s.seqlen_k = 8192;
+  CHECK(jit::detail::decode_splits(s, 132) == 4);
+  s.batch = 16;
+  CHECK(jit::detail::decode_splits(s, 132) == 1);
+  s.paged = true;
+  CHECK(jit::detail::decode_splits(s, 132) == 2);
   s.num_splits = 7;
   CHECK(jit::detail::decode_splits(s, 132) == 7);
   s.decode = false;

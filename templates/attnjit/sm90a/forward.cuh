@@ -357,8 +357,7 @@ struct ForwardSm90a {
     const NewTokens rows = kKvCache != kKvTensors ? sequence_rows() : NewTokens{p.seqlen_q, 0};
     forward_epilogue<Element, OTile, Config::kReturnLse, kEpilogueBarrier, Score, kPersistent>(
         p, maps.o, acc_o, softmax, base + kOOffset, consumer, work.block * kBlockM + 64 * consumer,
-        work.head, work.batch, rows,
-        kKvCache != kKvTensors && p.kv_cache.cu_seqlens_q != nullptr);
+        work.head, work.batch, rows, kKvCache != kKvTensors && p.kv_cache.cu_seqlens_q != nullptr);
   }
 
   /// The words of a K stage's block slot (kFedWalk), written by the producer before the

@@ -66,7 +66,8 @@ __device__ __forceinline__ void forward_epilogue(const FwdParams& p, const Tenso
       if (row0 + r >= rows.count) break;
       u16* out = static_cast<u16*>(p.o) + batch * p.o_batch_stride +
                  (rows.first + row0 + r) * p.o_row_stride + head * p.o_head_stride + 8 * chunk;
-      *reinterpret_cast<uint4*>(out) = load_shared_v4(o_tile + OTile::offset(64 * consumer + r, chunk));
+      *reinterpret_cast<uint4*>(out) =
+          load_shared_v4(o_tile + OTile::offset(64 * consumer + r, chunk));
     }
     return;
   }

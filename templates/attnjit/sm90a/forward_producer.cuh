@@ -13,9 +13,8 @@
 // Over a paged KV cache a block's rows are boxes of up to a page's rows (kPageBoxRows at most,
 // the largest power of two that divides kBlockN), one box per lane, each at the page its
 // first key lives in through the block table (read a block ahead); boxes past the sequence's
-// pages read as zeros. Over any KV cache the V block that
-// holds the sequence's end lands on a barrier of the producer's, which zeroes its rows past
-// the end before it hands the stage on.
+// pages read as zeros. Over any KV cache the V block that holds the sequence's end lands on a
+// barrier of the producer's, which zeroes its rows past the end before it hands the stage on.
 // Under masks with tables each K stage carries its block, the block's classification and
 // whether another block follows (Kernel::kFedWalk; a work that visits no block gets one stage
 // that says so); under masks by index the consumers walk the same blocks themselves.
@@ -165,8 +164,7 @@ struct ForwardProducer {
       // (those past its count, another sequence's, are computed and never stored).
       if (p.kv_cache.cu_seqlens_q != nullptr) {
         const NewTokens rows = Kernel::sequence_rows();
-        tma_load_tile<QTile>(base, maps.q, q_full, rows.first + work.block * kBlockM, work.head,
-                             0);
+        tma_load_tile<QTile>(base, maps.q, q_full, rows.first + work.block * kBlockM, work.head, 0);
         return;
       }
     }
@@ -230,14 +228,14 @@ struct ForwardProducer {
         v_ring.producer_acquire(v_state);
         const u32 v_stage = base + Kernel::kVOffset + v_state.index * VTile::kBytes;
         const u32 v_full = v_ring.full(v_state.index);
-        // Over a KV cache: the rows of the block that holds the sequence's end, from it on.
-        const int past_end = kKvCache ? Kernel::sequence_keys() - previous * kBlockN : kBlockN;
+        // Over a KV cache: the block's row at the sequence's end (kBlockN or more: none).
+        const int end_row = kKvCache ? Kernel::sequence_keys() - previous * kBlockN : kBlockN;
         if constexpr (kKvCache) {
-          if (past_end < kBlockN) {
-            load_zeroed_tail(p, maps.v, v_stage, v_full, previous, previous_page, past_end, parity);
+          if (end_row < kBlockN) {
+            load_zeroed_tail(p, maps.v, v_stage, v_full, previous, previous_page, end_row, parity);
           }
         }
-        if (past_end >= kBlockN) {
+        if (end_row >= kBlockN) {
           if (lane == 0) {
             v_ring.producer_commit(v_state, VTile::kBytes);
             if constexpr (!kPaged) load_panels<VTile>(p, maps.v, v_stage, v_full, previous, parity);
@@ -311,13 +309,13 @@ struct ForwardProducer {
     }
   }
 
-  /// Over a KV cache: V block `block`, which holds the sequence's end (its rows from
-  /// `past_end` on are past it), copied onto the producer's barrier, its rows past the end
-  /// zeroed once landed, then handed to the consumers on `full` (a plain arrival, after a
-  /// proxy fence: the products read the stage through the async proxy).
+  /// Over a KV cache: V block `block`, which holds the sequence's end (its rows from `end_row`
+  /// on are past it), copied onto the producer's barrier, its rows past the end zeroed once
+  /// landed, then handed to the consumers on `full` (a plain arrival, after a proxy fence: the
+  /// products read the stage through the async proxy).
   __device__ __forceinline__ static void load_zeroed_tail(const FwdParams& p, const TensorMap& map,
                                                           u32 dst, u32 full, int block, int page,
-                                                          int past_end, u32 parity) {
+                                                          int end_row, u32 parity) {
     const int lane = threadIdx.x % 32;
     const u32 tail = smem_address(&kv_cache_tail_barrier);
     if (lane == 0) {
@@ -332,12 +330,12 @@ struct ForwardProducer {
     mbarrier_wait(tail, 0);
     constexpr int kRowChunks = VTile::kPanelCols / 8;  // 16-byte chunks of a panel's row
     constexpr int kPanels = VTile::kBytes / VTile::kPanelBytes;
-    const int chunks = (kBlockN - past_end) * kRowChunks;
+    const int chunks = (kBlockN - end_row) * kRowChunks;
     for (int i = lane; i < chunks * kPanels; i += 32) {
       const int panel = i / chunks;
       const int chunk = i % chunks;
       // A whole row's chunks are zeroed, so the swizzle's order within the row is moot.
-      store_shared_zero16(dst + panel * VTile::kPanelBytes + past_end * (VTile::kPanelCols * 2) +
+      store_shared_zero16(dst + panel * VTile::kPanelBytes + end_row * (VTile::kPanelCols * 2) +
                           16 * chunk);
     }
     fence_async_shared();

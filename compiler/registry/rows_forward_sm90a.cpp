@@ -259,19 +259,23 @@ std::vector<TensorMapBox> tensor_maps(const KernelDesc& kernel, const Lowering& 
 }
 
 // The prefill kernel's producer keeps 40 registers: its walk reads the block table and the
-// sequence's length (at 24 and 32 it spilled).
-int prefill_producer_registers(const KernelTiles&, const AttentionSpec&, const MaskLowering&) {
-  return 40;
+// sequence's length (at 24 and 32 it spilled); 32 beside three consumers (160 registers each),
+// which take contiguous caches only (no page walk).
+int prefill_producer_registers(const KernelTiles& tiles, const AttentionSpec&,
+                               const MaskLowering&) {
+  return tiles.block_m == 192 ? 32 : 40;
 }
 
-// Two consumers: three (d64's 192-row blocks, 160 registers each, or 152 beside this producer)
-// spilled or serialized their products, and d256 spilled with 80-key blocks, or 64 with the
+// The forward's tiles of two consumers, and of three (d64's 192-row blocks) over a contiguous
+// cache without score modifiers: beside a paged cache's producer, or with softcap or ALiBi,
+// three spilled or serialized their products. d256 spilled with 80-key blocks, or 64 with the
 // score modifiers (232 registers a consumer instead of 240; (256, 128) with them has no
 // candidate: the decode kernel serves it).
 bool prefill_fits(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   const bool modifiers = spec.softcap || spec.alibi;
   if (spec.head_dim_qk == 256 && c.block_n > (modifiers ? 48 : 64)) return false;
-  return c.block_m == 128 && fits_registers(c, spec, mask);
+  const bool three = c.block_m == 192 && spec.kv_cache == KvCache::contiguous && !modifiers;
+  return (c.block_m == 128 || three) && fits_registers(c, spec, mask);
 }
 
 // The prefill kernel's works are the forward's, launched only where the launch chooses it over

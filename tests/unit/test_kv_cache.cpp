@@ -179,7 +179,15 @@ TEST_CASE("on sm_90a a cache plan adds the prefill kernel, which the launch runs
       "dtype=fp16 head_dim=64 mask=sliding_window alibi=true target=sm_90a kv_cache=contiguous"));
   const KernelDesc* windowed = contiguous.plan->find(KernelRole::prefill);
   REQUIRE(windowed != nullptr);
-  CHECK(windowed->block_m == 128);  // two consumers (three spilled beside the page walk)
+  // Two consumers: the forward's one-consumer tiles (two CTAs an SM) are not the prefill's.
+  CHECK(windowed->block_m == 128);
+  // Causal d64 over a contiguous cache takes the forward's three consumers; paged, two.
+  CHECK(lower(parse_spec("dtype=bf16 head_dim=64 mask=causal target=sm_90a kv_cache=contiguous"))
+            .plan->find(KernelRole::prefill)
+            ->block_m == 192);
+  CHECK(lower(parse_spec("dtype=bf16 head_dim=64 mask=causal target=sm_90a kv_cache=paged"))
+            .plan->find(KernelRole::prefill)
+            ->block_m == 128);
   for (const TensorMapBox& box : windowed->tensor_maps) CHECK(!box.page_rows);
   for (const char* text :
        {"dtype=bf16 head_dim=128 mask=causal target=sm_90 kv_cache=paged",

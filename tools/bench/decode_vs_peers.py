@@ -465,7 +465,7 @@ def prefill_report(args):
                                              [()], args.warmup, args.runs)
                 want = attnjit.forward(q, k, v, causal=True).float()
                 for layout in args.layouts:
-                    (q_, k_cache, v_cache, seqlens, table), = attnjit_layout_sets(
+                    (_, k_cache, v_cache, seqlens, table), = attnjit_layout_sets(
                         [(q, k, v)], lengths, layout, generator)
                     before = seqlens - new
 

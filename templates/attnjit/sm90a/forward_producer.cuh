@@ -277,12 +277,16 @@ struct ForwardProducer {
                         static_cast<int>(opaque(u32(work.batch))));
   }
 
+  /// Paged: the first row in its block of this lane's box (kBlockN and more: the lane has none).
+  __device__ __forceinline__ static int box_row(const FwdParams& p) {
+    return static_cast<int>(threadIdx.x % 32) * min(1 << p.kv_cache.page_shift, kPageBoxRows);
+  }
+
   /// Paged: the page of this lane's box of block `block` (lanes past the block's boxes: 0),
   /// -1 (a box read as zeros) past the sequence's pages, whose block-table entries are not
   /// read.
   __device__ __forceinline__ static int box_page(const FwdParams& p, int block) {
-    const int box_rows = min(1 << p.kv_cache.page_shift, kPageBoxRows);
-    const int key = block * kBlockN + (threadIdx.x % 32) * box_rows;
+    const int key = block * kBlockN + box_row(p);
     if (key >= block * kBlockN + kBlockN) return 0;
     if (key >= Kernel::sequence_keys()) return -1;
     const int batch = Kernel::current_work(p, 0).batch;
@@ -296,11 +300,9 @@ struct ForwardProducer {
   __device__ __forceinline__ static void load_page_boxes(const FwdParams& p, const TensorMap& map,
                                                          u32 dst, u32 bar, int block, int page,
                                                          u32 parity) {
-    const int shift = p.kv_cache.page_shift;
-    const int box_rows = min(1 << shift, kPageBoxRows);
-    const int row = (threadIdx.x % 32) * box_rows;
+    const int row = box_row(p);
     if (row >= kBlockN) return;
-    const int within = (block * kBlockN + row) & ((1 << shift) - 1);
+    const int within = (block * kBlockN + row) & ((1 << p.kv_cache.page_shift) - 1);
     const int kv_head = Kernel::current_kv_head(parity);
 #pragma unroll
     for (int panel = 0; panel < Tile::kBytes / Tile::kPanelBytes; ++panel) {

@@ -149,6 +149,19 @@ void check_kv_cache(const AttentionSpec& spec, const ForwardArgs& a, Shapes& s) 
       throw_field_error("k.shape[1] (page_size)", std::to_string(page_size),
                         "a power of two (1, 2, 4, ..., 256, ...)");
     }
+    // The decode kernel addresses a page's rows with 32-bit products of these strides.
+    for (const auto& [name, pool] : {std::pair{"k", &a.k}, std::pair{"v", &a.v}}) {
+      for (int dim = 0; dim < 2; ++dim) {
+        const std::int64_t bytes = pool->stride[dim] * size_of(spec.dtype);
+        if (bytes < 0 || bytes > INT32_MAX) {
+          throw_field_error(fmt::format("{}.stride[{}]", name, dim),
+                            std::to_string(pool->stride[dim]),
+                            fmt::format("0 to {} elements (a page pool's page and row strides "
+                                        "within 2 GiB)",
+                                        INT32_MAX / size_of(spec.dtype)));
+        }
+      }
+    }
     if (c.block_table.empty()) {
       throw Error(
           "kv_cache.block_table: missing; accepted: for kv_cache=paged an int32 [batch, "

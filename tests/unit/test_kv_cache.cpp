@@ -389,6 +389,12 @@ TEST_CASE("decode launches name the bad cache argument", "[kv_cache][runtime][ar
   a = paged_args();
   a.v = contiguous_view(fake(0x30000), ScalarType::bf16, {9, 16, 2, 64});
   CHECK(refusal(a) == "v.shape[0]: got '9'; accepted: 10 (pages of k)");
+  // The decode kernel's copies address a page's rows with 32-bit products of these strides.
+  a = paged_args();
+  a.v.stride[0] = std::int64_t{1} << 30;
+  CHECK(refusal(a) ==
+        "v.stride[0]: got '1073741824'; accepted: 0 to 1073741823 elements (a page pool's page "
+        "and row strides within 2 GiB)");
 
   a = paged_args();
   a.kv_cache.k_new = contiguous_view(fake(0x70000), ScalarType::bf16, {2, 3, 2, 64});

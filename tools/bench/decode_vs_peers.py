@@ -6,7 +6,9 @@ a bf16 cache of L keys, in one process on one GPU. For each point of the grid --
 --lengths x --new-tokens x --head-dims and each --layouts entry:
   attnjit            attention_with_kvcache on the contiguous cache [B, L, Hkv, D] or a paged
                      pool [pages, page_size, Hkv, D] whose block_table maps each sequence's
-                     pages to a random (seeded) permutation of the pool; causal=True when
+                     pages to a random (seeded) permutation of the pool (a layout ending in
+                     _hnd stores them as [B, Hkv, L, D] or [pages, Hkv, page_size, D], the
+                     peers' layout, and passes the transposed view); causal=True when
                      Sq > 1 (bottom-right), --num-splits passed through; timed eagerly and as
                      CUDA-graph replays (one call captured per input set);
   SDPA cuDNN / flash / efficient  F.scaled_dot_product_attention under that backend on
@@ -86,7 +88,7 @@ def parse_args(argv=None):
     parser.add_argument("--head-dims", default="128,64", help="comma-separated head dims")
     parser.add_argument("--layouts", default="contiguous,paged16,paged64",
                         help="comma-separated cache layouts: contiguous or pagedN (N keys a "
-                             "page)")
+                             "page), each NHD or with '_hnd' HND (heads before keys)")
     parser.add_argument("--heads", type=int, default=32)
     parser.add_argument("--kv-heads", type=int, default=8)
     parser.add_argument("--peers", default="cudnn,flash,efficient,flex",
@@ -129,7 +131,7 @@ def parse_args(argv=None):
     for layout in args.layouts:
         if page_size(layout) == 0:
             parser.error(f"--layouts: got '{layout}'; accepted: comma-separated 'contiguous' "
-                         "or 'pagedN' with N >= 1")
+                         "or 'pagedN' with N >= 1, each optionally followed by '_hnd'")
     names = args.peers.split(",") if args.peers else []
     for name in names:
         if name not in PEER_OPTIONS:
@@ -158,7 +160,8 @@ def parse_args(argv=None):
 
 
 def page_size(layout):
-    """None for 'contiguous', N for 'pagedN', 0 for anything else."""
+    """None for 'contiguous', N for 'pagedN', 0 for anything else (either with '_hnd')."""
+    layout = layout.removesuffix("_hnd")
     if layout == "contiguous":
         return None
     digits = layout[len("paged"):]
@@ -297,12 +300,20 @@ def attnjit_layout_sets(sets, lengths, layout, generator):
 
     seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
     page = page_size(layout)
+
+    def arranged(cache):
+        """The cache [B or pages, rows, Hkv, D] as laid out: HND stores each head's rows
+        together ([.., Hkv, rows, D]) and is passed as the permuted view."""
+        if not layout.endswith("_hnd"):
+            return cache
+        return cache.transpose(1, 2).contiguous().transpose(1, 2)
+
     if page is None:
-        return [(q, k, v, seqlens, None) for q, k, v in sets]
+        return [(q, arranged(k), arranged(v), seqlens, None) for q, k, v in sets]
     layout_sets = []
     for q, k, v in sets:
         k_pool, v_pool, block_table = paged_cache(k, v, lengths, page, generator)
-        layout_sets.append((q, k_pool, v_pool, seqlens, block_table))
+        layout_sets.append((q, arranged(k_pool), arranged(v_pool), seqlens, block_table))
     return layout_sets
 
 

@@ -205,6 +205,15 @@ __device__ __forceinline__ long long opaque(long long value) {
   return value;
 }
 
+/// a x b + c with a 64-bit product of two 32-bit factors (one wide multiply-add, where 64-bit
+/// factors take three multiplies; the compiler does not narrow them once it has hoisted the
+/// sign extensions out of a loop).
+__device__ __forceinline__ long long wide_mad(int a, int b, long long c) {
+  long long out;
+  asm("mad.wide.s32 %0, %1, %2, %3;" : "=l"(out) : "r"(a), "r"(b), "l"(c));
+  return out;
+}
+
 /// The thread index read from its special register at the point of use (volatile, so not
 /// hoisted): inside long loops this keeps it out of the register budget.
 __device__ __forceinline__ int read_tid_x() {

@@ -219,20 +219,24 @@ struct DecodeSm80 {
   static constexpr int kCopyIterations = (kBlockN * KTile::kChunks + kThreads - 1) / kThreads;
   static constexpr bool kPrefetchPages =
       kPaged && KTile::kChunks == VTile::kChunks && (kCopyIterations == 4 || kCopyIterations == 8);
-  /// The physical page of each row this thread copies in one stage (0 past the split's keys).
+  /// The physical page of each row this thread copies in one stage.
   struct StagePages {
     int page[kCopyIterations];
   };
 
+  /// Rows past the split's keys take the page of its last key (a block table's entries past a
+  /// sequence's pages may hold anything, and their copies read nothing), so that no read
+  /// waits on a branch.
   __device__ __forceinline__ static StagePages stage_pages(const FwdParams& p, const DecodeWork& w,
                                                            int key0, int thread) {
+    static_assert(kBlockN * KTile::kChunks % kThreads == 0, "every iteration copies a row");
+    const int* table = p.kv_cache.block_table + w.batch * p.kv_cache.block_table_stride;
     StagePages pages;
 #pragma unroll
     for (int i = 0; i < kCopyIterations; ++i) {
       const int index = thread + i * kThreads;
-      const int key = key0 + index / KTile::kChunks;
-      const bool valid = index < kBlockN * KTile::kChunks && key < w.key_end;
-      pages.page[i] = valid ? static_cast<int>(cache_row<kPaged>(p, w.batch, key).page) : 0;
+      const int key = max(min(key0 + index / KTile::kChunks, w.key_end - 1), 0);
+      pages.page[i] = table[key >> p.kv_cache.page_shift];
     }
     return pages;
   }
@@ -272,6 +276,18 @@ struct DecodeSm80 {
     constexpr int kTotal = kBlockN * Tile::kChunks;
     constexpr int kIterations = (kTotal + kThreads - 1) / kThreads;
     constexpr int kUnroll = kK && kV ? (kPaged ? (kIterations < 8 ? kIterations : 8) : 2) : 1;
+    // kPaged: where each KV head's rows start in the pools, in bytes, at this thread's chunk
+    // when that is the same in every iteration, and the strides in bytes.
+    constexpr bool kFixedChunk = kThreads % Tile::kChunks == 0;
+    const long long chunk_bytes = kFixedChunk ? thread % Tile::kChunks * 16 : 0;
+    const long long k_head =
+        reinterpret_cast<long long>(p.k) + w.kv_head * p.k_head_stride * sizeof(u16) + chunk_bytes;
+    const long long v_head =
+        reinterpret_cast<long long>(p.v) + w.kv_head * p.v_head_stride * sizeof(u16) + chunk_bytes;
+    const int k_page_bytes = static_cast<int>(p.k_batch_stride * sizeof(u16));
+    const int k_row_bytes = static_cast<int>(p.k_row_stride * sizeof(u16));
+    const int v_page_bytes = static_cast<int>(p.v_batch_stride * sizeof(u16));
+    const int v_row_bytes = static_cast<int>(p.v_row_stride * sizeof(u16));
 #pragma unroll kUnroll
     for (int i = 0; i < kIterations; ++i) {
       const int index = thread + i * kThreads;
@@ -280,25 +296,42 @@ struct DecodeSm80 {
       const int chunk = index % Tile::kChunks;
       const int key = key0 + row;
       const bool valid = key < w.key_end;
-      CacheRow cached{0, 0};
-      if constexpr (kPrefetched) {
-        cached = {pages.page[i], key & ((1 << p.kv_cache.page_shift) - 1)};
-      } else if (valid) {
-        cached = cache_row<kPaged>(p, w.batch, key);
-      }
-      const long long page = cached.page;
-      const long long within = cached.within;
       const u32 at = smem + Tile::offset(row, chunk);
-      if (kK) {
-        const long long k_offset = page * p.k_batch_stride + within * p.k_row_stride +
+      if constexpr (kPaged) {
+        // A row's address is two wide multiply-adds of 32-bit factors (the host keeps the
+        // pools' page and row strides in bytes within int32), and a key past the split reads
+        // in a page of the pool (page 0, or the prefetched page of the split's last key), so no
+        // address needs a select: the copy loop is most of a block's integer work. The zero
+        // size still zero-fills those rows.
+        const int page =
+            kPrefetched ? pages.page[i]
+                        : (valid ? static_cast<int>(cache_row<kPaged>(p, w.batch, key).page) : 0);
+        const int within = key & ((1 << p.kv_cache.page_shift) - 1);
+        if (kK) {
+          const long long at_k =
+              wide_mad(page, k_page_bytes, wide_mad(within, k_row_bytes, k_head));
+          cp_async_16(at, reinterpret_cast<const u16*>(at_k) + (kFixedChunk ? 0 : chunk * 8),
+                      valid ? 16 : 0);
+        }
+        if (kV) {
+          const long long at_v =
+              wide_mad(page, v_page_bytes, wide_mad(within, v_row_bytes, v_head));
+          cp_async_16(at + (kK ? KTile::kBytes : 0),
+                      reinterpret_cast<const u16*>(at_v) + (kFixedChunk ? 0 : chunk * 8),
+                      valid ? 16 : 0);
+        }
+      } else {
+        const long long k_offset = w.batch * p.k_batch_stride + key * p.k_row_stride +
                                    w.kv_head * p.k_head_stride + chunk * 8;
-        cp_async_16(at, static_cast<const u16*>(p.k) + (valid ? k_offset : 0), valid ? 16 : 0);
-      }
-      if (kV) {
-        const long long v_offset = page * p.v_batch_stride + within * p.v_row_stride +
+        const long long v_offset = w.batch * p.v_batch_stride + key * p.v_row_stride +
                                    w.kv_head * p.v_head_stride + chunk * 8;
-        cp_async_16(at + (kK ? KTile::kBytes : 0),
-                    static_cast<const u16*>(p.v) + (valid ? v_offset : 0), valid ? 16 : 0);
+        if (kK) {
+          cp_async_16(at, static_cast<const u16*>(p.k) + (valid ? k_offset : 0), valid ? 16 : 0);
+        }
+        if (kV) {
+          cp_async_16(at + (kK ? KTile::kBytes : 0),
+                      static_cast<const u16*>(p.v) + (valid ? v_offset : 0), valid ? 16 : 0);
+        }
       }
     }
   }

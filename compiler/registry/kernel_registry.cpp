@@ -113,8 +113,9 @@ bool orders_dq_reductions(const Lowering& ir) {
 bool runs_in_cta_order(const Lowering& ir, KernelRole role) {
   const MaskLowering& mask = *ir.mask;
   if (!mask.needs_minmax && !mask.element_predicate) return false;
-  // A decode CTA's keys are its split of the visible blocks: equal work, no order to sort.
-  if (role == KernelRole::decode) return false;
+  // A decode CTA's keys are its split of the visible blocks: equal work, no order to sort. The
+  // prefill kernel's works are few, and its rows positions the order's costs do not know.
+  if (role == KernelRole::decode || role == KernelRole::prefill) return false;
   return !(role == KernelRole::backward && orders_dq_reductions(ir));
 }
 

@@ -183,8 +183,9 @@ std::pair<int, int> smem_parts(const TileCandidate& c, const AttentionSpec& spec
 // only (three_consumers_fit).
 bool persistent(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   const auto [shared, o_tile] = smem_parts(c, spec, mask);
-  return skips_by_tables(mask) && c.block_m >= 128 && spec.head_dim_v <= 128 &&
-         shared + o_tile <= 227 * 1024 - 512;
+  // Over a KV cache (the prefill kernel) every work is its own CTA, in the index order.
+  return skips_by_tables(mask) && spec.kv_cache == KvCache::none && c.block_m >= 128 &&
+         spec.head_dim_v <= 128 && shared + o_tile <= 227 * 1024 - 512;
 }
 
 // The template's kOwnOTile: persistent, or O wider than Q (O then has no room in the Q tile).
@@ -259,11 +260,15 @@ std::vector<TensorMapBox> tensor_maps(const KernelDesc& kernel, const Lowering& 
 }
 
 // The prefill kernel's producer keeps 40 registers: its walk reads the block table and the
-// sequence's length (at 24 and 32 it spilled); 32 beside three consumers (160 registers each),
-// which take contiguous caches only (no page walk).
-int prefill_producer_registers(const KernelTiles& tiles, const AttentionSpec&,
-                               const MaskLowering&) {
-  return tiles.block_m == 192 ? 32 : 40;
+// sequence's length (at 24 and 32 it spilled), 48 with more than one FlashMask vector (as the
+// forward's producer), 72 where it walks both the pages and the vectors' tables (d64 spilled
+// at 64, d128 at 40, d256 at 56); 32 beside three consumers (160 registers each), which take
+// contiguous caches under masks by index only (no page walk, no tables).
+int prefill_producer_registers(const KernelTiles& tiles, const AttentionSpec& spec,
+                               const MaskLowering& mask) {
+  if (tiles.block_m == 192) return 32;
+  if (mask.needs_minmax && spec.kv_cache == KvCache::paged) return 72;
+  return mask.vectors.size() > 1 ? 48 : 40;
 }
 
 // The forward's tiles of two consumers, and of three (d64's 192-row blocks) over a contiguous
@@ -274,7 +279,8 @@ int prefill_producer_registers(const KernelTiles& tiles, const AttentionSpec&,
 bool prefill_fits(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   const bool modifiers = spec.softcap || spec.alibi;
   if (spec.head_dim_qk == 256 && c.block_n > (modifiers ? 48 : 64)) return false;
-  const bool three = c.block_m == 192 && spec.kv_cache == KvCache::contiguous && !modifiers;
+  const bool three =
+      c.block_m == 192 && spec.kv_cache == KvCache::contiguous && !modifiers && !mask.needs_minmax;
   return (c.block_m == 128 || three) && fits_registers(c, spec, mask);
 }
 

@@ -1,6 +1,8 @@
 // The utility rows of the registry: the kernels around the attention kernels (the FlashMask
 // min/max tables, a predicate's block classification, the CTA order, the backward's
 // per-row kernels and its sink gradient). One row each, in every family's plans.
+#include <algorithm>
+
 #include "compiler/registry/rows.hpp"
 
 namespace attnjit::registry {
@@ -44,11 +46,25 @@ std::vector<BufferNeed> varlen_intervals_buffers(const KernelDesc&, const Loweri
             false}}};
 }
 
-// One warp per key block of every (batch, mask head).
-RowLaunch minmax_launch(const KernelDesc& kernel, const Lowering&) {
+// One warp per key block of every (batch, mask head). Over a KV cache the launch runs the
+// prefill kernel or the decode kernel: a table of key blocks that only one of them reads is
+// built only when that one runs.
+RowLaunch minmax_launch(const KernelDesc& kernel, const Lowering& ir) {
   const LaunchExpr key_blocks = ceil_div(Extent::seqlen_k, kernel.block_n);
   const LaunchExpr warps = LaunchExpr(Extent::batch) * Extent::mask_heads * key_blocks;
-  RowLaunch launch = single_phase(kernel, {ceil_div(warps, kernel.threads / 32), 1, 1});
+  LaunchExpr blocks = ceil_div(warps, kernel.threads / 32);
+  const auto reads = [&](KernelRole role) {
+    return std::ranges::any_of(ir.tiles, [&](const KernelTiles& tiles) {
+      return tiles.role == role && tiles.block_n == kernel.block_n;
+    });
+  };
+  const bool prefill = reads(KernelRole::prefill);
+  const bool decode = reads(KernelRole::decode);
+  if (prefill && !decode) blocks = blocks * Extent::prefill;
+  if (decode && !prefill && ir.target->chooses(KernelRole::prefill)) {
+    blocks = blocks * (1 + LaunchExpr(Extent::prefill) * -1);
+  }
+  RowLaunch launch = single_phase(kernel, {blocks, 1, 1});
   launch.scalars.push_back({ParamScalar::num_key_blocks, key_blocks});
   return launch;
 }

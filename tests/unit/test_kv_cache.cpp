@@ -192,8 +192,6 @@ TEST_CASE("on sm_90a a cache plan adds the prefill kernel, which the launch runs
   for (const char* text :
        {"dtype=bf16 head_dim=128 mask=causal target=sm_90 kv_cache=paged",
         "dtype=bf16 head_dim=128 mask=causal target=sm_80 kv_cache=paged",
-        "dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1) target=sm_90a "
-        "kv_cache=paged",
         "dtype=bf16 head_dim=128 mask=predicate(k<=q) target=sm_90a kv_cache=paged",
         "dtype=bf16 head_dim=32 mask=causal target=sm_90a kv_cache=paged"}) {
     INFO(text);
@@ -243,26 +241,42 @@ TEST_CASE("the launch runs the prefill kernel where it reads the cache less, unl
   CHECK(!jit::detail::runs_prefill(s, 132));
 }
 
-TEST_CASE("FlashMask vectors over a cache add their min/max tables, read by the decode kernel",
+TEST_CASE("FlashMask vectors over a cache add the min/max tables of each kernel's key blocks",
           "[kv_cache][pass]") {
   const Lowering ir = lower(
       parse_spec("dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1) target=sm_90a "
                  "kv_cache=paged"));
   const KernelPlan& plan = *ir.plan;
-  REQUIRE(plan.kernels.size() == 4);
+  REQUIRE(plan.kernels.size() == 6);
   CHECK(plan.kernels[0].role == KernelRole::flashmask_minmax);
   CHECK(plan.kernels[0].block_n == 64);  // the decode kernel's key blocks
-  CHECK(plan.kernels[1].role == KernelRole::kv_append);
-  const KernelDesc& decode = plan.kernels[2];
+  CHECK(plan.kernels[1].role == KernelRole::flashmask_minmax);
+  CHECK(plan.kernels[1].block_n == 128);  // the prefill kernel's
+  CHECK(plan.kernels[2].role == KernelRole::kv_append);
+  const KernelDesc& prefill = plan.kernels[3];
+  CHECK(prefill.role == KernelRole::prefill);
+  CHECK(prefill.name == "attnjit_prefill_bf16_d128_flashmask_causal_c1_paged");
+  const KernelDesc& decode = plan.kernels[4];
   CHECK(decode.role == KernelRole::decode);
   CHECK(decode.name == "attnjit_decode_bf16_d128_flashmask_causal_c1_paged");
-  CHECK(plan.kernels[3].role == KernelRole::decode_combine);
-  // The decode kernel binds the table the min/max kernel writes; no CTA order is built.
-  const auto table = std::ranges::find_if(
-      decode.buffers, [](const BufferBinding& b) { return b.field == ParamField::minmax; });
-  REQUIRE(table != decode.buffers.end());
-  CHECK(plan.scratch[table->buffer].name == "minmax_bn64");
-  CHECK(plan.kernels[0].buffers.front().buffer == table->buffer);
+  CHECK(plan.kernels[5].role == KernelRole::decode_combine);
+  // Each binds the table of its key blocks; no CTA order is built (none of the kernels is one).
+  const auto table_of = [&](const KernelDesc& kernel) {
+    const auto table = std::ranges::find_if(
+        kernel.buffers, [](const BufferBinding& b) { return b.field == ParamField::minmax; });
+    REQUIRE(table != kernel.buffers.end());
+    return table->buffer;
+  };
+  CHECK(plan.scratch[table_of(decode)].name == "minmax_bn64");
+  CHECK(plan.scratch[table_of(prefill)].name == "minmax_bn128");
+  CHECK(plan.kernels[0].buffers.front().buffer == table_of(decode));
+  CHECK(plan.kernels[1].buffers.front().buffer == table_of(prefill));
+  // On other targets the decode kernel alone, with its table.
+  const Lowering sm80 = lower(parse_spec(
+      "dtype=bf16 head_dim=128 mask=flashmask(causal=true,columns=1) target=sm_80 kv_cache=paged"));
+  REQUIRE(sm80.plan->kernels.size() == 4);
+  CHECK(sm80.plan->kernels[0].block_n == 64);
+  CHECK(sm80.plan->find(KernelRole::prefill) == nullptr);
   // A predicate is evaluated on every element: no block table, no CTA order.
   const Lowering predicate =
       lower(parse_spec("dtype=bf16 head_dim=128 mask=predicate(k<=q&&q-k<$0) target=sm_90a "
@@ -276,6 +290,14 @@ TEST_CASE("FlashMask vectors over a cache add their min/max tables, read by the 
   const jit::detail::LaunchSchedule unsplit = jit::detail::schedule_plan(plan, e);
   CHECK(unsplit.workspace_bytes >= std::size_t{2} * 8 * 64 * 8);
   CHECK(unsplit.launches.size() == 2);  // the tables and the decode kernel
+  REQUIRE(plan.kernels[unsplit.launches[0].kernel].block_n == 64);
+  // Where the launch runs the prefill kernel: the tables of its key blocks and the kernel.
+  e[Extent::prefill] = 1;
+  e[Extent::splits] = 1;
+  const jit::detail::LaunchSchedule prefilled = jit::detail::schedule_plan(plan, e);
+  REQUIRE(prefilled.launches.size() == 2);
+  CHECK(plan.kernels[prefilled.launches[0].kernel].block_n == 128);
+  CHECK(plan.kernels[prefilled.launches[1].kernel].role == KernelRole::prefill);
 }
 
 TEST_CASE("the split count gives the SMs a CTA each and takes what is asked",

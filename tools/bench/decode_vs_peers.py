@@ -42,7 +42,10 @@ difference above 2e-2 marks it MISMATCH and the script exits 1 after the report.
                      (k=, v=; cache_seqlens L - N), and the decode kernel (num_splits=1),
                      against attnjit.forward(causal=True) on the contiguous cache (its causal
                      kernel, bottom-right: the same visible pairs); CUDA-graph replays,
-                     TFLOP/s as 4 x D x visible pairs; no peers.
+                     TFLOP/s as 4 x D x visible pairs; no peers. With --document D, a
+                     second table: the launch's choice and the decode kernel with causal
+                     document vectors of D keys (rows as positions), against the causal
+                     auto time and a float32 reference.
 Times: median of --runs CUDA-event timings after --warmup calls, rotating among input sets
 that together span at least twice the L2 cache (at most 64 sets). The markdown report is
 printed last (and written to --out).
@@ -463,6 +466,14 @@ def prefill_report(args):
         "| B | L | D | layout | forward ms | auto ms | TFLOP/s | auto / forward | append ms | "
         "append / forward | decode ms | decode / forward | max diff |",
         "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    document_lines = [
+        "", f"### Chunked prefill with causal documents of {args.document} keys (FlashMask "
+        "vectors, rows as positions)", "",
+        "auto and decode as above, with startend_row_indices (C = 1, documents counted from "
+        "each sequence's end); causal auto: the table above's auto ms (no vectors); max diff "
+        "against a float32 reference.", "",
+        "| B | L | D | layout | auto ms | decode ms | auto / decode | auto / causal auto | "
+        "max diff |", "|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     failures = []
     for dim in args.head_dims:
         for batch in args.batches:
@@ -504,6 +515,10 @@ def prefill_report(args):
                     label = f"prefill B={batch} L={length} D={dim} {layout}"
                     if diff > MAX_DIFF:
                         failures.append(f"{label}: MISMATCH max diff {diff:.2e}")
+                    if args.document is not None:
+                        document_lines.append(prefill_documents_row(
+                            args, q, k, v, k_cache, v_cache, seqlens, table, lengths, label,
+                            cells[0][2], failures))
                     tflops = (f"{4 * dim * pairs / cells[0][2] / 1e9:.0f}"
                               if cells[0][2] else "-")
                     lines.append(
@@ -513,7 +528,40 @@ def prefill_report(args):
                     del k_cache, v_cache, table
                 del q, k, v, k_new, v_new
                 torch.cuda.empty_cache()
-    return lines, failures
+    return lines + (document_lines if args.document is not None else []), failures
+
+
+def prefill_documents_row(args, q, k, v, k_cache, v_cache, seqlens, table, lengths, label,
+                          causal_ms, failures):
+    """One row of the chunked-prefill documents table (--prefill with --document): the launch's
+    choice and the decode kernel with causal document vectors, against the reference."""
+    import attnjit
+
+    capacity = k_cache.shape[1] if table is None else table.shape[1] * k_cache.shape[1]
+    indices = document_indices(lengths, capacity, args.document)
+    want = reference_output(q, k, v, lengths, True, None, document=args.document)
+    cells, diff = [], 0.0
+    for splits in (0, 1):
+        def call():
+            return attnjit.attention_with_kvcache(q, k_cache, v_cache, seqlens, table,
+                                                  causal=True, num_splits=splits,
+                                                  startend_row_indices=indices)
+        try:
+            diff = max(diff, (call().float() - want).abs().max().item())
+            cells.append(graph_replay_ms(call, [()], args.warmup, args.runs))
+        except Exception as error:  # reported in the row
+            cells.append(failed(error))
+    if diff > MAX_DIFF:
+        failures.append(f"{label} documents: MISMATCH max diff {diff:.2e}")
+    auto, decode = cells
+    times = [c if isinstance(c, str) else f"{c:.3f}" for c in cells]
+    ratio = (f"{decode / auto:.2f}x" if not isinstance(auto, str) and not isinstance(decode, str)
+             else "-")
+    versus = (f"{causal_ms / auto:.2f}x" if causal_ms and not isinstance(auto, str) else "-")
+    batch, length, dim = q.shape[0], lengths[0], q.shape[-1]
+    layout = label.rsplit(" ", 1)[-1]
+    return (f"| {batch} | {length} | {dim} | {layout} | {times[0]} | {times[1]} | {ratio} | "
+            f"{versus} | {diff:.1e} |")
 
 
 def main():

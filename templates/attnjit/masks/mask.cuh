@@ -92,6 +92,9 @@ struct MaskState {
   /// not pointers: the pointers are formed where used, so no 64-bit value is held across the
   /// key loop.
   int vector_row;
+  /// FlashMask: the keys of a row of startend_row_indices (Sk; over a KV cache the capacity,
+  /// which seqlen_k, a sequence's keys, may be short of).
+  int vector_keys;
   int num_key_blocks;
   /// The (batch, query head) whose rows these are: a predicate's inputs are indexed by them.
   int batch, head;
@@ -114,6 +117,7 @@ __device__ __forceinline__ MaskState make_mask_state_at_row(const Params& p, int
   ms.window_left = p.window_left;
   ms.window_right = p.window_right;
   ms.vector_row = vector_row;
+  ms.vector_keys = p.seqlen_k;
   ms.num_key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
   return ms;
 }
@@ -178,7 +182,7 @@ template <int kColumns>
 __device__ __forceinline__ const int* interval_values(const int* intervals, const MaskState& s,
                                                       int key) {
   const long long row = static_cast<int>(opaque(static_cast<u32>(s.vector_row)));
-  return intervals + (row * s.seqlen_k + key) * kColumns;
+  return intervals + (row * s.vector_keys + key) * kColumns;
 }
 
 /// The highest key block in [n_begin, from] that Mask does not skip for the CTA's rows, or

@@ -119,8 +119,10 @@ struct ForwardSm90a {
   /// end is zeroed past it (0 x NaN would reach O; scores of those keys are masked).
   static constexpr int kKvCache = kKvLayout;
   static constexpr bool kPaged = kKvLayout == kKvPaged;
-  static_assert(kKvCache == kKvTensors || (!kPersistent && !Mask::kOrderedCtas),
-                "over a KV cache: masks by index, one CTA per work");
+  static_assert(kKvCache == kKvTensors || !kPersistent, "over a KV cache: one CTA per work");
+  /// Works in the mask's CTA order (cta_order.cuh): under masks with tables, but not over a KV
+  /// cache, whose works are few and whose rows are positions the order's costs do not know.
+  static constexpr bool kCtaOrder = Mask::kOrderedCtas && kKvCache == kKvTensors;
   /// O in the Q tile's place: each panel of O is the Q tile's panel of the same columns, a
   /// consumer's rows its own rows of Q (read no longer once its Q K^T products completed).
   static constexpr bool kOInQTile =
@@ -176,21 +178,21 @@ struct ForwardSm90a {
                                       unsigned char* smem_raw) {
     if constexpr (!kPersistent) {
       // The CTA order (schedule.cuh) when the mask has one; otherwise heaviest rows first.
-      start_cta<false>(cta_order_of<Mask::kOrderedCtas>(p));
-      if (cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p)).head >= p.heads) return;
+      start_cta<false>(cta_order_of<kCtaOrder>(p));
+      if (cta_work<false>(cta_order_of<kCtaOrder>(p)).head >= p.heads) return;
       if constexpr (kKvCache != kKvTensors) {
         // Ragged new tokens: the query blocks past the sequence's count have no rows.
-        const CtaWork work = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
+        const CtaWork work = cta_work<false>(cta_order_of<kCtaOrder>(p));
         if (work.block * kBlockM >= new_tokens(p, work.batch).count) return;
       }
     }
     const u32 base = (smem_address(smem_raw) + 1023) & ~1023u;
     if (threadIdx.x == 0) {
       if constexpr (!kPersistent) {
-        store_cta_heads<Mask>(p, cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p)));
+        store_cta_heads<Mask>(p, cta_work<false>(cta_order_of<kCtaOrder>(p)));
       }
       if constexpr (kKvCache != kKvTensors) {
-        const int batch = cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p)).batch;
+        const int batch = cta_work<false>(cta_order_of<kCtaOrder>(p)).batch;
         const NewTokens rows = new_tokens(p, batch);
         kv_cache_rows_slot = rows;
         kv_cache_keys_slot = cache_length(p, batch, appended_keys(p, rows));
@@ -248,7 +250,7 @@ struct ForwardSm90a {
               load_shared_s32(work_slot_address(parity, kSlotHead)),
               load_shared_s32(work_slot_address(parity, kSlotBatch))};
     } else {
-      return cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p));
+      return cta_work<false>(cta_order_of<kCtaOrder>(p));
     }
   }
 
@@ -452,7 +454,17 @@ struct ForwardSm90a {
       ms.seqlen_k = keys;
       ms.diagonal = keys - rows;
       ms.row_end = min(ms.row_begin + kBlockM, rows);
-      ms.num_key_blocks = (keys + kBlockN - 1) / kBlockN;
+      // The min/max tables keep their blocks of the capacity (num_key_blocks, their stride)
+      // and the vectors their rows of it (vector_keys).
+      if constexpr (Mask::kHasVectors) {
+        // The vectors' rows are positions in the sequence (a new token's is the index of its
+        // own key), as in the decode kernel: the rows move by the diagonal, which becomes 0,
+        // and an absent LTE reads as the capacity, past every position.
+        ms.row_begin += ms.diagonal;
+        ms.row_end += ms.diagonal;
+        ms.diagonal = 0;
+        ms.seqlen_q = p.seqlen_k;
+      }
     }
     return ms;
   }
@@ -543,7 +555,8 @@ struct ForwardSm90a {
                                           p, ms, warp_row + g, 2 * t, ms.row_begin, key0);
       hide_scores(s, hidden);
     } else {
-      mask_scores<Mask, kDirectMask>(p, ms, s, vectors, ms.row_begin + warp_row + g, key0, t);
+      mask_scores<Mask, kDirectMask, kKvCache == kKvTensors>(p, ms, s, vectors,
+                                                             ms.row_begin + warp_row + g, key0, t);
     }
   }
 };

@@ -74,7 +74,7 @@ struct ForwardProducer {
     const Pipeline<kStages> v_ring{base + Kernel::kVRingOffset};
     PipelineState<kStages> k_state, v_state;
     if constexpr (!Kernel::kPersistent) {
-      if (lane == 0) load_q(p, maps, base, cta_work<false>(cta_order_of<Mask::kOrderedCtas>(p)));
+      if (lane == 0) load_q(p, maps, base, cta_work<false>(cta_order_of<Kernel::kCtaOrder>(p)));
       // The mask state and the CTA's work are formed again where used (Kernel::
       // block_mask_state), not held: the loop then fits the producer's few registers.
       WarpKeyBlockWalk<Mask, kBlockN> walk;
@@ -179,7 +179,6 @@ struct ForwardProducer {
       PipelineState<kStages>& v_state, WarpKeyBlockWalk<Mask, kBlockN>& walk, u32 parity) {
     const int lane = threadIdx.x % 32;
     int previous = -1;
-    static_assert(!kPaged || !Kernel::kFedWalk, "paged caches under masks by index");
     // Paged: the page of this lane's box of the block and of the previous block. Each block's
     // is read a block ahead, so that the block table's latency is spent under the copies and
     // products of the block before.

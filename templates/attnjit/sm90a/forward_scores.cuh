@@ -29,10 +29,12 @@ __device__ __forceinline__ void modify_scores(const Params& p, float (&s)[kTiles
 
 /// Calls hidden(nt, r, c) for each of the thread's two rows (row0, row0 + 8) whose element of
 /// column 2 nt + c (key 8 nt + 2 t + c of the block) the mask hides, the column's FlashMask
-/// values read from shared memory (`vectors`, kColumns ints per key). Rows past Sq are not
-/// kept (the epilogue drops them): an absent LTE or UTS is not compared. Keys past Sk are
-/// not compared either (mask_scores hides them, in the last block only).
-template <class Mask, class Params, class Hidden>
+/// values read from shared memory (`vectors`, kColumns ints per key). kRowsBelowSq: rows are
+/// 0 or more and those past Sq are not kept (the epilogue drops them), so an absent LTE or UTS
+/// is not compared; over a KV cache rows are positions, which the tokens past a sequence's
+/// keys take below 0. Keys past Sk are not compared either (mask_scores hides them, in the
+/// last block only).
+template <class Mask, bool kRowsBelowSq, class Params, class Hidden>
 __device__ __forceinline__ void for_each_hidden(const Params& p, const MaskState& ms, u32 vectors,
                                                 int row0, int key0, int t, int nt, int c,
                                                 Hidden hidden) {
@@ -41,7 +43,7 @@ __device__ __forceinline__ void for_each_hidden(const Params& p, const MaskState
       Mask::load_column(ms, vectors + local_col * Mask::kColumns * 4);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (Mask::template masked<true, true>(p, ms, row0 + 8 * r, key0 + local_col, column)) {
+    if (Mask::template masked<kRowsBelowSq, true>(p, ms, row0 + 8 * r, key0 + local_col, column)) {
       hidden(nt, r, c);
     }
   }
@@ -73,7 +75,7 @@ __device__ __forceinline__ void hide_keys_from(float (&s)[kTiles][4], int limit,
 /// (Mask::kHasVisible) reads the values of a thread's two keys of a tile at once, unhoisted.
 /// Causal and window masks by index (Mask::kIndexRange)
 /// instead hide each row's keys outside its visible range, which ends at Sk.
-template <class Mask, bool kDirect, int kTiles, class Params>
+template <class Mask, bool kDirect, bool kRowsBelowSq, int kTiles, class Params>
 __device__ __forceinline__ void mask_scores(const Params& p, const MaskState& ms,
                                             float (&s)[kTiles][4], u32 vectors, int row0, int key0,
                                             int t) {
@@ -127,9 +129,9 @@ __device__ __forceinline__ void mask_scores(const Params& p, const MaskState& ms
     for (int nt = 0; nt < kTiles; ++nt) {
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        for_each_hidden<Mask>(p, ms, vectors, row0, key0, t, nt, c, [&](int n, int r, int col) {
-          s[n][2 * r + col] = negative_infinity();
-        });
+        for_each_hidden<Mask, kRowsBelowSq>(
+            p, ms, vectors, row0, key0, t, nt, c,
+            [&](int n, int r, int col) { s[n][2 * r + col] = negative_infinity(); });
       }
     }
     return;
@@ -140,7 +142,7 @@ __device__ __forceinline__ void mask_scores(const Params& p, const MaskState& ms
     // Bit 4 (nt % 8) + 2 r + c of word w: element (nt, 2 r + c), nt in [8 w, 8 w + 8).
     unsigned hidden = 0;
     const auto column_bits = [&](int j) {
-      for_each_hidden<Mask>(
+      for_each_hidden<Mask, kRowsBelowSq>(
           p, ms, vectors, row0, key0, t, (16 * w + j) / 2, j % 2,
           [&](int n, int r, int col) { hidden |= 1u << (4 * (n % 8) + 2 * r + col); });
     };

@@ -465,6 +465,40 @@ class KvCacheTest(KvCacheCase):
                 self.run_case(splits=(0, 1), kernels={0: "attnjit_prefill_",
                                                       1: "attnjit_decode_"}, **case)
 
+    def test_chunked_prefill_vectors(self):
+        """FlashMask vectors in chunked prefill (rows as positions): the prefill kernel (checked
+        by name) must equal the reference and the decode kernel, for documents (whole blocks
+        skipped) and random intervals of every column set, one mask head or one per KV head,
+        contiguous and paged (pages shuffled and shared, NaN past each length), d64 to d256
+        and (192, 128); ragged new tokens too."""
+        torch.manual_seed(self.rng.randrange(2**62))
+        cases = (
+            (self.documents(1), dict(head_dim=128, new_tokens=300, causal=True)),
+            (self.documents(8), dict(head_dim=128, new_tokens=260, causal=True, page_size=16,
+                                     shared=True)),
+            (self.intervals(1, True, 1), dict(head_dim=64, new_tokens=200, causal=True,
+                                              page_size=64)),
+            (self.intervals(2, True, 8), dict(head_dim=128, new_tokens=150, causal=True,
+                                              page_size=8, alibi=True)),
+            (self.intervals(2, False, 1), dict(head_dim=64, new_tokens=333, with_sinks=True)),
+            (self.intervals(4, False, 8), dict(head_dim=128, new_tokens=129, page_size=32,
+                                               softcap=30.0)),
+            (self.intervals(4, False, 1), dict(head_dim=64, new_tokens=140, page_size=16)),
+            (self.documents(1), dict(head_dim=192, head_dim_v=128, new_tokens=200, causal=True,
+                                     page_size=256)),
+            (self.documents(8), dict(head_dim=256, new_tokens=180, causal=True, page_size=32,
+                                     dtype=torch.float16)),
+        )
+        for vectors, case in cases:
+            with self.subTest(**{k: v for k, v in case.items() if k != "dtype"}):
+                self.run_case(batch=3, capacity=1100, heads=32, kv_heads=8, vectors=vectors,
+                              splits=(0, 1), kernels={0: "attnjit_prefill_",
+                                                      1: "attnjit_decode_"}, **case)
+        for page_size in (None, 16):
+            self.ragged_case([1, 300, 0, 131, 77, 256], page_size, page_size is None,
+                             vectors=True, splits=(0, 1),
+                             kernels={0: "attnjit_prefill_", 1: "attnjit_decode_"})
+
     def test_paged(self):
         for page_size in (1, 8, 16, 64, 256):
             with self.subTest(page_size=page_size):

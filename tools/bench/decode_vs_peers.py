@@ -517,7 +517,7 @@ def prefill_report(args):
                         failures.append(f"{label}: MISMATCH max diff {diff:.2e}")
                     if args.document is not None:
                         document_lines.append(prefill_documents_row(
-                            args, q, k, v, k_cache, v_cache, seqlens, table, lengths, label,
+                            args, q, k, v, k_cache, v_cache, seqlens, table, lengths, layout,
                             cells[0][2], failures))
                     tflops = (f"{4 * dim * pairs / cells[0][2] / 1e9:.0f}"
                               if cells[0][2] else "-")
@@ -531,7 +531,7 @@ def prefill_report(args):
     return lines + (document_lines if args.document is not None else []), failures
 
 
-def prefill_documents_row(args, q, k, v, k_cache, v_cache, seqlens, table, lengths, label,
+def prefill_documents_row(args, q, k, v, k_cache, v_cache, seqlens, table, lengths, layout,
                           causal_ms, failures):
     """One row of the chunked-prefill documents table (--prefill with --document): the launch's
     choice and the decode kernel with causal document vectors, against the reference."""
@@ -551,15 +551,15 @@ def prefill_documents_row(args, q, k, v, k_cache, v_cache, seqlens, table, lengt
             cells.append(graph_replay_ms(call, [()], args.warmup, args.runs))
         except Exception as error:  # reported in the row
             cells.append(failed(error))
+    batch, length, dim = q.shape[0], lengths[0], q.shape[-1]
     if diff > MAX_DIFF:
-        failures.append(f"{label} documents: MISMATCH max diff {diff:.2e}")
+        failures.append(f"prefill B={batch} L={length} D={dim} {layout} documents: MISMATCH "
+                        f"max diff {diff:.2e}")
     auto, decode = cells
     times = [c if isinstance(c, str) else f"{c:.3f}" for c in cells]
     ratio = (f"{decode / auto:.2f}x" if not isinstance(auto, str) and not isinstance(decode, str)
              else "-")
     versus = (f"{causal_ms / auto:.2f}x" if causal_ms and not isinstance(auto, str) else "-")
-    batch, length, dim = q.shape[0], lengths[0], q.shape[-1]
-    layout = label.rsplit(" ", 1)[-1]
     return (f"| {batch} | {length} | {dim} | {layout} | {times[0]} | {times[1]} | {ratio} | "
             f"{versus} | {diff:.1e} |")
 

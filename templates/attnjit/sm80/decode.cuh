@@ -230,13 +230,12 @@ struct DecodeSm80 {
   __device__ __forceinline__ static StagePages stage_pages(const FwdParams& p, const DecodeWork& w,
                                                            int key0, int thread) {
     static_assert(kBlockN * KTile::kChunks % kThreads == 0, "every iteration copies a row");
-    const int* table = p.kv_cache.block_table + w.batch * p.kv_cache.block_table_stride;
     StagePages pages;
 #pragma unroll
     for (int i = 0; i < kCopyIterations; ++i) {
       const int index = thread + i * kThreads;
       const int key = max(min(key0 + index / KTile::kChunks, w.key_end - 1), 0);
-      pages.page[i] = table[key >> p.kv_cache.page_shift];
+      pages.page[i] = static_cast<int>(cache_row<kPaged>(p, w.batch, key).page);
     }
     return pages;
   }

@@ -224,8 +224,7 @@ std::string emit_predicate_blocks(const Lowering& ir, const KernelDesc& kernel) 
              fmt::format("attnjit::predicate_blocks<Visible, /*kBlockM=*/{}, /*kBlockN=*/{}, "
                          "/*kPerBatch=*/{}, /*kPerHead=*/{}, /*kKeyRows=*/{}{}>(params);",
                          kernel.block_m, kernel.block_n, ir.mask->table_per_batch,
-                         ir.mask->table_per_head, kernel.key_rows,
-                         ir.mask->varlen ? ", /*kVarlen=*/true" : ""));
+                         ir.mask->table_per_head, kernel.key_rows, predicate_flags(ir)));
   return w.str();
 }
 

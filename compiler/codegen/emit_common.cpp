@@ -87,6 +87,12 @@ void emit_predicate_visible(SourceWriter& w, const MaskSpec& mask, const Predica
   w.line("}};");
 }
 
+std::string predicate_flags(const Lowering& ir) {
+  if (ir.mask->varlen) return ", /*kVarlen=*/true";
+  if (ir.spec.kv_cache != KvCache::none) return ", /*kVarlen=*/false, /*kKvCache=*/true";
+  return "";
+}
+
 void emit_mask_policy(SourceWriter& w, const Lowering& ir, const KernelDesc& kernel) {
   const AttentionSpec& spec = ir.spec;
   const MaskLowering& mask = *ir.mask;
@@ -96,7 +102,8 @@ void emit_mask_policy(SourceWriter& w, const Lowering& ir, const KernelDesc& ker
     w.line("typedef attnjit::PredicatePolicy<Visible, /*kTableBlockM=*/{}, /*kTableBlockN=*/{},",
            kernel.block_m, kernel.block_n);
     w.line("                                 /*kPerBatch=*/{}, /*kPerHead=*/{}{}>",
-           mask.table_per_batch, mask.table_per_head, mask.varlen ? ", /*kVarlen=*/true" : "");
+           mask.table_per_batch, mask.table_per_head,
+           kernel.role == KernelRole::decode ? "" : predicate_flags(ir));
     w.line("    Mask;");
     return;
   }

@@ -25,6 +25,11 @@ void emit_header(SourceWriter& w, const Lowering& ir, const KernelDesc& kernel,
 /// evaluates `predicate` (the mask of `mask`).
 void emit_predicate_visible(SourceWriter& w, const MaskSpec& mask, const Predicate& predicate);
 
+/// The trailing template arguments of a predicate's policy and block classification: a packed
+/// batch's `kVarlen`, or over a KV cache `kKvCache` (rows are new tokens whose positions the
+/// predicate sees); empty otherwise. The decode kernel passes positions itself and takes none.
+std::string predicate_flags(const Lowering& ir);
+
 /// `typedef attnjit::MaskPolicy<...> Mask;` with the flags of the mask lowering, or for a
 /// predicate its Visible struct and `typedef attnjit::PredicatePolicy<...> Mask;` reading the
 /// block table of `kernel`'s tiles (block_m x block_n).

@@ -87,11 +87,13 @@ Lowering lower_mask(const Lowering& in) {
       mask.needs_minmax = true;
       break;
     case MaskKind::predicate: {
-      // The table needs a row per batch when a tensor row may differ between batches.
+      // The table needs a row per batch when a tensor row may differ between batches, and
+      // over a KV cache, where each sequence has its own keys and positions.
       internal_check(in.predicate.has_value(), "lower_mask runs after validate");
       const PredicateInfo used = info(*in.predicate);
       mask.element_predicate = true;
-      mask.table_per_batch = used.uses_batch || !used.tensors.empty();
+      mask.table_per_batch =
+          used.uses_batch || !used.tensors.empty() || in.spec.kv_cache != KvCache::none;
       mask.table_per_head = used.uses_head;
       break;
     }

@@ -70,10 +70,9 @@ Lowering select_target(const Lowering& in) {
                                               *in.mask, target.arch, target.max_dynamic_smem_bytes);
   target.families.push_back({main, row.family});
   // Over a KV cache on sm_90a, the forward's family for calls with many new tokens (chunked
-  // prefill; the launch chooses), under masks by index and FlashMask vectors (rows as
-  // positions in both kernels): predicates over a cache stay with the decode kernel, which
-  // classifies their blocks itself.
-  if (main == KernelRole::decode && target.arch == Arch::sm_90a && !in.mask->element_predicate &&
+  // prefill; the launch chooses), under every mask: the prefill kernel reads positions as the
+  // decode kernel does (FlashMask vectors' rows, a predicate's q).
+  if (main == KernelRole::decode && target.arch == Arch::sm_90a &&
       automatic_row(KernelRole::prefill, KernelFamily::sm90a, in.spec, *in.mask, target.arch,
                     target.max_dynamic_smem_bytes) != nullptr) {
     target.families.push_back({KernelRole::prefill, KernelFamily::sm90a});

@@ -209,12 +209,6 @@ int predicate_slot_bytes(int block_m, int block_n, bool key_rows) {
   return rows * ((cols + 31) / 32) * 4;
 }
 
-LaunchExpr predicate_tiles(int block_m, int block_n, const Lowering& ir) {
-  const LaunchExpr batch = ir.mask->table_per_batch ? LaunchExpr(Extent::batch) : 1;
-  const LaunchExpr heads = ir.mask->table_per_head ? LaunchExpr(Extent::heads) : 1;
-  return batch * heads * ceil_div(Extent::seqlen_q, block_m) * ceil_div(Extent::seqlen_k, block_n);
-}
-
 BufferNeed float_rows(ParamField field, std::string name, const LaunchExpr& columns) {
   const LaunchExpr rows = LaunchExpr(Extent::batch) * Extent::heads * Extent::seqlen_q;
   return {field, {std::move(name), rows * columns * 4}};
@@ -250,6 +244,16 @@ LaunchGrid attention_grid(const KernelTiles& tiles, const Lowering& ir) {
   kernel.threads = tiles.threads();
   const RowLaunch launch = kernel_row(tiles.row).launch(kernel, ir);
   return launch.works ? *launch.works : launch.phases.front().grid;
+}
+
+LaunchExpr predicate_tiles(int block_m, int block_n, const Lowering& ir) {
+  const LaunchExpr batch = ir.mask->table_per_batch ? LaunchExpr(Extent::batch) : 1;
+  const LaunchExpr heads = ir.mask->table_per_head ? LaunchExpr(Extent::heads) : 1;
+  const LaunchExpr tiles =
+      batch * heads * ceil_div(Extent::seqlen_q, block_m) * ceil_div(Extent::seqlen_k, block_n);
+  // Over a KV cache only the prefill kernel reads a table (the decode kernel classifies its
+  // blocks itself): none where the launch runs the decode kernel.
+  return ir.spec.kv_cache != KvCache::none ? tiles * Extent::prefill : tiles;
 }
 
 ScratchBuffer minmax_table(int block_n, const Lowering& ir) {

@@ -64,6 +64,9 @@ LaunchGrid attention_grid(const KernelTiles& tiles, const Lowering& ir);
 /// The min/max tables of the interval vectors per key block of `block_n` keys.
 ScratchBuffer minmax_table(int block_n, const Lowering& ir);
 
+/// The tiles of a predicate's block table of `block_m` x `block_n` tiles: one per tile of each
+/// (batch row, head row).
+LaunchExpr predicate_tiles(int block_m, int block_n, const Lowering& ir);
 /// A predicate's block table of `block_m` x `block_n` tiles, the element bits of its partial
 /// tiles (rows per key with `key_rows`) and the counter of bit slots taken.
 ScratchBuffer predicate_table(int block_m, int block_n, bool key_rows, const Lowering& ir);

@@ -73,13 +73,15 @@ std::vector<BufferNeed> minmax_buffers(const KernelDesc& kernel, const Lowering&
   return {{ParamField::table_out, minmax_table(kernel.block_n, ir)}};
 }
 
-// One CTA per tile of every (batch row, head row) of the table.
+// One CTA per tile of every (batch row, head row) of the table (predicate_tiles: none over a
+// KV cache where the launch runs the decode kernel).
 RowLaunch predicate_blocks_launch(const KernelDesc& kernel, const Lowering& ir) {
   const LaunchExpr table_batch = ir.mask->table_per_batch ? LaunchExpr(Extent::batch) : 1;
   const LaunchExpr table_heads = ir.mask->table_per_head ? LaunchExpr(Extent::heads) : 1;
   const LaunchExpr blocks_m = ceil_div(Extent::seqlen_q, kernel.block_m);
   const LaunchExpr blocks_n = ceil_div(Extent::seqlen_k, kernel.block_n);
-  RowLaunch launch = single_phase(kernel, {table_batch * table_heads * blocks_m * blocks_n, 1, 1});
+  RowLaunch launch =
+      single_phase(kernel, {predicate_tiles(kernel.block_m, kernel.block_n, ir), 1, 1});
   launch.scalars = {
       {ParamScalar::table_batch, table_batch},
       {ParamScalar::table_heads, table_heads},

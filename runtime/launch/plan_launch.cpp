@@ -471,6 +471,7 @@ void launch_plan(const KernelSet& set, const Params& attention, const Shapes& sh
         block.varlen = attention.varlen;
         block.seqlen_q = attention.seqlen_q;
         block.seqlen_k = attention.seqlen_k;
+        if constexpr (std::is_same_v<Params, FwdParams>) block.kv_cache = attention.kv_cache;
         launch_block(block, kernel, schedule, base, bind_blocks, set_blocks, loaded, launch,
                      stream);
         break;

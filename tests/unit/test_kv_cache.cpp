@@ -173,8 +173,8 @@ TEST_CASE("on sm_90a a cache plan adds the prefill kernel, which the launch runs
   CHECK(decode.launches[1].kernel == 2);
   CHECK(decode.launches[2].kernel == 3);
 
-  // Contiguous caches are copied as the forward copies its K and V; masks with tables
-  // (FlashMask vectors, predicates) and targets before sm_90a keep the decode kernel alone.
+  // Contiguous caches are copied as the forward copies its K and V; targets before sm_90a
+  // keep the decode kernel alone.
   const Lowering contiguous = lower(parse_spec(
       "dtype=fp16 head_dim=64 mask=sliding_window alibi=true target=sm_90a kv_cache=contiguous"));
   const KernelDesc* windowed = contiguous.plan->find(KernelRole::prefill);
@@ -189,11 +189,9 @@ TEST_CASE("on sm_90a a cache plan adds the prefill kernel, which the launch runs
             .plan->find(KernelRole::prefill)
             ->block_m == 128);
   for (const TensorMapBox& box : windowed->tensor_maps) CHECK(!box.page_rows);
-  for (const char* text :
-       {"dtype=bf16 head_dim=128 mask=causal target=sm_90 kv_cache=paged",
-        "dtype=bf16 head_dim=128 mask=causal target=sm_80 kv_cache=paged",
-        "dtype=bf16 head_dim=128 mask=predicate(k<=q) target=sm_90a kv_cache=paged",
-        "dtype=bf16 head_dim=32 mask=causal target=sm_90a kv_cache=paged"}) {
+  for (const char* text : {"dtype=bf16 head_dim=128 mask=causal target=sm_90 kv_cache=paged",
+                           "dtype=bf16 head_dim=128 mask=causal target=sm_80 kv_cache=paged",
+                           "dtype=bf16 head_dim=32 mask=causal target=sm_90a kv_cache=paged"}) {
     INFO(text);
     CHECK(lower(parse_spec(text)).plan->find(KernelRole::prefill) == nullptr);
   }
@@ -277,12 +275,6 @@ TEST_CASE("FlashMask vectors over a cache add the min/max tables of each kernel'
   REQUIRE(sm80.plan->kernels.size() == 4);
   CHECK(sm80.plan->kernels[0].block_n == 64);
   CHECK(sm80.plan->find(KernelRole::prefill) == nullptr);
-  // A predicate is evaluated on every element: no block table, no CTA order.
-  const Lowering predicate =
-      lower(parse_spec("dtype=bf16 head_dim=128 mask=predicate(k<=q&&q-k<$0) target=sm_90a "
-                       "kv_cache=contiguous"));
-  REQUIRE(predicate.plan->kernels.size() == 3);
-  CHECK(predicate.plan->kernels[1].name == "attnjit_decode_bf16_d128_predicate_contiguous");
   // Without splits, the table is the workspace: B x Hm x key blocks x 2 ints.
   LaunchExtents e = one_token_extents(2);
   e[Extent::seqlen_k] = 4096;
@@ -298,6 +290,53 @@ TEST_CASE("FlashMask vectors over a cache add the min/max tables of each kernel'
   REQUIRE(prefilled.launches.size() == 2);
   CHECK(plan.kernels[prefilled.launches[0].kernel].block_n == 128);
   CHECK(plan.kernels[prefilled.launches[1].kernel].role == KernelRole::prefill);
+}
+
+TEST_CASE("a predicate over a cache classifies the prefill kernel's tiles only where it runs",
+          "[kv_cache][pass]") {
+  const Lowering ir =
+      lower(parse_spec("dtype=bf16 head_dim=128 mask=predicate(k<=q&&q-k<$0) target=sm_90a "
+                       "kv_cache=contiguous"));
+  const KernelPlan& plan = *ir.plan;
+  REQUIRE(plan.kernels.size() == 5);
+  // The block table has a row per sequence (each has its own keys and positions) and the
+  // prefill kernel's tiles; the decode kernel evaluates the predicate itself and reads none.
+  const KernelDesc& blocks = plan.kernels[0];
+  CHECK(blocks.role == KernelRole::predicate_blocks);
+  CHECK(ir.mask->table_per_batch);
+  const KernelDesc& prefill = plan.kernels[2];
+  CHECK(prefill.role == KernelRole::prefill);
+  CHECK(prefill.name == "attnjit_prefill_bf16_d128_predicate_contiguous");
+  CHECK(blocks.block_m == prefill.block_m);
+  CHECK(blocks.block_n == prefill.block_n);
+  const KernelDesc& decode = plan.kernels[3];
+  CHECK(decode.role == KernelRole::decode);
+  CHECK(decode.name == "attnjit_decode_bf16_d128_predicate_contiguous");
+  for (const BufferBinding& b : decode.buffers) {
+    CHECK(b.field != ParamField::minmax);
+    CHECK(b.field != ParamField::predicate_bits);
+  }
+  // No CTA order over a cache.
+  CHECK(plan.find(KernelRole::cta_order) == nullptr);
+  // The decode kernel's launch builds no table and takes no table's bytes.
+  LaunchExtents e = one_token_extents(2);
+  e[Extent::seqlen_k] = 4096;
+  const jit::detail::LaunchSchedule decoded = jit::detail::schedule_plan(plan, e);
+  REQUIRE(decoded.launches.size() == 1);
+  CHECK(plan.kernels[decoded.launches[0].kernel].role == KernelRole::decode);
+  // The prefill kernel's: the table (B x query blocks x key blocks of the capacity) first.
+  e[Extent::seqlen_q] = 300;
+  e[Extent::new_tokens] = 300;
+  e[Extent::prefill] = 1;
+  const jit::detail::LaunchSchedule prefilled = jit::detail::schedule_plan(plan, e);
+  REQUIRE(prefilled.launches.size() == 3);
+  CHECK(prefilled.launches[0].kernel == 0);
+  const unsigned tiles = 2 * ((300 + prefill.block_m - 1) / prefill.block_m) *
+                         ((4096 + prefill.block_n - 1) / prefill.block_n);
+  CHECK(prefilled.launches[0].grid == std::array<unsigned, 3>{tiles, 1, 1});
+  CHECK(plan.kernels[prefilled.launches[2].kernel].role == KernelRole::prefill);
+  CHECK(prefilled.workspace_bytes >= std::size_t{tiles} * 4);
+  CHECK(decoded.workspace_bytes < prefilled.workspace_bytes);
 }
 
 TEST_CASE("the split count gives the SMs a CTA each and takes what is asked",
@@ -369,6 +408,7 @@ TEST_CASE("every decode kernel compiles without spills", "[kv_cache][nvrtc]") {
   for (const char* dims : {"head_dim=64", "head_dim=128", "head_dim_qk=192 head_dim_v=128"}) {
     for (const char* variant :
          {"mask=predicate(doc[q]==doc[k]&&k<=q) alibi=true kv_cache=paged",
+          "mask=predicate(k<=q&&q-k<$0) softcap=true kv_cache=contiguous",
           "mask=flashmask(causal=true,columns=1) kv_cache=paged",
           "mask=flashmask(causal=true,columns=2) softcap=true alibi=true sinks=true "
           "kv_cache=contiguous",

@@ -45,7 +45,8 @@ difference above 2e-2 marks it MISMATCH and the script exits 1 after the report.
                      TFLOP/s as 4 x D x visible pairs; no peers. With --document D, a
                      second table: the launch's choice and the decode kernel with causal
                      document vectors of D keys (rows as positions), against the causal
-                     auto time and a float32 reference.
+                     auto time and a float32 reference; with --predicate also rows of the
+                     same documents as the element predicate.
 Times: median of --runs CUDA-event timings after --warmup calls, rotating among input sets
 that together span at least twice the L2 cache (at most 64 sets). The markdown report is
 printed last (and written to --out).
@@ -470,10 +471,12 @@ def prefill_report(args):
         "", f"### Chunked prefill with causal documents of {args.document} keys (FlashMask "
         "vectors, rows as positions)", "",
         "auto and decode as above, with startend_row_indices (C = 1, documents counted from "
-        "each sequence's end); causal auto: the table above's auto ms (no vectors); max diff "
-        "against a float32 reference.", "",
-        "| B | L | D | layout | auto ms | decode ms | auto / decode | auto / causal auto | "
-        "max diff |", "|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+        "each sequence's end), or for mask predicate the same documents as "
+        "attnjit.predicate(\"doc[q] == doc[k] && k <= q\") over each position's document id; "
+        "causal auto: the table above's auto ms (no mask but causal); max diff against a "
+        "float32 reference.", "",
+        "| B | L | D | layout | mask | auto ms | decode ms | auto / decode | "
+        "auto / causal auto | max diff |", "|---:|---:|---:|---|---|---:|---:|---:|---:|---:|"]
     failures = []
     for dim in args.head_dims:
         for batch in args.batches:
@@ -515,10 +518,12 @@ def prefill_report(args):
                     label = f"prefill B={batch} L={length} D={dim} {layout}"
                     if diff > MAX_DIFF:
                         failures.append(f"{label}: MISMATCH max diff {diff:.2e}")
-                    if args.document is not None:
+                    for predicate in ((False, True) if args.predicate else (False,)):
+                        if args.document is None:
+                            break
                         document_lines.append(prefill_documents_row(
                             args, q, k, v, k_cache, v_cache, seqlens, table, lengths, layout,
-                            cells[0][2], failures))
+                            cells[0][2], failures, predicate))
                     tflops = (f"{4 * dim * pairs / cells[0][2] / 1e9:.0f}"
                               if cells[0][2] else "-")
                     lines.append(
@@ -532,20 +537,27 @@ def prefill_report(args):
 
 
 def prefill_documents_row(args, q, k, v, k_cache, v_cache, seqlens, table, lengths, layout,
-                          causal_ms, failures):
+                          causal_ms, failures, predicate):
     """One row of the chunked-prefill documents table (--prefill with --document): the launch's
-    choice and the decode kernel with causal document vectors, against the reference."""
+    choice and the decode kernel with causal document vectors (or with `predicate` the
+    element predicate over document ids), against the reference."""
     import attnjit
 
     capacity = k_cache.shape[1] if table is None else table.shape[1] * k_cache.shape[1]
     indices = document_indices(lengths, capacity, args.document)
+    mask = None
+    if predicate:
+        # A document's id per position: its end, the vectors' LTS.
+        ids = indices[:, 0, :, 0].contiguous()
+        mask = attnjit.predicate("doc[q] == doc[k] && k <= q", tensors={"doc": ids})
+        indices = None
     want = reference_output(q, k, v, lengths, True, None, document=args.document)
     cells, diff = [], 0.0
     for splits in (0, 1):
         def call():
             return attnjit.attention_with_kvcache(q, k_cache, v_cache, seqlens, table,
-                                                  causal=True, num_splits=splits,
-                                                  startend_row_indices=indices)
+                                                  causal=not predicate, num_splits=splits,
+                                                  startend_row_indices=indices, mask=mask)
         try:
             diff = max(diff, (call().float() - want).abs().max().item())
             cells.append(graph_replay_ms(call, [()], args.warmup, args.runs))
@@ -553,14 +565,16 @@ def prefill_documents_row(args, q, k, v, k_cache, v_cache, seqlens, table, lengt
             cells.append(failed(error))
     batch, length, dim = q.shape[0], lengths[0], q.shape[-1]
     if diff > MAX_DIFF:
-        failures.append(f"prefill B={batch} L={length} D={dim} {layout} documents: MISMATCH "
-                        f"max diff {diff:.2e}")
+        failures.append(f"prefill B={batch} L={length} D={dim} {layout} documents "
+                        f"({'predicate' if predicate else 'vectors'}): MISMATCH max diff "
+                        f"{diff:.2e}")
     auto, decode = cells
     times = [c if isinstance(c, str) else f"{c:.3f}" for c in cells]
     ratio = (f"{decode / auto:.2f}x" if not isinstance(auto, str) and not isinstance(decode, str)
              else "-")
     versus = (f"{causal_ms / auto:.2f}x" if causal_ms and not isinstance(auto, str) else "-")
-    return (f"| {batch} | {length} | {dim} | {layout} | {times[0]} | {times[1]} | {ratio} | "
+    return (f"| {batch} | {length} | {dim} | {layout} | "
+            f"{'predicate' if predicate else 'vectors'} | {times[0]} | {times[1]} | {ratio} | "
             f"{versus} | {diff:.1e} |")
 
 

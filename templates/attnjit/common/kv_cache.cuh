@@ -1,5 +1,6 @@
-// Where a key of a KV cache lives (kv_cache=contiguous|paged): what the decode kernel and the
-// append kernel share.
+// Where a key of a KV cache lives (kv_cache=contiguous|paged) and how many a sequence has: what
+// the decode, prefill and append kernels and a predicate's block classification share. The
+// helpers read the parameters' kv_cache, seqlen_q and seqlen_k (FwdParams, PredicateBlocksParams).
 #pragma once
 
 #include "attnjit/common/params.cuh"
@@ -14,7 +15,8 @@ struct NewTokens {
   int first;
 };
 
-__device__ __forceinline__ NewTokens new_tokens(const FwdParams& p, int batch) {
+template <class Params>
+__device__ __forceinline__ NewTokens new_tokens(const Params& p, int batch) {
   const int* cu = p.kv_cache.cu_seqlens_q;
   if (cu == nullptr) return {p.seqlen_q, 0};
   const int first = cu[batch];
@@ -23,7 +25,8 @@ __device__ __forceinline__ NewTokens new_tokens(const FwdParams& p, int batch) {
 
 /// The keys a sequence appends: k_new's rows (none without k_new), with ragged new tokens the
 /// sequence's own count.
-__device__ __forceinline__ int appended_keys(const FwdParams& p, const NewTokens& tokens) {
+template <class Params>
+__device__ __forceinline__ int appended_keys(const Params& p, const NewTokens& tokens) {
   if (p.kv_cache.new_tokens == 0) return 0;
   return p.kv_cache.cu_seqlens_q != nullptr ? tokens.count : p.kv_cache.new_tokens;
 }
@@ -31,7 +34,8 @@ __device__ __forceinline__ int appended_keys(const FwdParams& p, const NewTokens
 /// The keys of sequence `batch` with `appended` new ones: its cached length (every key of the
 /// capacity without cache_seqlens) plus the appended keys, cut to the capacity so that no copy
 /// leaves the cache.
-__device__ __forceinline__ int cache_length(const FwdParams& p, int batch, int appended) {
+template <class Params>
+__device__ __forceinline__ int cache_length(const Params& p, int batch, int appended) {
   const int* lengths = p.kv_cache.cache_seqlens;
   const int cached = lengths != nullptr ? max(lengths[batch], 0) : p.seqlen_k;
   return min(cached + appended, p.seqlen_k);

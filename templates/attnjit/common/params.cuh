@@ -193,6 +193,9 @@ struct PredicateBlocksParams {
   int seqlen_q, seqlen_k;
   int blocks_m, blocks_n;
   VarlenInputs varlen;  ///< a packed batch's boundaries (varlen), else zero
+  /// Over a KV cache (the prefill kernel's table): each sequence's new tokens and keys; seqlen_q
+  /// is then the most new tokens a sequence has, seqlen_k the capacity. Else zero.
+  KvCacheInputs kv_cache;
 };
 
 /// Arguments of the CTA-order kernel (cta_order.cuh) of one attention kernel, whose own

@@ -471,8 +471,11 @@ struct MaskPolicy {
 /// row), built by predicate_blocks.cuh: the TileKind, and for a partial tile the slot of its
 /// element bits when it has one. kPerBatch / kPerHead: the table has a row per batch / per
 /// query head. Keys past Sk are masked; the caller ignores rows past Sq.
+/// kKvCache: the prefill kernel's rows, a sequence's new tokens over a KV cache: the predicate
+/// sees a row's position, the row plus MaskState::diagonal (the sequence's keys less its new
+/// tokens), as q; the table's rows are new tokens (MaskState::seqlen_q the most a sequence has).
 template <class Visible, int kTableBlockM, int kTableBlockN, bool kPerBatch, bool kPerHead,
-          bool kVarlen = false>
+          bool kVarlen = false, bool kKvCache = false>
 struct PredicatePolicy {
   static constexpr int kColumns = 0;
   static constexpr bool kHasVectors = false;
@@ -544,7 +547,7 @@ struct PredicatePolicy {
       return !same_sequence(p.varlen, row, col, at) ||
              !Visible::visible(p.predicate, at.sequence, s.head, at.q, at.k);
     }
-    return !Visible::visible(p.predicate, s.batch, s.head, row, col);
+    return !Visible::visible(p.predicate, s.batch, s.head, kKvCache ? row + s.diagonal : row, col);
   }
 
   /// The stored bits of a thread's fragment rows row_local and row_local + 8 (tile rows:

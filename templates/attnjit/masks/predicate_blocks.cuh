@@ -16,15 +16,21 @@
 // tile whose rows and keys lie in different sequences is skipped before any evaluation. Its
 // CTAs also check the boundaries when p.varlen.first_error is set (varlen_intervals.cuh).
 //
+// Over a KV cache (kKvCache: the prefill kernel's table, one row per sequence) the table's rows
+// are each sequence's new tokens and its keys those of the capacity: the predicate sees a new
+// token's position (its row plus the sequence's keys less its new tokens) as q; rows past the
+// sequence's new tokens and keys past its length count as for Sq and Sk.
+//
 // Bits layout of a slot: kRows rows of ceil(kCols / 32) words; bit c of word w of row r is
 // element (r, 32 w + c), 1 = hidden. Rows are the consumer's fragment rows: queries
 // (kKeyRows false: the forward and the dQ kernel), or keys (kKeyRows true: the backward main
 // kernel, which computes S^T).
 #pragma once
 
+#include "attnjit/common/kv_cache.cuh"
+#include "attnjit/common/params.cuh"
 #include "attnjit/masks/mask.cuh"
 #include "attnjit/masks/varlen_intervals.cuh"
-#include "attnjit/common/params.cuh"
 
 namespace attnjit {
 
@@ -40,8 +46,10 @@ __device__ __forceinline__ bool apart(const VarlenInputs& v, int row0, int row_e
 }
 
 template <class Visible, int kBlockM, int kBlockN, bool kPerBatch, bool kPerHead, bool kKeyRows,
-          bool kVarlen = false>
+          bool kVarlen = false, bool kKvCache = false>
 __device__ __forceinline__ void predicate_blocks(const PredicateBlocksParams& p) {
+  static_assert(!kKvCache || (kPerBatch && !kVarlen && !kKeyRows),
+                "a cache's table has a row per sequence, for the forward's rows");
   using Bits = PredicateTileBits<kBlockM, kBlockN, kKeyRows>;
   __shared__ unsigned hidden_words[Bits::kSlotWords];
   __shared__ int slot;
@@ -55,6 +63,20 @@ __device__ __forceinline__ void predicate_blocks(const PredicateBlocksParams& p)
   const int row0 = m_block * kBlockM;
   const int col0 = n_block * kBlockN;
   const int lane = threadIdx.x % 32;
+  // The rows and keys of the table's (sequence's) tile, and the position of its row 0.
+  int rows = p.seqlen_q;
+  int keys = p.seqlen_k;
+  int diagonal = 0;
+  if constexpr (kKvCache) {
+    const NewTokens tokens = new_tokens(p, batch);
+    rows = tokens.count;
+    keys = cache_length(p, batch, appended_keys(p, tokens));
+    diagonal = keys - rows;
+    if (row0 >= rows || col0 >= keys) {
+      if (threadIdx.x == 0) p.table[tile] = kTileSkip;
+      return;
+    }
+  }
   if constexpr (kVarlen) {
     if (p.varlen.first_error != nullptr) varlen::check(p.varlen, p.seqlen_q, p.seqlen_k);
     if (row0 >= p.seqlen_q || col0 >= p.seqlen_k ||
@@ -72,14 +94,14 @@ __device__ __forceinline__ void predicate_blocks(const PredicateBlocksParams& p)
     const int c = (w % Bits::kRowWords) * 32 + lane;
     const int q = row0 + (kKeyRows ? c : r);
     const int k = col0 + (kKeyRows ? r : c);
-    const bool inside = c < Bits::kCols && q < p.seqlen_q;
-    bool visible = inside && k < p.seqlen_k;
+    const bool inside = c < Bits::kCols && q < rows;
+    bool visible = inside && k < keys;
     if constexpr (kVarlen) {
       PackedPair at;
       visible = visible && same_sequence(p.varlen, q, k, at) &&
                 Visible::visible(p.predicate, at.sequence, head, at.q, at.k);
     } else {
-      visible = visible && Visible::visible(p.predicate, batch, head, q, k);
+      visible = visible && Visible::visible(p.predicate, batch, head, q + diagonal, k);
     }
     const unsigned hidden = __ballot_sync(0xffffffffu, !visible);
     any_visible |= visible;

@@ -465,6 +465,9 @@ struct ForwardSm90a {
         ms.diagonal = 0;
         ms.seqlen_q = p.seqlen_k;
       }
+      // A predicate's block table keeps its rows of new tokens (Sq of them, its stride): the
+      // rows stay, and the predicate adds the diagonal (PredicatePolicy's kKvCache).
+      if constexpr (Mask::kElementBits) ms.seqlen_q = p.seqlen_q;
     }
     return ms;
   }

@@ -424,9 +424,9 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
     attention covers cache_seqlens[b] + S_new keys.
     causal=True and window_size=(left, right) (-1: unbounded) are aligned to the bottom right of
     each sequence's keys. num_splits: key splits per sequence and KV head (0 or None chooses
-    from the SM count and the shapes; there, on sm_90a under masks by index or FlashMask
-    vectors with pages of at least 8 keys, calls with many new tokens run the sm90a forward
-    over the cache instead of the decode kernel, which a split count keeps). sinks: fp32 [H]
+    from the SM count and the shapes; there, on sm_90a with pages of at least 8 keys, calls
+    with many new tokens run the sm90a forward over the cache instead of the decode kernel,
+    which a split count keeps). sinks: fp32 [H]
     sink logits. Returns o [B, Sq, H, Dv],
     and the LSE (fp32 [B, H, Sq]) with return_lse=True. New lengths, tables and split counts
     never recompile; the call allocates only its outputs and a workspace sized by the shapes,

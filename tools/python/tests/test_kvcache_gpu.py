@@ -386,33 +386,68 @@ class KvCacheTest(KvCacheCase):
                                   new_tokens=new_tokens, causal=causal, page_size=page_size,
                                   splits=(1, 0, 5), vectors=vectors)
 
-    def test_predicates(self):
-        """Element predicates over the cache, q and k positions: documents by a tensor of
-        document ids per position (one row per sequence), and a banded, head-dependent rule
-        with literals; contiguous and paged, split and not, GQA 4."""
-        def documents(capacity):
-            ids = torch.cumsum((torch.rand(4, capacity, device="cuda") < 0.01).int(), dim=1)
+    @staticmethod
+    def predicate_documents(batch):
+        """A predicate over positions: documents by a tensor of document ids per position (one
+        row per sequence, about 100 keys a document), causal inside each."""
+        def build(capacity):
+            ids = torch.cumsum((torch.rand(batch, capacity, device="cuda") < 0.01).int(), dim=1)
             ids = ids.int().contiguous()
             mask = attnjit.predicate("doc[q] == doc[k] && k <= q", tensors={"doc": ids})
 
             def visible(b, h, position, key):
                 return (ids[b].long()[position] == ids[b].long()[key]) & (key <= position)
             return mask, visible
+        return build
 
-        def band(capacity):
-            mask = attnjit.predicate("k <= q && q - k < 137 && (k % 5 != 2 || h % 2 == 0)")
+    @staticmethod
+    def predicate_band(capacity):
+        """A banded, head-dependent predicate with literals."""
+        mask = attnjit.predicate("k <= q && q - k < 137 && (k % 5 != 2 || h % 2 == 0)")
 
-            def visible(b, h, position, key):
-                return (key <= position) & (position - key < 137) & ((key % 5 != 2) | (h % 2 == 0))
-            return mask, visible
+        def visible(b, h, position, key):
+            return (key <= position) & (position - key < 137) & ((key % 5 != 2) | (h % 2 == 0))
+        return mask, visible
 
+    def test_predicates(self):
+        """Element predicates over the cache, q and k positions: documents by a tensor of
+        document ids per position, and a banded, head-dependent rule with literals; contiguous
+        and paged, split and not, GQA 4."""
         torch.manual_seed(self.rng.randrange(2**62))
-        for name, predicate in (("documents", documents), ("band", band)):
+        for name, predicate in (("documents", self.predicate_documents(4)),
+                                ("band", self.predicate_band)):
             for page_size, new_tokens in ((None, 1), (16, 3)):
                 with self.subTest(predicate=name, page=page_size, sq=new_tokens):
                     self.run_case(batch=4, capacity=1200, heads=32, kv_heads=8, head_dim=128,
                                   new_tokens=new_tokens, page_size=page_size, splits=(1, 0, 4),
                                   predicate=predicate)
+
+    def test_chunked_prefill_predicates(self):
+        """Predicates in chunked prefill: the prefill kernel (checked by name) classifies its
+        tiles from a block table per sequence whose q are positions, and must equal the
+        reference and the decode kernel; contiguous and paged (8 to 64), d64 to d256 and
+        (192, 128), with softcap and ALiBi; ragged new tokens with appends too."""
+        torch.manual_seed(self.rng.randrange(2**62))
+        documents = self.predicate_documents(3)
+        cases = (
+            (documents, dict(head_dim=128, new_tokens=300)),
+            (documents, dict(head_dim=64, new_tokens=200, page_size=16, shared=True)),
+            (self.predicate_band, dict(head_dim=128, new_tokens=260, page_size=64)),
+            (self.predicate_band, dict(head_dim=64, new_tokens=150, page_size=8, softcap=30.0)),
+            (documents, dict(head_dim=192, head_dim_v=128, new_tokens=140, page_size=32,
+                             alibi=True)),
+            (self.predicate_band, dict(head_dim=256, new_tokens=129, dtype=torch.float16)),
+        )
+        for predicate, case in cases:
+            with self.subTest(**{k: v for k, v in case.items() if k != "dtype"}):
+                self.run_case(batch=3, capacity=1100, heads=32, kv_heads=8, predicate=predicate,
+                              splits=(0, 1), kernels={0: "attnjit_prefill_",
+                                                      1: "attnjit_decode_"}, **case)
+        for page_size in (None, 16):
+            self.ragged_case([1, 300, 0, 131, 77, 256], page_size, page_size is None,
+                             vectors=False, predicate=self.predicate_documents(6),
+                             splits=(0, 1),
+                             kernels={0: "attnjit_prefill_", 1: "attnjit_decode_"})
 
     def test_long_cache_many_splits(self):
         # 200 splits of 5000 keys: more splits than a warp's lanes in the merge, and empty ones.
@@ -569,10 +604,12 @@ class KvCacheTest(KvCacheCase):
                                  splits=(0, 1), kernels={0: "attnjit_prefill_",
                                                          1: "attnjit_decode_"})
 
-    def ragged_case(self, counts, page_size, append, *, vectors, splits, kernels=None):
+    def ragged_case(self, counts, page_size, append, *, vectors, splits, kernels=None,
+                    predicate=None):
         """One packed batch of `counts` new tokens (shuffled) over caches of 32 query heads over
-        8 KV heads, d128, causal; `vectors`: causal document vectors too; `kernels`: {split
-        count: the prefix of a kernel's name that call must launch}."""
+        8 KV heads, d128, causal; `vectors`: causal document vectors too; `predicate`: a
+        predicate's builder (run_case's) in place of causal; `kernels`: {split count: the
+        prefix of a kernel's name that call must launch}."""
         batch, capacity, heads, kv_heads, d = len(counts), 400, 32, 8, 128
         scale = 1.0 / math.sqrt(d)
         counts = list(counts)
@@ -582,6 +619,7 @@ class KvCacheTest(KvCacheCase):
                    for i, c in enumerate(counts)]
         label = f"page={page_size} append={append} counts={counts} lengths={lengths}"
         indices = self.documents(1)(lengths, capacity) if vectors else None
+        mask, visible_fn = predicate(capacity) if predicate is not None else (None, None)
         cu = [0]
         for c in counts:
             cu.append(cu[-1] + c)
@@ -606,9 +644,9 @@ class KvCacheTest(KvCacheCase):
         for splits_count in splits:
             def call():
                 return attnjit.attention_with_kvcache(
-                    q, cache_k, cache_v, seqlens, table, k=k_new, v=v_new, causal=True,
+                    q, cache_k, cache_v, seqlens, table, k=k_new, v=v_new, causal=mask is None,
                     num_splits=splits_count, return_lse=True, cu_seqlens_q=cu_seqlens_q,
-                    max_seqlen_q=max(counts), startend_row_indices=indices)
+                    max_seqlen_q=max(counts), startend_row_indices=indices, mask=mask)
             if kernels and splits_count in kernels:
                 launched = self.launched_kernels(call)
                 self.assertTrue(any(name.startswith(kernels[splits_count]) for name in launched),
@@ -623,8 +661,10 @@ class KvCacheTest(KvCacheCase):
                 rows = slice(cu[b], cu[b + 1])
                 (want_o, want_lse), (lowp_o, _) = references(
                     q[rows].unsqueeze(0), k[b:b + 1], v[b:b + 1], [lengths[b]],
-                    causal=True, scale=scale,
-                    vectors=None if indices is None else indices[b:b + 1])
+                    causal=mask is None, scale=scale,
+                    vectors=None if indices is None else indices[b:b + 1],
+                    visible_fn=None if visible_fn is None else
+                    lambda _, h, position, key, b=b: visible_fn(b, h, position, key))
                 where = f"{label} splits={splits_count} sequence {b}"
                 self.check(f"{where}: o", o[rows], want_o[0], lowp_o[0])
                 self.check(f"{where}: lse", lse[:, rows], want_lse[0], want_lse[0])

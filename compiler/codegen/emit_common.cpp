@@ -103,7 +103,7 @@ void emit_mask_policy(SourceWriter& w, const Lowering& ir, const KernelDesc& ker
            kernel.block_m, kernel.block_n);
     w.line("                                 /*kPerBatch=*/{}, /*kPerHead=*/{}{}>",
            mask.table_per_batch, mask.table_per_head,
-           kernel.role == KernelRole::decode ? "" : predicate_flags(ir));
+           kernel.role == KernelRole::decode && !mask.decode_table ? "" : predicate_flags(ir));
     w.line("    Mask;");
     return;
   }

@@ -27,7 +27,7 @@ void emit_predicate_visible(SourceWriter& w, const MaskSpec& mask, const Predica
 
 /// The trailing template arguments of a predicate's policy and block classification: a packed
 /// batch's `kVarlen`, or over a KV cache `kKvCache` (rows are new tokens whose positions the
-/// predicate sees); empty otherwise. The decode kernel passes positions itself and takes none.
+/// predicate sees, and the decode kernel reads a table); empty otherwise.
 std::string predicate_flags(const Lowering& ir);
 
 /// `typedef attnjit::MaskPolicy<...> Mask;` with the flags of the mask lowering, or for a

@@ -298,6 +298,7 @@ std::string to_string(const Lowering& lowering) {
       predicate = fmt::format(" predicate={} table_rows=[{}{}]{}", lowering.spec.mask.predicate,
                               mask.table_per_batch ? "b" : "1", mask.table_per_head ? ",h" : ",1",
                               mask.varlen ? " sequences=cu_seqlens" : "");
+      if (mask.decode_table) predicate += " decode_table";
     }
     out += fmt::format("  mask_lowering {{causal={} window={} vectors=[{}]{} minmax={}{}}}\n",
                        mask.causal_by_index ? "index" : "none",

@@ -32,6 +32,10 @@ struct MaskLowering {
   bool element_predicate = false;
   bool table_per_batch = false;  ///< the predicate reads b or a tensor: one table row per batch
   bool table_per_head = false;   ///< the predicate reads h: one table row per query head
+  /// Over a KV cache, a predicate that does not read h: the decode kernel reads a block table
+  /// of 16 new tokens x its key blocks per sequence (otherwise, one table row per query head
+  /// would cost more than the CTAs' own classification of their blocks).
+  bool decode_table = false;
   /// A packed batch (varlen): the vectors are built over the packed keys by the plan's
   /// varlen_intervals kernel, from cu_seqlens and the user's per-sequence FlashMask vectors, into
   /// a scratch buffer, which every kernel reading vectors takes in place of
@@ -246,7 +250,8 @@ struct KernelDesc {
   /// predicate_blocks: the element bits of partial tiles have a row per key (for the backward
   /// main kernel's S^T) instead of one per query
   bool key_rows = false;
-  /// cta_order: the attention kernel whose CTAs it orders (block_m x block_n: that kernel's tiles)
+  /// cta_order: the attention kernel whose CTAs it orders; predicate_blocks: the attention
+  /// kernel that reads its table (block_m x block_n: that kernel's tiles)
   KernelRole orders = KernelRole::forward;
   /// ParamBlock::attention_tma: the TMA maps the launch encodes, one box each (the row's
   /// template checks them: the generated source asserts the same boxes)

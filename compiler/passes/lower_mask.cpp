@@ -95,6 +95,7 @@ Lowering lower_mask(const Lowering& in) {
       mask.table_per_batch =
           used.uses_batch || !used.tensors.empty() || in.spec.kv_cache != KvCache::none;
       mask.table_per_head = used.uses_head;
+      mask.decode_table = in.spec.kv_cache != KvCache::none && !used.uses_head;
       break;
     }
   }

@@ -108,9 +108,11 @@ void add_mask_kernels(KernelPlan& plan, const Lowering& in) {
   }
   for (const KernelTiles& tiles : in.tiles) {
     if (!mask.element_predicate) break;
-    // The decode kernel classifies a predicate's blocks itself: no block table.
-    if (tiles.role == KernelRole::decode) continue;
+    // The decode kernel reads a table of 16 new tokens x its key blocks, unless the predicate
+    // reads h (it then classifies its blocks itself).
+    if (tiles.role == KernelRole::decode && !mask.decode_table) continue;
     KernelDesc blocks;
+    blocks.orders = tiles.role;
     blocks.block_m = tiles.block_m;
     blocks.block_n = tiles.block_n;
     blocks.key_rows = tiles.role == KernelRole::backward;

@@ -246,14 +246,17 @@ LaunchGrid attention_grid(const KernelTiles& tiles, const Lowering& ir) {
   return launch.works ? *launch.works : launch.phases.front().grid;
 }
 
-LaunchExpr predicate_tiles(int block_m, int block_n, const Lowering& ir) {
+LaunchExpr predicate_tiles(KernelRole reader, int block_m, int block_n, const Lowering& ir) {
   const LaunchExpr batch = ir.mask->table_per_batch ? LaunchExpr(Extent::batch) : 1;
   const LaunchExpr heads = ir.mask->table_per_head ? LaunchExpr(Extent::heads) : 1;
   const LaunchExpr tiles =
       batch * heads * ceil_div(Extent::seqlen_q, block_m) * ceil_div(Extent::seqlen_k, block_n);
-  // Over a KV cache only the prefill kernel reads a table (the decode kernel classifies its
-  // blocks itself): none where the launch runs the decode kernel.
-  return ir.spec.kv_cache != KvCache::none ? tiles * Extent::prefill : tiles;
+  if (ir.spec.kv_cache == KvCache::none) return tiles;
+  // Over a KV cache the launch runs the prefill kernel or the decode kernel: none for the
+  // other's table.
+  if (reader == KernelRole::prefill) return tiles * Extent::prefill;
+  return ir.target->chooses(KernelRole::prefill) ? tiles * (1 + LaunchExpr(Extent::prefill) * -1)
+                                                 : tiles;
 }
 
 ScratchBuffer minmax_table(int block_n, const Lowering& ir) {
@@ -263,27 +266,32 @@ ScratchBuffer minmax_table(int block_n, const Lowering& ir) {
                                                    (2 * columns * 4)};
 }
 
-ScratchBuffer predicate_table(int block_m, int block_n, bool key_rows, const Lowering& ir) {
-  return {"predicate_table_" + tile_tag(block_m, block_n, key_rows),
-          predicate_tiles(block_m, block_n, ir) * 4};
+ScratchBuffer predicate_table(KernelRole reader, int block_m, int block_n, const Lowering& ir) {
+  return {"predicate_table_" + tile_tag(block_m, block_n, reader == KernelRole::backward),
+          predicate_tiles(reader, block_m, block_n, ir) * 4};
 }
 
-LaunchExpr predicate_bits_capacity(int block_m, int block_n, bool key_rows, const Lowering& ir) {
+LaunchExpr predicate_bits_capacity(KernelRole reader, int block_m, int block_n,
+                                   const Lowering& ir) {
+  // The decode kernel evaluates its partial blocks itself.
+  if (reader == KernelRole::decode) return 0;
   // A table entry holds (slot + 1) << 2 in an int32, so at most 2^29 - 1 slots.
   constexpr std::int64_t kMaxSlots = (std::int64_t{1} << 29) - 1;
-  const int slot = predicate_slot_bytes(block_m, block_n, key_rows);
-  return min(predicate_tiles(block_m, block_n, ir),
+  const int slot = predicate_slot_bytes(block_m, block_n, reader == KernelRole::backward);
+  return min(predicate_tiles(reader, block_m, block_n, ir),
              min(floor_div(Extent::bits_budget, slot), kMaxSlots));
 }
 
-ScratchBuffer predicate_bits(int block_m, int block_n, bool key_rows, const Lowering& ir) {
+ScratchBuffer predicate_bits(KernelRole reader, int block_m, int block_n, const Lowering& ir) {
+  const bool key_rows = reader == KernelRole::backward;
   return {"predicate_bits_" + tile_tag(block_m, block_n, key_rows),
-          predicate_bits_capacity(block_m, block_n, key_rows, ir) *
+          predicate_bits_capacity(reader, block_m, block_n, ir) *
               predicate_slot_bytes(block_m, block_n, key_rows)};
 }
 
-ScratchBuffer predicate_bits_used(int block_m, int block_n, bool key_rows) {
-  return {"predicate_slots_" + tile_tag(block_m, block_n, key_rows), 4, /*zeroed=*/true};
+ScratchBuffer predicate_bits_used(KernelRole reader, int block_m, int block_n) {
+  return {"predicate_slots_" + tile_tag(block_m, block_n, reader == KernelRole::backward), 4,
+          /*zeroed=*/true};
 }
 
 ScratchBuffer cta_costs(KernelRole orders, const Lowering& ir) {
@@ -303,9 +311,8 @@ std::vector<BufferNeed> attention_mask_buffers(const KernelDesc& kernel, const L
   if (mask.needs_minmax) needs.push_back({table, minmax_table(kernel.block_n, ir)});
   if (mask.element_predicate) {
     // The backward main kernel masks S^T: its bits have a row per key.
-    const bool key_rows = kernel.role == KernelRole::backward;
-    needs.push_back({table, predicate_table(kernel.block_m, kernel.block_n, key_rows, ir)});
-    needs.push_back({bits, predicate_bits(kernel.block_m, kernel.block_n, key_rows, ir)});
+    needs.push_back({table, predicate_table(kernel.role, kernel.block_m, kernel.block_n, ir)});
+    needs.push_back({bits, predicate_bits(kernel.role, kernel.block_m, kernel.block_n, ir)});
   }
   if (runs_in_cta_order(ir, kernel.role)) {
     needs.push_back({ParamField::cta_order, cta_order_buffer(kernel.role, ir)});

@@ -64,16 +64,18 @@ LaunchGrid attention_grid(const KernelTiles& tiles, const Lowering& ir);
 /// The min/max tables of the interval vectors per key block of `block_n` keys.
 ScratchBuffer minmax_table(int block_n, const Lowering& ir);
 
-/// The tiles of a predicate's block table of `block_m` x `block_n` tiles: one per tile of each
-/// (batch row, head row).
-LaunchExpr predicate_tiles(int block_m, int block_n, const Lowering& ir);
-/// A predicate's block table of `block_m` x `block_n` tiles, the element bits of its partial
-/// tiles (rows per key with `key_rows`) and the counter of bit slots taken.
-ScratchBuffer predicate_table(int block_m, int block_n, bool key_rows, const Lowering& ir);
-ScratchBuffer predicate_bits(int block_m, int block_n, bool key_rows, const Lowering& ir);
-ScratchBuffer predicate_bits_used(int block_m, int block_n, bool key_rows);
-/// Bit slots of that table: one per tile, at most what the budget holds and 2^29 - 1.
-LaunchExpr predicate_bits_capacity(int block_m, int block_n, bool key_rows, const Lowering& ir);
+/// The tiles of the predicate's block table that attention kernel `reader` reads, of its
+/// `block_m` x `block_n` tiles: one per tile of each (batch row, head row); over a KV cache none
+/// where the launch runs the other kernel.
+LaunchExpr predicate_tiles(KernelRole reader, int block_m, int block_n, const Lowering& ir);
+/// That block table, the element bits of its partial tiles (a row per key for the backward
+/// main kernel's S^T) and the counter of bit slots taken.
+ScratchBuffer predicate_table(KernelRole reader, int block_m, int block_n, const Lowering& ir);
+ScratchBuffer predicate_bits(KernelRole reader, int block_m, int block_n, const Lowering& ir);
+ScratchBuffer predicate_bits_used(KernelRole reader, int block_m, int block_n);
+/// Bit slots of that table: one per tile, at most what the budget holds and 2^29 - 1; none for
+/// the decode kernel.
+LaunchExpr predicate_bits_capacity(KernelRole reader, int block_m, int block_n, const Lowering& ir);
 
 /// The costs and the order of the CTAs of attention kernel `orders`.
 ScratchBuffer cta_costs(KernelRole orders, const Lowering& ir);

@@ -71,7 +71,8 @@ LaunchExpr when_split() {
 }
 
 // The split's rows: fp32 [splits, B, Sq, H, Dv] and LSEs [splits, B, Sq, H]; the decode kernel
-// also reads the FlashMask vectors' min/max tables of its key blocks.
+// also reads the FlashMask vectors' min/max tables of its key blocks, or a predicate's block
+// table of 16 new tokens x its key blocks.
 std::vector<BufferNeed> decode_buffers(const KernelDesc& kernel, const Lowering& ir) {
   const LaunchExpr rows =
       when_split() * Extent::splits * Extent::batch * Extent::seqlen_q * Extent::heads;
@@ -80,6 +81,10 @@ std::vector<BufferNeed> decode_buffers(const KernelDesc& kernel, const Lowering&
       {ParamField::lse_partial, {"lse_partial", rows * 4, false}}};
   if (kernel.role == KernelRole::decode && ir.mask->needs_minmax) {
     needs.push_back({ParamField::minmax, minmax_table(kDecodeBlockN, ir)});
+  }
+  if (kernel.role == KernelRole::decode && ir.mask->decode_table) {
+    needs.push_back(
+        {ParamField::minmax, predicate_table(KernelRole::decode, kDecodeRows, kDecodeBlockN, ir)});
   }
   return needs;
 }

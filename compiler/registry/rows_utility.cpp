@@ -80,15 +80,15 @@ RowLaunch predicate_blocks_launch(const KernelDesc& kernel, const Lowering& ir) 
   const LaunchExpr table_heads = ir.mask->table_per_head ? LaunchExpr(Extent::heads) : 1;
   const LaunchExpr blocks_m = ceil_div(Extent::seqlen_q, kernel.block_m);
   const LaunchExpr blocks_n = ceil_div(Extent::seqlen_k, kernel.block_n);
-  RowLaunch launch =
-      single_phase(kernel, {predicate_tiles(kernel.block_m, kernel.block_n, ir), 1, 1});
+  RowLaunch launch = single_phase(
+      kernel, {predicate_tiles(kernel.orders, kernel.block_m, kernel.block_n, ir), 1, 1});
   launch.scalars = {
       {ParamScalar::table_batch, table_batch},
       {ParamScalar::table_heads, table_heads},
       {ParamScalar::blocks_m, blocks_m},
       {ParamScalar::blocks_n, blocks_n},
       {ParamScalar::bits_capacity,
-       predicate_bits_capacity(kernel.block_m, kernel.block_n, kernel.key_rows, ir)},
+       predicate_bits_capacity(kernel.orders, kernel.block_m, kernel.block_n, ir)},
   };
   return launch;
 }
@@ -96,9 +96,9 @@ RowLaunch predicate_blocks_launch(const KernelDesc& kernel, const Lowering& ir) 
 std::vector<BufferNeed> predicate_blocks_buffers(const KernelDesc& kernel, const Lowering& ir) {
   const int m = kernel.block_m;
   const int n = kernel.block_n;
-  return {{ParamField::table_out, predicate_table(m, n, kernel.key_rows, ir)},
-          {ParamField::bits_out, predicate_bits(m, n, kernel.key_rows, ir)},
-          {ParamField::bits_used, predicate_bits_used(m, n, kernel.key_rows)}};
+  return {{ParamField::table_out, predicate_table(kernel.orders, m, n, ir)},
+          {ParamField::bits_out, predicate_bits(kernel.orders, m, n, ir)},
+          {ParamField::bits_used, predicate_bits_used(kernel.orders, m, n)}};
 }
 
 // The bytes of the operands that all CTAs of one head pair share (K and V in the forward, Q
@@ -139,10 +139,10 @@ RowLaunch cta_order_launch(const KernelDesc& kernel, const Lowering& ir) {
 
 std::vector<BufferNeed> cta_order_buffers(const KernelDesc& kernel, const Lowering& ir) {
   const KernelTiles& ordered = ir.tiles_of(kernel.orders);
-  const ScratchBuffer table = ir.mask->element_predicate
-                                  ? predicate_table(ordered.block_m, ordered.block_n,
-                                                    kernel.orders == KernelRole::backward, ir)
-                                  : minmax_table(ordered.block_n, ir);
+  const ScratchBuffer table =
+      ir.mask->element_predicate
+          ? predicate_table(kernel.orders, ordered.block_m, ordered.block_n, ir)
+          : minmax_table(ordered.block_n, ir);
   return {{ParamField::order_table, table},
           {ParamField::order_cost, cta_costs(kernel.orders, ir)},
           {ParamField::order_out, cta_order_buffer(kernel.orders, ir)}};

@@ -292,51 +292,74 @@ TEST_CASE("FlashMask vectors over a cache add the min/max tables of each kernel'
   CHECK(plan.kernels[prefilled.launches[1].kernel].role == KernelRole::prefill);
 }
 
-TEST_CASE("a predicate over a cache classifies the prefill kernel's tiles only where it runs",
+TEST_CASE("a predicate over a cache has a block table for the kernel the launch runs",
           "[kv_cache][pass]") {
   const Lowering ir =
       lower(parse_spec("dtype=bf16 head_dim=128 mask=predicate(k<=q&&q-k<$0) target=sm_90a "
                        "kv_cache=contiguous"));
   const KernelPlan& plan = *ir.plan;
-  REQUIRE(plan.kernels.size() == 5);
-  // The block table has a row per sequence (each has its own keys and positions) and the
-  // prefill kernel's tiles; the decode kernel evaluates the predicate itself and reads none.
-  const KernelDesc& blocks = plan.kernels[0];
-  CHECK(blocks.role == KernelRole::predicate_blocks);
+  // Each table has a row per sequence (each has its own keys and positions): 16 new tokens x
+  // the decode kernel's key blocks, and the prefill kernel's tiles.
   CHECK(ir.mask->table_per_batch);
-  const KernelDesc& prefill = plan.kernels[2];
-  CHECK(prefill.role == KernelRole::prefill);
+  CHECK(ir.mask->decode_table);
+  REQUIRE(plan.kernels.size() == 6);
+  const KernelDesc& decode_blocks = plan.kernels[0];
+  CHECK(decode_blocks.role == KernelRole::predicate_blocks);
+  CHECK(decode_blocks.orders == KernelRole::decode);
+  CHECK(decode_blocks.block_m == 16);
+  CHECK(decode_blocks.block_n == 64);
+  const KernelDesc& prefill_blocks = plan.kernels[1];
+  CHECK(prefill_blocks.role == KernelRole::predicate_blocks);
+  CHECK(prefill_blocks.orders == KernelRole::prefill);
+  CHECK(plan.kernels[2].role == KernelRole::kv_append);
+  const KernelDesc& prefill = plan.kernels[3];
   CHECK(prefill.name == "attnjit_prefill_bf16_d128_predicate_contiguous");
-  CHECK(blocks.block_m == prefill.block_m);
-  CHECK(blocks.block_n == prefill.block_n);
-  const KernelDesc& decode = plan.kernels[3];
-  CHECK(decode.role == KernelRole::decode);
+  CHECK(prefill_blocks.block_m == prefill.block_m);
+  CHECK(prefill_blocks.block_n == prefill.block_n);
+  const KernelDesc& decode = plan.kernels[4];
   CHECK(decode.name == "attnjit_decode_bf16_d128_predicate_contiguous");
-  for (const BufferBinding& b : decode.buffers) {
-    CHECK(b.field != ParamField::minmax);
-    CHECK(b.field != ParamField::predicate_bits);
-  }
+  CHECK(plan.kernels[5].role == KernelRole::decode_combine);
+  const auto table_of = [&](const KernelDesc& kernel) {
+    const auto table = std::ranges::find_if(
+        kernel.buffers, [](const BufferBinding& b) { return b.field == ParamField::minmax; });
+    REQUIRE(table != kernel.buffers.end());
+    return plan.scratch[table->buffer].name;
+  };
+  CHECK(table_of(decode) == "predicate_table_bm16_bn64");
+  CHECK(table_of(prefill) == "predicate_table_bm128_bn128");
   // No CTA order over a cache.
   CHECK(plan.find(KernelRole::cta_order) == nullptr);
-  // The decode kernel's launch builds no table and takes no table's bytes.
+  // The decode kernel's launch: its table (B x 1 token tile x 64-key blocks), no bits.
   LaunchExtents e = one_token_extents(2);
   e[Extent::seqlen_k] = 4096;
   const jit::detail::LaunchSchedule decoded = jit::detail::schedule_plan(plan, e);
-  REQUIRE(decoded.launches.size() == 1);
-  CHECK(plan.kernels[decoded.launches[0].kernel].role == KernelRole::decode);
-  // The prefill kernel's: the table (B x query blocks x key blocks of the capacity) first.
+  REQUIRE(decoded.launches.size() == 2);
+  CHECK(decoded.launches[0].kernel == 0);
+  CHECK(decoded.launches[0].grid == std::array<unsigned, 3>{2 * 64, 1, 1});
+  CHECK(decoded.launches[1].kernel == 4);
+  // The prefill kernel's: its table (B x query blocks x key blocks of the capacity) first.
   e[Extent::seqlen_q] = 300;
   e[Extent::new_tokens] = 300;
   e[Extent::prefill] = 1;
   const jit::detail::LaunchSchedule prefilled = jit::detail::schedule_plan(plan, e);
   REQUIRE(prefilled.launches.size() == 3);
-  CHECK(prefilled.launches[0].kernel == 0);
+  CHECK(prefilled.launches[0].kernel == 1);
   const unsigned tiles = 2 * ((300 + prefill.block_m - 1) / prefill.block_m) *
                          ((4096 + prefill.block_n - 1) / prefill.block_n);
   CHECK(prefilled.launches[0].grid == std::array<unsigned, 3>{tiles, 1, 1});
-  CHECK(plan.kernels[prefilled.launches[2].kernel].role == KernelRole::prefill);
+  CHECK(prefilled.launches[2].kernel == 3);
   CHECK(prefilled.workspace_bytes >= std::size_t{tiles} * 4);
-  CHECK(decoded.workspace_bytes < prefilled.workspace_bytes);
+  // A predicate that reads h would need a decode table row per query head: the decode kernel
+  // classifies its blocks itself and binds no table.
+  const Lowering per_head =
+      lower(parse_spec("dtype=bf16 head_dim=128 mask=predicate(k<=q&&h<$0) target=sm_90a "
+                       "kv_cache=paged"));
+  CHECK(!per_head.mask->decode_table);
+  REQUIRE(per_head.plan->kernels.size() == 5);
+  CHECK(per_head.plan->kernels[0].orders == KernelRole::prefill);
+  for (const BufferBinding& b : per_head.plan->find(KernelRole::decode)->buffers) {
+    CHECK(b.field != ParamField::minmax);
+  }
 }
 
 TEST_CASE("the split count gives the SMs a CTA each and takes what is asked",

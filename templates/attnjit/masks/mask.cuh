@@ -240,6 +240,8 @@ struct MaskPolicy {
   static constexpr bool kElementBits = false;
   /// The vectors make a block's work depend on the data: the CTAs run in a CTA order.
   static constexpr bool kOrderedCtas = kHasVectors;
+  /// No predicate's block table over a KV cache (PredicatePolicy's).
+  static constexpr bool kCacheTable = false;
   /// Causal and windows without vectors: the visible keys of a row are one range
   /// (visible_keys), bounded below only by a window. (No mask keeps the plain Sk bound.)
   static constexpr bool kIndexRange = !kHasVectors && (kCausal || kWindow);
@@ -471,9 +473,10 @@ struct MaskPolicy {
 /// row), built by predicate_blocks.cuh: the TileKind, and for a partial tile the slot of its
 /// element bits when it has one. kPerBatch / kPerHead: the table has a row per batch / per
 /// query head. Keys past Sk are masked; the caller ignores rows past Sq.
-/// kKvCache: the prefill kernel's rows, a sequence's new tokens over a KV cache: the predicate
-/// sees a row's position, the row plus MaskState::diagonal (the sequence's keys less its new
-/// tokens), as q; the table's rows are new tokens (MaskState::seqlen_q the most a sequence has).
+/// kKvCache: over a KV cache the table's rows are each sequence's new tokens (MaskState::seqlen_q
+/// the most a sequence has), and the element rule's rows too: the predicate sees a row's
+/// position, the row plus MaskState::diagonal (the sequence's keys less its new tokens), as q
+/// (the decode kernel passes positions with a diagonal of 0).
 template <class Visible, int kTableBlockM, int kTableBlockN, bool kPerBatch, bool kPerHead,
           bool kVarlen = false, bool kKvCache = false>
 struct PredicatePolicy {
@@ -487,6 +490,9 @@ struct PredicatePolicy {
   static constexpr bool kElementBits = true;
   /// The block table makes a block's work depend on the data: the CTAs run in a CTA order.
   static constexpr bool kOrderedCtas = true;
+  /// Over a KV cache: the table's rows are each sequence's new tokens, kTableRows a tile.
+  static constexpr bool kCacheTable = kKvCache;
+  static constexpr int kTableRows = kTableBlockM;
 
   /// MaskState::vector_row: the table row of the CTA's (head, batch).
   template <class Params>

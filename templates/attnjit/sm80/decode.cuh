@@ -92,20 +92,20 @@ __device__ __forceinline__ MaskState decode_mask_state(const FwdParams& p, const
 }
 
 /// Narrows keys [begin, end) (begin 0 or a multiple of kBlockN) to the key blocks from the first
-/// to the last that the vectors do not hide from every row of the CTA ([begin, begin) when they
-/// hide all): each of the kThreads threads classifies every kThreads-th block, and the warps'
-/// bounds meet in shared memory at `scratch` (two ints a warp, free until the caller's next
-/// barrier-separated use).
-template <class Mask, int kBlockN, int kThreads>
-__device__ __forceinline__ void narrow_to_visible_blocks(const FwdParams& p, const MaskState& ms,
-                                                         u32 scratch, int& begin, int& end) {
+/// to the last that the mask's tables do not hide from every row of the CTA ([begin, begin)
+/// when they hide all; `kind_of(n)`: key block n's TileKind): each of the kThreads threads
+/// classifies every kThreads-th block, and the warps' bounds meet in shared memory at
+/// `scratch` (two ints a warp, free until the caller's next barrier-separated use).
+template <int kBlockN, int kThreads, class KindOf>
+__device__ __forceinline__ void narrow_to_visible_blocks(KindOf&& kind_of, u32 scratch, int& begin,
+                                                         int& end) {
   static_assert(kThreads % 32 == 0, "whole warps");
   const int thread = static_cast<int>(threadIdx.x);
   const int first = begin / kBlockN;
   const int blocks_end = (end + kBlockN - 1) / kBlockN;
   int lo = blocks_end, hi = first - 1;
   for (int n = first + thread; n < blocks_end; n += kThreads) {
-    if (tile_kind(Mask::template classify<kBlockN>(ms, p.minmax, n)) != kTileSkip) {
+    if (kind_of(n) != kTileSkip) {
       lo = min(lo, n);
       hi = max(hi, n);
     }
@@ -184,10 +184,13 @@ struct DecodeSm80 {
   static_assert(kWarpKeys % 16 == 0, "each warp takes whole k16 steps of keys");
   static_assert(kStages >= 2, "a ring of at least two stages");
   static constexpr bool kVectors = Mask::kHasVectors;
-  /// A predicate (PredicatePolicy) has no tables: the CTA classifies each block itself, a block
-  /// ahead of its load, from the predicate on all of the block's (row, key) pairs, and applies
-  /// it per element on the blocks it neither hides nor shows entirely.
+  /// A predicate (PredicatePolicy) applies per element on the blocks it neither hides nor shows
+  /// entirely. Where it does not read h, a block table of 16 new tokens x kBlockN keys per
+  /// sequence (kPredicateTable, built before the kernel) classifies the blocks and narrows the
+  /// keys as the vectors' tables do; otherwise the CTA classifies each block itself, a block
+  /// ahead of its load, from the predicate on all of the block's (row, key) pairs.
   static constexpr bool kPredicate = Mask::kElementBits;
+  static constexpr bool kPredicateTable = kPredicate && Mask::kCacheTable;
   /// The blocks' kinds are known before their loads: blocks hidden from every row are skipped.
   static constexpr bool kBlockKinds = kVectors || kPredicate;
   static_assert(!Mask::kHasVisible, "masks by index, FlashMask vectors or a predicate");
@@ -342,10 +345,35 @@ struct DecodeSm80 {
   /// at two barriers).
   __device__ __forceinline__ static int block_kind(const FwdParams& p, const DecodeWork& w,
                                                    int block) {
+    if constexpr (kPredicateTable) return predicate_table_kind(p, w, w.key_begin / kBlockN + block);
     if constexpr (kPredicate) return predicate_block_kind(p, w, block);
     if constexpr (!kVectors) return kTileFull;
     return tile_kind(Mask::template classify<kBlockN>(decode_mask_state<Mask, kBlockN>(p, w),
                                                       p.minmax, w.key_begin / kBlockN + block));
+  }
+
+  /// The mask state a predicate's element rule reads for (head, batch): the rows passed are
+  /// positions (a diagonal of 0, which a table's policy adds).
+  __device__ __forceinline__ static MaskState predicate_state(const FwdParams& p, int head,
+                                                              int batch) {
+    MaskState ms = make_mask_state_at_row<kBlockN>(p, 0, head, batch);
+    ms.diagonal = 0;
+    return ms;
+  }
+
+  /// The table's kind of the sequence's key block `n` for the CTA's tokens: the entries of the
+  /// (at most two) table tiles they lie in, the same kind where both agree, else partial.
+  __device__ __forceinline__ static int predicate_table_kind(const FwdParams& p,
+                                                             const DecodeWork& w, int n) {
+    static_assert(Mask::kTableRows >= 16, "16 packed rows span at most two tiles' tokens");
+    MaskState ms = make_mask_state_at_row<kBlockN>(p, Mask::mask_row(p, 0, w.batch), 0, w.batch);
+    ms.row_begin = w.row0 / w.group;
+    const int first = tile_kind(Mask::template classify<kBlockN>(ms, p.minmax, n));
+    const int last_token = min(w.tokens - 1, (w.row0 + 15) / w.group);
+    if (last_token / Mask::kTableRows == ms.row_begin / Mask::kTableRows) return first;
+    ms.row_begin = last_token;
+    const int second = tile_kind(Mask::template classify<kBlockN>(ms, p.minmax, n));
+    return first == second ? first : static_cast<int>(kTilePartial);
   }
 
   /// The predicate's kind of the split's block `block`: each thread evaluates eight keys of one
@@ -359,7 +387,7 @@ struct DecodeSm80 {
     int token, head;
     decode_row(w, packed, token, head);
     const int position = w.diagonal + token;
-    const MaskState ms = make_mask_state_at_row<kBlockN>(p, 0, head, w.batch);
+    const MaskState ms = predicate_state(p, head, w.batch);
     const int key0 = w.key_begin + block * kBlockN + (thread % 8) * 8;
     bool any = false, all = true;
     if (packed < w.group * w.tokens) {
@@ -432,7 +460,7 @@ struct DecodeSm80 {
                                                            WarpAccumulator<1, kSTiles>& acc_s,
                                                            int key0, int g, int t) {
     for_each_score(w, acc_s, key0, g, t, [&](int head, int position, int key, float& score) {
-      const MaskState ms = make_mask_state_at_row<kBlockN>(p, 0, head, w.batch);
+      const MaskState ms = predicate_state(p, head, w.batch);
       if (key < w.key_end && Mask::masked(p, ms, position, key, typename Mask::Column())) {
         score = negative_infinity();
       }
@@ -470,8 +498,14 @@ struct DecodeSm80 {
     int begin, end;
     decode_visible_keys<Mask>(p, w.length, w.tokens, w.row0, w.group, begin, end);
     if constexpr (kVectors) {
-      narrow_to_visible_blocks<Mask, kBlockN, kThreads>(p, decode_mask_state<Mask, kBlockN>(p, w),
-                                                        smem + kKvOffset, begin, end);
+      const MaskState ms = decode_mask_state<Mask, kBlockN>(p, w);
+      narrow_to_visible_blocks<kBlockN, kThreads>(
+          [&](int n) { return tile_kind(Mask::template classify<kBlockN>(ms, p.minmax, n)); },
+          smem + kKvOffset, begin, end);
+    }
+    if constexpr (kPredicateTable) {
+      narrow_to_visible_blocks<kBlockN, kThreads>(
+          [&](int n) { return predicate_table_kind(p, w, n); }, smem + kKvOffset, begin, end);
     }
     decode_split<kBlockN>(p, w, begin, end);
     const int blocks = (w.key_end - w.key_begin + kBlockN - 1) / kBlockN;

@@ -411,8 +411,9 @@ class KvCacheTest(KvCacheCase):
 
     def test_predicates(self):
         """Element predicates over the cache, q and k positions: documents by a tensor of
-        document ids per position, and a banded, head-dependent rule with literals; contiguous
-        and paged, split and not, GQA 4."""
+        document ids per position (a block table classifies the decode kernel's blocks), and a
+        banded, head-dependent rule with literals (the CTAs classify them); contiguous and
+        paged, split and not, GQA 4 and 3."""
         torch.manual_seed(self.rng.randrange(2**62))
         for name, predicate in (("documents", self.predicate_documents(4)),
                                 ("band", self.predicate_band)):
@@ -421,6 +422,12 @@ class KvCacheTest(KvCacheCase):
                     self.run_case(batch=4, capacity=1200, heads=32, kv_heads=8, head_dim=128,
                                   new_tokens=new_tokens, page_size=page_size, splits=(1, 0, 4),
                                   predicate=predicate)
+        # The documents' block table (the predicate reads no h) has tiles of 16 new tokens:
+        # with 3 query heads per KV head a CTA's 16 packed rows span two of them.
+        with self.subTest(predicate="documents", gqa=3, sq=40):
+            self.run_case(batch=4, capacity=1200, heads=12, kv_heads=4, head_dim=64,
+                          new_tokens=40, page_size=8, splits=(1, 3),
+                          predicate=self.predicate_documents(4))
 
     def test_chunked_prefill_predicates(self):
         """Predicates in chunked prefill: the prefill kernel (checked by name) classifies its

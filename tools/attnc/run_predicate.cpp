@@ -140,6 +140,32 @@ std::int64_t visible_pairs(const HostPredicate& predicate, int batch, int heads,
   return total * (batch / batches) * (heads / head_rows);
 }
 
+std::int64_t cached_visible_pairs(const HostPredicate& predicate, const ProblemOptions& p) {
+  const attnjit::PredicateInfo used = attnjit::info(predicate.lifted);
+  const attnjit::PredicateEvaluator evaluator(predicate.lifted, predicate.bindings);
+  const int head_rows = used.uses_head ? p.heads : 1;
+  const int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::future<std::int64_t>> parts;
+  for (int w = 0; w < workers; ++w) {
+    parts.push_back(std::async(std::launch::async, [&, w] {
+      std::int64_t count = 0;
+      for (int b = 0; b < p.batch; ++b) {
+        const int keys = p.cache_lengths[b];
+        for (int h = 0; h < head_rows; ++h) {
+          for (int t = w; t < p.seqlen_q; t += workers) {
+            const int position = keys - p.seqlen_q + t;
+            for (int k = 0; k < keys; ++k) count += evaluator.visible(b, h, position, k);
+          }
+        }
+      }
+      return count;
+    }));
+  }
+  std::int64_t total = 0;
+  for (auto& part : parts) total += part.get();
+  return total * (p.heads / head_rows);
+}
+
 DeviceMask bind_mask(const attnjit::AttentionSpec& s, const ProblemOptions& p,
                      const std::optional<HostPredicate>& predicate, attnjit::ForwardArgs& args) {
   DeviceMask mask;
@@ -158,7 +184,8 @@ DeviceMask bind_mask(const attnjit::AttentionSpec& s, const ProblemOptions& p,
     mask.kv_cache = upload_kv_cache(p);
     args.kv_cache = mask.kv_cache->args;
     const attnjit::dsl::IntervalVectors* vectors = mask.vectors ? &*mask.vectors : nullptr;
-    mask.pairs = cached_visible_pairs(s.mask, p, vectors);
+    mask.pairs =
+        predicate ? cached_visible_pairs(*predicate, p) : cached_visible_pairs(s.mask, p, vectors);
     mask.cache_bytes = kv_cache_bytes(s, p, vectors);
     return mask;
   }

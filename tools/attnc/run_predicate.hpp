@@ -49,6 +49,10 @@ DevicePredicate upload(const HostPredicate& predicate);
 std::int64_t visible_pairs(const HostPredicate& predicate, int batch, int heads, int seqlen_q,
                            int seqlen_k);
 
+/// The same over a KV cache: new token t of sequence b, of cache_lengths[b] keys, is the
+/// predicate's q at its position cache_lengths[b] - seqlen_q + t (as the kernels see it).
+std::int64_t cached_visible_pairs(const HostPredicate& predicate, const ProblemOptions& p);
+
 /// A problem's mask inputs on the device (make_vectors' FlashMask vectors, the predicate's
 /// tensors, a packed batch's boundaries, a KV cache's lengths and block table) and the visible
 /// (b, h, q, k) quadruples they leave.

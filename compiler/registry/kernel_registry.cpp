@@ -246,17 +246,20 @@ LaunchGrid attention_grid(const KernelTiles& tiles, const Lowering& ir) {
   return launch.works ? *launch.works : launch.phases.front().grid;
 }
 
+LaunchExpr only_where_run(const LaunchExpr& count, KernelRole reader, const Lowering& ir) {
+  if (reader == KernelRole::prefill) return count * Extent::prefill;
+  if (reader == KernelRole::decode && ir.target->chooses(KernelRole::prefill)) {
+    return count * (1 + LaunchExpr(Extent::prefill) * -1);
+  }
+  return count;
+}
+
 LaunchExpr predicate_tiles(KernelRole reader, int block_m, int block_n, const Lowering& ir) {
   const LaunchExpr batch = ir.mask->table_per_batch ? LaunchExpr(Extent::batch) : 1;
   const LaunchExpr heads = ir.mask->table_per_head ? LaunchExpr(Extent::heads) : 1;
-  const LaunchExpr tiles =
-      batch * heads * ceil_div(Extent::seqlen_q, block_m) * ceil_div(Extent::seqlen_k, block_n);
-  if (ir.spec.kv_cache == KvCache::none) return tiles;
-  // Over a KV cache the launch runs the prefill kernel or the decode kernel: none for the
-  // other's table.
-  if (reader == KernelRole::prefill) return tiles * Extent::prefill;
-  return ir.target->chooses(KernelRole::prefill) ? tiles * (1 + LaunchExpr(Extent::prefill) * -1)
-                                                 : tiles;
+  return only_where_run(
+      batch * heads * ceil_div(Extent::seqlen_q, block_m) * ceil_div(Extent::seqlen_k, block_n),
+      reader, ir);
 }
 
 ScratchBuffer minmax_table(int block_n, const Lowering& ir) {

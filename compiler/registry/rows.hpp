@@ -64,6 +64,10 @@ LaunchGrid attention_grid(const KernelTiles& tiles, const Lowering& ir);
 /// The min/max tables of the interval vectors per key block of `block_n` keys.
 ScratchBuffer minmax_table(int block_n, const Lowering& ir);
 
+/// `count` (a utility kernel's work or its buffer's size) for what only attention kernel
+/// `reader` reads: over a KV cache the launch runs the prefill kernel or the decode kernel, so
+/// none where it runs the other; unchanged for every other reader.
+LaunchExpr only_where_run(const LaunchExpr& count, KernelRole reader, const Lowering& ir);
 /// The tiles of the predicate's block table that attention kernel `reader` reads, of its
 /// `block_m` x `block_n` tiles: one per tile of each (batch row, head row); over a KV cache none
 /// where the launch runs the other kernel.

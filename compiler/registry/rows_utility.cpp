@@ -59,10 +59,8 @@ RowLaunch minmax_launch(const KernelDesc& kernel, const Lowering& ir) {
     });
   };
   const bool prefill = reads(KernelRole::prefill);
-  const bool decode = reads(KernelRole::decode);
-  if (prefill && !decode) blocks = blocks * Extent::prefill;
-  if (decode && !prefill && ir.target->chooses(KernelRole::prefill)) {
-    blocks = blocks * (1 + LaunchExpr(Extent::prefill) * -1);
+  if (prefill != reads(KernelRole::decode)) {
+    blocks = only_where_run(blocks, prefill ? KernelRole::prefill : KernelRole::decode, ir);
   }
   RowLaunch launch = single_phase(kernel, {blocks, 1, 1});
   launch.scalars.push_back({ParamScalar::num_key_blocks, key_blocks});

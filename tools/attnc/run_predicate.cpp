@@ -114,29 +114,36 @@ DevicePredicate upload(const HostPredicate& predicate) {
   return out;
 }
 
+// The sum of count(w, workers) over `workers` = the hardware threads, each running its own.
+template <class Count>
+std::int64_t on_every_thread(Count&& count) {
+  const int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::future<std::int64_t>> parts;
+  for (int w = 0; w < workers; ++w) {
+    parts.push_back(std::async(std::launch::async, [&, w] { return count(w, workers); }));
+  }
+  std::int64_t total = 0;
+  for (auto& part : parts) total += part.get();
+  return total;
+}
+
 std::int64_t visible_pairs(const HostPredicate& predicate, int batch, int heads, int seqlen_q,
                            int seqlen_k) {
   const attnjit::PredicateInfo used = attnjit::info(predicate.lifted);
   const attnjit::PredicateEvaluator evaluator(predicate.lifted, predicate.bindings);
   const int batches = used.uses_batch || !used.tensors.empty() ? batch : 1;
   const int head_rows = used.uses_head ? heads : 1;
-  const int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::future<std::int64_t>> parts;
-  for (int w = 0; w < workers; ++w) {
-    parts.push_back(std::async(std::launch::async, [&, w] {
-      std::int64_t count = 0;
-      for (int b = 0; b < batches; ++b) {
-        for (int h = 0; h < head_rows; ++h) {
-          for (int q = w; q < seqlen_q; q += workers) {
-            for (int k = 0; k < seqlen_k; ++k) count += evaluator.visible(b, h, q, k);
-          }
+  const std::int64_t total = on_every_thread([&](int w, int workers) {
+    std::int64_t count = 0;
+    for (int b = 0; b < batches; ++b) {
+      for (int h = 0; h < head_rows; ++h) {
+        for (int q = w; q < seqlen_q; q += workers) {
+          for (int k = 0; k < seqlen_k; ++k) count += evaluator.visible(b, h, q, k);
         }
       }
-      return count;
-    }));
-  }
-  std::int64_t total = 0;
-  for (auto& part : parts) total += part.get();
+    }
+    return count;
+  });
   return total * (batch / batches) * (heads / head_rows);
 }
 
@@ -144,25 +151,19 @@ std::int64_t cached_visible_pairs(const HostPredicate& predicate, const ProblemO
   const attnjit::PredicateInfo used = attnjit::info(predicate.lifted);
   const attnjit::PredicateEvaluator evaluator(predicate.lifted, predicate.bindings);
   const int head_rows = used.uses_head ? p.heads : 1;
-  const int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::future<std::int64_t>> parts;
-  for (int w = 0; w < workers; ++w) {
-    parts.push_back(std::async(std::launch::async, [&, w] {
-      std::int64_t count = 0;
-      for (int b = 0; b < p.batch; ++b) {
-        const int keys = p.cache_lengths[b];
-        for (int h = 0; h < head_rows; ++h) {
-          for (int t = w; t < p.seqlen_q; t += workers) {
-            const int position = keys - p.seqlen_q + t;
-            for (int k = 0; k < keys; ++k) count += evaluator.visible(b, h, position, k);
-          }
+  const std::int64_t total = on_every_thread([&](int w, int workers) {
+    std::int64_t count = 0;
+    for (int b = 0; b < p.batch; ++b) {
+      const int keys = p.cache_lengths[b];
+      for (int h = 0; h < head_rows; ++h) {
+        for (int t = w; t < p.seqlen_q; t += workers) {
+          const int position = keys - p.seqlen_q + t;
+          for (int k = 0; k < keys; ++k) count += evaluator.visible(b, h, position, k);
         }
       }
-      return count;
-    }));
-  }
-  std::int64_t total = 0;
-  for (auto& part : parts) total += part.get();
+    }
+    return count;
+  });
   return total * (p.heads / head_rows);
 }
 

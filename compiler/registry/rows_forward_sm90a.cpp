@@ -260,10 +260,10 @@ std::vector<TensorMapBox> tensor_maps(const KernelDesc& kernel, const Lowering& 
 }
 
 // The prefill kernel's producer keeps 40 registers: its walk reads the block table and the
-// sequence's length (at 24 and 32 it spilled), 48 with more than one FlashMask vector or a
+// sequence's length (at 24 it spilled), 48 with more than one FlashMask vector or a
 // predicate's table (as the forward's producer), 72 where it walks both the pages and the
 // tables (d64 spilled at 64, d128 at 40, d256 at 56); 32 beside three consumers (160 registers
-// each), which take contiguous caches under masks by index only (no page walk, no tables).
+// each), which take masks by index only (no tables).
 int prefill_producer_registers(const KernelTiles& tiles, const AttentionSpec& spec,
                                const MaskLowering& mask) {
   if (tiles.block_m == 192) return 32;
@@ -271,16 +271,16 @@ int prefill_producer_registers(const KernelTiles& tiles, const AttentionSpec& sp
   return mask.vectors.size() > 1 || mask.element_predicate ? 48 : 40;
 }
 
-// The forward's tiles of two consumers, and of three (d64's 192-row blocks) over a contiguous
-// cache without score modifiers or mask tables: beside a paged cache's producer, or with
-// softcap or ALiBi, three spilled or serialized their products. d256 spilled with 80-key blocks, or
-// 64 with the score modifiers (232 registers a consumer instead of 240; (256, 128) with them has no
-// candidate: the decode kernel serves it).
+// The forward's tiles of two consumers, and of three (d64's 192-row blocks) without score
+// modifiers or mask tables (with softcap or ALiBi three spilled or serialized their products;
+// over pages three are faster than two, as over a contiguous cache, even where the page
+// boxes are what limits: the boxes of a 192-row block feed more rows). d256 spilled with 80-key
+// blocks, or 64 with the score modifiers (232 registers a consumer instead of 240; (256, 128) with
+// them has no candidate: the decode kernel serves it).
 bool prefill_fits(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   const bool modifiers = spec.softcap || spec.alibi;
   if (spec.head_dim_qk == 256 && c.block_n > (modifiers ? 48 : 64)) return false;
-  const bool three = c.block_m == 192 && spec.kv_cache == KvCache::contiguous && !modifiers &&
-                     !skips_by_tables(mask);
+  const bool three = c.block_m == 192 && !modifiers && !skips_by_tables(mask);
   return (c.block_m == 128 || three) && fits_registers(c, spec, mask);
 }
 

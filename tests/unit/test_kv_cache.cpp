@@ -181,13 +181,18 @@ TEST_CASE("on sm_90a a cache plan adds the prefill kernel, which the launch runs
   REQUIRE(windowed != nullptr);
   // Two consumers: the forward's one-consumer tiles (two CTAs an SM) are not the prefill's.
   CHECK(windowed->block_m == 128);
-  // Causal d64 over a contiguous cache takes the forward's three consumers; paged, two.
-  CHECK(lower(parse_spec("dtype=bf16 head_dim=64 mask=causal target=sm_90a kv_cache=contiguous"))
-            .plan->find(KernelRole::prefill)
-            ->block_m == 192);
-  CHECK(lower(parse_spec("dtype=bf16 head_dim=64 mask=causal target=sm_90a kv_cache=paged"))
-            .plan->find(KernelRole::prefill)
-            ->block_m == 128);
+  // Causal d64 takes the forward's three consumers over either cache; with ALiBi or a
+  // FlashMask vector's tables, two.
+  const auto prefill_rows = [](const char* text) {
+    return lower(parse_spec(text)).plan->find(KernelRole::prefill)->block_m;
+  };
+  CHECK(prefill_rows("dtype=bf16 head_dim=64 mask=causal target=sm_90a kv_cache=contiguous") ==
+        192);
+  CHECK(prefill_rows("dtype=bf16 head_dim=64 mask=causal target=sm_90a kv_cache=paged") == 192);
+  CHECK(prefill_rows(
+            "dtype=bf16 head_dim=64 mask=causal alibi=true target=sm_90a kv_cache=paged") == 128);
+  CHECK(prefill_rows("dtype=bf16 head_dim=64 mask=flashmask(causal=true,columns=1) "
+                     "target=sm_90a kv_cache=paged") == 128);
   for (const TensorMapBox& box : windowed->tensor_maps) CHECK(!box.page_rows);
   for (const char* text : {"dtype=bf16 head_dim=128 mask=causal target=sm_90 kv_cache=paged",
                            "dtype=bf16 head_dim=128 mask=causal target=sm_80 kv_cache=paged",

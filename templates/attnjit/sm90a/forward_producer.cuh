@@ -332,12 +332,14 @@ struct ForwardProducer {
     constexpr int kRowChunks = VTile::kPanelCols / 8;  // 16-byte chunks of a panel's row
     constexpr int kPanels = VTile::kBytes / VTile::kPanelBytes;
     const int chunks = (kBlockN - end_row) * kRowChunks;
-    for (int i = lane; i < chunks * kPanels; i += 32) {
-      const int panel = i / chunks;
-      const int chunk = i % chunks;
-      // A whole row's chunks are zeroed, so the swizzle's order within the row is moot.
-      store_shared_zero16(dst + panel * VTile::kPanelBytes + end_row * (VTile::kPanelCols * 2) +
-                          16 * chunk);
+    const u32 first = dst + end_row * (VTile::kPanelCols * 2);
+    // A whole row's chunks are zeroed, so the swizzle's order within the row is moot. The
+    // panels as an unrolled loop: the producer has no registers for a division.
+#pragma unroll
+    for (int panel = 0; panel < kPanels; ++panel) {
+      for (int chunk = lane; chunk < chunks; chunk += 32) {
+        store_shared_zero16(first + panel * VTile::kPanelBytes + 16 * chunk);
+      }
     }
     fence_async_shared();
     __syncwarp();

@@ -498,9 +498,16 @@ class KvCacheTest(KvCacheCase):
                  causal=True, page_size=32, dtype=torch.float16),
             dict(batch=4, capacity=800, heads=16, kv_heads=16, head_dim=64, new_tokens=64,
                  window=(50, 30), page_size=128, softcap=20.0, alibi=True),
-            # Three consumer warpgroups (192-row query blocks): d64, contiguous, causal.
+            # Three consumer warpgroups (192-row query blocks): d64, contiguous, causal; over
+            # pages (smaller and larger than the key block) d64 takes two.
             dict(batch=3, capacity=900, heads=16, kv_heads=4, head_dim=64, new_tokens=333,
                  causal=True, with_sinks=True),
+            dict(batch=3, capacity=900, heads=16, kv_heads=4, head_dim=64, new_tokens=333,
+                 causal=True, page_size=16, shared=True),
+            dict(batch=2, capacity=1000, heads=8, kv_heads=8, head_dim=64, new_tokens=401,
+                 causal=True, page_size=128),
+            dict(batch=2, capacity=700, heads=8, kv_heads=2, head_dim=64, new_tokens=250,
+                 causal=True, page_size=8, shared=True),
         )
         for case in cases:
             with self.subTest(**{k: v for k, v in case.items() if k != "dtype"}):

@@ -167,6 +167,25 @@ std::int64_t cached_visible_pairs(const HostPredicate& predicate, const ProblemO
   return total * (p.heads / head_rows);
 }
 
+std::int64_t packed_visible_pairs(const HostPredicate& predicate, const ProblemOptions& p) {
+  const attnjit::PredicateInfo used = attnjit::info(predicate.lifted);
+  const attnjit::PredicateEvaluator evaluator(predicate.lifted, predicate.bindings);
+  const int head_rows = used.uses_head ? p.heads : 1;
+  const std::int64_t total = on_every_thread([&](int w, int workers) {
+    std::int64_t count = 0;
+    for (std::size_t s = 0; s < p.lengths_q.size(); ++s) {
+      const int keys = used_keys(p, s);
+      for (int h = 0; h < head_rows; ++h) {
+        for (int q = w; q < p.lengths_q[s]; q += workers) {
+          for (int k = 0; k < keys; ++k) count += evaluator.visible(static_cast<int>(s), h, q, k);
+        }
+      }
+    }
+    return count;
+  });
+  return total * (p.heads / head_rows);
+}
+
 DeviceMask bind_mask(const attnjit::AttentionSpec& s, const ProblemOptions& p,
                      const std::optional<HostPredicate>& predicate, attnjit::ForwardArgs& args) {
   DeviceMask mask;
@@ -193,7 +212,9 @@ DeviceMask bind_mask(const attnjit::AttentionSpec& s, const ProblemOptions& p,
   if (s.varlen != attnjit::VarlenMode::off) {
     mask.varlen = upload_varlen(p, s.varlen);
     args.varlen = mask.varlen->args;
-    mask.pairs = packed_visible_pairs(s.mask, p, mask.vectors ? &*mask.vectors : nullptr);
+    mask.pairs = predicate
+                     ? packed_visible_pairs(*predicate, p)
+                     : packed_visible_pairs(s.mask, p, mask.vectors ? &*mask.vectors : nullptr);
     return mask;
   }
   mask.pairs = predicate ? visible_pairs(*predicate, p.batch, p.heads, p.seqlen_q, p.seqlen_k)

@@ -53,6 +53,10 @@ std::int64_t visible_pairs(const HostPredicate& predicate, int batch, int heads,
 /// predicate's q at its position cache_lengths[b] - seqlen_q + t (as the kernels see it).
 std::int64_t cached_visible_pairs(const HostPredicate& predicate, const ProblemOptions& p);
 
+/// The same over a packed batch: sequence s is the predicate's b, its queries and used keys
+/// its q and k counted from the sequence's first (as the kernels see them).
+std::int64_t packed_visible_pairs(const HostPredicate& predicate, const ProblemOptions& p);
+
 /// A problem's mask inputs on the device (make_vectors' FlashMask vectors, the predicate's
 /// tensors, a packed batch's boundaries, a KV cache's lengths and block table) and the visible
 /// (b, h, q, k) quadruples they leave.

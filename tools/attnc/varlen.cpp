@@ -27,10 +27,6 @@ DeviceBuffer upload_ints(const std::vector<int>& values) {
   return buffer;
 }
 
-int used_keys(const ProblemOptions& p, std::size_t s) {
-  return p.used_k.empty() ? p.lengths_k[s] : p.used_k[s];
-}
-
 // A contiguous view of `rows` rows of a packed activation, from row `first`, as one batch row.
 attnjit::TensorView sequence_rows(const attnjit::TensorView& packed, int first, int rows) {
   void* data =
@@ -39,6 +35,10 @@ attnjit::TensorView sequence_rows(const attnjit::TensorView& packed, int first, 
 }
 
 }  // namespace
+
+int used_keys(const ProblemOptions& p, std::size_t s) {
+  return p.used_k.empty() ? p.lengths_k[s] : p.used_k[s];
+}
 
 DeviceVarlen upload_varlen(const ProblemOptions& p, attnjit::VarlenMode mode) {
   DeviceVarlen v;

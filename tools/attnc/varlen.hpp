@@ -28,6 +28,9 @@ DeviceVarlen upload_varlen(const ProblemOptions& p, attnjit::VarlenMode mode);
 /// another along the keys. seqlen_q is the longest sequence's.
 attnjit::dsl::IntervalVectors packed_vectors(const attnjit::MaskSpec& mask, const ProblemOptions& p);
 
+/// The keys sequence `s` attends: its --seqused-k where given, else its --seqlens-k.
+int used_keys(const ProblemOptions& p, std::size_t s);
+
 /// (head, query, key) triples visible within the packed batch's sequences: for each, the mask's
 /// pairs over its queries and its used keys (bottom-right aligned, as the kernels take them),
 /// with its part of `vectors` (packed_vectors) for a FlashMask.

@@ -211,7 +211,7 @@ struct ForwardSm90a {
 
     if (warpgroup_index() == 0) {
       warpgroup_registers_decrease<Config::kProducerRegisters>();
-      if (threadIdx.x < 32) Producer::run(p, maps, base);
+      if (threadIdx.x < 32 * Producer::kWarps) Producer::run(p, maps, base);
       return;
     }
     warpgroup_registers_increase<Config::kConsumerRegisters>();

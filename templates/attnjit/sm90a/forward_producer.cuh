@@ -13,11 +13,12 @@
 // Over a paged KV cache a block's rows are boxes of up to a page's rows (kPageBoxRows at most,
 // the largest power of two that divides kBlockN), one box per lane, each at the page its
 // first key lives in through the block table (read a block ahead); boxes past the sequence's
-// pages read as zeros. Over any KV cache the V block that holds the sequence's end lands on a
-// barrier of the producer's, which zeroes its rows past the end before it hands the stage on.
-// Under masks with tables each K stage carries its block, the block's classification and
-// whether another block follows (Kernel::kFedWalk; a work that visits no block gets one stage
-// that says so); under masks by index the consumers walk the same blocks themselves.
+// pages read as zeros. Under masks by index, pages of less than half a block are walked by two
+// warps, the first copying Q and K, the second V (kWarps). Over any KV cache the V block that holds
+// the sequence's end lands on a barrier of the producer's, which zeroes its rows past the end
+// before it hands the stage on. Under masks with tables each K stage carries its block, the block's
+// classification and whether another block follows (Kernel::kFedWalk; a work that visits no block
+// gets one stage that says so); under masks by index the consumers walk the same blocks themselves.
 #pragma once
 
 #include "attnjit/common/key_block_walk.cuh"
@@ -59,6 +60,11 @@ struct ForwardProducer {
   /// atoms: pages hold at least 8 rows); one lane issues each box of a block.
   static constexpr int kPageBoxRows = kBlockN & -kBlockN;
   static_assert(!kPaged || kBlockN / 8 <= 32, "a box of at least 8 rows per lane");
+  /// Paged, masks by index: where pages hold less than half a block, two warps walk the same
+  /// blocks, the first copying K (and Q), the second V, so that the boxes of K and V are
+  /// issued at once (one warp issuing a box per page and panel held back the products of
+  /// pages of 8 and 16 keys); larger pages keep one warp (two were slower there).
+  static constexpr int kWarps = kPaged && !Kernel::kFedWalk && !Kernel::kPersistent ? 2 : 1;
 
   /// Runs the walks of the CTA's works; every lane of the warp calls it. The shared addresses
   /// are formed from `base` where used: the producer has few registers.
@@ -74,12 +80,30 @@ struct ForwardProducer {
     const Pipeline<kStages> v_ring{base + Kernel::kVRingOffset};
     PipelineState<kStages> k_state, v_state;
     if constexpr (!Kernel::kPersistent) {
-      if (lane == 0) load_q(p, maps, base, cta_work<false>(cta_order_of<Kernel::kCtaOrder>(p)));
+      // kWarps: the first warp copies Q and K, and V too unless the pages are small.
+      bool first_warp = true;
+      bool split = false;
+      if constexpr (kWarps == 2) {
+        first_warp = threadIdx.x < 32;
+        split = (1 << p.kv_cache.page_shift) < kBlockN / 2;
+        if (!first_warp && !split) return;
+      }
+      if (first_warp && lane == 0) {
+        load_q(p, maps, base, cta_work<false>(cta_order_of<Kernel::kCtaOrder>(p)));
+      }
       // The mask state and the CTA's work are formed again where used (Kernel::
       // block_mask_state), not held: the loop then fits the producer's few registers.
       WarpKeyBlockWalk<Mask, kBlockN> walk;
       walk.begin(Kernel::block_mask_state(p, 0), p.minmax, p.varlen);
-      run_walk(p, maps, base, k_ring, v_ring, k_state, v_state, walk, 0);
+      if (!split) {
+        run_walk<true, true>(p, maps, base, k_ring, v_ring, k_state, v_state, walk, 0);
+      } else if constexpr (kWarps == 2) {
+        if (first_warp) {
+          run_walk<true, false>(p, maps, base, k_ring, v_ring, k_state, v_state, walk, 0);
+        } else {
+          run_walk<false, true>(p, maps, base, k_ring, v_ring, k_state, v_state, walk, 0);
+        }
+      }
     } else {
       // Works after each CTA's first are drawn from the counter, one ahead: the draw and the
       // order's entry of the next work load while this one's blocks are walked.
@@ -113,7 +137,7 @@ struct ForwardProducer {
             load_q(p, maps, base, work);
           }
           __syncwarp();
-          run_walk(p, maps, base, k_ring, v_ring, k_state, v_state, walk, parity);
+          run_walk<true, true>(p, maps, base, k_ring, v_ring, k_state, v_state, walk, parity);
           parity ^= 1;
         }
         launched = next;
@@ -171,12 +195,15 @@ struct ForwardProducer {
     tma_load_tile<QTile>(base, maps.q, q_full, work.block * kBlockM, work.head, work.batch);
   }
 
-  /// The K and V copies of the work of parity `parity`, its walk begun. The walk runs a
-  /// block ahead of the K copies: a stage's slot (kFedWalk) says whether another follows.
+  /// The K copies (kCopyK) and the V copies (kCopyV) of the work of parity `parity`, its walk
+  /// begun. The walk runs a block ahead of the K copies: a stage's slot (kFedWalk) says
+  /// whether another follows.
+  template <bool kCopyK, bool kCopyV>
   __device__ __forceinline__ static void run_walk(
       const FwdParams& p, const FwdTensorMaps& maps, u32 base, const Pipeline<kStages>& k_ring,
       const Pipeline<kStages>& v_ring, PipelineState<kStages>& k_state,
       PipelineState<kStages>& v_state, WarpKeyBlockWalk<Mask, kBlockN>& walk, u32 parity) {
+    static_assert(kCopyK || !Kernel::kFedWalk, "a fed walk's K stages carry its blocks");
     const int lane = threadIdx.x % 32;
     int previous = -1;
     // Paged: the page of this lane's box of the block and of the previous block. Each block's
@@ -186,7 +213,7 @@ struct ForwardProducer {
     int previous_page = 0;
     for (;;) {
       const int block = walk.more() ? walk.block : -1;
-      if (block >= 0) {
+      if (kCopyK && block >= 0) {
         int tile = 0;
         if constexpr (Kernel::kFedWalk) {
           tile = walk.tile(Kernel::block_mask_state(p, parity), p.minmax);
@@ -223,7 +250,7 @@ struct ForwardProducer {
         if constexpr (kColumns > 0) mbarrier_arrive(k_ring.full(k_state.index));
         k_state.advance();
       }
-      if (previous >= 0) {
+      if (kCopyV && previous >= 0) {
         v_ring.producer_acquire(v_state);
         const u32 v_stage = base + Kernel::kVOffset + v_state.index * VTile::kBytes;
         const u32 v_full = v_ring.full(v_state.index);

@@ -114,6 +114,8 @@ DevicePredicate upload(const HostPredicate& predicate) {
   return out;
 }
 
+namespace {
+
 // The sum of count(w, workers) over `workers` = the hardware threads, each running its own.
 template <class Count>
 std::int64_t on_every_thread(Count&& count) {
@@ -127,63 +129,60 @@ std::int64_t on_every_thread(Count&& count) {
   return total;
 }
 
+// One sequence of a count_visible: its query rows, the first one's q, and its keys.
+struct SequenceRows {
+  int queries = 0;
+  int first = 0;
+  int keys = 0;
+};
+
+// The (b, h, q, k) quadruples `predicate` leaves visible over sequences b < `sequences` of
+// rows_of(b) rows and the query heads, counted on every hardware thread (once per head only
+// where the predicate reads h).
+template <class RowsOf>
+std::int64_t count_visible(const HostPredicate& predicate, int sequences, int heads,
+                           RowsOf&& rows_of) {
+  const attnjit::PredicateEvaluator evaluator(predicate.lifted, predicate.bindings);
+  const int head_rows = attnjit::info(predicate.lifted).uses_head ? heads : 1;
+  const std::int64_t total = on_every_thread([&](int w, int workers) {
+    std::int64_t count = 0;
+    for (int b = 0; b < sequences; ++b) {
+      const SequenceRows rows = rows_of(b);
+      for (int h = 0; h < head_rows; ++h) {
+        for (int t = w; t < rows.queries; t += workers) {
+          for (int k = 0; k < rows.keys; ++k) count += evaluator.visible(b, h, rows.first + t, k);
+        }
+      }
+    }
+    return count;
+  });
+  return total * (heads / head_rows);
+}
+
+}  // namespace
+
 std::int64_t visible_pairs(const HostPredicate& predicate, int batch, int heads, int seqlen_q,
                            int seqlen_k) {
   const attnjit::PredicateInfo used = attnjit::info(predicate.lifted);
-  const attnjit::PredicateEvaluator evaluator(predicate.lifted, predicate.bindings);
   const int batches = used.uses_batch || !used.tensors.empty() ? batch : 1;
-  const int head_rows = used.uses_head ? heads : 1;
-  const std::int64_t total = on_every_thread([&](int w, int workers) {
-    std::int64_t count = 0;
-    for (int b = 0; b < batches; ++b) {
-      for (int h = 0; h < head_rows; ++h) {
-        for (int q = w; q < seqlen_q; q += workers) {
-          for (int k = 0; k < seqlen_k; ++k) count += evaluator.visible(b, h, q, k);
-        }
-      }
-    }
-    return count;
-  });
-  return total * (batch / batches) * (heads / head_rows);
+  return count_visible(predicate, batches, heads,
+                       [&](int) {
+                         return SequenceRows{seqlen_q, 0, seqlen_k};
+                       }) *
+         (batch / batches);
 }
 
 std::int64_t cached_visible_pairs(const HostPredicate& predicate, const ProblemOptions& p) {
-  const attnjit::PredicateInfo used = attnjit::info(predicate.lifted);
-  const attnjit::PredicateEvaluator evaluator(predicate.lifted, predicate.bindings);
-  const int head_rows = used.uses_head ? p.heads : 1;
-  const std::int64_t total = on_every_thread([&](int w, int workers) {
-    std::int64_t count = 0;
-    for (int b = 0; b < p.batch; ++b) {
-      const int keys = p.cache_lengths[b];
-      for (int h = 0; h < head_rows; ++h) {
-        for (int t = w; t < p.seqlen_q; t += workers) {
-          const int position = keys - p.seqlen_q + t;
-          for (int k = 0; k < keys; ++k) count += evaluator.visible(b, h, position, k);
-        }
-      }
-    }
-    return count;
+  return count_visible(predicate, p.batch, p.heads, [&](int b) {
+    const int keys = p.cache_lengths[b];
+    return SequenceRows{p.seqlen_q, keys - p.seqlen_q, keys};
   });
-  return total * (p.heads / head_rows);
 }
 
 std::int64_t packed_visible_pairs(const HostPredicate& predicate, const ProblemOptions& p) {
-  const attnjit::PredicateInfo used = attnjit::info(predicate.lifted);
-  const attnjit::PredicateEvaluator evaluator(predicate.lifted, predicate.bindings);
-  const int head_rows = used.uses_head ? p.heads : 1;
-  const std::int64_t total = on_every_thread([&](int w, int workers) {
-    std::int64_t count = 0;
-    for (std::size_t s = 0; s < p.lengths_q.size(); ++s) {
-      const int keys = used_keys(p, s);
-      for (int h = 0; h < head_rows; ++h) {
-        for (int q = w; q < p.lengths_q[s]; q += workers) {
-          for (int k = 0; k < keys; ++k) count += evaluator.visible(static_cast<int>(s), h, q, k);
-        }
-      }
-    }
-    return count;
+  return count_visible(predicate, static_cast<int>(p.lengths_q.size()), p.heads, [&](int s) {
+    return SequenceRows{p.lengths_q[s], 0, used_keys(p, s)};
   });
-  return total * (p.heads / head_rows);
 }
 
 DeviceMask bind_mask(const attnjit::AttentionSpec& s, const ProblemOptions& p,

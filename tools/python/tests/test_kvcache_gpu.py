@@ -498,8 +498,8 @@ class KvCacheTest(KvCacheCase):
                  causal=True, page_size=32, dtype=torch.float16),
             dict(batch=4, capacity=800, heads=16, kv_heads=16, head_dim=64, new_tokens=64,
                  window=(50, 30), page_size=128, softcap=20.0, alibi=True),
-            # Three consumer warpgroups (192-row query blocks): d64, contiguous, causal; over
-            # pages (smaller and larger than the key block) d64 takes two.
+            # Three consumer warpgroups (192-row query blocks): d64, causal, contiguous and over
+            # pages smaller (two producer warps) and larger than half the key block.
             dict(batch=3, capacity=900, heads=16, kv_heads=4, head_dim=64, new_tokens=333,
                  causal=True, with_sinks=True),
             dict(batch=3, capacity=900, heads=16, kv_heads=4, head_dim=64, new_tokens=333,

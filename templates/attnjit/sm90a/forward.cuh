@@ -196,15 +196,16 @@ struct ForwardSm90a {
         const NewTokens rows = new_tokens(p, batch);
         kv_cache_rows_slot = rows;
         kv_cache_keys_slot = cache_length(p, batch, appended_keys(p, rows));
-        mbarrier_init(smem_address(&kv_cache_tail_barrier), 1);
+        mbarrier_init(smem_address(&kv_cache_tail_barrier), Producer::ring_arrivals(p));
       }
       mbarrier_init(base + kBarrierOffset, 1);
       mbarrier_init(base + kQEmptyOffset, kQEmptyArrivals);
       // K stages: the TMA thread, plus the lanes' cp.async of the FlashMask values. Empty:
       // kKReleasePerWarp's arrivals. V stages: one arrival per consumer warp.
-      Pipeline<kStages>{base + kKRingOffset}.init(1 + (kColumns > 0 ? 32 : 0),
-                                                  (kKReleasePerWarp ? 4 : 128) * kConsumers);
-      Pipeline<kStages>{base + kVRingOffset}.init(1, 4 * kConsumers);
+      Pipeline<kStages>{base + kKRingOffset}.init(
+          Producer::ring_arrivals(p) + (kColumns > 0 ? 32 : 0),
+          (kKReleasePerWarp ? 4 : 128) * kConsumers);
+      Pipeline<kStages>{base + kVRingOffset}.init(Producer::ring_arrivals(p), 4 * kConsumers);
       mbarrier_init_fence();
     }
     __syncthreads();

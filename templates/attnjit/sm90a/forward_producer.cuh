@@ -14,7 +14,7 @@
 // the largest power of two that divides kBlockN), one box per lane, each at the page its
 // first key lives in through the block table (read a block ahead); boxes past the sequence's
 // pages read as zeros. Under masks by index, pages of less than half a block are walked by two
-// warps, the first copying Q and K, the second V (kWarps). Over any KV cache the V block that holds
+// or four warps that share the boxes (kWarps). Over any KV cache the V block that holds
 // the sequence's end lands on a barrier of the producer's, which zeroes its rows past the end
 // before it hands the stage on. Under masks with tables each K stage carries its block, the block's
 // classification and whether another block follows (Kernel::kFedWalk; a work that visits no block
@@ -60,11 +60,43 @@ struct ForwardProducer {
   /// atoms: pages hold at least 8 rows); one lane issues each box of a block.
   static constexpr int kPageBoxRows = kBlockN & -kBlockN;
   static_assert(!kPaged || kBlockN / 8 <= 32, "a box of at least 8 rows per lane");
-  /// Paged, masks by index: where pages hold less than half a block, two warps walk the same
-  /// blocks, the first copying K (and Q), the second V, so that the boxes of K and V are
-  /// issued at once (one warp issuing a box per page and panel held back the products of
-  /// pages of 8 and 16 keys); larger pages keep one warp (two were slower there).
-  static constexpr int kWarps = kPaged && !Kernel::kFedWalk && !Kernel::kPersistent ? 2 : 1;
+  /// Paged, masks by index: where pages hold less than half a block, the producer warpgroup's
+  /// warps walk the same blocks and share the boxes: two, the first copying K (and Q), the
+  /// second V, or where K and V have two panels or more four, K's even and odd panels and V's
+  /// (one warp issuing a box per page and panel held back the products of pages of 8 and 16
+  /// keys); each warp of a ring arrives on its stages with its own bytes. Larger pages keep
+  /// one warp (two were slower there).
+  static constexpr int kKPanels = KTile::kBytes / KTile::kPanelBytes;
+  static constexpr int kVPanels = VTile::kBytes / VTile::kPanelBytes;
+  static constexpr int kWarps = !kPaged || Kernel::kFedWalk || Kernel::kPersistent ? 1
+                                : kKPanels >= 2 && kVPanels >= 2                   ? 4
+                                                                                   : 2;
+
+  /// The warps that copy K and V for this call's pages: kWarps below half a block, else one.
+  __device__ __forceinline__ static int copy_warps(const FwdParams& p) {
+    if constexpr (kWarps == 1) {
+      return 1;
+    } else {
+      return (1 << p.kv_cache.page_shift) < kBlockN / 2 ? kWarps : 1;
+    }
+  }
+
+  /// The arrivals that fill a K or V stage (and the V tail's barrier): one per warp of a ring.
+  __device__ __forceinline__ static int ring_arrivals(const FwdParams& p) {
+    return copy_warps(p) == 4 ? 2 : 1;
+  }
+
+  /// The panels of Tile that a warp copies: every one (kHalf -1), the even ones (0) or the odd
+  /// ones (1), and their bytes.
+  template <class Tile, int kHalf>
+  struct PanelShare {
+    static constexpr int kPanels = Tile::kBytes / Tile::kPanelBytes;
+    __device__ static constexpr bool has(int panel) { return kHalf < 0 || panel % 2 == kHalf; }
+    static constexpr int kBytes = (kHalf < 0    ? kPanels
+                                   : kHalf == 0 ? (kPanels + 1) / 2
+                                                : kPanels / 2) *
+                                  Tile::kPanelBytes;
+  };
 
   /// Runs the walks of the CTA's works; every lane of the warp calls it. The shared addresses
   /// are formed from `base` where used: the producer has few registers.
@@ -80,15 +112,16 @@ struct ForwardProducer {
     const Pipeline<kStages> v_ring{base + Kernel::kVRingOffset};
     PipelineState<kStages> k_state, v_state;
     if constexpr (!Kernel::kPersistent) {
-      // kWarps: the first warp copies Q and K, and V too unless the pages are small.
-      bool first_warp = true;
+      // kWarps: the first warp copies Q and K, and V too unless the pages are small; two warps
+      // split K and V, four each ring's even and odd panels.
+      int warp = 0;
       bool split = false;
-      if constexpr (kWarps == 2) {
-        first_warp = threadIdx.x < 32;
-        split = (1 << p.kv_cache.page_shift) < kBlockN / 2;
-        if (!first_warp && !split) return;
+      if constexpr (kWarps > 1) {
+        warp = static_cast<int>(threadIdx.x / 32);
+        split = copy_warps(p) > 1;
+        if (warp > 0 && !split) return;
       }
-      if (first_warp && lane == 0) {
+      if (warp == 0 && lane == 0) {
         load_q(p, maps, base, cta_work<false>(cta_order_of<Kernel::kCtaOrder>(p)));
       }
       // The mask state and the CTA's work are formed again where used (Kernel::
@@ -98,10 +131,20 @@ struct ForwardProducer {
       if (!split) {
         run_walk<true, true>(p, maps, base, k_ring, v_ring, k_state, v_state, walk, 0);
       } else if constexpr (kWarps == 2) {
-        if (first_warp) {
+        if (warp == 0) {
           run_walk<true, false>(p, maps, base, k_ring, v_ring, k_state, v_state, walk, 0);
         } else {
           run_walk<false, true>(p, maps, base, k_ring, v_ring, k_state, v_state, walk, 0);
+        }
+      } else if constexpr (kWarps == 4) {
+        if (warp == 0) {
+          run_walk<true, false, 0>(p, maps, base, k_ring, v_ring, k_state, v_state, walk, 0);
+        } else if (warp == 1) {
+          run_walk<true, false, 1>(p, maps, base, k_ring, v_ring, k_state, v_state, walk, 0);
+        } else if (warp == 2) {
+          run_walk<false, true, 0>(p, maps, base, k_ring, v_ring, k_state, v_state, walk, 0);
+        } else {
+          run_walk<false, true, 1>(p, maps, base, k_ring, v_ring, k_state, v_state, walk, 0);
         }
       }
     } else {
@@ -198,7 +241,7 @@ struct ForwardProducer {
   /// The K copies (kCopyK) and the V copies (kCopyV) of the work of parity `parity`, its walk
   /// begun. The walk runs a block ahead of the K copies: a stage's slot (kFedWalk) says
   /// whether another follows.
-  template <bool kCopyK, bool kCopyV>
+  template <bool kCopyK, bool kCopyV, int kHalf = -1>
   __device__ __forceinline__ static void run_walk(
       const FwdParams& p, const FwdTensorMaps& maps, u32 base, const Pipeline<kStages>& k_ring,
       const Pipeline<kStages>& v_ring, PipelineState<kStages>& k_state,
@@ -224,15 +267,15 @@ struct ForwardProducer {
         if (lane == 0) {
           if constexpr (Kernel::kFedWalk)
             write_block_slot(base, k_state.index, block, tile, walk.more());
-          k_ring.producer_commit(k_state, KTile::kBytes);
+          k_ring.producer_commit(k_state, PanelShare<KTile, kHalf>::kBytes);
           if constexpr (!kPaged) {
             load_panels<KTile>(p, maps.k, k_stage, k_ring.full(k_state.index), block, parity);
           }
         }
         if constexpr (kPaged) {
           __syncwarp();  // the expected bytes before any box's completion
-          load_page_boxes<KTile>(p, maps.k, k_stage, k_ring.full(k_state.index), block, page,
-                                 parity);
+          load_page_boxes<KTile, kHalf>(p, maps.k, k_stage, k_ring.full(k_state.index), block, page,
+                                        parity);
         }
         if constexpr (kColumns > 0) {
           load_vectors(p, Kernel::block_mask_state(p, parity), block,
@@ -258,17 +301,19 @@ struct ForwardProducer {
         const int end_row = kKvCache ? Kernel::sequence_keys() - previous * kBlockN : kBlockN;
         if constexpr (kKvCache) {
           if (end_row < kBlockN) {
-            load_zeroed_tail(p, maps.v, v_stage, v_full, previous, previous_page, end_row, parity);
+            load_zeroed_tail<kHalf>(p, maps.v, v_stage, v_full, previous, previous_page, end_row,
+                                    parity);
           }
         }
         if (end_row >= kBlockN) {
           if (lane == 0) {
-            v_ring.producer_commit(v_state, VTile::kBytes);
+            v_ring.producer_commit(v_state, PanelShare<VTile, kHalf>::kBytes);
             if constexpr (!kPaged) load_panels<VTile>(p, maps.v, v_stage, v_full, previous, parity);
           }
           if constexpr (kPaged) {
             __syncwarp();
-            load_page_boxes<VTile>(p, maps.v, v_stage, v_full, previous, previous_page, parity);
+            load_page_boxes<VTile, kHalf>(p, maps.v, v_stage, v_full, previous, previous_page,
+                                          parity);
           }
         }
         v_state.advance();
@@ -322,7 +367,7 @@ struct ForwardProducer {
 
   /// Paged: this lane's box of every panel of K or V block `block` (Tile: KTile or VTile), at
   /// page `page` (box_page's), completing on `bar`.
-  template <class Tile>
+  template <class Tile, int kHalf = -1>
   __device__ __forceinline__ static void load_page_boxes(const FwdParams& p, const TensorMap& map,
                                                          u32 dst, u32 bar, int block, int page,
                                                          u32 parity) {
@@ -332,6 +377,7 @@ struct ForwardProducer {
     const int kv_head = Kernel::current_kv_head(parity);
 #pragma unroll
     for (int panel = 0; panel < Tile::kBytes / Tile::kPanelBytes; ++panel) {
+      if (!PanelShare<Tile, kHalf>::has(panel)) continue;
       tma_load(dst + panel * Tile::kPanelBytes + row * (Tile::kPanelCols * 2), map, bar,
                panel * Tile::kPanelCols, within, kv_head, page);
     }
@@ -341,18 +387,24 @@ struct ForwardProducer {
   /// on are past it), copied onto the producer's barrier, its rows past the end zeroed once
   /// landed, then handed to the consumers on `full` (a plain arrival, after a proxy fence: the
   /// products read the stage through the async proxy).
+  template <int kHalf = -1>
   __device__ __forceinline__ static void load_zeroed_tail(const FwdParams& p, const TensorMap& map,
                                                           u32 dst, u32 full, int block, int page,
                                                           int end_row, u32 parity) {
     const int lane = threadIdx.x % 32;
     const u32 tail = smem_address(&kv_cache_tail_barrier);
     if (lane == 0) {
-      mbarrier_arrive_expect_tx(tail, VTile::kBytes);
+      mbarrier_arrive_expect_tx(tail, PanelShare<VTile, kHalf>::kBytes);
       if constexpr (!kPaged) load_panels<VTile>(p, map, dst, tail, block, parity);
     }
     if constexpr (kPaged) {
       __syncwarp();
-      load_page_boxes<VTile>(p, map, dst, tail, block, page, parity);
+      load_page_boxes<VTile, kHalf>(p, map, dst, tail, block, page, parity);
+    }
+    if constexpr (kHalf == 1) {
+      // The even panels' warp zeroes every panel once the tail's barrier has both halves.
+      if (lane == 0) mbarrier_arrive(full);
+      return;
     }
     // One tail per work, one work per CTA: the barrier's first phase.
     mbarrier_wait(tail, 0);

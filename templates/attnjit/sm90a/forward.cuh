@@ -200,12 +200,14 @@ struct ForwardSm90a {
       }
       mbarrier_init(base + kBarrierOffset, 1);
       mbarrier_init(base + kQEmptyOffset, kQEmptyArrivals);
-      // K stages: the TMA thread, plus the lanes' cp.async of the FlashMask values. Empty:
-      // kKReleasePerWarp's arrivals. V stages: one arrival per consumer warp.
-      Pipeline<kStages>{base + kKRingOffset}.init(
-          Producer::ring_arrivals(p) + (kColumns > 0 ? 32 : 0),
-          (kKReleasePerWarp ? 4 : 128) * kConsumers);
-      Pipeline<kStages>{base + kVRingOffset}.init(Producer::ring_arrivals(p), 4 * kConsumers);
+      // K stages: the TMA thread of each warp that copies K (Producer::ring_arrivals), plus
+      // the lanes' cp.async of the FlashMask values. Empty: kKReleasePerWarp's arrivals. V
+      // stages: the TMA thread of each warp that copies V; empty: one arrival per consumer
+      // warp.
+      const int copiers = Producer::ring_arrivals(p);
+      Pipeline<kStages>{base + kKRingOffset}.init(copiers + (kColumns > 0 ? 32 : 0),
+                                                  (kKReleasePerWarp ? 4 : 128) * kConsumers);
+      Pipeline<kStages>{base + kVRingOffset}.init(copiers, 4 * kConsumers);
       mbarrier_init_fence();
     }
     __syncthreads();

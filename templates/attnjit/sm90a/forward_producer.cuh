@@ -60,16 +60,26 @@ struct ForwardProducer {
   /// atoms: pages hold at least 8 rows); one lane issues each box of a block.
   static constexpr int kPageBoxRows = kBlockN & -kBlockN;
   static_assert(!kPaged || kBlockN / 8 <= 32, "a box of at least 8 rows per lane");
+  /// The panels of Tile that a warp copies: every one (kHalf -1), the even ones (0) or the odd
+  /// ones (1), and their bytes.
+  template <class Tile, int kHalf>
+  struct PanelShare {
+    static constexpr int kPanels = Tile::kBytes / Tile::kPanelBytes;
+    __device__ static constexpr bool has(int panel) { return kHalf < 0 || panel % 2 == kHalf; }
+    static constexpr int kBytes = (kHalf < 0    ? kPanels
+                                   : kHalf == 0 ? (kPanels + 1) / 2
+                                                : kPanels / 2) *
+                                  Tile::kPanelBytes;
+  };
   /// Paged, masks by index: where pages hold less than half a block, the producer warpgroup's
   /// warps walk the same blocks and share the boxes: two, the first copying K (and Q), the
   /// second V, or where K and V have two panels or more four, K's even and odd panels and V's
   /// (one warp issuing a box per page and panel held back the products of pages of 8 and 16
   /// keys); each warp of a ring arrives on its stages with its own bytes. Larger pages keep
   /// one warp (two were slower there).
-  static constexpr int kKPanels = KTile::kBytes / KTile::kPanelBytes;
-  static constexpr int kVPanels = VTile::kBytes / VTile::kPanelBytes;
-  static constexpr int kWarps = !kPaged || Kernel::kFedWalk || Kernel::kPersistent ? 1
-                                : kKPanels >= 2 && kVPanels >= 2                   ? 4
+  static constexpr int kWarps =
+      !kPaged || Kernel::kFedWalk || Kernel::kPersistent                           ? 1
+      : PanelShare<KTile, -1>::kPanels >= 2 && PanelShare<VTile, -1>::kPanels >= 2 ? 4
                                                                                    : 2;
 
   /// The warps that copy K and V for this call's pages: kWarps below half a block, else one.
@@ -85,18 +95,6 @@ struct ForwardProducer {
   __device__ __forceinline__ static int ring_arrivals(const FwdParams& p) {
     return copy_warps(p) == 4 ? 2 : 1;
   }
-
-  /// The panels of Tile that a warp copies: every one (kHalf -1), the even ones (0) or the odd
-  /// ones (1), and their bytes.
-  template <class Tile, int kHalf>
-  struct PanelShare {
-    static constexpr int kPanels = Tile::kBytes / Tile::kPanelBytes;
-    __device__ static constexpr bool has(int panel) { return kHalf < 0 || panel % 2 == kHalf; }
-    static constexpr int kBytes = (kHalf < 0    ? kPanels
-                                   : kHalf == 0 ? (kPanels + 1) / 2
-                                                : kPanels / 2) *
-                                  Tile::kPanelBytes;
-  };
 
   /// Runs the walks of the CTA's works; every lane of the warp calls it. The shared addresses
   /// are formed from `base` where used: the producer has few registers.

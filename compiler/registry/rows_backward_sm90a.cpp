@@ -1,14 +1,14 @@
 // The backward main kernel of the sm90a family (sm90a/backward.cuh): a TMA producer warpgroup and
-// two wgmma consumer warpgroups, Q, dO, LSE and D streamed through a ring of two stages, dQ
-// added to its fp32 accumulator by TMA reductions from shared memory, dK and dV stored by TMA;
-// its parameters are BwdParams and the TMA maps of q, d_o, k, v, the dQ accumulator, d_k and
-// d_v. Head dims 64, 96 and 128: block_n = 128, the consumers split the keys; head dims 192 and
-// 256: block_n = 64, the consumers split the head dim; every mask. Unequal head dims (Q, K, dQ
-// and dK head_dim_qk wide, V, dO and dV head_dim_v): (192, 128) and (256, 128) split the head
-// dims, (128, 64) and (64, 128) the keys. The automatic choice on sm_90a at those head dims, in
-// both modes; `tiles=64x128x12:warpgroups` / `64x64x12:warpgroups` forces it. At d128 without a
-// mask or soft-capping its query blocks have 80 rows (`80x128x12:warpgroups`, dQ^T = K^T dS^T),
-// which takes less time than 64 rows there.
+// two wgmma consumer warpgroups, Q, dO, LSE and D streamed through a ring of stages (three at
+// head_dim_qk 192, else two), dQ added to its fp32 accumulator by TMA reductions from shared
+// memory, dK and dV stored by TMA; its parameters are BwdParams and the TMA maps of q, d_o, k, v,
+// the dQ accumulator, d_k and d_v. Head dims 64, 96 and 128: block_n = 128, the consumers split
+// the keys; head dims 192 and 256: block_n = 64, the consumers split the head dim; every mask.
+// Unequal head dims (Q, K, dQ and dK head_dim_qk wide, V, dO and dV head_dim_v): (192, 128) and
+// (256, 128) split the head dims, (128, 64) and (64, 128) the keys. The automatic choice on sm_90a
+// at those head dims, in both modes; `tiles=64x128x12:warpgroups` / `64x64x12:warpgroups` forces
+// it. At d128 without a mask or soft-capping its query blocks have 80 rows
+// (`80x128x12:warpgroups`, dQ^T = K^T dS^T), which takes less time than 64 rows there.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -31,9 +31,11 @@ constexpr TileCandidate warpgroups(int d, int block_m, int d_v = 0) {
 }
 
 // A head dim above 128 (192, 256): 64 keys per CTA, the consumers split the head dims
-// (sm90a/backward.cuh's kSplitHeadDim). head_dim_v 0: equal head dims.
+// (sm90a/backward.cuh's kSplitHeadDim). head_dim_v 0: equal head dims. There a stage holds the
+// consumers' fp32 dQ until the writers' reductions have read it, so the next block's Q and dO
+// wait for them with two stages: head_dim_qk 192 takes a third (it fits; at 256 it does not).
 constexpr TileCandidate wide(int d, int d_v = 0) {
-  TileCandidate c{d, 64, 64, 12, 1, kStages};
+  TileCandidate c{d, 64, 64, 12, 1, d == 192 ? 3 : kStages};
   c.head_dim_v = d_v;
   return c;
 }

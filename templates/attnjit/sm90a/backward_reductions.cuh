@@ -15,23 +15,35 @@ constexpr int kSumBoxBytes = 64 * 128;
 /// box_address(b). kBoxCols = 32: 128-byte rows in the 128-byte swizzle, column c of row r
 /// being float c % 4 of 16-byte chunk (c % 32 / 4) ^ (r % 8) of row r of box c / 32; 16:
 /// 64-byte rows in the 64-byte swizzle, chunk (c % 16 / 4) ^ ((r / 2) % 4) of box c / 16.
+/// A 64-bit store is served a half-warp (four rows) at a time: where the swizzle would put two
+/// of those rows' 32 bytes of one n8 tile in the same banks (rows r and r + 1 in the 128-byte
+/// swizzle, r and r + 2 in the 64-byte one), one of them stores a neighbouring tile of the same
+/// box in that step instead (tile dt ^ kFlip), so that each step takes one pass of the banks.
 template <int kCols, int kBoxCols = 32, class BoxAddress>
 __device__ __forceinline__ void store_fp32_boxes(BoxAddress box_address, int col0,
                                                  const float (&acc)[kCols / 8][4], float scale) {
   static_assert(kBoxCols == 32 || kBoxCols == 16, "boxes of 128- or 64-byte rows");
+  constexpr int kFlip = kBoxCols == 32 ? 2 : 1;
+  static_assert(kCols / 8 % (2 * kFlip) == 0, "whole groups of tiles that trade places");
   const int lane = read_tid_x() % 32;
   const int t = lane % 4;
+  // Rows g and g + 8 trade alike (their row's bits that choose the banks are g's).
+  const bool flip = kBoxCols == 32 ? (lane / 4) % 2 == 1 : (lane / 8) % 2 == 1;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = 16 * ((read_tid_x() / 32) % 4) + lane / 4 + 8 * r;
     const u32 at = row * (kBoxCols * 4) + (t % 2) * 8;
 #pragma unroll
     for (int dt = 0; dt < kCols / 8; ++dt) {
-      const int col = col0 + 8 * dt;
-      const int chunk = kBoxCols == 32 ? (2 * (dt % 4) + t / 2) ^ (row % 8)
-                                       : (2 * (dt % 2) + t / 2) ^ ((row / 2) % 4);
-      store_shared_v2_f32(box_address(col / kBoxCols) + at + chunk * 16, acc[dt][2 * r] * scale,
-                          acc[dt][2 * r + 1] * scale);
+      // Selects between compile-time tiles: the accumulator stays in registers.
+      const int tile = flip ? dt ^ kFlip : dt;
+      const float v0 = flip ? acc[dt ^ kFlip][2 * r] : acc[dt][2 * r];
+      const float v1 = flip ? acc[dt ^ kFlip][2 * r + 1] : acc[dt][2 * r + 1];
+      const int chunk = kBoxCols == 32 ? (2 * (tile % 4) + t / 2) ^ (row % 8)
+                                       : (2 * (tile % 2) + t / 2) ^ ((row / 2) % 4);
+      // Tiles dt and dt ^ kFlip lie in the same box.
+      store_shared_v2_f32(box_address((col0 + 8 * dt) / kBoxCols) + at + chunk * 16, v0 * scale,
+                          v1 * scale);
     }
   }
 }

@@ -1,13 +1,16 @@
 // Warpgroup MMAs of every width the kernels use (templates/attnjit/sm90a/wgmma.cuh): the SS form on
 // two K-major swizzled tiles (S = Q K^T), the RS form with A packed in registers and B an
 // MN-major tile (O += P V), bf16 and fp16, in the 128-byte swizzle of 64-column panels and
-// the 64-byte swizzle of 32-column panels (head dim 96). Small integer inputs make every sum
-// exact.
+// the 64-byte swizzle of 32-column panels (head dim 96); and the e4m3 forms: SS on two K-major
+// 8-bit tiles, RS with A packed from an fp32 accumulator (P) and B = V^T written in the packed
+// operand's key order. Small integer inputs make every sum exact.
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gpu/sm90_kernel.hpp"
@@ -115,7 +118,132 @@ void check_product(int n, DType dtype, bool rs, int kK = 128) {
   CHECK(wrong == 0);
 }
 
+// {0}: N, {1}: K (the reduction: head dim for SS, keys for RS), {2}: 1 for the RS form. SS: a
+// holds A [64][K] and b B [N][K] as e4m3 bytes; RS: a holds P [64][K] as floats (packed into
+// the A operand by pack_e4m3_operand) and b V [K][N] as e4m3 bytes, written transposed into
+// the K-major B tile (V^T [N][K]) in fp8_operand_key's order.
+constexpr const char* kFp8Source = R"(#include "attnjit/common/smem_tile.cuh"
+#include "attnjit/sm90a/wgmma.cuh"
+using namespace attnjit;
+constexpr int kN = {0};
+constexpr int kK = {1};
+constexpr bool kRs = {2};
+typedef SmemTile8<64, kK> ATile;
+typedef SmemTile8<kN, kK> BTile;
+extern "C" __global__ void __launch_bounds__(128)
+    wgmma_fp8_test(const void* a, const unsigned char* b, float* d) {{
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const u32 shared_a = (smem_address(smem) + 1023) & ~1023u;
+  const u32 shared_b = shared_a + ATile::kBytes;
+  unsigned char* base = smem + (shared_a - smem_address(smem));
+  for (int i = threadIdx.x; i < kN * kK; i += 128) {{
+    const int n = i / kK, k = i % kK;
+    // RS: column k of V^T (step k / 32, position k % 32) holds V's row of the packed key there.
+    base[ATile::kBytes + BTile::element_offset(n, k)] =
+        kRs ? b[(32 * (k / 32) + fp8_operand_key(k % 32)) * kN + n] : b[i];
+  }}
+  if constexpr (!kRs) {{
+    const unsigned char* a8 = static_cast<const unsigned char*>(a);
+    for (int i = threadIdx.x; i < 64 * kK; i += 128) {{
+      base[ATile::element_offset(i / kK, i % kK)] = a8[i];
+    }}
+  }}
+  fence_async_shared();
+  __syncthreads();
+  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  const int row = 16 * warp + g;
+  float acc[kN / 8][4];
+  if constexpr (kRs) {{
+    // P as the fp32 accumulator of an m64 x kK product.
+    const float* p = static_cast<const float*>(a);
+    float pd[kK / 8][4];
+    for (int nt = 0; nt < kK / 8; ++nt) {{
+      for (int e = 0; e < 4; ++e) pd[nt][e] = p[(row + 8 * (e / 2)) * kK + 8 * nt + 2 * t + e % 2];
+    }}
+    u32 regs[kK / 32][4];
+    for (int kk = 0; kk < kK / 32; ++kk) pack_e4m3_operand(pd, kk, regs[kk]);
+    wgmma_fence();
+    for (int kk = 0; kk < kK / 32; ++kk) {{
+      wgmma_rs<e4m3, kN, 0>(acc, regs[kk], k_major_descriptor<BTile::Layout>(shared_b, 0, kk),
+                            kk > 0);
+    }}
+  }} else {{
+    wgmma_fence();
+    for (int kk = 0; kk < kK / 32; ++kk) {{
+      wgmma_ss<e4m3, kN, 0, 0>(acc, k_major_descriptor<ATile::Layout>(shared_a, 0, kk),
+                               k_major_descriptor<BTile::Layout>(shared_b, 0, kk), kk > 0);
+    }}
+  }}
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_accumulators(acc);
+  for (int nt = 0; nt < kN / 8; ++nt) {{
+    for (int e = 0; e < 4; ++e) {{
+      d[(row + 8 * (e / 2)) * kN + 8 * nt + 2 * t + e % 2] = acc[nt][e];
+    }}
+  }}
+}}
+)";
+
+void check_fp8_product(int n, int k, bool rs) {
+  INFO("e4m3, N = " << n << ", K = " << k << (rs ? ", RS" : ", SS"));
+  const int smem = 1024 + 64 * k + n * k;
+  const gpu_test::Sm90Kernel kernel = gpu_test::compile_sm90_kernel(
+      fmt::format(kFp8Source, n, k, rs ? 1 : 0), "wgmma_fp8_test", smem);
+  std::mt19937 rng(n * 7 + k + rs);
+  std::uniform_int_distribution<int> small(-6, 6);
+  std::vector<int> a(64 * k), b(n * k);  // b: [n][k] for SS, V [k][n] for RS
+  for (int& x : a) x = small(rng);
+  for (int& x : b) x = small(rng);
+  std::vector<std::uint8_t> b_bits(b.size());
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    b_bits[i] = testing::float_to_e4m3_bits(static_cast<float>(b[i]));
+  }
+  std::vector<std::uint8_t> a_bytes;
+  if (rs) {
+    std::vector<float> p(a.begin(), a.end());
+    a_bytes.resize(p.size() * 4);
+    std::memcpy(a_bytes.data(), p.data(), a_bytes.size());
+  } else {
+    for (int x : a) a_bytes.push_back(testing::float_to_e4m3_bits(static_cast<float>(x)));
+  }
+  runtime::DeviceBuffer a_dev(a_bytes.size()), b_dev(b_bits.size()), d_dev(64 * n * 4);
+  a_dev.upload(a_bytes.data(), a_bytes.size());
+  b_dev.upload(b_bits.data(), b_bits.size());
+  d_dev.fill_bytes(0xff);
+  void* a_ptr = a_dev.data();
+  void* b_ptr = b_dev.data();
+  void* d_ptr = d_dev.data();
+  gpu_test::run_sm90_kernel(kernel, 1, 128, smem, {&a_ptr, &b_ptr, &d_ptr});
+  std::vector<float> d(64 * n);
+  d_dev.download(d.data(), d.size() * 4);
+  int wrong = 0;
+  for (int r = 0; r < 64; ++r) {
+    for (int c = 0; c < n; ++c) {
+      int expected = 0;
+      for (int i = 0; i < k; ++i) expected += a[r * k + i] * (rs ? b[i * n + c] : b[c * k + i]);
+      wrong += d[r * n + c] != static_cast<float>(expected);
+    }
+  }
+  CHECK(wrong == 0);
+}
+
 }  // namespace
+
+TEST_CASE("wgmma e4m3 products match the exact product", "[gpu][sm90a]") {
+  if (!gpu_test::sm90_device_or_skip("wgmma e4m3")) return;
+  // SS (S = Q K^T): head dims 64 (64-byte rows), 128 and 256 (two panels), key blocks of
+  // 64 to 256.
+  for (const auto& [n, k] : {std::pair{128, 128}, std::pair{64, 128}, std::pair{256, 128},
+                             std::pair{224, 128}, std::pair{128, 64}, std::pair{176, 256}}) {
+    check_fp8_product(n, k, false);
+  }
+  // RS (O += P V): head dims 64 to 256 as N, key blocks of 64 to 256 as K.
+  for (const auto& [n, k] : {std::pair{128, 128}, std::pair{64, 128}, std::pair{256, 64},
+                             std::pair{128, 256}, std::pair{64, 192}}) {
+    check_fp8_product(n, k, true);
+  }
+}
 
 TEST_CASE("wgmma SS products of every width match the exact product", "[gpu][sm90a]") {
   if (!gpu_test::sm90_device_or_skip("wgmma SS")) return;

@@ -1,10 +1,12 @@
-// float <-> bf16 / fp16 conversions with round-to-nearest-even, on the host, for the
+// float <-> bf16 / fp16 / e4m3 conversions with round-to-nearest-even, on the host, for the
 // reference attention and for preparing test inputs. Self-contained on purpose: the tests must
 // not share rounding code with the implementation they check.
 #pragma once
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "attnjit/spec.hpp"
 
@@ -62,6 +64,43 @@ inline float fp16_bits_to_float(std::uint16_t bits) {
   // Subnormal or zero: mantissa * 2^-24, exact in float.
   const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
   return sign != 0 ? -magnitude : magnitude;
+}
+
+/// FP8 E4M3 bits (OCP "fn": bias 7, no infinities, 0x7F / 0xFF NaN, largest finite 448) of
+/// `value`, rounded to nearest even, with subnormals (units of 2^-9) and saturation to +-448
+/// (as cvt.rn.satfinite); NaN stays NaN.
+inline std::uint8_t float_to_e4m3_bits(float value) {
+  const std::uint8_t sign = std::signbit(value) ? 0x80 : 0x00;
+  if (std::isnan(value)) return sign | 0x7F;
+  const double magnitude = std::fabs(static_cast<double>(value));
+  if (magnitude >= 448.0) return sign | 0x7E;
+  // A value counts units of its binade's spacing: 2^-9 below 2^-6 (subnormals), else
+  // 2^(e - 3) for 2^e <= value < 2^(e + 1).
+  int exponent = magnitude < 0x1p-6 ? -6 : std::ilogb(magnitude);
+  const double spacing = std::ldexp(1.0, exponent - 3);
+  const double units = magnitude / spacing;  // exact: a power-of-two scaling
+  double rounded = std::nearbyint(units);    // the default rounding mode: ties to even
+  if (rounded >= 16.0) {  // the mantissa carried into the next binade (16 units = 2^(e + 1))
+    rounded /= 2.0;
+    ++exponent;
+  }
+  if (rounded < 8.0) return sign | static_cast<std::uint8_t>(rounded);  // subnormal or zero
+  const int code = ((exponent + 7) << 3) | (static_cast<int>(rounded) - 8);
+  return sign | static_cast<std::uint8_t>(code > 0x7E ? 0x7E : code);
+}
+
+inline float e4m3_bits_to_float(std::uint8_t bits) {
+  const int exponent = (bits >> 3) & 0xF;
+  const int mantissa = bits & 0x7;
+  float magnitude;
+  if (exponent == 0xF && mantissa == 0x7) {
+    magnitude = std::numeric_limits<float>::quiet_NaN();
+  } else if (exponent == 0) {
+    magnitude = std::ldexp(static_cast<float>(mantissa), -9);
+  } else {
+    magnitude = std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
+  }
+  return (bits & 0x80) != 0 ? -magnitude : magnitude;
 }
 
 inline float round_to_bf16(float value) {

@@ -1,4 +1,5 @@
-// Host bf16/fp16 conversions: known values, rounding ties, specials and exact round trips.
+// Host bf16/fp16 conversions (and the tests' e4m3 one): known values, rounding ties, specials and
+// exact round trips.
 #include <catch2/catch.hpp>
 
 #include <bit>
@@ -7,6 +8,7 @@
 #include <limits>
 
 #include "runtime/jit/half.hpp"
+#include "support/half_round.hpp"
 
 using namespace attnjit::runtime;
 
@@ -79,4 +81,36 @@ TEST_CASE("every non-NaN 16-bit pattern round-trips exactly", "[runtime]") {
   }
   CHECK(fp16_mismatches == 0);
   CHECK(bf16_mismatches == 0);
+}
+
+// The tests' own e4m3 conversion (support/half_round.hpp), which prepares FP8 inputs and their
+// reference values.
+TEST_CASE("e4m3 test conversion: known values, ties, saturation and round trips", "[runtime]") {
+  using attnjit::testing::e4m3_bits_to_float;
+  using attnjit::testing::float_to_e4m3_bits;
+  CHECK(float_to_e4m3_bits(1.0f) == 0x38);
+  CHECK(float_to_e4m3_bits(-2.0f) == 0xc0);
+  CHECK(float_to_e4m3_bits(448.0f) == 0x7e);
+  CHECK(float_to_e4m3_bits(1000.0f) == 0x7e);  // saturates
+  CHECK(float_to_e4m3_bits(-1e30f) == 0xfe);
+  CHECK(float_to_e4m3_bits(std::ldexp(1.0f, -6)) == 0x08);    // smallest normal
+  CHECK(float_to_e4m3_bits(std::ldexp(1.0f, -9)) == 0x01);    // smallest subnormal
+  CHECK(float_to_e4m3_bits(std::ldexp(1.0f, -10)) == 0x00);   // tie between 0 and 1 unit: even
+  CHECK(float_to_e4m3_bits(std::ldexp(3.0f, -10)) == 0x02);   // tie between 1 and 2 units: even
+  CHECK(float_to_e4m3_bits(std::ldexp(15.5f, -10)) == 0x08);  // carries into the normals
+  CHECK(float_to_e4m3_bits(17.0f) == 0x58);                   // tie between 16 and 18: 16 is even
+  CHECK(float_to_e4m3_bits(19.0f) == 0x5a);                   // tie between 18 and 20: 20 is even
+  CHECK(float_to_e4m3_bits(31.0f) == 0x60);  // tie between 30 and 32: 32 (the next binade)
+  CHECK(float_to_e4m3_bits(-0.0f) == 0x80);
+  CHECK(std::isnan(e4m3_bits_to_float(float_to_e4m3_bits(std::nanf("")))));
+  CHECK(e4m3_bits_to_float(0x7e) == 448.0f);
+  CHECK(e4m3_bits_to_float(0x01) == std::ldexp(1.0f, -9));
+  CHECK(e4m3_bits_to_float(0xb9) == -1.125f);
+  int mismatches = 0;
+  for (int bits = 0; bits < 256; ++bits) {
+    const auto pattern = static_cast<std::uint8_t>(bits);
+    const float value = e4m3_bits_to_float(pattern);
+    if (!std::isnan(value) && float_to_e4m3_bits(value) != pattern) ++mismatches;
+  }
+  CHECK(mismatches == 0);
 }

@@ -24,6 +24,10 @@ struct bf16 {
 struct fp16 {
   u16 bits;
 };
+/// FP8 E4M3 (OCP's "fn": no infinities, largest finite 448): 8 bits, for the FP8 products.
+struct e4m3 {
+  unsigned char bits;
+};
 
 /// Packs two floats into one register of two 16-bit values (lo in the low half).
 template <class Element>
@@ -40,6 +44,18 @@ template <>
 __device__ __forceinline__ u32 pack2<fp16>(float lo, float hi) {
   u32 out;
   asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
+  return out;
+}
+
+/// Packs four floats into one register of four e4m3 values (x0 in the lowest byte), rounded to
+/// nearest even and saturated to +-448 (NaN stays NaN).
+__device__ __forceinline__ u32 pack4_e4m3(float x0, float x1, float x2, float x3) {
+  u32 out;
+  // cvt's first source goes to the upper byte of the pair.
+  asm("{\n.reg .b16 lo, hi;\ncvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\nmov.b32 %0, {lo, hi};\n}"
+      : "=r"(out)
+      : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
   return out;
 }
 

@@ -1,4 +1,4 @@
-// Swizzled shared-memory tiles of 16-bit elements and their global -> shared copies.
+// Swizzled shared-memory tiles of 16-bit (and 8-bit) elements and their global -> shared copies.
 //
 // A tile of kRows x kCols is stored as panels of kPanelCols columns (by default 64 when kCols
 // is a multiple of 64, else 32): [panel][row][kPanelCols]. Inside a panel the 16-byte chunks of
@@ -53,6 +53,24 @@ struct SmemTile {
   /// Byte offset of element (row, col); col need not be chunk aligned.
   __device__ static __forceinline__ int element_offset(int row, int col) {
     return offset(row, col >> 3) + ((col & 7) << 1);
+  }
+};
+
+/// A tile of kRows x kCols 8-bit elements (e4m3), laid out as the 16-bit tile of half as many
+/// columns: the same 128-byte (or 64-byte) panel rows, panels and swizzle, so that wgmma's
+/// descriptors and the TMA boxes of the 16-bit tiles serve it (Layout). Element (row, col) is
+/// byte col % 2 of that tile's element (row, col / 2).
+template <int kRows, int kCols>
+struct SmemTile8 {
+  static_assert(kCols % 64 == 0, "tile width must be a multiple of 64 bytes");
+  typedef SmemTile<kRows, kCols / 2> Layout;
+  static constexpr int kPanelCols = Layout::kPanelCols * 2;
+  static constexpr int kPanelBytes = Layout::kPanelBytes;
+  static constexpr int kBytes = Layout::kBytes;
+
+  /// Byte offset of element (row, col).
+  __device__ static __forceinline__ int element_offset(int row, int col) {
+    return Layout::element_offset(row, col >> 1) + (col & 1);
   }
 };
 

@@ -14,6 +14,12 @@
 // mma.sync m16n8 C layout, kN / 8 tiles side by side. A 16-bit A operand in registers has the
 // mma.sync A layout: for k16 step kk of accumulators d of the same m64 tile, the pairs
 // {d[2 kk][0, 1], d[2 kk][2, 3], d[2 kk + 1][0, 1], d[2 kk + 1][2, 3]}.
+// e4m3 products (k32 steps) take both operands K-major (no transpose forms): an 8-bit tile is
+// laid out as the 16-bit tile of half its columns (SmemTile8), so that a k32 step is the same 32
+// bytes of a row as a 16-bit k16 step and the descriptors above serve both. An 8-bit A operand
+// in registers has the mma.sync m16n8k32 layout (row g: bytes of columns 4 t .. 4 t + 3 and
+// 16 + 4 t .. 19 + 4 t); packed from an fp32 accumulator (pack_e4m3_operand) its positions hold
+// keys in the order fp8_operand_key gives, which the B operand's columns must follow.
 #pragma once
 
 #include "attnjit/common/primitives.cuh"
@@ -30,6 +36,16 @@ __device__ constexpr bool is_bf16() {
 }
 template <>
 __device__ constexpr bool is_bf16<bf16>() {
+  return true;
+}
+
+/// Whether Element selects the e4m3 forms (k32 steps).
+template <class Element>
+__device__ constexpr bool is_e4m3() {
+  return false;
+}
+template <>
+__device__ constexpr bool is_e4m3<e4m3>() {
   return true;
 }
 
@@ -158,7 +174,20 @@ __device__ __forceinline__ void fence_async_shared() {
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate),         \
                  "n"(kTransB))
 
-/// The m64nNk16 products of one N (a multiple of 16 up to 256), both forms, both 16-bit types.
+// The e4m3 forms: K-major operands only, so no transpose immediates.
+#define ATTNJIT_WGMMA_SS8(SHAPE, REGS, IA, IB, IS, ...)                                            \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS ", 0;\nwgmma.mma_async.sync.aligned." SHAPE \
+               " {" REGS "}, %" IA ", %" IB ", p, 1, 1;\n}\n"                                      \
+               : __VA_ARGS__                                                                       \
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+#define ATTNJIT_WGMMA_RS8(SHAPE, REGS, A, IB, IS, ...)                                             \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS ", 0;\nwgmma.mma_async.sync.aligned." SHAPE \
+               " {" REGS "}, " A ", %" IB ", p, 1, 1;\n}\n"                                        \
+               : __VA_ARGS__                                                                       \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
+
+/// The m64nNk16 products of one N (a multiple of 16 up to 256), both forms, both 16-bit types,
+/// and the m64nNk32 e4m3 ones.
 /// A kernel's source may define ATTNJIT_WGMMA_SOME_SHAPES and ATTNJIT_WGMMA_N<N> for the N it
 /// uses before including this header: the other shapes are not defined (their operand lists
 /// take most of the header's parse time).
@@ -172,7 +201,10 @@ struct WgmmaShape;
     template <class Element, int kTransA, int kTransB>                                             \
     __device__ static __forceinline__ void ss(float (&d)[N / 8][4], u64 desc_a, u64 desc_b,        \
                                               int accumulate) {                                    \
-      if constexpr (is_bf16<Element>()) {                                                          \
+      if constexpr (is_e4m3<Element>()) {                                                          \
+        static_assert(kTransA == 0 && kTransB == 0, "e4m3 operands are K-major");                  \
+        ATTNJIT_WGMMA_SS8("m64n" #N "k32.f32.e4m3.e4m3", REGS, #I0, #I1, #I2, ACCS(d));            \
+      } else if constexpr (is_bf16<Element>()) {                                                   \
         ATTNJIT_WGMMA_SS("m64n" #N "k16.f32.bf16.bf16", REGS, #I0, #I1, #I2, #I3, #I4, ACCS(d));   \
       } else {                                                                                     \
         ATTNJIT_WGMMA_SS("m64n" #N "k16.f32.f16.f16", REGS, #I0, #I1, #I2, #I3, #I4, ACCS(d));     \
@@ -185,7 +217,11 @@ struct WgmmaShape;
     template <class Element, int kTransB>                                                          \
     __device__ static __forceinline__ void rs(float (&d)[N / 8][4], const u32 (&a)[4], u64 desc_b, \
                                               int accumulate) {                                    \
-      if constexpr (is_bf16<Element>()) {                                                          \
+      if constexpr (is_e4m3<Element>()) {                                                          \
+        static_assert(kTransB == 0, "e4m3 operands are K-major");                                  \
+        ATTNJIT_WGMMA_RS8("m64n" #N "k32.f32.e4m3.e4m3", REGS,                                     \
+                          "{%" #I0 ", %" #I1 ", %" #I2 ", %" #I3 "}", #I4, #I5, ACCS(d));          \
+      } else if constexpr (is_bf16<Element>()) {                                                   \
         ATTNJIT_WGMMA_RS("m64n" #N "k16.f32.bf16.bf16", REGS,                                      \
                          "{%" #I0 ", %" #I1 ", %" #I2 ", %" #I3 "}", #I4, #I5, #I6, ACCS(d));      \
       } else {                                                                                     \
@@ -247,6 +283,8 @@ ATTNJIT_DEFINE_WGMMA(256, ATTNJIT_REGS_128, ATTNJIT_ACCS_128, 128, 129, 130, 131
 #undef ATTNJIT_DEFINE_WGMMA
 #undef ATTNJIT_WGMMA_RS
 #undef ATTNJIT_WGMMA_SS
+#undef ATTNJIT_WGMMA_RS8
+#undef ATTNJIT_WGMMA_SS8
 
 /// Keeps the compiler from moving accesses of accumulators across wgmma_wait: their registers
 /// change asynchronously until then. One empty asm naming them all (compile time grows with
@@ -263,8 +301,8 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[kTiles][4]) {
   }
 }
 
-/// d (m64 x kN) = A B (+ d when accumulate), A (m64 x k16) and B (k16 x kN) by descriptor;
-/// kTransA / kTransB = 1 for MN-major operands. kN: a multiple of 16 up to 256.
+/// d (m64 x kN) = A B (+ d when accumulate), A (m64 x k16) and B (k16 x kN) by descriptor
+/// (k32 for e4m3); kTransA / kTransB = 1 for MN-major operands. kN: a multiple of 16 up to 256.
 template <class Element, int kN, int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_ss(float (&d)[kN / 8][4], u64 desc_a, u64 desc_b,
                                          int accumulate) {
@@ -306,6 +344,26 @@ struct WgmmaSteps {
     }
   }
 };
+
+/// The key (0 .. 31, within a k32 step) whose probabilities pack_e4m3_operand puts at position
+/// `position` of the step's A operand: thread t's bytes 4 t + i (and 16 + 4 t + i) hold its
+/// accumulator's columns 2 t, 2 t + 1 of n8 tiles 0 and 1 (2 and 3) of the step. The B operand
+/// (V^T, K-major) must hold that key's row of V at the same position of the step.
+__device__ constexpr int fp8_operand_key(int position) {
+  return 16 * (position / 16) + 8 * ((position % 4) / 2) + 2 * ((position % 16) / 4) + position % 2;
+}
+
+/// k32 step kk's e4m3 A operand from the fp32 accumulator d of an m64 x kN product (P from S):
+/// the four n8 tiles 4 kk .. 4 kk + 3, in fp8_operand_key's order, rounded to nearest even.
+template <int kTiles>
+__device__ __forceinline__ void pack_e4m3_operand(const float (&d)[kTiles][4], int kk,
+                                                  u32 (&a)[4]) {
+  const int j = 4 * kk;
+  a[0] = pack4_e4m3(d[j][0], d[j][1], d[j + 1][0], d[j + 1][1]);
+  a[1] = pack4_e4m3(d[j][2], d[j][3], d[j + 1][2], d[j + 1][3]);
+  a[2] = pack4_e4m3(d[j + 2][0], d[j + 2][1], d[j + 3][0], d[j + 3][1]);
+  a[3] = pack4_e4m3(d[j + 2][2], d[j + 2][3], d[j + 3][2], d[j + 3][3]);
+}
 
 #undef ATTNJIT_R8_0
 #undef ATTNJIT_R8_1

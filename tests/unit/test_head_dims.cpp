@@ -271,13 +271,15 @@ TEST_CASE(
       CHECK(tiles.block_m == 64);
       CHECK(tiles.block_n == 64);
       CHECK(tiles.warps == 12);
-      // Alignment slack, K (head_dim_qk) and V (head_dim_v), two stages of Q, dO, the extra part
-      // of the consumers' fp32 dQ (64 rows of head_dim_qk floats less Q and dO) and the
-      // statistics (1 KB), the P^T and dS^T tiles, the K/V barrier and the ring's.
+      // Alignment slack, K (head_dim_qk) and V (head_dim_v), the stages (three at head_dim_qk
+      // 192, else two) of Q, dO, the extra part of the consumers' fp32 dQ (64 rows of
+      // head_dim_qk floats less Q and dO) and the statistics (1 KB), the P^T and dS^T tiles, the
+      // K/V barrier and the ring's.
       const int q_do = 64 * (e.d_qk + e.d_v) * 2;
+      const int stages = e.d_qk == 192 ? 3 : 2;
       CHECK(tiles.smem_bytes == 1024 + 64 * (e.d_qk + e.d_v) * 2 +
-                                    2 * (q_do + (64 * e.d_qk * 4 - q_do) + 1024) + 2 * 64 * 64 * 2 +
-                                    8 + 2 * 2 * 8);
+                                    stages * (q_do + (64 * e.d_qk * 4 - q_do) + 1024) +
+                                    2 * 64 * 64 * 2 + 8 + 2 * stages * 8);
       const KernelDesc& kernel = *ir.plan->find(KernelRole::backward);
       const int qk = e.panel_qk;
       // The atomic mode's GQA sums follow (fp32 boxes of 32 columns).

@@ -470,13 +470,15 @@ TEST_CASE("the sm90a backward: chosen on sm_90a at d64 to d256, forced by a warp
     CHECK(ir.plan->find(KernelRole::backward)->phases.front().grid.to_string().find("Sk/64") !=
           std::string::npos);
   }
-  // Head dim 192: the same layout with 32-column panels (halves of three panels).
+  // Head dim 192: the same layout with 32-column panels (halves of three panels), and three
+  // stages (a stage holds the consumers' dQ until the writers' reductions have read it).
   {
     const KernelTiles t = lowered(192, "mask=causal target=sm_90a").tiles_of(KernelRole::backward);
     CHECK(t.row == "backward.sm90a");
     CHECK(t.block_n == 64);
+    CHECK(t.kv_stages == 3);
     CHECK(t.smem_bytes ==
-          1024 + 2 * 64 * 192 * 2 + 2 * (2 * 64 * 192 * 2 + 1024) + 2 * 64 * 64 * 2 + 8 + 32);
+          1024 + 2 * 64 * 192 * 2 + 3 * (2 * 64 * 192 * 2 + 1024) + 2 * 64 * 64 * 2 + 8 + 48);
   }
   CHECK(lowered(256, "mask=flashmask(causal=false,columns=4) target=sm_90a")
             .tiles_of(KernelRole::backward)

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -79,6 +80,33 @@ extern "C" __global__ void __launch_bounds__(128) wgmma_test(const u16* a, const
 }}
 )";
 
+// Runs a test kernel (one CTA of 128 threads) on the operands' bytes and counts the outputs of
+// its m64 x n product that differ from the exact product of the integers they hold: A [64][k],
+// B [n][k] (SS) or [k][n] (RS).
+int wrong_outputs(const gpu_test::Sm90Kernel& kernel, int smem, std::span<const std::byte> a_bytes,
+                  std::span<const std::byte> b_bytes, const std::vector<int>& a,
+                  const std::vector<int>& b, int n, int k, bool rs) {
+  runtime::DeviceBuffer a_dev(a_bytes.size()), b_dev(b_bytes.size()), d_dev(64 * n * 4);
+  a_dev.upload(a_bytes.data(), a_bytes.size());
+  b_dev.upload(b_bytes.data(), b_bytes.size());
+  d_dev.fill_bytes(0xff);
+  void* a_ptr = a_dev.data();
+  void* b_ptr = b_dev.data();
+  void* d_ptr = d_dev.data();
+  gpu_test::run_sm90_kernel(kernel, 1, 128, smem, {&a_ptr, &b_ptr, &d_ptr});
+  std::vector<float> d(64 * n);
+  d_dev.download(d.data(), d.size() * 4);
+  int wrong = 0;
+  for (int r = 0; r < 64; ++r) {
+    for (int c = 0; c < n; ++c) {
+      int expected = 0;
+      for (int i = 0; i < k; ++i) expected += a[r * k + i] * (rs ? b[i * n + c] : b[c * k + i]);
+      wrong += d[r * n + c] != static_cast<float>(expected);
+    }
+  }
+  return wrong;
+}
+
 void check_product(int n, DType dtype, bool rs, int kK = 128) {
   INFO("N = " << n << ", K = " << kK << ", " << name_of(dtype) << (rs ? ", RS" : ", SS"));
   const int smem = 1024 + 64 * kK * 2 + n * kK * 2;
@@ -97,25 +125,8 @@ void check_product(int n, DType dtype, bool rs, int kK = 128) {
   std::vector<std::uint16_t> a_bits(a.size()), b_bits(b.size());
   for (std::size_t i = 0; i < a.size(); ++i) a_bits[i] = bits(a[i]);
   for (std::size_t i = 0; i < b.size(); ++i) b_bits[i] = bits(b[i]);
-  runtime::DeviceBuffer a_dev(a_bits.size() * 2), b_dev(b_bits.size() * 2), d_dev(64 * n * 4);
-  a_dev.upload(a_bits.data(), a_bits.size() * 2);
-  b_dev.upload(b_bits.data(), b_bits.size() * 2);
-  d_dev.fill_bytes(0xff);
-  void* a_ptr = a_dev.data();
-  void* b_ptr = b_dev.data();
-  void* d_ptr = d_dev.data();
-  gpu_test::run_sm90_kernel(kernel, 1, 128, smem, {&a_ptr, &b_ptr, &d_ptr});
-  std::vector<float> d(64 * n);
-  d_dev.download(d.data(), d.size() * 4);
-  int wrong = 0;
-  for (int r = 0; r < 64; ++r) {
-    for (int c = 0; c < n; ++c) {
-      int expected = 0;
-      for (int k = 0; k < kK; ++k) expected += a[r * kK + k] * (rs ? b[k * n + c] : b[c * kK + k]);
-      wrong += d[r * n + c] != static_cast<float>(expected);
-    }
-  }
-  CHECK(wrong == 0);
+  CHECK(wrong_outputs(kernel, smem, std::as_bytes(std::span(a_bits)),
+                      std::as_bytes(std::span(b_bits)), a, b, n, kK, rs) == 0);
 }
 
 // {0}: N, {1}: K (the reduction: head dim for SS, keys for RS), {2}: 1 for the RS form. SS: a
@@ -207,25 +218,8 @@ void check_fp8_product(int n, int k, bool rs) {
   } else {
     for (int x : a) a_bytes.push_back(testing::float_to_e4m3_bits(static_cast<float>(x)));
   }
-  runtime::DeviceBuffer a_dev(a_bytes.size()), b_dev(b_bits.size()), d_dev(64 * n * 4);
-  a_dev.upload(a_bytes.data(), a_bytes.size());
-  b_dev.upload(b_bits.data(), b_bits.size());
-  d_dev.fill_bytes(0xff);
-  void* a_ptr = a_dev.data();
-  void* b_ptr = b_dev.data();
-  void* d_ptr = d_dev.data();
-  gpu_test::run_sm90_kernel(kernel, 1, 128, smem, {&a_ptr, &b_ptr, &d_ptr});
-  std::vector<float> d(64 * n);
-  d_dev.download(d.data(), d.size() * 4);
-  int wrong = 0;
-  for (int r = 0; r < 64; ++r) {
-    for (int c = 0; c < n; ++c) {
-      int expected = 0;
-      for (int i = 0; i < k; ++i) expected += a[r * k + i] * (rs ? b[i * n + c] : b[c * k + i]);
-      wrong += d[r * n + c] != static_cast<float>(expected);
-    }
-  }
-  CHECK(wrong == 0);
+  CHECK(wrong_outputs(kernel, smem, std::as_bytes(std::span(a_bytes)),
+                      std::as_bytes(std::span(b_bits)), a, b, n, k, rs) == 0);
 }
 
 }  // namespace

@@ -29,7 +29,15 @@ bool takes_sinks(const AttentionSpec& spec, KernelRole role) {
 }  // namespace
 
 std::string_view element_type(DType dtype) {
-  return dtype == DType::bf16 ? "attnjit::bf16" : "attnjit::fp16";
+  switch (dtype) {
+    case DType::bf16:
+      return "attnjit::bf16";
+    case DType::e4m3:
+      return "attnjit::e4m3";
+    case DType::fp16:
+      break;
+  }
+  return "attnjit::fp16";
 }
 
 std::string params_type(const Lowering& ir, const KernelDesc& kernel) {

@@ -27,8 +27,10 @@ std::string operand_list(int first, int count) {
 void emit_wgmma_steps(SourceWriter& w, int n, int steps, DType dtype) {
   const int accs = n / 2;
   const bool bf16 = dtype == DType::bf16;
-  const std::string type = bf16 ? "bf16" : "f16";
-  const std::string shape = fmt::format("m64n{}k16.f32.{}.{}", n, type, type);
+  // e4m3: k32 steps, both operands K-major (no transpose immediates).
+  const bool fp8 = dtype == DType::e4m3;
+  const std::string type = fp8 ? "e4m3" : bf16 ? "bf16" : "f16";
+  const std::string shape = fmt::format("m64n{}k{}.f32.{}.{}", n, fp8 ? 32 : 16, type, type);
   const std::string regs = operand_list(0, accs);
   std::string outputs;
   for (int i = 0; i < accs; ++i) {
@@ -37,21 +39,23 @@ void emit_wgmma_steps(SourceWriter& w, int n, int steps, DType dtype) {
   // SS
   std::string ss = fmt::format("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{}, 0;\\n", accs + 2 * steps);
   for (int kk = 0; kk < steps; ++kk) {
-    ss += fmt::format("wgmma.mma_async.sync.aligned.{} {{{}}}, %{}, %{}, {}, 1, 1, %{}, %{};\\n",
-                      shape, regs, accs + kk, accs + steps + kk, kk == 0 ? "p" : "1",
-                      accs + 2 * steps + 1, accs + 2 * steps + 2);
+    const std::string transposes =
+        fp8 ? "" : fmt::format(", %{}, %{}", accs + 2 * steps + 1, accs + 2 * steps + 2);
+    ss += fmt::format("wgmma.mma_async.sync.aligned.{} {{{}}}, %{}, %{}, {}, 1, 1{};\\n", shape,
+                      regs, accs + kk, accs + steps + kk, kk == 0 ? "p" : "1", transposes);
   }
   ss += "}\\n";
   std::string ss_inputs;
   for (int kk = 0; kk < steps; ++kk) ss_inputs += fmt::format("\"l\"(desc_a({})), ", kk);
   for (int kk = 0; kk < steps; ++kk) ss_inputs += fmt::format("\"l\"(desc_b({})), ", kk);
-  ss_inputs += "\"r\"(accumulate), \"n\"(kTransA), \"n\"(kTransB)";
+  ss_inputs += fp8 ? "\"r\"(accumulate)" : "\"r\"(accumulate), \"n\"(kTransA), \"n\"(kTransB)";
   // RS
   std::string rs = fmt::format("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{}, 0;\\n", accs + 5 * steps);
   for (int kk = 0; kk < steps; ++kk) {
-    rs += fmt::format("wgmma.mma_async.sync.aligned.{} {{{}}}, {{{}}}, %{}, {}, 1, 1, %{};\\n",
-                      shape, regs, operand_list(accs + 4 * kk, 4), accs + 4 * steps + kk,
-                      kk == 0 ? "p" : "1", accs + 5 * steps + 1);
+    const std::string transpose = fp8 ? "" : fmt::format(", %{}", accs + 5 * steps + 1);
+    rs += fmt::format("wgmma.mma_async.sync.aligned.{} {{{}}}, {{{}}}, %{}, {}, 1, 1{};\\n", shape,
+                      regs, operand_list(accs + 4 * kk, 4), accs + 4 * steps + kk,
+                      kk == 0 ? "p" : "1", transpose);
   }
   rs += "}\\n";
   std::string rs_inputs;
@@ -59,7 +63,7 @@ void emit_wgmma_steps(SourceWriter& w, int n, int steps, DType dtype) {
     for (int j = 0; j < 4; ++j) rs_inputs += fmt::format("\"r\"(a[{}][{}]), ", kk, j);
   }
   for (int kk = 0; kk < steps; ++kk) rs_inputs += fmt::format("\"l\"(desc_b({})), ", kk);
-  rs_inputs += "\"r\"(accumulate), \"n\"(kTransB)";
+  rs_inputs += fp8 ? "\"r\"(accumulate)" : "\"r\"(accumulate), \"n\"(kTransB)";
 
   // One member: its template line and signature, the element type's check and the statement.
   const auto member = [&](std::string_view head, std::string_view signature,
@@ -68,7 +72,10 @@ void emit_wgmma_steps(SourceWriter& w, int n, int steps, DType dtype) {
     w.line("{}", head);
     w.line("__device__ static __forceinline__ void {}", signature);
     w.line("                                          {}", continued);
-    w.line("  static_assert({}is_bf16<Element>(), \"the spec's element type\");", bf16 ? "" : "!");
+    w.line("  static_assert({}, \"the spec's element type\");",
+           fp8    ? "is_e4m3<Element>()"
+           : bf16 ? "is_bf16<Element>()"
+                  : "!is_bf16<Element>()");
     w.line("  asm volatile(\"{}\"", statement);
     w.line("               : {}", outputs);
     w.line("               : {});", inputs);
@@ -120,8 +127,10 @@ std::vector<std::string> wgmma_shape_defines(const KernelTiles& tiles, const Att
 // 16 steps) and O += P V (RS, n = head_dim_v, block_n / 16 steps).
 std::string wgmma_forward_products(const KernelTiles& tiles, const AttentionSpec& spec) {
   SourceWriter w;
-  std::vector<std::pair<int, int>> pairs{{tiles.block_n, spec.head_dim_qk / 16},
-                                         {spec.head_dim_v, tiles.block_n / 16}};
+  // e4m3 takes k32 steps.
+  const int k = spec.dtype == DType::e4m3 ? 32 : 16;
+  std::vector<std::pair<int, int>> pairs{{tiles.block_n, spec.head_dim_qk / k},
+                                         {spec.head_dim_v, tiles.block_n / k}};
   std::ranges::sort(pairs);
   pairs.erase(std::ranges::unique(pairs).begin(), pairs.end());
   w.line("namespace attnjit {{");

@@ -20,11 +20,14 @@ namespace {
 template <class Enum, std::size_t N>
 using NameTable = std::array<std::pair<Enum, std::string_view>, N>;
 
-constexpr NameTable<DType, 2> kDTypeNames{{{DType::fp16, "fp16"}, {DType::bf16, "bf16"}}};
+constexpr NameTable<DType, 3> kDTypeNames{
+    {{DType::fp16, "fp16"}, {DType::bf16, "bf16"}, {DType::e4m3, "e4m3"}}};
 // Other spellings of a dtype (PyTorch's and NumPy's): parsed to the same DType, never printed,
 // so the canonical text and the cache key are those of the canonical name.
-constexpr NameTable<DType, 3> kDTypeAliases{
-    {{DType::fp16, "float16"}, {DType::fp16, "half"}, {DType::bf16, "bfloat16"}}};
+constexpr NameTable<DType, 4> kDTypeAliases{{{DType::fp16, "float16"},
+                                             {DType::fp16, "half"},
+                                             {DType::bf16, "bfloat16"},
+                                             {DType::e4m3, "float8_e4m3fn"}}};
 constexpr NameTable<Direction, 2> kDirectionNames{
     {{Direction::forward, "forward"}, {Direction::backward, "backward"}}};
 constexpr NameTable<VarlenMode, 3> kVarlenNames{{{VarlenMode::off, "false"},
@@ -491,8 +494,8 @@ Arch parse_arch(std::string_view text, std::string_view field) {
   return parse_enum(kArchNames, text, field);
 }
 
-int size_of(DType) {
-  return 2;
+int size_of(DType dtype) {
+  return dtype == DType::e4m3 ? 1 : 2;
 }
 
 std::string to_string(const MaskSpec& mask) {

@@ -59,6 +59,10 @@ Lowering select_target(const Lowering& in) {
   TargetInfo target;
   target.arch = in.spec.target;
   target.max_dynamic_smem_bytes = max_dynamic_smem(in.spec.target);
+  if (in.spec.dtype == DType::e4m3 && target.arch != Arch::sm_90a) {
+    throw_field_error("target", fmt::format("{} with dtype=e4m3", name_of(target.arch)),
+                      "sm_90a (FP8 products are Hopper's wgmma forms)");
+  }
   // The main attention kernel; an explicit `tiles=` shape is its own.
   const KernelRole main = in.spec.kv_cache != KvCache::none ? KernelRole::decode
                           : in.spec.direction == Direction::forward ? KernelRole::forward

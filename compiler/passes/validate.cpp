@@ -139,6 +139,36 @@ void check_kv_cache(const AttentionSpec& spec) {
   }
 }
 
+// dtype=e4m3: the sm90a forward over the call's tensors, equal head dims of 64, 128 or 256,
+// masks by index (this version).
+void check_fp8(const AttentionSpec& spec) {
+  if (spec.direction != Direction::forward) {
+    throw Error(
+        "dtype: e4m3 with direction=backward; accepted: direction=forward (FP8 inputs are an "
+        "inference and prefill format: training takes bf16 or fp16)");
+  }
+  if (spec.head_dim_v != spec.head_dim_qk ||
+      (spec.head_dim_qk != 64 && spec.head_dim_qk != 128 && spec.head_dim_qk != 256)) {
+    throw_field_error("head_dim",
+                      fmt::format("{} with dtype=e4m3", spec.head_dim_v == spec.head_dim_qk
+                                                            ? std::to_string(spec.head_dim_qk)
+                                                            : fmt::format("({}, {})",
+                                                                          spec.head_dim_qk,
+                                                                          spec.head_dim_v)),
+                      "64, 128 or 256 (equal head dims)");
+  }
+  if (spec.mask.kind != MaskKind::none && spec.mask.kind != MaskKind::causal &&
+      spec.mask.kind != MaskKind::sliding_window) {
+    throw_field_error("mask", fmt::format("{} with dtype=e4m3", to_string(spec.mask)),
+                      "none, causal or sliding_window in this version");
+  }
+  if (spec.kv_cache != KvCache::none || spec.varlen != VarlenMode::off) {
+    throw Error(fmt::format("dtype: e4m3 with kv_cache={} varlen={}; accepted: kv_cache=none "
+                            "varlen=false in this version",
+                            name_of(spec.kv_cache), name_of(spec.varlen)));
+  }
+}
+
 }  // namespace
 
 Lowering validate(const Lowering& in) {
@@ -154,6 +184,7 @@ Lowering validate(const Lowering& in) {
   out.predicate = check_mask(spec.mask);
   if (spec.varlen != VarlenMode::off) check_varlen(spec);
   if (spec.kv_cache != KvCache::none) check_kv_cache(spec);
+  if (spec.dtype == DType::e4m3) check_fp8(spec);
   return out;
 }
 

@@ -63,6 +63,7 @@ struct RowSupport {
   /// head_dim_v != head_dim_qk: the pairs its candidates list (with `tiles=`, those its
   /// explicit_tiles accepts)
   bool unequal_head_dims = false;
+  bool fp8 = false;  ///< dtype=e4m3
 };
 
 /// A scratch buffer a kernel binds to one of its parameter block's pointer fields. Kernels

@@ -127,6 +127,11 @@ bool one_consumer_fits(const TileCandidate& c, const AttentionSpec& spec,
 }
 
 bool fits_registers(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
+  // e4m3 (masks by index): two consumers over 128-key blocks, 64 at d256 (the V^T stages and
+  // the bf16 O tile take the shared memory of wider ones).
+  if (spec.dtype == DType::e4m3) {
+    return c.block_m == 128 && c.block_n == (spec.head_dim_qk == 256 ? 64 : 128);
+  }
   if (c.block_m == 192) return three_consumers_fit(c, spec, mask);
   if (c.block_m == 64) return one_consumer_fits(c, spec, mask);
   return c.block_n <= widest_block_n(spec, mask);
@@ -163,11 +168,14 @@ std::pair<int, int> smem_parts(const TileCandidate& c, const AttentionSpec& spec
   const int element = size_of(spec.dtype);
   const int vectors = c.block_n * static_cast<int>(mask.vectors.size()) * 4;
   const int block_slot = skips_by_tables(mask) ? 16 : 0;
+  // e4m3: the V^T stages (one byte an element) and their ring; O in bf16.
+  const bool fp8 = spec.dtype == DType::e4m3;
   const int shared = 1024 + c.block_m * spec.head_dim_qk * element +
                      c.kv_stages * (c.block_n * (spec.head_dim_qk + spec.head_dim_v) * element +
-                                    vectors + block_slot) +
-                     16 + 2 * (2 * c.kv_stages * 8);
-  return {shared, c.block_m * spec.head_dim_v * element};
+                                    (fp8 ? c.block_n * spec.head_dim_v : 0) + vectors +
+                                    block_slot) +
+                     16 + (fp8 ? 3 : 2) * (2 * c.kv_stages * 8);
+  return {shared, c.block_m * spec.head_dim_v * (fp8 ? 2 : element)};
 }
 
 // kPersistent: one CTA per SM takes works one after another (sm90a/forward.cuh), so that a
@@ -191,7 +199,8 @@ bool persistent(const TileCandidate& c, const AttentionSpec& spec, const MaskLow
 // The template's kOwnOTile: persistent, or O wider than Q (O then has no room in the Q tile).
 int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   const auto [shared, o_tile] = smem_parts(c, spec, mask);
-  const bool own_o_tile = persistent(c, spec, mask) || spec.head_dim_v > spec.head_dim_qk;
+  const bool own_o_tile = persistent(c, spec, mask) || spec.head_dim_v > spec.head_dim_qk ||
+                          spec.dtype == DType::e4m3;
   return own_o_tile ? shared + o_tile : shared;
 }
 
@@ -210,6 +219,8 @@ bool persistent_tiles(const KernelTiles& tiles, const AttentionSpec& spec,
 // 40 / 48: with 24 the producer's walk of four vectors slows the kernel.
 int producer_registers(const KernelTiles& tiles, const AttentionSpec& spec,
                        const MaskLowering& mask) {
+  // e4m3: warps 1 .. 3 transpose V (ForwardTransposer).
+  if (spec.dtype == DType::e4m3) return 40;
   const std::size_t vectors = mask.vectors.size();
   const int wider_dim = std::max(spec.head_dim_qk, spec.head_dim_v);
   if (persistent_tiles(tiles, spec, mask) && (tiles.block_m == 192 || wider_dim == 128)) {
@@ -248,15 +259,19 @@ std::vector<BufferNeed> buffers(const KernelDesc& kernel, const Lowering& ir) {
 // sm90a/forward.cuh's TMA boxes: one panel of its tiles (SmemTile's: 64 columns where the head
 // dim allows, else 32; the panel's row bytes its swizzle), of the query block for Q, of the key
 // block for K and V, and of a consumer's 64 rows for O.
+// e4m3 inputs are copied as 16-bit tiles of half the head dim (the template's SmemTile8): their
+// maps view the tensors as pairs of bytes (runtime/launch/tma.cpp), O is bf16.
 std::vector<TensorMapBox> tensor_maps(const KernelDesc& kernel, const Lowering& ir) {
-  const auto panel = [&](MapTensor tensor, int rows, int head_dim) {
-    const int cols = head_dim % 64 == 0 ? 64 : 32;
-    return TensorMapBox{tensor, rows, cols, cols * size_of(ir.spec.dtype)};
+  const bool fp8 = ir.spec.dtype == DType::e4m3;
+  const auto panel = [&](MapTensor tensor, int rows, int head_dim, bool input) {
+    const int cols16 = fp8 && input ? head_dim / 2 : head_dim;
+    const int cols = cols16 % 64 == 0 ? 64 : 32;
+    return TensorMapBox{tensor, rows, cols, cols * 2};
   };
-  return {panel(MapTensor::q, kernel.block_m, ir.spec.head_dim_qk),
-          panel(MapTensor::k, kernel.block_n, ir.spec.head_dim_qk),
-          panel(MapTensor::v, kernel.block_n, ir.spec.head_dim_v),
-          panel(MapTensor::o, 64, ir.spec.head_dim_v)};
+  return {panel(MapTensor::q, kernel.block_m, ir.spec.head_dim_qk, true),
+          panel(MapTensor::k, kernel.block_n, ir.spec.head_dim_qk, true),
+          panel(MapTensor::v, kernel.block_n, ir.spec.head_dim_v, true),
+          panel(MapTensor::o, 64, ir.spec.head_dim_v, false)};
 }
 
 // The prefill kernel's producer keeps 40 registers: its walk reads the block table and the
@@ -360,6 +375,7 @@ KernelRow forward_sm90a() {
   row.ctas_per_sm = ctas_per_sm;
   row.support.targets = {Arch::sm_90a};
   row.support.unequal_head_dims = true;
+  row.support.fp8 = true;
   row.tiles_layouts = kLayouts;
   row.candidates = kCandidates;
   row.config = kConfig;
@@ -388,6 +404,7 @@ KernelRow prefill_sm90a() {
   row.tensor_maps = prefill_tensor_maps;
   row.producer_registers = prefill_producer_registers;
   row.fits = prefill_fits;
+  row.support.fp8 = false;
   return row;
 }
 

@@ -12,7 +12,9 @@
 namespace attnjit {
 
 /// Element type of Q, K, V and O.
-enum class DType : std::uint8_t { fp16, bf16 };
+/// Element type of the inputs. e4m3 (FP8, the sm90a forward): Q, K and V of one byte each,
+/// scaled by the launch's descale factors; O in bf16.
+enum class DType : std::uint8_t { fp16, bf16, e4m3 };
 
 /// Structure of the mask. Runtime data (window sizes, interval vectors) is not part of it. Each
 /// kind has a row in the table of mask kinds (mask_kinds()).

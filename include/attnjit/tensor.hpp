@@ -10,7 +10,8 @@
 namespace attnjit {
 
 /// Element type of a tensor handed to a kernel.
-enum class ScalarType : std::uint8_t { fp16, bf16, fp32, int32 };
+/// e4m3: FP8 (OCP E4M3, one byte), the inputs of dtype=e4m3 specs (not in the C ABI yet).
+enum class ScalarType : std::uint8_t { fp16, bf16, fp32, int32, e4m3 };
 
 std::string_view name_of(ScalarType type);
 
@@ -140,6 +141,11 @@ struct ForwardArgs {
   float softcap = 0.0f;     ///< softcap=true: the cap (> 0); otherwise 0
   TensorView alibi_slopes;  ///< alibi=true: fp32 [H]; otherwise empty
   TensorView sinks;         ///< sinks=true: fp32 [H] sink logits; otherwise empty
+  /// dtype=e4m3 only (q, k, v e4m3, o bf16): the factors that turn the e4m3 values of q, k and
+  /// v into the values they stand for (FlashAttention-3's descales), fp32 in device memory,
+  /// [B, Hkv] (one per batch row and KV head, any strides) or [1] (one for the tensor); empty
+  /// stands for 1. Launch arguments: new factors never recompile.
+  TensorView q_descale, k_descale, v_descale;
   PredicateArgs predicate;  ///< mask=predicate only
   Workspace workspace;      ///< scratch memory; empty: stream-ordered allocation
   /// varlen=true only: the packed batch's boundaries. q [total_q, H, D], k [total_k, Hkv, D],

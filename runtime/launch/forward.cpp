@@ -28,6 +28,8 @@ std::string_view name_of(ScalarType type) {
       return "fp32";
     case ScalarType::int32:
       return "int32";
+    case ScalarType::e4m3:
+      return "e4m3";
   }
   throw InternalError("unknown ScalarType");
 }
@@ -64,6 +66,7 @@ FwdParams make_params(const detail::KernelSet& set, const ForwardArgs& a, const 
                                          packed ? detail::sequences(a.varlen) : s.batch, packed);
   detail::fill_varlen(p.varlen, a.varlen, a.startend_row_indices);
   detail::fill_kv_cache(p.kv_cache, set.spec, a);
+  detail::fill_descales(p, set.spec, a, s);
   return p;
 }
 

@@ -28,7 +28,15 @@ void check_int_range(std::string_view field, std::int64_t value, std::int64_t ma
 constexpr std::int64_t kMaxSpanBytes = std::int64_t{1} << 48;
 
 std::int64_t element_bytes(ScalarType type) {
-  return type == ScalarType::fp16 || type == ScalarType::bf16 ? 2 : 4;
+  switch (type) {
+    case ScalarType::e4m3:
+      return 1;
+    case ScalarType::fp16:
+    case ScalarType::bf16:
+      return 2;
+    default:
+      return 4;
+  }
 }
 
 }  // namespace
@@ -82,10 +90,12 @@ void check_row_layout(std::string_view name, const TensorView& t) {
     throw_field_error(fmt::format("{}.stride[{}]", name, t.rank - 1),
                       std::to_string(t.stride[t.rank - 1]), "1 (the head dim must be contiguous)");
   }
+  const std::int64_t row_elements = 16 / element_bytes(t.dtype);
   for (int d = 0; d + 1 < t.rank; ++d) {
-    if (t.stride[d] < 0 || t.stride[d] % 8 != 0) {
+    if (t.stride[d] < 0 || t.stride[d] % row_elements != 0) {
       throw_field_error(fmt::format("{}.stride[{}]", name, d), std::to_string(t.stride[d]),
-                        "a non-negative multiple of 8 elements (16-byte aligned rows)");
+                        fmt::format("a non-negative multiple of {} elements (16-byte aligned rows)",
+                                    row_elements));
     }
   }
   if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) {
@@ -159,9 +169,25 @@ void check_same(std::string_view field, std::int64_t got, std::int64_t expected,
   }
 }
 
+ScalarType input_type(DType dtype) {
+  switch (dtype) {
+    case DType::bf16:
+      return ScalarType::bf16;
+    case DType::e4m3:
+      return ScalarType::e4m3;
+    case DType::fp16:
+      break;
+  }
+  return ScalarType::fp16;
+}
+
+ScalarType output_type(DType dtype) {
+  return dtype == DType::e4m3 ? ScalarType::bf16 : input_type(dtype);
+}
+
 template <class Args>
 Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
-  const ScalarType dtype = spec.dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
+  const ScalarType dtype = input_type(spec.dtype);
   check_padded("q", a.q, dtype, spec.head_dim_qk, {"batch", "seqlen_q", "heads"});
   const bool paged = spec.kv_cache == KvCache::paged;
   if (paged) {
@@ -176,7 +202,7 @@ Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
     check_padded("k", a.k, dtype, spec.head_dim_qk, {"batch", "seqlen_k", "kv heads"});
     check_padded("v", a.v, dtype, spec.head_dim_v, {"batch", "seqlen_k", "kv heads"});
   }
-  check_padded("o", a.o, dtype, spec.head_dim_v, {"batch", "seqlen_q", "heads"});
+  check_padded("o", a.o, output_type(spec.dtype), spec.head_dim_v, {"batch", "seqlen_q", "heads"});
   Shapes s;
   s.batch = static_cast<int>(a.q.shape[0]);
   s.seqlen_q = static_cast<int>(a.q.shape[1]);
@@ -479,4 +505,41 @@ StreamScratch::~StreamScratch() {
     driver->cuMemFreeAsync(ptr_, stream_);
   }
 }
+void fill_descales(FwdParams& p, const AttentionSpec& spec, const ForwardArgs& a,
+                   const Shapes& s) {
+  const std::pair<const char*, const TensorView*> descales[3] = {
+      {"q_descale", &a.q_descale}, {"k_descale", &a.k_descale}, {"v_descale", &a.v_descale}};
+  const float* bound[3] = {nullptr, nullptr, nullptr};
+  p.descale_per_tensor = 0;
+  for (int i = 0; i < 3; ++i) {
+    const auto& [name, t] = descales[i];
+    if (t->empty()) continue;
+    if (spec.dtype != DType::e4m3) {
+      throw_field_error(name, fmt::format("given with dtype={}", name_of(spec.dtype)),
+                        "empty (descale factors apply to dtype=e4m3)");
+    }
+    if (t->dtype != ScalarType::fp32) {
+      throw_field_error(fmt::format("{}.dtype", name), name_of(t->dtype), "fp32");
+    }
+    const bool one = t->rank == 1 && t->shape[0] == 1;
+    const bool per_head = t->rank == 2 && t->shape[0] == s.batch && t->shape[1] == s.kv_heads &&
+                          t->stride[1] == 1 && t->stride[0] == s.kv_heads;
+    if (!one && !per_head) {
+      throw_field_error(
+          fmt::format("{}.shape", name),
+          fmt::format("[{}]", fmt::join(t->shape.begin(), t->shape.begin() + t->rank, ", ")),
+          fmt::format("[{}, {}] contiguous (batch, kv heads) or [1]", s.batch, s.kv_heads));
+    }
+    if (t->data == nullptr || reinterpret_cast<std::uintptr_t>(t->data) % 4 != 0) {
+      throw_field_error(fmt::format("{}.data", name), fmt::format("{}", t->data),
+                        "a 4-byte aligned device pointer");
+    }
+    bound[i] = static_cast<const float*>(t->data);
+    if (one) p.descale_per_tensor |= 1 << i;
+  }
+  p.q_descale = bound[0];
+  p.k_descale = bound[1];
+  p.v_descale = bound[2];
+}
+
 }  // namespace attnjit::jit::detail

@@ -78,6 +78,16 @@ void fill_kv_cache(KvCacheInputs& p, const AttentionSpec& spec, const ForwardArg
 template <class Args>
 Shapes check_args(const AttentionSpec& spec, const Args& args, bool lse_required);
 
+/// The element type of q, k and v (and of the backward's tensors) for the spec's dtype, and of
+/// o (bf16 for e4m3 inputs).
+ScalarType input_type(DType dtype);
+ScalarType output_type(DType dtype);
+
+/// dtype=e4m3: checks ForwardArgs' q_descale, k_descale, v_descale (fp32 [B, Hkv] contiguous or
+/// [1], device memory) and binds them; other dtypes: refuses any of them.
+void fill_descales(FwdParams& p, const AttentionSpec& spec, const ForwardArgs& a,
+                   const Shapes& s);
+
 /// Checks softcap, alibi_slopes and sinks (and a backward's d_sinks) of `args` against the
 /// spec's softcap/alibi/sinks flags: a finite cap > 0 with softcap=true, else 0; fp32 [heads]
 /// contiguous, 4-byte aligned tensors with alibi=true, resp. sinks=true, else none. Throws

@@ -11,6 +11,7 @@
 
 #include "attnjit/error.hpp"
 #include "runtime/jit/driver.hpp"
+#include "runtime/launch/launch_support.hpp"
 
 namespace attnjit::runtime {
 namespace {
@@ -84,10 +85,13 @@ TensorMap encode_tensor_map(const char* what, const void* base, ScalarType eleme
 TensorMap activation_tensor_map(const char* what, const TensorView& t, int rows, int cols,
                                 int swizzle_bytes) {
   internal_check(t.rank == 4 && t.stride[3] == 1, "activations are [B, S, H, D], D contiguous");
-  const std::uint64_t element = t.dtype == ScalarType::fp32 ? 4 : 2;
+  // e4m3 rows are copied as pairs of bytes (the kernels' 8-bit tiles are laid out as 16-bit
+  // tiles of half the columns): a 16-bit map of D / 2 columns, `cols` counting pairs.
+  const bool pairs = t.dtype == ScalarType::e4m3;
+  const std::uint64_t element = t.dtype == ScalarType::fp32 ? 4 : pairs ? 1 : 2;
   TensorMapShape shape;
   shape.rank = 4;
-  shape.dims[0] = static_cast<std::uint64_t>(t.shape[3]);
+  shape.dims[0] = static_cast<std::uint64_t>(pairs ? t.shape[3] / 2 : t.shape[3]);
   shape.dims[1] = static_cast<std::uint64_t>(t.shape[1]);
   shape.dims[2] = static_cast<std::uint64_t>(t.shape[2]);
   shape.dims[3] = static_cast<std::uint64_t>(t.shape[0]);
@@ -99,10 +103,13 @@ TensorMap activation_tensor_map(const char* what, const TensorView& t, int rows,
   shape.box[2] = 1;
   shape.box[3] = 1;
   shape.swizzle_bytes = swizzle_bytes;
-  return encode_tensor_map(what, t.data, t.dtype, shape);
+  // The pairs' map moves 16-bit elements: bf16's type (TMA copies bits; boxes past the tensor
+  // read as zeros either way).
+  return encode_tensor_map(what, t.data, pairs ? ScalarType::bf16 : t.dtype, shape);
 }
 
 TensorMap activation_tensor_map(const char* what, const TensorView& t, int rows, int panel_cols) {
+  // e4m3: panel_cols counts pairs of bytes.
   const int element = t.dtype == ScalarType::fp32 ? 4 : 2;
   return activation_tensor_map(what, t, rows, panel_cols, panel_cols * element);
 }
@@ -114,11 +121,12 @@ namespace attnjit::jit::detail {
 namespace {
 
 // A [B, S, H, D] view of one tensor of a parameter block.
-TensorView activation_view(DType dtype, const void* data, int batch, int seqlen, int heads, int dim,
-                           long long batch_stride, long long row_stride, long long head_stride) {
+TensorView activation_view(ScalarType dtype, const void* data, int batch, int seqlen, int heads,
+                           int dim, long long batch_stride, long long row_stride,
+                           long long head_stride) {
   TensorView t;
   t.data = const_cast<void*>(data);
-  t.dtype = dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
+  t.dtype = dtype;
   t.rank = 4;
   t.shape = {batch, seqlen, heads, dim};
   t.stride = {batch_stride, row_stride, head_stride, 1};
@@ -142,7 +150,7 @@ TensorView fp32_head_major_view(float* data, int batch, int seqlen, int heads, i
 // wide for q, k, d_k and the dQ and dK buffers, head_dim_v for the others.
 template <class Params>
 std::optional<TensorView> map_view(const Params& p, const AttentionSpec& spec, MapTensor tensor) {
-  const DType dtype = spec.dtype;
+  const ScalarType dtype = input_type(spec.dtype);
   const int head_dim_qk = spec.head_dim_qk;
   const int head_dim_v = spec.head_dim_v;
   switch (tensor) {
@@ -160,7 +168,7 @@ std::optional<TensorView> map_view(const Params& p, const AttentionSpec& spec, M
   }
   if constexpr (std::is_same_v<Params, FwdParams>) {
     if (tensor == MapTensor::o) {
-      return activation_view(dtype, p.o, p.batch, p.seqlen_q, p.heads, head_dim_v, p.o_batch_stride,
+      return activation_view(output_type(spec.dtype), p.o, p.batch, p.seqlen_q, p.heads, head_dim_v, p.o_batch_stride,
                              p.o_row_stride, p.o_head_stride);
     }
   } else {

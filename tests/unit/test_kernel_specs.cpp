@@ -558,6 +558,24 @@ TEST_CASE("sm_90a warpgroup forward kernels compile without spills or serialized
   check_warp_specialized(specs, KernelRole::forward, "forward.sm90a");
 }
 
+TEST_CASE("sm_90a e4m3 forward kernels compile without spills or serialized wgmma",
+          "[nvrtc][specs][sm90a][fp8]") {
+  // The e4m3 forward (its V^T transposer in the producer warpgroup, P packed to e4m3): head
+  // dims 64, 128 and 256, the masks of this version, with and without the score modifiers
+  // and sinks.
+  std::vector<std::string> specs;
+  for (int d : {64, 128, 256}) {
+    for (const char* mask : {"none", "causal", "sliding_window"}) {
+      for (const char* extras : {"", " softcap=true alibi=true sinks=true"}) {
+        specs.push_back(fmt::format("dtype=e4m3 head_dim={} mask={}{} return_lse=true "
+                                    "target=sm_90a",
+                                    d, mask, extras));
+      }
+    }
+  }
+  check_warp_specialized(specs, KernelRole::forward, "forward.sm90a");
+}
+
 TEST_CASE(
     "sm_90a packed FlashMask forwards with visible vectors compile without spills or "
     "serialized wgmma",

@@ -44,7 +44,8 @@ TEST_CASE("spec_keys says what each key accepts, from the parser's own tables", 
     FAIL("no key " << name);
     return std::string();
   };
-  CHECK(accepted("dtype") == "fp16, bf16 (required; also float16, half, bfloat16)");
+  CHECK(accepted("dtype") ==
+        "fp16, bf16, e4m3 (required; also float16, half, bfloat16, float8_e4m3fn)");
   CHECK_THAT(accepted("mask"), Contains("flashmask(causal=true|false,columns=1|2|4)"));
   CHECK_THAT(accepted("mask"), Contains("predicate(EXPR)"));
   CHECK_THAT(accepted("target"), Contains("sm_80, sm_86, sm_89, sm_90, sm_90a"));

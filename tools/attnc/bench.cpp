@@ -139,7 +139,7 @@ Result bench(const attnjit::jit::Kernel& kernel, const ProblemOptions& p,
   if (p.cached()) r.bytes = mask.cache_bytes;
   if (s.direction == attnjit::Direction::forward) {
     DeviceBuffer out(n.o * 2), lse(s.return_lse ? n.lse * 4 : 0);
-    shared.o = activation_view(out, s.dtype, p, Rows::query, p.heads, s.head_dim_v);
+    shared.o = activation_view(out, output_dtype(s.dtype), p, Rows::query, p.heads, s.head_dim_v);
     if (s.return_lse) shared.lse = lse_view(lse, p);
     std::vector<ForwardSet> sets;
     for (int i = 0; i < kInputSets; ++i) sets.push_back(make_forward_set(s, p, i, shared));

@@ -28,7 +28,24 @@ std::uint16_t to_bits(attnjit::DType dtype, float x) {
 }
 
 attnjit::ScalarType element_type(attnjit::DType dtype) {
-  return dtype == attnjit::DType::bf16 ? attnjit::ScalarType::bf16 : attnjit::ScalarType::fp16;
+  switch (dtype) {
+    case attnjit::DType::bf16:
+      return attnjit::ScalarType::bf16;
+    case attnjit::DType::e4m3:
+      return attnjit::ScalarType::e4m3;
+    case attnjit::DType::fp16:
+      break;
+  }
+  return attnjit::ScalarType::fp16;
+}
+
+// e4m3 inputs: two random finite codes a 16-bit word, magnitudes 2^-3 .. 2^3 (exponent fields
+// 4 .. 9), random signs and mantissas: no NaN, no subnormal.
+std::uint16_t random_e4m3_pair(std::mt19937_64& rng) {
+  std::uniform_int_distribution<int> exponent(4, 9), low(0, 15);
+  const auto code = [&] { return static_cast<std::uint16_t>((low(rng) & 8) << 4 |
+                                                            exponent(rng) << 3 | (low(rng) & 7)); };
+  return static_cast<std::uint16_t>(code() | code() << 8);
 }
 
 constexpr int kMaxLength = 1 << 24;
@@ -324,7 +341,11 @@ DeviceBuffer random_tensor(std::size_t count, attnjit::DType dtype, std::uint64_
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.f, 1.f);
   std::vector<std::uint16_t> pool(kPool + kRun);
-  for (auto& x : pool) x = to_bits(dtype, normal(rng));
+  for (auto& x : pool) {
+    x = dtype == attnjit::DType::e4m3 ? random_e4m3_pair(rng) : to_bits(dtype, normal(rng));
+  }
+  // e4m3: `count` bytes as count / 2 words of two codes (head dims are even).
+  if (dtype == attnjit::DType::e4m3) count /= 2;
   std::uniform_int_distribution<std::size_t> offset(0, kPool - 1);
 
   DeviceBuffer buffer(count * 2);
@@ -387,6 +408,10 @@ attnjit::dsl::IntervalVectors make_vectors(const attnjit::MaskSpec& mask, const 
     samples.push_back(family_sample(mask, o.seqlen_q, o.seed + b, o.mask_heads));
   }
   return dsl::stack(samples);
+}
+
+attnjit::DType output_dtype(attnjit::DType dtype) {
+  return dtype == attnjit::DType::e4m3 ? attnjit::DType::bf16 : dtype;
 }
 
 attnjit::TensorView activation_view(const DeviceBuffer& buffer, attnjit::DType dtype,

@@ -113,6 +113,9 @@ attnjit::dsl::IntervalVectors make_vectors(const attnjit::MaskSpec& mask, const 
 /// Whose rows an activation holds: the queries' (q, o, d_o, d_q) or the keys' (k, v, d_k, d_v).
 enum class Rows { query, key };
 
+/// The output's element type: the inputs', bf16 for e4m3 inputs.
+attnjit::DType output_dtype(attnjit::DType dtype);
+
 /// A contiguous view of `buffer` holding `dtype` elements: [batch, seq, heads, dim], or
 /// [total, heads, dim] for a packed batch (seq and total those of `rows`); a paged cache's keys
 /// [pages, page_size, heads, dim].

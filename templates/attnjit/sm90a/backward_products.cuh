@@ -20,15 +20,6 @@
 
 namespace attnjit {
 
-/// Stores four 8 x 8 matrices of 16-bit elements transposed: register j of each lane holds
-/// matrix j's fragment (mma layout), lane 8 j + i gives the address of stored row i (the
-/// fragment's column i) of matrix j.
-__device__ __forceinline__ void stmatrix_x4_trans(u32 address, const u32 (&r)[4]) {
-  asm volatile(
-      "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
-      "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]));
-}
-
 /// The products of Kernel's consumers (sm90a/backward.cuh gives the tiles and the split).
 template <class Kernel>
 struct BackwardProducts {

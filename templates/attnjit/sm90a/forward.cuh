@@ -64,10 +64,53 @@ namespace attnjit {
 /// five words each.
 __shared__ int persistent_work_slots[2][5];
 
-template <class Config, class Mask, class Score = ScoreMod<false, false>,
+/// dtype=e4m3: the CTA's descale factors, written before the CTA's barrier (FwdParams'
+/// q_descale * k_descale, then v_descale, of its (batch, KV head)); plain loads, which the
+/// compiler may keep in a register within a loop.
+__shared__ float fp8_descales[2];
+
+/// dtype=e4m3: Score with the scores' descale (q_descale * k_descale) folded into the scale
+/// that turns a raw q . k into log2 units, as softmax_scale is (the accumulators hold the
+/// products of the e4m3 values).
+template <class Score>
+struct DescaledScore : Score {
+  template <class Params>
+  __device__ __forceinline__ static DescaledScore make_for_head(const Params& p, int head) {
+    DescaledScore m;
+    static_cast<Score&>(m) = Score::make_for_head(p, head);
+    m.scale_log2 *= fp8_descales[0];
+    m.softcap_exp2 *= fp8_descales[0];
+    return m;
+  }
+  template <bool kOrderedCtas, class Params>
+  __device__ __forceinline__ static DescaledScore make(const Params& p) {
+    return make_for_head(
+        p, Score::kAlibi ? cta_work<true>(cta_order_of<kOrderedCtas>(p)).head : 0);
+  }
+  template <class Params>
+  __device__ __forceinline__ static float exponent_scale(const Params& p) {
+    return Score::kActive ? 1.f : p.scale_log2 * fp8_descales[0];
+  }
+};
+
+/// dtype=e4m3: the descale factor of tensor `tensor` (0 q, 1 k, 2 v) for (batch, KV head), 1
+/// where it has none.
+__device__ __forceinline__ float fp8_descale(const FwdParams& p, int tensor, int batch,
+                                             int kv_head) {
+  const float* factors = tensor == 0 ? p.q_descale : tensor == 1 ? p.k_descale : p.v_descale;
+  if (factors == nullptr) return 1.f;
+  return (p.descale_per_tensor >> tensor) & 1 ? factors[0]
+                                               : factors[batch * p.kv_heads + kv_head];
+}
+
+template <class Config, class Mask, class ScoreArg = ScoreMod<false, false>,
           int kKvLayout = kKvTensors>
 struct ForwardSm90a {
   typedef typename Config::Element Element;
+  /// e4m3 inputs: Q, K and V of one byte an element, O in bf16 (kFp8).
+  static constexpr bool kFp8 = is_e4m3<Element>();
+  typedef typename Select<kFp8, bf16, Element>::type OutElement;
+  typedef typename Select<kFp8, DescaledScore<ScoreArg>, ScoreArg>::type Score;
   static constexpr int kHeadDimQK = Config::kHeadDimQK;
   static constexpr int kHeadDimV = Config::kHeadDimV;
   static constexpr int kBlockM = Config::kBlockM;
@@ -76,10 +119,15 @@ struct ForwardSm90a {
   static constexpr int kConsumers = kBlockM / 64;
   /// Turns between consumers (a lone consumer takes none).
   static constexpr bool kPingPong = Config::kPingPong && kConsumers > 1;
-  static constexpr int kSTiles = kBlockN / 8;       // n8 tiles of S
-  static constexpr int kDTiles = kHeadDimV / 8;     // n8 tiles of O
-  static constexpr int kQkSteps = kHeadDimQK / 16;  // k16 steps of Q K^T
-  static constexpr int kPvSteps = kBlockN / 16;     // k16 steps of P V
+  /// The Q, K and V tiles as 16-bit tiles: head dim columns, or with e4m3 half as many (an
+  /// 8-bit tile is laid out as the 16-bit tile of half its columns, SmemTile8), so that their
+  /// panels, boxes and descriptors are the 16-bit ones and a k32 e4m3 step is a k16 step.
+  static constexpr int kQkCols = kFp8 ? kHeadDimQK / 2 : kHeadDimQK;
+  static constexpr int kVCols = kFp8 ? kHeadDimV / 2 : kHeadDimV;
+  static constexpr int kSTiles = kBlockN / 8;                     // n8 tiles of S
+  static constexpr int kDTiles = kHeadDimV / 8;                   // n8 tiles of O
+  static constexpr int kQkSteps = kQkCols / 16;                   // k16 (e4m3: k32) steps of Q K^T
+  static constexpr int kPvSteps = kFp8 ? kBlockN / 32 : kBlockN / 16;  // k16 / k32 steps of P V
   static constexpr int kColumns = Mask::kColumns;
   static constexpr bool kElementBits = Mask::kElementBits;
   /// Partial blocks take the FlashMask rule element by element (mask_scores' kDirect) with one
@@ -99,11 +147,20 @@ struct ForwardSm90a {
   static_assert(kStages >= 2, "K and V rings of at least two stages");
   static_assert(!kElementBits || kSTiles <= 16, "a predicate's fragment bits fit 64 bits");
 
+  static_assert(!kFp8 || (kBlockN % 64 == 0 && kKvLayout == kKvTensors && !Config::kPersistent &&
+                          !WarpKeyBlockWalk<Mask, kBlockN>::kTables),
+                "e4m3: key blocks of whole 64-byte V^T rows, over the call's tensors, one CTA "
+                "per work, masks by index");
+
   typedef Mask MaskType;
-  typedef SmemTile<kBlockM, kHeadDimQK> QTile;
-  typedef SmemTile<kBlockN, kHeadDimQK> KTile;
-  typedef SmemTile<kBlockN, kHeadDimV> VTile;
+  typedef SmemTile<kBlockM, kQkCols> QTile;
+  typedef SmemTile<kBlockN, kQkCols> KTile;
+  typedef SmemTile<kBlockN, kVCols> VTile;
   typedef SmemTile<kBlockM, kHeadDimV> OTile;
+  /// kFp8: V^T of a block, [head_dim_v][kBlockN] e4m3, the K-major B of O += P V, its columns
+  /// in the key order of the packed P (fp8_operand_key); written from the V stage by the
+  /// producer warpgroup's other warps (forward_producer.cuh's ForwardTransposer).
+  typedef SmemTile8<kHeadDimV, kFp8 ? kBlockN : 64> VtTile;
   typedef ForwardProducer<ForwardSm90a> Producer;
   /// The TMA boxes: a panel of the Q tile, of the K and V tiles, and of a consumer's 64 rows of
   /// O (in OTile's layout).
@@ -153,21 +210,27 @@ struct ForwardSm90a {
   static_assert(!kPersistent || (Mask::kOrderedCtas && kConsumers >= 2),
                 "persistent: works sorted by a CTA order, two or three consumers");
 
-  // Shared memory from a 1024-byte aligned base: Q, the K stages, the V stages, the O tile
-  // (kOwnOTile), the FlashMask values of each K stage, the block slot of each K stage
-  // (kFedWalk), the barriers (Q full, Q empty, the K ring's, the V ring's).
+  // Shared memory from a 1024-byte aligned base: Q, the K stages, the V stages, the V^T stages
+  // (kFp8), the O tile (kOwnOTile), the FlashMask values of each K stage, the block slot of
+  // each K stage (kFedWalk), the barriers (Q full, Q empty, the K ring's, the V ring's, the V^T
+  // ring's).
   static constexpr int kKOffset = QTile::kBytes;
   static constexpr int kVOffset = kKOffset + kStages * KTile::kBytes;
-  static constexpr int kOOffset = kOwnOTile ? kVOffset + kStages * VTile::kBytes : 0;
-  static constexpr int kVectorOffset =
-      kVOffset + kStages * VTile::kBytes + (kOwnOTile ? OTile::kBytes : 0);
+  static constexpr int kVtOffset = kVOffset + kStages * VTile::kBytes;
+  static constexpr int kVtBytes = kFp8 ? kStages * VtTile::kBytes : 0;
+  static constexpr int kOOffset = kOwnOTile ? kVtOffset + kVtBytes : 0;
+  static constexpr int kVectorOffset = kVtOffset + kVtBytes + (kOwnOTile ? OTile::kBytes : 0);
   static constexpr int kBlockSlotOffset = kVectorOffset + kStages * kVectorStageBytes;
   static constexpr int kBarrierOffset = kBlockSlotOffset + (kFedWalk ? kStages * 16 : 0);
   static constexpr int kQEmptyOffset = kBarrierOffset + 8;
   static constexpr int kKRingOffset = kQEmptyOffset + 8;
   static constexpr int kVRingOffset = kKRingOffset + Pipeline<kStages>::kBytes;
+  static constexpr int kVtRingOffset = kVRingOffset + Pipeline<kStages>::kBytes;
   /// Dynamic shared memory, alignment slack included.
-  static constexpr int kSmemBytes = 1024 + kVRingOffset + Pipeline<kStages>::kBytes;
+  static constexpr int kSmemBytes =
+      1024 + kVtRingOffset + (kFp8 ? Pipeline<kStages>::kBytes : 0);
+  /// kFp8: the producer warpgroup's warps 1 .. 3 write V^T (ForwardTransposer).
+  static constexpr int kTransposerWarps = 3;
   /// kPersistent: the Q tile and the work slot of the work before are free for the next work
   /// once every consumer thread's last Q K^T of the current work has completed: an arrival per
   /// thread, as compute-sanitizer's racecheck does not follow a warp's reads of the slot to
@@ -207,20 +270,38 @@ struct ForwardSm90a {
       const int copiers = Producer::ring_arrivals(p);
       Pipeline<kStages>{base + kKRingOffset}.init(copiers + (kColumns > 0 ? 32 : 0),
                                                   (kKReleasePerWarp ? 4 : 128) * kConsumers);
-      Pipeline<kStages>{base + kVRingOffset}.init(copiers, 4 * kConsumers);
+      // kFp8: the transposer warps' threads take the V stages (an arrival each on empty) and
+      // fill the V^T stages (an arrival each on full), which the consumer warps release.
+      Pipeline<kStages>{base + kVRingOffset}.init(copiers,
+                                                  kFp8 ? 32 * kTransposerWarps : 4 * kConsumers);
+      if constexpr (kFp8) {
+        Pipeline<kStages>{base + kVtRingOffset}.init(32 * kTransposerWarps, 4 * kConsumers);
+        const CtaWork work = cta_work<false>(cta_order_of<kCtaOrder>(p));
+        const int kv_head = work.head / (p.heads / p.kv_heads);
+        fp8_descales[0] = fp8_descale(p, 0, work.batch, kv_head) *
+                          fp8_descale(p, 1, work.batch, kv_head);
+        fp8_descales[1] = fp8_descale(p, 2, work.batch, kv_head);
+      }
       mbarrier_init_fence();
     }
     __syncthreads();
 
     if (warpgroup_index() == 0) {
       warpgroup_registers_decrease<Config::kProducerRegisters>();
-      if (threadIdx.x < 32 * Producer::kWarps) Producer::run(p, maps, base);
+      if (threadIdx.x < 32 * Producer::kWarps) {
+        Producer::run(p, maps, base);
+      } else if constexpr (kFp8) {
+        if (threadIdx.x < 32 * (1 + kTransposerWarps)) {
+          ForwardTransposer<ForwardSm90a>::run(p, base, threadIdx.x - 32);
+        }
+      }
       return;
     }
     warpgroup_registers_increase<Config::kConsumerRegisters>();
     const int consumer = warpgroup_index() - 1;
     const Pipeline<kStages> k_ring{base + kKRingOffset};
-    const Pipeline<kStages> v_ring{base + kVRingOffset};
+    // kFp8: the consumers read V^T, whose ring follows the V ring stage for stage.
+    const Pipeline<kStages> v_ring{base + (kFp8 ? kVtRingOffset : kVRingOffset)};
     PipelineState<kStages> k_state, v_state;
     if constexpr (!kPersistent) {
       consume(p, maps, base, consumer, k_ring, v_ring, k_state, v_state, 0);
@@ -314,7 +395,7 @@ struct ForwardSm90a {
         wgmma_wait<0>();
         fence_accumulators(acc_o.tiles());
         if (!first) release(v_ring, v_state);
-        to_operand_a<Element>(acc_s, p_frag);
+        pack_p(acc_s, p_frag);
         if constexpr (kFedWalk) {
           if (!more) break;
           k_ring.consumer_wait(k_state);
@@ -333,7 +414,7 @@ struct ForwardSm90a {
         rescale(acc_o, correction);
         v_ring.consumer_wait(v_state);
         wgmma_fence();
-        multiply_pv(acc_o.tiles(), p_frag, base + kVOffset + v_state.index * VTile::kBytes);
+        multiply_pv(acc_o.tiles(), p_frag, pv_stage(base, v_state.index));
         wgmma_commit();
         turn_end(consumer);
         wgmma_wait<1>();
@@ -345,7 +426,7 @@ struct ForwardSm90a {
       rescale(acc_o, correction);
       v_ring.consumer_wait(v_state);
       wgmma_fence();
-      multiply_pv(acc_o.tiles(), p_frag, base + kVOffset + v_state.index * VTile::kBytes);
+      multiply_pv(acc_o.tiles(), p_frag, pv_stage(base, v_state.index));
       wgmma_commit();
       turn_end(consumer);
       wgmma_wait<0>();
@@ -360,7 +441,16 @@ struct ForwardSm90a {
     const CtaWork work = current_work(p, parity);
     // Over a KV cache the sequence's own rows; with ragged new tokens packed from its first.
     const NewTokens rows = kKvCache != kKvTensors ? sequence_rows() : NewTokens{p.seqlen_q, 0};
-    forward_epilogue<Element, OTile, Config::kReturnLse, kEpilogueBarrier, Score, kPersistent>(
+    if constexpr (kFp8) {
+      // O was summed from V's e4m3 values: its descale (the row sums are unaffected).
+      const float v_descale = fp8_descales[1];
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_o.v[0][dt][e] *= v_descale;
+      }
+    }
+    forward_epilogue<OutElement, OTile, Config::kReturnLse, kEpilogueBarrier, Score, kPersistent>(
         p, maps.o, acc_o, softmax, base + kOOffset, consumer, work.block * kBlockM + 64 * consumer,
         work.head, work.batch, rows, kKvCache != kKvTensors && p.kv_cache.cu_seqlens_q != nullptr);
   }
@@ -527,11 +617,35 @@ struct ForwardSm90a {
         [&](int kk) { return k_major_descriptor<KTile>(k, 0, kk); }, 0);
   }
 
-  /// O += P V (the caller commits the group).
+  /// O += P V (the caller commits the group): V MN-major from its stage, or kFp8 V^T K-major.
   __device__ __forceinline__ static void multiply_pv(float (&o)[kDTiles][4],
                                                      const OperandA<1, kPvSteps>& a, u32 v) {
-    WgmmaSteps<kHeadDimV, kPvSteps>::template rs<Element, 1>(
-        o, a.v[0], [&](int kk) { return mn_major_descriptor<VTile>(v, 0, kk); }, 1);
+    if constexpr (kFp8) {
+      WgmmaSteps<kHeadDimV, kPvSteps>::template rs<Element, 0>(
+          o, a.v[0], [&](int kk) { return k_major_descriptor<typename VtTile::Layout>(v, 0, kk); },
+          1);
+    } else {
+      WgmmaSteps<kHeadDimV, kPvSteps>::template rs<Element, 1>(
+          o, a.v[0], [&](int kk) { return mn_major_descriptor<VTile>(v, 0, kk); }, 1);
+    }
+  }
+
+  /// The stage O += P V reads: V's, or kFp8 V^T's.
+  __device__ __forceinline__ static u32 pv_stage(u32 base, int index) {
+    return kFp8 ? base + kVtOffset + index * VtTile::kBytes
+                : base + kVOffset + index * VTile::kBytes;
+  }
+
+  /// P as the A operand of O += P V: pairs of 16-bit values, or kFp8 four e4m3 values a
+  /// register in fp8_operand_key's order.
+  __device__ __forceinline__ static void pack_p(const WarpgroupAccumulator<kBlockN>& s,
+                                                OperandA<1, kPvSteps>& a) {
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int kk = 0; kk < kPvSteps; ++kk) pack_e4m3_operand(s.v[0], kk, a.v[0][kk]);
+    } else {
+      to_operand_a<Element>(s, a);
+    }
   }
 
   /// Score modifiers and, on a partial block, the mask (from the stage's FlashMask values,

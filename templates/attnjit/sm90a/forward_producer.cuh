@@ -456,4 +456,78 @@ struct ForwardProducer {
   }
 };
 
+/// dtype=e4m3 (Kernel::kFp8): warps 1 .. 3 of the producer warpgroup turn each V stage, [key]
+/// [head_dim_v] bytes, into the V^T stage the consumers' O += P V reads, [head_dim_v][key], K-major,
+/// its columns in the order of the packed P (fp8_operand_key: position 4 t + i of each 16-key
+/// half of a k32 step holds key 2 t + i % 2 + 8 (i / 2) of it). They walk the blocks the
+/// consumers walk (masks by index: every warp its own walk) and pass each stage on as the
+/// rings' other members do: V's empty and V^T's full take an arrival per thread.
+///
+/// A warp moves 16 keys x 32 head-dim bytes at a time (an op): one transposing ldmatrix of four
+/// 8 x 8 matrices of byte pairs (keys 16 g + {0 .. 7, 8 .. 15} x head-dim bytes 32 q + {0 .. 15,
+/// 16 .. 31}) gives lane (r, t) = (lane / 4, lane % 4) keys 2 t, 2 t + 1 (and + 8) of head-dim
+/// bytes 2 r, 2 r + 1 of each half; one byte permute per V^T row word puts keys 2 t, 2 t + 1,
+/// 2 t + 8, 2 t + 9 in the order of positions 4 t .. 4 t + 3, and one stmatrix of four matrices
+/// writes rows 32 q + 2 r (+ 1, + 16) at positions 16 g .. 16 g + 15. Each stored matrix takes
+/// the even rows of lanes r < 4 and the odd rows of the others (or the reverse), so that its
+/// eight rows fall in eight different bank groups; the loads' rows are eight consecutive keys.
+template <class Kernel>
+struct ForwardTransposer {
+  typedef typename Kernel::MaskType Mask;
+  typedef typename Kernel::VTile VTile;  // V as a 16-bit tile of head_dim_v / 2 columns
+  typedef typename Kernel::VtTile::Layout VtLayout;  // V^T as the 16-bit tile of kBlockN / 2
+  static constexpr int kStages = Kernel::kStages;
+  static constexpr int kBlockN = Kernel::kBlockN;
+  static constexpr int kHeadDim = Kernel::kHeadDimV;
+  static constexpr int kWarps = Kernel::kTransposerWarps;
+  static constexpr int kKeyGroups = kBlockN / 16;          // g: 16 keys
+  static constexpr int kOps = kKeyGroups * (kHeadDim / 32);  // (g, q): 16 keys x 32 bytes
+  static_assert(kBlockN % 16 == 0, "key blocks of whole 16-key groups");
+
+  __device__ __forceinline__ static void run(const FwdParams& p, u32 base, int thread) {
+    const Pipeline<kStages> v_ring{base + Kernel::kVRingOffset};
+    const Pipeline<kStages> vt_ring{base + Kernel::kVtRingOffset};
+    const int lane = thread % 32;
+    const int matrix = lane / 8;
+    const int row = lane % 8;
+    // The lane's addresses: row `row` of matrix `matrix` of the load and of the store.
+    const u32 load_lane = VTile::lane_offset(8 * (matrix % 2) + row, matrix / 2);
+    const u32 store_lane =
+        VtLayout::lane_offset(16 * (matrix / 2) + 2 * row + ((matrix % 2) ^ (row >= 4)), 0);
+    // The permutes that give the word of the lane's even head-dim byte and of its odd one,
+    // swapped for lanes r >= 4 (their stored matrices 0 and 2 hold odd rows).
+    const bool low = lane / 4 < 4;
+    const u32 even = low ? 0x6420 : 0x7531;
+    const u32 odd = low ? 0x7531 : 0x6420;
+    PipelineState<kStages> state;
+    WarpKeyBlockWalk<Mask, kBlockN> walk;
+    walk.begin(Kernel::block_mask_state(p, 0), p.minmax, p.varlen);
+    while (walk.more()) {
+      v_ring.consumer_wait(state);
+      vt_ring.producer_acquire(state);
+      const u32 v = base + Kernel::kVOffset + state.index * VTile::kBytes;
+      const u32 vt = base + Kernel::kVtOffset + state.index * VtLayout::kBytes;
+#pragma unroll 1
+      for (int k = 0; k < (kOps + kWarps - 1) / kWarps; ++k) {
+        const int op = thread / 32 + kWarps * k;
+        if (kOps % kWarps == 0 || op < kOps) {
+          const int g = op % kKeyGroups;
+          const int q = op / kKeyGroups;
+          u32 m[4];
+          ldmatrix_x4_trans(m, VTile::matrix_address(v, load_lane, 16 * g, 2 * q));
+          const u32 w[4] = {__byte_perm(m[0], m[1], even), __byte_perm(m[0], m[1], odd),
+                            __byte_perm(m[2], m[3], even), __byte_perm(m[2], m[3], odd)};
+          stmatrix_x4(VtLayout::matrix_address(vt, store_lane, 32 * q, g), w);
+        }
+      }
+      // The stores reach the consumers' wgmma reads (the async proxy) through the fence.
+      fence_async_shared();
+      v_ring.consumer_release(state);
+      mbarrier_arrive(vt_ring.full(state.index));
+      state.advance();
+      walk.next(Kernel::block_mask_state(p, 0), p.minmax);
+    }
+  }
+};
+
 }  // namespace attnjit

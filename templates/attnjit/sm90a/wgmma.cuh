@@ -365,6 +365,22 @@ __device__ __forceinline__ void pack_e4m3_operand(const float (&d)[kTiles][4], i
   a[3] = pack4_e4m3(d[j + 2][2], d[j + 2][3], d[j + 3][2], d[j + 3][3]);
 }
 
+/// Stores four 8 x 8 matrices of 16-bit elements (stmatrix, sm_90): register j of each lane
+/// holds row lane / 4, elements 2 (lane % 4) and 2 (lane % 4) + 1, of matrix j; lane 8 j + i
+/// gives the address of row i of matrix j.
+__device__ __forceinline__ void stmatrix_x4(u32 address, const u32 (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]));
+}
+
+/// As stmatrix_x4, each matrix transposed: register j of each lane holds matrix j's fragment
+/// (mma layout), lane 8 j + i gives the address of stored row i (the fragment's column i).
+__device__ __forceinline__ void stmatrix_x4_trans(u32 address, const u32 (&r)[4]) {
+  asm volatile(
+      "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
+      "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]));
+}
+
 #undef ATTNJIT_R8_0
 #undef ATTNJIT_R8_1
 #undef ATTNJIT_R8_2

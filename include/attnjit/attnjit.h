@@ -30,13 +30,14 @@ enum {
   ATTNJIT_INTERNAL_ERROR = 3 /**< a bug in attnjit, or out of memory */
 };
 
-/** Element types of attnjit_tensor::dtype (the order of attnjit::ScalarType). */
-enum { ATTNJIT_FP16 = 0, ATTNJIT_BF16 = 1, ATTNJIT_FP32 = 2, ATTNJIT_INT32 = 3 };
+/** Element types of attnjit_tensor::dtype (the order of attnjit::ScalarType). ATTNJIT_E4M3:
+ * FP8 E4M3 bytes (q, k and v of a spec with dtype=e4m3). */
+enum { ATTNJIT_FP16 = 0, ATTNJIT_BF16 = 1, ATTNJIT_FP32 = 2, ATTNJIT_INT32 = 3, ATTNJIT_E4M3 = 4 };
 
 /** A non-owning view of a device tensor; shape and strides are in elements, rank <= 4. */
 typedef struct attnjit_tensor {
   void* data;
-  int dtype; /**< one of ATTNJIT_FP16, ATTNJIT_BF16, ATTNJIT_FP32, ATTNJIT_INT32 */
+  int dtype; /**< one of ATTNJIT_FP16, ATTNJIT_BF16, ATTNJIT_FP32, ATTNJIT_INT32, ATTNJIT_E4M3 */
   int rank;
   int64_t shape[4];
   int64_t stride[4];
@@ -287,11 +288,14 @@ ATTNJIT_API int attnjit_compile_for_device(const char* spec_text, int device, at
  * and, in a backward launch, d_sinks (fp32 [H], the sinks' gradient, written whole by each
  * run); a kv_cache spec's launch (attnjit_launch_prepare_kvcache) takes cache_seqlens,
  * block_table, k_new and v_new, and cu_seqlens_q for ragged new tokens (see
- * attnjit_forward_kvcache). Newer slots come after older
+ * attnjit_forward_kvcache); a forward launch of a spec with dtype=e4m3 takes q_descale,
+ * k_descale and v_descale (fp32 [B, Hkv] or [1]: the values q, k and v stand for are their
+ * bytes times these; absent: 1). Newer slots come after older
  * ones, so the older counts stay valid: a caller may pass ATTNJIT_SLOT_COUNT_PADDED slots
- * (padded batches, no sinks), ATTNJIT_SLOT_COUNT_VARLEN slots (no sinks) or
- * ATTNJIT_SLOT_COUNT_SINKS slots (no cache) to the prepare call and then that many pointers
- * (plus the predicate's) to each run; the slots past the count are absent. */
+ * (padded batches, no sinks), ATTNJIT_SLOT_COUNT_VARLEN slots (no sinks),
+ * ATTNJIT_SLOT_COUNT_SINKS slots (no cache) or ATTNJIT_SLOT_COUNT_KVCACHE slots (no descales)
+ * to the prepare call and then that many pointers (plus the predicate's) to each run; the
+ * slots past the count are absent. */
 enum {
   ATTNJIT_SLOT_Q = 0,
   ATTNJIT_SLOT_K = 1,
@@ -316,7 +320,11 @@ enum {
   ATTNJIT_SLOT_BLOCK_TABLE = 17,
   ATTNJIT_SLOT_K_NEW = 18,
   ATTNJIT_SLOT_V_NEW = 19,
-  ATTNJIT_SLOT_COUNT = 20
+  ATTNJIT_SLOT_COUNT_KVCACHE = 20,
+  ATTNJIT_SLOT_Q_DESCALE = 20,
+  ATTNJIT_SLOT_K_DESCALE = 21,
+  ATTNJIT_SLOT_V_DESCALE = 22,
+  ATTNJIT_SLOT_COUNT = 23
 };
 
 /** A forward or backward call with everything but the data pointers and the stream bound:
@@ -325,8 +333,8 @@ enum {
 typedef struct attnjit_launch attnjit_launch;
 
 /** Binds a launch of `kernel` (its direction says forward or backward) on padded batches:
- * `tensors` holds `tensor_count` (ATTNJIT_SLOT_COUNT, ATTNJIT_SLOT_COUNT_VARLEN or
- * ATTNJIT_SLOT_COUNT_PADDED) descriptors in slot order, whose data pointers are ignored; a
+ * `tensors` holds `tensor_count` (ATTNJIT_SLOT_COUNT or one of the older counts above)
+ * descriptors in slot order, whose data pointers are ignored; a
  * descriptor of rank 0 is an absent tensor (lse, startend_row_indices, alibi_slopes, sinks,
  * d_sinks where the spec has none; the packed batches' slots always). `predicate` (NULL
  * unless the mask is a predicate) binds the scalars and the tensor names and shapes; its
@@ -342,7 +350,7 @@ ATTNJIT_API int attnjit_launch_prepare(const attnjit_kernel* kernel, const attnj
 
 /** attnjit_launch_prepare for a kernel of a spec with varlen=true (a packed batch,
  * FlashAttention's varlen arguments), and only for one: `tensor_count` is ATTNJIT_SLOT_COUNT
- * (or ATTNJIT_SLOT_COUNT_VARLEN without the sinks' slots);
+ * (or an older count from ATTNJIT_SLOT_COUNT_VARLEN on);
  * q [total_q, H, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv], o [total_q, H, Dv], lse fp32
  * [H, total_q], the gradients shaped like their tensors; cu_seqlens_q and cu_seqlens_k int32
  * [B + 1] (required; 0 = cu[0] <= ... <= cu[B] = total_q, resp. total_k: sequence s holds
@@ -363,7 +371,7 @@ ATTNJIT_API int attnjit_launch_prepare_varlen(const attnjit_kernel* kernel,
                                               int max_seqlen_k, int device, attnjit_launch** out);
 
 /** attnjit_launch_prepare for a kernel of a spec with kv_cache=contiguous|paged, and only for
- * one: `tensor_count` is ATTNJIT_SLOT_COUNT; q, k (the cache), v, o, lse and sinks as in
+ * one: `tensor_count` is ATTNJIT_SLOT_COUNT (or ATTNJIT_SLOT_COUNT_KVCACHE); q, k (the cache), v, o, lse and sinks as in
  * attnjit_forward_kvcache, its FlashMask vectors and ALiBi slopes, cache_seqlens, block_table,
  * k_new and v_new in their slots and its cu_seqlens_q in ATTNJIT_SLOT_CU_SEQLENS_Q (rank 0 where
  * absent); `predicate` as in attnjit_launch_prepare (NULL without one); `num_splits` its key

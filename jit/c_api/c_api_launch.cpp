@@ -25,7 +25,7 @@ struct attnjit_launch {
   attnjit::ForwardArgs forward;
   attnjit::BackwardArgs backward_args;
   std::array<bool, ATTNJIT_SLOT_COUNT> present{};
-  int slot_count = ATTNJIT_SLOT_COUNT;  ///< as prepared: ATTNJIT_SLOT_COUNT, _VARLEN or _PADDED
+  int slot_count = ATTNJIT_SLOT_COUNT;  ///< as prepared: ATTNJIT_SLOT_COUNT or an older count
   int predicate_tensors = 0;
   int device = -1;
   std::size_t workspace_bytes = 0;  ///< what a run takes at the prepared shapes
@@ -56,13 +56,24 @@ constexpr std::array<std::string_view, ATTNJIT_SLOT_COUNT> kSlotNames = {"q",
                                                                          "cache_seqlens",
                                                                          "block_table",
                                                                          "k_new",
-                                                                         "v_new"};
+                                                                         "v_new",
+                                                                         "q_descale",
+                                                                         "k_descale",
+                                                                         "v_descale"};
 constexpr std::array kVarlenSlots = {ATTNJIT_SLOT_CU_SEQLENS_Q, ATTNJIT_SLOT_CU_SEQLENS_K,
                                      ATTNJIT_SLOT_SEQUSED_K};
 constexpr std::array kCacheSlots = {ATTNJIT_SLOT_CACHE_SEQLENS, ATTNJIT_SLOT_BLOCK_TABLE,
                                     ATTNJIT_SLOT_K_NEW, ATTNJIT_SLOT_V_NEW};
 constexpr std::array kGradientSlots = {ATTNJIT_SLOT_D_O, ATTNJIT_SLOT_D_Q, ATTNJIT_SLOT_D_K,
                                        ATTNJIT_SLOT_D_V, ATTNJIT_SLOT_D_SINKS};
+constexpr std::array kDescaleSlots = {ATTNJIT_SLOT_Q_DESCALE, ATTNJIT_SLOT_K_DESCALE,
+                                      ATTNJIT_SLOT_V_DESCALE};
+
+/// Whether `count` is ATTNJIT_SLOT_COUNT or ATTNJIT_SLOT_COUNT_KVCACHE (the count before the
+/// descales' slots, which callers built against an older header pass as their full count).
+bool full_count(int count) {
+  return count == ATTNJIT_SLOT_COUNT || count == ATTNJIT_SLOT_COUNT_KVCACHE;
+}
 
 /// The TensorView of a slot: empty for rank 0 (absent) and for a slot past `count` (a launch
 /// prepared with one of the older counts), and an Error naming the slot when a required one is
@@ -151,6 +162,9 @@ void bind_shared(Args& args, const attnjit_tensor* tensors, int count, bool lse_
     args.kv_cache.k_new = slot_view(tensors, count, ATTNJIT_SLOT_K_NEW, false);
     args.kv_cache.v_new = slot_view(tensors, count, ATTNJIT_SLOT_V_NEW, false);
     args.kv_cache.num_splits = scalars.num_splits;
+    args.q_descale = slot_view(tensors, count, ATTNJIT_SLOT_Q_DESCALE, false);
+    args.k_descale = slot_view(tensors, count, ATTNJIT_SLOT_K_DESCALE, false);
+    args.v_descale = slot_view(tensors, count, ATTNJIT_SLOT_V_DESCALE, false);
     if (!varlen) {
       // A kv_cache launch's ragged new tokens.
       args.kv_cache.cu_seqlens_q = slot_view(tensors, count, ATTNJIT_SLOT_CU_SEQLENS_Q, false);
@@ -194,7 +208,10 @@ void bind_run(Args& args, const attnjit_launch& launch, void* const* data, void*
          {std::pair{&args.kv_cache.cache_seqlens, ATTNJIT_SLOT_CACHE_SEQLENS},
           {&args.kv_cache.block_table, ATTNJIT_SLOT_BLOCK_TABLE},
           {&args.kv_cache.k_new, ATTNJIT_SLOT_K_NEW},
-          {&args.kv_cache.v_new, ATTNJIT_SLOT_V_NEW}}) {
+          {&args.kv_cache.v_new, ATTNJIT_SLOT_V_NEW},
+          {&args.q_descale, ATTNJIT_SLOT_Q_DESCALE},
+          {&args.k_descale, ATTNJIT_SLOT_K_DESCALE},
+          {&args.v_descale, ATTNJIT_SLOT_V_DESCALE}}) {
       bind(*view, launch, data, slot);
     }
   }
@@ -214,29 +231,34 @@ void prepare(const attnjit_kernel* kernel, const attnjit_tensor* tensors, int te
   require(out != nullptr, "out", "a pointer to an attnjit_launch* to fill");
   require(kernel != nullptr, "kernel", "a handle from attnjit_compile");
   require(tensors != nullptr, "tensors", "ATTNJIT_SLOT_COUNT tensor descriptors");
-  if (varlen && tensor_count != ATTNJIT_SLOT_COUNT && tensor_count != ATTNJIT_SLOT_COUNT_VARLEN) {
+  if (varlen && !full_count(tensor_count) && tensor_count != ATTNJIT_SLOT_COUNT_VARLEN) {
     attnjit::throw_field_error(
         "tensor_count", std::to_string(tensor_count),
-        fmt::format("{} (ATTNJIT_SLOT_COUNT) or {} (ATTNJIT_SLOT_COUNT_VARLEN: the slots before "
-                    "the sinks' ones); a packed batch's launch takes the cu_seqlens slots",
-                    int{ATTNJIT_SLOT_COUNT}, int{ATTNJIT_SLOT_COUNT_VARLEN}));
+        fmt::format("{} (ATTNJIT_SLOT_COUNT), {} (ATTNJIT_SLOT_COUNT_KVCACHE) or {} "
+                    "(ATTNJIT_SLOT_COUNT_VARLEN: the slots before the sinks' ones); a packed "
+                    "batch's launch takes the cu_seqlens slots",
+                    int{ATTNJIT_SLOT_COUNT}, int{ATTNJIT_SLOT_COUNT_KVCACHE},
+                    int{ATTNJIT_SLOT_COUNT_VARLEN}));
   }
-  if (batch == Batch::cache && tensor_count != ATTNJIT_SLOT_COUNT) {
-    attnjit::throw_field_error("tensor_count", std::to_string(tensor_count),
-                               fmt::format("{} (ATTNJIT_SLOT_COUNT: a kv_cache launch takes the "
-                                           "cache's slots)",
-                                           int{ATTNJIT_SLOT_COUNT}));
+  if (batch == Batch::cache && !full_count(tensor_count)) {
+    attnjit::throw_field_error(
+        "tensor_count", std::to_string(tensor_count),
+        fmt::format("{} (ATTNJIT_SLOT_COUNT) or {} (ATTNJIT_SLOT_COUNT_KVCACHE: the slots before "
+                    "the descales' ones); a kv_cache launch takes the cache's slots",
+                    int{ATTNJIT_SLOT_COUNT}, int{ATTNJIT_SLOT_COUNT_KVCACHE}));
   }
-  if (tensor_count != ATTNJIT_SLOT_COUNT && tensor_count != ATTNJIT_SLOT_COUNT_SINKS &&
+  if (!full_count(tensor_count) && tensor_count != ATTNJIT_SLOT_COUNT_SINKS &&
       tensor_count != ATTNJIT_SLOT_COUNT_VARLEN && tensor_count != ATTNJIT_SLOT_COUNT_PADDED) {
     attnjit::throw_field_error(
         "tensor_count", std::to_string(tensor_count),
-        fmt::format("{} (ATTNJIT_SLOT_COUNT), {} (ATTNJIT_SLOT_COUNT_SINKS: the slots before "
-                    "the cache's ones), {} (ATTNJIT_SLOT_COUNT_VARLEN: the slots before the "
-                    "sinks' ones) or {} (ATTNJIT_SLOT_COUNT_PADDED: the slots before the packed "
+        fmt::format("{} (ATTNJIT_SLOT_COUNT), {} (ATTNJIT_SLOT_COUNT_KVCACHE: the slots before "
+                    "the descales' ones), {} (ATTNJIT_SLOT_COUNT_SINKS: the slots before the "
+                    "cache's ones), {} (ATTNJIT_SLOT_COUNT_VARLEN: the slots before the sinks' "
+                    "ones) or {} (ATTNJIT_SLOT_COUNT_PADDED: the slots before the packed "
                     "batches' ones)",
-                    int{ATTNJIT_SLOT_COUNT}, int{ATTNJIT_SLOT_COUNT_SINKS},
-                    int{ATTNJIT_SLOT_COUNT_VARLEN}, int{ATTNJIT_SLOT_COUNT_PADDED}));
+                    int{ATTNJIT_SLOT_COUNT}, int{ATTNJIT_SLOT_COUNT_KVCACHE},
+                    int{ATTNJIT_SLOT_COUNT_SINKS}, int{ATTNJIT_SLOT_COUNT_VARLEN},
+                    int{ATTNJIT_SLOT_COUNT_PADDED}));
   }
   check_device(device);
   const attnjit::AttentionSpec& spec = kernel->kernel.spec();
@@ -302,6 +324,13 @@ void prepare(const attnjit_kernel* kernel, const attnjit_tensor* tensors, int te
     launch->predicate_tensors = static_cast<int>(predicate_args.tensors.size());
   }
   if (launch->backward) {
+    for (int slot : kDescaleSlots) {
+      if (launch->present[slot]) {
+        attnjit::throw_field_error(fmt::format("tensors[{}] ({})", slot, kSlotNames[slot]),
+                                   "a tensor",
+                                   "rank 0 (absent) for a backward kernel (e4m3 is forward only)");
+      }
+    }
     attnjit::BackwardArgs& args = launch->backward_args;
     bind_shared(args, tensors, tensor_count, /*lse_required=*/true, varlen, scalars,
                 std::move(predicate_args));

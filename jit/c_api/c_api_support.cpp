@@ -47,9 +47,9 @@ void require(bool condition, std::string_view field, std::string_view accepted) 
 }
 
 TensorView to_view(std::string_view name, const attnjit_tensor& tensor) {
-  if (tensor.dtype < ATTNJIT_FP16 || tensor.dtype > ATTNJIT_INT32) {
+  if (tensor.dtype < ATTNJIT_FP16 || tensor.dtype > ATTNJIT_E4M3) {
     throw_field_error(fmt::format("{}.dtype", name), std::to_string(tensor.dtype),
-                      "0 (fp16), 1 (bf16), 2 (fp32), 3 (int32)");
+                      "0 (fp16), 1 (bf16), 2 (fp32), 3 (int32), 4 (e4m3)");
   }
   if (tensor.rank < 0 || tensor.rank > 4) {
     throw_field_error(fmt::format("{}.rank", name), std::to_string(tensor.rank), "0 to 4");

@@ -301,10 +301,10 @@ TEST_CASE("the C ABI checks the counts of prepared launches", "[runtime][args]")
     CHECK(user_error(attnjit_launch_prepare(kernels.forward, slots.data(), count, nullptr, 0.f, -1,
                                             0, 0.f, -1, &launch)) ==
           "tensor_count: got '" + std::to_string(count) +
-              "'; accepted: 20 (ATTNJIT_SLOT_COUNT), 16 (ATTNJIT_SLOT_COUNT_SINKS: the slots "
-              "before the cache's ones), 14 (ATTNJIT_SLOT_COUNT_VARLEN: the slots before the "
-              "sinks' ones) or 11 (ATTNJIT_SLOT_COUNT_PADDED: the slots before the packed "
-              "batches' ones)");
+              "'; accepted: 23 (ATTNJIT_SLOT_COUNT), 20 (ATTNJIT_SLOT_COUNT_KVCACHE: the slots "
+              "before the descales' ones), 16 (ATTNJIT_SLOT_COUNT_SINKS: the slots before the "
+              "cache's ones), 14 (ATTNJIT_SLOT_COUNT_VARLEN: the slots before the sinks' ones) "
+              "or 11 (ATTNJIT_SLOT_COUNT_PADDED: the slots before the packed batches' ones)");
     CHECK(launch == nullptr);
   }
   CHECK_THAT(user_error(attnjit_launch_prepare(kernels.forward, nullptr, ATTNJIT_SLOT_COUNT,
@@ -324,7 +324,7 @@ TEST_CASE("the C ABI checks the counts of prepared launches", "[runtime][args]")
   for (const int count : {INT32_MAX, ATTNJIT_SLOT_COUNT + 1, ATTNJIT_SLOT_COUNT - 1, -1}) {
     CHECK(user_error(attnjit_launch_run(launch, data.data(), count, nullptr)) ==
           "data_count: got '" + std::to_string(count) +
-              "'; accepted: 20 (20 slots and 0 predicate tensors)");
+              "'; accepted: 23 (23 slots and 0 predicate tensors)");
     CHECK(user_error(
               attnjit_launch_run_workspace(launch, data.data(), count, nullptr, SIZE_MAX, nullptr))
               .starts_with("data_count: got"));
@@ -390,7 +390,7 @@ TEST_CASE("the C ABI's prepared launches take the sinks' slots after the older o
                                  0, 0.f, -1, &launch) == ATTNJIT_OK);
   data = pointers(slots);
   CHECK(user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT, nullptr)) ==
-        "data_count: got '20'; accepted: 14 (14 slots and 0 predicate tensors)");
+        "data_count: got '23'; accepted: 14 (14 slots and 0 predicate tensors)");
   CHECK(user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT_VARLEN, nullptr)) ==
         "sinks: missing; accepted: for sinks=true an fp32 [4] tensor (one sink logit per query "
         "head) in device memory");
@@ -422,6 +422,73 @@ TEST_CASE("the C ABI's prepared launches take the sinks' slots after the older o
   attnjit_launch_release(launch);
   attnjit_release(forward);
   attnjit_release(backward);
+}
+
+TEST_CASE("the C ABI's prepared launches take e4m3 inputs and their descales",
+          "[runtime][args][fp8]") {
+  const Kernels kernels;  // the disk cache off
+  attnjit_kernel* forward = nullptr;
+  REQUIRE(attnjit_compile("dtype=e4m3 head_dim=64 mask=causal return_lse=true target=sm_90a",
+                          &forward) == ATTNJIT_OK);
+  const Tensors t;
+  std::array<attnjit_tensor, ATTNJIT_SLOT_COUNT> slots = t.forward_slots();
+  for (const int slot : {ATTNJIT_SLOT_Q, ATTNJIT_SLOT_K, ATTNJIT_SLOT_V}) {
+    slots[slot].dtype = ATTNJIT_E4M3;
+  }
+  attnjit_tensor descale{};
+  descale.data = reinterpret_cast<void*>(0xa0000);
+  descale.dtype = ATTNJIT_FP32;
+  descale.rank = 2;
+  descale.shape[0] = 2;  // [B, Hkv]
+  descale.shape[1] = 2;
+  descale.stride[0] = 2;
+  descale.stride[1] = 1;
+  slots[ATTNJIT_SLOT_Q_DESCALE] = descale;
+  slots[ATTNJIT_SLOT_K_DESCALE] = descale;
+  attnjit_launch* launch = nullptr;
+
+  // A backward launch takes no descales.
+  auto backward = slots;
+  backward[ATTNJIT_SLOT_D_O] = t.d_o;
+  backward[ATTNJIT_SLOT_D_Q] = t.d_q;
+  backward[ATTNJIT_SLOT_D_K] = t.d_k;
+  backward[ATTNJIT_SLOT_D_V] = t.d_v;
+  CHECK(user_error(attnjit_launch_prepare(kernels.backward, backward.data(), ATTNJIT_SLOT_COUNT,
+                                          nullptr, 0.f, -1, 0, 0.f, -1, &launch)) ==
+        "tensors[20] (q_descale): got 'a tensor'; accepted: rank 0 (absent) for a backward "
+        "kernel (e4m3 is forward only)");
+  CHECK(launch == nullptr);
+
+  // The descales' shapes are checked at each run, before anything reaches the device.
+  slots[ATTNJIT_SLOT_V_DESCALE] = descale;
+  slots[ATTNJIT_SLOT_V_DESCALE].rank = 1;
+  slots[ATTNJIT_SLOT_V_DESCALE].shape[0] = 3;
+  REQUIRE(attnjit_launch_prepare(forward, slots.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f, -1, 0,
+                                 0.f, -1, &launch) == ATTNJIT_OK);
+  std::array<void*, ATTNJIT_SLOT_COUNT> data{};
+  for (int i = 0; i < ATTNJIT_SLOT_COUNT; ++i) {
+    data[i] = slots[i].rank == 0 ? nullptr : slots[i].data;
+  }
+  CHECK(user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT, nullptr)) ==
+        "v_descale.shape: got '[3]'; accepted: [2, 2] contiguous (batch, kv heads) or [1]");
+  attnjit_launch_release(launch);
+
+  // Descales with 16-bit inputs are refused; a caller of the count before the descales' slots
+  // gives none.
+  REQUIRE(attnjit_launch_prepare(kernels.forward, t.forward_slots().data(),
+                                 ATTNJIT_SLOT_COUNT_KVCACHE, nullptr, 0.f, -1, 0, 0.f, -1,
+                                 &launch) == ATTNJIT_OK);
+  attnjit_launch_release(launch);
+  auto bf16 = t.forward_slots();
+  bf16[ATTNJIT_SLOT_Q_DESCALE] = descale;
+  REQUIRE(attnjit_launch_prepare(kernels.forward, bf16.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f,
+                                 -1, 0, 0.f, -1, &launch) == ATTNJIT_OK);
+  for (int i = 0; i < ATTNJIT_SLOT_COUNT; ++i) data[i] = bf16[i].rank == 0 ? nullptr : bf16[i].data;
+  CHECK(user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT, nullptr)) ==
+        "q_descale: got 'given with dtype=bf16'; accepted: empty (descale factors apply to "
+        "dtype=e4m3)");
+  attnjit_launch_release(launch);
+  attnjit_release(forward);
 }
 
 TEST_CASE("the C ABI's text outputs take any buffer size", "[runtime][args]") {

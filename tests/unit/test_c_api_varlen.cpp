@@ -188,16 +188,17 @@ TEST_CASE("the C ABI's prepared launches take the slot count before the packed b
     CHECK(user_error(attnjit_launch_prepare(kernels.padded, slots.data(), count, nullptr, 0.f, -1,
                                             0, 0.f, -1, &launch)) ==
           "tensor_count: got '" + std::to_string(count) +
-              "'; accepted: 20 (ATTNJIT_SLOT_COUNT), 16 (ATTNJIT_SLOT_COUNT_SINKS: the slots "
-              "before the cache's ones), 14 (ATTNJIT_SLOT_COUNT_VARLEN: the slots before the "
-              "sinks' ones) or 11 (ATTNJIT_SLOT_COUNT_PADDED: the slots before the packed "
-              "batches' ones)");
+              "'; accepted: 23 (ATTNJIT_SLOT_COUNT), 20 (ATTNJIT_SLOT_COUNT_KVCACHE: the slots "
+              "before the descales' ones), 16 (ATTNJIT_SLOT_COUNT_SINKS: the slots before the "
+              "cache's ones), 14 (ATTNJIT_SLOT_COUNT_VARLEN: the slots before the sinks' ones) "
+              "or 11 (ATTNJIT_SLOT_COUNT_PADDED: the slots before the packed batches' ones)");
   }
   for (const int count : {int{ATTNJIT_SLOT_COUNT_PADDED}, ATTNJIT_SLOT_COUNT + 1, 0}) {
     CHECK(prepare_error(kernels.forward, slots.data(), count) ==
           "tensor_count: got '" + std::to_string(count) +
-              "'; accepted: 20 (ATTNJIT_SLOT_COUNT) or 14 (ATTNJIT_SLOT_COUNT_VARLEN: the slots "
-              "before the sinks' ones); a packed batch's launch takes the cu_seqlens slots");
+              "'; accepted: 23 (ATTNJIT_SLOT_COUNT), 20 (ATTNJIT_SLOT_COUNT_KVCACHE) or 14 "
+              "(ATTNJIT_SLOT_COUNT_VARLEN: the slots before the sinks' ones); a packed batch's "
+              "launch takes the cu_seqlens slots");
   }
 
   // A caller of the padded slot count: its runs pass as many pointers, never more.
@@ -210,7 +211,7 @@ TEST_CASE("the C ABI's prepared launches take the slot count before the packed b
                                  0.f, -1, 0, 0.f, -1, &launch) == ATTNJIT_OK);
   std::array<void*, ATTNJIT_SLOT_COUNT> data{};
   CHECK(user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT, nullptr)) ==
-        "data_count: got '20'; accepted: 11 (11 slots and 0 predicate tensors)");
+        "data_count: got '23'; accepted: 11 (11 slots and 0 predicate tensors)");
   // The right count reaches the pointer checks (q's is NULL here).
   CHECK(user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT_PADDED, nullptr)) ==
         "data[0] (q): got 'NULL'; accepted: the device pointer of the tensor the launch was "

@@ -648,7 +648,7 @@ TEST_CASE("a KV cache's launch is prepared with attnjit_launch_prepare_kvcache o
             .starts_with("kernel: got 'a spec with kv_cache=none'"));
   CHECK(c_error(attnjit_launch_prepare_kvcache(paged, slots.data(), ATTNJIT_SLOT_COUNT_SINKS,
                                                nullptr, 0.f, -1, 0, 0.f, 0, 0, -1, &launch))
-            .starts_with("tensor_count: got '16'; accepted: 20 (ATTNJIT_SLOT_COUNT"));
+            .starts_with("tensor_count: got '16'; accepted: 23 (ATTNJIT_SLOT_COUNT) or 20"));
   REQUIRE(attnjit_launch_prepare_kvcache(paged, slots.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f, -1,
                                          0, 0.f, 3, 0, -1, &launch) == ATTNJIT_OK);
   // Three splits: the partial rows of 2 x 3 x 8 rows of 64 floats and their LSEs.

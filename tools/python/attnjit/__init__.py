@@ -269,12 +269,16 @@ def forward(q: Tensor, k: Tensor, v: Tensor, *, spec: Optional[str] = None, mask
             causal: bool = False, startend_row_indices: Optional[Tensor] = None,
             scale: Optional[float] = None, window: Tuple[int, int] = (-1, 0),
             return_lse: bool = False, softcap: Optional[float] = None,
-            alibi_slopes: Optional[Tensor] = None,
-            sinks: Optional[Tensor] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+            alibi_slopes: Optional[Tensor] = None, sinks: Optional[Tensor] = None,
+            q_descale: Optional[Tensor] = None, k_descale: Optional[Tensor] = None,
+            v_descale: Optional[Tensor] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Attention forward, softmax(q k^T * scale + mask) v, on torch tensors [B, S, H, D].
 
     q [B, Sq, H, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv]: bf16 or fp16, on one CUDA device,
-    last dimension contiguous; H a multiple of Hkv. mask: "none", "causal" (bottom-right
+    last dimension contiguous; H a multiple of Hkv. Or FP8: q, k and v torch.float8_e4m3fn on
+    an sm_90a GPU (head dims 64, 128, 256; masks "none", "causal", "sliding_window"), with
+    q_descale, k_descale and v_descale (fp32 [B, Hkv] or [1], FlashAttention-3's: the values
+    the bytes stand for are the bytes times these; None: 1); o is then bf16. mask: "none", "causal" (bottom-right
     aligned), "sliding_window" (window=(left, right), -1 unbounded) or "flashmask" (causal=
     and the int32 startend_row_indices [B, Hm, Sk, C]); or a mask object: an attnjit.flashmask()
     (it holds causal= and the vectors) or an attnjit.predicate() (alone: no causal,
@@ -297,8 +301,17 @@ def forward(q: Tensor, k: Tensor, v: Tensor, *, spec: Optional[str] = None, mask
     >>> o, lse = attnjit.forward(q, k, v, mask=attnjit.predicate("q >= k && q - k < 256"),
     ...                          return_lse=True)                            # doctest: +GPU
     """
+    descales = (q_descale, k_descale, v_descale)
+    for name, descale in zip(("q_descale", "k_descale", "v_descale"), descales):
+        if descale is not None and not _is_fp8(q):
+            raise AttnjitError(f"{name}: given with q of dtype {getattr(q, 'dtype', None)}; "
+                               "accepted: None (descale factors apply to torch.float8_e4m3fn "
+                               "inputs)")
     mask = _mask_object(mask, q, k)
     if isinstance(mask, PredicateMask):
+        if _is_fp8(q):
+            raise AttnjitError("mask: a predicate mask with torch.float8_e4m3fn inputs; accepted: "
+                               "\"none\", \"causal\" or \"sliding_window\" for e4m3 inputs")
         if spec is not None:
             raise ValueError("spec: given together with a predicate mask; accepted: either a "
                              "spec or a mask (a spec's mask=predicate(...) reads no tensors)")
@@ -330,13 +343,13 @@ def forward(q: Tensor, k: Tensor, v: Tensor, *, spec: Optional[str] = None, mask
     arguments = (q, k, v, startend_row_indices, alibi_slopes, mask, causal, scale_value,
                  window_left, window_right, cap)
     if _through_operators(q):
-        _check_tensors(q, k, v, startend_row_indices, alibi_slopes, sinks)
-        o, lse = _ops.forward(*arguments, with_lse, spec or "", sinks)
+        _check_forward_tensors(q, k, v, startend_row_indices, alibi_slopes, sinks, descales)
+        o, lse = _ops.forward(*arguments, with_lse, spec or "", sinks, *descales)
     else:
         # The tensor checks run inside, once per call signature (shapes, strides, dtypes,
         # devices): a repeated call costs only its launch.
         o, lse = _launch.forward(_torch_of(q, "q"), *arguments, with_lse, spec or "",
-                                 _check_tensors, sinks)
+                                 _check_forward_tensors, sinks, descales)
     return (o, lse) if with_lse else o
 
 
@@ -970,16 +983,29 @@ def _check_on_device(name, tensor, q):
                            "q's device")
 
 
-def _check_activations(q, k, v, rank, layout):
-    """torch, after the checks q, k and v share: tensors on q's device, one 16-bit dtype, rank
-    `rank` (`layout` names its dims in the message), a contiguous last dimension."""
+def _is_fp8(tensor):
+    """Whether `tensor` holds FP8 E4M3 values (torch.float8_e4m3fn)."""
+    fp8 = getattr(_torch, "float8_e4m3fn", None)
+    return fp8 is not None and getattr(tensor, "dtype", None) == fp8
+
+
+def _check_activations(q, k, v, rank, layout, fp8=False):
+    """torch, after the checks q, k and v share: tensors on q's device, one 16-bit dtype (or
+    with `fp8` torch.float8_e4m3fn), rank `rank` (`layout` names its dims in the message), a
+    contiguous last dimension."""
     torch = _torch_of(q, "q")
     for name, tensor in (("q", q), ("k", k), ("v", v)):
         _torch_of(tensor, name)
         _check_on_device(name, tensor, q)
         if tensor.dtype != torch.float16 and tensor.dtype != torch.bfloat16:
-            raise TypeError(f"{name}: dtype {tensor.dtype}; accepted: torch.bfloat16, "
-                            "torch.float16")
+            if fp8 and _is_fp8(tensor):
+                pass
+            elif fp8:
+                raise TypeError(f"{name}: dtype {tensor.dtype}; accepted: torch.bfloat16, "
+                                "torch.float16, torch.float8_e4m3fn")
+            else:
+                raise TypeError(f"{name}: dtype {tensor.dtype}; accepted: torch.bfloat16, "
+                                "torch.float16 (torch.float8_e4m3fn: attnjit.forward)")
         if tensor.dtype != q.dtype:
             raise TypeError(f"{name}: dtype {tensor.dtype} but q is {q.dtype}; accepted: one "
                             "dtype for q, k and v")
@@ -992,11 +1018,20 @@ def _check_activations(q, k, v, rank, layout):
     return torch
 
 
-def _check_tensors(q, k, v, indices=None, slopes=None, sinks=None):
+def _check_forward_tensors(q, k, v, indices=None, slopes=None, sinks=None,
+                           descales=(None, None, None)):
+    """attnjit.forward's checks: _check_tensors' with e4m3 q, k and v accepted."""
+    return _check_tensors(q, k, v, indices, slopes, sinks, descales, fp8=True)
+
+
+def _check_tensors(q, k, v, indices=None, slopes=None, sinks=None, descales=(None, None, None),
+                   *, fp8=False):
     """The checks of the tensor arguments that need no device: types, devices, dtypes, ranks,
-    shapes and the layouts the kernels need. attnjit.forward/attention and the operators' fake
-    implementations run them, so a mismatch found while tracing reads like an eager one."""
-    torch = _check_activations(q, k, v, 4, "[batch, seq, heads, head_dim]")
+    shapes and the layouts the kernels need (torch). attnjit.forward/attention and the
+    operators' fake implementations run them, so a mismatch found while tracing reads like an
+    eager one. With `fp8` (attnjit.forward) e4m3 q, k and v are accepted, and their descale
+    factors: fp32 on q's device, [B, Hkv] or [1]; descales are refused with other inputs."""
+    torch = _check_activations(q, k, v, 4, "[batch, seq, heads, head_dim]", fp8)
     if tuple(k.shape[:3]) != tuple(v.shape[:3]):
         raise AttnjitError(f"v: shape {tuple(v.shape)} differs from k {tuple(k.shape)} in "
                            "[batch, seq, heads]")
@@ -1012,6 +1047,23 @@ def _check_tensors(q, k, v, indices=None, slopes=None, sinks=None):
         _check_head_vector(torch, "alibi_slopes", slopes, q.shape[2], q, "one slope")
     if sinks is not None:
         _check_head_vector(torch, "sinks", sinks, q.shape[2], q, "one sink logit")
+    for name, descale in zip(("q_descale", "k_descale", "v_descale"), descales):
+        if descale is None:
+            continue
+        _torch_of(descale, name)
+        if not _is_fp8(q):
+            raise AttnjitError(f"{name}: given with q of dtype {q.dtype}; accepted: None "
+                               "(descale factors apply to torch.float8_e4m3fn inputs)")
+        if descale.dtype != torch.float32:
+            raise TypeError(f"{name}: dtype {descale.dtype}; accepted: torch.float32")
+        _check_on_device(name, descale, q)
+        shapes = ((1,), (q.shape[0], k.shape[2]))
+        if tuple(descale.shape) not in shapes or not descale.is_contiguous():
+            raise AttnjitError(f"{name}: shape {tuple(descale.shape)}"
+                               f"{'' if descale.is_contiguous() else ' (not contiguous)'}; "
+                               f"accepted: contiguous [1] (per tensor) or [B={q.shape[0]}, "
+                               f"Hkv={k.shape[2]}] (per batch row and KV head)")
+    return torch
 
 
 def _check_kv_pair(k, v):
@@ -1173,8 +1225,9 @@ def _load_torch():
     import torch
 
     from . import _ops as ops
-    return torch, ops.register(torch, _check_tensors, _check_predicate_tensors,
-                               _check_varlen_tensors, _check_kvcache_tensors)
+    return torch, ops.register(torch, _check_tensors, _check_forward_tensors,
+                               _check_predicate_tensors, _check_varlen_tensors,
+                               _check_kvcache_tensors)
 
 
 _torch, _ops = _load_torch()

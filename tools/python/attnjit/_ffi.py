@@ -21,6 +21,7 @@ FP16 = 0
 BF16 = 1
 FP32 = 2
 INT32 = 3
+E4M3 = 4
 
 
 class AttnjitError(ValueError):
@@ -48,9 +49,10 @@ class Tensor(ctypes.Structure):
     ]
 
 
-SLOT_COUNT = 20  # ATTNJIT_SLOT_COUNT: q, k, v, o, lse, startend_row_indices, alibi_slopes,
+SLOT_COUNT = 23  # ATTNJIT_SLOT_COUNT: q, k, v, o, lse, startend_row_indices, alibi_slopes,
                  # d_o, d_q, d_k, d_v, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, d_sinks,
-                 # cache_seqlens, block_table, k_new, v_new
+                 # cache_seqlens, block_table, k_new, v_new, q_descale, k_descale, v_descale
+SLOT_COUNT_KVCACHE = 20  # ATTNJIT_SLOT_COUNT_KVCACHE: the slots before the descales' ones
 SLOT_COUNT_SINKS = 16  # ATTNJIT_SLOT_COUNT_SINKS: the slots before the cache's ones
 SLOT_COUNT_VARLEN = 14  # ATTNJIT_SLOT_COUNT_VARLEN: the slots before the sinks' ones
 SLOT_COUNT_PADDED = 11  # ATTNJIT_SLOT_COUNT_PADDED: the slots before the packed batches' ones

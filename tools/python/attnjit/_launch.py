@@ -25,12 +25,15 @@ from ._ffi import AttnjitError
 
 _SLOT_NAMES = ("q", "k", "v", "o", "lse", "startend_row_indices", "alibi_slopes", "d_o", "d_q",
                "d_k", "d_v", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "sinks", "d_sinks",
-               "cache_seqlens", "block_table", "k_new", "v_new")
+               "cache_seqlens", "block_table", "k_new", "v_new", "q_descale", "k_descale",
+               "v_descale")
 _NO_BOUNDARIES = (None, None, None)  # the cu_seqlens slots of a padded batch's launch
 NO_PREDICATE = ((), (), ())  # the (names, scalars, tensors) of a mask that is no predicate
-_SPEC_DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
+_SPEC_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3"}
 _CODES = {"float16": _ffi.FP16, "bfloat16": _ffi.BF16, "float32": _ffi.FP32,
-          "int32": _ffi.INT32}
+          "int32": _ffi.INT32, "float8_e4m3fn": _ffi.E4M3}
+_NO_CACHE = (None, None, None, None, None)  # d_sinks and the KV cache's slots of a forward
+_NO_DESCALES = (None, None, None)
 # The bound on each cache below: shapes that change at every call (varying sequence lengths)
 # must not grow them without limit; past it a cache starts over.
 _CACHE_LIMIT = 4096
@@ -264,13 +267,14 @@ class _Call:
     """What a call with one signature (arguments, devices, dtypes, shapes, strides) needs:
     its prepared launch, device and output shapes."""
 
-    __slots__ = ("launch", "index", "o_shape", "lse_shape")
+    __slots__ = ("launch", "index", "o_shape", "lse_shape", "o_dtype")
 
-    def __init__(self, launch, index, o_shape, lse_shape):
+    def __init__(self, launch, index, o_shape, lse_shape, o_dtype=None):
         self.launch = launch
         self.index = index
         self.o_shape = o_shape
         self.lse_shape = lse_shape
+        self.o_dtype = o_dtype  # None: q's
 
 
 _calls = {}  # call signature -> _Call
@@ -298,42 +302,49 @@ def _enqueue(torch, call, pointers, predicate_tensors=()):
     _launch_run(torch, call.launch, call.index, *_launch_data(pointers, predicate_tensors))
 
 
+def output_dtype(torch, q):
+    """The dtype of o for inputs of q's dtype: q's, bf16 for e4m3 inputs."""
+    return torch.bfloat16 if q.dtype == getattr(torch, "float8_e4m3fn", None) else q.dtype
+
+
 def forward(torch, q, k, v, indices, slopes, mask, causal, scale, window_left, window_right,
-            softcap, return_lse, spec, check=None, sinks=None):
+            softcap, return_lse, spec, check=None, sinks=None, descales=_NO_DESCALES):
     """attnjit.forward's launch: (o, lse or None). `spec` "" builds the spec from the
-    arguments; scale 0.0 is 1/sqrt(D); softcap 0.0 is none; sinks (fp32 [H]) or None.
-    `check(q, k, v, indices, slopes, sinks)` (attnjit's argument checks) runs the first time a
-    call signature is seen: everything it looks at is in the signature, so a repeated call
-    skips it."""
+    arguments; scale 0.0 is 1/sqrt(D); softcap 0.0 is none; sinks (fp32 [H]) or None;
+    descales (q_descale, k_descale, v_descale), each fp32 or None, for e4m3 inputs.
+    `check(q, k, v, indices, slopes, sinks, descales)` (attnjit's argument checks) runs the
+    first time a call signature is seen: everything it looks at is in the signature, so a
+    repeated call skips it."""
     try:
         key = (mask, causal, return_lse, spec, scale, window_left, window_right, softcap,
                _signature(q), _signature(k), _signature(v), _signature(indices),
-               _signature(slopes), _signature(sinks))
+               _signature(slopes), _signature(sinks), *map(_signature, descales))
     except (AttributeError, TypeError):
         if check is not None:
-            check(q, k, v, indices, slopes, sinks)
+            check(q, k, v, indices, slopes, sinks, descales)
         raise
     call = _calls.get(key)
     if call is None:
         if check is not None:
-            check(q, k, v, indices, slopes, sinks)
+            check(q, k, v, indices, slopes, sinks, descales)
         call = _forward_call(torch, q, k, v, indices, slopes, mask, causal, scale, window_left,
-                             window_right, softcap, return_lse, spec, sinks)
+                             window_right, softcap, return_lse, spec, sinks, descales)
         _remember(key, call)
-    o = q.new_empty(call.o_shape)
+    o = q.new_empty(call.o_shape, dtype=call.o_dtype)
     lse = None if call.lse_shape is None else q.new_empty(call.lse_shape, dtype=torch.float32)
     _enqueue(torch, call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
                            None if lse is None else lse.data_ptr(),
                            None if indices is None else indices.data_ptr(),
                            None if slopes is None else slopes.data_ptr(), None, None, None, None)
-             + _NO_BOUNDARIES + _pointers((sinks,)))
+             + _NO_BOUNDARIES + _pointers((sinks,)) + _NO_CACHE + _pointers(descales))
     return o, lse
 
 
 def _forward_call(torch, q, k, v, indices, slopes, mask, causal, scale, window_left,
-                  window_right, softcap, return_lse, spec, sinks):
+                  window_right, softcap, return_lse, spec, sinks, descales):
     index = device_index((("q", q), ("k", k), ("v", v), ("startend_row_indices", indices),
-                          ("alibi_slopes", slopes), ("sinks", sinks)))
+                          ("alibi_slopes", slopes), ("sinks", sinks))
+                         + tuple(zip(_SLOT_NAMES[20:], descales)))
     if not spec:
         spec = spec_text(q.dtype, q.shape[3], v.shape[3], mask, causal,
                          0 if indices is None else indices.shape[3], return_lse, softcap > 0,
@@ -342,12 +353,13 @@ def _forward_call(torch, q, k, v, indices, slopes, mask, causal, scale, window_l
     batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
     o_shape = (batch, seqlen_q, heads, v.shape[3])
     lse_shape = (batch, heads, seqlen_q) if with_lse else None
-    o = q.new_empty(o_shape)
+    o_dtype = output_dtype(torch, q)
+    o = q.new_empty(o_shape, dtype=o_dtype)
     lse = None if lse_shape is None else q.new_empty(lse_shape, dtype=torch.float32)
     launch = _prepare(compiled, (q, k, v, o, lse, indices, slopes, None, None, None, None)
-                      + _NO_BOUNDARIES + (sinks,), None,
+                      + _NO_BOUNDARIES + (sinks,) + _NO_CACHE + tuple(descales), None,
                       (scale, window_left, window_right, softcap), index)
-    return _Call(launch, index, o_shape, lse_shape)
+    return _Call(launch, index, o_shape, lse_shape, o_dtype)
 
 
 def kvcache_output_shapes(q, v_cache, cu_seqlens_q, return_lse):

@@ -72,10 +72,12 @@ def _predicate(names, scalars, tensors):
     return names.split(), list(scalars), list(tensors)
 
 
-def register(torch, check_tensors, check_predicate_tensors, check_varlen_tensors,
-             check_kvcache_tensors):
+def register(torch, check_tensors, check_forward_tensors, check_predicate_tensors,
+             check_varlen_tensors, check_kvcache_tensors):
     """Defines the operators and returns torch.ops.attnjit, or None when this PyTorch has no
     torch.library.custom_op. `check_tensors(q, k, v, indices, slopes)`,
+    `check_forward_tensors(q, k, v, indices, slopes, sinks, descales)` (attnjit.forward's, which
+    takes e4m3 inputs and their descales),
     `check_predicate_tensors(q, names, tensors, batch)`, `check_varlen_tensors(q, k, v,
     cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, sinks, indices, slopes,
     predicate)` and `check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens, block_table, k,
@@ -94,18 +96,23 @@ def register(torch, check_tensors, check_predicate_tensors, check_varlen_tensors
     def forward(q: Tensor, k: Tensor, v: Tensor, startend_row_indices: Optional[Tensor],
                 alibi_slopes: Optional[Tensor], mask: str, causal: bool, scale: float,
                 window_left: int, window_right: int, softcap: float, return_lse: bool,
-                spec: str, sinks: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+                spec: str, sinks: Optional[Tensor], q_descale: Optional[Tensor],
+                k_descale: Optional[Tensor],
+                v_descale: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
         o, lse = _launch.forward(torch, _layout(q), _layout(k), _layout(v), startend_row_indices,
                                  alibi_slopes, mask, causal, scale, window_left, window_right,
-                                 softcap, return_lse, spec, check_tensors, sinks)
+                                 softcap, return_lse, spec, check_forward_tensors, sinks,
+                                 (q_descale, k_descale, v_descale))
         return o, q.new_empty((0,), dtype=f32) if lse is None else lse
 
     @forward.register_fake
     def _(q, k, v, startend_row_indices, alibi_slopes, mask, causal, scale, window_left,
-          window_right, softcap, return_lse, spec, sinks):
-        check_tensors(q, k, v, startend_row_indices, alibi_slopes, sinks)
+          window_right, softcap, return_lse, spec, sinks, q_descale, k_descale, v_descale):
+        check_forward_tensors(q, k, v, startend_row_indices, alibi_slopes, sinks,
+                              (q_descale, k_descale, v_descale))
         batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
-        o = q.new_empty((batch, seqlen_q, heads, v.shape[3]))
+        o = q.new_empty((batch, seqlen_q, heads, v.shape[3]),
+                        dtype=_launch.output_dtype(torch, q))
         lse = q.new_empty((batch, heads, seqlen_q) if return_lse else (0,), dtype=f32)
         return o, lse
 

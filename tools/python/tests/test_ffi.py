@@ -71,6 +71,7 @@ class LibraryTest(TemporaryCacheTest):
         self.assertEqual(dtypes["ATTNJIT_BF16"], _ffi.BF16)
         self.assertEqual(dtypes["ATTNJIT_FP32"], _ffi.FP32)
         self.assertEqual(dtypes["ATTNJIT_INT32"], _ffi.INT32)
+        self.assertEqual(dtypes["ATTNJIT_E4M3"], _ffi.E4M3)
         self.assertEqual(dtypes["ATTNJIT_OK"], _ffi.OK)
         self.assertEqual(dtypes["ATTNJIT_USER_ERROR"], _ffi.USER_ERROR)
         self.assertEqual(dtypes["ATTNJIT_DEVICE_ERROR"], _ffi.DEVICE_ERROR)
@@ -79,7 +80,7 @@ class LibraryTest(TemporaryCacheTest):
         tensor_hpp = (REPO / "include/attnjit/tensor.hpp").read_text()
         members = re.search(r"enum class ScalarType[^{]*\{([^}]*)\}", tensor_hpp).group(1)
         order = [name.strip() for name in members.split(",")]
-        self.assertEqual(order, ["fp16", "bf16", "fp32", "int32"])
+        self.assertEqual(order, ["fp16", "bf16", "fp32", "int32", "e4m3"])
         self.assertEqual(_ffi.Tensor.shape.offset, 16)
         self.assertEqual(ctypes.sizeof(_ffi.Tensor), 80)
 
@@ -351,7 +352,7 @@ class LibraryTest(TemporaryCacheTest):
 
         slots = (_ffi.Tensor * _ffi.SLOT_COUNT)(ok, ok, ok, ok)
         self.assert_user_error(prepare(slots, count=4)[0],
-                               "tensor_count: got '4'; accepted: 20 (ATTNJIT_SLOT_COUNT), 16")
+                               "tensor_count: got '4'; accepted: 23 (ATTNJIT_SLOT_COUNT), 20")
         self.assert_user_error(prepare(slots, device=-2)[0], "device: got '-2'")
         missing_v = (_ffi.Tensor * _ffi.SLOT_COUNT)(ok, ok, _ffi.Tensor(), ok)
         self.assert_user_error(prepare(missing_v)[0], "tensors[2] (v): got 'rank 0 (absent)'")
@@ -365,7 +366,7 @@ class LibraryTest(TemporaryCacheTest):
         self.assertEqual(code, _ffi.OK, lib.attnjit_last_error().decode())
         data = (ctypes.c_void_p * _ffi.SLOT_COUNT)(0x1000, 0x1000, 0x1000, 0x1000)
         self.assert_user_error(lib.attnjit_launch_run(handle, data, 3, None),
-                               "data_count: got '3'; accepted: 20")
+                               "data_count: got '3'; accepted: 23")
         data[1] = None
         self.assert_user_error(lib.attnjit_launch_run(handle, data, _ffi.SLOT_COUNT, None),
                                "data[1] (k): got 'NULL'")

@@ -82,7 +82,7 @@ def operators_module():
 class OperatorTest(unittest.TestCase):
     def test_no_operators_without_custom_op(self):
         torch = types.SimpleNamespace(library=types.SimpleNamespace())
-        self.assertIsNone(operators_module().register(torch, None, None, None, None))
+        self.assertIsNone(operators_module().register(torch, None, None, None, None, None))
 
 
 if __name__ == "__main__":

@@ -263,7 +263,7 @@ class PreparedLaunchTest(TemporaryCacheTest):
         self.assertEqual(constants["ATTNJIT_SLOT_COUNT"], _ffi.SLOT_COUNT)
         self.assertEqual(constants["ATTNJIT_SLOT_COUNT_PADDED"], _ffi.SLOT_COUNT_PADDED)
         self.assertEqual(constants["ATTNJIT_SLOT_COUNT_VARLEN"], _ffi.SLOT_COUNT_VARLEN)
-        for name in ("sinks", "d_sinks"):
+        for name in ("sinks", "d_sinks", "q_descale", "k_descale", "v_descale"):
             self.assertEqual(constants[f"ATTNJIT_SLOT_{name.upper()}"],
                              _launch._SLOT_NAMES.index(name))
         self.assertEqual(constants["ATTNJIT_SLOT_CU_SEQLENS_Q"],

@@ -96,9 +96,9 @@ def register(torch, check_tensors, check_forward_tensors, check_predicate_tensor
     def forward(q: Tensor, k: Tensor, v: Tensor, startend_row_indices: Optional[Tensor],
                 alibi_slopes: Optional[Tensor], mask: str, causal: bool, scale: float,
                 window_left: int, window_right: int, softcap: float, return_lse: bool,
-                spec: str, sinks: Optional[Tensor], q_descale: Optional[Tensor],
-                k_descale: Optional[Tensor],
-                v_descale: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+                spec: str, sinks: Optional[Tensor], q_descale: Optional[Tensor] = None,
+                k_descale: Optional[Tensor] = None,
+                v_descale: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         o, lse = _launch.forward(torch, _layout(q), _layout(k), _layout(v), startend_row_indices,
                                  alibi_slopes, mask, causal, scale, window_left, window_right,
                                  softcap, return_lse, spec, check_forward_tensors, sinks,
@@ -107,7 +107,8 @@ def register(torch, check_tensors, check_forward_tensors, check_predicate_tensor
 
     @forward.register_fake
     def _(q, k, v, startend_row_indices, alibi_slopes, mask, causal, scale, window_left,
-          window_right, softcap, return_lse, spec, sinks, q_descale, k_descale, v_descale):
+          window_right, softcap, return_lse, spec, sinks, q_descale=None, k_descale=None,
+          v_descale=None):
         check_forward_tensors(q, k, v, startend_row_indices, alibi_slopes, sinks,
                               (q_descale, k_descale, v_descale))
         batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]

@@ -42,16 +42,18 @@ def setUpModule():
               flush=True)
 
 
-def quantize(x, per_tensor):
+def quantize(x, per_tensor, kv_heads):
     """(e4m3 bytes, fp32 descale, the float64 values they stand for) of x [B, S, Hx, D]: one
-    descale for the tensor, or one per (batch, head) [B, Hx], mapping the largest magnitude to
-    e4m3's largest finite value."""
+    descale for the tensor, or one per (batch, KV head) [B, Hkv] (a query head takes its KV
+    head's), mapping the largest magnitude to e4m3's largest finite value."""
     if per_tensor:
         descale = (x.abs().amax() / E4M3_MAX).clamp_min(1e-12).reshape(1).float()
         scale = descale.view(1, 1, 1, 1)
     else:
-        descale = (x.abs().amax(dim=(1, 3)) / E4M3_MAX).clamp_min(1e-12).float().contiguous()
-        scale = descale[:, None, :, None]
+        batch, seqlen, heads, dim = x.shape
+        groups = x.view(batch, seqlen, kv_heads, heads // kv_heads, dim)
+        descale = (groups.abs().amax(dim=(1, 3, 4)) / E4M3_MAX).clamp_min(1e-12).float()
+        scale = descale.repeat_interleave(heads // kv_heads, dim=1)[:, None, :, None]
     q8 = (x / scale).to(torch.float8_e4m3fn)
     return q8, descale, q8.double() * scale.double()
 
@@ -104,9 +106,9 @@ class ForwardFp8Test(Fp8Case):
         for d, mask, batch, sq, sk, heads, kv_heads, per_tensor, window in cases:
             with self.subTest(head_dim=d, mask=mask, per_tensor=per_tensor):
                 q, k, v = self.inputs((d, mask), batch, sq, sk, heads, kv_heads, d)
-                q8, q_descale, q64 = quantize(q, per_tensor)
-                k8, k_descale, k64 = quantize(k, per_tensor)
-                v8, v_descale, v64 = quantize(v, per_tensor)
+                q8, q_descale, q64 = quantize(q, per_tensor, kv_heads)
+                k8, k_descale, k64 = quantize(k, per_tensor, kv_heads)
+                v8, v_descale, v64 = quantize(v, per_tensor, kv_heads)
                 o, lse = attnjit.forward(q8, k8, v8, mask=mask, window=window, return_lse=True,
                                          q_descale=q_descale, k_descale=k_descale,
                                          v_descale=v_descale)
@@ -151,9 +153,9 @@ class ForwardFp8Test(Fp8Case):
 class CompiledFp8Test(Fp8Case):
     def test_compiled_equals_eager(self):
         q, k, v = self.inputs("compiled", 2, 256, 256, 4, 2, 128)
-        q8, q_descale, _ = quantize(q, False)
-        k8, k_descale, _ = quantize(k, False)
-        v8, v_descale, _ = quantize(v, True)
+        q8, q_descale, _ = quantize(q, False, 2)
+        k8, k_descale, _ = quantize(k, False, 2)
+        v8, v_descale, _ = quantize(v, True, 2)
 
         def f(q8, k8, v8, q_descale, k_descale, v_descale):
             return attnjit.forward(q8, k8, v8, mask="causal", q_descale=q_descale,

@@ -34,7 +34,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
-from . import _ffi, _launch
+from . import _ffi, _launch, fp8
 from ._ffi import AttnjitError, DeviceError, InternalError
 from .builders import FlashMask, flashmask
 from .masks import FAMILIES, build_mask, mask_family, validate_intervals
@@ -65,6 +65,7 @@ __all__ = [
     "disk_cache",
     "flashmask",
     "forward",
+    "fp8",
     "mask_family",
     "validate_intervals",
     "predicate",

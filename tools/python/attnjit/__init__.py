@@ -277,9 +277,10 @@ def forward(q: Tensor, k: Tensor, v: Tensor, *, spec: Optional[str] = None, mask
 
     q [B, Sq, H, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv]: bf16 or fp16, on one CUDA device,
     last dimension contiguous; H a multiple of Hkv. Or FP8: q, k and v torch.float8_e4m3fn on
-    an sm_90a GPU (head dims 64, 128, 256; masks "none", "causal", "sliding_window"), with
+    an sm_90 GPU (head dims 64, 128, 256; masks "none", "causal", "sliding_window"), with
     q_descale, k_descale and v_descale (fp32 [B, Hkv] or [1], FlashAttention-3's: the values
-    the bytes stand for are the bytes times these; None: 1); o is then bf16. mask: "none", "causal" (bottom-right
+    the bytes stand for are the bytes times these; None: 1; attnjit.fp8.quantize makes them);
+    o is then bf16. mask: "none", "causal" (bottom-right
     aligned), "sliding_window" (window=(left, right), -1 unbounded) or "flashmask" (causal=
     and the int32 startend_row_indices [B, Hm, Sk, C]); or a mask object: an attnjit.flashmask()
     (it holds causal= and the vectors) or an attnjit.predicate() (alone: no causal,
@@ -998,15 +999,11 @@ def _check_activations(q, k, v, rank, layout, fp8=False):
     for name, tensor in (("q", q), ("k", k), ("v", v)):
         _torch_of(tensor, name)
         _check_on_device(name, tensor, q)
-        if tensor.dtype != torch.float16 and tensor.dtype != torch.bfloat16:
-            if fp8 and _is_fp8(tensor):
-                pass
-            elif fp8:
-                raise TypeError(f"{name}: dtype {tensor.dtype}; accepted: torch.bfloat16, "
-                                "torch.float16, torch.float8_e4m3fn")
-            else:
-                raise TypeError(f"{name}: dtype {tensor.dtype}; accepted: torch.bfloat16, "
-                                "torch.float16 (torch.float8_e4m3fn: attnjit.forward)")
+        if (tensor.dtype not in (torch.float16, torch.bfloat16)
+                and not (fp8 and _is_fp8(tensor))):
+            accepted = ("torch.bfloat16, torch.float16, torch.float8_e4m3fn" if fp8 else
+                        "torch.bfloat16, torch.float16 (torch.float8_e4m3fn: attnjit.forward)")
+            raise TypeError(f"{name}: dtype {tensor.dtype}; accepted: {accepted}")
         if tensor.dtype != q.dtype:
             raise TypeError(f"{name}: dtype {tensor.dtype} but q is {q.dtype}; accepted: one "
                             "dtype for q, k and v")

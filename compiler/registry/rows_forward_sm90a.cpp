@@ -127,10 +127,13 @@ bool one_consumer_fits(const TileCandidate& c, const AttentionSpec& spec,
 }
 
 bool fits_registers(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
-  // e4m3 (masks by index): two consumers over 128-key blocks, 64 at d256 (the V^T stages and
-  // the bf16 O tile take the shared memory of wider ones).
+  // e4m3 (masks by index): 128-key blocks, 64 at d256 (the V^T stages and the bf16 O tile
+  // take the shared memory of wider ones). Three consumers at d64 without a window, as bf16
+  // (two ran 17% slower there; with softcap a consumer's 152 registers spill), else two (O and
+  // S take a consumer's registers above d64).
   if (spec.dtype == DType::e4m3) {
-    return c.block_m == 128 && c.block_n == (spec.head_dim_qk == 256 ? 64 : 128);
+    const bool three = spec.head_dim_qk == 64 && !spec.softcap && !mask.window_by_index;
+    return c.block_m == (three ? 192 : 128) && c.block_n == (spec.head_dim_qk == 256 ? 64 : 128);
   }
   if (c.block_m == 192) return three_consumers_fit(c, spec, mask);
   if (c.block_m == 64) return one_consumer_fits(c, spec, mask);

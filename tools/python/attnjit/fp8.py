@@ -55,7 +55,7 @@ def hadamard_matrix(head_dim: int, device=None) -> "Tensor":
 
 def rotate(x: "Tensor") -> "Tensor":
     """x times the orthonormal Hadamard matrix along its last dimension (a power of two), in
-    fp32: the rotation quantize(rotate=True) applies to q and k."""
+    fp32: the rotation quantize(rotate_qk=True) applies to q and k."""
     return x.float() @ hadamard_matrix(x.shape[-1], x.device)
 
 
@@ -67,7 +67,7 @@ def _scaled(x, kv_heads, per_head):
     batch, seqlen, heads, dim = x.shape
     magnitude = x.detach().abs().float()
     if per_head:
-        groups = magnitude.view(batch, seqlen, kv_heads, heads // kv_heads, dim)
+        groups = magnitude.reshape(batch, seqlen, kv_heads, heads // kv_heads, dim)
         descale = (groups.amax(dim=(1, 3, 4)) if x.numel() else
                    torch.zeros(batch, kv_heads, device=x.device)) / E4M3_MAX
     else:

@@ -72,10 +72,9 @@ void emit_wgmma_steps(SourceWriter& w, int n, int steps, DType dtype) {
     w.line("{}", head);
     w.line("__device__ static __forceinline__ void {}", signature);
     w.line("                                          {}", continued);
-    w.line("  static_assert({}, \"the spec's element type\");",
-           fp8    ? "is_e4m3<Element>()"
-           : bf16 ? "is_bf16<Element>()"
-                  : "!is_bf16<Element>()");
+    w.line("  static_assert({}, \"the spec's element type\");", fp8    ? "is_e4m3<Element>()"
+                                                                : bf16 ? "is_bf16<Element>()"
+                                                                       : "!is_bf16<Element>()");
     w.line("  asm volatile(\"{}\"", statement);
     w.line("               : {}", outputs);
     w.line("               : {});", inputs);

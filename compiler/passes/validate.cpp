@@ -150,11 +150,10 @@ void check_fp8(const AttentionSpec& spec) {
   if (spec.head_dim_v != spec.head_dim_qk ||
       (spec.head_dim_qk != 64 && spec.head_dim_qk != 128 && spec.head_dim_qk != 256)) {
     throw_field_error("head_dim",
-                      fmt::format("{} with dtype=e4m3", spec.head_dim_v == spec.head_dim_qk
-                                                            ? std::to_string(spec.head_dim_qk)
-                                                            : fmt::format("({}, {})",
-                                                                          spec.head_dim_qk,
-                                                                          spec.head_dim_v)),
+                      fmt::format("{} with dtype=e4m3",
+                                  spec.head_dim_v == spec.head_dim_qk
+                                      ? std::to_string(spec.head_dim_qk)
+                                      : fmt::format("({}, {})", spec.head_dim_qk, spec.head_dim_v)),
                       "64, 128 or 256 (equal head dims)");
   }
   if (spec.mask.kind != MaskKind::none && spec.mask.kind != MaskKind::causal &&
@@ -163,9 +162,10 @@ void check_fp8(const AttentionSpec& spec) {
                       "none, causal or sliding_window in this version");
   }
   if (spec.kv_cache != KvCache::none || spec.varlen != VarlenMode::off) {
-    throw Error(fmt::format("dtype: e4m3 with kv_cache={} varlen={}; accepted: kv_cache=none "
-                            "varlen=false in this version",
-                            name_of(spec.kv_cache), name_of(spec.varlen)));
+    throw Error(
+        fmt::format("dtype: e4m3 with kv_cache={} varlen={}; accepted: kv_cache=none "
+                    "varlen=false in this version",
+                    name_of(spec.kv_cache), name_of(spec.varlen)));
   }
 }
 

@@ -173,11 +173,11 @@ std::pair<int, int> smem_parts(const TileCandidate& c, const AttentionSpec& spec
   const int block_slot = skips_by_tables(mask) ? 16 : 0;
   // e4m3: the V^T stages (one byte an element) and their ring; O in bf16.
   const bool fp8 = spec.dtype == DType::e4m3;
-  const int shared = 1024 + c.block_m * spec.head_dim_qk * element +
-                     c.kv_stages * (c.block_n * (spec.head_dim_qk + spec.head_dim_v) * element +
-                                    (fp8 ? c.block_n * spec.head_dim_v : 0) + vectors +
-                                    block_slot) +
-                     16 + (fp8 ? 3 : 2) * (2 * c.kv_stages * 8);
+  const int shared =
+      1024 + c.block_m * spec.head_dim_qk * element +
+      c.kv_stages * (c.block_n * (spec.head_dim_qk + spec.head_dim_v) * element +
+                     (fp8 ? c.block_n * spec.head_dim_v : 0) + vectors + block_slot) +
+      16 + (fp8 ? 3 : 2) * (2 * c.kv_stages * 8);
   return {shared, c.block_m * spec.head_dim_v * (fp8 ? 2 : element)};
 }
 
@@ -202,8 +202,8 @@ bool persistent(const TileCandidate& c, const AttentionSpec& spec, const MaskLow
 // The template's kOwnOTile: persistent, or O wider than Q (O then has no room in the Q tile).
 int smem_bytes(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   const auto [shared, o_tile] = smem_parts(c, spec, mask);
-  const bool own_o_tile = persistent(c, spec, mask) || spec.head_dim_v > spec.head_dim_qk ||
-                          spec.dtype == DType::e4m3;
+  const bool own_o_tile =
+      persistent(c, spec, mask) || spec.head_dim_v > spec.head_dim_qk || spec.dtype == DType::e4m3;
   return own_o_tile ? shared + o_tile : shared;
 }
 

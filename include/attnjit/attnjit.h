@@ -374,11 +374,12 @@ ATTNJIT_API int attnjit_launch_prepare_varlen(const attnjit_kernel* kernel,
  * one: `tensor_count` is ATTNJIT_SLOT_COUNT (or ATTNJIT_SLOT_COUNT_KVCACHE); q, k (the
  * cache), v, o, lse and sinks as in attnjit_forward_kvcache, its FlashMask vectors and ALiBi
  * slopes, cache_seqlens, block_table, k_new and v_new in their slots and its cu_seqlens_q in
- * ATTNJIT_SLOT_CU_SEQLENS_Q (rank 0 where absent); `predicate` as in attnjit_launch_prepare (NULL without one); `num_splits` its key
- * splits (0: chosen from the shapes and the SM count), `max_seqlen_q` the most new tokens of a
- * sequence with cu_seqlens_q (else 0). A run takes no host synchronization and allocates nothing
- * but what its workspace (attnjit_launch_workspace_size) does not cover: with a workspace, it can
- * be captured in a CUDA graph and replayed with new lengths, tables and cache contents. */
+ * ATTNJIT_SLOT_CU_SEQLENS_Q (rank 0 where absent); `predicate` as in attnjit_launch_prepare (NULL
+ * without one); `num_splits` its key splits (0: chosen from the shapes and the SM count),
+ * `max_seqlen_q` the most new tokens of a sequence with cu_seqlens_q (else 0). A run takes no host
+ * synchronization and allocates nothing but what its workspace (attnjit_launch_workspace_size) does
+ * not cover: with a workspace, it can be captured in a CUDA graph and replayed with new lengths,
+ * tables and cache contents. */
 ATTNJIT_API int attnjit_launch_prepare_kvcache(const attnjit_kernel* kernel,
                                                const attnjit_tensor* tensors, int tensor_count,
                                                const attnjit_predicate_inputs* predicate,

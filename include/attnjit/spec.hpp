@@ -11,7 +11,6 @@
 
 namespace attnjit {
 
-/// Element type of Q, K, V and O.
 /// Element type of the inputs. e4m3 (FP8, the sm90a forward): Q, K and V of one byte each,
 /// scaled by the launch's descale factors; O in bf16.
 enum class DType : std::uint8_t { fp16, bf16, e4m3 };

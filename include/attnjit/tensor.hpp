@@ -10,7 +10,7 @@
 namespace attnjit {
 
 /// Element type of a tensor handed to a kernel.
-/// e4m3: FP8 (OCP E4M3, one byte), the inputs of dtype=e4m3 specs (not in the C ABI yet).
+/// e4m3: FP8 (OCP E4M3, one byte), the inputs of dtype=e4m3 specs (ATTNJIT_E4M3 in the C ABI).
 enum class ScalarType : std::uint8_t { fp16, bf16, fp32, int32, e4m3 };
 
 std::string_view name_of(ScalarType type);
@@ -143,7 +143,7 @@ struct ForwardArgs {
   TensorView sinks;         ///< sinks=true: fp32 [H] sink logits; otherwise empty
   /// dtype=e4m3 only (q, k, v e4m3, o bf16): the factors that turn the e4m3 values of q, k and
   /// v into the values they stand for (FlashAttention-3's descales), fp32 in device memory,
-  /// [B, Hkv] (one per batch row and KV head, any strides) or [1] (one for the tensor); empty
+  /// [B, Hkv] contiguous (one per batch row and KV head) or [1] (one for the tensor); empty
   /// stands for 1. Launch arguments: new factors never recompile.
   TensorView q_descale, k_descale, v_descale;
   PredicateArgs predicate;  ///< mask=predicate only

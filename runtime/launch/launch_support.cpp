@@ -505,8 +505,8 @@ StreamScratch::~StreamScratch() {
     driver->cuMemFreeAsync(ptr_, stream_);
   }
 }
-void fill_descales(FwdParams& p, const AttentionSpec& spec, const ForwardArgs& a,
-                   const Shapes& s) {
+
+void fill_descales(FwdParams& p, const AttentionSpec& spec, const ForwardArgs& a, const Shapes& s) {
   const std::pair<const char*, const TensorView*> descales[3] = {
       {"q_descale", &a.q_descale}, {"k_descale", &a.k_descale}, {"v_descale", &a.v_descale}};
   const float* bound[3] = {nullptr, nullptr, nullptr};

@@ -85,8 +85,7 @@ ScalarType output_type(DType dtype);
 
 /// dtype=e4m3: checks ForwardArgs' q_descale, k_descale, v_descale (fp32 [B, Hkv] contiguous or
 /// [1], device memory) and binds them; other dtypes: refuses any of them.
-void fill_descales(FwdParams& p, const AttentionSpec& spec, const ForwardArgs& a,
-                   const Shapes& s);
+void fill_descales(FwdParams& p, const AttentionSpec& spec, const ForwardArgs& a, const Shapes& s);
 
 /// Checks softcap, alibi_slopes and sinks (and a backward's d_sinks) of `args` against the
 /// spec's softcap/alibi/sinks flags: a finite cap > 0 with softcap=true, else 0; fp32 [heads]

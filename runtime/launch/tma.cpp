@@ -168,8 +168,8 @@ std::optional<TensorView> map_view(const Params& p, const AttentionSpec& spec, M
   }
   if constexpr (std::is_same_v<Params, FwdParams>) {
     if (tensor == MapTensor::o) {
-      return activation_view(output_type(spec.dtype), p.o, p.batch, p.seqlen_q, p.heads, head_dim_v, p.o_batch_stride,
-                             p.o_row_stride, p.o_head_stride);
+      return activation_view(output_type(spec.dtype), p.o, p.batch, p.seqlen_q, p.heads, head_dim_v,
+                             p.o_batch_stride, p.o_row_stride, p.o_head_stride);
     }
   } else {
     switch (tensor) {

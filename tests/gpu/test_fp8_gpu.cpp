@@ -51,8 +51,7 @@ Quantized quantize(const std::vector<float>& x, const std::vector<float>& descal
   for (std::size_t i = 0; i < x.size(); ++i) {
     const int h = static_cast<int>(i / dim % heads);
     const int b = static_cast<int>(i / (static_cast<std::size_t>(dim) * heads * seqlen));
-    const float scale =
-        descale.size() == 1 ? descale[0] : descale[b * (heads / group) + h / group];
+    const float scale = descale.size() == 1 ? descale[0] : descale[b * (heads / group) + h / group];
     out.bytes[i] = testing::float_to_e4m3_bits(x[i] / scale);
     out.values[i] = testing::e4m3_bits_to_float(out.bytes[i]) * scale;
   }
@@ -115,7 +114,8 @@ void check_fp8_forward(const Fp8Case& c) {
   const Quantized v8 = quantize(v, kv_descale, c.batch, c.seqlen_k, c.kv_heads, d, 1);
 
   runtime::DeviceBuffer q_dev(q_count), k_dev(kv_count), v_dev(kv_count);
-  runtime::DeviceBuffer o_dev(q_count * 2), lse_dev(std::size_t(c.batch) * c.heads * c.seqlen_q * 4);
+  runtime::DeviceBuffer o_dev(q_count * 2),
+      lse_dev(std::size_t(c.batch) * c.heads * c.seqlen_q * 4);
   runtime::DeviceBuffer qd_dev(q_descale.size() * 4), kd_dev(kv_descale.size() * 4);
   q_dev.upload(q8.bytes.data(), q_count);
   k_dev.upload(k8.bytes.data(), kv_count);
@@ -131,10 +131,9 @@ void check_fp8_forward(const Fp8Case& c) {
   args.v = contiguous_view(v_dev.data(), ScalarType::e4m3, {c.batch, c.seqlen_k, c.kv_heads, d});
   args.o = contiguous_view(o_dev.data(), ScalarType::bf16, {c.batch, c.seqlen_q, c.heads, d});
   args.lse = contiguous_view(lse_dev.data(), ScalarType::fp32, {c.batch, c.heads, c.seqlen_q});
-  args.q_descale =
-      c.q_per_tensor
-          ? contiguous_view(qd_dev.data(), ScalarType::fp32, {1})
-          : contiguous_view(qd_dev.data(), ScalarType::fp32, {c.batch, c.kv_heads});
+  args.q_descale = c.q_per_tensor
+                       ? contiguous_view(qd_dev.data(), ScalarType::fp32, {1})
+                       : contiguous_view(qd_dev.data(), ScalarType::fp32, {c.batch, c.kv_heads});
   args.k_descale = contiguous_view(kd_dev.data(), ScalarType::fp32, {c.batch, c.kv_heads});
   args.v_descale = args.k_descale;
   args.softmax_scale = softmax_scale;
@@ -159,7 +158,8 @@ void check_fp8_forward(const Fp8Case& c) {
   problem.mask.kind = c.mask;
   problem.mask.window_left = c.window_left;
   problem.mask.window_right = c.window_right;
-  const testing::Reference ref = testing::reference_forward(problem, q8.values, k8.values, v8.values);
+  const testing::Reference ref =
+      testing::reference_forward(problem, q8.values, k8.values, v8.values);
 
   // The emulation of the kernel's rounding of P, row by row; and per row the largest
   // scale * sum_i |q_i k_i| over its keys, which bounds what the FP8 accumulation of S loses.
@@ -279,5 +279,6 @@ TEST_CASE("e4m3 forward matches the float64 reference on the values its inputs s
   check_fp8_forward(next({128, MaskKind::causal, 2, 4, 2, 450, 450, -1, 0, false, true, 0, wide}));
   check_fp8_forward(next({128, MaskKind::none, 1, 4, 4, 300, 500, -1, 0, false, false, 0, wide}));
   check_fp8_forward(next({64, MaskKind::causal, 1, 4, 2, 390, 390, -1, 0, true, false, 0, wide}));
-  check_fp8_forward(next({128, MaskKind::causal, 1, 4, 2, 333, 333, -1, 0, false, true, 0, narrow}));
+  check_fp8_forward(
+      next({128, MaskKind::causal, 1, 4, 2, 333, 333, -1, 0, false, true, 0, narrow}));
 }

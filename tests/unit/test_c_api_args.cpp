@@ -481,8 +481,8 @@ TEST_CASE("the C ABI's prepared launches take e4m3 inputs and their descales",
   attnjit_launch_release(launch);
   auto bf16 = t.forward_slots();
   bf16[ATTNJIT_SLOT_Q_DESCALE] = descale;
-  REQUIRE(attnjit_launch_prepare(kernels.forward, bf16.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f,
-                                 -1, 0, 0.f, -1, &launch) == ATTNJIT_OK);
+  REQUIRE(attnjit_launch_prepare(kernels.forward, bf16.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f, -1,
+                                 0, 0.f, -1, &launch) == ATTNJIT_OK);
   for (int i = 0; i < ATTNJIT_SLOT_COUNT; ++i) data[i] = bf16[i].rank == 0 ? nullptr : bf16[i].data;
   CHECK(user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT, nullptr)) ==
         "q_descale: got 'given with dtype=bf16'; accepted: empty (descale factors apply to "

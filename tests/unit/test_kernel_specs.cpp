@@ -567,9 +567,10 @@ TEST_CASE("sm_90a e4m3 forward kernels compile without spills or serialized wgmm
   for (int d : {64, 128, 256}) {
     for (const char* mask : {"none", "causal", "sliding_window"}) {
       for (const char* extras : {"", " softcap=true alibi=true sinks=true"}) {
-        specs.push_back(fmt::format("dtype=e4m3 head_dim={} mask={}{} return_lse=true "
-                                    "target=sm_90a",
-                                    d, mask, extras));
+        specs.push_back(
+            fmt::format("dtype=e4m3 head_dim={} mask={}{} return_lse=true "
+                        "target=sm_90a",
+                        d, mask, extras));
       }
     }
   }

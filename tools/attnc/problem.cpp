@@ -43,8 +43,9 @@ attnjit::ScalarType element_type(attnjit::DType dtype) {
 // 4 .. 9), random signs and mantissas: no NaN, no subnormal.
 std::uint16_t random_e4m3_pair(std::mt19937_64& rng) {
   std::uniform_int_distribution<int> exponent(4, 9), low(0, 15);
-  const auto code = [&] { return static_cast<std::uint16_t>((low(rng) & 8) << 4 |
-                                                            exponent(rng) << 3 | (low(rng) & 7)); };
+  const auto code = [&] {
+    return static_cast<std::uint16_t>((low(rng) & 8) << 4 | exponent(rng) << 3 | (low(rng) & 7));
+  };
   return static_cast<std::uint16_t>(code() | code() << 8);
 }
 

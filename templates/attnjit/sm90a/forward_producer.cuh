@@ -458,10 +458,10 @@ struct ForwardProducer {
 
 /// dtype=e4m3 (Kernel::kFp8): warps 1 .. 3 of the producer warpgroup turn each V stage, [key]
 /// [head_dim_v] bytes, into the V^T stage the consumers' O += P V reads, [head_dim_v][key],
-/// K-major, its columns in the order of the packed P (fp8_operand_key: position 4 t + i of each 16-key
-/// half of a k32 step holds key 2 t + i % 2 + 8 (i / 2) of it). They walk the blocks the
-/// consumers walk (masks by index: every warp its own walk) and pass each stage on as the
-/// rings' other members do: V's empty and V^T's full take an arrival per thread.
+/// K-major, its columns in the order of the packed P (fp8_operand_key: position 4 t + i of
+/// each 16-key half of a k32 step holds key 2 t + i % 2 + 8 (i / 2) of it). They walk the
+/// blocks the consumers walk (masks by index: every warp its own walk) and pass each stage on as
+/// the rings' other members do: V's empty and V^T's full take an arrival per thread.
 ///
 /// A warp moves 16 keys x 32 head-dim bytes at a time (an op): one transposing ldmatrix of four
 /// 8 x 8 matrices of byte pairs (keys 16 g + {0 .. 7, 8 .. 15} x head-dim bytes 32 q + {0 .. 15,

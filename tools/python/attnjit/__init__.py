@@ -304,16 +304,13 @@ def forward(q: Tensor, k: Tensor, v: Tensor, *, spec: Optional[str] = None, mask
     ...                          return_lse=True)                            # doctest: +GPU
     """
     descales = (q_descale, k_descale, v_descale)
-    for name, descale in zip(("q_descale", "k_descale", "v_descale"), descales):
-        if descale is not None and not _is_fp8(q):
-            raise AttnjitError(f"{name}: given with q of dtype {getattr(q, 'dtype', None)}; "
-                               "accepted: None (descale factors apply to torch.float8_e4m3fn "
-                               "inputs)")
     mask = _mask_object(mask, q, k)
     if isinstance(mask, PredicateMask):
-        if _is_fp8(q):
-            raise AttnjitError("mask: a predicate mask with torch.float8_e4m3fn inputs; accepted: "
-                               "\"none\", \"causal\" or \"sliding_window\" for e4m3 inputs")
+        # The other paths check the descales with the tensors (_check_tensors).
+        if _is_fp8(q) or any(d is not None for d in descales):
+            raise AttnjitError("mask: a predicate mask with torch.float8_e4m3fn inputs or "
+                               "descales; accepted: \"none\", \"causal\" or "
+                               "\"sliding_window\" for e4m3 inputs")
         if spec is not None:
             raise ValueError("spec: given together with a predicate mask; accepted: either a "
                              "spec or a mask (a spec's mask=predicate(...) reads no tensors)")

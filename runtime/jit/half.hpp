@@ -1,5 +1,6 @@
-// Host conversions between float and the 16-bit formats bf16 and fp16 (IEEE binary16), for
-// making test inputs and reading outputs. Round to nearest even; NaN stays NaN.
+// Host conversions between float and the 16-bit formats bf16 and fp16 (IEEE binary16), and from
+// float to FP8 E4M3, for making test inputs and reading outputs. Round to nearest even; NaN stays
+// NaN.
 #pragma once
 
 #include <bit>
@@ -50,6 +51,26 @@ inline std::uint16_t float_to_fp16(float value) {
   // A carry out of the mantissa correctly bumps the exponent (or reaches the smallest normal).
   if (remainder > halfway || (remainder == halfway && (half & 1u))) ++half;
   return static_cast<std::uint16_t>(sign | half);
+}
+
+/// float -> FP8 E4M3 (OCP's: largest finite 448, no infinities), round to nearest even,
+/// saturating to +-448 as cvt.rn.satfinite does; below 2^-6 subnormals (units of 2^-9); NaN a
+/// NaN.
+inline std::uint8_t float_to_e4m3(float value) {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
+  const auto sign = static_cast<std::uint8_t>((bits >> 24) & 0x80u);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint8_t>(sign | 0x7fu);
+  const float magnitude = std::fabs(value);
+  if (magnitude >= 448.f) return static_cast<std::uint8_t>(sign | 0x7eu);
+  if (magnitude < 0x1p-6f) {
+    return static_cast<std::uint8_t>(sign |
+                                     static_cast<std::uint32_t>(std::nearbyint(magnitude * 512.f)));
+  }
+  // The float's exponent and top three mantissa bits, rounded at the fourth (a carry moves the
+  // exponent); e4m3's exponent bias is 7 against the float's 127.
+  const std::uint32_t m = std::bit_cast<std::uint32_t>(magnitude);
+  const std::uint32_t rounded = (m + 0x7ffffu + ((m >> 20) & 1u)) >> 20;
+  return static_cast<std::uint8_t>(sign | (rounded - (120u << 3)));
 }
 
 /// fp16 -> float (exact).

@@ -114,3 +114,32 @@ TEST_CASE("e4m3 test conversion: known values, ties, saturation and round trips"
   }
   CHECK(mismatches == 0);
 }
+
+// The runtime's e4m3 conversion (attnc's FP8 inputs) against the tests' own: every code's value,
+// the midpoints between neighbouring codes (ties), the values a little off them, and specials.
+TEST_CASE("e4m3 conversion agrees with the tests' on codes, ties and their neighbours",
+          "[runtime]") {
+  using attnjit::testing::e4m3_bits_to_float;
+  using attnjit::testing::float_to_e4m3_bits;
+  int mismatches = 0;
+  const auto compare = [&](float value) {
+    if (float_to_e4m3(value) != float_to_e4m3_bits(value)) ++mismatches;
+  };
+  for (int bits = 0; bits < 0x7e; ++bits) {
+    const float low = e4m3_bits_to_float(static_cast<std::uint8_t>(bits));
+    const float high = e4m3_bits_to_float(static_cast<std::uint8_t>(bits + 1));
+    const float middle = (low + high) / 2;
+    for (const float value :
+         {low, middle, std::nextafter(middle, 0.f), std::nextafter(middle, 1000.f)}) {
+      compare(value);
+      compare(-value);
+    }
+  }
+  for (const float value : {448.f, 460.f, 464.f, 1e30f, std::numeric_limits<float>::infinity(),
+                            std::ldexp(1.f, -12), 0.f}) {
+    compare(value);
+    compare(-value);
+  }
+  CHECK(mismatches == 0);
+  CHECK((float_to_e4m3(std::nanf("")) & 0x7f) == 0x7f);
+}

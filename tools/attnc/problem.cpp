@@ -39,14 +39,11 @@ attnjit::ScalarType element_type(attnjit::DType dtype) {
   return attnjit::ScalarType::fp16;
 }
 
-// e4m3 inputs: two random finite codes a 16-bit word, magnitudes 2^-3 .. 2^3 (exponent fields
-// 4 .. 9), random signs and mantissas: no NaN, no subnormal.
-std::uint16_t random_e4m3_pair(std::mt19937_64& rng) {
-  std::uniform_int_distribution<int> exponent(4, 9), low(0, 15);
-  const auto code = [&] {
-    return static_cast<std::uint16_t>((low(rng) & 8) << 4 | exponent(rng) << 3 | (low(rng) & 7));
-  };
-  return static_cast<std::uint16_t>(code() | code() << 8);
+// e4m3 inputs: two codes a 16-bit word, of standard normal values (as the 16-bit dtypes' inputs,
+// so that the softmax sees scores of the same spread).
+std::uint16_t random_e4m3_pair(std::mt19937_64& rng, std::normal_distribution<float>& normal) {
+  const std::uint8_t low = attnjit::runtime::float_to_e4m3(normal(rng));
+  return static_cast<std::uint16_t>(low | attnjit::runtime::float_to_e4m3(normal(rng)) << 8);
 }
 
 constexpr int kMaxLength = 1 << 24;
@@ -343,7 +340,7 @@ DeviceBuffer random_tensor(std::size_t count, attnjit::DType dtype, std::uint64_
   std::normal_distribution<float> normal(0.f, 1.f);
   std::vector<std::uint16_t> pool(kPool + kRun);
   for (auto& x : pool) {
-    x = dtype == attnjit::DType::e4m3 ? random_e4m3_pair(rng) : to_bits(dtype, normal(rng));
+    x = dtype == attnjit::DType::e4m3 ? random_e4m3_pair(rng, normal) : to_bits(dtype, normal(rng));
   }
   // e4m3: `count` bytes as count / 2 words of two codes (head dims are even).
   if (dtype == attnjit::DType::e4m3) count /= 2;

@@ -61,7 +61,8 @@ struct OnlineSoftmax {
         float max_scaled;
         const float correction = advance<Score, false>(p, s, r, block_max[s][r], max_scaled);
         scale_row(o, s, r, correction);
-        exponentiate_row<Score>(p, s, r, scores, max_scaled);
+        row_sum[s][r] +=
+            exponentiate_row(s, r, scores, scores, Score::exponent_scale(p), max_scaled);
       }
     }
   }
@@ -74,6 +75,15 @@ struct OnlineSoftmax {
   template <class Score, bool kLazy = false, class Params, int kTiles>
   __device__ __forceinline__ void step(const Params& p, WarpAccumulator<kSlabs, kTiles>& scores,
                                        float (&correction)[kSlabs][2]) {
+    step<Score, kLazy>(p, scores, scores, correction);
+  }
+
+  /// step() with P written to `probs` (the scores stay).
+  template <class Score, bool kLazy = false, class Params, int kTiles>
+  __device__ __forceinline__ void step(const Params& p,
+                                       const WarpAccumulator<kSlabs, kTiles>& scores,
+                                       WarpAccumulator<kSlabs, kTiles>& probs,
+                                       float (&correction)[kSlabs][2]) {
     float block_max[kSlabs][2];
     block_maxima(scores, block_max);
 #pragma unroll
@@ -82,9 +92,43 @@ struct OnlineSoftmax {
       for (int r = 0; r < 2; ++r) {
         float max_scaled;
         correction[s][r] = advance<Score, kLazy>(p, s, r, block_max[s][r], max_scaled);
-        exponentiate_row<Score>(p, s, r, scores, max_scaled);
+        row_sum[s][r] +=
+            exponentiate_row(s, r, scores, probs, Score::exponent_scale(p), max_scaled);
       }
     }
+  }
+
+  /// A lazy step that skips the block's max: P = 2^(S c - m c) into `probs` with the rows'
+  /// running maxima m, kept where every thread's share of each of the warp's rows sums to at
+  /// most 2^kLazyThreshold (then no P exceeds it, as a lazy step() guarantees, and the
+  /// corrections are 1); otherwise, and where a row has no max yet (its sum is not finite),
+  /// it returns false and changes nothing but `probs`. The block's max, its tree of maxima
+  /// and the quads' shuffles, is then needed only where scores rise well above the running
+  /// max, mostly in a row's first blocks: a warp vote instead.
+  template <class Score, class Params, int kTiles>
+  __device__ __forceinline__ bool step_keeping_max(const Params& p,
+                                                   const WarpAccumulator<kSlabs, kTiles>& scores,
+                                                   WarpAccumulator<kSlabs, kTiles>& probs) {
+    constexpr float kLimit = 256.f;  // 2^kLazyThreshold
+    float sums[kSlabs][2];
+    bool kept = true;
+#pragma unroll
+    for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float scale = Score::exponent_scale(p);
+        sums[s][r] = exponentiate_row(s, r, scores, probs, scale, row_max[s][r] * scale);
+        // False for a sum of inf or NaN (a row without a max: -inf offsets).
+        kept = kept && sums[s][r] <= kLimit;
+      }
+    }
+    if (!__all_sync(0xffffffffu, kept)) return false;
+#pragma unroll
+    for (int s = 0; s < kSlabs; ++s) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) row_sum[s][r] += sums[s][r];
+    }
+    return true;
   }
 
   /// Multiplies the output rows by the corrections of a step.
@@ -243,22 +287,24 @@ struct OnlineSoftmax {
     return correction;
   }
 
-  template <class Score, class Params, int kTiles>
-  __device__ __forceinline__ void exponentiate_row(const Params& p, int s, int r,
-                                                   WarpAccumulator<kSlabs, kTiles>& scores,
-                                                   float max_scaled) {
+  /// Row (s, r) of P = 2^(S scale - max_scaled) into `probs` (which may be `scores`); returns
+  /// this thread's sum of it.
+  template <int kTiles>
+  __device__ __forceinline__ static float exponentiate_row(
+      int s, int r, const WarpAccumulator<kSlabs, kTiles>& scores,
+      WarpAccumulator<kSlabs, kTiles>& probs, float scale, float max_scaled) {
     float sum = 0.f;
 #pragma unroll
     for (int nt = 0; nt < kTiles; ++nt) {
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        const float value =
-            exp2_approx(fmaf(scores.v[s][nt][2 * r + c], Score::exponent_scale(p), -max_scaled));
-        scores.v[s][nt][2 * r + c] = value;
+        const float x = fmaf(scores.v[s][nt][2 * r + c], scale, -max_scaled);
+        const float value = exp2_approx(x);
+        probs.v[s][nt][2 * r + c] = value;
         sum += value;
       }
     }
-    row_sum[s][r] += sum;
+    return sum;
   }
 
   template <int kOutTiles>

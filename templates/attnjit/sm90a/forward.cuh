@@ -203,10 +203,16 @@ struct ForwardSm90a {
   /// where the stages hold FlashMask values, which every thread reads (see release()). The
   /// block slot is read by lane 0 where the release is per warp (read_block_slot).
   static constexpr bool kKReleasePerWarp = kColumns == 0;
+  /// Steps that keep the rows' running maxima where every P stays within the lazy limit
+  /// (OnlineSoftmax::step_keeping_max: no block max, no shuffles), P in a fragment of its own so
+  /// that the scores remain for a full step where they do not: with e4m3, whose products take
+  /// half of bf16's time and leave the softmax to set the pace; where S and P fit a consumer's
+  /// registers beside O (two consumers, key blocks up to 128).
+  static constexpr bool kKeepMax = kFp8 && kConsumers <= 2 && kBlockN <= 128;
   /// Whether the output's rescaling is skipped where no row of the warp moved its max (a warp
   /// vote): with lazy steps, and under masks with tables, where the vote pays for itself (under
   /// masks by index it does not).
-  static constexpr bool kSkipRescale = kLazyRescale || kFedWalk;
+  static constexpr bool kSkipRescale = kLazyRescale || kFedWalk || kKeepMax;
   static_assert(!kPersistent || (Mask::kOrderedCtas && kConsumers >= 2),
                 "persistent: works sorted by a CTA order, two or three consumers");
 
@@ -356,6 +362,9 @@ struct ForwardSm90a {
     WarpgroupAccumulator<kHeadDimV> acc_o;
     acc_o.fill(0.f);
     WarpgroupAccumulator<kBlockN> acc_s;
+    // P: in place of S, or kKeepMax in a fragment of its own.
+    WarpgroupAccumulator<kBlockN> acc_kept;
+    WarpgroupAccumulator<kBlockN>& acc_p = kKeepMax ? acc_kept : acc_s;
     OperandA<1, kPvSteps> p_frag;
     OnlineSoftmax<1> softmax;
     softmax.reset();
@@ -391,11 +400,15 @@ struct ForwardSm90a {
                       walk.tile(block_mask_state(p, parity), p.minmax), vectors, consumer, parity);
         }
         release<kKReleasePerWarp>(k_ring, k_state);
-        softmax.template step<Score, kLazyRescale>(p, acc_s, correction);
+        if (kKeepMax && !first && softmax.template step_keeping_max<Score>(p, acc_s, acc_p)) {
+          correction[0][0] = correction[0][1] = 1.f;
+        } else {
+          softmax.template step<Score, kLazyRescale>(p, acc_s, acc_p, correction);
+        }
         wgmma_wait<0>();
         fence_accumulators(acc_o.tiles());
         if (!first) release(v_ring, v_state);
-        pack_p(acc_s, p_frag);
+        pack_p(acc_p, p_frag);
         if constexpr (kFedWalk) {
           if (!more) break;
           k_ring.consumer_wait(k_state);

@@ -140,7 +140,7 @@ void check_kv_cache(const AttentionSpec& spec) {
 }
 
 // dtype=e4m3: the sm90a forward over the call's tensors, equal head dims of 64, 128 or 256,
-// masks by index (this version).
+// masks by index or FlashMask vectors (this version).
 void check_fp8(const AttentionSpec& spec) {
   if (spec.direction != Direction::forward) {
     throw Error(
@@ -156,10 +156,9 @@ void check_fp8(const AttentionSpec& spec) {
                                       : fmt::format("({}, {})", spec.head_dim_qk, spec.head_dim_v)),
                       "64, 128 or 256 (equal head dims)");
   }
-  if (spec.mask.kind != MaskKind::none && spec.mask.kind != MaskKind::causal &&
-      spec.mask.kind != MaskKind::sliding_window) {
+  if (spec.mask.kind == MaskKind::predicate) {
     throw_field_error("mask", fmt::format("{} with dtype=e4m3", to_string(spec.mask)),
-                      "none, causal or sliding_window in this version");
+                      "none, causal, sliding_window or flashmask(...) in this version");
   }
   if (spec.kv_cache != KvCache::none || spec.varlen != VarlenMode::off) {
     throw Error(

@@ -126,13 +126,22 @@ bool one_consumer_fits(const TileCandidate& c, const AttentionSpec& spec,
   return spec.head_dim_qk == 64 && mask.window_by_index && c.block_n <= 128;
 }
 
+// Masks whose block skipping reads tables (FlashMask min/max, predicate block tables): the
+// template's Mask::kOrderedCtas, where the producer alone walks the blocks (kFedWalk) and the
+// works can run persistent.
+bool skips_by_tables(const MaskLowering& mask) {
+  return mask.needs_minmax || mask.element_predicate;
+}
+
 bool fits_registers(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
-  // e4m3 (masks by index): 128-key blocks, 64 at d256 (the V^T stages and the bf16 O tile
-  // take the shared memory of wider ones). Three consumers at d64 without a window, as bf16
-  // (two ran 17% slower there; with softcap a consumer's 152 registers spill), else two (O and
-  // S take a consumer's registers above d64).
+  // e4m3: 128-key blocks, 64 at d256 (the V^T stages and the bf16 O tile take the shared
+  // memory of wider ones). Three consumers at d64 without a window or FlashMask vectors (whose
+  // three consumers are persistent only, which e4m3 is not), as bf16 (two ran 17% slower there;
+  // with softcap a consumer's 152 registers spill), else two (O and S take a consumer's
+  // registers above d64).
   if (spec.dtype == DType::e4m3) {
-    const bool three = spec.head_dim_qk == 64 && !spec.softcap && !mask.window_by_index;
+    const bool three =
+        spec.head_dim_qk == 64 && !spec.softcap && !mask.window_by_index && !skips_by_tables(mask);
     return c.block_m == (three ? 192 : 128) && c.block_n == (spec.head_dim_qk == 256 ? 64 : 128);
   }
   if (c.block_m == 192) return three_consumers_fit(c, spec, mask);
@@ -156,13 +165,6 @@ int ctas_per_sm(const KernelTiles& tiles) {
   return tiles.block_m == 64 ? 2 : 1;
 }
 
-// Masks whose block skipping reads tables (FlashMask min/max, predicate block tables): the
-// template's Mask::kOrderedCtas, where the producer alone walks the blocks (kFedWalk) and the
-// works can run persistent.
-bool skips_by_tables(const MaskLowering& mask) {
-  return mask.needs_minmax || mask.element_predicate;
-}
-
 // sm90a/forward.cuh's kSmemBytes without the O tile: alignment slack, Q, the K and V stages, each
 // K stage's FlashMask values and block slot, the barriers (Q full and empty, the rings'); and
 // the O tile's bytes (head_dim_v columns).
@@ -170,9 +172,10 @@ std::pair<int, int> smem_parts(const TileCandidate& c, const AttentionSpec& spec
                                const MaskLowering& mask) {
   const int element = size_of(spec.dtype);
   const int vectors = c.block_n * static_cast<int>(mask.vectors.size()) * 4;
-  const int block_slot = skips_by_tables(mask) ? 16 : 0;
-  // e4m3: the V^T stages (one byte an element) and their ring; O in bf16.
+  // e4m3: the V^T stages (one byte an element) and their ring, under masks with tables each V
+  // stage's slot too; O in bf16.
   const bool fp8 = spec.dtype == DType::e4m3;
+  const int block_slot = skips_by_tables(mask) ? (fp8 ? 32 : 16) : 0;
   const int shared =
       1024 + c.block_m * spec.head_dim_qk * element +
       c.kv_stages * (c.block_n * (spec.head_dim_qk + spec.head_dim_v) * element +
@@ -194,9 +197,10 @@ std::pair<int, int> smem_parts(const TileCandidate& c, const AttentionSpec& spec
 // only (three_consumers_fit).
 bool persistent(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering& mask) {
   const auto [shared, o_tile] = smem_parts(c, spec, mask);
-  // Over a KV cache (the prefill kernel) every work is its own CTA, in the index order.
-  return skips_by_tables(mask) && spec.kv_cache == KvCache::none && c.block_m >= 128 &&
-         spec.head_dim_v <= 128 && shared + o_tile <= 227 * 1024 - 512;
+  // Over a KV cache (the prefill kernel) every work is its own CTA, in the index order; e4m3's
+  // descales and V transpose follow one work per CTA.
+  return skips_by_tables(mask) && spec.kv_cache == KvCache::none && spec.dtype != DType::e4m3 &&
+         c.block_m >= 128 && spec.head_dim_v <= 128 && shared + o_tile <= 227 * 1024 - 512;
 }
 
 // The template's kOwnOTile: persistent, or O wider than Q (O then has no room in the Q tile).
@@ -222,9 +226,10 @@ bool persistent_tiles(const KernelTiles& tiles, const AttentionSpec& spec,
 // 40 / 48: with 24 the producer's walk of four vectors slows the kernel.
 int producer_registers(const KernelTiles& tiles, const AttentionSpec& spec,
                        const MaskLowering& mask) {
-  // e4m3: warps 1 .. 3 transpose V (ForwardTransposer).
-  if (spec.dtype == DType::e4m3) return 40;
   const std::size_t vectors = mask.vectors.size();
+  // e4m3: warps 1 .. 3 transpose V (ForwardTransposer); 48 where the producer walks tables
+  // (40 spilled 8 bytes with one vector).
+  if (spec.dtype == DType::e4m3) return skips_by_tables(mask) ? 48 : 40;
   const int wider_dim = std::max(spec.head_dim_qk, spec.head_dim_v);
   if (persistent_tiles(tiles, spec, mask) && (tiles.block_m == 192 || wider_dim == 128)) {
     return 24;

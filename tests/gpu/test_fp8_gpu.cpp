@@ -10,10 +10,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "attnjit/jit.hpp"
+#include "dsl/builders.hpp"
 #include "gpu/gpu_case.hpp"
 #include "gpu/sm90_kernel.hpp"
 #include "runtime/jit/driver.hpp"
@@ -36,6 +39,9 @@ struct Fp8Case {
   bool exact = false;
   std::uint64_t seed = 1;
   TileShape tiles;  ///< forced tiles (default: the registry's)
+  /// mask=flashmask: the vectors, [B or 1, Hkv or 1, Sk, columns] (their causal flag and columns
+  /// give the spec's).
+  std::optional<dsl::IntervalVectors> intervals;
 };
 
 // e4m3 bytes of `values` over their descale (value / descale rounded), and the values they stand
@@ -62,7 +68,11 @@ void check_fp8_forward(const Fp8Case& c) {
   AttentionSpec spec;
   spec.dtype = DType::e4m3;
   spec.head_dim_qk = spec.head_dim_v = c.head_dim;
-  spec.mask.kind = c.mask;
+  spec.mask.kind = c.intervals ? MaskKind::flashmask : c.mask;
+  if (c.intervals) {
+    spec.mask.causal = c.intervals->causal;
+    spec.mask.columns = c.intervals->columns;
+  }
   spec.return_lse = true;
   spec.target = Arch::sm_90a;
   spec.tiles = c.tiles;
@@ -139,6 +149,14 @@ void check_fp8_forward(const Fp8Case& c) {
   args.softmax_scale = softmax_scale;
   args.window_left = c.window_left;
   args.window_right = c.window_right;
+  runtime::DeviceBuffer vectors(c.intervals ? c.intervals->data.size() * 4 : 4);
+  if (c.intervals) {
+    const dsl::IntervalVectors& m = *c.intervals;
+    vectors.upload(m.data.data(), m.data.size() * 4);
+    args.startend_row_indices =
+        contiguous_view(static_cast<std::int32_t*>(vectors.data()), ScalarType::int32,
+                        {m.batch, m.heads, m.seqlen_k, m.columns});
+  }
   kernel.forward(args, nullptr);
   runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
 
@@ -155,7 +173,8 @@ void check_fp8_forward(const Fp8Case& c) {
   problem.kv_heads = c.kv_heads;
   problem.head_dim = problem.head_dim_v = d;
   problem.softmax_scale = softmax_scale;
-  problem.mask.kind = c.mask;
+  problem.mask.kind = spec.mask.kind;
+  problem.mask.intervals = c.intervals ? &*c.intervals : nullptr;
   problem.mask.window_left = c.window_left;
   problem.mask.window_right = c.window_right;
   const testing::Reference ref =
@@ -291,6 +310,43 @@ TEST_CASE("e4m3 forward matches the float64 reference on the values its inputs s
   check_fp8_forward(next({128, MaskKind::causal, 2, 4, 2, 300, 300, -1, 0, false, true}));
   check_fp8_forward(next({64, MaskKind::none, 1, 2, 2, 200, 333, -1, 0, true, true}));
   check_fp8_forward(next({256, MaskKind::causal, 1, 4, 1, 270, 130, -1, 0, false, true}));
+  // FlashMask (the producer's fed walk; the transposer follows the V stages' slots): the
+  // families' vectors, then random intervals of every layout per (batch, KV head), lengths
+  // that are no tile multiples, rows and blocks without a visible key.
+  const auto with = [](Fp8Case c, dsl::IntervalVectors m) {
+    c.intervals = std::move(m);
+    return c;
+  };
+  const std::vector<int> documents{100, 1, 250, 49};
+  const std::vector<int> answers{80, 0, 153};
+  const std::vector<int> blocks{100, 90};
+  const std::vector<int> halves{150, 150};
+  const std::vector<int> prefixes{40, 0};
+  const MaskKind fm = MaskKind::flashmask;
+  // Vectors of every batch row: a family's sample twice.
+  const auto twice = [](const dsl::IntervalVectors& m) {
+    return dsl::stack(std::vector<dsl::IntervalVectors>{m, m});
+  };
+  check_fp8_forward(
+      next(with({128, fm, 2, 4, 2, 400, 400}, twice(dsl::causal_document(documents)))));
+  check_fp8_forward(next(with({64, fm, 1, 4, 2, 400, 400}, dsl::document(documents))));
+  check_fp8_forward(next(with({256, fm, 1, 2, 1, 333, 333}, dsl::share_question(100, answers))));
+  check_fp8_forward(next(with({128, fm, 1, 4, 4, 500, 500, -1, 0, true},
+                              dsl::global_sliding_window(500, 30, 64, 16))));
+  check_fp8_forward(
+      next(with({128, fm, 2, 2, 1, 390, 390}, twice(dsl::causal_blockwise(blocks, 200)))));
+  check_fp8_forward(
+      next(with({64, fm, 1, 2, 2, 300, 300}, dsl::prefix_lm_document(halves, prefixes))));
+  check_fp8_forward(next(with({128, fm, 2, 4, 2, 300, 300, -1, 0, false, true},
+                              twice(dsl::causal_document(std::vector<int>{130, 170})))));
+  for (const auto& [causal, columns] :
+       {std::pair{true, 1}, std::pair{true, 2}, std::pair{false, 2}, std::pair{false, 4}}) {
+    for (const int d : {64, 128, 256}) {
+      check_fp8_forward(next(with({d, fm, 2, 4, 2, 270, 270},
+                                  dsl::random_intervals(causal, columns, 2, 2, 270, 270,
+                                                        gpu_test::data_seed(seed + 100)))));
+    }
+  }
   // Forced tiles: 192-key blocks (V^T in 64-byte swizzled panels) and 64-key blocks.
   const TileShape wide{128, 192, 12, TileLayout::warpgroups};
   const TileShape narrow{128, 64, 12, TileLayout::warpgroups};

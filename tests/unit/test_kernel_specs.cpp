@@ -561,11 +561,14 @@ TEST_CASE("sm_90a warpgroup forward kernels compile without spills or serialized
 TEST_CASE("sm_90a e4m3 forward kernels compile without spills or serialized wgmma",
           "[nvrtc][specs][sm90a][fp8]") {
   // The e4m3 forward (its V^T transposer in the producer warpgroup, P packed to e4m3): head
-  // dims 64, 128 and 256, the masks of this version, with and without the score modifiers
-  // and sinks.
+  // dims 64, 128 and 256, the masks of this version (FlashMask's fed walk: the transposer reads
+  // the V stages' slots), with and without the score modifiers and sinks.
   std::vector<std::string> specs;
   for (int d : {64, 128, 256}) {
-    for (const char* mask : {"none", "causal", "sliding_window"}) {
+    for (const char* mask :
+         {"none", "causal", "sliding_window", "flashmask(causal=true,columns=1)",
+          "flashmask(causal=true,columns=2)", "flashmask(causal=false,columns=2)",
+          "flashmask(causal=false,columns=4)"}) {
       for (const char* extras : {"", " softcap=true alibi=true sinks=true"}) {
         specs.push_back(
             fmt::format("dtype=e4m3 head_dim={} mask={}{} return_lse=true "

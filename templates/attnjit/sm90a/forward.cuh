@@ -147,10 +147,9 @@ struct ForwardSm90a {
   static_assert(kStages >= 2, "K and V rings of at least two stages");
   static_assert(!kElementBits || kSTiles <= 16, "a predicate's fragment bits fit 64 bits");
 
-  static_assert(!kFp8 || (kBlockN % 64 == 0 && kKvLayout == kKvTensors && !Config::kPersistent &&
-                          !WarpKeyBlockWalk<Mask, kBlockN>::kTables),
+  static_assert(!kFp8 || (kBlockN % 64 == 0 && kKvLayout == kKvTensors && !Config::kPersistent),
                 "e4m3: key blocks of whole 64-byte V^T rows, over the call's tensors, one CTA "
-                "per work, masks by index");
+                "per work");
 
   typedef Mask MaskType;
   typedef SmemTile<kBlockM, kQkCols> QTile;
@@ -207,8 +206,9 @@ struct ForwardSm90a {
   /// (OnlineSoftmax::step_keeping_max: no block max, no shuffles), P in a fragment of its own so
   /// that the scores remain for a full step where they do not: with e4m3, whose products take
   /// half of bf16's time and leave the softmax to set the pace; where S and P fit a consumer's
-  /// registers beside O (two consumers, key blocks up to 128).
-  static constexpr bool kKeepMax = kFp8 && kConsumers <= 2 && kBlockN <= 128;
+  /// registers beside O (two consumers, key blocks up to 128, and not under a fed walk, whose
+  /// producer keeps 48 registers: the consumers' 232 spilled).
+  static constexpr bool kKeepMax = kFp8 && kConsumers <= 2 && kBlockN <= 128 && !kFedWalk;
   /// Whether the output's rescaling is skipped where no row of the warp moved its max (a warp
   /// vote): with lazy steps, and under masks with tables, where the vote pays for itself (under
   /// masks by index it does not).
@@ -218,8 +218,8 @@ struct ForwardSm90a {
 
   // Shared memory from a 1024-byte aligned base: Q, the K stages, the V stages, the V^T stages
   // (kFp8), the O tile (kOwnOTile), the FlashMask values of each K stage, the block slot of
-  // each K stage (kFedWalk), the barriers (Q full, Q empty, the K ring's, the V ring's, the V^T
-  // ring's).
+  // each K stage (kFedWalk), the V slot of each V stage (kFp8 and kFedWalk), the barriers (Q
+  // full, Q empty, the K ring's, the V ring's, the V^T ring's).
   static constexpr int kKOffset = QTile::kBytes;
   static constexpr int kVOffset = kKOffset + kStages * KTile::kBytes;
   static constexpr int kVtOffset = kVOffset + kStages * VTile::kBytes;
@@ -227,7 +227,8 @@ struct ForwardSm90a {
   static constexpr int kOOffset = kOwnOTile ? kVtOffset + kVtBytes : 0;
   static constexpr int kVectorOffset = kVtOffset + kVtBytes + (kOwnOTile ? OTile::kBytes : 0);
   static constexpr int kBlockSlotOffset = kVectorOffset + kStages * kVectorStageBytes;
-  static constexpr int kBarrierOffset = kBlockSlotOffset + (kFedWalk ? kStages * 16 : 0);
+  static constexpr int kVSlotOffset = kBlockSlotOffset + (kFedWalk ? kStages * 16 : 0);
+  static constexpr int kBarrierOffset = kVSlotOffset + (kFp8 && kFedWalk ? kStages * 16 : 0);
   static constexpr int kQEmptyOffset = kBarrierOffset + 8;
   static constexpr int kKRingOffset = kQEmptyOffset + 8;
   static constexpr int kVRingOffset = kKRingOffset + Pipeline<kStages>::kBytes;
@@ -474,6 +475,14 @@ struct ForwardSm90a {
   enum BlockSlotWord { kSlotKeyBlock, kSlotTile, kSlotMore };
   __device__ __forceinline__ static u32 block_slot_address(u32 base, int stage, int word) {
     return base + kBlockSlotOffset + 16 * stage + 4 * word;
+  }
+
+  /// kFp8 under a fed walk: the words of a V stage's slot, written by the producer before the
+  /// stage's full arrival, for the transposer warps, which cannot walk masks with tables: the
+  /// block whose V the stage holds (-1: the work visits none, nothing was loaded) and whether
+  /// another V stage of the work follows. (kSlotTile is unused here.)
+  __device__ __forceinline__ static u32 v_slot_address(u32 base, int stage, int word) {
+    return base + kVSlotOffset + 16 * stage + 4 * word;
   }
 
   /// kFedWalk: the block, classification and follow-on flag of K stage `stage` (waited for).

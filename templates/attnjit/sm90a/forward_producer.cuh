@@ -18,7 +18,8 @@
 // the sequence's end lands on a barrier of the producer's, which zeroes its rows past the end
 // before it hands the stage on. Under masks with tables each K stage carries its block, the block's
 // classification and whether another block follows (Kernel::kFedWalk; a work that visits no block
-// gets one stage that says so); under masks by index the consumers walk the same blocks themselves.
+// gets one stage that says so), and with e4m3 each V stage its block and whether another follows
+// for the transposer warps; under masks by index the consumers walk the same blocks themselves.
 #pragma once
 
 #include "attnjit/common/key_block_walk.cuh"
@@ -282,7 +283,8 @@ struct ForwardProducer {
         }
         k_state.advance();
       } else if (Kernel::kFedWalk && previous < 0) {
-        // No block: one stage that says so, its arrivals without copies.
+        // No block: one stage that says so, its arrivals without copies (and kFp8 a V stage
+        // that says so to the transposer warps).
         k_ring.producer_acquire(k_state);
         if (lane == 0) {
           write_block_slot(base, k_state.index, -1, 0, false);
@@ -290,11 +292,23 @@ struct ForwardProducer {
         }
         if constexpr (kColumns > 0) mbarrier_arrive(k_ring.full(k_state.index));
         k_state.advance();
+        if constexpr (Kernel::kFp8) {
+          v_ring.producer_acquire(v_state);
+          if (lane == 0) {
+            write_v_slot(base, v_state.index, -1, false);
+            mbarrier_arrive(v_ring.full(v_state.index));
+          }
+          v_state.advance();
+        }
       }
       if (kCopyV && previous >= 0) {
         v_ring.producer_acquire(v_state);
         const u32 v_stage = base + Kernel::kVOffset + v_state.index * VTile::kBytes;
         const u32 v_full = v_ring.full(v_state.index);
+        // kFp8 under a fed walk: the transposer warps' slot (published by the full arrival).
+        if (Kernel::kFp8 && Kernel::kFedWalk && lane == 0) {
+          write_v_slot(base, v_state.index, previous, block >= 0);
+        }
         // Over a KV cache: the block's row at the sequence's end (kBlockN or more: none).
         const int end_row = kKvCache ? Kernel::sequence_keys() - previous * kBlockN : kBlockN;
         if constexpr (kKvCache) {
@@ -333,6 +347,14 @@ struct ForwardProducer {
     store_shared_u32(Kernel::block_slot_address(base, stage, Kernel::kSlotTile),
                      static_cast<u32>(tile));
     store_shared_u32(Kernel::block_slot_address(base, stage, Kernel::kSlotMore), more ? 1u : 0u);
+  }
+
+  /// kFp8 under a fed walk: the slot of V stage `stage` (lane 0, before the stage's full
+  /// arrival, which publishes it): its block (-1: none) and whether another V stage follows.
+  __device__ __forceinline__ static void write_v_slot(u32 base, int stage, int block, bool more) {
+    store_shared_u32(Kernel::v_slot_address(base, stage, Kernel::kSlotKeyBlock),
+                     static_cast<u32>(block));
+    store_shared_u32(Kernel::v_slot_address(base, stage, Kernel::kSlotMore), more ? 1u : 0u);
   }
 
   /// The panels of K or V block `block` (Tile: KTile or VTile) of the current work's (kv head,
@@ -459,9 +481,11 @@ struct ForwardProducer {
 /// dtype=e4m3 (Kernel::kFp8): warps 1 .. 3 of the producer warpgroup turn each V stage, [key]
 /// [head_dim_v] bytes, into the V^T stage the consumers' O += P V reads, [head_dim_v][key],
 /// K-major, its columns in the order of the packed P (fp8_operand_key: position 4 t + i of
-/// each 16-key half of a k32 step holds key 2 t + i % 2 + 8 (i / 2) of it). They walk the
-/// blocks the consumers walk (masks by index: every warp its own walk) and pass each stage on as
-/// the rings' other members do: V's empty and V^T's full take an arrival per thread.
+/// each 16-key half of a k32 step holds key 2 t + i % 2 + 8 (i / 2) of it). Under masks by
+/// index they walk the blocks the consumers walk (every warp its own walk); under masks with
+/// tables (Kernel::kFedWalk) each V stage's slot names its block and whether another follows
+/// (a work without a block: one V stage that says so). They pass each stage on as the rings'
+/// other members do: V's empty and V^T's full take an arrival per thread.
 ///
 /// A warp moves 16 keys x 32 head-dim bytes at a time (an op): one transposing ldmatrix of four
 /// 8 x 8 matrices of byte pairs (keys 16 g + {0 .. 7, 8 .. 15} x head-dim bytes 32 q + {0 .. 15,
@@ -500,33 +524,60 @@ struct ForwardTransposer {
     const u32 even = low ? 0x6420 : 0x7531;
     const u32 odd = low ? 0x7531 : 0x6420;
     PipelineState<kStages> state;
-    WarpKeyBlockWalk<Mask, kBlockN> walk;
-    walk.begin(Kernel::block_mask_state(p, 0), p.minmax, p.varlen);
-    while (walk.more()) {
-      v_ring.consumer_wait(state);
-      vt_ring.producer_acquire(state);
-      const u32 v = base + Kernel::kVOffset + state.index * VTile::kBytes;
-      const u32 vt = base + Kernel::kVtOffset + state.index * VtLayout::kBytes;
-#pragma unroll 1
-      for (int k = 0; k < (kOps + kWarps - 1) / kWarps; ++k) {
-        const int op = thread / 32 + kWarps * k;
-        if (kOps % kWarps == 0 || op < kOps) {
-          const int g = op % kKeyGroups;
-          const int q = op / kKeyGroups;
-          u32 m[4];
-          ldmatrix_x4_trans(m, VTile::matrix_address(v, load_lane, 16 * g, 2 * q));
-          const u32 w[4] = {__byte_perm(m[0], m[1], even), __byte_perm(m[0], m[1], odd),
-                            __byte_perm(m[2], m[3], even), __byte_perm(m[2], m[3], odd)};
-          stmatrix_x4(VtLayout::matrix_address(vt, store_lane, 32 * q, g), w);
+    if constexpr (Kernel::kFedWalk) {
+      // Masks with tables: the V stages' slots say which block each holds and whether another
+      // follows (a work without a block: one stage that says so, released unread).
+      for (;;) {
+        v_ring.consumer_wait(state);
+        const int block = load_shared_s32(Kernel::v_slot_address(base, state.index, 0));
+        const bool more =
+            load_shared_s32(Kernel::v_slot_address(base, state.index, Kernel::kSlotMore)) != 0;
+        if (block < 0) {
+          v_ring.consumer_release(state);
+          break;
         }
+        transpose_stage(v_ring, vt_ring, state, base, thread, load_lane, store_lane, even, odd);
+        if (!more) break;
       }
-      // The stores reach the consumers' wgmma reads (the async proxy) through the fence.
-      fence_async_shared();
-      v_ring.consumer_release(state);
-      mbarrier_arrive(vt_ring.full(state.index));
-      state.advance();
-      walk.next(Kernel::block_mask_state(p, 0), p.minmax);
+    } else {
+      WarpKeyBlockWalk<Mask, kBlockN> walk;
+      walk.begin(Kernel::block_mask_state(p, 0), p.minmax, p.varlen);
+      while (walk.more()) {
+        v_ring.consumer_wait(state);
+        transpose_stage(v_ring, vt_ring, state, base, thread, load_lane, store_lane, even, odd);
+        walk.next(Kernel::block_mask_state(p, 0), p.minmax);
+      }
     }
+  }
+
+  /// The V stage `state` (waited for) into its V^T stage, which it hands to the consumers; the
+  /// V stage is released and `state` advanced.
+  __device__ __forceinline__ static void transpose_stage(const Pipeline<kStages>& v_ring,
+                                                         const Pipeline<kStages>& vt_ring,
+                                                         PipelineState<kStages>& state, u32 base,
+                                                         int thread, u32 load_lane, u32 store_lane,
+                                                         u32 even, u32 odd) {
+    vt_ring.producer_acquire(state);
+    const u32 v = base + Kernel::kVOffset + state.index * VTile::kBytes;
+    const u32 vt = base + Kernel::kVtOffset + state.index * VtLayout::kBytes;
+#pragma unroll 1
+    for (int k = 0; k < (kOps + kWarps - 1) / kWarps; ++k) {
+      const int op = thread / 32 + kWarps * k;
+      if (kOps % kWarps == 0 || op < kOps) {
+        const int g = op % kKeyGroups;
+        const int q = op / kKeyGroups;
+        u32 m[4];
+        ldmatrix_x4_trans(m, VTile::matrix_address(v, load_lane, 16 * g, 2 * q));
+        const u32 w[4] = {__byte_perm(m[0], m[1], even), __byte_perm(m[0], m[1], odd),
+                          __byte_perm(m[2], m[3], even), __byte_perm(m[2], m[3], odd)};
+        stmatrix_x4(VtLayout::matrix_address(vt, store_lane, 32 * q, g), w);
+      }
+    }
+    // The stores reach the consumers' wgmma reads (the async proxy) through the fence.
+    fence_async_shared();
+    v_ring.consumer_release(state);
+    mbarrier_arrive(vt_ring.full(state.index));
+    state.advance();
   }
 };
 

@@ -309,8 +309,8 @@ def forward(q: Tensor, k: Tensor, v: Tensor, *, spec: Optional[str] = None, mask
         # The other paths check the descales with the tensors (_check_tensors).
         if _is_fp8(q) or any(d is not None for d in descales):
             raise AttnjitError("mask: a predicate mask with torch.float8_e4m3fn inputs or "
-                               "descales; accepted: \"none\", \"causal\" or "
-                               "\"sliding_window\" for e4m3 inputs")
+                               "descales; accepted: \"none\", \"causal\", "
+                               "\"sliding_window\" or FlashMask vectors for e4m3 inputs")
         if spec is not None:
             raise ValueError("spec: given together with a predicate mask; accepted: either a "
                              "spec or a mask (a spec's mask=predicate(...) reads no tensors)")

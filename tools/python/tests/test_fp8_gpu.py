@@ -123,6 +123,29 @@ class ForwardFp8Test(Fp8Case):
                 self.assertLessEqual(error, 4e-2, f"relative error {error:.3e}, seed {SEED}")
                 self.assertTrue(torch.isfinite(lse).all())
 
+    def test_flashmask_causal_documents(self):
+        # FlashMask vectors (the kernel's fed walk): documents of 100, 1, 250 and 49 tokens,
+        # causal inside each; LTS_j = the end of key j's document.
+        lengths = torch.tensor([100, 1, 250, 49])
+        seqlen = int(lengths.sum())
+        document = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
+        ends = torch.cumsum(lengths, 0)[document]
+        vectors = ends.to(torch.int32).view(1, 1, seqlen, 1).expand(2, 1, seqlen, 1)
+        vectors = vectors.contiguous().cuda()
+        q, k, v = self.inputs("documents", 2, seqlen, seqlen, 4, 2, 128)
+        q8, q_descale, q64 = quantize(q, False, 2)
+        k8, k_descale, k64 = quantize(k, False, 2)
+        v8, v_descale, v64 = quantize(v, False, 2)
+        o = attnjit.forward(q8, k8, v8, mask="flashmask", causal=True,
+                            startend_row_indices=vectors, q_descale=q_descale,
+                            k_descale=k_descale, v_descale=v_descale)
+        rows = torch.arange(seqlen)[:, None]
+        cols = torch.arange(seqlen)[None, :]
+        visible = ((cols <= rows) & (document[:, None] == document[None, :])).cuda()
+        ref = reference(q64, k64, v64, visible, 1.0 / math.sqrt(128))
+        error = ((o.double() - ref).norm() / ref.norm()).item()
+        self.assertLessEqual(error, 4e-2, f"relative error {error:.3e}, seed {SEED}")
+
     def test_descales_default_to_one(self):
         q, k, v = self.inputs("ones", 1, 100, 100, 2, 2, 64)
         q8, k8, v8 = (x.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn) for x in (q, k, v))

@@ -526,10 +526,11 @@ struct ForwardTransposer {
     PipelineState<kStages> state;
     if constexpr (Kernel::kFedWalk) {
       // Masks with tables: the V stages' slots say which block each holds and whether another
-      // follows (a work without a block: one stage that says so, released unread).
+      // follows (a work without a block: one stage that says so, released untransposed).
       for (;;) {
         v_ring.consumer_wait(state);
-        const int block = load_shared_s32(Kernel::v_slot_address(base, state.index, 0));
+        const int block =
+            load_shared_s32(Kernel::v_slot_address(base, state.index, Kernel::kSlotKeyBlock));
         const bool more =
             load_shared_s32(Kernel::v_slot_address(base, state.index, Kernel::kSlotMore)) != 0;
         if (block < 0) {

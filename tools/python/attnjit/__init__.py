@@ -277,7 +277,8 @@ def forward(q: Tensor, k: Tensor, v: Tensor, *, spec: Optional[str] = None, mask
 
     q [B, Sq, H, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv]: bf16 or fp16, on one CUDA device,
     last dimension contiguous; H a multiple of Hkv. Or FP8: q, k and v torch.float8_e4m3fn on
-    an sm_90 GPU (head dims 64, 128, 256; masks "none", "causal", "sliding_window"), with
+    an sm_90 GPU (head dims 64, 128, 256; masks "none", "causal", "sliding_window" and
+    "flashmask"), with
     q_descale, k_descale and v_descale (fp32 [B, Hkv] or [1], FlashAttention-3's: the values
     the bytes stand for are the bytes times these; None: 1; attnjit.fp8.quantize makes them);
     o is then bf16. mask: "none", "causal" (bottom-right

@@ -72,13 +72,7 @@ struct OnlineSoftmax {
   /// reads P. kLazy: a row keeps its max until a block's exceeds it by more than
   /// kLazyThreshold in exponent units (P stays below 2^kLazyThreshold; the sum, the output
   /// and the LSE are exact for any max they share), so that most blocks need no rescaling.
-  template <class Score, bool kLazy = false, class Params, int kTiles>
-  __device__ __forceinline__ void step(const Params& p, WarpAccumulator<kSlabs, kTiles>& scores,
-                                       float (&correction)[kSlabs][2]) {
-    step<Score, kLazy>(p, scores, scores, correction);
-  }
-
-  /// step() with P written to `probs` (the scores stay).
+  /// P goes to `probs`, which may be `scores` (in place).
   template <class Score, bool kLazy = false, class Params, int kTiles>
   __device__ __forceinline__ void step(const Params& p,
                                        const WarpAccumulator<kSlabs, kTiles>& scores,
@@ -109,7 +103,7 @@ struct OnlineSoftmax {
   __device__ __forceinline__ bool step_keeping_max(const Params& p,
                                                    const WarpAccumulator<kSlabs, kTiles>& scores,
                                                    WarpAccumulator<kSlabs, kTiles>& probs) {
-    constexpr float kLimit = 256.f;  // 2^kLazyThreshold
+    constexpr float kLimit = static_cast<float>(1 << static_cast<int>(kLazyThreshold));
     float sums[kSlabs][2];
     bool kept = true;
 #pragma unroll

@@ -188,7 +188,7 @@ __device__ void softmax_test(const SoftmaxParams& p, const float* scores, const 
     }
     if (kSplit) {
       float correction[kSlabs][2];
-      softmax.template step<Score>(p, s, correction);
+      softmax.template step<Score>(p, s, s, correction);
       OnlineSoftmax<kSlabs>::rescale(out, correction);
     } else {
       softmax.template step<Score>(p, s, out);

@@ -84,6 +84,10 @@ std::vector<std::string> config_lines(const KernelRow& row, const KernelTiles& t
         constant("int", "kKvCache",
                  spec.kv_cache == KvCache::paged ? "attnjit::kKvPaged" : "attnjit::kKvContiguous");
         break;
+      case ConfigField::kv_element:
+        lines.push_back(
+            fmt::format("typedef {} KvElement;", element_type(spec.kv_dtype.value_or(spec.dtype))));
+        break;
     }
   }
   return lines;
@@ -323,9 +327,9 @@ std::string emit_kv_append(const Lowering& ir, const KernelDesc& kernel) {
   emit_header(w, ir, kernel);
   emit_entry(w, kernel, params_type(ir, kernel),
              fmt::format("attnjit::kv_append</*kHeadDimQK=*/{}, /*kHeadDimV=*/{}, "
-                         "/*kPaged=*/{}>(params);",
+                         "/*kPaged=*/{}, /*kElementBytes=*/{}>(params);",
                          ir.spec.head_dim_qk, ir.spec.head_dim_v,
-                         ir.spec.kv_cache == KvCache::paged));
+                         ir.spec.kv_cache == KvCache::paged, kv_element_size(ir.spec)));
   return w.str();
 }
 

@@ -361,7 +361,7 @@ struct KeyRow {
   void (*parse)(std::string_view value, SpecDraft& draft);
 };
 
-constexpr std::array<KeyRow, 15> kKeyRows{{
+constexpr std::array<KeyRow, 16> kKeyRows{{
     {"dtype", dtype_accepted,
      [](std::string_view value, SpecDraft& d) {
        d.spec.dtype = parse_dtype(value);
@@ -424,6 +424,12 @@ constexpr std::array<KeyRow, 15> kKeyRows{{
      [](std::string_view value, SpecDraft& d) {
        d.spec.kv_cache = parse_enum(kKvCacheNames, value, "kv_cache");
      }},
+    {"kv_dtype",
+     [] {
+       return std::string(
+           "e4m3 (an FP8 KV cache, with kv_cache=contiguous|paged); printed only when set");
+     },
+     [](std::string_view value, SpecDraft& d) { d.spec.kv_dtype = parse_dtype(value); }},
 }};
 
 std::string key_names() {
@@ -498,6 +504,10 @@ int size_of(DType dtype) {
   return dtype == DType::e4m3 ? 1 : 2;
 }
 
+int kv_element_size(const AttentionSpec& spec) {
+  return size_of(spec.kv_dtype.value_or(spec.dtype));
+}
+
 std::string to_string(const MaskSpec& mask) {
   const MaskKindInfo& info = info_of(mask.kind);
   return info.print != nullptr ? info.print(mask) : std::string(info.name);
@@ -513,12 +523,13 @@ std::string to_string(const TileShape& tiles) {
 std::string to_string(const AttentionSpec& spec) {
   return fmt::format(
       "dtype={} head_dim_qk={} head_dim_v={} mask={} softcap={} alibi={} sinks={} return_lse={} "
-      "direction={} deterministic={} target={} tiles={}{}{}",
+      "direction={} deterministic={} target={} tiles={}{}{}{}",
       name_of(spec.dtype), spec.head_dim_qk, spec.head_dim_v, to_string(spec.mask), spec.softcap,
       spec.alibi, spec.sinks, spec.return_lse, name_of(spec.direction), spec.deterministic,
       name_of(spec.target), to_string(spec.tiles),
       spec.varlen == VarlenMode::off ? "" : fmt::format(" varlen={}", name_of(spec.varlen)),
-      spec.kv_cache == KvCache::none ? "" : fmt::format(" kv_cache={}", name_of(spec.kv_cache)));
+      spec.kv_cache == KvCache::none ? "" : fmt::format(" kv_cache={}", name_of(spec.kv_cache)),
+      spec.kv_dtype ? fmt::format(" kv_dtype={}", name_of(*spec.kv_dtype)) : "");
 }
 
 std::vector<SpecKey> spec_keys() {

@@ -21,13 +21,16 @@ std::string mask_tag(const AttentionSpec& spec) {
   return padded_mask_tag(spec.mask);
 }
 
-// The part of the kernel names the spec decides: dtype and head dims (d192v128 where they
-// differ), and for attention kernels the mask and the score modifiers.
+// The part of the kernel names the spec decides: dtype (bf16_kve4m3 over an FP8 cache) and head
+// dims (d192v128 where they differ), and for attention kernels the mask and the score modifiers.
 std::string type_tag(const AttentionSpec& spec) {
+  const std::string dtype =
+      spec.kv_dtype ? fmt::format("{}_kv{}", name_of(spec.dtype), name_of(*spec.kv_dtype))
+                    : std::string(name_of(spec.dtype));
   if (spec.head_dim_v != spec.head_dim_qk) {
-    return fmt::format("{}_d{}v{}", name_of(spec.dtype), spec.head_dim_qk, spec.head_dim_v);
+    return fmt::format("{}_d{}v{}", dtype, spec.head_dim_qk, spec.head_dim_v);
   }
-  return fmt::format("{}_d{}", name_of(spec.dtype), spec.head_dim_qk);
+  return fmt::format("{}_d{}", dtype, spec.head_dim_qk);
 }
 
 std::string attention_name(const Lowering& in, KernelRole role) {

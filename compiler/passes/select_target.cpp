@@ -63,6 +63,12 @@ Lowering select_target(const Lowering& in) {
     throw_field_error("target", fmt::format("{} with dtype=e4m3", name_of(target.arch)),
                       "sm_90a (FP8 products are Hopper's wgmma forms)");
   }
+  if (in.spec.kv_dtype && target.arch != Arch::sm_89 && target.arch != Arch::sm_90 &&
+      target.arch != Arch::sm_90a) {
+    throw_field_error("target", fmt::format("{} with kv_dtype=e4m3", name_of(target.arch)),
+                      "sm_89, sm_90 or sm_90a (the decode kernel widens e4m3 to fp16 with "
+                      "cvt.f16x2.e4m3x2, which needs sm_89)");
+  }
   // The main attention kernel; an explicit `tiles=` shape is its own.
   const KernelRole main = in.spec.kv_cache != KvCache::none ? KernelRole::decode
                           : in.spec.direction == Direction::forward ? KernelRole::forward

@@ -139,6 +139,21 @@ void check_kv_cache(const AttentionSpec& spec) {
   }
 }
 
+// FP8 inputs (`what`: the spec's setting that makes them so) come in equal head dims of 64, 128
+// or 256 (this version).
+void check_fp8_head_dims(const AttentionSpec& spec, std::string_view what) {
+  if (spec.head_dim_v != spec.head_dim_qk ||
+      (spec.head_dim_qk != 64 && spec.head_dim_qk != 128 && spec.head_dim_qk != 256)) {
+    throw_field_error("head_dim",
+                      fmt::format("{} with {}",
+                                  spec.head_dim_v == spec.head_dim_qk
+                                      ? std::to_string(spec.head_dim_qk)
+                                      : fmt::format("({}, {})", spec.head_dim_qk, spec.head_dim_v),
+                                  what),
+                      "64, 128 or 256 (equal head dims)");
+  }
+}
+
 // dtype=e4m3: the sm90a forward over the call's tensors, equal head dims of 64, 128 or 256,
 // masks by index or FlashMask vectors (this version).
 void check_fp8(const AttentionSpec& spec) {
@@ -147,15 +162,7 @@ void check_fp8(const AttentionSpec& spec) {
         "dtype: e4m3 with direction=backward; accepted: direction=forward (FP8 inputs are an "
         "inference and prefill format: training takes bf16 or fp16)");
   }
-  if (spec.head_dim_v != spec.head_dim_qk ||
-      (spec.head_dim_qk != 64 && spec.head_dim_qk != 128 && spec.head_dim_qk != 256)) {
-    throw_field_error("head_dim",
-                      fmt::format("{} with dtype=e4m3",
-                                  spec.head_dim_v == spec.head_dim_qk
-                                      ? std::to_string(spec.head_dim_qk)
-                                      : fmt::format("({}, {})", spec.head_dim_qk, spec.head_dim_v)),
-                      "64, 128 or 256 (equal head dims)");
-  }
+  check_fp8_head_dims(spec, "dtype=e4m3");
   if (spec.mask.kind == MaskKind::predicate) {
     throw_field_error("mask", fmt::format("{} with dtype=e4m3", to_string(spec.mask)),
                       "none, causal, sliding_window or flashmask(...) in this version");
@@ -166,6 +173,28 @@ void check_fp8(const AttentionSpec& spec) {
                     "varlen=false in this version",
                     name_of(spec.kv_cache), name_of(spec.varlen)));
   }
+}
+
+// kv_dtype=e4m3: an FP8 cache under 16-bit queries, read by the decode kernel (every mask and
+// score modifier), equal head dims of 64, 128 or 256 (this version).
+void check_kv_dtype(const AttentionSpec& spec) {
+  const std::string_view kv = name_of(*spec.kv_dtype);
+  if (*spec.kv_dtype != DType::e4m3) {
+    throw_field_error(
+        "kv_dtype", kv,
+        fmt::format("e4m3 (leave kv_dtype out for a cache of dtype={})", name_of(spec.dtype)));
+  }
+  if (spec.kv_cache == KvCache::none) {
+    throw Error(
+        fmt::format("kv_dtype: {} with kv_cache=none; accepted: kv_cache=contiguous or "
+                    "paged (kv_dtype is a KV cache's element type)",
+                    kv));
+  }
+  if (spec.dtype == DType::e4m3) {
+    throw_field_error("dtype", "e4m3 with kv_dtype=e4m3",
+                      "bf16 or fp16 (the queries' and the output's type over an FP8 cache)");
+  }
+  check_fp8_head_dims(spec, "kv_dtype=e4m3");
 }
 
 }  // namespace
@@ -184,6 +213,7 @@ Lowering validate(const Lowering& in) {
   if (spec.varlen != VarlenMode::off) check_varlen(spec);
   if (spec.kv_cache != KvCache::none) check_kv_cache(spec);
   if (spec.dtype == DType::e4m3) check_fp8(spec);
+  if (spec.kv_dtype) check_kv_dtype(spec);
   return out;
 }
 

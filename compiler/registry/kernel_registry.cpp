@@ -26,6 +26,7 @@ bool KernelRow::supports(const AttentionSpec& spec, const MaskLowering& mask, Ar
   if (!compiles_for(arch)) return false;
   if (spec.head_dim_v != spec.head_dim_qk && !support.unequal_head_dims) return false;
   if (spec.dtype == DType::e4m3 && !support.fp8) return false;
+  if (spec.kv_dtype && !support.fp8_kv) return false;
   if (mask.element_predicate && !support.predicate_masks) return false;
   if (spec.deterministic && (!support.deterministic || (automatic && !support.auto_deterministic)))
     return false;

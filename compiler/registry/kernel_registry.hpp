@@ -38,6 +38,7 @@ struct TileCandidate {
   bool softcap = true;                   ///< room for soft-capping's registers
   bool alibi = true;                     ///< room for ALiBi's
   int head_dim_v = 0;                    ///< 0: head_dim (equal head dims)
+  bool fp8_kv = false;                   ///< decode: a shape of an e4m3 cache (kv_dtype)
 
   /// Whether it is a shape of the spec's head dims (head_dim_qk, head_dim_v).
   constexpr bool has_head_dims(const AttentionSpec& spec) const {
@@ -63,7 +64,8 @@ struct RowSupport {
   /// head_dim_v != head_dim_qk: the pairs its candidates list (with `tiles=`, those its
   /// explicit_tiles accepts)
   bool unequal_head_dims = false;
-  bool fp8 = false;  ///< dtype=e4m3
+  bool fp8 = false;     ///< dtype=e4m3
+  bool fp8_kv = false;  ///< kv_dtype=e4m3
 };
 
 /// A scratch buffer a kernel binds to one of its parameter block's pointer fields. Kernels
@@ -98,6 +100,7 @@ enum class ConfigField {
   register_split,  ///< kProducerRegisters (the row's producer_registers), kConsumerRegisters
   persistent,      ///< kPersistent (the row's persistent)
   kv_cache,        ///< kKvCache: how the kernel reads a KV cache (forward.cuh's KvLayout)
+  kv_element,      ///< KvElement: the type of the cache's K and V (kv_dtype, else Element)
 };
 
 /// One kernel kind in one family.

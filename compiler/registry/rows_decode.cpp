@@ -16,18 +16,23 @@ constexpr int kCombineThreads = 128;  // decode_combine.cuh's kCombineThreads: a
 
 // Stages of K and V keep about 96 KB of keys in flight per CTA (two CTAs per SM on Hopper):
 // decoding streams the cache, and HBM needs that many bytes in flight per SM. `fewer`: the
-// two-stage shape after it, for targets with less shared memory (sm_86, sm_89).
-constexpr TileCandidate decode_candidate(int d_qk, int d_v, bool fewer = false) {
-  const int stage_bytes = kDecodeBlockN * (d_qk + d_v) * 2;
-  const int stages = fewer ? 2 : std::clamp(96 * 1024 / stage_bytes, 2, 6);
+// shape after it for targets with less shared memory (sm_86, sm_89: 101376 bytes), two stages,
+// or over an e4m3 cache (`fp8`: a stage of one byte an element, up to twelve in flight) as many
+// as fit there beside the Q tile and its row factors.
+constexpr TileCandidate decode_candidate(int d_qk, int d_v, bool fewer = false, bool fp8 = false) {
+  const int stage_bytes = kDecodeBlockN * (d_qk + d_v) * (fp8 ? 1 : 2);
+  const int fewer_stages =
+      fp8 ? std::clamp((101376 - kDecodeRows * d_qk * 2 - 128) / stage_bytes, 2, 12) : 2;
+  const int stages = fewer ? fewer_stages : std::clamp(96 * 1024 / stage_bytes, 2, fp8 ? 12 : 6);
   TileCandidate c{d_qk, kDecodeRows, kDecodeBlockN, kDecodeThreads / 32, 1, stages};
   c.head_dim_v = d_v;
+  c.fp8_kv = fp8;
   return c;
 }
 
-// 101376 bytes (sm_86, sm_89) take head dims up to 128 (two stages at d128); 192 and 256 need
-// sm_80's or sm_90's shared memory.
-constexpr std::array<TileCandidate, 15> kDecodeCandidates{{
+// 101376 bytes (sm_86, sm_89) take head dims up to 128 (two stages at d128), and d256 over an
+// e4m3 cache; 192 and 256 need sm_80's or sm_90's shared memory otherwise.
+constexpr std::array<TileCandidate, 20> kDecodeCandidates{{
     decode_candidate(32, 32),
     decode_candidate(64, 64),
     decode_candidate(64, 64, true),
@@ -43,18 +48,31 @@ constexpr std::array<TileCandidate, 15> kDecodeCandidates{{
     decode_candidate(128, 64, true),
     decode_candidate(192, 128),
     decode_candidate(256, 128),
+    decode_candidate(64, 64, false, true),
+    decode_candidate(128, 128, false, true),
+    decode_candidate(128, 128, true, true),
+    decode_candidate(256, 256, false, true),
+    decode_candidate(256, 256, true, true),
 }};
 
-constexpr std::array<ConfigField, 4> kDecodeConfig{ConfigField::head_dims_qk_v,
-                                                   ConfigField::block_n, ConfigField::kv_stages,
-                                                   ConfigField::return_lse};
+constexpr std::array<ConfigField, 5> kDecodeConfig{
+    ConfigField::head_dims_qk_v, ConfigField::block_n, ConfigField::kv_stages,
+    ConfigField::return_lse, ConfigField::kv_element};
 
-// Decode::kSmemBytes: the Q tile, then the stages, or the merge of the warps' rows over them.
+// The shapes of the spec's cache: those of an e4m3 cache or of a 16-bit one.
+bool decode_fits(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering&) {
+  return c.fp8_kv == spec.kv_dtype.has_value();
+}
+
+// Decode::kSmemBytes: the Q tile (and over an e4m3 cache its rows' score factors, 128 bytes),
+// then the stages, or the merge of the warps' rows over them.
 int decode_smem(const TileCandidate& c, const AttentionSpec& spec, const MaskLowering&) {
-  const int element = size_of(spec.dtype);
-  const int stages = c.kv_stages * c.block_n * (spec.head_dim_qk + spec.head_dim_v) * element;
+  const int q_bytes = kDecodeRows * spec.head_dim_qk * size_of(spec.dtype);
+  const int factors = spec.kv_dtype ? 128 : 0;
+  const int stages =
+      c.kv_stages * c.block_n * (spec.head_dim_qk + spec.head_dim_v) * kv_element_size(spec);
   const int merge = 4 * 16 * (spec.head_dim_v + 4) * 4 + 4 * 16 * 4;
-  return kDecodeRows * spec.head_dim_qk * element + std::max(stages, merge);
+  return q_bytes + factors + std::max(stages, merge);
 }
 
 // A key split of every 16 packed rows (G x Sq of a sequence) of every KV head and sequence,
@@ -103,9 +121,10 @@ RowLaunch combine_launch(const KernelDesc& kernel, const Lowering&) {
   return launch;
 }
 
-// One thread per 16-byte chunk of every appended row of K and V, launched only when appending.
+// One thread per 16-byte chunk of every appended row of K and V (of the cache's element type),
+// launched only when appending.
 RowLaunch append_launch(const KernelDesc& kernel, const Lowering& ir) {
-  const int chunks = (ir.spec.head_dim_qk + ir.spec.head_dim_v) / 8;
+  const int chunks = (ir.spec.head_dim_qk + ir.spec.head_dim_v) * kv_element_size(ir.spec) / 16;
   const LaunchExpr threads =
       LaunchExpr(Extent::batch) * Extent::new_tokens * Extent::kv_heads * chunks;
   return single_phase(kernel, {ceil_div(threads, kernel.threads), 1, 1});
@@ -128,12 +147,15 @@ KernelRow decode() {
   row.params = ParamBlock::attention;
   row.support.targets.assign(kAllArchs.begin(), kAllArchs.end());
   row.support.unequal_head_dims = true;
+  row.support.fp8_kv = true;
   row.candidates = kDecodeCandidates;
+  row.fits = decode_fits;
   row.config = kDecodeConfig;
   row.smem_bytes = decode_smem;
   row.launch = decode_launch;
   row.buffers = decode_buffers;
   row.dependent_launch = true;  // after kv_append
+  row.min_blocks_per_sm = 2;
   return row;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -173,6 +174,12 @@ struct AttentionSpec {
   /// set): the decode kernels, which pack the query heads of each KV head into the rows of one
   /// tile and split the keys across CTAs (Flash-Decoding) with an exact combine. Forward only.
   KvCache kv_cache = KvCache::none;
+  /// The element type of a KV cache's K and V where it is not dtype (spec text `kv_dtype=e4m3`,
+  /// printed last and only when set): an FP8 cache, one byte an element, whose values the
+  /// launch's k_descale and v_descale (fp32, per tensor or per (sequence, KV head)) turn into
+  /// keys and values as the decode kernel reads them. The queries and the output keep dtype;
+  /// new keys and values to append are of the cache's type. kv_cache specs only.
+  std::optional<DType> kv_dtype;
 
   bool operator==(const AttentionSpec&) const = default;
 };
@@ -181,7 +188,8 @@ struct AttentionSpec {
 /// `dtype=bf16 head_dim_qk=128 head_dim_v=128 mask=causal softcap=false alibi=false
 /// sinks=false return_lse=false direction=forward deterministic=false target=auto tiles=auto`,
 /// with ` varlen=true` or ` varlen=shared` at the end for a packed batch (absent when false)
-/// and then ` kv_cache=contiguous` or ` kv_cache=paged` (absent when none).
+/// and then ` kv_cache=contiguous` or ` kv_cache=paged` (absent when none) and ` kv_dtype=e4m3`
+/// (absent when unset).
 /// A predicate's MaskSpec::scalars are printed in place of their slots (`q-k<256`), so
 /// parse_spec(to_string(s)) == s for every spec (a predicate in canonical text, which has no
 /// spaces: parse_spec and canonicalize put it so).
@@ -223,5 +231,7 @@ Arch parse_arch(std::string_view text, std::string_view field);
 
 /// Size in bytes of one element of `dtype`.
 int size_of(DType dtype);
+/// Size in bytes of one element of the spec's K and V: kv_dtype's where set, else dtype's.
+int kv_element_size(const AttentionSpec& spec);
 
 }  // namespace attnjit

@@ -18,7 +18,7 @@
 namespace attnjit::jit::detail {
 namespace {
 
-// k_new and v_new: both or neither, [B, S_new, Hkv, D] and [.., Dv] of the spec's dtype, with
+// k_new and v_new: both or neither, [B, S_new, Hkv, D] and [.., Dv] of the cache's type, with
 // the cache's lengths to append at.
 void check_appended(const AttentionSpec& spec, const ForwardArgs& a, Shapes& s) {
   const KvCacheArgs& c = a.kv_cache;
@@ -34,9 +34,10 @@ void check_appended(const AttentionSpec& spec, const ForwardArgs& a, Shapes& s) 
         "kv_cache.cache_seqlens: missing; accepted: with k_new/v_new an int32 [batch] tensor of "
         "the cached lengths to append at");
   }
-  const ScalarType dtype = spec.dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
+  const ScalarType dtype = input_type(spec.kv_dtype.value_or(spec.dtype));
   for (const auto& [name, t, dim] : {std::tuple{"kv_cache.k_new", &c.k_new, spec.head_dim_qk},
                                      std::tuple{"kv_cache.v_new", &c.v_new, spec.head_dim_v}}) {
+    check_cache_type(name, *t, spec);
     check_activation(
         name, *t, dtype, dim,
         {{"batch", kMaxGridYZ}, {"new tokens", INT32_MAX / 2}, {"kv heads", kMaxGridYZ}},
@@ -133,6 +134,7 @@ void check_kv_cache(const AttentionSpec& spec, const ForwardArgs& a, Shapes& s) 
   s.decode = true;
   s.paged = spec.kv_cache == KvCache::paged;
   s.head_dim_qk = spec.head_dim_qk;
+  s.fp8_kv = spec.kv_dtype.has_value();
   if (c.num_splits < 0 || c.num_splits > kMaxDecodeSplits) {
     throw_field_error(
         "kv_cache.num_splits", std::to_string(c.num_splits),
@@ -152,13 +154,13 @@ void check_kv_cache(const AttentionSpec& spec, const ForwardArgs& a, Shapes& s) 
     // The decode kernel addresses a page's rows with 32-bit products of these strides.
     for (const auto& [name, pool] : {std::pair{"k", &a.k}, std::pair{"v", &a.v}}) {
       for (int dim = 0; dim < 2; ++dim) {
-        const std::int64_t bytes = pool->stride[dim] * size_of(spec.dtype);
+        const std::int64_t bytes = pool->stride[dim] * kv_element_size(spec);
         if (bytes < 0 || bytes > INT32_MAX) {
           throw_field_error(fmt::format("{}.stride[{}]", name, dim),
                             std::to_string(pool->stride[dim]),
                             fmt::format("0 to {} elements (a page pool's page and row strides "
                                         "within 2 GiB)",
-                                        INT32_MAX / size_of(spec.dtype)));
+                                        INT32_MAX / kv_element_size(spec)));
         }
       }
     }
@@ -277,6 +279,7 @@ void add_kv_cache_shapes(const AttentionSpec& spec, const ForwardArgs& a, Shapes
   s.decode = true;
   s.paged = spec.kv_cache == KvCache::paged;
   s.head_dim_qk = spec.head_dim_qk;
+  s.fp8_kv = spec.kv_dtype.has_value();
   s.num_splits = c.num_splits;
   if (spec.kv_cache == KvCache::paged && c.block_table.rank == 2 && a.k.rank == 4) {
     s.seqlen_k = static_cast<int>(c.block_table.shape[1] * a.k.shape[1]);

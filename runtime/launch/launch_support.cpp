@@ -105,6 +105,15 @@ void check_row_layout(std::string_view name, const TensorView& t) {
   check_span(name, t);
 }
 
+void check_cache_type(std::string_view name, const TensorView& t, const AttentionSpec& spec) {
+  if (!spec.kv_dtype || t.data == nullptr) return;
+  const ScalarType type = input_type(*spec.kv_dtype);
+  if (t.dtype != type) {
+    throw_field_error(fmt::format("{}.dtype", name), name_of(t.dtype),
+                      fmt::format("{} (the spec's kv_dtype: the cache's type)", name_of(type)));
+  }
+}
+
 namespace {
 
 // The names of an activation's first three dims in messages, e.g. {"batch", "seqlen_q", "heads"}.
@@ -189,18 +198,22 @@ template <class Args>
 Shapes check_args(const AttentionSpec& spec, const Args& a, bool lse_required) {
   const ScalarType dtype = input_type(spec.dtype);
   check_padded("q", a.q, dtype, spec.head_dim_qk, {"batch", "seqlen_q", "heads"});
+  // A cache of kv_dtype (an FP8 KV cache under 16-bit queries) or of dtype.
+  const ScalarType kv_dtype = input_type(spec.kv_dtype.value_or(spec.dtype));
+  check_cache_type("k", a.k, spec);
+  check_cache_type("v", a.v, spec);
   const bool paged = spec.kv_cache == KvCache::paged;
   if (paged) {
     // A page pool: its pages are not a grid dimension, its page size is at most the capacity.
     for (const auto& [name, t, dim] :
          {std::tuple{"k", &a.k, spec.head_dim_qk}, std::tuple{"v", &a.v, spec.head_dim_v}}) {
-      check_activation(name, *t, dtype, dim,
+      check_activation(name, *t, kv_dtype, dim,
                        {{"num_pages", INT32_MAX}, {"page_size", 1 << 20}, {"kv heads", kMaxGridYZ}},
                        "4 ([num_pages, page_size, kv heads, head_dim])");
     }
   } else {
-    check_padded("k", a.k, dtype, spec.head_dim_qk, {"batch", "seqlen_k", "kv heads"});
-    check_padded("v", a.v, dtype, spec.head_dim_v, {"batch", "seqlen_k", "kv heads"});
+    check_padded("k", a.k, kv_dtype, spec.head_dim_qk, {"batch", "seqlen_k", "kv heads"});
+    check_padded("v", a.v, kv_dtype, spec.head_dim_v, {"batch", "seqlen_k", "kv heads"});
   }
   check_padded("o", a.o, output_type(spec.dtype), spec.head_dim_v, {"batch", "seqlen_q", "heads"});
   Shapes s;
@@ -514,9 +527,16 @@ void fill_descales(FwdParams& p, const AttentionSpec& spec, const ForwardArgs& a
   for (int i = 0; i < 3; ++i) {
     const auto& [name, t] = descales[i];
     if (t->empty()) continue;
-    if (spec.dtype != DType::e4m3) {
-      throw_field_error(name, fmt::format("given with dtype={}", name_of(spec.dtype)),
-                        "empty (descale factors apply to dtype=e4m3)");
+    // An FP8 KV cache (kv_dtype=e4m3) has K's and V's factors; its queries are 16-bit.
+    const bool fp8_cache = spec.kv_dtype == DType::e4m3;
+    if (spec.dtype != DType::e4m3 && !(fp8_cache && i > 0)) {
+      throw_field_error(name,
+                        fmt::format("given with dtype={}{}", name_of(spec.dtype),
+                                    fp8_cache ? " kv_dtype=e4m3" : ""),
+                        fp8_cache ? "empty (the queries are not quantized: k_descale and "
+                                    "v_descale apply to the e4m3 cache)"
+                                  : "empty (descale factors apply to dtype=e4m3 and to "
+                                    "kv_dtype=e4m3 caches' k and v)");
     }
     if (t->dtype != ScalarType::fp32) {
       throw_field_error(fmt::format("{}.dtype", name), name_of(t->dtype), "fp32");

@@ -29,6 +29,7 @@ struct Shapes {
   bool decode = false;
   bool paged = false;   ///< a paged cache
   int head_dim_qk = 0;  ///< the spec's (decode_splits reads it)
+  bool fp8_kv = false;  ///< an e4m3 cache (kv_dtype; decode_splits reads it)
   int num_splits = 0;
   int new_tokens = 0;  ///< rows appended to each sequence (KvCacheArgs::k_new), else 0
   /// kv_cache specs: the launch may run the plan's prefill kernel instead of the decode kernel
@@ -107,6 +108,10 @@ struct LeadingDim {
   std::string_view name;
   std::int64_t max;
 };
+
+/// Under kv_dtype, that `t` (a cache, or keys and values to append to it) is of that type; the
+/// message names kv_dtype rather than dtype.
+void check_cache_type(std::string_view name, const TensorView& t, const AttentionSpec& spec);
 
 /// An activation of the spec's dtype with `dims` leading dims and the head dim last, each
 /// extent in range (`rank_text` says the accepted rank), in a layout check_row_layout takes;

@@ -311,13 +311,14 @@ std::int64_t decode_splits(const Shapes& s, std::int64_t sm_count) {
   // in flight) for a paged cache (whose copies wait on block-table reads) and head dims below
   // 128: with one CTA per SM they fell well short of the copy's bandwidth. A contiguous cache
   // from head dim 128 streams at it with one CTA per SM, and the second slot's splits only
-  // added merge work (3-8% slower from 1 to 16 sequences). A second wave only adds time.
+  // added merge work (3-8% slower from 1 to 16 sequences). An e4m3 cache's rows are half as
+  // long, and its warps widen every byte they read: both slots. A second wave only adds time.
   // The smallest count that fills at least 90% of the slots, each split keeping at least one
   // 64-key block (short splits finish in one memory round trip), and more splits only add
   // merge work.
   const std::int64_t most =
       std::clamp<std::int64_t>((std::int64_t{s.seqlen_k} + 63) / 64, 1, kMaxDecodeSplits);
-  const std::int64_t slots = (s.paged || s.head_dim_qk < 128 ? 2 : 1) * sms;
+  const std::int64_t slots = (s.paged || s.fp8_kv || s.head_dim_qk < 128 ? 2 : 1) * sms;
   const std::int64_t wanted = (9 * slots + 10 * ctas - 1) / (10 * ctas);
   return std::clamp<std::int64_t>(wanted, 1, most);
 }

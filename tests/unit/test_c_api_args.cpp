@@ -486,7 +486,7 @@ TEST_CASE("the C ABI's prepared launches take e4m3 inputs and their descales",
   for (int i = 0; i < ATTNJIT_SLOT_COUNT; ++i) data[i] = bf16[i].rank == 0 ? nullptr : bf16[i].data;
   CHECK(user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT, nullptr)) ==
         "q_descale: got 'given with dtype=bf16'; accepted: empty (descale factors apply to "
-        "dtype=e4m3)");
+        "dtype=e4m3 and to kv_dtype=e4m3 caches' k and v)");
   attnjit_launch_release(launch);
   attnjit_release(forward);
 }

@@ -699,3 +699,152 @@ TEST_CASE("targets with less shared memory decode with two stages up to head dim
         "accepted: head dims whose decode stages fit 101376 bytes of shared memory (up to "
         "128 here; sm_80 and sm_90 take every head dim)");
 }
+
+TEST_CASE("an e4m3 cache: kv_dtype prints last, and validate names what it takes",
+          "[kv_cache][fp8][pass]") {
+  const AttentionSpec fp8 =
+      parse_spec("dtype=bf16 head_dim=128 mask=causal kv_cache=paged kv_dtype=e4m3");
+  CHECK(fp8.kv_dtype == DType::e4m3);
+  CHECK(to_string(fp8).ends_with(" tiles=auto kv_cache=paged kv_dtype=e4m3"));
+  CHECK(parse_spec(to_string(fp8)) == fp8);
+  CHECK(!parse_spec("dtype=bf16 head_dim=128 kv_cache=paged").kv_dtype);
+  const auto refusal = [](const char* text) {
+    return testing::error_text([&] { lower(parse_spec(text)); });
+  };
+  CHECK(refusal("dtype=bf16 head_dim=128 kv_cache=paged kv_dtype=bf16 target=sm_90a") ==
+        "kv_dtype: got 'bf16'; accepted: e4m3 (leave kv_dtype out for a cache of dtype=bf16)");
+  CHECK(refusal("dtype=bf16 head_dim=128 kv_dtype=e4m3 target=sm_90a")
+            .starts_with("kv_dtype: e4m3 with kv_cache=none; accepted: kv_cache=contiguous or "
+                         "paged"));
+  CHECK(refusal("dtype=e4m3 head_dim=128 kv_cache=paged kv_dtype=e4m3 target=sm_90a")
+            .starts_with("dtype: e4m3 with kv_cache=paged varlen=false; accepted"));
+  CHECK(refusal("dtype=fp16 head_dim=96 kv_cache=contiguous kv_dtype=e4m3 target=sm_90a") ==
+        "head_dim: got '96 with kv_dtype=e4m3'; accepted: 64, 128 or 256 (equal head dims)");
+  CHECK(refusal("dtype=bf16 head_dim_qk=192 head_dim_v=128 kv_cache=paged kv_dtype=e4m3 "
+                "target=sm_90a") ==
+        "head_dim: got '(192, 128) with kv_dtype=e4m3'; accepted: 64, 128 or 256 (equal head "
+        "dims)");
+  for (const char* target : {"sm_80", "sm_86"}) {
+    CHECK(
+        refusal(fmt::format("dtype=bf16 head_dim=64 kv_cache=paged kv_dtype=e4m3 target={}", target)
+                    .c_str())
+            .starts_with(fmt::format("target: got '{} with kv_dtype=e4m3'; accepted: sm_89, "
+                                     "sm_90 or sm_90a",
+                                     target)));
+  }
+}
+
+TEST_CASE("an e4m3 cache's plan: the decode kernel alone, stages of one byte an element",
+          "[kv_cache][fp8][pass]") {
+  // No prefill kernel reads an e4m3 cache: the decode kernel serves every call.
+  const Lowering ir = lower(
+      parse_spec("dtype=bf16 head_dim=128 mask=causal target=sm_90a kv_cache=paged kv_dtype=e4m3"));
+  REQUIRE(ir.plan->kernels.size() == 3);
+  CHECK(ir.plan->find(KernelRole::prefill) == nullptr);
+  CHECK(ir.plan->kernels[0].name == "attnjit_kv_append_bf16_kve4m3_d128_paged");
+  CHECK(ir.plan->kernels[0].phases.front().grid.to_string() == "(ceil(B*Snew*Hkv*16/256), 1, 1)");
+  CHECK(ir.plan->kernels[1].name == "attnjit_decode_bf16_kve4m3_d128_causal_paged");
+  // About 96 KB of keys in flight per CTA (up to twelve stages); sm_89's 101376 bytes.
+  const auto stages = [](const char* dims, const char* target) {
+    return lower(parse_spec(fmt::format("dtype=bf16 {} target={} kv_cache=contiguous "
+                                        "kv_dtype=e4m3",
+                                        dims, target)))
+        .tiles_of(KernelRole::decode)
+        .kv_stages;
+  };
+  CHECK(stages("head_dim=64", "sm_90a") == 12);
+  CHECK(stages("head_dim=128", "sm_90a") == 6);
+  CHECK(stages("head_dim=256", "sm_90a") == 3);
+  CHECK(stages("head_dim=64", "sm_89") == 12);
+  CHECK(stages("head_dim=128", "sm_89") == 5);
+  CHECK(stages("head_dim=256", "sm_89") == 2);
+  // Half the bytes per key: a contiguous cache at d128 takes both CTA slots of every SM.
+  jit::detail::Shapes s;
+  s.decode = true;
+  s.head_dim_qk = 128;
+  s.heads = 32;
+  s.kv_heads = 8;
+  s.seqlen_q = 1;
+  s.batch = 16;
+  s.seqlen_k = 8192;
+  CHECK(jit::detail::decode_splits(s, 132) == 1);
+  s.fp8_kv = true;
+  CHECK(jit::detail::decode_splits(s, 132) == 2);
+}
+
+TEST_CASE("every e4m3-cache decode kernel compiles without spills", "[kv_cache][fp8][nvrtc]") {
+  for (const char* dims : {"head_dim=64", "head_dim=128", "head_dim=256"}) {
+    for (const char* variant :
+         {"mask=none kv_cache=contiguous",
+          "mask=causal softcap=true alibi=true sinks=true return_lse=true kv_cache=paged",
+          "mask=sliding_window alibi=true sinks=true kv_cache=contiguous",
+          "mask=flashmask(causal=true,columns=1) softcap=true alibi=true kv_cache=paged",
+          "mask=flashmask(causal=false,columns=4) kv_cache=contiguous",
+          "mask=predicate(doc[q]==doc[k]&&k<=q) alibi=true sinks=true kv_cache=paged"}) {
+      for (const char* target : {"sm_89", "sm_90a"}) {
+        const std::string text =
+            fmt::format("dtype=bf16 {} {} kv_dtype=e4m3 target={}", dims, variant, target);
+        INFO(text);
+        const jit::Kernel kernel = compiled(text);
+        for (const jit::KernelReport& report : kernel.info().kernels) {
+          INFO(report.name << ": " << report.registers << " registers");
+          CHECK(report.spill_bytes == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("e4m3-cache launches take k and v descales and name the bad ones",
+          "[kv_cache][fp8][runtime][args]") {
+  const jit::Kernel kernel =
+      compiled("dtype=bf16 head_dim=64 mask=causal target=sm_90a kv_cache=paged kv_dtype=e4m3");
+  const auto refusal = [&](const ForwardArgs& a) {
+    return testing::error_text([&] { kernel.forward(a); });
+  };
+  const auto fp8_args = [] {
+    ForwardArgs a = paged_args();
+    a.k = contiguous_view(fake(0x20000), ScalarType::e4m3, {10, 16, 2, 64});
+    a.v = contiguous_view(fake(0x30000), ScalarType::e4m3, {10, 16, 2, 64});
+    return a;
+  };
+  // A 16-bit cache under kv_dtype=e4m3.
+  CHECK(refusal(paged_args()) ==
+        "k.dtype: got 'bf16'; accepted: e4m3 (the spec's kv_dtype: the cache's type)");
+  ForwardArgs a = fp8_args();
+  a.q = contiguous_view(fake(0x10000), ScalarType::e4m3, {2, 3, 8, 64});
+  CHECK(refusal(a).starts_with("q.dtype: got 'e4m3'; accepted: bf16"));
+  // The queries are not quantized: no q_descale.
+  a = fp8_args();
+  a.q_descale = contiguous_view(fake(0x90000), ScalarType::fp32, {1});
+  CHECK(refusal(a) ==
+        "q_descale: got 'given with dtype=bf16 kv_dtype=e4m3'; accepted: empty (the queries are "
+        "not quantized: k_descale and v_descale apply to the e4m3 cache)");
+  a = fp8_args();
+  a.k_descale = contiguous_view(fake(0x90000), ScalarType::fp32, {3});
+  CHECK(refusal(a) ==
+        "k_descale.shape: got '[3]'; accepted: [2, 2] contiguous (batch, kv heads) or [1]");
+  a = fp8_args();
+  a.v_descale = contiguous_view(fake(0x90000), ScalarType::bf16, {2, 2});
+  CHECK(refusal(a) == "v_descale.dtype: got 'bf16'; accepted: fp32");
+  // New keys to append are of the cache's type.
+  a = fp8_args();
+  a.kv_cache.k_new = contiguous_view(fake(0x70000), ScalarType::bf16, {2, 3, 2, 64});
+  a.kv_cache.v_new = contiguous_view(fake(0x78000), ScalarType::e4m3, {2, 3, 2, 64});
+  CHECK(refusal(a) ==
+        "kv_cache.k_new.dtype: got 'bf16'; accepted: e4m3 (the spec's kv_dtype: the cache's "
+        "type)");
+  // Rows of 16 bytes: 64 one-byte elements need strides in multiples of 16 of them.
+  a = fp8_args();
+  a.k.stride[0] = 2056;
+  CHECK(refusal(a) ==
+        "k.stride[0]: got '2056'; accepted: a non-negative multiple of 16 elements (16-byte "
+        "aligned rows)");
+  // A 16-bit cache's descales are refused as before.
+  const jit::Kernel plain = compiled(kPaged);
+  a = paged_args();
+  a.k_descale = contiguous_view(fake(0x90000), ScalarType::fp32, {1});
+  CHECK(testing::error_text([&] { plain.forward(a); }) ==
+        "k_descale: got 'given with dtype=bf16'; accepted: empty (descale factors apply to "
+        "dtype=e4m3 and to kv_dtype=e4m3 caches' k and v)");
+}

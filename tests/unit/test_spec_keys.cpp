@@ -19,7 +19,8 @@ TEST_CASE("spec_keys lists every key parse_spec accepts, and only those", "[ir]"
   }
   CHECK(names == std::vector<std::string>{"dtype", "head_dim", "head_dim_qk", "head_dim_v", "mask",
                                           "softcap", "alibi", "sinks", "return_lse", "direction",
-                                          "deterministic", "target", "tiles", "varlen", "kv_cache"});
+                                          "deterministic", "target", "tiles", "varlen", "kv_cache",
+                                          "kv_dtype"});
   // Every key of the canonical text is one of them (head_dim stands for both head dims).
   const std::string canonical = to_string(parse_spec("dtype=bf16 head_dim=64 varlen=true"));
   for (std::size_t from = 0; from < canonical.size();) {

@@ -10,10 +10,10 @@
 
 namespace attnjit {
 
-template <int kHeadDimQK, int kHeadDimV, bool kPaged>
+template <int kHeadDimQK, int kHeadDimV, bool kPaged, int kElementBytes = 2>
 __device__ __forceinline__ void kv_append(const FwdParams& p) {
-  constexpr int kChunksK = kHeadDimQK / 8;
-  constexpr int kChunks = kChunksK + kHeadDimV / 8;
+  constexpr int kChunksK = kHeadDimQK * kElementBytes / 16;
+  constexpr int kChunks = kChunksK + kHeadDimV * kElementBytes / 16;
   const KvCacheInputs& c = p.kv_cache;
   allow_dependent_grids();  // the decode kernel waits for these writes before reading the cache
   const long long index = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -30,18 +30,20 @@ __device__ __forceinline__ void kv_append(const FwdParams& p) {
   if (position >= p.seqlen_k) return;
   const CacheRow row = cache_row<kPaged>(p, batch, position);
   const bool is_k = chunk < kChunksK;
-  const int column = 8 * (is_k ? chunk : chunk - kChunksK);
-  const u16* source =
-      is_k ? static_cast<const u16*>(c.k_new) + batch * c.k_new_batch_stride +
-                 (tokens.first + token) * c.k_new_row_stride + head * c.k_new_head_stride
-           : static_cast<const u16*>(c.v_new) + batch * c.v_new_batch_stride +
-                 (tokens.first + token) * c.v_new_row_stride + head * c.v_new_head_stride;
-  u16* target = is_k
-                    ? const_cast<u16*>(static_cast<const u16*>(p.k)) + row.page * p.k_batch_stride +
-                          row.within * p.k_row_stride + head * p.k_head_stride
-                    : const_cast<u16*>(static_cast<const u16*>(p.v)) + row.page * p.v_batch_stride +
-                          row.within * p.v_row_stride + head * p.v_head_stride;
-  *reinterpret_cast<uint4*>(target + column) = *reinterpret_cast<const uint4*>(source + column);
+  // Offsets in elements, then bytes: 16-bit or e4m3 rows alike.
+  const long long column = 16 * (is_k ? chunk : chunk - kChunksK);
+  const long long source =
+      is_k ? batch * c.k_new_batch_stride + (tokens.first + token) * c.k_new_row_stride +
+                 head * c.k_new_head_stride
+           : batch * c.v_new_batch_stride + (tokens.first + token) * c.v_new_row_stride +
+                 head * c.v_new_head_stride;
+  const long long target =
+      is_k ? row.page * p.k_batch_stride + row.within * p.k_row_stride + head * p.k_head_stride
+           : row.page * p.v_batch_stride + row.within * p.v_row_stride + head * p.v_head_stride;
+  const char* from = static_cast<const char*>(is_k ? c.k_new : c.v_new);
+  char* to = const_cast<char*>(static_cast<const char*>(is_k ? p.k : p.v));
+  *reinterpret_cast<uint4*>(to + target * kElementBytes + column) =
+      *reinterpret_cast<const uint4*>(from + source * kElementBytes + column);
 }
 
 }  // namespace attnjit

@@ -61,4 +61,13 @@ __device__ __forceinline__ CacheRow cache_row(const FwdParams& p, int batch, int
   }
 }
 
+/// The descale factor of e4m3 tensor `tensor` (0 q, 1 k, 2 v; dtype=e4m3's inputs or a
+/// kv_dtype=e4m3 cache's K and V) for (batch, KV head), 1 where it has none.
+__device__ __forceinline__ float fp8_descale(const FwdParams& p, int tensor, int batch,
+                                             int kv_head) {
+  const float* factors = tensor == 0 ? p.q_descale : tensor == 1 ? p.k_descale : p.v_descale;
+  if (factors == nullptr) return 1.f;
+  return (p.descale_per_tensor >> tensor) & 1 ? factors[0] : factors[batch * p.kv_heads + kv_head];
+}
+
 }  // namespace attnjit

@@ -29,6 +29,16 @@ struct e4m3 {
   unsigned char bits;
 };
 
+/// Whether Element is e4m3 (the wgmma forms' k32 steps; a decode kernel's FP8 cache).
+template <class Element>
+__device__ constexpr bool is_e4m3() {
+  return false;
+}
+template <>
+__device__ constexpr bool is_e4m3<e4m3>() {
+  return true;
+}
+
 /// Packs two floats into one register of two 16-bit values (lo in the low half).
 template <class Element>
 __device__ __forceinline__ u32 pack2(float lo, float hi);
@@ -56,6 +66,22 @@ __device__ __forceinline__ u32 pack4_e4m3(float x0, float x1, float x2, float x3
       "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\nmov.b32 %0, {lo, hi};\n}"
       : "=r"(out)
       : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
+  return out;
+}
+
+/// The four e4m3 values of x (x0 in the lowest byte) widened exactly to fp16: lo = {x0, x1},
+/// hi = {x2, x3}, each pair's first value in the low half (sm_89 and later).
+__device__ __forceinline__ void widen_e4m3x4(u32 x, u32& lo, u32& hi) {
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\n"
+      "cvt.rn.f16x2.e4m3x2 %1, h;\n}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(x));
+}
+
+/// Byte i of the result is byte (selector >> 4 i) & 7 of {y, x} (x bytes 0-3, y bytes 4-7).
+__device__ __forceinline__ u32 byte_perm(u32 x, u32 y, u32 selector) {
+  u32 out;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(x), "r"(y), "r"(selector));
   return out;
 }
 
@@ -142,6 +168,19 @@ __device__ __forceinline__ void store_shared_f32(u32 address, float x) {
 /// Stores two consecutive floats (8-byte aligned address).
 __device__ __forceinline__ void store_shared_v2_f32(u32 address, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(address), "f"(x), "f"(y));
+}
+
+/// Four 32-bit words to shared memory (16-byte aligned).
+__device__ __forceinline__ void store_shared_v4(u32 address, u32 x, u32 y, u32 z, u32 w) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(address), "r"(x), "r"(y), "r"(z),
+               "r"(w));
+}
+
+/// Four consecutive floats to shared memory (16-byte aligned).
+__device__ __forceinline__ void store_shared_v4_f32(u32 address, float x, float y, float z,
+                                                    float w) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(address), "f"(x), "f"(y), "f"(z),
+               "f"(w));
 }
 
 __device__ __forceinline__ u32 load_shared_u32(u32 address) {

@@ -28,11 +28,21 @@
 // Keys past the sequence's length are zero-filled in shared memory (a cache's unused rows may
 // hold anything, NaN included, and 0 * NaN would poison O) and masked.
 //
-// Config (bound by the generated code): Element, kHeadDimQK, kHeadDimV, kBlockN, kStages,
-// kReturnLse. Mask: a MaskPolicy (mask.cuh) of causal, a window or FlashMask vectors, each
-// by position (its diagonal is 0), or a PredicatePolicy whose predicate sees (b, h, position,
-// key) and whose blocks the CTA classifies itself. kPaged: a paged cache. Score: a ScoreMod
-// (softcap, ALiBi with each row's own head and distance j - position, sinks).
+// An e4m3 cache (kv_dtype=e4m3, KvElement) streams half the bytes: its stages hold the rows as
+// they are, and each warp widens what it reads to fp16 in registers (exact: fp16 holds every
+// e4m3 value) for fp16 products. Q's tile becomes fp16 in place at the first block, each row
+// scaled by a power of two that puts its largest |q| in [2^13, 2^14) (so fp16 keeps bf16's
+// precision at any magnitude); the scores take back that power and k_descale, O v_descale at the
+// merge. The operands follow the mma.sync layouts through permutations that let each lane read
+// whole 32-bit words of the cache: S = Q K^T contracts Q's and K's head dims in the order
+// [4t, 4t+1 | 4t+2, 4t+3] of each 16 (Q's tile reordered to match, widen_q), and O += P V takes
+// column 32 q + 4 n + j of V in n8 tile 4 q + j's column n (fp8_values, merge).
+//
+// Config (bound by the generated code): Element, KvElement (Element or e4m3), kHeadDimQK,
+// kHeadDimV, kBlockN, kStages, kReturnLse. Mask: a MaskPolicy (mask.cuh) of causal, a window or
+// FlashMask vectors, each by position (its diagonal is 0), or a PredicatePolicy whose predicate
+// sees (b, h, position, key) and whose blocks the CTA classifies itself. kPaged: a paged cache.
+// Score: a ScoreMod (softcap, ALiBi with each row's own head and distance j - position, sinks).
 #pragma once
 
 #include "attnjit/common/fragment.cuh"
@@ -171,6 +181,11 @@ __device__ __forceinline__ void decode_row(const DecodeWork& w, int row, int& to
 template <class Config, class Mask, bool kPaged, class Score = ScoreMod<false, false>>
 struct DecodeSm80 {
   typedef typename Config::Element Element;
+  /// kv_dtype=e4m3: K and V of one byte an element, widened to fp16 as they are read, and the
+  /// products in fp16 (Product).
+  static constexpr bool kFp8 = is_e4m3<typename Config::KvElement>();
+  static constexpr int kKvBytes = kFp8 ? 1 : 2;
+  typedef typename Select<kFp8, fp16, Element>::type Product;
   static constexpr int kHeadDimQK = Config::kHeadDimQK;
   static constexpr int kHeadDimV = Config::kHeadDimV;
   static constexpr int kBlockN = Config::kBlockN;
@@ -202,10 +217,15 @@ struct DecodeSm80 {
   static constexpr bool kQInRegisters = kHeadDimQK + kHeadDimV <= (kVectors ? 256 : 384);
 
   typedef SmemTile<16, kHeadDimQK> QTile;
-  typedef SmemTile<kBlockN, kHeadDimQK> KTile;
-  typedef SmemTile<kBlockN, kHeadDimV> VTile;
+  /// K's and V's rows as 16-bit tiles of as many bytes (e4m3: half the head dim's columns).
+  typedef SmemTile<kBlockN, kHeadDimQK * kKvBytes / 2> KTile;
+  typedef SmemTile<kBlockN, kHeadDimV * kKvBytes / 2> VTile;
   static constexpr int kStageBytes = KTile::kBytes + VTile::kBytes;
-  static constexpr int kKvOffset = QTile::kBytes;
+  /// kFp8: the 16 rows' score factors (2^-e_r k_descale, widen_q) after Q's tile.
+  static constexpr int kFactorsOffset = QTile::kBytes;
+  static constexpr int kKvOffset = QTile::kBytes + (kFp8 ? 128 : 0);
+  static_assert(!kFp8 || (kHeadDimQK == kHeadDimV && kHeadDimQK % 64 == 0),
+                "e4m3 caches: equal head dims of whole 64-byte rows");
   /// The merge of the warps' rows, over the stages once the key loop is done: each warp's 16
   /// rows of O (fp32) and their LSEs.
   static constexpr int kMergeBytes = 4 * 16 * (kHeadDimV + 4) * 4 + 4 * 16 * 4;
@@ -218,10 +238,12 @@ struct DecodeSm80 {
   /// A paged cache at head dim 64 or 128 (K and V rows of as many chunks, four or eight copy
   /// iterations a stage) reads each stage's pages a block ahead of its copies, so that the
   /// block table's latency overlaps a block's compute instead of delaying the copies (at 96
-  /// ptxas spilled the pages; 32 and 256 were not measured).
+  /// ptxas spilled the pages, and at d256 over an e4m3 cache, whose eight copy iterations they
+  /// are; 32 and 256 were not measured).
   static constexpr int kCopyIterations = (kBlockN * KTile::kChunks + kThreads - 1) / kThreads;
-  static constexpr bool kPrefetchPages =
-      kPaged && KTile::kChunks == VTile::kChunks && (kCopyIterations == 4 || kCopyIterations == 8);
+  static constexpr bool kPrefetchPages = kPaged && KTile::kChunks == VTile::kChunks &&
+                                         (kCopyIterations == 4 || kCopyIterations == 8) &&
+                                         kHeadDimQK <= 128;
   /// The physical page of each row this thread copies in one stage.
   struct StagePages {
     int page[kCopyIterations];
@@ -283,13 +305,13 @@ struct DecodeSm80 {
     constexpr bool kFixedChunk = kThreads % Tile::kChunks == 0;
     const long long chunk_bytes = kFixedChunk ? thread % Tile::kChunks * 16 : 0;
     const long long k_head =
-        reinterpret_cast<long long>(p.k) + w.kv_head * p.k_head_stride * sizeof(u16) + chunk_bytes;
+        reinterpret_cast<long long>(p.k) + w.kv_head * p.k_head_stride * kKvBytes + chunk_bytes;
     const long long v_head =
-        reinterpret_cast<long long>(p.v) + w.kv_head * p.v_head_stride * sizeof(u16) + chunk_bytes;
-    const int k_page_bytes = static_cast<int>(p.k_batch_stride * sizeof(u16));
-    const int k_row_bytes = static_cast<int>(p.k_row_stride * sizeof(u16));
-    const int v_page_bytes = static_cast<int>(p.v_batch_stride * sizeof(u16));
-    const int v_row_bytes = static_cast<int>(p.v_row_stride * sizeof(u16));
+        reinterpret_cast<long long>(p.v) + w.kv_head * p.v_head_stride * kKvBytes + chunk_bytes;
+    const int k_page_bytes = static_cast<int>(p.k_batch_stride * kKvBytes);
+    const int k_row_bytes = static_cast<int>(p.k_row_stride * kKvBytes);
+    const int v_page_bytes = static_cast<int>(p.v_batch_stride * kKvBytes);
+    const int v_row_bytes = static_cast<int>(p.v_row_stride * kKvBytes);
 #pragma unroll kUnroll
     for (int i = 0; i < kIterations; ++i) {
       const int index = thread + i * kThreads;
@@ -312,27 +334,32 @@ struct DecodeSm80 {
         if (kK) {
           const long long at_k =
               wide_mad(page, k_page_bytes, wide_mad(within, k_row_bytes, k_head));
-          cp_async_16(at, reinterpret_cast<const u16*>(at_k) + (kFixedChunk ? 0 : chunk * 8),
+          cp_async_16(at, reinterpret_cast<const char*>(at_k) + (kFixedChunk ? 0 : chunk * 16),
                       valid ? 16 : 0);
         }
         if (kV) {
           const long long at_v =
               wide_mad(page, v_page_bytes, wide_mad(within, v_row_bytes, v_head));
           cp_async_16(at + (kK ? KTile::kBytes : 0),
-                      reinterpret_cast<const u16*>(at_v) + (kFixedChunk ? 0 : chunk * 8),
+                      reinterpret_cast<const char*>(at_v) + (kFixedChunk ? 0 : chunk * 16),
                       valid ? 16 : 0);
         }
       } else {
-        const long long k_offset = w.batch * p.k_batch_stride + key * p.k_row_stride +
-                                   w.kv_head * p.k_head_stride + chunk * 8;
-        const long long v_offset = w.batch * p.v_batch_stride + key * p.v_row_stride +
-                                   w.kv_head * p.v_head_stride + chunk * 8;
+        // Byte offsets: the strides count elements of kKvBytes.
+        const long long k_offset =
+            (w.batch * p.k_batch_stride + key * p.k_row_stride + w.kv_head * p.k_head_stride) *
+                kKvBytes +
+            chunk * 16;
+        const long long v_offset =
+            (w.batch * p.v_batch_stride + key * p.v_row_stride + w.kv_head * p.v_head_stride) *
+                kKvBytes +
+            chunk * 16;
         if (kK) {
-          cp_async_16(at, static_cast<const u16*>(p.k) + (valid ? k_offset : 0), valid ? 16 : 0);
+          cp_async_16(at, static_cast<const char*>(p.k) + (valid ? k_offset : 0), valid ? 16 : 0);
         }
         if (kV) {
           cp_async_16(at + (kK ? KTile::kBytes : 0),
-                      static_cast<const u16*>(p.v) + (valid ? v_offset : 0), valid ? 16 : 0);
+                      static_cast<const char*>(p.v) + (valid ? v_offset : 0), valid ? 16 : 0);
         }
       }
     }
@@ -486,6 +513,143 @@ struct DecodeSm80 {
     }
   }
 
+  /// kFp8: Q's tile turned in place into the fp16 A operand of the products with the cache's
+  /// widened values, and each row's score factor 2^-e_r k_descale written after it: row r is
+  /// scaled by 2^e_r, which puts its largest |q| in [2^13, 2^14) (e_r within +-126, 0 for a
+  /// row of zeros: the rows past G Sq). Each 16-column group's pairs go in the order
+  /// [0, 2, 4, 6 | 1, 3, 5, 7], so that ldmatrix gives lane t the group's columns 4t .. 4t + 3,
+  /// those of the K word it reads (fp8_scores). Eight threads a row, each on its own groups.
+  __device__ __forceinline__ static void widen_q(const FwdParams& p, const DecodeWork& w, u32 smem,
+                                                 int thread) {
+    constexpr int kGroups = kHeadDimQK / 16;
+    constexpr int kPerThread = (kGroups + 7) / 8;
+    const int row = thread / 8;
+    const int part = thread % 8;
+    u32 words[kPerThread][8];
+    float top = 0.f;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int group = part + 8 * i;
+      if (group < kGroups) {
+        const uint4 first = load_shared_v4(smem + QTile::offset(row, 2 * group));
+        const uint4 second = load_shared_v4(smem + QTile::offset(row, 2 * group + 1));
+        const u32 in[8] = {first.x,  first.y,  first.z,  first.w,
+                           second.x, second.y, second.z, second.w};
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          words[i][k] = in[k];
+          top =
+              fmaxf(top, fmaxf(fabsf(unpack_lo<Element>(in[k])), fabsf(unpack_hi<Element>(in[k]))));
+        }
+      }
+    }
+#pragma unroll
+    for (int offset = 1; offset < 8; offset *= 2) {
+      top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, offset));
+    }
+    // top = m 2^E with m in [1, 2): E from its exponent field.
+    const int exponent = static_cast<int>((__float_as_uint(top) >> 23) & 0xffu) - 127;
+    const int e = top > 0.f ? min(max(13 - exponent, -126), 126) : 0;
+    const float scale = __uint_as_float(static_cast<u32>(e + 127) << 23);
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int group = part + 8 * i;
+      if (group < kGroups) {
+        u32 out[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          // Pair k goes to position k / 2 (even k) or 4 + k / 2 (odd k).
+          out[(k % 2) * 4 + k / 2] = pack2<fp16>(unpack_lo<Element>(words[i][k]) * scale,
+                                                 unpack_hi<Element>(words[i][k]) * scale);
+        }
+        store_shared_v4(smem + QTile::offset(row, 2 * group), out[0], out[1], out[2], out[3]);
+        store_shared_v4(smem + QTile::offset(row, 2 * group + 1), out[4], out[5], out[6], out[7]);
+      }
+    }
+    if (part == 0) {
+      store_shared_f32(
+          smem + kFactorsOffset + 4 * row,
+          __uint_as_float(static_cast<u32>(127 - e) << 23) * fp8_descale(p, 1, w.batch, w.kv_head));
+    }
+  }
+
+  /// kFp8: S = Q K^T over the warp's keys, rows [key0, key0 + kWarpKeys) of the K tile at
+  /// k_smem. For k16 step kk and n8 tile nt the lane reads row key0 + 8 nt + g, bytes
+  /// 16 kk + 4t .. + 3 (k_lane: KTile::lane_offset(g, 0) + 4t), widened to its B fragment: k
+  /// = 2t, 2t + 1 hold columns 4t, 4t + 1 and k = 2t + 8, 2t + 9 columns 4t + 2, 4t + 3, as Q's
+  /// reordered tile does. Eight steps' words are read before their products. Q comes from
+  /// registers (kQInRegisters) or from its tile (q_lane: QTile's ldmatrix lane offset).
+  template <class QFragment>
+  __device__ __forceinline__ static void fp8_scores(WarpAccumulator<1, kSTiles>& acc,
+                                                    const QFragment& q, u32 smem, u32 q_lane,
+                                                    u32 k_smem, u32 k_lane, int key0) {
+    acc.fill(0.f);
+    // The words of up to eight k16 steps in flight at a time (at d256 all sixteen spilled).
+    constexpr int kBatch = kQkSteps < 8 ? kQkSteps : 8;
+    u32 words[kBatch][kSTiles];
+#pragma unroll
+    for (int kk = 0; kk < kQkSteps; ++kk) {
+      if (kk % kBatch == 0) {
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i) {
+#pragma unroll
+          for (int nt = 0; nt < kSTiles; ++nt) {
+            words[i][nt] =
+                load_shared_u32(KTile::matrix_address(k_smem, k_lane, key0 + 8 * nt, kk + i));
+          }
+        }
+      }
+      u32 a[4];
+      if constexpr (kQInRegisters) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) a[r] = q.v[0][kk][r];
+      } else {
+        ldmatrix_x4(a, QTile::matrix_address(smem, q_lane, 0, kk * 2));
+      }
+#pragma unroll
+      for (int nt = 0; nt < kSTiles; ++nt) {
+        u32 b0, b1;
+        widen_e4m3x4(words[kk % kBatch][nt], b0, b1);
+        mma_m16n8k16<fp16>(acc.v[0][nt], a, b0, b1);
+      }
+    }
+  }
+
+  /// kFp8: O += P V over the warp's keys, rows [key0, key0 + kWarpKeys) of the V tile at
+  /// v_smem. For k16 step kk and 32 columns 32 q .. of V the lane reads the words of rows 2t,
+  /// 2t + 1, 2t + 8 and 2t + 9 at bytes 32 q + 4g .. + 3 and pairs their bytes column by column
+  /// (byte_perm): the B fragments of n8 tiles 4 q + j, j < 4, whose column g is V's column 32 q
+  /// + 4g + j. v_lane: the offsets of rows 2t and 2t + 1, each at chunk g / 4, word g % 4;
+  /// selectors: the byte pairings of its first and second pair of columns (with the rows
+  /// swapped where the lane reads row 2t + 1 first).
+  __device__ __forceinline__ static void fp8_values(WarpAccumulator<1, kDTiles>& acc,
+                                                    const OperandA<1, kPvSteps>& p_frag, u32 v_smem,
+                                                    const u32 (&v_lane)[2],
+                                                    const u32 (&selectors)[2], int key0) {
+#pragma unroll
+    for (int kk = 0; kk < kPvSteps; ++kk) {
+#pragma unroll
+      for (int q = 0; q < kHeadDimV / 32; ++q) {
+        u32 word[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          word[i] = load_shared_u32(
+              VTile::matrix_address(v_smem, v_lane[i % 2], key0 + 16 * kk + 8 * (i / 2), 2 * q));
+        }
+        u32 b[2][4];  // [k half][j]
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          widen_e4m3x4(byte_perm(word[2 * h], word[2 * h + 1], selectors[0]), b[h][0], b[h][1]);
+          widen_e4m3x4(byte_perm(word[2 * h], word[2 * h + 1], selectors[1]), b[h][2], b[h][3]);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          mma_m16n8k16<fp16>(acc.v[0][4 * q + j], p_frag.v[0][kk], b[0][j], b[1][j]);
+        }
+      }
+    }
+  }
+
   __device__ __forceinline__ void run(const FwdParams& p, unsigned char* smem_raw) {
     const u32 smem = smem_address(smem_raw);
     const int thread = static_cast<int>(threadIdx.x);
@@ -549,8 +713,16 @@ struct DecodeSm80 {
       }
     }
 
-    const u32 k_lane = KTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
+    const u32 k_lane = kFp8 ? KTile::lane_offset(g, 0) + 4 * t
+                            : KTile::lane_offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
     const u32 v_lane = VTile::lane_offset(lane % 16, lane / 16);
+    // kFp8: the V rows' lane offsets and byte pairings (fp8_values). With 64-byte rows (d64)
+    // rows 4i and 4i + 2 share their banks: lanes of odd t read row 2t + 1 first.
+    const bool swap = kFp8 && VTile::kChunksPerPanel == 4 && t % 2 == 1;
+    const u32 fp8_v_lane[2] = {VTile::lane_offset(2 * t + (swap ? 1 : 0), g / 4) + 4 * (g % 4),
+                               VTile::lane_offset(2 * t + (swap ? 0 : 1), g / 4) + 4 * (g % 4)};
+    const u32 selectors[2] = {swap ? 0x1504u : 0x5140u, swap ? 0x3726u : 0x7362u};
+    float score_factor[2] = {1.f, 1.f};  // kFp8: rows g's and g + 8's (widen_q)
     StagePages ahead{};  // kPrefetchPages: the pages of the block the next iteration loads
     if constexpr (kPrefetchPages) {
       ahead = stage_pages(p, w, w.key_begin + (kStages - 1) * kBlockN, thread);
@@ -558,12 +730,23 @@ struct DecodeSm80 {
     for (int block = 0; block < blocks; ++block) {
       cp_async_wait<kStages - 2>();
       __syncthreads();
-      if (kQInRegisters && block == 0) {
+      if (block == 0) {
+        if constexpr (kFp8) {
+          widen_q(p, w, smem, thread);
+          __syncthreads();
 #pragma unroll
-        for (int kk = 0; kk < kQkSteps; ++kk) {
-          ldmatrix_x4(
-              q_frag.v[0][kQInRegisters ? kk : 0],
-              QTile::matrix_address(smem, QTile::lane_offset(lane % 16, lane / 16), 0, kk * 2));
+          for (int r = 0; r < 2; ++r) {
+            score_factor[r] =
+                __uint_as_float(load_shared_u32(smem + kFactorsOffset + 4 * (g + 8 * r)));
+          }
+        }
+        if constexpr (kQInRegisters) {
+#pragma unroll
+          for (int kk = 0; kk < kQkSteps; ++kk) {
+            ldmatrix_x4(
+                q_frag.v[0][kQInRegisters ? kk : 0],
+                QTile::matrix_address(smem, QTile::lane_offset(lane % 16, lane / 16), 0, kk * 2));
+          }
         }
       }
       // The stage computed in the block before is free for block + kStages - 1.
@@ -589,7 +772,15 @@ struct DecodeSm80 {
       const u32 k_smem = smem + kKvOffset + stage * kStageBytes;
       const u32 v_smem = k_smem + KTile::kBytes;
       WarpAccumulator<1, kSTiles> acc_s;
-      if constexpr (kQInRegisters) {
+      if constexpr (kFp8) {
+        fp8_scores(acc_s, q_frag, smem, QTile::lane_offset(lane % 16, lane / 16), k_smem, k_lane,
+                   warp * kWarpKeys);
+#pragma unroll
+        for (int nt = 0; nt < kSTiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc_s.v[0][nt][e] *= score_factor[e / 2];
+        }
+      } else if constexpr (kQInRegisters) {
         warp_regs_times_rows<Element, KTile, kQkSteps>(acc_s, q_frag, k_smem, k_lane,
                                                        warp * kWarpKeys);
       } else {
@@ -623,11 +814,15 @@ struct DecodeSm80 {
       }
       softmax.template step<RowScore>(p, acc_s, acc_o);
       OperandA<1, kPvSteps> p_frag;
-      to_operand_a<Element>(acc_s, p_frag);
-      // The warp's keys are rows [warp kWarpKeys, ...) of the V tile: the same panels, whose
-      // rows start that many rows later (a multiple of 8: the swizzle is unchanged).
-      warp_regs_times_tile<Element, VTile, kPvSteps>(
-          acc_o, p_frag, v_smem + warp * kWarpKeys * VTile::kPanelCols * 2, v_lane, 0);
+      to_operand_a<Product>(acc_s, p_frag);
+      if constexpr (kFp8) {
+        fp8_values(acc_o, p_frag, v_smem, fp8_v_lane, selectors, warp * kWarpKeys);
+      } else {
+        // The warp's keys are rows [warp kWarpKeys, ...) of the V tile: the same panels, whose
+        // rows start that many rows later (a multiple of 8: the swizzle is unchanged).
+        warp_regs_times_tile<Element, VTile, kPvSteps>(
+            acc_o, p_frag, v_smem + warp * kWarpKeys * VTile::kPanelCols * 2, v_lane, 0);
+      }
     }
     cp_async_wait<0>();
     __syncthreads();  // every warp is done with the stages, which the merge reuses
@@ -652,12 +847,31 @@ struct DecodeSm80 {
                          softmax.template lse<RowScore>(p, 0, r));
       }
     });
+    if constexpr (kFp8) {
+      // Tile 4 q + j's columns 2t + c hold V's columns 32 q + 8t + 4c + j (fp8_values): four
+      // consecutive columns for each q, row and c.
 #pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
+      for (int q = 0; q < kHeadDimV / 32; ++q) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        store_shared_v2_f32(rows + ((warp * 16 + g + 8 * r) * kRowFloats + 8 * dt + 2 * t) * 4,
-                            acc_o.v[0][dt][2 * r], acc_o.v[0][dt][2 * r + 1]);
+        for (int r = 0; r < 2; ++r) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const auto& v = acc_o.v[0];
+            store_shared_v4_f32(
+                rows + ((warp * 16 + g + 8 * r) * kRowFloats + 32 * q + 8 * t + 4 * c) * 4,
+                v[4 * q][2 * r + c], v[4 * q + 1][2 * r + c], v[4 * q + 2][2 * r + c],
+                v[4 * q + 3][2 * r + c]);
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          store_shared_v2_f32(rows + ((warp * 16 + g + 8 * r) * kRowFloats + 8 * dt + 2 * t) * 4,
+                              acc_o.v[0][dt][2 * r], acc_o.v[0][dt][2 * r + 1]);
+        }
       }
     }
     __syncthreads();
@@ -687,7 +901,9 @@ struct DecodeSm80 {
       weight[i] = expf(lse_w[i] - offset);
       total += weight[i];
     }
-    const float inverse = total > 0.f ? 1.f / total : 0.f;
+    // An e4m3 cache's O was summed from V's stored values: v_descale joins the normalization.
+    const float v_scale = kFp8 ? fp8_descale(p, 2, w.batch, w.kv_head) : 1.f;
+    const float inverse = total > 0.f ? v_scale / total : 0.f;
     const float lse = total > 0.f ? offset + logf(total) : negative_infinity();
     constexpr int kCols = kHeadDimV / 8;
     const long long out_row =

@@ -93,16 +93,6 @@ struct DescaledScore : Score {
   }
 };
 
-/// dtype=e4m3: the descale factor of tensor `tensor` (0 q, 1 k, 2 v) for (batch, KV head), 1
-/// where it has none.
-__device__ __forceinline__ float fp8_descale(const FwdParams& p, int tensor, int batch,
-                                             int kv_head) {
-  const float* factors = tensor == 0 ? p.q_descale : tensor == 1 ? p.k_descale : p.v_descale;
-  if (factors == nullptr) return 1.f;
-  return (p.descale_per_tensor >> tensor) & 1 ? factors[0]
-                                               : factors[batch * p.kv_heads + kv_head];
-}
-
 template <class Config, class Mask, class ScoreArg = ScoreMod<false, false>,
           int kKvLayout = kKvTensors>
 struct ForwardSm90a {

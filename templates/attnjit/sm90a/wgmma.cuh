@@ -39,16 +39,6 @@ __device__ constexpr bool is_bf16<bf16>() {
   return true;
 }
 
-/// Whether Element selects the e4m3 forms (k32 steps).
-template <class Element>
-__device__ constexpr bool is_e4m3() {
-  return false;
-}
-template <>
-__device__ constexpr bool is_e4m3<e4m3>() {
-  return true;
-}
-
 /// Matrix descriptor of an operand at shared address `address` (lead / stride byte offsets
 /// as above) in the swizzle of `row_bytes`-byte panel rows: 128 (64 columns) or 64 (32).
 __device__ __forceinline__ u64 matrix_descriptor(u32 address, u32 lead_bytes, u32 stride_bytes,

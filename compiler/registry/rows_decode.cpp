@@ -12,6 +12,10 @@ namespace {
 constexpr int kDecodeThreads = 128;   // decode.cuh: four warps
 constexpr int kDecodeRows = 16;       // packed query rows per CTA (one m16 tile)
 constexpr int kDecodeBlockN = 64;     // keys per stage, 16 per warp
+// Over an e4m3 cache up to head dim 128: 128 keys per stage, 32 per warp. A block's bytes
+// halve with e4m3, and with 64 keys each block's barrier, waits and softmax chain came twice
+// as often per byte: the CTAs fell short of the copy's bandwidth.
+constexpr int kFp8DecodeBlockN = 128;
 constexpr int kCombineThreads = 128;  // decode_combine.cuh's kCombineThreads: a CTA per row
 
 // Stages of K and V keep about 96 KB of keys in flight per CTA (two CTAs per SM on Hopper):
@@ -20,11 +24,12 @@ constexpr int kCombineThreads = 128;  // decode_combine.cuh's kCombineThreads: a
 // or over an e4m3 cache (`fp8`: a stage of one byte an element, up to twelve in flight) as many
 // as fit there beside the Q tile and its row factors.
 constexpr TileCandidate decode_candidate(int d_qk, int d_v, bool fewer = false, bool fp8 = false) {
-  const int stage_bytes = kDecodeBlockN * (d_qk + d_v) * (fp8 ? 1 : 2);
+  const int block_n = fp8 && d_qk <= 128 ? kFp8DecodeBlockN : kDecodeBlockN;
+  const int stage_bytes = block_n * (d_qk + d_v) * (fp8 ? 1 : 2);
   const int fewer_stages =
       fp8 ? std::clamp((101376 - kDecodeRows * d_qk * 2 - 128) / stage_bytes, 2, 12) : 2;
   const int stages = fewer ? fewer_stages : std::clamp(96 * 1024 / stage_bytes, 2, fp8 ? 12 : 6);
-  TileCandidate c{d_qk, kDecodeRows, kDecodeBlockN, kDecodeThreads / 32, 1, stages};
+  TileCandidate c{d_qk, kDecodeRows, block_n, kDecodeThreads / 32, 1, stages};
   c.head_dim_v = d_v;
   c.fp8_kv = fp8;
   return c;
@@ -97,12 +102,13 @@ std::vector<BufferNeed> decode_buffers(const KernelDesc& kernel, const Lowering&
   std::vector<BufferNeed> needs{
       {ParamField::o_partial, {"o_partial", rows * (ir.spec.head_dim_v * 4), false}},
       {ParamField::lse_partial, {"lse_partial", rows * 4, false}}};
+  const int block_n = ir.tiles_of(KernelRole::decode).block_n;  // the tables' key blocks
   if (kernel.role == KernelRole::decode && ir.mask->needs_minmax) {
-    needs.push_back({ParamField::minmax, minmax_table(kDecodeBlockN, ir)});
+    needs.push_back({ParamField::minmax, minmax_table(block_n, ir)});
   }
   if (kernel.role == KernelRole::decode && ir.mask->decode_table) {
     needs.push_back(
-        {ParamField::minmax, predicate_table(KernelRole::decode, kDecodeRows, kDecodeBlockN, ir)});
+        {ParamField::minmax, predicate_table(KernelRole::decode, kDecodeRows, block_n, ir)});
   }
   return needs;
 }

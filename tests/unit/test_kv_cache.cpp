@@ -744,7 +744,7 @@ TEST_CASE("an e4m3 cache's plan: the decode kernel alone, stages of one byte an 
   CHECK(ir.plan->kernels[0].name == "attnjit_kv_append_bf16_kve4m3_d128_paged");
   CHECK(ir.plan->kernels[0].phases.front().grid.to_string() == "(ceil(B*Snew*Hkv*16/256), 1, 1)");
   CHECK(ir.plan->kernels[1].name == "attnjit_decode_bf16_kve4m3_d128_causal_paged");
-  // About 96 KB of keys in flight per CTA (up to twelve stages); sm_89's 101376 bytes.
+  // About 96 KB of keys in flight per CTA; sm_89's 101376 bytes.
   const auto stages = [](const char* dims, const char* target) {
     return lower(parse_spec(fmt::format("dtype=bf16 {} target={} kv_cache=contiguous "
                                         "kv_dtype=e4m3",
@@ -752,12 +752,15 @@ TEST_CASE("an e4m3 cache's plan: the decode kernel alone, stages of one byte an 
         .tiles_of(KernelRole::decode)
         .kv_stages;
   };
-  CHECK(stages("head_dim=64", "sm_90a") == 12);
-  CHECK(stages("head_dim=128", "sm_90a") == 6);
+  CHECK(stages("head_dim=64", "sm_90a") == 6);  // of 128 keys up to d128, 64 at d256
+  CHECK(stages("head_dim=128", "sm_90a") == 3);
   CHECK(stages("head_dim=256", "sm_90a") == 3);
-  CHECK(stages("head_dim=64", "sm_89") == 12);
-  CHECK(stages("head_dim=128", "sm_89") == 5);
+  CHECK(stages("head_dim=64", "sm_89") == 6);
+  CHECK(stages("head_dim=128", "sm_89") == 2);
   CHECK(stages("head_dim=256", "sm_89") == 2);
+  CHECK(lower(parse_spec("dtype=bf16 head_dim=128 target=sm_90a kv_cache=paged kv_dtype=e4m3"))
+            .tiles_of(KernelRole::decode)
+            .block_n == 128);
   // Half the bytes per key: a contiguous cache at d128 takes both CTA slots of every SM.
   jit::detail::Shapes s;
   s.decode = true;

@@ -89,11 +89,12 @@ ForwardSet make_forward_set(const attnjit::AttentionSpec& s, const ProblemOption
                             const attnjit::ForwardArgs& shared) {
   const Sizes n = sizes_of(s, p);
   const std::uint64_t seed = p.seed + 16 * static_cast<std::uint64_t>(set);
-  ForwardSet f{random_tensor(n.q, s.dtype, seed), random_tensor(n.k, s.dtype, seed + 1),
-               random_tensor(n.v, s.dtype, seed + 2), shared};
+  const attnjit::DType kv = s.kv_dtype.value_or(s.dtype);  // an FP8 cache's e4m3
+  ForwardSet f{random_tensor(n.q, s.dtype, seed), random_tensor(n.k, kv, seed + 1),
+               random_tensor(n.v, kv, seed + 2), shared};
   f.args.q = activation_view(f.q, s.dtype, p, Rows::query, p.heads, s.head_dim_qk);
-  f.args.k = activation_view(f.k, s.dtype, p, Rows::key, p.kv_heads, s.head_dim_qk);
-  f.args.v = activation_view(f.v, s.dtype, p, Rows::key, p.kv_heads, s.head_dim_v);
+  f.args.k = activation_view(f.k, kv, p, Rows::key, p.kv_heads, s.head_dim_qk);
+  f.args.v = activation_view(f.v, kv, p, Rows::key, p.kv_heads, s.head_dim_v);
   return f;
 }
 

@@ -103,7 +103,8 @@ double kv_cache_bytes(const attnjit::AttentionSpec& spec, const ProblemOptions& 
       keys += static_cast<double>(seen) * (p.kv_heads / vectors->heads);
     }
   }
-  const double key_bytes = 2.0 * (spec.head_dim_qk + spec.head_dim_v);
+  const double key_bytes =
+      static_cast<double>(attnjit::kv_element_size(spec)) * (spec.head_dim_qk + spec.head_dim_v);
   const double queries = static_cast<double>(p.batch) * p.seqlen_q * p.heads;
   return keys * key_bytes + queries * 2.0 * (spec.head_dim_qk + spec.head_dim_v);
 }

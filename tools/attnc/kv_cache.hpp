@@ -36,7 +36,7 @@ std::int64_t cached_visible_pairs(const attnjit::MaskSpec& mask, const ProblemOp
 /// The bytes a decode launch reads and writes at the least: K and V of every cached key some
 /// query of its KV head sees, head_dim_qk + head_dim_v elements of 2 bytes each (all of a
 /// sequence's keys, those within a sliding window's reach, or those FlashMask `vectors` leave
-/// some token), plus q and o.
+/// some token; one byte each over an e4m3 cache), plus q and o.
 double kv_cache_bytes(const attnjit::AttentionSpec& spec, const ProblemOptions& p,
                       const attnjit::dsl::IntervalVectors* vectors);
 

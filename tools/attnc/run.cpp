@@ -164,16 +164,17 @@ void run(RunOptions o) {
       static_cast<std::size_t>(p.batch) * p.seqlen_q * p.heads * s.head_dim_v;
   const std::size_t lse_count = static_cast<std::size_t>(p.batch) * p.heads * p.seqlen_q;
   DeviceBuffer q = random_tensor(q_count, s.dtype, p.seed);
-  DeviceBuffer k = random_tensor(k_count, s.dtype, p.seed + 1);
-  DeviceBuffer v = random_tensor(v_count, s.dtype, p.seed + 2);
+  const attnjit::DType kv = s.kv_dtype.value_or(s.dtype);  // an FP8 cache's e4m3
+  DeviceBuffer k = random_tensor(k_count, kv, p.seed + 1);
+  DeviceBuffer v = random_tensor(v_count, kv, p.seed + 2);
   DeviceBuffer out(o_count * 2), lse(lse_count * 4);
   out.fill_bytes(0xff);  // NaN: an unwritten element fails the check
   lse.fill_bytes(0xff);
 
   attnjit::ForwardArgs args;
   args.q = activation_view(q, s.dtype, p, Rows::query, p.heads, s.head_dim_qk);
-  args.k = activation_view(k, s.dtype, p, Rows::key, p.kv_heads, s.head_dim_qk);
-  args.v = activation_view(v, s.dtype, p, Rows::key, p.kv_heads, s.head_dim_v);
+  args.k = activation_view(k, kv, p, Rows::key, p.kv_heads, s.head_dim_qk);
+  args.v = activation_view(v, kv, p, Rows::key, p.kv_heads, s.head_dim_v);
   args.o = activation_view(out, output_dtype(s.dtype), p, Rows::query, p.heads, s.head_dim_v);
   if (lse_wanted) args.lse = lse_view(lse, p);
   if (o.softcap) args.softcap = *o.softcap;

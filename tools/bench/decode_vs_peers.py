@@ -8,7 +8,10 @@ a bf16 cache of L keys, in one process on one GPU. For each point of the grid --
                      pool [pages, page_size, Hkv, D] whose block_table maps each sequence's
                      pages to a random (seeded) permutation of the pool (a layout ending in
                      _hnd stores them as [B, Hkv, L, D] or [pages, Hkv, page_size, D], the
-                     peers' layout, and passes the transposed view); causal=True when
+                     peers' layout, and passes the transposed view; one ending in _fp8 holds
+                     the cache in e4m3 with a descale per sequence and KV head, its largest
+                     |value| at 448, its reference the dequantized cache and its bytes one a
+                     value); causal=True when
                      Sq > 1 (bottom-right), --num-splits passed through; timed eagerly and as
                      CUDA-graph replays (one call captured per input set);
   SDPA cuDNN / flash / efficient  F.scaled_dot_product_attention under that backend on
@@ -92,7 +95,8 @@ def parse_args(argv=None):
     parser.add_argument("--head-dims", default="128,64", help="comma-separated head dims")
     parser.add_argument("--layouts", default="contiguous,paged16,paged64",
                         help="comma-separated cache layouts: contiguous or pagedN (N keys a "
-                             "page), each NHD or with '_hnd' HND (heads before keys)")
+                             "page), each NHD or with '_hnd' HND (heads before keys), then "
+                             "optionally '_fp8' (an e4m3 cache)")
     parser.add_argument("--heads", type=int, default=32)
     parser.add_argument("--kv-heads", type=int, default=8)
     parser.add_argument("--peers", default="cudnn,flash,efficient,flex",
@@ -135,7 +139,8 @@ def parse_args(argv=None):
     for layout in args.layouts:
         if page_size(layout) == 0:
             parser.error(f"--layouts: got '{layout}'; accepted: comma-separated 'contiguous' "
-                         "or 'pagedN' with N >= 1, each optionally followed by '_hnd'")
+                         "or 'pagedN' with N >= 1, each optionally followed by '_hnd' and "
+                         "then '_fp8'")
     names = args.peers.split(",") if args.peers else []
     for name in names:
         if name not in PEER_OPTIONS:
@@ -164,8 +169,9 @@ def parse_args(argv=None):
 
 
 def page_size(layout):
-    """None for 'contiguous', N for 'pagedN', 0 for anything else (either with '_hnd')."""
-    layout = layout.removesuffix("_hnd")
+    """None for 'contiguous', N for 'pagedN', 0 for anything else (either with '_hnd', then
+    '_fp8')."""
+    layout = layout.removesuffix("_fp8").removesuffix("_hnd")
     if layout == "contiguous":
         return None
     digits = layout[len("paged"):]
@@ -178,9 +184,26 @@ def failed(error):
     return f"failed: {type(error).__name__}: {first_line}"
 
 
-def kv_bytes(lengths, kv_heads, dim):
-    """Bytes of the keys and values of sequences of `lengths` keys (Dv = D, bf16)."""
-    return sum(lengths) * kv_heads * (dim + dim) * 2
+def fp8(layout):
+    """Whether `layout` holds an e4m3 cache."""
+    return layout.endswith("_fp8")
+
+
+def kv_bytes(lengths, kv_heads, dim, element=2):
+    """Bytes of the keys and values of sequences of `lengths` keys (Dv = D, `element` bytes a
+    value: 2 for bf16, 1 for e4m3)."""
+    return sum(lengths) * kv_heads * (dim + dim) * element
+
+
+def quantized(cache):
+    """(e4m3 values, fp32 descales [B, Hkv], dequantized float32) of a cache [B, L, Hkv, D]:
+    each (sequence, KV head)'s largest |value| maps to 448."""
+    import torch
+
+    descale = (cache.float().abs().amax(dim=(1, 3)).clamp(min=1e-6) / 448.0).contiguous()
+    scale = descale[:, None, :, None]
+    values = (cache.float() / scale).to(torch.float8_e4m3fn)
+    return values, descale, values.float() * scale
 
 
 def io_bytes(batch, new_tokens, heads, dim):
@@ -298,27 +321,44 @@ def graph_replay_ms(call, sets, warmup, runs):
 
 
 def attnjit_layout_sets(sets, lengths, layout, generator):
-    """attnjit's argument tuples (q, k, v, cache_seqlens, block_table) for each (q, k, v) of
-    `sets` in `layout`."""
+    """attnjit's argument tuples (q, k, v, cache_seqlens, block_table, k_descale, v_descale)
+    for each (q, k, v) of `sets` in `layout` (descales None but for an e4m3 cache)."""
     import torch
 
     seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
     page = page_size(layout)
+    hnd = layout.removesuffix("_fp8").endswith("_hnd")
 
     def arranged(cache):
         """The cache [B or pages, rows, Hkv, D] as laid out: HND stores each head's rows
         together ([.., Hkv, rows, D]) and is passed as the permuted view."""
-        if not layout.endswith("_hnd"):
+        if not hnd:
             return cache
         return cache.transpose(1, 2).contiguous().transpose(1, 2)
 
-    if page is None:
-        return [(q, arranged(k), arranged(v), seqlens, None) for q, k, v in sets]
     layout_sets = []
     for q, k, v in sets:
-        k_pool, v_pool, block_table = paged_cache(k, v, lengths, page, generator)
-        layout_sets.append((q, arranged(k_pool), arranged(v_pool), seqlens, block_table))
+        k_descale = v_descale = None
+        if fp8(layout):  # paged as bytes (index copies of float8 tensors may lack kernels)
+            k, k_descale, _ = quantized(k)
+            v, v_descale, _ = quantized(v)
+            k, v = k.view(torch.uint8), v.view(torch.uint8)
+        table = None
+        if page is not None:
+            k, v, table = paged_cache(k, v, lengths, page, generator)
+        if fp8(layout):
+            k, v = k.view(torch.float8_e4m3fn), v.view(torch.float8_e4m3fn)
+        layout_sets.append((q, arranged(k), arranged(v), seqlens, table, k_descale, v_descale))
     return layout_sets
+
+
+def layout_reference(inputs, lengths, layout, causal, window, document=None):
+    """reference_output of the first input set (q, k, v) as `layout` holds it: an e4m3 cache
+    dequantized."""
+    q, k, v = inputs
+    if fp8(layout):
+        k, v = quantized(k)[2], quantized(v)[2]
+    return reference_output(q, k, v, lengths, causal, window, document)
 
 
 def measure_attnjit(args, sets, reference, causal, window, bytes_moved, copy_gbps,
@@ -333,7 +373,7 @@ def measure_attnjit(args, sets, reference, causal, window, bytes_moved, copy_gbp
     window_size = (-1, -1) if window is None else (window, 0)
     indices = mask = None
     if document is not None:
-        q, k, _, _, table = sets[0]
+        q, k, _, _, table, _, _ = sets[0]
         capacity = k.shape[1] * (1 if table is None else table.shape[1])
         indices = document_indices(lengths, capacity, document)
         if predicate:
@@ -342,11 +382,12 @@ def measure_attnjit(args, sets, reference, causal, window, bytes_moved, copy_gbp
             mask = attnjit.predicate("doc[q] == doc[k] && k <= q", tensors={"doc": ids})
             indices, causal = None, False
 
-    def call(q, k, v, seqlens, table):
+    def call(q, k, v, seqlens, table, k_descale, v_descale):
         return attnjit.attention_with_kvcache(q, k, v, seqlens, table, causal=causal,
                                               window_size=window_size,
                                               num_splits=args.num_splits,
-                                              startend_row_indices=indices, mask=mask)
+                                              startend_row_indices=indices, mask=mask,
+                                              k_descale=k_descale, v_descale=v_descale)
 
     row = {}
     try:
@@ -658,17 +699,37 @@ def main():
                            reference_output(*sets[0], lengths, True, window, document),
                            kv_bytes([keys] * batch, kv_heads, dim)
                            + io_bytes(batch, new_tokens, heads, dim)))
+        fp8_references = None  # e4m3 layouts: (the main reference, the masks'), made once
         for layout in args.layouts:
             print(f"B={batch} L={length} Sq={new_tokens} D={dim} {layout} ...",
                   file=sys.stderr, flush=True)
             layout_sets = attnjit_layout_sets(sets, lengths, layout, generator)
             labels = dict(batch=batch, length=length, new_tokens=new_tokens, dim=dim,
                           layout=layout, reference=reference_name)
-            row = measure_attnjit(args, layout_sets, reference, causal, None, bytes_moved, copy)
+            layout_reference_, layout_bytes, layout_masked = reference, bytes_moved, masked
+            if fp8(layout):
+                if fp8_references is None:
+                    fp8_references = (
+                        layout_reference(sets[0], lengths, layout, causal, None),
+                        [layout_reference(sets[0], lengths, layout, True, window, document)
+                         for _, window, document, *_ in masked])
+                layout_reference_ = fp8_references[0]
+                labels["reference"] = "fp32"
+                layout_bytes = (kv_bytes(lengths, kv_heads, dim, 1)
+                                + io_bytes(batch, new_tokens, heads, dim))
+                layout_masked = [
+                    (name, window, document, predicate, keys, mask_reference,
+                     kv_bytes([keys] * batch, kv_heads, dim, 1)
+                     + io_bytes(batch, new_tokens, heads, dim))
+                    for (name, window, document, predicate, keys, _, _), mask_reference
+                    in zip(masked, fp8_references[1])]
+            row = measure_attnjit(args, layout_sets, layout_reference_, causal, None,
+                                  layout_bytes, copy)
             rows.append(dict(labels, times=times, graph_times=graph_times, **row))
             failures.extend(row_failures(f"B={batch} L={length} Sq={new_tokens} D={dim} "
                                          f"{layout}", row))
-            for name, window, document, predicate, keys, mask_reference, mask_bytes in masked:
+            for (name, window, document, predicate, keys, mask_reference,
+                 mask_bytes) in layout_masked:
                 cells = measure_attnjit(args, layout_sets, mask_reference, True, window,
                                         mask_bytes, copy, document, lengths, predicate)
                 mask_rows.append(dict(labels, mask=name, full=row, keys=keys, **cells))
@@ -687,7 +748,13 @@ def main():
         for layout in args.layouts:
             print(f"ragged Sq={new_tokens} D={dim} {layout} ...", file=sys.stderr, flush=True)
             layout_sets = attnjit_layout_sets(sets, lengths, layout, generator)
-            row = measure_attnjit(args, layout_sets, reference, causal, None, bytes_moved, copy)
+            row = measure_attnjit(
+                args, layout_sets,
+                layout_reference(sets[0], lengths, layout, causal, None) if fp8(layout)
+                else reference, causal, None,
+                (kv_bytes(lengths, kv_heads, dim, 1) + io_bytes(len(lengths), new_tokens, heads,
+                                                                 dim)) if fp8(layout)
+                else bytes_moved, copy)
             ragged_rows.append(dict(new_tokens=new_tokens, dim=dim, layout=layout,
                                     keys=sum(lengths), **row))
             failures.extend(row_failures(f"ragged Sq={new_tokens} D={dim} {layout}", row))
@@ -721,7 +788,9 @@ def main():
         f"at most {MAX_INPUT_SETS} sets); graph: CUDA-graph replay of one captured call. "
         f"Copy: dst.copy_(src) of 4 GiB bf16 moves {copy:,.0f} GB/s (read + write); GB/s "
         "counts B·L·Hkv·(D + Dv)·2 + |q| + |o| per graph replay (per eager call where the "
-        "capture failed); % copy: attnjit GB/s over the copy's.", "",
+        "capture failed; an _fp8 layout's cache one byte a value); % copy: attnjit GB/s over "
+        "the copy's. _fp8: an e4m3 cache, one descale per sequence and KV head, checked "
+        "against the float32 reference of the dequantized cache.", "",
         "Sq > 1: attnjit ran causal=True (the new tokens attend bottom-right); the peers ran "
         "with no mask (is_causal=False, no block mask), a slightly larger problem. Peers read "
         "contiguous [B, Hkv, L, D] copies of the cache; a paged row's peers are the contiguous "

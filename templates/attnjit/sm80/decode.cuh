@@ -403,23 +403,24 @@ struct DecodeSm80 {
     return first == second ? first : static_cast<int>(kTilePartial);
   }
 
-  /// The predicate's kind of the split's block `block`: each thread evaluates eight keys of one
-  /// row (rows past G Sq and keys past the split count for nothing), and the CTA agrees on
+  /// The predicate's kind of the split's block `block`: each thread evaluates kBlockN / 8 keys
+  /// of one row (rows past G Sq and keys past the split count for nothing), and the CTA agrees on
   /// whether some pair is visible and whether all are.
   __device__ __forceinline__ static int predicate_block_kind(const FwdParams& p,
                                                              const DecodeWork& w, int block) {
-    static_assert(kBlockN * 16 == 8 * kThreads, "eight pairs of the 16 x kBlockN a thread");
+    constexpr int kPairs = kBlockN * 16 / kThreads;  // of one row, consecutive keys
+    static_assert(kBlockN % kPairs == 0 && kBlockN / kPairs == 8, "eight threads a row");
     const int thread = static_cast<int>(threadIdx.x);
     const int packed = w.row0 + thread / 8;
     int token, head;
     decode_row(w, packed, token, head);
     const int position = w.diagonal + token;
     const MaskState ms = predicate_state(p, head, w.batch);
-    const int key0 = w.key_begin + block * kBlockN + (thread % 8) * 8;
+    const int key0 = w.key_begin + block * kBlockN + (thread % 8) * kPairs;
     bool any = false, all = true;
     if (packed < w.group * w.tokens) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
+      for (int i = 0; i < kPairs; ++i) {
         const int key = key0 + i;
         if (key >= w.key_end) break;
         const bool seen = !Mask::masked(p, ms, position, key, typename Mask::Column());

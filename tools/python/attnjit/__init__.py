@@ -422,7 +422,9 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
                           max_seqlen_q: Optional[int] = None,
                           startend_row_indices: Optional[Tensor] = None,
                           alibi_slopes: Optional[Tensor] = None,
-                          mask: Optional[PredicateMask] = None
+                          mask: Optional[PredicateMask] = None,
+                          k_descale: Optional[Tensor] = None,
+                          v_descale: Optional[Tensor] = None
                           ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Attention of new query tokens against a KV cache (decoding, appends, chunked prefill;
     FlashAttention's flash_attn_with_kvcache), forward only.
@@ -469,6 +471,11 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
     load, skips the blocks it hides from every new token and applies it per element where it
     hides some pairs: the evaluation visits every cached key (FlashMask vectors are faster for
     masks they can say).
+    An FP8 cache (k_cache and v_cache of torch.float8_e4m3fn, head dims 64, 128 or 256 equal,
+    sm_89 and later) streams half the bytes; q and o stay bf16 or fp16. k_descale and v_descale
+    (fp32, [B, Hkv] per sequence and KV head or [1] per tensor; None: 1) turn the stored values
+    into keys and values: K = k_cache * k_descale. k and v to append are e4m3 too, written as
+    they are (quantized by the caller with the same descales).
     """
     for name, value in (("causal", causal), ("return_lse", return_lse)):
         if not isinstance(value, bool):
@@ -511,20 +518,23 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
     arguments = (kind, startend_row_indices, alibi_slopes, list(tensors), list(scalars),
                  " ".join(names), scale, *window, _check_softcap(softcap), sinks,
                  _ffi.int_argument("num_splits", num_splits), return_lse)
+    descales = (k_descale, v_descale)
     _check_kv_pair(k, v)  # it chooses the operator
     if not _through_operators(q):
         # The tensor checks run once per call signature, in the launch.
         o, lse = _launch.kvcache_forward(_torch, q, k_cache, v_cache, cache_seqlens, block_table,
-                                         k, v, *ragged, *arguments, check=_check_kvcache_tensors)
+                                         k, v, *ragged, *arguments, check=_check_kvcache_tensors,
+                                         descales=descales)
         return (o, lse) if return_lse else o
     _check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens, block_table, k, v, sinks,
-                           *ragged, startend_row_indices, alibi_slopes)
+                           *ragged, startend_row_indices, alibi_slopes, descales)
     if k is None:
         o, lse = _ops.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
-                                             *ragged, *arguments)
+                                             *ragged, *arguments, *descales)
     else:
         o, lse = _ops.attention_with_kvcache_append(q, k_cache, v_cache, cache_seqlens,
-                                                    block_table, k, v, *ragged, *arguments)
+                                                    block_table, k, v, *ragged, *arguments,
+                                                    *descales)
     return (o, lse) if return_lse else o
 
 
@@ -1072,10 +1082,11 @@ def _check_kv_pair(k, v):
 
 def _check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens=None, block_table=None,
                            k=None, v=None, sinks=None, cu_seqlens_q=None, max_seqlen_q=0,
-                           indices=None, slopes=None):
+                           indices=None, slopes=None, descales=(None, None)):
     """attention_with_kvcache's checks that need no device and read no tensor's values: k and v
     together or neither (they choose the operator), every tensor argument a torch.Tensor, q of
-    rank 4 (3 with cu_seqlens_q) and the caches of rank 4 (the output's shape reads them). The
+    rank 4 (3 with cu_seqlens_q) and the caches of rank 4 (the output's shape reads them), an
+    FP8 cache's two halves of one type and its descales (k_descale, v_descale) only with it. The
     library checks the rest (dtypes, devices, shapes, layouts, max_seqlen_q) when it prepares
     the launch. The calls, traced or not (eager ones once per call signature), and the
     operators' fake implementations run them."""
@@ -1095,9 +1106,25 @@ def _check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens=None, block_table=
                            "head_dim])")
     for name, tensor in (("cache_seqlens", cache_seqlens), ("block_table", block_table),
                          ("k", k), ("v", v), ("sinks", sinks), ("startend_row_indices", indices),
-                         ("alibi_slopes", slopes)):
+                         ("alibi_slopes", slopes), ("k_descale", descales[0]),
+                         ("v_descale", descales[1])):
         if tensor is not None:
             _torch_of(tensor, name)
+    _check_fp8_cache(k_cache, v_cache, descales)
+
+
+def _check_fp8_cache(k_cache, v_cache, descales):
+    """An FP8 KV cache: k_cache and v_cache both torch.float8_e4m3fn or neither; k_descale and
+    v_descale only with one."""
+    if _is_fp8(k_cache) != _is_fp8(v_cache):
+        raise AttnjitError(f"v_cache: dtype {v_cache.dtype} with k_cache of {k_cache.dtype}; "
+                           "accepted: the same dtype (an FP8 cache is float8_e4m3fn in both)")
+    if not _is_fp8(k_cache):
+        for name, descale in zip(("k_descale", "v_descale"), descales):
+            if descale is not None:
+                raise AttnjitError(f"{name}: given with a cache of dtype {k_cache.dtype}; "
+                                   "accepted: None (descale factors apply to a "
+                                   "torch.float8_e4m3fn cache)")
 
 
 def _check_varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None,

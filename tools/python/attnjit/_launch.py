@@ -377,16 +377,18 @@ def kvcache_output_shapes(q, v_cache, cu_seqlens_q, return_lse):
 def kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new,
                     cu_seqlens_q, max_seqlen_q, mask, indices, slopes, predicate_tensors,
                     predicate_scalars, predicate_names, scale, window_left, window_right, softcap,
-                    sinks, num_splits, return_lse, check=None):
+                    sinks, num_splits, return_lse, check=None, descales=(None, None)):
     """attnjit.attention_with_kvcache's launch: (o, lse or None). mask is none, causal,
     sliding_window, flashmask(...) with its vectors `indices` (else None) or predicate(...)
     with its tensors, scalar values and tensor names (space-separated; else [], [], "");
     `slopes` ALiBi's (else None); a block table makes the cache paged; cu_seqlens_q (with
-    max_seqlen_q, else None and 0) packs the new tokens. `check(q, k_cache, v_cache, cache_seqlens, block_table,
-    k_new, v_new, sinks, cu_seqlens_q, max_seqlen_q, indices, slopes)` runs the first time a
-    call signature is seen, as in forward()."""
+    max_seqlen_q, else None and 0) packs the new tokens; descales (k_descale, v_descale) those of
+    an FP8 cache (float8_e4m3fn k_cache and v_cache: kv_dtype=e4m3), each fp32 or None.
+    `check(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, sinks, cu_seqlens_q,
+    max_seqlen_q, indices, slopes, descales)` runs the first time a call signature is seen, as
+    in forward()."""
     checked = (q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, sinks,
-               cu_seqlens_q, max_seqlen_q, indices, slopes)
+               cu_seqlens_q, max_seqlen_q, indices, slopes, descales)
     predicate = None
     if mask.startswith("predicate("):
         predicate = (predicate_names.split(), list(predicate_scalars), list(predicate_tensors))
@@ -397,7 +399,7 @@ def kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table, k_ne
                _signature(k_new), _signature(v_new), _signature(cu_seqlens_q),
                _signature(sinks), _signature(indices), _signature(slopes),
                tuple(predicate_scalars), predicate_names,
-               tuple(map(_signature, predicate_tensors)))
+               tuple(map(_signature, predicate_tensors)), *map(_signature, descales))
     except (AttributeError, TypeError):
         if check is not None:
             check(*checked)
@@ -410,21 +412,23 @@ def kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table, k_ne
                               ("cache_seqlens", cache_seqlens), ("block_table", block_table),
                               ("k", k_new), ("v", v_new), ("cu_seqlens_q", cu_seqlens_q),
                               ("sinks", sinks), ("startend_row_indices", indices),
-                              ("alibi_slopes", slopes))
+                              ("alibi_slopes", slopes), ("k_descale", descales[0]),
+                              ("v_descale", descales[1]))
                              + (_predicate_named(predicate) if predicate else ()))
         spec = (f"dtype={_SPEC_DTYPES[str(q.dtype).removeprefix('torch.')]} "
                 f"head_dim_qk={q.shape[-1]} head_dim_v={v_cache.shape[3]} mask={mask} "
                 f"softcap={str(softcap > 0).lower()} sinks={str(sinks is not None).lower()} "
                 f"alibi={str(slopes is not None).lower()} "
                 f"return_lse={str(return_lse).lower()} "
-                f"kv_cache={'paged' if block_table is not None else 'contiguous'}")
+                f"kv_cache={'paged' if block_table is not None else 'contiguous'}"
+                + (" kv_dtype=e4m3" if str(k_cache.dtype) == "torch.float8_e4m3fn" else ""))
         compiled, _ = kernel(spec, index)
         o_shape, lse_shape = kvcache_output_shapes(q, v_cache, cu_seqlens_q, return_lse)
         o = q.new_empty(o_shape)
         lse = None if lse_shape is None else q.new_empty(lse_shape, dtype=torch.float32)
         launch = _prepare(compiled, (q, k_cache, v_cache, o, lse, indices, slopes, None, None, None,
                                      None, cu_seqlens_q, None, None, sinks, None, cache_seqlens,
-                                     block_table, k_new, v_new), predicate,
+                                     block_table, k_new, v_new, None, *descales), predicate,
                           (scale, window_left, window_right, softcap), index,
                           max_seqlens=(max_seqlen_q,), num_splits=num_splits)
         call = _Call(launch, index, o_shape, lse_shape)
@@ -436,7 +440,7 @@ def kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table, k_ne
                            None if indices is None else indices.data_ptr(),
                            None if slopes is None else slopes.data_ptr(), None, None, None, None)
              + _pointers((cu_seqlens_q, None, None, sinks, None, cache_seqlens, block_table, k_new,
-                          v_new)), predicate_tensors)
+                          v_new, None, *descales)), predicate_tensors)
     return o, lse
 
 

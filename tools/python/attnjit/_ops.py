@@ -312,18 +312,20 @@ def _register_kvcache(torch, check_kvcache_tensors):
     def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cu_seqlens_q,
                max_seqlen_q, mask, indices, slopes, predicate_tensors, predicate_scalars,
                predicate_names, scale, window_left, window_right, softcap, sinks, num_splits,
-               return_lse):
+               return_lse, k_descale, v_descale):
         o, lse = _launch.kvcache_forward(torch, q, k_cache, v_cache, cache_seqlens, block_table,
                                          k_new, v_new, cu_seqlens_q, max_seqlen_q, mask, indices,
                                          slopes, predicate_tensors, predicate_scalars,
                                          predicate_names, scale, window_left, window_right,
-                                         softcap, sinks, num_splits, return_lse)
+                                         softcap, sinks, num_splits, return_lse,
+                                         descales=(k_descale, v_descale))
         return o, q.new_empty((0,), dtype=f32) if lse is None else lse
 
     def fake(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cu_seqlens_q,
-             max_seqlen_q, indices, slopes, sinks, return_lse):
+             max_seqlen_q, indices, slopes, sinks, return_lse, k_descale, v_descale):
         check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new,
-                              sinks, cu_seqlens_q, max_seqlen_q, indices, slopes)
+                              sinks, cu_seqlens_q, max_seqlen_q, indices, slopes,
+                              (k_descale, v_descale))
         o_shape, lse_shape = _launch.kvcache_output_shapes(q, v_cache, cu_seqlens_q, return_lse)
         return q.new_empty(o_shape), q.new_empty(lse_shape or (0,), dtype=f32)
 
@@ -336,19 +338,21 @@ def _register_kvcache(torch, check_kvcache_tensors):
                                predicate_scalars: List[int], predicate_names: str, scale: float,
                                window_left: int, window_right: int, softcap: float,
                                sinks: Optional[Tensor], num_splits: int,
-                               return_lse: bool) -> Tuple[Tensor, Tensor]:
+                               return_lse: bool, k_descale: Optional[Tensor] = None,
+                               v_descale: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         return launch(q, k_cache, v_cache, cache_seqlens, block_table, None, None, cu_seqlens_q,
                       max_seqlen_q, mask, startend_row_indices, alibi_slopes, predicate_tensors,
                       predicate_scalars, predicate_names, scale, window_left, window_right,
-                      softcap, sinks, num_splits, return_lse)
+                      softcap, sinks, num_splits, return_lse, k_descale, v_descale)
 
     @attention_with_kvcache.register_fake
     def _(q, k_cache, v_cache, cache_seqlens, block_table, cu_seqlens_q, max_seqlen_q, mask,
           startend_row_indices, alibi_slopes, predicate_tensors, predicate_scalars,
           predicate_names, scale, window_left, window_right, softcap, sinks, num_splits,
-          return_lse):
+          return_lse, k_descale=None, v_descale=None):
         return fake(q, k_cache, v_cache, cache_seqlens, block_table, None, None, cu_seqlens_q,
-                    max_seqlen_q, startend_row_indices, alibi_slopes, sinks, return_lse)
+                    max_seqlen_q, startend_row_indices, alibi_slopes, sinks, return_lse,
+                    k_descale, v_descale)
 
     @library.custom_op("attnjit::attention_with_kvcache_append",
                        mutates_args=("k_cache", "v_cache"))
@@ -364,16 +368,19 @@ def _register_kvcache(torch, check_kvcache_tensors):
                                       scale: float,
                                       window_left: int, window_right: int, softcap: float,
                                       sinks: Optional[Tensor], num_splits: int,
-                                      return_lse: bool) -> Tuple[Tensor, Tensor]:
+                                      return_lse: bool, k_descale: Optional[Tensor] = None,
+                                      v_descale: Optional[Tensor] = None
+                                      ) -> Tuple[Tensor, Tensor]:
         return launch(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cu_seqlens_q,
                       max_seqlen_q, mask, startend_row_indices, alibi_slopes, predicate_tensors,
                       predicate_scalars, predicate_names, scale, window_left, window_right,
-                      softcap, sinks, num_splits, return_lse)
+                      softcap, sinks, num_splits, return_lse, k_descale, v_descale)
 
     @attention_with_kvcache_append.register_fake
     def _(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cu_seqlens_q,
           max_seqlen_q, mask, startend_row_indices, alibi_slopes, predicate_tensors,
           predicate_scalars, predicate_names, scale, window_left, window_right, softcap, sinks,
-          num_splits, return_lse):
+          num_splits, return_lse, k_descale=None, v_descale=None):
         return fake(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cu_seqlens_q,
-                    max_seqlen_q, startend_row_indices, alibi_slopes, sinks, return_lse)
+                    max_seqlen_q, startend_row_indices, alibi_slopes, sinks, return_lse,
+                    k_descale, v_descale)

@@ -58,12 +58,13 @@ class Fp8KvCacheTest(KvCacheCase):
 
     def run_fp8(self, *, batch, capacity, heads, kv_heads, head_dim, new_tokens, per_head,
                 causal=False, window=(-1, -1), softcap=None, with_sinks=False, alibi=False,
-                page_size=None, vectors=None, predicate=None, splits=(0, 1, 3)):
+                page_size=None, vectors=None, predicate=None, splits=(0, 1, 3), q_dtype=None):
         lengths = draw_lengths(self.rng, batch, capacity, new_tokens)
         label = (f"B={batch} cap={capacity} H={heads}/{kv_heads} d={head_dim} Sq={new_tokens} "
                  f"per_head={per_head} causal={causal} window={window} softcap={softcap} "
-                 f"sinks={with_sinks} alibi={alibi} page={page_size} lengths={lengths}")
-        q = self.randn(batch, new_tokens, heads, head_dim)
+                 f"sinks={with_sinks} alibi={alibi} page={page_size} q={q_dtype} "
+                 f"lengths={lengths}")
+        q = self.randn(batch, new_tokens, heads, head_dim, dtype=q_dtype)
         # Keys of several sizes per head (what per-head descales are for).
         spread = torch.rand(1, 1, kv_heads, 1, generator=self.generator, device="cuda") * 4 + 0.25
         k = (self.randn(batch, capacity, kv_heads, head_dim, dtype=torch.float32) * spread)
@@ -144,6 +145,23 @@ class Fp8KvCacheTest(KvCacheCase):
                 with self.subTest(heads=heads, kv_heads=kv_heads):
                     self.run_fp8(batch=3, capacity=400, heads=heads, kv_heads=kv_heads,
                                  head_dim=128, new_tokens=2, per_head=False, predicate=predicate)
+
+    def test_fp16_queries_of_every_size(self):
+        """fp16 q (and o); rows of queries far from 1 in size: Q's rows are scaled to fp16's
+        range by powers of two, which the scores take back."""
+        for head_dim in (64, 128):
+            with self.subTest(head_dim=head_dim):
+                self.run_fp8(batch=3, capacity=300, heads=16, kv_heads=4, head_dim=head_dim,
+                             new_tokens=2, per_head=True, causal=True, q_dtype=torch.float16)
+        original = self.randn
+        for size in (1e-4, 300.0):
+            self.randn = lambda *shape, dtype=None, size=size: original(*shape, dtype=dtype) * size
+            try:
+                with self.subTest(size=size):
+                    self.run_fp8(batch=2, capacity=200, heads=8, kv_heads=2, head_dim=128,
+                                 new_tokens=1, per_head=False, softcap=None)
+            finally:
+                self.randn = original
 
     def test_pages_of_one(self):
         self.run_fp8(batch=2, capacity=300, heads=8, kv_heads=2, head_dim=128, new_tokens=1,

@@ -154,8 +154,8 @@ void check_fp8_head_dims(const AttentionSpec& spec, std::string_view what) {
   }
 }
 
-// dtype=e4m3: the sm90a forward over the call's tensors, equal head dims of 64, 128 or 256,
-// masks by index or FlashMask vectors (this version).
+// dtype=e4m3: the sm90a forward over the call's tensors, padded or packed (varlen), equal head
+// dims of 64, 128 or 256, masks by index or FlashMask vectors (this version).
 void check_fp8(const AttentionSpec& spec) {
   if (spec.direction != Direction::forward) {
     throw Error(
@@ -167,11 +167,11 @@ void check_fp8(const AttentionSpec& spec) {
     throw_field_error("mask", fmt::format("{} with dtype=e4m3", to_string(spec.mask)),
                       "none, causal, sliding_window or flashmask(...) in this version");
   }
-  if (spec.kv_cache != KvCache::none || spec.varlen != VarlenMode::off) {
-    throw Error(
-        fmt::format("dtype: e4m3 with kv_cache={} varlen={}; accepted: kv_cache=none "
-                    "varlen=false in this version",
-                    name_of(spec.kv_cache), name_of(spec.varlen)));
+  if (spec.kv_cache != KvCache::none) {
+    throw Error(fmt::format(
+        "dtype: e4m3 with kv_cache={}; accepted: kv_cache=none (an FP8 cache under 16-bit "
+        "queries is kv_dtype=e4m3)",
+        name_of(spec.kv_cache)));
   }
 }
 

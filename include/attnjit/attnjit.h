@@ -289,9 +289,9 @@ ATTNJIT_API int attnjit_compile_for_device(const char* spec_text, int device, at
  * run); a kv_cache spec's launch (attnjit_launch_prepare_kvcache) takes cache_seqlens,
  * block_table, k_new and v_new, and cu_seqlens_q for ragged new tokens (see
  * attnjit_forward_kvcache); a forward launch of a spec with dtype=e4m3 takes q_descale,
- * k_descale and v_descale (fp32 [B, Hkv] or [1]: the values q, k and v stand for are their
- * bytes times these; absent: 1), and a kv_cache launch of a spec with kv_dtype=e4m3 k_descale
- * and v_descale for its cache. Newer slots come after older
+ * k_descale and v_descale (fp32 [B, Hkv], with varlen [sequences, Hkv], or [1]: the values
+ * q, k and v stand for are their bytes times these; absent: 1), and a kv_cache launch of a
+ * spec with kv_dtype=e4m3 k_descale and v_descale for its cache. Newer slots come after older
  * ones, so the older counts stay valid: a caller may pass ATTNJIT_SLOT_COUNT_PADDED slots
  * (padded batches, no sinks), ATTNJIT_SLOT_COUNT_VARLEN slots (no sinks),
  * ATTNJIT_SLOT_COUNT_SINKS slots (no cache) or ATTNJIT_SLOT_COUNT_KVCACHE slots (no descales)

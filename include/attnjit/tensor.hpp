@@ -143,10 +143,10 @@ struct ForwardArgs {
   TensorView sinks;         ///< sinks=true: fp32 [H] sink logits; otherwise empty
   /// dtype=e4m3 only (q, k, v e4m3, o bf16): the factors that turn the e4m3 values of q, k and
   /// v into the values they stand for (FlashAttention-3's descales), fp32 in device memory,
-  /// [B, Hkv] contiguous (one per batch row and KV head) or [1] (one for the tensor); empty
-  /// stands for 1. Launch arguments: new factors never recompile. A kv_dtype=e4m3 cache
-  /// (16-bit q and o) takes k_descale and v_descale, the factors of its K and V, and no
-  /// q_descale.
+  /// [B, Hkv] contiguous (one per batch row and KV head; varlen: [sequences, Hkv], one per
+  /// sequence) or [1] (one for the tensor); empty stands for 1. Launch arguments: new factors never
+  /// recompile. A kv_dtype=e4m3 cache (16-bit q and o) takes k_descale and v_descale, the factors
+  /// of its K and V, and no q_descale.
   TensorView q_descale, k_descale, v_descale;
   PredicateArgs predicate;  ///< mask=predicate only
   Workspace workspace;      ///< scratch memory; empty: stream-ordered allocation

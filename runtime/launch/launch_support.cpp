@@ -13,6 +13,7 @@
 
 #include "attnjit/error.hpp"
 #include "runtime/jit/driver.hpp"
+#include "runtime/launch/varlen.hpp"
 
 namespace attnjit::jit::detail {
 namespace {
@@ -524,6 +525,7 @@ void fill_descales(FwdParams& p, const AttentionSpec& spec, const ForwardArgs& a
       {"q_descale", &a.q_descale}, {"k_descale", &a.k_descale}, {"v_descale", &a.v_descale}};
   const float* bound[3] = {nullptr, nullptr, nullptr};
   p.descale_per_tensor = 0;
+  p.descale_rows = 0;
   for (int i = 0; i < 3; ++i) {
     const auto& [name, t] = descales[i];
     if (t->empty()) continue;
@@ -541,14 +543,18 @@ void fill_descales(FwdParams& p, const AttentionSpec& spec, const ForwardArgs& a
     if (t->dtype != ScalarType::fp32) {
       throw_field_error(fmt::format("{}.dtype", name), name_of(t->dtype), "fp32");
     }
+    // A packed batch's factors are per sequence (its launch's batch is one packed row).
+    const bool packed = spec.varlen != VarlenMode::off;
+    const std::int64_t rows = packed ? sequences(a.varlen) : s.batch;
     const bool one = t->rank == 1 && t->shape[0] == 1;
-    const bool per_head = t->rank == 2 && t->shape[0] == s.batch && t->shape[1] == s.kv_heads &&
+    const bool per_head = t->rank == 2 && t->shape[0] == rows && t->shape[1] == s.kv_heads &&
                           t->stride[1] == 1 && t->stride[0] == s.kv_heads;
     if (!one && !per_head) {
       throw_field_error(
           fmt::format("{}.shape", name),
           fmt::format("[{}]", fmt::join(t->shape.begin(), t->shape.begin() + t->rank, ", ")),
-          fmt::format("[{}, {}] contiguous (batch, kv heads) or [1]", s.batch, s.kv_heads));
+          fmt::format("[{}, {}] contiguous ({}, kv heads) or [1]", rows, s.kv_heads,
+                      packed ? "sequences" : "batch"));
     }
     if (t->data == nullptr || reinterpret_cast<std::uintptr_t>(t->data) % 4 != 0) {
       throw_field_error(fmt::format("{}.data", name), fmt::format("{}", t->data),
@@ -556,6 +562,7 @@ void fill_descales(FwdParams& p, const AttentionSpec& spec, const ForwardArgs& a
     }
     bound[i] = static_cast<const float*>(t->data);
     if (one) p.descale_per_tensor |= 1 << i;
+    if (packed && !one) p.descale_rows = 1;
   }
   p.q_descale = bound[0];
   p.k_descale = bound[1];

@@ -26,11 +26,10 @@ enum VarlenError : unsigned {
   kSequsedK = 9,
 };
 
-// A packed activation: rank 3 [total, heads, head_dim] of the spec's dtype and head dim, with
-// the layout the kernels copy.
+// A packed activation: rank 3 [total, heads, head_dim] of `dtype` (the spec's inputs' or
+// output's) and the head dim, with the layout the kernels copy.
 void check_packed(std::string_view name, const TensorView& t, const AttentionSpec& spec,
-                  int head_dim, std::string_view total) {
-  const ScalarType dtype = spec.dtype == DType::bf16 ? ScalarType::bf16 : ScalarType::fp16;
+                  ScalarType dtype, int head_dim, std::string_view total) {
   check_activation(name, t, dtype, head_dim, {{total, INT32_MAX / 2}, {"heads", kMaxGridYZ}},
                    fmt::format("3 ([{}, heads, head_dim]: the spec has varlen={})", total,
                                name_of(spec.varlen)));
@@ -121,10 +120,11 @@ std::optional<Args> packed_as_batch(const AttentionSpec& spec, const Args& args)
     }
     return std::nullopt;
   }
-  check_packed("q", args.q, spec, spec.head_dim_qk, "total_q");
-  check_packed("k", args.k, spec, spec.head_dim_qk, "total_k");
-  check_packed("v", args.v, spec, spec.head_dim_v, "total_k");
-  check_packed("o", args.o, spec, spec.head_dim_v, "total_q");
+  const ScalarType in = input_type(spec.dtype);
+  check_packed("q", args.q, spec, in, spec.head_dim_qk, "total_q");
+  check_packed("k", args.k, spec, in, spec.head_dim_qk, "total_k");
+  check_packed("v", args.v, spec, in, spec.head_dim_v, "total_k");
+  check_packed("o", args.o, spec, output_type(spec.dtype), spec.head_dim_v, "total_q");
   check_same("v.shape[0] (total_k)", args.v.shape[0], args.k.shape[0], "total_k of k");
   check_same("v.shape[1] (kv heads)", args.v.shape[1], args.k.shape[1], "kv heads of k");
   check_same("o.shape[0] (total_q)", args.o.shape[0], args.q.shape[0], "total_q of q");

@@ -562,7 +562,7 @@ TEST_CASE("sm_90a e4m3 forward kernels compile without spills or serialized wgmm
           "[nvrtc][specs][sm90a][fp8]") {
   // The e4m3 forward (its V^T transposer in the producer warpgroup, P packed to e4m3): head
   // dims 64, 128 and 256, the masks of this version (FlashMask's fed walk: the transposer reads
-  // the V stages' slots), with and without the score modifiers and sinks.
+  // the V stages' slots), with and without the score modifiers and sinks, padded and packed.
   std::vector<std::string> specs;
   for (int d : {64, 128, 256}) {
     for (const char* mask :
@@ -575,6 +575,16 @@ TEST_CASE("sm_90a e4m3 forward kernels compile without spills or serialized wgmm
                         "target=sm_90a",
                         d, mask, extras));
       }
+    }
+    // Packed batches (their masks as FlashMask vectors; the rows' descales per sequence):
+    // both boundary modes, a mask by index and one with four vectors.
+    for (const char* mask : {"causal", "flashmask(causal=false,columns=4)"}) {
+      specs.push_back(fmt::format(
+          "dtype=e4m3 head_dim={} mask={} varlen=true return_lse=true target=sm_90a", d, mask));
+      specs.push_back(
+          fmt::format("dtype=e4m3 head_dim={} mask={} varlen=shared softcap=true alibi=true "
+                      "sinks=true return_lse=true target=sm_90a",
+                      d, mask));
     }
   }
   check_warp_specialized(specs, KernelRole::forward, "forward.sm90a");

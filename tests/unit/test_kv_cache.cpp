@@ -717,7 +717,7 @@ TEST_CASE("an e4m3 cache: kv_dtype prints last, and validate names what it takes
             .starts_with("kv_dtype: e4m3 with kv_cache=none; accepted: kv_cache=contiguous or "
                          "paged"));
   CHECK(refusal("dtype=e4m3 head_dim=128 kv_cache=paged kv_dtype=e4m3 target=sm_90a")
-            .starts_with("dtype: e4m3 with kv_cache=paged varlen=false; accepted"));
+            .starts_with("dtype: e4m3 with kv_cache=paged; accepted"));
   CHECK(refusal("dtype=fp16 head_dim=96 kv_cache=contiguous kv_dtype=e4m3 target=sm_90a") ==
         "head_dim: got '96 with kv_dtype=e4m3'; accepted: 64, 128 or 256 (equal head dims)");
   CHECK(refusal("dtype=bf16 head_dim_qk=192 head_dim_v=128 kv_cache=paged kv_dtype=e4m3 "

@@ -383,6 +383,26 @@ TEST_CASE("varlen forward names the bad packed tensor", "[varlen][runtime][args]
         "startend_row_indices");
 }
 
+TEST_CASE("varlen forward takes e4m3 packed tensors with a bf16 o",
+          "[varlen][runtime][args][fp8]") {
+  const jit::Kernel kernel =
+      compiled("dtype=e4m3 head_dim=64 mask=causal return_lse=true target=sm_90a varlen=true");
+  const auto error_of = [&](const ForwardArgs& args) {
+    return testing::error_text([&] { kernel.forward(args); });
+  };
+  ForwardArgs a = good_forward();
+  for (TensorView* t : {&a.q, &a.k, &a.v}) t->dtype = ScalarType::e4m3;
+  if (!runtime::driver_available()) {
+    CHECK_THAT(error_of(a), Catch::StartsWith("device: no CUDA driver"));
+  }
+  ForwardArgs wrong = a;
+  wrong.o.dtype = ScalarType::e4m3;
+  CHECK(error_of(wrong) == "o.dtype: got 'e4m3'; accepted: bf16 (the spec's dtype)");
+  wrong = a;
+  wrong.k.dtype = ScalarType::bf16;
+  CHECK(error_of(wrong) == "k.dtype: got 'bf16'; accepted: e4m3 (the spec's dtype)");
+}
+
 TEST_CASE("varlen forward names the bad sequence boundaries", "[varlen][runtime][args]") {
   const jit::Kernel kernel = compiled(kForward);
   const auto error_of = [&](const ForwardArgs& args) {

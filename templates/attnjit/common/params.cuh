@@ -141,12 +141,16 @@ struct FwdParams : AttentionParams {
   unsigned* work_counter;
   KvCacheInputs kv_cache;  ///< kv_cache specs only
   /// dtype=e4m3: the factors that turn Q, K and V's e4m3 values into theirs (FlashAttention-3's
-  /// q_descale, k_descale, v_descale), fp32 [B, Hkv] contiguous, or one factor for the tensor
-  /// where bit 0, 1, 2 (q, k, v) of descale_per_tensor is set; a null one stands for 1.
+  /// q_descale, k_descale, v_descale), fp32 [B, Hkv] contiguous (a packed batch's: [sequences,
+  /// Hkv]), or one factor for the tensor where bit 0, 1, 2 (q, k, v) of descale_per_tensor is
+  /// set; a null one stands for 1.
   const float* q_descale;
   const float* k_descale;
   const float* v_descale;
   int descale_per_tensor;
+  /// Nonzero: a packed batch whose factors differ by sequence, applied per query row (a row
+  /// sees keys of its own sequence only, so its scores and output take its sequence's factors).
+  int descale_rows;
 };
 
 /// Arguments of the backward kernels. Scratch buffers (fp32, contiguous) belong to one

@@ -69,6 +69,12 @@ __shared__ int persistent_work_slots[2][5];
 /// compiler may keep in a register within a loop.
 __shared__ float fp8_descales[2];
 
+/// dtype=e4m3 in a packed batch with factors per sequence (FwdParams::descale_rows): the
+/// scores' factor ([0]) and O's ([1]) of each query row of the work, by consumer (64 rows
+/// each), written and read by the warp that holds the row (in shared memory: registers held
+/// across the key loop, or the search at the epilogue, spilled at head dim 256).
+__shared__ float fp8_row_descales[2][4 * 64];
+
 /// dtype=e4m3: Score with the scores' descale (q_descale * k_descale) folded into the scale
 /// that turns a raw q . k into log2 units, as softmax_scale is (the accumulators hold the
 /// products of the e4m3 values).
@@ -107,6 +113,7 @@ struct ForwardSm90a {
   static constexpr int kBlockN = Config::kBlockN;
   static constexpr int kStages = Config::kStages;
   static constexpr int kConsumers = kBlockM / 64;
+  static_assert(!kFp8 || kConsumers <= 4, "fp8_row_descales holds four consumers' rows");
   /// Turns between consumers (a lone consumer takes none).
   static constexpr bool kPingPong = Config::kPingPong && kConsumers > 1;
   /// The Q, K and V tiles as 16-bit tiles: head dim columns, or with e4m3 half as many (an
@@ -275,9 +282,11 @@ struct ForwardSm90a {
         Pipeline<kStages>{base + kVtRingOffset}.init(32 * kTransposerWarps, 4 * kConsumers);
         const CtaWork work = cta_work<false>(cta_order_of<kCtaOrder>(p));
         const int kv_head = work.head / (p.heads / p.kv_heads);
-        fp8_descales[0] = fp8_descale(p, 0, work.batch, kv_head) *
-                          fp8_descale(p, 1, work.batch, kv_head);
-        fp8_descales[1] = fp8_descale(p, 2, work.batch, kv_head);
+        // Factors per sequence of a packed batch are the rows' (row_descales).
+        fp8_descales[0] = p.descale_rows ? 1.f
+                                         : fp8_descale(p, 0, work.batch, kv_head) *
+                                               fp8_descale(p, 1, work.batch, kv_head);
+        fp8_descales[1] = p.descale_rows ? 1.f : fp8_descale(p, 2, work.batch, kv_head);
       }
       mbarrier_init_fence();
     }
@@ -360,6 +369,20 @@ struct ForwardSm90a {
     OnlineSoftmax<1> softmax;
     softmax.reset();
     float correction[1][2];
+    // kFp8 with factors per sequence (p.descale_rows): the factors of the thread's two rows,
+    // the scores' applied to S before the mask and the score modifiers see it, O's at the end.
+    if constexpr (kFp8) {
+      if (p.descale_rows) {
+        float factors[2];
+        row_descales(p, parity, consumer, 0, factors);
+        fp8_row_descales[0][row_slot(consumer)] = factors[0];
+        fp8_row_descales[0][row_slot(consumer) + 8] = factors[1];
+        row_descales(p, parity, consumer, 2, factors);
+        fp8_row_descales[1][row_slot(consumer)] = factors[0];
+        fp8_row_descales[1][row_slot(consumer) + 8] = factors[1];
+        __syncwarp();
+      }
+    }
 
     // The blocks: the producer's, from each K stage's slot (kFedWalk), or every warp walks
     // them itself (key_block_walk.cuh). `block`, `tile`: the block whose S is in flight or
@@ -384,6 +407,12 @@ struct ForwardSm90a {
       // S of the block is ready at the top; O += P V of the block before is in flight.
       for (bool first = true;; first = false) {
         const u32 vectors = base + kVectorOffset + k_state.index * kVectorStageBytes;
+        if constexpr (kFp8) {
+          if (p.descale_rows) {
+            scale_rows(acc_s.tiles(), {fp8_row_descales[0][row_slot(consumer)],
+                                       fp8_row_descales[0][row_slot(consumer) + 8]});
+          }
+        }
         if constexpr (kFedWalk) {
           score_block(p, acc_s.tiles(), block, tile, vectors, consumer, parity);
         } else {
@@ -446,13 +475,12 @@ struct ForwardSm90a {
     // Over a KV cache the sequence's own rows; with ragged new tokens packed from its first.
     const NewTokens rows = kKvCache != kKvTensors ? sequence_rows() : NewTokens{p.seqlen_q, 0};
     if constexpr (kFp8) {
-      // O was summed from V's e4m3 values: its descale (the row sums are unaffected).
-      const float v_descale = fp8_descales[1];
-#pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_o.v[0][dt][e] *= v_descale;
-      }
+      // O was summed from V's e4m3 values: its descale (the row sums are unaffected), the
+      // CTA's or each row's.
+      const bool rows = p.descale_rows != 0;
+      scale_rows(acc_o.tiles(),
+                 {rows ? fp8_row_descales[1][row_slot(consumer)] : fp8_descales[1],
+                  rows ? fp8_row_descales[1][row_slot(consumer) + 8] : fp8_descales[1]});
     }
     forward_epilogue<OutElement, OTile, Config::kReturnLse, kEpilogueBarrier, Score, kPersistent>(
         p, maps.o, acc_o, softmax, base + kOOffset, consumer, work.block * kBlockM + 64 * consumer,
@@ -575,6 +603,49 @@ struct ForwardSm90a {
       if constexpr (Mask::kElementBits) ms.seqlen_q = p.seqlen_q;
     }
     return ms;
+  }
+
+  /// kFp8 in a packed batch with factors per sequence: the factors of the thread's rows g and
+  /// g + 8 of the consumer's 64, each from its sequence (a row sees only its sequence's keys):
+  /// `what` 0 the scores' (q_descale * k_descale), 2 O's (v_descale). Rows past the batch take
+  /// the last sequence's (they are never stored).
+  __device__ __forceinline__ static void row_descales(const FwdParams& p, u32 parity, int consumer,
+                                                      int what, float (&out)[2]) {
+    const int kv_head = current_work(p, parity).head / (p.heads / p.kv_heads);
+    const int row = block_mask_state(p, parity).row_begin + 64 * consumer +
+                    16 * ((threadIdx.x / 32) % 4) + (threadIdx.x % 32) / 4;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      // The last sequence whose first row is at most the row (empty ones before it skipped).
+      int lo = 0;
+      int hi = p.varlen.sequences - 1;
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (__ldg(p.varlen.cu_seqlens_q + mid) <= row + 8 * r) {
+          lo = mid;
+        } else {
+          hi = mid - 1;
+        }
+      }
+      out[r] = what == 0 ? fp8_descale(p, 0, lo, kv_head) * fp8_descale(p, 1, lo, kv_head)
+                         : fp8_descale(p, 2, lo, kv_head);
+    }
+  }
+
+  /// The thread's row g of its consumer's 64 in fp8_row_descales (row g + 8: 8 more).
+  __device__ __forceinline__ static int row_slot(int consumer) {
+    return 64 * consumer + 16 * ((threadIdx.x / 32) % 4) + (threadIdx.x % 32) / 4;
+  }
+
+  /// Multiplies the rows g and g + 8 of a warpgroup fragment by `factors`.
+  template <int kTiles>
+  __device__ __forceinline__ static void scale_rows(float (&frag)[kTiles][4],
+                                                    const float (&factors)[2]) {
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) frag[i][e] *= factors[e / 2];
+    }
   }
 
   /// Over a KV cache: the new tokens of the CTA's sequence (its count, at most Sq, and with

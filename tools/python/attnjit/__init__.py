@@ -546,7 +546,8 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                      deterministic: bool = False, seqused_k: Optional[Tensor] = None,
                      return_lse: bool = False, sinks: Optional[Tensor] = None,
                      startend_row_indices: Optional[Tensor] = None,
-                     mask: Optional[PredicateMask] = None
+                     mask: Optional[PredicateMask] = None, q_descale: Optional[Tensor] = None,
+                     k_descale: Optional[Tensor] = None, v_descale: Optional[Tensor] = None
                      ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Differentiable attention on a packed batch, with the arguments of FlashAttention's
     flash_attn_varlen_func: B sequences of different lengths packed one after another.
@@ -592,6 +593,12 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     CUDA-graph and torch.compile safe, and new boundaries of the same shapes never recompile,
     so a captured graph can be replayed with new cu_seqlens contents as long as max_seqlen_q
     and max_seqlen_k still bound them.
+
+    FP8 (sm_90a, forward only, as attnjit.forward): q, k and v torch.float8_e4m3fn (head dims
+    64, 128 or 256, equal), o bf16; q_descale, k_descale and v_descale (fp32 [B, Hkv] per
+    sequence and KV head, or [1] per tensor; None: 1; FlashAttention-3's) turn the bytes into
+    the values they stand for. Every mask above but an element predicate; q, k and v must not
+    require grad.
 
     >>> bf16 = dict(device="cuda", dtype=torch.bfloat16)                 # doctest: +GPU
     >>> q = torch.randn(300, 8, 128, **bf16, requires_grad=True)         # doctest: +GPU
@@ -639,6 +646,10 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                  " ".join(names), causal, scale, window_left, window_right, cap, deterministic,
                  sinks)
     _torch_of(q, "q")
+    descales = (q_descale, k_descale, v_descale)
+    if _is_fp8(q) or any(d is not None for d in descales):
+        o, lse = _varlen_fp8(arguments, predicate, descales, mask is not None)
+        return (o, lse) if return_lse else o
     if _through_operators(q):
         _check_varlen_tensors(*arguments[:6], max_seqlen_q, max_seqlen_k, sinks,
                               startend_row_indices, alibi_slopes, predicate)
@@ -647,6 +658,33 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
         # The tensor checks run in the launch, once per call signature.
         o, lse = _functions()[2].apply(*arguments)
     return (o, lse) if return_lse else o
+
+
+def _varlen_fp8(arguments, predicate, descales, has_predicate):
+    """attention_varlen with e4m3 inputs (or descales): the forward alone, through the
+    attnjit::forward_varlen operator or its launch; (o, lse)."""
+    q, k, v = arguments[:3]
+    if has_predicate:
+        raise AttnjitError("mask: an element predicate with torch.float8_e4m3fn inputs or "
+                           "descales; accepted: None (causal, window_size or "
+                           "startend_row_indices say the mask of e4m3 inputs)")
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        if getattr(tensor, "requires_grad", False):
+            raise AttnjitError(f"{name}: requires grad with dtype {tensor.dtype}; accepted: "
+                               "tensors that do not (e4m3 inputs are forward only)")
+    (_, _, _, cu_seqlens_q, cu_seqlens_k, seqused_k, indices, slopes, _, max_seqlen_q,
+     max_seqlen_k, mask_text, _, _, causal, scale, window_left, window_right, cap, _,
+     sinks) = arguments
+    if _through_operators(q):
+        _check_varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                              max_seqlen_k, sinks, indices, slopes, predicate, descales)
+        return _ops.forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, indices,
+                                   slopes, max_seqlen_q, max_seqlen_k, mask_text, causal, scale,
+                                   window_left, window_right, cap, sinks, *descales)
+    return _launch.varlen_forward(_torch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                                  indices, slopes, max_seqlen_q, max_seqlen_k, mask_text, causal,
+                                  scale, window_left, window_right, cap, _check_varlen_tensors,
+                                  sinks, _launch.NO_PREDICATE, descales)
 
 
 def _varlen_mask(causal, window_size):
@@ -1053,6 +1091,14 @@ def _check_tensors(q, k, v, indices=None, slopes=None, sinks=None, descales=(Non
         _check_head_vector(torch, "alibi_slopes", slopes, q.shape[2], q, "one slope")
     if sinks is not None:
         _check_head_vector(torch, "sinks", sinks, q.shape[2], q, "one sink logit")
+    _check_descales(torch, q, descales, q.shape[0], k.shape[2], "B", "batch row")
+    return torch
+
+
+def _check_descales(torch, q, descales, rows, kv_heads, rows_name, row_kind):
+    """e4m3 inputs' (q_descale, k_descale, v_descale): None, or fp32 on q's device of shape [1]
+    or [rows, kv_heads] (`rows_name` and `row_kind` name the rows in the message); refused
+    with 16-bit q."""
     for name, descale in zip(("q_descale", "k_descale", "v_descale"), descales):
         if descale is None:
             continue
@@ -1063,13 +1109,11 @@ def _check_tensors(q, k, v, indices=None, slopes=None, sinks=None, descales=(Non
         if descale.dtype != torch.float32:
             raise TypeError(f"{name}: dtype {descale.dtype}; accepted: torch.float32")
         _check_on_device(name, descale, q)
-        shapes = ((1,), (q.shape[0], k.shape[2]))
-        if tuple(descale.shape) not in shapes or not descale.is_contiguous():
+        if tuple(descale.shape) not in ((1,), (rows, kv_heads)) or not descale.is_contiguous():
             raise AttnjitError(f"{name}: shape {tuple(descale.shape)}"
                                f"{'' if descale.is_contiguous() else ' (not contiguous)'}; "
-                               f"accepted: contiguous [1] (per tensor) or [B={q.shape[0]}, "
-                               f"Hkv={k.shape[2]}] (per batch row and KV head)")
-    return torch
+                               f"accepted: contiguous [1] (per tensor) or [{rows_name}={rows}, "
+                               f"Hkv={kv_heads}] (per {row_kind} and KV head)")
 
 
 def _check_kv_pair(k, v):
@@ -1129,13 +1173,16 @@ def _check_fp8_cache(k_cache, v_cache, descales):
 
 def _check_varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None,
                           max_seqlen_q=0, max_seqlen_k=0, sinks=None, indices=None,
-                          slopes=None, predicate=_launch.NO_PREDICATE):
+                          slopes=None, predicate=_launch.NO_PREDICATE,
+                          descales=(None, None, None)):
     """attention_varlen's checks that need no device and read no tensor's values: types,
-    devices, dtypes, ranks and shapes of the packed tensors, the boundaries, the FlashMask
-    vectors (`indices`), alibi_slopes, sinks and a predicate's (names, scalars, tensors), whose
-    rows are 1 or B (cu_seqlens_q's shape), and max_seqlen_q/k against the totals. The launches
-    and the operators' fake implementations run them."""
-    torch = _check_activations(q, k, v, 3, "[total, heads, head_dim] (a packed batch)")
+    devices, dtypes (16-bit or e4m3), ranks and shapes of the packed tensors, the boundaries,
+    the FlashMask vectors (`indices`), alibi_slopes, sinks, a predicate's (names, scalars,
+    tensors), whose rows are 1 or B (cu_seqlens_q's shape), e4m3 inputs' descales ([1] or
+    [B, Hkv]), and max_seqlen_q/k against the totals. The launches and the operators' fake
+    implementations run them."""
+    torch = _check_activations(q, k, v, 3, "[total, heads, head_dim] (a packed batch)",
+                               fp8=True)
     if tuple(k.shape[:2]) != tuple(v.shape[:2]):
         raise AttnjitError(f"v: shape {tuple(v.shape)} differs from k {tuple(k.shape)} in "
                            "[total_k, heads]")
@@ -1179,6 +1226,7 @@ def _check_varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None,
     if sinks is not None:
         _check_head_vector(torch, "sinks", sinks, q.shape[1], q, "one sink logit")
     _check_predicate_tensors(q, predicate[0], predicate[2], sequences, packed=True)
+    _check_descales(torch, q, descales, sequences, k.shape[1], "B", "sequence")
 
 
 def _check_startend(torch, indices, q, batch, seqlen_k, kv_heads, keys="Sk", note=""):

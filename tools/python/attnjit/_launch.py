@@ -485,23 +485,27 @@ def attention_backward(torch, d_o, q, k, v, o, lse, indices, slopes, mask, causa
 
 def varlen_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, indices, slopes,
                    max_seqlen_q, max_seqlen_k, mask, causal, scale, window_left, window_right,
-                   softcap, check=None, sinks=None, predicate=NO_PREDICATE):
+                   softcap, check=None, sinks=None, predicate=NO_PREDICATE,
+                   descales=_NO_DESCALES):
     """The forward of attnjit.attention_varlen: (o [total_q, H, Dv], lse [H, total_q]).
     `mask` is "none", "causal", "sliding_window", "flashmask" (then `indices`, int32
     [1, Hm, total_k, C] with rows local to each sequence, and `causal` its flag) or an element
     predicate's "predicate(structure)" (then `predicate` its (names, scalar values, int32
     tensors [length] or [1 or B, length])); slopes (fp32 [H], shared boundaries) or None; scale
-    0.0 is 1/sqrt(D), softcap 0.0 none; sinks (fp32 [H]) or None. `check(q, k, v, cu_seqlens_q,
-    cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, sinks, indices, slopes, predicate)`
-    runs the first time a call signature is seen, as in forward(). Reads no tensor's values."""
+    0.0 is 1/sqrt(D), softcap 0.0 none; sinks (fp32 [H]) or None; descales (q_descale,
+    k_descale, v_descale), each fp32 or None, for e4m3 inputs (o is then bf16).
+    `check(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, sinks,
+    indices, slopes, predicate, descales)` runs the first time a call signature is seen, as in
+    forward(). Reads no tensor's values."""
     boundaries = (cu_seqlens_q, cu_seqlens_k, seqused_k)
     checked = (q, k, v) + boundaries + (max_seqlen_q, max_seqlen_k, sinks, indices, slopes,
-                                        predicate)
+                                        predicate, descales)
     try:
         layout = _varlen_layout(cu_seqlens_q, cu_seqlens_k, seqused_k)
         key = ("varlen", layout, mask, causal, scale, window_left, window_right, softcap,
                max_seqlen_q, max_seqlen_k) + tuple(map(_signature, (q, k, v) + boundaries
-                                                       + (indices, slopes, sinks))) \
+                                                       + (indices, slopes, sinks)
+                                                       + tuple(descales))) \
             + _predicate_key(predicate)
     except (AttributeError, TypeError):
         if check is not None:
@@ -514,25 +518,27 @@ def varlen_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, indice
         index = device_index((("q", q), ("k", k), ("v", v), ("startend_row_indices", indices),
                               ("alibi_slopes", slopes))
                              + tuple(zip(_SLOT_NAMES[11:], boundaries + (sinks,)))
+                             + tuple(zip(_SLOT_NAMES[20:], descales))
                              + _predicate_named(predicate))
         spec = spec_text(q.dtype, q.shape[2], v.shape[2], mask, causal, _columns(indices), True,
                          softcap > 0, slopes is not None, varlen=layout, sinks=sinks is not None)
         compiled, _ = kernel(spec, index)
         total_q, heads = q.shape[0], q.shape[1]
         o_shape, lse_shape = (total_q, heads, v.shape[2]), (heads, total_q)
-        o = q.new_empty(o_shape)
+        o_dtype = output_dtype(torch, q)
+        o = q.new_empty(o_shape, dtype=o_dtype)
         lse = q.new_empty(lse_shape, dtype=torch.float32)
         launch = _prepare(compiled, (q, k, v, o, lse, indices, slopes) + (None,) * 4
-                          + boundaries + (sinks,), predicate,
+                          + boundaries + (sinks,) + _NO_CACHE + tuple(descales), predicate,
                           (scale, window_left, window_right, softcap), index,
                           (max_seqlen_q, max_seqlen_k))
-        call = _Call(launch, index, o_shape, lse_shape)
+        call = _Call(launch, index, o_shape, lse_shape, o_dtype)
         _remember(key, call)
-    o = q.new_empty(call.o_shape)
+    o = q.new_empty(call.o_shape, dtype=call.o_dtype)
     lse = q.new_empty(call.lse_shape, dtype=torch.float32)
     _enqueue(torch, call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
-             + _pointers((indices, slopes)) + (None,) * 4 + _pointers(boundaries + (sinks,)),
-             predicate[2])
+             + _pointers((indices, slopes)) + (None,) * 4 + _pointers(boundaries + (sinks,))
+             + _NO_CACHE + _pointers(descales), predicate[2])
     return o, lse
 
 

@@ -80,7 +80,7 @@ def register(torch, check_tensors, check_forward_tensors, check_predicate_tensor
     takes e4m3 inputs and their descales),
     `check_predicate_tensors(q, names, tensors, batch)`, `check_varlen_tensors(q, k, v,
     cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, sinks, indices, slopes,
-    predicate)` and `check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens, block_table, k,
+    predicate, descales)` and `check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens, block_table, k,
     v, sinks)` are attnjit's argument checks (check_tensors takes the sinks after the slopes),
     which the fake implementations run."""
     library = torch.library
@@ -251,6 +251,34 @@ def register(torch, check_tensors, check_forward_tensors, check_predicate_tensor
                              _predicate(predicate_names, predicate_scalars, predicate_tensors))
         total_q, heads = q.shape[0], q.shape[1]
         return (q.new_empty((total_q, heads, v.shape[2])),
+                q.new_empty((heads, total_q), dtype=f32))
+
+    @library.custom_op("attnjit::forward_varlen", mutates_args=())
+    def forward_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
+                       cu_seqlens_k: Tensor, seqused_k: Optional[Tensor],
+                       startend_row_indices: Optional[Tensor], alibi_slopes: Optional[Tensor],
+                       max_seqlen_q: int, max_seqlen_k: int, mask: str, causal: bool,
+                       scale: float, window_left: int, window_right: int, softcap: float,
+                       sinks: Optional[Tensor], q_descale: Optional[Tensor],
+                       k_descale: Optional[Tensor],
+                       v_descale: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        # attention_varlen's forward alone (e4m3 inputs and their descales).
+        return _launch.varlen_forward(torch, _layout(q), _layout(k), _layout(v), cu_seqlens_q,
+                                      cu_seqlens_k, seqused_k, startend_row_indices,
+                                      alibi_slopes, max_seqlen_q, max_seqlen_k, mask, causal,
+                                      scale, window_left, window_right, softcap,
+                                      check_varlen_tensors, sinks, _launch.NO_PREDICATE,
+                                      (q_descale, k_descale, v_descale))
+
+    @forward_varlen.register_fake
+    def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, startend_row_indices, alibi_slopes,
+          max_seqlen_q, max_seqlen_k, mask, causal, scale, window_left, window_right, softcap,
+          sinks, q_descale, k_descale, v_descale):
+        check_varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                             max_seqlen_k, sinks, startend_row_indices, alibi_slopes,
+                             _launch.NO_PREDICATE, (q_descale, k_descale, v_descale))
+        total_q, heads = q.shape[0], q.shape[1]
+        return (q.new_empty((total_q, heads, v.shape[2]), dtype=_launch.output_dtype(torch, q)),
                 q.new_empty((heads, total_q), dtype=f32))
 
     @library.custom_op("attnjit::attention_varlen_backward", mutates_args=())

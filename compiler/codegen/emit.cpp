@@ -88,6 +88,9 @@ std::vector<std::string> config_lines(const KernelRow& row, const KernelTiles& t
         lines.push_back(
             fmt::format("typedef {} KvElement;", element_type(spec.kv_dtype.value_or(spec.dtype))));
         break;
+      case ConfigField::packed:
+        constant("bool", "kPacked", spec.varlen != VarlenMode::off);
+        break;
     }
   }
   return lines;

@@ -101,6 +101,7 @@ enum class ConfigField {
   persistent,      ///< kPersistent (the row's persistent)
   kv_cache,        ///< kKvCache: how the kernel reads a KV cache (forward.cuh's KvLayout)
   kv_element,      ///< KvElement: the type of the cache's K and V (kv_dtype, else Element)
+  packed,          ///< kPacked: a packed batch (varlen=true|shared)
 };
 
 /// One kernel kind in one family.

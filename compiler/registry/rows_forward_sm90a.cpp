@@ -150,15 +150,16 @@ bool fits_registers(const TileCandidate& c, const AttentionSpec& spec, const Mas
 }
 
 constexpr std::array<TileLayout, 1> kLayouts{TileLayout::warpgroups};
-constexpr std::array<ConfigField, 8> kConfig{ConfigField::head_dims_qk_v, ConfigField::block_m,
-                                             ConfigField::block_n,        ConfigField::kv_stages,
-                                             ConfigField::return_lse,     ConfigField::ping_pong,
-                                             ConfigField::register_split, ConfigField::persistent};
-// The prefill kernel's: the forward's and how it reads the cache.
-constexpr std::array<ConfigField, 9> kPrefillConfig{
+constexpr std::array<ConfigField, 9> kConfig{
     ConfigField::head_dims_qk_v, ConfigField::block_m,    ConfigField::block_n,
     ConfigField::kv_stages,      ConfigField::return_lse, ConfigField::ping_pong,
-    ConfigField::register_split, ConfigField::persistent, ConfigField::kv_cache};
+    ConfigField::register_split, ConfigField::persistent, ConfigField::packed};
+// The prefill kernel's: the forward's and how it reads the cache.
+constexpr std::array<ConfigField, 10> kPrefillConfig{
+    ConfigField::head_dims_qk_v, ConfigField::block_m,    ConfigField::block_n,
+    ConfigField::kv_stages,      ConfigField::return_lse, ConfigField::ping_pong,
+    ConfigField::register_split, ConfigField::persistent, ConfigField::packed,
+    ConfigField::kv_cache};
 
 // Two CTAs of one consumer per SM, else one.
 int ctas_per_sm(const KernelTiles& tiles) {

@@ -45,9 +45,9 @@
 // the call appended, the causal diagonal and the window at the bottom right of them.
 //
 // Config (bound by the generated code): Element, kHeadDimQK, kHeadDimV, kBlockM, kBlockN,
-// kStages, kReturnLse, kPingPong, kProducerRegisters, kConsumerRegisters, kPersistent, and
-// kKvCache for prefill.cuh. Score: a ScoreMod. The kernel takes (FwdParams, FwdTensorMaps),
-// 128 (1 + kConsumers) threads, one CTA per SM (two of one consumer).
+// kStages, kReturnLse, kPingPong, kProducerRegisters, kConsumerRegisters, kPersistent, kPacked
+// (a packed batch), and kKvCache for prefill.cuh. Score: a ScoreMod. The kernel takes (FwdParams,
+// FwdTensorMaps), 128 (1 + kConsumers) threads, one CTA per SM (two of one consumer).
 #pragma once
 
 #include "attnjit/common/key_block_walk.cuh"
@@ -167,6 +167,9 @@ struct ForwardSm90a {
   static constexpr int kVectorStageBytes = kBlockN * kColumns * 4;
 
   static constexpr bool kPersistent = Config::kPersistent;
+  /// A packed batch (varlen): with e4m3, its descales may be per sequence, hence per row
+  /// (FwdParams::descale_rows).
+  static constexpr bool kRowDescales = kFp8 && Config::kPacked;
   /// Over a KV cache (kKvContiguous, kKvPaged): each sequence has its own keys, and rows of the
   /// cache past them may hold anything (NaN included), so the V block that holds a sequence's
   /// end is zeroed past it (0 x NaN would reach O; scores of those keys are masked).
@@ -283,10 +286,12 @@ struct ForwardSm90a {
         const CtaWork work = cta_work<false>(cta_order_of<kCtaOrder>(p));
         const int kv_head = work.head / (p.heads / p.kv_heads);
         // Factors per sequence of a packed batch are the rows' (row_descales).
-        fp8_descales[0] = p.descale_rows ? 1.f
-                                         : fp8_descale(p, 0, work.batch, kv_head) *
-                                               fp8_descale(p, 1, work.batch, kv_head);
-        fp8_descales[1] = p.descale_rows ? 1.f : fp8_descale(p, 2, work.batch, kv_head);
+        fp8_descales[0] =
+            fp8_descale(p, 0, work.batch, kv_head) * fp8_descale(p, 1, work.batch, kv_head);
+        fp8_descales[1] = fp8_descale(p, 2, work.batch, kv_head);
+        if constexpr (kRowDescales) {
+          if (p.descale_rows) fp8_descales[0] = fp8_descales[1] = 1.f;
+        }
       }
       mbarrier_init_fence();
     }
@@ -369,9 +374,10 @@ struct ForwardSm90a {
     OnlineSoftmax<1> softmax;
     softmax.reset();
     float correction[1][2];
-    // kFp8 with factors per sequence (p.descale_rows): the factors of the thread's two rows,
-    // the scores' applied to S before the mask and the score modifiers see it, O's at the end.
-    if constexpr (kFp8) {
+    // kRowDescales with factors per sequence (p.descale_rows): the factors of the thread's two
+    // rows, the scores' applied to S before the mask and the score modifiers see it, O's at the
+    // end.
+    if constexpr (kRowDescales) {
       if (p.descale_rows) {
         float factors[2];
         row_descales(p, parity, consumer, 0, factors);
@@ -407,7 +413,7 @@ struct ForwardSm90a {
       // S of the block is ready at the top; O += P V of the block before is in flight.
       for (bool first = true;; first = false) {
         const u32 vectors = base + kVectorOffset + k_state.index * kVectorStageBytes;
-        if constexpr (kFp8) {
+        if constexpr (kRowDescales) {
           if (p.descale_rows) {
             scale_rows(acc_s.tiles(), {fp8_row_descales[0][row_slot(consumer)],
                                        fp8_row_descales[0][row_slot(consumer) + 8]});
@@ -477,10 +483,19 @@ struct ForwardSm90a {
     if constexpr (kFp8) {
       // O was summed from V's e4m3 values: its descale (the row sums are unaffected), the
       // CTA's or each row's.
-      const bool rows = p.descale_rows != 0;
-      scale_rows(acc_o.tiles(),
-                 {rows ? fp8_row_descales[1][row_slot(consumer)] : fp8_descales[1],
-                  rows ? fp8_row_descales[1][row_slot(consumer) + 8] : fp8_descales[1]});
+      bool rows = false;
+      if constexpr (kRowDescales) rows = p.descale_rows != 0;
+      if (rows) {
+        scale_rows(acc_o.tiles(), {fp8_row_descales[1][row_slot(consumer)],
+                                   fp8_row_descales[1][row_slot(consumer) + 8]});
+      } else {
+        const float v_descale = fp8_descales[1];
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc_o.v[0][dt][e] *= v_descale;
+        }
+      }
     }
     forward_epilogue<OutElement, OTile, Config::kReturnLse, kEpilogueBarrier, Score, kPersistent>(
         p, maps.o, acc_o, softmax, base + kOOffset, consumer, work.block * kBlockM + 64 * consumer,

@@ -1,8 +1,9 @@
 // Packed batches (varlen=true) through the C ABI's prepared launches: the slot counts and the
 // entry point each kind of kernel takes (attnjit_launch_prepare vs _varlen), the required
 // cu_seqlens slots and their pointers, and the runs' checks of the packed tensors' and the
-// boundaries' dtypes, ranks and shapes and of max_seqlen_q/k. Uses fake device pointers; every
-// run fails in its checks, before the device.
+// boundaries' dtypes, ranks and shapes, of max_seqlen_q/k and of e4m3 inputs' descales (per
+// sequence or per tensor). Uses fake device pointers; every run fails in its checks, before
+// the device.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -348,6 +349,47 @@ TEST_CASE("the C ABI prepares a packed predicate: its tensors take a row per seq
   CHECK(user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT + 1, nullptr)) ==
         "predicate tensor 'doc' shape[0] (rows): got '2'; accepted: 1 (shared by every "
         "sequence) or 3 (one per sequence of the packed batch)");
+  attnjit_launch_release(launch);
+  attnjit_release(kernel);
+  attnjit::runtime::reset_disk_cache_mode();
+}
+
+TEST_CASE("the C ABI's packed e4m3 launches take descales per sequence or per tensor",
+          "[capi][varlen][fp8]") {
+  REQUIRE(attnjit_set_disk_cache_mode(ATTNJIT_DISK_CACHE_OFF) == ATTNJIT_OK);
+  attnjit_kernel* kernel = nullptr;
+  REQUIRE(attnjit_compile("dtype=e4m3 head_dim=64 mask=causal return_lse=true varlen=true "
+                          "target=sm_90a",
+                          &kernel) == ATTNJIT_OK);
+  Packed p;
+  p.q.dtype = p.k.dtype = p.v.dtype = ATTNJIT_E4M3;
+  p.seqused_k = {};
+  auto slots = p.slots(false);
+  // q's per (sequence, KV head): three sequences, two KV heads; k's per tensor.
+  slots[ATTNJIT_SLOT_Q_DESCALE] = tensor(0xd0000, ATTNJIT_FP32, {3, 2});
+  slots[ATTNJIT_SLOT_K_DESCALE] = tensor(0xd1000, ATTNJIT_FP32, {1});
+  // v's per batch row of the launch's one packed row: not a packed batch's shape.
+  slots[ATTNJIT_SLOT_V_DESCALE] = tensor(0xd2000, ATTNJIT_FP32, {1, 2});
+  attnjit_launch* launch = nullptr;
+  const int prepared =
+      attnjit_launch_prepare_varlen(kernel, slots.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f, -1, 0,
+                                    0.f, p.max_seqlen_q, p.max_seqlen_k, -1, &launch);
+  INFO(attnjit_last_error());
+  REQUIRE(prepared == ATTNJIT_OK);
+  const auto data = pointers(slots);
+  CHECK(user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT, nullptr)) ==
+        "v_descale.shape: got '[1, 2]'; accepted: [3, 2] contiguous (sequences, kv heads) or "
+        "[1]");
+  attnjit_launch_release(launch);
+  // o stays bf16 for e4m3 inputs.
+  slots[ATTNJIT_SLOT_V_DESCALE] = tensor(0xd2000, ATTNJIT_FP32, {3, 2});
+  slots[ATTNJIT_SLOT_O].dtype = ATTNJIT_E4M3;
+  REQUIRE(attnjit_launch_prepare_varlen(kernel, slots.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f, -1,
+                                        0, 0.f, p.max_seqlen_q, p.max_seqlen_k, -1,
+                                        &launch) == ATTNJIT_OK);
+  const auto with_o = pointers(slots);
+  CHECK(user_error(attnjit_launch_run(launch, with_o.data(), ATTNJIT_SLOT_COUNT, nullptr)) ==
+        "o.dtype: got 'e4m3'; accepted: bf16 (the spec's dtype)");
   attnjit_launch_release(launch);
   attnjit_release(kernel);
   attnjit::runtime::reset_disk_cache_mode();

@@ -5,7 +5,9 @@
 // the spec's (mask=predicate(EXPR)), its tensors given by --tensor as for attnc run. --sinks
 // adds random sink logits (the spec gets sinks=true), and the backward their gradient. A spec
 // with kv_cache=contiguous|paged times decoding against random KV caches and also reports GB/s:
-// K and V of the cached keys some query sees plus q and o (kv_cache_bytes).
+// K and V of the cached keys some query sees plus q and o (kv_cache_bytes). --descales gives
+// e4m3 inputs (or an e4m3 cache) descale factors of 1, per tensor or per (batch row or
+// sequence, KV head), so that their cost is timed (a packed batch's apply per query row).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -37,6 +39,7 @@ struct BenchOptions {
   ProblemOptions problem;
   std::vector<std::string> tensors;
   bool sinks = false;
+  std::string descales = "none";  ///< none, tensor or head (--descales)
   int warmup = 5, repeat = 20;
   bool json = false;
 };
@@ -122,8 +125,28 @@ struct Result {
   double bytes = 0;  ///< kv_cache only: kv_cache_bytes
 };
 
+/// --descales: factors of 1 for e4m3 q, k and v (an e4m3 cache's k and v), one for each
+/// tensor ([1]) or one per batch row (a packed batch's sequence) and KV head; none: no buffer.
+DeviceBuffer bind_descales(const attnjit::AttentionSpec& s, const ProblemOptions& p,
+                           const std::string& descales, attnjit::ForwardArgs& args) {
+  if (descales == "none") return {};
+  const std::int64_t rows = p.packed() ? static_cast<std::int64_t>(p.lengths_q.size()) : p.batch;
+  const std::int64_t count = descales == "tensor" ? 1 : rows * p.kv_heads;
+  const std::vector<float> ones(static_cast<std::size_t>(count), 1.f);
+  DeviceBuffer buffer(ones.size() * 4);
+  buffer.upload(ones.data(), ones.size() * 4);
+  const attnjit::TensorView view =
+      descales == "tensor"
+          ? attnjit::contiguous_view(buffer.data(), attnjit::ScalarType::fp32, {1})
+          : attnjit::contiguous_view(buffer.data(), attnjit::ScalarType::fp32, {rows, p.kv_heads});
+  if (s.dtype == attnjit::DType::e4m3) args.q_descale = view;
+  args.k_descale = args.v_descale = view;
+  return buffer;
+}
+
 Result bench(const attnjit::jit::Kernel& kernel, const ProblemOptions& p,
-             const std::optional<HostPredicate>& predicate, int warmup, int repeat) {
+             const std::optional<HostPredicate>& predicate, const std::string& descales, int warmup,
+             int repeat) {
   const attnjit::AttentionSpec& s = kernel.spec();
   const Sizes n = sizes_of(s, p);
   attnjit::ForwardArgs shared;
@@ -133,6 +156,7 @@ Result bench(const attnjit::jit::Kernel& kernel, const ProblemOptions& p,
     sinks = random_sinks(p.heads, p.seed + 4);
     shared.sinks = sinks_view(sinks, p.heads);
   }
+  const DeviceBuffer factors = bind_descales(s, p, descales, shared);
 
   Result r;
   r.pairs = mask.pairs;
@@ -246,8 +270,17 @@ void run_bench(BenchOptions o) {
         "--tensor: given without a predicate mask; accepted: --tensor with mask=predicate(EXPR)");
   }
   if (o.sinks) spec.sinks = true;
+  const bool fp8 = spec.dtype == attnjit::DType::e4m3 || spec.kv_dtype == attnjit::DType::e4m3;
+  if (o.descales != "none" && (!fp8 || spec.direction != attnjit::Direction::forward)) {
+    throw attnjit::Error(fmt::format(
+        "--descales: got '{}' with dtype={}{} direction={}; accepted: none (descale factors "
+        "apply to the forward of dtype=e4m3 and to kv_dtype=e4m3 caches)",
+        o.descales, attnjit::name_of(spec.dtype),
+        spec.kv_dtype ? fmt::format(" kv_dtype={}", attnjit::name_of(*spec.kv_dtype)) : "",
+        attnjit::name_of(spec.direction)));
+  }
   const attnjit::jit::Kernel kernel = attnjit::jit::compile(spec);
-  const Result r = bench(kernel, o.problem, predicate, o.warmup, o.repeat);
+  const Result r = bench(kernel, o.problem, predicate, o.descales, o.warmup, o.repeat);
   print(kernel, o, r);
 }
 
@@ -270,6 +303,11 @@ void add_bench(CLI::App& app) {
       ->check(integer_in(1, INT32_MAX));
   cmd->add_flag("--sinks", o.sinks,
                 "Random sink logits in [-2, 3], one per query head; sets sinks=true in the spec");
+  cmd->add_option("--descales", o.descales,
+                  "e4m3 inputs or an e4m3 cache: descale factors of 1, per tensor ([1]) or per "
+                  "batch row (a packed batch's sequence) and KV head ([rows, kv heads]); none: "
+                  "no factors (default)")
+      ->check(CLI::IsMember({"none", "tensor", "head"}));
   cmd->add_flag("--json", o.json, "Print one JSON object");
   cmd->footer(spec_help() + kv_cache_help());
   cmd->callback([] { run_bench(o); });

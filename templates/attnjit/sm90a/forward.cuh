@@ -483,9 +483,9 @@ struct ForwardSm90a {
     if constexpr (kFp8) {
       // O was summed from V's e4m3 values: its descale (the row sums are unaffected), the
       // CTA's or each row's.
-      bool rows = false;
-      if constexpr (kRowDescales) rows = p.descale_rows != 0;
-      if (rows) {
+      bool per_row = false;
+      if constexpr (kRowDescales) per_row = p.descale_rows != 0;
+      if (per_row) {
         scale_rows(acc_o.tiles(), {fp8_row_descales[1][row_slot(consumer)],
                                    fp8_row_descales[1][row_slot(consumer) + 8]});
       } else {
@@ -627,8 +627,7 @@ struct ForwardSm90a {
   __device__ __forceinline__ static void row_descales(const FwdParams& p, u32 parity, int consumer,
                                                       int what, float (&out)[2]) {
     const int kv_head = current_work(p, parity).head / (p.heads / p.kv_heads);
-    const int row = block_mask_state(p, parity).row_begin + 64 * consumer +
-                    16 * ((threadIdx.x / 32) % 4) + (threadIdx.x % 32) / 4;
+    const int row = block_mask_state(p, parity).row_begin + row_slot(consumer);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       // The last sequence whose first row is at most the row (empty ones before it skipped).

@@ -80,8 +80,8 @@ def register(torch, check_tensors, check_forward_tensors, check_predicate_tensor
     takes e4m3 inputs and their descales),
     `check_predicate_tensors(q, names, tensors, batch)`, `check_varlen_tensors(q, k, v,
     cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, sinks, indices, slopes,
-    predicate, descales)` and `check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens, block_table, k,
-    v, sinks)` are attnjit's argument checks (check_tensors takes the sinks after the slopes),
+    predicate, descales)` and `check_kvcache_tensors(q, k_cache, v_cache, cache_seqlens,
+    block_table, k, v, sinks)` are attnjit's argument checks (check_tensors takes the sinks after the slopes),
     which the fake implementations run."""
     library = torch.library
     if not (hasattr(library, "custom_op") and hasattr(library, "register_fake")):

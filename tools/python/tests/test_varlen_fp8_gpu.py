@@ -10,8 +10,8 @@ lengths that are no tile multiples, Sq != Sk per sequence and seqused_k, GQA, he
 and 256, the masks none, causal, sliding_window and FlashMask vectors, descales per sequence,
 per tensor and mixed; rows that see no key give o = 0 and lse = -inf; attnjit.fp8.quantize of
 packed tensors (factors per sequence, q and k rotated) against float64 attention on the values
-its bytes and factors stand for; the attnjit::forward_varlen operator under torch.compile(fullgraph=True)
-equals eager; bad inputs raise naming the argument.
+its bytes and factors stand for; the attnjit::forward_varlen operator under
+torch.compile(fullgraph=True) equals eager; bad inputs raise naming the argument.
 
 Skipped unless PyTorch with torch.float8_e4m3fn and an sm_90 device are available. The data are
 fresh on every run; the seed is printed, and ATTNJIT_TEST_SEED=<number> repeats a run.

@@ -526,11 +526,14 @@ void fill_descales(FwdParams& p, const AttentionSpec& spec, const ForwardArgs& a
   const float* bound[3] = {nullptr, nullptr, nullptr};
   p.descale_per_tensor = 0;
   p.descale_rows = 0;
+  // An FP8 KV cache (kv_dtype=e4m3) has K's and V's factors; its queries are 16-bit.
+  const bool fp8_cache = spec.kv_dtype == DType::e4m3;
+  // A packed batch's factors are per sequence (its launch's batch is one packed row).
+  const bool packed = spec.varlen != VarlenMode::off;
+  const std::int64_t rows = packed ? sequences(a.varlen) : s.batch;
   for (int i = 0; i < 3; ++i) {
     const auto& [name, t] = descales[i];
     if (t->empty()) continue;
-    // An FP8 KV cache (kv_dtype=e4m3) has K's and V's factors; its queries are 16-bit.
-    const bool fp8_cache = spec.kv_dtype == DType::e4m3;
     if (spec.dtype != DType::e4m3 && !(fp8_cache && i > 0)) {
       throw_field_error(name,
                         fmt::format("given with dtype={}{}", name_of(spec.dtype),
@@ -543,9 +546,6 @@ void fill_descales(FwdParams& p, const AttentionSpec& spec, const ForwardArgs& a
     if (t->dtype != ScalarType::fp32) {
       throw_field_error(fmt::format("{}.dtype", name), name_of(t->dtype), "fp32");
     }
-    // A packed batch's factors are per sequence (its launch's batch is one packed row).
-    const bool packed = spec.varlen != VarlenMode::off;
-    const std::int64_t rows = packed ? sequences(a.varlen) : s.batch;
     const bool one = t->rank == 1 && t->shape[0] == 1;
     const bool per_head = t->rank == 2 && t->shape[0] == rows && t->shape[1] == s.kv_heads &&
                           t->stride[1] == 1 && t->stride[0] == s.kv_heads;

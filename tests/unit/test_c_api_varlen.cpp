@@ -121,10 +121,10 @@ std::array<void*, ATTNJIT_SLOT_COUNT> pointers(
   return data;
 }
 
-/// Prepares a varlen launch of `kernel` with `p`'s tensors (which must succeed) and returns the
-/// message of its run, which must fail with a user error.
-std::string run_error(const attnjit_kernel* kernel, const Packed& p, bool backward) {
-  const auto slots = p.slots(backward);
+/// Prepares a varlen launch of `kernel` with `slots` and `p`'s maximum lengths (which must
+/// succeed) and returns the message of its run, which must fail with a user error.
+std::string run_error(const attnjit_kernel* kernel, const Packed& p,
+                      const std::array<attnjit_tensor, ATTNJIT_SLOT_COUNT>& slots) {
   attnjit_launch* launch = nullptr;
   const int prepared =
       attnjit_launch_prepare_varlen(kernel, slots.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f, -1, 0,
@@ -136,6 +136,11 @@ std::string run_error(const attnjit_kernel* kernel, const Packed& p, bool backwa
       user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT, nullptr));
   attnjit_launch_release(launch);
   return message;
+}
+
+/// run_error with `p`'s tensors.
+std::string run_error(const attnjit_kernel* kernel, const Packed& p, bool backward) {
+  return run_error(kernel, p, p.slots(backward));
 }
 
 }  // namespace
@@ -370,27 +375,13 @@ TEST_CASE("the C ABI's packed e4m3 launches take descales per sequence or per te
   slots[ATTNJIT_SLOT_K_DESCALE] = tensor(0xd1000, ATTNJIT_FP32, {1});
   // v's per batch row of the launch's one packed row: not a packed batch's shape.
   slots[ATTNJIT_SLOT_V_DESCALE] = tensor(0xd2000, ATTNJIT_FP32, {1, 2});
-  attnjit_launch* launch = nullptr;
-  const int prepared =
-      attnjit_launch_prepare_varlen(kernel, slots.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f, -1, 0,
-                                    0.f, p.max_seqlen_q, p.max_seqlen_k, -1, &launch);
-  INFO(attnjit_last_error());
-  REQUIRE(prepared == ATTNJIT_OK);
-  const auto data = pointers(slots);
-  CHECK(user_error(attnjit_launch_run(launch, data.data(), ATTNJIT_SLOT_COUNT, nullptr)) ==
+  CHECK(run_error(kernel, p, slots) ==
         "v_descale.shape: got '[1, 2]'; accepted: [3, 2] contiguous (sequences, kv heads) or "
         "[1]");
-  attnjit_launch_release(launch);
   // o stays bf16 for e4m3 inputs.
   slots[ATTNJIT_SLOT_V_DESCALE] = tensor(0xd2000, ATTNJIT_FP32, {3, 2});
   slots[ATTNJIT_SLOT_O].dtype = ATTNJIT_E4M3;
-  REQUIRE(attnjit_launch_prepare_varlen(kernel, slots.data(), ATTNJIT_SLOT_COUNT, nullptr, 0.f, -1,
-                                        0, 0.f, p.max_seqlen_q, p.max_seqlen_k, -1,
-                                        &launch) == ATTNJIT_OK);
-  const auto with_o = pointers(slots);
-  CHECK(user_error(attnjit_launch_run(launch, with_o.data(), ATTNJIT_SLOT_COUNT, nullptr)) ==
-        "o.dtype: got 'e4m3'; accepted: bf16 (the spec's dtype)");
-  attnjit_launch_release(launch);
+  CHECK(run_error(kernel, p, slots) == "o.dtype: got 'e4m3'; accepted: bf16 (the spec's dtype)");
   attnjit_release(kernel);
   attnjit::runtime::reset_disk_cache_mode();
 }

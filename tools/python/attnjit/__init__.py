@@ -648,7 +648,11 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     _torch_of(q, "q")
     descales = (q_descale, k_descale, v_descale)
     if _is_fp8(q) or any(d is not None for d in descales):
-        o, lse = _varlen_fp8(arguments, predicate, descales, mask is not None)
+        # The forward operator's arguments: no predicate, no deterministic flag.
+        forward = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, startend_row_indices,
+                   alibi_slopes, max_seqlen_q, max_seqlen_k, mask_text, causal, scale,
+                   window_left, window_right, cap, sinks)
+        o, lse = _varlen_fp8(forward, descales, mask is not None)
         return (o, lse) if return_lse else o
     if _through_operators(q):
         _check_varlen_tensors(*arguments[:6], max_seqlen_q, max_seqlen_k, sinks,
@@ -660,9 +664,10 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     return (o, lse) if return_lse else o
 
 
-def _varlen_fp8(arguments, predicate, descales, has_predicate):
+def _varlen_fp8(arguments, descales, has_predicate):
     """attention_varlen with e4m3 inputs (or descales): the forward alone, through the
-    attnjit::forward_varlen operator or its launch; (o, lse)."""
+    attnjit::forward_varlen operator (`arguments` are its arguments before the descales) or its
+    launch; (o, lse)."""
     q, k, v = arguments[:3]
     if has_predicate:
         raise AttnjitError("mask: an element predicate with torch.float8_e4m3fn inputs or "
@@ -672,19 +677,14 @@ def _varlen_fp8(arguments, predicate, descales, has_predicate):
         if getattr(tensor, "requires_grad", False):
             raise AttnjitError(f"{name}: requires grad with dtype {tensor.dtype}; accepted: "
                                "tensors that do not (e4m3 inputs are forward only)")
-    (_, _, _, cu_seqlens_q, cu_seqlens_k, seqused_k, indices, slopes, _, max_seqlen_q,
-     max_seqlen_k, mask_text, _, _, causal, scale, window_left, window_right, cap, _,
-     sinks) = arguments
+    indices, slopes, max_seqlen_q, max_seqlen_k = arguments[6:10]
+    sinks = arguments[16]
     if _through_operators(q):
-        _check_varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
-                              max_seqlen_k, sinks, indices, slopes, predicate, descales)
-        return _ops.forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, indices,
-                                   slopes, max_seqlen_q, max_seqlen_k, mask_text, causal, scale,
-                                   window_left, window_right, cap, sinks, *descales)
-    return _launch.varlen_forward(_torch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k,
-                                  indices, slopes, max_seqlen_q, max_seqlen_k, mask_text, causal,
-                                  scale, window_left, window_right, cap, _check_varlen_tensors,
-                                  sinks, _launch.NO_PREDICATE, descales)
+        _check_varlen_tensors(*arguments[:6], max_seqlen_q, max_seqlen_k, sinks, indices,
+                              slopes, _launch.NO_PREDICATE, descales)
+        return _ops.forward_varlen(*arguments, *descales)
+    return _launch.varlen_forward(_torch, *arguments[:16], _check_varlen_tensors, sinks,
+                                  _launch.NO_PREDICATE, descales)
 
 
 def _varlen_mask(causal, window_size):

@@ -44,6 +44,8 @@ std::string_view name_of(Extent extent) {
       return "Snew";
     case Extent::prefill:
       return "prefill";
+    case Extent::head_group:
+      return "Hg";
   }
   throw InternalError("unknown Extent");
 }

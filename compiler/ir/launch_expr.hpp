@@ -11,22 +11,23 @@ namespace attnjit {
 
 /// A runtime extent a launch expression reads.
 enum class Extent {
-  batch,        ///< B
-  seqlen_q,     ///< Sq
-  seqlen_k,     ///< Sk
-  heads,        ///< H (query heads)
-  kv_heads,     ///< Hkv
-  mask_heads,   ///< Hm (heads of startend_row_indices)
-  gqa,          ///< 1 when H != Hkv, else 0
-  bits_budget,  ///< bytes a predicate's element bits may take per table
-                ///< (ATTNJIT_PREDICATE_BITS_MIB)
-  sm_count,     ///< SMs of the launching device (persistent grids; 0 where none is current)
-  splits,       ///< key splits of a decode launch (KvCacheArgs::num_splits or chosen), else 1
-  query_groups, ///< decode: query rows per KV head, G x Sq (G = H / Hkv query heads per KV head)
-  new_tokens,   ///< decode: the rows appended to each sequence's cache (KvCacheArgs::k_new), or 0
-  prefill,      ///< kv_cache: 1 where the launch runs the prefill kernel (not decode's), else 0
+  batch,         ///< B
+  seqlen_q,      ///< Sq
+  seqlen_k,      ///< Sk
+  heads,         ///< H (query heads)
+  kv_heads,      ///< Hkv
+  mask_heads,    ///< Hm (heads of startend_row_indices)
+  gqa,           ///< 1 when H != Hkv, else 0
+  bits_budget,   ///< bytes a predicate's element bits may take per table
+                 ///< (ATTNJIT_PREDICATE_BITS_MIB)
+  sm_count,      ///< SMs of the launching device (persistent grids; 0 where none is current)
+  splits,        ///< key splits of a decode launch (KvCacheArgs::num_splits or chosen), else 1
+  query_groups,  ///< decode: query rows per KV head, G x Sq (G = H / Hkv query heads per KV head)
+  new_tokens,    ///< decode: the rows appended to each sequence's cache (KvCacheArgs::k_new), or 0
+  prefill,       ///< kv_cache: 1 where the launch runs the prefill kernel (not decode's), else 0
+  head_group,    ///< query heads a CTA of a head-grouping backward walks: H / Hkv or 1
 };
-inline constexpr int kExtentCount = 13;
+inline constexpr int kExtentCount = 14;
 
 /// The values of the extents for one launch.
 struct LaunchExtents {
@@ -86,7 +87,7 @@ LaunchExpr ceil_div(const LaunchExpr& a, const LaunchExpr& b);
 LaunchExpr floor_div(const LaunchExpr& a, const LaunchExpr& b);
 LaunchExpr min(const LaunchExpr& a, const LaunchExpr& b);
 
-/// The short name of an extent as expressions print it: B, Sq, Sk, H, Hkv, Hm, gqa, bits.
+/// The short name of an extent as expressions print it: B, Sq, Sk, H, Hkv, Hm, gqa, bits, Hg.
 std::string_view name_of(Extent extent);
 
 /// A grid (x, y, z) of launch expressions.

@@ -160,6 +160,8 @@ std::string_view name_of(ParamScalar scalar) {
       return "phase";
     case ParamScalar::num_splits:
       return "num_splits";
+    case ParamScalar::head_group:
+      return "head_group";
   }
   throw InternalError("unknown ParamScalar");
 }

@@ -199,6 +199,8 @@ enum class ParamScalar {
   group_pairs,
   phase,
   num_splits,  ///< FwdParams::kv_cache.num_splits: the decode kernel's key splits
+  /// BwdParams::head_group (the backward main kernel's, and its CTA order's attention block)
+  head_group,
 };
 std::string_view name_of(ParamScalar scalar);
 

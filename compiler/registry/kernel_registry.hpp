@@ -61,6 +61,9 @@ struct RowSupport {
   /// sums per K/V head (zeroed scratch) instead of writing per-query-head partials, and
   /// backward_reduce_dkdv only converts them
   bool sums_dkdv = false;
+  /// Under GQA its CTAs may walk every query head of their KV head (BwdParams::head_group,
+  /// Extent::head_group): dK and dV are then summed in registers, with no partials
+  bool groups_heads = false;
   /// head_dim_v != head_dim_qk: the pairs its candidates list (with `tiles=`, those its
   /// explicit_tiles accepts)
   bool unequal_head_dims = false;
@@ -213,6 +216,16 @@ bool dq_accumulated(const Lowering& ir);
 /// (RowSupport::sums_dkdv in the atomic mode): dk_partial/dv_partial are then zeroed sums
 /// [B, Hkv, Sk, Dqk] / [B, Hkv, Sk, Dv], else per-query-head partials [B, H, Sk, Dqk/Dv].
 bool dkdv_summed(const Lowering& ir);
+
+/// Whether the backward main kernel of `ir` may group the query heads of a KV head into one CTA
+/// (RowSupport::groups_heads, the atomic mode, and a mask whose data every head of a KV head
+/// shares at compile time: not a predicate that reads h); the launch groups them where
+/// Extent::head_group > 1.
+bool groups_heads(const Lowering& ir);
+
+/// 1 where the backward of `ir` needs per-query-head partials or sums of dK and dV (GQA, its
+/// CTAs not grouping the heads), else 0: a factor of their buffers and of their reduction.
+LaunchExpr dkdv_partials(const Lowering& ir);
 
 /// Whether the CTAs of attention kernel `role` start in a CTA order (cta_order.cuh): where the
 /// mask makes a block's work depend on data, unless the kernel orders its dQ reductions.

@@ -200,6 +200,19 @@ std::vector<BufferNeed> buffers(const KernelDesc& kernel, const Lowering& ir) {
   return needs;
 }
 
+// Key blocks of head pairs (schedule.cuh). Where the kernel may group heads (groups_heads), the
+// grid counts groups of Hg query heads (each CTA walks its group's heads: backward_walk.cuh)
+// and the kernel takes Hg.
+RowLaunch launch(const KernelDesc& kernel, const Lowering& ir) {
+  const LaunchExpr blocks = ceil_div(Extent::seqlen_k, kernel.block_n);
+  if (!groups_heads(ir)) return single_phase(kernel, paired_heads(blocks));
+  RowLaunch launch = single_phase(
+      kernel,
+      {2 * blocks, ceil_div(floor_div(Extent::heads, Extent::head_group), 2), Extent::batch});
+  launch.scalars.push_back({ParamScalar::head_group, Extent::head_group});
+  return launch;
+}
+
 }  // namespace
 
 KernelRow backward_sm90a() {
@@ -219,6 +232,7 @@ KernelRow backward_sm90a() {
   // by the block tables with key rows (their stored bits match S^T's fragments).
   row.support.ordered_dq = true;
   row.support.sums_dkdv = true;
+  row.support.groups_heads = true;
   row.support.unequal_head_dims = true;
   row.tiles_layouts = kLayouts;
   row.candidates = kCandidates;
@@ -228,7 +242,7 @@ KernelRow backward_sm90a() {
   row.explicit_tiles = explicit_tiles;
   row.header_defines = codegen::wgmma_shape_defines;
   row.producer_registers = producer_registers;
-  row.launch = key_block_launch;
+  row.launch = launch;
   row.tensor_maps = tensor_maps;
   row.buffers = buffers;
   return row;

@@ -132,6 +132,10 @@ RowLaunch cta_order_launch(const KernelDesc& kernel, const Lowering& ir) {
                     {ParamScalar::grid_z, ordered.z},
                     {ParamScalar::max_cost, 5 * walked + 2},
                     {ParamScalar::group_pairs, group_pairs}};
+  // A head-grouping backward's CTAs are groups of query heads (cta_order.cuh's cta_cost).
+  if (kernel.orders == KernelRole::backward && groups_heads(ir)) {
+    launch.scalars.push_back({ParamScalar::head_group, Extent::head_group});
+  }
   return launch;
 }
 
@@ -171,10 +175,11 @@ std::vector<BufferNeed> convert_dq_buffers(const KernelDesc&, const Lowering& ir
   return {dq_accum(ir)};
 }
 
-// One warp per key row of every (KV head, batch), launched only under GQA (H != Hkv).
-RowLaunch reduce_launch(const KernelDesc& kernel, const Lowering&) {
+// One warp per key row of every (KV head, batch), launched only where the main kernel leaves
+// partials or sums (GQA, its CTAs not grouping the heads: dkdv_partials).
+RowLaunch reduce_launch(const KernelDesc& kernel, const Lowering& ir) {
   return single_phase(kernel, {ceil_div(Extent::seqlen_k, kernel.threads / 32),
-                               LaunchExpr(Extent::kv_heads) * Extent::gqa, Extent::batch});
+                               LaunchExpr(Extent::kv_heads) * dkdv_partials(ir), Extent::batch});
 }
 
 std::vector<BufferNeed> reduce_buffers(const KernelDesc&, const Lowering& ir) {

@@ -30,6 +30,8 @@ BwdParams make_params(const detail::KernelSet& set, const BackwardArgs& a, const
   p.d_k = a.d_k.data;
   p.d_v = a.d_v.data;
   p.d_sinks = static_cast<float*>(a.d_sinks.data);
+  // One query head per CTA unless the plan groups them (ParamScalar::head_group).
+  p.head_group = 1;
   detail::set_strides(a.d_o, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
   detail::set_strides(a.d_q, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
   detail::set_strides(a.d_k, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);

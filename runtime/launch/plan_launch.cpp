@@ -113,12 +113,19 @@ void bind_attention(Params& p, ParamField field, void* pointer) {
   throw InternalError(fmt::format("plan binds {} in an attention block", name_of(field)));
 }
 
-// An attention block's computed argument: the decode kernels' key splits.
+// An attention block's computed argument: the decode kernels' key splits, the backward's
+// head group.
 template <class Params>
 void set_attention(Params& p, ParamScalar field, int value) {
   if constexpr (std::is_same_v<Params, FwdParams>) {
     if (field == ParamScalar::num_splits) {
       p.kv_cache.num_splits = value;
+      return;
+    }
+  }
+  if constexpr (std::is_same_v<Params, BwdParams>) {
+    if (field == ParamScalar::head_group) {
+      p.head_group = value;
       return;
     }
   }
@@ -219,6 +226,9 @@ void set_order(CtaOrderParams<Params>& p, ParamScalar field, int value) {
       return;
     case ParamScalar::phase:
       p.phase = value;
+      return;
+    case ParamScalar::head_group:
+      set_attention(p.attention, field, value);
       return;
     default:
       throw InternalError(fmt::format("plan sets {} of a CTA order", name_of(field)));
@@ -323,6 +333,17 @@ std::int64_t decode_splits(const Shapes& s, std::int64_t sm_count) {
   return std::clamp<std::int64_t>(wanted, 1, most);
 }
 
+std::int64_t backward_head_group(const Shapes& s, std::int64_t sm_count) {
+  if (s.kv_heads <= 0 || s.heads == s.kv_heads) return 1;
+  // The heads of a KV head read the same row of startend_row_indices (mask heads are 1 or Hkv:
+  // check_args), so they visit the same query blocks. Grouped, each CTA does the work of H / Hkv
+  // CTAs: kept where at least two rounds of the grouped CTAs (of 128 keys) fill the SMs, so that
+  // the longer CTAs still balance.
+  const std::int64_t sms = sm_count > 0 ? sm_count : 132;
+  const std::int64_t ctas = std::int64_t{s.batch} * s.kv_heads * ((s.seqlen_k + 127) / 128);
+  return ctas >= 2 * sms ? s.heads / s.kv_heads : 1;
+}
+
 void set_sm_count_limit(int limit) {
   g_sm_count_limit.store(limit, std::memory_order_relaxed);
 }
@@ -343,6 +364,7 @@ LaunchExtents launch_extents(const Shapes& s) {
   e[Extent::prefill] = runs_prefill(s, e[Extent::sm_count]) ? 1 : 0;
   e[Extent::query_groups] =
       s.kv_heads > 0 ? static_cast<std::int64_t>(s.heads / s.kv_heads) * s.seqlen_q : 0;
+  e[Extent::head_group] = backward_head_group(s, e[Extent::sm_count]);
   return e;
 }
 

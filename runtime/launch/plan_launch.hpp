@@ -33,6 +33,11 @@ bool runs_prefill(const Shapes& shapes, std::int64_t sm_count);
 /// least 64 keys each; 1 for other launches and where the launch runs the prefill kernel.
 std::int64_t decode_splits(const Shapes& shapes, std::int64_t sm_count);
 
+/// The query heads each CTA of a head-grouping backward main kernel walks (Extent::head_group):
+/// all H / Hkv of its KV head where at least two rounds of the grouped CTAs fill the SMs
+/// (`sm_count`; 0: 132); else 1.
+std::int64_t backward_head_group(const Shapes& shapes, std::int64_t sm_count);
+
 /// Caps the SM count launch_extents gives (0: no cap), so that a persistent kernel's CTAs take
 /// many works each on small problems too (the GPU tests).
 void set_sm_count_limit(int limit);

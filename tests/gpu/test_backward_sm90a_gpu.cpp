@@ -4,8 +4,8 @@
 // turns): the sweep's cases at head dims 64 to 256 (every mask kind, both dtypes, GQA/MQA, mask
 // heads, lengths that are not tile multiples, Sq != Sk, padded strides), longer sequences whose
 // key blocks visit many query blocks (the ring wraps), the score modifiers, rows that see no
-// key, odd head counts; and bitwise repeatability of the deterministic mode where the atomic
-// mode's order varies.
+// key, odd head counts, CTAs that walk every query head of their KV head; and bitwise
+// repeatability of the deterministic mode where the atomic mode's order varies.
 // Skipped on devices other than sm_90a.
 #include <catch2/catch.hpp>
 
@@ -17,6 +17,7 @@
 #include "dsl/builders.hpp"
 #include "gpu/checks.hpp"
 #include "gpu/gpu_case.hpp"
+#include "runtime/launch/plan_launch.hpp"
 
 using namespace attnjit;
 using gpu_test::BackwardRun;
@@ -299,4 +300,64 @@ TEST_CASE("the deterministic sm90a backward at head dims 192 and 256 on long pac
     }
   }
   gpu_test::check_deterministic_repeatable(cases, /*repeats=*/1);
+}
+
+TEST_CASE("the sm90a backward with CTAs that walk every query head of their KV head",
+          "[gpu][backward][sm90a][head_group]") {
+  if (!on_sm90a()) return;
+  struct Reset {
+    ~Reset() { jit::detail::set_sm_count_limit(0); }
+  } reset;
+  // With the SM count capped at 1 every GQA launch below groups the heads of a KV head into one
+  // CTA (Extent::head_group, checked for each case's shapes) in the atomic mode: dK and dV
+  // summed in the CTA's registers, no partials, no reduction kernel. Groups of 2 to 8 heads,
+  // MQA, an odd KV head count (the last head pair has one member), every mask kind with the
+  // vectors shared by the heads of a KV head (mask heads 1 or Hkv), ALiBi (a slope per query
+  // head) and soft-capping, head dims 64 to 256; every third case in the deterministic mode,
+  // which does not group.
+  jit::detail::set_sm_count_limit(1);
+  struct Heads {
+    int heads, kv_heads;
+  };
+  const Heads groups[] = {{4, 2}, {8, 1}, {6, 3}, {8, 4}, {4, 1}};
+  const MaskSpec masks[] = {{MaskKind::none, false, 0},           {MaskKind::causal, false, 0},
+                            {MaskKind::sliding_window, false, 0}, {MaskKind::flashmask, true, 1},
+                            {MaskKind::flashmask, false, 4},      {MaskKind::flashmask, true, 2}};
+  std::uint64_t seed = 9700;
+  int index = 0;
+  std::vector<BackwardRun> runs;
+  for (int d : {64, 128, 192, 256}) {
+    for (const MaskSpec& mask : masks) {
+      const Heads h = groups[index % 5];
+      const int sq = index % 3 == 0 ? 700 : 333;
+      const int sk = index % 3 == 1 ? 1000 : 333;
+      Case c = make_case(mask, index % 2 == 0 ? DType::bf16 : DType::fp16, d, 2, h.heads,
+                         h.kv_heads, sq, sk, ++seed);
+      c.padded_strides = index % 4 == 3;
+      if (mask.kind == MaskKind::sliding_window) {
+        c.window_left = 150;
+        c.window_right = 30;
+      }
+      if (mask.kind == MaskKind::flashmask) {
+        const int mask_heads = index % 2 == 0 ? 1 : c.kv_heads;
+        c.intervals = dsl::random_intervals(mask.causal, mask.columns, c.batch, mask_heads, sq, sk,
+                                            gpu_test::data_seed(seed));
+      }
+      if (index % 6 == 2) {
+        c.spec.alibi = true;
+        for (int i = 0; i < c.heads; ++i) c.score_mod.alibi_slopes.push_back(0.5f / (1 + i));
+      }
+      if (index % 6 == 5) {
+        c.spec.softcap = true;
+        c.score_mod.softcap = 20.f;
+      }
+      const int mask_heads = c.intervals ? c.intervals->heads : 1;
+      const jit::detail::Shapes shapes{c.batch, sq, sk, c.heads, c.kv_heads, mask_heads};
+      INFO(c.describe());
+      REQUIRE(jit::detail::backward_head_group(shapes, 1) == c.heads / c.kv_heads);
+      runs.push_back(BackwardRun::in_mode(forced(c), index % 3 == 2));
+      ++index;
+    }
+  }
+  gpu_test::check_backwards(runs);
 }

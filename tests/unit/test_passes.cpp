@@ -365,13 +365,17 @@ TEST_CASE("the sm90a backward: chosen on sm_90a at d64 to d256, forced by a warp
     CHECK(main.dynamic_smem_bytes == t.smem_bytes);
     CHECK_THAT(to_string(ir),
                Catch::Contains("row=backward.sm90a") && Catch::Contains("params=attention_tma"));
-    // The same grid and buffers as the key-slab layout of 128 keys (one CTA per 128 keys of a
-    // head pair), but for GQA's dK and dV: zeroed sums per K/V head instead of per-query-head
-    // partials.
+    // The grid and buffers of the key-slab layout of 128 keys (one CTA per 128 keys of a head
+    // pair), but for GQA: the grid counts groups of Hg query heads (each CTA walks the heads of
+    // its KV head where the launch groups them), and dK and dV of ungrouped heads go to zeroed
+    // sums per K/V head instead of per-query-head partials.
     const Lowering slabs = lowered(d, "mask=causal tiles=64x128x8 target=sm_90a");
     const KernelDesc& slab_main = *slabs.plan->find(KernelRole::backward);
     CHECK(slab_main.row == "backward_slabs.sm80");
-    CHECK(main.phases.front().grid == slab_main.phases.front().grid);
+    CHECK(main.phases.front().grid.to_string() == "(2*ceil(Sk/128), ceil(floor(H/Hg)/2), B)");
+    CHECK(slab_main.phases.front().grid.to_string() == "(2*ceil(Sk/128), ceil(H/2), B)");
+    REQUIRE(main.scalars.size() == 1);
+    CHECK(main.scalars.front().field == ParamScalar::head_group);
     REQUIRE(ir.plan->scratch.size() == slabs.plan->scratch.size());
     for (std::size_t i = 0; i < ir.plan->scratch.size(); ++i) {
       const ScratchBuffer& tma = ir.plan->scratch[i];
@@ -381,7 +385,8 @@ TEST_CASE("the sm90a backward: chosen on sm_90a at d64 to d256, forced by a warp
       if (tma.name == "dk_partial" || tma.name == "dv_partial") {
         CHECK(tma.zeroed);
         CHECK_FALSE(slab.zeroed);
-        CHECK(tma.bytes.to_string() == fmt::format("gqa*B*Hkv*Sk*{}*4", d));
+        // None where the launch groups the heads of a KV head in one CTA (Hg > 1).
+        CHECK(tma.bytes.to_string() == fmt::format("gqa*floor(1/Hg)*B*Hkv*Sk*{}*4", d));
         CHECK(slab.bytes.to_string() == fmt::format("gqa*B*H*Sk*{}*4", d));
       } else {
         CHECK(tma == slab);

@@ -126,9 +126,10 @@ class PrintedExpr {
     REQUIRE(!word.empty());
     if (std::isdigit(static_cast<unsigned char>(word[0]))) return std::stoll(word);
     static const std::map<std::string, Extent> kNames{
-        {"B", Extent::batch}, {"Sq", Extent::seqlen_q},      {"Sk", Extent::seqlen_k},
-        {"H", Extent::heads}, {"Hkv", Extent::kv_heads},     {"Hm", Extent::mask_heads},
-        {"gqa", Extent::gqa}, {"bits", Extent::bits_budget}, {"SMs", Extent::sm_count}};
+        {"B", Extent::batch},      {"Sq", Extent::seqlen_q},      {"Sk", Extent::seqlen_k},
+        {"H", Extent::heads},      {"Hkv", Extent::kv_heads},     {"Hm", Extent::mask_heads},
+        {"gqa", Extent::gqa},      {"bits", Extent::bits_budget}, {"SMs", Extent::sm_count},
+        {"Hg", Extent::head_group}};
     REQUIRE(kNames.count(word) == 1);
     return extents_[kNames.at(word)];
   }
@@ -565,4 +566,64 @@ TEST_CASE("the workspace holds every scratch buffer, aligned, and is zero withou
   REQUIRE(counter != persistent.plan->scratch.end());
   CHECK(counter->zeroed);
   CHECK(counter->bytes.evaluate(extents) == 4);
+}
+
+TEST_CASE("the sm90a backward groups the query heads of a KV head where the launch can",
+          "[pass][runtime]") {
+  using jit::detail::backward_head_group;
+  using jit::detail::Shapes;
+  // All H / Hkv heads of a KV head where two rounds of the grouped CTAs of 128 keys fill the
+  // SMs; else one.
+  CHECK(backward_head_group(Shapes{1, 8192, 8192, 32, 8, 1}, 132) == 4);   // 512 CTAs
+  CHECK(backward_head_group(Shapes{1, 8192, 8192, 32, 32, 1}, 132) == 1);  // no GQA
+  CHECK(backward_head_group(Shapes{1, 8192, 8192, 32, 8, 8}, 132) == 4);   // vectors per KV head
+  CHECK(backward_head_group(Shapes{1, 4096, 4096, 32, 8, 1}, 132) == 1);   // 256 < 264 CTAs
+  CHECK(backward_head_group(Shapes{1, 4096, 4096, 32, 8, 1}, 128) == 4);   // 256 = 2 x 128
+  CHECK(backward_head_group(Shapes{2, 300, 300, 6, 3, 1}, 1) == 2);
+  CHECK(backward_head_group(Shapes{2, 300, 300, 6, 3, 1}, 0) == 1);  // no device: 132 SMs
+
+  // Grouped, the plan launches a grid of KV heads, binds no partials and launches no
+  // reduction; one head per CTA, partials (sums in the atomic mode) and the reduction. The
+  // deterministic mode never groups.
+  for (const char* mode : {"", " deterministic=true"}) {
+    INFO(mode);
+    const bool deterministic = *mode != '\0';
+    const Lowering ir = lower(parse_spec(
+        std::string("dtype=bf16 head_dim=128 mask=causal direction=backward target=sm_90a") +
+        mode));
+    const KernelDesc& main = *ir.plan->find(KernelRole::backward);
+    REQUIRE(main.row == "backward.sm90a");
+    for (const int sms : {132, 1000}) {
+      LaunchExtents e = jit::detail::launch_extents(Shapes{1, 8192, 8192, 32, 8, 1});
+      e[Extent::sm_count] = sms;
+      e[Extent::head_group] = backward_head_group(Shapes{1, 8192, 8192, 32, 8, 1}, sms);
+      const bool grouped = sms == 132 && !deterministic;
+      const jit::detail::LaunchSchedule schedule = jit::detail::schedule_plan(*ir.plan, e);
+      bool reduced = false;
+      for (const jit::detail::ScheduledLaunch& launch : schedule.launches) {
+        const KernelDesc& kernel = ir.plan->kernels[launch.kernel];
+        if (kernel.role == KernelRole::backward_reduce_dkdv) reduced = true;
+        if (kernel.role != KernelRole::backward) continue;
+        CHECK(launch.grid == std::array<unsigned, 3>{128, grouped ? 4u : 16u, 1});
+        if (deterministic) {
+          CHECK(launch.scalars.empty());
+        } else {
+          REQUIRE(launch.scalars.size() == 1);
+          CHECK(launch.scalars.front() == std::pair{ParamScalar::head_group, grouped ? 4 : 1});
+        }
+      }
+      CHECK(reduced == !grouped);
+      for (std::size_t b = 0; b < ir.plan->scratch.size(); ++b) {
+        const std::string& name = ir.plan->scratch[b].name;
+        if (name == "dk_partial" || name == "dv_partial") {
+          CHECK((schedule.bytes[b] == 0) == grouped);
+        }
+      }
+    }
+  }
+  // The sm80 rows never group: their grid counts every query head.
+  const Lowering sm80 =
+      lower(parse_spec("dtype=bf16 head_dim=128 mask=causal direction=backward target=sm_80"));
+  CHECK(sm80.plan->find(KernelRole::backward)->phases.front().grid.to_string() ==
+        "(2*ceil(Sk/128), ceil(H/2), B)");
 }

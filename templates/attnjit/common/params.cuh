@@ -171,6 +171,10 @@ struct BwdParams : AttentionParams {
   float* d_sinks;     ///< [H] fp32: the sinks' gradient (backward_sinks writes it); sinks only
   float* dk_partial;  ///< H != Hkv: per-query-head dK [B, H, Sk, D] or sums [B, Hkv, Sk, D]
   float* dv_partial;  ///< the same for dV (sums: the sm90a backward's atomic mode, zeroed)
+  /// The query heads each CTA of the sm90a backward main kernel walks, one after another, all
+  /// of one KV head: H / Hkv where the launch groups them (dK and dV then summed in the CTA's
+  /// registers: dk_partial and dv_partial null), else 1. Its grid counts H / head_group heads.
+  int head_group;
   /// min/max per key block of the dQ kernel's block_n, or its predicate block table
   const int* minmax_dq;
   /// mask=predicate: the element bits of the partial tiles of `minmax_dq` (query rows)

@@ -41,11 +41,22 @@ __device__ __forceinline__ float bucket_scale(int max_cost) {
   return static_cast<float>(kBuckets - 2) / static_cast<float>(max(1, max_cost));
 }
 
+/// The first query head of a CTA whose grid head is `head`: the backward main kernel's grid
+/// may count groups of BwdParams::head_group query heads (1 in every other launch), which
+/// share their mask data, so the first head's walk costs what each head's does.
+__device__ __forceinline__ int first_query_head(const BwdParams& a, int head) {
+  return head * a.head_group;
+}
+__device__ __forceinline__ int first_query_head(const FwdParams&, int head) {
+  return head;
+}
+
 /// Phase 0: the cost of CTA `natural` from all lanes of a warp, 32 blocks per step.
 template <class Mask, int kBlockM, int kBlockN, bool kKeyBlocks, class Params>
 __device__ __forceinline__ int cta_cost(const CtaOrderParams<Params>& p, unsigned natural) {
   const Params& a = p.attention;
-  const CtaWork work = natural_cta_work_at<kKeyBlocks>(natural, p.grid_x, p.grid_y);
+  CtaWork work = natural_cta_work_at<kKeyBlocks>(natural, p.grid_x, p.grid_y);
+  work.head = first_query_head(a, work.head);
   if (work.head >= a.heads) return -1;
   MaskState ms = make_mask_state<kBlockN, Mask>(a, work.head, work.batch);
   const int lane = threadIdx.x % 32;

@@ -4,7 +4,11 @@
 // One CTA of three warpgroups owns a key block of one (head, batch) and walks the query blocks
 // that can see it, kBlockM = 64 rows each (80 at head dim 128 without a mask or soft-capping:
 // dQ^T = K^T dS^T from a [query][key] dS tile, backward_products.cuh, the row statistics
-// loaded by warp 3 of the producer warpgroup, which keeps 24 registers for the consumers' 240):
+// loaded by warp 3 of the producer warpgroup, which keeps 24 registers for the consumers' 240).
+// Under GQA, where the launch groups them, the CTA walks the blocks of every query head of its
+// KV head in turn (BwdParams::head_group, backward_walk.cuh): dK and dV then sum the heads in
+// registers, with no fp32 partials and no reduction kernel.
+// The warpgroups:
 //   producer   warpgroup 0 gives its registers away (setmaxnreg); one warp of it loads K and
 //              V once by TMA and streams Q, dO, LSE2 and D of the query blocks that can see
 //              the keys through a ring of kStages stages (backward_producer.cuh);
@@ -198,8 +202,8 @@ struct BackwardSm90a {
   static constexpr TmaBox kDvSumBox = fp32_box(64, 32);
 
   // A stage: Q, dO, the dQ boxes' extra part, and the row statistics, LSE2 and D (kBlockM
-  // floats each), then the block's index and classification. With 64-row blocks the statistics
-  // follow the tiles in the stage, padded so that the next stage's tiles stay 1024-byte
+  // floats each), then the block's index, classification and query head. With 64-row blocks the
+  // statistics follow the tiles in the stage, padded so that the next stage's tiles stay 1024-byte
   // aligned; 80-row stages would not fit with that padding: their statistics have an area of
   // their own after the dQ buffers.
   static constexpr bool kStatsInStage = !kDqTransposed;
@@ -208,7 +212,7 @@ struct BackwardSm90a {
   static constexpr int kInfoOffset = 2 * kBlockM * 4;  // in a stage's statistics
   static constexpr int kStatsAlign = kStatsInStage ? 1024 : 16;
   static constexpr int kStatsBytes =
-      (kInfoOffset + 8 + kStatsAlign - 1) / kStatsAlign * kStatsAlign;
+      (kInfoOffset + 12 + kStatsAlign - 1) / kStatsAlign * kStatsAlign;
   static constexpr int kDoStageOffset = QTile::kBytes;
   static constexpr int kDqExtraStageOffset = kDoStageOffset + DoTile::kBytes;
   static constexpr int kStatsStageOffset = kDqExtraStageOffset + kConsumers * kDqExtraBytes;
@@ -240,8 +244,8 @@ struct BackwardSm90a {
     return base + kStagesOffset + index * kStageBytes;
   }
 
-  /// The LSE2 then D (kBlockM floats each) of stage `index` at `stage`, then its block's index
-  /// and classification (at kInfoOffset).
+  /// The LSE2 then D (kBlockM floats each) of stage `index` at `stage`, then its block's index,
+  /// classification and query head (at kInfoOffset).
   __device__ __forceinline__ static u32 stats_address(u32 base, u32 stage, int index) {
     if constexpr (kStatsInStage) return stage + kStatsStageOffset;
     return base + kStatsOffset + index * kStatsBytes;
@@ -265,23 +269,27 @@ struct BackwardSm90a {
            (bytes - kQHalfBytes - kDoHalfBytes);
   }
 
-  /// The CTA's work: its key block, head and batch.
+  /// The CTA's work: its key block, batch and first query head (the grid counts groups of
+  /// p.head_group query heads, which the CTA walks one after another: backward_walk.cuh).
   __device__ __forceinline__ static CtaWork work_of(const BwdParams& p) {
-    return cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p));
+    CtaWork work = cta_work<kLowBlocksFirst>(cta_order_of<kOrderedCtas>(p));
+    work.head *= p.head_group;
+    return work;
   }
 
-  /// The mask state of the CTA's (head, batch), no rows yet, formed at its use (not held in
-  /// registers across the loop) from the parameters and the CTA's mask row (read from shared
-  /// memory: no division per block).
+  /// The mask state of the CTA's (first query head, batch), no rows yet, formed at its use (not
+  /// held in registers across the loop) from the parameters and the CTA's mask row (read from
+  /// shared memory: no division per block; the same for every head of the CTA's group).
   __device__ __forceinline__ static MaskState key_mask_state(const BwdParams& p) {
     const CtaWork work = work_of(p);
     return make_mask_state_at_row<kBlockN>(p, cta_mask_row<Mask>(), work.head, work.batch);
   }
 
-  /// key_mask_state with the rows of query block `block`.
-  __device__ __forceinline__ static MaskState query_block_mask_state(const BwdParams& p,
+  /// key_mask_state with query head `head` and the rows of query block `block`.
+  __device__ __forceinline__ static MaskState query_block_mask_state(const BwdParams& p, int head,
                                                                      int block) {
     MaskState ms = key_mask_state(p);
+    ms.head = head;
     ms.row_begin = block * kBlockM;
     ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
     return ms;
@@ -390,20 +398,22 @@ struct BackwardSm90a {
         break;
       }
       const int tile = load_shared_s32(info + 4);
+      const int head = load_shared_s32(info + 8);
       // dQ buffers: the block's dS^T tile alternates; dQ in the stage: P^T, then dS^T.
       const u32 smem_ds = base + kTilesOffset + (kDqInStage ? 1 : it % 2) * DsTile::kBytes;
       if constexpr (kDqInStage) {
         // The block's dQ product has completed in its iteration: the consumer is done with
         // the stage.
         WarpgroupAccumulator<kDqAccCols> block_dq;
-        iterate(p, base, smem_ds, block, tile, ring, state, block_dq, false);
+        iterate(p, base, smem_ds, head, block, tile, ring, state, block_dq, false);
         ring.consumer_release(state);
       } else {
-        iterate(p, base, smem_ds, block, tile, ring, state, acc_dq, it > 0);
+        iterate(p, base, smem_ds, head, block, tile, ring, state, acc_dq, it > 0);
       }
       state.advance();
     }
     const CtaWork work = work_of(p);
+    // No partials: one query head per KV head, or the CTA walked all of its KV head's.
     if (p.dk_partial == nullptr) {
       Epilogue::store(p, maps, base, work, acc_dk, acc_dv);
       return;
@@ -424,13 +434,15 @@ struct BackwardSm90a {
         consumer_col0_qk(consumer), consumer_col0_v(consumer), acc_dk.tiles(), acc_dv.tiles());
   }
 
-  /// One query block: the five products of the consumer. Element (nt, e) of its m64 x kQueries
-  /// S^T is key row key_row0 + g + 8 (e / 2), query column q0 + 8 nt + 2 t + e % 2. dQ buffers:
-  /// dQ is left in acc_dq, whose previous block (`dq_pending`) goes to the writer while S^T
-  /// runs (dP^T is issued after those stores), and the stage is released once the products
-  /// that read it have completed. dQ in the stage: dQ goes into the consumer's Q and dO panels.
-  __device__ __forceinline__ void iterate(const BwdParams& p, u32 base, u32 smem_ds, int block,
-                                          int tile, const Ring& ring, const RingState& state,
+  /// One query block of query head `head`: the five products of the consumer. Element (nt, e) of
+  /// its m64 x kQueries S^T is key row key_row0 + g + 8 (e / 2), query column q0 + 8 nt + 2 t + e
+  /// % 2. dQ buffers: dQ is left in acc_dq, whose previous block (`dq_pending`) goes to the writer
+  /// while S^T runs (dP^T is issued after those stores), and the stage is released once the
+  /// products that read it have completed. dQ in the stage: dQ goes into the consumer's Q and dO
+  /// panels.
+  __device__ __forceinline__ void iterate(const BwdParams& p, u32 base, u32 smem_ds, int head,
+                                          int block, int tile, const Ring& ring,
+                                          const RingState& state,
                                           WarpgroupAccumulator<kDqAccCols>& acc_dq,
                                           bool dq_pending) {
     const int consumer = consumer_index();
@@ -472,7 +484,9 @@ struct BackwardSm90a {
     // while the products run.
     unsigned long long hidden = 0;
     if constexpr (Mask::kElementBits) {
-      if (tile_kind(tile) == kTilePartial) hidden = element_bits(p, block, tile, key_row0 + g, t);
+      if (tile_kind(tile) == kTilePartial) {
+        hidden = element_bits(p, head, block, tile, key_row0 + g, t);
+      }
     }
     if constexpr (Score::kSoftcap) {
       wgmma_wait<0>();
@@ -482,7 +496,7 @@ struct BackwardSm90a {
     }
     fence_accumulators(acc_s.tiles());
 
-    const MaskState ms = query_block_mask_state(p, block);
+    const MaskState ms = query_block_mask_state(p, head, block);
     const int key0 = cta_key0(p);
     if (tile_kind(tile) == kTilePartial) {
       if constexpr (Mask::kElementBits) {
@@ -501,7 +515,7 @@ struct BackwardSm90a {
     // do), packed too.
     Pairs a_p;
     Pairs a_ds;
-    const Score score = Score::template make<kOrderedCtas>(p);
+    const Score score = Score::make_for_head(p, head);
     const int distance0 = key0 + key_row0 + g - (ms.row_begin + q0 + 2 * t + ms.diagonal);
     TransposedPairs<1, kSTiles>::probabilities(
         p, score, ms, acc_s.v, lse_log2, q0, t, distance0,
@@ -599,12 +613,14 @@ struct BackwardSm90a {
   }
 
   /// A predicate's hidden elements of the thread's S^T fragment (key rows `key_row`, + 8 of the
-  /// block, the consumer's query columns q0 + 2 t (+ 1) + 8 nt of query block `block`) in
+  /// block, the consumer's query columns q0 + 2 t (+ 1) + 8 nt of query block `block` of query
+  /// head `head`) in
   /// partial tile `tile` (the block table's entry): its stored bits (predicate_blocks.cuh, rows
   /// are keys; with half the queries, the word of the consumer's), or the element rule where
   /// the tile has no slot of bits.
-  __device__ __forceinline__ static unsigned long long element_bits(const BwdParams& p, int block,
-                                                                    int tile, int key_row, int t) {
+  __device__ __forceinline__ static unsigned long long element_bits(const BwdParams& p, int head,
+                                                                    int block, int tile,
+                                                                    int key_row, int t) {
     const int consumer = kSplitHeadDim ? consumer_index() : 0;
     if (tile_bits_slot(tile) >= 0) {
       if constexpr (kSplitHeadDim) {
@@ -624,7 +640,7 @@ struct BackwardSm90a {
             2 * t);
       }
     }
-    const MaskState ms = query_block_mask_state(p, block);
+    const MaskState ms = query_block_mask_state(p, head, block);
     return Mask::template evaluate_bits<kSTiles, true>(p, ms, key_row, 2 * t, cta_key0(p),
                                                        ms.row_begin + consumer_query0(consumer));
   }

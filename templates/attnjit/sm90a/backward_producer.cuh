@@ -3,12 +3,15 @@
 //   K, V         by TMA onto the key block's barrier, with the block's FlashMask values
 //                (cp.async by the warp's lanes, arriving through .noinc);
 //   ring stage   Q and dO of one visited query block by TMA, its LSE2 and D rows by cp.async
-//                of the lanes (zeros past Sq), and the block's index and classification,
-//                which the consumers read from the stage instead of walking the blocks
+//                of the lanes (zeros past Sq), and the block's index, classification and query
+//                head, which the consumers read from the stage instead of walking the blocks
 //                themselves; after the last block a stage with index -1 ends their loop.
-// Skipped query blocks (mask.cuh: index ranges, FlashMask min/max tables) are never loaded.
+// The blocks come in the order of the CTA's walk (backward_walk.cuh: each query head of its
+// group in turn). Skipped query blocks (mask.cuh: index ranges, FlashMask min/max tables) are
+// never loaded.
 #pragma once
 
+#include "attnjit/sm90a/backward_walk.cuh"
 #include "attnjit/sm90a/vocabulary.cuh"
 
 namespace attnjit {
@@ -35,7 +38,7 @@ struct BackwardProducer {
   __device__ __forceinline__ static void run(const BwdParams& p, const BwdTensorMaps& maps,
                                              u32 base) {
     const int lane = threadIdx.x % 32;
-    const CtaWork work = cta_work<Kernel::kLowBlocksFirst>(cta_order_of<Kernel::kOrderedCtas>(p));
+    const CtaWork work = Kernel::work_of(p);
     const int n_block = work.block;
     if (lane == 0) {
       tma_prefetch_map(maps.q);
@@ -57,17 +60,13 @@ struct BackwardProducer {
 
     const Ring ring{base + Kernel::kRingOffset};
     typename Kernel::RingState state;
-    MaskState ms = Kernel::key_mask_state(p);
-    int block, end;
-    query_blocks_of<Mask, kBlockM, kBlockN, !Kernel::kOrderedDq>(p.varlen, ms, n_block, block,
-                                                                 end);
-    block = Mask::template first_active_query_block<kBlockM, kBlockN>(ms, p.minmax, n_block, block,
-                                                                      end);
+    BackwardWalk<Kernel> walk;
+    walk.begin(p, n_block);
     for (;;) {
       ring.producer_acquire(state);
       const u32 stage = Kernel::stage_address(base, state.index);
       const u32 full = ring.full(state.index);
-      if (block >= end) {
+      if (walk.done()) {
         // The end of the walk: a stage that carries no data, block -1. It completes with the
         // same arrivals as a loaded one and no transaction bytes.
         if (lane == 0) {
@@ -77,27 +76,26 @@ struct BackwardProducer {
         if constexpr (!kStatisticsWarp) mbarrier_arrive(full);
         break;
       }
-      ms.row_begin = block * kBlockM;
-      ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
-      const int tile = Mask::template classify<kBlockN>(ms, p.minmax, n_block);
+      walk.set_rows(p);
+      const int tile = Mask::template classify<kBlockN>(walk.ms, p.minmax, n_block);
       if (lane == 0) {
         const u32 info = Kernel::info_address(base, stage, state.index);
-        store_shared_u32(info, static_cast<u32>(block));
+        store_shared_u32(info, static_cast<u32>(walk.block));
         store_shared_u32(info + 4, static_cast<u32>(tile));
+        store_shared_u32(info + 8, static_cast<u32>(walk.head()));
         ring.producer_commit(state, QTile::kBytes + DoTile::kBytes);
-        const CtaWork now =
-            cta_work<Kernel::kLowBlocksFirst>(cta_order_of<Kernel::kOrderedCtas>(p));
-        tma_load_tile<QTile>(stage, maps.q, full, ms.row_begin, now.head, now.batch);
-        tma_load_tile<DoTile>(stage + Kernel::kDoStageOffset, maps.d_o, full, ms.row_begin,
-                              now.head, now.batch);
+        const int batch = Kernel::work_of(p).batch;
+        tma_load_tile<QTile>(stage, maps.q, full, walk.ms.row_begin, walk.head(), batch);
+        tma_load_tile<DoTile>(stage + Kernel::kDoStageOffset, maps.d_o, full, walk.ms.row_begin,
+                              walk.head(), batch);
       }
       if constexpr (!kStatisticsWarp) {
-        load_row_statistics(p, block, Kernel::stats_address(base, stage, state.index));
+        load_row_statistics(p, walk.block, walk.head(),
+                            Kernel::stats_address(base, stage, state.index));
         ring.producer_commit_cp_async(state);
       }
       state.advance();
-      block = Mask::template first_active_query_block<kBlockM, kBlockN>(ms, p.minmax, n_block,
-                                                                        block + 1, end);
+      walk.advance(p, n_block);
     }
     // The lanes' last copies land before the warp exits.
     cp_async_wait<0>();
@@ -109,31 +107,32 @@ struct BackwardProducer {
   __device__ __forceinline__ static void run_statistics(const BwdParams& p, u32 base) {
     const Ring ring{base + Kernel::kRingOffset};
     typename Kernel::RingState state;
-    const int n_block =
-        cta_work<Kernel::kLowBlocksFirst>(cta_order_of<Kernel::kOrderedCtas>(p)).block;
-    MaskState ms = Kernel::key_mask_state(p);
-    int block, end;
-    query_blocks_of<Mask, kBlockM, kBlockN, !Kernel::kOrderedDq>(p.varlen, ms, n_block, block,
-                                                                 end);
-    block = Mask::template first_active_query_block<kBlockM, kBlockN>(ms, p.minmax, n_block, block,
-                                                                      end);
-    // Lane l copies rows l + 32 j from one pointer per vector, set once (24 registers).
-    const CtaWork work = cta_work<Kernel::kLowBlocksFirst>(cta_order_of<Kernel::kOrderedCtas>(p));
+    const CtaWork work = Kernel::work_of(p);
+    const int n_block = work.block;
+    BackwardWalk<Kernel> walk;
+    walk.begin(p, n_block);
+    // Lane l copies rows l + 32 j from one pointer per vector, set at each head (24 registers).
     const int lane = threadIdx.x % 32;
-    const long long bh_lane =
-        (static_cast<long long>(work.batch) * p.heads + work.head) * p.seqlen_q + lane;
-    const float* lse = p.lse_log2 + bh_lane;
-    const float* dot = p.row_dot + bh_lane;
+    int head = -1;
+    const float* lse = nullptr;
+    const float* dot = nullptr;
     // Not unrolled by stage (the copies' registers twice).
 #pragma unroll 1
     for (;;) {
       ring.producer_acquire(state);
-      if (block >= end) {
+      if (walk.done()) {
         mbarrier_arrive(ring.full(state.index));
         break;
       }
-      ms.row_begin = block * kBlockM;
-      ms.row_end = min(ms.row_begin + kBlockM, p.seqlen_q);
+      if (walk.head() != head) {
+        head = walk.head();
+        const long long bh_lane =
+            (static_cast<long long>(work.batch) * p.heads + head) * p.seqlen_q + lane;
+        lse = p.lse_log2 + bh_lane;
+        dot = p.row_dot + bh_lane;
+      }
+      walk.set_rows(p);
+      const MaskState& ms = walk.ms;
       // Past Sq: zeros, the copies reading nothing from the block's first row (lane 0's).
       const int rows = ms.row_end - ms.row_begin - lane;
       const u32 dst =
@@ -150,21 +149,20 @@ struct BackwardProducer {
       }
       ring.producer_commit_cp_async(state);
       state.advance();
-      block = Mask::template first_active_query_block<kBlockM, kBlockN>(ms, p.minmax, n_block,
-                                                                        block + 1, end);
+      walk.advance(p, n_block);
     }
     cp_async_wait<0>();
   }
 
-  /// cp.async of LSE2 then D of query block `block` (kBlockM floats each, zeros past Sq) by
-  /// the warp's lanes.
+  /// cp.async of LSE2 then D of query block `block` of query head `head` (kBlockM floats each,
+  /// zeros past Sq) by the warp's lanes.
   __device__ __forceinline__ static void load_row_statistics(const BwdParams& p, int block,
-                                                             u32 dst) {
-    const CtaWork work = cta_work<Kernel::kLowBlocksFirst>(cta_order_of<Kernel::kOrderedCtas>(p));
+                                                             int head, u32 dst) {
+    const CtaWork work = Kernel::work_of(p);
     const int row0 = block * kBlockM;
     const int valid = min(kBlockM, p.seqlen_q - row0);
     const long long bh_row =
-        (static_cast<long long>(work.batch) * p.heads + work.head) * p.seqlen_q + row0;
+        (static_cast<long long>(work.batch) * p.heads + head) * p.seqlen_q + row0;
 #pragma unroll
     for (int i = threadIdx.x % 32; i < 2 * kBlockM; i += 32) {
       const int r = i % kBlockM;

@@ -80,12 +80,12 @@ __device__ __forceinline__ int later_key_visitors(const BwdParams& p, const Mask
 }
 
 /// Deterministic mode: the turn counter (params.cuh's dq_turns, kLanes per query block of
-/// kBlockM rows) of query block `block` of `work`'s (batch, head), lane `lane`.
+/// kBlockM rows) of query block `block` of (batch, query head `head`), lane `lane`.
 template <int kBlockM, int kLanes>
-__device__ __forceinline__ int* dq_turn_counter(const BwdParams& p, const CtaWork& work, int block,
+__device__ __forceinline__ int* dq_turn_counter(const BwdParams& p, int batch, int head, int block,
                                                 int lane) {
   const long long blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
-  const long long row = (static_cast<long long>(work.batch) * p.heads + work.head) * blocks;
+  const long long row = (static_cast<long long>(batch) * p.heads + head) * blocks;
   return p.dq_turns + (row + block) * kLanes + lane;
 }
 

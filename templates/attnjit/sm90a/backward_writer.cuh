@@ -9,6 +9,7 @@
 #pragma once
 
 #include "attnjit/sm90a/backward_reductions.cuh"
+#include "attnjit/sm90a/backward_walk.cuh"
 #include "attnjit/sm90a/vocabulary.cuh"
 
 namespace attnjit {
@@ -31,20 +32,21 @@ struct BackwardDqWriter {
     named_barrier_arrive(Kernel::dq_barrier(consumer, 0), Kernel::kWriterThreads);
   }
 
-  /// dQ buffers: adds `panel`'s boxes of the dQ tile in `buffer` to query block `block`'s dQ by
-  /// TMA reductions (one thread).
+  /// dQ buffers: adds `panel`'s boxes of the dQ tile in `buffer` to the dQ of query block
+  /// `block` of query head `head` by TMA reductions (one thread).
   __device__ __forceinline__ static void add_tile(const BwdParams& p, const BwdTensorMaps& maps,
-                                                  u32 buffer, int panel, int block) {
-    const CtaWork work = Kernel::work_of(p);
+                                                  u32 buffer, int panel, int head, int block) {
+    const int batch = Kernel::work_of(p).batch;
 #pragma unroll
     for (int box = panel * 2; box < panel * 2 + Kernel::kDqCols / 32; ++box) {
       tma_reduce_add(maps.dq_accum, buffer + box * Kernel::kDqBoxBytes, box * 32,
-                     block * Kernel::kBlockM, work.head, work.batch);
+                     block * Kernel::kBlockM, head, batch);
     }
     tma_store_commit();
   }
 
-  /// The writer warp of `consumer`. It walks the query blocks the producer streams; per block,
+  /// The writer warp of `consumer`. It walks the query blocks the producer streams (the same
+  /// walk, backward_walk.cuh); per block,
   /// once the consumer has written the dQ tile, its first lane issues the reductions (in the
   /// deterministic mode once the block's turn has come). dQ buffers: the buffer goes back once
   /// they have read it (but after the last block). dQ in the stage: the stage goes back to the
@@ -58,41 +60,37 @@ struct BackwardDqWriter {
     const typename Kernel::Ring ring{base + Kernel::kRingOffset};
     typename Kernel::RingState state;
     const int n_block = Kernel::work_of(p).block;
-    MaskState ms = Kernel::key_mask_state(p);
-    int block, end;
-    query_blocks_of<typename Kernel::MaskType, Kernel::kBlockM, Kernel::kBlockN,
-                    !Kernel::kOrderedDq>(p.varlen, ms, n_block, block, end);
-    block = Kernel::MaskType::template first_active_query_block<Kernel::kBlockM, Kernel::kBlockN>(
-        ms, p.minmax, n_block, block, end);
+    BackwardWalk<Kernel> walk;
+    walk.begin(p, n_block);
     // dQ buffers: the buffer starts free.
     if constexpr (!Kernel::kDqInStage) {
-      if (block < end)
+      if (!walk.done())
         named_barrier_arrive(Kernel::kDqFreeBarrier + consumer, Kernel::kWriterThreads);
     }
-    while (block < end) {
-      ms.row_begin = block * Kernel::kBlockM;
-      ms.row_end = min(ms.row_begin + Kernel::kBlockM, p.seqlen_q);
+    while (!walk.done()) {
+      walk.set_rows(p);
+      const int block = walk.block;
+      const int head = walk.head();
       const int turn =
           Kernel::kOrderedDq
               ? later_key_visitors<typename Kernel::MaskType, Kernel::kBlockM, Kernel::kBlockN>(
-                    p, ms, block, n_block)
+                    p, walk.ms, block, n_block)
               : 0;
-      const int next =
-          Kernel::MaskType::template first_active_query_block<Kernel::kBlockM, Kernel::kBlockN>(
-              ms, p.minmax, n_block, block + 1, end);
+      walk.advance(p, n_block);
       // dQ buffers: the turn counter is formed by every lane before the barrier; dQ in the
       // stage: by the leader after it, with the work its reductions address (each keeps its
       // layout's machine code).
-      int* counter = Kernel::kOrderedDq && !Kernel::kDqInStage
-                         ? dq_turn_counter<Kernel::kBlockM, Kernel::kDqLanes>(
-                               p, Kernel::work_of(p), block, Kernel::kDqByColumns ? consumer : 0)
-                         : nullptr;
+      int* counter =
+          Kernel::kOrderedDq && !Kernel::kDqInStage
+              ? dq_turn_counter<Kernel::kBlockM, Kernel::kDqLanes>(
+                    p, Kernel::work_of(p).batch, head, block, Kernel::kDqByColumns ? consumer : 0)
+              : nullptr;
       named_barrier_sync(Kernel::dq_barrier(consumer, state.index), Kernel::kWriterThreads);
       if (leader) {
         if constexpr (Kernel::kDqInStage) {
-          const CtaWork work = Kernel::work_of(p);
+          const int batch = Kernel::work_of(p).batch;
           int* turns = Kernel::kOrderedDq ? dq_turn_counter<Kernel::kBlockM, Kernel::kDqLanes>(
-                                                p, work, block, consumer)
+                                                p, batch, head, block, consumer)
                                           : nullptr;
           if constexpr (Kernel::kOrderedDq) wait_turn(turns, turn);
           const u32 stage = Kernel::stage_address(base, state.index);
@@ -100,7 +98,7 @@ struct BackwardDqWriter {
           for (int box = 0; box < Kernel::kDqBoxes; ++box) {
             tma_reduce_add(maps.dq_accum, Kernel::dq_box(stage, consumer, box),
                            Kernel::consumer_col0_qk(consumer) + Kernel::kDqBoxCols * box,
-                           block * Kernel::kBlockM, work.head, work.batch);
+                           block * Kernel::kBlockM, head, batch);
           }
           tma_store_commit();
           tma_store_wait_read<0>();
@@ -113,13 +111,13 @@ struct BackwardDqWriter {
           if constexpr (Kernel::kOrderedDq) {
             wait_turn(counter, turn * Kernel::kDqTurns + (Kernel::kDqByColumns ? 0 : consumer));
           }
-          add_tile(p, maps, buffer, Kernel::Products::dq_panel(consumer), block);
+          add_tile(p, maps, buffer, Kernel::Products::dq_panel(consumer), head, block);
           tma_store_wait_read<0>();
         }
       }
       __syncwarp();
       if constexpr (!Kernel::kDqInStage) {
-        if (next < end)
+        if (!walk.done())
           named_barrier_arrive(Kernel::kDqFreeBarrier + consumer, Kernel::kWriterThreads);
         if (Kernel::kOrderedDq && leader) {
           tma_store_wait<0>();
@@ -129,7 +127,6 @@ struct BackwardDqWriter {
       } else {
         state.advance();
       }
-      block = next;
     }
     // The reductions are complete before the kernel ends (backward_convert_dq reads them).
     if (leader) tma_store_wait<0>();

@@ -222,8 +222,8 @@ class Problem:
     """One packed batch: lengths, boundaries on the host and the device, inputs and dO."""
 
     def __init__(self, rng, dtype, head_dim, with_seqused, heads=HEADS, kv_heads=KV_HEADS,
-                 shared=False):
-        self.seq_q, self.seq_k = draw_lengths(rng)
+                 shared=False, lengths=None):
+        self.seq_q, self.seq_k = lengths or draw_lengths(rng)
         self.shared = shared
         if shared:  # self-attention: the keys take the queries' boundaries (one tensor)
             self.seq_k = list(self.seq_q)
@@ -310,9 +310,9 @@ class VarlenTest(TemporaryCacheTest):
                              f"{lowp_error:.3e}, limit {limit:.3e} (seed {SEED})")
 
     def check(self, problem, dtype, causal, window, softcap=None, vectors=None, slopes=None,
-              mask=None):
+              mask=None, deterministic=False):
         extra = dict(vectors=vectors, slopes=slopes, mask=mask)
-        got = problem.attnjit(causal, window, softcap, **extra)
+        got = problem.attnjit(causal, window, softcap, deterministic, **extra)
         ref = problem.reference(torch.float64, causal, window, softcap, **extra)
         lowp = problem.reference(getattr(torch, dtype), causal, window, softcap, **extra)
         o, lse, *grads = got
@@ -467,6 +467,30 @@ class VarlenTest(TemporaryCacheTest):
         for name, a, b in zip(("o", "lse", "dq", "dk", "dv"),
                               problem.attnjit(True, (-1, -1), deterministic=True), expected):
             self.assertTrue(torch.equal(a, b), name)
+
+    def test_long_batches_whose_backward_ctas_walk_every_head_of_a_kv_head(self):
+        # About 18K keys of 2 KV heads: 282 key blocks of 128, at least two rounds of the SMs of
+        # an H100 or H200 (132), so the sm90a backward's CTAs each walk all 4 query heads of
+        # their KV head (Extent::head_group) and sum dK and dV in registers (the atomic mode; the
+        # deterministic mode keeps a CTA per query head). Causal, a window, FlashMask vectors per
+        # KV head and ALiBi (a slope per query head).
+        seq_q = [3001, 4099, 1, 2500, 5003, 3333, 5]
+        seq_k = [3001, 4200, 77, 2500, 4907, 3333, 0]  # the last sequence's rows see no key
+        cases = (("causal", True, (-1, -1), None, False), ("window", False, (300, 41), None, True),
+                 ("vectors", True, (-1, -1), (True, 2), False),
+                 ("vectors 4", False, (-1, -1), (False, 4), True))
+        for index, (name, causal, window, arity, deterministic) in enumerate(cases):
+            shared = index % 2 == 0
+            lengths = (seq_q, list(seq_q) if shared else seq_k)
+            dtype = DTYPES[index % 2]
+            with self.subTest(mask=name, deterministic=deterministic, shared=shared):
+                rng = self.rng(name, "long")
+                problem = Problem(rng, dtype, 64, False, shared=shared, lengths=lengths)
+                vectors = None if arity is None else Vectors(
+                    rng, *arity, KV_HEADS, problem.seq_q, problem.seq_k, problem.q.device)
+                slopes = alibi_slopes(HEADS, problem.q.device) if shared else None
+                self.check(problem, dtype, causal, window, vectors=vectors, slopes=slopes,
+                           deterministic=deterministic)
 
     def test_deterministic_gradients_are_bitwise_repeatable(self):
         for dtype, (name, causal, window) in itertools.product(DTYPES, MASKS[:3]):

@@ -242,8 +242,8 @@ BufferNeed float_keys(ParamField field, std::string name, int columns, const Low
 
 }  // namespace
 
-LaunchGrid paired_heads(const LaunchExpr& blocks) {
-  return {2 * blocks, ceil_div(Extent::heads, 2), Extent::batch};
+LaunchGrid paired_heads(const LaunchExpr& blocks, const LaunchExpr& heads) {
+  return {2 * blocks, ceil_div(heads, 2), Extent::batch};
 }
 
 RowLaunch single_phase(const KernelDesc& kernel, LaunchGrid grid) {

@@ -54,8 +54,9 @@ RowLaunch key_block_launch(const KernelDesc& kernel, const Lowering& ir);
 /// dQ accumulator (atomic mode) and the GQA partial dK/dV.
 std::vector<BufferNeed> backward_buffers(const KernelDesc& kernel, const Lowering& ir);
 
-/// (2 * blocks, ceil(H / 2), B): heads taken in pairs (templates/attnjit/common/schedule.cuh).
-LaunchGrid paired_heads(const LaunchExpr& blocks);
+/// (2 * blocks, ceil(heads / 2), B): heads (the query heads, or groups of them) taken in pairs
+/// (templates/attnjit/common/schedule.cuh).
+LaunchGrid paired_heads(const LaunchExpr& blocks, const LaunchExpr& heads = Extent::heads);
 
 /// The works of the attention kernel with tiles `tiles`: its row's first phase's grid, or a
 /// persistent kernel's works (RowLaunch::works).

@@ -206,9 +206,8 @@ std::vector<BufferNeed> buffers(const KernelDesc& kernel, const Lowering& ir) {
 RowLaunch launch(const KernelDesc& kernel, const Lowering& ir) {
   const LaunchExpr blocks = ceil_div(Extent::seqlen_k, kernel.block_n);
   if (!groups_heads(ir)) return single_phase(kernel, paired_heads(blocks));
-  RowLaunch launch = single_phase(
-      kernel,
-      {2 * blocks, ceil_div(floor_div(Extent::heads, Extent::head_group), 2), Extent::batch});
+  RowLaunch launch =
+      single_phase(kernel, paired_heads(blocks, floor_div(Extent::heads, Extent::head_group)));
   launch.scalars.push_back({ParamScalar::head_group, Extent::head_group});
   return launch;
 }

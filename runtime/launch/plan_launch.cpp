@@ -291,11 +291,17 @@ int current_sm_count() {
   return limit > 0 ? std::min(limit, cached_count) : cached_count;
 }
 
+// The SMs a launch rule counts: `sm_count`, or an H100's 132 where no context is current
+// (workspace_size before any launch).
+std::int64_t rule_sms(std::int64_t sm_count) {
+  return sm_count > 0 ? sm_count : 132;
+}
+
 }  // namespace
 
 bool runs_prefill(const Shapes& s, std::int64_t sm_count) {
   if (!s.prefill_allowed || s.kv_heads <= 0 || s.heads <= 0) return false;
-  const std::int64_t sms = sm_count > 0 ? sm_count : 132;
+  const std::int64_t sms = rule_sms(sm_count);
   // Both kernels read every visible key once per tile of query rows: the decode kernel's tiles
   // are 16 packed rows (G x Sq of a KV head), the prefill kernel's 128 rows of one query head,
   // and its grid fills the SMs only with enough tiles (below it, each of fewer CTAs walks the
@@ -312,8 +318,7 @@ bool runs_prefill(const Shapes& s, std::int64_t sm_count) {
 std::int64_t decode_splits(const Shapes& s, std::int64_t sm_count) {
   if (!s.decode || runs_prefill(s, sm_count)) return 1;
   if (s.num_splits > 0) return s.num_splits;
-  // Without a current context (workspace_size before any launch) an H100's SMs.
-  const std::int64_t sms = sm_count > 0 ? sm_count : 132;
+  const std::int64_t sms = rule_sms(sm_count);
   const std::int64_t row_tiles = s.kv_heads > 0 ? (s.heads / s.kv_heads * s.seqlen_q + 15) / 16 : 1;
   const std::int64_t ctas =
       std::max<std::int64_t>(1, std::int64_t{s.batch} * s.kv_heads * row_tiles);
@@ -339,7 +344,7 @@ std::int64_t backward_head_group(const Shapes& s, std::int64_t sm_count) {
   // check_args), so they visit the same query blocks. Grouped, each CTA does the work of H / Hkv
   // CTAs: kept where at least two rounds of the grouped CTAs (of 128 keys) fill the SMs, so that
   // the longer CTAs still balance.
-  const std::int64_t sms = sm_count > 0 ? sm_count : 132;
+  const std::int64_t sms = rule_sms(sm_count);
   const std::int64_t ctas = std::int64_t{s.batch} * s.kv_heads * ((s.seqlen_k + 127) / 128);
   return ctas >= 2 * sms ? s.heads / s.kv_heads : 1;
 }
